@@ -1,0 +1,1 @@
+"""CLI commands, one module each; flows/cli.py registers them."""

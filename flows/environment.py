@@ -1,0 +1,37 @@
+"""Process-wide settings: where runtime state lives, telemetry off, servers embedded by default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Offline-friendly defaults; a user's own environment always wins (setdefault).
+QUIET_DEFAULTS = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
+    "STREAMLIT_SERVER_HEADLESS": "true",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def state_dir() -> Path:
+    """The runtime state folder: $UNMASK_HOME, else .unmask/ in the current directory."""
+    home = os.environ.get("UNMASK_HOME")
+    path = Path(home).expanduser() if home else Path.cwd() / ".unmask"
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def configure_environment() -> Path:
+    """Apply the quiet defaults and point Prefect's home under the state folder."""
+    for key, value in QUIET_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    state = state_dir()
+    os.environ.setdefault("PREFECT_HOME", str(state / "prefect"))
+    return state

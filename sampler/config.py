@@ -1,0 +1,89 @@
+"""SamplerConfig: every setting that changes a decoder's output, as one frozen, hashable value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Decoding settings. Its `hash()` keys caches, eval records and registry runs."""
+
+    steps: int = 128  # model calls budgeted for the whole generation (split evenly over blocks)
+    gen_length: int = 128  # masked positions appended after the prompt
+    block_length: int = 32  # semi-autoregressive block width; gen_length must be a multiple
+    temperature: float = 0.0  # 0 = argmax; > 0 = Gumbel-max sampling in float64
+    cfg_scale: float = 0.0  # classifier-free guidance; > 0 adds an unconditional pass (prompt masked)
+    remasking: str = "low_confidence"  # which masked positions are committed first
+    mask_id: int = 126336  # the [MASK] token id (LLaDA's default; the CLI fills the model's own)
+    eos_id: int = 126081  # end-of-sequence id
+    eot_id: int | None = 126348  # end-of-turn id, or None when the tokenizer has none
+    seed: int | None = 0  # seeds a private generator; None draws from torch's global RNG
+    logits_eos_inf: bool = False  # forbid EOS outright
+    confidence_eos_eot_inf: bool = False  # give EOS/EoT predictions confidence 0 (commit them last)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the field and value that cannot work."""
+        for name in ("steps", "gen_length", "block_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"SamplerConfig.{name} must be a positive integer, got {value!r}")
+        if self.gen_length % self.block_length:
+            raise ValueError(
+                f"SamplerConfig.gen_length={self.gen_length} must be a multiple of block_length={self.block_length}"
+            )
+        blocks = self.gen_length // self.block_length
+        if self.steps % blocks:
+            raise ValueError(
+                f"SamplerConfig.steps={self.steps} must be a multiple of the number of blocks "
+                f"({self.gen_length} // {self.block_length} = {blocks})"
+            )
+        if self.temperature < 0:
+            raise ValueError(f"SamplerConfig.temperature must be >= 0, got {self.temperature!r}")
+        if self.cfg_scale < 0:
+            raise ValueError(f"SamplerConfig.cfg_scale must be >= 0, got {self.cfg_scale!r}")
+        from sampler.remasking import REMASKING_POLICIES
+
+        if self.remasking not in REMASKING_POLICIES:
+            raise ValueError(
+                f"SamplerConfig.remasking={self.remasking!r}; known: {', '.join(sorted(REMASKING_POLICIES))}"
+            )
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def steps_per_block(self) -> int:
+        return self.steps // self.num_blocks
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SamplerConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"SamplerConfig: unknown setting '{unknown[0]}'; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "SamplerConfig":
+        return cls.from_dict(json.loads(text))
+
+    def hash(self) -> str:
+        """Stable 16-hex digest of the canonical JSON form."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def with_(self, **changes: Any) -> "SamplerConfig":
+        return replace(self, **changes)

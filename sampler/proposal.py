@@ -1,0 +1,51 @@
+"""From logits to proposed tokens and their confidence, exactly as LLaDA's reference does it."""
+
+from __future__ import annotations
+
+import torch
+
+from sampler.config import SamplerConfig
+from sampler.remasking import RemaskingPolicy
+
+
+class NonFiniteLogitsError(FloatingPointError):
+    """The model returned NaN or inf logits; decoding cannot continue on this input."""
+
+
+def check_logits(logits: torch.Tensor, where: str) -> None:
+    """Raise NonFiniteLogitsError naming `where` when `logits` hold NaN or inf."""
+    bad = ~torch.isfinite(logits)
+    if bad.any():
+        rows = sorted(set(bad.any(dim=-1).nonzero()[:, 0].tolist()))
+        raise NonFiniteLogitsError(
+            f"{where}: model returned {int(bad.sum())} non-finite logits (NaN/inf) in batch rows {rows}"
+        )
+
+
+def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Gumbel-max in float64: exp(logits) / (-log U) ** temperature; identity at temperature 0."""
+    if temperature == 0:
+        return logits
+    logits = logits.to(torch.float64)
+    noise = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
+    return logits.exp() / (-torch.log(noise)) ** temperature
+
+
+def propose(
+    logits: torch.Tensor, config: SamplerConfig, policy: RemaskingPolicy, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposed tokens `x0` and their confidence, both `(batch, seq)`.
+
+    `logits` `(batch, seq, vocab)` may be edited in place (EOS/EoT masking), as the reference does.
+    """
+    if config.logits_eos_inf:
+        logits[:, :, config.eos_id] = -torch.inf
+    noisy = add_gumbel_noise(logits, config.temperature, generator)
+    x0 = torch.argmax(noisy, dim=-1)
+    if config.confidence_eos_eot_inf:
+        # The reference writes -inf into the EOS entry of the *noisy* logits and the EoT entry of
+        # the logits; at temperature 0 those are one tensor, so EOS loses its confidence as well.
+        noisy[:, :, config.eos_id] = -torch.inf
+        if config.eot_id is not None:
+            logits[:, :, config.eot_id] = -torch.inf
+    return x0, policy.confidence(logits, x0, generator)

@@ -1,0 +1,46 @@
+"""Remasking policies: how confident the sampler is in each proposed token.
+
+A policy maps (logits, proposed tokens) to a confidence per position; the commit rule then keeps
+the most confident masked positions. A new policy is one class and one line in the registry.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+class RemaskingPolicy(Protocol):
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Confidence of shape `(batch, seq)` for proposed tokens `x0` given `logits` `(batch, seq, vocab)`."""
+        ...
+
+
+class LowConfidenceRemasking:
+    """Softmax probability of the proposed token: commit what the model is surest of."""
+
+    def confidence(self, logits, x0, generator):
+        p = F.softmax(logits, dim=-1)
+        return torch.gather(p, dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
+
+
+class RandomRemasking:
+    """Uniform float32 noise, drawn after the Gumbel noise (the reference's order)."""
+
+    def confidence(self, logits, x0, generator):
+        return torch.rand(x0.shape, device=x0.device, generator=generator)
+
+
+REMASKING_POLICIES: dict[str, type] = {
+    "low_confidence": LowConfidenceRemasking,
+    "random": RandomRemasking,
+}
+
+
+def remasking_policy(name: str) -> RemaskingPolicy:
+    try:
+        return REMASKING_POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown remasking policy {name!r}; known: {', '.join(sorted(REMASKING_POLICIES))}") from None
