@@ -1,0 +1,122 @@
+"""Evaluation records: the evidence gates read. One `EvalRecord` per (candidate, SamplerConfig, task, split).
+
+These types are the contract between `evals/` (which produces them), `gates/` (which judges them)
+and `registry/` (which stores them). Every field is a plain JSON value so a record round-trips
+through Parquet, CSV, MLflow params/metrics and JSON artifacts unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class EvalRecord:
+    """One measurement of a candidate under one decoding configuration on one task split."""
+
+    candidate: str  # catalog id, e.g. "tiny-llada"
+    role: str  # "candidate" or "fallback"
+    kind: str  # "masked-diffusion", "block-diffusion", "autoregressive", "api"
+    task: str  # "arith", "arith-ko", "sort", "infill", "gsm8k", ...
+    split: str  # "test", "validation", ...
+    config: dict[str, Any]  # the SamplerConfig (or AR decoding settings) as a dict
+    config_hash: str  # SamplerConfig.hash()
+    backend: str = "torch"  # "torch" or "onnxruntime"
+    device: str = "cpu"
+    gen_length: int = 0
+    n_items: int = 0
+    # quality, in [0, 1]
+    accuracy: float = 0.0  # the primary metric (strict-match for GSM8K-format tasks, else exact match)
+    accuracy_strict: float | None = None
+    accuracy_flexible: float | None = None
+    # latency at batch 1 after warm-up, seconds per request
+    latency_p50_s: float = 0.0
+    latency_p95_s: float = 0.0
+    latency_p99_s: float = 0.0
+    time_to_first_block_s: float | None = None  # what a chat UI can show first
+    throughput_items_per_s: float | None = None  # at `batch_size`
+    batch_size: int = 1
+    tokens_per_s: float = 0.0  # generated tokens before the first EOS, per second
+    tokens_per_s_with_padding: float = 0.0  # every generated position, EOS padding included
+    tokens_per_forward: float = 0.0  # committed positions per model call
+    nfe: float = 0.0  # mean model calls per request
+    peak_mem_mb: float = 0.0  # RSS on CPU, max allocated on CUDA
+    errors: int = 0  # NaN/inf logits and exceptions, counted per item
+    output_hash: str = ""  # sha256 over the generated token ids of all items, in order
+    dataset_hash: str = ""
+    weights_sha256: str = ""
+    model_revision: str = ""
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # environment (python, torch, threads, git...)
+    valid: bool | None = None  # None until validated (Great Expectations); gates refuse anything but True
+    validation: dict[str, Any] = field(default_factory=dict)  # failed expectations and the GX result summary
+    run_id: str | None = None  # MLflow run holding this record, once logged
+    created_at: str = ""  # ISO 8601 UTC
+
+    @property
+    def record_id(self) -> str:
+        """Identity of what was measured (not when): candidate, weights, config, task, split, backend."""
+        key = json.dumps([self.candidate, self.weights_sha256, self.config_hash, self.task, self.split,
+                          self.backend, self.dataset_hash], separators=(",", ":"))
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"record_id": self.record_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalRecord":
+        names = {f.name for f in fields(cls)}
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is None]
+        if missing:
+            raise ValueError(f"EvalRecord: missing field '{missing[0]}'")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ReproducibilityResult:
+    """Evidence for the reproducibility gate."""
+
+    candidate: str
+    reproducible: bool
+    same_process: bool  # two runs in one process gave identical output hashes
+    fresh_process: bool  # a run in a fresh process gave the same hash
+    batch_invariant: bool  # each prompt's output alone equals its output in a batch
+    differences: list[str] = field(default_factory=list)  # what differed, in words
+    output_hashes: list[str] = field(default_factory=list)
+    config_hash: str = ""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LicenseResult:
+    """Evidence for the license gate."""
+
+    candidate: str
+    expression: str  # the SPDX expression (or "other")
+    tier: str  # "permitted", "caution", "restricted", "unknown"
+    reasons: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # e.g. catalog and model card disagree
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CandidateEvidence:
+    """Everything gates need to judge one candidate version."""
+
+    candidate: str
+    role: str
+    kind: str
+    records: list[EvalRecord]
+    reproducibility: ReproducibilityResult | None = None
+    license: LicenseResult | None = None
+    model_revision: str = ""
+    weights_sha256: str = ""
+    card: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)  # a model that failed to load or decode, in words
