@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -68,7 +68,7 @@ class EvalRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalRecord":
         names = {f.name for f in fields(cls)}
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is None]
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise ValueError(f"EvalRecord: missing field '{missing[0]}'")
         return cls(**{k: v for k, v in data.items() if k in names})
