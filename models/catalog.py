@@ -1,0 +1,294 @@
+"""The candidate catalog: typed entries read from YAML and validated on load.
+
+Every error names the catalog file, the entry's id (or its position) and the field, and says
+what was expected, so a user adding their own candidate can fix it without reading this code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+from urllib.parse import urlsplit
+
+CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
+
+KINDS = ("masked-diffusion", "block-diffusion", "autoregressive", "api")
+ROLES = ("candidate", "fallback")
+ADAPTERS = ("llada", "diffusion-gemma", "causal-lm", "api", "none")
+FIELDS = {
+    "id", "family", "kind", "role", "source", "revision", "pinned", "sha256", "license", "license_name",
+    "license_link", "card_license", "parameters", "adapter", "decoding", "notes", "api_model", "api_key_env",
+}
+DECODING_FIELDS = {
+    "mask_id": int, "eos_id": int, "eot_id": int, "pad_id": int, "gen_length": int, "block_length": int,
+    "steps": int, "entropy_bound": float, "t_min": float, "t_max": float, "stability_threshold": int,
+    "confidence_threshold": float, "temperature": float,
+}
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
+class CatalogError(ValueError):
+    """A catalog that cannot be used; the message names the file, the entry id and the field."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an entry's files (or its API) live: scheme `hf`, `local` or `api`."""
+
+    scheme: str
+    location: str  # org/name, an absolute folder path, or a base URL
+
+    def __str__(self) -> str:
+        return f"hf://{self.location}" if self.scheme == "hf" else self.location
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One candidate model, as written in the catalog."""
+
+    id: str
+    family: str
+    kind: str
+    role: str
+    source: Source
+    license: str
+    adapter: str
+    revision: str | None = None
+    pinned: bool = False
+    sha256: dict[str, str] = field(default_factory=dict)
+    license_name: str | None = None
+    license_link: str | None = None
+    card_license: str | None = None
+    parameters: int | None = None
+    decoding: dict[str, Any] = field(default_factory=dict)
+    notes: str = ""
+    api_model: str | None = None
+    api_key_env: str | None = None
+
+    @property
+    def is_api(self) -> bool:
+        return self.kind == "api"
+
+    @property
+    def license_label(self) -> str:
+        return self.license_name if self.license == "other" and self.license_name else self.license
+
+    def license_matches(self, card_license: str) -> bool:
+        """Whether a model card's `license:` tag agrees with this entry (case-insensitive)."""
+        accepted = {self.license.lower()}
+        if self.card_license:
+            accepted.add(self.card_license.lower())
+        return str(card_license).strip().lower() in accepted
+
+    def api_status(self) -> tuple[bool, str]:
+        """(evaluable, reason) for an API entry: evaluable once its key variable is set."""
+        if not self.is_api:
+            return False, "not an API entry"
+        if not self.api_key_env or not os.environ.get(self.api_key_env):
+            return False, f"not evaluable: API endpoint {self.source} needs a key in ${self.api_key_env or 'API_KEY'}"
+        return True, f"endpoint {self.source}, key from ${self.api_key_env}"
+
+
+class Catalog:
+    """Entries by id, in file order."""
+
+    def __init__(self, entries: list[CatalogEntry], path: Path):
+        self.path = path
+        self._entries = {e.id: e for e in entries}
+
+    def __iter__(self) -> Iterator[CatalogEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._entries
+
+    def ids(self) -> list[str]:
+        return list(self._entries)
+
+    def get(self, entry_id: str) -> CatalogEntry:
+        try:
+            return self._entries[entry_id]
+        except KeyError:
+            raise CatalogError(
+                f"{self.path}: no entry with id '{entry_id}'; known: {', '.join(self._entries)}"
+            ) from None
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Read and validate a catalog file (default: $UNMASK_CATALOG, else the bundled catalog.yaml)."""
+    path = Path(path or os.environ.get("UNMASK_CATALOG") or CATALOG_PATH).expanduser()
+    if not path.is_file():
+        raise CatalogError(f"{path}: catalog file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise CatalogError(f"{path}: not valid YAML ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise CatalogError(f"{path}: expected a mapping with an 'entries' list")
+    entries: list[CatalogEntry] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(data["entries"]):
+        entry = parse_entry(raw, index, path)
+        if entry.id in seen:
+            raise CatalogError(f"{path}: entry '{entry.id}': field 'id' is a duplicate; ids must be unique")
+        seen.add(entry.id)
+        entries.append(entry)
+    return Catalog(entries, path)
+
+
+def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
+    """Validate one entry mapping; `index` names it when its id is missing."""
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: entry #{index + 1}: expected a mapping, got {type(raw).__name__}")
+    entry_id = raw.get("id")
+    where = f"{path}: entry '{entry_id}'" if isinstance(entry_id, str) else f"{path}: entry #{index + 1}"
+
+    def fail(field_name: str, expected: str) -> CatalogError:
+        return CatalogError(f"{where}: field '{field_name}' {expected}")
+
+    def text(name: str, required: bool = True) -> str | None:
+        value = raw.get(name)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise fail(name, "is missing" if value is None else f"must be a non-empty string, got {value!r}")
+        return value.strip()
+
+    unknown = sorted(set(raw) - FIELDS)
+    if unknown:
+        raise fail(unknown[0], f"is not a catalog field; known fields: {', '.join(sorted(FIELDS))}")
+    entry_id = text("id")
+    if not ID_PATTERN.match(entry_id):
+        raise fail("id", f"must be lower-case letters, digits, '.', '_' or '-', got {entry_id!r}")
+    kind = text("kind")
+    if kind not in KINDS:
+        raise fail("kind", f"is {kind!r}; expected one of: {', '.join(KINDS)}")
+    role = text("role")
+    if role not in ROLES:
+        raise fail("role", f"is {role!r}; expected one of: {', '.join(ROLES)}")
+    source = parse_source(text("source"), kind, path, fail)
+    license_id, name, link = parse_license(raw, fail)
+    adapter = text("adapter", required=False) or ("api" if kind == "api" else None)
+    if adapter not in ADAPTERS:
+        raise fail("adapter", f"is {adapter!r}; expected one of: {', '.join(ADAPTERS)}")
+    if (adapter == "api") != (kind == "api"):
+        raise fail("adapter", f"'{adapter}' does not fit kind '{kind}' (adapter api is for kind api only)")
+    if adapter == "none" and not raw.get("notes"):
+        raise fail("notes", "is required when adapter is 'none': say why the model cannot be evaluated")
+    revision = text("revision", required=source.scheme == "hf")
+    pinned = raw.get("pinned", False)
+    if not isinstance(pinned, bool):
+        raise fail("pinned", f"must be true or false, got {pinned!r}")
+    if pinned and source.scheme == "hf" and not COMMIT_PATTERN.match(revision or ""):
+        raise fail("revision", f"must be a 40-hex commit when pinned is true, got {revision!r}")
+    sha256 = raw.get("sha256") or {}
+    if not isinstance(sha256, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and SHA256_PATTERN.match(v) for k, v in sha256.items()
+    ):
+        raise fail("sha256", "must map file names to 64 lower-case hex digits")
+    parameters = raw.get("parameters")
+    if parameters is not None and (not isinstance(parameters, int) or isinstance(parameters, bool) or parameters <= 0):
+        raise fail("parameters", f"must be a positive integer or null, got {parameters!r}")
+    decoding = parse_decoding(raw.get("decoding"), fail)
+    if kind == "api" and not raw.get("api_model"):
+        raise fail("api_model", "is missing; an API entry names the model its endpoint serves")
+    return CatalogEntry(
+        id=entry_id,
+        family=text("family"),
+        kind=kind,
+        role=role,
+        source=source,
+        license=license_id,
+        adapter=adapter,
+        revision=revision,
+        pinned=pinned,
+        sha256=dict(sha256),
+        license_name=name,
+        license_link=link,
+        card_license=text("card_license", required=False),
+        parameters=parameters,
+        decoding=decoding,
+        notes=str(raw.get("notes") or "").strip(),
+        api_model=text("api_model", required=False),
+        api_key_env=text("api_key_env", required=False),
+    )
+
+
+def parse_source(value: str, kind: str, path: Path, fail) -> Source:
+    """`hf://org/name`, `https://host/...` (api only) or a folder; relative folders are relative to the catalog."""
+    if "://" in value:
+        scheme, _, rest = value.partition("://")
+        if scheme == "hf":
+            if not HF_REPO_PATTERN.match(rest):
+                raise fail("source", f"{value!r} is malformed; expected hf://org/name")
+            if kind == "api":
+                raise fail("source", f"{value!r}: an api entry needs an https:// base URL")
+            return Source("hf", rest)
+        if scheme in ("http", "https"):
+            if not urlsplit(value).hostname:
+                raise fail("source", f"{value!r} is malformed; expected https://host/path")
+            if kind != "api":
+                raise fail("source", f"{value!r}: a URL source is only for kind api; use hf://org/name or a folder")
+            return Source("api", value.rstrip("/"))
+        raise fail("source", f"{value!r}: unknown scheme '{scheme}://'; expected hf://, https:// or a folder path")
+    if kind == "api":
+        raise fail("source", f"{value!r}: an api entry needs an https:// base URL")
+    folder = Path(os.path.expandvars(value)).expanduser()
+    if not folder.is_absolute():
+        folder = path.parent / folder
+    return Source("local", str(folder.resolve()))
+
+
+def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | None]:
+    """An SPDX expression (LicenseRef-* allowed), or `other` with license_name and license_link."""
+    value = raw.get("license")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise fail("license", "is missing; give an SPDX id (e.g. Apache-2.0, MIT) or 'other' with license_name and license_link")
+    if not isinstance(value, str):
+        raise fail("license", f"must be a string, got {value!r}")
+    name, link = raw.get("license_name"), raw.get("license_link")
+    for key, given in (("license_name", name), ("license_link", link)):
+        if given is not None and (not isinstance(given, str) or not given.strip()):
+            raise fail(key, f"must be a non-empty string, got {given!r}")
+    if link is not None and not re.match(r"^https?://\S+$", link):
+        raise fail("license_link", f"must be an http(s) URL, got {link!r}")
+    if value == "other" or value.startswith("LicenseRef-"):
+        if not name or not link:
+            missing = "license_name" if not name else "license_link"
+            raise fail(missing, f"is required when license is '{value}'")
+        return value, name, link
+    from license_expression import get_spdx_licensing
+
+    info = get_spdx_licensing().validate(value)
+    invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
+    if invalid or info.normalized_expression is None and not info.invalid_symbols:
+        raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link")
+    return info.normalized_expression or value, name, link
+
+
+def parse_decoding(value: Any, fail) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail("decoding", f"must be a mapping, got {type(value).__name__}")
+    out: dict[str, Any] = {}
+    for key, given in value.items():
+        if key not in DECODING_FIELDS:
+            raise fail(f"decoding.{key}", f"is not a decoding setting; known: {', '.join(sorted(DECODING_FIELDS))}")
+        want = DECODING_FIELDS[key]
+        ok = isinstance(given, int) and not isinstance(given, bool) if want is int else isinstance(given, (int, float)) and not isinstance(given, bool)
+        if given is not None and not ok:
+            raise fail(f"decoding.{key}", f"must be {want.__name__}, got {given!r}")
+        out[key] = float(given) if want is float and given is not None else given
+    return out
