@@ -15,10 +15,19 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 
 def resolve_model_path(ref: str | Path) -> Path:
-    """A folder path as given, else a bundled model under models/weights/ by id."""
+    """A folder path as given, else a catalog id (its pulled copy or local source), else a bundled id."""
     path = Path(ref).expanduser()
     if path.is_dir():
         return path
+    from models.catalog import CatalogError, load_catalog
+    from models.pull import PullError, entry_path
+
+    try:
+        catalog = load_catalog()
+        if str(ref) in catalog:
+            return entry_path(catalog.get(str(ref)))
+    except (CatalogError, PullError) as e:
+        raise CheckpointError(str(e)) from None
     bundled = WEIGHTS_DIR / str(ref)
     if bundled.is_dir():
         return bundled
