@@ -1,0 +1,300 @@
+"""Gate evaluation: pure functions from evidence, baselines and a stage policy to `GateResult`s.
+
+Only records validated by the evaluation (`record.valid is True`) count as evidence; a gate with
+no validated record fails and says so. Each stage judges one operating point: the candidate's
+records at the policy's task and generation length, for the SamplerConfig with the best quality
+there (ties: lower p95), unless the evidence's card names `operating_config_hash`. Every result's
+`evidence` names the record id, MLflow run id and hashes it was computed from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+from evals.records import CandidateEvidence, EvalRecord
+from gates.policy import GateSpec, Policy, StagePolicy
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict of one gate of one stage on one candidate version."""
+
+    gate: str
+    stage: str
+    passed: bool
+    value: Any
+    threshold: Any
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
+        return cls(**{k: data[k] for k in ("gate", "stage", "passed", "value", "threshold", "reason")},
+                   evidence=dict(data.get("evidence") or {}))
+
+
+Baseline = Mapping[str, CandidateEvidence | None]
+
+
+def as_evidence(evidence_or_records: CandidateEvidence | list[EvalRecord]) -> CandidateEvidence:
+    """Accept a `CandidateEvidence` or a bare list of records of one candidate."""
+    if isinstance(evidence_or_records, CandidateEvidence):
+        return evidence_or_records
+    records = list(evidence_or_records)
+    if not records:
+        raise ValueError("evaluate_gates: no records given")
+    names = {r.candidate for r in records}
+    if len(names) > 1:
+        raise ValueError(f"evaluate_gates: records of several candidates given: {', '.join(sorted(names))}")
+    first = records[0]
+    return CandidateEvidence(candidate=first.candidate, role=first.role, kind=first.kind, records=records,
+                             model_revision=first.model_revision, weights_sha256=first.weights_sha256)
+
+
+def operating_records(evidence: CandidateEvidence | None, stage: StagePolicy) -> list[EvalRecord]:
+    """The validated records of the one SamplerConfig a stage judges (all tasks of that config)."""
+    if evidence is None:
+        return []
+    valid = [r for r in evidence.records if r.valid is True and r.gen_length == stage.operating_point.gen_length]
+    chosen = evidence.card.get("operating_config_hash")
+    if not chosen:
+        at_task = [r for r in valid if r.task == stage.operating_point.task]
+        if not at_task:
+            return []
+        chosen = max(at_task, key=lambda r: (r.accuracy, -r.latency_p95_s, r.config_hash)).config_hash
+    return [r for r in valid if r.config_hash == chosen]
+
+
+def _primary(records: list[EvalRecord], stage: StagePolicy) -> EvalRecord | None:
+    for r in records:
+        if r.task == stage.operating_point.task:
+            return r
+    return None
+
+
+def _cite(record: EvalRecord | None) -> dict[str, Any]:
+    if record is None:
+        return {}
+    return {"record_id": record.record_id, "run_id": record.run_id, "config_hash": record.config_hash,
+            "output_hash": record.output_hash, "weights_sha256": record.weights_sha256, "task": record.task}
+
+
+@dataclass(frozen=True)
+class _Context:
+    evidence: CandidateEvidence
+    stage: StagePolicy
+    records: list[EvalRecord]  # operating records of the candidate
+    primary: EvalRecord | None
+    baselines: dict[str, tuple[CandidateEvidence | None, EvalRecord | None]]
+    signoffs: Mapping[str, Any]
+
+
+def _result(ctx: _Context, spec: GateSpec, passed: bool, value: Any, threshold: Any, reason: str,
+            **evidence: Any) -> GateResult:
+    cited = _cite(ctx.primary) | {k: v for k, v in evidence.items() if v is not None}
+    return GateResult(spec.name, ctx.stage.stage, bool(passed), value, threshold, reason, cited)
+
+
+def _no_record(ctx: _Context, spec: GateSpec, threshold: Any) -> GateResult:
+    op = ctx.stage.operating_point
+    return _result(ctx, spec, False, None, threshold,
+                   f"no validated record of {ctx.evidence.candidate} on task {op.task!r} at gen_length {op.gen_length}")
+
+
+def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
+    mt = spec.metric_threshold
+    metric = spec.params.get("metric", "accuracy")
+    task = spec.params.get("task", ctx.stage.operating_point.task)
+    record = next((r for r in ctx.records if r.task == task), None)
+    if record is None or getattr(record, metric) is None:
+        return _no_record(ctx, spec, mt.describe())
+    value = float(getattr(record, metric))
+    base_value, base_cite = None, {}
+    relative_to = spec.params.get("relative_to")
+    if relative_to:
+        base_evidence, _ = ctx.baselines.get(relative_to, (None, None))
+        base_record = next((r for r in operating_records(base_evidence, ctx.stage) if r.task == task), None)
+        if base_record is None or getattr(base_record, metric) is None:
+            if spec.params.get("if_no_baseline", "fail") == "pass" and base_evidence is None:
+                return _result(ctx, spec, True, value, mt.describe(),
+                               f"no {relative_to} model yet; nothing to compare {metric} against")
+            return _result(ctx, spec, False, value, mt.describe(),
+                           f"no validated {relative_to} record on task {task!r} to compare {metric} against")
+        base_value = float(getattr(base_record, metric))
+        base_cite = {"baseline": relative_to, "baseline_record_id": base_record.record_id,
+                     "baseline_run_id": base_record.run_id, "baseline_value": base_value}
+    misses = mt.failures(value, base_value)
+    if misses:
+        return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses), **base_cite)
+    against = f" vs {relative_to} {base_value:.4g}" if base_value is not None else ""
+    return _result(ctx, spec, True, value, mt.describe(), f"{metric} on {task} {value:.4g}{against} meets {mt.describe()}",
+                   **base_cite)
+
+
+def _gate_latency(ctx: _Context, spec: GateSpec) -> GateResult:
+    limit = spec.params["max_p95_s"]
+    if ctx.primary is None:
+        return _no_record(ctx, spec, limit)
+    p95 = ctx.primary.latency_p95_s
+    gen = ctx.stage.operating_point.gen_length
+    ok = p95 <= limit
+    return _result(ctx, spec, ok, p95, limit,
+                   f"p95 {p95:.3f} s at gen_length {gen} {'<=' if ok else '>'} SLA {limit:g} s")
+
+
+def _gate_speedup(ctx: _Context, spec: GateSpec) -> GateResult:
+    need = spec.params["min_speedup"]
+    relative_to = spec.params.get("relative_to", "fallback")
+    if ctx.primary is None:
+        return _no_record(ctx, spec, need)
+    _, base = ctx.baselines.get(relative_to, (None, None))
+    if base is None:
+        return _result(ctx, spec, False, None, need, f"no validated {relative_to} record to measure a speedup against")
+    if ctx.primary.latency_p95_s <= 0:
+        return _result(ctx, spec, False, None, need, "candidate p95 latency is not positive; the record is unusable")
+    speedup = base.latency_p95_s / ctx.primary.latency_p95_s
+    ok = speedup >= need
+    return _result(ctx, spec, ok, round(speedup, 4), need,
+                   f"speedup over {relative_to} {speedup:.2f}x (p95 {base.latency_p95_s:.3f} s / "
+                   f"{ctx.primary.latency_p95_s:.3f} s) {'>=' if ok else '<'} {need:g}x",
+                   baseline=relative_to, baseline_record_id=base.record_id, baseline_run_id=base.run_id)
+
+
+def _gate_memory(ctx: _Context, spec: GateSpec) -> GateResult:
+    limit = spec.params["max_peak_mem_mb"]
+    if not ctx.records:
+        return _no_record(ctx, spec, limit)
+    worst = max(ctx.records, key=lambda r: r.peak_mem_mb)
+    ok = worst.peak_mem_mb <= limit
+    return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
+                   f"peak memory {worst.peak_mem_mb:.0f} MB ({worst.task}) {'<=' if ok else '>'} budget {limit:g} MB",
+                   **{"record_id": worst.record_id, "run_id": worst.run_id, "task": worst.task})
+
+
+def _gate_license(ctx: _Context, spec: GateSpec) -> GateResult:
+    allowed = spec.params["allowed_tiers"]
+    lic = ctx.evidence.license
+    if lic is None:
+        return _result(ctx, spec, False, None, allowed, "no license check result")
+    ok = lic.tier in allowed
+    why = f"; {'; '.join(lic.reasons)}" if lic.reasons and not ok else ""
+    return _result(ctx, spec, ok, lic.tier, allowed,
+                   f"license {lic.expression} is tier {lic.tier!r}, {'allowed' if ok else 'not allowed'} at "
+                   f"{ctx.stage.stage} ({', '.join(allowed)}){why}",
+                   license=lic.expression, findings=list(lic.findings) or None)
+
+
+def _gate_reproducibility(ctx: _Context, spec: GateSpec) -> GateResult:
+    required = spec.params["require"]
+    repro = ctx.evidence.reproducibility
+    if repro is None:
+        return _result(ctx, spec, False, None, required, "no reproducibility probe result")
+    missing = [c for c in required if not getattr(repro, c)]
+    value = {c: bool(getattr(repro, c)) for c in required}
+    cite = {"repro_config_hash": repro.config_hash, "output_hashes": list(repro.output_hashes)}
+    if missing:
+        extra = f" ({'; '.join(repro.differences)})" if repro.differences else ""
+        return _result(ctx, spec, False, value, required, f"not reproducible: {', '.join(missing)} failed{extra}", **cite)
+    return _result(ctx, spec, True, value, required, f"reproducible: {', '.join(required)}", **cite)
+
+
+def _gate_data_validity(ctx: _Context, spec: GateSpec) -> GateResult:
+    min_items = spec.params.get("min_items", 1)
+    op = ctx.stage.operating_point
+    at_op = [r for r in ctx.evidence.records if r.gen_length == op.gen_length and r.task == op.task]
+    if not at_op:
+        return _result(ctx, spec, False, None, min_items, f"no record on task {op.task!r} at gen_length {op.gen_length}")
+    if ctx.primary is None:
+        states = sorted({"unvalidated" if r.valid is None else "invalid" for r in at_op})
+        failed = [str(x) for r in at_op for x in (r.validation.get("failed") or [])][:3]
+        detail = f": {'; '.join(failed)}" if failed else ""
+        return _result(ctx, spec, False, False, min_items,
+                       f"records on {op.task!r} are {' or '.join(states)}; gates use validated records only{detail}",
+                       record_id=at_op[0].record_id, run_id=at_op[0].run_id)
+    few = min(ctx.records, key=lambda r: r.n_items)
+    if few.n_items < min_items:
+        return _result(ctx, spec, False, few.n_items, min_items,
+                       f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
+                       record_id=few.record_id, run_id=few.run_id)
+    return _result(ctx, spec, True, few.n_items, min_items,
+                   f"{len(ctx.records)} validated record(s), at least {few.n_items} items each")
+
+
+def _gate_error_rate(ctx: _Context, spec: GateSpec) -> GateResult:
+    limit = spec.params["max_error_rate"]
+    if ctx.evidence.failures:
+        return _result(ctx, spec, False, None, limit, "load or decode failed: " + "; ".join(ctx.evidence.failures))
+    if not ctx.records:
+        return _no_record(ctx, spec, limit)
+    worst = max(ctx.records, key=lambda r: r.errors / max(r.n_items, 1))
+    rate = worst.errors / max(worst.n_items, 1)
+    ok = rate <= limit
+    return _result(ctx, spec, ok, round(rate, 6), limit,
+                   f"error rate {rate:.2%} ({worst.errors}/{worst.n_items} on {worst.task}) {'<=' if ok else '>'} {limit:.2%}",
+                   record_id=worst.record_id, run_id=worst.run_id, task=worst.task)
+
+
+def _gate_tooling_maturity(ctx: _Context, spec: GateSpec) -> GateResult:
+    item = spec.params["checklist_item"]
+    signoff = ctx.signoffs.get(item)
+    if not signoff or not signoff.get("by"):
+        return _result(ctx, spec, False, None, f"sign-off of {item!r}",
+                       f"checklist item {item!r} (tooling maturity) has no sign-off")
+    return _result(ctx, spec, True, signoff.get("by"), f"sign-off of {item!r}",
+                   f"tooling maturity signed off by {signoff['by']} at {signoff.get('at', '?')}: {signoff.get('comment', '')}",
+                   signoff=dict(signoff))
+
+
+GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
+    "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
+    "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
+    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity,
+}
+
+
+def evaluate_gates(evidence_or_records: CandidateEvidence | list[EvalRecord], policy: Policy, stage: str,
+                   baseline: Baseline | CandidateEvidence | None = None,
+                   signoffs: Mapping[str, Mapping[str, Any]] | None = None) -> list[GateResult]:
+    """Judge one candidate version against every gate of `stage`, in policy order.
+
+    baseline: {"fallback": evidence, "production": evidence or None}; a bare evidence is the fallback.
+    signoffs: manual checklist sign-offs {item_id: {"by", "at", "comment"}} (the tooling gate reads one).
+    """
+    evidence = as_evidence(evidence_or_records)
+    stage_policy = policy.stage(stage)
+    if isinstance(baseline, CandidateEvidence):
+        baseline = {"fallback": baseline}
+    baselines = {}
+    for name, base in (baseline or {}).items():
+        base_records = operating_records(base, stage_policy)
+        baselines[name] = (base, _primary(base_records, stage_policy))
+    records = operating_records(evidence, stage_policy)
+    ctx = _Context(evidence, stage_policy, records, _primary(records, stage_policy), baselines, signoffs or {})
+    return [GATE_CHECKS[spec.kind](ctx, spec) for spec in stage_policy.gates]
+
+
+def all_passed(results: list[GateResult]) -> bool:
+    return bool(results) and all(r.passed for r in results)
+
+
+def gate_report_markdown(results: list[GateResult], title: str = "") -> str:
+    """The gate table as Markdown, for MLflow artifacts and flow summaries."""
+    lines = [f"# {title}" if title else "# Gate report", ""]
+    if results:
+        verdict = "PASSED" if all_passed(results) else "FAILED"
+        lines += [f"Stage **{results[0].stage}**: {verdict} "
+                  f"({sum(r.passed for r in results)}/{len(results)} gates)", ""]
+    lines += ["| gate | passed | value | threshold | reason | record | run |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        cells = [r.gate, "yes" if r.passed else "**no**", _cell(r.value), _cell(r.threshold), _cell(r.reason),
+                 str(r.evidence.get("record_id") or ""), str(r.evidence.get("run_id") or "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
