@@ -54,6 +54,11 @@ class EvalRecord:
     validation: dict[str, Any] = field(default_factory=dict)  # failed expectations and the GX result summary
     run_id: str | None = None  # MLflow run holding this record, once logged
     created_at: str = ""  # ISO 8601 UTC
+    # added after the first contract; all optional
+    error_messages: list[str] = field(default_factory=list)  # the first few errors, in words
+    expected_items: int | None = None  # the task split's size; validation checks n_items against it
+    warmup: int = 0  # requests run and discarded before latency was measured
+    sweep: str = ""  # name of the sweep that produced the record, if any
 
     @property
     def record_id(self) -> str:
@@ -120,3 +125,36 @@ class CandidateEvidence:
     weights_sha256: str = ""
     card: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # a model that failed to load or decode, in words
+
+
+# Fields holding dicts or lists travel as JSON text in tables (Parquet, CSV), so every column is flat.
+JSON_FIELDS = ("config", "fingerprint", "validation", "error_messages")
+
+
+def records_to_frame(records: list[EvalRecord]):
+    """A pandas DataFrame, one row per record, with `record_id` and the JSON_FIELDS as JSON text."""
+    import pandas as pd
+
+    rows = []
+    for record in records:
+        row = record.to_dict()
+        for name in JSON_FIELDS:
+            row[name] = json.dumps(row[name], sort_keys=True, default=str)
+        rows.append(row)
+    columns = [f.name for f in fields(EvalRecord)] + ["record_id"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def records_from_frame(frame) -> list[EvalRecord]:
+    """The inverse of `records_to_frame` (NaN cells of optional columns become None)."""
+    import math
+
+    records = []
+    for row in frame.to_dict(orient="records"):
+        row = {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}  # numpy scalars -> Python
+        row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        for name in JSON_FIELDS:
+            if isinstance(row.get(name), str):
+                row[name] = json.loads(row[name])
+        records.append(EvalRecord.from_dict(row))
+    return records

@@ -1,0 +1,151 @@
+"""One eval record: a loaded model, one SamplerConfig and one task split -> a validated EvalRecord."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from evals.fingerprint import dataset_hash, environment_fingerprint, weights_sha256
+from evals.measure import RequestResult, measure, useful_length
+from evals.records import EvalRecord
+
+
+@dataclass
+class TaskData:
+    """The items of one task split, with what scoring and validation need."""
+
+    name: str
+    split: str
+    items: list[Any]  # evals.tasks.TaskItem
+    metrics: tuple[str, ...]
+    gen_length: int
+    train_keys: set[str] = field(default_factory=set)  # problem keys of the training split, for the leak check
+    source: str = ""  # the file, or the generator and seed
+    leak_column: str = "key"  # the item field compared against `train_keys`
+
+    @property
+    def hash(self) -> str:
+        return dataset_hash(self.items)
+
+
+def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: int = 0, file: str | None = None,
+              limit: int | None = None, train_file: str | None = None, train_sample: int = 2000) -> TaskData:
+    """A generated task split, or a GSM8K-format JSONL file (ValueError names the file and line)."""
+    from evals import tasks as t
+
+    if file:
+        items = t.load_gsm8k(file, split=split, limit=limit)
+        if not items:
+            raise ValueError(f"{file}: no items")
+        # file items are keyed by line number, so the leak check compares the questions themselves
+        train = {i.prompt for i in t.load_gsm8k(train_file, split="train")} if train_file else set()
+        return TaskData("gsm8k", split, items, t.GSM8KTask().metrics, t.GSM8KTask().gen_length, train, str(file),
+                        leak_column="prompt")
+    spec = t.get_task(task)
+    items = t.make_split(spec, split, n, seed=seed)
+    train = {i.key for i in t.make_split(spec, "train", train_sample, seed=seed, unique=False)} if split != "train" else set()
+    return TaskData(spec.name, split, items, spec.metrics, spec.gen_length, train, f"{spec.name}:{split}:seed={seed}")
+
+
+def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> dict[str, float | None]:
+    """accuracy (the first metric), and strict / flexible for GSM8K-format tasks; a failed item is wrong."""
+    from evals.tasks import score
+
+    def mean(metric: str) -> float:
+        hits = [r is not None and score(metric, r, t) for r, t in zip(responses, targets)]
+        return sum(hits) / len(hits) if hits else 0.0
+
+    out: dict[str, float | None] = {"accuracy": mean(metrics[0]), "accuracy_strict": None, "accuracy_flexible": None}
+    if "strict-match" in metrics:
+        out["accuracy_strict"] = mean("strict-match")
+    if "flexible-extract" in metrics:
+        out["accuracy_flexible"] = mean("flexible-extract")
+    return out
+
+
+def response_text(loaded: Any, result: RequestResult) -> str | None:
+    """The generated text up to the first EOS/EoT, or None for a failed request."""
+    if not result.ok:
+        return None
+    stop = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
+    tokens = result.tokens[: useful_length(result.tokens, stop)]
+    return loaded.decode(tokens) if loaded.tokenizer is not None else " ".join(map(str, tokens))
+
+
+@dataclass
+class Candidate:
+    """A loaded model with its catalog identity."""
+
+    id: str
+    loaded: Any  # models.LoadedModel
+    role: str
+    kind: str
+    revision: str = ""
+    weights_sha256: str = ""
+
+
+def candidate_from(ref: str, loaded: Any) -> Candidate:
+    """Catalog role/kind/revision where the catalog knows `ref`, else from the checkpoint (causal -> AR fallback)."""
+    role, kind, revision = ("fallback", "autoregressive", "") if loaded.causal else ("candidate", "masked-diffusion", "")
+    try:
+        from models.catalog import load_catalog
+
+        catalog = load_catalog()
+        if ref in catalog:
+            entry = catalog.get(ref)
+            role, kind, revision = entry.role, entry.kind, entry.revision or ""
+    except Exception:  # a broken catalog must not stop an evaluation of a model folder
+        pass
+    sha = weights_sha256(loaded.path)
+    return Candidate(id=ref if not Path(ref).is_dir() else Path(ref).name, loaded=loaded, role=role, kind=kind,
+                     revision=revision or sha[:12], weights_sha256=sha)
+
+
+def evaluate_point(
+    candidate: Candidate,
+    task: TaskData,
+    config: Any,
+    *,
+    backend: str = "torch",
+    device: str = "cpu",
+    dtype: str = "float32",
+    warmup: int = 1,
+    batch_size: int = 1,
+    throughput_items: int | None = None,
+    sweep: str = "",
+    on_request: Callable[[RequestResult], None] | None = None,
+) -> EvalRecord:
+    """Measure and score one point; the record is not yet validated (see evals.validation)."""
+    loaded = candidate.loaded
+    prompts = [loaded.encode(item.prompt) for item in task.items]
+    m = measure(loaded, prompts, config, warmup=warmup, batch_size=batch_size, throughput_items=throughput_items,
+                device=device, on_request=on_request)
+    responses = [response_text(loaded, r) for r in m.requests]
+    quality = accuracy_fields(task.metrics, responses, [item.target for item in task.items])
+    fingerprint = environment_fingerprint(device, dtype, weights_sha256=candidate.weights_sha256,
+                                          dataset_hash=task.hash, config_hash=config.hash(),
+                                          model_path=str(loaded.path), task_source=task.source)
+    return EvalRecord(
+        candidate=candidate.id,
+        role=candidate.role,
+        kind=candidate.kind,
+        task=task.name,
+        split=task.split,
+        config=config.to_dict(),
+        config_hash=config.hash(),
+        backend=backend,
+        device=device,
+        gen_length=config.gen_length,
+        n_items=len(m.requests),
+        expected_items=len(task.items),
+        **quality,
+        **m.record_fields(),
+        dataset_hash=task.hash,
+        weights_sha256=candidate.weights_sha256,
+        model_revision=candidate.revision,
+        fingerprint=fingerprint,
+        sweep=sweep,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )

@@ -1,0 +1,275 @@
+"""Latency, throughput, tokens per forward, NFE and memory of one decoder on a list of prompts.
+
+Each request is timed on its own (batch 1, after warm-up), then the same prompts run in batches
+for throughput. A request that fails (NaN/inf logits, any exception) becomes a counted error with
+its message; the other requests still finish, so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from evals.fingerprint import output_hash
+
+# A decoder maps left-padded prompts `(batch, prompt_len)` and their attention mask (or None) to
+# a GenerateOutput: the diffusion sampler or the autoregressive one, already bound to a config.
+Decoder = Callable[[torch.Tensor, "torch.Tensor | None"], Any]
+MAX_ERROR_MESSAGES = 5
+
+
+class CallClock:
+    """Wraps a model and notes when each call returned, so the time to the first block can be read."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.times: list[float] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.model(*args, **kwargs)
+        self.times.append(time.perf_counter())
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # config, dtype, device ... of the wrapped model
+        return getattr(self.model, name)
+
+
+def decoder_for(loaded: Any, config: Any, model: Any = None) -> Decoder:
+    """Bind `loaded`'s model (or `model`, e.g. a CallClock around it) to the right sampler for its kind."""
+    model = loaded.model if model is None else model
+    if getattr(loaded, "causal", False):
+        from sampler.autoregressive import generate_autoregressive
+
+        return lambda ids, mask: generate_autoregressive(model, ids, config, attention_mask=mask)
+    from sampler import generate
+
+    return lambda ids, mask: generate(model, ids, config, attention_mask=mask)
+
+
+def first_block_calls(config: Any, stats: dict[str, Any], causal: bool) -> int:
+    """Model calls after which the first block of generated text is committed."""
+    if stats.get("block_nfe"):
+        return int(stats["block_nfe"][0])
+    if causal:  # one call per token, the prompt's prefill call yielding the first
+        return int(config.block_length)
+    return int(config.steps_per_block)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(batch, max_len)` ids and attention mask; the mask is None when every prompt has the same length."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    if bool(mask.all()):
+        return ids.to(device), None
+    return ids.to(device), mask.to(device)
+
+
+def useful_length(tokens: list[int], stop_ids: set[int]) -> int:
+    """Generated tokens before the first EOS/EoT."""
+    for i, t in enumerate(tokens):
+        if t in stop_ids:
+            return i
+    return len(tokens)
+
+
+class PeakMemory:
+    """Peak resident memory (MB) of this process while inside the block, sampled every `interval` s;
+    on CUDA the peak allocated memory instead."""
+
+    def __init__(self, device: str | torch.device = "cpu", interval: float = 0.005):
+        self.cuda = str(device).startswith("cuda")
+        self.interval = interval
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        while True:
+            self.peak_mb = max(self.peak_mb, proc.memory_info().rss / 2**20)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda:
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
+        elif self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+
+@dataclass
+class RequestResult:
+    """One prompt decoded alone."""
+
+    index: int
+    tokens: list[int] | None = None  # generated ids, every position (EOS padding included)
+    latency_s: float | None = None
+    first_block_s: float | None = None
+    nfe: int = 0
+    useful_tokens: int = 0  # before the first EOS/EoT
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class Measurement:
+    """What `measure` found; `record_fields()` gives the EvalRecord fields it fills."""
+
+    requests: list[RequestResult]
+    batch_size: int
+    warmup: int
+    throughput_items_per_s: float | None = None
+    batch_errors: list[str] = field(default_factory=list)  # one message per failed batch item
+    peak_mem_mb: float = 0.0
+
+    @property
+    def ok(self) -> list[RequestResult]:
+        return [r for r in self.requests if r.ok]
+
+    @property
+    def errors(self) -> int:
+        return sum(not r.ok for r in self.requests) + len(self.batch_errors)
+
+    def error_messages(self) -> list[str]:
+        msgs = [f"item {r.index}: {r.error}" for r in self.requests if not r.ok] + self.batch_errors
+        return msgs[:MAX_ERROR_MESSAGES] + ([f"... and {len(msgs) - MAX_ERROR_MESSAGES} more"] if len(msgs) > MAX_ERROR_MESSAGES else [])
+
+    def record_fields(self) -> dict[str, Any]:
+        ok = self.ok
+        latencies = np.array([r.latency_s for r in ok], dtype=float)
+        busy = float(latencies.sum())
+        p50, p95, p99 = (float(np.percentile(latencies, q)) for q in (50, 95, 99)) if len(ok) else (0.0, 0.0, 0.0)
+        positions = sum(len(r.tokens) for r in ok)
+        nfe = sum(r.nfe for r in ok)
+        first = [r.first_block_s for r in ok if r.first_block_s is not None]
+        return {
+            "latency_p50_s": p50,
+            "latency_p95_s": p95,
+            "latency_p99_s": p99,
+            "time_to_first_block_s": float(np.median(first)) if first else None,
+            "throughput_items_per_s": self.throughput_items_per_s,
+            "batch_size": self.batch_size,
+            "tokens_per_s": sum(r.useful_tokens for r in ok) / busy if busy > 0 else 0.0,
+            "tokens_per_s_with_padding": positions / busy if busy > 0 else 0.0,
+            "tokens_per_forward": positions / nfe if nfe else 0.0,
+            "nfe": nfe / len(ok) if ok else 0.0,
+            "peak_mem_mb": self.peak_mem_mb,
+            "errors": self.errors,
+            "error_messages": self.error_messages(),
+            "output_hash": output_hash(r.tokens for r in self.requests),
+            "warmup": self.warmup,
+        }
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def measure(
+    loaded: Any,
+    prompts: list[list[int]],
+    config: Any,
+    *,
+    warmup: int = 1,
+    batch_size: int = 1,
+    throughput_items: int | None = None,
+    device: str | torch.device = "cpu",
+    on_request: Callable[[RequestResult], None] | None = None,
+) -> Measurement:
+    """Decode each prompt alone (timed, after `warmup` discarded requests), then in batches of `batch_size`.
+
+    prompts: token ids per request (no padding). `loaded` needs `.model`, `.causal`, `.eos_id`,
+    `.eot_id`, `.pad_id` (a models.LoadedModel). Never raises for a failing request: the error is
+    counted and the request's tokens are None.
+    """
+    if not prompts:
+        raise ValueError("measure: no prompts to decode")
+    if batch_size < 1:
+        raise ValueError(f"measure: batch_size must be >= 1, got {batch_size}")
+    causal = bool(getattr(loaded, "causal", False))
+    stop_ids = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
+    pad_id = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
+    clock = CallClock(loaded.model)
+    # Other backends (ONNX Runtime) export the module itself and never call it, so no clock there.
+    decode = decoder_for(loaded, config, clock if getattr(config, "backend", "torch") == "torch" else None)
+
+    def run_one(index: int, prompt: list[int]) -> RequestResult:
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        clock.times.clear()
+        start = time.perf_counter()
+        try:
+            out = decode(ids, None)
+            if str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as e:  # NaN logits, shape errors, OOM: counted, never fatal to the run
+            return RequestResult(index=index, error=describe_error(e))
+        end = time.perf_counter()
+        tokens = out.sequences[0, out.prompt_length :].tolist()
+        k = first_block_calls(config, getattr(out, "stats", {}) or {}, causal)
+        first = clock.times[k - 1] - start if 0 < k <= len(clock.times) else None
+        return RequestResult(index=index, tokens=tokens, latency_s=end - start, first_block_s=first,
+                             nfe=int(out.nfe), useful_tokens=useful_length(tokens, stop_ids))
+
+    with PeakMemory(device) as memory:
+        for i in range(warmup):
+            run_one(-1, prompts[i % len(prompts)])
+        requests = []
+        for i, prompt in enumerate(prompts):
+            result = run_one(i, prompt)
+            requests.append(result)
+            if on_request is not None:
+                on_request(result)
+        measurement = Measurement(requests=requests, batch_size=batch_size, warmup=warmup)
+        pool = prompts[: throughput_items or len(prompts)]
+        if batch_size == 1:
+            busy = sum(r.latency_s for r in requests[: len(pool)] if r.ok)
+            done = sum(r.ok for r in requests[: len(pool)])
+            measurement.throughput_items_per_s = done / busy if busy > 0 else None
+        else:
+            measurement.throughput_items_per_s, measurement.batch_errors = throughput(
+                decode, pool, batch_size, pad_id, device)
+    measurement.peak_mem_mb = memory.peak_mb
+    return measurement
+
+
+def throughput(decode: Decoder, prompts: list[list[int]], batch_size: int, pad_id: int,
+               device: str | torch.device = "cpu") -> tuple[float | None, list[str]]:
+    """Items per second decoding `prompts` in left-padded batches; failed batches count as errors."""
+    done, busy, errors = 0, 0.0, []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        ids, mask = left_pad(chunk, pad_id, device)
+        t0 = time.perf_counter()
+        try:
+            decode(ids, mask)
+            if str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as e:
+            errors += [f"batch item {start + j} (batch {batch_size}): {describe_error(e)}" for j in range(len(chunk))]
+            continue
+        busy += time.perf_counter() - t0
+        done += len(chunk)
+    return (done / busy if busy > 0 else None), errors

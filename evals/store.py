@@ -1,0 +1,85 @@
+"""Eval records on disk, saved one at a time as they finish, so a crash never loses a finished record.
+
+A folder holds `records.jsonl` (appended and flushed per record: the source of truth),
+`records.parquet` and `records.csv` (rewritten atomically after each record) and
+`validation/<record_id>.json|html` (each record's Great Expectations result and its Data Docs page).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from evals.records import EvalRecord, records_from_frame, records_to_frame
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write through a temporary file and rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+class RecordStore:
+    """An output folder of eval records; `add` persists each record before returning."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.records: list[EvalRecord] = []
+
+    @property
+    def jsonl(self) -> Path:
+        return self.folder / "records.jsonl"
+
+    @property
+    def parquet(self) -> Path:
+        return self.folder / "records.parquet"
+
+    @property
+    def csv(self) -> Path:
+        return self.folder / "records.csv"
+
+    def add(self, record: EvalRecord, validation_result: dict[str, Any] | None = None, html: str | None = None) -> None:
+        """Append `record`; keep its GX validation result (JSON) and Data Docs page (HTML) beside it."""
+        self.records.append(record)
+        with self.jsonl.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if validation_result is not None:
+            folder = self.folder / "validation"
+            folder.mkdir(exist_ok=True)
+            write_atomic(folder / f"{record.record_id}.json",
+                         lambda p: p.write_text(json.dumps(validation_result, indent=1, default=str)))
+        if html:
+            folder = self.folder / "validation"
+            folder.mkdir(exist_ok=True)
+            write_atomic(folder / f"{record.record_id}.html", lambda p: p.write_text(html, encoding="utf-8"))
+        self.write_tables()
+
+    def write_tables(self) -> None:
+        frame = records_to_frame(self.records)
+        write_atomic(self.parquet, lambda p: frame.to_parquet(p, index=False))
+        write_atomic(self.csv, lambda p: frame.to_csv(p, index=False))
+
+    def write_json(self, name: str, value: Any) -> Path:
+        path = self.folder / name
+        write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=1, default=str)))
+        return path
+
+
+def load_records(path: str | Path) -> list[EvalRecord]:
+    """Records from a store folder, a .parquet, a .csv or a .jsonl file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "records.jsonl"
+    if path.suffix == ".jsonl":
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [EvalRecord.from_dict(json.loads(line)) for line in lines if line.strip()]
+    import pandas as pd
+
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    return records_from_frame(frame)

@@ -1,0 +1,197 @@
+"""Data validation with Great Expectations 1.x (ephemeral context): task data and eval records.
+
+Task data: unique ids, non-empty questions, parseable answers, the split's size, no held-out item
+in training. Eval records: accuracy in [0, 1], positive latencies with p50 <= p95 <= p99, NFE
+within the configuration's bounds, item count equal to the task size, no missing fields. A record
+that fails is marked `valid=False` with its failed expectations; gates refuse it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from evals.records import EvalRecord, records_to_frame
+
+REQUIRED_RECORD_FIELDS = (
+    "candidate", "role", "kind", "task", "split", "config_hash", "backend", "device", "n_items", "accuracy",
+    "latency_p50_s", "latency_p95_s", "latency_p99_s", "tokens_per_s", "tokens_per_forward", "nfe",
+    "peak_mem_mb", "errors", "output_hash", "dataset_hash", "weights_sha256", "expected_items",
+)
+GSM8K_ANSWER = r"#### -?[0-9.,]+"
+
+
+class TaskDataError(ValueError):
+    """Task data that failed its expectations; the message lists them."""
+
+
+@dataclass
+class ValidationOutcome:
+    """A validation's verdict, its failed expectations in words, the full GX result and Data Docs HTML."""
+
+    success: bool
+    failed: list[dict[str, Any]]
+    result: dict[str, Any] = field(default_factory=dict)  # ExpectationSuiteValidationResult.to_json_dict()
+    html: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        """What is kept on the record itself (EvalRecord.validation)."""
+        stats = self.result.get("statistics", {})
+        return {"success": self.success, "suite": self.result.get("suite_name"), "failed": self.failed,
+                "evaluated": stats.get("evaluated_expectations"), "successful": stats.get("successful_expectations"),
+                "engine": f"great_expectations {gx_version()}"}
+
+    def messages(self) -> list[str]:
+        return [f"{f['expectation']}({', '.join(f'{k}={v}' for k, v in f['kwargs'].items())})"
+                + (f": {f['observed']}" if f.get("observed") else "") for f in self.failed]
+
+
+def gx_version() -> str:
+    import great_expectations as gx
+
+    return gx.__version__
+
+
+@lru_cache(maxsize=1)
+def context():
+    """One ephemeral GX context per process, progress bars off."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return ctx
+
+
+def run_suite(name: str, frame, expectations: list[Any], html: bool = True) -> ValidationOutcome:
+    """Validate a pandas frame against `expectations` in a throwaway suite named `name`."""
+    import great_expectations as gx
+
+    ctx = context()
+    try:
+        source = ctx.data_sources.get("unmask")
+    except (KeyError, ValueError):
+        source = ctx.data_sources.add_pandas("unmask")
+    try:
+        asset = source.get_asset(name)
+    except (LookupError, ValueError):
+        asset = source.add_dataframe_asset(name)
+    try:
+        batch_definition = asset.get_batch_definition("whole")
+    except (KeyError, ValueError):
+        batch_definition = asset.add_batch_definition_whole_dataframe("whole")
+    try:
+        ctx.suites.delete(name)
+    except Exception:  # no such suite yet
+        pass
+    suite = ctx.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
+    result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    failed = [describe_failure(r) for r in result.results if not r.success]
+    page = ""
+    if html:
+        from great_expectations.render.renderer import ValidationResultsPageRenderer
+        from great_expectations.render.view import DefaultJinjaPageView
+
+        page = DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
+    return ValidationOutcome(success=bool(result.success), failed=failed,
+                             result=json.loads(json.dumps(result.to_json_dict(), default=str)), html=page)
+
+
+def describe_failure(r: Any) -> dict[str, Any]:
+    kwargs = {k: v for k, v in r.expectation_config.kwargs.items() if k not in ("batch_id", "value_set") and v is not None}
+    observed = r.result.get("partial_unexpected_list") or r.result.get("observed_value")
+    if r.exception_info and r.exception_info.get("raised_exception"):
+        observed = r.exception_info.get("exception_message")
+    return {"expectation": r.expectation_config.type, "kwargs": json.loads(json.dumps(kwargs, default=plain)),
+            "observed": json.loads(json.dumps(observed, default=plain)) if observed is not None else None}
+
+
+# --- task data ------------------------------------------------------------------------------
+
+
+def task_expectations(task: Any, expected_size: int | None = None) -> list[Any]:
+    import great_expectations.expectations as gxe
+
+    ex = [
+        gxe.ExpectColumnValuesToBeUnique(column="key"),
+        gxe.ExpectColumnValuesToNotBeNull(column="prompt"),
+        gxe.ExpectColumnValuesToMatchRegex(column="prompt", regex=r"\S"),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=[task.split]),
+        gxe.ExpectTableRowCountToEqual(value=expected_size if expected_size is not None else len(task.items)),
+    ]
+    if "strict-match" in task.metrics:  # GSM8K format: the reference ends in `#### N`
+        ex.append(gxe.ExpectColumnValuesToMatchRegex(column="answer", regex=GSM8K_ANSWER))
+    else:
+        ex.append(gxe.ExpectColumnValuesToMatchRegex(column="target", regex=r"\S"))
+    if task.train_keys and task.split != "train":
+        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column=task.leak_column, value_set=sorted(task.train_keys)))
+    return ex
+
+
+def validate_task(task: Any, expected_size: int | None = None) -> ValidationOutcome:
+    """Validate an evals.evaluate.TaskData; see `check_task` for the raising form."""
+    import pandas as pd
+
+    frame = pd.DataFrame([i.to_dict() for i in task.items], columns=["task", "prompt", "answer", "target", "key", "split"])
+    return run_suite(f"task-data-{task.name}-{task.split}", frame, task_expectations(task, expected_size), html=False)
+
+
+def check_task(task: Any, expected_size: int | None = None) -> ValidationOutcome:
+    """Raise TaskDataError listing the failed expectations of a task split; else return the outcome."""
+    outcome = validate_task(task, expected_size)
+    if not outcome.success:
+        raise TaskDataError(f"task data {task.source or task.name} ({task.split}) failed validation: "
+                            + "; ".join(outcome.messages()))
+    return outcome
+
+
+# --- eval records ---------------------------------------------------------------------------
+
+
+def nfe_bound(record: EvalRecord) -> float:
+    """Most model calls a request may take: the step budget for diffusion, one per token (+ prefill) for AR."""
+    cfg = record.config or {}
+    if record.kind == "autoregressive":
+        return float(cfg.get("gen_length", record.gen_length) + 1)
+    steps = float(cfg.get("steps", record.gen_length))
+    speculative = any(v for k, v in cfg.items() if "specul" in k and v not in (None, "none", "off", False))
+    return 2 * steps if speculative else steps  # a verifier may re-check drafted steps
+
+
+def record_expectations() -> list[Any]:
+    import great_expectations.expectations as gxe
+
+    ex: list[Any] = [gxe.ExpectColumnToExist(column=name) for name in REQUIRED_RECORD_FIELDS]
+    ex += [gxe.ExpectColumnValuesToNotBeNull(column=name) for name in REQUIRED_RECORD_FIELDS]
+    ex += [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=0, max_value=1)
+           for c in ("accuracy", "accuracy_strict", "accuracy_flexible")]
+    ex += [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
+           for c in ("latency_p50_s", "latency_p95_s", "latency_p99_s")]
+    ex += [
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="latency_p95_s", column_B="latency_p50_s", or_equal=True),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="latency_p99_s", column_B="latency_p95_s", or_equal=True),
+        gxe.ExpectColumnValuesToBeBetween(column="nfe", min_value=1),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="nfe_max", column_B="nfe", or_equal=True),
+        gxe.ExpectColumnPairValuesToBeEqual(column_A="n_items", column_B="expected_items"),
+        gxe.ExpectColumnValuesToBeBetween(column="errors", min_value=0),
+    ]
+    return ex
+
+
+def validate_record(record: EvalRecord, html: bool = True) -> ValidationOutcome:
+    """Validate one record and mark it: `valid` and `validation` (summary with failed expectations) are set."""
+    frame = records_to_frame([record])
+    frame["nfe_max"] = nfe_bound(record)
+    for name in ("expected_items", "accuracy_strict", "accuracy_flexible"):  # all-None columns need a dtype
+        frame[name] = frame[name].astype("float64")
+    outcome = run_suite("eval-record", frame, record_expectations(), html=html)
+    record.valid = outcome.success
+    record.validation = outcome.summary()
+    return outcome
+
+
+def plain(value: Any) -> Any:
+    """JSON fallback: numpy scalars as Python numbers, anything else as text."""
+    return value.item() if hasattr(value, "item") else str(value)

@@ -1,0 +1,43 @@
+"""Tiny random-weight model folders with a character tokenizer, for evaluation tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from models.checkpoint import save_checkpoint
+from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
+from models.tokenizer_build import build_char_tokenizer, special_ids
+
+
+class NaNWhen(torch.nn.Module):
+    """Wraps a model so its logits are NaN for any row whose input holds `token` (or always, if None)."""
+
+    def __init__(self, model: torch.nn.Module, token: int | None = None):
+        super().__init__()
+        self.inner = model
+        self.token = token
+        self.config = model.config
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        out = self.inner(input_ids, attention_mask=attention_mask, **kwargs)
+        rows = torch.ones(input_ids.shape[0], dtype=torch.bool) if self.token is None else (input_ids == self.token).any(-1)
+        out.logits[rows] = float("nan")
+        return out
+
+
+def write_model(folder: Path, causal: bool = False, seed: int = 0, card_license: str | None = "apache-2.0") -> Path:
+    """A 2-layer char-level LLaDA-layout (or causal) model with random weights, saved as a checkpoint folder."""
+    tokenizer = build_char_tokenizer("")
+    ids = special_ids(tokenizer)
+    vocab = tokenizer.get_vocab_size()
+    cfg = LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=48, vocab_size=vocab,
+                      embedding_size=vocab, max_sequence_length=256, mask_token_id=ids["mask_token_id"],
+                      eos_token_id=ids["eos_token_id"], causal=causal)
+    model = init_weights(LLaDAModelLM(cfg), seed=seed, std=0.3)
+    save_checkpoint(model, folder, tokenizer=tokenizer,
+                    extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+    if card_license:
+        (folder / "README.md").write_text(f"---\nlicense: {card_license}\n---\n# tiny test model\n")
+    return folder
