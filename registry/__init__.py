@@ -1,0 +1,24 @@
+"""The system of record: the only code that talks to MLflow (runs, registered models, aliases, approvals, audit).
+
+Write side: `Registry`, `register_evidence`, `log_record`, `approve`, `sign_off`, `judge`, `promote`,
+`rollback`, `recover`. Read side for dashboards: `registry.read` (plain dicts and DataFrames).
+"""
+
+from registry.connection import RegistryError, RegistryUnavailable, resolve_tracking_uri
+from registry.promotion import (
+    Move,
+    PromotionRefused,
+    approve,
+    judge,
+    promote,
+    recover,
+    rollback,
+    sign_off,
+    stage_holder,
+)
+from registry.store import ALIASES, STAGE_ALIASES, Registry
+from registry.tracking import load_evidence, log_record, record_gate_report, register_evidence
+
+__all__ = ["ALIASES", "STAGE_ALIASES", "Move", "PromotionRefused", "Registry", "RegistryError", "RegistryUnavailable",
+           "approve", "judge", "load_evidence", "log_record", "promote", "record_gate_report", "recover",
+           "register_evidence", "resolve_tracking_uri", "rollback", "sign_off", "stage_holder"]

@@ -1,0 +1,67 @@
+"""Where the registry lives and how to reach it: embedded SQLite by default, an MLflow server when asked.
+
+The embedded default is `sqlite:///<state_dir()>/mlflow/mlflow.db` with artifacts beside it; set
+`MLFLOW_TRACKING_URI` (or pass `tracking_uri`) to use an `mlflow server`. A server that does not
+answer its health check within a few seconds is a `RegistryUnavailable`, not minutes of retries.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flows.environment import state_dir
+
+# Artifact reads are small JSON files; MLflow's per-download progress bar would flood CLI and logs.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+EVALUATIONS_EXPERIMENT = "unmask-evaluations"
+AUDIT_EXPERIMENT = "unmask-audit"
+
+
+class RegistryError(RuntimeError):
+    """A registry operation that cannot be done; the message says which and why."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The MLflow tracking server cannot be reached."""
+
+
+def default_tracking_uri() -> str:
+    folder = state_dir() / "mlflow"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
+    """The explicit URI, else $MLFLOW_TRACKING_URI, else the embedded SQLite store."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def artifact_root(tracking_uri: str) -> str | None:
+    """Where experiments keep artifacts: beside the SQLite file; a server decides for itself (None)."""
+    if tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri.removeprefix("sqlite:///")).parent / "artifacts"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder.as_uri()
+    return None
+
+
+def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """Raise `RegistryUnavailable` unless an http(s) tracking server answers /health."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    url = tracking_uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - the user's own server
+            if response.status == 200:
+                return
+            problem = f"HTTP {response.status}"
+    except (urllib.error.URLError, OSError) as e:
+        problem = str(getattr(e, "reason", e))
+    raise RegistryUnavailable(
+        f"MLflow server at {tracking_uri} is unreachable ({problem}). Start it (`mlflow server --host 127.0.0.1 "
+        f"--port PORT`) or unset MLFLOW_TRACKING_URI to use the embedded store under {state_dir()}/mlflow/."
+    )

@@ -1,0 +1,279 @@
+"""Approvals, sign-offs, promotion, rollback and crash recovery: the only code that moves an alias.
+
+A stage alias (`poc`, `staging`, `production`) is held by at most one registered model version at
+a time; moving it to another model takes the alias off the previous holder. A move runs under a
+lock file per (store, stage) and compare-and-sets the holder: the promotion remembers who held the
+stage when it started judging, and refuses if that changed before it got the lock. Each move writes
+its audit intent first, then sets the alias on the new holder (the commit point), then removes it
+from the old one; `recover` settles an interrupted move forward or back, and `stage_holder` reads
+through an unsettled one, so the registry is seen as before or after a move, never in between.
+
+Across machines sharing one `mlflow server`, the lock file only serialises promotions that share
+a state folder; the compare-and-set still detects most races, but run promotions from one place
+(the Prefect flow) when several hosts can promote.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from checklists import load_checklist
+from gates.policy import Policy, load_policy
+from gates.promotion import Approval, PromotionDecision, decide_promotion
+from registry import audit
+from registry.audit import MOVE, AuditEvent, parse_ref, ref
+from registry.connection import RegistryError
+from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso, retry_busy
+from registry.tracking import load_evidence, record_gate_report
+
+Holder = tuple[str, str] | None  # (model, version)
+
+
+class PromotionRefused(RegistryError):
+    """A promotion or rollback that was not done; `reasons` lists every reason."""
+
+    def __init__(self, action: str, reasons: list[str]):
+        self.reasons = list(reasons)
+        super().__init__(f"{action} refused:\n" + "\n".join(f"  - {r}" for r in self.reasons))
+
+
+@dataclass(frozen=True)
+class Move:
+    stage: str
+    from_holder: Holder
+    to_holder: Holder
+    who: str
+    audit_run_id: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "from": ref(*(self.from_holder or (None, None))),
+                "to": ref(*(self.to_holder or (None, None))), "who": self.who, "audit_run_id": self.audit_run_id,
+                "evidence": self.evidence}
+
+
+# approvals and sign-offs ---------------------------------------------------------------------------
+def approve(registry: Registry, model: str, version: str, stage: str, approver: str, comment: str) -> Approval:
+    """Record an approval of promoting `model` `version` to `stage` (version tags + audit event)."""
+    if stage not in STAGE_ALIASES:
+        raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
+    if not approver.strip():
+        raise RegistryError("an approval needs the approver's name")
+    approval = Approval(stage=stage, by=approver.strip(), at=now_iso(), comment=comment.strip())
+    registry.set_version_tags(model, version, {model_tag(f"approval.{stage}.by"): approval.by,
+                                               model_tag(f"approval.{stage}.at"): approval.at,
+                                               model_tag(f"approval.{stage}.comment"): approval.comment})
+    audit.append(registry, AuditEvent("approval", approval.by, approval.at, stage, model, version,
+                                      comment=approval.comment))
+    return approval
+
+
+def approval_of(registry: Registry, model: str, version: str, stage: str) -> Approval | None:
+    tags = registry.version_tags(model, version)
+    by = tags.get(model_tag(f"approval.{stage}.by"))
+    if not by:
+        return None
+    return Approval(stage, by, tags.get(model_tag(f"approval.{stage}.at"), ""),
+                    tags.get(model_tag(f"approval.{stage}.comment"), ""))
+
+
+def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str, comment: str) -> dict:
+    """Sign off a manual checklist item of a stage for one version (who, when, comment)."""
+    manual = load_checklist(stage).manual_items()
+    if item not in manual:
+        raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
+    if not who.strip() or not comment.strip():
+        raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
+    signoff = {"by": who.strip(), "at": now_iso(), "comment": comment.strip()}
+    registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
+    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
+                                      comment=signoff["comment"], evidence={"item": item}))
+    return signoff
+
+
+def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
+    prefix = model_tag(f"signoff.{stage}.")
+    return {k.removeprefix(prefix): json.loads(v) for k, v in registry.version_tags(model, version).items()
+            if k.startswith(prefix)}
+
+
+def reached_stages(registry: Registry, model: str, version: str) -> set[str]:
+    tags = registry.version_tags(model, version)
+    return {s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags}
+
+
+# who holds a stage -------------------------------------------------------------------------------
+def stage_holder(registry: Registry, stage: str) -> Holder:
+    """The (model, version) holding a stage alias, reading through a move still in flight or interrupted."""
+    holders = registry.holders(stage)
+    pending = audit.pending_moves(registry, stage)
+    if pending:
+        last = pending[-1]
+        target = parse_ref(last.to_ref)
+        return target if target in holders else parse_ref(last.from_ref)
+    if len(holders) > 1:
+        raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
+                            "flight; the registry was edited outside unmask")
+    return holders[0] if holders else None
+
+
+def fallback_holder(registry: Registry) -> Holder:
+    holders = registry.holders("fallback")
+    return holders[0] if holders else None
+
+
+# moving aliases ------------------------------------------------------------------------------------
+def _apply(registry: Registry, stage: str, previous: Holder, target: Holder) -> None:
+    client = registry.client
+    retry_busy(client.set_registered_model_alias, target[0], stage, target[1])  # the commit point
+    if previous and previous[0] != target[0]:
+        _remove_alias(registry, previous[0], stage)
+    registry.set_version_tags(target[0], target[1], {model_tag(f"reached.{stage}"): now_iso()})
+
+
+def _remove_alias(registry: Registry, model: str, stage: str) -> None:
+    if stage in registry.aliases_of(model):
+        retry_busy(registry.client.delete_registered_model_alias, model, stage)
+
+
+def _move(registry: Registry, stage: str, previous: Holder, target: Holder, who: str, comment: str,
+          evidence: dict[str, Any]) -> Move:
+    intent = audit.append(registry, AuditEvent(MOVE, who, now_iso(), stage, target[0], target[1],
+                                               ref(*(previous or (None, None))), ref(*target), comment, evidence),
+                          open_intent=True)
+    _apply(registry, stage, previous, target)
+    audit.settle(registry, intent, happened=True)
+    return Move(stage, previous, target, who, intent.run_id, evidence)
+
+
+def recover(registry: Registry, stage: str | None = None) -> list[dict[str, Any]]:
+    """Settle moves a crash left unsettled: finish those whose alias moved, mark the others FAILED.
+
+    Call it only while holding the stage's lock (promote and rollback do), or when no promotion runs.
+    """
+    settled = []
+    for event in audit.pending_moves(registry, stage):
+        target, previous = parse_ref(event.to_ref), parse_ref(event.from_ref)
+        moved = target is not None and registry.aliases_of(target[0]).get(event.stage) == target[1]
+        if moved:
+            _apply(registry, event.stage, previous, target)
+        audit.settle(registry, event, happened=moved)
+        settled.append(event.to_dict() | {"status": "FINISHED" if moved else "FAILED"})
+    return settled
+
+
+def _locked(registry: Registry, stage: str, timeout_s: float, action: str) -> FileLock:
+    lock = FileLock(str(registry.lock_path(stage)), timeout=timeout_s)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise PromotionRefused(action, [f"another promotion or rollback of {stage} holds {lock.lock_file} "
+                                        f"for more than {timeout_s:g} s"]) from None
+    return lock
+
+
+# promotion -------------------------------------------------------------------------------------------
+def judge(registry: Registry, model: str, version: str, stage: str, policy: Policy | None = None,
+          record: bool = True) -> PromotionDecision:
+    """Evaluate a version against a stage: gates on its stored evidence, checklist, approval, stage order."""
+    policy = policy or load_policy()
+    evidence = load_evidence(registry, model, version)
+    baseline: dict[str, Any] = {"fallback": None, "production": None}
+    fallback = fallback_holder(registry)
+    if fallback:
+        baseline["fallback"] = load_evidence(registry, *fallback)
+    production = stage_holder(registry, "production")
+    if production and production != (model, version):
+        baseline["production"] = load_evidence(registry, *production)
+    decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
+                                approval_of(registry, model, version, stage), reached_stages(registry, model, version))
+    if record and decision.gate_results:
+        record_gate_report(registry, model, version, stage, list(decision.gate_results),
+                           decision.checklist.to_dicts() if decision.checklist else [])
+    return decision
+
+
+def promote(model: str, stage: str, approver: str | None = None, comment: str = "", version: str | None = None,
+            registry: Registry | None = None, policy: Policy | None = None, lock_timeout_s: float = 60.0) -> Move:
+    """Move `stage` to `model` (its `candidate` version unless `version` is given), or raise PromotionRefused.
+
+    With `approver`, the approval (who, when, comment) is recorded first; without, a recorded one must exist.
+    """
+    registry = registry or Registry()
+    action = f"promotion of {model} to {stage}"
+    if stage not in STAGE_ALIASES:
+        raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
+    version = version or registry.aliases_of(model).get("candidate")
+    if not version:
+        raise PromotionRefused(action, [f"{model} has no `candidate` version; register its evidence first"])
+    action = f"promotion of {model} v{version} to {stage}"
+    expected = stage_holder(registry, stage)
+    if approver:
+        approve(registry, model, version, stage, approver, comment)
+    decision = judge(registry, model, version, stage, policy)
+    who = approver or (approval_of(registry, model, version, stage) or Approval(stage, "", "", "")).by or "unknown"
+    reasons = list(decision.reasons)
+    if expected == (model, version):
+        reasons.append(f"{model} v{version} already holds {stage}")
+    if reasons:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons, decision.evidence)
+    lock = _locked(registry, stage, lock_timeout_s, action)
+    try:
+        recover(registry, stage)
+        current = stage_holder(registry, stage)
+        if current != expected:
+            _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                    [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
+                     f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
+                     "judge again against the new holder"], decision.evidence)
+        evidence = decision.evidence | {"kind": "promotion", "approval": approval_of(registry, model, version, stage)
+                                        .to_dict()}
+        return _move(registry, stage, current, (model, version), who, comment, evidence)
+    finally:
+        lock.release()
+
+
+def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
+            reasons: list[str], evidence: dict[str, Any]) -> None:
+    audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version, comment="; ".join(reasons)[:4000],
+                                      evidence=evidence))
+    raise PromotionRefused(action, reasons)
+
+
+def rollback(stage: str, who: str | None = None, comment: str = "", registry: Registry | None = None,
+             lock_timeout_s: float = 60.0) -> Move:
+    """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`."""
+    registry = registry or Registry()
+    who = who or getpass.getuser()
+    action = f"rollback of {stage}"
+    if stage not in STAGE_ALIASES:
+        raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
+    lock = _locked(registry, stage, lock_timeout_s, action)
+    try:
+        recover(registry, stage)
+        current = stage_holder(registry, stage)
+        if current is None:
+            _refuse(registry, "rollback_refused", who, stage, "", "", action, [f"nobody holds {stage}"], {})
+        target = _previous_holder(registry, stage, current)
+        reason = "previous holder"
+        if target is None or target == current:
+            target, reason = fallback_holder(registry), "fallback"
+        if target is None or target == current:
+            _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
+                    [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
+        evidence = {"kind": "rollback", "target": reason}
+        return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
+    finally:
+        lock.release()
+
+
+def _previous_holder(registry: Registry, stage: str, current: Holder) -> Holder:
+    """Who held `stage` before the promotion that brought the current holder in (rollbacks are skipped)."""
+    moves = [e for e in audit.events(registry, stage=stage, event=MOVE)
+             if e.status == "FINISHED" and e.evidence.get("kind") == "promotion" and e.to_ref == ref(*current)]
+    return parse_ref(moves[-1].from_ref) if moves else None

@@ -1,0 +1,175 @@
+"""Read-only views of the registry for the dashboard and the CLI: plain dicts and pandas DataFrames.
+
+Nothing here writes to MLflow. Each function takes an optional `Registry` (default: the embedded
+store or $MLFLOW_TRACKING_URI).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from gates.evaluate import evaluate_gates
+from gates.policy import CRITERIA, Policy, load_policy
+from gates.promotion import Approval
+from gates.scoring import score_survivors
+from registry import audit
+from registry.promotion import approval_of, fallback_holder, reached_stages, signoffs_of, stage_holder
+from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
+from registry.tracking import load_evidence, load_gate_report
+
+
+def _reg(registry: Registry | None) -> Registry:
+    return registry or Registry()
+
+
+def list_candidates(registry: Registry | None = None) -> pd.DataFrame:
+    """One row per registered model: model, role, kind, versions, latest_version, aliases {alias: version}."""
+    reg = _reg(registry)
+    rows = []
+    for m in reg.registered_models():
+        versions = reg.versions(m.name)
+        rows.append({"model": m.name, "role": m.tags.get(model_tag("role"), ""), "kind": m.tags.get(model_tag("kind"), ""),
+                     "versions": len(versions), "latest_version": versions[-1] if versions else None,
+                     "aliases": {k: str(v) for k, v in (m.aliases or {}).items()}})
+    return pd.DataFrame(rows, columns=["model", "role", "kind", "versions", "latest_version", "aliases"])
+
+
+def list_versions(model: str | None = None, registry: Registry | None = None) -> pd.DataFrame:
+    """One row per version: model, version, revision, weights_sha256, evidence_run_id, evaluated_at, aliases,
+    gates_<stage> ('passed'/'failed'/None), reached (stages held at some time), approvals {stage: {by, at, comment}}."""
+    reg = _reg(registry)
+    names = [model] if model else reg.model_names()
+    rows = []
+    for name in names:
+        aliases = reg.aliases_of(name)
+        for v in reg.client.search_model_versions(f"name = '{name}'", max_results=10000):
+            version, tags = str(v.version), dict(v.tags)
+            row = {"model": name, "version": version, "revision": tags.get(model_tag("revision"), ""),
+                   "weights_sha256": tags.get(model_tag("weights_sha256"), ""),
+                   "evidence_run_id": tags.get(model_tag("evidence_run"), ""),
+                   "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
+                   "aliases": sorted(a for a, ver in aliases.items() if ver == version),
+                   "reached": sorted(s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags),
+                   "approvals": {s: a.to_dict() for s in STAGE_ALIASES
+                                 if (a := _approval_from_tags(tags, s)) is not None}}
+            row |= {f"gates_{s}": tags.get(model_tag(f"gates.{s}")) for s in STAGE_ALIASES}
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["model", "version"], key=lambda c: c.map(_num)).reset_index(drop=True) if rows else frame
+
+
+def _num(value: Any) -> Any:
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
+def _approval_from_tags(tags: dict[str, str], stage: str) -> Approval | None:
+    by = tags.get(model_tag(f"approval.{stage}.by"))
+    return Approval(stage, by, tags.get(model_tag(f"approval.{stage}.at"), ""),
+                    tags.get(model_tag(f"approval.{stage}.comment"), "")) if by else None
+
+
+def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None]:
+    """{alias: {"model", "version"} or None} for candidate (per model: the latest), the stages, and fallback.
+
+    Stage holders are read through any move in flight, so a half-done move never shows.
+    """
+    reg = _reg(registry)
+    out: dict[str, Any] = {}
+    everything = reg.all_aliases()
+    for alias in ALIASES:
+        if alias in STAGE_ALIASES:
+            holder = stage_holder(reg, alias)
+            out[alias] = {"model": holder[0], "version": holder[1]} if holder else None
+        else:
+            found = [{"model": m, "version": a[alias]} for m, a in everything.items() if alias in a]
+            out[alias] = found[0] if len(found) == 1 else (found or None)
+    return out
+
+
+def gate_results(model: str | None = None, version: str | None = None, stage: str | None = None,
+                 registry: Registry | None = None) -> pd.DataFrame:
+    """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
+    run_id, evaluated_at, evidence (dict)."""
+    reg = _reg(registry)
+    rows = []
+    for name in [model] if model else reg.model_names():
+        for ver in [version] if version else reg.versions(name):
+            for st in [stage] if stage else STAGE_ALIASES:
+                report = load_gate_report(reg, name, ver, st)
+                for r in (report or {}).get("results", []):
+                    rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
+                                 "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
+                                 "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
+                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"]})
+    columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
+               "evaluated_at", "evidence"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def checklist(model: str, version: str, stage: str, registry: Registry | None = None) -> pd.DataFrame:
+    """The stage's checklist items for a version as last judged: stage, item, text, kind, done, reason, evidence."""
+    report = load_gate_report(_reg(registry), model, version, stage) or {}
+    return pd.DataFrame(report.get("checklist", []),
+                        columns=["stage", "item", "text", "kind", "done", "reason", "evidence"])
+
+
+def records(model: str | None = None, version: str | None = None, registry: Registry | None = None) -> pd.DataFrame:
+    """Every EvalRecord field (plus record_id, model, version) of the evidence each version was last judged on."""
+    reg = _reg(registry)
+    rows = []
+    for name in [model] if model else reg.model_names():
+        for ver in [version] if version else reg.versions(name):
+            for r in load_evidence(reg, name, ver).records:
+                rows.append(r.to_dict() | {"model": name, "version": ver})
+    return pd.DataFrame(rows)
+
+
+def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,
+                 registry: Registry | None = None) -> pd.DataFrame:
+    """The audit trail, oldest first: when, event, who, stage, model, version, from, to, comment, status,
+    evidence (dict), audit_run_id."""
+    found = audit.events(_reg(registry), model=model, stage=stage, event=event)
+    columns = ["when", "event", "who", "stage", "model", "version", "from", "to", "comment", "status", "evidence",
+               "audit_run_id"]
+    return pd.DataFrame([e.to_dict() for e in found], columns=columns)
+
+
+def scores(stage: str, weights: dict[str, float] | None = None, registry: Registry | None = None,
+           policy: Policy | None = None) -> dict[str, pd.DataFrame]:
+    """Rank the latest version of every model (candidates and the fallback) at a stage.
+
+    Hard gates filter (evaluated afresh on the stored evidence, so the fallback is judged too), then
+    MCDM ranks the survivors. Returns {"ranking", "sensitivity", "filtered"} DataFrames (see
+    `gates.scoring.score_survivors`); `weights` overrides the policy's (the dashboard's sliders).
+    """
+    reg = _reg(registry)
+    policy = policy or load_policy()
+    stage_policy = policy.stage(stage)
+    if weights:
+        total = sum(weights.values()) or 1.0
+        stage_policy = replace(stage_policy, weights={c: weights.get(c, 0.0) / total for c in CRITERIA})
+    fallback = fallback_holder(reg)
+    production = stage_holder(reg, "production")
+    baseline = {"fallback": load_evidence(reg, *fallback) if fallback else None,
+                "production": load_evidence(reg, *production) if production else None}
+    candidates, results = [], {}
+    for name, held in reg.all_aliases().items():
+        version = held.get("candidate") or held.get("fallback")
+        if not version:
+            continue
+        evidence = load_evidence(reg, name, version)
+        candidates.append(evidence)
+        results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs_of(reg, name, version, stage))
+    ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
+    return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered}
+
+
+def version_status(model: str, version: str, registry: Registry | None = None) -> dict[str, Any]:
+    """One version at a glance: reached stages, approvals and sign-offs per stage."""
+    reg = _reg(registry)
+    return {"model": model, "version": version, "reached": sorted(reached_stages(reg, model, version)),
+            "approvals": {s: a.to_dict() for s in STAGE_ALIASES if (a := approval_of(reg, model, version, s))},
+            "signoffs": {s: signoffs_of(reg, model, version, s) for s in STAGE_ALIASES}}

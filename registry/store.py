@@ -1,0 +1,149 @@
+"""The `Registry`: one MLflow client, its experiments, the stage locks, and the tag vocabulary.
+
+Everything unmask writes to MLflow carries tags under `unmask.`; registered model versions hold
+the evidence pointer, approvals, sign-offs and gate verdicts as version tags, so the MLflow UI
+shows the same facts the dashboard does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from mlflow.entities import Run, ViewType
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from flows.environment import state_dir
+from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
+
+STAGE_ALIASES = ("poc", "staging", "production")
+ALIASES = ("candidate", *STAGE_ALIASES, "fallback")
+TAG = "unmask."
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def model_tag(key: str) -> str:
+    return TAG + key
+
+
+class Registry:
+    """A connection to one MLflow tracking + model registry store."""
+
+    def __init__(self, tracking_uri: str | None = None):
+        self.tracking_uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(self.tracking_uri)
+        self.client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+        self._experiments: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"Registry({self.tracking_uri!r})"
+
+    # experiments and runs -------------------------------------------------------------------
+    def experiment_id(self, name: str) -> str:
+        """The id of an unmask experiment, created on first use (a concurrent creator is fine)."""
+        if name not in self._experiments:
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                try:
+                    self._experiments[name] = self.client.create_experiment(
+                        name, artifact_location=artifact_root(self.tracking_uri))
+                except MlflowException:
+                    found = self.client.get_experiment_by_name(name)
+                    if found is None:
+                        raise
+            if found is not None:
+                self._experiments[name] = found.experiment_id
+        return self._experiments[name]
+
+    def search_runs(self, experiment: str, filter_string: str = "") -> Iterator[Run]:
+        """Every active run of an experiment matching the filter, all pages."""
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id(experiment)], filter_string, ViewType.ACTIVE_ONLY,
+                                           max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
+            yield from page
+            token = page.token
+            if not token:
+                return
+
+    def load_json_artifact(self, run_id: str, path: str) -> Any:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                local = self.client.download_artifacts(run_id, path, tmp)
+            except (MlflowException, OSError) as e:
+                raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
+            return json.loads(Path(local).read_text())
+
+    # registered models, versions and aliases --------------------------------------------------
+    def registered_models(self) -> list[Any]:
+        """Every registered model (MLflow `RegisteredModel`, aliases included), by name."""
+        found, token = [], None
+        while True:
+            page = self.client.search_registered_models(max_results=1000, page_token=token)
+            found += list(page)
+            token = page.token
+            if not token:
+                return sorted(found, key=lambda m: m.name)
+
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.registered_models()]
+
+    def all_aliases(self) -> dict[str, dict[str, str]]:
+        """{model: {alias: version}} over the whole registry, in one query."""
+        return {m.name: {k: str(v) for k, v in (m.aliases or {}).items()} for m in self.registered_models()}
+
+    def aliases_of(self, model: str) -> dict[str, str]:
+        """{alias: version} of one registered model."""
+        try:
+            return {k: str(v) for k, v in self.client.get_registered_model(model).aliases.items()}
+        except MlflowException as e:
+            raise RegistryError(f"no registered model {model!r}: {e.message}") from None
+
+    def holders(self, alias: str) -> list[tuple[str, str]]:
+        """(model, version) pairs that carry `alias` (a stage alias should have at most one)."""
+        return [(name, aliases[alias]) for name, aliases in self.all_aliases().items() if alias in aliases]
+
+    def version_tags(self, model: str, version: str) -> dict[str, str]:
+        try:
+            return dict(self.client.get_model_version(model, version).tags)
+        except MlflowException as e:
+            raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+
+    def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:
+        for key, value in tags.items():
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+            self.client.set_model_version_tag(model, version, key, text)
+
+    def versions(self, model: str) -> list[str]:
+        found = self.client.search_model_versions(f"name = '{model}'", max_results=10000)
+        return sorted((str(v.version) for v in found), key=int)
+
+    # locks -------------------------------------------------------------------------------------
+    def lock_path(self, alias: str) -> Path:
+        """A lock file per (store, alias): promotions of one alias on one store take turns."""
+        key = hashlib.sha256(self.tracking_uri.encode()).hexdigest()[:12]
+        folder = state_dir() / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"registry-{key}-{alias}.lock"
+
+
+def retry_busy(fn, *args, attempts: int = 5, **kwargs):
+    """Call fn, retrying briefly when SQLite reports a locked database under concurrent writers."""
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as e:
+            if "locked" not in str(e).lower() or i == attempts - 1:
+                raise
+            time.sleep(0.1 * (i + 1))
+    return None

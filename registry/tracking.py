@@ -1,0 +1,205 @@
+"""Evidence into MLflow and back: one run per EvalRecord, one evidence run and model version per revision.
+
+Layout in the `unmask-evaluations` experiment:
+- a record run per `EvalRecord`: SamplerConfig as params, measurements as metrics, model id,
+  revision, weights hash, record id and validity as tags, `record.json` plus any extra artifacts
+  (curves, GX results);
+- an evidence run per registration, parent of its record runs: `evidence/evidence.json` (the
+  `CandidateEvidence` without records, plus the record run ids), `evidence/records.json`,
+  `evidence/model_card.md`, and later `gates/<stage>.json|md` gate reports.
+The registered model (one per candidate) gets one version per weights hash, created with
+`MlflowClient.create_model_version(name, source, run_id)` from the evidence run's artifacts; a
+re-evaluation of the same weights re-points the version's `unmask.evidence_run` tag.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
+from registry.store import Registry, model_tag, now_iso
+
+METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
+           "time_to_first_block_s", "throughput_items_per_s", "tokens_per_s", "tokens_per_s_with_padding",
+           "tokens_per_forward", "nfe", "peak_mem_mb", "errors", "n_items", "gen_length", "batch_size")
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+
+
+def _identity_tags(model: str, revision: str, weights: str) -> dict[str, str]:
+    return {model_tag("model"): model, model_tag("revision"): revision or "", model_tag("weights_sha256"): weights or ""}
+
+
+def log_record(registry: Registry, record: EvalRecord, artifacts: dict[str, str | Path] | None = None,
+               parent_run_id: str | None = None) -> EvalRecord:
+    """Log one record as its own run; returns the record with `run_id` set. `artifacts`: {artifact dir: local path}."""
+    client = registry.client
+    tags = _identity_tags(record.candidate, record.model_revision, record.weights_sha256) | {
+        model_tag("kind"): "record", model_tag("record_id"): record.record_id, model_tag("task"): record.task,
+        model_tag("split"): record.split, model_tag("config_hash"): record.config_hash,
+        model_tag("backend"): record.backend, model_tag("valid"): str(record.valid).lower(),
+        model_tag("role"): record.role,
+    }
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
+                            run_name=f"{record.candidate}/{record.task}/{record.config_hash[:8]}")
+    run_id = run.info.run_id
+    logged = replace(record, run_id=run_id)
+    try:
+        params = [Param(str(k), json.dumps(v) if not isinstance(v, str) else v)
+                  for k, v in sorted(record.config.items())]
+        params = [Param(p.key, p.value[:MAX_PARAM_CHARS]) for p in params]
+        ms = int(time.time() * 1000)
+        metrics = [Metric(name, float(getattr(record, name)), ms, 0) for name in METRICS
+                   if getattr(record, name) is not None]
+        metrics.append(Metric("error_rate", record.errors / max(record.n_items, 1), ms, 0))
+        client.log_batch(run_id, metrics=metrics, params=params)
+        client.log_dict(run_id, logged.to_dict(), "record.json")
+        for folder, path in (artifacts or {}).items():
+            path = Path(path)
+            if path.is_dir():
+                client.log_artifacts(run_id, str(path), folder)
+            else:
+                client.log_artifact(run_id, str(path), folder)
+        client.set_terminated(run_id, "FINISHED")
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    return logged
+
+
+def register_evidence(registry: Registry, evidence: CandidateEvidence,
+                      artifacts: dict[str, dict[str, str | Path]] | None = None,
+                      model_card_md: str | None = None) -> tuple[str, CandidateEvidence]:
+    """Log every record and the evidence, register (or re-point) the version for these weights.
+
+    artifacts: {record_id: {artifact dir: local path}} for per-record curves and GX results.
+    Returns (version, evidence with run ids filled in). Sets `candidate` (or `fallback` for the AR
+    role) on the version.
+    """
+    client = registry.client
+    model = evidence.candidate
+    weights = evidence.weights_sha256 or (evidence.records[0].weights_sha256 if evidence.records else "")
+    revision = evidence.model_revision or (evidence.records[0].model_revision if evidence.records else "")
+    tags = _identity_tags(model, revision, weights) | {model_tag("kind"): "evidence", model_tag("role"): evidence.role}
+    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
+                            run_name=f"{model}@{revision or 'local'} evidence")
+    run_id = run.info.run_id
+    try:
+        records = [log_record(registry, r, (artifacts or {}).get(r.record_id), parent_run_id=run_id)
+                   for r in evidence.records]
+        logged = replace(evidence, records=records, weights_sha256=weights, model_revision=revision)
+        client.log_dict(run_id, _evidence_summary(logged), "evidence/evidence.json")
+        client.log_dict(run_id, {"records": [r.to_dict() for r in records]}, "evidence/records.json")
+        client.log_text(run_id, model_card_md or _model_card(logged), "evidence/model_card.md")
+        client.set_terminated(run_id, "FINISHED")
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    version = _version_for(registry, logged, run_id, run.info.artifact_uri)
+    alias = "fallback" if evidence.role == "fallback" else "candidate"
+    client.set_registered_model_alias(model, alias, version)
+    return version, logged
+
+
+def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, artifact_uri: str) -> str:
+    client = registry.client
+    model = evidence.candidate
+    try:
+        client.create_registered_model(model, tags={model_tag("role"): evidence.role, model_tag("kind"): evidence.kind},
+                                       description=f"unmask candidate {model} ({evidence.kind}, {evidence.role})")
+    except MlflowException as e:
+        if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
+            raise
+    tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso()}
+    for version in client.search_model_versions(f"name = '{model}'", max_results=10000):
+        if version.tags.get(model_tag("weights_sha256")) == evidence.weights_sha256:
+            registry.set_version_tags(model, str(version.version), tags)
+            return str(version.version)
+    created = client.create_model_version(
+        model, f"{artifact_uri}/evidence", run_id=run_id,
+        tags=_identity_tags(model, evidence.model_revision, evidence.weights_sha256) | tags,
+        description=f"{model} at revision {evidence.model_revision or 'local'}, weights {evidence.weights_sha256[:12]}")
+    return str(created.version)
+
+
+def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:
+    return {
+        "candidate": evidence.candidate, "role": evidence.role, "kind": evidence.kind,
+        "model_revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256,
+        "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+        "license": evidence.license.to_dict() if evidence.license else None,
+        "card": evidence.card, "failures": evidence.failures,
+        "record_run_ids": [r.run_id for r in evidence.records],
+    }
+
+
+def _model_card(evidence: CandidateEvidence) -> str:
+    lines = [f"# {evidence.candidate}", "", f"- kind: {evidence.kind}", f"- role: {evidence.role}",
+             f"- revision: {evidence.model_revision or 'local'}", f"- weights sha256: `{evidence.weights_sha256}`"]
+    if evidence.license:
+        lines.append(f"- license: {evidence.license.expression} (tier {evidence.license.tier})")
+    lines += [f"- {k}: {v}" for k, v in sorted(evidence.card.items())]
+    lines += ["", "| task | config | accuracy | p95 s | peak MB | valid |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {r.peak_mem_mb:.0f} | {r.valid} |"
+              for r in evidence.records]
+    return "\n".join(lines) + "\n"
+
+
+def evidence_run_id(registry: Registry, model: str, version: str) -> str:
+    run_id = registry.version_tags(model, version).get(model_tag("evidence_run"))
+    if not run_id:
+        raise RegistryError(f"{model} version {version} has no {model_tag('evidence_run')} tag; it was not "
+                            "registered by unmask")
+    return run_id
+
+
+def load_evidence(registry: Registry, model: str, version: str) -> CandidateEvidence:
+    """The evidence a version was last evaluated on, read back from its evidence run."""
+    run_id = evidence_run_id(registry, model, version)
+    summary = registry.load_json_artifact(run_id, "evidence/evidence.json")
+    records = [EvalRecord.from_dict(r) for r in registry.load_json_artifact(run_id, "evidence/records.json")["records"]]
+    repro, lic = summary.get("reproducibility"), summary.get("license")
+    return CandidateEvidence(
+        candidate=summary["candidate"], role=summary["role"], kind=summary["kind"], records=records,
+        reproducibility=ReproducibilityResult(**repro) if repro else None,
+        license=LicenseResult(**lic) if lic else None, model_revision=summary.get("model_revision", ""),
+        weights_sha256=summary.get("weights_sha256", ""), card=summary.get("card") or {},
+        failures=summary.get("failures") or [])
+
+
+def record_gate_report(registry: Registry, model: str, version: str, stage: str, results: list[Any],
+                       checklist: list[dict[str, Any]] | None = None) -> None:
+    """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags."""
+    from gates.evaluate import all_passed, gate_report_markdown
+
+    run_id = evidence_run_id(registry, model, version)
+    at = now_iso()
+    payload = {"model": model, "version": version, "stage": stage, "evaluated_at": at,
+               "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or []}
+    registry.client.log_dict(run_id, payload, f"gates/{stage}.json")
+    registry.client.log_text(run_id, gate_report_markdown(results, f"{model} v{version}: {stage} gates"),
+                             f"gates/{stage}.md")
+    failed = [r.gate for r in results if not r.passed]
+    registry.set_version_tags(model, version, {
+        model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
+        model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at})
+
+
+def load_gate_report(registry: Registry, model: str, version: str, stage: str) -> dict[str, Any] | None:
+    """The last stored gate report of a stage, or None when the stage was never evaluated."""
+    if model_tag(f"gates.{stage}") not in registry.version_tags(model, version):
+        return None
+    run_id = evidence_run_id(registry, model, version)
+    try:
+        return registry.load_json_artifact(run_id, f"gates/{stage}.json")
+    except RegistryError:
+        return None
