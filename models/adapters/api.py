@@ -1,0 +1,61 @@
+"""Hosted models (Mercury and friends): listed with their license, evaluable once a key is configured.
+
+An API entry is text in, text out, over an OpenAI-compatible `/chat/completions` endpoint. Without
+the key variable the entry names, the adapter says so plainly instead of failing mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+from models.adapters.base import AdapterError, NotEvaluable
+from models.catalog import CatalogEntry
+
+
+class APIAdapter:
+    kind = "api"
+    path = None
+    eos_ids: tuple[int, ...] = ()
+
+    def __init__(self, entry: CatalogEntry, timeout_s: float = 60.0):
+        self.entry, self.entry_id, self.timeout_s = entry, entry.id, timeout_s
+
+    def status(self) -> tuple[bool, str]:
+        return self.entry.api_status()
+
+    def _key(self) -> str:
+        evaluable, reason = self.status()
+        if not evaluable:
+            raise NotEvaluable(f"model '{self.entry_id}' is {reason}")
+        return os.environ[self.entry.api_key_env]
+
+    def complete(self, prompt: str, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """One chat completion; the reply text."""
+        key = self._key()
+        body = json.dumps({"model": self.entry.api_model, "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": max_tokens, "temperature": temperature}).encode()
+        request = urllib.request.Request(
+            f"{self.entry.source.location}/chat/completions", data=body, method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                reply = json.loads(response.read())
+        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as e:
+            raise AdapterError(f"model '{self.entry_id}': {self.entry.source} did not answer ({e})") from None
+        try:
+            return reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise AdapterError(f"model '{self.entry_id}': unexpected reply shape from {self.entry.source}") from None
+
+    def encode(self, text: str) -> list[int]:
+        raise NotEvaluable(f"model '{self.entry_id}' is an API model: it takes text, not token ids; use complete()")
+
+    decode = encode
+
+    def generate(self, input_ids, config, attention_mask=None):
+        self._key()  # a missing key is the first thing to report
+        raise NotEvaluable(f"model '{self.entry_id}' is an API model: it takes text, not token ids; use complete()")

@@ -1,0 +1,98 @@
+"""The adapter protocol: how evaluation loads and calls any candidate, whatever its kind.
+
+Every adapter offers `generate(input_ids, config, attention_mask=None) -> GenerateOutput`: a
+masked-diffusion model runs unmask's diffusion sampler, a block-diffusion model the block sampler,
+an autoregressive model its KV-cached decoding. Text goes through `encode` / `decode`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from tokenizers import Tokenizer
+
+from models.checkpoint import CheckpointError, weight_files
+
+if TYPE_CHECKING:
+    from sampler import GenerateOutput, SamplerConfig
+
+
+class AdapterError(ValueError):
+    """A model that cannot be loaded or called; the message says why and what to do."""
+
+
+class NotEvaluable(AdapterError):
+    """A catalog entry that unmask lists but cannot run (API without a key, no native adapter)."""
+
+
+class ModelAdapter(Protocol):
+    entry_id: str
+    kind: str  # the catalog kind: masked-diffusion, block-diffusion, autoregressive, api
+    path: Path | None
+    eos_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def generate(
+        self, input_ids: torch.Tensor, config: "SamplerConfig", attention_mask: torch.Tensor | None = None
+    ) -> "GenerateOutput":
+        """Continue `input_ids` `(batch, prompt_len)`; sequences hold prompt + generation."""
+        ...
+
+
+class TextCodec:
+    """encode/decode through a folder's tokenizer.json (the `tokenizers` library; no remote code)."""
+
+    tokenizer: Tokenizer | None
+    path: Path | None
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise AdapterError(f"{self.path}: no tokenizer.json, cannot encode text")
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            raise AdapterError(f"{self.path}: no tokenizer.json, cannot decode ids")
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AdapterError(f"{path}: missing") from None
+    except json.JSONDecodeError as e:
+        raise AdapterError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise AdapterError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_tokenizer(folder: Path) -> Tokenizer | None:
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a bare Exception on bad JSON
+        raise AdapterError(f"{path}: unreadable tokenizer ({e})") from None
+
+
+def require_safetensors(folder: Path) -> None:
+    """Refuse a folder whose weights are pickle only (or absent) before any library opens it."""
+    try:
+        weight_files(folder)
+    except CheckpointError as e:
+        raise AdapterError(str(e)) from None
+
+
+def eos_list(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)

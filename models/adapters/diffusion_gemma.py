@@ -1,0 +1,108 @@
+"""DiffusionGemma: transformers' native DiffusionGemmaForBlockDiffusion, driven by unmask's block sampler.
+
+The adapter loads the model (safetensors only, no remote code) and exposes the three calls the
+block-diffusion loop needs: an empty prefix cache, `encode` (causal encoder appends to the cache)
+and `denoise` (bidirectional decoder scores a canvas, reading the cache). The loop itself, with its
+random draws, lives in sampler/block_diffusion.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.adapters.base import AdapterError, TextCodec, eos_list, read_json, read_tokenizer, require_safetensors
+
+
+class DiffusionGemmaAdapter(TextCodec):
+    kind = "block-diffusion"
+
+    def __init__(self, model, tokenizer=None, defaults: dict[str, Any] | None = None, path: Path | None = None, entry_id: str = ""):
+        self.model, self.tokenizer, self.path = model, tokenizer, path
+        self.entry_id = entry_id or (path.name if path else "diffusion-gemma")
+        self.defaults = dict(defaults or {})
+        self.canvas_length = int(model.config.canvas_length)
+        self.vocab_size = int(model.config.text_config.vocab_size)
+        gen = model.generation_config
+        self.eos_ids = eos_list(self.defaults.get("eos_id", gen.eos_token_id))
+        self.pad_id = self.defaults.get("pad_id", gen.pad_token_id)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.model.decoder.embed_tokens.weight.dtype
+
+    @classmethod
+    def from_folder(cls, folder: Path, entry_id: str = "", device="cpu", dtype=torch.bfloat16,
+                    defaults: dict[str, Any] | None = None) -> "DiffusionGemmaAdapter":
+        from transformers import DiffusionGemmaForBlockDiffusion
+
+        folder = Path(folder)
+        model_type = read_json(folder / "config.json").get("model_type")
+        if model_type != "diffusion_gemma":
+            raise AdapterError(f"{folder / 'config.json'}: model_type is {model_type!r}, expected 'diffusion_gemma'")
+        require_safetensors(folder)
+        try:
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+                folder, dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise AdapterError(f"{folder}: DiffusionGemmaForBlockDiffusion cannot load it ({e})") from None
+        return cls(model.to(device).eval(), read_tokenizer(folder), defaults, folder, entry_id)
+
+    # -- the BlockDenoiser protocol (sampler/block_diffusion.py) --------------------------------
+
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config.get_text_config(decoder=True))
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache):
+        """Run the causal encoder over `input_ids` `(batch, n)`, appending their keys/values to `cache`."""
+        encoder = self.model.model.encoder
+        ids = input_ids.clone(memory_format=torch.contiguous_format)
+        shape_only = torch.empty((ids.shape[0], ids.shape[1], 0), dtype=self.model.dtype, device=ids.device)
+        masks = encoder.create_masks_for_generate(
+            config=self.model.config, inputs_embeds=shape_only, attention_mask=attention_mask, cache=cache,
+            position_ids=position_ids, mm_token_type_ids=None,
+        )
+        return encoder(input_ids=ids, attention_mask=masks, cache=cache, position_ids=position_ids).cache
+
+    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor) -> torch.Tensor:
+        """Float32 logits `(batch, canvas_length, vocab)` for `canvas`, attending to the whole cache."""
+        masks = self.model.model.decoder.create_diffusion_decoder_attention_mask(
+            config=self.model.config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=attention_mask,
+        )
+        return self.model(
+            decoder_input_ids=canvas, self_conditioning_logits=self_conditioning, decoder_attention_mask=masks,
+            cache=cache, decoder_position_ids=position_ids,
+        ).logits
+
+    # -- the adapter protocol ---------------------------------------------------------------------
+
+    def block_config(self, config):
+        """Translate a SamplerConfig: gen_length -> new tokens, steps spread over the canvases, seed.
+
+        The catalog's decoding defaults supply the entropy bound, temperature schedule and stopping
+        thresholds; SamplerConfig.temperature does not apply (the schedule replaces it).
+        """
+        from sampler.block_diffusion import BlockDiffusionConfig
+
+        d = self.defaults
+        canvases = math.ceil(config.gen_length / self.canvas_length)
+        keys = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")
+        return BlockDiffusionConfig(
+            max_new_tokens=config.gen_length,
+            max_denoising_steps=max(1, config.steps // canvases),
+            eos_ids=self.eos_ids, pad_id=self.pad_id, seed=config.seed,
+            **{k: d[k] for k in keys if k in d},
+        )
+
+    def generate(self, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None):
+        from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion
+
+        block = config if isinstance(config, BlockDiffusionConfig) else self.block_config(config)
+        return generate_block_diffusion(self, input_ids, block, attention_mask=attention_mask)

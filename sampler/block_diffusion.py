@@ -1,0 +1,233 @@
+"""Block diffusion decoding for uniform-state models (DiffusionGemma), token-exact with transformers.
+
+The sequence grows one canvas (block) at a time. A causal encoder caches the prompt and every
+committed canvas; a bidirectional decoder refines the new canvas, reading the cache and its own
+previous logits (self-conditioning). The canvas starts as uniform random tokens; each step samples
+every position, accepts the lowest-entropy positions while their summed entropy (less the largest)
+stays under a bound, and re-noises the rest with fresh random tokens. A block ends after
+`max_denoising_steps` or once its argmax is stable and confident; its argmax is committed.
+
+What varies lives in small objects (temperature schedule, acceptance rule, re-noising, stopping
+rule); the loop below owns the canvas, the cache and the model calls. Random draws come from one
+generator in the reference's order (initial canvas; then per step: sample, re-noise), so a seeded
+run reproduces `DiffusionGemmaForBlockDiffusion.generate()` after `torch.manual_seed(seed)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from sampler.generate import GenerateOutput, make_generator
+
+
+@dataclass(frozen=True)
+class BlockDiffusionConfig:
+    """Settings that change a block-diffusion decode; defaults are DiffusionGemma's published ones."""
+
+    max_new_tokens: int = 256  # rounded up to whole canvases
+    max_denoising_steps: int = 48  # decoder calls per canvas at most
+    entropy_bound: float = 0.1  # acceptance budget: summed entropy of accepted positions minus the largest
+    t_min: float = 0.4  # temperature at the last step
+    t_max: float = 0.8  # temperature at the first step
+    stability_threshold: int = 1  # steps the argmax must repeat before a canvas may stop early (0: no check)
+    confidence_threshold: float | None = 0.005  # mean entropy under which a stable canvas stops; None: never
+    eos_ids: tuple[int, ...] = ()  # a canvas holding one ends its row
+    pad_id: int | None = None  # replaces tokens after EOS and canvases of finished rows
+    seed: int | None = 0  # private generator; None draws from torch's global RNG
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "max_denoising_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BlockDiffusionConfig.{name} must be a positive integer, got {value!r}")
+        if not self.entropy_bound > 0:
+            raise ValueError(f"BlockDiffusionConfig.entropy_bound must be > 0, got {self.entropy_bound!r}")
+        if not 0 <= self.t_min < self.t_max:
+            raise ValueError(f"BlockDiffusionConfig needs 0 <= t_min < t_max, got t_min={self.t_min!r} t_max={self.t_max!r}")
+        if self.stability_threshold < 0:
+            raise ValueError(f"BlockDiffusionConfig.stability_threshold must be >= 0, got {self.stability_threshold!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    def hash(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+class BlockDenoiser(Protocol):
+    """What an adapter offers the block-diffusion loop (DiffusionGemma's adapter implements it)."""
+
+    canvas_length: int
+    vocab_size: int
+    dtype: torch.dtype  # self-conditioning logits are cast to it, as the reference does
+
+    def new_cache(self) -> Any:
+        """An empty prefix cache."""
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any) -> Any:
+        """Append `input_ids` `(batch, n)` to the cache; `attention_mask` `(batch, cached + n)` covers all keys."""
+
+    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache: Any,
+                attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Float32 logits `(batch, canvas_length, vocab)` for `canvas`; the cache is read, not written."""
+
+
+class LinearTemperatureSchedule:
+    """t = t_min + (t_max - t_min) * remaining / total, in the reference's tensor arithmetic."""
+
+    def __init__(self, t_min: float, t_max: float, steps: int):
+        self.t_min, self.t_max, self.steps = t_min, t_max, steps
+
+    def apply(self, logits: torch.Tensor, remaining: int) -> torch.Tensor:
+        step = torch.tensor(remaining, device=logits.device, dtype=torch.int32)
+        return logits / (self.t_min + (self.t_max - self.t_min) * (step / self.steps))
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy `(batch, seq)` of the categorical distribution of each position."""
+    return torch.distributions.Categorical(logits=logits).entropy()
+
+
+class EntropyBoundAcceptance:
+    """Accept the k lowest-entropy positions with sum(entropy) - max(entropy) <= bound."""
+
+    def __init__(self, bound: float):
+        self.bound = bound
+
+    def accepted(self, logits: torch.Tensor) -> torch.Tensor:
+        ordered, order = torch.sort(token_entropy(logits), dim=-1)
+        keep = torch.cumsum(ordered, dim=-1) - ordered <= self.bound  # ascending: the running max is `ordered`
+        return torch.scatter(torch.zeros_like(keep), -1, order, keep)  # (B, L) bool, back in canvas order
+
+
+class UniformNoise:
+    """Uniform random tokens: the starting canvas and the re-noising of rejected positions."""
+
+    def __init__(self, vocab_size: int, canvas_length: int):
+        self.vocab_size, self.canvas_length = vocab_size, canvas_length
+
+    def sample(self, batch: int, device, generator) -> torch.Tensor:
+        return torch.randint(0, self.vocab_size, (batch, self.canvas_length), device=device, generator=generator)
+
+    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, generator) -> torch.Tensor:
+        return torch.where(accepted, canvas, self.sample(canvas.shape[0], canvas.device, generator))
+
+
+class StableAndConfidentStop:
+    """A row's canvas is done when its argmax repeated for `stability` steps and mean entropy < threshold."""
+
+    def __init__(self, stability: int, confidence: float):
+        self.stability, self.confidence = stability, confidence
+        self.history: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self.history = None
+
+    def done(self, argmax: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        if self.stability == 0:
+            stable = torch.ones(argmax.shape[0], dtype=torch.bool, device=argmax.device)
+        else:
+            if self.history is None:
+                self.history = torch.full((self.stability, *argmax.shape), -1, dtype=argmax.dtype, device=argmax.device)
+            stable = (self.history == argmax[None]).all(dim=-1).all(dim=0)
+            self.history = torch.cat([self.history[1:], argmax[None]])  # oldest out, newest in
+        return stable & (token_entropy(logits).mean(dim=-1) < self.confidence)
+
+
+@torch.no_grad()
+def generate_block_diffusion(
+    model: BlockDenoiser,
+    input_ids: torch.Tensor,
+    config: BlockDiffusionConfig,
+    attention_mask: torch.Tensor | None = None,
+) -> GenerateOutput:
+    """Append whole canvases after `input_ids` `(batch, prompt_len)`; report tokens per forward.
+
+    Returns sequences `(batch, prompt_len + canvases * canvas_length)`; `nfe` counts decoder calls
+    (the batch's), and `stats["tokens_per_forward"]` per row counts non-pad generated tokens over the
+    decoder calls that row needed, as transformers does.
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape (batch, prompt_len), got {tuple(input_ids.shape)}")
+    device, (B, P), L = input_ids.device, input_ids.shape, model.canvas_length
+    generator = make_generator(config.seed, device)
+    schedule = LinearTemperatureSchedule(config.t_min, config.t_max, config.max_denoising_steps)
+    acceptance = EntropyBoundAcceptance(config.entropy_bound)
+    noise = UniformNoise(model.vocab_size, L)
+    stop = None if config.confidence_threshold is None else StableAndConfidentStop(config.stability_threshold, config.confidence_threshold)
+    eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
+
+    mask = torch.ones(B, P, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+    sequences, new_tokens = input_ids, input_ids  # new_tokens: what the encoder has not cached yet
+    enc_pos = torch.arange(0, P, dtype=torch.int32, device=device)[None]
+    row_done = torch.zeros(B, dtype=torch.bool, device=device)
+    forwards = torch.zeros(B, dtype=torch.int, device=device)
+    cache, nfe, canvases = model.new_cache(), 0, 0
+    for _ in range(math.ceil(config.max_new_tokens / L)):
+        cur = sequences.shape[1]
+        cache = model.encode(new_tokens, mask, enc_pos, cache)
+        dec_pos = torch.arange(cur, cur + L, dtype=torch.int32, device=device)[None]
+        dec_mask = torch.nn.functional.pad(mask, (0, L), value=True)
+        canvas = noise.sample(B, device, generator)
+        argmax, self_cond = canvas, None
+        canvas_done = torch.zeros(B, dtype=torch.bool, device=device)
+        if stop is not None:
+            stop.reset()
+        for remaining in range(config.max_denoising_steps, 0, -1):
+            forwards += ~(canvas_done | row_done)
+            logits = schedule.apply(model.denoise(canvas, self_cond, cache, dec_mask, dec_pos), remaining)
+            nfe += 1
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(B, L)
+            new_argmax = logits.argmax(dim=-1)
+            accepted = acceptance.accepted(logits)
+            new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, generator)
+            if stop is not None:
+                if canvas_done.any():  # finished rows keep their canvas, argmax and self-conditioning
+                    new_argmax = torch.where(canvas_done[:, None], argmax, new_argmax)
+                    new_canvas = torch.where(canvas_done[:, None], canvas, new_canvas)
+                    logits = torch.where(canvas_done[:, None, None], self_cond, logits)
+                canvas_done |= stop.done(new_argmax, logits)
+            canvas, argmax, self_cond = new_canvas, new_argmax, logits.to(model.dtype)
+            if canvas_done.all():
+                break
+        sequences = torch.cat([sequences, argmax], dim=-1)
+        canvases += 1
+        row_done = finish_rows(sequences, row_done, eos, config.pad_id, L)
+        if row_done.all():
+            break
+        mask = torch.nn.functional.pad(mask, (0, L), value=True)
+        new_tokens, enc_pos = sequences[:, -L:], dec_pos
+    generated = sequences[:, P:]
+    valid = (generated != config.pad_id).sum(dim=-1) if config.pad_id is not None else torch.full((B,), generated.shape[1], device=device)
+    return GenerateOutput(
+        sequences=sequences,
+        prompt_length=P,
+        nfe=nfe,
+        stats={
+            "tokens_per_forward": (valid / forwards).tolist(),
+            "decoder_forwards": forwards.tolist(),
+            "canvases": canvases,
+            "canvas_length": L,
+        },
+    )
+
+
+def finish_rows(sequences: torch.Tensor, row_done: torch.Tensor, eos: torch.Tensor, pad_id: int | None, L: int) -> torch.Tensor:
+    """Mark rows whose new canvas holds EOS; pad what follows EOS and whole canvases of earlier-finished rows."""
+    canvas = sequences[:, -L:]  # a view: edits land in `sequences`
+    just_done = torch.isin(canvas, eos).any(dim=-1) if eos.numel() else torch.zeros_like(row_done)
+    done = row_done | just_done
+    if pad_id is not None and done.any():
+        canvas[row_done] = pad_id
+        if just_done.any():
+            is_eos = torch.isin(canvas, eos)
+            seen = is_eos.cumsum(dim=-1)
+            canvas[(seen > 0) & ~((seen == 1) & is_eos)] = pad_id
+    return done

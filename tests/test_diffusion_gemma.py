@@ -1,0 +1,134 @@
+"""DiffusionGemma block diffusion: unmask's sampler reproduces transformers' generate() token for token.
+
+A tiny random DiffusionGemma (2 layers, 4 experts, vocabulary 128, canvas 8) with a tiny vision
+tower is built here; both decoders run from the same seed, so they see the same random draws in
+the same order (initial canvas; per step: sample, re-noise).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
+    pytest.skip("this transformers has no DiffusionGemmaForBlockDiffusion", allow_module_level=True)
+
+from models.adapters.base import AdapterError  # noqa: E402
+from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402
+from sampler import SamplerConfig  # noqa: E402
+from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion  # noqa: E402
+
+PROMPTS = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]])
+
+
+def tiny_config():
+    text = dict(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=8, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention="vision",
+        num_experts=4, top_k_experts=2, moe_intermediate_size=16, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    # A None vision config would build the full-size default tower; this one is a few thousand weights.
+    vision = dict(
+        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4, pooling_kernel_size=2,
+    )
+    return transformers.DiffusionGemmaConfig(
+        text_config=text, vision_config=vision, canvas_length=8, boi_token_id=125, eoi_token_id=126, image_token_id=127
+    )
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return transformers.DiffusionGemmaForBlockDiffusion(tiny_config()).eval()
+
+
+# (transformers generate() kwargs, the same settings for unmask's BlockDiffusionConfig)
+CASES = {
+    "three-canvases": (dict(max_new_tokens=24, max_denoising_steps=6), dict()),
+    "eos-and-pad": (dict(max_new_tokens=24, max_denoising_steps=6, eos_token_id=23, pad_token_id=0),
+                    dict(eos_ids=(23,), pad_id=0)),
+    "rows-stop-at-different-steps": (
+        dict(max_new_tokens=16, max_denoising_steps=8, stability_threshold=0, confidence_threshold=4.83),
+        dict(stability_threshold=0, confidence_threshold=4.83)),
+    "stable-and-confident": (
+        dict(max_new_tokens=16, max_denoising_steps=8, stability_threshold=0, confidence_threshold=100.0,
+             eos_token_id=[23, 97], pad_token_id=0),
+        dict(stability_threshold=0, confidence_threshold=100.0, eos_ids=(23, 97), pad_id=0)),
+    "wide-entropy-bound": (dict(max_new_tokens=16, max_denoising_steps=4, entropy_bound=3.0), dict(entropy_bound=3.0)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_block_diffusion_matches_transformers_generate(model, case):
+    hf_kwargs, ours = CASES[case]
+    seed = 11
+    torch.manual_seed(seed)
+    reference = model.generate(PROMPTS, **hf_kwargs)
+    config = BlockDiffusionConfig(
+        max_new_tokens=hf_kwargs["max_new_tokens"], max_denoising_steps=hf_kwargs["max_denoising_steps"], seed=seed, **ours
+    )
+    out = generate_block_diffusion(DiffusionGemmaAdapter(model), PROMPTS, config)
+    assert torch.equal(out.sequences, reference.sequences)
+    assert out.stats["tokens_per_forward"] == reference.tokens_per_forward.tolist()
+    assert out.prompt_length == PROMPTS.shape[1] and out.nfe >= max(out.stats["decoder_forwards"])
+
+
+def test_rows_that_stop_early_are_counted_apart(model):
+    _, ours = CASES["rows-stop-at-different-steps"]
+    out = generate_block_diffusion(
+        DiffusionGemmaAdapter(model), PROMPTS, BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=8, seed=11, **ours)
+    )
+    forwards = out.stats["decoder_forwards"]
+    assert len(set(forwards)) > 1  # the case really exercises per-row early stopping
+    assert all(f < 16 for f in forwards)
+    assert out.stats["tokens_per_forward"] == pytest.approx([16 / f for f in forwards])
+
+
+def test_left_padded_batch_matches(model):
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+    torch.manual_seed(5)
+    reference = model.generate(PROMPTS, attention_mask=mask, max_new_tokens=16, max_denoising_steps=4)
+    out = generate_block_diffusion(
+        DiffusionGemmaAdapter(model), PROMPTS, BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=4, seed=5),
+        attention_mask=mask,
+    )
+    assert torch.equal(out.sequences, reference.sequences)
+
+
+def test_adapter_loads_safetensors_and_decodes_from_a_sampler_config(model, tmp_path):
+    model.save_pretrained(tmp_path / "dg")
+    assert list((tmp_path / "dg").glob("*.safetensors"))
+    adapter = DiffusionGemmaAdapter.from_folder(
+        tmp_path / "dg", dtype=torch.float32, defaults={"entropy_bound": 0.5, "t_min": 0.4, "t_max": 0.8}
+    )
+    config = SamplerConfig(steps=12, gen_length=16, block_length=16, seed=3)
+    block = adapter.block_config(config)
+    assert (block.max_new_tokens, block.max_denoising_steps, block.entropy_bound, block.seed) == (16, 6, 0.5, 3)
+    first, again = adapter.generate(PROMPTS[:2], config), adapter.generate(PROMPTS[:2], config)
+    assert torch.equal(first.sequences, again.sequences)  # seeded: reproducible
+    assert first.sequences.shape == (2, 5 + 16) and first.stats["canvases"] == 2
+    other = adapter.generate(PROMPTS[:2], config.with_(seed=4))
+    assert not torch.equal(first.sequences, other.sequences)
+
+
+def test_pickle_only_or_wrong_folder_is_refused(model, tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    model.config.save_pretrained(folder)
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+    with pytest.raises(AdapterError, match="only pickle weights"):
+        DiffusionGemmaAdapter.from_folder(folder)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(AdapterError, match="expected 'diffusion_gemma'"):
+        DiffusionGemmaAdapter.from_folder(folder)
+
+
+def test_config_rejects_impossible_settings():
+    with pytest.raises(ValueError, match="max_denoising_steps"):
+        BlockDiffusionConfig(max_denoising_steps=0)
+    with pytest.raises(ValueError, match="t_min < t_max"):
+        BlockDiffusionConfig(t_min=0.9, t_max=0.8)
+    assert BlockDiffusionConfig().hash() == BlockDiffusionConfig().hash() != BlockDiffusionConfig(seed=1).hash()
