@@ -74,7 +74,8 @@ def _scores(matrix: np.ndarray, weights: dict[str, float]) -> tuple[np.ndarray, 
     if len(sub) == 1:
         return np.ones(1), np.ones(1)
     wsum = WSM(normalization_function=minmax_normalization)(sub, w, types, validation=False)
-    topsis = TOPSIS(normalization_function=minmax_normalization)(sub, w, types, validation=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        topsis = TOPSIS(normalization_function=minmax_normalization)(sub, w, types, validation=False)
     # All alternatives equal on every criterion: TOPSIS gives 0/0; they tie.
     return wsum, np.nan_to_num(topsis, nan=1.0)
 

@@ -1,0 +1,132 @@
+"""Each gate passes and fails for its stated reason, citing the record it read; gates read validated records only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from evals.records import ReproducibilityResult
+from gates import GateResult, all_passed, evaluate_gates, gate_report_markdown, load_policy
+from tests.gate_fixtures import evidence, fast_llada, record, signoffs
+
+POLICY = load_policy()
+BASE = {"fallback": evidence("tiny-ar"), "production": None}
+SIGNED = signoffs("tooling-maturity")
+
+
+def judge(ev, stage="poc", base=BASE, signed=SIGNED) -> dict[str, GateResult]:
+    return {r.gate: r for r in evaluate_gates(ev, POLICY, stage, base, signed)}
+
+
+def test_tiny_llada_passes_poc_and_staging_but_is_too_slow_for_production():
+    assert all_passed(list(judge(evidence(), "poc").values()))
+    assert all_passed(list(judge(evidence(), "staging").values()))
+    prod = judge(evidence(), "production")
+    assert [g for g, r in prod.items() if not r.passed] == ["speedup"]
+    assert prod["speedup"].value == 0.5 and "0.50x" in prod["speedup"].reason and "< 1x" in prod["speedup"].reason
+    assert all_passed(list(judge(fast_llada(), "production").values()))
+
+
+def test_every_result_cites_record_run_and_hash():
+    ev = evidence(records=[record(run_id="run-arith"), record(task="sort", run_id="run-sort")])
+    for r in judge(ev).values():
+        assert r.stage == "poc"
+        assert r.evidence["record_id"] == ev.records[0].record_id
+        assert r.evidence["run_id"] in {"run-arith", "run-sort"}
+        assert r.evidence["weights_sha256"] == ev.records[0].weights_sha256
+
+
+@pytest.mark.parametrize("gate, changed, stage, reason", [
+    ("quality", dict(accuracy=0.25), "poc", "0.25 is not >= threshold 0.3"),
+    ("quality_vs_fallback", dict(accuracy=0.49), "poc", "0.49 is not >= baseline 0.7 - 0.2"),
+    ("quality_vs_fallback", dict(accuracy=0.64), "staging", "is not >= baseline 0.7 - 0.05"),
+    ("latency", dict(latency_p95_s=2.5), "staging", "p95 2.500 s at gen_length 64 > SLA 2 s"),
+    ("speedup", dict(latency_p95_s=0.5), "poc", "0.18x"),
+    ("memory", dict(peak_mem_mb=20000.0), "poc", "peak memory 20000 MB (arith) > budget 16384 MB"),
+    ("error_rate", dict(errors=7), "poc", "error rate 5.83% (7/120 on arith) > 5.00%"),
+    ("error_rate", dict(errors=2), "staging", "error rate 1.67% (2/120 on arith) > 1.00%"),
+    ("data_validity", dict(n_items=30), "staging", "arith measured on 30 items, fewer than 50"),
+])
+def test_record_driven_gates_fail_for_their_reason(gate, changed, stage, reason):
+    passing = judge(evidence(), stage)[gate]
+    assert passing.passed, passing.reason
+    failing = judge(evidence(records=[record(**changed), record(task="sort")]), stage)[gate]
+    assert not failing.passed and reason in failing.reason, failing.reason
+
+
+def test_error_rate_gate_fails_on_a_load_failure():
+    r = judge(replace(evidence(), failures=["tiny-llada: decode raised RuntimeError"]))["error_rate"]
+    assert not r.passed and "load or decode failed" in r.reason
+
+
+def test_quality_vs_production_compares_with_the_production_model_when_there_is_one():
+    first = judge(fast_llada(), "production")["quality_vs_production"]
+    assert first.passed and "no production model yet" in first.reason
+    worse = fast_llada()
+    worse = replace(worse, records=[replace(r, accuracy=0.70) for r in worse.records])
+    r = judge(worse, "production", base=BASE | {"production": fast_llada()})["quality_vs_production"]
+    assert not r.passed and r.evidence["baseline"] == "production" and "min relative change -0.02" in r.reason
+
+
+def test_license_gate_by_tier_and_stage():
+    assert judge(evidence(tier="caution"), "staging")["license"].passed
+    r = judge(evidence(tier="caution"), "production")["license"]
+    assert not r.passed and r.value == "caution" and "not allowed at production (permitted)" in r.reason
+    assert not judge(evidence(license=None))["license"].passed
+
+
+def test_reproducibility_gate_names_what_failed():
+    assert judge(evidence(), "production")["reproducibility"].passed
+    repro = ReproducibilityResult("tiny-llada", False, True, False, True, ["fresh process: output hash differs"])
+    assert judge(evidence(reproducibility=repro), "poc")["reproducibility"].passed  # poc asks same_process only
+    r = judge(evidence(reproducibility=repro), "staging")["reproducibility"]
+    assert not r.passed and "fresh_process failed" in r.reason and "output hash differs" in r.reason
+    assert "no reproducibility probe result" in judge(evidence(reproducibility=None))["reproducibility"].reason
+
+
+def test_tooling_maturity_needs_the_checklist_signoff():
+    assert judge(evidence())["tooling_maturity"].passed
+    r = judge(evidence(), signed={})["tooling_maturity"]
+    assert not r.passed and "'tooling-maturity'" in r.reason
+
+
+def test_unvalidated_or_invalid_records_count_as_no_evidence():
+    for valid in (None, False):
+        ev = evidence(records=[record(valid=valid, validation={"failed": ["latency_p95_s not null"]}),
+                               record(task="sort")])
+        results = judge(ev)
+        assert not results["data_validity"].passed
+        assert "gates use validated records only" in results["data_validity"].reason
+        assert not results["quality"].passed and "no validated record" in results["quality"].reason
+    assert "latency_p95_s not null" in judge(evidence(records=[record(valid=False, validation={"failed": [
+        "latency_p95_s not null"]})]))["data_validity"].reason
+
+
+def test_missing_fallback_fails_the_relative_gates():
+    results = judge(evidence(), base={})
+    assert not results["quality_vs_fallback"].passed and not results["speedup"].passed
+    assert "no validated fallback record" in results["speedup"].reason
+
+
+def test_operating_point_is_the_best_config_at_the_stated_length_unless_the_card_names_one():
+    slow_good = record(config={"steps": 64, "seed": 1}, accuracy=0.80, latency_p95_s=0.30)
+    other_length = record(config={"gen_length": 128}, gen_length=128, accuracy=0.95)
+    results = judge(evidence(records=[record(), slow_good, other_length]))
+    assert results["quality"].value == 0.80 and results["latency"].value == 0.30
+    pinned = evidence(records=[record(), slow_good], card={"operating_config_hash": record().config_hash})
+    assert judge(pinned)["quality"].value == 0.72
+
+
+def test_bare_records_are_accepted_and_must_be_one_candidate():
+    results = evaluate_gates([record(), record(task="sort")], POLICY, "poc", BASE, SIGNED)
+    assert not {r.gate: r for r in results}["license"].passed  # no license evidence in bare records
+    with pytest.raises(ValueError, match="several candidates"):
+        evaluate_gates([record(), record("tiny-ar")], POLICY, "poc", BASE)
+
+
+def test_gate_report_markdown_and_roundtrip():
+    results = evaluate_gates(evidence(), POLICY, "production", BASE, SIGNED)
+    md = gate_report_markdown(results, "tiny-llada v1")
+    assert "Stage **production**: FAILED (10/11 gates)" in md and "| speedup | **no** |" in md
+    assert [GateResult.from_dict(r.to_dict()) for r in results] == results
