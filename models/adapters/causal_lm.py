@@ -78,7 +78,8 @@ class CausalLMAdapter(TextCodec):
     def __init__(self, model, tokenizer, eos_ids: tuple[int, ...], pad_id: int | None, path: Path | None, entry_id: str = ""):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.eos_ids = eos_ids
-        self.pad_id = pad_id if pad_id is not None else (eos_ids[0] if eos_ids else 0)
+        # rows that stop are filled with EOS, as the diffusion and native AR samplers do
+        self.pad_id = eos_ids[0] if eos_ids else (pad_id if pad_id is not None else 0)
         self.entry_id = entry_id or (path.name if path else "")
 
     @classmethod
