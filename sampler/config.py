@@ -24,6 +24,24 @@ class SamplerConfig:
     seed: int | None = 0  # seeds a private generator; None draws from torch's global RNG
     logits_eos_inf: bool = False  # forbid EOS outright
     confidence_eos_eot_inf: bool = False  # give EOS/EoT predictions confidence 0 (commit them last)
+    # Fast decoding. Each field picks a small object (sampler/commit.py, cache.py, speculative.py,
+    # early_exit.py, backends.py); the defaults are the exact vanilla sampler.
+    parallel: str = "top_k"  # commit rule: top_k (the step schedule), threshold, factor, entropy
+    parallel_threshold: float = 0.9  # threshold rule: commit every masked position this confident
+    parallel_factor: float = 1.0  # factor rule: commit the n-th most confident while (n + 1)(1 - c_n) < f
+    entropy_bound: float = 1.0  # entropy rule: commit lowest-entropy positions while their sum (nats) stays under
+    cache: str = "none"  # none, prefix (reuse keys/values before the block), dual (before and after it)
+    cache_refresh: int = 0  # full forward every k steps of a block as well as at its start; 0 = block start only
+    speculative_draft: int = 0  # steps drafted and verified per model call (lossless, temperature 0); 0 = off
+    early_exit: str = "none"  # none, or eos_decided: stop once the text before the first EOS is final
+    backend: str = "torch"  # torch, or onnxruntime (the exported denoiser)
+
+    # Fields added after configs were first recorded: left out of `hash()` while at their default,
+    # so every config recorded before they existed keeps its hash.
+    _HASH_OPTIONAL = (
+        "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
+        "speculative_draft", "early_exit", "backend",
+    )
 
     def __post_init__(self) -> None:
         self.check()
@@ -54,6 +72,34 @@ class SamplerConfig:
             raise ValueError(
                 f"SamplerConfig.remasking={self.remasking!r}; known: {', '.join(sorted(REMASKING_POLICIES))}"
             )
+        self._check_fast_modes()
+
+    def _check_fast_modes(self) -> None:
+        from sampler.backends import BACKENDS
+        from sampler.cache import CACHE_POLICIES
+        from sampler.commit import COMMIT_RULES
+        from sampler.early_exit import EARLY_EXIT_RULES
+
+        for name, known in (("parallel", COMMIT_RULES), ("cache", CACHE_POLICIES),
+                            ("early_exit", EARLY_EXIT_RULES), ("backend", BACKENDS)):
+            if getattr(self, name) not in known:
+                raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r}; known: {', '.join(sorted(known))}")
+        if not 0.0 < self.parallel_threshold <= 1.0:
+            raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
+        for name in ("parallel_factor", "entropy_bound"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SamplerConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("cache_refresh", "speculative_draft"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"SamplerConfig.{name} must be a non-negative integer, got {value!r}")
+        if self.speculative_draft == 1:
+            raise ValueError("SamplerConfig.speculative_draft=1 drafts nothing to verify; use 0 (off) or >= 2")
+        if self.speculative_draft and (self.temperature > 0 or self.remasking != "low_confidence"):
+            raise ValueError(
+                f"SamplerConfig.speculative_draft={self.speculative_draft} is lossless only for deterministic "
+                f"decoding: needs temperature=0 and remasking='low_confidence' (got {self.temperature!r}, {self.remasking!r})"
+            )
 
     @property
     def num_blocks(self) -> int:
@@ -82,8 +128,10 @@ class SamplerConfig:
         return cls.from_dict(json.loads(text))
 
     def hash(self) -> str:
-        """Stable 16-hex digest of the canonical JSON form."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        """Stable 16-hex digest of the canonical JSON form (newer fields only when set)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        data = {k: v for k, v in self.to_dict().items() if k not in self._HASH_OPTIONAL or v != defaults[k]}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     def with_(self, **changes: Any) -> "SamplerConfig":
         return replace(self, **changes)

@@ -1,20 +1,27 @@
-"""The diffusion sampler: LLaDA's semi-autoregressive masked decoding, token-exact.
+"""The diffusion sampler: LLaDA's semi-autoregressive masked decoding, token-exact by default.
 
-The loop owns the canvas, the blocks and the model calls; what varies (which tokens to commit,
-how many, how confident) lives in small objects chosen by the SamplerConfig.
+The loop owns the canvas, the blocks and the model calls; what varies lives in small objects
+chosen by the SamplerConfig: which tokens a step commits (`commit.py`), which keys/values are
+reused between calls (`cache.py`), whether several steps are verified per call
+(`speculative.py`), when the rest is decided as padding (`early_exit.py`) and what runs the
+network (`backends.py`). One step is a pure function of (state, logits), so speculative
+decoding can replay it on drafted states and accept exactly what the plain loop would do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
 
+from sampler.backends import denoiser_for
+from sampler.cache import LogitsSource, ModelCall, Window, logits_source
+from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
 from sampler.config import SamplerConfig
+from sampler.early_exit import EarlyExit, early_exit_rule
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
-from sampler.schedule import UniformTransferSchedule
 
 
 class Denoiser(Protocol):
@@ -25,11 +32,15 @@ class Denoiser(Protocol):
 
 @dataclass
 class GenerateOutput:
-    """sequences (`torch.LongTensor` of shape `(batch, prompt_len + gen_length)`): prompt + generation."""
+    """sequences (`torch.LongTensor` of shape `(batch, prompt_len + gen_length)`): prompt + generation.
+
+    stats: what the modes measured: nfe, sequential_calls, tokens_per_forward, block_nfe, and
+    per mode acceptance_rate (speculative), nfe_saved (early exit), provider (backend).
+    """
 
     sequences: torch.Tensor
     prompt_length: int
-    nfe: int  # model calls; a CFG step's batched (cond + uncond) call counts once
+    nfe: int  # model evaluations of the canvas; a CFG step's batched (cond + uncond) call counts once
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -67,6 +78,97 @@ def check_inputs(input_ids: torch.Tensor, config: SamplerConfig, attention_mask:
         )
 
 
+@dataclass(frozen=True)
+class DecodeState:
+    """Where decoding stands: the canvas `x` `(batch, prompt_len + gen_length)`, the block and the step in it."""
+
+    x: torch.Tensor
+    block: int
+    step: int
+    plan: torch.Tensor | None  # the commit rule's per-block plan (top_k: counts per step)
+
+    def same_as(self, other: "DecodeState") -> bool:
+        return self.block == other.block and self.step == other.step and torch.equal(self.x, other.x)
+
+
+class BlockDecoder:
+    """One decoding step as a function of (state, logits); the drivers below decide when to call the model."""
+
+    def __init__(self, config: SamplerConfig, prompt_length: int, generator, exit_rule: EarlyExit):
+        self.config, self.P, self.generator = config, prompt_length, generator
+        self.policy = remasking_policy(config.remasking)
+        self.rule: CommitRule = commit_rule(config)
+        self.exit_rule = exit_rule
+
+    def bounds(self, block: int) -> tuple[int, int]:
+        start = self.P + block * self.config.block_length
+        return start, start + self.config.block_length
+
+    def enter_block(self, x: torch.Tensor, block: int) -> DecodeState:
+        start, end = self.bounds(block)
+        plan = self.rule.plan(x[:, start:end] == self.config.mask_id, self.config.steps_per_block)
+        return DecodeState(x=x, block=block, step=0, plan=plan)
+
+    def finished(self, state: DecodeState) -> bool:
+        return state.block >= self.config.num_blocks
+
+    def advance(self, state: DecodeState, window: Window) -> DecodeState:
+        """Commit one step from `window` (logits of positions `[lo, lo + W)` of `state.x`)."""
+        cfg, x = self.config, state.x
+        start, end = self.bounds(state.block)
+        check_logits(window.logits, f"block {state.block} step {state.step}")
+        mask_index = x == cfg.mask_id
+        x0_w, conf_w = propose(window.logits, cfg, self.policy, self.generator)
+        lo, hi = window.lo, window.lo + window.logits.shape[1]
+        x0, confidence = x.clone(), torch.full(x.shape, -torch.inf, dtype=conf_w.dtype, device=x.device)
+        x0[:, lo:hi], confidence[:, lo:hi] = x0_w, conf_w
+        confidence[:, end:] = -torch.inf  # nothing beyond the current block
+        x0 = torch.where(mask_index, x0, x)
+        confidence = torch.where(mask_index, confidence, -torch.inf)
+        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), state.step, state.plan)
+        x = x.clone()
+        x[commit] = x0[commit]
+        x = self.exit_rule.apply(x, self.P)
+        step = state.step + 1
+        if self.exit_rule.all_decided(x):
+            return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None)
+        if self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id):
+            return self.enter_block(x, state.block + 1) if state.block + 1 < cfg.num_blocks else replace(
+                state, x=x, block=cfg.num_blocks, step=0, plan=None)
+        return replace(state, x=x, step=step)
+
+    @staticmethod
+    def _entropy(window: Window, shape) -> torch.Tensor:
+        h = torch.full(shape, torch.inf, device=window.logits.device)
+        h[:, window.lo : window.lo + window.logits.shape[1]] = entropy_of(window.logits)
+        return h
+
+
+@dataclass
+class CallCounter:
+    """Model calls, the canvases they evaluated, and how many went to each block."""
+
+    sequential_calls: int = 0
+    nfe: int = 0
+    block_nfe: list[int] = field(default_factory=list)
+
+    def add(self, block: int, states: int) -> None:
+        self.sequential_calls += 1
+        self.nfe += states
+        while len(self.block_nfe) <= block:
+            self.block_nfe.append(0)
+        self.block_nfe[block] += 1
+
+
+def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, dict]:
+    """One model call per step."""
+    while not decoder.finished(state):
+        calls.add(state.block, 1)
+        (window,) = source.logits([state])
+        state = decoder.advance(state, window)
+    return state, {}
+
+
 @torch.no_grad()
 def generate(
     model: Denoiser,
@@ -87,31 +189,23 @@ def generate(
     if attention_mask is not None:
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, config.gen_length)], dim=-1)
     prompt_index = x != config.mask_id
-    generator = make_generator(config.seed, device)
-    policy = remasking_policy(config.remasking)
-    schedule = UniformTransferSchedule()
-    nfe = 0
-    for b in range(config.num_blocks):
-        start, end = P + b * config.block_length, P + (b + 1) * config.block_length
-        counts = schedule.counts(x[:, start:end] == config.mask_id, config.steps_per_block)  # (B, s)
-        for i in range(config.steps_per_block):
-            mask_index = x == config.mask_id
-            logits = guided_logits(model, x, attention_mask, prompt_index, config.cfg_scale, config.mask_id)
-            nfe += 1
-            check_logits(logits, f"block {b} step {i}")
-            x0, confidence = propose(logits, config, policy, generator)
-            confidence[:, end:] = -torch.inf  # nothing beyond the current block
-            x0 = torch.where(mask_index, x0, x)
-            confidence = torch.where(mask_index, confidence, -torch.inf)
-            commit = commit_top_k(confidence, counts[:, i])
-            x[commit] = x0[commit]
-    return GenerateOutput(sequences=x, prompt_length=P, nfe=nfe)
-
-
-def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Boolean `(batch, seq)`: per row, the `k[row]` most confident positions."""
-    commit = torch.zeros_like(confidence, dtype=torch.bool)
-    for j in range(confidence.shape[0]):
-        _, index = torch.topk(confidence[j], k=int(k[j]))
-        commit[j, index] = True
-    return commit
+    denoiser, backend_stats = denoiser_for(model, config)
+    call = ModelCall(denoiser, attention_mask, prompt_index, config)
+    source = logits_source(config, call, P)
+    exit_rule = early_exit_rule(config)
+    decoder = BlockDecoder(config, P, make_generator(config.seed, device), exit_rule)
+    calls = CallCounter()
+    drive = decode_plain
+    if config.speculative_draft:
+        from sampler.speculative import decode_speculative as drive
+    state, mode_stats = drive(decoder, source, decoder.enter_block(x, 0), calls)
+    stats = {
+        "nfe": calls.nfe,
+        "sequential_calls": calls.sequential_calls,
+        "tokens_per_forward": config.gen_length / max(calls.sequential_calls, 1),
+        "block_nfe": calls.block_nfe,
+        **exit_rule.stats(config, calls.nfe, len(calls.block_nfe)),
+        **backend_stats,
+        **mode_stats,
+    }
+    return GenerateOutput(sequences=state.x, prompt_length=P, nfe=calls.nfe, stats=stats)

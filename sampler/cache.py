@@ -1,0 +1,177 @@
+"""Where a step's logits come from: a full forward each step, or keys/values reused across steps.
+
+Attention in a masked diffusion model is bidirectional, so a cached key is stale as soon as any
+token it saw is committed; caching is an approximation that Fast-dLLM showed to cost little:
+
+- `prefix`: at a refresh (every block start, and every `cache_refresh` steps) one full forward;
+  until the next refresh the keys/values of everything before the block are reused, the block
+  and the suffix are recomputed.
+- `dual`: prefix and suffix keys/values are reused, only the current block is recomputed.
+
+A refresh step runs exactly the no-cache call, so `cache_refresh=1` gives the no-cache tokens.
+Keys are cached after RoPE with their own positions; the block is called with its true
+position ids, so every call sees the same angles as a full forward would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from sampler.config import SamplerConfig
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v), each (batch, kv_heads, seq, head_dim)
+
+
+@dataclass
+class Window:
+    """logits (`torch.FloatTensor` of shape `(batch, W, vocab)`) for canvas positions `[lo, lo + W)`."""
+
+    logits: torch.Tensor
+    lo: int
+
+
+class ModelCall:
+    """Calls the denoiser on `n` stacked canvases `(n * batch, ...)`, folding in classifier-free guidance."""
+
+    def __init__(self, model: Any, attention_mask: torch.Tensor | None, prompt_index: torch.Tensor, config: SamplerConfig):
+        self.model, self.attention_mask, self.prompt_index, self.config = model, attention_mask, prompt_index, config
+        B, T = prompt_index.shape
+        mask = attention_mask if attention_mask is not None else torch.ones(B, T, dtype=torch.long, device=prompt_index.device)
+        self.key_mask = mask  # (B, T) with the generation's ones
+        self.position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): a padded row sees its solo angles
+
+    def _run(self, x: torch.Tensor, lo: int, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+        """`x` holds canvas positions `[lo, lo + W)`; with CFG a prompt-masked copy joins the batch."""
+        cfg = self.config
+        if cfg.cfg_scale <= 0:
+            out = self.model(x, attention_mask=attention_mask, **kwargs)
+            return out.logits, out.past_key_values if kwargs.get("use_cache") else None
+        reps = x.shape[0] // self.prompt_index.shape[0]
+        un_x = x.clone()
+        un_x[self.prompt_index[:, lo : lo + x.shape[1]].repeat(reps, 1)] = cfg.mask_id
+        both = lambda t: None if t is None else torch.cat([t, t], dim=0)  # noqa: E731
+        if "position_ids" in kwargs:  # past_key_values already hold the cond and uncond rows
+            kwargs["position_ids"] = both(kwargs["position_ids"])
+        out = self.model(torch.cat([x, un_x], dim=0), attention_mask=both(attention_mask), **kwargs)
+        cond, uncond = torch.chunk(out.logits, 2, dim=0)
+        return uncond + (cfg.cfg_scale + 1) * (cond - uncond), out.past_key_values if kwargs.get("use_cache") else None
+
+    def full(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, KV | None]:
+        """Logits of whole canvases `x` `(n * batch, T)` by the exact vanilla call; kv when `use_cache`
+        (with CFG, the cond rows then the uncond rows)."""
+        reps = x.shape[0] // self.prompt_index.shape[0]
+        mask = self.attention_mask if reps == 1 or self.attention_mask is None else self.attention_mask.repeat(reps, 1)
+        return self._run(x, 0, mask, **({"use_cache": True} if use_cache else {}))
+
+    def window(self, x: torch.Tensor, lo: int, key_order: torch.Tensor, past: KV) -> torch.Tensor:
+        """Logits of positions `[lo, lo + W)` given cached keys/values `past` of the positions `key_order`.
+
+        x `(n * batch, W)`; past per layer `(n * batch [* 2 with CFG], kv_heads, S, head_dim)`.
+        """
+        reps = x.shape[0] // self.prompt_index.shape[0]
+        hi = lo + x.shape[1]
+        keys = torch.cat([self.key_mask[:, key_order], self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)
+        positions = self.position_ids[:, lo:hi].repeat(reps, 1)
+        return self._run(x, lo, keys, position_ids=positions, past_key_values=past)[0]
+
+
+class LogitsSource(Protocol):
+    def logits(self, states: list) -> list[Window]:
+        """One model call evaluating every state (a DecodeState) in `states`; one Window each."""
+        ...
+
+    def refresh_due(self, state) -> bool:
+        """Whether `state` needs a full forward (so it cannot share a call with other states)."""
+        ...
+
+
+class NoCache:
+    """Every step recomputes the whole canvas (the reference's behaviour)."""
+
+    def __init__(self, call: ModelCall, prompt_length: int, config: SamplerConfig):
+        self.call = call
+
+    def refresh_due(self, state) -> bool:
+        return False
+
+    def logits(self, states):
+        logits, _ = self.call.full(torch.cat([s.x for s in states], dim=0))
+        return [Window(part, 0) for part in torch.chunk(logits, len(states), dim=0)]
+
+
+class BlockCache:
+    """Shared by prefix and dual caches: refresh at block starts and every `cache_refresh` steps."""
+
+    def __init__(self, call: ModelCall, prompt_length: int, config: SamplerConfig):
+        self.call, self.P, self.config = call, prompt_length, config
+        self.block: int | None = None  # the block whose cache is held
+        self.past: KV | None = None
+        self.key_order: torch.Tensor | None = None
+
+    def refresh_due(self, state) -> bool:
+        k = self.config.cache_refresh
+        return self.block != state.block or state.step == 0 or (k > 0 and state.step % k == 0)
+
+    def region(self, block: int) -> tuple[int, int, int]:
+        """(start, end, hi): the block's bounds and the end of the recomputed window."""
+        raise NotImplementedError
+
+    def logits(self, states):
+        if len(states) == 1 and self.refresh_due(states[0]):
+            return [self._refresh(states[0])]
+        if any(self.refresh_due(s) for s in states):
+            raise RuntimeError("a refresh state cannot share a model call with other states")
+        start, end, hi = self.region(states[0].block)
+        x = torch.cat([s.x[:, start:hi] for s in states], dim=0)  # (n * B, W)
+        n = len(states)
+        past = self.past if n == 1 else [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in self.past]
+        if n > 1 and self.config.cfg_scale > 0:  # cache rows are [cond B, uncond B]; repeat each half
+            past = [(_repeat_halves(k, n), _repeat_halves(v, n)) for k, v in self.past]
+        logits = self.call.window(x, start, self.key_order, past)
+        return [Window(part, start) for part in torch.chunk(logits, n, dim=0)]
+
+    def _refresh(self, state) -> Window:
+        logits, kv = self.call.full(state.x, use_cache=True)
+        start, end, hi = self.region(state.block)
+        T = state.x.shape[1]
+        keep = torch.cat([torch.arange(0, start), torch.arange(hi, T)]).to(state.x.device)
+        self.past = [(k[:, :, keep], v[:, :, keep]) for k, v in kv]  # (B, nkv, S, hs)
+        self.key_order, self.block = keep, state.block
+        return Window(logits, 0)
+
+
+def _repeat_halves(t: torch.Tensor, n: int) -> torch.Tensor:
+    cond, uncond = torch.chunk(t, 2, dim=0)
+    return torch.cat([cond.repeat(n, 1, 1, 1), uncond.repeat(n, 1, 1, 1)], dim=0)
+
+
+class PrefixCache(BlockCache):
+    """Reuse everything before the block; recompute the block and the suffix."""
+
+    def region(self, block):
+        start = self.P + block * self.config.block_length
+        return start, start + self.config.block_length, self.P + self.config.gen_length
+
+
+class DualCache(BlockCache):
+    """Reuse the prefix and the suffix; recompute only the block."""
+
+    def region(self, block):
+        start = self.P + block * self.config.block_length
+        end = start + self.config.block_length
+        return start, end, end
+
+
+CACHE_POLICIES: dict[str, type] = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache}
+
+
+def logits_source(config: SamplerConfig, call: ModelCall, prompt_length: int) -> LogitsSource:
+    if config.cache != "none" and bool((call.prompt_index[:, :prompt_length] == False).any()):  # noqa: E712
+        raise ValueError(
+            f"SamplerConfig.cache={config.cache!r} cannot decode masks inside the prompt (infilling): "
+            "the prompt's keys are cached; use cache='none'"
+        )
+    return CACHE_POLICIES[config.cache](call, prompt_length, config)

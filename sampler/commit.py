@@ -1,0 +1,137 @@
+"""Commit rules: which masked positions of the current block a step fills.
+
+`top_k` is LLaDA's: a fixed number per step from the transfer schedule, so a block takes exactly
+`steps_per_block` model calls. The parallel rules commit as many positions as the model is sure
+of (always at least the most confident one) and a block ends when it holds no mask. A new rule
+is one class and one line in COMMIT_RULES.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from sampler.config import SamplerConfig
+from sampler.schedule import UniformTransferSchedule
+
+
+class CommitRule(Protocol):
+    def plan(self, block_mask: torch.Tensor, steps: int) -> torch.Tensor | None:
+        """Per-block plan from `block_mask` `(batch, block)` at the block's start (top_k: counts per step)."""
+        ...
+
+    def select(self, confidence: torch.Tensor, entropy, step: int, plan: torch.Tensor | None) -> torch.Tensor:
+        """Boolean `(batch, seq)` of positions to commit; `confidence` is -inf where nothing may be committed.
+
+        entropy: a callable giving the `(batch, seq)` predictive entropy, for rules that need it.
+        """
+        ...
+
+    def block_done(self, step: int, steps: int, block_mask: torch.Tensor) -> bool:
+        """Whether the block is finished after `step` steps, given its remaining `block_mask`."""
+        ...
+
+
+def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Boolean `(batch, seq)`: per row, the `k[row]` most confident positions."""
+    commit = torch.zeros_like(confidence, dtype=torch.bool)
+    for j in range(confidence.shape[0]):
+        _, index = torch.topk(confidence[j], k=int(k[j]))
+        commit[j, index] = True
+    return commit
+
+
+def commit_sorted_prefix(confidence: torch.Tensor, keep: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Commit, per row, the leading run of `order` (a sort of positions) where `keep` holds; at least one.
+
+    keep (`(batch, seq)` bool) is indexed in sorted order; positions with -inf confidence never commit.
+    """
+    count = keep.long().cumprod(dim=-1).sum(dim=-1).clamp(min=1)  # (B,)
+    rank = torch.arange(confidence.shape[1], device=confidence.device)[None]  # (1, T)
+    chosen = torch.zeros_like(keep)
+    chosen.scatter_(1, order, rank < count[:, None])
+    return chosen & torch.isfinite(confidence)
+
+
+class TopKCommit:
+    """LLaDA's rule: the schedule's count of most confident positions per step."""
+
+    def __init__(self, config: SamplerConfig):
+        self.schedule = UniformTransferSchedule()
+
+    def plan(self, block_mask, steps):
+        return self.schedule.counts(block_mask, steps)  # (B, steps)
+
+    def select(self, confidence, entropy, step, plan):
+        return commit_top_k(confidence, plan[:, step])
+
+    def block_done(self, step, steps, block_mask):
+        return step >= steps
+
+
+class ParallelCommit:
+    """Shared by the parallel rules: no plan, the block ends when no row has a mask left in it."""
+
+    def plan(self, block_mask, steps):
+        return None
+
+    def block_done(self, step, steps, block_mask):
+        return not bool(block_mask.any())
+
+
+class ThresholdCommit(ParallelCommit):
+    """Commit every position with confidence >= tau, and always the most confident one."""
+
+    def __init__(self, config: SamplerConfig):
+        self.tau = config.parallel_threshold
+
+    def select(self, confidence, entropy, step, plan):
+        order = confidence.argsort(dim=-1, descending=True, stable=True)
+        keep = torch.gather(confidence, 1, order) >= self.tau
+        return commit_sorted_prefix(confidence, keep, order)
+
+
+class FactorCommit(ParallelCommit):
+    """Sorted confidences c_1 >= c_2 >= ...: commit the n-th while (n + 1) * (1 - c_n) < f."""
+
+    def __init__(self, config: SamplerConfig):
+        self.factor = config.parallel_factor
+
+    def select(self, confidence, entropy, step, plan):
+        order = confidence.argsort(dim=-1, descending=True, stable=True)
+        c = torch.gather(confidence, 1, order).double()
+        n = torch.arange(1, c.shape[1] + 1, device=c.device, dtype=c.dtype)[None]
+        return commit_sorted_prefix(confidence, (n + 1) * (1 - c) < self.factor, order)
+
+
+class EntropyBoundedCommit(ParallelCommit):
+    """Commit the lowest-entropy positions while their summed entropy stays at most the bound."""
+
+    def __init__(self, config: SamplerConfig):
+        self.bound = config.entropy_bound
+
+    def select(self, confidence, entropy, step, plan):
+        h = torch.where(torch.isfinite(confidence), entropy(), torch.inf)  # (B, T)
+        order = h.argsort(dim=-1, stable=True)
+        keep = torch.gather(h, 1, order).cumsum(dim=-1) <= self.bound
+        return commit_sorted_prefix(confidence, keep, order)
+
+
+def entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    """Predictive entropy in nats, `(batch, seq)` from `(batch, seq, vocab)` logits."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+COMMIT_RULES: dict[str, type] = {
+    "top_k": TopKCommit,
+    "threshold": ThresholdCommit,
+    "factor": FactorCommit,
+    "entropy": EntropyBoundedCommit,
+}
+
+
+def commit_rule(config: SamplerConfig) -> CommitRule:
+    return COMMIT_RULES[config.parallel](config)
