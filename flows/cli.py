@@ -24,6 +24,8 @@ def root() -> None:
 # One line per command module; each module defines `register(app)`.
 COMMAND_MODULES = [
     "flows.commands.generate",
+    "flows.commands.pull",
+    "flows.commands.models",
 ]
 
 

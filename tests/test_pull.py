@@ -217,3 +217,28 @@ def test_model_store_follows_unmask_home(tmp_path, monkeypatch):
     monkeypatch.delenv("UNMASK_MODEL_STORE", raising=False)
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     assert model_store() == tmp_path / "models"
+
+
+def test_cli_pull_and_models(tmp_path, env, monkeypatch, checkpoint_files):
+    import typer
+    from typer.testing import CliRunner
+
+    from flows.commands import models as models_cmd
+    from flows.commands import pull as pull_cmd
+
+    cache, store = env
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("UNMASK_CATALOG", str(write_catalog(tmp_path)))
+    app = typer.Typer()
+    pull_cmd.register(app)
+    models_cmd.register(app)
+    runner = CliRunner()
+    failed = runner.invoke(app, ["pull", "tiny-dllm"])
+    assert failed.exit_code == 2 and "HF_HUB_OFFLINE is set" in failed.output
+    listed = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and "tiny-dllm" in listed.output and "no" in listed.output
+    write_hub_cache(cache, REPO, checkpoint_files)
+    pulled = runner.invoke(app, ["pull", "tiny-dllm"])
+    assert pulled.exit_code == 0 and "3 files verified" in pulled.output and COMMIT in pulled.output
+    listed = runner.invoke(app, ["models", "--explain"], env={"COLUMNS": "200"})
+    assert "pulled" in listed.output and "ready" in listed.output
