@@ -7,8 +7,13 @@ unless a faster SamplerConfig (parallel decoding) is measured.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
+import shutil
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 
@@ -80,3 +85,34 @@ ALL_MANUAL = ("fallback-plan", "tooling-maturity", "security-review", "monitorin
 
 def with_records(ev: CandidateEvidence, records: list[EvalRecord]) -> CandidateEvidence:
     return replace(ev, records=records)
+
+
+# A migrated, empty MLflow SQLite store, built once per test process; each test copies it (~0.05 s)
+# instead of creating and migrating a database (~2 s, much more on a loaded machine).
+@functools.lru_cache(maxsize=1)
+def _template_db() -> Path:
+    from registry import Registry
+
+    folder = Path(tempfile.mkdtemp(prefix="unmask-mlflow-template-"))
+    atexit.register(shutil.rmtree, folder, True)
+    Registry(f"sqlite:///{folder / 'mlflow.db'}").model_names()
+    return folder / "mlflow.db"
+
+
+def fresh_registry(folder: Path):
+    """An empty registry of its own under `folder` (artifacts beside the database)."""
+    from registry import Registry
+
+    (folder / "mlflow").mkdir(parents=True, exist_ok=True)
+    db = folder / "mlflow" / "mlflow.db"
+    shutil.copy(_template_db(), db)
+    return Registry(f"sqlite:///{db}")
+
+
+def register_pair(reg, candidate: CandidateEvidence | None = None) -> tuple[str, str]:
+    """Register tiny-ar as the fallback and tiny-llada (or `candidate`) as a candidate: (fallback v, candidate v)."""
+    from registry import register_evidence
+
+    v_ar, _ = register_evidence(reg, evidence("tiny-ar"))
+    v, _ = register_evidence(reg, candidate or evidence())
+    return v_ar, v
