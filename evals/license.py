@@ -188,3 +188,21 @@ def license_for_entry(entry: Any, card: dict[str, Any] | None = None, policy: Li
     """check_license for a models.catalog.CatalogEntry (and the model card read from its files, if any)."""
     return check_license(entry.id, entry.license, license_name=entry.license_name, card=card,
                          card_alias=entry.card_license, policy=policy)
+
+
+def license_for_model(ref: str, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None) -> LicenseResult:
+    """The catalog entry's license checked against `card`; a model outside the catalog is judged by its card."""
+    try:
+        from models.catalog import load_catalog
+
+        catalog = load_catalog()
+    except Exception as e:  # a broken catalog is itself worth a finding, not a crash
+        catalog, reason = None, f"catalog unreadable: {e}"
+    else:
+        reason = f"'{ref}' is not in the catalog"
+    if catalog is not None and ref in catalog:
+        return license_for_entry(catalog.get(ref), card, policy)
+    expression = str((card or {}).get("license") or "other")
+    result = check_license(Path(ref).name, expression, card=None, policy=policy)
+    result.findings.append(f"{reason}; license taken from the model card only")
+    return result

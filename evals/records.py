@@ -156,5 +156,8 @@ def records_from_frame(frame) -> list[EvalRecord]:
         for name in JSON_FIELDS:
             if isinstance(row.get(name), str):
                 row[name] = json.loads(row[name])
+        for f in fields(EvalRecord):  # CSV reads an empty string back as NaN
+            if isinstance(f.default, str) and row.get(f.name) is None:
+                row[f.name] = f.default
         records.append(EvalRecord.from_dict(row))
     return records

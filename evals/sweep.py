@@ -9,6 +9,8 @@ A sweep file::
       - {file: data/gsm8k.jsonl, limit: 50}  # a GSM8K-format JSONL file
     base: {gen_length: 32, block_length: 32, steps: 32}   # SamplerConfig settings of every point
     grid: {steps: [8, 16, 32], block_length: [8, 32]}     # the product of these is the curve
+    # or a list of such mappings: the union of their products, e.g.
+    # grid: [{steps: [8, 16, 32]}, {parallel: [threshold], parallel_threshold: [0.7, 0.9], cache: [none, dual]}]
     measure: {warmup: 1, batch_size: 4, throughput_items: 8}
 
 Grid and base keys are SamplerConfig fields (plus `backend`). Autoregressive models only take the
@@ -62,7 +64,7 @@ class SweepSpec:
     models: list[str]
     tasks: list[TaskSpec]
     base: dict[str, Any] = field(default_factory=dict)
-    grid: dict[str, list[Any]] = field(default_factory=dict)
+    grid: list[dict[str, list[Any]]] = field(default_factory=list)  # each part a product; the sweep is their union
     measure: dict[str, int] = field(default_factory=lambda: {"warmup": 1, "batch_size": 4})
     device: str = "cpu"
     dtype: str = "float32"
@@ -111,13 +113,16 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
         if key not in known:
             raise fail(f"base.{key}", f"is not a SamplerConfig setting; known: {', '.join(sorted(known))}")
     grid = data.get("grid") or {}
-    if not isinstance(grid, dict):
-        raise fail("grid", f"must be a mapping of setting -> list of values, got {type(grid).__name__}")
-    for key, values in grid.items():
-        if key not in known:
-            raise fail(f"grid.{key}", f"is not a SamplerConfig setting; known: {', '.join(sorted(known))}")
-        if not isinstance(values, list) or not values:
-            raise fail(f"grid.{key}", f"must be a non-empty list of values, got {values!r}")
+    grids = grid if isinstance(grid, list) else [grid]
+    for i, part in enumerate(grids):
+        where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
+        if not isinstance(part, dict):
+            raise fail(where, f"must be a mapping of setting -> list of values, got {type(part).__name__}")
+        for key, values in part.items():
+            if key not in known:
+                raise fail(f"{where}.{key}", f"is not a SamplerConfig setting; known: {', '.join(sorted(known))}")
+            if not isinstance(values, list) or not values:
+                raise fail(f"{where}.{key}", f"must be a non-empty list of values, got {values!r}")
     measure = {"warmup": 1, "batch_size": 4} | (data.get("measure") or {})
     for key, value in measure.items():
         if key not in MEASURE_KEYS:
@@ -127,7 +132,7 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
     name = data.get("name") or Path(source).stem
     if not isinstance(name, str):
         raise fail("name", f"must be a string, got {name!r}")
-    spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=dict(grid), measure=measure,
+    spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
                      device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), source=source)
     if not diffusion_points(spec, tasks[0]):
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
@@ -170,9 +175,12 @@ def parse_task(raw: Any, index: int, fail) -> TaskSpec:
 
 
 def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, in file order."""
-    keys = list(spec.grid)
-    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))] or [{}]
+    """Every combination of each grid part's values, parts and values in file order."""
+    points = []
+    for part in spec.grid or [{}]:
+        keys = list(part)
+        points += [dict(zip(keys, values)) for values in itertools.product(*(part[k] for k in keys))]
+    return points
 
 
 def settings_for(spec: SweepSpec, point: dict[str, Any], gen_length: int, causal: bool) -> dict[str, Any]:

@@ -1,0 +1,86 @@
+"""Quality-vs-latency plots: one panel per candidate, its Pareto front, the AR fallback as reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evals.records import EvalRecord
+
+# Settings worth showing in a point's label, when they differ from the vanilla sampler.
+LABEL_KEYS = {"steps": "s", "block_length": "b", "parallel": "", "parallel_threshold": "t", "parallel_factor": "f",
+              "cache": "cache=", "speculative_draft": "spec=", "early_exit": "", "backend": ""}
+VANILLA = {"parallel": "top_k", "cache": "none", "speculative_draft": 0, "early_exit": "none", "backend": "torch"}
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both lower latency (x) and higher quality (y)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], float("-inf")
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def point_label(record: EvalRecord) -> str:
+    """A short name for a record's decoding settings: `s16 b8 cache=dual`, or `AR greedy`."""
+    cfg = record.config or {}
+    if record.kind == "autoregressive":
+        return "AR greedy" if not cfg.get("temperature") else f"AR T={cfg['temperature']}"
+    parts = []
+    for key, short in LABEL_KEYS.items():
+        if key not in cfg or cfg[key] == VANILLA.get(key, object()):
+            continue
+        if key in ("parallel_threshold",) and cfg.get("parallel") != "threshold":
+            continue
+        if key in ("parallel_factor",) and cfg.get("parallel") != "factor":
+            continue
+        parts.append(f"{short}{cfg[key]}")
+    return " ".join(parts)
+
+
+def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency: str = "latency_p50_s") -> list[Path]:
+    """One PNG per task under `folder`; returns the paths. Invalid records are drawn as crosses."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for task in dict.fromkeys(r.task for r in records):
+        rows = [r for r in records if r.task == task]
+        candidates = list(dict.fromkeys(r.candidate for r in rows if r.role != "fallback")) or \
+            list(dict.fromkeys(r.candidate for r in rows))
+        fallbacks = [r for r in rows if r.role == "fallback"]
+        fig, axes = plt.subplots(1, len(candidates), figsize=(5.5 * len(candidates), 4.2), squeeze=False)
+        for ax, candidate in zip(axes[0], candidates):
+            mine = [r for r in rows if r.candidate == candidate]
+            xs = [getattr(r, latency) for r in mine]
+            ys = [r.accuracy for r in mine]
+            for r, x, y in zip(mine, xs, ys):
+                ax.scatter([x], [y], marker="o" if r.valid is not False else "x", color="tab:blue" if r.valid is not False else "tab:red")
+                ax.annotate(point_label(r), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            front = [i for i in pareto_front(list(zip(xs, ys))) if mine[i].valid is not False]
+            if front:
+                ax.step([xs[i] for i in front], [ys[i] for i in front], where="post", color="tab:blue", alpha=0.6,
+                        label="Pareto front")
+            for ref in fallbacks:
+                if ref.candidate != candidate:
+                    ax.scatter([getattr(ref, latency)], [ref.accuracy], marker="*", s=160, color="tab:orange",
+                               label=f"{ref.candidate} (AR fallback)")
+            ax.set_title(f"{candidate} on {task}")
+            ax.set_xlabel(f"{latency.replace('_s', '')} (s, batch 1)")
+            ax.set_ylabel("accuracy")
+            ax.set_ylim(-0.05, 1.05)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        path = folder / f"quality-latency-{task}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,132 @@
+"""`unmask eval`: run a sweep (or one GSM8K-format task file) over models; print records, write files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def eval_command(
+    model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat for several (default: the sweep's models)."),
+    sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
+    tasks: Path = typer.Option(None, "--tasks", "-t", help="GSM8K-format JSONL file (question, answer ending in '#### N')."),
+    limit: int = typer.Option(None, help="Use the first N items of --tasks."),
+    steps: int = typer.Option(None, help="With --tasks and no --sweep: sampling steps (default: gen_length)."),
+    gen_length: int = typer.Option(None, "--gen-length", help="With --tasks and no --sweep: positions to generate."),
+    block_length: int = typer.Option(None, "--block-length", help="With --tasks and no --sweep: block width."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Batch size for the throughput pass."),
+    out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
+    repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
+) -> None:
+    """Evaluate models under a sweep of decoding settings; records are validated and saved as they finish."""
+    from evals.sweep import SweepError, SweepSpec, TaskSpec, default_sweep_path, load_sweep, timestamped_folder
+    from evals.validation import TaskDataError
+    from flows.environment import state_dir
+
+    try:
+        if sweep is None and tasks is not None:
+            settings = {k: v for k, v in {"steps": steps, "gen_length": gen_length, "block_length": block_length}.items() if v}
+            if "gen_length" in settings and "block_length" not in settings:
+                settings["block_length"] = settings["gen_length"]
+            spec = SweepSpec(name=tasks.stem, models=list(model or ["tiny-llada"]), tasks=[], base=settings,
+                             source=str(tasks))
+        else:
+            spec = load_sweep(sweep or default_sweep_path())
+        if tasks is not None:
+            if not tasks.is_file():
+                raise SweepError(f"{tasks}: task file not found")
+            spec.tasks = [TaskSpec(file=str(tasks), limit=limit)]
+        if model:
+            spec.models = list(model)
+        if batch_size:
+            spec.measure["batch_size"] = batch_size
+    except (SweepError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    folder = out or timestamped_folder(state_dir() / "evals", spec.name)
+    try:
+        result = run_with_progress(spec, folder)
+    except (SweepError, TaskDataError, ValueError, OSError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    console.print(records_table(result.records))
+    for message in result.failures:
+        console.print(f"[red]failed:[/red] {message}", markup=True, highlight=False)
+    if result.skipped:
+        console.print(f"[yellow]skipped {len(result.skipped)} grid point(s) with no valid SamplerConfig[/yellow]")
+    finish(spec, result, repro, plot)
+    console.print(f"records: {folder}/records.parquet, records.csv ({len(result.records)} records, "
+                  f"{sum(r.valid is False for r in result.records)} invalid)")
+    if not result.records:
+        raise typer.Exit(1)
+
+
+def run_with_progress(spec, folder: Path):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from evals.sweep import run_sweep
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        bar = progress.add_task("loading", total=None)
+
+        def on_event(kind: str, info: dict) -> None:
+            if kind == "plan":
+                progress.update(bar, total=info["items"] * 1, description=f"{spec.name}: {info['total']} points")
+            elif kind == "point":
+                cfg = " ".join(f"{k}={v}" for k, v in info["settings"].items() if k != "gen_length")
+                progress.update(bar, description=f"{info['model']} {info['task']} {cfg}")
+            elif kind == "request":
+                progress.advance(bar)
+            elif kind == "failure":
+                progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False)
+
+        return run_sweep(spec, folder, on_event=on_event)
+
+
+def finish(spec, result, repro: bool, plot: bool) -> None:
+    """Plots, license checks and reproducibility verdicts (evals.evidence), printed as they come."""
+    from evals.evidence import gather_evidence
+
+    def show(kind: str, value) -> None:
+        if kind == "license":
+            findings = f" (findings: {'; '.join(value.findings)})" if value.findings else ""
+            console.print(f"license {value.candidate}: {value.tier} [{value.expression}]{findings}", highlight=False, markup=False)
+        else:
+            state = "[green]reproducible[/green]" if value.reproducible else "[red]NOT reproducible[/red]"
+            why = f" - {'; '.join(value.differences)}" if value.differences else ""
+            console.print(f"reproducibility {value.candidate}: {state}{why}", highlight=False)
+
+    evidence = gather_evidence(spec, result, plots=plot, reproducibility=repro, on_result=show)
+    for path in evidence.plots:
+        console.print(f"plot: {path}", highlight=False)
+    for problem in evidence.problems:
+        console.print(f"[yellow]{problem}[/yellow]", highlight=False)
+
+
+def records_table(records) -> Table:
+    from evals.plots import point_label
+
+    table = Table(title="eval records")
+    for name in ("candidate", "task", "config", "acc", "p50 ms", "p95 ms", "TTFB ms", "items/s", "tok/s", "TPF",
+                 "NFE", "mem MB", "err", "valid"):
+        table.add_column(name, justify="left" if name in ("candidate", "task", "config") else "right")
+    for r in records:
+        table.add_row(
+            r.candidate, r.task, point_label(r) or "-", f"{r.accuracy:.3f}", f"{r.latency_p50_s * 1e3:.1f}",
+            f"{r.latency_p95_s * 1e3:.1f}", "-" if r.time_to_first_block_s is None else f"{r.time_to_first_block_s * 1e3:.1f}",
+            "-" if r.throughput_items_per_s is None else f"{r.throughput_items_per_s:.1f}", f"{r.tokens_per_s:.0f}",
+            f"{r.tokens_per_forward:.2f}", f"{r.nfe:.1f}", f"{r.peak_mem_mb:.0f}", str(r.errors),
+            {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[r.valid],
+        )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)

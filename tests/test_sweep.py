@@ -1,0 +1,139 @@
+"""Sweeps: file checking, one record per point, incremental saving, failures that lose nothing, plots."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from eval_fixtures import write_model
+from evals import sweep as sweep_module
+from evals.plots import pareto_front, plot_quality_latency
+from evals.store import load_records
+from evals.sweep import SweepError, default_sweep_path, diffusion_points, load_sweep, parse_sweep, run_sweep
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return str(write_model(root / "diff")), str(write_model(root / "ar", causal=True))
+
+
+def small_sweep(model_refs, **changes) -> dict:
+    base = {"name": "t", "models": list(model_refs), "tasks": [{"task": "arith", "n": 3}],
+            "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [2, 8]},
+            "measure": {"warmup": 0, "batch_size": 2}}
+    return base | changes
+
+
+BAD = [
+    ({"modles": ["x"]}, "modles"),
+    ({"models": []}, "models"),
+    ({"grid": {"stepz": [4]}}, "grid.stepz"),
+    ({"grid": {"steps": 4}}, "grid.steps"),
+    ({"grid": [{"steps": [4]}, {"cache": "dual"}]}, "grid[1].cache"),
+    ({"base": {"gen_lenght": 16}}, "base.gen_lenght"),
+    ({"tasks": [{"task": "arithmetic"}]}, "tasks[0].task"),
+    ({"tasks": [{"task": "arith", "n": 0}]}, "tasks[0].n"),
+    ({"tasks": [{"task": "arith", "file": "x.jsonl"}]}, "tasks[0]"),
+    ({"tasks": [{"task": "arith", "splt": "test"}]}, "tasks[0].splt"),
+    ({"measure": {"batch_size": 0}}, "measure.batch_size"),
+    ({"measure": {"repeats": 3}}, "measure.repeats"),
+    ({"grid": {"steps": [3]}}, "no grid point"),  # 3 steps cannot split over 2 blocks of 4
+]
+
+
+@pytest.mark.parametrize("change,named", BAD, ids=[b[1] for b in BAD])
+def test_bad_sweep_is_a_clear_error_naming_the_key(change, named, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(small_sweep(["m"], **change)))
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert named in str(info.value) and str(path) in str(info.value)
+
+
+def test_unreadable_sweep_files(tmp_path):
+    with pytest.raises(SweepError, match="not found"):
+        load_sweep(tmp_path / "missing.yaml")
+    (tmp_path / "broken.yaml").write_text("models: [a\n")
+    with pytest.raises(SweepError, match="not valid YAML"):
+        load_sweep(tmp_path / "broken.yaml")
+
+
+def test_default_sweep_is_valid_and_small():
+    spec = load_sweep(default_sweep_path())
+    assert spec.models == ["tiny-llada", "tiny-ar"]
+    points = diffusion_points(spec, spec.tasks[0])
+    assert 3 <= len(points) <= 12
+    assert len(diffusion_points(spec, spec.tasks[0], causal=True)) == 1  # the AR reference point
+
+
+@pytest.mark.slow  # about 8 s alone on two cores; GX and matplotlib imports, three decoding points
+def test_sweep_yields_one_validated_record_per_point_and_saves_them(models, tmp_path):
+    events = []
+    result = run_sweep(parse_sweep(small_sweep(models)), tmp_path, on_event=lambda k, i: events.append(k))
+    assert result.failures == []
+    kinds = [(r.candidate, r.kind, r.config["steps"]) for r in result.records]
+    assert kinds == [("diff", "masked-diffusion", 2), ("diff", "masked-diffusion", 8), ("ar", "autoregressive", 8)]
+    assert all(r.valid is True and r.n_items == 3 == r.expected_items for r in result.records)
+    assert all(r.fingerprint["torch"] == torch.__version__ and r.fingerprint["git_commit"] for r in result.records)
+    assert events.count("record") == 3 and events.count("request") == 9 and events[0] == "plan"
+    on_disk = load_records(tmp_path / "records.parquet")
+    assert [r.to_dict() for r in on_disk] == [r.to_dict() for r in result.records]
+    assert len(load_records(tmp_path / "records.csv")) == 3
+    assert len(list((tmp_path / "validation").glob("*.html"))) == 3
+    assert (tmp_path / "task-validation-arith-test.json").is_file()
+    paths = plot_quality_latency(result.records, tmp_path)
+    assert paths[0].stat().st_size > 5000
+
+
+def test_a_point_that_crashes_loses_nothing_finished(models, tmp_path, monkeypatch):
+    real = sweep_module.measure_point
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("worker died")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "measure_point", flaky)
+    result = run_sweep(parse_sweep(small_sweep([models[0], "no-such-model"])), tmp_path)
+    assert len(result.records) == 1 and len(load_records(tmp_path / "records.parquet")) == 1
+    assert any("worker died" in f for f in result.failures)
+    assert any("no-such-model" in f for f in result.failures)
+    assert (tmp_path / "failures.json").is_file()
+
+
+def test_a_checkpoint_with_nan_weights_gives_an_invalid_record(models, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = write_model(tmp_path / "nan-model")
+    tensors = load_file(folder / "model.safetensors")
+    name = next(k for k in tensors if k.endswith("ff_out.weight") and "blocks" not in k)
+    tensors[name][:] = float("nan")
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    result = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2]})), tmp_path / "out")
+    (record,) = result.records
+    assert record.errors == 3 + 3  # every request alone and every batch item
+    assert "NonFiniteLogitsError" in record.error_messages[0]
+    assert record.valid is False
+    failed = {f["expectation"] for f in record.validation["failed"]}
+    assert "expect_column_values_to_be_between" in failed  # latencies are not positive
+    assert load_records(tmp_path / "out")[0].valid is False
+
+
+def test_task_file_sweep(models, tmp_path):
+    import json
+
+    path = tmp_path / "gsm.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"What is {i}+1?", "answer": f"{i}+1={i + 1}\n#### {i + 1}"})
+                              for i in range(3)) + "\n")
+    spec = parse_sweep(small_sweep(models[:1], tasks=[{"file": str(path)}], grid={"steps": [2]}))
+    (record,) = run_sweep(spec, tmp_path / "out").records
+    assert record.task == "gsm8k" and record.n_items == 3 and record.accuracy_strict is not None and record.valid
+
+
+def test_pareto_front():
+    points = [(1.0, 0.2), (2.0, 0.5), (1.5, 0.1), (3.0, 0.5), (4.0, 0.9)]
+    assert pareto_front(points) == [0, 1, 4]
