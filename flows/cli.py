@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "flows.commands.generate",
     "flows.commands.pull",
     "flows.commands.models",
+    "flows.commands.train",
+    "flows.commands.eval",
 ]
 
 

@@ -1,0 +1,86 @@
+"""Decode task items with a model and a SamplerConfig, in batches, and score them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from evals.tasks import TASKS, TaskItem, score
+from evals.tasks.gsm8k import GSM8KTask
+from models.checkpoint import LoadedModel
+from sampler import SamplerConfig, generate
+from sampler.autoregressive import generate_autoregressive
+
+
+def metrics_of(task: str) -> tuple[str, ...]:
+    if task == "gsm8k":
+        return GSM8KTask().metrics
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; known: gsm8k, {', '.join(TASKS)}")
+    return TASKS[task].metrics
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(batch, longest)` ids and attention mask; the mask is None when no row needs padding."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, (None if bool(mask.all()) else mask)
+
+
+def response_text(loaded: LoadedModel, tokens: list[int]) -> str:
+    """The generated text up to the first EOS or EoT."""
+    stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
+    for i, t in enumerate(tokens):
+        if t in stops:
+            tokens = tokens[:i]
+            break
+    return loaded.decode(tokens)
+
+
+def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerConfig, batch_size: int = 32) -> dict[str, Any]:
+    """Accuracy per metric of one task's `items`.
+
+    Diffusion models decode with `sampler.generate`, causal ones with the KV-cached AR decoder;
+    the mask/EOS/EoT ids are always the model's own. Prompts are sorted by length and left-padded
+    within a batch. Returns `{"task", "n", "accuracy": {metric: share}, "nfe", "seconds", "config",
+    "predictions": [{"prompt", "response", "target", metric: bool}]}` in the order of `items`.
+    """
+    if not items:
+        raise ValueError("evaluate_items: items is empty")
+    tasks = {i.task for i in items}
+    if len(tasks) != 1:
+        raise ValueError(f"evaluate_items: items must be of one task, got {sorted(tasks)}")
+    if batch_size <= 0:
+        raise ValueError(f"evaluate_items: batch_size must be positive, got {batch_size}")
+    task = tasks.pop()
+    metrics = metrics_of(task)
+    config = config.with_(mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id)
+    decode = generate_autoregressive if loaded.causal else generate
+    encoded = [loaded.encode(i.prompt) for i in items]
+    order = sorted(range(len(items)), key=lambda j: len(encoded[j]))
+    device = next(loaded.model.parameters()).device
+    responses: dict[int, str] = {}
+    nfe = 0
+    start = time.perf_counter()
+    for b in range(0, len(order), batch_size):
+        chunk = order[b : b + batch_size]
+        ids, mask = left_pad([encoded[j] for j in chunk], loaded.pad_id if loaded.pad_id is not None else loaded.eos_id)
+        out = decode(loaded.model, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+        nfe += out.nfe
+        for j, row in zip(chunk, out.generated.tolist()):
+            responses[j] = response_text(loaded, row)
+    seconds = time.perf_counter() - start
+    predictions = []
+    for j, item in enumerate(items):
+        row = {"prompt": item.prompt, "response": responses[j], "target": item.target}
+        row |= {m: score(m, responses[j], item.target) for m in metrics}
+        predictions.append(row)
+    accuracy = {m: sum(p[m] for p in predictions) / len(items) for m in metrics}
+    return {"task": task, "n": len(items), "accuracy": accuracy, "nfe": nfe, "seconds": seconds,
+            "config": config.to_dict(), "predictions": predictions}

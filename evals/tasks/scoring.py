@@ -1,0 +1,46 @@
+"""Scoring as lm-evaluation-harness does for GSM8K, plus exact match for the other tasks.
+
+`strict-match` takes the number after the first `#### `; `flexible-extract` takes the last number
+anywhere in the response. Both sides are normalised by removing `,`, `$` and a trailing `.`.
+"""
+
+from __future__ import annotations
+
+import re
+
+STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+INVALID = "[invalid]"
+
+
+def normalise_number(text: str) -> str:
+    """Drop `,` and `$`, then one trailing `.`, then surrounding space."""
+    text = text.replace(",", "").replace("$", "").strip()
+    return text[:-1] if text.endswith(".") else text
+
+
+def strict_match(response: str) -> str:
+    """The number after the first `#### `, or `[invalid]`."""
+    m = STRICT.search(response)
+    return normalise_number(m.group(1)) if m else INVALID
+
+
+def flexible_extract(response: str) -> str:
+    """The last number in the response, or `[invalid]`."""
+    matches = FLEXIBLE.findall(response)
+    if not matches:
+        return INVALID
+    last = [g for g in matches[-1] if g][0]
+    return normalise_number(last)
+
+
+EXTRACTORS = {"strict-match": strict_match, "flexible-extract": flexible_extract}
+
+
+def score(metric: str, response: str, target: str) -> bool:
+    """Whether `response` is right for `target` under `metric`."""
+    if metric == "exact-match":
+        return response.strip() == target.strip()
+    if metric not in EXTRACTORS:
+        raise ValueError(f"unknown metric {metric!r}; known: exact-match, {', '.join(EXTRACTORS)}")
+    return EXTRACTORS[metric](response) == normalise_number(target)

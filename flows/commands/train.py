@@ -1,0 +1,52 @@
+"""`unmask train`: reproduce a bundled tiny model from a seed on the CPU, resumable."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console(soft_wrap=True)
+
+
+def train_command(
+    model: str = typer.Option("tiny-llada", "--model", "-m", help="Recipe: tiny-llada (diffusion) or tiny-ar (causal twin)."),
+    steps: int = typer.Option(None, help="Optimizer steps (default: the recipe's)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last resumable checkpoint in --state-dir."),
+    stop_after: int = typer.Option(None, "--stop-after", help="End this session at that step (checkpointed); --resume later."),
+    out: Path = typer.Option(None, help="Where the final checkpoint goes (default: models/weights/<model>)."),
+    state_dir: Path = typer.Option(None, "--state-dir", help="Resumable checkpoints (default: <state>/train/<model>)."),
+    seed: int = typer.Option(None, help="Seed for initialisation, batches and masking (default: the recipe's)."),
+    threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    lr: float = typer.Option(None, help="Peak learning rate (default: the recipe's)."),
+) -> None:
+    """Train a bundled tiny model on the generated task suite (train split only)."""
+    import torch
+
+    from evals.tasks import TASKS, alphabet
+    from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, TrainingMixture
+    from flows.environment import state_dir as default_state
+    from models.loading import WEIGHTS_DIR
+    from models.tokenizer_build import build_char_tokenizer
+    from models.training import RECIPES, train
+
+    if model not in RECIPES:
+        console.print(f"[red]error:[/red] --model {model!r}; known: {', '.join(RECIPES)}")
+        raise typer.Exit(2)
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = RECIPES[model]
+    changes = {k: v for k, v in {"steps": steps, "seed": seed, "lr": lr}.items() if v is not None}
+    cfg = replace(cfg, **changes)
+    source = TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=cfg.seed)
+    out = out or WEIGHTS_DIR / model
+    state_dir = state_dir or default_state() / "train" / model
+    console.print(f"training {model} for {cfg.steps} steps -> {out} (resumable state in {state_dir})")
+    _, state = train(cfg, source, build_char_tokenizer(alphabet()), out, state_dir, resume=resume, stop_after=stop_after, console=console)
+    console.print(f"done: {state.step} steps, {state.wall_seconds:.0f} s, final loss (EMA) {state.loss_ema:.4f}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_command)

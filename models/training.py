@@ -1,0 +1,281 @@
+"""Train the bundled tiny models: LLaDA's masked-diffusion SFT objective and its causal AR twin.
+
+Diffusion (LLaDA SFT): the response is padded with EOS to the canvas length, t ~ U(0, 1] per
+sequence, each response token is masked with probability t (the prompt never is), and the loss is
+the cross-entropy on masked positions weighted by 1/t, summed and divided by the response length.
+The EOS padding is trained like any token, which is how the model learns to stop.
+
+AR: the same backbone with a causal mask and next-token cross-entropy on the response and one EOS.
+
+Training is reproducible from a seed (batch `s` and its noise depend only on the seed and `s`),
+and resumable: model and optimizer state are written as safetensors plus a JSON file, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from models.checkpoint import save_checkpoint
+from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
+from models.tokenizer_build import special_ids
+
+MASK_EPS = 1e-3  # LLaDA's floor on the masking probability, so 1/t stays bounded
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides the trained weights (with the data source)."""
+
+    model_id: str = "tiny-llada"
+    causal: bool = False  # False: masked-diffusion SFT; True: next-token AR twin
+    d_model: int = 128  # residual width
+    n_layers: int = 4  # transformer blocks
+    n_heads: int = 4  # attention heads (head dim 32)
+    mlp_hidden: int = 384  # SwiGLU hidden width
+    steps: int = 3000  # optimizer steps (the cosine schedule spans these)
+    lr: float = 2e-3  # peak AdamW learning rate; tiny models take a high one
+    warmup: int = 100  # linear warm-up steps
+    min_lr_ratio: float = 0.1  # cosine floor as a share of lr
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0  # initialisation, batches and masking noise
+    long_canvas_share: float = 0.15  # diffusion batches padded to twice the task gen_length (robust to longer canvases)
+    checkpoint_every: int = 250  # steps between resumable checkpoints
+    log_every: int = 50  # steps between printed log lines
+
+    def model_config(self, tokenizer: Tokenizer) -> LLaDAConfig:
+        ids = special_ids(tokenizer)
+        return LLaDAConfig(
+            d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, mlp_hidden_size=self.mlp_hidden,
+            vocab_size=tokenizer.get_vocab_size(), max_sequence_length=512, rope_theta=10000.0,
+            mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"], causal=self.causal,
+        )
+
+
+RECIPES = {
+    "tiny-llada": TrainConfig(model_id="tiny-llada", causal=False),
+    "tiny-ar": TrainConfig(model_id="tiny-ar", causal=True),
+}
+
+
+@dataclass
+class Batch:
+    """One step's examples, all of one task (bucketing keeps padding small)."""
+
+    group: str  # task name
+    gen_length: int  # canvas positions of the task
+    pairs: list[tuple[str, str]]  # (prompt, response text without EOS)
+
+
+class ExampleSource(Protocol):
+    def batch(self, step: int) -> Batch:
+        """The examples of optimizer step `step`; the same step always gives the same batch."""
+        ...
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    wall_seconds: float = 0.0
+    loss_ema: float | None = None
+    history: list[dict] = field(default_factory=list)  # one entry per log line
+
+
+def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int, ids: dict[str, int]):
+    """(tokens, attention_mask, response_mask), each `(B, P + canvas)`: left-padded prompt, EOS-padded response."""
+    prompts = [tokenizer.encode(p, add_special_tokens=False).ids for p, _ in batch.pairs]
+    responses = [tokenizer.encode(r, add_special_tokens=False).ids for _, r in batch.pairs]
+    P = max(len(p) for p in prompts)
+    B = len(prompts)
+    tokens = torch.full((B, P + canvas), ids["eos_token_id"], dtype=torch.long)
+    attention = torch.ones(B, P + canvas, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        if len(r) >= canvas:
+            raise ValueError(f"{batch.group}: response of {len(r)} tokens does not fit canvas {canvas} with an EOS")
+        tokens[i, : P - len(p)] = ids["pad_token_id"]
+        attention[i, : P - len(p)] = 0
+        tokens[i, P - len(p) : P] = torch.tensor(p)
+        tokens[i, P : P + len(r)] = torch.tensor(r)
+    response = torch.zeros_like(tokens, dtype=torch.bool)
+    response[:, P:] = True
+    return tokens, attention, response
+
+
+def diffusion_loss(model: LLaDAModelLM, tokens, attention, response, mask_id: int, generator: torch.Generator):
+    """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1], CE on masked positions weighted 1/t."""
+    B = tokens.shape[0]
+    t = torch.rand(B, 1, generator=generator)
+    p_mask = (1 - MASK_EPS) * t + MASK_EPS  # (B, 1)
+    masked = (torch.rand(tokens.shape, generator=generator) < p_mask) & response  # (B, T)
+    noisy = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
+    logits = model(noisy, attention_mask=attention).logits  # (B, T, V)
+    ce = F.cross_entropy(logits[masked], tokens[masked], reduction="none")  # (n_masked,)
+    weights = 1.0 / p_mask.expand_as(tokens)[masked]
+    response_length = response.sum(dim=1, keepdim=True).expand_as(tokens)[masked].float()
+    return (ce * weights / response_length).sum() / B
+
+
+def encode_autoregressive(tokenizer: Tokenizer, batch: Batch, ids: dict[str, int]):
+    """(tokens, attention_mask, target_mask) `(B, T)`: prompt + response + EOS, right-padded."""
+    rows, starts = [], []
+    for p, r in batch.pairs:
+        prompt = tokenizer.encode(p, add_special_tokens=False).ids
+        rows.append(prompt + tokenizer.encode(r, add_special_tokens=False).ids + [ids["eos_token_id"]])
+        starts.append(len(prompt))
+    T = max(len(r) for r in rows)
+    tokens = torch.full((len(rows), T), ids["pad_token_id"], dtype=torch.long)
+    attention = torch.zeros_like(tokens)
+    target = torch.zeros_like(tokens, dtype=torch.bool)
+    for i, (row, start) in enumerate(zip(rows, starts)):
+        tokens[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+        target[i, start : len(row)] = True
+    return tokens, attention, target
+
+
+def autoregressive_loss(model: LLaDAModelLM, tokens, attention, target):
+    """Next-token cross-entropy on the response tokens and the closing EOS."""
+    logits = model(tokens[:, :-1], attention_mask=attention[:, :-1]).logits  # (B, T-1, V)
+    predict = target[:, 1:]
+    return F.cross_entropy(logits[predict], tokens[:, 1:][predict])
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: TrainState, tokenizer) -> None:
+    """Write a resumable checkpoint: weights, AdamW moments (safetensors) and trainer state (JSON)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "partial"
+    save_checkpoint(model, tmp, tokenizer=tokenizer, extra_config=special_ids(tokenizer))
+    opt = optimizer.state_dict()
+    tensors = {f"{idx}.{name}": v.detach().clone().contiguous() for idx, s in opt["state"].items() for name, v in s.items()}
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    meta = {"train_config": asdict(cfg), "state": asdict(state), "param_groups": opt["param_groups"]}
+    (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1) + "\n")
+    final = folder / "last"
+    if final.exists():
+        old = folder / "old"
+        final.rename(old)
+        tmp.rename(final)
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    else:
+        tmp.rename(final)
+
+
+def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> tuple[TrainConfig, TrainState]:
+    """Restore weights, optimizer moments and the step counter from `folder/last` (or `folder`)."""
+    from models.checkpoint import read_tensors
+
+    folder = folder / "last" if (folder / "last").is_dir() else folder
+    meta_path = folder / "trainer_state.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path}: no trainer state to resume from")
+    meta = json.loads(meta_path.read_text())
+    model.load_state_dict(read_tensors(folder))
+    flat = load_file(str(folder / "optimizer.safetensors"))
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in flat.items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    return TrainConfig(**meta["train_config"]), TrainState(**meta["state"])
+
+
+def train(
+    cfg: TrainConfig,
+    source: ExampleSource,
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    state_dir: Path,
+    resume: bool = False,
+    stop_after: int | None = None,
+    console: Console | None = None,
+    on_log: Callable[[dict], None] | None = None,
+) -> tuple[LLaDAModelLM, TrainState]:
+    """Train `cfg.steps` steps on `source`; write the model to `out_dir` and resumable state under `state_dir`.
+
+    `stop_after` ends this session at that step (checkpointed), so a long run can span sessions.
+    """
+    console = console or Console()
+    ids = special_ids(tokenizer)
+    torch.manual_seed(cfg.seed)
+    model = init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    state = TrainState()
+    if resume:
+        saved_cfg, state = load_train_state(state_dir, model, optimizer)
+        if replace(saved_cfg, steps=cfg.steps) != cfg:
+            console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step})")
+        cfg = replace(saved_cfg, steps=cfg.steps)
+    model.train()
+    start_wall = time.perf_counter() - state.wall_seconds
+    tokens_seen, window_loss, window_steps = 0, 0.0, 0
+    last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
+    progress = Progress(
+        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+    )
+    window_start = time.perf_counter()
+    with progress:
+        bar = progress.add_task("train", total=cfg.steps, completed=state.step, info="")
+        while state.step < last_step:
+            step = state.step
+            batch = source.batch(step)
+            generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+            if cfg.causal:
+                tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
+                loss = autoregressive_loss(model, tokens, attention, target)
+            else:
+                long = torch.rand(1, generator=generator).item() < cfg.long_canvas_share
+                canvas = batch.gen_length * (2 if long else 1)
+                tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
+                loss = diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(cfg, step)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            value = loss.item()
+            state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
+            state.step += 1
+            tokens_seen += tokens.numel()
+            window_loss, window_steps = window_loss + value, window_steps + 1
+            state.wall_seconds = time.perf_counter() - start_wall
+            progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
+            if state.step % cfg.log_every == 0 or state.step == last_step:
+                elapsed = time.perf_counter() - window_start
+                entry = {"step": state.step, "loss": round(window_loss / window_steps, 4), "loss_ema": round(state.loss_ema, 4), "lr": learning_rate(cfg, step),
+                         "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
+                state.history.append(entry)
+                progress.console.print(json.dumps(entry), highlight=False, markup=False, soft_wrap=True)
+                if on_log:
+                    on_log(entry)
+                tokens_seen, window_loss, window_steps, window_start = 0, 0.0, 0, time.perf_counter()
+            if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
+                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer)
+    model.eval()
+    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
+                                                           "wall_seconds": round(state.wall_seconds, 1),
+                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4)}}
+    save_checkpoint(model, out_dir, tokenizer=tokenizer, extra_config=extra)
+    return model, state

@@ -1,0 +1,54 @@
+"""Greedy or temperature decoding for the causal AR twin, with a KV cache.
+
+It returns the diffusion sampler's `GenerateOutput`, so evaluation treats both kinds alike:
+`sequences` is the prompt followed by `config.gen_length` positions (EOS after a row has stopped)
+and `nfe` counts forward calls (one for the prompt, one per new token).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sampler.config import SamplerConfig
+from sampler.generate import GenerateOutput, check_inputs, make_generator
+from sampler.proposal import add_gumbel_noise, check_logits
+
+
+@torch.no_grad()
+def generate_autoregressive(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    config: SamplerConfig,
+    attention_mask: torch.Tensor | None = None,
+) -> GenerateOutput:
+    """Decode up to `config.gen_length` tokens after `input_ids` `(batch, prompt_len)`, left-padded
+    rows marked by `attention_mask`; stops once every row has produced EOS (or EoT)."""
+    check_inputs(input_ids, config, attention_mask)
+    B, P = input_ids.shape
+    device = input_ids.device
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    generator = make_generator(config.seed, device)
+    stop_ids = torch.tensor([config.eos_id] + ([config.eot_id] if config.eot_id is not None else []), device=device)
+    out = torch.full((B, config.gen_length), config.eos_id, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    step_input, mask = input_ids, attention_mask
+    nfe = 0
+    for i in range(config.gen_length):
+        result = model(step_input, attention_mask=mask, past_key_values=cache, use_cache=True)
+        nfe += 1
+        # The model returns keys/values of this call only; the cache is their concatenation.
+        new = result.past_key_values
+        cache = new if cache is None else [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache, new)]
+        logits = result.logits[:, -1]  # (B, V)
+        check_logits(logits, f"token {i}")
+        token = torch.argmax(add_gumbel_noise(logits, config.temperature, generator), dim=-1)  # (B,)
+        token = torch.where(done, torch.full_like(token, config.eos_id), token)
+        out[:, i] = token
+        done |= torch.isin(token, stop_ids)
+        if bool(done.all()):
+            break
+        step_input = token[:, None]  # (B, 1)
+        mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+    return GenerateOutput(sequences=torch.cat([input_ids, out], dim=1), prompt_length=P, nfe=nfe)
