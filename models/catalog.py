@@ -6,6 +6,7 @@ what was expected, so a user adding their own candidate can fix it without readi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -268,13 +269,19 @@ def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | Non
             missing = "license_name" if not name else "license_link"
             raise fail(missing, f"is required when license is '{value}'")
         return value, name, link
-    from license_expression import get_spdx_licensing
-
-    info = get_spdx_licensing().validate(value)
+    info = spdx_licensing().validate(value)
     invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
     if invalid or info.normalized_expression is None and not info.invalid_symbols:
         raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link")
     return info.normalized_expression or value, name, link
+
+
+@functools.cache
+def spdx_licensing():
+    """The SPDX license index; building it parses a large JSON, so it is built once per process."""
+    from license_expression import get_spdx_licensing
+
+    return get_spdx_licensing()
 
 
 def parse_decoding(value: Any, fail) -> dict[str, Any]:
