@@ -124,7 +124,8 @@ def from_hub(entry: CatalogEntry, *, cache_dir, endpoint, offline) -> tuple[Path
     """snapshot_download at the pinned revision; map every failure to a message that says what to do."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
-        GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+        GatedRepoError, HfHubHTTPError, IncompleteSnapshotError, LocalEntryNotFoundError, RepositoryNotFoundError,
+        RevisionNotFoundError,
     )
 
     repo, revision = entry.source.location, entry.revision or "main"
@@ -143,6 +144,8 @@ def from_hub(entry: CatalogEntry, *, cache_dir, endpoint, offline) -> tuple[Path
         raise PullError(f"{where}: revision '{revision}' does not exist in {repo}; fix 'revision' in the catalog") from None
     except RepositoryNotFoundError:
         raise PullError(f"{where}: repository {repo} not found (or private); check 'source' in the catalog") from None
+    except IncompleteSnapshotError as e:
+        raise PullError(f"{where}: the cached copy is incomplete and the Hub cannot complete it ({e})") from None
     except LocalEntryNotFoundError:
         from huggingface_hub import constants
 
