@@ -200,7 +200,8 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
 
 def promote(model: str, stage: str, approver: str | None = None, comment: str = "", version: str | None = None,
             registry: Registry | None = None, policy: Policy | None = None, lock_timeout_s: float = 60.0) -> Move:
-    """Move `stage` to `model` (its `candidate` version unless `version` is given), or raise PromotionRefused.
+    """Move `stage` to `model` (its `candidate`, else `fallback`, version unless `version` is given), or raise
+    PromotionRefused.
 
     With `approver`, the approval (who, when, comment) is recorded first; without, a recorded one must exist.
     """
@@ -208,9 +209,10 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
     action = f"promotion of {model} to {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
-    version = version or registry.aliases_of(model).get("candidate")
+    held = registry.aliases_of(model)
+    version = version or held.get("candidate") or held.get("fallback")
     if not version:
-        raise PromotionRefused(action, [f"{model} has no `candidate` version; register its evidence first"])
+        raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
     expected = stage_holder(registry, stage)
     if approver:

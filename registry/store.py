@@ -122,7 +122,7 @@ class Registry:
     def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:
         for key, value in tags.items():
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-            self.client.set_model_version_tag(model, version, key, text)
+            retry_busy(self.client.set_model_version_tag, model, version, key, text)
 
     def versions(self, model: str) -> list[str]:
         found = self.client.search_model_versions(f"name = '{model}'", max_results=10000)
@@ -137,13 +137,19 @@ class Registry:
         return folder / f"registry-{key}-{alias}.lock"
 
 
+# MLflow's SQL store writes a tag or alias as "read, then insert or update": two writers of the
+# same key can both insert, and one gets a UNIQUE violation; SQLite may also report a busy file.
+# Both are safe to retry, as the second attempt finds the row and updates it.
+TRANSIENT = ("database is locked", "unique constraint failed")
+
+
 def retry_busy(fn, *args, attempts: int = 5, **kwargs):
-    """Call fn, retrying briefly when SQLite reports a locked database under concurrent writers."""
+    """Call an idempotent MLflow write, retrying briefly on a transient conflict with another writer."""
     for i in range(attempts):
         try:
             return fn(*args, **kwargs)
         except MlflowException as e:
-            if "locked" not in str(e).lower() or i == attempts - 1:
+            if not any(t in str(e).lower() for t in TRANSIENT) or i == attempts - 1:
                 raise
             time.sleep(0.1 * (i + 1))
     return None
