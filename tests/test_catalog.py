@@ -45,7 +45,7 @@ def test_shipped_catalog_names_every_model_the_issue_lists():
                  "google/diffusiongemma-26B-A4B-it", "Dream-org/Dream-v0-Instruct-7B",
                  "meta-llama/Meta-Llama-3-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"):
         assert f"hf://{repo}" in sources
-    for entry_id in ("tiny-llada", "tiny-ar", "mercury", "mercury-coder-mini", "mercury-3b-research"):
+    for entry_id in ("tiny-llada", "tiny-ar", "mercury", "mercury-coder-mini", "mercury-3b-research", "gemini-diffusion"):
         assert entry_id in catalog
     kinds = {e.id: e.kind for e in catalog}
     assert kinds["diffusiongemma-26b-a4b"] == "block-diffusion"
