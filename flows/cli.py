@@ -28,6 +28,8 @@ COMMAND_MODULES = [
     "flows.commands.models",
     "flows.commands.train",
     "flows.commands.eval",
+    "flows.commands.gates",
+    "flows.commands.promote",
 ]
 
 

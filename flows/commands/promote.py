@@ -1,0 +1,113 @@
+"""`unmask promote`, `unmask rollback`, `unmask sign-off` and `unmask audit`: move aliases behind gates, and show who did."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def _fail(e: Exception) -> None:
+    console.print(f"[red]error:[/red] {e}", highlight=False)
+    raise typer.Exit(2) from None
+
+
+def _refused(e: Exception) -> None:
+    console.print(str(e), style="red", markup=False, highlight=False)
+    raise typer.Exit(1) from None
+
+
+def promote_command(
+    model: str = typer.Argument(..., help="Registered model, e.g. tiny-llada."),
+    to: str = typer.Option(..., "--to", help="poc, staging or production."),
+    approver: str = typer.Option(None, "--approver", help="Who approves (recorded on the version and in the audit)."),
+    comment: str = typer.Option("", "--comment", help="Why; the stage's policy sets a minimum length."),
+    version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
+) -> None:
+    """Move the TO alias to MODEL when its gates pass, its checklist is complete and an approval is recorded."""
+    from registry import PromotionRefused, RegistryError, promote
+
+    try:
+        move = promote(model, to, approver=approver, comment=comment, version=version)
+    except PromotionRefused as e:
+        _refused(e)
+    except RegistryError as e:
+        _fail(e)
+    before = "@".join(move.from_holder) if move.from_holder else "nobody"
+    console.print(f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); "
+                  f"approved by {move.who}. Audit run {move.audit_run_id}.", highlight=False)
+
+
+def rollback_command(
+    stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
+    by: str = typer.Option(None, "--by", help="Who rolls back (default: the OS user)."),
+    comment: str = typer.Option("", "--comment", help="Why."),
+) -> None:
+    """Re-point STAGE to the version that held it before, or to the `fallback` model."""
+    from registry import PromotionRefused, RegistryError, rollback
+
+    try:
+        move = rollback(stage, who=by, comment=comment)
+    except PromotionRefused as e:
+        _refused(e)
+    except RegistryError as e:
+        _fail(e)
+    console.print(f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
+                  f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}).", highlight=False)
+
+
+def sign_off_command(
+    model: str = typer.Argument(..., help="Registered model."),
+    stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
+    item: str = typer.Option(..., "--item", help="A manual checklist item id, e.g. fallback-plan."),
+    by: str = typer.Option(..., "--by", help="Who signs off."),
+    comment: str = typer.Option(..., "--comment", help="What was checked."),
+    version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
+) -> None:
+    """Sign off a manual checklist item for a version (who, when, comment)."""
+    from registry import Registry, RegistryError, sign_off
+
+    try:
+        reg = Registry()
+        held = reg.aliases_of(model)
+        version = version or held.get("candidate") or held.get("fallback")
+        if not version:
+            raise RegistryError(f"{model} has no `candidate` or `fallback` version")
+        done = sign_off(reg, model, version, stage, item, by, comment)
+    except RegistryError as e:
+        _fail(e)
+    console.print(f"{stage}/{item} signed off for {model} v{version} by {done['by']} at {done['at']}.", highlight=False)
+
+
+def audit_command(
+    model: str = typer.Option(None, "--model", help="Only events of this model."),
+    stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
+    limit: int = typer.Option(50, "--limit", help="Show the last N events."),
+) -> None:
+    """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
+    from registry import RegistryError
+    from registry.read import audit_events
+
+    try:
+        events = audit_events(model=model, stage=stage)
+    except RegistryError as e:
+        _fail(e)
+    if events.empty:
+        console.print("No audit events yet. Register evidence (`unmask run`), then `unmask promote`.")
+        return
+    table = Table(title=f"audit trail ({len(events)} events)")
+    for column in ("when", "event", "who", "stage", "model", "version", "from", "to", "status", "comment"):
+        table.add_column(column, overflow="fold")
+    for _, e in events.tail(limit).iterrows():
+        table.add_row(e["when"][:19], e["event"], e["who"], e["stage"], e["model"], e["version"], e["from"], e["to"],
+                      e["status"], e["comment"])
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("promote")(promote_command)
+    app.command("rollback")(rollback_command)
+    app.command("sign-off")(sign_off_command)
+    app.command("audit")(audit_command)
