@@ -1,0 +1,95 @@
+"""The same registry against a real `mlflow server` on 127.0.0.1, started and stopped by this test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import registry.read as read
+from registry import Registry, RegistryUnavailable, load_evidence, promote, rollback, sign_off, stage_holder
+from tests.gate_fixtures import register_pair
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"mlflow server at {url} not healthy after {timeout_s} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server by its pid; it leads its own process group, so its workers go with it."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder: Path = tmp_path_factory.mktemp("mlflow_server")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    log = open(folder / "server.log", "wb")
+    proc = subprocess.Popen(
+        [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}", "--artifacts-destination", str(folder / "artifacts")],
+        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(url, proc, timeout_s=120)
+        yield url, proc
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def test_register_promote_rollback_and_audit_through_a_server(server, monkeypatch):
+    url, proc = server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    reg = Registry()
+    assert reg.tracking_uri == url
+    _, v = register_pair(reg)
+    assert reg.client.get_model_version("tiny-llada", v).source.startswith("mlflow-artifacts:")
+    assert len(load_evidence(reg, "tiny-llada", v).records) == 2
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", v, "poc", item, "ada", f"{item} checked")
+    promote("tiny-llada", "poc", approver="grace", comment="PoC evidence reviewed", registry=reg)
+    assert stage_holder(reg, "poc") == ("tiny-llada", v)
+    rollback("poc", who="oncall", registry=reg)
+    assert read.aliases(reg)["poc"] == {"model": "tiny-ar", "version": "1"}
+    moves = read.audit_events(event="alias_move", registry=reg)
+    assert list(moves["to"]) == ["tiny-llada@1", "tiny-ar@1"] and set(moves["status"]) == {"FINISHED"}
+    assert len(read.gate_results("tiny-llada", registry=reg)) == 10
+
+    _stop(proc)
+    with pytest.raises(RegistryUnavailable, match="unreachable"):
+        Registry(url)
