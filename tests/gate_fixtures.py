@@ -1,6 +1,6 @@
 """Evidence as the evaluation produces it, with realistic values for the bundled tiny models on CPU.
 
-tiny-llada at gen_length 64: exact-match 0.72 on arith, p95 0.18 s; tiny-ar (the AR fallback): 0.70 at
+tiny-llada at gen_length 32: exact-match 0.72 on arith, p95 0.18 s; tiny-ar (the AR fallback): 0.70 at
 p95 0.09 s. So tiny-llada clears poc and staging but is too slow for production (speedup 0.5x < 1x)
 unless a faster SamplerConfig (parallel decoding) is measured.
 """
@@ -27,19 +27,19 @@ def _config_hash(config: dict) -> str:
 
 
 def record(candidate: str = "tiny-llada", task: str = "arith", **overrides) -> EvalRecord:
-    """One validated record at gen_length 64; `overrides` change any field (config too)."""
+    """One validated record at gen_length 32; `overrides` change any field (config too)."""
     ar = candidate == "tiny-ar"
-    config = {"steps": 64, "gen_length": 64, "block_length": 32, "temperature": 0.0, "remasking": "low_confidence",
-              "seed": 0} if not ar else {"max_new_tokens": 64, "temperature": 0.0, "seed": 0}
+    config = {"steps": 32, "gen_length": 32, "block_length": 16, "temperature": 0.0, "remasking": "low_confidence",
+              "seed": 0} if not ar else {"gen_length": 32, "steps": 32, "block_length": 16, "temperature": 0.0, "seed": 0}
     config.update(overrides.pop("config", {}))
     values = dict(
         candidate=candidate, role="fallback" if ar else "candidate",
         kind="autoregressive" if ar else "masked-diffusion", task=task, split="test", config=config,
-        config_hash=_config_hash(config), gen_length=64, n_items=120,
+        config_hash=_config_hash(config), gen_length=32, n_items=120,
         accuracy=0.70 if ar else 0.72, accuracy_strict=None, accuracy_flexible=None,
         latency_p50_s=0.075 if ar else 0.15, latency_p95_s=0.09 if ar else 0.18, latency_p99_s=0.1 if ar else 0.21,
         tokens_per_s=420.0 if ar else 210.0, tokens_per_s_with_padding=700.0 if ar else 355.0,
-        tokens_per_forward=1.0, nfe=64.0, peak_mem_mb=395.0 if ar else 430.0, errors=0,
+        tokens_per_forward=1.0, nfe=32.0, peak_mem_mb=395.0 if ar else 430.0, errors=0,
         output_hash=hashlib.sha256(f"{candidate}/{task}/{config}".encode()).hexdigest(),
         dataset_hash=DATASETS.get(task, DATASETS["arith"]), weights_sha256=WEIGHTS[candidate], model_revision="local",
         fingerprint={"python": "3.11.9", "torch": "2.13.0+cpu", "threads": 2}, valid=True,
@@ -70,9 +70,9 @@ def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = N
 
 def fast_llada() -> CandidateEvidence:
     """tiny-llada measured with parallel decoding: same quality, p95 0.07 s (1.3x faster than tiny-ar)."""
-    config = {"steps": 16, "parallel_threshold": 0.9}
-    records = [record("tiny-llada", "arith", config=config, latency_p95_s=0.07, nfe=16.0, tokens_per_forward=4.0),
-               record("tiny-llada", "sort", config=config, latency_p95_s=0.075, nfe=16.0, tokens_per_forward=4.0)]
+    config = {"steps": 32, "parallel": "threshold", "parallel_threshold": 0.9}
+    records = [record("tiny-llada", "arith", config=config, latency_p95_s=0.07, nfe=9.0, tokens_per_forward=3.6),
+               record("tiny-llada", "sort", config=config, latency_p95_s=0.075, nfe=9.0, tokens_per_forward=3.6)]
     return evidence("tiny-llada", records)
 
 

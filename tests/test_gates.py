@@ -41,7 +41,7 @@ def test_every_result_cites_record_run_and_hash():
     ("quality", dict(accuracy=0.25), "poc", "0.25 is not >= threshold 0.3"),
     ("quality_vs_fallback", dict(accuracy=0.49), "poc", "0.49 is not >= baseline 0.7 - 0.2"),
     ("quality_vs_fallback", dict(accuracy=0.64), "staging", "is not >= baseline 0.7 - 0.05"),
-    ("latency", dict(latency_p95_s=2.5), "staging", "p95 2.500 s at gen_length 64 > SLA 2 s"),
+    ("latency", dict(latency_p95_s=2.5), "staging", "p95 2.500 s at gen_length 32 > SLA 2 s"),
     ("speedup", dict(latency_p95_s=0.5), "poc", "0.18x"),
     ("memory", dict(peak_mem_mb=20000.0), "poc", "peak memory 20000 MB (arith) > budget 16384 MB"),
     ("error_rate", dict(errors=7), "poc", "error rate 5.83% (7/120 on arith) > 5.00%"),
@@ -110,7 +110,7 @@ def test_missing_fallback_fails_the_relative_gates():
 
 
 def test_operating_point_is_the_best_config_at_the_stated_length_unless_the_card_names_one():
-    slow_good = record(config={"steps": 64, "seed": 1}, accuracy=0.80, latency_p95_s=0.30)
+    slow_good = record(config={"steps": 16, "seed": 1}, accuracy=0.80, latency_p95_s=0.30)
     other_length = record(config={"gen_length": 128}, gen_length=128, accuracy=0.95)
     results = judge(evidence(records=[record(), slow_good, other_length]))
     assert results["quality"].value == 0.80 and results["latency"].value == 0.30
