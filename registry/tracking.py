@@ -137,7 +137,8 @@ def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:
         "model_revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256,
         "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
         "license": evidence.license.to_dict() if evidence.license else None,
-        "card": evidence.card, "failures": evidence.failures,
+        # a model card's YAML front matter may hold dates; keep the artifact plain JSON
+        "card": json.loads(json.dumps(evidence.card, default=str)), "failures": evidence.failures,
         "record_run_ids": [r.run_id for r in evidence.records],
     }
 

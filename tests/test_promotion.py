@@ -211,3 +211,36 @@ def test_a_crash_after_the_commit_point_leaves_the_registry_as_after(reg, monkey
     assert reg.holders("poc") == [("tiny-ar", "1")]
     statuses = read.audit_events(stage="poc", event="alias_move", registry=reg)["status"].tolist()
     assert statuses == ["FINISHED", "FINISHED", "FINISHED"]
+
+
+def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from flows.commands import gates as gates_cmd
+    from flows.commands import promote as promote_cmd
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    monkeypatch.setenv("COLUMNS", "200")
+    register_pair(reg)
+    app = typer.Typer()
+    gates_cmd.register(app)
+    promote_cmd.register(app)
+    run = CliRunner().invoke
+
+    shown = run(app, ["gates", "tiny-llada", "--stage", "poc"])
+    assert shown.exit_code == 0, shown.output
+    assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
+    refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
+    assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
+    for item in ("fallback-plan", "tooling-maturity"):
+        signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--by", "ada", "--comment", "ok"])
+        assert signed.exit_code == 0, signed.output
+    moved = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
+    assert moved.exit_code == 0 and "poc now points at tiny-llada v1 (was nobody)" in moved.output
+    back = run(app, ["rollback", "--stage", "poc", "--by", "oncall"])
+    assert back.exit_code == 0 and "rolled back from tiny-llada@1 to tiny-ar@1 (fallback)" in back.output
+    trail = run(app, ["audit", "--stage", "poc"])
+    assert trail.exit_code == 0 and "alias_move" in trail.output and "oncall" in trail.output
+    bad = run(app, ["gates", "tiny-llada", "--stage", "canary"])
+    assert bad.exit_code == 2 and "--stage must be one of" in bad.output

@@ -102,8 +102,12 @@ def audit_command(
         table.add_column(column, overflow="fold")
     for _, e in events.tail(limit).iterrows():
         table.add_row(e["when"][:19], e["event"], e["who"], e["stage"], e["model"], e["version"], e["from"], e["to"],
-                      e["status"], e["comment"])
+                      e["status"], _short(e["comment"]))
     console.print(table)
+
+
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:
