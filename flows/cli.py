@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "flows.commands.eval",
     "flows.commands.gates",
     "flows.commands.promote",
+    "flows.commands.run",
 ]
 
 

@@ -1,0 +1,118 @@
+"""`unmask run`: the main job. The gate review flow over the bundled models, then a scorecard.
+
+Everything is embedded: MLflow on SQLite under the state folder, Prefect in local mode (it starts
+its own temporary server; nothing to start by hand). A second run reuses every measured point.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def run_command(
+    sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
+    model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat (default: the sweep's)."),
+    task_runner: str = typer.Option("threads", "--task-runner", help="threads, or dask (prefect-dask)."),
+    dask_address: str = typer.Option(None, "--dask-address", help="Dask scheduler; default: a local cluster."),
+    policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
+    reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
+    remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
+) -> None:
+    """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
+    # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
+    from evals.sweep import SweepError, default_sweep_path, load_sweep
+    from flows.evaluate import EvaluationOptions, mlflow_ui_command
+    from flows.environment import state_dir
+
+    sweep_path = sweep or default_sweep_path()
+    try:
+        spec = load_sweep(sweep_path)
+        options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
+                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure)
+    except (SweepError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2) from None
+    models = list(model or spec.models)
+    console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
+                  f"(state: {state_dir()}, task runner: {task_runner})", highlight=False)
+    started = time.perf_counter()
+    result = review_with_progress(models, str(sweep_path), options)
+    elapsed = time.perf_counter() - started
+    rows = result["scorecard"]
+    console.print(scorecard_table(rows, result["score_stage"]))
+    points = sum(o.get("points", 0) for o in result["outcomes"])
+    cached = sum(o.get("cached", 0) for o in result["outcomes"])
+    console.print(f"done in {elapsed:.1f} s; {cached} of {points} sweep points reused from cache "
+                  f"({state_dir() / 'results'})", highlight=False)
+    for line in result.get("flushed") or []:
+        console.print(f"logged evidence kept from an earlier run: {line}", highlight=False)
+    console.print("next: [bold]unmask dashboard[/bold] (gates and scores), "
+                  f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit), "
+                  "[bold]unmask approve MODEL STAGE[/bold] (sign off a waiting promotion)", highlight=False)
+    if rows and all(r["qualifies"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+def review_with_progress(models: list[str], sweep: str, options) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from flows.progress import set_reporter
+    from flows.review import gate_review
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        bars: dict[str, int] = {}
+        bar = progress.add_task("starting Prefect (local mode) and MLflow (SQLite)", total=None)
+
+        def on_event(kind: str, info: dict) -> None:
+            name = info.get("candidate", "")
+            if kind == "candidate":
+                progress.update(bar, description=f"loading {name}")
+            elif kind == "plan":
+                bars[name] = progress.add_task(f"{name}: measuring", total=info["total"])
+            elif kind == "point" and name in bars:
+                how = "cached" if info["cached"] else "measured"
+                progress.update(bars[name], advance=1, description=f"{name}: {how} {info['label'].split(' ', 1)[-1]}")
+            elif kind == "stage" and name in bars:
+                progress.update(bars[name], description=f"{name}: {info['step']}")
+            elif kind == "failure":
+                progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False, markup=True)
+        set_reporter(on_event)
+        try:
+            result = gate_review(models, sweep, options)
+        finally:
+            set_reporter(None)
+        progress.update(bar, description="review finished", total=1, completed=1)
+        for name, task_id in bars.items():
+            progress.update(task_id, description=f"{name}: done")
+    return result
+
+
+def scorecard_table(rows: list[dict], score_stage: str, reason_chars: int = 90) -> Table:
+    table = Table(title="scorecard", show_lines=True)
+    for name, justify in (("candidate", "left"), ("qualifies for", "left"), ("gates passed", "right"),
+                          ("failed gates: reasons", "left"), (f"score ({score_stage})", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for r in rows:
+        stage = {"none": "[yellow]none yet[/yellow]", "failed": "[red]failed[/red]"}.get(
+            r["qualifies"], f"[green]{r['qualifies']}[/green]")
+        gates = f"{r['passed']}/{r['passed'] + r['failed']} at {r['judged_at']}" if r["judged_at"] else "-"
+        reasons = "\n".join(x if len(x) <= reason_chars else x[: reason_chars - 1] + "…" for x in r["reasons"]) or "-"
+        score = "-" if r["score"] is None else f"{r['score']:.3f} (#{r['rank']})"
+        name = f"{r['candidate']}\n[dim]{r['role']}[/dim]" if r["role"] else r["candidate"]
+        table.add_row(name, stage, gates, reasons, score)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)

@@ -1,0 +1,182 @@
+"""`evaluate_candidate`: one candidate through the sweep, its evidence into the registry, its gates judged.
+
+The flow only orchestrates `flows.tasks` (which call models/, evals/, registry/) and publishes
+artifacts under stable keys (`gates-<candidate>`, `evaluation-<candidate>`), so each key's history
+in the Prefect UI is the candidate's history.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.futures import as_completed
+from pydantic import BaseModel, Field
+
+from evals.sweep import default_sweep_path
+from flows import tasks
+from flows.progress import report
+from flows.runners import RunnerKind, make_task_runner
+
+STAGE_ORDER = ("poc", "staging", "production")
+
+
+class EvaluationOptions(BaseModel):
+    """How an evaluation runs; the Prefect UI renders this as a form."""
+
+    reproducibility: bool = Field(True, description="Run the reproducibility probe per candidate.")
+    fresh_process_probe: bool = Field(True, description="The probe also decodes in a fresh Python process.")
+    policy: str | None = Field(None, description="Stage policy YAML (default: gates/policy.yaml).")
+    task_runner: RunnerKind = Field("threads", description="threads (this machine) or dask.")
+    dask_address: str | None = Field(None, description="Dask scheduler address; none starts a local cluster.")
+    dask_workers: int = Field(2, description="Workers of the local Dask cluster.")
+    remeasure: bool = Field(False, description="Measure every point again instead of reusing cached records.")
+    mlflow_retries: int = Field(2, description="Retries of MLflow logging before the flow gives up.")
+    mlflow_retry_delay_s: float = Field(2.0, description="Seconds between MLflow retries.")
+
+
+class RegistryUnreachable(RuntimeError):
+    """MLflow could not be reached after retries; the evidence is kept in the local outbox."""
+
+
+def slug(name: str) -> str:
+    """An artifact key part: lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
+
+
+def mlflow_ui_command(tracking_uri: str) -> str:
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri}"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def qualified_stage(verdicts: dict[str, Any]) -> str | None:
+    """The highest stage whose gates all passed, every stage below it passed too."""
+    reached = None
+    for stage in STAGE_ORDER:
+        gates = verdicts.get(stage, {}).get("gates", [])
+        if not gates or not all(g["passed"] for g in gates):
+            break
+        reached = stage
+    return reached
+
+
+def next_stage(stage: str | None) -> str | None:
+    if stage is None:
+        return STAGE_ORDER[0]
+    index = STAGE_ORDER.index(stage) + 1
+    return STAGE_ORDER[index] if index < len(STAGE_ORDER) else None
+
+
+def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
+    """Submit every point to the flow's task runner; (records, failures, points served from cache)."""
+    storage = tasks.result_storage()
+    measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
+    futures = {measure.submit(p, plan.measure, plan.device, plan.dtype, plan.name): p for p in plan.points}
+    records, failures, cached = [], [], 0
+    for future in as_completed(list(futures)):
+        point = futures[future]
+        value = future.result(raise_on_failure=False)  # settles the future's final state
+        state = future.state
+        if state.is_completed():
+            records.append(value)
+            cached += state.name == "Cached"
+            report("point", candidate=point.candidate, label=point.label, cached=state.name == "Cached")
+        else:
+            failures.append(f"{point.label}: {type(value).__name__}: {value}")
+            report("failure", candidate=point.candidate, message=failures[-1])
+    order = {p.config_hash + p.dataset_hash: i for i, p in enumerate(plan.points)}
+    records.sort(key=lambda r: order.get(r["config_hash"] + r["dataset_hash"], 0))
+    return records, failures, cached
+
+
+@flow(name="evaluate-candidate", task_runner=make_task_runner("threads"), flow_run_name="evaluate {model_id}")
+def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
+                       options: EvaluationOptions = EvaluationOptions()) -> dict[str, Any]:
+    """Pull and verify, load, measure every sweep point (cached), probe, check the license, log and judge."""
+    from registry.connection import resolve_tracking_uri
+
+    tracking_uri = resolve_tracking_uri()
+    prepared = tasks.prepare_candidate(model_id)
+    report("stage", candidate=prepared.candidate, step="planning the sweep")
+    plan = tasks.plan_points(prepared, sweep)
+    report("plan", candidate=prepared.candidate, total=len(plan.points))
+    records, failures, cached = measure_all(plan, options.remeasure)
+    if not records:
+        raise RuntimeError(f"{prepared.candidate}: no sweep point could be measured: " + "; ".join(failures[:3]))
+    reproducibility = None
+    if options.reproducibility:
+        report("stage", candidate=prepared.candidate, step="reproducibility probe")
+        probe = tasks.probe_reproducibility.with_options(result_storage=tasks.result_storage())
+        reproducibility = probe(plan.points[0], plan.device, plan.dtype, options.fresh_process_probe)
+    license_result = tasks.check_license(prepared)
+    evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures)
+    report("stage", candidate=prepared.candidate, step="logging to MLflow")
+    logged = log_or_keep(evidence, tracking_uri, options)
+    verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
+    outcome = {
+        "candidate": prepared.candidate, "ref": model_id, "role": prepared.role, "kind": prepared.kind,
+        "version": logged["version"], "weights_sha256": prepared.weights_sha256, "points": len(plan.points),
+        "cached": cached, "failures": failures, "verdicts": verdicts, "qualified": qualified_stage(verdicts),
+        "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
+        "evidence_run_id": logged["evidence_run_id"], "tracking_uri": tracking_uri,
+    }
+    publish_candidate(outcome)
+    return outcome
+
+
+def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:
+    """Log to MLflow with retries; when that fails, say so clearly, keeping the evidence in the outbox."""
+    from flows.outbox import outbox_dir
+
+    log = tasks.log_evidence.with_options(retries=options.mlflow_retries,
+                                          retry_delay_seconds=options.mlflow_retry_delay_s)
+    state = log(evidence, tracking_uri, return_state=True)
+    if state.is_completed():
+        return state.result()
+    error = state.result(raise_on_failure=False)
+    raise RegistryUnreachable(
+        f"could not log {evidence['candidate']} to MLflow at {tracking_uri} after {options.mlflow_retries + 1} "
+        f"attempt(s): {error}. Its {len(evidence['records'])} finished record(s) are kept in {outbox_dir()} and "
+        "will be logged by the next run that reaches the registry.")
+
+
+def gate_rows(outcome: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for stage, verdict in outcome["verdicts"].items():
+        for g in verdict["gates"]:
+            rows.append({"stage": stage, "gate": g["gate"], "passed": g["passed"], "value": str(g["value"]),
+                         "threshold": str(g["threshold"]), "reason": g["reason"],
+                         "record_id": g["evidence"].get("record_id") or ""})
+    return rows
+
+
+def summary_markdown(outcome: dict[str, Any]) -> str:
+    from gates.evaluate import GateResult, gate_report_markdown
+
+    lines = [f"# {outcome['candidate']} v{outcome['version']}", "",
+             f"- qualifies for: **{outcome['qualified'] or 'no stage yet'}**",
+             f"- MLflow evidence run: [{outcome['evidence_run_id']}]({outcome['mlflow_run']}) "
+             f"(`{mlflow_ui_command(outcome['tracking_uri'])}`)",
+             f"- weights sha256: `{outcome['weights_sha256'][:16]}`",
+             f"- sweep points: {outcome['points']} ({outcome['cached']} from cache)"]
+    lines += [f"- failed point: {f}" for f in outcome["failures"]]
+    for stage, verdict in outcome["verdicts"].items():
+        results = [GateResult.from_dict(g) for g in verdict["gates"]]
+        lines += ["", gate_report_markdown(results, f"{stage} gates").replace("# ", "## ", 1)]
+    return "\n".join(lines) + "\n"
+
+
+def publish_candidate(outcome: dict[str, Any]) -> None:
+    key = slug(outcome["candidate"])
+    create_table_artifact(gate_rows(outcome), key=f"gates-{key}",
+                          description=f"Gate results of {outcome['candidate']} v{outcome['version']}")
+    create_markdown_artifact(summary_markdown(outcome), key=f"evaluation-{key}",
+                             description=f"Evaluation of {outcome['candidate']}")

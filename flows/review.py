@@ -1,0 +1,140 @@
+"""`gate_review`: evaluate the fallback and every candidate, score them, publish the comparison.
+
+The fallback goes first, so the candidates' gates (quality vs fallback, speedup) judge against the
+fallback just measured. A candidate that cannot be loaded or decoded is reported as failed; the
+review of the others goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from evals.sweep import default_sweep_path
+from flows import tasks
+from flows.evaluate import (
+    EvaluationOptions,
+    evaluate_candidate,
+    mlflow_ui_command,
+    next_stage,
+)
+from flows.progress import report
+from flows.runners import make_task_runner
+
+
+@task(name="order-models", cache_policy=NO_CACHE, persist_result=False)
+def fallback_first(models: list[str]) -> list[str]:
+    """The models with the fallback role (catalog role, else a causal checkpoint) first, order kept."""
+    from evals.sweep import model_is_causal
+    from models.catalog import load_catalog
+
+    catalog = load_catalog()
+
+    def is_fallback(ref: str) -> bool:
+        if ref in catalog:
+            return catalog.get(ref).role == "fallback"
+        try:
+            return model_is_causal(ref)
+        except Exception:  # unloadable: its own evaluation reports why
+            return False
+
+    return sorted(models, key=lambda m: not is_fallback(m))
+
+
+@task(name="score-candidates", cache_policy=NO_CACHE, persist_result=False)
+def score_candidates(versions: dict[str, str], tracking_uri: str, stage: str,
+                     policy_path: str | None = None) -> dict[str, dict[str, Any]]:
+    """Multi-criteria scores (gates.scoring: TOPSIS, weighted sum, Pareto) of every reviewed model at `stage`."""
+    from gates import load_policy
+    from gates.scoring import alternative, rank
+    from registry import Registry, load_evidence
+
+    registry = Registry(tracking_uri)
+    stage_policy = load_policy(policy_path).stage(stage)
+    alternatives = [a for model, version in versions.items()
+                    if (a := alternative(load_evidence(registry, model, version), stage_policy)) is not None]
+    frame = rank(alternatives, stage_policy.weights)
+    return {row["candidate"]: {"topsis": float(row["topsis"]), "weighted_sum": float(row["weighted_sum"]),
+                               "rank": int(row["rank_topsis"]), "pareto": bool(row["pareto"])}
+            for row in frame.to_dict(orient="records")}
+
+
+def scorecard_row(outcome: dict[str, Any], scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One line of the scorecard: where the candidate stands and what stops it going further."""
+    if outcome.get("error"):
+        return {"candidate": outcome["candidate"], "role": outcome.get("role", ""), "version": "", "qualifies": "failed",
+                "judged_at": "", "passed": 0, "failed": 0, "reasons": [outcome["error"]], "score": None, "rank": None,
+                "cached": "", "mlflow_run": ""}
+    target = next_stage(outcome["qualified"]) or outcome["qualified"]
+    gates = outcome["verdicts"].get(target, {}).get("gates", [])
+    failed = [f"{g['gate']}: {g['reason']}" for g in gates if not g["passed"]]
+    score = scores.get(outcome["candidate"], {})
+    return {"candidate": outcome["candidate"], "role": outcome["role"], "version": outcome["version"],
+            "qualifies": outcome["qualified"] or "none", "judged_at": target,
+            "passed": sum(g["passed"] for g in gates), "failed": len(failed), "reasons": failed + outcome["failures"],
+            "score": score.get("topsis"), "rank": score.get("rank"),
+            "cached": f"{outcome['cached']}/{outcome['points']}", "mlflow_run": outcome["mlflow_run"]}
+
+
+def failed_outcome(model_id: str, state: Any) -> dict[str, Any]:
+    error = state.result(raise_on_failure=False)
+    message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(state.message)
+    return {"candidate": model_id, "ref": model_id, "error": message}
+
+
+@flow(name="gate-review", flow_run_name="gate review")
+def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_path()),
+                options: EvaluationOptions = EvaluationOptions(), score_stage: str = "poc") -> dict[str, Any]:
+    """Evaluate the fallback and the candidates (default: the sweep's models), score and compare them."""
+    from evals.sweep import load_sweep
+    from registry.connection import resolve_tracking_uri
+
+    tracking_uri = resolve_tracking_uri()
+    flushed = flush_kept_evidence(tracking_uri)
+    models = list(models or load_sweep(sweep).models)
+    runner = make_task_runner(options.task_runner, options.dask_address, options.dask_workers)
+    evaluate = evaluate_candidate.with_options(task_runner=runner)
+    outcomes = []
+    for model_id in fallback_first(models):
+        report("candidate", candidate=model_id)
+        state = evaluate(model_id, sweep, options, return_state=True)
+        outcome = state.result() if state.is_completed() else failed_outcome(model_id, state)
+        if outcome.get("error"):
+            report("failure", candidate=model_id, message=outcome["error"])
+        outcomes.append(outcome)
+    versions = {o["candidate"]: o["version"] for o in outcomes if not o.get("error")}
+    scores = score_candidates(versions, tracking_uri, score_stage, options.policy) if versions else {}
+    rows = [scorecard_row(o, scores) for o in outcomes]
+    publish_review(rows, tracking_uri, score_stage)
+    return {"scorecard": rows, "outcomes": outcomes, "tracking_uri": tracking_uri, "score_stage": score_stage,
+            "flushed": flushed}
+
+
+def flush_kept_evidence(tracking_uri: str) -> list[str]:
+    """Log evidence kept back by an earlier run; if the registry is still down, that run's logging says so."""
+    state = tasks.flush_outbox(tracking_uri, return_state=True)
+    return state.result() if state.is_completed() else []
+
+
+def review_markdown(rows: list[dict[str, Any]], tracking_uri: str, score_stage: str) -> str:
+    lines = ["# Gate review", "", f"Scores: TOPSIS at {score_stage} weights (1 is best).", "",
+             "| candidate | role | qualifies for | judged at | gates passed | score | MLflow | why not further |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        score = "-" if r["score"] is None else f"{r['score']:.3f}"
+        link = f"[run]({r['mlflow_run']})" if r["mlflow_run"] else ""
+        why = "; ".join(r["reasons"]).replace("|", "\\|") or "-"
+        lines.append(f"| {r['candidate']} | {r['role']} | {r['qualifies']} | {r['judged_at']} | "
+                     f"{r['passed']}/{r['passed'] + r['failed']} | {score} | {link} | {why} |")
+    lines += ["", f"Browse runs: `{mlflow_ui_command(tracking_uri)}`; the dashboard: `unmask dashboard`."]
+    return "\n".join(lines) + "\n"
+
+
+def publish_review(rows: list[dict[str, Any]], tracking_uri: str, score_stage: str) -> None:
+    table = [{k: ("; ".join(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+    create_table_artifact(table, key="gate-review", description="Scorecard of the last gate review")
+    create_markdown_artifact(review_markdown(rows, tracking_uri, score_stage), key="gate-review-summary",
+                             description="Gate review: candidates, stages, gates and scores")
