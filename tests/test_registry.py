@@ -37,7 +37,7 @@ def test_one_run_per_record_with_config_params_metrics_identity_tags_and_artifac
     (gx / "result.json").write_text(json.dumps({"success": True}))
     logged = log_record(reg, record(), {"curves": curve, "gx": gx})
     run = reg.client.get_run(logged.run_id)
-    assert run.data.params["steps"] == "64" and run.data.params["remasking"] == "low_confidence"
+    assert run.data.params["steps"] == "32" and run.data.params["remasking"] == "low_confidence"
     assert run.data.metrics["accuracy"] == 0.72 and run.data.metrics["latency_p95_s"] == 0.18
     tags = run.data.tags
     assert tags["unmask.model"] == "tiny-llada" and tags["unmask.revision"] == "local"
