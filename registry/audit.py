@@ -91,20 +91,23 @@ def _from_run(run: Run) -> AuditEvent:
 
 
 def events(registry: Registry, model: str | None = None, stage: str | None = None,
-           event: str | None = None) -> list[AuditEvent]:
-    """Audit events, oldest first, optionally for one model, stage or kind of event."""
+           event: str | None = None, status: str | None = None) -> list[AuditEvent]:
+    """Audit events, oldest first, optionally for one model, stage, kind of event or run status."""
     filters = []
     for key, value in (("model", model), ("stage", stage), ("event", event)):
         if value:
             filters.append(f"tags.`{model_tag(key)}` = '{value}'")
+    if status:
+        filters.append(f"attributes.status = '{status}'")
     found = [_from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT, " and ".join(filters))]
     if model:  # a move touching a model as its previous holder belongs to its history too
         found += [e for e in (_from_run(r) for r in registry.search_runs(
             AUDIT_EXPERIMENT, f"tags.`{model_tag('event')}` = '{MOVE}'")) if e.model != model and
-            (parse_ref(e.from_ref) or ("",))[0] == model and (not stage or e.stage == stage)]
+            (parse_ref(e.from_ref) or ("",))[0] == model and (not stage or e.stage == stage)
+            and (not status or e.status == status)]
     return sorted(found, key=lambda e: (e.when, e.run_id))
 
 
 def pending_moves(registry: Registry, stage: str | None = None) -> list[AuditEvent]:
     """Alias moves whose intent was written but never settled (in flight, or interrupted)."""
-    return [e for e in events(registry, stage=stage, event=MOVE) if e.status == "RUNNING"]
+    return events(registry, stage=stage, event=MOVE, status="RUNNING")

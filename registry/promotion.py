@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -190,8 +190,16 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
     production = stage_holder(registry, "production")
     if production and production != (model, version):
         baseline["production"] = load_evidence(registry, *production)
+    approval = approval_of(registry, model, version, stage)
+    evaluated_at = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
+    stale = approval is not None and approval.at < evaluated_at
     decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
-                                approval_of(registry, model, version, stage), reached_stages(registry, model, version))
+                                None if stale else approval, reached_stages(registry, model, version))
+    if stale:  # the evidence was re-registered after the approval: the approver saw other numbers
+        why = (f"the approval by {approval.by} at {approval.at} predates the latest evaluation ({evaluated_at}); "
+               "approve again")
+        reasons = [r for r in decision.reasons if not r.startswith("no approval recorded")] + [why]
+        decision = replace(decision, allowed=False, reasons=tuple(reasons))
     if record and decision.gate_results:
         record_gate_report(registry, model, version, stage, list(decision.gate_results),
                            decision.checklist.to_dicts() if decision.checklist else [])

@@ -244,3 +244,17 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert trail.exit_code == 0 and "alias_move" in trail.output and "oncall" in trail.output
     bad = run(app, ["gates", "tiny-llada", "--stage", "canary"])
     assert bad.exit_code == 2 and "--stage must be one of" in bad.output
+
+
+def test_an_approval_older_than_the_latest_evaluation_is_stale(reg):
+    from registry import approve
+
+    _, v = register_pair(reg)
+    sign_all(reg, "tiny-llada", v, "poc")
+    approve(reg, "tiny-llada", v, "poc", "grace", OK)
+    register_evidence(reg, evidence())  # re-evaluated after the approval
+    with pytest.raises(PromotionRefused, match="predates the latest evaluation") as e:
+        promote("tiny-llada", "poc", registry=reg)
+    assert not any("no approval recorded" in r for r in e.value.reasons)
+    approve(reg, "tiny-llada", v, "poc", "grace", OK)
+    assert promote("tiny-llada", "poc", registry=reg).who == "grace"

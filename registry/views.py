@@ -1,0 +1,169 @@
+"""What the dashboard shows, computed from the registry: the gate board, quality-latency points, a
+candidate's evidence, MLflow links and the nightly regression findings. Read-only, like `registry.read`
+(which it builds on), except `record_regression_finding`, the writer the nightly flow uses.
+
+Regression findings live in the `unmask-nightly` experiment, one run each, tagged
+`unmask.kind = regression`, with `unmask.model`, `unmask.version`, `unmask.stage`, `unmask.when`,
+`unmask.finding` (in words), `unmask.failed_gates` (comma-separated) and `unmask.action` (what the
+flow did: `none`, `rolled back to <model@version>`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import registry.read as read
+from evals.plots import pareto_front, point_label
+from gates.evaluate import operating_records
+from gates.policy import Policy, load_policy
+from registry.connection import EVALUATIONS_EXPERIMENT
+from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
+from registry.tracking import load_evidence
+
+NIGHTLY_EXPERIMENT = "unmask-nightly"
+POLICY_ENV = "UNMASK_POLICY"
+
+
+def dashboard_policy(path: str | Path | None = None) -> Policy:
+    """The stage policy the dashboard ranks and marks operating points by: `path`, else $UNMASK_POLICY, else the bundled one."""
+    return load_policy(path or os.environ.get(POLICY_ENV) or None)
+
+
+def shown_versions(registry: Registry) -> pd.DataFrame:
+    """The versions worth a row: any that holds an alias or was judged at some stage (list_versions columns)."""
+    versions = read.list_versions(registry=registry)
+    if versions.empty:
+        return versions
+    judged = versions[[f"gates_{s}" for s in STAGE_ALIASES]].notna().any(axis=1)
+    held = versions["aliases"].map(bool)
+    latest = versions.groupby("model")["version"].transform(lambda v: v.map(int).max()).astype(str) == versions["version"]
+    return versions[judged | held | latest].reset_index(drop=True)
+
+
+def current_version(registry: Registry, model: str) -> str | None:
+    """The version a model is evaluated as now: its `candidate` (or `fallback`) alias, else its latest."""
+    held = registry.aliases_of(model)
+    versions = registry.versions(model)
+    return held.get("candidate") or held.get("fallback") or (versions[-1] if versions else None)
+
+
+def gate_board(registry: Registry) -> pd.DataFrame:
+    """One row per (shown version, stage): model, version, aliases, stage, verdict (passed / failed / not judged),
+    passed (gates passed), total, failed_gates, evaluated_at."""
+    rows = []
+    results = read.gate_results(registry=registry)
+    for v in shown_versions(registry).itertuples():
+        for stage in STAGE_ALIASES:
+            mine = results[(results.model == v.model) & (results.version == v.version) & (results.stage == stage)]
+            verdict = getattr(v, f"gates_{stage}") or "not judged"
+            rows.append({"model": v.model, "version": v.version, "aliases": list(v.aliases), "stage": stage,
+                         "verdict": verdict, "passed": int(mine.passed.sum()), "total": len(mine),
+                         "failed_gates": list(mine.gate[~mine.passed.astype(bool)]),
+                         "evaluated_at": mine.evaluated_at.iloc[0] if len(mine) else ""})
+    return pd.DataFrame(rows, columns=["model", "version", "aliases", "stage", "verdict", "passed", "total",
+                                       "failed_gates", "evaluated_at"])
+
+
+def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.DataFrame:
+    """Every record of each model's current version, with its settings label, Pareto membership (per model,
+    task and generation length, validated records only) and the stages whose operating point it is."""
+    policy = policy or dashboard_policy()
+    frames = []
+    for model in registry.model_names():
+        version = current_version(registry, model)
+        if version is None:
+            continue
+        evidence = load_evidence(registry, model, version)
+        chosen = {stage: {r.config_hash for r in operating_records(evidence, policy.stage(stage))}
+                  for stage in policy.stages}
+        rows = [r.to_dict() | {"model": model, "version": version, "label": point_label(r),
+                               "operating_for": [s for s, hashes in chosen.items() if r.config_hash in hashes]}
+                for r in evidence.records]
+        frames.append(pd.DataFrame(rows))
+    if not frames:
+        return pd.DataFrame()
+    points = pd.concat(frames, ignore_index=True)
+    points["pareto"] = False
+    for _, group in points[points.valid == True].groupby(["model", "task", "gen_length"]):  # noqa: E712 - None is not valid
+        front = pareto_front(list(zip(group.latency_p95_s, group.accuracy)))
+        points.loc[group.index[front], "pareto"] = True
+    return points
+
+
+def candidate_view(registry: Registry, model: str, version: str) -> dict[str, Any]:
+    """A version's model card, license, reproducibility, environment fingerprint and MLflow runs."""
+    evidence = load_evidence(registry, model, version)
+    tags = registry.version_tags(model, version)
+    evidence_run = tags.get(model_tag("evidence_run"), "")
+    fingerprint = evidence.records[0].fingerprint if evidence.records else {}
+    if evidence.reproducibility and evidence.reproducibility.fingerprint:
+        fingerprint = evidence.reproducibility.fingerprint
+    runs = [{"what": "evidence", "task": "", "settings": "", "run_id": evidence_run}]
+    runs += [{"what": "record", "task": r.task, "settings": point_label(r) or r.config_hash[:8], "run_id": r.run_id}
+             for r in evidence.records]
+    for run in runs:
+        run["url"] = run_url(registry, run["run_id"])
+    return {"model": model, "version": version, "role": evidence.role, "kind": evidence.kind,
+            "revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256, "card": evidence.card,
+            "license": evidence.license.to_dict() if evidence.license else None,
+            "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+            "fingerprint": fingerprint, "failures": evidence.failures, "runs": pd.DataFrame(runs),
+            "status": read.version_status(model, version, registry)}
+
+
+def run_url(registry: Registry, run_id: str | None) -> str | None:
+    """The MLflow UI address of a run on a tracking server; None on the embedded store (no UI is running)."""
+    uri = registry.tracking_uri
+    if not run_id or not uri.startswith(("http://", "https://")):
+        return None
+    experiment = registry.client.get_run(run_id).info.experiment_id
+    return f"{uri.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+
+
+def mlflow_ui_command(registry: Registry) -> str:
+    """How to open the MLflow UI on this registry."""
+    uri = registry.tracking_uri
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri} --port 5000"
+
+
+def evaluations_experiment_id(registry: Registry) -> str | None:
+    found = registry.client.get_experiment_by_name(EVALUATIONS_EXPERIMENT)
+    return found.experiment_id if found else None
+
+
+FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates", "action", "run_id"]
+
+
+def regression_findings(registry: Registry) -> pd.DataFrame:
+    """The nightly flow's regression findings, newest first (FINDING_COLUMNS)."""
+    experiment = registry.client.get_experiment_by_name(NIGHTLY_EXPERIMENT)
+    if experiment is None:  # the nightly flow never ran here; do not create the experiment from a read
+        return pd.DataFrame(columns=FINDING_COLUMNS)
+    rows = []
+    for run in registry.search_runs(NIGHTLY_EXPERIMENT, f"tags.`{model_tag('kind')}` = 'regression'"):
+        t = run.data.tags
+        rows.append({"when": t.get(model_tag("when"), ""), "model": t.get(model_tag("model"), ""),
+                     "version": t.get(model_tag("version"), ""), "stage": t.get(model_tag("stage"), ""),
+                     "finding": t.get(model_tag("finding"), ""),
+                     "failed_gates": [g for g in t.get(model_tag("failed_gates"), "").split(",") if g],
+                     "action": t.get(model_tag("action"), ""), "run_id": run.info.run_id})
+    frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    return frame.sort_values("when", ascending=False).reset_index(drop=True)
+
+
+def record_regression_finding(registry: Registry, model: str, version: str, stage: str, finding: str,
+                              failed_gates: list[str], action: str = "none") -> str:
+    """Write one regression finding (the nightly flow's verdict on a version it re-judged); returns its run id."""
+    tags = {model_tag("kind"): "regression", model_tag("model"): model, model_tag("version"): version,
+            model_tag("stage"): stage, model_tag("when"): now_iso(), model_tag("finding"): finding[:5000],
+            model_tag("failed_gates"): ",".join(failed_gates), model_tag("action"): action}
+    run = registry.client.create_run(registry.experiment_id(NIGHTLY_EXPERIMENT), tags=tags,
+                                     run_name=f"regression {stage} {model}@{version}")
+    registry.client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
