@@ -258,3 +258,15 @@ def test_an_approval_older_than_the_latest_evaluation_is_stale(reg):
     assert not any("no approval recorded" in r for r in e.value.reasons)
     approve(reg, "tiny-llada", v, "poc", "grace", OK)
     assert promote("tiny-llada", "poc", registry=reg).who == "grace"
+
+
+def test_a_promotion_that_cannot_get_the_stage_lock_is_refused(reg):
+    from filelock import FileLock
+
+    _, v = register_pair(reg)
+    sign_all(reg, "tiny-llada", v, "poc")
+    with FileLock(str(reg.lock_path("poc"))):  # another process's promotion of poc, in flight
+        with pytest.raises(PromotionRefused, match="another promotion or rollback of poc holds"):
+            promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.2)
+    assert stage_holder(reg, "poc") is None
+    assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
