@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evals.fingerprint import dataset_hash, environment_fingerprint, weights_sha256
-from evals.measure import RequestResult, measure, useful_length
+from evals.measure import RequestResult, measure
 from evals.records import EvalRecord
 
 
@@ -67,11 +67,9 @@ def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targe
 
 def response_text(loaded: Any, result: RequestResult) -> str | None:
     """The generated text up to the first EOS/EoT, or None for a failed request."""
-    if not result.ok:
-        return None
-    stop = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
-    tokens = result.tokens[: useful_length(result.tokens, stop)]
-    return loaded.decode(tokens) if loaded.tokenizer is not None else " ".join(map(str, tokens))
+    from evals.quality import response_text as text_of
+
+    return text_of(loaded, result.tokens) if result.ok else None
 
 
 @dataclass

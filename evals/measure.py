@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from evals.fingerprint import output_hash
+from evals.quality import left_pad
 
 # A decoder maps left-padded prompts `(batch, prompt_len)` and their attention mask (or None) to
 # a GenerateOutput: the diffusion sampler or the autoregressive one, already bound to a config.
@@ -51,26 +52,18 @@ def decoder_for(loaded: Any, config: Any, model: Any = None) -> Decoder:
     return lambda ids, mask: generate(model, ids, config, attention_mask=mask)
 
 
-def first_block_calls(config: Any, stats: dict[str, Any], causal: bool) -> int:
-    """Model calls after which the first block of generated text is committed."""
+def first_block_index(config: Any, stats: dict[str, Any], causal: bool, clock_calls: int) -> int:
+    """How many of the clock's model calls had returned when the first block was committed.
+
+    The sampler reports steps per block (`block_nfe`) and steps in all (`sequential_calls`); a
+    cache policy may call the model more than once per step, so the step count is scaled to calls.
+    """
     if stats.get("block_nfe"):
-        return int(stats["block_nfe"][0])
+        steps = int(stats.get("sequential_calls") or sum(stats["block_nfe"]))
+        return max(1, round(clock_calls * int(stats["block_nfe"][0]) / max(steps, 1)))
     if causal:  # one call per token, the prompt's prefill call yielding the first
-        return int(config.block_length)
+        return min(int(config.block_length), clock_calls)
     return int(config.steps_per_block)
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`(batch, max_len)` ids and attention mask; the mask is None when every prompt has the same length."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    if bool(mask.all()):
-        return ids.to(device), None
-    return ids.to(device), mask.to(device)
 
 
 def useful_length(tokens: list[int], stop_ids: set[int]) -> int:
@@ -125,7 +118,8 @@ class RequestResult:
     tokens: list[int] | None = None  # generated ids, every position (EOS padding included)
     latency_s: float | None = None
     first_block_s: float | None = None
-    nfe: int = 0
+    nfe: int = 0  # canvases the model evaluated (a speculative call may evaluate several)
+    calls: int = 0  # sequential model calls (decoding steps)
     useful_tokens: int = 0  # before the first EOS/EoT
     error: str | None = None
 
@@ -164,6 +158,7 @@ class Measurement:
         p50, p95, p99 = (float(np.percentile(latencies, q)) for q in (50, 95, 99)) if len(ok) else (0.0, 0.0, 0.0)
         positions = sum(len(r.tokens) for r in ok)
         nfe = sum(r.nfe for r in ok)
+        calls = sum(r.calls for r in ok)
         first = [r.first_block_s for r in ok if r.first_block_s is not None]
         return {
             "latency_p50_s": p50,
@@ -174,7 +169,7 @@ class Measurement:
             "batch_size": self.batch_size,
             "tokens_per_s": sum(r.useful_tokens for r in ok) / busy if busy > 0 else 0.0,
             "tokens_per_s_with_padding": positions / busy if busy > 0 else 0.0,
-            "tokens_per_forward": positions / nfe if nfe else 0.0,
+            "tokens_per_forward": positions / calls if calls else 0.0,  # per sequential call, as the sampler counts it
             "nfe": nfe / len(ok) if ok else 0.0,
             "peak_mem_mb": self.peak_mem_mb,
             "errors": self.errors,
@@ -228,10 +223,12 @@ def measure(
             return RequestResult(index=index, error=describe_error(e))
         end = time.perf_counter()
         tokens = out.sequences[0, out.prompt_length :].tolist()
-        k = first_block_calls(config, getattr(out, "stats", {}) or {}, causal)
+        stats = getattr(out, "stats", None) or {}
+        k = first_block_index(config, stats, causal, len(clock.times))
         first = clock.times[k - 1] - start if 0 < k <= len(clock.times) else None
         return RequestResult(index=index, tokens=tokens, latency_s=end - start, first_block_s=first,
-                             nfe=int(out.nfe), useful_tokens=useful_length(tokens, stop_ids))
+                             nfe=int(out.nfe), calls=int(stats.get("sequential_calls") or out.nfe),
+                             useful_tokens=useful_length(tokens, stop_ids))
 
     with PeakMemory(device) as memory:
         for i in range(warmup):
@@ -261,7 +258,8 @@ def throughput(decode: Decoder, prompts: list[list[int]], batch_size: int, pad_i
     done, busy, errors = 0, 0.0, []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        ids, mask = left_pad(chunk, pad_id, device)
+        ids, mask = left_pad(chunk, pad_id)
+        ids, mask = ids.to(device), None if mask is None else mask.to(device)
         t0 = time.perf_counter()
         try:
             decode(ids, mask)

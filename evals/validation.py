@@ -156,8 +156,8 @@ def nfe_bound(record: EvalRecord) -> float:
     if record.kind == "autoregressive":
         return float(cfg.get("gen_length", record.gen_length) + 1)
     steps = float(cfg.get("steps", record.gen_length))
-    speculative = any(v for k, v in cfg.items() if "specul" in k and v not in (None, "none", "off", False))
-    return 2 * steps if speculative else steps  # a verifier may re-check drafted steps
+    draft = cfg.get("speculative_draft") or 0
+    return steps * max(1, int(draft))  # a speculative call evaluates up to `draft` drafted canvases
 
 
 def record_expectations() -> list[Any]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eval_fixtures import NaNWhen, write_model
-from evals.measure import left_pad, measure, useful_length
+from evals.measure import measure, useful_length
 from models import load_model
 from sampler import SamplerConfig
 
@@ -81,10 +81,7 @@ def test_a_model_that_always_fails_gives_zeros_not_a_crash(diffusion):
     assert f["latency_p50_s"] == 0 and f["nfe"] == 0 and f["throughput_items_per_s"] is None
 
 
-def test_left_pad_and_useful_length():
-    ids, mask = left_pad([[1, 2, 3], [4]], pad_id=0)
-    assert ids.tolist() == [[1, 2, 3], [0, 0, 4]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
-    assert left_pad([[1], [2]], pad_id=0)[1] is None
+def test_useful_length_stops_at_eos():
     assert useful_length([5, 6, 9, 9], {9}) == 2 and useful_length([5, 6], {9}) == 2
 
 
