@@ -1,22 +1,24 @@
 """Approvals, sign-offs, promotion, rollback and crash recovery: the only code that moves an alias.
 
 A stage alias (`poc`, `staging`, `production`) is held by at most one registered model version at
-a time; moving it to another model takes the alias off the previous holder. A move runs under a
-lock file per (store, stage) and compare-and-sets the holder: the promotion remembers who held the
-stage when it started judging, and refuses if that changed before it got the lock. Each move writes
+a time; moving it to another model takes the alias off the previous holder. A move runs under two
+locks per stage, a lock file (promotions sharing a state folder queue there) and a registry lock
+(a registered model that exists while held: atomic on SQLite and on a server, so promotions from
+other hosts exclude each other too), and compare-and-sets the holder: the promotion remembers who
+held the stage when it started judging, and refuses if that changed before it got the locks. Each move writes
 its audit intent first, then sets the alias on the new holder (the commit point), then removes it
 from the old one; `recover` settles an interrupted move forward or back, and `stage_holder` reads
 through an unsettled one, so the registry is seen as before or after a move, never in between.
-
-Across machines sharing one `mlflow server`, the lock file only serialises promotions that share
-a state folder; the compare-and-set still detects most races, but run promotions from one place
-(the Prefect flow) when several hosts can promote.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import os
+import socket
+import time
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +30,7 @@ from gates.promotion import Approval, PromotionDecision, decide_promotion
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso, retry_busy
+from registry.store import STAGE_ALIASES, Registry, RegistryLock, model_tag, now_iso, retry_busy
 from registry.tracking import load_evidence, record_gate_report
 
 Holder = tuple[str, str] | None  # (model, version)
@@ -167,14 +169,35 @@ def recover(registry: Registry, stage: str | None = None) -> list[dict[str, Any]
     return settled
 
 
-def _locked(registry: Registry, stage: str, timeout_s: float, action: str) -> FileLock:
-    lock = FileLock(str(registry.lock_path(stage)), timeout=timeout_s)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise PromotionRefused(action, [f"another promotion or rollback of {stage} holds {lock.lock_file} "
-                                        f"for more than {timeout_s:g} s"]) from None
-    return lock
+class _StageLock:
+    """Both locks of a stage: the lock file (promotions sharing this state folder queue on it) and the
+    registry lock (promotions from other hosts through the same MLflow server)."""
+
+    def __init__(self, registry: Registry, stage: str, timeout_s: float, action: str):
+        self.file = FileLock(str(registry.lock_path(stage)), timeout=timeout_s)
+        self.shared = RegistryLock(registry, stage, owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}")
+        self.timeout_s, self.action, self.stage = timeout_s, action, stage
+
+    def __enter__(self) -> "_StageLock":
+        start = time.monotonic()
+        try:
+            self.file.acquire()
+        except Timeout:
+            raise PromotionRefused(self.action, [f"another promotion or rollback of {self.stage} holds "
+                                                 f"{self.file.lock_file} for more than {self.timeout_s:g} s"]) from None
+        left = max(0.0, self.timeout_s - (time.monotonic() - start))
+        if not self.shared.acquire(left):
+            self.file.release()
+            holder = (self.shared.holder() or {}).get(model_tag("lock.owner"), "?")
+            raise PromotionRefused(self.action, [f"another promotion or rollback of {self.stage} holds the registry "
+                                                 f"lock {self.shared.name} ({holder}) for more than {self.timeout_s:g} s"])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.shared.release()
+        finally:
+            self.file.release()
 
 
 # promotion -------------------------------------------------------------------------------------------
@@ -232,8 +255,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
         reasons.append(f"{model} v{version} already holds {stage}")
     if reasons:
         _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons, decision.evidence)
-    lock = _locked(registry, stage, lock_timeout_s, action)
-    try:
+    with _StageLock(registry, stage, lock_timeout_s, action):
         recover(registry, stage)
         current = stage_holder(registry, stage)
         if current != expected:
@@ -244,8 +266,6 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
         evidence = decision.evidence | {"kind": "promotion", "approval": approval_of(registry, model, version, stage)
                                         .to_dict()}
         return _move(registry, stage, current, (model, version), who, comment, evidence)
-    finally:
-        lock.release()
 
 
 def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
@@ -263,8 +283,7 @@ def rollback(stage: str, who: str | None = None, comment: str = "", registry: Re
     action = f"rollback of {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
-    lock = _locked(registry, stage, lock_timeout_s, action)
-    try:
+    with _StageLock(registry, stage, lock_timeout_s, action):
         recover(registry, stage)
         current = stage_holder(registry, stage)
         if current is None:
@@ -278,8 +297,6 @@ def rollback(stage: str, who: str | None = None, comment: str = "", registry: Re
                     [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
         evidence = {"kind": "rollback", "target": reason}
         return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
-    finally:
-        lock.release()
 
 
 def _previous_holder(registry: Registry, stage: str, current: Holder) -> Holder:

@@ -22,6 +22,7 @@ from flows.environment import state_dir
 from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
 
 STAGE_ALIASES = ("poc", "staging", "production")
+LOCK_PREFIX = "unmask-lock."  # registered models used as cross-host mutexes; never shown as candidates
 ALIASES = ("candidate", *STAGE_ALIASES, "fallback")
 TAG = "unmask."
 
@@ -90,7 +91,7 @@ class Registry:
         found, token = [], None
         while True:
             page = self.client.search_registered_models(max_results=1000, page_token=token)
-            found += list(page)
+            found += [m for m in page if not m.name.startswith(LOCK_PREFIX)]
             token = page.token
             if not token:
                 return sorted(found, key=lambda m: m.name)
@@ -141,6 +142,66 @@ class Registry:
 # same key can both insert, and one gets a UNIQUE violation; SQLite may also report a busy file.
 # Both are safe to retry, as the second attempt finds the row and updates it.
 TRANSIENT = ("database is locked", "unique constraint failed")
+
+
+class RegistryLock:
+    """A mutex every client of the store sees, on SQLite or a server: a registered model that exists
+    while the lock is held. Creating a model is atomic (unique name), so exactly one creator wins.
+
+    A lock older than `stale_after_s` (its holder died: kill -9, power loss) is broken by the next
+    one who wants it. Holders keep it for seconds, so the default of five minutes is far from both.
+    """
+
+    def __init__(self, registry: "Registry", alias: str, owner: str, stale_after_s: float = 300.0):
+        self.registry, self.owner, self.stale_after_s = registry, owner, stale_after_s
+        self.name = f"{LOCK_PREFIX}{alias}"
+
+    def acquire(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.registry.client.create_registered_model(
+                    self.name, tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(time.time())},
+                    description="unmask promotion lock; deleted when the promotion ends")
+                return True
+            except MlflowException as e:
+                if str(e.error_code) not in _TAKEN and not any(t in str(e).lower() for t in TRANSIENT):
+                    raise
+            self._break_if_stale()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def holder(self) -> dict[str, str] | None:
+        try:
+            return dict(self.registry.client.get_registered_model(self.name).tags)
+        except MlflowException:
+            return None
+
+    def _break_if_stale(self) -> None:
+        tags = self.holder()
+        if tags is None:
+            return
+        try:
+            age = time.time() - float(tags.get(model_tag("lock.at"), "0"))
+        except ValueError:
+            age = float("inf")
+        if age > self.stale_after_s:
+            self._delete()
+
+    def release(self) -> None:
+        tags = self.holder()
+        if tags is not None and tags.get(model_tag("lock.owner")) == self.owner:
+            self._delete()
+
+    def _delete(self) -> None:
+        try:
+            self.registry.client.delete_registered_model(self.name)
+        except MlflowException:
+            pass  # someone else removed it first
+
+
+_TAKEN = ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST")  # the latter: it vanished while MLflow reported it
 
 
 def retry_busy(fn, *args, attempts: int = 5, **kwargs):

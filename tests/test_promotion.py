@@ -270,3 +270,18 @@ def test_a_promotion_that_cannot_get_the_stage_lock_is_refused(reg):
             promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.2)
     assert stage_holder(reg, "poc") is None
     assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
+
+
+def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
+    from registry.store import RegistryLock
+
+    _, v = register_pair(reg)
+    sign_all(reg, "tiny-llada", v, "poc")
+    other_host = RegistryLock(reg, "poc", owner="build-02:4242:x")
+    assert other_host.acquire(timeout_s=1)
+    with pytest.raises(PromotionRefused, match=r"registry lock unmask-lock.poc \(build-02:4242:x\)"):
+        promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.3)
+    assert "unmask-lock.poc" not in reg.model_names()  # never listed as a candidate
+    reg.client.set_registered_model_tag("unmask-lock.poc", "unmask.lock.at", "0")  # its holder died long ago
+    assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
+    assert RegistryLock(reg, "poc", owner="me").holder() is None  # released after the move
