@@ -340,7 +340,13 @@ def run_sweep(
                 failures.append(f"{model} {task.name} {point.settings}: {type(e).__name__}: {e}")
                 notify("failure", {"message": failures[-1]})
                 continue
-            outcome = validate_record(record) if validate else None
+            outcome = None
+            if validate:
+                try:
+                    outcome = validate_record(record)
+                except Exception as e:  # a validator that breaks must not cost the measurement
+                    record.valid = False
+                    record.validation = {"success": False, "failed": [], "error": f"validation could not run: {e}"}
             store.add(record, outcome.result if outcome else None, outcome.html if outcome else None)
             notify("record", {"record": record})
         del loaded_model

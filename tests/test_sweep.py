@@ -137,3 +137,15 @@ def test_task_file_sweep(models, tmp_path):
 def test_pareto_front():
     points = [(1.0, 0.2), (2.0, 0.5), (1.5, 0.1), (3.0, 0.5), (4.0, 0.9)]
     assert pareto_front(points) == [0, 1, 4]
+
+
+def test_a_broken_validator_marks_records_invalid_and_keeps_them(models, tmp_path, monkeypatch):
+    import evals.validation
+
+    def broken(record, html=True):
+        raise RuntimeError("GX exploded")
+
+    monkeypatch.setattr(evals.validation, "validate_record", broken)
+    (record,) = run_sweep(parse_sweep(small_sweep(models[:1], grid={"steps": [2]})), tmp_path).records
+    assert record.valid is False and "GX exploded" in record.validation["error"]
+    assert load_records(tmp_path)[0].valid is False

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# A pipe or log file gets a wide table rather than rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 180)
 
 
 def eval_command(
