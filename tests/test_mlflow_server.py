@@ -90,6 +90,61 @@ def test_register_promote_rollback_and_audit_through_a_server(server, monkeypatc
     assert list(moves["to"]) == ["tiny-llada@1", "tiny-ar@1"] and set(moves["status"]) == {"FINISHED"}
     assert len(read.gate_results("tiny-llada", registry=reg)) == 10
 
+
+def test_two_hosts_racing_through_the_server_exactly_one_wins(server, monkeypatch, tmp_path):
+    """Two promoters with separate state folders (so no shared lock file): the registry lock decides."""
+    import threading
+
+    import registry.promotion as promotion
+    from registry import PromotionRefused
+
+    url, _ = server
+    reg = Registry(url)
+    if "tiny-llada" not in reg.model_names():
+        register_pair(reg)
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", "1", "poc", item, "ada", f"{item} checked")
+    before = stage_holder(reg, "poc")
+    if before == ("tiny-llada", "1"):
+        rollback("poc", who="oncall", registry=reg)
+        before = stage_holder(reg, "poc")
+    both_judged = threading.Barrier(2, timeout=120)
+    real_judge = promotion.judge
+
+    def judge_then_wait(*args, **kwargs):
+        decision = real_judge(*args, **kwargs)
+        both_judged.wait()
+        return decision
+
+    monkeypatch.setattr(promotion, "judge", judge_then_wait)
+    homes = {name: tmp_path / name for name in ("host-a", "host-b")}
+    real_lock_path = Registry.lock_path
+    monkeypatch.setattr(Registry, "lock_path", lambda self, alias: homes[threading.current_thread().name]
+                        / real_lock_path(self, alias).name)
+    outcomes = {}
+
+    def attempt(name):
+        homes[name].mkdir()
+        try:
+            outcomes[name] = promote("tiny-llada", "poc", approver=name, comment="PoC evidence reviewed",
+                                     registry=Registry(url))
+        except PromotionRefused as e:
+            outcomes[name] = e
+
+    threads = [threading.Thread(target=attempt, args=(n,), name=n) for n in homes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    refused = [o for o in outcomes.values() if isinstance(o, PromotionRefused)]
+    assert len(outcomes) == 2 and len(refused) == 1, outcomes
+    was = "@".join(before) if before else "nobody"
+    assert f"poc moved from {was} to tiny-llada@1 while this promotion was being judged" in refused[0].reasons[0]
+    assert stage_holder(reg, "poc") == ("tiny-llada", "1")
+
+
+def test_a_stopped_server_is_unreachable(server):
+    url, proc = server
     _stop(proc)
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         Registry(url)
