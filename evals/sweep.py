@@ -134,7 +134,7 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
         raise fail("name", f"must be a string, got {name!r}")
     spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
                      device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), source=source)
-    if not diffusion_points(spec, tasks[0]):
+    if not valid_points(spec, tasks[0]):
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
                          f"first problem: {point_problems(spec, tasks[0])[0]}")
     return spec
@@ -220,7 +220,7 @@ def point_problems(spec: SweepSpec, task: TaskSpec, causal: bool = False) -> lis
     return problems
 
 
-def diffusion_points(spec: SweepSpec, task: TaskSpec, causal: bool = False) -> list[dict[str, Any]]:
+def valid_points(spec: SweepSpec, task: TaskSpec, causal: bool = False) -> list[dict[str, Any]]:
     """The grid points that give a valid SamplerConfig (deduplicated for AR models)."""
     seen, points = set(), []
     for point in grid_points(spec):
@@ -284,7 +284,7 @@ def plan_sweep(spec: SweepSpec, failures: list[str] | None = None) -> tuple[list
                 failures.append(f"model {model}: {e}")
             continue
         for task in spec.tasks:
-            plan += [PlannedPoint(model, task, s) for s in diffusion_points(spec, task, causal)]
+            plan += [PlannedPoint(model, task, s) for s in valid_points(spec, task, causal)]
             skipped += [f"{model} {task.label} {p}" for p in point_problems(spec, task, causal)]
     return plan, skipped
 
@@ -372,3 +372,6 @@ def default_sweep_path() -> Path:
 
 def timestamped_folder(root: Path, name: str) -> Path:
     return root / f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{time.perf_counter_ns() % 10000:04d}"
+
+
+diffusion_points = valid_points  # the first name of valid_points; flows code may still use it

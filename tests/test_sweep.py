@@ -10,7 +10,7 @@ from eval_fixtures import write_model
 from evals import sweep as sweep_module
 from evals.plots import pareto_front, plot_quality_latency
 from evals.store import load_records
-from evals.sweep import SweepError, default_sweep_path, diffusion_points, load_sweep, parse_sweep, run_sweep
+from evals.sweep import SweepError, default_sweep_path, valid_points, load_sweep, parse_sweep, run_sweep
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,9 @@ def test_unreadable_sweep_files(tmp_path):
 def test_default_sweep_is_valid_and_small():
     spec = load_sweep(default_sweep_path())
     assert spec.models == ["tiny-llada", "tiny-ar"]
-    points = diffusion_points(spec, spec.tasks[0])
+    points = valid_points(spec, spec.tasks[0])
     assert 3 <= len(points) <= 12
-    assert len(diffusion_points(spec, spec.tasks[0], causal=True)) == 1  # the AR reference point
+    assert len(valid_points(spec, spec.tasks[0], causal=True)) == 1  # the AR reference point
 
 
 @pytest.mark.slow  # about 8 s alone on two cores; GX and matplotlib imports, three decoding points
