@@ -246,6 +246,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
     expected = stage_holder(registry, stage)
+    judged_evaluation = registry.version_tags(model, version).get(model_tag("evaluated_at"))
     if approver:
         approve(registry, model, version, stage, approver, comment)
     decision = judge(registry, model, version, stage, policy)
@@ -263,6 +264,10 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
                     [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
                      f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
                      "judge again against the new holder"], decision.evidence)
+        if registry.version_tags(model, version).get(model_tag("evaluated_at")) != judged_evaluation:
+            _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                    [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
+                    decision.evidence)
         evidence = decision.evidence | {"kind": "promotion", "approval": approval_of(registry, model, version, stage)
                                         .to_dict()}
         return _move(registry, stage, current, (model, version), who, comment, evidence)
