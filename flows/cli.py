@@ -31,6 +31,8 @@ COMMAND_MODULES = [
     "flows.commands.gates",
     "flows.commands.promote",
     "flows.commands.run",
+    "flows.commands.approve",
+    "flows.commands.nightly",
 ]
 
 

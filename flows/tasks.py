@@ -141,7 +141,8 @@ def model_folder(model_id: str) -> Path:
     return resolve_model_path(model_id)
 
 
-@task(name="prepare-candidate", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=2, task_run_name="prepare {model_id}")
+@task(name="prepare-candidate", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=1,
+      task_run_name="prepare {model_id}")
 def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
     """Pull and verify (when needed), load, and identify a candidate; raises if it cannot be loaded."""
     from evals.evaluate import candidate_from

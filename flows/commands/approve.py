@@ -1,0 +1,57 @@
+"""`unmask approve`: answer a promotion waiting in the `promote` flow, without the Prefect UI.
+
+With a paused `promote` run for MODEL and STAGE, it resumes that run with the typed approval the
+flow waits for (the flow then moves the alias). With none waiting, it records the approval in the
+registry, where the next promotion of that version (flow or `unmask promote`) finds it.
+"""
+
+from __future__ import annotations
+
+import getpass
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def approve_command(
+    model: str = typer.Argument(..., help="Registered model (candidate id)."),
+    stage: str = typer.Argument(..., help="poc, staging or production."),
+    by: str = typer.Option(None, "--by", help="Approver (default: your user name)."),
+    comment: str = typer.Option(..., "--comment", "-c", help="Why; the policy sets a minimum length per stage."),
+    reject: bool = typer.Option(False, "--reject", help="Decline the waiting promotion instead."),
+    version: str = typer.Option(None, "--version", help="With no promotion waiting: the version (default: candidate)."),
+) -> None:
+    """Approve (or --reject) the promotion of MODEL to STAGE."""
+    from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+
+    approver = by or getpass.getuser()
+    waiting = waiting_promotions(model, stage)
+    if waiting:
+        run = waiting[0]
+        resume_with_approval(run.id, PromotionApproval(approver=approver, comment=comment, approve=not reject))
+        verb = "declined" if reject else "approved"
+        console.print(f"{verb}: promotion of {model} to {stage} (flow run {run.name}, {run.id}); the flow resumes",
+                      highlight=False)
+        return
+    if reject:
+        console.print(f"[yellow]no promotion of {model} to {stage} is waiting; nothing to decline[/yellow]")
+        raise typer.Exit(1)
+    from registry import Registry, RegistryError, approve
+
+    try:
+        registry = Registry()
+        version = version or registry.aliases_of(model).get("candidate")
+        if not version:
+            raise RegistryError(f"{model} has no `candidate` version; give --version")
+        approval = approve(registry, model, version, stage, approver, comment)
+    except RegistryError as e:
+        console.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2) from None
+    console.print(f"no promotion of {model} to {stage} is waiting; approval by {approval.by} recorded on "
+                  f"{model} v{version} for the next promotion", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("approve")(approve_command)

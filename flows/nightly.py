@@ -1,0 +1,153 @@
+"""`nightly`: re-evaluate production, the fallback and the candidates; compare with the last records;
+on a production regression, record a finding and (when told to) roll production back to the fallback.
+
+Schedules need a real Prefect server (see docs/flows.md): `nightly_deployment()` is the deployment
+with its cron schedule, served by `unmask nightly serve` or listed in prefect.yaml for a worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from evals.sweep import default_sweep_path
+from flows.evaluate import EvaluationOptions
+from flows.review import gate_review
+
+DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
+NIGHTLY_DEPLOYMENT = "nightly"
+
+
+@task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def watch_list(tracking_uri: str) -> dict[str, Any]:
+    """Who holds production and fallback, every candidate, where each came from, and its last records."""
+    from registry import Registry, load_evidence
+    from registry.promotion import fallback_holder, stage_holder
+
+    registry = Registry(tracking_uri)
+    holders = {"production": stage_holder(registry, "production"), "fallback": fallback_holder(registry)}
+    watched: dict[str, str] = {}  # model -> version whose evidence was last judged
+    for model, aliases in registry.all_aliases().items():
+        version = aliases.get("production") or aliases.get("candidate") or aliases.get("fallback")
+        if version:
+            watched[model] = version
+    last, sources = {}, {}
+    for model, version in watched.items():
+        evidence = load_evidence(registry, model, version)
+        sources[model] = str(evidence.card.get("source") or model)
+        last[model] = [r.to_dict() for r in evidence.records]
+    return {"production": list(holders["production"]) if holders["production"] else None,
+            "fallback": list(holders["fallback"]) if holders["fallback"] else None,
+            "sources": sources, "last": last}
+
+
+@task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
+def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]], tracking_uri: str) -> list[dict]:
+    """Per model and config: accuracy and p95 now against the records it was last judged on."""
+    from registry import Registry, load_evidence
+
+    registry = Registry(tracking_uri)
+    rows = []
+    for outcome in outcomes:
+        if outcome.get("error"):
+            rows.append({"model": outcome["candidate"], "task": "", "config": "", "accuracy_before": None,
+                         "accuracy_now": None, "p95_before_s": None, "p95_now_s": None, "note": outcome["error"]})
+            continue
+        before = {(r["task"], r["config_hash"]): r for r in last.get(outcome["candidate"], [])}
+        for r in load_evidence(registry, outcome["candidate"], outcome["version"]).records:
+            old = before.get((r.task, r.config_hash))
+            rows.append({"model": r.candidate, "task": r.task, "config": r.config_hash[:8],
+                         "accuracy_before": old["accuracy"] if old else None, "accuracy_now": r.accuracy,
+                         "p95_before_s": old["latency_p95_s"] if old else None, "p95_now_s": r.latency_p95_s,
+                         "note": "" if old else "new point"})
+    return rows
+
+
+@task(name="judge-production", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def judge_production(tracking_uri: str, policy_path: str | None = None) -> dict[str, Any] | None:
+    """The production holder against the production gates, on its fresh evidence; None when nobody holds it."""
+    from gates import load_policy
+    from registry import Registry, judge
+    from registry.promotion import stage_holder
+
+    registry = Registry(tracking_uri)
+    holder = stage_holder(registry, "production")
+    if holder is None:
+        return None
+    decision = judge(registry, holder[0], holder[1], "production", load_policy(policy_path), record=True)
+    return {"model": holder[0], "version": holder[1],
+            "failed": [{"gate": r.gate, "reason": r.reason} for r in decision.gate_results if not r.passed]}
+
+
+@task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def record_regression(verdict: dict[str, Any], tracking_uri: str, roll_back: bool) -> dict[str, Any]:
+    """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
+    from registry import PromotionRefused, Registry, rollback
+    from registry.audit import AuditEvent, append
+    from registry.store import now_iso
+
+    registry = Registry(tracking_uri)
+    failed = "; ".join(f"{f['gate']}: {f['reason']}" for f in verdict["failed"])
+    append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict["model"],
+                                verdict["version"], comment=f"regression: production fails its gates: {failed}",
+                                evidence={"kind": "regression", "failed": verdict["failed"]}))
+    if not roll_back:
+        return {"rolled_back": False}
+    try:
+        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry)
+    except PromotionRefused as e:
+        return {"rolled_back": False, "refused": e.reasons}
+    return {"rolled_back": True, "move": move.to_dict()}
+
+
+@flow(name="nightly", flow_run_name="nightly re-evaluation")
+def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions = EvaluationOptions(),
+            rollback_on_regression: bool = True) -> dict[str, Any]:
+    """Re-evaluate every registered model, compare with its last records, act on a production regression."""
+    from registry.connection import resolve_tracking_uri
+
+    tracking_uri = resolve_tracking_uri()
+    watched = watch_list(tracking_uri)
+    models = list(dict.fromkeys(watched["sources"].values()))
+    if not models:
+        return {"status": "nothing registered yet; run `unmask run` first"}
+    review = gate_review(models, sweep, options)
+    comparison = compare_with_last(watched["last"], review["outcomes"], tracking_uri)
+    verdict = judge_production(tracking_uri, options.policy)
+    finding = None
+    if verdict and verdict["failed"]:
+        finding = record_regression(verdict, tracking_uri, rollback_on_regression)
+    publish_nightly(comparison, verdict, finding)
+    return {"status": "regression" if finding else "ok", "production": verdict, "finding": finding,
+            "comparison": comparison, "scorecard": review["scorecard"]}
+
+
+def publish_nightly(comparison: list[dict], verdict: dict | None, finding: dict | None) -> None:
+    create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
+    if verdict is None:
+        text = "Nobody holds production; candidates were re-evaluated."
+    elif not verdict["failed"]:
+        text = f"Production ({verdict['model']} v{verdict['version']}) still passes its gates."
+    else:
+        moved = finding and finding.get("rolled_back")
+        lines = [f"**Regression**: production ({verdict['model']} v{verdict['version']}) fails its gates:", ""]
+        lines += [f"- {f['gate']}: {f['reason']}" for f in verdict["failed"]]
+        lines += ["", "Production was rolled back: " + (f"{finding['move']['from']} -> {finding['move']['to']}"
+                                                        if moved else f"no ({(finding or {}).get('refused') or 'rollback off'})")]
+        text = "\n".join(lines)
+    create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
+                             description="Nightly: production regression check")
+
+
+def nightly_deployment(cron: str = DEFAULT_CRON, timezone: str = "UTC", sweep: str | None = None,
+                       rollback_on_regression: bool = True):
+    """The nightly flow as a deployment with its cron schedule (serve it, or apply it for a worker)."""
+    from prefect.schedules import Cron
+
+    return nightly.to_deployment(
+        name=NIGHTLY_DEPLOYMENT, schedule=Cron(cron, timezone=timezone),
+        parameters={"sweep": sweep or str(default_sweep_path()), "rollback_on_regression": rollback_on_regression},
+        description="Re-evaluate production, fallback and candidates; roll back production on a regression.")

@@ -1,0 +1,135 @@
+"""`promote`: check the gates, wait for an architect's typed approval, then move the alias in the registry.
+
+The flow pauses with `pause_flow_run(wait_for_input=PromotionApproval)`; the approval comes from the
+Prefect UI's form or from `unmask approve MODEL STAGE` (which resumes the paused run with the same
+input). Nothing moves without it: `registry.promote` checks gates, checklist and approval again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.flow_runs import pause_flow_run
+from prefect.input import RunInput
+from pydantic import Field
+
+from flows.evaluate import slug
+
+PROMOTE_FLOW = "promote"
+
+
+class PromotionApproval(RunInput):
+    """An architect's decision on a promotion waiting in the `promote` flow."""
+
+    approver: str = Field(description="Who approves (recorded in the registry and the audit trail).")
+    comment: str = Field(description="Why: the policy sets a minimum length per stage.")
+    approve: bool = Field(True, description="Untick to decline; the promotion then ends without a move.")
+
+
+class ApprovalTimeout(RuntimeError):
+    """Nobody answered the promotion in time; nothing moved."""
+
+
+class PromotionBlocked(RuntimeError):
+    """Gates or checklist fail: the promotion does not even wait for an approval."""
+
+
+@task(name="check-promotion", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=2)
+def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri: str,
+                    policy_path: str | None = None) -> dict[str, Any]:
+    """Judge the version against the stage (gates, checklist, stage order); approval is what remains."""
+    from gates import load_policy
+    from gates.promotion import approval_problems
+    from registry import Registry, judge
+    from registry.promotion import approval_of
+
+    registry = Registry(tracking_uri)
+    version = version or registry.aliases_of(model_id).get("candidate")
+    if not version:
+        raise PromotionBlocked(f"{model_id} has no `candidate` version; evaluate it first (unmask run)")
+    policy = load_policy(policy_path)
+    decision = judge(registry, model_id, version, stage, policy, record=True)
+    approval = approval_of(registry, model_id, version, stage)
+    about_approval = set(approval_problems(approval, stage, policy.stage(stage).approval_min_comment_chars))
+    return {"version": version, "blocking": [r for r in decision.reasons if r not in about_approval],
+            "approved_by": approval.by if approval and not about_approval else None,
+            "min_comment_chars": policy.stage(stage).approval_min_comment_chars}
+
+
+@task(name="move-alias", cache_policy=NO_CACHE, persist_result=False)
+def move_alias(model_id: str, stage: str, version: str, approver: str | None, comment: str, tracking_uri: str,
+               policy_path: str | None = None) -> dict[str, Any]:
+    """registry.promote: records the approval, judges again under the stage lock, moves the alias."""
+    from gates import load_policy
+    from registry import Registry, promote
+
+    move = promote(model_id, stage, approver=approver, comment=comment, version=version,
+                   registry=Registry(tracking_uri), policy=load_policy(policy_path))
+    return move.to_dict()
+
+
+@flow(name=PROMOTE_FLOW, flow_run_name="promote {model_id} to {stage}")
+def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_s: int = 24 * 3600,
+                 poll_interval_s: int = 5, policy: str | None = None) -> dict[str, Any]:
+    """Gates check, then wait (up to `timeout_s`) for a typed approval, then the registry moves the alias."""
+    from registry.connection import resolve_tracking_uri
+
+    tracking_uri = resolve_tracking_uri()
+    check = check_promotion(model_id, stage, version, tracking_uri, policy)
+    if check["blocking"]:
+        raise PromotionBlocked(f"promotion of {model_id} v{check['version']} to {stage} is blocked:\n"
+                               + "\n".join(f"  - {r}" for r in check["blocking"]))
+    if check["approved_by"]:
+        get_run_logger().info("approval already recorded by %s; not waiting", check["approved_by"])
+        move = move_alias(model_id, stage, check["version"], None, "", tracking_uri, policy)
+        return {"status": "promoted", "move": move}
+    create_markdown_artifact(
+        f"# {model_id} v{check['version']} to {stage}: waiting for approval\n\nGates and checklist are green. "
+        f"Approve in this flow run's form, or run\n\n`unmask approve {model_id} {stage} --by NAME "
+        f"--comment \"at least {check['min_comment_chars']} characters\"`\n",
+        key=f"promotion-{slug(model_id)}-{stage}", description="A promotion waiting for its approval")
+    try:
+        decision = pause_flow_run(
+            wait_for_input=PromotionApproval.with_initial_data(
+                description=f"Approve promoting {model_id} v{check['version']} to {stage}?", approve=True),
+            timeout=timeout_s, poll_interval=poll_interval_s, key=f"approval-{stage}")
+    except Exception as e:  # Prefect fails the run with its own words ("never resumed"); leave ours beside it
+        message = f"no approval for {model_id} v{check['version']} to {stage} within {timeout_s} s; nothing moved"
+        create_markdown_artifact(f"# {model_id} v{check['version']} to {stage}: {message}\n",
+                                 key=f"promotion-{slug(model_id)}-{stage}", description="A promotion that timed out")
+        raise ApprovalTimeout(f"{message} ({type(e).__name__})") from None
+    if not decision.approve:
+        return {"status": "declined", "by": decision.approver, "comment": decision.comment}
+    move = move_alias(model_id, stage, check["version"], decision.approver, decision.comment, tracking_uri, policy)
+    return {"status": "promoted", "move": move}
+
+
+def waiting_promotions(model_id: str | None = None, stage: str | None = None) -> list[Any]:
+    """Paused `promote` flow runs, optionally for one model and stage, oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[PROMOTE_FLOW])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))))
+    runs = [r for r in runs if (model_id is None or r.parameters.get("model_id") == model_id)
+            and (stage is None or r.parameters.get("stage") == stage)]
+    return sorted(runs, key=lambda r: r.start_time or r.created)
+
+
+def resume_with_approval(flow_run_id: Any, approval: PromotionApproval) -> None:
+    """Answer a paused promotion with the same typed input its form would send."""
+    from prefect.flow_runs import resume_flow_run
+
+    resume_flow_run(flow_run_id, run_input=approval.model_dump())

@@ -1,0 +1,81 @@
+"""Tiny models, a tiny sweep and loosened policies for the flow tests (real flows, real MLflow SQLite)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from eval_fixtures import write_model
+from gates.policy import POLICY_PATH
+
+CANDIDATE, FALLBACK = "dllm", "arlm"  # folder names, hence candidate ids and registered model names
+
+
+def tiny_models(root: Path) -> dict[str, str]:
+    """A random-weight masked-diffusion candidate and its causal twin (the fallback), as folders."""
+    return {CANDIDATE: str(write_model(root / CANDIDATE)), FALLBACK: str(write_model(root / FALLBACK, causal=True))}
+
+
+def broken_model(root: Path, like: str) -> str:
+    """A model folder whose safetensors file is cut short: it fails to load."""
+    folder = root / "broken"
+    shutil.copytree(like, folder)
+    weights = next(folder.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    return str(folder)
+
+
+def write_sweep(path: Path, models: list[str], steps: tuple[int, ...] = (2, 8), n: int = 3) -> str:
+    """arith, `n` items, gen_length 8: one point per step count (the fallback has one point)."""
+    path.write_text(yaml.safe_dump({
+        "name": "tiny", "models": models, "tasks": [{"task": "arith", "n": n}],
+        "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": list(steps)},
+        "measure": {"warmup": 0, "batch_size": 2}}))
+    return str(path)
+
+
+def write_policy(path: Path, quality: float = 0.0) -> str:
+    """gates/policy.yaml judged at the tiny sweep's operating point, every threshold loose but `quality`."""
+    data = yaml.safe_load(POLICY_PATH.read_text())
+    for stage in data["stages"].values():
+        stage["operating_point"] = {"task": "arith", "gen_length": 8}
+        gates = stage["gates"]
+        gates["quality"]["threshold"] = quality
+        gates["quality_vs_fallback"]["min_absolute_change"] = -1.0
+        if "quality_vs_production" in gates:
+            gates["quality_vs_production"]["min_relative_change"] = -1.0
+        gates["latency"]["max_p95_s"] = 1e6
+        gates["speedup"]["min_speedup"] = 0.0
+        gates["memory"]["max_peak_mem_mb"] = 1e9
+        gates["reproducibility"]["require"] = ["same_process"]
+        gates["data_validity"]["min_items"] = 1
+        gates["error_rate"]["max_error_rate"] = 1.0
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def seed_registry(home: Path) -> None:
+    """Give a state folder a migrated, empty MLflow database (copied: migrating one costs seconds)."""
+    from tests.gate_fixtures import _template_db
+
+    (home / "mlflow").mkdir(parents=True, exist_ok=True)
+    shutil.copy(_template_db(), home / "mlflow" / "mlflow.db")
+
+
+def cli_app(*commands: str):
+    """A Typer app with only the named `flows.commands` modules registered, as `unmask` has them."""
+    import importlib
+
+    import typer
+
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """unmask (test)"""
+
+    for name in commands:
+        importlib.import_module(f"flows.commands.{name}").register(app)
+    return app

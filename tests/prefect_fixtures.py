@@ -1,0 +1,28 @@
+"""Prefect for the flow tests: one `prefect_test_harness` per test session, started on first use.
+
+Imported by tests/conftest.py. Prefect reads its settings when first imported, so its home and
+logging level are set here, before any test module imports a flow.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="unmask-test-prefect-home-"))
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect server and database for the whole session; yields its API URL."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield PREFECT_API_URL.value()

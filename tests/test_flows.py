@@ -1,0 +1,137 @@
+"""The flows for real (Prefect test harness, MLflow SQLite, tiny random-weight models, a 2-point sweep)."""
+
+from __future__ import annotations
+
+import pytest
+from prefect.artifacts import Artifact
+
+from flow_fixtures import CANDIDATE, FALLBACK, broken_model, tiny_models, seed_registry, write_policy, write_sweep
+from flows.evaluate import EvaluationOptions, evaluate_candidate
+from flows.review import gate_review
+
+NO_PROBE = EvaluationOptions(reproducibility=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(tmp_path_factory.mktemp("flow_models"))
+
+
+@pytest.fixture
+def sweep(models, tmp_path):
+    return write_sweep(tmp_path / "tiny.yaml", [models[FALLBACK], models[CANDIDATE]])
+
+
+def result_files(home):
+    return {p.name: p.stat().st_mtime_ns for p in (home / "results").glob("point-*")}
+
+
+def test_evaluate_candidate_logs_judges_publishes_and_a_rerun_measures_nothing(prefect_harness, models, sweep,
+                                                                              tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    seed_registry(home)
+    first = evaluate_candidate(models[CANDIDATE], sweep, EvaluationOptions(fresh_process_probe=False))
+    assert (first["candidate"], first["points"], first["cached"], first["version"]) == (CANDIDATE, 2, 0, "1")
+    assert set(first["verdicts"]) == {"poc", "staging", "production"}
+    assert first["mlflow_run"].endswith(f"/runs/{first['evidence_run_id']}")
+    files = result_files(home)
+    assert len(files) == 2 and all((home / "results" / name).read_text().lstrip().startswith("{") for name in files)
+
+    gates = Artifact.get(f"gates-{CANDIDATE}")
+    summary = Artifact.get(f"evaluation-{CANDIDATE}")
+    assert gates.type == "table" and "tooling_maturity" in gates.data
+    assert first["evidence_run_id"] in summary.data and "mlflow ui --backend-store-uri sqlite:///" in summary.data
+
+    again = evaluate_candidate(models[CANDIDATE], sweep, EvaluationOptions(fresh_process_probe=False))
+    assert (again["points"], again["cached"], again["version"]) == (2, 2, "1")  # same weights: same version
+    assert result_files(home) == files  # nothing measured again, nothing rewritten
+    assert Artifact.get(f"gates-{CANDIDATE}").id != gates.id  # the key's history grows
+
+    remeasured = evaluate_candidate(models[CANDIDATE], sweep, NO_PROBE.model_copy(update={"remeasure": True}))
+    assert remeasured["cached"] == 0
+
+
+def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harness, models, sweep, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    broken = broken_model(tmp_path, models[CANDIDATE])
+    options = NO_PROBE.model_copy(update={"policy": write_policy(tmp_path / "policy.yaml")})  # judged at gen_length 8
+    review = gate_review([models[CANDIDATE], broken, models[FALLBACK]], sweep, options)
+    rows = {r["candidate"]: r for r in review["scorecard"]}
+    assert list(rows) == [FALLBACK, CANDIDATE, broken]  # the fallback is judged first: candidates compare to it
+    assert rows[broken]["qualifies"] == "failed" and "safetensors" in rows[broken]["reasons"][0].lower()
+    for name in (FALLBACK, CANDIDATE):
+        assert rows[name]["version"] == "1" and rows[name]["qualifies"] == "none"  # no sign-offs yet
+        assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
+        assert rows[name]["score"] is not None
+    assert {rows[FALLBACK]["rank"], rows[CANDIDATE]["rank"]} == {1, 2}
+    assert "| " + broken + " |" in Artifact.get("gate-review-summary").data
+
+
+@pytest.mark.slow
+def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regression(prefect_harness, models, sweep,
+                                                                                 tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from typer.testing import CliRunner
+
+    from checklists import load_checklist
+    from flow_fixtures import cli_app
+    from flows.nightly import nightly
+    from gates import load_policy
+    from flows.promote import promote_flow, waiting_promotions
+    from registry import Registry, promote, sign_off, stage_holder
+    from registry.read import audit_events
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    loose = write_policy(tmp_path / "loose.yaml")
+    options = EvaluationOptions(policy=loose, fresh_process_probe=False)
+    review = gate_review(None, sweep, options)
+    assert {r["candidate"]: r["qualifies"] for r in review["scorecard"]} == {FALLBACK: "none", CANDIDATE: "none"}
+    registry = Registry()
+
+    for stage in ("poc", "staging", "production"):
+        for item in load_checklist(stage).manual_items():
+            sign_off(registry, CANDIDATE, "1", stage, item, "ada", f"{item} checked for {stage}")
+
+    # no approval within the timeout: the flow fails saying so, nothing moves
+    timed_out = promote_flow(CANDIDATE, "poc", timeout_s=2, poll_interval_s=1, policy=loose, return_state=True)
+    assert timed_out.is_failed() and "never resumed" in timed_out.message
+    assert "no approval for dllm v1 to poc within 2 s" in Artifact.get(f"promotion-{CANDIDATE}-poc").data
+    assert stage_holder(registry, "poc") is None
+
+    # the paused flow resumes with `unmask approve`'s typed input and moves the alias
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        promote_flow(CANDIDATE, "poc", timeout_s=120, poll_interval_s=1, policy=loose)))
+    thread.start()
+    deadline = time.monotonic() + 90
+    while not waiting_promotions(CANDIDATE, "poc") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
+                                                       "--comment", "PoC evidence reviewed"])
+    assert approved.exit_code == 0, approved.output
+    thread.join(120)
+    assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
+    approvals = audit_events(model=CANDIDATE, event="approval", registry=registry)
+    assert list(approvals["who"]) == ["grace"]
+
+    for stage in ("staging", "production"):
+        promote(CANDIDATE, stage, approver="grace", comment=f"{stage} evidence reviewed, all green",
+                policy=load_policy(loose), registry=registry)
+    assert stage_holder(registry, "production") == (CANDIDATE, "1")
+
+    # tonight the policy asks for more quality than production has: a finding, and back to the fallback
+    strict = write_policy(tmp_path / "strict.yaml", quality=0.99)
+    night = nightly(sweep, options.model_copy(update={"policy": strict}))
+    assert night["status"] == "regression" and night["finding"]["rolled_back"]
+    assert any(f["gate"] == "quality" for f in night["production"]["failed"])
+    assert stage_holder(registry, "production") == (FALLBACK, "1")
+    assert all(r["cached"].split("/")[0] == r["cached"].split("/")[1] for r in night["scorecard"])  # reused
+    findings = audit_events(stage="production", event="gate_evaluation", registry=registry)
+    assert findings["comment"].str.startswith("regression").any()
+    assert "Regression" in Artifact.get("nightly-report").data
