@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "flows.commands.run",
     "flows.commands.approve",
     "flows.commands.nightly",
+    "flows.commands.dashboard",
 ]
 
 

@@ -1,11 +1,10 @@
 """What the dashboard shows, computed from the registry: the gate board, quality-latency points, a
 candidate's evidence, MLflow links and the nightly regression findings. Read-only, like `registry.read`
-(which it builds on), except `record_regression_finding`, the writer the nightly flow uses.
+(which it builds on).
 
-Regression findings live in the `unmask-nightly` experiment, one run each, tagged
-`unmask.kind = regression`, with `unmask.model`, `unmask.version`, `unmask.stage`, `unmask.when`,
-`unmask.finding` (in words), `unmask.failed_gates` (comma-separated) and `unmask.action` (what the
-flow did: `none`, `rolled back to <model@version>`, ...).
+A regression finding is what the nightly flow writes to the audit trail when a version fails gates it
+passed before: a `gate_evaluation` event whose evidence is `{"kind": "regression", "failed": [{gate,
+reason}, ...]}`; the rollback it may trigger is the next rollback move of that stage by the same actor.
 """
 
 from __future__ import annotations
@@ -17,14 +16,13 @@ from typing import Any
 import pandas as pd
 
 import registry.read as read
+from registry import audit
 from evals.plots import pareto_front, point_label
 from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
-from registry.connection import EVALUATIONS_EXPERIMENT
-from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
+from registry.store import STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence
 
-NIGHTLY_EXPERIMENT = "unmask-nightly"
 POLICY_ENV = "UNMASK_POLICY"
 
 
@@ -103,7 +101,8 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
     if evidence.reproducibility and evidence.reproducibility.fingerprint:
         fingerprint = evidence.reproducibility.fingerprint
     runs = [{"what": "evidence", "task": "", "settings": "", "run_id": evidence_run}]
-    runs += [{"what": "record", "task": r.task, "settings": point_label(r) or r.config_hash[:8], "run_id": r.run_id}
+    runs += [{"what": "record", "task": r.task, "settings": f"gen {r.gen_length} {point_label(r)}".strip(),
+              "run_id": r.run_id}
              for r in evidence.records]
     for run in runs:
         run["url"] = run_url(registry, run["run_id"])
@@ -132,38 +131,21 @@ def mlflow_ui_command(registry: Registry) -> str:
     return f"mlflow ui --backend-store-uri {uri} --port 5000"
 
 
-def evaluations_experiment_id(registry: Registry) -> str | None:
-    found = registry.client.get_experiment_by_name(EVALUATIONS_EXPERIMENT)
-    return found.experiment_id if found else None
-
-
-FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates", "action", "run_id"]
+FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates", "action", "audit_run_id"]
 
 
 def regression_findings(registry: Registry) -> pd.DataFrame:
-    """The nightly flow's regression findings, newest first (FINDING_COLUMNS)."""
-    experiment = registry.client.get_experiment_by_name(NIGHTLY_EXPERIMENT)
-    if experiment is None:  # the nightly flow never ran here; do not create the experiment from a read
-        return pd.DataFrame(columns=FINDING_COLUMNS)
+    """The nightly flow's regression findings, newest first (FINDING_COLUMNS), with the rollback each led to."""
+    events = audit.events(registry, event="gate_evaluation")
+    moves = [e for e in audit.events(registry, event=audit.MOVE) if e.evidence.get("kind") == "rollback"]
     rows = []
-    for run in registry.search_runs(NIGHTLY_EXPERIMENT, f"tags.`{model_tag('kind')}` = 'regression'"):
-        t = run.data.tags
-        rows.append({"when": t.get(model_tag("when"), ""), "model": t.get(model_tag("model"), ""),
-                     "version": t.get(model_tag("version"), ""), "stage": t.get(model_tag("stage"), ""),
-                     "finding": t.get(model_tag("finding"), ""),
-                     "failed_gates": [g for g in t.get(model_tag("failed_gates"), "").split(",") if g],
-                     "action": t.get(model_tag("action"), ""), "run_id": run.info.run_id})
+    for e in events:
+        if e.evidence.get("kind") != "regression":
+            continue
+        failed = [f.get("gate", "") if isinstance(f, dict) else str(f) for f in e.evidence.get("failed") or []]
+        rollback = next((m for m in moves if m.stage == e.stage and m.when >= e.when and m.who == e.who), None)
+        action = f"rolled back {rollback.from_ref} -> {rollback.to_ref}" if rollback else "no rollback"
+        rows.append({"when": e.when, "model": e.model, "version": e.version, "stage": e.stage, "finding": e.comment,
+                     "failed_gates": failed, "action": action, "audit_run_id": e.run_id})
     frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     return frame.sort_values("when", ascending=False).reset_index(drop=True)
-
-
-def record_regression_finding(registry: Registry, model: str, version: str, stage: str, finding: str,
-                              failed_gates: list[str], action: str = "none") -> str:
-    """Write one regression finding (the nightly flow's verdict on a version it re-judged); returns its run id."""
-    tags = {model_tag("kind"): "regression", model_tag("model"): model, model_tag("version"): version,
-            model_tag("stage"): stage, model_tag("when"): now_iso(), model_tag("finding"): finding[:5000],
-            model_tag("failed_gates"): ",".join(failed_gates), model_tag("action"): action}
-    run = registry.client.create_run(registry.experiment_id(NIGHTLY_EXPERIMENT), tags=tags,
-                                     run_name=f"regression {stage} {model}@{version}")
-    registry.client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id

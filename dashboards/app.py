@@ -1,0 +1,31 @@
+"""The architects' dashboard: `unmask dashboard`, or `streamlit run dashboards/app.py`.
+
+Five read-only views of the registry (gates, scores, quality-latency, one candidate, promotions).
+The registry is `$MLFLOW_TRACKING_URI`, else the embedded store under the state folder; the policy
+that ranks and marks operating points is `$UNMASK_POLICY`, else the bundled one.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboards import source
+
+st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
+
+PAGES = [
+    st.Page("pages/gate_board.py", title="Gate board", icon=":material/grid_view:", url_path="gates", default=True),
+    st.Page("pages/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
+    st.Page("pages/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
+            url_path="quality-latency"),
+    st.Page("pages/candidate.py", title="Candidate", icon=":material/badge:", url_path="candidate"),
+    st.Page("pages/promotions.py", title="Promotions", icon=":material/history:", url_path="promotions"),
+]
+
+page = st.navigation(PAGES)
+with st.sidebar:
+    st.caption(f"Registry: `{source.tracking_uri()}`")
+    st.caption("Read-only: promotions go through `unmask promote`, behind gates and an approval.")
+    if st.button("Refresh", icon=":material/refresh:"):
+        source.refresh()
+page.run()

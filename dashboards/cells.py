@@ -1,0 +1,41 @@
+"""How registry values appear in the dashboard's tables: one text per cell, so mixed columns render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERDICT_MARK = {"passed": "✅ passed", "failed": "❌ failed", "not judged": "— not judged"}
+
+
+def value_text(value: Any) -> str:
+    """A gate value or threshold as text: numbers to 4 significant digits, mappings as `k=v`, lists joined."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(value_text(v) for v in value)
+    return str(value)
+
+
+def verdict_text(verdict: str, passed: int, total: int) -> str:
+    mark = VERDICT_MARK.get(verdict, verdict)
+    return f"{mark} {passed}/{total}" if total else mark
+
+
+def version_label(model: str, version: str, aliases: list[str] | None = None) -> str:
+    held = f" [{', '.join(aliases)}]" if aliases else ""
+    return f"{model} v{version}{held}"
+
+
+def holder_text(holder: Any) -> str:
+    """An alias holder from `registry.read.aliases`: one {model, version}, several, or None."""
+    if not holder:
+        return "—"
+    if isinstance(holder, list):
+        return ", ".join(f"{h['model']} v{h['version']}" for h in holder)
+    return f"{holder['model']} v{holder['version']}"

@@ -1,0 +1,91 @@
+"""Candidate: one version's model card, license, reproducibility evidence, environment, checklists and runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import source
+from dashboards.cells import value_text
+from registry import STAGE_ALIASES
+
+reg = source.registry_or_stop()
+uri = reg.tracking_uri
+
+st.title("Candidate")
+versions = source.versions(uri)
+left, right = st.columns(2)
+candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: "candidate" not in held),
+                                        kind="stable")
+model = left.selectbox("Model", list(dict.fromkeys(candidates_first.model)), key="candidate_model")
+mine = versions[versions.model == model]
+labels = {v: f"v{v}" + (f" [{', '.join(a)}]" if a else "") for v, a in zip(mine.version, mine.aliases)}
+version = right.selectbox("Version", list(labels), index=len(labels) - 1, format_func=labels.get,
+                          key=f"candidate_version_{model}")
+view = source.candidate_view(uri, model, version)
+
+top = st.columns(4)
+top[0].metric("role", view["role"])
+top[1].metric("kind", view["kind"])
+top[2].metric("license tier", view["license"]["tier"] if view["license"] else "unchecked")
+top[3].metric("reached", ", ".join(view["status"]["reached"]) or "no stage yet")
+if view["failures"]:
+    st.error("Load or decode failures: " + "; ".join(view["failures"]))
+
+st.subheader("Model card")
+card = {"revision": view["revision"] or "local", "weights sha256": view["weights_sha256"]} | view["card"]
+st.dataframe(pd.DataFrame({"field": list(card), "value": [value_text(v) for v in card.values()]}),
+             hide_index=True, width="stretch")
+
+st.subheader("License")
+lic = view["license"]
+if lic is None:
+    st.warning("No license check was recorded for this version.")
+else:
+    st.markdown(f"`{lic['expression']}` — tier **{lic['tier']}**")
+    for reason in lic["reasons"]:
+        st.markdown(f"- {reason}")
+    for finding in lic["findings"]:
+        st.warning(f"Finding: {finding}", icon=":material/flag:")
+
+st.subheader("Reproducibility")
+repro = view["reproducibility"]
+if repro is None:
+    st.warning("No reproducibility probe was recorded for this version.")
+else:
+    checks = st.columns(4)
+    checks[0].metric("reproducible", "yes" if repro["reproducible"] else "no")
+    checks[1].metric("same process", "yes" if repro["same_process"] else "no")
+    checks[2].metric("fresh process", "yes" if repro["fresh_process"] else "no")
+    checks[3].metric("batch invariant", "yes" if repro["batch_invariant"] else "no")
+    for difference in repro["differences"]:
+        st.warning(difference)
+    st.caption(f"config {repro['config_hash']}; output hashes: " + ", ".join(h[:12] for h in repro["output_hashes"]))
+
+with st.expander("Environment fingerprint"):
+    st.json(view["fingerprint"])
+
+st.subheader("Checklists")
+for tab, stage in zip(st.tabs(list(STAGE_ALIASES)), STAGE_ALIASES):
+    with tab:
+        items = source.checklist(uri, model, version, stage)
+        if items.empty:
+            st.write(f"Not judged at {stage} yet.")
+            continue
+        approval = view["status"]["approvals"].get(stage)
+        if approval:
+            st.success(f"Approved by {approval['by']} at {approval['at']}: {approval['comment']}")
+        st.dataframe(pd.DataFrame({
+            "item": items["item"], "done": items.done.astype(bool), "kind": items.kind, "text": items.text,
+            "evidence or sign-off": [reason if not ev else f"{reason} ({value_text(ev)})"
+                                     for reason, ev in zip(items.reason, items.evidence)],
+        }), hide_index=True, width="stretch")
+
+st.subheader("MLflow runs")
+runs = view["runs"]
+if runs.url.notna().any():
+    st.dataframe(runs, hide_index=True, width="stretch",
+                 column_config={"url": st.column_config.LinkColumn("open in MLflow", display_text="open")})
+else:
+    st.dataframe(runs.drop(columns="url"), hide_index=True, width="stretch")
+    st.caption(f"Browse them with `{source.mlflow_ui_command(uri)}`.")

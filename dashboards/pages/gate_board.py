@@ -1,0 +1,53 @@
+"""Gate board: which version qualifies for which stage, and why not; who holds each alias now."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import source
+from dashboards.cells import holder_text, value_text, verdict_text, version_label
+from registry import ALIASES, STAGE_ALIASES
+
+reg = source.registry_or_stop()
+uri = reg.tracking_uri
+
+st.title("Gate board")
+st.caption("Each cell: the stage's gates as last judged on the version's validated records. "
+           "Open a row below for every gate's value, threshold and reason.")
+
+held = source.aliases(uri)
+for column, alias in zip(st.columns(len(ALIASES)), ALIASES):
+    column.metric(alias, holder_text(held.get(alias)))
+
+board = source.gate_board(uri)
+board["row"] = [version_label(m, v, a) for m, v, a in zip(board.model, board.version, board.aliases)]
+board["cell"] = [verdict_text(*x) for x in zip(board.verdict, board.passed, board.total)]
+matrix = board.pivot(index="row", columns="stage", values="cell")[list(STAGE_ALIASES)]
+matrix = matrix.loc[list(dict.fromkeys(board.row))]
+matrix.index.name = "version"
+
+
+def _colour(cell: str) -> str:
+    if "passed" in cell:
+        return "background-color: #d7f5dd; color: #0b5d1e"
+    if "failed" in cell:
+        return "background-color: #fbdada; color: #8a1c1c"
+    return "color: #777"
+
+
+st.table(matrix.style.map(_colour))
+
+results = source.gate_results(uri)
+st.subheader("Why")
+for row in board.itertuples():
+    if row.verdict == "not judged":
+        continue
+    failed = f": {', '.join(row.failed_gates)}" if row.failed_gates else ""
+    with st.expander(f"{row.row} · {row.stage} · {row.verdict} ({row.passed} of {row.total} gates){failed}"):
+        mine = results[(results.model == row.model) & (results.version == row.version) & (results.stage == row.stage)]
+        st.table(pd.DataFrame({
+            "gate": mine.gate, "passed": mine.passed.map(lambda ok: "✅" if ok else "❌"),
+            "value": mine.value.map(value_text), "threshold": mine.threshold.map(value_text), "reason": mine.reason,
+        }).set_index("gate"))
+        st.caption(f"judged at {row.evaluated_at}")

@@ -1,0 +1,118 @@
+"""Where the dashboard's data comes from: one `Registry` per tracking URI, cached reads, and the two
+friendly stops (registry unreachable, registry empty). Everything goes through `registry.read` and
+`registry.views`; nothing here can move an alias.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+import registry.read as read
+import registry.views as views
+from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
+from registry.connection import check_reachable
+
+TTL_S = 30  # new evaluations show up within this, or at once with "Refresh"
+
+
+@st.cache_resource(show_spinner=False)
+def _registry(tracking_uri: str) -> Registry:
+    return Registry(tracking_uri)
+
+
+def tracking_uri() -> str:
+    return resolve_tracking_uri()
+
+
+def registry_or_stop() -> Registry:
+    """The registry, or an explanation on the page and a stop when it cannot be read or holds nothing."""
+    uri = tracking_uri()
+    try:
+        check_reachable(uri)  # every rerun: a server that went away is a message, not minutes of retries
+        reg = _registry(uri)
+        empty = candidates(uri).empty
+    except RegistryUnavailable as e:
+        st.error(f"**The registry is unreachable.** {e}", icon=":material/cloud_off:")
+        st.stop()
+    except RegistryError as e:
+        st.error(f"**The registry cannot be read.** {e}", icon=":material/error:")
+        st.stop()
+    if empty:
+        st.info(f"**No candidates in the registry yet** ({uri}).\n\nRun `unmask run` to evaluate the bundled "
+                "tiny models, judge them against the stage gates and record everything here; then reload "
+                "this page.", icon=":material/hourglass_empty:")
+        st.stop()
+    return reg
+
+
+def refresh() -> None:
+    st.cache_data.clear()
+
+
+# cached reads, keyed by tracking URI (the Registry itself is not hashable) ---------------------------
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def candidates(uri: str) -> pd.DataFrame:
+    return read.list_candidates(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def aliases(uri: str) -> dict[str, Any]:
+    return read.aliases(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def versions(uri: str) -> pd.DataFrame:
+    return views.shown_versions(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def gate_board(uri: str) -> pd.DataFrame:
+    return views.gate_board(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def gate_results(uri: str) -> pd.DataFrame:
+    return read.gate_results(registry=_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def policy_weights(uri: str) -> dict[str, dict[str, float]]:
+    policy = views.dashboard_policy()
+    return {stage: dict(p.weights) for stage, p in policy.stages.items()}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def scores(uri: str, stage: str, weights: tuple[tuple[str, float], ...]) -> dict[str, pd.DataFrame]:
+    return read.scores(stage, dict(weights), registry=_registry(uri), policy=views.dashboard_policy())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def quality_latency(uri: str) -> pd.DataFrame:
+    return views.quality_latency(_registry(uri), views.dashboard_policy())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def candidate_view(uri: str, model: str, version: str) -> dict[str, Any]:
+    return views.candidate_view(_registry(uri), model, version)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def checklist(uri: str, model: str, version: str, stage: str) -> pd.DataFrame:
+    return read.checklist(model, version, stage, _registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def audit_events(uri: str) -> pd.DataFrame:
+    return read.audit_events(registry=_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def regression_findings(uri: str) -> pd.DataFrame:
+    return views.regression_findings(_registry(uri))
+
+
+def mlflow_ui_command(uri: str) -> str:
+    return views.mlflow_ui_command(_registry(uri))
