@@ -1,0 +1,47 @@
+"""`unmask run`: the scorecard and where to look next; a second run reuses every measured point."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
+from models.loading import WEIGHTS_DIR
+
+
+def test_unmask_run_prints_the_scorecard_and_the_second_run_reuses_the_cache(prefect_harness, tmp_path, monkeypatch):
+    models = tiny_models(tmp_path / "models")
+    sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]])
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    app = cli_app("run")
+    first = CliRunner().invoke(app, ["run", "--sweep", sweep, "--no-repro"], env={"COLUMNS": "200"})
+    assert first.exit_code == 0, first.output
+    assert "scorecard" in first.output and CANDIDATE in first.output and FALLBACK in first.output
+    assert "0 of 3 sweep points reused from cache" in first.output
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'home'}" in first.output.replace("\n", "")
+    assert "unmask dashboard" in first.output
+    assert re.search(r"tooling_maturity: checklist item 'tooling-maturity'", first.output)
+
+    second = CliRunner().invoke(app, ["run", "--sweep", sweep, "--no-repro"], env={"COLUMNS": "200"})
+    assert second.exit_code == 0, second.output
+    assert "3 of 3 sweep points reused from cache" in second.output
+
+
+def test_a_bad_sweep_is_a_clear_error_before_anything_runs(tmp_path):
+    (tmp_path / "bad.yaml").write_text("models: [x]\ntasks: [{task: arith}]\ngrid: {stepz: [2]}\n")
+    result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", str(tmp_path / "bad.yaml")])
+    assert result.exit_code == 2 and "grid.stepz" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (WEIGHTS_DIR / "tiny-llada").is_dir() or not (WEIGHTS_DIR / "tiny-ar").is_dir(),
+                    reason="the bundled tiny checkpoints are not in this checkout")
+def test_unmask_run_on_the_bundled_models_with_the_default_sweep(prefect_harness, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    result = CliRunner().invoke(cli_app("run"), ["run"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "tiny-llada" in result.output and "tiny-ar" in result.output and "scorecard" in result.output
