@@ -131,10 +131,14 @@ class Registry:
 
     # locks -------------------------------------------------------------------------------------
     def lock_path(self, alias: str) -> Path:
-        """A lock file per (store, alias): promotions of one alias on one store take turns."""
-        key = hashlib.sha256(self.tracking_uri.encode()).hexdigest()[:12]
-        folder = state_dir() / "locks"
+        """A lock file per (store, alias): beside a SQLite store (every user of that file shares it),
+        else under the state folder (a server's users on other hosts meet at the registry lock)."""
+        if self.tracking_uri.startswith("sqlite:///"):
+            folder = Path(self.tracking_uri.removeprefix("sqlite:///")).parent / "locks"
+        else:
+            folder = state_dir() / "locks"
         folder.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(self.tracking_uri.encode()).hexdigest()[:12]
         return folder / f"registry-{key}-{alias}.lock"
 
 
