@@ -135,3 +135,19 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     findings = audit_events(stage="production", event="gate_evaluation", registry=registry)
     assert findings["comment"].str.startswith("regression").any()
     assert "Regression" in Artifact.get("nightly-report").data
+
+
+def test_the_nightly_deployment_and_prefect_yaml_agree_on_the_schedule():
+    from pathlib import Path
+
+    import yaml
+
+    from flows.nightly import DEFAULT_CRON, nightly, nightly_deployment
+
+    deployment = nightly_deployment()
+    assert deployment.entrypoint == "flows/nightly.py:nightly" and deployment.name == "nightly"
+    assert deployment.schedules[0].schedule.cron == DEFAULT_CRON
+    spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "prefect.yaml").read_text())
+    declared = {d["name"]: d for d in spec["deployments"]}
+    assert declared["nightly"]["entrypoint"] == deployment.entrypoint and nightly.name == "nightly"
+    assert declared["nightly"]["schedules"][0]["cron"] == DEFAULT_CRON
