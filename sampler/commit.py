@@ -72,13 +72,17 @@ class TopKCommit:
 
 
 class ParallelCommit:
-    """Shared by the parallel rules: no plan, the block ends when no row has a mask left in it."""
+    """Shared by the parallel rules: no plan, the block ends when no row has a mask left in it.
+
+    Every step commits at least one position, so a block needs at most `block` steps; the cap
+    matters when the model proposes the mask token itself, which leaves a committed position masked.
+    """
 
     def plan(self, block_mask, steps):
         return None
 
     def block_done(self, step, steps, block_mask):
-        return not bool(block_mask.any())
+        return step >= block_mask.shape[1] or not bool(block_mask.any())
 
 
 class ThresholdCommit(ParallelCommit):

@@ -40,10 +40,10 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
         calls.add(state.block, len(verify))
         real = source.logits(verify)
         drafted += len(drafts) - 1
-        truth = decoder.advance(verify[0], real[0])
+        truth = decoder.advance(verify[0], _fresh(real[0]))
         j = 1
         while j < len(verify) and truth.same_as(drafts[j]):
-            truth = decoder.advance(drafts[j], real[j])
+            truth = decoder.advance(drafts[j], _fresh(real[j]))
             accepted += 1
             j += 1
         if j == len(verify) and truth.same_as(drafts[-1]):
