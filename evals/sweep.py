@@ -30,7 +30,7 @@ import yaml
 
 from evals.records import EvalRecord
 
-TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "seed", "device", "dtype", "description"}
+TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
 MEASURE_KEYS = {"warmup": int, "batch_size": int, "throughput_items": int}
 AR_KEYS = {"gen_length", "temperature", "seed"}  # settings sampler.autoregressive reads (it always caches)
@@ -68,6 +68,7 @@ class SweepSpec:
     measure: dict[str, int] = field(default_factory=lambda: {"warmup": 1, "batch_size": 4})
     device: str = "cpu"
     dtype: str = "float32"
+    threads: int | None = None  # torch CPU threads while measuring (None: torch's default); recorded in the fingerprint
     source: str = "<inline>"  # the file it came from, for error messages
 
 
@@ -129,11 +130,15 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
             raise fail(f"measure.{key}", f"is not a measure setting; known: {', '.join(MEASURE_KEYS)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
             raise fail(f"measure.{key}", f"must be a {'non-negative' if key == 'warmup' else 'positive'} integer, got {value!r}")
+    threads = data.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise fail("threads", f"must be a positive integer, got {threads!r}")
     name = data.get("name") or Path(source).stem
     if not isinstance(name, str):
         raise fail("name", f"must be a string, got {name!r}")
     spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
-                     device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), source=source)
+                     device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), threads=threads,
+                     source=source)
     if not valid_points(spec, tasks[0]):
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
                          f"first problem: {point_problems(spec, tasks[0])[0]}")
@@ -307,6 +312,10 @@ def run_sweep(
     from models import load_model
 
     notify = on_event or (lambda kind, info: None)
+    if spec.threads:  # on a shared CPU, more threads than free cores makes every forward much slower
+        import torch
+
+        torch.set_num_threads(spec.threads)
     store = RecordStore(folder)
     failures: list[str] = []
     tasks = {id(t): load_task(**vars(t)) for t in spec.tasks}

@@ -149,3 +149,9 @@ def test_a_broken_validator_marks_records_invalid_and_keeps_them(models, tmp_pat
     (record,) = run_sweep(parse_sweep(small_sweep(models[:1], grid={"steps": [2]})), tmp_path).records
     assert record.valid is False and "GX exploded" in record.validation["error"]
     assert load_records(tmp_path)[0].valid is False
+
+
+def test_threads_setting(tmp_path):
+    assert parse_sweep(small_sweep(["m"], threads=1)).threads == 1
+    with pytest.raises(SweepError, match="threads"):
+        parse_sweep(small_sweep(["m"], threads=0))

@@ -22,6 +22,7 @@ def eval_command(
     gen_length: int = typer.Option(None, "--gen-length", help="With --tasks and no --sweep: positions to generate."),
     block_length: int = typer.Option(None, "--block-length", help="With --tasks and no --sweep: block width."),
     batch_size: int = typer.Option(None, "--batch-size", help="Batch size for the throughput pass."),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads while measuring (default: the sweep's, else torch's)."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
@@ -48,6 +49,8 @@ def eval_command(
             spec.models = list(model)
         if batch_size:
             spec.measure["batch_size"] = batch_size
+        if threads:
+            spec.threads = threads
     except (SweepError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
