@@ -16,6 +16,7 @@ import torch
 
 from evals.quality import evaluate_items
 from evals.tasks import TASKS, make_split
+from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS
 from models.checkpoint import LoadedModel, load_checkpoint
 from sampler import SamplerConfig
 
@@ -155,8 +156,8 @@ License: Apache-2.0 (the project's). Weights sha256 (model.safetensors): `{sha}`
 ## Training data
 
 The generators in `evals/tasks/` (seed {recipe.get('seed')}), train split only, one task per
-step (weights {json.dumps(__import__('evals.tasks.mixture', fromlist=['x']).DEFAULT_WEIGHTS)},
-batch sizes {json.dumps(__import__('evals.tasks.mixture', fromlist=['x']).DEFAULT_BATCH_SIZES)}).
+step (weights {json.dumps(DEFAULT_WEIGHTS)},
+batch sizes {json.dumps(DEFAULT_BATCH_SIZES)}).
 Difficulty, deliberately easy for the two-core budget:
 
 {DIFFICULTY}

@@ -44,7 +44,7 @@ class TrainConfig:
     n_layers: int = 4  # transformer blocks
     n_heads: int = 4  # attention heads (head dim 32)
     mlp_hidden: int = 384  # SwiGLU hidden width
-    steps: int = 3000  # optimizer steps (the cosine schedule spans these)
+    steps: int = 2000  # optimizer steps (the cosine schedule spans these)
     lr: float = 2e-3  # peak AdamW learning rate; tiny models take a high one
     warmup: int = 100  # linear warm-up steps
     min_lr_ratio: float = 0.1  # cosine floor as a share of lr
