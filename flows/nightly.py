@@ -135,8 +135,9 @@ def publish_nightly(comparison: list[dict], verdict: dict | None, finding: dict 
         moved = finding and finding.get("rolled_back")
         lines = [f"**Regression**: production ({verdict['model']} v{verdict['version']}) fails its gates:", ""]
         lines += [f"- {f['gate']}: {f['reason']}" for f in verdict["failed"]]
-        lines += ["", "Production was rolled back: " + (f"{finding['move']['from']} -> {finding['move']['to']}"
-                                                        if moved else f"no ({(finding or {}).get('refused') or 'rollback off'})")]
+        outcome = (f"{finding['move']['from']} -> {finding['move']['to']}" if moved
+                   else f"no ({(finding or {}).get('refused') or 'rollback off'})")
+        lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")

@@ -122,7 +122,8 @@ def waiting_promotions(model_id: str | None = None, stage: str | None = None) ->
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[PROMOTE_FLOW])),
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))))
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))))
     runs = [r for r in runs if (model_id is None or r.parameters.get("model_id") == model_id)
             and (stage is None or r.parameters.get("stage") == stage)]
     return sorted(runs, key=lambda r: r.start_time or r.created)

@@ -65,7 +65,8 @@ def score_candidates(versions: dict[str, str], tracking_uri: str, stage: str,
 def scorecard_row(outcome: dict[str, Any], scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One line of the scorecard: where the candidate stands and what stops it going further."""
     if outcome.get("error"):
-        return {"candidate": outcome["candidate"], "role": outcome.get("role", ""), "version": "", "qualifies": "failed",
+        return {"candidate": outcome["candidate"], "role": outcome.get("role", ""), "version": "",
+                "qualifies": "failed",
                 "judged_at": "", "passed": 0, "failed": 0, "reasons": [outcome["error"]], "score": None, "rank": None,
                 "cached": "", "mlflow_run": ""}
     target = next_stage(outcome["qualified"]) or outcome["qualified"]

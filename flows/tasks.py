@@ -223,7 +223,8 @@ def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
     return result.to_dict()
 
 
-@task(name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False, task_run_name="evidence {prepared.candidate}")
+@task(name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False,
+      task_run_name="evidence {prepared.candidate}")
 def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]], reproducibility: dict | None,
                       license: dict[str, Any], failures: list[str]) -> dict[str, Any]:
     """The candidate's CandidateEvidence, kept in the local outbox until the registry has it."""
@@ -240,7 +241,8 @@ def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]]
     return evidence_to_dict(evidence)
 
 
-@task(name="log-to-mlflow", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2, task_run_name="log {evidence[candidate]}")
+@task(name="log-to-mlflow", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
+      task_run_name="log {evidence[candidate]}")
 def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     """Register the evidence (registry.register_evidence); on success it leaves the outbox."""
     from flows.outbox import evidence_from_dict, release
@@ -275,7 +277,8 @@ def flush_outbox(tracking_uri: str) -> list[str]:
     return done
 
 
-@task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2, task_run_name="gates {model}")
+@task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
+      task_run_name="gates {model}")
 def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
     """Every stage's gates on the registered evidence (registry.judge records each report)."""
     from gates import STAGES, load_policy

@@ -77,7 +77,8 @@ def test_mlflow_down_retries_then_keeps_the_records_and_logs_them_when_it_is_bac
     assert "unreachable" in message and f"kept in {home / 'outbox'}" in message
     assert len(list((home / "outbox").glob("*.json"))) == 1
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[down.state_details.flow_run_id])))
+        flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[down.state_details.flow_run_id]))
+        runs = client.read_task_runs(flow_run_filter=flow_run)
     log_run = next(r for r in runs if r.name == f"log {FALLBACK}")
     assert log_run.run_count == 3  # the first attempt and two retries
 
