@@ -14,7 +14,7 @@ from dashboards import source
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
 
 PAGES = [
-    st.Page("pages/gate_board.py", title="Gate board", icon=":material/grid_view:", url_path="gates", default=True),
+    st.Page("pages/gate_board.py", title="Gate board", icon=":material/grid_view:", default=True),  # at /
     st.Page("pages/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
     st.Page("pages/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
             url_path="quality-latency"),

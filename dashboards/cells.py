@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-VERDICT_MARK = {"passed": "✅ passed", "failed": "❌ failed", "not judged": "— not judged"}
+VERDICT_MARK = {"passed": "passed", "failed": "failed", "not judged": "not judged"}
 
 
 def value_text(value: Any) -> str:
@@ -19,7 +19,8 @@ def value_text(value: Any) -> str:
         return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return ", ".join(value_text(v) for v in value)
-    return str(value)
+    # ">= 0.5" at the start of a cell would render as a Markdown quote
+    return str(value).replace(">=", "≥").replace("<=", "≤")
 
 
 def verdict_text(verdict: str, passed: int, total: int) -> str:

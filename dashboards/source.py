@@ -5,6 +5,7 @@ friendly stops (registry unreachable, registry empty). Everything goes through `
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pandas as pd
@@ -25,6 +26,11 @@ def _registry(tracking_uri: str) -> Registry:
 
 def tracking_uri() -> str:
     return resolve_tracking_uri()
+
+
+def policy_source() -> str:
+    """Which policy file ranks and marks operating points ("" = the bundled one); part of cache keys."""
+    return os.environ.get(views.POLICY_ENV, "")
 
 
 def registry_or_stop() -> Registry:
@@ -79,19 +85,19 @@ def gate_results(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def policy_weights(uri: str) -> dict[str, dict[str, float]]:
-    policy = views.dashboard_policy()
+def policy_weights(policy: str) -> dict[str, dict[str, float]]:
+    policy = views.dashboard_policy(policy or None)
     return {stage: dict(p.weights) for stage, p in policy.stages.items()}
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def scores(uri: str, stage: str, weights: tuple[tuple[str, float], ...]) -> dict[str, pd.DataFrame]:
-    return read.scores(stage, dict(weights), registry=_registry(uri), policy=views.dashboard_policy())
+def scores(uri: str, policy: str, stage: str, weights: tuple[tuple[str, float], ...]) -> dict[str, pd.DataFrame]:
+    return read.scores(stage, dict(weights), registry=_registry(uri), policy=views.dashboard_policy(policy or None))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def quality_latency(uri: str) -> pd.DataFrame:
-    return views.quality_latency(_registry(uri), views.dashboard_policy())
+def quality_latency(uri: str, policy: str) -> pd.DataFrame:
+    return views.quality_latency(_registry(uri), views.dashboard_policy(policy or None))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

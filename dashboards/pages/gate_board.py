@@ -17,10 +17,14 @@ st.caption("Each cell: the stage's gates as last judged on the version's validat
            "Open a row below for every gate's value, threshold and reason.")
 
 held = source.aliases(uri)
-for column, alias in zip(st.columns(len(ALIASES)), ALIASES):
-    column.metric(alias, holder_text(held.get(alias)))
+st.subheader("Aliases")
+st.table(pd.DataFrame({alias: [holder_text(held.get(alias))] for alias in ALIASES}, index=["held by"]))
 
 board = source.gate_board(uri)
+st.subheader("Gates by stage")
+# candidates first, the fallback last: the board reads top-down from what is being adopted
+board = board.sort_values("aliases", key=lambda a: a.map(lambda h: (0 if "candidate" in h else 2 if "fallback" in h
+                                                                    else 1)), kind="stable")
 board["row"] = [version_label(m, v, a) for m, v, a in zip(board.model, board.version, board.aliases)]
 board["cell"] = [verdict_text(*x) for x in zip(board.verdict, board.passed, board.total)]
 matrix = board.pivot(index="row", columns="stage", values="cell")[list(STAGE_ALIASES)]
@@ -29,9 +33,9 @@ matrix.index.name = "version"
 
 
 def _colour(cell: str) -> str:
-    if "passed" in cell:
+    if "pass" in cell:
         return "background-color: #d7f5dd; color: #0b5d1e"
-    if "failed" in cell:
+    if "fail" in cell.lower():
         return "background-color: #fbdada; color: #8a1c1c"
     return "color: #777"
 
@@ -47,7 +51,7 @@ for row in board.itertuples():
     with st.expander(f"{row.row} · {row.stage} · {row.verdict} ({row.passed} of {row.total} gates){failed}"):
         mine = results[(results.model == row.model) & (results.version == row.version) & (results.stage == row.stage)]
         st.table(pd.DataFrame({
-            "gate": mine.gate, "passed": mine.passed.map(lambda ok: "✅" if ok else "❌"),
+            "gate": mine.gate, "result": mine.passed.map(lambda ok: "pass" if ok else "FAIL"),
             "value": mine.value.map(value_text), "threshold": mine.threshold.map(value_text), "reason": mine.reason,
-        }).set_index("gate"))
+        }).set_index("gate").style.map(_colour, subset=["result"]))
         st.caption(f"judged at {row.evaluated_at}")

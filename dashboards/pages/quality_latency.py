@@ -12,7 +12,7 @@ reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Quality vs latency")
-points = source.quality_latency(uri)
+points = source.quality_latency(uri, source.policy_source())
 if points.empty:
     st.info("No evaluation records yet. Run `unmask run` to sweep the sampler settings.")
     st.stop()

@@ -18,7 +18,7 @@ st.caption("Hard gates filter, then weighted sum and TOPSIS rank the survivors o
            "p95 latency and peak memory (lower is better) and license tier (permitted 3 ... unknown 0).")
 
 stage = st.selectbox("Stage", STAGE_ALIASES, key="scores_stage")
-policy_weights = source.policy_weights(uri)[stage]
+policy_weights = source.policy_weights(source.policy_source())[stage]
 
 st.markdown("**Weights** — move them to explore; the policy keeps its own "
             f"({', '.join(f'{c} {w:g}' for c, w in policy_weights.items())}).")
@@ -33,7 +33,7 @@ normalised = {c: w / total for c, w in weights.items()}
 if any(abs(normalised[c] - policy_weights[c]) > 1e-9 for c in policy_weights):
     st.caption("Exploring: " + ", ".join(f"{c} {w:.2f}" for c, w in normalised.items()) + " (normalised to sum 1).")
 
-scored = source.scores(uri, stage, tuple(sorted(weights.items())))
+scored = source.scores(uri, source.policy_source(), stage, tuple(sorted(weights.items())))
 ranking, sensitivity, filtered = scored["ranking"], scored["sensitivity"], scored["filtered"]
 
 st.subheader(f"Ranking at {stage}")

@@ -17,7 +17,8 @@ APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 def streamlit_command(port: int, address: str) -> list[str]:
     """The `streamlit run` command line for the dashboard, headless, usage statistics off."""
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-            "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false"]
+            "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false",
+            "--client.toolbarMode", "viewer"]
 
 
 def dashboard_command(
