@@ -55,14 +55,14 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
         candidates = list(dict.fromkeys(r.candidate for r in rows if r.role != "fallback")) or \
             list(dict.fromkeys(r.candidate for r in rows))
         fallbacks = [r for r in rows if r.role == "fallback"]
-        fig, axes = plt.subplots(1, len(candidates), figsize=(5.5 * len(candidates), 4.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(candidates), figsize=(7 * len(candidates), 5), squeeze=False)
         for ax, candidate in zip(axes[0], candidates):
             mine = [r for r in rows if r.candidate == candidate]
             xs = [getattr(r, latency) for r in mine]
             ys = [r.accuracy for r in mine]
             for r, x, y in zip(mine, xs, ys):
                 ax.scatter([x], [y], marker="o" if r.valid is not False else "x", color="tab:blue" if r.valid is not False else "tab:red")
-                ax.annotate(point_label(r), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.annotate(point_label(r), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points", rotation=20)
             front = [i for i in pareto_front(list(zip(xs, ys))) if mine[i].valid is not False]
             if front:
                 ax.step([xs[i] for i in front], [ys[i] for i in front], where="post", color="tab:blue", alpha=0.6,
@@ -75,9 +75,12 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
             ax.set_xlabel(f"{latency.replace('_s', '')} (s, batch 1)")
             ax.set_ylabel("accuracy")
             ax.set_ylim(-0.05, 1.05)
+            every_x = [x for x in xs if x > 0] + [getattr(f, latency) for f in fallbacks if getattr(f, latency) > 0]
+            if every_x and max(every_x) > 10 * min(every_x):
+                ax.set_xscale("log")
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7, loc="lower right")
+                ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
         fig.tight_layout()
         path = folder / f"quality-latency-{task}.png"
         fig.savefig(path, dpi=110)
