@@ -243,3 +243,36 @@ def test_an_unreachable_registry_is_a_clear_message(monkeypatch):
     message = at.error[0].value
     assert "unreachable" in message and f"127.0.0.1:{port}" in message and "mlflow server" in message
     assert not at.dataframe and not at.metric
+
+
+@pytest.mark.slow
+def test_unmask_dashboard_serves_the_state_folders_registry_headless_until_stopped_by_pid(env, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the state folder's store, as after `unmask run`
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "dashboard", "--port",
+                               str(port)], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError(f"unmask dashboard did not become healthy (exit {server.poll()})")
+    finally:
+        server.terminate()  # `unmask dashboard` became the server: its pid is the server's
+        output, _ = server.communicate(timeout=30)
+    assert f"registry: {env.tracking_uri}" in output.replace("\n", "")
+    assert f"http://127.0.0.1:{port}" in output

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,11 +37,9 @@ def dashboard_command(
             raise typer.Exit(2)
         env["UNMASK_POLICY"] = str(policy.resolve())
     console.print(f"registry: {env['MLFLOW_TRACKING_URI']}\ndashboard: http://{address}:{port}  (Ctrl+C stops it)")
-    try:
-        code = subprocess.call(streamlit_command(port, address), env=env)
-    except KeyboardInterrupt:
-        code = 0
-    raise typer.Exit(code)
+    sys.stdout.flush()
+    command = streamlit_command(port, address)
+    os.execve(command[0], command, env)  # become the server: one process, one pid to stop
 
 
 def register(app: typer.Typer) -> None:
