@@ -375,6 +375,20 @@ def measure_point(candidate, task, config, backend, spec: SweepSpec, notify) -> 
     )
 
 
+def catalog_settings(ref: str) -> dict[str, Any]:
+    """The catalog's decoding defaults of `ref` that are SamplerConfig settings (empty outside the catalog)."""
+    try:
+        from models.catalog import load_catalog
+
+        catalog = load_catalog()
+    except Exception:  # no usable catalog: no defaults
+        return {}
+    if ref not in catalog:
+        return {}
+    known = sampler_keys() - {"mask_id", "eos_id", "eot_id"}  # the loaded model's own ids always win
+    return {k: v for k, v in catalog.get(ref).decoding.items() if k in known and v is not None}
+
+
 def default_sweep_path() -> Path:
     return Path(__file__).resolve().parent / "sweeps" / "default.yaml"
 

@@ -155,3 +155,11 @@ def test_threads_setting(tmp_path):
     assert parse_sweep(small_sweep(["m"], threads=1)).threads == 1
     with pytest.raises(SweepError, match="threads"):
         parse_sweep(small_sweep(["m"], threads=0))
+
+
+def test_catalog_settings_are_sampler_settings():
+    from evals.sweep import catalog_settings, sampler_keys
+
+    settings = catalog_settings("llada-8b-instruct")
+    assert settings["steps"] == 128 and set(settings) <= sampler_keys() and "mask_id" not in settings
+    assert catalog_settings("no-such-model") == {}

@@ -28,13 +28,18 @@ def eval_command(
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
 ) -> None:
     """Evaluate models under a sweep of decoding settings; records are validated and saved as they finish."""
-    from evals.sweep import SweepError, SweepSpec, TaskSpec, default_sweep_path, load_sweep, timestamped_folder
+    from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, default_sweep_path, load_sweep,
+                             timestamped_folder)
     from evals.validation import TaskDataError
     from flows.environment import state_dir
 
     try:
         if sweep is None and tasks is not None:
-            settings = {k: v for k, v in {"steps": steps, "gen_length": gen_length, "block_length": block_length}.items() if v}
+            given = {k: v for k, v in {"steps": steps, "gen_length": gen_length, "block_length": block_length}.items() if v}
+            settings = catalog_settings(model[0]) if model and len(model) == 1 else {}
+            if "gen_length" in given:  # a new length invalidates the catalog's block and steps
+                settings = {k: v for k, v in settings.items() if k not in ("gen_length", "block_length", "steps")}
+            settings |= given
             if "gen_length" in settings and "block_length" not in settings:
                 settings["block_length"] = settings["gen_length"]
             spec = SweepSpec(name=tasks.stem, models=list(model or ["tiny-llada"]), tasks=[], base=settings,
