@@ -76,3 +76,20 @@ def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) == (0, -1)
     assert first_difference([1, 2, 3], [1, 9, 9]) == (2, 1)
     assert first_difference([1, 2], [1, 2, 3]) == (1, 2)
+
+
+@pytest.mark.slow  # a sweep point plus a fresh-process probe
+def test_sweep_evidence_carries_a_verdict_and_a_license_per_candidate(tmp_path):
+    import json
+
+    from evals.evidence import gather_evidence
+    from evals.sweep import parse_sweep, run_sweep
+
+    folder = str(write_model(tmp_path / "diff", card_license="cc-by-nc-4.0"))
+    spec = parse_sweep({"models": [folder], "tasks": [{"task": "arith", "n": 2}], "base": {"gen_length": 8, "block_length": 4},
+                        "grid": {"steps": [4]}, "measure": {"warmup": 0, "batch_size": 2}})
+    result = run_sweep(spec, tmp_path / "out")
+    (evidence,) = gather_evidence(spec, result, plots=False).candidates
+    assert evidence.reproducibility.reproducible and evidence.records == result.records
+    assert evidence.license.tier == "restricted" and evidence.card["license"] == "cc-by-nc-4.0"
+    assert json.loads((tmp_path / "out" / "reproducibility.json").read_text())[0]["reproducible"] is True
