@@ -126,7 +126,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
         "version": logged["version"], "weights_sha256": prepared.weights_sha256, "points": len(plan.points),
         "cached": cached, "failures": failures, "verdicts": verdicts, "qualified": qualified_stage(verdicts),
         "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
-        "evidence_run_id": logged["evidence_run_id"], "tracking_uri": tracking_uri,
+        "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
     }
     publish_candidate(outcome)
     return outcome
@@ -166,7 +166,8 @@ def summary_markdown(outcome: dict[str, Any]) -> str:
              f"- MLflow evidence run: [{outcome['evidence_run_id']}]({outcome['mlflow_run']}) "
              f"(`{mlflow_ui_command(outcome['tracking_uri'])}`)",
              f"- weights sha256: `{outcome['weights_sha256'][:16]}`",
-             f"- sweep points: {outcome['points']} ({outcome['cached']} from cache)"]
+             f"- sweep points: {outcome['points']} ({outcome['cached']} from cache)"
+             + ("; evidence unchanged, so the registered run is kept" if outcome["evidence_reused"] else "")]
     lines += [f"- failed point: {f}" for f in outcome["failures"]]
     for stage, verdict in outcome["verdicts"].items():
         results = [GateResult.from_dict(g) for g in verdict["gates"]]

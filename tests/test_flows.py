@@ -45,6 +45,7 @@ def test_evaluate_candidate_logs_judges_publishes_and_a_rerun_measures_nothing(p
 
     again = evaluate_candidate(models[CANDIDATE], sweep, EvaluationOptions(fresh_process_probe=False))
     assert (again["points"], again["cached"], again["version"]) == (2, 2, "1")  # same weights: same version
+    assert again["evidence_reused"] and again["evidence_run_id"] == first["evidence_run_id"]  # nothing re-logged
     assert result_files(home) == files  # nothing measured again, nothing rewritten
     assert Artifact.get(f"gates-{CANDIDATE}").id != gates.id  # the key's history grows
 

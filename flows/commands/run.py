@@ -6,6 +6,7 @@ its own temporary server; nothing to start by hand). A second run reuses every m
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -88,6 +89,8 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
             elif kind == "failure":
                 progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False, markup=True)
         set_reporter(on_event)
+        if not os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() == "INFO":
+            logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO lines break the bars
         try:
             result = gate_review(models, sweep, options)
         finally:
