@@ -45,3 +45,20 @@ def test_unmask_run_on_the_bundled_models_with_the_default_sweep(prefect_harness
     result = CliRunner().invoke(cli_app("run"), ["run"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "tiny-llada" in result.output and "tiny-ar" in result.output and "scorecard" in result.output
+
+
+def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_registry(prefect_harness, tmp_path,
+                                                                                      monkeypatch):
+    from registry.promotion import approval_of
+    from tests.gate_fixtures import fresh_registry, register_pair
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
+    registry = fresh_registry(tmp_path)  # the state folder's own embedded store
+    _, version = register_pair(registry)
+    result = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--by", "grace",
+                                                     "--comment", "PoC evidence reviewed"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "no promotion of tiny-llada to poc is waiting" in result.output
+    assert approval_of(registry, "tiny-llada", version, "poc").by == "grace"
+    declined = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "no"])
+    assert declined.exit_code == 1 and "nothing to decline" in declined.output
