@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "flows.commands.approve",
     "flows.commands.nightly",
     "flows.commands.dashboard",
+    "flows.commands.bench",
 ]
 
 

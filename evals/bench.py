@@ -1,0 +1,290 @@
+"""Fast decoding measured side by side: quality, calls, throughput, speedup and memory per mode.
+
+Every variant decodes the same held-out prompts (arith, and the long task sort) at each
+generation length, in one process, with one thread count and fixed seeds. A variant is a name
+and the SamplerConfig settings it changes; the AR reference decodes with its KV cache. Timings
+are medians over repetitions after warm-up (the warm-up also pays one-off costs such as the
+ONNX export). Accuracy comes from the same decoded outputs (decoding is deterministic).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from evals.measure import PeakMemory, useful_length
+from evals.quality import left_pad, response_text
+from evals.tasks import get_task, make_split, score
+from sampler import SamplerConfig, generate
+
+BENCH_TASKS = ("arith", "sort")  # the short task and the long one
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One bench row: `settings` applied on top of the one-token-per-step vanilla config."""
+
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    kind: str = "diffusion"  # or "ar": the autoregressive reference model
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the variant's text equals vanilla's by construction (not only measured)."""
+        lossy = {"parallel", "cache"}
+        return self.kind == "diffusion" and not any(
+            k in lossy and v not in ("top_k", "none") for k, v in self.settings.items())
+
+
+DUAL_PARALLEL = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9}
+VARIANTS: tuple[Variant, ...] = (
+    Variant("vanilla"),
+    Variant("parallel-threshold-0.9", {"parallel": "threshold", "parallel_threshold": 0.9}),
+    Variant("parallel-factor-1.0", {"parallel": "factor", "parallel_factor": 1.0}),
+    Variant("prefix-cache", {"cache": "prefix"}),
+    Variant("dual-cache", {"cache": "dual"}),
+    Variant("dual+parallel", DUAL_PARALLEL),
+    Variant("dual+parallel+speculative", DUAL_PARALLEL | {"speculative_draft": 4}),
+    Variant("dual+parallel+speculative+exit", DUAL_PARALLEL | {"speculative_draft": 4, "early_exit": "eos_decided"}),
+    Variant("dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided"}),
+    Variant("speculative", {"speculative_draft": 4}),
+    Variant("early-exit", {"early_exit": "eos_decided"}),
+    Variant("speculative+exit", {"speculative_draft": 4, "early_exit": "eos_decided"}),
+    Variant("onnxruntime:dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided", "backend": "onnxruntime"}),
+    Variant("tiny-ar", kind="ar"),
+)
+
+
+def variants_named(names: list[str] | None) -> list[Variant]:
+    """The variants to run, in the table's order; ValueError names an unknown one."""
+    if not names:
+        return list(VARIANTS)
+    known = {v.name: v for v in VARIANTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown bench config {unknown[0]!r}; known: {', '.join(known)}")
+    return [v for v in VARIANTS if v.name in names]
+
+
+@dataclass
+class BenchSetup:
+    gen_lengths: tuple[int, ...] = (128, 256, 512)
+    block_length: int = 32
+    prompts: int = 32  # held-out test items per task
+    reps: int = 3  # timed repetitions; the median is reported
+    warmup: int = 1
+    threads: int = 1
+    seed: int = 0
+    tasks: tuple[str, ...] = BENCH_TASKS
+
+    def check(self) -> None:
+        for name in ("prompts", "reps", "threads", "block_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"bench {name} must be >= 1, got {getattr(self, name)}")
+        if self.reps < 3:
+            raise ValueError(f"bench reps must be >= 3 (medians of at least three), got {self.reps}")
+        for n in self.gen_lengths:
+            if n % self.block_length:
+                raise ValueError(f"bench gen_length {n} must be a multiple of block_length {self.block_length}")
+
+
+@dataclass
+class BenchRow:
+    """One (variant, gen_length) measurement; the first eight fields are the `--json` contract."""
+
+    config: str
+    gen_length: int
+    accuracy: float  # mean over the tasks of each task's first metric
+    nfe: float  # model evaluations of a canvas per prompt batch (verified drafts count each)
+    tokens_per_forward: float  # canvas positions settled per sequential model call
+    tokens_per_s: float  # generated positions per second, EOS padding included
+    speedup_vs_vanilla: float | None  # vanilla's median seconds / this row's, same gen_length
+    peak_mem_mb: float
+    accuracy_by_task: dict[str, float] = field(default_factory=dict)
+    text_tokens_per_s: float = 0.0  # tokens before the first EOS/EoT per second
+    sequential_calls: float = 0.0
+    seconds: float = 0.0  # median wall-clock of one repetition (every task's batch)
+    acceptance_rate: float | None = None
+    nfe_saved: float | None = None
+    provider: str | None = None
+    same_text_as_vanilla: float | None = None  # share of prompts whose response equals vanilla's
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BenchReport:
+    setup: BenchSetup
+    model: str
+    rows: list[BenchRow]
+    notes: list[str]
+    device: str = "cpu"
+
+    @property
+    def title(self) -> str:
+        s = self.setup
+        return (f"unmask bench: {self.model} on {self.device}, block {s.block_length}, {s.prompts} held-out prompts "
+                f"per task ({', '.join(s.tasks)}), median of {s.reps} reps after {s.warmup} warm-up, "
+                f"torch threads {s.threads}, seed {s.seed}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "model": self.model, "device": self.device, "setup": asdict(self.setup),
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
+
+
+@dataclass
+class Prompts:
+    """One task's held-out items, encoded and left-padded into a single batch."""
+
+    task: str
+    items: list
+    ids: torch.Tensor
+    mask: torch.Tensor | None
+
+
+def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
+    """`setup.prompts` test-split items of each task, the same for every variant."""
+    batches = []
+    pad = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
+    device = next(loaded.model.parameters()).device
+    for task in setup.tasks:
+        items = make_split(get_task(task), "test", setup.prompts, seed=setup.seed)
+        ids, mask = left_pad([loaded.encode(i.prompt) for i in items], pad)
+        batches.append(Prompts(task, items, ids.to(device), None if mask is None else mask.to(device)))
+    return batches
+
+
+def decoder_of(loaded: Any, variant: Variant) -> Callable:
+    if variant.kind == "ar":
+        from sampler.autoregressive import generate_autoregressive
+
+        return generate_autoregressive
+    return generate
+
+
+def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup) -> SamplerConfig:
+    """One token per step (steps = gen_length), the model's own special ids, then the variant's settings."""
+    return SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length,
+                         mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id, seed=setup.seed,
+                         **variant.settings)
+
+
+def measure_variant(loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup,
+                    tick: Callable[[], None] = lambda: None) -> tuple[BenchRow, list[list[str]]]:
+    """Warm up, time `setup.reps` repetitions over every batch, score the responses."""
+    config = config_for(loaded, variant, gen_length, setup)
+    decode = decoder_of(loaded, variant)
+    stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
+
+    def one_pass():
+        return [decode(loaded.model, b.ids, config, attention_mask=b.mask) for b in batches]
+
+    for _ in range(setup.warmup):
+        one_pass()
+        tick()
+    times = []
+    with PeakMemory(next(loaded.model.parameters()).device) as memory:
+        for _ in range(setup.reps):
+            start = time.perf_counter()
+            outputs = one_pass()
+            times.append(time.perf_counter() - start)
+            tick()
+    seconds = statistics.median(times)
+    responses, correct, text_tokens = [], {}, 0
+    for batch, out in zip(batches, outputs):
+        rows = out.generated.tolist()
+        texts = [response_text(loaded, r) for r in rows]
+        metric = get_task(batch.task).metrics[0]
+        correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
+        text_tokens += sum(useful_length(r, stops) for r in rows)
+        responses.append(texts)
+    n_rows = sum(len(b.items) for b in batches)
+    calls = [out.stats.get("sequential_calls", out.nfe) for out in outputs]
+    stats = [out.stats for out in outputs]
+    mean = lambda key: (statistics.fmean(s[key] for s in stats) if all(key in s for s in stats) else None)  # noqa: E731
+    row = BenchRow(
+        config=variant.name, gen_length=gen_length,
+        accuracy=statistics.fmean(correct.values()),
+        nfe=statistics.fmean(out.nfe for out in outputs),
+        tokens_per_forward=gen_length / statistics.fmean(calls),
+        tokens_per_s=n_rows * gen_length / seconds,
+        speedup_vs_vanilla=None, peak_mem_mb=memory.peak_mb,
+        accuracy_by_task=correct, text_tokens_per_s=text_tokens / seconds,
+        sequential_calls=statistics.fmean(calls), seconds=seconds,
+        acceptance_rate=mean("acceptance_rate"), nfe_saved=mean("nfe_saved"),
+        provider=stats[0].get("provider"),
+    )
+    return row, responses
+
+
+def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
+              tick: Callable[[str], None] = lambda description: None) -> BenchReport:
+    """Measure every variant at every generation length; `tick(description)` after each pass."""
+    setup.check()
+    torch.manual_seed(setup.seed)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(setup.threads)
+    notes: list[str] = []
+    rows: list[BenchRow] = []
+    try:
+        diffusion_batches = held_out_prompts(loaded, setup)
+        ar_batches = held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None
+        for gen_length in setup.gen_lengths:
+            vanilla_seconds, vanilla_texts = None, None
+            for variant in variants:
+                if variant.kind == "ar" and ar_loaded is None:
+                    tick(f"{variant.name} @ {gen_length}: skipped")
+                    continue
+                model, batches = (ar_loaded, ar_batches) if variant.kind == "ar" else (loaded, diffusion_batches)
+                label = f"{variant.name} @ {gen_length}"
+                row, texts = measure_variant(model, variant, gen_length, batches, setup, lambda: tick(label))
+                if variant.name == "vanilla":
+                    vanilla_seconds, vanilla_texts = row.seconds, texts
+                if vanilla_seconds is not None:
+                    row.speedup_vs_vanilla = vanilla_seconds / row.seconds
+                if vanilla_texts is not None:
+                    flat, ref = sum(texts, []), sum(vanilla_texts, [])
+                    row.same_text_as_vanilla = sum(a == b for a, b in zip(flat, ref)) / len(ref)
+                rows.append(row)
+    finally:
+        torch.set_num_threads(previous_threads)
+    if any(v.kind == "ar" for v in variants) and ar_loaded is None:
+        notes.append("tiny-ar row skipped: no AR reference model was given or found")
+    device = str(next(loaded.model.parameters()).device)
+    return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=rows,
+                       notes=notes + summary_notes(rows), device=device)
+
+
+def summary_notes(rows: list[BenchRow]) -> list[str]:
+    """The targets, measured: best lossy speedup within 1 point, speculative call cut, diffusion vs AR."""
+    notes = []
+    by_length: dict[int, list[BenchRow]] = {}
+    for r in rows:
+        by_length.setdefault(r.gen_length, []).append(r)
+    lossless = {v.name for v in VARIANTS if v.lossless}
+    for n, group in sorted(by_length.items()):
+        vanilla = next((r for r in group if r.config == "vanilla"), None)
+        if vanilla is None:
+            continue
+        within = [r for r in group if r.config != "vanilla" and r.config != "tiny-ar" and r.speedup_vs_vanilla
+                  and r.accuracy >= vanilla.accuracy - 0.01]
+        if within:
+            best = max(within, key=lambda r: r.speedup_vs_vanilla)
+            notes.append(f"gen {n}: best config within 1 point of vanilla accuracy: {best.config}, "
+                         f"{best.speedup_vs_vanilla:.1f}x wall-clock ({100 * best.accuracy:.1f} vs {100 * vanilla.accuracy:.1f})")
+        spec = next((r for r in group if r.config == "speculative"), None)
+        if spec is not None:
+            notes.append(f"gen {n}: speculative: {vanilla.sequential_calls / spec.sequential_calls:.2f}x fewer sequential "
+                         f"calls than vanilla, acceptance {spec.acceptance_rate or 0:.2f}, "
+                         f"same text on {100 * (spec.same_text_as_vanilla or 0):.0f}% of prompts")
+        ar = next((r for r in group if r.config == "tiny-ar"), None)
+        best_lossless = max((r for r in group if r.config in lossless), key=lambda r: r.text_tokens_per_s, default=None)
+        if ar is not None and best_lossless is not None and ar.text_tokens_per_s:
+            notes.append(f"gen {n}: best lossless diffusion ({best_lossless.config}) vs tiny-ar text tokens/s: "
+                         f"{best_lossless.text_tokens_per_s / ar.text_tokens_per_s:.2f}x")
+    return notes

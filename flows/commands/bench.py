@@ -1,0 +1,96 @@
+"""`unmask bench`: every fast-decoding mode side by side on held-out prompts, in one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{option} must be comma-separated integers, got {text!r}") from None
+
+
+def _fmt(value, spec: str = ".2f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def render(report) -> Table:
+    table = Table(title=report.title, title_justify="left")
+    for name in ("config", "gen", *(f"acc {t}" for t in report.setup.tasks), "NFE", "seq calls", "TPF",
+                 "tok/s (pad)", "tok/s (text)", "speedup", "peak MB", "accept", "same text"):
+        table.add_column(name, justify="left" if name == "config" else "right")
+    for r in report.rows:
+        table.add_row(
+            r.config + (f" [{r.provider}]" if r.provider else ""), str(r.gen_length),
+            *(_fmt(100 * r.accuracy_by_task.get(t, 0.0), ".1f") for t in report.setup.tasks),
+            _fmt(r.nfe, ".1f"), _fmt(r.sequential_calls, ".1f"), _fmt(r.tokens_per_forward),
+            _fmt(r.tokens_per_s, ".0f"), _fmt(r.text_tokens_per_s, ".0f"),
+            _fmt(r.speedup_vs_vanilla, ".2f") + ("x" if r.speedup_vs_vanilla else ""),
+            _fmt(r.peak_mem_mb, ".0f"), _fmt(r.acceptance_rate), _fmt(None if r.same_text_as_vanilla is None else 100 * r.same_text_as_vanilla, ".0f"),
+        )
+    return table
+
+
+def bench_command(
+    model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
+    ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
+    gen_lengths: str = typer.Option("128,256,512", "--gen-lengths", help="Comma-separated generation lengths."),
+    block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
+    prompts: int = typer.Option(32, "--prompts", help="Held-out test prompts per task."),
+    reps: int = typer.Option(3, "--reps", help="Timed repetitions (>= 3); medians are reported."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up passes per row."),
+    threads: int = typer.Option(1, "--threads", help="torch (and onnxruntime) threads."),
+    seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
+    configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    json_path: Path = typer.Option(None, "--json", help="Also write the rows as JSON here."),
+) -> None:
+    """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
+    from evals.bench import BenchSetup, run_bench, variants_named
+    from models import CheckpointError, load_model
+
+    try:
+        variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
+        setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
+                           reps=reps, warmup=warmup, threads=threads, seed=seed)
+        setup.check()
+        loaded = load_model(model, device=device)
+    except (CheckpointError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    ar_loaded = None
+    if ar_model and any(v.kind == "ar" for v in variants):
+        try:
+            ar_loaded = load_model(ar_model, device=device)
+        except (CheckpointError, ValueError) as e:
+            console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
+    runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
+    passes = len(setup.gen_lengths) * len(runnable) * (setup.warmup + setup.reps)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        bar = progress.add_task("bench", total=passes)
+        report = run_bench(loaded, setup, variants, ar_loaded=ar_loaded,
+                           tick=lambda label: progress.update(bar, advance=1, description=label))
+    console.print(render(report))
+    for note in report.notes:
+        console.print(f"- {note}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = json_path.with_suffix(json_path.suffix + ".tmp")
+        tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        tmp.replace(json_path)
+        console.print(f"wrote {json_path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_command)

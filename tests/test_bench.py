@@ -1,0 +1,99 @@
+"""`unmask bench` on random-weight checkpoints: rows, JSON contract, AR row, honest skips.
+
+Speed is never asserted; only that every row is measured and reported consistently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from evals.bench import BenchSetup, run_bench, variants_named
+from evals.tasks import alphabet
+from models.checkpoint import load_checkpoint, save_checkpoint
+from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
+from models.tokenizer_build import build_char_tokenizer, special_ids
+
+JSON_FIELDS = {"config", "gen_length", "accuracy", "nfe", "tokens_per_forward", "tokens_per_s",
+               "speedup_vs_vanilla", "peak_mem_mb"}
+
+
+def write_random_model(folder, causal=False, seed=0):
+    tokenizer = build_char_tokenizer(alphabet())
+    ids = special_ids(tokenizer)
+    cfg = LLaDAConfig(d_model=32, n_heads=4, n_layers=2, mlp_hidden_size=64, vocab_size=tokenizer.get_vocab_size(),
+                      max_sequence_length=512, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"],
+                      causal=causal)
+    model = init_weights(LLaDAModelLM(cfg), seed=seed, std=0.3)
+    return save_checkpoint(model, folder, tokenizer=tokenizer,
+                           extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench_models")
+    return write_random_model(root / "rand-llada"), write_random_model(root / "rand-ar", causal=True, seed=1)
+
+
+SMALL = dict(gen_lengths=(32, 64), block_length=16, prompts=3, reps=3, warmup=0, threads=1)
+
+
+def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders):
+    loaded, ar = load_checkpoint(folders[0]), load_checkpoint(folders[1])
+    variants = variants_named(["vanilla", "dual+parallel", "speculative", "early-exit", "tiny-ar"])
+    report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar)
+    assert [(r.config, r.gen_length) for r in report.rows] == [
+        (v.name, n) for n in (32, 64) for v in variants]
+    for r in report.rows:
+        assert JSON_FIELDS <= set(r.to_dict())
+        assert 0.0 <= r.accuracy <= 1.0 and set(r.accuracy_by_task) == {"arith", "sort"}
+        assert r.tokens_per_s > 0 and r.peak_mem_mb > 0 and r.nfe > 0
+    vanilla = [r for r in report.rows if r.config == "vanilla"]
+    assert all(r.speedup_vs_vanilla == pytest.approx(1.0) and r.nfe == r.gen_length for r in vanilla)
+    spec = [r for r in report.rows if r.config == "speculative"]
+    assert all(r.same_text_as_vanilla == 1.0 and r.acceptance_rate is not None for r in spec)  # lossless
+    exits = [r for r in report.rows if r.config == "early-exit"]
+    assert all(r.same_text_as_vanilla == 1.0 for r in exits)
+    assert "threads 1" in report.title and "median of 3 reps" in report.title
+
+
+def test_missing_ar_model_skips_its_row_with_a_note(folders):
+    loaded = load_checkpoint(folders[0])
+    report = run_bench(loaded, BenchSetup(**(SMALL | {"gen_lengths": (32,)})), variants_named(["vanilla", "tiny-ar"]))
+    assert [r.config for r in report.rows] == ["vanilla"]
+    assert any("tiny-ar row skipped" in n for n in report.notes)
+
+
+def test_setup_and_variant_errors_name_the_setting():
+    with pytest.raises(ValueError, match="reps must be >= 3"):
+        BenchSetup(reps=2).check()
+    with pytest.raises(ValueError, match="gen_length 100 must be a multiple of block_length 32"):
+        BenchSetup(gen_lengths=(100,)).check()
+    with pytest.raises(ValueError, match="unknown bench config 'fastest'"):
+        variants_named(["fastest"])
+
+
+def test_cli_prints_the_table_and_writes_json(folders, tmp_path):
+    from flows.cli import _register_all, app
+
+    _register_all()
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(app, [
+        "bench", "--model", str(folders[0]), "--ar-model", str(folders[1]), "--gen-lengths", "32",
+        "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "0",
+        "--configs", "vanilla,parallel-threshold-0.9,tiny-ar", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "unmask bench" in result.output and "parallel-threshold-0.9" in result.output
+    data = json.loads(out.read_text())
+    assert [r["config"] for r in data["rows"]] == ["vanilla", "parallel-threshold-0.9", "tiny-ar"]
+    assert all(JSON_FIELDS <= set(r) for r in data["rows"])
+
+
+def test_cli_rejects_a_bad_gen_length_list(folders):
+    from flows.cli import _register_all, app
+
+    _register_all()
+    result = CliRunner().invoke(app, ["bench", "--model", str(folders[0]), "--gen-lengths", "48", "--configs", "vanilla"])
+    assert result.exit_code == 2 and "must be a multiple of block_length 32" in result.output
