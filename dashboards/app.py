@@ -14,12 +14,12 @@ from dashboards import source
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
 
 PAGES = [
-    st.Page("pages/gate_board.py", title="Gate board", icon=":material/grid_view:", default=True),  # at /
-    st.Page("pages/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
-    st.Page("pages/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
+    st.Page("views/gate_board.py", title="Gate board", icon=":material/grid_view:", default=True),  # at /
+    st.Page("views/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
+    st.Page("views/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
             url_path="quality-latency"),
-    st.Page("pages/candidate.py", title="Candidate", icon=":material/badge:", url_path="candidate"),
-    st.Page("pages/promotions.py", title="Promotions", icon=":material/history:", url_path="promotions"),
+    st.Page("views/candidate.py", title="Candidate", icon=":material/badge:", url_path="candidate"),
+    st.Page("views/promotions.py", title="Promotions", icon=":material/history:", url_path="promotions"),
 ]
 
 page = st.navigation(PAGES)

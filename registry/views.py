@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 
 import registry.read as read
-from registry import audit
 from evals.plots import pareto_front, point_label
 from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
+from registry import audit
+from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.store import STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence
 
@@ -32,7 +33,7 @@ def dashboard_policy(path: str | Path | None = None) -> Policy:
 
 
 def shown_versions(registry: Registry) -> pd.DataFrame:
-    """The versions worth a row: any that holds an alias or was judged at some stage (list_versions columns)."""
+    """The versions worth a row: each model's latest, and any that holds an alias or was judged (list_versions columns)."""
     versions = read.list_versions(registry=registry)
     if versions.empty:
         return versions
@@ -104,8 +105,9 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
     runs += [{"what": "record", "task": r.task, "settings": f"gen {r.gen_length} {point_label(r)}".strip(),
               "run_id": r.run_id}
              for r in evidence.records]
+    experiment = registry.client.get_experiment_by_name(EVALUATIONS_EXPERIMENT)
     for run in runs:
-        run["url"] = run_url(registry, run["run_id"])
+        run["url"] = run_url(registry, experiment.experiment_id if experiment else "", run["run_id"])
     return {"model": model, "version": version, "role": evidence.role, "kind": evidence.kind,
             "revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256, "card": evidence.card,
             "license": evidence.license.to_dict() if evidence.license else None,
@@ -114,13 +116,12 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
             "status": read.version_status(model, version, registry)}
 
 
-def run_url(registry: Registry, run_id: str | None) -> str | None:
+def run_url(registry: Registry, experiment_id: str, run_id: str | None) -> str | None:
     """The MLflow UI address of a run on a tracking server; None on the embedded store (no UI is running)."""
     uri = registry.tracking_uri
-    if not run_id or not uri.startswith(("http://", "https://")):
+    if not run_id or not experiment_id or not uri.startswith(("http://", "https://")):
         return None
-    experiment = registry.client.get_run(run_id).info.experiment_id
-    return f"{uri.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 def mlflow_ui_command(registry: Registry) -> str:

@@ -15,7 +15,11 @@ import atexit
 import functools
 import os
 import shutil
+import socket
+import subprocess
 import tempfile
+import time
+import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,3 +163,36 @@ def shared_dashboard_registry() -> DashboardRegistry:
             os.environ.pop("UNMASK_HOME", None)
         else:
             os.environ["UNMASK_HOME"] = before
+
+
+# servers the dashboard tests start (streamlit, mlflow) --------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, server: subprocess.Popen, log: Path | None = None, timeout_s: float = 120.0) -> None:
+    """Poll `url` until it answers 200; fail with the server's log if it exits or takes longer than `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"{server.args[:4]} exited with {server.returncode}:\n{log.read_text() if log else ''}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} not healthy after {timeout_s:g} s:\n{log.read_text() if log else ''}")
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop a server started by a test, by its pid."""
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()

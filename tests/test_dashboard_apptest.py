@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +15,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import registry.read as read
-from dashboard_fixtures import shared_dashboard_registry
+from dashboard_fixtures import free_port, shared_dashboard_registry, stop, wait_healthy
 from registry import Registry
 from registry.views import dashboard_policy
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-PAGES = ["pages/gate_board.py", "pages/scores.py", "pages/quality_latency.py", "pages/candidate.py",
-         "pages/promotions.py"]
+PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
+         "views/promotions.py"]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,7 @@ def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshol
 
 def test_scores_rank_as_the_registry_scores_and_sliders_rerank_without_touching_the_policy(reg, env):
     policy_text = env.policy_path.read_text()
-    at = page("pages/scores.py")
+    at = page("views/scores.py")
     expected = read.scores("poc", registry=reg, policy=dashboard_policy())
     ranking = at.dataframe[0].value
     assert list(ranking.candidate) == list(expected["ranking"].candidate)
@@ -115,7 +117,7 @@ def test_scores_rank_as_the_registry_scores_and_sliders_rerank_without_touching_
                            policy=dashboard_policy())["ranking"]
     assert list(reranked.topsis) == pytest.approx(list(explored.topsis))
     assert env.policy_path.read_text() == policy_text  # the sliders explore; the policy is untouched
-    again = page("pages/scores.py")  # a new session starts from the policy's weights
+    again = page("views/scores.py")  # a new session starts from the policy's weights
     assert again.slider(key="weight_poc_latency").value == dashboard_policy().stage("poc").weights["latency"]
     assert list(again.dataframe[0].value.candidate) == list(expected["ranking"].candidate)
 
@@ -141,7 +143,7 @@ def _chart(at: AppTest, index: int = 0) -> dict[str, dict[str, list]]:
 
 
 def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_the_operating_point(reg, env):
-    at = page("pages/quality_latency.py")
+    at = page("views/quality_latency.py")
     records = read.records(registry=reg)
     policy = dashboard_policy()
     gen_length = policy.stage("poc").operating_point.gen_length
@@ -175,16 +177,17 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
 
 
 def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(reg, env):
-    at = page("pages/candidate.py")
+    at = page("views/candidate.py")
     assert at.selectbox(key="candidate_model").value == env.candidate
     from registry import load_evidence
 
     evidence = load_evidence(reg, env.candidate, env.candidate_version)
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["license tier"] == evidence.license.tier
-    assert metrics["same process"] == ("yes" if evidence.reproducibility.same_process else "no")
-    assert metrics["fresh process"] == ("yes" if evidence.reproducibility.fresh_process else "no")
-    assert metrics["reached"] == "poc"
+    summary = at.table[0].value.iloc[0]
+    assert summary["license tier"] == evidence.license.tier and summary["reached"] == "poc"
+    assert summary["kind"] == evidence.kind and summary["role"] == "candidate"
+    probe = at.table[1].value.loc["probe"]
+    assert probe["same process"] == ("yes" if evidence.reproducibility.same_process else "no")
+    assert probe["fresh process"] == ("yes" if evidence.reproducibility.fresh_process else "no")
     card = at.dataframe[0].value.set_index("field")["value"]
     assert card["weights sha256"] == evidence.weights_sha256
     assert evidence.license.expression in " ".join(m.value for m in at.markdown)
@@ -203,7 +206,7 @@ def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(r
 
 
 def test_promotions_page_shows_the_audit_trail_and_the_nightly_finding(reg, env):
-    at = page("pages/promotions.py")
+    at = page("views/promotions.py")
     events = read.audit_events(registry=reg)
     table = at.dataframe[0].value
     assert len(table) == len(events)
@@ -235,44 +238,48 @@ def test_an_empty_registry_says_how_to_produce_data(tmp_path, monkeypatch):
 
 
 def test_an_unreachable_registry_is_a_clear_message(monkeypatch):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     at = page()
     message = at.error[0].value
     assert "unreachable" in message and f"127.0.0.1:{port}" in message and "mlflow server" in message
-    assert not at.dataframe and not at.metric
+    assert not at.dataframe and not at.table
 
 
 @pytest.mark.slow
 def test_unmask_dashboard_serves_the_state_folders_registry_headless_until_stopped_by_pid(env, monkeypatch):
-    import os
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the state folder's store, as after `unmask run`
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "dashboard", "--port",
                                str(port)], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            raise AssertionError(f"unmask dashboard did not become healthy (exit {server.poll()})")
+        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server)
     finally:
-        server.terminate()  # `unmask dashboard` became the server: its pid is the server's
-        output, _ = server.communicate(timeout=30)
-    assert f"registry: {env.tracking_uri}" in output.replace("\n", "")
-    assert f"http://127.0.0.1:{port}" in output
+        stop(server)  # `unmask dashboard` became the server: its pid is the server's
+    output = server.stdout.read().replace("\n", "")
+    assert f"registry: {env.tracking_uri}" in output and f"http://127.0.0.1:{port}" in output
+
+
+@pytest.mark.slow
+def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(env, monkeypatch, tmp_path):
+    embedded = page()
+    port = free_port()
+    log = tmp_path / "mlflow.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1", "--backend-store-uri", env.tracking_uri],
+            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/health", server, log)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+        served = page()
+        assert served.table[1].value.equals(embedded.table[1].value)
+        assert served.table[0].value.equals(embedded.table[0].value)
+        candidate = page("views/candidate.py")
+        runs = candidate.dataframe[-1].value
+        assert all(url.startswith(f"http://127.0.0.1:{port}/#/experiments/") and url.endswith(run)
+                   for url, run in zip(runs.url, runs.run_id))
+    finally:
+        stop(server)

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from dashboard_fixtures import shared_dashboard_registry
+from dashboard_fixtures import free_port, shared_dashboard_registry, stop, wait_healthy
 from flows.commands.dashboard import streamlit_command
 from flows.environment import QUIET_DEFAULTS
 
@@ -28,27 +25,6 @@ SCREENSHOT = REPO / "docs" / "gate-board.png"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed (apt-get install chromium)")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"streamlit exited with {server.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"{url} not healthy after {timeout_s:g} s:\n{log.read_text()}")
 
 
 @pytest.fixture
@@ -65,12 +41,7 @@ def dashboard_url(tmp_path):
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
         yield f"http://127.0.0.1:{port}", filled
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
 
 
 def test_gate_board_renders_in_chromium(dashboard_url, tmp_path):

@@ -24,11 +24,9 @@ version = right.selectbox("Version", list(labels), index=len(labels) - 1, format
                           key=f"candidate_version_{model}")
 view = source.candidate_view(uri, model, version)
 
-top = st.columns(4)
-top[0].metric("role", view["role"])
-top[1].metric("kind", view["kind"])
-top[2].metric("license tier", view["license"]["tier"] if view["license"] else "unchecked")
-top[3].metric("reached", ", ".join(view["status"]["reached"]) or "no stage yet")
+st.table(pd.DataFrame({"role": [view["role"]], "kind": [view["kind"]],
+                       "license tier": [view["license"]["tier"] if view["license"] else "unchecked"],
+                       "reached": [", ".join(view["status"]["reached"]) or "no stage yet"]}, index=[f"v{version}"]))
 if view["failures"]:
     st.error("Load or decode failures: " + "; ".join(view["failures"]))
 
@@ -53,11 +51,10 @@ repro = view["reproducibility"]
 if repro is None:
     st.warning("No reproducibility probe was recorded for this version.")
 else:
-    checks = st.columns(4)
-    checks[0].metric("reproducible", "yes" if repro["reproducible"] else "no")
-    checks[1].metric("same process", "yes" if repro["same_process"] else "no")
-    checks[2].metric("fresh process", "yes" if repro["fresh_process"] else "no")
-    checks[3].metric("batch invariant", "yes" if repro["batch_invariant"] else "no")
+    checks = {"reproducible": "reproducible", "same process": "same_process", "fresh process": "fresh_process",
+              "batch invariant": "batch_invariant"}
+    st.table(pd.DataFrame({label: ["yes" if repro[key] else "no"] for label, key in checks.items()},
+                          index=["probe"]))
     for difference in repro["differences"]:
         st.warning(difference)
     st.caption(f"config {repro['config_hash']}; output hashes: " + ", ".join(h[:12] for h in repro["output_hashes"]))
