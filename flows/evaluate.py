@@ -79,7 +79,8 @@ def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], lis
     """Submit every point to the flow's task runner; (records, failures, points served from cache)."""
     storage = tasks.result_storage()
     measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
-    futures = {measure.submit(p, plan.measure, plan.device, plan.dtype, plan.name): p for p in plan.points}
+    futures = {measure.submit(p, plan.measure, plan.device, plan.dtype, plan.name, plan.threads): p
+               for p in plan.points}
     records, failures, cached = [], [], 0
     for future in as_completed(list(futures)):
         point = futures[future]
@@ -115,7 +116,12 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     if options.reproducibility:
         report("stage", candidate=prepared.candidate, step="reproducibility probe")
         probe = tasks.probe_reproducibility.with_options(result_storage=tasks.result_storage())
-        reproducibility = probe(plan.points[0], plan.device, plan.dtype, options.fresh_process_probe)
+        state = probe(plan.points[0], plan.device, plan.dtype, options.fresh_process_probe, return_state=True)
+        if state.is_completed():
+            reproducibility = state.result()
+        else:  # a decode failure of the probe is evidence too: the error-rate gate reads it
+            error = state.result(raise_on_failure=False)
+            failures.append(f"reproducibility probe: {type(error).__name__}: {error}")
     license_result = tasks.check_license(prepared)
     evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures)
     report("stage", candidate=prepared.candidate, step="logging to MLflow")

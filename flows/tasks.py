@@ -65,6 +65,7 @@ class SweepPlan(BaseModel):
     device: str
     dtype: str
     measure: dict[str, int]
+    threads: int | None = None  # torch CPU threads while measuring (the sweep's `threads`)
     points: list[SweepPoint]
     skipped: list[str] = []
 
@@ -116,7 +117,7 @@ def point_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     p: SweepPoint = parameters["point"]
     return cache_key("point", candidate=p.candidate, weights=p.weights_sha256, config=p.config_hash,
                      dataset=p.dataset_hash, backend=p.backend, device=parameters["device"],
-                     dtype=parameters["dtype"], measure=parameters["measure"])
+                     dtype=parameters["dtype"], measure=parameters["measure"], threads=parameters.get("threads"))
 
 
 def probe_cache_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -178,16 +179,22 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
                 label=f"{prepared.candidate} {data.name} {label}"))
         skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.causal)]
     return SweepPlan(name=spec.name, device=spec.device, dtype=spec.dtype, measure=dict(spec.measure),
-                     points=points, skipped=skipped)
+                     threads=getattr(spec, "threads", None), points=points, skipped=skipped)
 
 
 @task(name="measure-point", retries=1, retry_delay_seconds=1, cache_key_fn=point_cache_key, persist_result=True,
       result_serializer="json", task_run_name="{point.label}")
-def measure_point(point: SweepPoint, measure: dict[str, int], device: str, dtype: str, sweep: str) -> dict[str, Any]:
+def measure_point(point: SweepPoint, measure: dict[str, int], device: str, dtype: str, sweep: str,
+                  threads: int | None = None) -> dict[str, Any]:
     """Measure, score and validate one point (evals.evaluate + evals.validation); the record as a dict."""
     from evals.evaluate import Candidate, evaluate_point
     from evals.sweep import build_config
     from evals.validation import validate_record
+
+    if threads:  # on a shared CPU, more threads than free cores makes every forward much slower
+        import torch
+
+        torch.set_num_threads(threads)
 
     loaded = loaded_model(point.path, device, dtype, point.weights_sha256)
     candidate = Candidate(id=point.candidate, loaded=loaded, role=point.role, kind=point.kind,

@@ -27,6 +27,17 @@ def broken_model(root: Path, like: str) -> str:
     return str(folder)
 
 
+def undecodable_model(root: Path, like: str) -> str:
+    """A model folder that loads, but whose [MASK] id is outside its vocabulary: every decode fails."""
+    import json
+
+    folder = root / "undecodable"
+    shutil.copytree(like, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"mask_token_id": 100_000}))
+    return str(folder)
+
+
 def write_sweep(path: Path, models: list[str], steps: tuple[int, ...] = (2, 8), n: int = 3) -> str:
     """arith, `n` items, gen_length 8: one point per step count (the fallback has one point)."""
     path.write_text(yaml.safe_dump({

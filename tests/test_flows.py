@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from prefect.artifacts import Artifact
 
-from flow_fixtures import CANDIDATE, FALLBACK, broken_model, tiny_models, seed_registry, write_policy, write_sweep
+from flow_fixtures import (CANDIDATE, FALLBACK, broken_model, seed_registry, tiny_models, undecodable_model,
+                           write_policy, write_sweep)
 from flows.evaluate import EvaluationOptions, evaluate_candidate
 from flows.review import gate_review
 
@@ -59,15 +60,18 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harn
     seed_registry(tmp_path / "home")
     broken = broken_model(tmp_path, models[CANDIDATE])
     options = NO_PROBE.model_copy(update={"policy": write_policy(tmp_path / "policy.yaml")})  # judged at gen_length 8
-    review = gate_review([models[CANDIDATE], broken, models[FALLBACK]], sweep, options)
+    undecodable = undecodable_model(tmp_path, models[CANDIDATE])
+    review = gate_review([models[CANDIDATE], broken, undecodable, models[FALLBACK]], sweep, options)
     rows = {r["candidate"]: r for r in review["scorecard"]}
-    assert list(rows) == [FALLBACK, CANDIDATE, broken]  # the fallback is judged first: candidates compare to it
+    assert list(rows) == [FALLBACK, CANDIDATE, broken, "undecodable"]  # the fallback first: candidates compare to it
     assert rows[broken]["qualifies"] == "failed" and "safetensors" in rows[broken]["reasons"][0].lower()
+    assert rows["undecodable"]["qualifies"] in ("none", "failed")  # reported, and the others still complete
+    assert any("error" in r for r in rows["undecodable"]["reasons"])
     for name in (FALLBACK, CANDIDATE):
         assert rows[name]["version"] == "1" and rows[name]["qualifies"] == "none"  # no sign-offs yet
         assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
         assert rows[name]["score"] is not None
-    assert {rows[FALLBACK]["rank"], rows[CANDIDATE]["rank"]} == {1, 2}
+    assert rows[FALLBACK]["rank"] != rows[CANDIDATE]["rank"]
     assert "| " + broken + " |" in Artifact.get("gate-review-summary").data
 
 
