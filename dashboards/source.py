@@ -91,6 +91,13 @@ def policy_weights(policy: str) -> dict[str, dict[str, float]]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def operating_points(policy: str) -> dict[str, tuple[str, int]]:
+    """{stage: (task, gen_length)} the policy's gates judge."""
+    stages = views.dashboard_policy(policy or None).stages
+    return {stage: (p.operating_point.task, p.operating_point.gen_length) for stage, p in stages.items()}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def scores(uri: str, policy: str, stage: str, weights: tuple[tuple[str, float], ...]) -> dict[str, pd.DataFrame]:
     return read.scores(stage, dict(weights), registry=_registry(uri), policy=views.dashboard_policy(policy or None))
 

@@ -174,6 +174,8 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
     longer = records[(records.model == env.candidate) & (records.gen_length == other)]
     assert sorted(traces[f"{env.candidate} v{env.candidate_version}"]["x"]) == pytest.approx(
         sorted(longer.latency_p95_s))
+    assert f"{env.candidate} operating point" not in traces  # the gates judge another length
+    assert f"arith at generation length {gen_length}" in at.warning[0].value
 
 
 def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(reg, env):

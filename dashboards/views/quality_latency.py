@@ -59,6 +59,12 @@ figure.update_layout(xaxis_title=f"{latency.removesuffix('_s').replace('_', ' ')
                      legend={"orientation": "h", "y": -0.2})
 st.plotly_chart(figure, key="quality_latency_chart")
 
+judged = {point for point in source.operating_points(source.policy_source()).values()}
+if not shown.operating_for.map(bool).any():
+    where = "; ".join(f"{t} at generation length {n}" for t, n in sorted(judged))
+    st.warning(f"No operating point here: the stage gates judge {where}, and no validated record of these "
+               "settings matches. Pick that task and length, or evaluate at it (`unmask run`).")
+
 st.caption("Pareto front: no other setting of the same model is both faster and better. Operating point: the "
            "setting the stage gates judge (best quality at the policy's task and generation length, or the "
            "one named by the model card). Crosses: records that failed validation.")
