@@ -181,89 +181,106 @@ def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup
                          **variant.settings)
 
 
-def measure_variant(loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup,
-                    tick: Callable[[], None] = lambda: None) -> tuple[BenchRow, list[list[str]]]:
-    """Warm up, time `setup.reps` repetitions over every batch, score the responses."""
-    config = config_for(loaded, variant, gen_length, setup)
-    decode = decoder_of(loaded, variant)
-    stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
+class VariantRun:
+    """One variant at one generation length: its decoder bound to its config, and what its passes measured."""
 
-    def one_pass(rows: slice = slice(None)):
-        return [decode(loaded.model, b.ids[rows], config, attention_mask=None if b.mask is None else b.mask[rows])
-                for b in batches]
+    def __init__(self, loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup):
+        self.loaded, self.variant, self.gen_length, self.batches = loaded, variant, gen_length, batches
+        self.config = config_for(loaded, variant, gen_length, setup)
+        self.decode = decoder_of(loaded, variant)
+        self.times: list[float] = []
+        self.peak_mb = 0.0
+        self.outputs: list = []
 
-    for _ in range(setup.warmup):
-        one_pass(slice(0, 2))
-        tick()
-    times = []
-    with PeakMemory(next(loaded.model.parameters()).device) as memory:
-        for _ in range(setup.reps):
+    def one_pass(self, rows: slice = slice(None)) -> list:
+        return [self.decode(self.loaded.model, b.ids[rows], self.config,
+                            attention_mask=None if b.mask is None else b.mask[rows]) for b in self.batches]
+
+    def warm_up(self) -> None:
+        self.one_pass(slice(0, 2))
+
+    def timed_pass(self) -> None:
+        with PeakMemory(next(self.loaded.model.parameters()).device) as memory:
             start = time.perf_counter()
-            outputs = one_pass()
-            times.append(time.perf_counter() - start)
-            tick()
-    seconds = statistics.median(times)
-    responses, correct, text_tokens = [], {}, 0
-    for batch, out in zip(batches, outputs):
-        rows = out.generated.tolist()
-        texts = [response_text(loaded, r) for r in rows]
-        metric = get_task(batch.task).metrics[0]
-        correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
-        text_tokens += sum(useful_length(r, stops) for r in rows)
-        responses.append(texts)
-    n_rows = sum(len(b.items) for b in batches)
-    calls = [out.stats.get("sequential_calls", out.nfe) for out in outputs]
-    stats = [out.stats for out in outputs]
-    mean = lambda key: (statistics.fmean(s[key] for s in stats) if all(key in s for s in stats) else None)  # noqa: E731
-    row = BenchRow(
-        config=variant.name, gen_length=gen_length,
-        accuracy=statistics.fmean(correct.values()),
-        nfe=statistics.fmean(out.nfe for out in outputs),
-        tokens_per_forward=gen_length / statistics.fmean(calls),
-        tokens_per_s=n_rows * gen_length / seconds,
-        speedup_vs_vanilla=None, peak_mem_mb=memory.peak_mb,
-        accuracy_by_task=correct, text_tokens_per_s=text_tokens / seconds,
-        sequential_calls=statistics.fmean(calls), seconds=seconds,
-        acceptance_rate=mean("acceptance_rate"), nfe_saved=mean("nfe_saved"),
-        provider=stats[0].get("provider"),
-    )
-    return row, responses
+            self.outputs = self.one_pass()
+            self.times.append(time.perf_counter() - start)
+        self.peak_mb = max(self.peak_mb, memory.peak_mb)
+
+    def row(self) -> tuple[BenchRow, list[str]]:
+        """The median timing and the scores of the (deterministic) responses."""
+        loaded, outputs, gen_length = self.loaded, self.outputs, self.gen_length
+        stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
+        seconds = statistics.median(self.times)
+        responses, correct, text_tokens = [], {}, 0
+        for batch, out in zip(self.batches, outputs):
+            rows = out.generated.tolist()
+            texts = [response_text(loaded, r) for r in rows]
+            metric = get_task(batch.task).metrics[0]
+            correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
+            text_tokens += sum(useful_length(r, stops) for r in rows)
+            responses += texts
+        n_rows = sum(len(b.items) for b in self.batches)
+        calls = [out.stats.get("sequential_calls", out.nfe) for out in outputs]
+        stats = [out.stats for out in outputs]
+        mean = lambda key: (statistics.fmean(s[key] for s in stats) if all(key in s for s in stats) else None)  # noqa: E731
+        row = BenchRow(
+            config=self.variant.name, gen_length=gen_length,
+            accuracy=statistics.fmean(correct.values()),
+            nfe=statistics.fmean(out.nfe for out in outputs),
+            tokens_per_forward=gen_length / statistics.fmean(calls),
+            tokens_per_s=n_rows * gen_length / seconds,
+            speedup_vs_vanilla=None, peak_mem_mb=self.peak_mb,
+            accuracy_by_task=correct, text_tokens_per_s=text_tokens / seconds,
+            sequential_calls=statistics.fmean(calls), seconds=seconds,
+            acceptance_rate=mean("acceptance_rate"), nfe_saved=mean("nfe_saved"),
+            provider=stats[0].get("provider"),
+        )
+        return row, responses
 
 
 def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
               tick: Callable[[str], None] = lambda description: None) -> BenchReport:
-    """Measure every variant at every generation length; `tick(description)` after each pass."""
+    """Measure every variant at every generation length; `tick(description)` after each pass.
+
+    Repetitions are interleaved (rep 1 of every variant, then rep 2, ...) so that a change in
+    machine load during the run falls on every row alike.
+    """
     setup.check()
     torch.manual_seed(setup.seed)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(setup.threads)
     notes: list[str] = []
     rows: list[BenchRow] = []
+    runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     try:
         diffusion_batches = held_out_prompts(loaded, setup)
         ar_batches = held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None
         for gen_length in setup.gen_lengths:
-            vanilla_seconds = None
+            runs = [VariantRun(*((ar_loaded, v, gen_length, ar_batches) if v.kind == "ar" else
+                                 (loaded, v, gen_length, diffusion_batches)), setup) for v in runnable]
+            for _ in range(setup.warmup):
+                for run in runs:
+                    run.warm_up()
+                    tick(f"warm-up {run.variant.name} @ {gen_length}")
+            for rep in range(setup.reps):
+                for run in runs:
+                    run.timed_pass()
+                    tick(f"rep {rep + 1}/{setup.reps} {run.variant.name} @ {gen_length}")
             texts_of: dict[str, list[str]] = {}
-            for variant in variants:
-                if variant.kind == "ar" and ar_loaded is None:
-                    tick(f"{variant.name} @ {gen_length}: skipped")
-                    continue
-                model, batches = (ar_loaded, ar_batches) if variant.kind == "ar" else (loaded, diffusion_batches)
-                label = f"{variant.name} @ {gen_length}"
-                row, texts = measure_variant(model, variant, gen_length, batches, setup, lambda: tick(label))
-                if variant.name == "vanilla":
+            vanilla_seconds = None
+            for run in runs:
+                row, texts = run.row()
+                if row.config == "vanilla":
                     vanilla_seconds = row.seconds
                 if vanilla_seconds is not None:
                     row.speedup_vs_vanilla = vanilla_seconds / row.seconds
-                flat = sum(texts, [])
-                row.same_text_as = {name: sum(a == b for a, b in zip(flat, ref)) / len(ref) for name, ref in texts_of.items()}
+                row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref) for name, ref in texts_of.items()}
                 row.same_text_as_vanilla = row.same_text_as.get("vanilla")
-                texts_of[variant.name] = flat
+                texts_of[row.config] = texts
                 rows.append(row)
     finally:
         torch.set_num_threads(previous_threads)
-    if any(v.kind == "ar" for v in variants) and ar_loaded is None:
+    if len(runnable) < len(variants):
         notes.append("tiny-ar row skipped: no AR reference model was given or found")
     device = str(next(loaded.model.parameters()).device)
     return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=rows,

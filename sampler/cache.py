@@ -42,16 +42,39 @@ class ModelCall:
         mask = attention_mask if attention_mask is not None else torch.ones(B, T, dtype=torch.long, device=prompt_index.device)
         self.key_mask = mask  # (B, T) with the generation's ones
         self.position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): a padded row sees its solo angles
+        self.skip_settled = config.early_exit != "none"  # rows without a mask need no logits
 
     def _run(self, x: torch.Tensor, lo: int, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
-        """`x` holds canvas positions `[lo, lo + W)`; with CFG a prompt-masked copy joins the batch."""
+        """`x` holds canvas positions `[lo, lo + W)` of `n * batch` rows; the model sees only rows with a mask
+        when settled rows are skipped (early exit), the others get zero logits and keys/values."""
+        reps = x.shape[0] // self.prompt_index.shape[0]
+        prompt = self.prompt_index[:, lo : lo + x.shape[1]].repeat(reps, 1)
+        live = (x == self.config.mask_id).any(dim=-1)  # (rows,)
+        if not self.skip_settled or bool(live.all()):
+            return self._guided(x, prompt, attention_mask, **kwargs)
+        rows, idx = x.shape[0], live.nonzero()[:, 0]
+        guided_rows = idx if self.config.cfg_scale <= 0 else torch.cat([idx, idx + rows])  # cache rows: cond, uncond
+        kw = dict(kwargs)
+        if "position_ids" in kw:
+            kw["position_ids"] = kw["position_ids"][idx]
+        if kw.get("past_key_values") is not None:
+            kw["past_key_values"] = [(k[guided_rows], v[guided_rows]) for k, v in kw["past_key_values"]]
+        logits, kv = self._guided(x[idx], prompt[idx], None if attention_mask is None else attention_mask[idx], **kw)
+        full = logits.new_zeros((rows, *logits.shape[1:]))
+        full[idx] = logits
+        if kv is not None:
+            kv = [(_scatter_rows(k, guided_rows, rows * (1 + (self.config.cfg_scale > 0))),
+                   _scatter_rows(v, guided_rows, rows * (1 + (self.config.cfg_scale > 0)))) for k, v in kv]
+        return full, kv
+
+    def _guided(self, x, prompt, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+        """One model call; with CFG a copy with the `prompt` positions masked joins the batch."""
         cfg = self.config
         if cfg.cfg_scale <= 0:
             out = self.model(x, attention_mask=attention_mask, **kwargs)
             return out.logits, out.past_key_values if kwargs.get("use_cache") else None
-        reps = x.shape[0] // self.prompt_index.shape[0]
         un_x = x.clone()
-        un_x[self.prompt_index[:, lo : lo + x.shape[1]].repeat(reps, 1)] = cfg.mask_id
+        un_x[prompt] = cfg.mask_id
         both = lambda t: None if t is None else torch.cat([t, t], dim=0)  # noqa: E731
         if "position_ids" in kwargs:  # past_key_values already hold the cond and uncond rows
             kwargs["position_ids"] = both(kwargs["position_ids"])
@@ -141,6 +164,12 @@ class BlockCache:
         self.past = [(k[:, :, keep], v[:, :, keep]) for k, v in kv]  # (B, nkv, S, hs)
         self.key_order, self.block = keep, state.block
         return Window(logits, 0)
+
+
+def _scatter_rows(t: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor:
+    full = t.new_zeros((total, *t.shape[1:]))
+    full[rows] = t
+    return full
 
 
 def _repeat_halves(t: torch.Tensor, n: int) -> torch.Tensor:
