@@ -27,7 +27,7 @@ import yaml
 
 from gates.policy import POLICY_PATH
 
-TASK, GEN_LENGTH, ITEMS = "arith", 16, 3
+TASK, GEN_LENGTH, ITEMS = "arith", 16, 2
 APPROVER, SIGNER, ONCALL = "grace", "ada", "oncall"
 
 
@@ -86,7 +86,7 @@ def sweep_spec(models: list[str]):
     return parse_sweep({
         "name": "dashboard-fixture", "models": models, "tasks": [{"task": TASK, "split": "test", "n": ITEMS}],
         "base": {"gen_length": GEN_LENGTH, "block_length": 8, "temperature": 0.0},
-        "grid": [{"steps": [2, 4, 8, 16]}, {"gen_length": [32], "steps": [8]}],
+        "grid": [{"steps": [4, 8, 16]}, {"gen_length": [32], "steps": [8]}],
         "measure": {"warmup": 0, "batch_size": 1}})
 
 
