@@ -1,0 +1,1 @@
+"""The architects' Streamlit dashboard (`unmask dashboard`): read-only views of the registry."""

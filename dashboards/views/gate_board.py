@@ -22,6 +22,9 @@ st.table(pd.DataFrame({alias: [holder_text(held.get(alias))] for alias in ALIASE
 
 board = source.gate_board(uri)
 st.subheader("Gates by stage")
+if board.empty:
+    st.info("Registered models, but no evaluated version yet: run `unmask run` to evaluate and judge them.")
+    st.stop()
 # candidates first, the fallback last: the board reads top-down from what is being adopted
 board = board.sort_values("aliases", key=lambda a: a.map(lambda h: (0 if "candidate" in h else 2 if "fallback" in h
                                                                     else 1)), kind="stable")
