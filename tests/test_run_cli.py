@@ -39,10 +39,11 @@ def test_a_bad_sweep_is_a_clear_error_before_anything_runs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not (WEIGHTS_DIR / "tiny-llada").is_dir() or not (WEIGHTS_DIR / "tiny-ar").is_dir(),
                     reason="the bundled tiny checkpoints are not in this checkout")
-def test_unmask_run_on_the_bundled_models_with_the_default_sweep(prefect_harness, tmp_path, monkeypatch):
+def test_unmask_run_resolves_the_bundled_models_by_id(prefect_harness, tmp_path, monkeypatch):
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
-    result = CliRunner().invoke(cli_app("run"), ["run"], env={"COLUMNS": "200"})
+    sweep = write_sweep(tmp_path / "bundled.yaml", ["tiny-llada", "tiny-ar"], steps=(8,), n=4)  # the ids, not folders
+    result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", sweep, "--no-repro"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "tiny-llada" in result.output and "tiny-ar" in result.output and "scorecard" in result.output
 
@@ -62,3 +63,18 @@ def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_re
     assert approval_of(registry, "tiny-llada", version, "poc").by == "grace"
     declined = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "no"])
     assert declined.exit_code == 1 and "nothing to decline" in declined.output
+
+
+def test_request_promotion_is_blocked_before_any_wait_while_gates_or_checklist_fail(prefect_harness, tmp_path,
+                                                                                   monkeypatch):
+    from registry import stage_holder
+    from tests.gate_fixtures import fresh_registry, register_pair
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
+    registry = fresh_registry(tmp_path)
+    register_pair(registry)
+    result = CliRunner().invoke(cli_app("approve"), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "not promoted" in result.output and "is blocked" in result.output
+    assert "tooling-maturity" in result.output  # the unsigned checklist item, named
+    assert stage_holder(registry, "poc") is None

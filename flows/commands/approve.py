@@ -8,6 +8,8 @@ registry, where the next promotion of that version (flow or `unmask promote`) fi
 from __future__ import annotations
 
 import getpass
+import os
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -53,5 +55,32 @@ def approve_command(
                   f"{model} v{version} for the next promotion", highlight=False)
 
 
+def request_promotion_command(
+    model: str = typer.Argument(..., help="Registered model (candidate id)."),
+    stage: str = typer.Argument(..., help="poc, staging or production."),
+    timeout_s: int = typer.Option(24 * 3600, "--timeout", help="Seconds to wait for the approval."),
+    policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
+) -> None:
+    """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.promote import promote_flow
+
+    console.print(f"checking the {stage} gates of {model}; once green this waits for\n  unmask approve {model} {stage} "
+                  "--by NAME --comment \"...\"", highlight=False)
+    state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True)
+    if not state.is_completed():
+        error = state.result(raise_on_failure=False)
+        console.print(f"[red]not promoted:[/red] {error if isinstance(error, BaseException) else state.message}",
+                      highlight=False)
+        raise typer.Exit(1)
+    result = state.result()
+    if result["status"] == "promoted":
+        console.print(f"promoted: {result['move']['to']} holds {stage} (was {result['move']['from'] or 'nobody'})",
+                      highlight=False)
+    else:
+        console.print(f"declined by {result['by']}: {result['comment']}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("approve")(approve_command)
+    app.command("request-promotion")(request_promotion_command)
