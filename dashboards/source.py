@@ -39,7 +39,7 @@ def registry_or_stop() -> Registry:
     try:
         check_reachable(uri)  # every rerun: a server that went away is a message, not minutes of retries
         reg = _registry(uri)
-        empty = candidates(uri).empty
+        empty = not reg.model_names()  # not cached: data from `unmask run` shows on the next reload
     except RegistryUnavailable as e:
         st.error(f"**The registry is unreachable.** {e}", icon=":material/cloud_off:")
         st.stop()
@@ -59,11 +59,6 @@ def refresh() -> None:
 
 
 # cached reads, keyed by tracking URI (the Registry itself is not hashable) ---------------------------
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def candidates(uri: str) -> pd.DataFrame:
-    return read.list_candidates(_registry(uri))
-
-
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def aliases(uri: str) -> dict[str, Any]:
     return read.aliases(_registry(uri))
