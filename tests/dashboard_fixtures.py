@@ -86,7 +86,8 @@ def sweep_spec(models: list[str]):
     return parse_sweep({
         "name": "dashboard-fixture", "models": models, "tasks": [{"task": TASK, "split": "test", "n": ITEMS}],
         "base": {"gen_length": GEN_LENGTH, "block_length": 8, "temperature": 0.0},
-        "grid": [{"steps": [4, 8, 16]}, {"gen_length": [32], "steps": [8]}],
+        "grid": [{"steps": [8, 16]}, {"steps": [16], "parallel": ["threshold"], "parallel_threshold": [0.9]},
+                 {"gen_length": [32], "steps": [8]}],
         "measure": {"warmup": 0, "batch_size": 1}})
 
 
