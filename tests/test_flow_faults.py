@@ -76,10 +76,15 @@ def test_mlflow_down_retries_then_keeps_the_records_and_logs_them_when_it_is_bac
     assert f"could not log {FALLBACK} to MLflow at {url} after 3 attempt(s)" in message
     assert "unreachable" in message and f"kept in {home / 'outbox'}" in message
     assert len(list((home / "outbox").glob("*.json"))) == 1
+    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[down.state_details.flow_run_id]))
+    deadline = time.monotonic() + 30
     with get_client(sync_client=True) as client:
-        flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[down.state_details.flow_run_id]))
-        runs = client.read_task_runs(flow_run_filter=flow_run)
-    log_run = next(r for r in runs if r.name == f"log {FALLBACK}")
+        while True:  # task run states reach the API as events, a moment after the flow has ended
+            log_run = next((r for r in client.read_task_runs(flow_run_filter=flow_run) if r.name == f"log {FALLBACK}"),
+                           None)
+            if (log_run and log_run.state and log_run.state.is_failed()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     assert log_run.run_count == 3  # the first attempt and two retries
 
     folder = tmp_path / "server"
