@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -10,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console()
+console = Console() if sys.stdout.isatty() else Console(width=220)  # a piped table keeps its columns
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
