@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 run: setup
-	$(VENV)/bin/unmask generate --model tiny-llada "Sort: q d a c b"
+	$(VENV)/bin/unmask run
 
 demo: run
 
