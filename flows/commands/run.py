@@ -89,8 +89,10 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
             elif kind == "failure":
                 progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False, markup=True)
         set_reporter(on_event)
-        if not os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() == "INFO":
-            logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its INFO lines break the bars
+        if os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() != "INFO":
+            # GX sets this logger to INFO when imported; a filter outlives that, and its lines break the bars
+            for name in ("great_expectations.data_context.types.base", "mlflow.store.db.utils"):
+                logging.getLogger(name).addFilter(lambda record: record.levelno >= logging.WARNING)
         try:
             result = gate_review(models, sweep, options)
         finally:
