@@ -32,6 +32,7 @@ class Variant:
     settings: dict[str, Any] = field(default_factory=dict)
     kind: str = "diffusion"  # or "ar": the autoregressive reference model
     default: bool = True  # run without --configs (off for rows that cost a multiple of vanilla)
+    batch_size: int | None = None  # prompts per decode call; None = each task's prompts at once
 
     @property
     def lossless(self) -> bool:
@@ -42,7 +43,7 @@ class Variant:
 
 
 # Each speculative row and the one-call-per-step row whose tokens it must reproduce.
-SPECULATIVE_PAIRS = {"speculative": "vanilla", "dual+speculative": "dual-cache",
+SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
                      "dual+parallel+speculative": "dual+parallel"}
 DUAL_PARALLEL = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9}
 VARIANTS: tuple[Variant, ...] = (
@@ -55,10 +56,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("dual+parallel+speculative", DUAL_PARALLEL | {"speculative_draft": 4}),
     Variant("dual+parallel+speculative+exit", DUAL_PARALLEL | {"speculative_draft": 4, "early_exit": "eos_decided"}),
     Variant("dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided"}),
-    Variant("dual+speculative", {"cache": "dual", "speculative_draft": 4}),
+    # A verify round advances only as far as every row's drafts agree, so speculation pays per prompt.
+    Variant("dual+speculative (batch 1)", {"cache": "dual", "speculative_draft": 4}, batch_size=1),
     Variant("early-exit", {"early_exit": "eos_decided"}),
     # Without a cache a verify call evaluates `draft` whole canvases: fewer sequential calls, more work.
-    Variant("speculative", {"speculative_draft": 4}, default=False),
+    Variant("speculative (batch 1)", {"speculative_draft": 4}, default=False, batch_size=1),
     Variant("speculative+exit", {"speculative_draft": 4, "early_exit": "eos_decided"}, default=False),
     Variant("onnxruntime:dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided", "backend": "onnxruntime"}),
     Variant("tiny-ar", kind="ar"),
@@ -192,9 +194,20 @@ class VariantRun:
         self.peak_mb = 0.0
         self.outputs: list = []
 
-    def one_pass(self, rows: slice = slice(None)) -> list:
-        return [self.decode(self.loaded.model, b.ids[rows], self.config,
-                            attention_mask=None if b.mask is None else b.mask[rows]) for b in self.batches]
+    def one_pass(self, rows: slice = slice(None)) -> list[list]:
+        """Per task, the outputs of its prompts decoded `variant.batch_size` at a time (default: all at once)."""
+        outputs = []
+        for b in self.batches:
+            ids, mask = b.ids[rows], None if b.mask is None else b.mask[rows]
+            size = self.variant.batch_size or ids.shape[0]
+            chunks = []
+            for i in range(0, ids.shape[0], size):
+                chunk_ids, chunk_mask = ids[i : i + size], None if mask is None else mask[i : i + size]
+                if size == 1 and chunk_mask is not None:  # a prompt alone needs no padding
+                    chunk_ids, chunk_mask = chunk_ids[:, chunk_mask[0].bool()], None
+                chunks.append(self.decode(self.loaded.model, chunk_ids, self.config, attention_mask=chunk_mask))
+            outputs.append(chunks)
+        return outputs
 
     def warm_up(self) -> None:
         self.one_pass(slice(0, 2))
@@ -212,14 +225,15 @@ class VariantRun:
         stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
         seconds = statistics.median(self.times)
         responses, correct, text_tokens = [], {}, 0
-        for batch, out in zip(self.batches, outputs):
-            rows = out.generated.tolist()
+        for batch, chunks in zip(self.batches, outputs):
+            rows = [row for out in chunks for row in out.generated.tolist()]
             texts = [response_text(loaded, r) for r in rows]
             metric = get_task(batch.task).metrics[0]
             correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
             text_tokens += sum(useful_length(r, stops) for r in rows)
             responses += texts
         n_rows = sum(len(b.items) for b in self.batches)
+        outputs = [out for chunks in outputs for out in chunks]  # one per decode call
         calls = [out.stats.get("sequential_calls", out.nfe) for out in outputs]
         stats = [out.stats for out in outputs]
         mean = lambda key: (statistics.fmean(s[key] for s in stats) if all(key in s for s in stats) else None)  # noqa: E731

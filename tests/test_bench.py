@@ -42,7 +42,7 @@ SMALL = dict(gen_lengths=(32, 64), block_length=16, prompts=3, reps=3, warmup=0,
 
 def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders):
     loaded, ar = load_checkpoint(folders[0]), load_checkpoint(folders[1])
-    variants = variants_named(["vanilla", "dual-cache", "dual+speculative", "speculative", "early-exit", "tiny-ar"])
+    variants = variants_named(["vanilla", "dual-cache", "dual+speculative (batch 1)", "speculative (batch 1)", "early-exit", "tiny-ar"])
     report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar)
     assert [(r.config, r.gen_length) for r in report.rows] == [
         (v.name, n) for n in (32, 64) for v in variants]
@@ -52,11 +52,11 @@ def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders)
         assert r.tokens_per_s > 0 and r.peak_mem_mb > 0 and r.nfe > 0
     vanilla = [r for r in report.rows if r.config == "vanilla"]
     assert all(r.speedup_vs_vanilla == pytest.approx(1.0) and r.nfe == r.gen_length for r in vanilla)
-    spec = [r for r in report.rows if r.config == "speculative"]
+    spec = [r for r in report.rows if r.config == "speculative (batch 1)"]
     assert all(r.same_text_as_vanilla == 1.0 and r.acceptance_rate is not None for r in spec)  # lossless
-    dual_spec = [r for r in report.rows if r.config == "dual+speculative"]
+    dual_spec = [r for r in report.rows if r.config == "dual+speculative (batch 1)"]
     assert all(r.same_text_as["dual-cache"] == 1.0 for r in dual_spec)
-    assert any("dual+speculative" in note and "fewer sequential calls than dual-cache" in note for note in report.notes)
+    assert any("dual+speculative (batch 1)" in note and "fewer sequential calls than dual-cache" in note for note in report.notes)
     exits = [r for r in report.rows if r.config == "early-exit"]
     assert all(r.same_text_as_vanilla == 1.0 for r in exits)
     assert "threads 1" in report.title and "median of 3 reps" in report.title
