@@ -34,12 +34,16 @@ def run_command(
     from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions, mlflow_ui_command
     from flows.environment import state_dir
+    from flows.runners import make_task_runner
 
     sweep_path = sweep or default_sweep_path()
     try:
+        if task_runner not in ("threads", "dask"):
+            raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
                                     task_runner=task_runner, dask_address=dask_address, remeasure=remeasure)
+        make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(2) from None
