@@ -1,4 +1,5 @@
-"""Diffusion decoding: transfer schedules, remasking policies, block decoding."""
+"""Diffusion decoding: transfer schedules, remasking policies, block decoding, commit rules (parallel
+decoding), KV caches, speculative decoding, early exit and the ONNX Runtime backend."""
 
 from sampler.config import SamplerConfig
 from sampler.generate import GenerateOutput, generate
