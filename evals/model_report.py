@@ -109,7 +109,8 @@ DIFFICULTY = """\
   problem is trained in either language (checked by tests/test_tasks.py)."""
 
 
-def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = None, notes: str = "") -> Path:
+def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = None, notes: str = "",
+               reproduce: list[str] | None = None) -> Path:
     """Write `folder/MODEL_CARD.md` from config.json's training record and the measured rows."""
     config = json.loads((folder / "config.json").read_text())
     training = config.get("unmask_training", {})
@@ -142,7 +143,8 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
                  "LLaDA SFT masked diffusion: t ~ U(0, 1], each response token masked with probability t, "
                  "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
                  "never masked; the response is padded with EOS to the canvas length and the padding is trained")
-    n = rows[0]["n"] if rows else 0
+    sizes = ", ".join(f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items())
+    reproduce = reproduce or [f"python -m evals.model_report models/weights/{model_id} --split test"]
     body = f"""# {model_id}
 
 A {'causal (autoregressive)' if causal else 'masked-diffusion'} model in the native LLaDA layout
@@ -173,15 +175,15 @@ Difficulty, deliberately easy for the two-core budget:
 
 ## Held-out test scores
 
-{n} test items per task, {decoding}.
-Reproduce: `python -m evals.model_report models/weights/{model_id} --split test --n {n}{' --ratios 1,2,4,8 --gen-length sort=256' if not causal else ''}`
+Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
+
+{chr(10).join(f'    {c}' for c in reproduce)}
 
 {scores_table(rows)}
 """
     if not causal:
         body += """
-Steps below gen_length commit several tokens per step (2, 4, 8): accuracy falls, most on `sort`
-where the letters depend on each other (duplicates and omissions).
+Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length / ratio).
 """
     if peer_rows:
         body += "\n## The twin, for comparison\n\n" + scores_table(peer_rows) + "\n"

@@ -104,6 +104,7 @@ def test_extractors_normalise():
     assert flexible_extract("a 12, then 3,400.") == "3400"
     assert strict_match("nothing") == "[invalid]"
     assert score("exact-match", " abc ", "abc")
+    assert score("char-accuracy", "abcc", "abcd") == 0.75 and score("char-accuracy", "ab", "abcd") == 0.5
     with pytest.raises(ValueError, match="unknown metric"):
         score("bleu", "a", "a")
 

@@ -51,6 +51,7 @@ def test_micro_training_lowers_loss_and_saves_a_loadable_model(tmp_path, tokeniz
     assert files <= {".json", ".safetensors"}  # no pickle anywhere
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path, tokenizer):
     cfg = replace(MICRO, steps=20, checkpoint_every=10)
     straight, _ = train(cfg, source(), tokenizer, tmp_path / "a", tmp_path / "sa", console=quiet())

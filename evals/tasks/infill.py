@@ -19,7 +19,7 @@ TERMS = 7
 class InfillTask:
     name: str = "infill"
     gen_length: int = 32
-    metrics: tuple[str, ...] = ("exact-match",)
+    metrics: tuple[str, ...] = ("exact-match", "char-accuracy")
 
     def sample(self, rng: random.Random) -> TaskItem:
         step = rng.randint(1, 9)

@@ -37,10 +37,23 @@ def flexible_extract(response: str) -> str:
 EXTRACTORS = {"strict-match": strict_match, "flexible-extract": flexible_extract}
 
 
-def score(metric: str, response: str, target: str) -> bool:
-    """Whether `response` is right for `target` under `metric`."""
+def char_accuracy(response: str, target: str) -> float:
+    """Share of positions holding the right character, over the longer of the two strings.
+
+    Partial credit for long answers (a sort with one duplicated letter scores near 1, exact match 0),
+    so the quality curve still moves where exact match sits near zero.
+    """
+    response, target = response.strip(), target.strip()
+    n = max(len(response), len(target))
+    return sum(a == b for a, b in zip(response, target)) / n if n else 1.0
+
+
+def score(metric: str, response: str, target: str) -> bool | float:
+    """Whether `response` is right for `target` under `metric` (a share in [0, 1] for char-accuracy)."""
     if metric == "exact-match":
         return response.strip() == target.strip()
+    if metric == "char-accuracy":
+        return char_accuracy(response, target)
     if metric not in EXTRACTORS:
-        raise ValueError(f"unknown metric {metric!r}; known: exact-match, {', '.join(EXTRACTORS)}")
+        raise ValueError(f"unknown metric {metric!r}; known: exact-match, char-accuracy, {', '.join(EXTRACTORS)}")
     return EXTRACTORS[metric](response) == normalise_number(target)

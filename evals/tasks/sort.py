@@ -24,7 +24,7 @@ class SortTask:
     short_max: int = 40
     max_length: int = 120
     long_share: float = 0.4  # share of items longer than short_max
-    metrics: tuple[str, ...] = ("exact-match",)
+    metrics: tuple[str, ...] = ("exact-match", "char-accuracy")
 
     def sample(self, rng: random.Random) -> TaskItem:
         if rng.random() < self.long_share:
