@@ -17,6 +17,7 @@ from models.catalog import load_catalog
 from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from sampler import SamplerConfig, generate
+from sampler.decode import DecodeError, decode
 
 PROMPT = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])
 
@@ -56,10 +57,10 @@ def test_llada_adapter_runs_the_diffusion_sampler(tmp_path):
     adapter = load_adapter(tmp_path / "llada")
     assert isinstance(adapter, LLaDAAdapter) and adapter.kind == "masked-diffusion"
     config = SamplerConfig(steps=8, gen_length=8, block_length=4, **adapter.sampler_defaults())
-    out = adapter.generate(PROMPT, config)
+    out = decode(adapter, PROMPT, config)
     assert torch.equal(out.sequences, generate(model, PROMPT, config).sequences)
-    with pytest.raises(AdapterError, match="mask_id"):
-        adapter.generate(PROMPT, config.with_(mask_id=7))
+    with pytest.raises(DecodeError, match="mask_id"):
+        decode(adapter, PROMPT, config.with_(mask_id=7))
 
 
 def test_causal_llada_layout_runs_as_llama_with_identical_logits_and_tokens(tmp_path):
@@ -69,7 +70,7 @@ def test_causal_llada_layout_runs_as_llama_with_identical_logits_and_tokens(tmp_
     with torch.no_grad():
         assert torch.equal(adapter.model(PROMPT).logits, native(PROMPT).logits)
     config = SamplerConfig(steps=12, gen_length=12, block_length=12, mask_id=49, eos_id=48, eot_id=None)
-    out = adapter.generate(PROMPT, config)
+    out = decode(adapter, PROMPT, config)
     expected = greedy_without_cache(native, PROMPT, 12)
     for row in range(2):  # up to the first EOS; after it the row is EOS-filled
         tokens = expected[row, 5:].tolist()
@@ -83,7 +84,7 @@ def test_causal_llada_layout_runs_as_llama_with_identical_logits_and_tokens(tmp_
 def test_hf_causal_lm_greedy_kv_cache_matches_full_recompute(tiny_llama):
     adapter = load_adapter(tiny_llama)
     assert isinstance(adapter, CausalLMAdapter) and adapter.eos_ids == (2,)
-    out = adapter.generate(PROMPT, SamplerConfig(steps=10, gen_length=10, block_length=10, eos_id=2, eot_id=None))
+    out = decode(adapter, PROMPT, SamplerConfig(steps=10, gen_length=10, block_length=10, eos_id=2, eot_id=None))
     assert out.sequences.shape == (2, 15) and out.stats["kv_cache"]
     expected = greedy_without_cache(adapter.model, PROMPT, 10)
     for row in range(2):
@@ -96,9 +97,9 @@ def test_hf_causal_lm_greedy_kv_cache_matches_full_recompute(tiny_llama):
 def test_hf_causal_lm_sampling_is_seeded(tiny_llama):
     adapter = load_adapter(tiny_llama)
     config = SamplerConfig(steps=10, gen_length=10, block_length=10, temperature=1.0, seed=5)
-    a, b = adapter.generate(PROMPT, config), adapter.generate(PROMPT, config)
+    a, b = decode(adapter, PROMPT, config), decode(adapter, PROMPT, config)
     assert torch.equal(a.sequences, b.sequences)
-    assert not torch.equal(a.sequences, adapter.generate(PROMPT, config.with_(seed=6)).sequences)
+    assert not torch.equal(a.sequences, decode(adapter, PROMPT, config.with_(seed=6)).sequences)
 
 
 def test_pickle_only_causal_lm_is_refused(tmp_path, tiny_llama):
@@ -169,7 +170,7 @@ def test_api_entry_is_not_evaluable_without_a_key_then_answers_with_one(monkeypa
         monkeypatch.setenv("TEST_API_KEY", "k")
         local = load_adapter("local-api", catalog=load_catalog(catalog_path))
         assert local.complete("hello") == "echo m: hello"
-        with pytest.raises(NotEvaluable, match="text, not token ids"):
-            local.generate(PROMPT, SamplerConfig())
+        with pytest.raises(DecodeError, match="text, not token ids"):
+            decode(local, PROMPT, SamplerConfig())
     finally:
         server.shutdown()

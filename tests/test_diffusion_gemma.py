@@ -18,6 +18,7 @@ from models.adapters.base import AdapterError  # noqa: E402
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402
 from sampler import SamplerConfig  # noqa: E402
 from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion  # noqa: E402
+from sampler.decode import block_config_for, decode  # noqa: E402
 
 PROMPTS = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]])
 
@@ -105,12 +106,12 @@ def test_adapter_loads_safetensors_and_decodes_from_a_sampler_config(model, tmp_
         tmp_path / "dg", dtype=torch.float32, defaults={"entropy_bound": 0.5, "t_min": 0.4, "t_max": 0.8}
     )
     config = SamplerConfig(steps=12, gen_length=16, block_length=16, seed=3)
-    block = adapter.block_config(config)
+    block = block_config_for(adapter, config)
     assert (block.max_new_tokens, block.max_denoising_steps, block.entropy_bound, block.seed) == (16, 6, 0.5, 3)
-    first, again = adapter.generate(PROMPTS[:2], config), adapter.generate(PROMPTS[:2], config)
+    first, again = decode(adapter, PROMPTS[:2], config), decode(adapter, PROMPTS[:2], config)
     assert torch.equal(first.sequences, again.sequences)  # seeded: reproducible
     assert first.sequences.shape == (2, 5 + 16) and first.stats["canvases"] == 2
-    other = adapter.generate(PROMPTS[:2], config.with_(seed=4))
+    other = decode(adapter, PROMPTS[:2], config.with_(seed=4))
     assert not torch.equal(first.sequences, other.sequences)
 
 

@@ -1,12 +1,9 @@
 """Adapters: one protocol (`models.adapters.base.ModelAdapter`) over every kind of candidate.
 
-`load_adapter("llada-8b-instruct")` resolves a catalog id (or a folder) and returns an adapter whose
-`generate(input_ids, config)` runs the right decoder: masked diffusion (unmask's sampler), block
-diffusion (sampler/block_diffusion.py) or KV-cached autoregressive decoding. `availability(entry)`
-says, without loading anything, whether an entry can run now and, if not, why.
-
-Layering note: diffusion adapters import the sampler inside `generate` (the sampler sits above
-`models/`), so that evaluation can call every candidate through one entry point.
+`load_adapter("llada-8b-instruct")` resolves a catalog id (or a folder) and returns an adapter;
+`sampler.decode.decode(adapter, input_ids, config)` then runs the right decoder for its kind
+(masked diffusion, block diffusion, KV-cached autoregressive). `availability(entry)` says, without
+loading anything, whether an entry can run now and, if not, why.
 """
 
 from __future__ import annotations

@@ -56,6 +56,6 @@ class APIAdapter:
 
     decode = encode
 
-    def generate(self, input_ids, config, attention_mask=None):
-        self._key()  # a missing key is the first thing to report
-        raise NotEvaluable(f"model '{self.entry_id}' is an API model: it takes text, not token ids; use complete()")
+    def status_or_raise(self) -> None:
+        """NotEvaluable, saying why, unless an endpoint and key are configured."""
+        self._key()

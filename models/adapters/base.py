@@ -1,23 +1,20 @@
 """The adapter protocol: how evaluation loads and calls any candidate, whatever its kind.
 
-Every adapter offers `generate(input_ids, config, attention_mask=None) -> GenerateOutput`: a
-masked-diffusion model runs unmask's diffusion sampler, a block-diffusion model the block sampler,
-an autoregressive model its KV-cached decoding. Text goes through `encode` / `decode`.
+An adapter loads a model and tokenizes; it does not decode. `sampler.decode.decode(adapter,
+input_ids, config)` (a layer above) picks the decoder by `adapter.kind`: unmask's masked-diffusion
+sampler, the block sampler, or KV-cached autoregressive decoding. Text goes through `encode` / `decode`.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from tokenizers import Tokenizer
 
 from models.checkpoint import CheckpointError, weight_files
-
-if TYPE_CHECKING:
-    from sampler import GenerateOutput, SamplerConfig
 
 
 class AdapterError(ValueError):
@@ -37,12 +34,6 @@ class ModelAdapter(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
-
-    def generate(
-        self, input_ids: torch.Tensor, config: "SamplerConfig", attention_mask: torch.Tensor | None = None
-    ) -> "GenerateOutput":
-        """Continue `input_ids` `(batch, prompt_len)`; sequences hold prompt + generation."""
-        ...
 
 
 class TextCodec:

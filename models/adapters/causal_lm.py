@@ -7,7 +7,6 @@ renamed into a `LlamaForCausalLM` and decoded by the same cached loop.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import torch
@@ -108,32 +107,3 @@ class CausalLMAdapter(TextCodec):
             eos = eos_ids or eos_list(gen.eos_token_id if gen.eos_token_id is not None else config.get("eos_token_id"))
             pad = gen.pad_token_id if gen.pad_token_id is not None else config.get("pad_token_id")
         return cls(model.to(device), read_tokenizer(folder), eos, pad, folder, entry_id)
-
-    @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None):
-        """Up to `config.gen_length` new tokens; stops a row at any of `eos_ids`, pads it to full length.
-
-        `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
-        top-k/top-p cut, seeded by `config.seed`. NFE is the number of forward passes (one per token).
-        """
-        from transformers import GenerationConfig
-
-        from sampler import GenerateOutput
-
-        B, P = input_ids.shape
-        sample = config.temperature > 0
-        gen = GenerationConfig(
-            max_new_tokens=config.gen_length, do_sample=sample, temperature=config.temperature if sample else None,
-            top_k=None, top_p=None, eos_token_id=list(self.eos_ids) or None, pad_token_id=self.pad_id, use_cache=True,
-        )
-        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        rng = torch.random.fork_rng(devices=[input_ids.device] if input_ids.device.type == "cuda" else []) if config.seed is not None else contextlib.nullcontext()
-        with rng:
-            if config.seed is not None:
-                torch.manual_seed(config.seed)
-            out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=gen)
-        steps = out.shape[1] - P
-        if steps < config.gen_length:
-            out = torch.cat([out, out.new_full((B, config.gen_length - steps), self.pad_id)], dim=1)
-        return GenerateOutput(sequences=out, prompt_length=P, nfe=steps,
-                              stats={"tokens_per_forward": 1.0, "kv_cache": True, "stopped_early": steps < config.gen_length})

@@ -8,7 +8,6 @@ random draws, lives in sampler/block_diffusion.py.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -82,27 +81,3 @@ class DiffusionGemmaAdapter(TextCodec):
         ).logits
 
     # -- the adapter protocol ---------------------------------------------------------------------
-
-    def block_config(self, config):
-        """Translate a SamplerConfig: gen_length -> new tokens, steps spread over the canvases, seed.
-
-        The catalog's decoding defaults supply the entropy bound, temperature schedule and stopping
-        thresholds; SamplerConfig.temperature does not apply (the schedule replaces it).
-        """
-        from sampler.block_diffusion import BlockDiffusionConfig
-
-        d = self.defaults
-        canvases = math.ceil(config.gen_length / self.canvas_length)
-        keys = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")
-        return BlockDiffusionConfig(
-            max_new_tokens=config.gen_length,
-            max_denoising_steps=max(1, config.steps // canvases),
-            eos_ids=self.eos_ids, pad_id=self.pad_id, seed=config.seed,
-            **{k: d[k] for k in keys if k in d},
-        )
-
-    def generate(self, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None):
-        from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion
-
-        block = config if isinstance(config, BlockDiffusionConfig) else self.block_config(config)
-        return generate_block_diffusion(self, input_ids, block, attention_mask=attention_mask)

@@ -40,14 +40,3 @@ class LLaDAAdapter:
     def sampler_defaults(self) -> dict[str, int | None]:
         """The ids a SamplerConfig for this model must carry."""
         return {"mask_id": self.loaded.mask_id, "eos_id": self.loaded.eos_id, "eot_id": self.loaded.eot_id}
-
-    def generate(self, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None):
-        """Masked diffusion with `config` (a SamplerConfig); its mask id must be this model's."""
-        from sampler import generate  # the sampler drives the model; see the note in models/adapters/__init__.py
-
-        if config.mask_id != self.loaded.mask_id:
-            raise AdapterError(
-                f"SamplerConfig.mask_id={config.mask_id} but {self.entry_id} masks with {self.loaded.mask_id}; "
-                f"build the config with adapter.sampler_defaults()"
-            )
-        return generate(self.model, input_ids, config, attention_mask=attention_mask)
