@@ -80,6 +80,14 @@ def scorecard_row(outcome: dict[str, Any], scores: dict[str, dict[str, Any]]) ->
             "cached": f"{outcome['cached']}/{outcome['points']}", "mlflow_run": outcome["mlflow_run"]}
 
 
+def passed_stage(outcome: dict[str, Any], stage: str) -> bool:
+    """Whether every gate of `stage` passed in this outcome (a failed evaluation passes nothing)."""
+    if outcome.get("error"):
+        return False
+    gates = outcome["verdicts"].get(stage, {}).get("gates", [])
+    return bool(gates) and all(g["passed"] for g in gates)
+
+
 def failed_outcome(model_id: str, state: Any) -> dict[str, Any]:
     error = state.result(raise_on_failure=False)
     message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(state.message)
@@ -106,7 +114,8 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
         if outcome.get("error"):
             report("failure", candidate=model_id, message=outcome["error"])
         outcomes.append(outcome)
-    versions = {o["candidate"]: o["version"] for o in outcomes if not o.get("error")}
+    # Hard gates filter first; scores rank only the models that passed every gate of the stage.
+    versions = {o["candidate"]: o["version"] for o in outcomes if passed_stage(o, score_stage)}
     scores = score_candidates(versions, tracking_uri, score_stage, options.policy) if versions else {}
     rows = [scorecard_row(o, scores) for o in outcomes]
     publish_review(rows, tracking_uri, score_stage)
@@ -121,7 +130,8 @@ def flush_kept_evidence(tracking_uri: str) -> list[str]:
 
 
 def review_markdown(rows: list[dict[str, Any]], tracking_uri: str, score_stage: str) -> str:
-    lines = ["# Gate review", "", f"Scores: TOPSIS at {score_stage} weights (1 is best).", "",
+    lines = ["# Gate review", "",
+             f"Scores: TOPSIS at {score_stage} weights (1 is best), for the models that pass every {score_stage} gate.", "",
              "| candidate | role | qualifies for | judged at | gates passed | score | MLflow | why not further |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

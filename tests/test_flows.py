@@ -70,8 +70,7 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harn
     for name in (FALLBACK, CANDIDATE):
         assert rows[name]["version"] == "1" and rows[name]["qualifies"] == "none"  # no sign-offs yet
         assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
-        assert rows[name]["score"] is not None
-    assert rows[FALLBACK]["rank"] != rows[CANDIDATE]["rank"]
+        assert rows[name]["score"] is None and rows[name]["rank"] is None  # hard gates filter before scores rank
     assert "| " + broken + " |" in Artifact.get("gate-review-summary").data
 
 
@@ -156,3 +155,17 @@ def test_the_nightly_deployment_and_prefect_yaml_agree_on_the_schedule():
     declared = {d["name"]: d for d in spec["deployments"]}
     assert declared["nightly"]["entrypoint"] == deployment.entrypoint and nightly.name == "nightly"
     assert declared["nightly"]["schedules"][0]["cron"] == DEFAULT_CRON
+
+
+def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
+    from flows.review import passed_stage
+
+    def outcome(*passed, error=None):
+        gates = [{"gate": f"g{i}", "passed": p, "reason": ""} for i, p in enumerate(passed)]
+        return {"error": error} if error else {"verdicts": {"poc": {"gates": gates}}}
+
+    assert passed_stage(outcome(True, True), "poc")
+    assert not passed_stage(outcome(True, False), "poc")
+    assert not passed_stage(outcome(), "poc")  # judged on nothing is not a pass
+    assert not passed_stage(outcome(error="RuntimeError: no weights"), "poc")
+    assert not passed_stage(outcome(True, True), "staging")

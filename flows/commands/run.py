@@ -108,7 +108,8 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
 
 
 def scorecard_table(rows: list[dict], score_stage: str, reason_chars: int = 90) -> Table:
-    table = Table(title="scorecard", show_lines=True)
+    table = Table(title="scorecard", caption=f"scores rank only the models that pass every {score_stage} gate",
+                  show_lines=True)
     for name, justify in (("candidate", "left"), ("qualifies for", "left"), ("gates passed", "right"),
                           ("failed gates: reasons", "left"), (f"score ({score_stage})", "right")):
         table.add_column(name, justify=justify, overflow="fold")
@@ -117,7 +118,7 @@ def scorecard_table(rows: list[dict], score_stage: str, reason_chars: int = 90) 
             r["qualifies"], f"[green]{r['qualifies']}[/green]")
         gates = f"{r['passed']}/{r['passed'] + r['failed']} at {r['judged_at']}" if r["judged_at"] else "-"
         reasons = "\n".join(x if len(x) <= reason_chars else x[: reason_chars - 1] + "…" for x in r["reasons"]) or "-"
-        score = "-" if r["score"] is None else f"{r['score']:.3f} (#{r['rank']})"
+        score = f"{r['score']:.3f} (#{r['rank']})" if r["score"] is not None else "[dim]filtered by gates[/dim]"
         name = f"{r['candidate']}\n[dim]{r['role']}[/dim]" if r["role"] else r["candidate"]
         table.add_row(name, stage, gates, reasons, score)
     return table
