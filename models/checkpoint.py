@@ -35,8 +35,26 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded; the message names the file and the key."""
 
 
+class TextCodec:
+    """encode/decode through a folder's tokenizer.json (the `tokenizers` library; no remote code)."""
+
+    tokenizer: Tokenizer | None
+    path: Path | None
+    codec_error: type[Exception] = CheckpointError
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise self.codec_error(f"{self.path}: no tokenizer.json, cannot encode text")
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            raise self.codec_error(f"{self.path}: no tokenizer.json, cannot decode ids")
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
 @dataclass
-class LoadedModel:
+class LoadedModel(TextCodec):
     """A model ready for the sampler, with what the sampler and the reports need to know of it."""
 
     model: torch.nn.Module
@@ -53,16 +71,6 @@ class LoadedModel:
     @property
     def causal(self) -> bool:
         return self.config.causal
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise CheckpointError(f"{self.path}: no tokenizer.json, cannot encode text")
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        if self.tokenizer is None:
-            raise CheckpointError(f"{self.path}: no tokenizer.json, cannot decode ids")
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:

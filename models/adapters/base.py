@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 from tokenizers import Tokenizer
 
+from models import checkpoint
 from models.checkpoint import CheckpointError, weight_files
 
 
@@ -36,21 +37,10 @@ class ModelAdapter(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
-class TextCodec:
-    """encode/decode through a folder's tokenizer.json (the `tokenizers` library; no remote code)."""
+class TextCodec(checkpoint.TextCodec):
+    """Tokenizer-backed encode/decode whose failures are AdapterErrors."""
 
-    tokenizer: Tokenizer | None
-    path: Path | None
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise AdapterError(f"{self.path}: no tokenizer.json, cannot encode text")
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        if self.tokenizer is None:
-            raise AdapterError(f"{self.path}: no tokenizer.json, cannot decode ids")
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    codec_error = AdapterError
 
 
 def read_json(path: Path) -> dict[str, Any]:
