@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console() if sys.stdout.isatty() else Console(width=200)  # a piped table keeps its columns
 
 
 def human_count(n: int | None) -> str:
