@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console() if sys.stdout.isatty() else Console(width=160)  # a piped scorecard keeps its columns
 
 
 def run_command(
