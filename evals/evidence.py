@@ -35,7 +35,8 @@ def gather_evidence(
     from evals.license import license_for_model
     from evals.reproducibility import probe_model
     from evals.store import RecordStore
-    from models import load_model
+    from models.checkpoint import read_card
+    from models.loading import resolve_model_path
 
     notify = on_result or (lambda kind, value: None)
     store = RecordStore(result.folder)
@@ -50,7 +51,7 @@ def gather_evidence(
         records = [r for r in result.records if r.candidate == Path(ref).name or r.candidate == ref]
         card: dict[str, Any] = {}
         try:
-            card = load_model(ref, device="cpu").card
+            card = read_card(resolve_model_path(ref))  # the card only: no need to load the weights
         except Exception as e:
             evidence.problems.append(f"{ref}: model card unreadable ({e})")
         license_result: LicenseResult = license_for_model(ref, card or None)

@@ -10,9 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
-    pytest.skip("this transformers has no DiffusionGemmaForBlockDiffusion", allow_module_level=True)
+import transformers  # noqa: E402  (pyproject pins transformers 5.x, which ships DiffusionGemmaForBlockDiffusion)
 
 from models.adapters.base import AdapterError  # noqa: E402
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402

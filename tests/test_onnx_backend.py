@@ -9,7 +9,6 @@ from sampler import SamplerConfig, generate
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
 IDS = dict(mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID)
-pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,6 @@ def test_a_bad_sweep_is_a_clear_error_before_anything_runs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (WEIGHTS_DIR / "tiny-llada").is_dir() or not (WEIGHTS_DIR / "tiny-ar").is_dir(),
-                    reason="the bundled tiny checkpoints are not in this checkout")
 def test_unmask_run_resolves_the_bundled_models_by_id(prefect_harness, tmp_path, monkeypatch):
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
