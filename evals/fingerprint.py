@@ -12,6 +12,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
+from models.pull import sha256_of
+
 WEIGHT_SUFFIXES = (".safetensors",)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,14 +39,6 @@ def git_commit(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
         return None, None
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def weight_files(folder: Path) -> list[Path]:
     """The model's safetensors: the index's shards, else model.safetensors, else every *.safetensors
     (an optimizer state saved beside the weights is not part of the model)."""
@@ -66,10 +60,10 @@ def weights_sha256(folder: str | Path) -> str:
     if not files:
         return ""
     if len(files) == 1:
-        return sha256_file(files[0])
+        return sha256_of(files[0])
     h = hashlib.sha256()
     for path in files:
-        h.update(f"{path.name}:{sha256_file(path)}\n".encode())
+        h.update(f"{path.name}:{sha256_of(path)}\n".encode())
     return h.hexdigest()
 
 

@@ -18,6 +18,7 @@ from evals.quality import evaluate_items
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS
 from models.checkpoint import LoadedModel, load_checkpoint
+from models.pull import sha256_of
 from sampler import SamplerConfig
 
 
@@ -67,16 +68,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def sha256_of(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def scores_table(rows: list[dict]) -> str:
