@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -43,7 +44,9 @@ def test_training_stream_never_draws_a_heldout_problem():
         for prompt, answer in batch.pairs:
             assert prompt not in heldout_prompts
             if batch.group.startswith("arith"):
-                assert answer.split("=")[0] not in heldout_sums
+                a, b = re.findall(r"\d+", prompt)
+                op = "+" if "+" in answer.split("\n")[0] else "-"
+                assert f"{a}{op}{b}" not in heldout_sums
     # English and Korean problems share keys: a held-out sum is unseen in both languages.
     en = make_split(get_task("arith"), "test", 50)
     ko = make_split(get_task("arith-ko"), "train", 2000, unique=False)
@@ -54,9 +57,18 @@ def test_answers_are_right():
     rng = random.Random(1)
     for _ in range(200):
         item = get_task("arith").sample(rng)
-        a, op, b = item.answer.split("\n")[0].split("=")[0].partition("+") if "+" in item.answer else item.answer.split("\n")[0].split("=")[0].partition("-")
+        a, op, b = re.fullmatch(r"arith:(\d+)([+-])(\d+)", item.key).groups()
         assert int(item.target) == (int(a) + int(b) if op == "+" else int(a) - int(b)) >= 0
-        assert item.answer.endswith(f"#### {item.target}")
+        assert item.answer.endswith(f"\n#### {item.target}")
+        # the worked line: units column, then tens column with the carry / borrow; every equation holds
+        units, tens = item.answer.split("\n")[0].split(",")
+        for equation in (units, tens):
+            left, right = equation.split("=")
+            terms = [int(t) for t in re.split(r"[+-]", left)]
+            signs = [1] + [1 if c == "+" else -1 for c in re.findall(r"[+-]", left)]
+            assert sum(s * t for s, t in zip(signs, terms)) == int(right), item.answer
+        assert int(units.split("=")[1]) % 10 + 10 * int(tens.split("=")[1]) == int(item.target), item.answer
+        assert units.split(op)[1].split("=")[0] == b[-1]  # the units column uses b's last digit
         s = get_task("sort").sample(rng)
         assert s.answer == "".join(sorted(s.prompt.removeprefix("Sort: ")))
         f = get_task("infill").sample(rng)
@@ -71,6 +83,9 @@ def test_sort_answers_reach_long_generations():
     items = make_split(get_task("sort"), "test", 200)
     lengths = [len(i.answer) for i in items]
     assert max(lengths) >= 100 and min(lengths) <= 10
+    bands = get_task("sort").bands
+    shares = [sum(low <= n <= high for n in lengths) / len(lengths) for low, high, _ in bands]
+    assert all(abs(share - expected) < 0.1 for share, (*_, expected) in zip(shares, bands)), shares
 
 
 def test_every_task_character_is_in_the_tokenizer():

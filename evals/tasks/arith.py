@@ -4,6 +4,10 @@ Difficulty (chosen for the two-core training budget): one operation, addition of
 0-49 or subtraction a - b with 0 <= b <= a <= 99, so every number has one or two digits and no
 result is negative. English and Korean share the problem keys, so a held-out problem is unseen
 in both languages.
+
+The worked line is column arithmetic, units first, carry or borrow written out:
+37 + 45 -> `7+5=12,3+4+1=8` and 82 - 45 -> `12-5=7,8-1-4=3`, then `#### N`. Each step is a
+one-digit fact the model can copy operands for, which is what a small model learns in budget.
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ def draw_problem(rng: random.Random) -> tuple[str, int, int]:
     return "-", a, rng.randint(0, a)
 
 
+def worked_line(op: str, a: int, b: int) -> str:
+    """Column arithmetic, units then tens: `7+5=12,3+4+1=8` for 37+45; `12-5=7,8-1-4=3` for 82-45."""
+    (ta, ua), (tb, ub) = divmod(a, 10), divmod(b, 10)
+    if op == "+":
+        units = ua + ub
+        return f"{ua}+{ub}={units},{ta}+{tb}+{units // 10}={ta + tb + units // 10}"
+    borrow = int(ua < ub)
+    return f"{ua + 10 * borrow}-{ub}={ua + 10 * borrow - ub},{ta}-{borrow}-{tb}={ta - borrow - tb}"
+
+
 @dataclass(frozen=True)
 class ArithTask:
     """One-operation word problems in one language."""
@@ -66,10 +80,10 @@ class ArithTask:
         op, a, b = draw_problem(rng)
         c = a + b if op == "+" else a - b
         prompt = rng.choice(templates[op]).format(n=rng.choice(names), o=rng.choice(objects), a=a, b=b)
-        answer = f"{a}{op}{b}={c}\n#### {c}"
+        answer = f"{worked_line(op, a, b)}\n#### {c}"
         return TaskItem(task=self.name, prompt=prompt, answer=answer, target=str(c), key=f"arith:{a}{op}{b}")
 
     def alphabet(self) -> set[str]:
         names, objects, templates = LANGUAGES[self.lang]
         text = "".join(names) + "".join(objects) + "".join(t for ts in templates.values() for t in ts)
-        return (set(text) - set("{}")) | set("0123456789+-=#\n ")
+        return (set(text) - set("{}")) | set("0123456789+-=#,\n ")

@@ -38,5 +38,5 @@ class TrainingMixture:
         return Batch(group=name, gen_length=task.gen_length, pairs=[(i.prompt, i.answer) for i in items])
 
 
-DEFAULT_WEIGHTS = {"arith": 0.25, "arith-ko": 0.25, "sort": 0.4, "infill": 0.1}
-DEFAULT_BATCH_SIZES = {"arith": 48, "arith-ko": 48, "sort": 24, "infill": 48}
+DEFAULT_WEIGHTS = {"arith": 0.2, "arith-ko": 0.2, "sort": 0.45, "infill": 0.15}
+DEFAULT_BATCH_SIZES = {"arith": 48, "arith-ko": 48, "sort": 32, "infill": 48}
