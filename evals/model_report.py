@@ -27,6 +27,32 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
     return SamplerConfig(steps=gen_length // ratio, gen_length=gen_length, block_length=min(32, gen_length), temperature=0.0)
 
 
+def band_accuracy(task, items, predictions: list[dict]) -> list[dict]:
+    """Accuracy per answer-length band for a task that defines `bands` (sort), else []."""
+    bands = getattr(task, "bands", None)
+    if not bands:
+        return []
+    out = []
+    for low, high, _ in bands:
+        inside = [p for i, p in zip(items, predictions) if low <= len(i.target) <= high]
+        if inside:
+            out.append({"band": f"{low}-{high}", "n": len(inside),
+                        "accuracy": {m: sum(p[m] for p in inside) / len(inside) for m in task.metrics}})
+    return out
+
+
+def bands_table(rows: list[dict]) -> str:
+    """Markdown: exact-match and char-accuracy per length band and steps ratio (sort)."""
+    lines = []
+    for r in rows:
+        for b in r.get("bands") or []:
+            acc = ", ".join(f"{m} {100 * v:.1f}%" for m, v in b["accuracy"].items())
+            lines.append(f"| {r['task']} | {r['gen_length']} | {r['steps']} | {b['band']} | {b['n']} | {acc} |")
+    if not lines:
+        return ""
+    return "\n".join(["| task | gen_length | steps | letters | items | accuracy |", "|---|---|---|---|---|---|", *lines])
+
+
 def steps_ratio_table(loaded: LoadedModel, split: str, n: int, ratios: list[int], seed: int = 0,
                       batch_size: int = 50, tasks: list[str] | None = None,
                       gen_lengths: dict[str, int] | None = None) -> list[dict]:
@@ -40,9 +66,28 @@ def steps_ratio_table(loaded: LoadedModel, split: str, n: int, ratios: list[int]
             result = evaluate_items(loaded, items, vanilla_config(gen_length, ratio), batch_size)
             rows.append({"task": name, "split": split, "n": n, "gen_length": gen_length, "ratio": ratio,
                          "steps": gen_length // ratio, "accuracy": result["accuracy"], "seconds": round(result["seconds"], 1),
+                         "bands": band_accuracy(task, items, result["predictions"]),
                          "examples": result["predictions"][:3]})
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "examples"}), flush=True)
     return rows
+
+
+def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None, tuple[int, ...]]]:
+    """(tasks, n, gen_length override, ratios) per evaluation run that produced `rows`."""
+    runs: dict[tuple[int, int | None], list[dict]] = {}
+    for r in rows:
+        override = r["gen_length"] if r["gen_length"] != TASKS[r["task"]].gen_length else None
+        runs.setdefault((r["n"], override), []).append(r)
+    return [(tuple(dict.fromkeys(r["task"] for r in group)), n, override, tuple(sorted({r["ratio"] for r in group})))
+            for (n, override), group in runs.items()]
+
+
+def reproduce_command(model: Path, group) -> str:
+    tasks, n, override, ratios = group
+    command = f"python -m evals.model_report {model} --split test --n {n} --tasks {','.join(tasks)} --ratios {','.join(map(str, ratios))}"
+    if override:
+        command += "".join(f" --gen-length {t}={override}" for t in tasks)
+    return command
 
 
 def main() -> None:
@@ -55,7 +100,18 @@ def main() -> None:
     parser.add_argument("--gen-length", action="append", default=[], help="task=length, e.g. sort=256")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows")
+    parser.add_argument("--card", type=Path, nargs="+", default=None,
+                        help="write MODEL_CARD.md from these saved rows files (no evaluation)")
+    parser.add_argument("--peer", type=Path, nargs="+", default=None, help="the twin's rows files, for comparison")
+    parser.add_argument("--notes", type=Path, default=None, help="Markdown file for the card's Notes section")
     args = parser.parse_args()
+    if args.card:
+        rows = [r for f in args.card for r in json.loads(f.read_text())]
+        peer = [r for f in args.peer or [] for r in json.loads(f.read_text())]
+        reproduce = [reproduce_command(args.model, group) for group in row_groups(rows)]
+        notes = args.notes.read_text() if args.notes else ""
+        print(write_card(args.model, rows, peer or None, notes=notes, reproduce=reproduce))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.model)
@@ -64,10 +120,6 @@ def main() -> None:
                              tasks=args.tasks.split(","), gen_lengths=gen_lengths)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
-
-
-if __name__ == "__main__":
-    main()
 
 
 def scores_table(rows: list[dict]) -> str:
@@ -90,9 +142,11 @@ def scores_table(rows: list[dict]) -> str:
 DIFFICULTY = """\
 - `arith` / `arith-ko`: one operation per problem, addition of two operands in 0-49 or subtraction
   a - b with 0 <= b <= a <= 99 (one- or two-digit numbers, no negative results), one short
-  sentence of English or Korean, answer `a+b=c` then `#### c`; gen_length 32.
-- `sort`: sort 2-120 lowercase letters (duplicates allowed; 60% of items 2-40 letters, 40% 41-120),
-  answer = the sorted letters (up to 120 tokens); gen_length 128 (also reported at 256).
+  sentence of English or Korean; the answer is a column-arithmetic worked line, units first
+  (`7+5=12,3+4+1=8` for 37+45, `12-5=7,8-1-4=3` for 82-45), then `#### c`; gen_length 32.
+- `sort`: sort 2-120 lowercase letters (duplicates allowed; 60% of items 2-24 letters, 25% 25-60,
+  15% 61-120), answer = the sorted letters (up to 120 tokens); gen_length 128 (also reported at
+  256); scores are also given per length band.
 - `infill`: seven terms of an arithmetic progression below 100 (step 1-9) with 1-3 consecutive
   inner terms shown as `?`; answer = the missing terms; gen_length 32.
 - Splits: a problem's key (operation and operands, the letter string, the progression) is hashed
@@ -159,8 +213,8 @@ Difficulty, deliberately easy for the two-core budget:
 
 - objective: {objective}
 - recipe (`models/training.py` RECIPES["{model_id}"]): `{json.dumps(recipe)}`
-- steps: {training.get('steps')}, wall time: {training.get('wall_seconds')} s on two shared CPU cores
-  (one torch thread), final training loss (EMA): {training.get('final_loss_ema')}
+- steps: {training.get('steps')}, wall time: {training.get('wall_seconds')} s on a two-core CPU
+  (threads and run history in the notes below, where they matter), final training loss (EMA): {training.get('final_loss_ema')}
 - reproduce: `unmask train --model {model_id} --threads 1` (add `--stop-after N` / `--resume` to
   split the run across sessions)
 
@@ -176,6 +230,9 @@ Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
         body += """
 Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length / ratio).
 """
+    bands = bands_table(rows)
+    if bands:
+        body += "\n### Sort by answer length\n\n" + bands + "\n"
     if peer_rows:
         body += "\n## The twin, for comparison\n\n" + scores_table(peer_rows) + "\n"
     if notes:
@@ -183,3 +240,7 @@ Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length
     path = folder / "MODEL_CARD.md"
     path.write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n" + body)
     return path
+
+
+if __name__ == "__main__":
+    main()
