@@ -27,7 +27,7 @@ import yaml
 
 from gates.policy import POLICY_PATH
 
-TASK, GEN_LENGTH, ITEMS = "arith", 16, 2
+TASK, GEN_LENGTH, ITEMS = "arith", 32, 2  # arith answers (worked line + `#### N`) need 32 positions
 APPROVER, SIGNER, ONCALL = "grace", "ada", "oncall"
 
 
@@ -86,8 +86,8 @@ def sweep_spec(models: list[str]):
     return parse_sweep({
         "name": "dashboard-fixture", "models": models, "tasks": [{"task": TASK, "split": "test", "n": ITEMS}],
         "base": {"gen_length": GEN_LENGTH, "block_length": 8, "temperature": 0.0},
-        "grid": [{"steps": [8, 16]}, {"steps": [16], "parallel": ["threshold"], "parallel_threshold": [0.9]},
-                 {"gen_length": [32], "steps": [8]}],
+        "grid": [{"steps": [8, 32]}, {"steps": [32], "parallel": ["threshold"], "parallel_threshold": [0.9]},
+                 {"gen_length": [64], "steps": [16]}],
         "measure": {"warmup": 0, "batch_size": 1}})
 
 

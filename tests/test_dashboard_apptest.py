@@ -221,7 +221,11 @@ def test_promotions_page_shows_the_audit_trail_and_the_nightly_finding(reg, env)
     assert sum(len(t["x"]) for t in _chart(at).values()) == len(events)
     findings = at.dataframe[1].value
     assert len(findings) == 1 and findings.model.iloc[0] == env.candidate and findings.stage.iloc[0] == "production"
-    assert "quality" in findings.failed_gates.iloc[0] and findings.action.iloc[0] == "no rollback"
+    # the finding lists exactly the production gates the candidate's last judgement failed
+    judged = read.gate_results(env.candidate, env.candidate_version, "production", registry=reg)
+    failed = set(judged[~judged.passed.astype(bool)].gate)
+    assert failed and set(findings.failed_gates.iloc[0].split(", ")) == failed
+    assert findings.action.iloc[0] == "no rollback"
 
 
 def test_no_page_moves_an_alias_or_writes_to_the_audit_trail(reg, env):
