@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from evals.quality import evaluate_items
+from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS
 from models.checkpoint import LoadedModel, load_checkpoint
@@ -37,7 +37,7 @@ def band_accuracy(task, items, predictions: list[dict]) -> list[dict]:
         inside = [p for i, p in zip(items, predictions) if low <= len(i.target) <= high]
         if inside:
             out.append({"band": f"{low}-{high}", "n": len(inside),
-                        "accuracy": {m: sum(p[m] for p in inside) / len(inside) for m in task.metrics}})
+                        "accuracy": metric_means(inside, task.metrics)})
     return out
 
 

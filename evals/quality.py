@@ -43,6 +43,11 @@ def response_text(loaded: LoadedModel, tokens: list[int]) -> str:
     return loaded.decode(tokens)
 
 
+def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
+    """Share of `predictions` that score each metric (booleans count 0/1, fractions as they are)."""
+    return {m: sum(p[m] for p in predictions) / len(predictions) for m in metrics}
+
+
 def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerConfig, batch_size: int = 32) -> dict[str, Any]:
     """Accuracy per metric of one task's `items`.
 
@@ -81,6 +86,6 @@ def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerCo
         row = {"prompt": item.prompt, "response": responses[j], "target": item.target}
         row |= {m: score(m, responses[j], item.target) for m in metrics}
         predictions.append(row)
-    accuracy = {m: sum(p[m] for p in predictions) / len(items) for m in metrics}
+    accuracy = metric_means(predictions, metrics)
     return {"task": task, "n": len(items), "accuracy": accuracy, "nfe": nfe, "seconds": seconds,
             "config": config.to_dict(), "predictions": predictions}
