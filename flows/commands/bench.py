@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console() if sys.stdout.isatty() else Console(width=220)  # a piped table keeps its columns
+from flows.commands import table_console
+
+console = table_console(220)
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:

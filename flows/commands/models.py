@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console() if sys.stdout.isatty() else Console(width=200)  # a piped table keeps its columns
+from flows.commands import table_console
+
+console = table_console(200)
 
 
 def human_count(n: int | None) -> str:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console() if sys.stdout.isatty() else Console(width=160)  # a piped scorecard keeps its columns
+from flows.commands import table_console
+
+console = table_console(160)
 
 
 def run_command(
