@@ -16,7 +16,7 @@ import torch
 
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
-from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS
+from evals.tasks.mixture import describe_mixture
 from models.checkpoint import LoadedModel, load_checkpoint
 from models.pull import sha256_of
 from sampler import SamplerConfig
@@ -202,9 +202,8 @@ License: Apache-2.0 (the project's). Weights sha256 (model.safetensors): `{sha}`
 
 ## Training data
 
-The generators in `evals/tasks/` (seed {recipe.get('seed')}), train split only, one task per
-step (weights {json.dumps(DEFAULT_WEIGHTS)},
-batch sizes {json.dumps(DEFAULT_BATCH_SIZES)}).
+The generators in `evals/tasks/` (seed {recipe.get('seed')}), train split only,
+{describe_mixture(recipe.get('mixture', 'default'))}.
 Difficulty, deliberately easy for the two-core budget:
 
 {DIFFICULTY}

@@ -52,6 +52,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0  # initialisation, batches and masking noise
     long_canvas_share: float = 0.15  # diffusion batches padded to twice the task gen_length (robust to longer canvases)
+    mixture: str = "default"  # data schedule: a name in evals/tasks/mixture.py MIXTURES
+    restarts: tuple[int, ...] = ()  # steps where the cosine starts again (no warm-up) from restart_lr
+    restart_lr: float = 1e-3  # peak learning rate of the segments after a restart
     checkpoint_every: int = 500  # steps between resumable checkpoints
     log_every: int = 100  # steps between printed log lines
 
@@ -64,10 +67,15 @@ class TrainConfig:
         )
 
 
+# Fields that describe the schedule still to run; on --resume they follow the recipe, the rest
+# (architecture, seed, optimiser) stays as saved.
+SCHEDULE_FIELDS = ("steps", "mixture", "restarts", "restart_lr")
+
 RECIPES = {
     # The any-order objective learns the same data more slowly than next-token prediction (measured:
     # at step 4,000 the diffusion model still could not copy an operand the AR twin copied at 2,500),
-    # so the diffusion recipe runs 16,000 steps where its twin's runs 12,000.
+    # so the diffusion recipe runs 16,000 steps where its twin's runs 12,000. A sort-heavy second
+    # segment (`--mixture sort-focus --restart 16000`) did not lift held-out sort in 4,000 steps.
     "tiny-llada": TrainConfig(model_id="tiny-llada", causal=False, steps=16000),
     "tiny-ar": TrainConfig(model_id="tiny-ar", causal=True),
 }
@@ -159,10 +167,15 @@ def autoregressive_loss(model: LLaDAModelLM, tokens, attention, target):
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine to `min_lr_ratio` of the peak; each restart begins a new cosine segment."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    bounds = [0, *sorted(r for r in cfg.restarts if 0 < r < cfg.steps), cfg.steps]
+    segment = max(i for i in range(len(bounds) - 1) if bounds[i] <= step)
+    begin, end = (cfg.warmup if segment == 0 else bounds[segment]), bounds[segment + 1]
+    peak = cfg.lr if segment == 0 else cfg.restart_lr
+    progress = min(1.0, (step - begin) / max(1, end - begin))
+    return peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: TrainState, tokenizer) -> None:
@@ -203,7 +216,8 @@ def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> t
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    return TrainConfig(**meta["train_config"]), TrainState(**meta["state"])
+    saved = meta["train_config"] | {"restarts": tuple(meta["train_config"].get("restarts", ()))}
+    return TrainConfig(**saved), TrainState(**meta["state"])
 
 
 def train(
@@ -229,9 +243,10 @@ def train(
     state = TrainState()
     if resume:
         saved_cfg, state = load_train_state(state_dir, model, optimizer)
-        if replace(saved_cfg, steps=cfg.steps) != cfg:
-            console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step})")
-        cfg = replace(saved_cfg, steps=cfg.steps)
+        schedule = {name: getattr(cfg, name) for name in SCHEDULE_FIELDS}
+        if replace(saved_cfg, **schedule) != cfg:
+            console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)")
+        cfg = replace(saved_cfg, **schedule)
     model.train()
     start_wall = time.perf_counter() - state.wall_seconds
     tokens_seen, window_loss, window_steps = 0, 0.0, 0

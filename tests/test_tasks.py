@@ -9,7 +9,9 @@ import re
 import pytest
 
 from evals.tasks import TASKS, alphabet, check_disjoint, flexible_extract, get_task, load_gsm8k, make_split, score, split_of, strict_match
-from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, TrainingMixture
+from evals.tasks.mixture import (
+    DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, SORT_BANDS, SORT_FOCUS_START, TrainingMixture, build_mixture, describe_mixture,
+)
 from models.tokenizer_build import build_char_tokenizer
 
 
@@ -33,12 +35,13 @@ def test_disjointness_check_catches_a_leak():
         check_disjoint(make_split(task, "train", 5) + test[:1], test)
 
 
-def test_training_stream_never_draws_a_heldout_problem():
-    mixture = TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=0)
+@pytest.mark.parametrize("name, first", [("default", 0), ("sort-focus", SORT_FOCUS_START)])
+def test_training_stream_never_draws_a_heldout_problem(name, first):
+    mixture = build_mixture(name, seed=0)
     heldout = {name: make_split(get_task(name), "test", 100) for name in TASKS}
     heldout_prompts = {i.prompt for items in heldout.values() for i in items}
     heldout_sums = {i.key.removeprefix("arith:") for i in heldout["arith"] + heldout["arith-ko"]}
-    for step in range(60):
+    for step in range(first, first + 60):
         batch = mixture.batch(step)
         assert batch == mixture.batch(step)
         for prompt, answer in batch.pairs:
@@ -148,3 +151,33 @@ def test_split_of_is_stable():
     assert split_of("arith:12+7") == split_of("arith:12+7")
     shares = [split_of(f"k{i}") for i in range(4000)]
     assert 0.03 < shares.count("test") / 4000 < 0.07
+
+
+def test_a_later_phase_changes_the_weights_from_its_first_step_only():
+    default = TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=0)
+    focus = build_mixture("sort-focus", seed=0)
+    assert [focus.batch(s) for s in range(20)] == [default.batch(s) for s in range(20)]
+    assert focus.weights_at(SORT_FOCUS_START - 1) == DEFAULT_WEIGHTS
+    groups = {focus.batch(s).group for s in range(SORT_FOCUS_START, SORT_FOCUS_START + 200)}
+    assert set(SORT_BANDS) <= groups  # the band buckets are drawn once the phase begins
+    described = describe_mixture("sort-focus")  # what the model card says
+    assert f"from step {SORT_FOCUS_START}: weights" in described and "2-24 letters on a 32-position canvas" in described
+    assert "from step" not in describe_mixture("default")
+    with pytest.raises(ValueError, match="unknown training mixture 'nope'"):
+        build_mixture("nope")
+    with pytest.raises(ValueError, match="'sort-x' needs an entry"):
+        TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, phases=((5, {"sort-x": 1.0}),))
+
+
+@pytest.mark.parametrize("band", sorted(SORT_BANDS))
+def test_sort_bands_fit_their_canvas_and_keep_the_split(band):
+    task = SORT_BANDS[band]
+    (low, high, _), = task.bands
+    rng = random.Random(0)
+    for _ in range(200):
+        item = task.sample(rng)
+        assert low <= len(item.answer) <= high < task.gen_length  # room for at least one EOS
+        assert item.key == "sort:" + item.prompt.removeprefix("Sort: ")  # keyed like the full task
+    heldout = {i.key for i in make_split(get_task("sort"), "test", 300)}
+    train = make_split(task, "train", 300, unique=False)
+    assert not heldout & {i.key for i in train}

@@ -14,7 +14,7 @@ from evals.tasks import TASKS, alphabet, make_split
 from evals.tasks.mixture import TrainingMixture
 from models.checkpoint import load_checkpoint
 from models.tokenizer_build import build_char_tokenizer, special_ids
-from models.training import Batch, TrainConfig, diffusion_loss, encode_diffusion, train
+from models.training import RECIPES, Batch, TrainConfig, diffusion_loss, encode_diffusion, learning_rate, train
 from sampler import SamplerConfig
 
 MICRO = TrainConfig(d_model=32, n_layers=1, n_heads=2, mlp_hidden=64, steps=30, lr=1e-2, warmup=5,
@@ -80,3 +80,47 @@ def test_diffusion_loss_masks_only_the_response(tokenizer):
     diffusion_loss(Spy(), tokens, attention, response, ids["mask_token_id"], torch.Generator().manual_seed(0))
     masked = seen[0] == ids["mask_token_id"]
     assert not masked[:, :14].any() and masked[:, 14:].any()
+
+
+def test_a_restart_begins_a_new_cosine_segment():
+    plain = replace(MICRO, steps=60, warmup=10)
+    restarted = replace(plain, steps=100, restarts=(60,), restart_lr=MICRO.lr / 2)
+    # The first segment is exactly the schedule of a run that stopped at the restart.
+    assert [learning_rate(restarted, s) for s in range(60)] == [learning_rate(plain, s) for s in range(60)]
+    assert learning_rate(restarted, 59) < 0.1 * MICRO.lr
+    assert learning_rate(restarted, 60) == pytest.approx(MICRO.lr / 2)  # no second warm-up
+    later = [learning_rate(restarted, s) for s in range(60, 100)]
+    assert later == sorted(later, reverse=True) and later[-1] < 0.1 * MICRO.lr / 2
+
+
+def test_resume_follows_the_recipe_schedule(tmp_path, tokenizer):
+    first = replace(MICRO, steps=10, checkpoint_every=10, log_every=1)
+    train(first, source(), tokenizer, tmp_path / "a", tmp_path / "s", console=quiet())
+    second = replace(first, steps=16, restarts=(10,), restart_lr=MICRO.lr / 4)
+    _, state = train(second, source(), tokenizer, tmp_path / "b", tmp_path / "s", resume=True, console=quiet())
+    assert state.step == 16
+    assert [h["lr"] for h in state.history[10:]] == [learning_rate(second, s) for s in range(10, 16)]
+    recipe = json.loads((tmp_path / "b" / "config.json").read_text())["unmask_training"]["recipe"]
+    assert recipe["restarts"] == [10] and recipe["steps"] == 16 and recipe["d_model"] == MICRO.d_model
+
+
+def test_recipes_name_known_mixtures():
+    from evals.tasks.mixture import MIXTURES
+
+    assert all(recipe.mixture in MIXTURES for recipe in RECIPES.values())
+
+
+def test_unmask_train_takes_the_schedule_from_its_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+
+    app = cli_app("train")
+    args = ["train", "--model", "tiny-llada", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--threads", "1"]
+    bad = CliRunner().invoke(app, [*args, "--mixture", "nope"])
+    assert bad.exit_code == 2 and "unknown training mixture 'nope'" in bad.output
+    ok = CliRunner().invoke(app, [*args, "--steps", "3", "--restart", "2", "--restart-lr", "0.0005", "--mixture", "sort-focus"])
+    assert ok.exit_code == 0, ok.output
+    recipe = json.loads((tmp_path / "out" / "config.json").read_text())["unmask_training"]["recipe"]
+    assert recipe["mixture"] == "sort-focus" and recipe["restarts"] == [2] and recipe["restart_lr"] == 0.0005
+    assert recipe["d_model"] == RECIPES["tiny-llada"].d_model and recipe["steps"] == 3

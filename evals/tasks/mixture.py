@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from evals.tasks import TASKS
 from evals.tasks.base import Task, sample_split
+from evals.tasks.sort import SortTask
 from models.training import Batch
 
 
@@ -21,18 +24,28 @@ class TrainingMixture:
     weights: dict[str, float]
     batch_sizes: dict[str, int]
     seed: int = 0
-    names: list[str] = field(init=False)
+    # (first step, weights) of later phases; before the first of them, `weights` holds
+    phases: tuple[tuple[int, dict[str, float]], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in self.weights:
-            if name not in self.tasks or name not in self.batch_sizes:
-                raise ValueError(f"TrainingMixture: task '{name}' needs an entry in tasks and batch_sizes")
-        self.names = sorted(self.weights)
+        for weights in [self.weights, *(w for _, w in self.phases)]:
+            for name in weights:
+                if name not in self.tasks or name not in self.batch_sizes:
+                    raise ValueError(f"TrainingMixture: task '{name}' needs an entry in tasks and batch_sizes")
+        self.phases = tuple(sorted(self.phases, key=lambda phase: phase[0]))
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        current = self.weights
+        for start, weights in self.phases:
+            if step >= start:
+                current = weights
+        return current
 
     def batch(self, step: int):
-
         rng = random.Random(f"mixture:{self.seed}:{step}")
-        name = rng.choices(self.names, weights=[self.weights[n] for n in self.names])[0]
+        weights = self.weights_at(step)
+        names = sorted(weights)
+        name = rng.choices(names, weights=[weights[n] for n in names])[0]
         task = self.tasks[name]
         items = [sample_split(task, "train", rng) for _ in range(self.batch_sizes[name])]
         return Batch(group=name, gen_length=task.gen_length, pairs=[(i.prompt, i.answer) for i in items])
@@ -40,3 +53,45 @@ class TrainingMixture:
 
 DEFAULT_WEIGHTS = {"arith": 0.2, "arith-ko": 0.2, "sort": 0.45, "infill": 0.15}
 DEFAULT_BATCH_SIZES = {"arith": 48, "arith-ko": 48, "sort": 32, "infill": 48}
+
+# Sort by length band, each padded to a canvas that fits the band (the full `sort` task pads every
+# item to 128): a 2-24 letter item costs ~60 positions instead of ~150, and its letters are not
+# outweighed by 100 EOS targets. Same generator and keys, so the train/test split is unchanged.
+SORT_BANDS = {
+    "sort-short": SortTask(bands=((2, 24, 1.0),), gen_length=32),
+    "sort-mid": SortTask(bands=((25, 60, 1.0),), gen_length=64),
+    "sort-long": SortTask(bands=((61, 120, 1.0),), gen_length=128),
+}
+SORT_FOCUS_START = 16000
+SORT_FOCUS_WEIGHTS = {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0.2,
+                      "sort-short": 0.25, "sort-mid": 0.2, "sort-long": 0.15}
+SORT_FOCUS_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short": 96, "sort-mid": 48, "sort-long": 24}
+
+
+def build_mixture(name: str, seed: int = 0) -> TrainingMixture:
+    """The data schedule a recipe names (`TrainConfig.mixture`)."""
+    if name == "default":
+        return TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed)
+    if name == "sort-focus":
+        return TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
+                               phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),))
+    raise ValueError(f"unknown training mixture {name!r}; known: {', '.join(MIXTURES)}")
+
+
+MIXTURES = ("default", "sort-focus")
+
+
+def describe_mixture(name: str) -> str:
+    """The data schedule in words, for a model card."""
+    mixture = build_mixture(name)
+    default = f"weights {json.dumps(mixture.weights)}"
+    sizes = {n: mixture.batch_sizes[n] for n in sorted({n for _, w in mixture.phases for n in w} | set(mixture.weights))}
+    text = f"one task per step ({default}"
+    for start, weights in mixture.phases:
+        text += f"; from step {start}: weights {json.dumps(weights)}"
+    text += f"; batch sizes {json.dumps(sizes)})"
+    bands = sorted({n for _, w in mixture.phases for n in w if n in SORT_BANDS})
+    if bands:
+        text += ". " + ", ".join(f"`{n}` is `sort` restricted to {SORT_BANDS[n].bands[0][0]}-{SORT_BANDS[n].bands[0][1]} "
+                                 f"letters on a {SORT_BANDS[n].gen_length}-position canvas" for n in bands)
+    return text

@@ -21,12 +21,15 @@ def train_command(
     seed: int = typer.Option(None, help="Seed for initialisation, batches and masking (default: the recipe's)."),
     threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
     lr: float = typer.Option(None, help="Peak learning rate (default: the recipe's)."),
+    mixture: str = typer.Option(None, help="Data schedule from evals/tasks/mixture.py (default: the recipe's)."),
+    restart: list[int] = typer.Option(None, "--restart", help="Step where the cosine starts again (repeatable)."),
+    restart_lr: float = typer.Option(None, "--restart-lr", help="Peak learning rate after a restart (default: the recipe's)."),
 ) -> None:
     """Train a bundled tiny model on the generated task suite (train split only)."""
     import torch
 
-    from evals.tasks import TASKS, alphabet
-    from evals.tasks.mixture import DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, TrainingMixture
+    from evals.tasks import alphabet
+    from evals.tasks.mixture import build_mixture
     from flows.environment import state_dir as default_state
     from models.loading import WEIGHTS_DIR
     from models.tokenizer_build import build_char_tokenizer
@@ -38,9 +41,14 @@ def train_command(
     if threads:
         torch.set_num_threads(threads)
     cfg = RECIPES[model]
-    changes = {k: v for k, v in {"steps": steps, "seed": seed, "lr": lr}.items() if v is not None}
-    cfg = replace(cfg, **changes)
-    source = TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=cfg.seed)
+    options = {"steps": steps, "seed": seed, "lr": lr, "mixture": mixture, "restarts": tuple(restart) if restart else None,
+               "restart_lr": restart_lr}
+    cfg = replace(cfg, **{k: v for k, v in options.items() if v is not None})
+    try:
+        source = build_mixture(cfg.mixture, seed=cfg.seed)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] --mixture: {exc}")
+        raise typer.Exit(2) from None
     out = out or WEIGHTS_DIR / model
     state_dir = state_dir or default_state() / "train" / model
     console.print(f"training {model} for {cfg.steps} steps -> {out} (resumable state in {state_dir})")
