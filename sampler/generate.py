@@ -86,6 +86,8 @@ class DecodeState:
     block: int
     step: int
     plan: torch.Tensor | None  # the commit rule's per-block plan (top_k: counts per step)
+    commits: torch.Tensor | None = None  # when recorded: the decoding step that committed each position, -1 none yet
+    steps_done: int = 0  # decoding steps since the first block began
 
     def same_as(self, other: "DecodeState") -> bool:
         return self.block == other.block and self.step == other.step and torch.equal(self.x, other.x)
@@ -104,10 +106,10 @@ class BlockDecoder:
         start = self.P + block * self.config.block_length
         return start, start + self.config.block_length
 
-    def enter_block(self, x: torch.Tensor, block: int) -> DecodeState:
+    def enter_block(self, x: torch.Tensor, block: int, commits: torch.Tensor | None = None, steps_done: int = 0) -> DecodeState:
         start, end = self.bounds(block)
         plan = self.rule.plan(x[:, start:end] == self.config.mask_id, self.config.steps_per_block)
-        return DecodeState(x=x, block=block, step=0, plan=plan)
+        return DecodeState(x=x, block=block, step=0, plan=plan, commits=commits, steps_done=steps_done)
 
     def finished(self, state: DecodeState) -> bool:
         return state.block >= self.config.num_blocks
@@ -128,14 +130,17 @@ class BlockDecoder:
         commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), state.step, state.plan)
         x = x.clone()
         x[commit] = x0[commit]
+        commits = state.commits
+        if commits is not None:  # a new tensor per state: speculative drafts that are rejected leave no trace
+            commits = torch.where(commit, state.steps_done, commits)
         x = self.exit_rule.apply(x, self.P)
-        step = state.step + 1
+        step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):
-            return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None)
+            return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, commits=commits, steps_done=done)
         if self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id):
-            return self.enter_block(x, state.block + 1) if state.block + 1 < cfg.num_blocks else replace(
-                state, x=x, block=cfg.num_blocks, step=0, plan=None)
-        return replace(state, x=x, step=step)
+            return self.enter_block(x, state.block + 1, commits, done) if state.block + 1 < cfg.num_blocks else replace(
+                state, x=x, block=cfg.num_blocks, step=0, plan=None, commits=commits, steps_done=done)
+        return replace(state, x=x, step=step, commits=commits, steps_done=done)
 
     @staticmethod
     def _entropy(window: Window, shape) -> torch.Tensor:
@@ -175,11 +180,14 @@ def generate(
     input_ids: torch.Tensor,
     config: SamplerConfig,
     attention_mask: torch.Tensor | None = None,
+    record_commits: bool = False,
 ) -> GenerateOutput:
     """Fill `config.gen_length` masked positions after `input_ids` `(batch, prompt_len)`, block by block.
 
     Masks inside the prompt (infilling) are decoded too, as in the reference: they compete with
-    the current block's masks for each step's commits.
+    the current block's masks for each step's commits. `record_commits` adds `stats["commit_step"]`:
+    per row and generated position, the decoding step that committed it (-1: filled by an early
+    exit, never committed). Recording does not change the output.
     """
     check_inputs(input_ids, config, attention_mask)
     device = input_ids.device
@@ -198,7 +206,8 @@ def generate(
     drive = decode_plain
     if config.speculative_draft:
         from sampler.speculative import decode_speculative as drive
-    state, mode_stats = drive(decoder, source, decoder.enter_block(x, 0), calls)
+    commits = torch.full_like(x, -1) if record_commits else None
+    state, mode_stats = drive(decoder, source, decoder.enter_block(x, 0, commits), calls)
     stats = {
         "nfe": calls.nfe,
         "sequential_calls": calls.sequential_calls,
@@ -208,4 +217,6 @@ def generate(
         **backend_stats,
         **mode_stats,
     }
+    if record_commits:
+        stats["commit_step"] = state.commits[:, P:].tolist()
     return GenerateOutput(sequences=state.x, prompt_length=P, nfe=calls.nfe, stats=stats)

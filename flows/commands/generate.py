@@ -24,6 +24,7 @@ def generate_command(
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     raw: bool = typer.Option(False, "--raw", help="Print only the generated text."),
+    trace: bool = typer.Option(False, "--trace", help="Show the canvas as decoding committed it (EOS overflow shows here)."),
 ) -> None:
     """Generate a completion for PROMPT."""
     import torch
@@ -54,7 +55,7 @@ def generate_command(
         raise typer.Exit(2) from None
     ids = torch.tensor([loaded.encode(prompt)], device=device)
     start = time.perf_counter()
-    out = generate(loaded.model, ids, config)
+    out = generate(loaded.model, ids, config, record_commits=trace)
     elapsed = time.perf_counter() - start
     tokens = out.generated[0].tolist()
     if loaded.eos_id in tokens:
@@ -64,12 +65,39 @@ def generate_command(
         print(text)
         return
     console.print(text, markup=False, highlight=False)
+    if trace:
+        ends = {loaded.eos_id, loaded.eot_id, loaded.pad_id} - {None}
+        pieces = [loaded.decode([t]) if t not in ends else END for t in out.generated[0].tolist()]
+        lines, summary = commit_timeline(pieces, out.stats["commit_step"][0])
+        console.print("\n".join(lines), markup=False, highlight=False)
+        console.print(summary, markup=False, highlight=False)
     table = Table(show_header=False, box=None)
     table.add_row("model", str(loaded.path))
     table.add_row("NFE", str(out.nfe))
     table.add_row("time", f"{elapsed:.3f} s")
     table.add_row("config", config.to_json())
     console.print(table)
+
+
+END, MASKED = "·", "_"
+
+
+def commit_timeline(pieces: list[str], commit_step: list[int], snapshots: int = 12) -> tuple[list[str], str]:
+    """The canvas after evenly spaced decoding steps (`_` still masked, `·` end of text), and a summary.
+
+    `pieces[i]` is position i's final text (END for EOS/EoT/pad) and `commit_step[i]` the step that
+    committed it (-1: filled by an early exit). The summary counts end tokens committed while text
+    positions before them were still masked: the "EOS overflow" of models trained on EOS padding,
+    where the end of the canvas is decided first and creeps left into the answer.
+    """
+    last = max(commit_step, default=-1)
+    marks = sorted({round(last * k / (snapshots - 1)) for k in range(snapshots)}) if last >= 0 else []
+    width = len(str(last))
+    lines = [f"step {s:>{width}}  " + "".join(p if 0 <= c <= s else MASKED for p, c in zip(pieces, commit_step)) for s in marks]
+    text_steps = [c for p, c in zip(pieces, commit_step) if p != END and c >= 0]
+    early = sum(1 for p, c in zip(pieces, commit_step) if p == END and text_steps and 0 <= c < max(text_steps))
+    ends = sum(1 for p in pieces if p == END)
+    return lines, f"end tokens committed before the text was complete: {early} of {ends}"
 
 
 def register(app: typer.Typer) -> None:
