@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from evals.tasks import TASKS, TaskItem, make_split
+from evals.tasks.mixture import SORT_BANDS
 from models.checkpoint import LoadedModel, load_checkpoint
 
 PROBES = ("next", "hole", "end")
@@ -57,7 +58,7 @@ def probe_items(loaded: LoadedModel, items: list[TaskItem], canvas: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", type=Path)
-    parser.add_argument("--task", default="sort", choices=sorted(TASKS))
+    parser.add_argument("--task", default="sort", choices=sorted(TASKS | SORT_BANDS), help="a task, or a sort length band")
     parser.add_argument("--split", default="validation")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--canvas", type=int, default=None, help="canvas length (default: the task's gen_length)")
@@ -65,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    task = TASKS[args.task]
+    task = (TASKS | SORT_BANDS)[args.task]
     loaded = load_checkpoint(args.model)
     result = probe_items(loaded, make_split(task, args.split, args.n), args.canvas or task.gen_length)
     print(json.dumps({"model": str(args.model), "task": args.task, "split": args.split, "n": args.n, **result}))

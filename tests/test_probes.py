@@ -68,3 +68,15 @@ def test_probes_refuse_a_causal_model_and_an_answer_longer_than_the_canvas(loade
     long_item = next(i for i in make_split(TASKS["sort"], "test", 50) if len(i.answer) >= 8)
     with pytest.raises(ValueError, match="does not fit canvas 8"):
         probe_items(loaded, [long_item], 8)
+
+
+def test_the_command_probes_a_sort_band_at_a_chosen_canvas(monkeypatch, capsys):
+    import json
+
+    from evals import probes
+
+    monkeypatch.setattr("sys.argv", ["probes", str(WEIGHTS_DIR / "tiny-llada"), "--task", "sort-short", "--n", "3", "--canvas", "32"])
+    probes.main()
+    out = json.loads(capsys.readouterr().out)
+    letters = sum(len(i.answer) for i in make_split(probes.SORT_BANDS["sort-short"], "validation", 3))
+    assert out["task"] == "sort-short" and out["next"]["asked"] == out["hole"]["asked"] == letters and out["end"]["asked"] == 3
