@@ -4,7 +4,8 @@
 
 STATE is a `last/` folder of `unmask train` (e.g. .unmask/train/tiny-llada/last), WORK an empty
 folder for this run, BUCKET a name from evals/tasks/mixture.py SORT_BANDS or `sort-short128`
-(2-24 letters padded to 128 positions, batch 38: the same tokens per step as sort-short's 96 x 32).
+(2-24 letters padded to 128 positions, batch 38: the same tokens per step as sort-short's 96 x 32)
+or `sort-mid128` (25-60 letters padded to 128, batch 30).
 `--rainbow` ends each answer with one EOS and fills the rest of the canvas with a cycle of seven
 pad tokens (Rainbow Padding, Kim et al. 2025); seven ASCII characters no task uses stand in for
 the pad tokens, so the vocabulary and the checkpoint shapes stay as they are.
@@ -26,8 +27,9 @@ from evals.tasks.sort import SortTask
 from models.tokenizer_build import build_char_tokenizer
 
 RAINBOW = "~`{}|^@"
-BUCKETS = TASKS | SORT_BANDS | {"sort-short128": SortTask(bands=((2, 24, 1.0),), gen_length=128)}
-BATCH_SIZES = SORT_FOCUS_BATCH_SIZES | {"sort-short128": 38}
+BUCKETS = TASKS | SORT_BANDS | {"sort-short128": SortTask(bands=((2, 24, 1.0),), gen_length=128),
+                                 "sort-mid128": SortTask(bands=((25, 60, 1.0),), gen_length=128)}
+BATCH_SIZES = SORT_FOCUS_BATCH_SIZES | {"sort-short128": 38, "sort-mid128": 30}
 
 
 def rainbow(encode):
