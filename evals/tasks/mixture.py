@@ -68,29 +68,29 @@ SORT_FOCUS_WEIGHTS = {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0
 SORT_FOCUS_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short": 96, "sort-mid": 48, "sort-long": 24}
 
 
+MIXTURES = {  # the data schedules a recipe can name (`TrainConfig.mixture`), by seed
+    "default": lambda seed: TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
+    "sort-focus": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
+                                               phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),)),
+}
+
+
 def build_mixture(name: str, seed: int = 0) -> TrainingMixture:
     """The data schedule a recipe names (`TrainConfig.mixture`)."""
-    if name == "default":
-        return TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed)
-    if name == "sort-focus":
-        return TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
-                               phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),))
-    raise ValueError(f"unknown training mixture {name!r}; known: {', '.join(MIXTURES)}")
-
-
-MIXTURES = ("default", "sort-focus")
+    if name not in MIXTURES:
+        raise ValueError(f"unknown training mixture {name!r}; known: {', '.join(MIXTURES)}")
+    return MIXTURES[name](seed)
 
 
 def describe_mixture(name: str) -> str:
     """The data schedule in words, for a model card."""
     mixture = build_mixture(name)
-    default = f"weights {json.dumps(mixture.weights)}"
-    sizes = {n: mixture.batch_sizes[n] for n in sorted({n for _, w in mixture.phases for n in w} | set(mixture.weights))}
-    text = f"one task per step ({default}"
+    names = sorted(set(mixture.weights).union(*(weights for _, weights in mixture.phases)))
+    text = f"one task per step (weights {json.dumps(mixture.weights)}"
     for start, weights in mixture.phases:
         text += f"; from step {start}: weights {json.dumps(weights)}"
-    text += f"; batch sizes {json.dumps(sizes)})"
-    bands = sorted({n for _, w in mixture.phases for n in w if n in SORT_BANDS})
+    text += f"; batch sizes {json.dumps({n: mixture.batch_sizes[n] for n in names})})"
+    bands = [n for n in names if n in SORT_BANDS]
     if bands:
         text += ". " + ", ".join(f"`{n}` is `sort` restricted to {SORT_BANDS[n].bands[0][0]}-{SORT_BANDS[n].bands[0][1]} "
                                  f"letters on a {SORT_BANDS[n].gen_length}-position canvas" for n in bands)

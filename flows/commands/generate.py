@@ -94,8 +94,8 @@ def commit_timeline(pieces: list[str], commit_step: list[int], snapshots: int = 
     marks = sorted({round(last * k / (snapshots - 1)) for k in range(snapshots)}) if last >= 0 else []
     width = len(str(last))
     lines = [f"step {s:>{width}}  " + "".join(p if 0 <= c <= s else MASKED for p, c in zip(pieces, commit_step)) for s in marks]
-    text_steps = [c for p, c in zip(pieces, commit_step) if p != END and c >= 0]
-    early = sum(1 for p, c in zip(pieces, commit_step) if p == END and text_steps and 0 <= c < max(text_steps))
+    text_done = max((c for p, c in zip(pieces, commit_step) if p != END), default=-1)  # step of the last text commit
+    early = sum(1 for p, c in zip(pieces, commit_step) if p == END and 0 <= c < text_done)
     ends = sum(1 for p in pieces if p == END)
     return lines, f"end tokens committed before the text was complete: {early} of {ends}"
 
