@@ -10,7 +10,7 @@ import pytest
 
 from evals.tasks import TASKS, alphabet, check_disjoint, flexible_extract, get_task, load_gsm8k, make_split, score, split_of, strict_match
 from evals.tasks.mixture import (
-    DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, SORT_BANDS, SORT_FOCUS_START, TrainingMixture, build_mixture, describe_mixture,
+    DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, SORT_BANDS, SORT_CURRICULUM_START, SORT_FOCUS_START, TrainingMixture, build_mixture, describe_mixture,
 )
 from models.tokenizer_build import build_char_tokenizer
 
@@ -159,7 +159,7 @@ def test_a_later_phase_changes_the_weights_from_its_first_step_only():
     assert [focus.batch(s) for s in range(20)] == [default.batch(s) for s in range(20)]
     assert focus.weights_at(SORT_FOCUS_START - 1) == DEFAULT_WEIGHTS
     groups = {focus.batch(s).group for s in range(SORT_FOCUS_START, SORT_FOCUS_START + 200)}
-    assert set(SORT_BANDS) <= groups  # the band buckets are drawn once the phase begins
+    assert {"sort-short", "sort-mid", "sort-long"} <= groups  # the band buckets are drawn once the phase begins
     described = describe_mixture("sort-focus")  # what the model card says
     assert f"from step {SORT_FOCUS_START}: weights" in described and "2-24 letters on a 32-position canvas" in described
     assert "from step" not in describe_mixture("default")
@@ -167,6 +167,22 @@ def test_a_later_phase_changes_the_weights_from_its_first_step_only():
         build_mixture("nope")
     with pytest.raises(ValueError, match="'sort-x' needs an entry"):
         TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, phases=((5, {"sort-x": 1.0}),))
+
+
+def test_the_sort_curriculum_scores_canvas_keeps_arith_and_moves_to_longer_bands():
+    curriculum = build_mixture("sort-curriculum", seed=0)
+    assert curriculum.weights_at(SORT_CURRICULUM_START - 1) == DEFAULT_WEIGHTS
+    phases = [weights for _, weights in curriculum.phases]
+    assert curriculum.phases[0][0] == SORT_CURRICULUM_START
+    for weights in phases:
+        assert sum(weights.values()) == pytest.approx(1.0)
+        assert min(weights["arith"], weights["arith-ko"], weights["infill"]) > 0  # nothing learned is dropped
+        assert all(SORT_BANDS[n].gen_length == 128 for n in weights if n.startswith("sort-"))
+    short = [w["sort-short128"] for w in phases]
+    longer = [w["sort-mid128"] + w["sort-long128"] for w in phases]
+    assert short == sorted(short, reverse=True) and longer == sorted(longer) and longer[0] < longer[-1]
+    drawn = {curriculum.batch(s).group for s in range(SORT_CURRICULUM_START, SORT_CURRICULUM_START + 300)}
+    assert {"sort-short128", "sort-mid128", "sort-long128", "arith", "arith-ko"} <= drawn
 
 
 @pytest.mark.parametrize("band", sorted(SORT_BANDS))

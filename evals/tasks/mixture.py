@@ -61,17 +61,38 @@ SORT_BANDS = {
     "sort-short": SortTask(bands=((2, 24, 1.0),), gen_length=32),
     "sort-mid": SortTask(bands=((25, 60, 1.0),), gen_length=64),
     "sort-long": SortTask(bands=((61, 120, 1.0),), gen_length=128),
+    # the same bands on the 128-position canvas `sort` is scored on (canvas length does not transfer:
+    # a model trained on 32 positions sorts at 32 and not at 128, docs/experiments/sort-diffusion)
+    "sort-short128": SortTask(bands=((2, 24, 1.0),), gen_length=128),
+    "sort-mid128": SortTask(bands=((25, 60, 1.0),), gen_length=128),
+    "sort-long128": SortTask(bands=((61, 120, 1.0),), gen_length=128),
 }
 SORT_FOCUS_START = 16000
 SORT_FOCUS_WEIGHTS = {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0.2,
                       "sort-short": 0.25, "sort-mid": 0.2, "sort-long": 0.15}
 SORT_FOCUS_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short": 96, "sort-mid": 48, "sort-long": 24}
 
+# A sort curriculum on the scoring canvas after the default mixture: short items first, then the
+# 25-60 and 61-120 letter bands, with arith, arith-ko and infill kept in every phase. Batch sizes
+# give each bucket about the same tokens per step (~5.3k).
+SORT_CURRICULUM_START = 16000
+SORT_CURRICULUM_PHASES = (
+    (SORT_CURRICULUM_START, {"arith": 0.1, "arith-ko": 0.1, "infill": 0.05, "sort": 0.1,
+                             "sort-short128": 0.45, "sort-mid128": 0.15, "sort-long128": 0.05}),
+    (21000, {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0.1,
+             "sort-short128": 0.25, "sort-mid128": 0.3, "sort-long128": 0.15}),
+    (27000, {"arith": 0.07, "arith-ko": 0.07, "infill": 0.03, "sort": 0.13,
+             "sort-short128": 0.2, "sort-mid128": 0.3, "sort-long128": 0.2}),
+)
+SORT_CURRICULUM_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short128": 38, "sort-mid128": 30, "sort-long128": 24}
+
 
 MIXTURES = {  # the data schedules a recipe can name (`TrainConfig.mixture`), by seed
     "default": lambda seed: TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "sort-focus": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
                                                phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),)),
+    "sort-curriculum": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_CURRICULUM_BATCH_SIZES,
+                                                    seed=seed, phases=SORT_CURRICULUM_PHASES),
 }
 
 
