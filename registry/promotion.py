@@ -99,9 +99,33 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
 
 
 def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
+    """Every sign-off recorded for a stage, current or not (see `current_signoffs`)."""
     prefix = model_tag(f"signoff.{stage}.")
     return {k.removeprefix(prefix): json.loads(v) for k, v in registry.version_tags(model, version).items()
             if k.startswith(prefix)}
+
+
+def evaluated_at(registry: Registry, model: str, version: str) -> str:
+    """When the version's evidence was last registered (ISO time; '' if never)."""
+    return registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
+
+
+def current_signoffs(registry: Registry, model: str, version: str,
+                     stage: str) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The sign-offs given since the version's latest evaluation, and why each older one no longer counts.
+
+    Like an approval, a sign-off vouches for the evidence its signer saw; re-registered evidence needs
+    a new one.
+    """
+    latest = evaluated_at(registry, model, version)
+    current, stale = {}, []
+    for item, signoff in signoffs_of(registry, model, version, stage).items():
+        if str(signoff.get("at", "")) < latest:
+            stale.append(f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates "
+                         f"the latest evaluation ({latest}); sign it off again")
+        else:
+            current[item] = signoff
+    return current, stale
 
 
 def reached_stages(registry: Registry, model: str, version: str) -> set[str]:
@@ -214,15 +238,19 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
     if production and production != (model, version):
         baseline["production"] = load_evidence(registry, *production)
     approval = approval_of(registry, model, version, stage)
-    evaluated_at = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
-    stale = approval is not None and approval.at < evaluated_at
-    decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
+    latest = evaluated_at(registry, model, version)
+    stale = approval is not None and approval.at < latest
+    signoffs, stale_signoffs = current_signoffs(registry, model, version, stage)
+    decision = decide_promotion(evidence, policy, stage, baseline, signoffs,
                                 None if stale else approval, reached_stages(registry, model, version))
-    if stale:  # the evidence was re-registered after the approval: the approver saw other numbers
-        why = (f"the approval by {approval.by} at {approval.at} predates the latest evaluation ({evaluated_at}); "
-               "approve again")
-        reasons = [r for r in decision.reasons if not r.startswith("no approval recorded")] + [why]
-        decision = replace(decision, allowed=False, reasons=tuple(reasons))
+    # evidence re-registered after an approval or sign-off: the approver or signer saw other numbers
+    if stale or stale_signoffs:
+        reasons = list(decision.reasons)
+        if stale:
+            reasons = [r for r in reasons if not r.startswith("no approval recorded")]
+            reasons.append(f"the approval by {approval.by} at {approval.at} predates the latest evaluation ({latest}); "
+                           "approve again")
+        decision = replace(decision, allowed=False, reasons=tuple(reasons + stale_signoffs))
     if record and decision.gate_results:
         record_gate_report(registry, model, version, stage, list(decision.gate_results),
                            decision.checklist.to_dicts() if decision.checklist else [])
@@ -246,7 +274,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
     expected = stage_holder(registry, stage)
-    judged_evaluation = registry.version_tags(model, version).get(model_tag("evaluated_at"))
+    judged_evaluation = evaluated_at(registry, model, version)
     if approver:
         approve(registry, model, version, stage, approver, comment)
     decision = judge(registry, model, version, stage, policy)
@@ -264,7 +292,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
                     [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
                      f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
                      "judge again against the new holder"], decision.evidence)
-        if registry.version_tags(model, version).get(model_tag("evaluated_at")) != judged_evaluation:
+        if evaluated_at(registry, model, version) != judged_evaluation:
             _refuse(registry, "promotion_refused", who, stage, model, version, action,
                     [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
                     decision.evidence)

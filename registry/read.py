@@ -16,7 +16,8 @@ from gates.policy import CRITERIA, Policy, load_policy
 from gates.promotion import Approval
 from gates.scoring import score_survivors
 from registry import audit
-from registry.promotion import approval_of, fallback_holder, reached_stages, signoffs_of, stage_holder
+from registry.promotion import (approval_of, current_signoffs, evaluated_at, fallback_holder, reached_stages,
+                                signoffs_of, stage_holder)
 from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence, load_gate_report
 
@@ -162,14 +163,18 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
             continue
         evidence = load_evidence(reg, name, version)
         candidates.append(evidence)
-        results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs_of(reg, name, version, stage))
+        results[name] = evaluate_gates(evidence, policy, stage, baseline, current_signoffs(reg, name, version, stage)[0])
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
     return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered}
 
 
 def version_status(model: str, version: str, registry: Registry | None = None) -> dict[str, Any]:
-    """One version at a glance: reached stages, approvals and sign-offs per stage."""
+    """One version at a glance: reached stages, approvals and sign-offs per stage; each approval and
+    sign-off says whether it still counts (`stale`: given before the latest evaluation)."""
     reg = _reg(registry)
+    latest = evaluated_at(reg, model, version)
     return {"model": model, "version": version, "reached": sorted(reached_stages(reg, model, version)),
-            "approvals": {s: a.to_dict() for s in STAGE_ALIASES if (a := approval_of(reg, model, version, s))},
-            "signoffs": {s: signoffs_of(reg, model, version, s) for s in STAGE_ALIASES}}
+            "approvals": {s: a.to_dict() | {"stale": a.at < latest}
+                          for s in STAGE_ALIASES if (a := approval_of(reg, model, version, s))},
+            "signoffs": {s: {item: signoff | {"stale": str(signoff.get("at", "")) < latest}
+                             for item, signoff in signoffs_of(reg, model, version, s).items()} for s in STAGE_ALIASES}}

@@ -289,3 +289,33 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
                    for url, run in zip(runs.url, runs.run_id))
     finally:
         stop(server)
+
+
+def test_candidate_page_says_when_an_approval_and_sign_offs_predate_the_latest_evaluation(tmp_path, monkeypatch):
+    from gate_fixtures import evidence, fresh_registry, register_pair
+    from registry import approve, judge, register_evidence, sign_off
+
+    reg = fresh_registry(tmp_path)
+    _, v = register_pair(reg)
+    sign_off(reg, "tiny-llada", v, "poc", "tooling-maturity", "ada", "ONNX export and CPU serving reviewed")
+    approve(reg, "tiny-llada", v, "poc", "grace", "evidence reviewed, gates and checklist are green")
+    judge(reg, "tiny-llada", v, "poc")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    board = page()  # a gate board where only part of the versions and stages were judged
+    matrix = board.table[1].value
+    assert matrix.loc["tiny-ar v1 [fallback]", "poc"] == "not judged"
+    assert matrix.loc["tiny-llada v1 [candidate]", "poc"] == "passed 10/10"
+    at = page("views/candidate.py")
+    at.selectbox(key="candidate_model").set_value("tiny-llada").run()
+    assert "approved by grace" in at.tabs[0].success[0].value.lower() and not at.tabs[0].warning
+
+    register_evidence(reg, evidence())  # re-evaluated: what grace and ada saw is not what is stored now
+    judge(reg, "tiny-llada", v, "poc")
+    next(b for b in at.button if b.label == "Refresh").click().run()  # reads are cached until a refresh
+    assert not at.exception, at.exception
+    warnings = [w.value for w in at.tabs[0].warning]
+    assert not at.tabs[0].success
+    assert any(w.startswith("Approval by grace") and "no longer counts" in w for w in warnings)
+    assert "Sign-offs given before the latest evaluation no longer count: tooling-maturity." in warnings
+    poc = at.tabs[0].dataframe[0].value.set_index("item")
+    assert not poc.loc["tooling-maturity", "done"]

@@ -89,6 +89,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
         "gate speedup failed: speedup over fallback 0.50x (p95 0.090 s / 0.180 s) < 1x"]
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
+    sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
     move = promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
     assert move.to_holder == ("tiny-llada", v)
     assert read.aliases(reg)["production"] == {"model": "tiny-llada", "version": v}
@@ -246,17 +247,36 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert bad.exit_code == 2 and "--stage must be one of" in bad.output
 
 
-def test_an_approval_older_than_the_latest_evaluation_is_stale(reg):
+def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg):
+    from checklists import load_checklist
     from registry import approve
 
     _, v = register_pair(reg)
     sign_all(reg, "tiny-llada", v, "poc")
     approve(reg, "tiny-llada", v, "poc", "grace", OK)
-    register_evidence(reg, evidence())  # re-evaluated after the approval
+    assert read.scores("poc", registry=reg)["ranking"]["candidate"].tolist().count("tiny-llada") == 1
+    register_evidence(reg, evidence())  # re-evaluated after the approval and the sign-offs
+    manual = load_checklist("poc").manual_items()
     with pytest.raises(PromotionRefused, match="predates the latest evaluation") as e:
         promote("tiny-llada", "poc", registry=reg)
-    assert not any("no approval recorded" in r for r in e.value.reasons)
-    approve(reg, "tiny-llada", v, "poc", "grace", OK)
+    reasons = e.value.reasons
+    assert not any("no approval recorded" in r for r in reasons)
+    assert any(r.startswith("the approval by grace") and r.endswith("approve again") for r in reasons)
+    for item in manual:  # each stale sign-off is named, and its gate or checklist item is open again
+        assert any(r.startswith(f"the sign-off of {item!r} by ada") and r.endswith("sign it off again") for r in reasons)
+    assert "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off" in reasons
+    status = read.version_status("tiny-llada", v, registry=reg)
+    assert status["approvals"]["poc"]["stale"] and all(s["stale"] for s in status["signoffs"]["poc"].values())
+    assert "tiny-llada" not in read.scores("poc", registry=reg)["ranking"]["candidate"].tolist()  # its tooling gate fails
+
+    approve(reg, "tiny-llada", v, "poc", "grace", OK)  # a new approval alone is not enough
+    with pytest.raises(PromotionRefused) as e:
+        promote("tiny-llada", "poc", registry=reg)
+    assert all(r.startswith("the sign-off of") or "sign-off" in r for r in e.value.reasons)
+    assert not any("approval" in r for r in e.value.reasons)
+    sign_all(reg, "tiny-llada", v, "poc")
+    status = read.version_status("tiny-llada", v, registry=reg)
+    assert not status["approvals"]["poc"]["stale"] and not any(s["stale"] for s in status["signoffs"]["poc"].values())
     assert promote("tiny-llada", "poc", registry=reg).who == "grace"
 
 

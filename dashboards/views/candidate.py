@@ -70,8 +70,14 @@ for tab, stage in zip(st.tabs(list(STAGE_ALIASES)), STAGE_ALIASES):
             st.write(f"Not judged at {stage} yet.")
             continue
         approval = view["status"]["approvals"].get(stage)
-        if approval:
+        if approval and approval.get("stale"):
+            st.warning(f"Approval by {approval['by']} at {approval['at']} predates the latest evaluation and no "
+                       "longer counts: approve again.")
+        elif approval:
             st.success(f"Approved by {approval['by']} at {approval['at']}: {approval['comment']}")
+        stale = sorted(item for item, signoff in view["status"]["signoffs"].get(stage, {}).items() if signoff["stale"])
+        if stale:
+            st.warning(f"Sign-offs given before the latest evaluation no longer count: {', '.join(stale)}.")
         st.dataframe(pd.DataFrame({
             "item": items["item"], "done": items.done.astype(bool), "kind": items.kind, "text": items.text,
             "evidence or sign-off": [reason if not ev else f"{reason} ({value_text(ev)})"
