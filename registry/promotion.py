@@ -110,6 +110,11 @@ def evaluated_at(registry: Registry, model: str, version: str) -> str:
     return registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
 
 
+def predates(at: str | None, latest: str) -> bool:
+    """Whether an approval or sign-off made at `at` came before the latest evaluation (so no longer counts)."""
+    return str(at or "") < latest
+
+
 def current_signoffs(registry: Registry, model: str, version: str,
                      stage: str) -> tuple[dict[str, dict[str, str]], list[str]]:
     """The sign-offs given since the version's latest evaluation, and why each older one no longer counts.
@@ -120,7 +125,7 @@ def current_signoffs(registry: Registry, model: str, version: str,
     latest = evaluated_at(registry, model, version)
     current, stale = {}, []
     for item, signoff in signoffs_of(registry, model, version, stage).items():
-        if str(signoff.get("at", "")) < latest:
+        if predates(signoff.get("at"), latest):
             stale.append(f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates "
                          f"the latest evaluation ({latest}); sign it off again")
         else:
@@ -239,7 +244,7 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
         baseline["production"] = load_evidence(registry, *production)
     approval = approval_of(registry, model, version, stage)
     latest = evaluated_at(registry, model, version)
-    stale = approval is not None and approval.at < latest
+    stale = approval is not None and predates(approval.at, latest)
     signoffs, stale_signoffs = current_signoffs(registry, model, version, stage)
     decision = decide_promotion(evidence, policy, stage, baseline, signoffs,
                                 None if stale else approval, reached_stages(registry, model, version))

@@ -16,8 +16,8 @@ from gates.policy import CRITERIA, Policy, load_policy
 from gates.promotion import Approval
 from gates.scoring import score_survivors
 from registry import audit
-from registry.promotion import (approval_of, current_signoffs, evaluated_at, fallback_holder, reached_stages,
-                                signoffs_of, stage_holder)
+from registry.promotion import (approval_of, current_signoffs, evaluated_at, fallback_holder, predates,
+                                reached_stages, signoffs_of, stage_holder)
 from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence, load_gate_report
 
@@ -59,7 +59,11 @@ def list_versions(model: str | None = None, registry: Registry | None = None) ->
             row |= {f"gates_{s}": tags.get(model_tag(f"gates.{s}")) for s in STAGE_ALIASES}
             rows.append(row)
     frame = pd.DataFrame(rows)
-    return frame.sort_values(["model", "version"], key=lambda c: c.map(_num)).reset_index(drop=True) if rows else frame
+    if not rows:
+        return frame
+    gates = [f"gates_{s}" for s in STAGE_ALIASES]  # pandas turns None beside a verdict into NaN; keep None
+    frame[gates] = frame[gates].astype(object).where(frame[gates].notna(), None)
+    return frame.sort_values(["model", "version"], key=lambda c: c.map(_num)).reset_index(drop=True)
 
 
 def _num(value: Any) -> Any:
@@ -174,7 +178,7 @@ def version_status(model: str, version: str, registry: Registry | None = None) -
     reg = _reg(registry)
     latest = evaluated_at(reg, model, version)
     return {"model": model, "version": version, "reached": sorted(reached_stages(reg, model, version)),
-            "approvals": {s: a.to_dict() | {"stale": a.at < latest}
+            "approvals": {s: a.to_dict() | {"stale": predates(a.at, latest)}
                           for s in STAGE_ALIASES if (a := approval_of(reg, model, version, s))},
-            "signoffs": {s: {item: signoff | {"stale": str(signoff.get("at", "")) < latest}
+            "signoffs": {s: {item: signoff | {"stale": predates(signoff.get("at"), latest)}
                              for item, signoff in signoffs_of(reg, model, version, s).items()} for s in STAGE_ALIASES}}

@@ -58,8 +58,7 @@ def gate_board(registry: Registry) -> pd.DataFrame:
     for v in shown_versions(registry).itertuples():
         for stage in STAGE_ALIASES:
             mine = results[(results.model == v.model) & (results.version == v.version) & (results.stage == stage)]
-            verdict = getattr(v, f"gates_{stage}")
-            verdict = verdict if isinstance(verdict, str) and verdict else "not judged"  # None or NaN (frame gap)
+            verdict = getattr(v, f"gates_{stage}") or "not judged"
             rows.append({"model": v.model, "version": v.version, "aliases": list(v.aliases), "stage": stage,
                          "verdict": verdict, "passed": int(mine.passed.sum()), "total": len(mine),
                          "failed_gates": list(mine.gate[~mine.passed.astype(bool)]),
