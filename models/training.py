@@ -125,7 +125,11 @@ def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int, ids: dict[
 
 
 def diffusion_loss(model: LLaDAModelLM, tokens, attention, response, mask_id: int, generator: torch.Generator):
-    """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions weighted 1/t."""
+    """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions weighted 1/t.
+
+    The noise is drawn on the CPU from `generator` whatever the model's device, so a step masks the
+    same positions on a GPU as on the CPU (only float summation order differs).
+    """
     B = tokens.shape[0]
     # Stratified t: row i draws from ((i + u) / B), so each row's t is still U(0, 1) but a batch
     # covers the whole noise range (lower-variance gradients; the expectation is unchanged).
@@ -134,7 +138,9 @@ def diffusion_loss(model: LLaDAModelLM, tokens, attention, response, mask_id: in
     p_mask = (1 - MASK_EPS) * t + MASK_EPS  # (B, 1)
     masked = (torch.rand(tokens.shape, generator=generator) < p_mask) & response  # (B, T)
     noisy = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
-    logits = model(noisy, attention_mask=attention).logits  # (B, T, V)
+    device = model.device
+    tokens, masked, response, p_mask = tokens.to(device), masked.to(device), response.to(device), p_mask.to(device)
+    logits = model(noisy.to(device), attention_mask=attention.to(device)).logits  # (B, T, V)
     ce = F.cross_entropy(logits[masked], tokens[masked], reduction="none")  # (n_masked,)
     weights = 1.0 / p_mask.expand_as(tokens)[masked]
     response_length = response.sum(dim=1, keepdim=True).expand_as(tokens)[masked].float()
@@ -161,6 +167,7 @@ def encode_autoregressive(tokenizer: Tokenizer, batch: Batch, ids: dict[str, int
 
 def autoregressive_loss(model: LLaDAModelLM, tokens, attention, target):
     """Next-token cross-entropy on the response tokens and the closing EOS."""
+    tokens, attention, target = tokens.to(model.device), attention.to(model.device), target.to(model.device)
     logits = model(tokens[:, :-1], attention_mask=attention[:, :-1]).logits  # (B, T-1, V)
     predict = target[:, 1:]
     return F.cross_entropy(logits[predict], tokens[:, 1:][predict])
@@ -184,7 +191,7 @@ def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg:
     tmp = folder / "partial"
     save_checkpoint(model, tmp, tokenizer=tokenizer, extra_config=special_ids(tokenizer))
     opt = optimizer.state_dict()
-    tensors = {f"{idx}.{name}": v.detach().clone().contiguous() for idx, s in opt["state"].items() for name, v in s.items()}
+    tensors = {f"{idx}.{name}": v.detach().cpu().clone().contiguous() for idx, s in opt["state"].items() for name, v in s.items()}
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     meta = {"train_config": asdict(cfg), "state": asdict(state), "param_groups": opt["param_groups"]}
     (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -220,6 +227,23 @@ def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> t
     return TrainConfig(**saved), TrainState(**meta["state"])
 
 
+def resolve_device(device: str) -> torch.device:
+    """`device` as a torch device, or a ValueError that says why it cannot be used here."""
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r}: {exc}") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + (", a CPU-only build" if torch.version.cuda is None else "")
+            raise ValueError(f"device {device!r}: no CUDA device is visible to {build}")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif resolved.type != "cpu":
+        raise ValueError(f"device {device!r}: training runs on 'cpu' or 'cuda[:N]'")
+    return resolved
+
+
 def train(
     cfg: TrainConfig,
     source: ExampleSource,
@@ -230,15 +254,19 @@ def train(
     stop_after: int | None = None,
     console: Console | None = None,
     on_log: Callable[[dict], None] | None = None,
+    device: str = "cpu",
 ) -> tuple[LLaDAModelLM, TrainState]:
     """Train `cfg.steps` steps on `source`; write the model to `out_dir` and resumable state under `state_dir`.
 
     `stop_after` ends this session at that step (checkpointed), so a long run can span sessions.
+    `device` is where the weights and the forward/backward pass live ("cpu", "cuda", "cuda:1");
+    batches and masking noise are made on the CPU either way, and every checkpoint is written from
+    CPU copies, so a run can move between a GPU host and the CPU with --resume.
     """
     console = console or Console()
     ids = special_ids(tokenizer)
     torch.manual_seed(cfg.seed)
-    model = init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed)
+    model = init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed).to(resolve_device(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     state = TrainState()
     if resume:

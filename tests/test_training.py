@@ -14,7 +14,8 @@ from evals.tasks import TASKS, alphabet, make_split
 from evals.tasks.mixture import TrainingMixture
 from models.checkpoint import load_checkpoint
 from models.tokenizer_build import build_char_tokenizer, special_ids
-from models.training import RECIPES, Batch, TrainConfig, diffusion_loss, encode_diffusion, learning_rate, train
+from models.training import (RECIPES, Batch, TrainConfig, diffusion_loss, encode_diffusion, learning_rate, resolve_device,
+                             train)
 from sampler import SamplerConfig
 
 MICRO = TrainConfig(d_model=32, n_layers=1, n_heads=2, mlp_hidden=64, steps=30, lr=1e-2, warmup=5,
@@ -73,6 +74,8 @@ def test_diffusion_loss_masks_only_the_response(tokenizer):
     seen = []
 
     class Spy(torch.nn.Module):
+        device = torch.device("cpu")
+
         def forward(self, x, attention_mask=None):
             seen.append(x.clone())
             return type("Out", (), {"logits": torch.zeros(*x.shape, tokenizer.get_vocab_size(), requires_grad=True)})()
@@ -124,3 +127,28 @@ def test_unmask_train_takes_the_schedule_from_its_options(tmp_path):
     recipe = json.loads((tmp_path / "out" / "config.json").read_text())["unmask_training"]["recipe"]
     assert recipe["mixture"] == "sort-focus" and recipe["restarts"] == [2] and recipe["restart_lr"] == 0.0005
     assert recipe["d_model"] == RECIPES["tiny-llada"].d_model and recipe["steps"] == 3
+
+
+def test_a_device_that_cannot_train_here_is_refused_by_name(tmp_path):
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+
+    app = cli_app("train")
+    args = ["train", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--steps", "1"]
+    for device, reason in [("cuda:99", "CUDA device"), ("quantum", "device 'quantum'"), ("meta", "'cpu' or 'cuda[:N]'")]:
+        result = CliRunner().invoke(app, [*args, "--device", device])
+        assert result.exit_code == 2 and "--device" in result.output and reason in result.output, (device, result.output)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()  # refused before any work
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU host)")
+def test_a_step_on_cuda_masks_and_updates_like_the_cpu(tmp_path, tokenizer):
+    """Same batches and masking noise on both devices: the weights after a few steps agree to float tolerance."""
+    cfg = replace(MICRO, steps=5, checkpoint_every=5)
+    cpu, _ = train(cfg, source(), tokenizer, tmp_path / "a", tmp_path / "sa", console=quiet())
+    gpu, _ = train(cfg, source(), tokenizer, tmp_path / "b", tmp_path / "sb", console=quiet(), device="cuda")
+    for (name, a), b in zip(cpu.state_dict().items(), gpu.state_dict().values()):
+        assert torch.allclose(a, b.cpu(), atol=1e-4, rtol=1e-3), name
+    assert load_checkpoint(tmp_path / "b").model.device.type == "cpu"

@@ -1,4 +1,4 @@
-"""`unmask train`: reproduce a bundled tiny model from a seed on the CPU, resumable."""
+"""`unmask train`: reproduce a bundled tiny model from a seed on the CPU (or a GPU host), resumable."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def train_command(
     mixture: str = typer.Option(None, help="Data schedule from evals/tasks/mixture.py (default: the recipe's)."),
     restart: list[int] = typer.Option(None, "--restart", help="Step where the cosine starts again (repeatable)."),
     restart_lr: float = typer.Option(None, "--restart-lr", help="Peak learning rate after a restart (default: the recipe's)."),
+    device: str = typer.Option("cpu", help="Where to train: cpu, or cuda[:N] on a GPU host (same batches and masks)."),
 ) -> None:
     """Train a bundled tiny model on the generated task suite (train split only)."""
     import torch
@@ -33,11 +34,16 @@ def train_command(
     from flows.environment import state_dir as default_state
     from models.loading import WEIGHTS_DIR
     from models.tokenizer_build import build_char_tokenizer
-    from models.training import RECIPES, train
+    from models.training import RECIPES, resolve_device, train
 
     if model not in RECIPES:
         console.print(f"[red]error:[/red] --model {model!r}; known: {', '.join(RECIPES)}")
         raise typer.Exit(2)
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] --device: {exc}")
+        raise typer.Exit(2) from None
     if threads:
         torch.set_num_threads(threads)
     cfg = RECIPES[model]
@@ -51,8 +57,9 @@ def train_command(
         raise typer.Exit(2) from None
     out = out or WEIGHTS_DIR / model
     state_dir = state_dir or default_state() / "train" / model
-    console.print(f"training {model} for {cfg.steps} steps -> {out} (resumable state in {state_dir})")
-    _, state = train(cfg, source, build_char_tokenizer(alphabet()), out, state_dir, resume=resume, stop_after=stop_after, console=console)
+    console.print(f"training {model} for {cfg.steps} steps on {device} -> {out} (resumable state in {state_dir})")
+    _, state = train(cfg, source, build_char_tokenizer(alphabet()), out, state_dir, resume=resume, stop_after=stop_after,
+                     console=console, device=device)
     console.print(f"done: {state.step} steps, {state.wall_seconds:.0f} s, final loss (EMA) {state.loss_ema:.4f}")
 
 
