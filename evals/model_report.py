@@ -19,6 +19,7 @@ from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
 from models.checkpoint import LoadedModel, load_checkpoint
 from models.pull import sha256_of
+from models.training import resolve_device
 from sampler import SamplerConfig
 
 
@@ -99,6 +100,7 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--gen-length", action="append", default=[], help="task=length, e.g. sort=256")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N] on a GPU host")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows")
     parser.add_argument("--card", type=Path, nargs="+", default=None,
                         help="write MODEL_CARD.md from these saved rows files (no evaluation)")
@@ -114,7 +116,11 @@ def main() -> None:
         return
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_checkpoint(args.model)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        parser.error(f"--device: {exc}")
+    loaded = load_checkpoint(args.model, device=device)
     gen_lengths = {k: int(v) for k, v in (g.split("=") for g in args.gen_length)}
     rows = steps_ratio_table(loaded, args.split, args.n, [int(r) for r in args.ratios.split(",")],
                              tasks=args.tasks.split(","), gen_lengths=gen_lengths)
