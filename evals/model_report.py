@@ -17,9 +17,8 @@ import torch
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
-from models.checkpoint import LoadedModel, load_checkpoint
+from models.checkpoint import LoadedModel, load_checkpoint, resolve_device
 from models.pull import sha256_of
-from models.training import resolve_device
 from sampler import SamplerConfig
 
 

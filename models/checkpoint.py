@@ -220,6 +220,23 @@ def special_id(tokenizer: Tokenizer | None, names: tuple[str, ...]) -> int | Non
     return None
 
 
+def resolve_device(device: str) -> torch.device:
+    """`device` as a torch device, or a ValueError that says why it cannot be used here."""
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r}: {exc}") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + (", a CPU-only build" if torch.version.cuda is None else "")
+            raise ValueError(f"device {device!r}: no CUDA device is visible to {build}")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif resolved.type != "cpu":
+        raise ValueError(f"device {device!r}: models run on 'cpu' or 'cuda[:N]'")
+    return resolved
+
+
 def load_checkpoint(folder: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a LLaDA-layout folder (config.json, safetensors, tokenizer.json, card)."""
     folder = Path(folder)

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from models.checkpoint import save_checkpoint
+from models.checkpoint import resolve_device, save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import special_ids
 
@@ -225,23 +225,6 @@ def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> t
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     saved = meta["train_config"] | {"restarts": tuple(meta["train_config"].get("restarts", ()))}
     return TrainConfig(**saved), TrainState(**meta["state"])
-
-
-def resolve_device(device: str) -> torch.device:
-    """`device` as a torch device, or a ValueError that says why it cannot be used here."""
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device {device!r}: {exc}") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            build = f"torch {torch.__version__}" + (", a CPU-only build" if torch.version.cuda is None else "")
-            raise ValueError(f"device {device!r}: no CUDA device is visible to {build}")
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
-    elif resolved.type != "cpu":
-        raise ValueError(f"device {device!r}: training runs on 'cpu' or 'cuda[:N]'")
-    return resolved
 
 
 def train(
