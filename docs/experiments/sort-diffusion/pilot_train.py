@@ -2,6 +2,7 @@
 
     python docs/experiments/sort-diffusion/pilot_train.py STATE WORK STEPS BUCKET=WEIGHT[,...] [--rainbow]
 
+`PILOT_THREADS` sets the torch threads (default 2).
 STATE is a `last/` folder of `unmask train` (e.g. .unmask/train/tiny-llada/last), WORK an empty
 folder for this run, BUCKET a name from evals/tasks/mixture.py SORT_BANDS or `sort-short128`
 (2-24 letters padded to 128 positions, batch 38: the same tokens per step as sort-short's 96 x 32)
@@ -12,6 +13,7 @@ the pad tokens, so the vocabulary and the checkpoint shapes stay as they are.
 """
 
 import json
+import os
 import shutil
 import sys
 from dataclasses import replace
@@ -46,7 +48,7 @@ def rainbow(encode):
 
 
 def main() -> None:
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("PILOT_THREADS", "2")))
     state, work, more = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     weights = {k: float(v) for k, v in (kv.split("=") for kv in sys.argv[4].split(","))}
     if "--rainbow" in sys.argv[5:]:
