@@ -19,7 +19,8 @@ import torch
 from evals.measure import PeakMemory, useful_length
 from evals.quality import left_pad, response_text
 from evals.tasks import get_task, make_split, score
-from sampler import SamplerConfig, generate
+from sampler import SamplerConfig
+from sampler.decode import decode_loaded, sampler_ids
 
 BENCH_TASKS = ("arith", "sort")  # the short task and the long one
 # The metric reported per task: graded where the task has a graded one, so a small loss shows.
@@ -176,19 +177,10 @@ def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
     return batches
 
 
-def decoder_of(loaded: Any, variant: Variant) -> Callable:
-    if variant.kind == "ar":
-        from sampler.autoregressive import generate_autoregressive
-
-        return generate_autoregressive
-    return generate
-
-
 def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup) -> SamplerConfig:
     """One token per step (steps = gen_length), the model's own special ids, then the variant's settings."""
-    return SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length,
-                         mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id, seed=setup.seed,
-                         **variant.settings)
+    return SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length, seed=setup.seed,
+                         **sampler_ids(loaded), **variant.settings)
 
 
 class VariantRun:
@@ -197,7 +189,6 @@ class VariantRun:
     def __init__(self, loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup):
         self.loaded, self.variant, self.gen_length, self.batches = loaded, variant, gen_length, batches
         self.config = config_for(loaded, variant, gen_length, setup)
-        self.decode = decoder_of(loaded, variant)
         self.times: list[float] = []
         self.peak_mb = 0.0
         self.outputs: list = []
@@ -213,7 +204,7 @@ class VariantRun:
                 chunk_ids, chunk_mask = ids[i : i + size], None if mask is None else mask[i : i + size]
                 if size == 1 and chunk_mask is not None:  # a prompt alone needs no padding
                     chunk_ids, chunk_mask = chunk_ids[:, chunk_mask[0].bool()], None
-                chunks.append(self.decode(self.loaded.model, chunk_ids, self.config, attention_mask=chunk_mask))
+                chunks.append(decode_loaded(self.loaded, chunk_ids, self.config, attention_mask=chunk_mask))
             outputs.append(chunks)
         return outputs
 

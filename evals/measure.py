@@ -25,31 +25,33 @@ MAX_ERROR_MESSAGES = 5
 
 
 class CallClock:
-    """Wraps a model and notes when each call returned, so the time to the first block can be read."""
+    """Notes when each call of a model returned (a forward hook), so the time to the first block can be read.
+
+    The hook sees every call of the module, whoever makes it: unmask's samplers or transformers'
+    `generate`. A backend that never calls the module (ONNX Runtime) leaves `times` empty.
+    """
 
     def __init__(self, model: Any):
         self.model = model
         self.times: list[float] = []
+        self._handle = None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.model(*args, **kwargs)
-        self.times.append(time.perf_counter())
-        return out
+    def __enter__(self) -> "CallClock":
+        if isinstance(self.model, torch.nn.Module):
+            self._handle = self.model.register_forward_hook(lambda *_: self.times.append(time.perf_counter()))
+        return self
 
-    def __getattr__(self, name: str) -> Any:  # config, dtype, device ... of the wrapped model
-        return getattr(self.model, name)
+    def __exit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
 
-def decoder_for(loaded: Any, config: Any, model: Any = None) -> Decoder:
-    """Bind `loaded`'s model (or `model`, e.g. a CallClock around it) to the right sampler for its kind."""
-    model = loaded.model if model is None else model
-    if getattr(loaded, "causal", False):
-        from sampler.autoregressive import generate_autoregressive
+def decoder_for(loaded: Any, config: Any) -> Decoder:
+    """Bind `loaded` to the decoder of its kind (sampler.decode.decode_loaded) and `config`."""
+    from sampler.decode import decode_loaded
 
-        return lambda ids, mask: generate_autoregressive(model, ids, config, attention_mask=mask)
-    from sampler import generate
-
-    return lambda ids, mask: generate(model, ids, config, attention_mask=mask)
+    return lambda ids, mask: decode_loaded(loaded, ids, config, attention_mask=mask)
 
 
 def first_block_index(config: Any, stats: dict[str, Any], causal: bool, clock_calls: int) -> int:
@@ -197,7 +199,7 @@ def measure(
     """Decode each prompt alone (timed, after `warmup` discarded requests), then in batches of `batch_size`.
 
     prompts: token ids per request (no padding). `loaded` needs `.model`, `.causal`, `.eos_id`,
-    `.eot_id`, `.pad_id` (a models.LoadedModel). Never raises for a failing request: the error is
+    `.eot_id`, `.pad_id` (what models.load_model returns). Never raises for a failing request: the error is
     counted and the request's tokens are None.
     """
     if not prompts:
@@ -208,8 +210,7 @@ def measure(
     stop_ids = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
     pad_id = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
     clock = CallClock(loaded.model)
-    # Other backends (ONNX Runtime) export the module itself and never call it, so no clock there.
-    decode = decoder_for(loaded, config, clock if getattr(config, "backend", "torch") == "torch" else None)
+    decode = decoder_for(loaded, config)
 
     def run_one(index: int, prompt: list[int]) -> RequestResult:
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -230,7 +231,7 @@ def measure(
                              nfe=int(out.nfe), calls=int(stats.get("sequential_calls") or out.nfe),
                              useful_tokens=useful_length(tokens, stop_ids))
 
-    with PeakMemory(device) as memory:
+    with PeakMemory(device) as memory, clock:
         for i in range(warmup):
             run_one(-1, prompts[i % len(prompts)])
         requests = []

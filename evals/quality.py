@@ -9,9 +9,8 @@ import torch
 
 from evals.tasks import TASKS, TaskItem, score
 from evals.tasks.gsm8k import GSM8KTask
-from models.checkpoint import LoadedModel
-from sampler import SamplerConfig, generate
-from sampler.autoregressive import generate_autoregressive
+from sampler import SamplerConfig
+from sampler.decode import decode_loaded, sampler_ids
 
 
 def metrics_of(task: str) -> tuple[str, ...]:
@@ -33,7 +32,7 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, (None if bool(mask.all()) else mask)
 
 
-def response_text(loaded: LoadedModel, tokens: list[int]) -> str:
+def response_text(loaded: Any, tokens: list[int]) -> str:
     """The generated text up to the first EOS or EoT."""
     stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
     for i, t in enumerate(tokens):
@@ -48,10 +47,11 @@ def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
     return {m: sum(p[m] for p in predictions) / len(predictions) for m in metrics}
 
 
-def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerConfig, batch_size: int = 32) -> dict[str, Any]:
+def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, batch_size: int = 32) -> dict[str, Any]:
     """Accuracy per metric of one task's `items`.
 
-    Diffusion models decode with `sampler.generate`, causal ones with the KV-cached AR decoder;
+    Each model decodes by its kind (`sampler.decode.decode_loaded`): diffusion models with
+    `sampler.generate`, causal ones with a KV-cached AR decoder;
     the mask/EOS/EoT ids are always the model's own. Prompts are sorted by length and left-padded
     within a batch. Returns `{"task", "n", "accuracy": {metric: share}, "nfe", "seconds", "config",
     "predictions": [{"prompt", "response", "target", metric: bool}]}` in the order of `items`.
@@ -65,8 +65,7 @@ def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerCo
         raise ValueError(f"evaluate_items: batch_size must be positive, got {batch_size}")
     task = tasks.pop()
     metrics = metrics_of(task)
-    config = config.with_(mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id)
-    decode = generate_autoregressive if loaded.causal else generate
+    config = config.with_(**sampler_ids(loaded))
     encoded = [loaded.encode(i.prompt) for i in items]
     order = sorted(range(len(items)), key=lambda j: len(encoded[j]))
     device = next(loaded.model.parameters()).device
@@ -76,7 +75,7 @@ def evaluate_items(loaded: LoadedModel, items: list[TaskItem], config: SamplerCo
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
         ids, mask = left_pad([encoded[j] for j in chunk], loaded.pad_id if loaded.pad_id is not None else loaded.eos_id)
-        out = decode(loaded.model, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+        out = decode_loaded(loaded, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
         nfe += out.nfe
         for j, row in zip(chunk, out.generated.tolist()):
             responses[j] = response_text(loaded, row)

@@ -178,9 +178,10 @@ def probe_model(ref: str, settings: dict[str, Any], prompts: list[str], *, devic
     """Load `ref`, build its SamplerConfig from sweep `settings` and probe it on text prompts."""
     from evals.sweep import build_config
     from models import load_model
+    from sampler.decode import sampler_ids
 
     loaded = load_model(ref, device=device, dtype=dtype)
-    config, _ = build_config(settings, {"mask_id": loaded.mask_id, "eos_id": loaded.eos_id, "eot_id": loaded.eot_id})
+    config, _ = build_config(settings, sampler_ids(loaded))
     ids = [loaded.encode(p) for p in prompts]
     return probe(loaded, config, ids, candidate=ref if not Path(ref).is_dir() else Path(ref).name,
                  device=device, dtype=dtype, fresh_process=fresh_process)

@@ -272,10 +272,9 @@ class SweepResult:
 
 def model_is_causal(ref: str) -> bool:
     """Whether a model is the autoregressive kind, from its config.json (no weights read)."""
-    from models.checkpoint import read_config
-    from models.loading import resolve_model_path
+    from models.loading import is_causal
 
-    return read_config(resolve_model_path(ref))[0].causal
+    return is_causal(ref)
 
 
 def plan_sweep(spec: SweepSpec, failures: list[str] | None = None) -> tuple[list[PlannedPoint], list[str]]:
@@ -310,6 +309,7 @@ def run_sweep(
     from evals.store import RecordStore
     from evals.validation import check_task, validate_record
     from models import load_model
+    from sampler.decode import sampler_ids
 
     notify = on_event or (lambda kind, info: None)
     if spec.threads:  # on a shared CPU, more threads than free cores makes every forward much slower
@@ -338,7 +338,7 @@ def run_sweep(
             failures.append(f"model {model}: could not load ({e})")
             notify("failure", {"message": failures[-1]})
             continue
-        ids = {"mask_id": loaded_model.mask_id, "eos_id": loaded_model.eos_id, "eot_id": loaded_model.eot_id}
+        ids = sampler_ids(loaded_model)
         for point in (p for p in plan if p.model == model):
             task = tasks[id(point.task)]
             notify("point", {"model": model, "task": task.name, "settings": point.settings})

@@ -148,6 +148,7 @@ def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32"
     """Pull and verify (when needed), load, and identify a candidate; raises if it cannot be loaded."""
     from evals.evaluate import candidate_from
     from evals.fingerprint import weights_sha256
+    from sampler.decode import sampler_ids
 
     path = model_folder(model_id)
     loaded = loaded_model(str(path), device, dtype, weights_sha256(path))
@@ -155,7 +156,7 @@ def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32"
     return PreparedCandidate(
         ref=model_id, candidate=cand.id, path=str(path), role=cand.role, kind=cand.kind, revision=cand.revision,
         weights_sha256=cand.weights_sha256, causal=loaded.causal,
-        ids={"mask_id": loaded.mask_id, "eos_id": loaded.eos_id, "eot_id": loaded.eot_id},
+        ids=sampler_ids(loaded),
         card={k: v for k, v in loaded.card.items() if k != "text"} | {"source": model_id})
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from models.checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from models.checkpoint import CheckpointError, load_checkpoint, read_config
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -37,13 +39,58 @@ def resolve_model_path(ref: str | Path) -> Path:
     )
 
 
-def load_model(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32) -> LoadedModel:
-    """Load a model folder or bundled id: returns model, tokenizer, mask/EOS/EoT ids and card."""
+def folder_layout(config: dict[str, Any]) -> str:
+    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma' or 'causal-lm', from config.json."""
+    if config.get("model_type") == "diffusion_gemma":
+        return "diffusion-gemma"
+    if config.get("model_type") in (None, "llada") or "d_model" in config:
+        return "llada"
+    return "causal-lm"
+
+
+def model_layout(path: Path) -> str:
+    """The layout of a model folder; a folder whose config.json is missing or unreadable counts as
+    'llada', so the native loader reports what is wrong with it."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return "llada"
+    return folder_layout(config) if isinstance(config, dict) else "llada"
+
+
+def is_causal(ref: str | Path) -> bool:
+    """Whether a model decodes autoregressively, from its config.json alone (no weights read)."""
+    path = resolve_model_path(ref)
+    layout = model_layout(path)
+    if layout == "llada":
+        return read_config(path)[0].causal
+    return layout == "causal-lm"
+
+
+def load_model(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32) -> Any:
+    """Load a model folder or bundled id for evaluation: model, tokenizer, mask/EOS/EoT ids and card.
+
+    A LLaDA-layout folder gives a `LoadedModel`; a Hugging Face causal LM (Llama, Qwen: the real AR
+    fallbacks) gives a `models.adapters.CausalLMAdapter` with the same surface. A DiffusionGemma folder
+    is refused here: its block-diffusion decoder takes no SamplerConfig sweep (use `load_adapter`).
+    """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}; known: {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
     path = resolve_model_path(ref)
+    model_id = str(ref) if not Path(ref).is_dir() else path.name
+    layout = model_layout(path)
+    if layout == "diffusion-gemma":
+        raise CheckpointError(f"{path}: a DiffusionGemma (block-diffusion) checkpoint; evaluation sweeps run LLaDA-layout "
+                              f"models and Hugging Face causal LMs only (decode it with models.adapters.load_adapter)")
+    if layout == "causal-lm":
+        from models.adapters import AdapterError, CausalLMAdapter
+
+        try:
+            return CausalLMAdapter.from_folder(path, model_id, device=device, dtype=dtype)
+        except AdapterError as e:
+            raise CheckpointError(str(e)) from None
     loaded = load_checkpoint(path, device=device, dtype=dtype)
-    loaded.model_id = str(ref) if not Path(ref).is_dir() else path.name
+    loaded.model_id = model_id
     return loaded

@@ -106,3 +106,29 @@ def decode(adapter: Any, input_ids: torch.Tensor, config, attention_mask: torch.
     except KeyError:
         raise DecodeError(f"no decoder for kind {adapter.kind!r}; known: {', '.join(DECODERS)}") from None
     return decoder(adapter, input_ids, config, attention_mask=attention_mask)
+
+
+def decode_loaded(loaded: Any, input_ids: torch.Tensor, config: SamplerConfig, attention_mask: torch.Tensor | None = None,
+                  **options: Any) -> GenerateOutput:
+    """Decode with a loaded model (`models.LoadedModel`, or a causal-LM adapter with the same surface) by its kind.
+
+    A bidirectional LLaDA layout runs the diffusion sampler (`options` such as `record_commits` go to it);
+    a causal LLaDA layout (the bundled AR twin) runs unmask's KV-cached AR decoder; a Hugging Face causal
+    LM runs transformers' cached `generate`. All three return the same `GenerateOutput` layout.
+    """
+    if loaded.causal and getattr(config, "backend", "torch") != "torch":
+        raise DecodeError(f"backend {config.backend!r} runs the diffusion sampler only; autoregressive models decode with torch")
+    if getattr(loaded, "kind", None) == "autoregressive":  # a models.adapters.CausalLMAdapter
+        return decode_causal_lm(loaded, input_ids, config, attention_mask=attention_mask)
+    if loaded.causal:
+        from sampler.autoregressive import generate_autoregressive
+
+        return generate_autoregressive(loaded.model, input_ids, config, attention_mask=attention_mask)
+    return generate(loaded.model, input_ids, config, attention_mask=attention_mask, **options)
+
+
+def sampler_ids(loaded: Any) -> dict[str, int | None]:
+    """The token ids a SamplerConfig for `loaded` must carry: its own mask, EOS and EoT (EoT may be None).
+    A model without a mask token (a Hugging Face causal LM) leaves `mask_id` at the config's default."""
+    ids = {"mask_id": loaded.mask_id, "eos_id": loaded.eos_id, "eot_id": loaded.eot_id}
+    return {k: v for k, v in ids.items() if v is not None or k == "eot_id"}

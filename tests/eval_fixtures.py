@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -41,3 +42,17 @@ def write_model(folder: Path, causal: bool = False, seed: int = 0, card_license:
     if card_license:
         (folder / "README.md").write_text(f"---\nlicense: {card_license}\n---\n# tiny test model\n")
     return folder
+
+
+def hub_llama_copy(folder, out):
+    """A causal LLaDA-layout checkpoint saved by transformers as a LlamaForCausalLM: what a Hub Llama/Qwen
+    fallback folder looks like (config.json with model_type llama, HF tensor names, generation_config.json
+    stopping on EOS and EoT), with the same weights, tokenizer and model card."""
+    from models.adapters.causal_lm import llada_as_llama
+
+    model, raw = llada_as_llama(Path(folder), torch.float32)
+    model.generation_config.eos_token_id = [raw["eos_token_id"], raw["eot_token_id"]]
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "README.md"):
+        shutil.copy(Path(folder) / name, out / name)
+    return out

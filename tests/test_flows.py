@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from prefect.artifacts import Artifact
 
 from flow_fixtures import (CANDIDATE, FALLBACK, broken_model, seed_registry, tiny_models, undecodable_model,
@@ -169,3 +170,25 @@ def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
     assert not passed_stage(outcome(), "poc")  # judged on nothing is not a pass
     assert not passed_stage(outcome(error="RuntimeError: no weights"), "poc")
     assert not passed_stage(outcome(True, True), "staging")
+
+
+@pytest.mark.slow  # loads transformers and decodes in a fresh process: about 20 s on two cores
+def test_a_hugging_face_fallback_is_evaluated_probed_and_judged(prefect_harness, models, tmp_path, monkeypatch):
+    from eval_fixtures import hub_llama_copy
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    seed_registry(home)
+    hub = hub_llama_copy(models[FALLBACK], tmp_path / "hub-llama")
+    sweep = write_sweep(tmp_path / "ar.yaml", [str(hub)])
+    policy = yaml.safe_load(open(write_policy(tmp_path / "policy.yaml")))  # judged at the tiny sweep's gen_length
+    policy["stages"]["production"]["gates"] |= {"reproducibility": {"require": ["same_process", "fresh_process",
+                                                                                "batch_invariant"]},
+                                                "error_rate": {"max_error_rate": 0.0}}
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    outcome = evaluate_candidate(str(hub), sweep, EvaluationOptions(policy=str(tmp_path / "policy.yaml")))
+    assert (outcome["candidate"], outcome["role"], outcome["kind"]) == ("hub-llama", "fallback", "autoregressive")
+    assert outcome["failures"] == [] and outcome["points"] == 1
+    gates = {g["gate"]: g for g in outcome["verdicts"]["production"]["gates"]}
+    for name in ("reproducibility", "error_rate", "license", "data_validity"):  # the probe ran in a fresh process too
+        assert gates[name]["passed"], gates[name]["reason"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import yaml
 
-from eval_fixtures import write_model
+from eval_fixtures import hub_llama_copy, write_model
 from evals import sweep as sweep_module
 from evals.plots import pareto_front, plot_quality_latency
 from evals.store import load_records
@@ -163,3 +165,28 @@ def test_catalog_settings_are_sampler_settings():
     settings = catalog_settings("llada-8b-instruct")
     assert settings["steps"] == 128 and set(settings) <= sampler_keys() and "mask_id" not in settings
     assert catalog_settings("no-such-model") == {}
+
+
+@pytest.mark.slow  # two models, GX validation: about 10 s on two cores
+def test_a_hugging_face_causal_lm_is_swept_like_its_llada_layout_twin(models, tmp_path):
+    hub = hub_llama_copy(models[1], tmp_path / "hub-llama")
+    assert json.loads((hub / "config.json").read_text())["model_type"] == "llama"
+    result = run_sweep(parse_sweep(small_sweep([models[1], str(hub)])), tmp_path / "out")
+    assert result.failures == []
+    native, converted = result.records
+    assert (converted.candidate, converted.kind, converted.role) == ("hub-llama", "autoregressive", "fallback")
+    assert converted.valid is True and converted.n_items == 3 and converted.errors == 0
+    # the same network decoded by transformers' generate and by unmask's own AR decoder: the same tokens
+    assert converted.output_hash == native.output_hash and converted.accuracy == native.accuracy
+    assert converted.nfe == native.nfe and converted.time_to_first_block_s is not None
+    assert converted.throughput_items_per_s is not None and converted.weights_sha256 != native.weights_sha256
+
+
+def test_a_diffusion_gemma_folder_is_refused_by_sweeps_by_name(models, tmp_path):
+    folder = tmp_path / "dg"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "diffusion_gemma"}))
+    result = run_sweep(parse_sweep(small_sweep([models[0], str(folder)], grid={"steps": [2]})), tmp_path / "out")
+    assert [r.candidate for r in result.records] == ["diff"]
+    (failure,) = result.failures
+    assert str(folder) in failure and "DiffusionGemma" in failure

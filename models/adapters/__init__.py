@@ -19,6 +19,7 @@ from models.adapters.causal_lm import CausalLMAdapter
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
 from models.adapters.llada import LLaDAAdapter
 from models.catalog import Catalog, CatalogEntry, load_catalog
+from models.loading import folder_layout
 from models.pull import PullError, entry_path
 
 __all__ = [
@@ -67,8 +68,9 @@ def load_adapter(ref: str | Path, *, catalog: Catalog | None = None, store: str 
 def adapter_for_folder(folder: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Any:
     """Pick the adapter from config.json: diffusion_gemma, LLaDA (bidirectional or causal), or a causal LM."""
     config = read_json(folder / "config.json")
-    if config.get("model_type") == "diffusion_gemma":
+    layout = folder_layout(config)
+    if layout == "diffusion-gemma":
         return DiffusionGemmaAdapter.from_folder(folder, device=device, dtype=dtype or torch.bfloat16)
-    if (config.get("model_type") == "llada" or "d_model" in config) and not config.get("causal"):
+    if layout == "llada" and not config.get("causal"):
         return LLaDAAdapter.from_folder(folder, device=device, dtype=dtype or torch.float32)
     return CausalLMAdapter.from_folder(folder, device=device, dtype=dtype or torch.float32)
