@@ -61,3 +61,13 @@ def test_unmask_generate_trace_prints_the_timeline():
     steps = [line for line in result.output.splitlines() if line.startswith("step ")]
     assert len(steps) == 12 and steps[-1].split()[1] == "31" and MASKED not in steps[-1].split("  ", 1)[1]
     assert "end tokens committed before the text was complete:" in result.output
+
+
+def test_unmask_generate_decodes_the_ar_twin_autoregressively():
+    prompt = "A box has 10 cups. Tom adds 14. How many in the box?"
+    result = CliRunner().invoke(cli_app("generate"), ["generate", prompt, "--model", "tiny-ar", "--gen-length", "32", "--raw"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith("#### 24")  # the diffusion sampler on this causal model gave digit soup
+    traced = CliRunner().invoke(cli_app("generate"), ["generate", prompt, "--model", "tiny-ar", "--trace"],
+                                env={"COLUMNS": "200"})
+    assert traced.exit_code == 2 and "autoregressive" in traced.output

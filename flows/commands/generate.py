@@ -1,4 +1,5 @@
-"""`unmask generate`: decode one prompt with the diffusion sampler and print text, NFE and time."""
+"""`unmask generate`: decode one prompt (the diffusion sampler, or KV-cached AR decoding for an
+autoregressive model) and print text, NFE and time."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def generate_command(
     import torch
 
     from models import CheckpointError, load_model
-    from sampler import SamplerConfig, generate
+    from sampler import SamplerConfig
+    from sampler.decode import DecodeError, decode_loaded, sampler_ids
 
     try:
         loaded = load_model(model, device=device, dtype=dtype)
@@ -45,17 +47,23 @@ def generate_command(
             temperature=temperature,
             cfg_scale=cfg_scale,
             remasking=remasking,
-            mask_id=loaded.mask_id,
-            eos_id=loaded.eos_id,
-            eot_id=loaded.eot_id,
             seed=seed,
+            **sampler_ids(loaded),
         )
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
+    if trace and loaded.causal:
+        console.print(f"[red]error:[/red] --trace shows the order in which diffusion decoding commits positions; "
+                      f"{model} is autoregressive and decodes left to right")
+        raise typer.Exit(2)
     ids = torch.tensor([loaded.encode(prompt)], device=device)
     start = time.perf_counter()
-    out = generate(loaded.model, ids, config, record_commits=trace)
+    try:
+        out = decode_loaded(loaded, ids, config, **({"record_commits": True} if trace else {}))
+    except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
+        console.print(f"[red]error:[/red] {model}: {e}")
+        raise typer.Exit(2) from None
     elapsed = time.perf_counter() - start
     tokens = out.generated[0].tolist()
     if loaded.eos_id in tokens:
