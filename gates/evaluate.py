@@ -9,6 +9,7 @@ there (ties: lower p95), unless the evidence's card names `operating_config_hash
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -105,6 +106,46 @@ def _no_record(ctx: _Context, spec: GateSpec, threshold: Any) -> GateResult:
                    f"no validated record of {ctx.evidence.candidate} on task {op.task!r} at gen_length {op.gen_length}")
 
 
+Z95 = 1.959964  # two-sided 95% normal quantile
+
+
+def wilson_interval(share: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `share` measured on `n` items (0-1 when n is 0)."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def difference_interval(a: float, n_a: int, b: float, n_b: int) -> tuple[float, float]:
+    """A 95% interval of the difference a - b of two independent proportions (Newcombe's hybrid
+    score method, built from each side's Wilson interval)."""
+    lo_a, hi_a = wilson_interval(a, n_a)
+    lo_b, hi_b = wilson_interval(b, n_b)
+    d = a - b
+    return d - math.hypot(a - lo_a, hi_b - b), d + math.hypot(hi_a - a, b - lo_b)
+
+
+def _uncertainty(mt: Any, value: float, n: int, base_value: float | None, base_n: int | None) -> tuple[str, dict[str, Any]]:
+    """The 95% intervals behind a quality verdict, in words and as evidence, and whether they span a
+    bound the verdict turned on (then more items could change it: the verdict is not settled)."""
+    lo, hi = wilson_interval(value, n)
+    words = f" (95% CI {lo:.2f}-{hi:.2f} on {n} items"
+    cite: dict[str, Any] = {"ci95": [round(lo, 4), round(hi, 4)], "n_items": n}
+    spans = mt.threshold is not None and lo < mt.threshold < hi
+    if base_value is not None and base_n:
+        d_lo, d_hi = difference_interval(value, n, base_value, base_n)
+        words += f"; difference {value - base_value:+.2f}, 95% CI {d_lo:+.2f} to {d_hi:+.2f}"
+        cite["difference_ci95"] = [round(d_lo, 4), round(d_hi, 4)]
+        spans |= mt.min_absolute_change is not None and d_lo < mt.min_absolute_change < d_hi
+    words += ")"
+    if spans:
+        words += "; not settled: the interval spans the bound, more items could change this verdict"
+    cite["settled"] = not spans
+    return words, cite
+
+
 def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
     mt = spec.metric_threshold
     metric = spec.params.get("metric", "accuracy")
@@ -113,7 +154,7 @@ def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
     if record is None or getattr(record, metric) is None:
         return _no_record(ctx, spec, mt.describe())
     value = float(getattr(record, metric))
-    base_value, base_cite = None, {}
+    base_value, base_n, base_cite = None, None, {}
     relative_to = spec.params.get("relative_to")
     if relative_to:
         base_evidence, _ = ctx.baselines.get(relative_to, (None, None))
@@ -124,15 +165,18 @@ def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
                                f"no {relative_to} model yet; nothing to compare {metric} against")
             return _result(ctx, spec, False, value, mt.describe(),
                            f"no validated {relative_to} record on task {task!r} to compare {metric} against")
-        base_value = float(getattr(base_record, metric))
+        base_value, base_n = float(getattr(base_record, metric)), base_record.n_items
         base_cite = {"baseline": relative_to, "baseline_record_id": base_record.record_id,
                      "baseline_run_id": base_record.run_id, "baseline_value": base_value}
+    # every quality metric is a share of items scored right, so its sampling error is a binomial one
+    noise, noise_cite = _uncertainty(mt, value, record.n_items, base_value, base_n)
     misses = mt.failures(value, base_value)
     if misses:
-        return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses), **base_cite)
+        return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses) + noise,
+                       **base_cite, **noise_cite)
     against = f" vs {relative_to} {base_value:.4g}" if base_value is not None else ""
-    return _result(ctx, spec, True, value, mt.describe(), f"{metric} on {task} {value:.4g}{against} meets {mt.describe()}",
-                   **base_cite)
+    return _result(ctx, spec, True, value, mt.describe(),
+                   f"{metric} on {task} {value:.4g}{against} meets {mt.describe()}{noise}", **base_cite, **noise_cite)
 
 
 def _gate_latency(ctx: _Context, spec: GateSpec) -> GateResult:

@@ -130,3 +130,36 @@ def test_gate_report_markdown_and_roundtrip():
     md = gate_report_markdown(results, "tiny-llada v1")
     assert "Stage **production**: FAILED (10/11 gates)" in md and "| speedup | **no** |" in md
     assert [GateResult.from_dict(r.to_dict()) for r in results] == results
+
+
+def test_intervals_match_published_values():
+    from gates.evaluate import difference_interval, wilson_interval
+
+    assert [round(x, 4) for x in wilson_interval(1.0, 16)] == [0.8064, 1.0]  # 16 of 16 right
+    assert [round(x, 3) for x in wilson_interval(0.0, 10)] == [0.0, 0.278]
+    # Newcombe (1998), Statistics in Medicine 17:873, method 10: 56/70 vs 48/80 -> 0.0524 to 0.3339
+    assert [round(x, 4) for x in difference_interval(56 / 70, 70, 48 / 80, 80)] == [0.0524, 0.3339]
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
+
+
+def test_a_quality_verdict_on_few_items_says_it_is_not_settled():
+    """16 items cannot rank two models 6 points apart: the gate keeps its verdict and says so."""
+    def pair(n, candidate, fallback):
+        return (evidence(records=[record(n_items=n, accuracy=candidate)]),
+                {"fallback": evidence("tiny-ar", records=[record("tiny-ar", n_items=n, accuracy=fallback)]),
+                 "production": None})
+
+    few, base = pair(16, 1.0, 15 / 16)
+    r = judge(few, "staging", base=base)["quality_vs_fallback"]
+    assert r.passed and "not settled" in r.reason and "on 16 items" in r.reason
+    assert r.evidence["settled"] is False and r.evidence["ci95"] == [0.8064, 1.0]
+    low, high = r.evidence["difference_ci95"]
+    assert low < -0.05 < high  # the tolerated regression lies inside the interval
+
+    many, base = pair(200, 0.895, 0.995)  # tiny-llada and tiny-ar on 200 held-out arith items
+    r = judge(many, "staging", base=base)["quality_vs_fallback"]
+    assert not r.passed and r.evidence["settled"] is True and "not settled" not in r.reason
+    assert r.evidence["difference_ci95"][1] < -0.05  # the whole interval is a larger regression than tolerated
+
+    sure = judge(evidence(records=[record(n_items=200, accuracy=0.9)]), "staging")["quality"]  # threshold 0.5
+    assert sure.passed and sure.evidence["settled"] is True and "difference" not in sure.reason
