@@ -33,9 +33,29 @@ class RandomRemasking:
         return torch.rand(x0.shape, device=x0.device, generator=generator)
 
 
+class MarginRemasking:
+    """Top-2 probability margin, p(first) - p(second): commit where the model is least torn between
+    two tokens (the adaptive order of Kim et al. 2025, "Train for the Worst, Plan for the Best")."""
+
+    def confidence(self, logits, x0, generator):
+        top = torch.topk(F.softmax(logits.float(), dim=-1), k=2, dim=-1).values
+        return top[..., 0] - top[..., 1]
+
+
+class EntropyRemasking:
+    """exp(-entropy) of the position's distribution, in (0, 1]: commit where the whole distribution
+    is sharpest, not only its top token."""
+
+    def confidence(self, logits, x0, generator):
+        logp = F.log_softmax(logits.float(), dim=-1)
+        return torch.exp((logp.exp() * logp).sum(-1))
+
+
 REMASKING_POLICIES: dict[str, type] = {
     "low_confidence": LowConfidenceRemasking,
     "random": RandomRemasking,
+    "margin": MarginRemasking,
+    "entropy": EntropyRemasking,
 }
 
 

@@ -167,3 +167,31 @@ def test_left_padded_batch_rows_equal_their_solo_runs_in_every_mode(model, mode)
             assert _text_before_eos(batch[row]) == _text_before_eos(solo[0]), f"row {row}"
         else:
             assert torch.equal(batch[row], solo[0]), f"row {row} differs in a padded batch"
+
+
+def test_margin_and_entropy_remasking_rank_positions_their_own_way():
+    from sampler.remasking import remasking_policy
+
+    torn = torch.tensor([0.5, 0.49, 0.01, 0.0])  # a sure top token, but a close second
+    spread = torch.tensor([0.4, 0.2, 0.2, 0.2])  # a clear winner over a flat rest
+    logits = torch.stack([torn, spread]).clamp_min(1e-12).log()[None]  # (1, 2, 4)
+    x0 = logits.argmax(-1)
+    low, margin, entropy = (remasking_policy(n).confidence(logits, x0, None)[0] for n in
+                            ("low_confidence", "margin", "entropy"))
+    assert low[0] > low[1] and margin[0] < margin[1]  # margin commits the clear winner first
+    assert margin.tolist() == pytest.approx([0.01, 0.2], abs=1e-5)
+    assert entropy[0] > entropy[1] and 0 < entropy.min() and entropy.max() <= 1  # exp(-H): the flat rest is less sure
+
+
+@pytest.mark.parametrize("remasking", ["margin", "entropy"])
+def test_every_remasking_policy_decodes_one_token_per_step(model, remasking):
+    ids, mask = left_padded_prompts([5, 3])
+    config = SamplerConfig(steps=16, gen_length=16, block_length=8, remasking=remasking, **IDS)
+    out = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    assert (out.generated != MASK_ID).all() and out.nfe == 16
+    for row in out.stats["commit_step"]:
+        assert sorted(row) == list(range(16))  # each step commits exactly one position
+    again = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    assert torch.equal(out.sequences, again.sequences)
+    plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, record_commits=True)
+    assert plain.stats["commit_step"] != out.stats["commit_step"]  # a different order on this random model

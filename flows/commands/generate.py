@@ -20,7 +20,7 @@ def generate_command(
     block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max sampling."),
     cfg_scale: float = typer.Option(0.0, "--cfg-scale", help="Classifier-free guidance scale."),
-    remasking: str = typer.Option("low_confidence", help="low_confidence or random."),
+    remasking: str = typer.Option("low_confidence", help="low_confidence, random, margin (top-2 probability gap) or entropy."),
     seed: int = typer.Option(0, help="Random seed."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
