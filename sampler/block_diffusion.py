@@ -70,7 +70,8 @@ class BlockDenoiser(Protocol):
     def new_cache(self) -> Any:
         """An empty prefix cache."""
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any) -> Any:
+    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                      cache: Any) -> Any:
         """Append `input_ids` `(batch, n)` to the cache; `attention_mask` `(batch, cached + n)` covers all keys."""
 
     def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache: Any,
@@ -171,7 +172,7 @@ def generate_block_diffusion(
     cache, nfe, canvases = model.new_cache(), 0, 0
     for _ in range(math.ceil(config.max_new_tokens / L)):
         cur = sequences.shape[1]
-        cache = model.encode(new_tokens, mask, enc_pos, cache)
+        cache = model.encode_prefix(new_tokens, mask, enc_pos, cache)
         dec_pos = torch.arange(cur, cur + L, dtype=torch.int32, device=device)[None]
         dec_mask = torch.nn.functional.pad(mask, (0, L), value=True)
         canvas = noise.sample(B, device, generator)

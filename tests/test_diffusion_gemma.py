@@ -113,6 +113,19 @@ def test_adapter_loads_safetensors_and_decodes_from_a_sampler_config(model, tmp_
     assert not torch.equal(first.sequences, other.sequences)
 
 
+def test_the_adapter_encodes_text_as_the_adapter_protocol_says(model, tmp_path):
+    """The block loop's cache call is `encode_prefix`, so `encode(text)` stays the text codec."""
+    from models.tokenizer_build import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer("")
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    adapter = DiffusionGemmaAdapter(model, tokenizer, path=tmp_path)
+    assert adapter.encode("Sort: cab") == tokenizer.encode("Sort: cab", add_special_tokens=False).ids
+    assert adapter.decode(adapter.encode("Sort: cab")) == "Sort: cab"
+    with pytest.raises(AdapterError, match="no tokenizer.json"):
+        DiffusionGemmaAdapter(model, path=tmp_path).encode("x")
+
+
 def test_pickle_only_or_wrong_folder_is_refused(model, tmp_path):
     folder = tmp_path / "pickled"
     folder.mkdir()

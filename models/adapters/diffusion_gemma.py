@@ -1,7 +1,7 @@
 """DiffusionGemma: transformers' native DiffusionGemmaForBlockDiffusion, driven by unmask's block sampler.
 
 The adapter loads the model (safetensors only, no remote code) and exposes the three calls the
-block-diffusion loop needs: an empty prefix cache, `encode` (causal encoder appends to the cache)
+block-diffusion loop needs: an empty prefix cache, `encode_prefix` (the causal encoder appends to the cache)
 and `denoise` (bidirectional decoder scores a canvas, reading the cache). The loop itself, with its
 random draws, lives in sampler/block_diffusion.py.
 """
@@ -58,7 +58,7 @@ class DiffusionGemmaAdapter(TextCodec):
 
         return DynamicCache(config=self.model.config.get_text_config(decoder=True))
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache):
+    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache):
         """Run the causal encoder over `input_ids` `(batch, n)`, appending their keys/values to `cache`."""
         encoder = self.model.model.encoder
         ids = input_ids.clone(memory_format=torch.contiguous_format)
