@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from evals.measure import PeakMemory, useful_length
-from evals.quality import left_pad, response_text
+from evals.quality import left_pad, padding_id, response_text
 from evals.tasks import get_task, make_split, score
 from sampler import SamplerConfig
 from sampler.decode import decode_loaded, sampler_ids
@@ -168,7 +168,7 @@ class Prompts:
 def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
     """`setup.prompts` test-split items of each task, the same for every variant."""
     batches = []
-    pad = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
+    pad = padding_id(loaded)
     device = next(loaded.model.parameters()).device
     for task in setup.tasks:
         items = make_split(get_task(task), "test", setup.prompts, seed=setup.seed)

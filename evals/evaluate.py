@@ -85,8 +85,9 @@ class Candidate:
 
 
 def candidate_from(ref: str, loaded: Any) -> Candidate:
-    """Catalog role/kind/revision where the catalog knows `ref`, else from the checkpoint (causal -> AR fallback)."""
-    role, kind, revision = ("fallback", "autoregressive", "") if loaded.causal else ("candidate", "masked-diffusion", "")
+    """Catalog role/kind/revision where the catalog knows `ref`, else from the model (autoregressive -> fallback)."""
+    kind = getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
+    role, revision = ("fallback" if kind == "autoregressive" else "candidate"), ""
     try:
         from models.catalog import load_catalog
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from evals.fingerprint import output_hash
-from evals.quality import left_pad
+from evals.quality import left_pad, padding_id
 
 # A decoder maps left-padded prompts `(batch, prompt_len)` and their attention mask (or None) to
 # a GenerateOutput: the diffusion sampler or the autoregressive one, already bound to a config.
@@ -208,7 +208,7 @@ def measure(
         raise ValueError(f"measure: batch_size must be >= 1, got {batch_size}")
     causal = bool(getattr(loaded, "causal", False))
     stop_ids = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
-    pad_id = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
+    pad_id = padding_id(loaded)
     clock = CallClock(loaded.model)
     decode = decoder_for(loaded, config)
 

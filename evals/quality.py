@@ -32,6 +32,11 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, (None if bool(mask.all()) else mask)
 
 
+def padding_id(loaded: Any) -> int:
+    """The id that left-pads a batch: the model's pad, else its EOS, else 0 (masked out either way)."""
+    return next((i for i in (loaded.pad_id, loaded.eos_id) if i is not None), 0)
+
+
 def response_text(loaded: Any, tokens: list[int]) -> str:
     """The generated text up to the first EOS or EoT."""
     stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
@@ -74,7 +79,7 @@ def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, ba
     start = time.perf_counter()
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
-        ids, mask = left_pad([encoded[j] for j in chunk], loaded.pad_id if loaded.pad_id is not None else loaded.eos_id)
+        ids, mask = left_pad([encoded[j] for j in chunk], padding_id(loaded))
         out = decode_loaded(loaded, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
         nfe += out.nfe
         for j, row in zip(chunk, out.generated.tolist()):

@@ -20,7 +20,7 @@ import torch
 
 from evals.fingerprint import environment_fingerprint, output_hash, weights_sha256
 from evals.measure import decoder_for, describe_error
-from evals.quality import left_pad
+from evals.quality import left_pad, padding_id
 from evals.records import ReproducibilityResult
 
 # Fingerprint keys that may differ between two processes without saying anything about the output.
@@ -44,7 +44,7 @@ def decode_alone(loaded: Any, config: Any, prompts: list[list[int]], device: str
 
 def decode_batched(loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu") -> list[list[int]] | str:
     """All prompts in one left-padded batch; the error message if the batch failed."""
-    pad = loaded.pad_id if loaded.pad_id is not None else loaded.eos_id
+    pad = padding_id(loaded)
     ids, mask = left_pad(prompts, pad)
     ids, mask = ids.to(device), None if mask is None else mask.to(device)
     try:

@@ -34,6 +34,8 @@ TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dty
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
 MEASURE_KEYS = {"warmup": int, "batch_size": int, "throughput_items": int}
 AR_KEYS = {"gen_length", "temperature", "seed"}  # settings sampler.autoregressive reads (it always caches)
+# what sampler.decode.block_config_for reads; the catalog's decoding defaults give the rest
+BLOCK_KEYS = {"gen_length", "steps", "seed"}
 DEFAULT_BACKEND = "torch"
 
 
@@ -188,15 +190,20 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
     return points
 
 
-def settings_for(spec: SweepSpec, point: dict[str, Any], gen_length: int, causal: bool) -> dict[str, Any]:
-    """The full settings of a point: base, then the point; AR models keep only AR_KEYS."""
+def settings_for(spec: SweepSpec, point: dict[str, Any], gen_length: int, kind: str = "masked-diffusion") -> dict[str, Any]:
+    """The full settings of a point: base, then the point; AR models keep only AR_KEYS, block-diffusion
+    models only BLOCK_KEYS (their block is the model's canvas)."""
     settings = {"gen_length": gen_length} | spec.base | point
-    if causal:
+    if kind == "autoregressive":
         settings = {k: v for k, v in settings.items() if k in AR_KEYS}
         n = settings["gen_length"]
         settings |= {"steps": n, "block_length": min(spec.base.get("block_length", n), n)}
         if n % settings["block_length"]:
             settings["block_length"] = n
+    elif kind == "block-diffusion":
+        settings = {k: v for k, v in settings.items() if k in BLOCK_KEYS}
+        settings.setdefault("steps", settings["gen_length"])
+        settings["block_length"] = settings["gen_length"]
     else:
         settings.setdefault("steps", settings["gen_length"])
     return settings
@@ -215,21 +222,22 @@ def build_config(settings: dict[str, Any], ids: dict[str, Any] | None = None):
     return SamplerConfig.from_dict(settings | (ids or {})), backend
 
 
-def point_problems(spec: SweepSpec, task: TaskSpec, causal: bool = False) -> list[str]:
+def point_problems(spec: SweepSpec, task: TaskSpec, kind: str = "masked-diffusion") -> list[str]:
     problems = []
     for point in grid_points(spec):
         try:
-            build_config(settings_for(spec, point, task_gen_length(task), causal))
+            build_config(settings_for(spec, point, task_gen_length(task), kind))
         except (ValueError, TypeError) as e:
             problems.append(f"{point}: {e}")
     return problems
 
 
-def valid_points(spec: SweepSpec, task: TaskSpec, causal: bool = False) -> list[dict[str, Any]]:
-    """The grid points that give a valid SamplerConfig (deduplicated for AR models)."""
+def valid_points(spec: SweepSpec, task: TaskSpec, kind: str = "masked-diffusion") -> list[dict[str, Any]]:
+    """The grid points that give a valid SamplerConfig for a model of `kind` (deduplicated where the
+    kind ignores settings: AR and block-diffusion models)."""
     seen, points = set(), []
     for point in grid_points(spec):
-        settings = settings_for(spec, point, task_gen_length(task), causal)
+        settings = settings_for(spec, point, task_gen_length(task), kind)
         try:
             build_config(settings)
         except (ValueError, TypeError):
@@ -270,11 +278,16 @@ class SweepResult:
     plan: list[PlannedPoint] = field(default_factory=list)
 
 
+def model_kind(ref: str) -> str:
+    """'masked-diffusion', 'autoregressive' or 'block-diffusion', from its config.json (no weights read)."""
+    from models.loading import model_kind as kind_of
+
+    return kind_of(ref)
+
+
 def model_is_causal(ref: str) -> bool:
     """Whether a model is the autoregressive kind, from its config.json (no weights read)."""
-    from models.loading import is_causal
-
-    return is_causal(ref)
+    return model_kind(ref) == "autoregressive"
 
 
 def plan_sweep(spec: SweepSpec, failures: list[str] | None = None) -> tuple[list[PlannedPoint], list[str]]:
@@ -282,14 +295,14 @@ def plan_sweep(spec: SweepSpec, failures: list[str] | None = None) -> tuple[list
     plan, skipped = [], []
     for model in spec.models:
         try:
-            causal = model_is_causal(model)
+            kind = model_kind(model)
         except Exception as e:  # unknown id, broken config: the other models still run
             if failures is not None:
                 failures.append(f"model {model}: {e}")
             continue
         for task in spec.tasks:
-            plan += [PlannedPoint(model, task, s) for s in valid_points(spec, task, causal)]
-            skipped += [f"{model} {task.label} {p}" for p in point_problems(spec, task, causal)]
+            plan += [PlannedPoint(model, task, s) for s in valid_points(spec, task, kind)]
+            skipped += [f"{model} {task.label} {p}" for p in point_problems(spec, task, kind)]
     return plan, skipped
 
 

@@ -170,7 +170,7 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
     for t in spec.tasks:
         fields = {k: v for k, v in vars(t).items()}
         data = task_data(fields)
-        for settings in diffusion_points(spec, t, prepared.causal):
+        for settings in diffusion_points(spec, t, prepared.kind):
             config, backend = build_config(settings, prepared.ids)
             label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
             points.append(SweepPoint(
@@ -178,7 +178,7 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
                 revision=prepared.revision, weights_sha256=prepared.weights_sha256, task=fields, settings=settings,
                 ids=prepared.ids, config_hash=config.hash(), dataset_hash=data.hash, backend=backend,
                 label=f"{prepared.candidate} {data.name} {label}"))
-        skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.causal)]
+        skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.kind)]
     return SweepPlan(name=spec.name, device=spec.device, dtype=spec.dtype, measure=dict(spec.measure),
                      threads=getattr(spec, "threads", None), points=points, skipped=skipped)
 

@@ -58,21 +58,39 @@ def model_layout(path: Path) -> str:
     return folder_layout(config) if isinstance(config, dict) else "llada"
 
 
-def is_causal(ref: str | Path) -> bool:
-    """Whether a model decodes autoregressively, from its config.json alone (no weights read)."""
+def model_kind(ref: str | Path) -> str:
+    """'masked-diffusion', 'autoregressive' or 'block-diffusion', from config.json alone (no weights read)."""
     path = resolve_model_path(ref)
     layout = model_layout(path)
     if layout == "llada":
-        return read_config(path)[0].causal
-    return layout == "causal-lm"
+        return "autoregressive" if read_config(path)[0].causal else "masked-diffusion"
+    return "block-diffusion" if layout == "diffusion-gemma" else "autoregressive"
+
+
+def is_causal(ref: str | Path) -> bool:
+    """Whether a model decodes autoregressively, from its config.json alone."""
+    return model_kind(ref) == "autoregressive"
+
+
+def catalog_decoding(ref: str | Path) -> dict[str, Any]:
+    """The catalog's decoding defaults of `ref` (empty for a folder or an id the catalog lacks)."""
+    if Path(ref).expanduser().is_dir():
+        return {}
+    from models.catalog import CatalogError, load_catalog
+
+    try:
+        catalog = load_catalog()
+    except CatalogError:
+        return {}
+    return dict(catalog.get(str(ref)).decoding) if str(ref) in catalog else {}
 
 
 def load_model(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32) -> Any:
     """Load a model folder or bundled id for evaluation: model, tokenizer, mask/EOS/EoT ids and card.
 
-    A LLaDA-layout folder gives a `LoadedModel`; a Hugging Face causal LM (Llama, Qwen: the real AR
-    fallbacks) gives a `models.adapters.CausalLMAdapter` with the same surface. A DiffusionGemma folder
-    is refused here: its block-diffusion decoder takes no SamplerConfig sweep (use `load_adapter`).
+    A LLaDA-layout folder gives a `LoadedModel`. A Hugging Face causal LM (Llama, Qwen: the real AR
+    fallbacks) gives a `models.adapters.CausalLMAdapter`, and a DiffusionGemma folder a
+    `DiffusionGemmaAdapter` (with the catalog's decoding defaults): both carry the same surface.
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
@@ -81,14 +99,15 @@ def load_model(ref: str | Path, device: str | torch.device = "cpu", dtype: str |
     path = resolve_model_path(ref)
     model_id = str(ref) if not Path(ref).is_dir() else path.name
     layout = model_layout(path)
-    if layout == "diffusion-gemma":
-        raise CheckpointError(f"{path}: a DiffusionGemma (block-diffusion) checkpoint; evaluation sweeps run LLaDA-layout "
-                              f"models and Hugging Face causal LMs only (decode it with models.adapters.load_adapter)")
-    if layout == "causal-lm":
-        from models.adapters import AdapterError, CausalLMAdapter
+    if layout != "llada":
+        from models.adapters import AdapterError, CausalLMAdapter, DiffusionGemmaAdapter
 
+        decoding = catalog_decoding(ref)
         try:
-            return CausalLMAdapter.from_folder(path, model_id, device=device, dtype=dtype)
+            if layout == "diffusion-gemma":
+                return DiffusionGemmaAdapter.from_folder(path, model_id, device=device, dtype=dtype, defaults=decoding)
+            eos = tuple(decoding[k] for k in ("eos_id", "eot_id") if decoding.get(k) is not None)
+            return CausalLMAdapter.from_folder(path, model_id, device=device, dtype=dtype, eos_ids=eos)
         except AdapterError as e:
             raise CheckpointError(str(e)) from None
     loaded = load_checkpoint(path, device=device, dtype=dtype)

@@ -170,6 +170,7 @@ def generate_block_diffusion(
     row_done = torch.zeros(B, dtype=torch.bool, device=device)
     forwards = torch.zeros(B, dtype=torch.int, device=device)
     cache, nfe, canvases = model.new_cache(), 0, 0
+    block_nfe: list[int] = []  # decoder calls per canvas, the batch's
     for _ in range(math.ceil(config.max_new_tokens / L)):
         cur = sequences.shape[1]
         cache = model.encode_prefix(new_tokens, mask, enc_pos, cache)
@@ -200,6 +201,7 @@ def generate_block_diffusion(
                 break
         sequences = torch.cat([sequences, argmax], dim=-1)
         canvases += 1
+        block_nfe.append(nfe - sum(block_nfe))
         row_done = finish_rows(sequences, row_done, eos, config.pad_id, L)
         if row_done.all():
             break
@@ -216,6 +218,7 @@ def generate_block_diffusion(
             "decoder_forwards": forwards.tolist(),
             "canvases": canvases,
             "canvas_length": L,
+            "block_nfe": block_nfe,
         },
     )
 

@@ -110,15 +110,20 @@ def decode(adapter: Any, input_ids: torch.Tensor, config, attention_mask: torch.
 
 def decode_loaded(loaded: Any, input_ids: torch.Tensor, config: SamplerConfig, attention_mask: torch.Tensor | None = None,
                   **options: Any) -> GenerateOutput:
-    """Decode with a loaded model (`models.LoadedModel`, or a causal-LM adapter with the same surface) by its kind.
+    """Decode with what `models.load_model` returned, by its kind; all kinds return the same `GenerateOutput` layout.
 
-    A bidirectional LLaDA layout runs the diffusion sampler (`options` such as `record_commits` go to it);
-    a causal LLaDA layout (the bundled AR twin) runs unmask's KV-cached AR decoder; a Hugging Face causal
-    LM runs transformers' cached `generate`. All three return the same `GenerateOutput` layout.
+    A bidirectional LLaDA layout runs the diffusion sampler (`options` such as `record_commits` go to
+    it); a causal LLaDA layout (the bundled AR twin) runs unmask's KV-cached AR decoder. An adapter
+    names its kind: a Hugging Face causal LM runs transformers' cached `generate`, a DiffusionGemma
+    the block-diffusion sampler (`block_config_for` translates the SamplerConfig).
     """
-    if loaded.causal and getattr(config, "backend", "torch") != "torch":
-        raise DecodeError(f"backend {config.backend!r} runs the diffusion sampler only; autoregressive models decode with torch")
-    if getattr(loaded, "kind", None) == "autoregressive":  # a models.adapters.CausalLMAdapter
+    adapter_kind = getattr(loaded, "kind", None)  # adapters name their kind; a LoadedModel is a LLaDA layout
+    if (adapter_kind or loaded.causal) and getattr(config, "backend", "torch") != "torch":
+        raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
+                          f"{adapter_kind or 'autoregressive'} models decode with torch")
+    if adapter_kind == "block-diffusion":
+        return decode_block_diffusion(loaded, input_ids, config, attention_mask=attention_mask)
+    if adapter_kind == "autoregressive":
         return decode_causal_lm(loaded, input_ids, config, attention_mask=attention_mask)
     if loaded.causal:
         from sampler.autoregressive import generate_autoregressive

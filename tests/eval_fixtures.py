@@ -56,3 +56,36 @@ def hub_llama_copy(folder, out):
     for name in ("tokenizer.json", "README.md"):
         shutil.copy(Path(folder) / name, out / name)
     return out
+
+
+def tiny_diffusion_gemma_config():
+    """A tiny random DiffusionGemma: 2 layers, 4 experts, vocabulary 128 (the char tokenizer's 101 ids fit), canvas 8."""
+    import transformers
+
+    text = dict(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=8, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention="vision",
+        num_experts=4, top_k_experts=2, moe_intermediate_size=16, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    # A None vision config would build the full-size default tower; this one is a few thousand weights.
+    vision = dict(
+        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4, pooling_kernel_size=2,
+    )
+    return transformers.DiffusionGemmaConfig(
+        text_config=text, vision_config=vision, canvas_length=8, boi_token_id=125, eoi_token_id=126, image_token_id=127
+    )
+
+
+def write_diffusion_gemma(folder: Path, seed: int = 0) -> Path:
+    """The tiny DiffusionGemma saved by transformers (safetensors) with the char tokenizer and a card."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.DiffusionGemmaForBlockDiffusion(tiny_diffusion_gemma_config())
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0  # the tokenizer's EOS and pad
+    model.save_pretrained(folder)
+    build_char_tokenizer("").save(str(folder / "tokenizer.json"))
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny block-diffusion test model\n")
+    return folder

@@ -1,7 +1,7 @@
 """DiffusionGemma block diffusion: unmask's sampler reproduces transformers' generate() token for token.
 
 A tiny random DiffusionGemma (2 layers, 4 experts, vocabulary 128, canvas 8) with a tiny vision
-tower is built here; both decoders run from the same seed, so they see the same random draws in
+tower (tests/eval_fixtures.py) is built; both decoders run from the same seed, so they see the same random draws in
 the same order (initial canvas; per step: sample, re-noise).
 """
 
@@ -12,6 +12,7 @@ import torch
 
 import transformers  # noqa: E402  (pyproject pins transformers 5.x, which ships DiffusionGemmaForBlockDiffusion)
 
+from eval_fixtures import tiny_diffusion_gemma_config as tiny_config  # noqa: E402
 from models.adapters.base import AdapterError  # noqa: E402
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402
 from sampler import SamplerConfig  # noqa: E402
@@ -19,23 +20,6 @@ from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusi
 from sampler.decode import block_config_for, decode  # noqa: E402
 
 PROMPTS = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]])
-
-
-def tiny_config():
-    text = dict(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=8, max_position_embeddings=256,
-        layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention="vision",
-        num_experts=4, top_k_experts=2, moe_intermediate_size=16, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-    )
-    # A None vision config would build the full-size default tower; this one is a few thousand weights.
-    vision = dict(
-        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4, pooling_kernel_size=2,
-    )
-    return transformers.DiffusionGemmaConfig(
-        text_config=text, vision_config=vision, canvas_length=8, boi_token_id=125, eoi_token_id=126, image_token_id=127
-    )
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from eval_fixtures import hub_llama_copy, write_model
+from eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model
 from evals import sweep as sweep_module
 from evals.plots import pareto_front, plot_quality_latency
 from evals.store import load_records
@@ -67,7 +67,7 @@ def test_default_sweep_is_valid_and_small():
     assert spec.models == ["tiny-llada", "tiny-ar"]
     points = valid_points(spec, spec.tasks[0])
     assert 3 <= len(points) <= 12
-    assert len(valid_points(spec, spec.tasks[0], causal=True)) == 1  # the AR reference point
+    assert len(valid_points(spec, spec.tasks[0], kind="autoregressive")) == 1  # the AR reference point
 
 
 @pytest.mark.slow  # about 8 s alone on two cores; GX and matplotlib imports, three decoding points
@@ -182,11 +182,19 @@ def test_a_hugging_face_causal_lm_is_swept_like_its_llada_layout_twin(models, tm
     assert converted.throughput_items_per_s is not None and converted.weights_sha256 != native.weights_sha256
 
 
-def test_a_diffusion_gemma_folder_is_refused_by_sweeps_by_name(models, tmp_path):
-    folder = tmp_path / "dg"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "diffusion_gemma"}))
-    result = run_sweep(parse_sweep(small_sweep([models[0], str(folder)], grid={"steps": [2]})), tmp_path / "out")
-    assert [r.candidate for r in result.records] == ["diff"]
-    (failure,) = result.failures
-    assert str(folder) in failure and "DiffusionGemma" in failure
+@pytest.mark.slow  # transformers' DiffusionGemma, GX validation: about 10 s on two cores
+def test_a_diffusion_gemma_block_diffusion_model_is_swept_on_its_own_settings(models, tmp_path):
+    folder = write_diffusion_gemma(tmp_path / "dg")
+    grid = [{"steps": [2, 8]}, {"steps": [8], "parallel": ["threshold"], "parallel_threshold": [0.9]}]
+    result = run_sweep(parse_sweep(small_sweep([str(folder)], grid=grid)), tmp_path / "out")
+    assert result.failures == []
+    # the block loop reads gen_length, steps and seed only, so the parallel point is the steps-8 point again
+    assert [r.config["steps"] for r in result.records] == [2, 8]
+    fast, slow = result.records
+    for r in result.records:
+        assert (r.candidate, r.kind, r.role) == ("dg", "block-diffusion", "candidate")
+        assert r.valid is True and r.n_items == 3 and r.errors == 0 and r.time_to_first_block_s is not None
+        assert r.config["block_length"] == r.gen_length == 8  # one canvas of the model
+    assert 1 <= fast.nfe <= 2 < slow.nfe <= 8  # denoising steps per canvas, at most the budget
+    again = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2]})), tmp_path / "again")
+    assert again.records[0].output_hash == fast.output_hash  # seeded block sampling: the same tokens

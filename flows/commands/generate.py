@@ -53,9 +53,10 @@ def generate_command(
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
-    if trace and loaded.causal:
-        console.print(f"[red]error:[/red] --trace shows the order in which diffusion decoding commits positions; "
-                      f"{model} is autoregressive and decodes left to right")
+    kind = getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
+    if trace and kind != "masked-diffusion":
+        console.print(f"[red]error:[/red] --trace shows the order in which masked diffusion commits positions; "
+                      f"{model} is a {kind} model", highlight=False)
         raise typer.Exit(2)
     ids = torch.tensor([loaded.encode(prompt)], device=device)
     start = time.perf_counter()

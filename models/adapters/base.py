@@ -43,6 +43,30 @@ class TextCodec(checkpoint.TextCodec):
     codec_error = AdapterError
 
 
+class EvaluationSurface:
+    """What evaluation reads of a loaded model beyond encode/decode, for adapters that `models.load_model`
+    hands to sweeps, probes and gates in place of a `models.LoadedModel`: the stop ids as `eos_id` /
+    `eot_id`, no mask id, the model card and the id. Needs `eos_ids`, `path` and `entry_id`."""
+
+    mask_id = None  # evaluation never masks tokens for these kinds
+
+    def _read_card(self) -> None:
+        try:
+            self.card = checkpoint.read_card(self.path) if self.path is not None else {}
+        except CheckpointError as e:
+            raise AdapterError(str(e)) from None
+        self.model_id = self.entry_id
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.eos_ids[0] if self.eos_ids else None
+
+    @property
+    def eot_id(self) -> int | None:
+        """The second stop id (an end-of-turn token), when the model has one."""
+        return self.eos_ids[1] if len(self.eos_ids) > 1 else None
+
+
 def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from models.adapters.base import AdapterError, TextCodec, eos_list, read_json, read_tokenizer, require_safetensors
-from models.checkpoint import CheckpointError, read_card, read_config, read_tensors
+from models.adapters.base import (AdapterError, EvaluationSurface, TextCodec, eos_list, read_json, read_tokenizer,
+                                  require_safetensors)
+from models.checkpoint import CheckpointError, read_config, read_tensors
 
 # LLaDA tensor name (per block where it has {i}) -> Llama tensor name.
 LLADA_TO_LLAMA = {
@@ -69,7 +70,7 @@ def llada_as_llama(folder: Path, dtype: torch.dtype):
     return model.eval(), raw
 
 
-class CausalLMAdapter(TextCodec):
+class CausalLMAdapter(EvaluationSurface, TextCodec):
     """An autoregressive model; `sampler.decode` runs transformers' KV-cached generate on it.
 
     It also has the surface of a `models.LoadedModel` that evaluation reads (`causal`, `eos_id`,
@@ -79,7 +80,6 @@ class CausalLMAdapter(TextCodec):
 
     kind = "autoregressive"
     causal = True
-    mask_id = None  # no mask token: nothing is ever masked
 
     def __init__(self, model, tokenizer, eos_ids: tuple[int, ...], pad_id: int | None, path: Path | None, entry_id: str = ""):
         self.model, self.tokenizer, self.path = model, tokenizer, path
@@ -87,20 +87,7 @@ class CausalLMAdapter(TextCodec):
         # rows that stop are filled with EOS, as the diffusion and native AR samplers do
         self.pad_id = eos_ids[0] if eos_ids else (pad_id if pad_id is not None else 0)
         self.entry_id = entry_id or (path.name if path else "")
-        self.model_id = self.entry_id
-        try:
-            self.card = read_card(path) if path is not None else {}  # README.md / MODEL_CARD.md front matter
-        except CheckpointError as e:
-            raise AdapterError(str(e)) from None
-
-    @property
-    def eos_id(self) -> int | None:
-        return self.eos_ids[0] if self.eos_ids else None
-
-    @property
-    def eot_id(self) -> int | None:
-        """The second stop id (an end-of-turn token), when the model has one."""
-        return self.eos_ids[1] if len(self.eos_ids) > 1 else None
+        self._read_card()
 
     @classmethod
     def from_folder(cls, folder: Path, entry_id: str = "", device="cpu", dtype=torch.float32,

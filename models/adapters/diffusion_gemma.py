@@ -13,11 +13,16 @@ from typing import Any
 
 import torch
 
-from models.adapters.base import AdapterError, TextCodec, eos_list, read_json, read_tokenizer, require_safetensors
+from models.adapters.base import (AdapterError, EvaluationSurface, TextCodec, eos_list, read_json, read_tokenizer,
+                                  require_safetensors)
 
 
-class DiffusionGemmaAdapter(TextCodec):
+class DiffusionGemmaAdapter(EvaluationSurface, TextCodec):
+    """A DiffusionGemma checkpoint: the block denoiser for sampler/block_diffusion.py, and the text
+    codec and evaluation surface that sweeps, probes and gates read (see `EvaluationSurface`)."""
+
     kind = "block-diffusion"
+    causal = False
 
     def __init__(self, model, tokenizer=None, defaults: dict[str, Any] | None = None, path: Path | None = None, entry_id: str = ""):
         self.model, self.tokenizer, self.path = model, tokenizer, path
@@ -28,6 +33,7 @@ class DiffusionGemmaAdapter(TextCodec):
         gen = model.generation_config
         self.eos_ids = eos_list(self.defaults.get("eos_id", gen.eos_token_id))
         self.pad_id = self.defaults.get("pad_id", gen.pad_token_id)
+        self._read_card()
 
     @property
     def dtype(self) -> torch.dtype:
