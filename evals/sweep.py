@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field, fields as dc_fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import yaml
 

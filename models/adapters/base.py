@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
 from tokenizers import Tokenizer
 
 from models import checkpoint
