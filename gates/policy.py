@@ -6,7 +6,7 @@ malformed policy with a `PolicyError` that names the file, the stage, the gate a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

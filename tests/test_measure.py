@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from eval_fixtures import NaNWhen, write_model
 from evals.measure import measure, useful_length

@@ -9,7 +9,7 @@ import pytest
 import registry.promotion as promotion
 import registry.read as read
 from registry import PromotionRefused, promote, recover, register_evidence, rollback, sign_off, stage_holder
-from tests.gate_fixtures import ALL_MANUAL, evidence, fast_llada, fresh_registry, record, register_pair
+from tests.gate_fixtures import evidence, fast_llada, fresh_registry, record, register_pair
 
 OK = "evidence reviewed, gates and checklist are green"
 

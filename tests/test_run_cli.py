@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
-from models.loading import WEIGHTS_DIR
 
 
 def test_unmask_run_prints_the_scorecard_and_the_second_run_reuses_the_cache(prefect_harness, tmp_path, monkeypatch):
