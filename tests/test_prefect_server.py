@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dashboard_fixtures import free_port
+from dashboard_fixtures import free_port, stop, wait_healthy
 from flows.nightly import NIGHTLY_DEPLOYMENT
 
 BIN = Path(sys.executable).parent
@@ -37,31 +37,21 @@ def wait_for(what: str, probe, timeout: float, *logs: Path):
     pytest.fail(f"{what}: not within {timeout:.0f} s\n{tails}")
 
 
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.mark.slow  # a Prefect server, a serving process and one flow run: about a minute on two cores
 def test_nightly_serve_registers_its_schedule_and_runs_what_the_server_asks(tmp_path):
-    api = f"http://127.0.0.1:{free_port()}/api"
+    port = str(free_port())
+    api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {
         "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING", "DO_NOT_TRACK": "true",
         "UNMASK_HOME": str(tmp_path / "unmask"), "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     server_log, serve_log = tmp_path / "server.log", tmp_path / "serve.log"
-    port = api.rsplit(":", 1)[1].split("/")[0]
     with open(server_log, "w") as log:
         server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", port],
                                   env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for("the Prefect server's health check", lambda: httpx.get(f"{api}/health").status_code == 200, 180,
-                 server_log)
+        wait_healthy(f"{api}/health", server, server_log, timeout_s=180)
         with open(serve_log, "w") as log:
             serving = subprocess.Popen([str(BIN / "unmask"), "nightly", "serve", "--cron", "0 3 * * *"],
                                        env=env | {"PREFECT_API_URL": api}, stdout=log, stderr=subprocess.STDOUT)
