@@ -10,6 +10,7 @@ from typing import Any, Callable
 from evals.fingerprint import dataset_hash, environment_fingerprint, weights_sha256
 from evals.measure import RequestResult, measure
 from evals.records import EvalRecord
+from sampler.decode import decoding_kind
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Candidate:
 
 def candidate_from(ref: str, loaded: Any) -> Candidate:
     """Catalog role/kind/revision where the catalog knows `ref`, else from the model (autoregressive -> fallback)."""
-    kind = getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
+    kind = decoding_kind(loaded)
     role, revision = ("fallback" if kind == "autoregressive" else "candidate"), ""
     try:
         from models.catalog import load_catalog

@@ -37,7 +37,6 @@ class PreparedCandidate(BaseModel):
     kind: str
     revision: str
     weights_sha256: str
-    causal: bool
     ids: dict[str, int | None]  # mask_id, eos_id, eot_id for SamplerConfig
     card: dict[str, Any] = {}
 
@@ -155,7 +154,7 @@ def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32"
     cand = candidate_from(model_id, loaded)
     return PreparedCandidate(
         ref=model_id, candidate=cand.id, path=str(path), role=cand.role, kind=cand.kind, revision=cand.revision,
-        weights_sha256=cand.weights_sha256, causal=loaded.causal,
+        weights_sha256=cand.weights_sha256,
         ids=sampler_ids(loaded),
         card={k: v for k, v in loaded.card.items() if k != "text"} | {"source": model_id})
 

@@ -67,11 +67,6 @@ def model_kind(ref: str | Path) -> str:
     return "block-diffusion" if layout == "diffusion-gemma" else "autoregressive"
 
 
-def is_causal(ref: str | Path) -> bool:
-    """Whether a model decodes autoregressively, from its config.json alone."""
-    return model_kind(ref) == "autoregressive"
-
-
 def catalog_decoding(ref: str | Path) -> dict[str, Any]:
     """The catalog's decoding defaults of `ref` (empty for a folder or an id the catalog lacks)."""
     if Path(ref).expanduser().is_dir():

@@ -108,6 +108,12 @@ def decode(adapter: Any, input_ids: torch.Tensor, config, attention_mask: torch.
     return decoder(adapter, input_ids, config, attention_mask=attention_mask)
 
 
+def decoding_kind(loaded: Any) -> str:
+    """'masked-diffusion', 'autoregressive' or 'block-diffusion': an adapter names its kind, a
+    `models.LoadedModel` (the LLaDA layout) is autoregressive when its config is causal."""
+    return getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
+
+
 def decode_loaded(loaded: Any, input_ids: torch.Tensor, config: SamplerConfig, attention_mask: torch.Tensor | None = None,
                   **options: Any) -> GenerateOutput:
     """Decode with what `models.load_model` returned, by its kind; all kinds return the same `GenerateOutput` layout.
@@ -117,10 +123,11 @@ def decode_loaded(loaded: Any, input_ids: torch.Tensor, config: SamplerConfig, a
     names its kind: a Hugging Face causal LM runs transformers' cached `generate`, a DiffusionGemma
     the block-diffusion sampler (`block_config_for` translates the SamplerConfig).
     """
-    adapter_kind = getattr(loaded, "kind", None)  # adapters name their kind; a LoadedModel is a LLaDA layout
-    if (adapter_kind or loaded.causal) and getattr(config, "backend", "torch") != "torch":
+    kind = decoding_kind(loaded)
+    if kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
         raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
-                          f"{adapter_kind or 'autoregressive'} models decode with torch")
+                          f"{kind} models decode with torch")
+    adapter_kind = getattr(loaded, "kind", None)  # only adapters name a kind; a LoadedModel runs unmask's samplers
     if adapter_kind == "block-diffusion":
         return decode_block_diffusion(loaded, input_ids, config, attention_mask=attention_mask)
     if adapter_kind == "autoregressive":

@@ -32,7 +32,7 @@ def generate_command(
 
     from models import CheckpointError, load_model
     from sampler import SamplerConfig
-    from sampler.decode import DecodeError, decode_loaded, sampler_ids
+    from sampler.decode import DecodeError, decode_loaded, decoding_kind, sampler_ids
 
     try:
         loaded = load_model(model, device=device, dtype=dtype)
@@ -53,7 +53,7 @@ def generate_command(
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
-    kind = getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
+    kind = decoding_kind(loaded)
     if trace and kind != "masked-diffusion":
         console.print(f"[red]error:[/red] --trace shows the order in which masked diffusion commits positions; "
                       f"{model} is a {kind} model", highlight=False)
