@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import torch
 
-from evals.measure import PeakMemory, useful_length
-from evals.quality import left_pad, padding_id, response_text
+from evals.measure import PeakMemory
+from evals.quality import left_pad, padding_id
 from evals.tasks import get_task, make_split, score
 from sampler import SamplerConfig
-from sampler.decode import decode_loaded, sampler_ids
+from sampler.decode import decode
 
 BENCH_TASKS = ("arith", "sort")  # the short task and the long one
 # The metric reported per task: graded where the task has a graded one, so a small loss shows.
@@ -180,7 +180,7 @@ def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
 def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup) -> SamplerConfig:
     """One token per step (steps = gen_length), the model's own special ids, then the variant's settings."""
     return SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length, seed=setup.seed,
-                         **sampler_ids(loaded), **variant.settings)
+                         **loaded.sampler_ids(), **variant.settings)
 
 
 class VariantRun:
@@ -204,7 +204,7 @@ class VariantRun:
                 chunk_ids, chunk_mask = ids[i : i + size], None if mask is None else mask[i : i + size]
                 if size == 1 and chunk_mask is not None:  # a prompt alone needs no padding
                     chunk_ids, chunk_mask = chunk_ids[:, chunk_mask[0].bool()], None
-                chunks.append(decode_loaded(self.loaded, chunk_ids, self.config, attention_mask=chunk_mask))
+                chunks.append(decode(self.loaded, chunk_ids, self.config, attention_mask=chunk_mask))
             outputs.append(chunks)
         return outputs
 
@@ -221,15 +221,14 @@ class VariantRun:
     def row(self) -> tuple[BenchRow, list[str]]:
         """The median timing and the scores of the (deterministic) responses."""
         loaded, outputs, gen_length = self.loaded, self.outputs, self.gen_length
-        stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
         seconds = statistics.median(self.times)
         responses, correct, text_tokens = [], {}, 0
         for batch, chunks in zip(self.batches, outputs):
             rows = [row for out in chunks for row in out.generated.tolist()]
-            texts = [response_text(loaded, r) for r in rows]
+            texts = [loaded.response_text(r) for r in rows]
             metric = bench_metric(batch.task)
             correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
-            text_tokens += sum(useful_length(r, stops) for r in rows)
+            text_tokens += sum(loaded.useful_length(r) for r in rows)
             responses += texts
         n_rows = sum(len(b.items) for b in self.batches)
         outputs = [out for chunks in outputs for out in chunks]  # one per decode call

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
-from evals.fingerprint import dataset_hash, environment_fingerprint, weights_sha256
+from evals.fingerprint import dataset_hash, environment_fingerprint
 from evals.measure import RequestResult, measure
 from evals.records import EvalRecord
-from sampler.decode import decoding_kind
 
 
 @dataclass
@@ -66,41 +64,16 @@ def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targe
     return out
 
 
-def response_text(loaded: Any, result: RequestResult) -> str | None:
-    """The generated text up to the first EOS/EoT, or None for a failed request."""
-    from evals.quality import response_text as text_of
-
-    return text_of(loaded, result.tokens) if result.ok else None
-
-
 @dataclass
 class Candidate:
     """A loaded model with its catalog identity."""
 
     id: str
-    loaded: Any  # models.LoadedModel
+    loaded: Any  # the model handle (models.load)
     role: str
     kind: str
     revision: str = ""
     weights_sha256: str = ""
-
-
-def candidate_from(ref: str, loaded: Any) -> Candidate:
-    """Catalog role/kind/revision where the catalog knows `ref`, else from the model (autoregressive -> fallback)."""
-    kind = decoding_kind(loaded)
-    role, revision = ("fallback" if kind == "autoregressive" else "candidate"), ""
-    try:
-        from models.catalog import load_catalog
-
-        catalog = load_catalog()
-        if ref in catalog:
-            entry = catalog.get(ref)
-            role, kind, revision = entry.role, entry.kind, entry.revision or ""
-    except Exception:  # a broken catalog must not stop an evaluation of a model folder
-        pass
-    sha = weights_sha256(loaded.path)
-    return Candidate(id=ref if not Path(ref).is_dir() else Path(ref).name, loaded=loaded, role=role, kind=kind,
-                     revision=revision or sha[:12], weights_sha256=sha)
 
 
 def evaluate_point(
@@ -117,12 +90,12 @@ def evaluate_point(
     sweep: str = "",
     on_request: Callable[[RequestResult], None] | None = None,
 ) -> EvalRecord:
-    """Measure and score one point; the record is not yet validated (see evals.validation)."""
+    """Measure and score one point under its effective config; the record is not yet validated (see evals.validation)."""
     loaded = candidate.loaded
     prompts = [loaded.encode(item.prompt) for item in task.items]
     m = measure(loaded, prompts, config, warmup=warmup, batch_size=batch_size, throughput_items=throughput_items,
                 device=device, on_request=on_request)
-    responses = [response_text(loaded, r) for r in m.requests]
+    responses = [loaded.response_text(r.tokens) if r.ok else None for r in m.requests]
     quality = accuracy_fields(task.metrics, responses, [item.target for item in task.items])
     fingerprint = environment_fingerprint(device, dtype, weights_sha256=candidate.weights_sha256,
                                           dataset_hash=task.hash, config_hash=config.hash(),

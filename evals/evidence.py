@@ -1,4 +1,8 @@
-"""After a sweep: plots, license checks and reproducibility verdicts, gathered per candidate for gates."""
+"""After a sweep: plots, license checks and reproducibility verdicts, gathered per candidate for gates.
+
+The same pipeline steps (evals.pipeline) the flows run: `check_license`, `probe_point` on each
+candidate's first point, `assemble_evidence`; the files land beside the records.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from evals.records import CandidateEvidence, LicenseResult, ReproducibilityResult
-
-PROBE_PROMPTS = 4
+from evals.records import CandidateEvidence
 
 
 @dataclass
@@ -31,58 +33,31 @@ def gather_evidence(
     spec, result: evals.sweep.SweepSpec and SweepResult. on_result(kind, value) is told each
     LicenseResult ("license") and ReproducibilityResult ("reproducibility") as it is made.
     """
-    from evals.evaluate import load_task
-    from evals.license import license_for_model
-    from evals.reproducibility import probe_model
-    from evals.store import RecordStore
-    from models.checkpoint import read_card
-    from models.loading import resolve_model_path
+    from evals.pipeline import EvidenceFiles, assemble_evidence, check_license, probe_point
 
     notify = on_result or (lambda kind, value: None)
-    store = RecordStore(result.folder)
+    files = EvidenceFiles(Path(result.folder))
     evidence = SweepEvidence(candidates=[])
     if plots and result.records:
         from evals.plots import plot_quality_latency
 
         evidence.plots = plot_quality_latency(result.records, result.folder)
-    licenses: list[dict] = []
-    verdicts: list[dict] = []
-    for ref in dict.fromkeys(p.model for p in result.plan):
-        records = [r for r in result.records if r.candidate == Path(ref).name or r.candidate == ref]
-        card: dict[str, Any] = {}
-        try:
-            card = read_card(resolve_model_path(ref))  # the card only: no need to load the weights
-        except Exception as e:
-            evidence.problems.append(f"{ref}: model card unreadable ({e})")
-        license_result: LicenseResult = license_for_model(ref, card or None)
-        licenses.append(license_result.to_dict())
+    for prepared in result.candidates:
+        plan = result.plans[prepared.candidate]
+        license_result = check_license(prepared)
+        files.licenses.append(license_result.to_dict())
         notify("license", license_result)
-        verdict: ReproducibilityResult | None = None
-        if reproducibility:
-            point = next(p for p in result.plan if p.model == ref)
-            prompts = [item.prompt for item in load_task(**vars(point.task)).items[:PROBE_PROMPTS]]
+        verdict = None
+        if reproducibility and plan.points:
             try:
-                verdict = probe_model(ref, point.settings, prompts, device=spec.device, dtype=spec.dtype)
-                verdicts.append(verdict.to_dict())
+                verdict = probe_point(plan.points[0], plan)
+                files.reproducibility.append(verdict.to_dict())
                 notify("reproducibility", verdict)
             except Exception as e:
-                evidence.problems.append(f"{ref}: reproducibility probe could not run ({type(e).__name__}: {e})")
-        first = records[0] if records else None
-        evidence.candidates.append(CandidateEvidence(
-            candidate=first.candidate if first else Path(ref).name,
-            role=first.role if first else "candidate",
-            kind=first.kind if first else "",
-            records=records,
-            reproducibility=verdict,
-            license=license_result,
-            model_revision=first.model_revision if first else "",
-            weights_sha256=first.weights_sha256 if first else "",
-            card={k: v for k, v in card.items() if k != "text"},
-            failures=[f for f in result.failures if f.startswith(f"model {ref}") or f.startswith(f"{ref} ")],
-        ))
-    store.write_json("license.json", licenses)
-    if reproducibility:
-        store.write_json("reproducibility.json", verdicts)
-    if evidence.problems:
-        store.write_json("evidence-problems.json", evidence.problems)
+                files.problems.append(f"{prepared.ref}: reproducibility probe could not run ({type(e).__name__}: {e})")
+        records = [r for r in result.records if r.candidate == prepared.candidate]
+        evidence.candidates.append(assemble_evidence(prepared, records, verdict, license_result,
+                                                     result.failures_of.get(prepared.candidate, [])))
+    files.write_evidence(result.failures)
+    evidence.problems = files.problems
     return evidence

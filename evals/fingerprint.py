@@ -12,9 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from models.pull import sha256_of
 
-WEIGHT_SUFFIXES = (".safetensors",)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,34 +35,6 @@ def git_commit(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
         return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None, None
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The model's safetensors: the index's shards, else model.safetensors, else every *.safetensors
-    (an optimizer state saved beside the weights is not part of the model)."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            return sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
-        except (json.JSONDecodeError, KeyError, TypeError):
-            pass
-    if (folder / "model.safetensors").is_file():
-        return [folder / "model.safetensors"]
-    return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and not p.name.startswith("optimizer"))
-
-
-def weights_sha256(folder: str | Path) -> str:
-    """One digest of a model folder's weights: the file's sha256, or over `name:sha256` lines for shards."""
-    folder = Path(folder)
-    files = weight_files(folder) if folder.is_dir() else []
-    if not files:
-        return ""
-    if len(files) == 1:
-        return sha256_of(files[0])
-    h = hashlib.sha256()
-    for path in files:
-        h.update(f"{path.name}:{sha256_of(path)}\n".encode())
-    return h.hexdigest()
 
 
 def dataset_hash(items: Iterable[Any]) -> str:

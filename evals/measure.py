@@ -47,11 +47,11 @@ class CallClock:
             self._handle = None
 
 
-def decoder_for(loaded: Any, config: Any) -> Decoder:
-    """Bind `loaded` to the decoder of its kind (sampler.decode.decode_loaded) and `config`."""
-    from sampler.decode import decode_loaded
+def decoder_for(handle: Any, config: Any) -> Decoder:
+    """Bind a model handle to the decoder of its kind (sampler.decode.decode) and `config`."""
+    from sampler.decode import decode
 
-    return lambda ids, mask: decode_loaded(loaded, ids, config, attention_mask=mask)
+    return lambda ids, mask: decode(handle, ids, config, attention_mask=mask)
 
 
 def first_block_index(config: Any, stats: dict[str, Any], causal: bool, clock_calls: int) -> int:
@@ -66,14 +66,6 @@ def first_block_index(config: Any, stats: dict[str, Any], causal: bool, clock_ca
     if causal:  # one call per token, the prompt's prefill call yielding the first
         return min(int(config.block_length), clock_calls)
     return int(config.steps_per_block)
-
-
-def useful_length(tokens: list[int], stop_ids: set[int]) -> int:
-    """Generated tokens before the first EOS/EoT."""
-    for i, t in enumerate(tokens):
-        if t in stop_ids:
-            return i
-    return len(tokens)
 
 
 class PeakMemory:
@@ -198,8 +190,7 @@ def measure(
 ) -> Measurement:
     """Decode each prompt alone (timed, after `warmup` discarded requests), then in batches of `batch_size`.
 
-    prompts: token ids per request (no padding). `loaded` needs `.model`, `.causal`, `.eos_id`,
-    `.eot_id`, `.pad_id` (what models.load_model returns). Never raises for a failing request: the error is
+    prompts: token ids per request (no padding). `loaded` is a model handle (`models.load`). Never raises for a failing request: the error is
     counted and the request's tokens are None.
     """
     if not prompts:
@@ -207,7 +198,6 @@ def measure(
     if batch_size < 1:
         raise ValueError(f"measure: batch_size must be >= 1, got {batch_size}")
     causal = bool(getattr(loaded, "causal", False))
-    stop_ids = {i for i in (loaded.eos_id, loaded.eot_id) if i is not None}
     pad_id = padding_id(loaded)
     clock = CallClock(loaded.model)
     decode = decoder_for(loaded, config)
@@ -229,7 +219,7 @@ def measure(
         first = clock.times[k - 1] - start if 0 < k <= len(clock.times) else None
         return RequestResult(index=index, tokens=tokens, latency_s=end - start, first_block_s=first,
                              nfe=int(out.nfe), calls=int(stats.get("sequential_calls") or out.nfe),
-                             useful_tokens=useful_length(tokens, stop_ids))
+                             useful_tokens=loaded.useful_length(tokens))
 
     with PeakMemory(device) as memory, clock:
         for i in range(warmup):

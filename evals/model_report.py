@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
-from models.checkpoint import LoadedModel, load_checkpoint, resolve_device
+from models.checkpoint import load_checkpoint, resolve_device
 from models.pull import sha256_of
 from sampler import SamplerConfig
 
@@ -53,7 +54,7 @@ def bands_table(rows: list[dict]) -> str:
     return "\n".join(["| task | gen_length | steps | letters | items | accuracy |", "|---|---|---|---|---|---|", *lines])
 
 
-def steps_ratio_table(loaded: LoadedModel, split: str, n: int, ratios: list[int], seed: int = 0,
+def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: int = 0,
                       batch_size: int = 50, tasks: list[str] | None = None,
                       gen_lengths: dict[str, int] | None = None) -> list[dict]:
     """One row per (task, gen_length, ratio): accuracy per metric on `n` items of `split`."""
@@ -119,7 +120,9 @@ def main() -> None:
         device = resolve_device(args.device)
     except ValueError as exc:
         parser.error(f"--device: {exc}")
-    loaded = load_checkpoint(args.model, device=device)
+    from models import load
+
+    loaded = load(args.model, device=device)
     gen_lengths = {k: int(v) for k, v in (g.split("=") for g in args.gen_length)}
     rows = steps_ratio_table(loaded, args.split, args.n, [int(r) for r in args.ratios.split(",")],
                              tasks=args.tasks.split(","), gen_lengths=gen_lengths)

@@ -10,7 +10,7 @@ import torch
 from evals.tasks import TASKS, TaskItem, score
 from evals.tasks.gsm8k import GSM8KTask
 from sampler import SamplerConfig
-from sampler.decode import decode_loaded, sampler_ids
+from sampler.decode import decode
 
 
 def metrics_of(task: str) -> tuple[str, ...]:
@@ -37,16 +37,6 @@ def padding_id(loaded: Any) -> int:
     return next((i for i in (loaded.pad_id, loaded.eos_id) if i is not None), 0)
 
 
-def response_text(loaded: Any, tokens: list[int]) -> str:
-    """The generated text up to the first EOS or EoT."""
-    stops = {loaded.eos_id} | ({loaded.eot_id} if loaded.eot_id is not None else set())
-    for i, t in enumerate(tokens):
-        if t in stops:
-            tokens = tokens[:i]
-            break
-    return loaded.decode(tokens)
-
-
 def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
     """Share of `predictions` that score each metric (booleans count 0/1, fractions as they are)."""
     return {m: sum(p[m] for p in predictions) / len(predictions) for m in metrics}
@@ -55,7 +45,7 @@ def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
 def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, batch_size: int = 32) -> dict[str, Any]:
     """Accuracy per metric of one task's `items`.
 
-    Each model decodes by its kind (`sampler.decode.decode_loaded`): diffusion models with
+    Each model decodes by its kind (`sampler.decode.decode`): diffusion models with
     `sampler.generate`, causal ones with a KV-cached AR decoder;
     the mask/EOS/EoT ids are always the model's own. Prompts are sorted by length and left-padded
     within a batch. Returns `{"task", "n", "accuracy": {metric: share}, "nfe", "seconds", "config",
@@ -70,7 +60,7 @@ def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, ba
         raise ValueError(f"evaluate_items: batch_size must be positive, got {batch_size}")
     task = tasks.pop()
     metrics = metrics_of(task)
-    config = config.with_(**sampler_ids(loaded))
+    config = config.with_(**loaded.sampler_ids())
     encoded = [loaded.encode(i.prompt) for i in items]
     order = sorted(range(len(items)), key=lambda j: len(encoded[j]))
     device = next(loaded.model.parameters()).device
@@ -80,10 +70,10 @@ def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, ba
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
         ids, mask = left_pad([encoded[j] for j in chunk], padding_id(loaded))
-        out = decode_loaded(loaded, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+        out = decode(loaded, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
         nfe += out.nfe
         for j, row in zip(chunk, out.generated.tolist()):
-            responses[j] = response_text(loaded, row)
+            responses[j] = loaded.response_text(row)
     seconds = time.perf_counter() - start
     predictions = []
     for j, item in enumerate(items):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from evals.fingerprint import environment_fingerprint, output_hash, weights_sha256
+from evals.fingerprint import environment_fingerprint, output_hash
 from evals.measure import decoder_for, describe_error
 from evals.quality import left_pad, padding_id
 from evals.records import ReproducibilityResult
@@ -87,7 +87,8 @@ def probe(
     dtype: str = "float32",
     fresh_process: bool = True,
 ) -> ReproducibilityResult:
-    """The reproducibility verdict for a loaded model (models.LoadedModel) on token-id prompts.
+    """The reproducibility verdict for a model handle (`models.load`) on token-id prompts, under an
+    effective config (a SamplerConfig, or a block-diffusion model's BlockDiffusionConfig).
 
     fresh_process=False skips the subprocess (for models that exist only in this process); the
     result then cannot be `reproducible`, and says why.
@@ -106,7 +107,7 @@ def probe(
         bad = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
         differences.append(f"second run in the same process differs on prompts {bad} (hash {hashes[0][:12]} vs {hashes[1][:12]})")
 
-    fingerprint = environment_fingerprint(device, dtype, weights_sha256=weights_sha256(loaded.path), config_hash=config.hash())
+    fingerprint = environment_fingerprint(device, dtype, weights_sha256=loaded.weights_sha256, config_hash=config.hash())
     fresh = False
     if fresh_process:
         try:
@@ -138,7 +139,7 @@ def probe(
                 differences.append(f"prompt {i}: output in a batch of {len(prompts)} differs from its output alone "
                                    f"at {n} of {len(alone)} positions (first at {at})")
     return ReproducibilityResult(
-        candidate=candidate or getattr(loaded, "model_id", "") or Path(loaded.path).name,
+        candidate=candidate or loaded.entry_id,
         reproducible=same and fresh and invariant,
         same_process=same,
         fresh_process=fresh,
@@ -153,7 +154,7 @@ def probe(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Decode prompts and print their output hash (the fresh-process half of the probe).")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--config", required=True, help="SamplerConfig as JSON")
+    parser.add_argument("--config", required=True, help="the effective config as JSON (SamplerConfig or BlockDiffusionConfig)")
     parser.add_argument("--prompts", required=True, help="JSON file: a list of token-id lists")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -161,27 +162,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from models import load_model
-    from sampler import SamplerConfig
+    from models import load
+    from sampler.effective import config_from_dict
 
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
-    config = SamplerConfig.from_json(args.config)
+    loaded = load(args.model, device=args.device, dtype=args.dtype)
+    config = config_from_dict(json.loads(args.config))
     prompts = json.loads(Path(args.prompts).read_text())
     outputs, _ = decode_alone(loaded, config, prompts, args.device)
-    fingerprint = environment_fingerprint(args.device, args.dtype, weights_sha256=weights_sha256(loaded.path),
+    fingerprint = environment_fingerprint(args.device, args.dtype, weights_sha256=loaded.weights_sha256,
                                           config_hash=config.hash())
     print(json.dumps({"output_hash": output_hash(outputs), "fingerprint": fingerprint}, default=str))
 
 
 def probe_model(ref: str, settings: dict[str, Any], prompts: list[str], *, device: str = "cpu",
                 dtype: str = "float32", fresh_process: bool = True) -> ReproducibilityResult:
-    """Load `ref`, build its SamplerConfig from sweep `settings` and probe it on text prompts."""
-    from evals.sweep import build_config
-    from models import load_model
-    from sampler.decode import sampler_ids
+    """Load `ref`, build its effective config from sweep `settings` and probe it on text prompts."""
+    from evals.points import build_config
+    from models import load
+    from sampler.effective import effective_config
 
-    loaded = load_model(ref, device=device, dtype=dtype)
-    config, _ = build_config(settings, sampler_ids(loaded))
+    loaded = load(ref, device=device, dtype=dtype)
+    config = effective_config(loaded, build_config(settings, loaded.sampler_ids())[0])
     ids = [loaded.encode(p) for p in prompts]
     return probe(loaded, config, ids, candidate=ref if not Path(ref).is_dir() else Path(ref).name,
                  device=device, dtype=dtype, fresh_process=fresh_process)

@@ -13,13 +13,12 @@ A sweep file::
     # grid: [{steps: [8, 16, 32]}, {parallel: [threshold], parallel_threshold: [0.7, 0.9], cache: [none, dual]}]
     measure: {warmup: 1, batch_size: 4, throughput_items: 8}
 
-Grid and base keys are SamplerConfig fields (plus `backend`). Autoregressive models only take the
-keys that mean something to them (AR_KEYS); their points collapse to one per distinct value.
+Grid and base keys are SamplerConfig fields (plus `backend`). Autoregressive and block-diffusion
+models only take the keys they read (sampler.effective); their points collapse to one per distinct value.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field, fields as dc_fields
 from datetime import datetime, timezone
@@ -28,15 +27,13 @@ from typing import Any, Callable
 
 import yaml
 
+from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
+from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
 
 TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
 MEASURE_KEYS = {"warmup": int, "batch_size": int, "throughput_items": int}
-AR_KEYS = {"gen_length", "temperature", "seed"}  # settings sampler.autoregressive reads (it always caches)
-# what sampler.decode.block_config_for reads; the catalog's decoding defaults give the rest
-BLOCK_KEYS = {"gen_length", "steps", "seed"}
-DEFAULT_BACKEND = "torch"
 
 
 class SweepError(ValueError):
@@ -178,95 +175,7 @@ def parse_task(raw: Any, index: int, fail) -> TaskSpec:
     return TaskSpec(**raw)
 
 
-# --- points ---------------------------------------------------------------------------------
-
-
-def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
-    """Every combination of each grid part's values, parts and values in file order."""
-    points = []
-    for part in spec.grid or [{}]:
-        keys = list(part)
-        points += [dict(zip(keys, values)) for values in itertools.product(*(part[k] for k in keys))]
-    return points
-
-
-def settings_for(spec: SweepSpec, point: dict[str, Any], gen_length: int, kind: str = "masked-diffusion") -> dict[str, Any]:
-    """The full settings of a point: base, then the point; AR models keep only AR_KEYS, block-diffusion
-    models only BLOCK_KEYS (their block is the model's canvas)."""
-    settings = {"gen_length": gen_length} | spec.base | point
-    if kind == "autoregressive":
-        settings = {k: v for k, v in settings.items() if k in AR_KEYS}
-        n = settings["gen_length"]
-        settings |= {"steps": n, "block_length": min(spec.base.get("block_length", n), n)}
-        if n % settings["block_length"]:
-            settings["block_length"] = n
-    elif kind == "block-diffusion":
-        settings = {k: v for k, v in settings.items() if k in BLOCK_KEYS}
-        settings.setdefault("steps", settings["gen_length"])
-        settings["block_length"] = settings["gen_length"]
-    else:
-        settings.setdefault("steps", settings["gen_length"])
-    return settings
-
-
-def build_config(settings: dict[str, Any], ids: dict[str, Any] | None = None):
-    """(SamplerConfig, backend) from point settings; ValueError says which setting is wrong."""
-    from sampler import SamplerConfig
-
-    settings = dict(settings)
-    backend = settings.get("backend", DEFAULT_BACKEND)
-    if "backend" not in {f.name for f in dc_fields(SamplerConfig)}:
-        settings.pop("backend", None)
-        if backend != DEFAULT_BACKEND:
-            raise ValueError(f"backend {backend!r} is not available in this sampler (only '{DEFAULT_BACKEND}')")
-    return SamplerConfig.from_dict(settings | (ids or {})), backend
-
-
-def point_problems(spec: SweepSpec, task: TaskSpec, kind: str = "masked-diffusion") -> list[str]:
-    problems = []
-    for point in grid_points(spec):
-        try:
-            build_config(settings_for(spec, point, task_gen_length(task), kind))
-        except (ValueError, TypeError) as e:
-            problems.append(f"{point}: {e}")
-    return problems
-
-
-def valid_points(spec: SweepSpec, task: TaskSpec, kind: str = "masked-diffusion") -> list[dict[str, Any]]:
-    """The grid points that give a valid SamplerConfig for a model of `kind` (deduplicated where the
-    kind ignores settings: AR and block-diffusion models)."""
-    seen, points = set(), []
-    for point in grid_points(spec):
-        settings = settings_for(spec, point, task_gen_length(task), kind)
-        try:
-            build_config(settings)
-        except (ValueError, TypeError):
-            continue
-        key = repr(sorted(settings.items()))
-        if key not in seen:
-            seen.add(key)
-            points.append(settings)
-    return points
-
-
-def task_gen_length(task: TaskSpec) -> int:
-    if task.file:
-        from evals.tasks import GSM8KTask
-
-        return GSM8KTask().gen_length
-    from evals.tasks import get_task
-
-    return get_task(task.task).gen_length
-
-
 # --- running --------------------------------------------------------------------------------
-
-
-@dataclass
-class PlannedPoint:
-    model: str
-    task: TaskSpec
-    settings: dict[str, Any]
 
 
 @dataclass
@@ -275,35 +184,17 @@ class SweepResult:
     failures: list[str]  # models or points that could not run, in words
     skipped: list[str]  # grid points that give no valid SamplerConfig
     folder: Path
-    plan: list[PlannedPoint] = field(default_factory=list)
-
-
-def model_kind(ref: str) -> str:
-    """'masked-diffusion', 'autoregressive' or 'block-diffusion', from its config.json (no weights read)."""
-    from models.loading import model_kind as kind_of
-
-    return kind_of(ref)
+    plan: list[SweepPoint] = field(default_factory=list)  # every planned point, all models
+    candidates: list[PreparedCandidate] = field(default_factory=list)  # the models that loaded
+    plans: dict[str, SweepPlan] = field(default_factory=dict)  # candidate id -> its plan
+    failures_of: dict[str, list[str]] = field(default_factory=dict)  # candidate id -> its failures
 
 
 def model_is_causal(ref: str) -> bool:
     """Whether a model is the autoregressive kind, from its config.json (no weights read)."""
+    from models.loading import model_kind
+
     return model_kind(ref) == "autoregressive"
-
-
-def plan_sweep(spec: SweepSpec, failures: list[str] | None = None) -> tuple[list[PlannedPoint], list[str]]:
-    """(points to run, skipped grid points); a model that cannot be resolved goes to `failures`."""
-    plan, skipped = [], []
-    for model in spec.models:
-        try:
-            kind = model_kind(model)
-        except Exception as e:  # unknown id, broken config: the other models still run
-            if failures is not None:
-                failures.append(f"model {model}: {e}")
-            continue
-        for task in spec.tasks:
-            plan += [PlannedPoint(model, task, s) for s in valid_points(spec, task, kind)]
-            skipped += [f"{model} {task.label} {p}" for p in point_problems(spec, task, kind)]
-    return plan, skipped
 
 
 def run_sweep(
@@ -311,81 +202,53 @@ def run_sweep(
     folder: str | Path,
     *,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
-    validate: bool = True,
 ) -> SweepResult:
-    """Run every point; each record is validated and saved to `folder` as soon as it is finished.
+    """Run every point through the pipeline (evals.pipeline); each record is validated and saved to
+    `folder` as soon as it is finished.
 
     on_event(kind, info) is told: "plan" (total), "point" (start of one), "request" (one prompt
     done), "record" (a saved record), "failure" (a model or point that could not run).
     """
-    from evals.evaluate import candidate_from, load_task
+    from evals.pipeline import EvidenceFiles, prepare_candidate, store_measured
     from evals.store import RecordStore
-    from evals.validation import check_task, validate_record
-    from models import load_model
-    from sampler.decode import sampler_ids
 
     notify = on_event or (lambda kind, info: None)
-    if spec.threads:  # on a shared CPU, more threads than free cores makes every forward much slower
-        import torch
-
-        torch.set_num_threads(spec.threads)
     store = RecordStore(folder)
-    failures: list[str] = []
-    tasks = {id(t): load_task(**vars(t)) for t in spec.tasks}
-    if validate:
-        for t in spec.tasks:
-            outcome = check_task(tasks[id(t)], expected_size=None if t.file else t.n)
-            store.write_json(f"task-validation-{t.label}-{t.split}.json", outcome.summary())
-    plan, skipped = plan_sweep(spec, failures)
-    for message in failures:
+    result = SweepResult(records=store.records, failures=[], skipped=[], folder=store.folder)
+
+    def fail(message: str, candidate: str | None = None) -> None:
+        result.failures.append(message)
+        if candidate is not None:
+            result.failures_of.setdefault(candidate, []).append(message)
         notify("failure", {"message": message})
-    notify("plan", {"total": len(plan), "items": sum(len(tasks[id(p.task)].items) for p in plan), "skipped": skipped})
-    store.write_json("sweep.json", {"name": spec.name, "source": spec.source, "models": spec.models,
-                                    "grid": spec.grid, "base": spec.base, "measure": spec.measure, "skipped": skipped})
-    loaded_model = None
-    for model in dict.fromkeys(p.model for p in plan):
+
+    for ref in spec.models:
         try:
-            loaded_model = load_model(model, device=spec.device, dtype=spec.dtype)
-            candidate = candidate_from(model, loaded_model)
-        except Exception as e:
-            failures.append(f"model {model}: could not load ({e})")
-            notify("failure", {"message": failures[-1]})
+            prepared = prepare_candidate(ref, spec.device, spec.dtype)
+        except Exception as e:  # unknown id, broken checkpoint: the other models still run
+            fail(f"model {ref}: could not load ({e})")
             continue
-        ids = sampler_ids(loaded_model)
-        for point in (p for p in plan if p.model == model):
-            task = tasks[id(point.task)]
-            notify("point", {"model": model, "task": task.name, "settings": point.settings})
-            try:
-                config, backend = build_config(point.settings, ids)
-                record = measure_point(candidate, task, config, backend, spec, notify)
-            except Exception as e:  # this point is lost, the finished ones are already on disk
-                failures.append(f"{model} {task.name} {point.settings}: {type(e).__name__}: {e}")
-                notify("failure", {"message": failures[-1]})
-                continue
-            outcome = None
-            if validate:
-                try:
-                    outcome = validate_record(record)
-                except Exception as e:  # a validator that breaks must not cost the measurement
-                    record.valid = False
-                    record.validation = {"success": False, "failed": [], "error": f"validation could not run: {e}"}
-            store.add(record, outcome.result if outcome else None, outcome.html if outcome else None)
-            notify("record", {"record": record})
-        del loaded_model
-    if failures:
-        store.write_json("failures.json", failures)
-    return SweepResult(records=store.records, failures=failures, skipped=skipped, folder=store.folder, plan=plan)
-
-
-def measure_point(candidate, task, config, backend, spec: SweepSpec, notify) -> EvalRecord:
-    from evals.evaluate import evaluate_point
-
-    return evaluate_point(
-        candidate, task, config, backend=backend, device=spec.device, dtype=spec.dtype,
-        warmup=spec.measure.get("warmup", 1), batch_size=spec.measure.get("batch_size", 1),
-        throughput_items=spec.measure.get("throughput_items"), sweep=spec.name,
-        on_request=lambda r: notify("request", {"ok": r.ok}),
-    )
+        plan = plan_points(prepared, spec)  # bad task data raises TaskDataError: nothing can be measured
+        result.candidates.append(prepared)
+        result.plans[prepared.candidate] = plan
+        result.plan += plan.points
+        result.skipped += plan.skipped
+    notify("plan", {"total": len(result.plan), "skipped": result.skipped,
+                    "items": sum(len(task_data(p.task).items) for p in result.plan)})
+    files = EvidenceFiles(store.folder)
+    files.write_plan(list(result.plans.values()), spec)
+    for point in result.plan:
+        plan = result.plans[point.candidate]
+        notify("point", {"model": point.ref, "task": task_data(point.task).name, "settings": point.settings})
+        try:
+            measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}))
+        except Exception as e:  # this point is lost, the finished ones are already on disk
+            fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}", point.candidate)
+            continue
+        notify("record", {"record": store_measured(store, measured)})
+    if result.failures:
+        store.write_json("failures.json", result.failures)
+    return result
 
 
 def catalog_settings(ref: str) -> dict[str, Any]:
@@ -410,4 +273,3 @@ def timestamped_folder(root: Path, name: str) -> Path:
     return root / f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{time.perf_counter_ns() % 10000:04d}"
 
 
-diffusion_points = valid_points  # the first name of valid_points; flows code may still use it

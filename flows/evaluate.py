@@ -76,26 +76,25 @@ def next_stage(stage: str | None) -> str | None:
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
-    """Submit every point to the flow's task runner; (records, failures, points served from cache)."""
+    """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
     storage = tasks.result_storage()
     measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
-    futures = {measure.submit(p, plan.measure, plan.device, plan.dtype, plan.name, plan.threads): p
-               for p in plan.points}
-    records, failures, cached = [], [], 0
+    futures = {measure.submit(p, plan): p for p in plan.points}
+    measured, failures, cached = [], [], 0
     for future in as_completed(list(futures)):
         point = futures[future]
         value = future.result(raise_on_failure=False)  # settles the future's final state
         state = future.state
         if state.is_completed():
-            records.append(value)
+            measured.append(value)
             cached += state.name == "Cached"
             report("point", candidate=point.candidate, label=point.label, cached=state.name == "Cached")
         else:
             failures.append(f"{point.label}: {type(value).__name__}: {value}")
             report("failure", candidate=point.candidate, message=failures[-1])
     order = {p.config_hash + p.dataset_hash: i for i, p in enumerate(plan.points)}
-    records.sort(key=lambda r: order.get(r["config_hash"] + r["dataset_hash"], 0))
-    return records, failures, cached
+    measured.sort(key=lambda m: order.get(m["record"]["config_hash"] + m["record"]["dataset_hash"], 0))
+    return measured, failures, cached
 
 
 @flow(name="evaluate-candidate", task_runner=make_task_runner("threads"), flow_run_name="evaluate {model_id}")
@@ -109,20 +108,22 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     report("stage", candidate=prepared.candidate, step="planning the sweep")
     plan = tasks.plan_points(prepared, sweep)
     report("plan", candidate=prepared.candidate, total=len(plan.points))
-    records, failures, cached = measure_all(plan, options.remeasure)
+    measured, failures, cached = measure_all(plan, options.remeasure)
+    records = [m["record"] for m in measured]
     if not records:
         raise RuntimeError(f"{prepared.candidate}: no sweep point could be measured: " + "; ".join(failures[:3]))
     reproducibility = None
     if options.reproducibility:
         report("stage", candidate=prepared.candidate, step="reproducibility probe")
         probe = tasks.probe_reproducibility.with_options(result_storage=tasks.result_storage())
-        state = probe(plan.points[0], plan.device, plan.dtype, options.fresh_process_probe, return_state=True)
+        state = probe(plan.points[0], plan, options.fresh_process_probe, return_state=True)
         if state.is_completed():
             reproducibility = state.result()
         else:  # a decode failure of the probe is evidence too: the error-rate gate reads it
             error = state.result(raise_on_failure=False)
             failures.append(f"reproducibility probe: {type(error).__name__}: {error}")
     license_result = tasks.check_license(prepared)
+    files = tasks.write_files(prepared, sweep, plan, measured, license_result, reproducibility, failures)
     evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures)
     report("stage", candidate=prepared.candidate, step="logging to MLflow")
     logged = log_or_keep(evidence, tracking_uri, options)
@@ -133,6 +134,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
         "cached": cached, "failures": failures, "verdicts": verdicts, "qualified": qualified_stage(verdicts),
         "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
         "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
+        "files": files,
     }
     publish_candidate(outcome)
     return outcome

@@ -1,72 +1,25 @@
-"""Evaluation tasks: small typed steps over library code (models, evals, registry), each a Prefect task.
+"""Evaluation tasks: each a one-line Prefect wrapper over a step of the pipeline (evals.pipeline),
+adding retries, caching and serialisation; and the registry tasks (registry/).
 
 A sweep point's record is cached by what determines it: the candidate's weights hash, the
-SamplerConfig hash, the dataset hash, the unmask version and the measurement settings; never the
+effective config hash, the dataset hash, the unmask version and the measurement settings; never the
 run. Results are persisted as JSON under `<state>/results/`, so a re-run, an interrupted run
 resumed, or a scheduled run skips every point already measured.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import threading
-from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.filesystems import LocalFileSystem
-from pydantic import BaseModel
 
-from evals.fingerprint import package_version
+from evals import pipeline
+from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
 from flows.environment import state_dir
-
-UNMASK_VERSION = package_version("unmask") or "0+unknown"
-PROBE_PROMPTS = 4
-
-
-class PreparedCandidate(BaseModel):
-    """A candidate pulled, verified and loadable: who it is and what its weights are."""
-
-    ref: str  # what the user named: catalog id, bundled id or folder
-    candidate: str  # the id records and the registry use
-    path: str  # the folder its files are in
-    role: str
-    kind: str
-    revision: str
-    weights_sha256: str
-    ids: dict[str, int | None]  # mask_id, eos_id, eot_id for SamplerConfig
-    card: dict[str, Any] = {}
-
-
-class SweepPoint(BaseModel):
-    """One (candidate, task split, SamplerConfig) to measure, with the hashes that key its cache."""
-
-    candidate: str
-    path: str
-    role: str
-    kind: str
-    revision: str
-    weights_sha256: str
-    task: dict[str, Any]  # evals.sweep.TaskSpec fields
-    settings: dict[str, Any]  # sweep settings of the point (before model ids)
-    ids: dict[str, int | None]
-    config_hash: str
-    dataset_hash: str
-    backend: str
-    label: str  # for task run names and progress
-
-
-class SweepPlan(BaseModel):
-    name: str
-    device: str
-    dtype: str
-    measure: dict[str, int]
-    threads: int | None = None  # torch CPU threads while measuring (the sweep's `threads`)
-    points: list[SweepPoint]
-    skipped: list[str] = []
 
 
 def result_storage() -> LocalFileSystem:
@@ -79,173 +32,90 @@ def result_storage() -> LocalFileSystem:
     return storage
 
 
-# Loading is the slow part of a point on a real model; each worker process keeps its last models.
-_load_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=2)
-def _loaded(path: str, device: str, dtype: str, weights_sha256: str):
-    from models import load_model
-
-    return load_model(path, device=device, dtype=dtype)
-
-
-def loaded_model(path: str, device: str, dtype: str, weights_sha256: str = ""):
-    with _load_lock:
-        return _loaded(path, device, dtype, weights_sha256)
-
-
-@functools.lru_cache(maxsize=8)
-def _task_data(task_json: str):
-    from evals.evaluate import load_task
-
-    return load_task(**json.loads(task_json))
-
-
-def task_data(task_fields: dict[str, Any]):
-    return _task_data(json.dumps(task_fields, sort_keys=True))
-
-
 def cache_key(kind: str, **parts: Any) -> str:
     text = json.dumps(parts | {"unmask": UNMASK_VERSION}, sort_keys=True, default=str)
     return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
 def point_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """weights hash + SamplerConfig hash + dataset hash + unmask version (+ how it was measured)."""
+    """weights hash + effective config hash + dataset hash + unmask version (+ how it was measured)."""
     p: SweepPoint = parameters["point"]
+    plan: SweepPlan = parameters["plan"]
     return cache_key("point", candidate=p.candidate, weights=p.weights_sha256, config=p.config_hash,
-                     dataset=p.dataset_hash, backend=p.backend, device=parameters["device"],
-                     dtype=parameters["dtype"], measure=parameters["measure"], threads=parameters.get("threads"))
+                     dataset=p.dataset_hash, backend=p.backend, device=plan.device, dtype=plan.dtype,
+                     measure=plan.measure, threads=plan.threads)
 
 
 def probe_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     p: SweepPoint = parameters["point"]
+    plan: SweepPlan = parameters["plan"]
     return cache_key("probe", candidate=p.candidate, weights=p.weights_sha256, config=p.config_hash,
-                     dataset=p.dataset_hash, device=parameters["device"], dtype=parameters["dtype"],
+                     dataset=p.dataset_hash, device=plan.device, dtype=plan.dtype,
                      fresh_process=parameters["fresh_process"])
-
-
-def model_folder(model_id: str) -> Path:
-    """The model's folder; a catalog entry from the Hub that is not pulled yet is pulled and verified."""
-    from models.catalog import load_catalog
-    from models.loading import resolve_model_path
-    from models.pull import pull, pulled_path
-
-    if not Path(model_id).expanduser().is_dir():
-        catalog = load_catalog()
-        if model_id in catalog:
-            entry = catalog.get(model_id)
-            if entry.source.scheme == "hf" and pulled_path(entry.id) is None:
-                return pull(entry).path
-    return resolve_model_path(model_id)
 
 
 @task(name="prepare-candidate", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=1,
       task_run_name="prepare {model_id}")
 def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
-    """Pull and verify (when needed), load, and identify a candidate; raises if it cannot be loaded."""
-    from evals.evaluate import candidate_from
-    from evals.fingerprint import weights_sha256
-    from sampler.decode import sampler_ids
-
-    path = model_folder(model_id)
-    loaded = loaded_model(str(path), device, dtype, weights_sha256(path))
-    cand = candidate_from(model_id, loaded)
-    return PreparedCandidate(
-        ref=model_id, candidate=cand.id, path=str(path), role=cand.role, kind=cand.kind, revision=cand.revision,
-        weights_sha256=cand.weights_sha256,
-        ids=sampler_ids(loaded),
-        card={k: v for k, v in loaded.card.items() if k != "text"} | {"source": model_id})
+    """Pull and verify (when needed), load, and identify a candidate (evals.pipeline.prepare_candidate)."""
+    return pipeline.prepare_candidate(model_id, device, dtype)
 
 
 @task(name="plan-sweep", cache_policy=NO_CACHE, persist_result=False, task_run_name="plan {prepared.candidate}")
 def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
-    """The sweep's valid points for this candidate, each with its config and dataset hashes."""
-    from evals.sweep import build_config, diffusion_points, load_sweep, point_problems
+    """The sweep's valid points for this candidate (evals.pipeline.plan_points)."""
+    from evals.sweep import load_sweep
 
-    spec = load_sweep(sweep_path)
-    points, skipped = [], []
-    for t in spec.tasks:
-        fields = {k: v for k, v in vars(t).items()}
-        data = task_data(fields)
-        for settings in diffusion_points(spec, t, prepared.kind):
-            config, backend = build_config(settings, prepared.ids)
-            label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
-            points.append(SweepPoint(
-                candidate=prepared.candidate, path=prepared.path, role=prepared.role, kind=prepared.kind,
-                revision=prepared.revision, weights_sha256=prepared.weights_sha256, task=fields, settings=settings,
-                ids=prepared.ids, config_hash=config.hash(), dataset_hash=data.hash, backend=backend,
-                label=f"{prepared.candidate} {data.name} {label}"))
-        skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.kind)]
-    return SweepPlan(name=spec.name, device=spec.device, dtype=spec.dtype, measure=dict(spec.measure),
-                     threads=getattr(spec, "threads", None), points=points, skipped=skipped)
+    return pipeline.plan_points(prepared, load_sweep(sweep_path))
 
 
 @task(name="measure-point", retries=1, retry_delay_seconds=1, cache_key_fn=point_cache_key, persist_result=True,
       result_serializer="json", task_run_name="{point.label}")
-def measure_point(point: SweepPoint, measure: dict[str, int], device: str, dtype: str, sweep: str,
-                  threads: int | None = None) -> dict[str, Any]:
-    """Measure, score and validate one point (evals.evaluate + evals.validation); the record as a dict."""
-    from evals.evaluate import Candidate, evaluate_point
-    from evals.sweep import build_config
-    from evals.validation import validate_record
-
-    if threads:  # on a shared CPU, more threads than free cores makes every forward much slower
-        import torch
-
-        torch.set_num_threads(threads)
-
-    loaded = loaded_model(point.path, device, dtype, point.weights_sha256)
-    candidate = Candidate(id=point.candidate, loaded=loaded, role=point.role, kind=point.kind,
-                          revision=point.revision, weights_sha256=point.weights_sha256)
-    config, backend = build_config(point.settings, point.ids)
-    record = evaluate_point(candidate, task_data(point.task), config, backend=backend, device=device, dtype=dtype,
-                            warmup=measure.get("warmup", 1), batch_size=measure.get("batch_size", 1),
-                            throughput_items=measure.get("throughput_items"), sweep=sweep)
-    validate_record(record, html=False)
-    return record.to_dict()
+def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
+    """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache."""
+    return pipeline.measure_point(point, plan).model_dump()
 
 
 @task(name="reproducibility-probe", retries=1, cache_key_fn=probe_cache_key, persist_result=True,
       result_serializer="json", task_run_name="reproducibility {point.candidate}")
-def probe_reproducibility(point: SweepPoint, device: str, dtype: str, fresh_process: bool = True) -> dict[str, Any]:
+def probe_reproducibility(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) -> dict[str, Any]:
     """Same-process, fresh-process and batch-invariance probe of the candidate's first point."""
-    from evals.reproducibility import probe_model
-
-    prompts = [item.prompt for item in task_data(point.task).items[:PROBE_PROMPTS]]
-    result = probe_model(point.path, point.settings, prompts, device=device, dtype=dtype, fresh_process=fresh_process)
-    result.candidate = point.candidate
-    return result.to_dict()
+    return pipeline.probe_point(point, plan, fresh_process).to_dict()
 
 
 @task(name="license-check", cache_policy=NO_CACHE, persist_result=False, task_run_name="license {prepared.candidate}")
 def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
-    """The catalog license checked against the model card (evals.license)."""
-    from evals.license import license_for_model
-
-    card = {k: v for k, v in prepared.card.items() if k != "source"}
-    result = license_for_model(prepared.ref, card or None)
-    result.candidate = prepared.candidate
-    return result.to_dict()
+    """The catalog license checked against the model card (evals.pipeline.check_license)."""
+    return pipeline.check_license(prepared).to_dict()
 
 
 @task(name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False,
       task_run_name="evidence {prepared.candidate}")
 def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]], reproducibility: dict | None,
                       license: dict[str, Any], failures: list[str]) -> dict[str, Any]:
-    """The candidate's CandidateEvidence, kept in the local outbox until the registry has it."""
-    from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+    """The candidate's CandidateEvidence (evals.pipeline), kept in the local outbox until the registry has it."""
+    from evals.records import EvalRecord, LicenseResult, ReproducibilityResult
     from flows.outbox import evidence_to_dict, hold
 
-    evidence = CandidateEvidence(
-        candidate=prepared.candidate, role=prepared.role, kind=prepared.kind,
-        records=[EvalRecord.from_dict(r) for r in records],
-        reproducibility=ReproducibilityResult(**reproducibility) if reproducibility else None,
-        license=LicenseResult(**license), model_revision=prepared.revision, weights_sha256=prepared.weights_sha256,
-        card=prepared.card, failures=failures)
+    evidence = pipeline.assemble_evidence(
+        prepared, [EvalRecord.from_dict(r) for r in records],
+        ReproducibilityResult(**reproducibility) if reproducibility else None, LicenseResult(**license), failures)
     hold(evidence)
     return evidence_to_dict(evidence)
+
+
+@task(name="write-evaluation-files", cache_policy=NO_CACHE, persist_result=False,
+      task_run_name="files {prepared.candidate}")
+def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, measured: list[dict[str, Any]],
+                license: dict[str, Any], reproducibility: dict | None, failures: list[str]) -> str:
+    """The candidate's evaluation folder under `<state>/evals/`, the same files `unmask eval` writes."""
+    from evals.records import LicenseResult, ReproducibilityResult
+    from evals.sweep import load_sweep, timestamped_folder
+
+    folder = timestamped_folder(state_dir() / "evals", f"{plan.name}-{prepared.candidate}")
+    return str(pipeline.write_candidate_files(
+        folder, load_sweep(sweep_path), plan, [pipeline.MeasuredPoint(**m) for m in measured],
+        LicenseResult(**license), ReproducibilityResult(**reproducibility) if reproducibility else None, failures))
 
 
 @task(name="log-to-mlflow", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,

@@ -1,14 +1,16 @@
-"""Resolve a model reference (a folder, or a bundled/catalog id) and load it."""
+"""`load(ref)`: a catalog id, a bundled id or a model folder -> the model handle of its kind."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from models.checkpoint import CheckpointError, load_checkpoint, read_config
+from models.adapters import ADAPTERS, APIAdapter, ModelHandle, NotEvaluable, availability, model_layout
+from models.catalog import Catalog, CatalogEntry, CatalogError, load_catalog
+from models.checkpoint import CheckpointError, read_config
+from models.pull import PullError, entry_path
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -16,18 +18,28 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_model_path(ref: str | Path) -> Path:
+def catalog_entry(ref: str | Path, catalog: Catalog | None = None) -> CatalogEntry | None:
+    """The catalog entry `ref` names, or None for a folder, a bundled id outside the catalog or no catalog."""
+    if Path(ref).expanduser().is_dir():
+        return None
+    try:
+        catalog = catalog or load_catalog()
+    except CatalogError:
+        if catalog is not None:
+            raise
+        return None
+    return catalog.get(str(ref)) if str(ref) in catalog else None
+
+
+def resolve_model_path(ref: str | Path, *, catalog: Catalog | None = None, store: str | Path | None = None) -> Path:
     """A folder path as given, else a catalog id (its pulled copy or local source), else a bundled id."""
     path = Path(ref).expanduser()
     if path.is_dir():
         return path
-    from models.catalog import CatalogError, load_catalog
-    from models.pull import PullError, entry_path
-
     try:
-        catalog = load_catalog()
-        if str(ref) in catalog:
-            return entry_path(catalog.get(str(ref)))
+        entry = catalog_entry(ref, catalog)
+        if entry is not None:
+            return entry_path(entry, store)
     except (CatalogError, PullError) as e:
         raise CheckpointError(str(e)) from None
     bundled = WEIGHTS_DIR / str(ref)
@@ -37,25 +49,6 @@ def resolve_model_path(ref: str | Path) -> Path:
     raise CheckpointError(
         f"model '{ref}': no such folder and no bundled model of that id (bundled: {', '.join(known) or 'none'})"
     )
-
-
-def folder_layout(config: dict[str, Any]) -> str:
-    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma' or 'causal-lm', from config.json."""
-    if config.get("model_type") == "diffusion_gemma":
-        return "diffusion-gemma"
-    if config.get("model_type") in (None, "llada") or "d_model" in config:
-        return "llada"
-    return "causal-lm"
-
-
-def model_layout(path: Path) -> str:
-    """The layout of a model folder; a folder whose config.json is missing or unreadable counts as
-    'llada', so the native loader reports what is wrong with it."""
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return "llada"
-    return folder_layout(config) if isinstance(config, dict) else "llada"
 
 
 def model_kind(ref: str | Path) -> str:
@@ -69,42 +62,39 @@ def model_kind(ref: str | Path) -> str:
 
 def catalog_decoding(ref: str | Path) -> dict[str, Any]:
     """The catalog's decoding defaults of `ref` (empty for a folder or an id the catalog lacks)."""
-    if Path(ref).expanduser().is_dir():
-        return {}
-    from models.catalog import CatalogError, load_catalog
-
-    try:
-        catalog = load_catalog()
-    except CatalogError:
-        return {}
-    return dict(catalog.get(str(ref)).decoding) if str(ref) in catalog else {}
+    entry = catalog_entry(ref)
+    return dict(entry.decoding) if entry is not None else {}
 
 
-def load_model(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32) -> Any:
-    """Load a model folder or bundled id for evaluation: model, tokenizer, mask/EOS/EoT ids and card.
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    return DTYPES[dtype]
 
-    A LLaDA-layout folder gives a `LoadedModel`. A Hugging Face causal LM (Llama, Qwen: the real AR
-    fallbacks) gives a `models.adapters.CausalLMAdapter`, and a DiffusionGemma folder a
-    `DiffusionGemmaAdapter` (with the catalog's decoding defaults): both carry the same surface.
+
+def load(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32, *,
+         adapter: str | None = None, catalog: Catalog | None = None,
+         store: str | Path | None = None) -> ModelHandle | APIAdapter:
+    """The model handle of a catalog id, bundled id or folder: model, text codec, stop ids, card, weights digest.
+
+    The folder's layout picks the adapter (`adapter` overrides it: 'causal-lm' runs a causal LLaDA
+    layout through transformers' Llama); a catalog entry adds its id and decoding defaults. An API
+    entry gives its `APIAdapter`; an entry that cannot run here raises `NotEvaluable` saying why.
     """
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r}; known: {', '.join(DTYPES)}")
-        dtype = DTYPES[dtype]
-    path = resolve_model_path(ref)
-    model_id = str(ref) if not Path(ref).is_dir() else path.name
-    layout = model_layout(path)
-    if layout != "llada":
-        from models.adapters import AdapterError, CausalLMAdapter, DiffusionGemmaAdapter
-
-        decoding = catalog_decoding(ref)
-        try:
-            if layout == "diffusion-gemma":
-                return DiffusionGemmaAdapter.from_folder(path, model_id, device=device, dtype=dtype, defaults=decoding)
-            eos = tuple(decoding[k] for k in ("eos_id", "eot_id") if decoding.get(k) is not None)
-            return CausalLMAdapter.from_folder(path, model_id, device=device, dtype=dtype, eos_ids=eos)
-        except AdapterError as e:
-            raise CheckpointError(str(e)) from None
-    loaded = load_checkpoint(path, device=device, dtype=dtype)
-    loaded.model_id = model_id
-    return loaded
+    dtype = resolve_dtype(dtype)
+    entry = catalog_entry(ref, catalog)
+    if entry is not None:
+        if entry.is_api:
+            return APIAdapter(entry)
+        ok, reason = availability(entry, store)
+        if not ok:
+            raise NotEvaluable(f"model '{entry.id}': {reason}")
+    path = resolve_model_path(ref, catalog=catalog, store=store)
+    model_id = entry.id if entry is not None else (path.name if Path(ref).expanduser().is_dir() else str(ref))
+    layout = adapter or model_layout(path)
+    if layout not in ADAPTERS:
+        raise ValueError(f"adapter {layout!r}; known: {', '.join(ADAPTERS)}")
+    defaults = dict(entry.decoding) if entry is not None else {}
+    return ADAPTERS[layout].from_folder(path, model_id, device=device, dtype=dtype, defaults=defaults)

@@ -53,6 +53,14 @@ class BlockDiffusionConfig:
         if self.stability_threshold < 0:
             raise ValueError(f"BlockDiffusionConfig.stability_threshold must be >= 0, got {self.stability_threshold!r}")
 
+    @property
+    def gen_length(self) -> int:
+        """New tokens asked for (the SamplerConfig name, which records and reports read)."""
+        return self.max_new_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 

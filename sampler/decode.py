@@ -1,20 +1,21 @@
-"""One decoding entry point over every kind of candidate, so evaluation treats them alike.
+"""One decoding entry point over every kind of candidate, so evaluation and serving treat them alike.
 
-`decode(adapter, input_ids, config)` picks the decoder by the adapter's catalog kind: unmask's
-masked-diffusion sampler, the block-diffusion sampler, or KV-cached autoregressive decoding. The
-adapters (models/adapters) only load models and tokenize; decoding lives here, above them.
+`decode(handle, input_ids, config)` picks the decoder by `handle.kind` from one table (`DECODERS`):
+unmask's masked-diffusion sampler, the block-diffusion sampler, or KV-cached autoregressive decoding.
+The adapters (models/adapters) only load models and tokenize; decoding lives here, above them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Any, Callable
 
 import torch
 
-from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion
+from models.llada import LLaDAModelLM
+from sampler.block_diffusion import generate_block_diffusion
 from sampler.config import SamplerConfig
+from sampler.effective import effective_config
 from sampler.generate import GenerateOutput, generate
 
 
@@ -22,43 +23,33 @@ class DecodeError(ValueError):
     """A candidate that this config cannot decode; the message says why."""
 
 
-def decode_masked_diffusion(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None) -> GenerateOutput:
-    """LLaDA-style models: the sampler with this model's own mask id."""
-    ids = adapter.sampler_defaults()
-    if config.mask_id != ids["mask_id"]:
+def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
+    """LLaDA-style models: the sampler with this model's own mask id (`options` go to `sampler.generate`)."""
+    if config.mask_id != handle.mask_id:
         raise DecodeError(
-            f"SamplerConfig.mask_id={config.mask_id} but {adapter.entry_id} masks with {ids['mask_id']}; "
-            f"build the config with adapter.sampler_defaults()"
+            f"SamplerConfig.mask_id={config.mask_id} but {handle.entry_id} masks with {handle.mask_id}; "
+            f"build the config with handle.sampler_ids()"
         )
-    return generate(adapter.model, input_ids, config, attention_mask=attention_mask)
+    return generate(handle.model, input_ids, config, attention_mask=attention_mask, **options)
 
 
-def block_config_for(adapter: Any, config: SamplerConfig | BlockDiffusionConfig) -> BlockDiffusionConfig:
-    """Translate a SamplerConfig: gen_length -> new tokens, steps spread over the canvases, seed.
-
-    The catalog's decoding defaults supply the entropy bound, temperature schedule and stopping
-    thresholds; SamplerConfig.temperature does not apply (the schedule replaces it).
-    """
-    if isinstance(config, BlockDiffusionConfig):
-        return config
-    defaults = adapter.defaults
-    canvases = math.ceil(config.gen_length / adapter.canvas_length)
-    keys = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")
-    return BlockDiffusionConfig(
-        max_new_tokens=config.gen_length,
-        max_denoising_steps=max(1, config.steps // canvases),
-        eos_ids=adapter.eos_ids, pad_id=adapter.pad_id, seed=config.seed,
-        **{k: defaults[k] for k in keys if k in defaults},
-    )
+def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None, **options) -> GenerateOutput:
+    """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config."""
+    return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask)
 
 
-def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None) -> GenerateOutput:
-    """DiffusionGemma-style uniform-state block diffusion."""
-    return generate_block_diffusion(adapter, input_ids, block_config_for(adapter, config), attention_mask=attention_mask)
+def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
+    """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
+    cached `generate` for a Hugging Face causal LM."""
+    if isinstance(handle.model, LLaDAModelLM):
+        from sampler.autoregressive import generate_autoregressive
+
+        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask)
+    return decode_causal_lm(handle, input_ids, config, attention_mask=attention_mask, **options)
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None) -> GenerateOutput:
+def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
     `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
@@ -86,7 +77,7 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
                           stats={"tokens_per_forward": 1.0, "kv_cache": True, "stopped_early": steps < config.gen_length})
 
 
-def decode_api(adapter: Any, input_ids, config, attention_mask=None) -> GenerateOutput:
+def decode_api(adapter: Any, input_ids, config, attention_mask=None, **options) -> GenerateOutput:
     adapter.status_or_raise()  # a missing key is the first thing to report
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
@@ -94,53 +85,23 @@ def decode_api(adapter: Any, input_ids, config, attention_mask=None) -> Generate
 DECODERS: dict[str, Callable[..., GenerateOutput]] = {
     "masked-diffusion": decode_masked_diffusion,
     "block-diffusion": decode_block_diffusion,
-    "autoregressive": decode_causal_lm,
+    "autoregressive": decode_autoregressive,
     "api": decode_api,
 }
 
 
-def decode(adapter: Any, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None) -> GenerateOutput:
-    """Continue `input_ids` `(batch, prompt_len)` with the decoder of `adapter.kind`."""
-    try:
-        decoder = DECODERS[adapter.kind]
-    except KeyError:
-        raise DecodeError(f"no decoder for kind {adapter.kind!r}; known: {', '.join(DECODERS)}") from None
-    return decoder(adapter, input_ids, config, attention_mask=attention_mask)
+def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
+           **options: Any) -> GenerateOutput:
+    """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
-
-def decoding_kind(loaded: Any) -> str:
-    """'masked-diffusion', 'autoregressive' or 'block-diffusion': an adapter names its kind, a
-    `models.LoadedModel` (the LLaDA layout) is autoregressive when its config is causal."""
-    return getattr(loaded, "kind", None) or ("autoregressive" if loaded.causal else "masked-diffusion")
-
-
-def decode_loaded(loaded: Any, input_ids: torch.Tensor, config: SamplerConfig, attention_mask: torch.Tensor | None = None,
-                  **options: Any) -> GenerateOutput:
-    """Decode with what `models.load_model` returned, by its kind; all kinds return the same `GenerateOutput` layout.
-
-    A bidirectional LLaDA layout runs the diffusion sampler (`options` such as `record_commits` go to
-    it); a causal LLaDA layout (the bundled AR twin) runs unmask's KV-cached AR decoder. An adapter
-    names its kind: a Hugging Face causal LM runs transformers' cached `generate`, a DiffusionGemma
-    the block-diffusion sampler (`block_config_for` translates the SamplerConfig).
+    All kinds return the same `GenerateOutput` layout. `config` is a SamplerConfig (a block-diffusion
+    model turns it into its effective block config) or, for block diffusion, a BlockDiffusionConfig.
     """
-    kind = decoding_kind(loaded)
-    if kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
+    try:
+        decoder = DECODERS[handle.kind]
+    except KeyError:
+        raise DecodeError(f"no decoder for kind {handle.kind!r}; known: {', '.join(DECODERS)}") from None
+    if handle.kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
         raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
-                          f"{kind} models decode with torch")
-    adapter_kind = getattr(loaded, "kind", None)  # only adapters name a kind; a LoadedModel runs unmask's samplers
-    if adapter_kind == "block-diffusion":
-        return decode_block_diffusion(loaded, input_ids, config, attention_mask=attention_mask)
-    if adapter_kind == "autoregressive":
-        return decode_causal_lm(loaded, input_ids, config, attention_mask=attention_mask)
-    if loaded.causal:
-        from sampler.autoregressive import generate_autoregressive
-
-        return generate_autoregressive(loaded.model, input_ids, config, attention_mask=attention_mask)
-    return generate(loaded.model, input_ids, config, attention_mask=attention_mask, **options)
-
-
-def sampler_ids(loaded: Any) -> dict[str, int | None]:
-    """The token ids a SamplerConfig for `loaded` must carry: its own mask, EOS and EoT (EoT may be None).
-    A model without a mask token (a Hugging Face causal LM) leaves `mask_id` at the config's default."""
-    ids = {"mask_id": loaded.mask_id, "eos_id": loaded.eos_id, "eot_id": loaded.eot_id}
-    return {k: v for k, v in ids.items() if v is not None or k == "eot_id"}
+                          f"{handle.kind} models decode with torch")
+    return decoder(handle, input_ids, config, attention_mask=attention_mask, **options)

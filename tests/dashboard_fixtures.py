@@ -118,7 +118,7 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     prompts = [item.prompt for item in load_task(TASK, "test", ITEMS).items]
     evidence = {}
     for ref, ev in zip([diffusion, ar], gathered.candidates):
-        settings = next(p.settings for p in result.plan if p.model == ref)
+        settings = next(p.settings for p in result.plan if p.ref == ref)
         # same-process and batch-invariance only: a fresh interpreter per model costs more than the test is worth
         verdict = probe_model(ref, settings, prompts, fresh_process=False)
         evidence[ref] = replace(ev, reproducibility=verdict)

@@ -1,4 +1,4 @@
-"""Adapters: every kind of candidate behind one `generate(input_ids, config)`; every entry loads or says why."""
+"""Adapters: every kind of candidate behind one model handle (`models.load`) and one `decode`; every entry loads or says why."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 import torch
 import yaml
 
-from models.adapters import (
-    AdapterError, APIAdapter, CausalLMAdapter, LLaDAAdapter, NotEvaluable, availability, load_adapter,
-)
+from models import load
+from models.adapters import AdapterError, APIAdapter, CausalLMAdapter, LLaDAAdapter, NotEvaluable, availability
 from models.catalog import load_catalog
 from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
@@ -54,9 +53,9 @@ def greedy_without_cache(forward, ids, n):
 
 def test_llada_adapter_runs_the_diffusion_sampler(tmp_path):
     model = tiny_llada(tmp_path / "llada", causal=False)
-    adapter = load_adapter(tmp_path / "llada")
+    adapter = load(tmp_path / "llada")
     assert isinstance(adapter, LLaDAAdapter) and adapter.kind == "masked-diffusion"
-    config = SamplerConfig(steps=8, gen_length=8, block_length=4, **adapter.sampler_defaults())
+    config = SamplerConfig(steps=8, gen_length=8, block_length=4, **adapter.sampler_ids())
     out = decode(adapter, PROMPT, config)
     assert torch.equal(out.sequences, generate(model, PROMPT, config).sequences)
     with pytest.raises(DecodeError, match="mask_id"):
@@ -65,7 +64,7 @@ def test_llada_adapter_runs_the_diffusion_sampler(tmp_path):
 
 def test_causal_llada_layout_runs_as_llama_with_identical_logits_and_tokens(tmp_path):
     native = tiny_llada(tmp_path / "ar", causal=True)
-    adapter = load_adapter(tmp_path / "ar")
+    adapter = load(tmp_path / "ar", adapter="causal-lm")
     assert isinstance(adapter, CausalLMAdapter) and type(adapter.model).__name__ == "LlamaForCausalLM"
     with torch.no_grad():
         assert torch.equal(adapter.model(PROMPT).logits, native(PROMPT).logits)
@@ -83,7 +82,7 @@ def test_causal_llada_layout_runs_as_llama_with_identical_logits_and_tokens(tmp_
 
 
 def test_hf_causal_lm_greedy_kv_cache_matches_full_recompute(tiny_llama):
-    adapter = load_adapter(tiny_llama)
+    adapter = load(tiny_llama)
     assert isinstance(adapter, CausalLMAdapter) and adapter.eos_ids == (2,)
     out = decode(adapter, PROMPT, SamplerConfig(steps=10, gen_length=10, block_length=10, eos_id=2, eot_id=None))
     assert out.sequences.shape == (2, 15) and out.stats["kv_cache"]
@@ -96,7 +95,7 @@ def test_hf_causal_lm_greedy_kv_cache_matches_full_recompute(tiny_llama):
 
 
 def test_hf_causal_lm_sampling_is_seeded(tiny_llama):
-    adapter = load_adapter(tiny_llama)
+    adapter = load(tiny_llama)
     config = SamplerConfig(steps=10, gen_length=10, block_length=10, temperature=1.0, seed=5)
     a, b = decode(adapter, PROMPT, config), decode(adapter, PROMPT, config)
     assert torch.equal(a.sequences, b.sequences)
@@ -109,7 +108,7 @@ def test_pickle_only_causal_lm_is_refused(tmp_path, tiny_llama):
     (folder / "config.json").write_text((tiny_llama / "config.json").read_text())
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(AdapterError, match="only pickle weights"):
-        load_adapter(folder)
+        load(folder)
 
 
 def test_catalog_id_loads_through_its_source_folder(tmp_path, tiny_llama):
@@ -121,10 +120,10 @@ def test_catalog_id_loads_through_its_source_folder(tmp_path, tiny_llama):
          "revision": "main", "license": "Apache-2.0", "adapter": "causal-lm"},
     ]}))
     catalog = load_catalog(catalog_path)
-    adapter = load_adapter("my-llama", catalog=catalog, store=tmp_path / "store")
+    adapter = load("my-llama", catalog=catalog, store=tmp_path / "store")
     assert adapter.entry_id == "my-llama" and adapter.eos_ids == (2,)
     with pytest.raises(NotEvaluable, match=r"not pulled yet: run `unmask pull remote`"):
-        load_adapter("remote", catalog=catalog, store=tmp_path / "store")
+        load("remote", catalog=catalog, store=tmp_path / "store")
 
 
 def test_every_shipped_entry_loads_or_explains_why_not(tmp_path):
@@ -132,11 +131,11 @@ def test_every_shipped_entry_loads_or_explains_why_not(tmp_path):
         ok, reason = availability(entry, store=tmp_path / "store")
         assert reason
         if ok:
-            adapter = load_adapter(entry.id, store=tmp_path / "store")
+            adapter = load(entry.id, store=tmp_path / "store")
             assert adapter.entry_id == entry.id
         elif not entry.is_api:
             with pytest.raises(NotEvaluable):
-                load_adapter(entry.id, store=tmp_path / "store")
+                load(entry.id, store=tmp_path / "store")
 
 
 class _ChatHandler(BaseHTTPRequestHandler):
@@ -156,7 +155,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
 def test_api_entry_is_not_evaluable_without_a_key_then_answers_with_one(monkeypatch, tmp_path):
     mercury = load_catalog().get("mercury")
     monkeypatch.delenv(mercury.api_key_env, raising=False)
-    adapter = load_adapter("mercury")
+    adapter = load("mercury")
     assert isinstance(adapter, APIAdapter) and adapter.entry.license == "other"
     with pytest.raises(NotEvaluable, match=f"needs a key in \\${mercury.api_key_env}"):
         adapter.complete("hi")
@@ -169,7 +168,7 @@ def test_api_entry_is_not_evaluable_without_a_key_then_answers_with_one(monkeypa
              "source": f"http://127.0.0.1:{server.server_port}/v1", "api_model": "m", "api_key_env": "TEST_API_KEY",
              "license": "other", "license_name": "Terms", "license_link": "https://example.com/terms"}]}))
         monkeypatch.setenv("TEST_API_KEY", "k")
-        local = load_adapter("local-api", catalog=load_catalog(catalog_path))
+        local = load("local-api", catalog=load_catalog(catalog_path))
         assert local.complete("hello") == "echo m: hello"
         with pytest.raises(DecodeError, match="text, not token ids"):
             decode(local, PROMPT, SamplerConfig())

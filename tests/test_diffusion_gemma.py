@@ -17,7 +17,8 @@ from models.adapters.base import AdapterError  # noqa: E402
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402
 from sampler import SamplerConfig  # noqa: E402
 from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion  # noqa: E402
-from sampler.decode import block_config_for, decode  # noqa: E402
+from sampler.decode import decode  # noqa: E402
+from sampler.effective import block_config_for  # noqa: E402
 
 PROMPTS = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]])
 

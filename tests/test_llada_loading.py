@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from models import CheckpointError, load_checkpoint, load_model, save_checkpoint
+from models import CheckpointError, load_checkpoint, load, save_checkpoint
 from sampler import SamplerConfig, generate
 from tests.llada_fixtures import EOS_ID, MASK_ID, VOCAB, tiny_model
 
@@ -118,7 +118,7 @@ def test_sharded_round_trip_and_weight_tying(tmp_path):
 
 def test_bfloat16_load(tmp_path):
     folder = save_checkpoint(tiny_model(), tmp_path / "m")
-    loaded = load_model(folder, dtype="bfloat16")
+    loaded = load(folder, dtype="bfloat16")
     assert loaded.model.dtype == torch.bfloat16
     assert loaded.model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
 
@@ -130,7 +130,7 @@ def good(tmp_path):
 
 def test_missing_folder_and_config(tmp_path, good):
     with pytest.raises(CheckpointError, match="no such folder"):
-        load_model(tmp_path / "nope")
+        load(tmp_path / "nope")
     (good / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"config\.json: missing"):
         load_checkpoint(good)

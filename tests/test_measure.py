@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 
 from eval_fixtures import NaNWhen, write_model
-from evals.measure import measure, useful_length
-from models import load_model
+from evals.measure import measure
+from models import load
 from sampler import SamplerConfig
 
 
 @pytest.fixture(scope="module")
 def diffusion(tmp_path_factory):
-    return load_model(write_model(tmp_path_factory.mktemp("m") / "diff"))
+    return load(write_model(tmp_path_factory.mktemp("m") / "diff"))
 
 
 @pytest.fixture(scope="module")
 def autoregressive(tmp_path_factory):
-    return load_model(write_model(tmp_path_factory.mktemp("m") / "ar", causal=True))
+    return load(write_model(tmp_path_factory.mktemp("m") / "ar", causal=True))
 
 
 def config_for(loaded, **changes) -> SamplerConfig:
@@ -62,7 +62,7 @@ def test_autoregressive_measurement(autoregressive):
 
 def test_nan_logits_on_one_prompt_are_counted_and_the_rest_finish(diffusion):
     poisoned = diffusion.encode("!")[0]  # only the last prompt holds this token
-    broken = type(diffusion)(**{**vars(diffusion), "model": NaNWhen(diffusion.model, token=poisoned)})
+    broken = diffusion.with_model(NaNWhen(diffusion.model, token=poisoned))
     m = measure(broken, [broken.encode(p) for p in PROMPTS], config_for(broken), warmup=0, batch_size=2)
     bad = [r for r in m.requests if not r.ok]
     assert [r.index for r in bad] == [3] and "NonFiniteLogitsError" in bad[0].error
@@ -74,14 +74,15 @@ def test_nan_logits_on_one_prompt_are_counted_and_the_rest_finish(diffusion):
 
 
 def test_a_model_that_always_fails_gives_zeros_not_a_crash(diffusion):
-    broken = type(diffusion)(**{**vars(diffusion), "model": NaNWhen(diffusion.model)})
+    broken = diffusion.with_model(NaNWhen(diffusion.model))
     f = measure(broken, [broken.encode(p) for p in PROMPTS], config_for(broken), warmup=1, batch_size=1).record_fields()
     assert f["errors"] == len(PROMPTS)
     assert f["latency_p50_s"] == 0 and f["nfe"] == 0 and f["throughput_items_per_s"] is None
 
 
-def test_useful_length_stops_at_eos():
-    assert useful_length([5, 6, 9, 9], {9}) == 2 and useful_length([5, 6], {9}) == 2
+def test_useful_length_stops_at_eos(diffusion):
+    eos = diffusion.eos_id
+    assert diffusion.useful_length([5, 6, eos, eos]) == 2 and diffusion.useful_length([5, 6]) == 2
 
 
 def test_bad_arguments_are_named(diffusion):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -10,14 +9,14 @@ import torch
 
 from evals.probes import probe_items
 from evals.tasks import TASKS, make_split
-from models.loading import WEIGHTS_DIR, load_model
+from models.loading import WEIGHTS_DIR, load
 
 CANVAS = 32
 
 
 @pytest.fixture(scope="module")
 def loaded():
-    return load_model("tiny-llada")
+    return load("tiny-llada")
 
 
 class Scripted(torch.nn.Module):
@@ -46,7 +45,7 @@ def test_an_oracle_passes_every_probe_and_a_neighbour_copier_only_where_letters_
     assert len(references) == len(items)  # prompt lengths tell the items apart
 
     oracle = Scripted(loaded.config.vocab_size, lambda row, t: references[len(row) - CANVAS][1][t])
-    result = probe_items(replace(loaded, model=oracle), items, CANVAS)
+    result = probe_items(loaded.with_model(oracle), items, CANVAS)
     assert all(result[p]["accuracy"] == 1.0 for p in ("next", "hole", "end"))
 
     def copier(row, t):
@@ -55,7 +54,7 @@ def test_an_oracle_passes_every_probe_and_a_neighbour_copier_only_where_letters_
         left = row[t - 1]
         return loaded.eos_id if left == loaded.mask_id else left
 
-    result = probe_items(replace(loaded, model=Scripted(loaded.config.vocab_size, copier)), items, CANVAS)
+    result = probe_items(loaded.with_model(Scripted(loaded.config.vocab_size, copier)), items, CANVAS)
     repeats = sum(a == b for i in items for a, b in zip(i.answer[1:], i.answer[:-1]))
     letters = sum(len(i.answer) for i in items)
     assert result["next"] == {"right": repeats, "asked": letters, "accuracy": repeats / letters}
@@ -64,7 +63,7 @@ def test_an_oracle_passes_every_probe_and_a_neighbour_copier_only_where_letters_
 
 def test_probes_refuse_a_causal_model_and_an_answer_longer_than_the_canvas(loaded):
     with pytest.raises(ValueError, match="causal model"):
-        probe_items(load_model(str(WEIGHTS_DIR / "tiny-ar")), make_split(TASKS["sort"], "test", 1), CANVAS)
+        probe_items(load(str(WEIGHTS_DIR / "tiny-ar")), make_split(TASKS["sort"], "test", 1), CANVAS)
     long_item = next(i for i in make_split(TASKS["sort"], "test", 50) if len(i.answer) >= 8)
     with pytest.raises(ValueError, match="does not fit canvas 8"):
         probe_items(loaded, [long_item], 8)

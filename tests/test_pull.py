@@ -18,7 +18,7 @@ import yaml
 from models.catalog import load_catalog
 from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
-from models.loading import load_model
+from models.loading import load
 from models.pull import MANIFEST, PullError, entry_path, model_store, pull, read_findings
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -99,7 +99,7 @@ def test_pull_from_offline_cache_installs_verified_files_that_load(tmp_path, env
     assert read_findings(result.path) == []
     # the catalog id now resolves to the pulled copy
     monkeypatch.setenv("UNMASK_CATALOG", str(tmp_path / "catalog.yaml"))
-    loaded = load_model("tiny-dllm")
+    loaded = load("tiny-dllm")
     assert loaded.path == result.path and loaded.mask_id == 39
 
 

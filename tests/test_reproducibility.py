@@ -7,13 +7,13 @@ import torch
 
 from eval_fixtures import NaNWhen, write_model
 from evals.reproducibility import first_difference, probe
-from models import load_model
+from models import load
 from sampler import SamplerConfig
 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    return load_model(write_model(tmp_path_factory.mktemp("m") / "diff"))
+    return load(write_model(tmp_path_factory.mktemp("m") / "diff"))
 
 
 def config_for(loaded, **changes) -> SamplerConfig:
@@ -25,7 +25,7 @@ PROMPTS = ["Sort: cba", "Fill: 1 2 ? 4", "hi!"]
 
 
 def with_model(loaded, model):
-    return type(loaded)(**{**vars(loaded), "model": model})
+    return loaded.with_model(model)
 
 
 @pytest.mark.slow  # starts a fresh Python process (torch import, model load): 5-20 s on two busy cores

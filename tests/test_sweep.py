@@ -13,6 +13,7 @@ from evals import sweep as sweep_module
 from evals.plots import pareto_front, plot_quality_latency
 from evals.store import load_records
 from evals.sweep import SweepError, default_sweep_path, valid_points, load_sweep, parse_sweep, run_sweep
+from sampler.block_diffusion import BlockDiffusionConfig
 
 
 @pytest.fixture(scope="module")
@@ -188,13 +189,15 @@ def test_a_diffusion_gemma_block_diffusion_model_is_swept_on_its_own_settings(mo
     grid = [{"steps": [2, 8]}, {"steps": [8], "parallel": ["threshold"], "parallel_threshold": [0.9]}]
     result = run_sweep(parse_sweep(small_sweep([str(folder)], grid=grid)), tmp_path / "out")
     assert result.failures == []
-    # the block loop reads gen_length, steps and seed only, so the parallel point is the steps-8 point again
-    assert [r.config["steps"] for r in result.records] == [2, 8]
+    # the block loop reads gen_length, steps and seed only, so the parallel point is the steps-8 point again;
+    # the record holds the effective block config that decoded (steps per canvas, the model's new tokens)
+    assert [r.config["max_denoising_steps"] for r in result.records] == [2, 8]
     fast, slow = result.records
     for r in result.records:
         assert (r.candidate, r.kind, r.role) == ("dg", "block-diffusion", "candidate")
         assert r.valid is True and r.n_items == 3 and r.errors == 0 and r.time_to_first_block_s is not None
-        assert r.config["block_length"] == r.gen_length == 8  # one canvas of the model
+        assert r.config["max_new_tokens"] == r.gen_length == 8  # one canvas of the model
+        assert r.config_hash == BlockDiffusionConfig(**(r.config | {"eos_ids": tuple(r.config["eos_ids"])})).hash()
     assert 1 <= fast.nfe <= 2 < slow.nfe <= 8  # denoising steps per canvas, at most the budget
     again = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2]})), tmp_path / "again")
     assert again.records[0].output_hash == fast.output_hash  # seeded block sampling: the same tokens

@@ -58,21 +58,21 @@ def bench_command(
 ) -> None:
     """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
     from evals.bench import BenchSetup, run_bench, variants_named
-    from models import CheckpointError, load_model
+    from models import CheckpointError, load
 
     try:
         variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
         setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
                            reps=reps, warmup=warmup, threads=threads, seed=seed)
         setup.check()
-        loaded = load_model(model, device=device)
+        loaded = load(model, device=device)
     except (CheckpointError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
     ar_loaded = None
     if ar_model and any(v.kind == "ar" for v in variants):
         try:
-            ar_loaded = load_model(ar_model, device=device)
+            ar_loaded = load(ar_model, device=device)
         except (CheckpointError, ValueError) as e:
             console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]

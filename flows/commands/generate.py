@@ -30,12 +30,12 @@ def generate_command(
     """Generate a completion for PROMPT."""
     import torch
 
-    from models import CheckpointError, load_model
+    from models import CheckpointError, load
     from sampler import SamplerConfig
-    from sampler.decode import DecodeError, decode_loaded, decoding_kind, sampler_ids
+    from sampler.decode import DecodeError, decode
 
     try:
-        loaded = load_model(model, device=device, dtype=dtype)
+        loaded = load(model, device=device, dtype=dtype)
     except (CheckpointError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
@@ -48,12 +48,12 @@ def generate_command(
             cfg_scale=cfg_scale,
             remasking=remasking,
             seed=seed,
-            **sampler_ids(loaded),
+            **loaded.sampler_ids(),
         )
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
-    kind = decoding_kind(loaded)
+    kind = loaded.kind
     if trace and kind != "masked-diffusion":
         console.print(f"[red]error:[/red] --trace shows the order in which masked diffusion commits positions; "
                       f"{model} is a {kind} model", highlight=False)
@@ -61,21 +61,18 @@ def generate_command(
     ids = torch.tensor([loaded.encode(prompt)], device=device)
     start = time.perf_counter()
     try:
-        out = decode_loaded(loaded, ids, config, **({"record_commits": True} if trace else {}))
+        out = decode(loaded, ids, config, **({"record_commits": True} if trace else {}))
     except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
         console.print(f"[red]error:[/red] {model}: {e}")
         raise typer.Exit(2) from None
     elapsed = time.perf_counter() - start
-    tokens = out.generated[0].tolist()
-    if loaded.eos_id in tokens:
-        tokens = tokens[: tokens.index(loaded.eos_id)]
-    text = loaded.decode(tokens)
+    text = loaded.response_text(out.generated[0].tolist())
     if raw:
         print(text)
         return
     console.print(text, markup=False, highlight=False)
     if trace:
-        ends = {loaded.eos_id, loaded.eot_id, loaded.pad_id} - {None}
+        ends = loaded.stop_ids | ({loaded.pad_id} - {None})
         pieces = [loaded.decode([t]) if t not in ends else END for t in out.generated[0].tolist()]
         lines, summary = commit_timeline(pieces, out.stats["commit_step"][0])
         console.print("\n".join(lines), markup=False, highlight=False)

@@ -1,31 +1,49 @@
-"""Adapters: one protocol (`models.adapters.base.ModelAdapter`) over every kind of candidate.
+"""Adapters: one model handle (`models.adapters.base.ModelHandle`) over every kind of candidate.
 
-`load_adapter("llada-8b-instruct")` resolves a catalog id (or a folder) and returns an adapter;
-`sampler.decode.decode(adapter, input_ids, config)` then runs the right decoder for its kind
-(masked diffusion, block diffusion, KV-cached autoregressive). `availability(entry)` says, without
-loading anything, whether an entry can run now and, if not, why.
+`models.load(ref)` picks the adapter from the folder layout (`folder_layout`); `availability(entry)`
+says, without loading anything, whether a catalog entry can run now and, if not, why.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from models.adapters.api import APIAdapter
-from models.adapters.base import AdapterError, ModelAdapter, NotEvaluable, read_json
+from models.adapters.base import AdapterError, ModelHandle, NotEvaluable, read_json
 from models.adapters.causal_lm import CausalLMAdapter
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
 from models.adapters.llada import LLaDAAdapter
-from models.catalog import Catalog, CatalogEntry, load_catalog
-from models.loading import folder_layout
+from models.catalog import CatalogEntry
 from models.pull import PullError, entry_path
 
 __all__ = [
-    "APIAdapter", "AdapterError", "CausalLMAdapter", "DiffusionGemmaAdapter", "LLaDAAdapter", "ModelAdapter",
-    "NotEvaluable", "availability", "load_adapter",
+    "ADAPTERS", "APIAdapter", "AdapterError", "CausalLMAdapter", "DiffusionGemmaAdapter", "LLaDAAdapter",
+    "ModelHandle", "NotEvaluable", "availability", "folder_layout", "model_layout", "read_json",
 ]
+
+# folder layout -> the adapter that loads it
+ADAPTERS = {"llada": LLaDAAdapter, "causal-lm": CausalLMAdapter, "diffusion-gemma": DiffusionGemmaAdapter}
+
+
+def folder_layout(config: dict[str, Any]) -> str:
+    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma' or 'causal-lm', from config.json."""
+    if config.get("model_type") == "diffusion_gemma":
+        return "diffusion-gemma"
+    if config.get("model_type") in (None, "llada") or "d_model" in config:
+        return "llada"
+    return "causal-lm"
+
+
+def model_layout(path: Path) -> str:
+    """The layout of a model folder; a folder whose config.json is missing or unreadable counts as
+    'llada', so the native loader reports what is wrong with it."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return "llada"
+    return folder_layout(config) if isinstance(config, dict) else "llada"
 
 
 def availability(entry: CatalogEntry, store: str | Path | None = None) -> tuple[bool, str]:
@@ -39,38 +57,3 @@ def availability(entry: CatalogEntry, store: str | Path | None = None) -> tuple[
     except PullError as e:
         return False, str(e)
     return True, f"ready: {path}"
-
-
-def load_adapter(ref: str | Path, *, catalog: Catalog | None = None, store: str | Path | None = None,
-                 device: str = "cpu", dtype: torch.dtype | None = None) -> Any:
-    """An adapter for a catalog id or a model folder; raises NotEvaluable/AdapterError saying why not."""
-    folder = Path(ref).expanduser()
-    if folder.is_dir():
-        return adapter_for_folder(folder, device=device, dtype=dtype)
-    entry = (catalog or load_catalog()).get(str(ref))
-    if entry.is_api:
-        return APIAdapter(entry)
-    ok, reason = availability(entry, store)
-    if not ok:
-        raise NotEvaluable(f"model '{entry.id}': {reason}")
-    path = entry_path(entry, store)
-    d = entry.decoding
-    if entry.adapter == "llada":
-        return LLaDAAdapter.from_folder(path, entry.id, device=device, dtype=dtype or torch.float32)
-    if entry.adapter == "causal-lm":
-        eos = tuple(d[k] for k in ("eos_id", "eot_id") if d.get(k) is not None)
-        return CausalLMAdapter.from_folder(path, entry.id, device=device, dtype=dtype or torch.float32, eos_ids=eos)
-    if entry.adapter == "diffusion-gemma":
-        return DiffusionGemmaAdapter.from_folder(path, entry.id, device=device, dtype=dtype or torch.bfloat16, defaults=d)
-    raise AdapterError(f"model '{entry.id}': adapter '{entry.adapter}' is not implemented")
-
-
-def adapter_for_folder(folder: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Any:
-    """Pick the adapter from config.json: diffusion_gemma, LLaDA (bidirectional or causal), or a causal LM."""
-    config = read_json(folder / "config.json")
-    layout = folder_layout(config)
-    if layout == "diffusion-gemma":
-        return DiffusionGemmaAdapter.from_folder(folder, device=device, dtype=dtype or torch.bfloat16)
-    if layout == "llada" and not config.get("causal"):
-        return LLaDAAdapter.from_folder(folder, device=device, dtype=dtype or torch.float32)
-    return CausalLMAdapter.from_folder(folder, device=device, dtype=dtype or torch.float32)

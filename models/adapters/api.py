@@ -16,9 +16,13 @@ from models.catalog import CatalogEntry
 
 
 class APIAdapter:
+    """A hosted OpenAI-compatible model: text in, text out; it has no token ids, weights or sampler."""
+
     kind = "api"
     path = None
     eos_ids: tuple[int, ...] = ()
+    weights_sha256 = ""
+    card: dict = {}
 
     def __init__(self, entry: CatalogEntry, timeout_s: float = 60.0):
         self.entry, self.entry_id, self.timeout_s = entry, entry.id, timeout_s
@@ -55,6 +59,10 @@ class APIAdapter:
         raise NotEvaluable(f"model '{self.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
     decode = encode
+
+    def sampler_ids(self) -> dict:
+        raise NotEvaluable(f"model '{self.entry_id}' is an API model: unmask's samplers decode token ids, "
+                           "an API model answers text through complete()")
 
     def status_or_raise(self) -> None:
         """NotEvaluable, saying why, unless an endpoint and key are configured."""

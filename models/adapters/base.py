@@ -1,15 +1,17 @@
-"""The adapter protocol: how evaluation loads and calls any candidate, whatever its kind.
+"""The model handle: how everything above `models/` sees a loaded candidate, whatever its kind.
 
-An adapter loads a model and tokenizes; it does not decode. `sampler.decode.decode(adapter,
-input_ids, config)` (a layer above) picks the decoder by `adapter.kind`: unmask's masked-diffusion
-sampler, the block sampler, or KV-cached autoregressive decoding. Text goes through `encode` / `decode`.
+An adapter loads a model and tokenizes; it does not decode. `sampler.decode.decode(handle, input_ids,
+config)` (a layer above) picks the decoder by `handle.kind`: unmask's masked-diffusion sampler, the
+block sampler, or KV-cached autoregressive decoding. `models.load(ref)` picks the adapter.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -17,23 +19,12 @@ from models import checkpoint
 from models.checkpoint import CheckpointError, weight_files
 
 
-class AdapterError(ValueError):
+class AdapterError(CheckpointError):
     """A model that cannot be loaded or called; the message says why and what to do."""
 
 
 class NotEvaluable(AdapterError):
     """A catalog entry that unmask lists but cannot run (API without a key, no native adapter)."""
-
-
-class ModelAdapter(Protocol):
-    entry_id: str
-    kind: str  # the catalog kind: masked-diffusion, block-diffusion, autoregressive, api
-    path: Path | None
-    eos_ids: tuple[int, ...]
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: list[int]) -> str: ...
 
 
 class TextCodec(checkpoint.TextCodec):
@@ -42,19 +33,31 @@ class TextCodec(checkpoint.TextCodec):
     codec_error = AdapterError
 
 
-class EvaluationSurface:
-    """What evaluation reads of a loaded model beyond encode/decode, for adapters that `models.load_model`
-    hands to sweeps, probes and gates in place of a `models.LoadedModel`: the stop ids as `eos_id` /
-    `eot_id`, no mask id, the model card and the id. Needs `eos_ids`, `path` and `entry_id`."""
+class ModelHandle(TextCodec):
+    """One loaded candidate: its kind, the network, its special ids, card, weights digest and text codec.
 
-    mask_id = None  # evaluation never masks tokens for these kinds
+    Subclasses set `kind`, `model`, `tokenizer`, `path`, `entry_id`, `eos_ids` (EOS first, then EoT),
+    `pad_id`, `card`, and `mask_id` when the model masks (masked diffusion); `defaults` holds the
+    catalog's decoding defaults (empty for a plain folder).
+    """
 
-    def _read_card(self) -> None:
-        try:
-            self.card = checkpoint.read_card(self.path) if self.path is not None else {}
-        except CheckpointError as e:
-            raise AdapterError(str(e)) from None
-        self.model_id = self.entry_id
+    kind: str  # the catalog kind: masked-diffusion, block-diffusion, autoregressive
+    model: Any
+    path: Path | None
+    entry_id: str
+    eos_ids: tuple[int, ...] = ()
+    mask_id: int | None = None  # only masked-diffusion models mask
+    pad_id: int | None = None
+    card: dict[str, Any]
+    defaults: dict[str, Any]
+
+    @property
+    def model_id(self) -> str:
+        return self.entry_id
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "autoregressive"
 
     @property
     def eos_id(self) -> int | None:
@@ -64,6 +67,43 @@ class EvaluationSurface:
     def eot_id(self) -> int | None:
         """The second stop id (an end-of-turn token), when the model has one."""
         return self.eos_ids[1] if len(self.eos_ids) > 1 else None
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        return frozenset(self.eos_ids)
+
+    @functools.cached_property
+    def weights_sha256(self) -> str:
+        """The digest of the weights this handle was loaded from, computed once per handle."""
+        from models.digest import weights_sha256
+
+        return weights_sha256(self.path) if self.path is not None else ""
+
+    def sampler_ids(self) -> dict[str, int | None]:
+        """The token ids a SamplerConfig for this model must carry: its mask (when it has one), EOS and EoT."""
+        ids = {"mask_id": self.mask_id, "eos_id": self.eos_id, "eot_id": self.eot_id}
+        return {k: v for k, v in ids.items() if v is not None or k == "eot_id"}
+
+    def useful_length(self, tokens: list[int]) -> int:
+        """Generated tokens before the first stop id (EOS or EoT)."""
+        stops = self.stop_ids
+        return next((i for i, t in enumerate(tokens) if t in stops), len(tokens))
+
+    def response_text(self, tokens: list[int]) -> str:
+        """The generated text up to the first stop id."""
+        return self.decode(list(tokens[: self.useful_length(tokens)]))
+
+    def with_model(self, model: Any) -> "ModelHandle":
+        """The same handle over another network (a wrapped or instrumented copy of this one's)."""
+        other = copy.copy(self)
+        other.model = model
+        return other
+
+    def _read_card(self) -> None:
+        try:
+            self.card = checkpoint.read_card(self.path) if self.path is not None else {}
+        except CheckpointError as e:
+            raise AdapterError(str(e)) from None
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -8,11 +8,11 @@ renamed into a `LlamaForCausalLM` and decoded by the same cached loop.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from models.adapters.base import (AdapterError, EvaluationSurface, TextCodec, eos_list, read_json, read_tokenizer,
-                                  require_safetensors)
+from models.adapters.base import AdapterError, ModelHandle, eos_list, read_json, read_tokenizer, require_safetensors
 from models.checkpoint import CheckpointError, read_config, read_tensors
 
 # LLaDA tensor name (per block where it has {i}) -> Llama tensor name.
@@ -70,32 +70,34 @@ def llada_as_llama(folder: Path, dtype: torch.dtype):
     return model.eval(), raw
 
 
-class CausalLMAdapter(EvaluationSurface, TextCodec):
-    """An autoregressive model; `sampler.decode` runs transformers' KV-cached generate on it.
-
-    It also has the surface of a `models.LoadedModel` that evaluation reads (`causal`, `eos_id`,
-    `eot_id`, `mask_id`, `pad_id`, `card`, `model_id`), so `models.load_model` can hand a Hugging Face
-    Llama/Qwen folder to sweeps, probes and gates in place of a LLaDA-layout checkpoint.
-    """
+class CausalLMAdapter(ModelHandle):
+    """An autoregressive Hugging Face model (Llama, Qwen: the real AR fallbacks); `sampler.decode` runs
+    transformers' KV-cached generate on it."""
 
     kind = "autoregressive"
-    causal = True
 
-    def __init__(self, model, tokenizer, eos_ids: tuple[int, ...], pad_id: int | None, path: Path | None, entry_id: str = ""):
+    def __init__(self, model, tokenizer, eos_ids: tuple[int, ...], pad_id: int | None, path: Path | None, entry_id: str = "",
+                 defaults: dict[str, Any] | None = None):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.eos_ids = eos_ids
         # rows that stop are filled with EOS, as the diffusion and native AR samplers do
         self.pad_id = eos_ids[0] if eos_ids else (pad_id if pad_id is not None else 0)
         self.entry_id = entry_id or (path.name if path else "")
+        self.defaults = dict(defaults or {})
         self._read_card()
 
     @classmethod
     def from_folder(cls, folder: Path, entry_id: str = "", device="cpu", dtype=torch.float32,
-                    eos_ids: tuple[int, ...] = ()) -> "CausalLMAdapter":
-        """Load a Hugging Face causal LM folder (safetensors only, no remote code) or a causal LLaDA layout."""
+                    defaults: dict[str, Any] | None = None) -> "CausalLMAdapter":
+        """Load a Hugging Face causal LM folder (safetensors only, no remote code) or a causal LLaDA layout.
+
+        The catalog's `defaults` may name the stop ids (`eos_id`, `eot_id`); else the folder's own.
+        """
         from transformers import AutoModelForCausalLM
 
         folder = Path(folder)
+        defaults = dict(defaults or {})
+        eos_ids = tuple(defaults[k] for k in ("eos_id", "eot_id") if defaults.get(k) is not None)
         config = read_json(folder / "config.json")
         require_safetensors(folder)
         if config.get("model_type") == "llada" or "d_model" in config:
@@ -114,4 +116,4 @@ class CausalLMAdapter(EvaluationSurface, TextCodec):
             gen = model.generation_config
             eos = eos_ids or eos_list(gen.eos_token_id if gen.eos_token_id is not None else config.get("eos_token_id"))
             pad = gen.pad_token_id if gen.pad_token_id is not None else config.get("pad_token_id")
-        return cls(model.to(device), read_tokenizer(folder), eos, pad, folder, entry_id)
+        return cls(model.to(device), read_tokenizer(folder), eos, pad, folder, entry_id, defaults)

@@ -13,16 +13,13 @@ from typing import Any
 
 import torch
 
-from models.adapters.base import (AdapterError, EvaluationSurface, TextCodec, eos_list, read_json, read_tokenizer,
-                                  require_safetensors)
+from models.adapters.base import AdapterError, ModelHandle, eos_list, read_json, read_tokenizer, require_safetensors
 
 
-class DiffusionGemmaAdapter(EvaluationSurface, TextCodec):
-    """A DiffusionGemma checkpoint: the block denoiser for sampler/block_diffusion.py, and the text
-    codec and evaluation surface that sweeps, probes and gates read (see `EvaluationSurface`)."""
+class DiffusionGemmaAdapter(ModelHandle):
+    """A DiffusionGemma checkpoint: the block denoiser for sampler/block_diffusion.py behind the model handle."""
 
     kind = "block-diffusion"
-    causal = False
 
     def __init__(self, model, tokenizer=None, defaults: dict[str, Any] | None = None, path: Path | None = None, entry_id: str = ""):
         self.model, self.tokenizer, self.path = model, tokenizer, path

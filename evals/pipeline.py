@@ -1,0 +1,312 @@
+"""The one evaluation pipeline, as typed steps: prepare a candidate, plan its points, measure each
+point into a validated record, probe, check the license, assemble the evidence, write the files.
+
+`unmask eval` (evals.sweep.run_sweep) and the Prefect flows (flows.tasks, one-line task wrappers
+adding retries, caching and serialisation) drive the same steps and write the same files. Each step
+takes and returns plain values (pydantic models, records), so a step's result can be cached as JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
+from evals.fingerprint import package_version
+from evals.measure import RequestResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+
+UNMASK_VERSION = package_version("unmask") or "0+unknown"
+PROBE_PROMPTS = 4  # prompts of the first point that the reproducibility probe decodes
+
+
+class PreparedCandidate(BaseModel):
+    """A candidate pulled, verified and loadable: who it is and what its weights are (computed once)."""
+
+    ref: str  # what the user named: catalog id, bundled id or folder
+    candidate: str  # the id records and the registry use
+    path: str  # the folder its files are in
+    role: str
+    kind: str
+    revision: str
+    weights_sha256: str
+    ids: dict[str, int | None]  # mask_id, eos_id, eot_id for SamplerConfig
+    card: dict[str, Any] = {}  # the model card's header (its text left out)
+
+
+class SweepPoint(BaseModel):
+    """One (candidate, task split, effective config) to measure, with the hashes that key its cache."""
+
+    ref: str
+    candidate: str
+    path: str
+    role: str
+    kind: str
+    revision: str
+    weights_sha256: str
+    task: dict[str, Any]  # evals.sweep.TaskSpec fields
+    settings: dict[str, Any]  # the sweep's requested settings of the point (before model ids)
+    config: dict[str, Any]  # the effective config that decodes (sampler.effective), as a dict
+    config_hash: str  # its hash
+    dataset_hash: str
+    backend: str
+    label: str  # for task run names and progress
+
+
+class SweepPlan(BaseModel):
+    name: str
+    device: str
+    dtype: str
+    measure: dict[str, int]
+    threads: int | None = None  # torch CPU threads while measuring (the sweep's `threads`)
+    points: list[SweepPoint]
+    skipped: list[str] = []
+    task_validation: dict[str, dict[str, Any]] = {}  # file name -> Great Expectations summary of the task data
+
+
+class MeasuredPoint(BaseModel):
+    """A validated record with its Great Expectations result and Data Docs page, ready to be written."""
+
+    record: dict[str, Any]
+    validation: dict[str, Any] | None = None
+    html: str | None = None
+
+
+# --- the model handle, loaded once per process --------------------------------------------------
+
+_load_lock = threading.Lock()
+
+
+def weights_signature(path: Path) -> tuple:
+    """Names, sizes and mtimes of the weight files: a changed file reloads, without hashing it."""
+    from models.digest import weight_files
+
+    files = weight_files(path) if path.is_dir() else []
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file())
+
+
+@functools.lru_cache(maxsize=2)
+def _handle(ref: str, device: str, dtype: str, signature: tuple, decoding: str):
+    from models import load
+
+    return load(ref, device=device, dtype=dtype)
+
+
+def handle_for(ref: str, device: str = "cpu", dtype: str = "float32"):
+    """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point)."""
+    from models.loading import catalog_decoding, resolve_model_path
+
+    path = resolve_model_path(ref)
+    decoding = json.dumps(catalog_decoding(ref), sort_keys=True, default=str)
+    with _load_lock:
+        return _handle(str(ref), device, dtype, weights_signature(path), decoding)
+
+
+@functools.lru_cache(maxsize=8)
+def _task_data(task_json: str) -> TaskData:
+    return load_task(**json.loads(task_json))
+
+
+def task_data(task_fields: dict[str, Any]) -> TaskData:
+    return _task_data(json.dumps(task_fields, sort_keys=True))
+
+
+# --- the steps ------------------------------------------------------------------------------------
+
+
+def model_folder(ref: str) -> Path:
+    """The model's folder; a catalog entry from the Hub that is not pulled yet is pulled and verified."""
+    from models.catalog import load_catalog
+    from models.loading import resolve_model_path
+    from models.pull import pull, pulled_path
+
+    if not Path(ref).expanduser().is_dir():
+        catalog = load_catalog()
+        if ref in catalog:
+            entry = catalog.get(ref)
+            if entry.source.scheme == "hf" and pulled_path(entry.id) is None:
+                return pull(entry).path
+    return resolve_model_path(ref)
+
+
+def identity(ref: str, handle: Any) -> tuple[str, str, str]:
+    """(role, kind, revision): the catalog's where it knows `ref`, else from the model (AR -> fallback)."""
+    kind = handle.kind
+    role, revision = ("fallback" if kind == "autoregressive" else "candidate"), ""
+    try:
+        from models.catalog import load_catalog
+
+        catalog = load_catalog()
+        if ref in catalog:
+            entry = catalog.get(ref)
+            role, kind, revision = entry.role, entry.kind, entry.revision or ""
+    except Exception:  # a broken catalog must not stop an evaluation of a model folder
+        pass
+    return role, kind, revision or handle.weights_sha256[:12]
+
+
+def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
+    """Pull and verify (when needed), load and identify a candidate; raises if it cannot be loaded."""
+    path = model_folder(ref)
+    handle = handle_for(ref, device, dtype)
+    role, kind, revision = identity(ref, handle)
+    return PreparedCandidate(
+        ref=ref, candidate=handle.entry_id, path=str(path), role=role, kind=kind, revision=revision,
+        weights_sha256=handle.weights_sha256, ids=handle.sampler_ids(),
+        card={k: v for k, v in handle.card.items() if k != "text"})
+
+
+def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
+    """The sweep's valid points for this candidate, each with its effective config and the hashes
+    that key its cache; the task data is validated first (TaskDataError says what is wrong)."""
+    from dataclasses import asdict
+
+    from evals.points import build_config, point_problems, valid_points
+    from evals.validation import check_task
+    from sampler.effective import effective_config
+
+    handle = handle_for(prepared.ref, spec.device, spec.dtype)
+    points, skipped, checked = [], [], {}
+    for t in spec.tasks:
+        fields = asdict(t)
+        data = task_data(fields)
+        outcome = check_task(data, expected_size=None if t.file else t.n)
+        checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        for settings in valid_points(spec, t, prepared.kind):
+            config, backend = build_config(settings, prepared.ids)
+            effective = effective_config(handle, config)
+            label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
+            points.append(SweepPoint(
+                ref=prepared.ref, candidate=prepared.candidate, path=prepared.path, role=prepared.role,
+                kind=prepared.kind, revision=prepared.revision, weights_sha256=prepared.weights_sha256, task=fields,
+                settings=settings, config=effective.to_dict(), config_hash=effective.hash(),
+                dataset_hash=data.hash, backend=backend, label=f"{prepared.candidate} {data.name} {label}"))
+        skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.kind)]
+    return SweepPlan(name=spec.name, device=spec.device, dtype=spec.dtype, measure=dict(spec.measure),
+                     threads=spec.threads, points=points, skipped=skipped, task_validation=checked)
+
+
+def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
+                  on_request: Callable[[RequestResult], None] | None = None) -> MeasuredPoint:
+    """Measure, score and validate one point; a validator that breaks marks the record invalid
+    instead of losing the measurement."""
+    from evals.validation import validate_record
+    from sampler.effective import config_from_dict
+
+    if plan.threads:  # on a shared CPU, more threads than free cores makes every forward much slower
+        import torch
+
+        torch.set_num_threads(plan.threads)
+    handle = handle_for(point.ref, plan.device, plan.dtype)
+    candidate = Candidate(id=point.candidate, loaded=handle, role=point.role, kind=point.kind,
+                          revision=point.revision, weights_sha256=point.weights_sha256)
+    m = plan.measure
+    record = evaluate_point(candidate, task_data(point.task), config_from_dict(point.config), backend=point.backend,
+                            device=plan.device, dtype=plan.dtype, warmup=m.get("warmup", 1),
+                            batch_size=m.get("batch_size", 1), throughput_items=m.get("throughput_items"),
+                            sweep=plan.name, on_request=on_request)
+    try:
+        outcome = validate_record(record, html=html)
+    except Exception as e:
+        record.valid = False
+        record.validation = {"success": False, "failed": [], "error": f"validation could not run: {e}"}
+        return MeasuredPoint(record=record.to_dict())
+    return MeasuredPoint(record=record.to_dict(), validation=outcome.result, html=outcome.html)
+
+
+def probe_point(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) -> ReproducibilityResult:
+    """Same-process, fresh-process and batch-invariance probe of a point (the candidate's first)."""
+    from evals.reproducibility import probe
+    from sampler.effective import config_from_dict
+
+    handle = handle_for(point.ref, plan.device, plan.dtype)
+    prompts = [handle.encode(item.prompt) for item in task_data(point.task).items[:PROBE_PROMPTS]]
+    return probe(handle, config_from_dict(point.config), prompts, candidate=point.candidate, device=plan.device,
+                 dtype=plan.dtype, fresh_process=fresh_process)
+
+
+def check_license(prepared: PreparedCandidate) -> LicenseResult:
+    """The catalog license checked against the model card (evals.license)."""
+    from evals.license import license_for_model
+
+    result = license_for_model(prepared.ref, prepared.card or None)
+    result.candidate = prepared.candidate
+    return result
+
+
+def assemble_evidence(prepared: PreparedCandidate, records: list[EvalRecord],
+                      reproducibility: ReproducibilityResult | None, license: LicenseResult,
+                      failures: list[str]) -> CandidateEvidence:
+    """Everything the gates judge of one candidate version."""
+    return CandidateEvidence(
+        candidate=prepared.candidate, role=prepared.role, kind=prepared.kind, records=records,
+        reproducibility=reproducibility, license=license, model_revision=prepared.revision,
+        weights_sha256=prepared.weights_sha256, card=dict(prepared.card), failures=list(failures))
+
+
+# --- the files ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvidenceFiles:
+    """What an evaluation leaves in its folder, the same whichever driver ran it."""
+
+    folder: Path
+    licenses: list[dict[str, Any]] = field(default_factory=list)
+    reproducibility: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def write_plan(self, plans: list[SweepPlan], spec: Any) -> None:
+        from evals.store import RecordStore
+
+        store = RecordStore(self.folder)
+        for plan in plans:
+            for name, summary in plan.task_validation.items():
+                store.write_json(name, summary)
+        skipped = [s for plan in plans for s in plan.skipped]
+        store.write_json("sweep.json", {"name": spec.name, "source": spec.source, "models": spec.models,
+                                        "grid": spec.grid, "base": spec.base, "measure": spec.measure,
+                                        "skipped": skipped})
+
+    def write_evidence(self, failures: list[str], plots: list[Path] | None = None) -> None:
+        from evals.store import RecordStore
+
+        store = RecordStore(self.folder)
+        store.write_json("license.json", self.licenses)
+        if self.reproducibility:
+            store.write_json("reproducibility.json", self.reproducibility)
+        if self.problems:
+            store.write_json("evidence-problems.json", self.problems)
+        if failures:
+            store.write_json("failures.json", failures)
+
+
+def store_measured(store: Any, measured: MeasuredPoint) -> EvalRecord:
+    """Append one measured point (its record, validation result and Data Docs page) to a RecordStore."""
+    record = EvalRecord.from_dict(measured.record)
+    store.add(record, measured.validation, measured.html)
+    return record
+
+
+def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measured: list[MeasuredPoint],
+                          license: LicenseResult, reproducibility: ReproducibilityResult | None,
+                          failures: list[str]) -> Path:
+    """One candidate's evaluation folder, as `unmask eval` leaves it: the plan's task checks and
+    sweep.json, records (JSONL, Parquet, CSV) with their validation results and Data Docs pages,
+    license.json, reproducibility.json and failures.json."""
+    from evals.store import RecordStore
+
+    store = RecordStore(folder)
+    files = EvidenceFiles(store.folder, licenses=[license.to_dict()],
+                          reproducibility=[reproducibility.to_dict()] if reproducibility else [])
+    files.write_plan([plan], spec)
+    for point in measured:
+        store_measured(store, point)
+    files.write_evidence(failures)
+    return store.folder
