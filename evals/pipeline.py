@@ -299,7 +299,7 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
                           failures: list[str]) -> Path:
     """One candidate's evaluation folder, as `unmask eval` leaves it: the plan's task checks and
     sweep.json, records (JSONL, Parquet, CSV) with their validation results and Data Docs pages,
-    license.json, reproducibility.json and failures.json."""
+    quality-latency plots, license.json, reproducibility.json and failures.json."""
     from evals.store import RecordStore
 
     store = RecordStore(folder)
@@ -308,5 +308,9 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
     files.write_plan([plan], spec)
     for point in measured:
         store_measured(store, point)
+    if store.records:
+        from evals.plots import plot_quality_latency
+
+        plot_quality_latency(store.records, store.folder)
     files.write_evidence(failures)
     return store.folder
