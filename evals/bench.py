@@ -18,7 +18,7 @@ import torch
 
 from evals.measure import PeakMemory
 from evals.quality import left_pad, padding_id
-from evals.tasks import get_task, make_split, score
+from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
 from sampler.decode import decode
 
@@ -227,7 +227,7 @@ class VariantRun:
             rows = [row for out in chunks for row in out.generated.tolist()]
             texts = [loaded.response_text(r) for r in rows]
             metric = bench_metric(batch.task)
-            correct[batch.task] = sum(score(metric, t, i.target) for t, i in zip(texts, batch.items)) / len(texts)
+            correct[batch.task] = mean_score(metric, texts, [i.target for i in batch.items])
             text_tokens += sum(loaded.useful_length(r) for r in rows)
             responses += texts
         n_rows = sum(len(b.items) for b in self.batches)

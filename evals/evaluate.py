@@ -50,17 +50,14 @@ def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: i
 
 def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> dict[str, float | None]:
     """accuracy (the first metric), and strict / flexible for GSM8K-format tasks; a failed item is wrong."""
-    from evals.tasks import score
+    from evals.tasks import mean_score
 
-    def mean(metric: str) -> float:
-        hits = [r is not None and score(metric, r, t) for r, t in zip(responses, targets)]
-        return sum(hits) / len(hits) if hits else 0.0
-
-    out: dict[str, float | None] = {"accuracy": mean(metrics[0]), "accuracy_strict": None, "accuracy_flexible": None}
+    out: dict[str, float | None] = {"accuracy": mean_score(metrics[0], responses, targets),
+                                    "accuracy_strict": None, "accuracy_flexible": None}
     if "strict-match" in metrics:
-        out["accuracy_strict"] = mean("strict-match")
+        out["accuracy_strict"] = mean_score("strict-match", responses, targets)
     if "flexible-extract" in metrics:
-        out["accuracy_flexible"] = mean("flexible-extract")
+        out["accuracy_flexible"] = mean_score("flexible-extract", responses, targets)
     return out
 
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from evals.bench import BenchSetup, run_bench, variants_named
 from evals.tasks import alphabet
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models import load
+from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import build_char_tokenizer, special_ids
 
@@ -40,7 +41,7 @@ SMALL = dict(gen_lengths=(32, 64), block_length=16, prompts=3, reps=3, warmup=0,
 
 
 def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders):
-    loaded, ar = load_checkpoint(folders[0]), load_checkpoint(folders[1])
+    loaded, ar = load(folders[0]), load(folders[1])
     variants = variants_named(["vanilla", "dual-cache", "dual+speculative (batch 1)", "speculative (batch 1)", "early-exit", "tiny-ar"])
     report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar)
     assert [(r.config, r.gen_length) for r in report.rows] == [
@@ -62,7 +63,7 @@ def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders)
 
 
 def test_missing_ar_model_skips_its_row_with_a_note(folders):
-    loaded = load_checkpoint(folders[0])
+    loaded = load(folders[0])
     report = run_bench(loaded, BenchSetup(**(SMALL | {"gen_lengths": (32,)})), variants_named(["vanilla", "tiny-ar"]))
     assert [r.config for r in report.rows] == ["vanilla"]
     assert any("tiny-ar row skipped" in n for n in report.notes)

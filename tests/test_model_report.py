@@ -55,9 +55,9 @@ def micro_model(tmp_path_factory):
 
 
 def test_card_is_written_from_saved_rows(micro_model, tmp_path, monkeypatch):
-    from models.checkpoint import load_checkpoint
+    from models import load
 
-    loaded = load_checkpoint(micro_model)
+    loaded = load(micro_model)
     rows = model_report.steps_ratio_table(loaded, "test", 3, [1, 2], tasks=["arith", "sort"], gen_lengths={"sort": 32})
     assert [(r["task"], r["ratio"], r["steps"]) for r in rows] == [("arith", 1, 32), ("arith", 2, 16), ("sort", 1, 32), ("sort", 2, 16)]
     sort_rows = [r for r in rows if r["task"] == "sort"]

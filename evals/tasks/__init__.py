@@ -6,7 +6,7 @@ from evals.tasks.arith import ArithTask
 from evals.tasks.base import SPLITS, Task, TaskItem, check_disjoint, make_split, sample_split, split_of
 from evals.tasks.gsm8k import GSM8KTask, load_gsm8k
 from evals.tasks.infill import InfillTask
-from evals.tasks.scoring import flexible_extract, score, strict_match
+from evals.tasks.scoring import flexible_extract, mean_score, score, strict_match
 from evals.tasks.sort import SortTask
 
 TASKS: dict[str, Task] = {
@@ -35,6 +35,6 @@ def alphabet() -> str:
 
 __all__ = [
     "SPLITS", "TASKS", "ArithTask", "GSM8KTask", "InfillTask", "SortTask", "Task", "TaskItem", "alphabet",
-    "check_disjoint", "flexible_extract", "get_task", "load_gsm8k", "make_split", "sample_split", "score",
+    "check_disjoint", "flexible_extract", "get_task", "load_gsm8k", "make_split", "sample_split", "mean_score", "score",
     "split_of", "strict_match",
 ]

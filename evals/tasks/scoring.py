@@ -57,3 +57,10 @@ def score(metric: str, response: str, target: str) -> bool | float:
     if metric not in EXTRACTORS:
         raise ValueError(f"unknown metric {metric!r}; known: exact-match, char-accuracy, {', '.join(EXTRACTORS)}")
     return EXTRACTORS[metric](response) == normalise_number(target)
+
+
+def mean_score(metric: str, responses: list[str | None], targets: list[str]) -> float:
+    """The mean of `score` over the items (booleans count 0/1, shares as they are); a failed item
+    (response None) scores 0. Every decode-and-score loop (records, bench, model report) reads this."""
+    scores = [score(metric, r, t) if r is not None else 0.0 for r, t in zip(responses, targets)]
+    return sum(scores) / len(scores) if scores else 0.0
