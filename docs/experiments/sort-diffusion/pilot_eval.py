@@ -17,14 +17,14 @@ import torch
 from evals.quality import evaluate_items
 from evals.tasks import make_split
 from evals.tasks.mixture import SORT_BANDS
-from models.checkpoint import load_checkpoint
+from models import load
 from sampler import SamplerConfig
 
 
 def main() -> None:
     torch.set_num_threads(2)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    loaded, n = load_checkpoint(Path(args[0])), int(args[1]) if len(args) > 1 else 60
+    loaded, n = load(Path(args[0])), int(args[1]) if len(args) > 1 else 60
     mid = "--mid" in sys.argv
     remasking = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--remasking=")), "low_confidence")
     items = make_split(SORT_BANDS["sort-mid" if mid else "sort-short"], "validation", n)
