@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
 from evals.fingerprint import package_version
@@ -28,6 +28,8 @@ PROBE_PROMPTS = 4  # prompts of the first point that the reproducibility probe d
 
 class PreparedCandidate(BaseModel):
     """A candidate pulled, verified and loadable: who it is and what its weights are (computed once)."""
+
+    model_config = ConfigDict(frozen=True)
 
     ref: str  # what the user named: catalog id, bundled id or folder
     candidate: str  # the id records and the registry use
@@ -42,6 +44,8 @@ class PreparedCandidate(BaseModel):
 
 class SweepPoint(BaseModel):
     """One (candidate, task split, effective config) to measure, with the hashes that key its cache."""
+
+    model_config = ConfigDict(frozen=True)
 
     ref: str
     candidate: str
@@ -60,6 +64,8 @@ class SweepPoint(BaseModel):
 
 
 class SweepPlan(BaseModel):
+
+    model_config = ConfigDict(frozen=True)
     name: str
     device: str
     dtype: str
