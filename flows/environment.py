@@ -1,9 +1,12 @@
-"""Process-wide settings: where runtime state lives, telemetry off, servers embedded by default."""
+"""Process-wide settings: telemetry off, servers embedded by default, Prefect's home in the state folder
+(`models.state.state_dir`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from models.state import state_dir
 
 # Offline-friendly defaults; a user's own environment always wins (setdefault).
 QUIET_DEFAULTS = {
@@ -18,14 +21,6 @@ QUIET_DEFAULTS = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-def state_dir() -> Path:
-    """The runtime state folder: $UNMASK_HOME, else .unmask/ in the current directory."""
-    home = os.environ.get("UNMASK_HOME")
-    path = Path(home).expanduser() if home else Path.cwd() / ".unmask"
-    path.mkdir(parents=True, exist_ok=True)
-    return path.resolve()
 
 
 def configure_environment() -> Path:

@@ -21,7 +21,7 @@ from prefect.filesystems import LocalFileSystem
 from pydantic import BaseModel
 
 from evals.fingerprint import package_version
-from flows.environment import state_dir
+from models.state import state_dir
 
 UNMASK_VERSION = package_version("unmask") or "0+unknown"
 PROBE_PROMPTS = 4

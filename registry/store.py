@@ -18,7 +18,7 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from flows.environment import state_dir
+from models.state import state_dir
 from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
 
 STAGE_ALIASES = ("poc", "staging", "production")
