@@ -15,13 +15,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
+from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
-
-STAGE_ORDER = ("poc", "staging", "production")
-
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -60,7 +58,7 @@ def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
 def qualified_stage(verdicts: dict[str, Any]) -> str | None:
     """The highest stage whose gates all passed, every stage below it passed too."""
     reached = None
-    for stage in STAGE_ORDER:
+    for stage in STAGES:
         gates = verdicts.get(stage, {}).get("gates", [])
         if not gates or not all(g["passed"] for g in gates):
             break
@@ -70,9 +68,9 @@ def qualified_stage(verdicts: dict[str, Any]) -> str | None:
 
 def next_stage(stage: str | None) -> str | None:
     if stage is None:
-        return STAGE_ORDER[0]
-    index = STAGE_ORDER.index(stage) + 1
-    return STAGE_ORDER[index] if index < len(STAGE_ORDER) else None
+        return STAGES[0]
+    index = STAGES.index(stage) + 1
+    return STAGES[index] if index < len(STAGES) else None
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:

@@ -24,14 +24,14 @@ NIGHTLY_DEPLOYMENT = "nightly"
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import Registry, load_evidence
+    from registry import Registry, latest_registration, load_evidence
     from registry.promotion import fallback_holder, stage_holder
 
     registry = Registry(tracking_uri)
     holders = {"production": stage_holder(registry, "production"), "fallback": fallback_holder(registry)}
     watched: dict[str, str] = {}  # model -> version whose evidence was last judged
     for model, aliases in registry.all_aliases().items():
-        version = aliases.get("production") or aliases.get("candidate") or aliases.get("fallback")
+        version = aliases.get("production") or latest_registration(aliases)
         if version:
             watched[model] = version
     last, sources = {}, {}

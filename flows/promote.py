@@ -43,11 +43,11 @@ def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri
     """Judge the version against the stage (gates, checklist, stage order); approval is what remains."""
     from gates import load_policy
     from gates.promotion import approval_problems
-    from registry import Registry, judge
+    from registry import CANDIDATE_ALIAS, Registry, judge
     from registry.promotion import approval_of
 
     registry = Registry(tracking_uri)
-    version = version or registry.aliases_of(model_id).get("candidate")
+    version = version or registry.aliases_of(model_id).get(CANDIDATE_ALIAS)
     if not version:
         raise PromotionBlocked(f"{model_id} has no `candidate` version; evaluate it first (unmask run)")
     policy = load_policy(policy_path)

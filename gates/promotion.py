@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from checklists import Checklist, ChecklistStatus, checklist_status, load_checklist
+from checklists import STAGES, Checklist, ChecklistStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence
 from gates.evaluate import GateResult, evaluate_gates
-from gates.policy import STAGES, Policy
+from gates.policy import Policy
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
 

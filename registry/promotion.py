@@ -30,7 +30,8 @@ from gates.promotion import Approval, PromotionDecision, decide_promotion
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.store import STAGE_ALIASES, Registry, RegistryLock, model_tag, now_iso, retry_busy
+from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
+                            now_iso, retry_busy)
 from registry.tracking import load_evidence, record_gate_report
 
 Holder = tuple[str, str] | None  # (model, version)
@@ -154,7 +155,7 @@ def stage_holder(registry: Registry, stage: str) -> Holder:
 
 
 def fallback_holder(registry: Registry) -> Holder:
-    holders = registry.holders("fallback")
+    holders = registry.holders(FALLBACK_ALIAS)
     return holders[0] if holders else None
 
 
@@ -274,7 +275,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
     held = registry.aliases_of(model)
-    version = version or held.get("candidate") or held.get("fallback")
+    version = version or latest_registration(held)
     if not version:
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"

@@ -18,7 +18,7 @@ from gates.scoring import score_survivors
 from registry import audit
 from registry.promotion import (approval_of, current_signoffs, evaluated_at, fallback_holder, predates,
                                 reached_stages, signoffs_of, stage_holder)
-from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
+from registry.store import ALIASES, STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import load_evidence, load_gate_report
 
 
@@ -162,7 +162,7 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
                 "production": load_evidence(reg, *production) if production else None}
     candidates, results = [], {}
     for name, held in reg.all_aliases().items():
-        version = held.get("candidate") or held.get("fallback")
+        version = latest_registration(held)
         if not version:
             continue
         evidence = load_evidence(reg, name, version)

@@ -25,7 +25,7 @@ from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.store import Registry, model_tag, now_iso
+from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
            "time_to_first_block_s", "throughput_items_per_s", "tokens_per_s", "tokens_per_s_with_padding",
@@ -105,8 +105,7 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
         client.set_terminated(run_id, "FAILED")
         raise
     version = _version_for(registry, logged, run_id, run.info.artifact_uri)
-    alias = "fallback" if evidence.role == "fallback" else "candidate"
-    client.set_registered_model_alias(model, alias, version)
+    retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
     return version, logged
 
 

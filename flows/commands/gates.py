@@ -6,8 +6,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from checklists import STAGES
+
 console = Console()
-STAGES = ("poc", "staging", "production")
 
 
 def gates_command(
@@ -18,7 +19,7 @@ def gates_command(
 ) -> None:
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
     from gates import PolicyError, load_policy
-    from registry import Registry, RegistryError, judge
+    from registry import Registry, RegistryError, judge, latest_registration
 
     if stage and stage not in STAGES:
         console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
@@ -27,7 +28,7 @@ def gates_command(
         policy = load_policy(policy_path)
         reg = Registry()
         held = reg.aliases_of(model)
-        version = version or held.get("candidate") or held.get("fallback")
+        version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
         for name in [stage] if stage else STAGES:
