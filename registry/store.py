@@ -142,6 +142,13 @@ class Registry:
         found = self.client.search_model_versions(f"name = '{model}'", max_results=10000)
         return sorted((str(v.version) for v in found), key=int)
 
+    def version_of_weights(self, model: str, weights_sha256: str) -> str | None:
+        """The version registered for these weights (one per weights hash), else None."""
+        for v in self.client.search_model_versions(f"name = '{model}'", max_results=10000):
+            if v.tags.get(model_tag("weights_sha256")) == weights_sha256:
+                return str(v.version)
+        return None
+
     # locks -------------------------------------------------------------------------------------
     def lock_path(self, alias: str) -> Path:
         """A lock file per (store, alias): beside a SQLite store (every user of that file shares it),
