@@ -298,5 +298,6 @@ def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str |
     verdicts = {}
     for stage in STAGES:
         decision = judge(registry, model, version, stage, policy, record=True)
-        verdicts[stage] = {"gates": [r.to_dict() for r in decision.gate_results], "reasons": list(decision.reasons)}
+        verdicts[stage] = {"gates": [r.to_dict() for r in decision.gate_results],
+                           "reasons": [r.text for r in decision.reasons]}
     return verdicts

@@ -18,7 +18,7 @@ def gates_command(
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
 ) -> None:
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
-    from gates import PolicyError, load_policy
+    from gates import PolicyError, ReasonKind, load_policy
     from registry import Registry, RegistryError, judge, latest_registration
 
     if stage and stage not in STAGES:
@@ -35,8 +35,8 @@ def gates_command(
             decision = judge(reg, model, version, name, policy)
             console.print(_table(model, version, name, decision))
             for reason in decision.reasons:
-                if not reason.startswith("gate "):
-                    console.print(f"  [yellow]-[/yellow] {reason}", markup=True, highlight=False)
+                if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
+                    console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}\n")
     except (PolicyError, RegistryError) as e:
