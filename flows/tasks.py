@@ -289,15 +289,11 @@ def flush_outbox(tracking_uri: str) -> list[str]:
 @task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
       task_run_name="gates {model}")
 def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
-    """Every stage's gates on the registered evidence (registry.judge records each report)."""
+    """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
+    (registry.judge records each report)."""
     from gates import STAGES, load_policy
     from registry import Registry, judge
 
     registry = Registry(tracking_uri)
     policy = load_policy(policy_path)
-    verdicts = {}
-    for stage in STAGES:
-        decision = judge(registry, model, version, stage, policy, record=True)
-        verdicts[stage] = {"gates": [r.to_dict() for r in decision.gate_results],
-                           "reasons": [r.text for r in decision.reasons]}
-    return verdicts
+    return {stage: judge(registry, model, version, stage, policy, record=True) for stage in STAGES}

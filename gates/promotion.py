@@ -71,6 +71,15 @@ class PromotionDecision:
     checklist: ChecklistStatus | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def gates_passed(self) -> bool:
+        """Whether the stage judged at least one gate and every one passed (checklist and approval aside)."""
+        return bool(self.gate_results) and all(r.passed for r in self.gate_results)
+
+    def verdict_dict(self) -> dict[str, Any]:
+        """The stage verdict as plain data (a flow's outcome, JSON): gate result dicts and reason texts."""
+        return {"gates": [r.to_dict() for r in self.gate_results], "reasons": [r.text for r in self.reasons]}
+
 
 def check_checklist_against_policy(checklist: Checklist, policy: Policy) -> list[str]:
     """Gates a checklist names that the stage's policy does not have (a checklist/policy mismatch)."""
@@ -99,8 +108,8 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}") for r in results if not r.passed]
     reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
-        reasons.append(PromotionReason(
-            ReasonKind.STAGE, f"stage {stage} requires the version to have reached {stage_policy.requires_stage} first"))
+        reasons.append(PromotionReason(ReasonKind.STAGE, f"stage {stage} requires the version to have reached "
+                                                         f"{stage_policy.requires_stage} first"))
     reasons += approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at)
     reasons += stale_signoffs
     cited = {"gates": {r.gate: r.evidence.get("record_id") for r in results},
@@ -119,9 +128,9 @@ def current_signoffs(signoffs: Mapping[str, Mapping[str, Any]],
     current, stale = {}, []
     for item, signoff in signoffs.items():
         if predates(signoff.get("at"), evaluated_at):
-            stale.append(PromotionReason(
-                ReasonKind.SIGN_OFF, f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} "
-                f"predates the latest evaluation ({evaluated_at}); sign it off again"))
+            stale.append(PromotionReason(ReasonKind.SIGN_OFF, (
+                f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates the latest "
+                f"evaluation ({evaluated_at}); sign it off again")))
         else:
             current[item] = signoff
     return current, stale
