@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from models.state import state_dir
-
 # Offline-friendly defaults; a user's own environment always wins (setdefault).
 QUIET_DEFAULTS = {
     "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -27,6 +25,9 @@ def configure_environment() -> Path:
     """Apply the quiet defaults and point Prefect's home under the state folder."""
     for key, value in QUIET_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    # only now: importing `models` loads torch and tokenizers, which should start with the defaults in place
+    from models.state import state_dir
+
     state = state_dir()
     os.environ.setdefault("PREFECT_HOME", str(state / "prefect"))
     return state

@@ -5,6 +5,5 @@ from gates.policy import STAGES, MetricThreshold, Policy, PolicyError, load_poli
 from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
 
 __all__ = ["STAGES", "Approval", "GateResult", "MetricThreshold", "Policy", "PolicyError", "PromotionDecision",
-           "PromotionReason", "ReasonKind",
-           "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown", "load_policy",
-           "operating_records", "parse_policy"]
+           "PromotionReason", "ReasonKind", "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown",
+           "load_policy", "operating_records", "parse_policy"]

@@ -21,6 +21,6 @@ from registry.store import (ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIA
 from registry.tracking import load_evidence, log_record, record_gate_report, register_evidence, register_or_reuse
 
 __all__ = ["ALIASES", "CANDIDATE_ALIAS", "FALLBACK_ALIAS", "STAGE_ALIASES", "Move", "PromotionRefused", "Registry",
-           "RegistryError", "RegistryUnavailable", "approve", "judge", "latest_registration", "load_evidence", "log_record",
-           "promote", "record_gate_report", "recover", "register_evidence", "register_or_reuse", "registration_alias", "resolve_tracking_uri",
-           "rollback", "sign_off", "stage_holder"]
+           "RegistryError", "RegistryUnavailable", "approve", "judge", "latest_registration", "load_evidence",
+           "log_record", "promote", "record_gate_report", "recover", "register_evidence", "register_or_reuse",
+           "registration_alias", "resolve_tracking_uri", "rollback", "sign_off", "stage_holder"]

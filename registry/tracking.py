@@ -132,8 +132,8 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
 
 
 def evidence_identity(evidence: CandidateEvidence) -> str:
-    """A hash of what gates judge: record ids, output hashes, validity and sizes, probe and license results,
-    failures, role and kind. Run ids and timings are left out: they differ on every logging of the same facts."""
+    """A hash of the facts gates judge on: record ids, output hashes, validity and item counts, probe and license
+    results, failures, role and kind (not run ids, which every logging sets anew)."""
     records = sorted((r.record_id, r.output_hash, r.valid, r.n_items) for r in evidence.records)
     parts = [records, evidence.reproducibility.to_dict() if evidence.reproducibility else None,
              evidence.license.to_dict() if evidence.license else None, sorted(evidence.failures), evidence.role,
