@@ -1,6 +1,7 @@
 """Governance checklists per stage (YAML data), their loader, validator and completion check."""
 
 from checklists.checklist import (
+    STAGES,
     Checklist,
     ChecklistError,
     ChecklistItem,
@@ -11,5 +12,5 @@ from checklists.checklist import (
     parse_checklist,
 )
 
-__all__ = ["Checklist", "ChecklistError", "ChecklistItem", "ChecklistStatus", "ItemStatus", "checklist_status",
+__all__ = ["STAGES", "Checklist", "ChecklistError", "ChecklistItem", "ChecklistStatus", "ItemStatus", "checklist_status",
            "load_checklist", "parse_checklist"]

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 CHECKLIST_DIR = Path(__file__).resolve().parent
+# The stages of a rollout, in promotion order: the one definition policy, registry aliases and flows share.
 STAGES = ("poc", "staging", "production")
 FRAMEWORKS = ("nist_ai_rmf", "eu_ai_act_annex_iv", "iso_42001")
 NIST_FUNCTIONS = ("GOVERN", "MAP", "MEASURE", "MANAGE")

@@ -1,4 +1,5 @@
-"""Process-wide settings: where runtime state lives, telemetry off, servers embedded by default."""
+"""Process-wide settings: telemetry off, servers embedded by default, Prefect's home in the state folder
+(`models.state.state_dir`)."""
 
 from __future__ import annotations
 
@@ -20,18 +21,13 @@ QUIET_DEFAULTS = {
 }
 
 
-def state_dir() -> Path:
-    """The runtime state folder: $UNMASK_HOME, else .unmask/ in the current directory."""
-    home = os.environ.get("UNMASK_HOME")
-    path = Path(home).expanduser() if home else Path.cwd() / ".unmask"
-    path.mkdir(parents=True, exist_ok=True)
-    return path.resolve()
-
-
 def configure_environment() -> Path:
     """Apply the quiet defaults and point Prefect's home under the state folder."""
     for key, value in QUIET_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    # only now: importing `models` loads torch and tokenizers, which should start with the defaults in place
+    from models.state import state_dir
+
     state = state_dir()
     os.environ.setdefault("PREFECT_HOME", str(state / "prefect"))
     return state

@@ -8,20 +8,19 @@ in the Prefect UI is the candidate's history.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
+from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
-
-STAGE_ORDER = ("poc", "staging", "production")
-
+from gates.promotion import PromotionDecision
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -57,12 +56,11 @@ def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
-def qualified_stage(verdicts: dict[str, Any]) -> str | None:
+def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
     """The highest stage whose gates all passed, every stage below it passed too."""
     reached = None
-    for stage in STAGE_ORDER:
-        gates = verdicts.get(stage, {}).get("gates", [])
-        if not gates or not all(g["passed"] for g in gates):
+    for stage in STAGES:
+        if stage not in verdicts or not verdicts[stage].gates_passed:
             break
         reached = stage
     return reached
@@ -70,9 +68,9 @@ def qualified_stage(verdicts: dict[str, Any]) -> str | None:
 
 def next_stage(stage: str | None) -> str | None:
     if stage is None:
-        return STAGE_ORDER[0]
-    index = STAGE_ORDER.index(stage) + 1
-    return STAGE_ORDER[index] if index < len(STAGE_ORDER) else None
+        return STAGES[0]
+    index = STAGES.index(stage) + 1
+    return STAGES[index] if index < len(STAGES) else None
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
@@ -131,12 +129,14 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     outcome = {
         "candidate": prepared.candidate, "ref": model_id, "role": prepared.role, "kind": prepared.kind,
         "version": logged["version"], "weights_sha256": prepared.weights_sha256, "points": len(plan.points),
-        "cached": cached, "failures": failures, "verdicts": verdicts, "qualified": qualified_stage(verdicts),
+        "cached": cached, "failures": failures,
+        "verdicts": {stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
+        "qualified": qualified_stage(verdicts),
         "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
         "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
         "files": files,
     }
-    publish_candidate(outcome)
+    publish_candidate(outcome, verdicts)
     return outcome
 
 
@@ -156,18 +156,15 @@ def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: Evaluation
         "will be logged by the next run that reaches the registry.")
 
 
-def gate_rows(outcome: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for stage, verdict in outcome["verdicts"].items():
-        for g in verdict["gates"]:
-            rows.append({"stage": stage, "gate": g["gate"], "passed": g["passed"], "value": str(g["value"]),
-                         "threshold": str(g["threshold"]), "reason": g["reason"],
-                         "record_id": g["evidence"].get("record_id") or ""})
-    return rows
+def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]:
+    """The rows of the gate table artifact: one per (stage, gate), values as text."""
+    return [{"stage": stage, "gate": g.gate, "passed": g.passed, "value": str(g.value), "threshold": str(g.threshold),
+             "reason": g.reason, "record_id": g.evidence.get("record_id") or ""}
+            for stage, verdict in verdicts.items() for g in verdict.gate_results]
 
 
-def summary_markdown(outcome: dict[str, Any]) -> str:
-    from gates.evaluate import GateResult, gate_report_markdown
+def summary_markdown(outcome: dict[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
+    from gates.evaluate import gate_report_markdown
 
     lines = [f"# {outcome['candidate']} v{outcome['version']}", "",
              f"- qualifies for: **{outcome['qualified'] or 'no stage yet'}**",
@@ -177,15 +174,14 @@ def summary_markdown(outcome: dict[str, Any]) -> str:
              f"- sweep points: {outcome['points']} ({outcome['cached']} from cache)"
              + ("; evidence unchanged, so the registered run is kept" if outcome["evidence_reused"] else "")]
     lines += [f"- failed point: {f}" for f in outcome["failures"]]
-    for stage, verdict in outcome["verdicts"].items():
-        results = [GateResult.from_dict(g) for g in verdict["gates"]]
-        lines += ["", gate_report_markdown(results, f"{stage} gates").replace("# ", "## ", 1)]
+    for stage, verdict in verdicts.items():
+        lines += ["", gate_report_markdown(list(verdict.gate_results), f"{stage} gates").replace("# ", "## ", 1)]
     return "\n".join(lines) + "\n"
 
 
-def publish_candidate(outcome: dict[str, Any]) -> None:
+def publish_candidate(outcome: dict[str, Any], verdicts: Mapping[str, PromotionDecision]) -> None:
     key = slug(outcome["candidate"])
-    create_table_artifact(gate_rows(outcome), key=f"gates-{key}",
+    create_table_artifact(gate_rows(verdicts), key=f"gates-{key}",
                           description=f"Gate results of {outcome['candidate']} v{outcome['version']}")
-    create_markdown_artifact(summary_markdown(outcome), key=f"evaluation-{key}",
+    create_markdown_artifact(summary_markdown(outcome, verdicts), key=f"evaluation-{key}",
                              description=f"Evaluation of {outcome['candidate']}")

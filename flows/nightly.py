@@ -7,6 +7,7 @@ with its cron schedule, served by `unmask nightly serve` or listed in prefect.ya
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import flow, task
@@ -16,22 +17,42 @@ from prefect.cache_policies import NO_CACHE
 from evals.sweep import default_sweep_path
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
+from gates.evaluate import GateResult
+from gates.promotion import PromotionDecision
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
 NIGHTLY_DEPLOYMENT = "nightly"
 
 
+@dataclass(frozen=True)
+class ProductionVerdict:
+    """The production holder judged against the production gates on its fresh evidence."""
+
+    model: str
+    version: str
+    decision: PromotionDecision
+
+    @property
+    def failed(self) -> list[GateResult]:
+        return [r for r in self.decision.gate_results if not r.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the flow returns it and a regression finding records it: model, version, failed [{gate, reason}]."""
+        return {"model": self.model, "version": self.version,
+                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed]}
+
+
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import Registry, load_evidence
+    from registry import Registry, latest_registration, load_evidence
     from registry.promotion import fallback_holder, stage_holder
 
     registry = Registry(tracking_uri)
     holders = {"production": stage_holder(registry, "production"), "fallback": fallback_holder(registry)}
     watched: dict[str, str] = {}  # model -> version whose evidence was last judged
     for model, aliases in registry.all_aliases().items():
-        version = aliases.get("production") or aliases.get("candidate") or aliases.get("fallback")
+        version = aliases.get("production") or latest_registration(aliases)
         if version:
             watched[model] = version
     last, sources = {}, {}
@@ -67,7 +88,7 @@ def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]
 
 
 @task(name="judge-production", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def judge_production(tracking_uri: str, policy_path: str | None = None) -> dict[str, Any] | None:
+def judge_production(tracking_uri: str, policy_path: str | None = None) -> ProductionVerdict | None:
     """The production holder against the production gates, on its fresh evidence; None when nobody holds it."""
     from gates import load_policy
     from registry import Registry, judge
@@ -77,23 +98,21 @@ def judge_production(tracking_uri: str, policy_path: str | None = None) -> dict[
     holder = stage_holder(registry, "production")
     if holder is None:
         return None
-    decision = judge(registry, holder[0], holder[1], "production", load_policy(policy_path), record=True)
-    return {"model": holder[0], "version": holder[1],
-            "failed": [{"gate": r.gate, "reason": r.reason} for r in decision.gate_results if not r.passed]}
+    return ProductionVerdict(*holder, judge(registry, *holder, "production", load_policy(policy_path), record=True))
 
 
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def record_regression(verdict: dict[str, Any], tracking_uri: str, roll_back: bool) -> dict[str, Any]:
+def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
     from registry import PromotionRefused, Registry, rollback
     from registry.audit import AuditEvent, append
     from registry.store import now_iso
 
     registry = Registry(tracking_uri)
-    failed = "; ".join(f"{f['gate']}: {f['reason']}" for f in verdict["failed"])
-    append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict["model"],
-                                verdict["version"], comment=f"regression: production fails its gates: {failed}",
-                                evidence={"kind": "regression", "failed": verdict["failed"]}))
+    failed = "; ".join(f"{r.gate}: {r.reason}" for r in verdict.failed)
+    append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict.model,
+                                verdict.version, comment=f"regression: production fails its gates: {failed}",
+                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"]}))
     if not roll_back:
         return {"rolled_back": False}
     try:
@@ -118,23 +137,23 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
     comparison = compare_with_last(watched["last"], review["outcomes"], tracking_uri)
     verdict = judge_production(tracking_uri, options.policy)
     finding = None
-    if verdict and verdict["failed"]:
+    if verdict and verdict.failed:
         finding = record_regression(verdict, tracking_uri, rollback_on_regression)
     publish_nightly(comparison, verdict, finding)
-    return {"status": "regression" if finding else "ok", "production": verdict, "finding": finding,
-            "comparison": comparison, "scorecard": review["scorecard"]}
+    return {"status": "regression" if finding else "ok", "production": verdict.to_dict() if verdict else None,
+            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"]}
 
 
-def publish_nightly(comparison: list[dict], verdict: dict | None, finding: dict | None) -> None:
+def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None) -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
-    elif not verdict["failed"]:
-        text = f"Production ({verdict['model']} v{verdict['version']}) still passes its gates."
+    elif not verdict.failed:
+        text = f"Production ({verdict.model} v{verdict.version}) still passes its gates."
     else:
         moved = finding and finding.get("rolled_back")
-        lines = [f"**Regression**: production ({verdict['model']} v{verdict['version']}) fails its gates:", ""]
-        lines += [f"- {f['gate']}: {f['reason']}" for f in verdict["failed"]]
+        lines = [f"**Regression**: production ({verdict.model} v{verdict.version}) fails its gates:", ""]
+        lines += [f"- {r.gate}: {r.reason}" for r in verdict.failed]
         outcome = (f"{finding['move']['from']} -> {finding['move']['to']}" if moved
                    else f"no ({(finding or {}).get('refused') or 'rollback off'})")
         lines += ["", f"Production was rolled back: {outcome}"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
-from flows.environment import state_dir
+from models.state import state_dir
 
 
 def evidence_to_dict(evidence: CandidateEvidence) -> dict[str, Any]:

@@ -41,21 +41,20 @@ class PromotionBlocked(RuntimeError):
 def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri: str,
                     policy_path: str | None = None) -> dict[str, Any]:
     """Judge the version against the stage (gates, checklist, stage order); approval is what remains."""
-    from gates import load_policy
-    from gates.promotion import approval_problems
-    from registry import Registry, judge
+    from gates import ReasonKind, load_policy
+    from registry import CANDIDATE_ALIAS, Registry, judge
     from registry.promotion import approval_of
 
     registry = Registry(tracking_uri)
-    version = version or registry.aliases_of(model_id).get("candidate")
+    version = version or registry.aliases_of(model_id).get(CANDIDATE_ALIAS)
     if not version:
         raise PromotionBlocked(f"{model_id} has no `candidate` version; evaluate it first (unmask run)")
     policy = load_policy(policy_path)
     decision = judge(registry, model_id, version, stage, policy, record=True)
     approval = approval_of(registry, model_id, version, stage)
-    about_approval = set(approval_problems(approval, stage, policy.stage(stage).approval_min_comment_chars))
-    return {"version": version, "blocking": [r for r in decision.reasons if r not in about_approval],
-            "approved_by": approval.by if approval and not about_approval else None,
+    approval_counts = not any(r.kind is ReasonKind.APPROVAL for r in decision.reasons)
+    return {"version": version, "blocking": [r.text for r in decision.reasons if r.blocking],
+            "approved_by": approval.by if approval and approval_counts else None,
             "min_comment_chars": policy.stage(stage).approval_min_comment_chars}
 
 

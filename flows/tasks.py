@@ -19,7 +19,7 @@ from prefect.filesystems import LocalFileSystem
 
 from evals import pipeline
 from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
-from flows.environment import state_dir
+from models.state import state_dir
 
 
 def result_storage() -> LocalFileSystem:
@@ -121,59 +121,26 @@ def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, m
 @task(name="log-to-mlflow", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
       task_run_name="log {evidence[candidate]}")
 def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
-    """Register the evidence (registry.register_evidence) unless the registry already holds exactly it.
-
-    On success the evidence leaves the outbox. "Exactly": the version of these weights was last judged
-    on records with the same ids, output hashes and validity, and the same probe and license results.
-    """
+    """Register the evidence unless the registry already holds exactly it (registry.register_or_reuse); on
+    success it leaves the outbox."""
     from flows.outbox import evidence_from_dict, release
-    from registry import Registry, register_evidence
+    from registry import Registry, register_or_reuse
     from registry.connection import EVALUATIONS_EXPERIMENT
     from registry.tracking import evidence_run_id
 
     registry = Registry(tracking_uri)
     ev = evidence_from_dict(evidence)
-    version = registered_unchanged(registry, ev)
-    reused = version is not None
-    if reused:  # as register_evidence would: this version is the model's candidate (or fallback) again
-        registry.client.set_registered_model_alias(ev.candidate, "fallback" if ev.role == "fallback" else "candidate",
-                                                   version)
-    else:
-        version, _ = register_evidence(registry, ev)
+    version, reused = register_or_reuse(registry, ev)
     release(ev)
     return {"version": version, "evidence_run_id": evidence_run_id(registry, ev.candidate, version),
             "experiment_id": registry.experiment_id(EVALUATIONS_EXPERIMENT), "reused": reused}
-
-
-def evidence_identity(ev) -> str:
-    records = sorted((r.record_id, r.output_hash, r.valid, r.n_items) for r in ev.records)
-    parts = [records, ev.reproducibility.to_dict() if ev.reproducibility else None,
-             ev.license.to_dict() if ev.license else None, sorted(ev.failures), ev.role, ev.kind]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def registered_unchanged(registry, ev) -> str | None:
-    """The version of `ev`'s weights when its last evidence is the same as `ev`, else None."""
-    from registry import RegistryError, load_evidence
-    from registry.store import model_tag
-
-    if ev.candidate not in registry.model_names():
-        return None
-    for v in registry.client.search_model_versions(f"name = '{ev.candidate}'", max_results=10000):
-        if v.tags.get(model_tag("weights_sha256")) == ev.weights_sha256:
-            try:
-                held = load_evidence(registry, ev.candidate, str(v.version))
-            except RegistryError:
-                return None
-            return str(v.version) if evidence_identity(held) == evidence_identity(ev) else None
-    return None
 
 
 @task(name="flush-outbox", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def flush_outbox(tracking_uri: str) -> list[str]:
     """Log evidence an earlier run kept locally because the registry was unreachable."""
     from flows.outbox import pending
-    from registry import Registry, register_evidence
+    from registry import Registry, register_or_reuse
 
     done = []
     found = pending()
@@ -181,7 +148,9 @@ def flush_outbox(tracking_uri: str) -> list[str]:
         return done
     registry = Registry(tracking_uri)
     for path, evidence in found:
-        register_evidence(registry, evidence)
+        # a run that logged it but stopped before releasing it must not register it twice (and make its
+        # approvals stale)
+        register_or_reuse(registry, evidence)
         path.unlink(missing_ok=True)
         done.append(f"{evidence.candidate} ({len(evidence.records)} records)")
     return done
@@ -190,14 +159,11 @@ def flush_outbox(tracking_uri: str) -> list[str]:
 @task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
       task_run_name="gates {model}")
 def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
-    """Every stage's gates on the registered evidence (registry.judge records each report)."""
+    """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
+    (registry.judge records each report)."""
     from gates import STAGES, load_policy
     from registry import Registry, judge
 
     registry = Registry(tracking_uri)
     policy = load_policy(policy_path)
-    verdicts = {}
-    for stage in STAGES:
-        decision = judge(registry, model, version, stage, policy, record=True)
-        verdicts[stage] = {"gates": [r.to_dict() for r in decision.gate_results], "reasons": list(decision.reasons)}
-    return verdicts
+    return {stage: judge(registry, model, version, stage, policy, record=True) for stage in STAGES}

@@ -2,8 +2,8 @@
 
 from gates.evaluate import GateResult, all_passed, evaluate_gates, gate_report_markdown, operating_records
 from gates.policy import STAGES, MetricThreshold, Policy, PolicyError, load_policy, parse_policy
-from gates.promotion import Approval, PromotionDecision, decide_promotion
+from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
 
 __all__ = ["STAGES", "Approval", "GateResult", "MetricThreshold", "Policy", "PolicyError", "PromotionDecision",
-           "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown", "load_policy",
-           "operating_records", "parse_policy"]
+           "PromotionReason", "ReasonKind", "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown",
+           "load_policy", "operating_records", "parse_policy"]

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
+from checklists import STAGES
+
 POLICY_PATH = Path(__file__).resolve().parent / "policy.yaml"
-STAGES = ("poc", "staging", "production")
 LICENSE_TIERS = ("permitted", "caution", "restricted", "unknown")  # best first
 BASELINES = ("fallback", "production")
 REPRODUCIBILITY_CHECKS = ("same_process", "fresh_process", "batch_invariant")

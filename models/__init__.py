@@ -1,15 +1,20 @@
-"""Candidate models: the native LLaDA architecture, checkpoint loading, the model handle, bundled tiny models."""
+"""Candidate models: the native LLaDA architecture, checkpoint loading, the model handle, bundled tiny models.
 
-from models.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
-from models.llada import LLaDAConfig, LLaDAModelLM
-from models.loading import load
+The names below load on first use: `models.state` (the state folder rule) is read by the registry and
+the CLI, which must not pay for importing torch to find a folder.
+"""
 
-__all__ = [
-    "CheckpointError",
-    "LLaDAConfig",
-    "LLaDAModelLM",
-    "LoadedModel",
-    "load",
-    "load_checkpoint",
-    "save_checkpoint",
-]
+import importlib
+
+_EXPORTS = {
+    "CheckpointError": "models.checkpoint", "LoadedModel": "models.checkpoint", "load_checkpoint": "models.checkpoint",
+    "save_checkpoint": "models.checkpoint", "LLaDAConfig": "models.llada", "LLaDAModelLM": "models.llada",
+    "load": "models.loading",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'models' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -25,6 +25,7 @@ from typing import Any
 
 from models.catalog import Catalog, CatalogEntry, load_catalog
 from models.checkpoint import PICKLE_SUFFIXES, read_card
+from models.state import state_dir
 
 # What a pull keeps: what unmask loads, plus the card and license text the license gate reads.
 ALLOW_PATTERNS = (
@@ -52,13 +53,12 @@ class PullResult:
 
 
 def model_store(store: str | Path | None = None) -> Path:
-    """The model store: `store`, else $UNMASK_MODEL_STORE, else <$UNMASK_HOME or ./.unmask>/models."""
+    """The model store: `store`, else $UNMASK_MODEL_STORE, else <state folder>/models."""
     if store is not None:
         return Path(store).expanduser()
     if os.environ.get("UNMASK_MODEL_STORE"):
         return Path(os.environ["UNMASK_MODEL_STORE"]).expanduser()
-    home = os.environ.get("UNMASK_HOME")
-    return (Path(home).expanduser() if home else Path.cwd() / ".unmask") / "models"
+    return state_dir(create=False) / "models"
 
 
 def pulled_path(entry_id: str, store: str | Path | None = None) -> Path | None:

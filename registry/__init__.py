@@ -16,9 +16,11 @@ from registry.promotion import (
     sign_off,
     stage_holder,
 )
-from registry.store import ALIASES, STAGE_ALIASES, Registry
-from registry.tracking import load_evidence, log_record, record_gate_report, register_evidence
+from registry.store import (ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES, Registry, latest_registration,
+                            registration_alias)
+from registry.tracking import load_evidence, log_record, record_gate_report, register_evidence, register_or_reuse
 
-__all__ = ["ALIASES", "STAGE_ALIASES", "Move", "PromotionRefused", "Registry", "RegistryError", "RegistryUnavailable",
-           "approve", "judge", "load_evidence", "log_record", "promote", "record_gate_report", "recover",
-           "register_evidence", "resolve_tracking_uri", "rollback", "sign_off", "stage_holder"]
+__all__ = ["ALIASES", "CANDIDATE_ALIAS", "FALLBACK_ALIAS", "STAGE_ALIASES", "Move", "PromotionRefused", "Registry",
+           "RegistryError", "RegistryUnavailable", "approve", "judge", "latest_registration", "load_evidence",
+           "log_record", "promote", "record_gate_report", "recover", "register_evidence", "register_or_reuse",
+           "registration_alias", "resolve_tracking_uri", "rollback", "sign_off", "stage_holder"]

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from flows.environment import state_dir
+from models.state import state_dir
 
 # Artifact reads are small JSON files; MLflow's per-download progress bar would flood CLI and logs.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -19,28 +19,29 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
 from checklists import load_checklist
 from gates.policy import Policy, load_policy
-from gates.promotion import Approval, PromotionDecision, decide_promotion
+from gates.promotion import Approval, PromotionDecision, PromotionReason, decide_promotion
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.store import STAGE_ALIASES, Registry, RegistryLock, model_tag, now_iso, retry_busy
+from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
+                            now_iso, retry_busy)
 from registry.tracking import load_evidence, record_gate_report
 
 Holder = tuple[str, str] | None  # (model, version)
 
 
 class PromotionRefused(RegistryError):
-    """A promotion or rollback that was not done; `reasons` lists every reason."""
+    """A promotion or rollback that was not done; `reasons` lists every reason, as users read it."""
 
-    def __init__(self, action: str, reasons: list[str]):
-        self.reasons = list(reasons)
+    def __init__(self, action: str, reasons: Iterable[PromotionReason | str]):
+        self.reasons = [str(r) for r in reasons]
         super().__init__(f"{action} refused:\n" + "\n".join(f"  - {r}" for r in self.reasons))
 
 
@@ -99,7 +100,7 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
 
 
 def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
-    """Every sign-off recorded for a stage, current or not (see `current_signoffs`)."""
+    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
     prefix = model_tag(f"signoff.{stage}.")
     return {k.removeprefix(prefix): json.loads(v) for k, v in registry.version_tags(model, version).items()
             if k.startswith(prefix)}
@@ -108,29 +109,6 @@ def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dic
 def evaluated_at(registry: Registry, model: str, version: str) -> str:
     """When the version's evidence was last registered (ISO time; '' if never)."""
     return registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
-
-
-def predates(at: str | None, latest: str) -> bool:
-    """Whether an approval or sign-off made at `at` came before the latest evaluation (so no longer counts)."""
-    return str(at or "") < latest
-
-
-def current_signoffs(registry: Registry, model: str, version: str,
-                     stage: str) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """The sign-offs given since the version's latest evaluation, and why each older one no longer counts.
-
-    Like an approval, a sign-off vouches for the evidence its signer saw; re-registered evidence needs
-    a new one.
-    """
-    latest = evaluated_at(registry, model, version)
-    current, stale = {}, []
-    for item, signoff in signoffs_of(registry, model, version, stage).items():
-        if predates(signoff.get("at"), latest):
-            stale.append(f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates "
-                         f"the latest evaluation ({latest}); sign it off again")
-        else:
-            current[item] = signoff
-    return current, stale
 
 
 def reached_stages(registry: Registry, model: str, version: str) -> set[str]:
@@ -154,7 +132,7 @@ def stage_holder(registry: Registry, stage: str) -> Holder:
 
 
 def fallback_holder(registry: Registry) -> Holder:
-    holders = registry.holders("fallback")
+    holders = registry.holders(FALLBACK_ALIAS)
     return holders[0] if holders else None
 
 
@@ -242,20 +220,9 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
     production = stage_holder(registry, "production")
     if production and production != (model, version):
         baseline["production"] = load_evidence(registry, *production)
-    approval = approval_of(registry, model, version, stage)
-    latest = evaluated_at(registry, model, version)
-    stale = approval is not None and predates(approval.at, latest)
-    signoffs, stale_signoffs = current_signoffs(registry, model, version, stage)
-    decision = decide_promotion(evidence, policy, stage, baseline, signoffs,
-                                None if stale else approval, reached_stages(registry, model, version))
-    # evidence re-registered after an approval or sign-off: the approver or signer saw other numbers
-    if stale or stale_signoffs:
-        reasons = list(decision.reasons)
-        if stale:
-            reasons = [r for r in reasons if not r.startswith("no approval recorded")]
-            reasons.append(f"the approval by {approval.by} at {approval.at} predates the latest evaluation ({latest}); "
-                           "approve again")
-        decision = replace(decision, allowed=False, reasons=tuple(reasons + stale_signoffs))
+    decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
+                                approval_of(registry, model, version, stage), reached_stages(registry, model, version),
+                                evaluated_at=evaluated_at(registry, model, version))
     if record and decision.gate_results:
         record_gate_report(registry, model, version, stage, list(decision.gate_results),
                            decision.checklist.to_dicts() if decision.checklist else [])
@@ -274,7 +241,7 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
     held = registry.aliases_of(model)
-    version = version or held.get("candidate") or held.get("fallback")
+    version = version or latest_registration(held)
     if not version:
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
@@ -307,10 +274,11 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
 
 
 def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
-            reasons: list[str], evidence: dict[str, Any]) -> None:
-    audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version, comment="; ".join(reasons)[:4000],
-                                      evidence=evidence))
-    raise PromotionRefused(action, reasons)
+            reasons: list[PromotionReason | str], evidence: dict[str, Any]) -> None:
+    refused = PromotionRefused(action, reasons)
+    audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version,
+                                      comment="; ".join(refused.reasons)[:4000], evidence=evidence))
+    raise refused
 
 
 def rollback(stage: str, who: str | None = None, comment: str = "", registry: Registry | None = None,

@@ -13,12 +13,12 @@ import pandas as pd
 
 from gates.evaluate import evaluate_gates
 from gates.policy import CRITERIA, Policy, load_policy
-from gates.promotion import Approval
+from gates.promotion import Approval, current_signoffs, predates
 from gates.scoring import score_survivors
 from registry import audit
-from registry.promotion import (approval_of, current_signoffs, evaluated_at, fallback_holder, predates,
-                                reached_stages, signoffs_of, stage_holder)
-from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
+from registry.promotion import (approval_of, evaluated_at, fallback_holder, reached_stages, signoffs_of,
+                                stage_holder)
+from registry.store import ALIASES, STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import load_evidence, load_gate_report
 
 
@@ -162,12 +162,13 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
                 "production": load_evidence(reg, *production) if production else None}
     candidates, results = [], {}
     for name, held in reg.all_aliases().items():
-        version = held.get("candidate") or held.get("fallback")
+        version = latest_registration(held)
         if not version:
             continue
         evidence = load_evidence(reg, name, version)
         candidates.append(evidence)
-        results[name] = evaluate_gates(evidence, policy, stage, baseline, current_signoffs(reg, name, version, stage)[0])
+        signoffs, _ = current_signoffs(signoffs_of(reg, name, version, stage), evaluated_at(reg, name, version))
+        results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
     return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered}
 

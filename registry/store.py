@@ -12,18 +12,21 @@ import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from flows.environment import state_dir
+from checklists import STAGES
+from models.state import state_dir
 from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
 
-STAGE_ALIASES = ("poc", "staging", "production")
+STAGE_ALIASES = STAGES  # each stage is held through the alias of its name
+CANDIDATE_ALIAS = "candidate"  # set on a candidate's latest registration
+FALLBACK_ALIAS = "fallback"  # set on the autoregressive fallback's latest registration
+ALIASES = (CANDIDATE_ALIAS, *STAGE_ALIASES, FALLBACK_ALIAS)
 LOCK_PREFIX = "unmask-lock."  # registered models used as cross-host mutexes; never shown as candidates
-ALIASES = ("candidate", *STAGE_ALIASES, "fallback")
 TAG = "unmask."
 
 
@@ -33,6 +36,16 @@ def now_iso() -> str:
 
 def model_tag(key: str) -> str:
     return TAG + key
+
+
+def registration_alias(role: str) -> str:
+    """The alias a registration sets: `fallback` for the fallback role, else `candidate`."""
+    return FALLBACK_ALIAS if role == "fallback" else CANDIDATE_ALIAS
+
+
+def latest_registration(aliases: Mapping[str, str]) -> str | None:
+    """The version a model's latest registration points at: its `candidate`, else its `fallback` alias."""
+    return aliases.get(CANDIDATE_ALIAS) or aliases.get(FALLBACK_ALIAS)
 
 
 class Registry:
@@ -128,6 +141,13 @@ class Registry:
     def versions(self, model: str) -> list[str]:
         found = self.client.search_model_versions(f"name = '{model}'", max_results=10000)
         return sorted((str(v.version) for v in found), key=int)
+
+    def version_of_weights(self, model: str, weights_sha256: str) -> str | None:
+        """The version registered for these weights (one per weights hash), else None."""
+        for v in self.client.search_model_versions(f"name = '{model}'", max_results=10000):
+            if v.tags.get(model_tag("weights_sha256")) == weights_sha256:
+                return str(v.version)
+        return None
 
     # locks -------------------------------------------------------------------------------------
     def lock_path(self, alias: str) -> Path:

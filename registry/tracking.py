@@ -14,6 +14,7 @@ re-evaluation of the same weights re-points the version's `unmask.evidence_run` 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import replace
@@ -25,7 +26,7 @@ from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.store import Registry, model_tag, now_iso
+from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
            "time_to_first_block_s", "throughput_items_per_s", "tokens_per_s", "tokens_per_s_with_padding",
@@ -105,8 +106,7 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
         client.set_terminated(run_id, "FAILED")
         raise
     version = _version_for(registry, logged, run_id, run.info.artifact_uri)
-    alias = "fallback" if evidence.role == "fallback" else "candidate"
-    client.set_registered_model_alias(model, alias, version)
+    retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
     return version, logged
 
 
@@ -120,15 +120,51 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
         if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
             raise
     tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso()}
-    for version in client.search_model_versions(f"name = '{model}'", max_results=10000):
-        if version.tags.get(model_tag("weights_sha256")) == evidence.weights_sha256:
-            registry.set_version_tags(model, str(version.version), tags)
-            return str(version.version)
+    existing = registry.version_of_weights(model, evidence.weights_sha256)
+    if existing is not None:
+        registry.set_version_tags(model, existing, tags)
+        return existing
     created = client.create_model_version(
         model, f"{artifact_uri}/evidence", run_id=run_id,
         tags=_identity_tags(model, evidence.model_revision, evidence.weights_sha256) | tags,
         description=f"{model} at revision {evidence.model_revision or 'local'}, weights {evidence.weights_sha256[:12]}")
     return str(created.version)
+
+
+def evidence_identity(evidence: CandidateEvidence) -> str:
+    """A hash of the facts gates judge on: record ids, output hashes, validity and item counts, probe and license
+    results, failures, role and kind (not run ids, which every logging sets anew)."""
+    records = sorted((r.record_id, r.output_hash, r.valid, r.n_items) for r in evidence.records)
+    parts = [records, evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+             evidence.license.to_dict() if evidence.license else None, sorted(evidence.failures), evidence.role,
+             evidence.kind]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def registered_unchanged(registry: Registry, evidence: CandidateEvidence) -> str | None:
+    """The version of `evidence`'s weights when the evidence it was last judged on is the same, else None."""
+    version = registry.version_of_weights(evidence.candidate, evidence.weights_sha256)
+    if version is None:
+        return None
+    try:
+        held = load_evidence(registry, evidence.candidate, version)
+    except RegistryError:  # a version without readable evidence is registered afresh
+        return None
+    return version if evidence_identity(held) == evidence_identity(evidence) else None
+
+
+def register_or_reuse(registry: Registry, evidence: CandidateEvidence) -> tuple[str, bool]:
+    """Register `evidence` unless the registry already holds exactly it; (version, reused).
+
+    Reusing keeps the version's evidence run and `evaluated_at`, so approvals and sign-offs given on
+    it still count; as a registration would, it points `candidate` (or `fallback`) at the version.
+    """
+    version = registered_unchanged(registry, evidence)
+    if version is None:
+        return register_evidence(registry, evidence)[0], False
+    retry_busy(registry.client.set_registered_model_alias, evidence.candidate, registration_alias(evidence.role),
+               version)
+    return version, True
 
 
 def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:

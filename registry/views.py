@@ -21,7 +21,7 @@ from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
 from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
-from registry.store import STAGE_ALIASES, Registry, model_tag
+from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import load_evidence
 
 POLICY_ENV = "UNMASK_POLICY"
@@ -47,7 +47,7 @@ def current_version(registry: Registry, model: str) -> str | None:
     """The version a model is evaluated as now: its `candidate` (or `fallback`) alias, else its latest."""
     held = registry.aliases_of(model)
     versions = registry.versions(model)
-    return held.get("candidate") or held.get("fallback") or (versions[-1] if versions else None)
+    return latest_registration(held) or (versions[-1] if versions else None)
 
 
 def gate_board(registry: Registry) -> pd.DataFrame:

@@ -172,6 +172,30 @@ def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
     assert not passed_stage(outcome(True, True), "staging")
 
 
+def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the_outcome():
+    from flows.evaluate import gate_rows, qualified_stage, summary_markdown
+    from gates import STAGES, GateResult, load_policy
+    from gates.promotion import decide_promotion
+    from tests.gate_fixtures import evidence, signoffs
+
+    base = {"fallback": evidence("tiny-ar"), "production": None}
+    verdicts = {stage: decide_promotion(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None,
+                                        set()) for stage in STAGES}
+    assert qualified_stage(verdicts) == "staging"  # too slow for production: speedup 0.5x
+    assert qualified_stage({"staging": verdicts["staging"]}) is None  # a stage counts only above a passed one
+    rows = gate_rows(verdicts)
+    assert len(rows) == sum(len(v.gate_results) for v in verdicts.values())
+    assert {r["gate"] for r in rows if not r["passed"]} == {"speedup"} and all(r["record_id"] for r in rows)
+    plain = {stage: v.verdict_dict() for stage, v in verdicts.items()}
+    assert [GateResult.from_dict(g) for g in plain["production"]["gates"]] == list(verdicts["production"].gate_results)
+    assert "no approval recorded for production: an approver must sign off the promotion" in plain["production"]["reasons"]
+    outcome = {"candidate": "tiny-llada", "version": "1", "qualified": "staging", "evidence_run_id": "abc",
+               "mlflow_run": "http://127.0.0.1:5000/#/experiments/1/runs/abc", "tracking_uri": "sqlite:///x.db",
+               "weights_sha256": "0" * 64, "points": 2, "cached": 0, "evidence_reused": False, "failures": []}
+    summary = summary_markdown(outcome, verdicts)
+    assert "## production gates" in summary and "speedup over fallback 0.50x" in summary
+
+
 def strict_probe_policy(tmp_path) -> str:
     """The loose test policy (judged at the tiny sweep's gen_length), but production requires the whole
     reproducibility probe (same process, fresh process, batch-invariant) and no error at all."""

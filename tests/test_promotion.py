@@ -232,6 +232,8 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     shown = run(app, ["gates", "tiny-llada", "--stage", "poc"])
     assert shown.exit_code == 0, shown.output
     assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
+    # under the table: what else stands in the way; the failed gate is a row already, not a line again
+    assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
     for item in ("fallback-plan", "tooling-maturity"):
@@ -278,6 +280,48 @@ def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg)
     status = read.version_status("tiny-llada", v, registry=reg)
     assert not status["approvals"]["poc"]["stale"] and not any(s["stale"] for s in status["signoffs"]["poc"].values())
     assert promote("tiny-llada", "poc", registry=reg).who == "grace"
+
+
+def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind():
+    from gates import load_policy
+    from gates.promotion import Approval, PromotionReason, ReasonKind, decide_promotion
+    from tests.gate_fixtures import signoffs
+
+    base = {"fallback": evidence("tiny-ar"), "production": None}
+    signed = signoffs("fallback-plan", "tooling-maturity")  # at 2026-11-30T11:00:00Z
+    approval = Approval("poc", "grace", "2026-11-30T11:30:00Z", OK)
+
+    def decide(evaluated_at):
+        return decide_promotion(evidence(), load_policy(), "poc", base, signed, approval, set(),
+                                evaluated_at=evaluated_at)
+
+    assert decide("2026-11-30T10:30:00Z").allowed
+    later = decide("2026-11-30T12:00:00Z")  # re-evaluated after the sign-offs and the approval
+    by_kind = {kind: [r.text for r in later.reasons if r.kind is kind] for kind in ReasonKind}
+    assert by_kind[ReasonKind.APPROVAL] == ["the approval by grace at 2026-11-30T11:30:00Z predates the latest "
+                                            "evaluation (2026-11-30T12:00:00Z); approve again"]
+    assert len(by_kind[ReasonKind.SIGN_OFF]) == 2 and by_kind[ReasonKind.GATE] == [
+        "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off"]
+    assert by_kind[ReasonKind.CHECKLIST] and not by_kind[ReasonKind.STAGE]
+    assert [r.kind for r in later.reasons if not r.blocking] == [ReasonKind.APPROVAL]
+    # the kind decides, whatever the words say
+    assert PromotionReason(ReasonKind.CHECKLIST, "no approval recorded for poc").blocking
+    assert not PromotionReason(ReasonKind.APPROVAL, "gate quality failed").blocking
+
+
+def test_the_promote_flow_waits_for_a_new_approval_when_the_recorded_one_predates_the_evidence(reg):
+    from flows.promote import check_promotion
+    from registry import approve
+
+    _, v = register_pair(reg)
+    sign_all(reg, "tiny-llada", v, "poc")
+    approve(reg, "tiny-llada", v, "poc", "grace", OK)
+    check = check_promotion.fn("tiny-llada", "poc", v, reg.tracking_uri)
+    assert (check["version"], check["blocking"], check["approved_by"]) == (v, [], "grace")
+    register_evidence(reg, evidence())  # re-evaluated: the approval and the sign-offs no longer count
+    sign_all(reg, "tiny-llada", v, "poc")
+    check = check_promotion.fn("tiny-llada", "poc", v, reg.tracking_uri)
+    assert check["blocking"] == [] and check["approved_by"] is None  # an approver can settle it: wait for one
 
 
 def test_a_promotion_that_cannot_get_the_stage_lock_is_refused(reg):

@@ -19,7 +19,7 @@ from models.catalog import load_catalog
 from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.loading import load
-from models.pull import MANIFEST, PullError, entry_path, model_store, pull, read_findings
+from models.pull import MANIFEST, PullError, entry_path, model_store, pull, pulled_path, read_findings
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "acme/tiny-dllm"
@@ -217,6 +217,17 @@ def test_model_store_follows_unmask_home(tmp_path, monkeypatch):
     monkeypatch.delenv("UNMASK_MODEL_STORE", raising=False)
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     assert model_store() == tmp_path / "models"
+
+
+def test_the_model_store_and_the_registry_share_one_state_folder_and_a_lookup_creates_none(tmp_path, monkeypatch):
+    from registry.connection import default_tracking_uri
+
+    home = tmp_path / "not-yet"
+    monkeypatch.delenv("UNMASK_MODEL_STORE", raising=False)
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    assert pulled_path("tiny-llada") is None and not home.exists()  # asking whether a model is pulled writes nothing
+    assert default_tracking_uri() == f"sqlite:///{home.resolve()}/mlflow/mlflow.db"
+    assert model_store().parent == home.resolve()
 
 
 def test_cli_pull_and_models(tmp_path, env, monkeypatch, checkpoint_files):

@@ -118,6 +118,28 @@ def test_read_api_returns_plain_frames_and_dicts(reg):
     assert read.version_status("tiny-llada", v, registry=reg)["signoffs"]["poc"]["tooling-maturity"]["by"] == "ada"
 
 
+def test_exactly_equal_evidence_is_reused_and_any_judged_difference_registers_again(reg):
+    from registry import approve, register_or_reuse
+
+    assert register_or_reuse(reg, evidence()) == ("1", False)
+    first = reg.version_tags("tiny-llada", "1")
+    approve(reg, "tiny-llada", "1", "poc", "grace", "evidence reviewed")
+    newer = evidence(records=[record(weights_sha256="f" * 64), record(task="sort", weights_sha256="f" * 64)],
+                     weights_sha256="f" * 64, model_revision="abc123")
+    assert register_or_reuse(reg, newer) == ("2", False) and reg.aliases_of("tiny-llada")["candidate"] == "2"
+    # the old weights measured again with the same results: nothing is logged, `candidate` comes back
+    assert register_or_reuse(reg, evidence()) == ("1", True) and reg.aliases_of("tiny-llada")["candidate"] == "1"
+    kept = reg.version_tags("tiny-llada", "1")
+    assert (kept["unmask.evidence_run"], kept["unmask.evaluated_at"]) == (first["unmask.evidence_run"],
+                                                                          first["unmask.evaluated_at"])
+    assert not read.version_status("tiny-llada", "1", registry=reg)["approvals"]["poc"]["stale"]
+    # one output that differs is other evidence: registered afresh on the same version, the approval is stale
+    changed = evidence(records=[record(output_hash="0" * 64), record(task="sort")])
+    assert register_or_reuse(reg, changed) == ("1", False)
+    assert reg.version_tags("tiny-llada", "1")["unmask.evidence_run"] != first["unmask.evidence_run"]
+    assert read.version_status("tiny-llada", "1", registry=reg)["approvals"]["poc"]["stale"]
+
+
 def test_sign_off_accepts_only_manual_items_with_who_and_comment(reg):
     from registry import RegistryError
 

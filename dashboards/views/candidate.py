@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import value_text
-from registry import STAGE_ALIASES
+from registry import CANDIDATE_ALIAS, STAGE_ALIASES
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
@@ -15,7 +15,7 @@ uri = reg.tracking_uri
 st.title("Candidate")
 versions = source.versions(uri)
 left, right = st.columns(2)
-candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: "candidate" not in held),
+candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: CANDIDATE_ALIAS not in held),
                                         kind="stable")
 model = left.selectbox("Model", list(dict.fromkeys(candidates_first.model)), key="candidate_model")
 mine = versions[versions.model == model]

@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import holder_text, value_text, verdict_text, version_label
-from registry import ALIASES, STAGE_ALIASES
+from registry import ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
@@ -26,8 +26,8 @@ if board.empty:
     st.info("Registered models, but no evaluated version yet: run `unmask run` to evaluate and judge them.")
     st.stop()
 # candidates first, the fallback last: the board reads top-down from what is being adopted
-board = board.sort_values("aliases", key=lambda a: a.map(lambda h: (0 if "candidate" in h else 2 if "fallback" in h
-                                                                    else 1)), kind="stable")
+board = board.sort_values("aliases", key=lambda a: a.map(
+    lambda h: 0 if CANDIDATE_ALIAS in h else 2 if FALLBACK_ALIAS in h else 1), kind="stable")
 board["row"] = [version_label(m, v, a) for m, v, a in zip(board.model, board.version, board.aliases)]
 board["cell"] = [verdict_text(*x) for x in zip(board.verdict, board.passed, board.total)]
 matrix = board.pivot(index="row", columns="stage", values="cell")[list(STAGE_ALIASES)]

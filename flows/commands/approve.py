@@ -40,11 +40,11 @@ def approve_command(
     if reject:
         console.print(f"[yellow]no promotion of {model} to {stage} is waiting; nothing to decline[/yellow]")
         raise typer.Exit(1)
-    from registry import Registry, RegistryError, approve
+    from registry import CANDIDATE_ALIAS, Registry, RegistryError, approve
 
     try:
         registry = Registry()
-        version = version or registry.aliases_of(model).get("candidate")
+        version = version or registry.aliases_of(model).get(CANDIDATE_ALIAS)
         if not version:
             raise RegistryError(f"{model} has no `candidate` version; give --version")
         approval = approve(registry, model, version, stage, approver, comment)

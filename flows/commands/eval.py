@@ -31,7 +31,7 @@ def eval_command(
     from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, default_sweep_path, load_sweep,
                              timestamped_folder)
     from evals.validation import TaskDataError
-    from flows.environment import state_dir
+    from models.state import state_dir
 
     try:
         if sweep is None and tasks is not None:

@@ -6,8 +6,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from checklists import STAGES
+
 console = Console()
-STAGES = ("poc", "staging", "production")
 
 
 def gates_command(
@@ -17,8 +18,8 @@ def gates_command(
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
 ) -> None:
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
-    from gates import PolicyError, load_policy
-    from registry import Registry, RegistryError, judge
+    from gates import PolicyError, ReasonKind, load_policy
+    from registry import Registry, RegistryError, judge, latest_registration
 
     if stage and stage not in STAGES:
         console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
@@ -27,15 +28,15 @@ def gates_command(
         policy = load_policy(policy_path)
         reg = Registry()
         held = reg.aliases_of(model)
-        version = version or held.get("candidate") or held.get("fallback")
+        version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
         for name in [stage] if stage else STAGES:
             decision = judge(reg, model, version, name, policy)
             console.print(_table(model, version, name, decision))
             for reason in decision.reasons:
-                if not reason.startswith("gate "):
-                    console.print(f"  [yellow]-[/yellow] {reason}", markup=True, highlight=False)
+                if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
+                    console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}\n")
     except (PolicyError, RegistryError) as e:

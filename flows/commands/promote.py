@@ -67,12 +67,12 @@ def sign_off_command(
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
 ) -> None:
     """Sign off a manual checklist item for a version (who, when, comment)."""
-    from registry import Registry, RegistryError, sign_off
+    from registry import Registry, RegistryError, latest_registration, sign_off
 
     try:
         reg = Registry()
         held = reg.aliases_of(model)
-        version = version or held.get("candidate") or held.get("fallback")
+        version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version")
         done = sign_off(reg, model, version, stage, item, by, comment)

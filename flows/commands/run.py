@@ -34,7 +34,7 @@ def run_command(
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions, mlflow_ui_command
-    from flows.environment import state_dir
+    from models.state import state_dir
     from flows.runners import make_task_runner
 
     sweep_path = sweep or default_sweep_path()

@@ -31,7 +31,7 @@ def train_command(
 
     from evals.tasks import alphabet
     from evals.tasks.mixture import build_mixture
-    from flows.environment import state_dir as default_state
+    from models.state import state_dir as default_state
     from models.loading import WEIGHTS_DIR
     from models.tokenizer_build import build_char_tokenizer
     from models.training import RECIPES, resolve_device, train
