@@ -123,4 +123,4 @@ def regression_findings(uri: str) -> pd.DataFrame:
 
 
 def mlflow_ui_command(uri: str) -> str:
-    return views.mlflow_ui_command(_registry(uri))
+    return views.mlflow_ui_command(_registry(uri).tracking_uri)

@@ -21,6 +21,7 @@ from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
 from gates.promotion import PromotionDecision
+from registry.views import mlflow_ui_command
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -43,12 +44,6 @@ class RegistryUnreachable(RuntimeError):
 def slug(name: str) -> str:
     """An artifact key part: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
-def mlflow_ui_command(tracking_uri: str) -> str:
-    if tracking_uri.startswith(("http://", "https://")):
-        return f"open {tracking_uri}"
-    return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
 def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:

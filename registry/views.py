@@ -124,9 +124,8 @@ def run_url(registry: Registry, experiment_id: str, run_id: str | None) -> str |
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
-def mlflow_ui_command(registry: Registry) -> str:
-    """How to open the MLflow UI on this registry."""
-    uri = registry.tracking_uri
+def mlflow_ui_command(uri: str) -> str:
+    """How to open the MLflow UI on the registry at tracking URI `uri` (port 5000, where run links point)."""
     if uri.startswith(("http://", "https://")):
         return f"open {uri}"
     return f"mlflow ui --backend-store-uri {uri} --port 5000"

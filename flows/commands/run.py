@@ -33,7 +33,8 @@ def run_command(
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import SweepError, default_sweep_path, load_sweep
-    from flows.evaluate import EvaluationOptions, mlflow_ui_command
+    from flows.evaluate import EvaluationOptions
+    from registry.views import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
 
