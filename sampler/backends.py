@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sampler.config import SamplerConfig
+if TYPE_CHECKING:  # the config names these backends; the backends only read its fields
+    from sampler.config import SamplerConfig
 
 
 def torch_backend(model: Any, config: SamplerConfig) -> tuple[Any, dict[str, Any]]:

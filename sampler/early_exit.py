@@ -8,11 +8,12 @@ exactly the text the full run would give, under any commit rule, cache or temper
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from sampler.config import SamplerConfig
+if TYPE_CHECKING:  # the config names these rules; the rules only read its fields
+    from sampler.config import SamplerConfig
 
 
 class EarlyExit(Protocol):
