@@ -10,8 +10,21 @@ from __future__ import annotations
 import torch
 
 from sampler.config import SamplerConfig
-from sampler.generate import GenerateOutput, check_inputs, make_generator
+from sampler.generate import check_inputs, make_generator
+from sampler.output import AutoregressiveStats, GenerateOutput
 from sampler.proposal import add_gumbel_noise, check_logits
+
+
+
+def causal_output(sequences: torch.Tensor, prompt_length: int, forwards: int, config: SamplerConfig) -> GenerateOutput:
+    """The GenerateOutput of a causal decoder that ran `forwards` calls, one token each."""
+    bl = config.block_length
+    block_nfe = [bl] * (forwards // bl) + ([forwards % bl] if forwards % bl else [])
+    return GenerateOutput(
+        sequences=sequences, prompt_length=prompt_length, nfe=forwards, sequential_calls=forwards,
+        block_nfe=block_nfe, tokens_per_forward=1.0,
+        autoregressive=AutoregressiveStats(stopped_early=forwards < config.gen_length),
+    )
 
 
 @torch.no_grad()
@@ -51,4 +64,4 @@ def generate_autoregressive(
             break
         step_input = token[:, None]  # (B, 1)
         mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
-    return GenerateOutput(sequences=torch.cat([input_ids, out], dim=1), prompt_length=P, nfe=nfe)
+    return causal_output(torch.cat([input_ids, out], dim=1), P, nfe, config)

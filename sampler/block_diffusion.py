@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 import torch
 
-from sampler.generate import GenerateOutput, make_generator
+from sampler.generate import make_generator
+from sampler.output import BlockDiffusionStats, GenerateOutput
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,8 @@ def generate_block_diffusion(
     """Append whole canvases after `input_ids` `(batch, prompt_len)`; report tokens per forward.
 
     Returns sequences `(batch, prompt_len + canvases * canvas_length)`; `nfe` counts decoder calls
-    (the batch's), and `stats["tokens_per_forward"]` per row counts non-pad generated tokens over the
-    decoder calls that row needed, as transformers does.
+    (the batch's), and `block_diffusion.row_tokens_per_forward` per row counts non-pad generated
+    tokens over the decoder calls that row needed, as transformers does.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, prompt_len), got {tuple(input_ids.shape)}")
@@ -210,16 +211,10 @@ def generate_block_diffusion(
     generated = sequences[:, P:]
     valid = (generated != config.pad_id).sum(dim=-1) if config.pad_id is not None else torch.full((B,), generated.shape[1], device=device)
     return GenerateOutput(
-        sequences=sequences,
-        prompt_length=P,
-        nfe=nfe,
-        stats={
-            "tokens_per_forward": (valid / forwards).tolist(),
-            "decoder_forwards": forwards.tolist(),
-            "canvases": canvases,
-            "canvas_length": L,
-            "block_nfe": block_nfe,
-        },
+        sequences=sequences, prompt_length=P, nfe=nfe, sequential_calls=nfe, block_nfe=block_nfe,
+        tokens_per_forward=generated.shape[1] / max(nfe, 1),
+        block_diffusion=BlockDiffusionStats(row_tokens_per_forward=(valid / forwards).tolist(),
+                                            decoder_forwards=forwards.tolist(), canvases=canvases, canvas_length=L),
     )
 
 

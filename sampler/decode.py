@@ -66,6 +66,8 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
     """
     from transformers import GenerationConfig
 
+    from sampler.autoregressive import causal_output
+
     B, P = input_ids.shape
     sample = config.temperature > 0
     gen = GenerationConfig(
@@ -82,8 +84,7 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
     steps = out.shape[1] - P
     if steps < config.gen_length:
         out = torch.cat([out, out.new_full((B, config.gen_length - steps), adapter.pad_id)], dim=1)
-    return GenerateOutput(sequences=out, prompt_length=P, nfe=steps,
-                          stats={"tokens_per_forward": 1.0, "kv_cache": True, "stopped_early": steps < config.gen_length})
+    return causal_output(out, P, steps, config)
 
 
 def decode_api(adapter: Any, input_ids, config, attention_mask=None) -> GenerateOutput:

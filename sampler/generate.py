@@ -20,6 +20,7 @@ from sampler.cache import LogitsSource, ModelCall, Window, logits_source
 from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
 from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
+from sampler.output import GenerateOutput
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
 
@@ -28,24 +29,6 @@ class Denoiser(Protocol):
     """Hugging Face convention: `model(input_ids, attention_mask=None).logits` `(batch, seq, vocab)`."""
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any: ...
-
-
-@dataclass
-class GenerateOutput:
-    """sequences (`torch.LongTensor` of shape `(batch, prompt_len + gen_length)`): prompt + generation.
-
-    stats: what the modes measured: nfe, sequential_calls, tokens_per_forward, block_nfe, and
-    per mode acceptance_rate (speculative), nfe_saved (early exit), provider (backend).
-    """
-
-    sequences: torch.Tensor
-    prompt_length: int
-    nfe: int  # model evaluations of the canvas; a CFG step's batched (cond + uncond) call counts once
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def generated(self) -> torch.Tensor:
-        return self.sequences[:, self.prompt_length :]
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -165,13 +148,13 @@ class CallCounter:
         self.block_nfe[block] += 1
 
 
-def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, dict]:
-    """One model call per step."""
+def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, None]:
+    """One model call per step; no mode statistics of its own."""
     while not decoder.finished(state):
         calls.add(state.block, 1)
         (window,) = source.logits([state])
         state = decoder.advance(state, window)
-    return state, {}
+    return state, None
 
 
 @torch.no_grad()
@@ -185,7 +168,7 @@ def generate(
     """Fill `config.gen_length` masked positions after `input_ids` `(batch, prompt_len)`, block by block.
 
     Masks inside the prompt (infilling) are decoded too, as in the reference: they compete with
-    the current block's masks for each step's commits. `record_commits` adds `stats["commit_step"]`:
+    the current block's masks for each step's commits. `record_commits` fills `commit_step`:
     per row and generated position, the decoding step that committed it (-1: filled by an early
     exit, never committed). Recording does not change the output.
     """
@@ -197,7 +180,7 @@ def generate(
     if attention_mask is not None:
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, config.gen_length)], dim=-1)
     prompt_index = x != config.mask_id
-    denoiser, backend_stats = denoiser_for(model, config)
+    denoiser, provider = denoiser_for(model, config)
     call = ModelCall(denoiser, attention_mask, prompt_index, config)
     source = logits_source(config, call, P)
     exit_rule = early_exit_rule(config)
@@ -207,16 +190,10 @@ def generate(
     if config.speculative_draft:
         from sampler.speculative import decode_speculative as drive
     commits = torch.full_like(x, -1) if record_commits else None
-    state, mode_stats = drive(decoder, source, decoder.enter_block(x, 0, commits), calls)
-    stats = {
-        "nfe": calls.nfe,
-        "sequential_calls": calls.sequential_calls,
-        "tokens_per_forward": config.gen_length / max(calls.sequential_calls, 1),
-        "block_nfe": calls.block_nfe,
-        **exit_rule.stats(config, calls.nfe, len(calls.block_nfe)),
-        **backend_stats,
-        **mode_stats,
-    }
-    if record_commits:
-        stats["commit_step"] = state.commits[:, P:].tolist()
-    return GenerateOutput(sequences=state.x, prompt_length=P, nfe=calls.nfe, stats=stats)
+    state, speculative = drive(decoder, source, decoder.enter_block(x, 0, commits), calls)
+    return GenerateOutput(
+        sequences=state.x, prompt_length=P, nfe=calls.nfe, sequential_calls=calls.sequential_calls,
+        block_nfe=calls.block_nfe, tokens_per_forward=config.gen_length / max(calls.sequential_calls, 1),
+        speculative=speculative, early_exit=exit_rule.stats(config, calls.nfe, len(calls.block_nfe)), provider=provider,
+        commit_step=state.commits[:, P:].tolist() if record_commits else None,
+    )

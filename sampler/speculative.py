@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from sampler.cache import LogitsSource, Window
+from sampler.output import SpeculativeStats
 
 
-def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any, dict[str, Any]]:
-    """Decode to the end with drafted-and-verified steps; returns the final state and mode stats."""
+def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any, SpeculativeStats]:
+    """Decode to the end with drafted-and-verified steps; returns the final state and what was drafted."""
     draft_length = decoder.config.speculative_draft
     drafted = accepted = 0
     guess: Window | None = None
@@ -49,11 +50,7 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
         if j == len(verify) and truth.same_as(drafts[-1]):
             accepted += 1
         state, guess = truth, real[j - 1]
-    return state, {
-        "drafted_steps": drafted,
-        "accepted_steps": accepted,
-        "acceptance_rate": accepted / drafted if drafted else 0.0,
-    }
+    return state, SpeculativeStats(drafted_steps=drafted, accepted_steps=accepted)
 
 
 def _fresh(window: Window) -> Window:
