@@ -58,15 +58,17 @@ def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None)
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None) -> GenerateOutput:
+def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None,
+                     on_step: Callable[[Any], None] | None = None) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
     `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
     top-k/top-p cut, seeded by `config.seed`. NFE is the number of forward passes (one per token).
+    `on_step` receives a `sampler.output.StepInfo` per token, through a streamer; it does not change the output.
     """
     from transformers import GenerationConfig
 
-    from sampler.autoregressive import causal_output
+    from sampler.autoregressive import TokenSteps, causal_output
 
     B, P = input_ids.shape
     sample = config.temperature > 0
@@ -80,7 +82,8 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
     with rng:
         if config.seed is not None:
             torch.manual_seed(config.seed)
-        out = adapter.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=gen)
+        streamer = None if on_step is None else TokenSteps(on_step, tuple(adapter.eos_ids), config.block_length)
+        out = adapter.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=gen, streamer=streamer)
     steps = out.shape[1] - P
     if steps < config.gen_length:
         out = torch.cat([out, out.new_full((B, config.gen_length - steps), adapter.pad_id)], dim=1)

@@ -1,4 +1,4 @@
-"""What a decoder gives back: a `GenerateOutput`.
+"""What a decoder gives back: one `StepInfo` per kept step while it runs, a `GenerateOutput` at the end.
 
 Every decoder (the masked-diffusion sampler, the two autoregressive ones, block diffusion) fills
 the same typed fields, so evaluation reads them alike. What only one mode measures sits in that
@@ -8,9 +8,55 @@ mode's own small record, None when the mode is off.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One decoding step that the decoder kept; a rejected speculative draft is never reported.
+
+    sequences (`torch.LongTensor` of shape `(batch, seq)`): the sequence after the step: the whole
+    canvas `prompt_len + gen_length` for masked diffusion, the tokens so far for the autoregressive
+    and block decoders (transformers hands them over on the CPU). Read-only: the decoder goes on from it.
+    committed (`torch.BoolTensor` of shape `(batch, seq)`): the positions this step committed.
+    """
+
+    step: int  # kept steps before this one, counted over the whole generation
+    block: int  # the block the step worked on (AR decoders: tokens // block_length; block diffusion: the canvas)
+    block_done: bool  # the step finished `block` (an early exit, or every AR row ending, finishes all at once)
+    sequences: torch.Tensor
+    committed: torch.Tensor
+
+
+StepCallback = Callable[[StepInfo], None]
+
+
+class CommitTrace:
+    """An `on_step` callback that notes which step committed each position.
+
+    steps (`torch.LongTensor` of shape `(batch, seq)`): the last step that committed each position,
+    -1 where none did (the prompt, an early exit's padding).
+    """
+
+    def __init__(self) -> None:
+        self.steps: torch.Tensor | None = None
+
+    def __call__(self, info: StepInfo) -> None:
+        steps = self.steps
+        if steps is None:
+            steps = torch.full(info.committed.shape, -1, dtype=torch.long, device=info.committed.device)
+        elif steps.shape[1] < info.committed.shape[1]:  # AR and block decoders grow the sequence
+            steps = F.pad(steps, (0, info.committed.shape[1] - steps.shape[1]), value=-1)
+        self.steps = steps.masked_fill(info.committed, info.step)
+
+    def generated(self, prompt_length: int) -> list[list[int]]:
+        """Per row, the step that committed each generated position."""
+        if self.steps is None:
+            raise ValueError("CommitTrace: no step was reported (was it passed as on_step?)")
+        return self.steps[:, prompt_length:].tolist()
 
 
 @dataclass(frozen=True)
@@ -84,7 +130,6 @@ class GenerateOutput:
     provider: str | None = None  # the ONNX Runtime execution provider that ran (backend='onnxruntime')
     autoregressive: AutoregressiveStats | None = None
     block_diffusion: BlockDiffusionStats | None = None
-    commit_step: list[list[int]] | None = None  # generate(record_commits=True): per row and generated position, the step that committed it
 
     @property
     def generated(self) -> torch.Tensor:
@@ -100,6 +145,4 @@ class GenerateOutput:
                 stats |= part.as_dict()
         if self.provider is not None:
             stats["provider"] = self.provider
-        if self.commit_step is not None:
-            stats["commit_step"] = self.commit_step
         return stats

@@ -6,7 +6,8 @@ then evaluates [s, d_1, ..., d_{m-1}] and the chain is replayed with real logits
 is the true next state; while it equals d_1, L_1 is the real prediction at d_1, and so on. The
 first mismatch (or d_m) ends the round at a true state, reached exactly as the one-call-per-step
 loop would reach it; only the number of sequential model calls changes. Deterministic decoding
-only (temperature 0), which SamplerConfig.check enforces.
+only (temperature 0), which SamplerConfig.check enforces. Only the true transitions are decoder
+`step`s, so a step callback never sees a draft.
 
 Drafts never cross a cache refresh: a refresh is a full forward that rebuilds the cache, so it
 runs on its own.
@@ -29,7 +30,7 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
         if guess is None or source.refresh_due(state):
             calls.add(state.block, 1)
             (guess,) = source.logits([state])
-            state = decoder.advance(state, _fresh(guess))
+            state = decoder.step(state, _fresh(guess))
             continue
         drafts = [state]
         while len(drafts) <= draft_length:
@@ -41,10 +42,10 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
         calls.add(state.block, len(verify))
         real = source.logits(verify)
         drafted += len(drafts) - 1
-        truth = decoder.advance(verify[0], _fresh(real[0]))
+        truth = decoder.step(verify[0], _fresh(real[0]))
         j = 1
         while j < len(verify) and truth.same_as(drafts[j]):
-            truth = decoder.advance(drafts[j], _fresh(real[j]))
+            truth = decoder.step(drafts[j], _fresh(real[j]))  # drafts[j] is the true state: a kept step
             accepted += 1
             j += 1
         if j == len(verify) and truth.same_as(drafts[-1]):

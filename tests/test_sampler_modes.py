@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from sampler import SamplerConfig, generate
+from sampler import CommitTrace, SamplerConfig, generate
 from sampler.commit import EntropyBoundedCommit, FactorCommit, ThresholdCommit, TopKCommit
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
@@ -200,11 +200,12 @@ def test_margin_and_entropy_remasking_rank_positions_their_own_way():
 def test_every_remasking_policy_decodes_one_token_per_step(model, remasking):
     ids, mask = left_padded_prompts([5, 3])
     config = SamplerConfig(steps=16, gen_length=16, block_length=8, remasking=remasking, **IDS)
-    out = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    order, plain_order = CommitTrace(), CommitTrace()
+    out = generate(model, ids, config, attention_mask=mask, on_step=order)
     assert (out.generated != MASK_ID).all() and out.nfe == 16
-    for row in out.stats["commit_step"]:
+    for row in order.generated(out.prompt_length):
         assert sorted(row) == list(range(16))  # each step commits exactly one position
-    again = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    again = generate(model, ids, config, attention_mask=mask)
     assert torch.equal(out.sequences, again.sequences)
-    plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, record_commits=True)
-    assert plain.stats["commit_step"] != out.stats["commit_step"]  # a different order on this random model
+    plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, on_step=plain_order)
+    assert plain_order.generated(plain.prompt_length) != order.generated(out.prompt_length)  # another order on this model
