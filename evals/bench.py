@@ -232,9 +232,8 @@ class VariantRun:
             responses += texts
         n_rows = sum(len(b.items) for b in self.batches)
         outputs = [out for chunks in outputs for out in chunks]  # one per decode call
-        calls = [out.stats.get("sequential_calls", out.nfe) for out in outputs]
-        stats = [out.stats for out in outputs]
-        mean = lambda key: (statistics.fmean(s[key] for s in stats) if all(key in s for s in stats) else None)  # noqa: E731
+        calls = [out.sequential_calls for out in outputs]
+        mean = lambda values: statistics.fmean(values) if all(v is not None for v in values) else None  # noqa: E731
         row = BenchRow(
             config=self.variant.name, gen_length=gen_length,
             accuracy=statistics.fmean(correct.values()),
@@ -244,8 +243,9 @@ class VariantRun:
             speedup_vs_vanilla=None, peak_mem_mb=self.peak_mb,
             accuracy_by_task=correct, text_tokens_per_s=text_tokens / seconds,
             sequential_calls=statistics.fmean(calls), seconds=seconds,
-            acceptance_rate=mean("acceptance_rate"), nfe_saved=mean("nfe_saved"),
-            provider=stats[0].get("provider"),
+            acceptance_rate=mean([out.speculative.acceptance_rate if out.speculative else None for out in outputs]),
+            nfe_saved=mean([out.early_exit.nfe_saved if out.early_exit else None for out in outputs]),
+            provider=outputs[0].provider,
         )
         return row, responses
 

@@ -24,48 +24,32 @@ Decoder = Callable[[torch.Tensor, "torch.Tensor | None"], Any]
 MAX_ERROR_MESSAGES = 5
 
 
-class CallClock:
-    """Notes when each call of a model returned (a forward hook), so the time to the first block can be read.
+class FirstBlockClock:
+    """An `on_step` callback (sampler.output.StepInfo): when the step that completed block 0 was reported.
 
-    The hook sees every call of the module, whoever makes it: unmask's samplers or transformers'
-    `generate`. A backend that never calls the module (ONNX Runtime) leaves `times` empty.
+    Every decoder reports its steps, so this reads the same for unmask's samplers, transformers'
+    `generate` and the ONNX Runtime backend: AR decoders complete block 0 with the block_length-th
+    token, an early exit (or every row ending) completes it at once.
     """
 
-    def __init__(self, model: Any):
-        self.model = model
-        self.times: list[float] = []
-        self._handle = None
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.at: float | None = None  # the clock's time at that report
 
-    def __enter__(self) -> "CallClock":
-        if isinstance(self.model, torch.nn.Module):
-            self._handle = self.model.register_forward_hook(lambda *_: self.times.append(time.perf_counter()))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+    def __call__(self, info: Any) -> None:
+        now = self.clock()
+        if self.at is None and info.block == 0 and info.block_done:
+            self.at = now
 
 
 def decoder_for(handle: Any, config: Any) -> Decoder:
-    """Bind a model handle to the decoder of its kind (sampler.decode.decode) and `config`."""
+    """Bind a model handle to the decoder of its kind (sampler.decode.decode) and `config`; keyword
+    options (`on_step`) go to the decoder."""
     from sampler.decode import decode
 
-    return lambda ids, mask: decode(handle, ids, config, attention_mask=mask)
+    return lambda ids, mask, **options: decode(handle, ids, config, attention_mask=mask, **options)
 
 
-def first_block_index(config: Any, stats: dict[str, Any], causal: bool, clock_calls: int) -> int:
-    """How many of the clock's model calls had returned when the first block was committed.
-
-    The sampler reports steps per block (`block_nfe`) and steps in all (`sequential_calls`); a
-    cache policy may call the model more than once per step, so the step count is scaled to calls.
-    """
-    if stats.get("block_nfe"):
-        steps = int(stats.get("sequential_calls") or sum(stats["block_nfe"]))
-        return max(1, round(clock_calls * int(stats["block_nfe"][0]) / max(steps, 1)))
-    if causal:  # one call per token, the prompt's prefill call yielding the first
-        return min(int(config.block_length), clock_calls)
-    return int(config.steps_per_block)
 
 
 class PeakMemory:
@@ -190,38 +174,34 @@ def measure(
 ) -> Measurement:
     """Decode each prompt alone (timed, after `warmup` discarded requests), then in batches of `batch_size`.
 
-    prompts: token ids per request (no padding). `loaded` is a model handle (`models.load`). Never raises for a failing request: the error is
-    counted and the request's tokens are None.
+    prompts: token ids per request (no padding). `loaded` is a model handle (`models.load`). Never raises
+    for a failing request: the error is counted and the request's tokens are None.
     """
     if not prompts:
         raise ValueError("measure: no prompts to decode")
     if batch_size < 1:
         raise ValueError(f"measure: batch_size must be >= 1, got {batch_size}")
-    causal = bool(getattr(loaded, "causal", False))
     pad_id = padding_id(loaded)
-    clock = CallClock(loaded.model)
     decode = decoder_for(loaded, config)
 
     def run_one(index: int, prompt: list[int]) -> RequestResult:
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
-        clock.times.clear()
+        clock = FirstBlockClock()
         start = time.perf_counter()
         try:
-            out = decode(ids, None)
+            out = decode(ids, None, on_step=clock)
             if str(device).startswith("cuda"):
                 torch.cuda.synchronize()
         except Exception as e:  # NaN logits, shape errors, OOM: counted, never fatal to the run
             return RequestResult(index=index, error=describe_error(e))
         end = time.perf_counter()
         tokens = out.sequences[0, out.prompt_length :].tolist()
-        stats = getattr(out, "stats", None) or {}
-        k = first_block_index(config, stats, causal, len(clock.times))
-        first = clock.times[k - 1] - start if 0 < k <= len(clock.times) else None
+        first = clock.at - start if clock.at is not None else None
         return RequestResult(index=index, tokens=tokens, latency_s=end - start, first_block_s=first,
-                             nfe=int(out.nfe), calls=int(stats.get("sequential_calls") or out.nfe),
+                             nfe=int(out.nfe), calls=int(out.sequential_calls),
                              useful_tokens=loaded.useful_length(tokens))
 
-    with PeakMemory(device) as memory, clock:
+    with PeakMemory(device) as memory:
         for i in range(warmup):
             run_one(-1, prompts[i % len(prompts)])
         requests = []

@@ -2,7 +2,8 @@
 
 It returns the diffusion sampler's `GenerateOutput`, so evaluation treats both kinds alike:
 `sequences` is the prompt followed by `config.gen_length` positions (EOS after a row has stopped)
-and `nfe` counts forward calls (one for the prompt, one per new token).
+and `nfe` counts forward calls (one for the prompt, one per new token). Each new token is one
+step for an `on_step` callback, and `block_length` tokens make a block.
 """
 
 from __future__ import annotations
@@ -10,8 +11,32 @@ from __future__ import annotations
 import torch
 
 from sampler.config import SamplerConfig
-from sampler.generate import GenerateOutput, check_inputs, make_generator
+from sampler.generate import check_inputs, make_generator
+from sampler.output import AutoregressiveStats, GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import add_gumbel_noise, check_logits
+
+
+def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_length: int, last: bool) -> StepInfo:
+    """The StepInfo of new token `step`, the last column of `sequences` `(batch, prompt_len + step + 1)`.
+
+    live (`(batch,)` bool): rows that had not ended before it (the others only pad). `last`: every row
+    has ended, which finishes every block at once, as an early exit does in the diffusion sampler.
+    """
+    committed = torch.zeros_like(sequences, dtype=torch.bool)
+    committed[:, -1] = live
+    return StepInfo(step=step, block=step // block_length, block_done=last or (step + 1) % block_length == 0,
+                    sequences=sequences, committed=committed)
+
+
+def causal_output(sequences: torch.Tensor, prompt_length: int, forwards: int, config: SamplerConfig) -> GenerateOutput:
+    """The GenerateOutput of a causal decoder that ran `forwards` calls, one token each."""
+    bl = config.block_length
+    block_nfe = [bl] * (forwards // bl) + ([forwards % bl] if forwards % bl else [])
+    return GenerateOutput(
+        sequences=sequences, prompt_length=prompt_length, nfe=forwards, sequential_calls=forwards,
+        block_nfe=block_nfe, tokens_per_forward=1.0,
+        autoregressive=AutoregressiveStats(stopped_early=forwards < config.gen_length),
+    )
 
 
 @torch.no_grad()
@@ -20,9 +45,11 @@ def generate_autoregressive(
     input_ids: torch.Tensor,
     config: SamplerConfig,
     attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
 ) -> GenerateOutput:
     """Decode up to `config.gen_length` tokens after `input_ids` `(batch, prompt_len)`, left-padded
-    rows marked by `attention_mask`; stops once every row has produced EOS (or EoT)."""
+    rows marked by `attention_mask`; stops once every row has produced EOS (or EoT). `on_step`
+    receives a StepInfo per token; it does not change the output."""
     check_inputs(input_ids, config, attention_mask)
     B, P = input_ids.shape
     device = input_ids.device
@@ -46,9 +73,42 @@ def generate_autoregressive(
         token = torch.argmax(add_gumbel_noise(logits, config.temperature, generator), dim=-1)  # (B,)
         token = torch.where(done, torch.full_like(token, config.eos_id), token)
         out[:, i] = token
+        live = ~done
         done |= torch.isin(token, stop_ids)
-        if bool(done.all()):
+        finished = bool(done.all())
+        if on_step is not None:
+            on_step(token_step(i, torch.cat([input_ids, out[:, : i + 1]], dim=1), live, config.block_length, finished))
+        if finished:
             break
         step_input = token[:, None]  # (B, 1)
         mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
-    return GenerateOutput(sequences=torch.cat([input_ids, out], dim=1), prompt_length=P, nfe=nfe)
+    return causal_output(torch.cat([input_ids, out], dim=1), P, nfe, config)
+
+
+class TokenSteps:
+    """A transformers streamer (`put`, `end`) that reports each token `generate` adds as a StepInfo.
+
+    transformers puts the prompt `(batch, prompt_len)` first, then every step's tokens `(batch,)` on
+    the CPU, the pad id in rows that have ended (assisted decoding may put `(batch, n)` at once).
+    """
+
+    def __init__(self, on_step: StepCallback, stop_ids: tuple[int, ...], block_length: int):
+        self.on_step, self.block_length = on_step, block_length
+        self.stop_ids = torch.tensor(stop_ids, dtype=torch.long)
+        self.sequences: torch.Tensor | None = None
+        self.done: torch.Tensor | None = None
+        self.steps = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.sequences is None:
+            self.sequences, self.done = value, torch.zeros(value.shape[0], dtype=torch.bool)
+            return
+        for token in (value if value.dim() == 2 else value[:, None]).unbind(dim=1):
+            live = ~self.done
+            self.done = self.done | torch.isin(token, self.stop_ids)
+            self.sequences = torch.cat([self.sequences, token[:, None]], dim=1)
+            self.on_step(token_step(self.steps, self.sequences, live, self.block_length, bool(self.done.all())))
+            self.steps += 1
+
+    def end(self) -> None:
+        pass

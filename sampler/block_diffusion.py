@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 import torch
 
-from sampler.generate import GenerateOutput, make_generator
+from sampler.generate import make_generator
+from sampler.output import BlockDiffusionStats, GenerateOutput, StepCallback, StepInfo
 
 
 @dataclass(frozen=True)
@@ -155,12 +156,14 @@ def generate_block_diffusion(
     input_ids: torch.Tensor,
     config: BlockDiffusionConfig,
     attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
 ) -> GenerateOutput:
     """Append whole canvases after `input_ids` `(batch, prompt_len)`; report tokens per forward.
 
     Returns sequences `(batch, prompt_len + canvases * canvas_length)`; `nfe` counts decoder calls
-    (the batch's), and `stats["tokens_per_forward"]` per row counts non-pad generated tokens over the
-    decoder calls that row needed, as transformers does.
+    (the batch's), and `block_diffusion.row_tokens_per_forward` per row counts non-pad generated
+    tokens over the decoder calls that row needed, as transformers does. `on_step` receives a
+    StepInfo per decoder call: a canvas is committed whole, at its last call.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, prompt_len), got {tuple(input_ids.shape)}")
@@ -205,12 +208,21 @@ def generate_block_diffusion(
                     logits = torch.where(canvas_done[:, None, None], self_cond, logits)
                 canvas_done |= stop.done(new_argmax, logits)
             canvas, argmax, self_cond = new_canvas, new_argmax, logits.to(model.dtype)
-            if canvas_done.all():
+            last = bool(canvas_done.all()) or remaining == 1
+            if on_step is not None and not last:  # the last call is reported once the canvas is committed
+                on_step(StepInfo(step=nfe - 1, block=canvases, block_done=False, sequences=sequences,
+                                 committed=torch.zeros_like(sequences, dtype=torch.bool)))
+            if last:
                 break
         sequences = torch.cat([sequences, argmax], dim=-1)
         canvases += 1
         block_nfe.append(nfe - sum(block_nfe))
+        live = ~row_done  # rows finished before this canvas only get padding
         row_done = finish_rows(sequences, row_done, eos, config.pad_id, L)
+        if on_step is not None:
+            committed = torch.zeros_like(sequences, dtype=torch.bool)
+            committed[:, -L:] = live[:, None]
+            on_step(StepInfo(step=nfe - 1, block=canvases - 1, block_done=True, sequences=sequences, committed=committed))
         if row_done.all():
             break
         mask = torch.nn.functional.pad(mask, (0, L), value=True)
@@ -218,16 +230,10 @@ def generate_block_diffusion(
     generated = sequences[:, P:]
     valid = (generated != config.pad_id).sum(dim=-1) if config.pad_id is not None else torch.full((B,), generated.shape[1], device=device)
     return GenerateOutput(
-        sequences=sequences,
-        prompt_length=P,
-        nfe=nfe,
-        stats={
-            "tokens_per_forward": (valid / forwards).tolist(),
-            "decoder_forwards": forwards.tolist(),
-            "canvases": canvases,
-            "canvas_length": L,
-            "block_nfe": block_nfe,
-        },
+        sequences=sequences, prompt_length=P, nfe=nfe, sequential_calls=nfe, block_nfe=block_nfe,
+        tokens_per_forward=generated.shape[1] / max(nfe, 1),
+        block_diffusion=BlockDiffusionStats(row_tokens_per_forward=(valid / forwards).tolist(),
+                                            decoder_forwards=forwards.tolist(), canvases=canvases, canvas_length=L),
     )
 
 

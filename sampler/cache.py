@@ -16,11 +16,12 @@ position ids, so every call sees the same angles as a full forward would.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from sampler.config import SamplerConfig
+if TYPE_CHECKING:  # the config names these policies; the policies only read its fields
+    from sampler.config import SamplerConfig
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v), each (batch, kv_heads, seq, head_dim)
 

@@ -8,13 +8,15 @@ is one class and one line in COMMIT_RULES.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from sampler.config import SamplerConfig
 from sampler.schedule import UniformTransferSchedule
+
+if TYPE_CHECKING:  # the config names these rules; the rules only read its fields
+    from sampler.config import SamplerConfig
 
 
 class CommitRule(Protocol):

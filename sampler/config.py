@@ -7,6 +7,22 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from sampler.backends import BACKENDS
+from sampler.cache import CACHE_POLICIES
+from sampler.commit import COMMIT_RULES
+from sampler.early_exit import EARLY_EXIT_RULES
+from sampler.remasking import REMASKING_POLICIES
+
+# The settings that name a policy, and the registry each name is looked up in. The policy modules
+# import SamplerConfig only for type hints, so the config may import them.
+POLICY_REGISTRIES: dict[str, dict[str, Any]] = {
+    "remasking": REMASKING_POLICIES,
+    "parallel": COMMIT_RULES,
+    "cache": CACHE_POLICIES,
+    "early_exit": EARLY_EXIT_RULES,
+    "backend": BACKENDS,
+}
+
 
 @dataclass(frozen=True)
 class SamplerConfig:
@@ -66,24 +82,12 @@ class SamplerConfig:
             raise ValueError(f"SamplerConfig.temperature must be >= 0, got {self.temperature!r}")
         if self.cfg_scale < 0:
             raise ValueError(f"SamplerConfig.cfg_scale must be >= 0, got {self.cfg_scale!r}")
-        from sampler.remasking import REMASKING_POLICIES
-
-        if self.remasking not in REMASKING_POLICIES:
-            raise ValueError(
-                f"SamplerConfig.remasking={self.remasking!r}; known: {', '.join(sorted(REMASKING_POLICIES))}"
-            )
+        for name, known in POLICY_REGISTRIES.items():
+            if getattr(self, name) not in known:
+                raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r}; known: {', '.join(sorted(known))}")
         self._check_fast_modes()
 
     def _check_fast_modes(self) -> None:
-        from sampler.backends import BACKENDS
-        from sampler.cache import CACHE_POLICIES
-        from sampler.commit import COMMIT_RULES
-        from sampler.early_exit import EARLY_EXIT_RULES
-
-        for name, known in (("parallel", COMMIT_RULES), ("cache", CACHE_POLICIES),
-                            ("early_exit", EARLY_EXIT_RULES), ("backend", BACKENDS)):
-            if getattr(self, name) not in known:
-                raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r}; known: {', '.join(sorted(known))}")
         if not 0.0 < self.parallel_threshold <= 1.0:
             raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
         for name in ("parallel_factor", "entropy_bound"):

@@ -17,45 +17,54 @@ from sampler.block_diffusion import generate_block_diffusion
 from sampler.config import SamplerConfig
 from sampler.effective import effective_config
 from sampler.generate import GenerateOutput, generate
+from sampler.output import StepCallback
 
 
 class DecodeError(ValueError):
     """A candidate that this config cannot decode; the message says why."""
 
 
-def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
-    """LLaDA-style models: the sampler with this model's own mask id (`options` go to `sampler.generate`)."""
+def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
+                            on_step: StepCallback | None = None) -> GenerateOutput:
+    """LLaDA-style models: the sampler with this model's own mask id."""
     if config.mask_id != handle.mask_id:
         raise DecodeError(
             f"SamplerConfig.mask_id={config.mask_id} but {handle.entry_id} masks with {handle.mask_id}; "
             f"build the config with handle.sampler_ids()"
         )
-    return generate(handle.model, input_ids, config, attention_mask=attention_mask, **options)
+    return generate(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step)
 
 
-def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None, **options) -> GenerateOutput:
+def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None,
+                           on_step: StepCallback | None = None) -> GenerateOutput:
     """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config."""
-    return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask)
+    return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask,
+                                    on_step=on_step)
 
 
-def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
+def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
+                          on_step: StepCallback | None = None) -> GenerateOutput:
     """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
     cached `generate` for a Hugging Face causal LM."""
     if isinstance(handle.model, LLaDAModelLM):
         from sampler.autoregressive import generate_autoregressive
 
-        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask)
-    return decode_causal_lm(handle, input_ids, config, attention_mask=attention_mask, **options)
+        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step)
+    return decode_causal_lm(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None, **options) -> GenerateOutput:
+def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None,
+                     on_step: StepCallback | None = None) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
     `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
     top-k/top-p cut, seeded by `config.seed`. NFE is the number of forward passes (one per token).
+    `on_step` receives a `sampler.output.StepInfo` per token, through a streamer; it does not change the output.
     """
     from transformers import GenerationConfig
+
+    from sampler.autoregressive import TokenSteps, causal_output
 
     B, P = input_ids.shape
     sample = config.temperature > 0
@@ -69,15 +78,15 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
     with rng:
         if config.seed is not None:
             torch.manual_seed(config.seed)
-        out = adapter.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=gen)
+        streamer = None if on_step is None else TokenSteps(on_step, tuple(adapter.eos_ids), config.block_length)
+        out = adapter.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=gen, streamer=streamer)
     steps = out.shape[1] - P
     if steps < config.gen_length:
         out = torch.cat([out, out.new_full((B, config.gen_length - steps), adapter.pad_id)], dim=1)
-    return GenerateOutput(sequences=out, prompt_length=P, nfe=steps,
-                          stats={"tokens_per_forward": 1.0, "kv_cache": True, "stopped_early": steps < config.gen_length})
+    return causal_output(out, P, steps, config)
 
 
-def decode_api(adapter: Any, input_ids, config, attention_mask=None, **options) -> GenerateOutput:
+def decode_api(adapter: Any, input_ids, config, attention_mask=None, on_step: StepCallback | None = None) -> GenerateOutput:
     adapter.status_or_raise()  # a missing key is the first thing to report
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
@@ -91,10 +100,11 @@ DECODERS: dict[str, Callable[..., GenerateOutput]] = {
 
 
 def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
-           **options: Any) -> GenerateOutput:
+           on_step: StepCallback | None = None) -> GenerateOutput:
     """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
-    All kinds return the same `GenerateOutput` layout. `config` is a SamplerConfig (a block-diffusion
+    All kinds return the same `GenerateOutput` layout; `on_step` is told each decoding step (a
+    `sampler.output.StepInfo`) and never changes the output. `config` is a SamplerConfig (a block-diffusion
     model turns it into its effective block config) or, for block diffusion, a BlockDiffusionConfig.
     """
     try:
@@ -104,4 +114,4 @@ def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.T
     if handle.kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
         raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
                           f"{handle.kind} models decode with torch")
-    return decoder(handle, input_ids, config, attention_mask=attention_mask, **options)
+    return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)

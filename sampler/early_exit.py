@@ -8,11 +8,14 @@ exactly the text the full run would give, under any commit rule, cache or temper
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from sampler.config import SamplerConfig
+from sampler.output import EarlyExitStats
+
+if TYPE_CHECKING:  # the config names these rules; the rules only read its fields
+    from sampler.config import SamplerConfig
 
 
 class EarlyExit(Protocol):
@@ -24,7 +27,9 @@ class EarlyExit(Protocol):
         """Whether no row needs another model call."""
         ...
 
-    def stats(self, config: SamplerConfig, nfe: int, blocks_run: int) -> dict[str, Any]: ...
+    def stats(self, config: SamplerConfig, nfe: int, blocks_run: int) -> EarlyExitStats | None:
+        """What exiting saved, after a run of `nfe` evaluations that entered `blocks_run` blocks."""
+        ...
 
 
 class NoEarlyExit:
@@ -40,7 +45,7 @@ class NoEarlyExit:
         return False
 
     def stats(self, config, nfe, blocks_run):
-        return {}
+        return None
 
 
 class EosDecidedExit:
@@ -64,10 +69,9 @@ class EosDecidedExit:
         return not bool((x == self.mask_id).any())
 
     def stats(self, config, nfe, blocks_run):
-        stats: dict[str, Any] = {"blocks_skipped": config.num_blocks - blocks_run}
-        if config.parallel == "top_k" and not config.speculative_draft:
-            stats["nfe_saved"] = config.steps - nfe  # the schedule's remaining steps
-        return stats
+        scheduled = config.parallel == "top_k" and not config.speculative_draft  # a fixed budget, one evaluation a step
+        return EarlyExitStats(blocks_skipped=config.num_blocks - blocks_run,
+                              nfe_saved=config.steps - nfe if scheduled else None)
 
 
 EARLY_EXIT_RULES: dict[str, type] = {"none": NoEarlyExit, "eos_decided": EosDecidedExit}

@@ -20,6 +20,7 @@ from sampler.cache import LogitsSource, ModelCall, Window, logits_source
 from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
 from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
+from sampler.output import GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
 
@@ -28,24 +29,6 @@ class Denoiser(Protocol):
     """Hugging Face convention: `model(input_ids, attention_mask=None).logits` `(batch, seq, vocab)`."""
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any: ...
-
-
-@dataclass
-class GenerateOutput:
-    """sequences (`torch.LongTensor` of shape `(batch, prompt_len + gen_length)`): prompt + generation.
-
-    stats: what the modes measured: nfe, sequential_calls, tokens_per_forward, block_nfe, and
-    per mode acceptance_rate (speculative), nfe_saved (early exit), provider (backend).
-    """
-
-    sequences: torch.Tensor
-    prompt_length: int
-    nfe: int  # model evaluations of the canvas; a CFG step's batched (cond + uncond) call counts once
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def generated(self) -> torch.Tensor:
-        return self.sequences[:, self.prompt_length :]
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -86,7 +69,7 @@ class DecodeState:
     block: int
     step: int
     plan: torch.Tensor | None  # the commit rule's per-block plan (top_k: counts per step)
-    commits: torch.Tensor | None = None  # when recorded: the decoding step that committed each position, -1 none yet
+    committed: torch.Tensor | None = None  # `(batch, seq)` bool: what the step that led here committed
     steps_done: int = 0  # decoding steps since the first block began
 
     def same_as(self, other: "DecodeState") -> bool:
@@ -94,22 +77,28 @@ class DecodeState:
 
 
 class BlockDecoder:
-    """One decoding step as a function of (state, logits); the drivers below decide when to call the model."""
+    """One decoding step as a function of (state, logits); the drivers below decide when to call the model.
 
-    def __init__(self, config: SamplerConfig, prompt_length: int, generator, exit_rule: EarlyExit):
+    `advance` is pure, so speculative decoding may run it on drafts; `step` is a step decoding keeps,
+    and only those reach `on_step`.
+    """
+
+    def __init__(self, config: SamplerConfig, prompt_length: int, generator, exit_rule: EarlyExit,
+                 on_step: StepCallback | None = None):
         self.config, self.P, self.generator = config, prompt_length, generator
         self.policy = remasking_policy(config.remasking)
         self.rule: CommitRule = commit_rule(config)
         self.exit_rule = exit_rule
+        self.on_step = on_step
 
     def bounds(self, block: int) -> tuple[int, int]:
         start = self.P + block * self.config.block_length
         return start, start + self.config.block_length
 
-    def enter_block(self, x: torch.Tensor, block: int, commits: torch.Tensor | None = None, steps_done: int = 0) -> DecodeState:
+    def enter_block(self, x: torch.Tensor, block: int, steps_done: int = 0) -> DecodeState:
         start, end = self.bounds(block)
         plan = self.rule.plan(x[:, start:end] == self.config.mask_id, self.config.steps_per_block)
-        return DecodeState(x=x, block=block, step=0, plan=plan, commits=commits, steps_done=steps_done)
+        return DecodeState(x=x, block=block, step=0, plan=plan, steps_done=steps_done)
 
     def finished(self, state: DecodeState) -> bool:
         return state.block >= self.config.num_blocks
@@ -128,19 +117,26 @@ class BlockDecoder:
         x0 = torch.where(mask_index, x0, x)
         confidence = torch.where(mask_index, confidence, -torch.inf)
         commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), state.step, state.plan)
+        commit &= mask_index  # top_k picks k positions even in a row an early exit filled: decided, not committed now
         x = x.clone()
         x[commit] = x0[commit]
-        commits = state.commits
-        if commits is not None:  # a new tensor per state: speculative drafts that are rejected leave no trace
-            commits = torch.where(commit, state.steps_done, commits)
         x = self.exit_rule.apply(x, self.P)
         step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):
-            return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, commits=commits, steps_done=done)
+            return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)
         if self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id):
-            return self.enter_block(x, state.block + 1, commits, done) if state.block + 1 < cfg.num_blocks else replace(
-                state, x=x, block=cfg.num_blocks, step=0, plan=None, commits=commits, steps_done=done)
-        return replace(state, x=x, step=step, commits=commits, steps_done=done)
+            if state.block + 1 < cfg.num_blocks:
+                return replace(self.enter_block(x, state.block + 1, done), committed=commit)
+            return replace(state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)
+        return replace(state, x=x, step=step, committed=commit, steps_done=done)
+
+    def step(self, state: DecodeState, window: Window) -> DecodeState:
+        """`advance` for a step that decoding keeps: the step is reported to `on_step`."""
+        after = self.advance(state, window)
+        if self.on_step is not None:
+            self.on_step(StepInfo(step=state.steps_done, block=state.block, block_done=after.block != state.block,
+                                  sequences=after.x, committed=after.committed))
+        return after
 
     @staticmethod
     def _entropy(window: Window, shape) -> torch.Tensor:
@@ -165,13 +161,13 @@ class CallCounter:
         self.block_nfe[block] += 1
 
 
-def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, dict]:
-    """One model call per step."""
+def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, None]:
+    """One model call per step; no mode statistics of its own."""
     while not decoder.finished(state):
         calls.add(state.block, 1)
         (window,) = source.logits([state])
-        state = decoder.advance(state, window)
-    return state, {}
+        state = decoder.step(state, window)
+    return state, None
 
 
 @torch.no_grad()
@@ -180,14 +176,13 @@ def generate(
     input_ids: torch.Tensor,
     config: SamplerConfig,
     attention_mask: torch.Tensor | None = None,
-    record_commits: bool = False,
+    on_step: StepCallback | None = None,
 ) -> GenerateOutput:
     """Fill `config.gen_length` masked positions after `input_ids` `(batch, prompt_len)`, block by block.
 
     Masks inside the prompt (infilling) are decoded too, as in the reference: they compete with
-    the current block's masks for each step's commits. `record_commits` adds `stats["commit_step"]`:
-    per row and generated position, the decoding step that committed it (-1: filled by an early
-    exit, never committed). Recording does not change the output.
+    the current block's masks for each step's commits. `on_step` receives a `StepInfo` after every
+    step decoding keeps (never a rejected speculative draft); it does not change the output.
     """
     check_inputs(input_ids, config, attention_mask)
     device = input_ids.device
@@ -197,26 +192,18 @@ def generate(
     if attention_mask is not None:
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, config.gen_length)], dim=-1)
     prompt_index = x != config.mask_id
-    denoiser, backend_stats = denoiser_for(model, config)
+    denoiser, provider = denoiser_for(model, config)
     call = ModelCall(denoiser, attention_mask, prompt_index, config)
     source = logits_source(config, call, P)
     exit_rule = early_exit_rule(config)
-    decoder = BlockDecoder(config, P, make_generator(config.seed, device), exit_rule)
+    decoder = BlockDecoder(config, P, make_generator(config.seed, device), exit_rule, on_step)
     calls = CallCounter()
     drive = decode_plain
     if config.speculative_draft:
         from sampler.speculative import decode_speculative as drive
-    commits = torch.full_like(x, -1) if record_commits else None
-    state, mode_stats = drive(decoder, source, decoder.enter_block(x, 0, commits), calls)
-    stats = {
-        "nfe": calls.nfe,
-        "sequential_calls": calls.sequential_calls,
-        "tokens_per_forward": config.gen_length / max(calls.sequential_calls, 1),
-        "block_nfe": calls.block_nfe,
-        **exit_rule.stats(config, calls.nfe, len(calls.block_nfe)),
-        **backend_stats,
-        **mode_stats,
-    }
-    if record_commits:
-        stats["commit_step"] = state.commits[:, P:].tolist()
-    return GenerateOutput(sequences=state.x, prompt_length=P, nfe=calls.nfe, stats=stats)
+    state, speculative = drive(decoder, source, decoder.enter_block(x, 0), calls)
+    return GenerateOutput(
+        sequences=state.x, prompt_length=P, nfe=calls.nfe, sequential_calls=calls.sequential_calls,
+        block_nfe=calls.block_nfe, tokens_per_forward=config.gen_length / max(calls.sequential_calls, 1),
+        speculative=speculative, early_exit=exit_rule.stats(config, calls.nfe, len(calls.block_nfe)), provider=provider,
+    )

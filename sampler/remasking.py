@@ -29,6 +29,10 @@ class LowConfidenceRemasking:
 class RandomRemasking:
     """Uniform float32 noise, drawn after the Gumbel noise (the reference's order)."""
 
+    # One stream of draws over the whole `(batch, seq)` canvas, as the reference draws it: a row's
+    # order depends on what it is batched with. Policies without this attribute are batch-invariant.
+    batch_invariant = False
+
     def confidence(self, logits, x0, generator):
         return torch.rand(x0.shape, device=x0.device, generator=generator)
 

@@ -1,5 +1,5 @@
-"""`record_commits` and `unmask generate --trace`: which step committed each position, without
-changing what is decoded."""
+"""`CommitTrace` (an `on_step` callback) and `unmask generate --trace`: which step committed each
+position, without changing what is decoded."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from flow_fixtures import cli_app
 from flows.commands.generate import END, MASKED, commit_timeline
-from sampler import SamplerConfig, generate
+from sampler import CommitTrace, SamplerConfig, generate
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
 IDS = dict(mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID)
@@ -26,9 +26,11 @@ def test_one_token_per_step_commits_each_position_once_block_by_block(model):
     prompts, attention = left_padded_prompts([5, 9, 7])
     config = SamplerConfig(steps=32, gen_length=32, block_length=8, **IDS)
     plain = generate(model, prompts, config, attention_mask=attention)
-    traced = generate(model, prompts, config, attention_mask=attention, record_commits=True)
-    assert torch.equal(plain.sequences, traced.sequences) and "commit_step" not in plain.stats
-    for row in traced.stats["commit_step"]:
+    trace = CommitTrace()
+    traced = generate(model, prompts, config, attention_mask=attention, on_step=trace)
+    assert torch.equal(plain.sequences, traced.sequences)
+    assert int(trace.steps.max()) + 1 == traced.sequential_calls == 32  # every step was reported, once
+    for row in trace.generated(traced.prompt_length):
         assert sorted(row) == list(range(32))  # every step commits exactly one position
         blocks = [row[b * 8 : (b + 1) * 8] for b in range(4)]
         assert all(max(blocks[b]) < min(blocks[b + 1]) for b in range(3))  # semi-autoregressive order
@@ -37,11 +39,14 @@ def test_one_token_per_step_commits_each_position_once_block_by_block(model):
 def test_speculative_drafts_that_are_rejected_leave_no_trace(model):
     prompts, attention = left_padded_prompts([6, 4])
     config = SamplerConfig(steps=16, gen_length=32, block_length=8, parallel="threshold", parallel_threshold=0.3, **IDS)
-    plain = generate(model, prompts, config, attention_mask=attention, record_commits=True)
-    fast = generate(model, prompts, replace(config, speculative_draft=4),
-                    attention_mask=attention, record_commits=True)
+    plain_trace, fast_trace, reported = CommitTrace(), CommitTrace(), []
+    plain = generate(model, prompts, config, attention_mask=attention, on_step=plain_trace)
+    fast = generate(model, prompts, replace(config, speculative_draft=4), attention_mask=attention,
+                    on_step=lambda info: (reported.append(info.step), fast_trace(info)))
     assert torch.equal(plain.sequences, fast.sequences)
-    assert fast.stats["commit_step"] == plain.stats["commit_step"]
+    assert fast.speculative.drafted_steps > fast.speculative.accepted_steps  # some drafts were rejected
+    assert fast_trace.generated(fast.prompt_length) == plain_trace.generated(plain.prompt_length)
+    assert reported == list(range(plain.sequential_calls))  # the kept steps, each once
 
 
 def test_timeline_shows_the_end_of_the_canvas_decided_first():

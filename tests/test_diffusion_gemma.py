@@ -56,8 +56,8 @@ def test_block_diffusion_matches_transformers_generate(model, case):
     )
     out = generate_block_diffusion(DiffusionGemmaAdapter(model), PROMPTS, config)
     assert torch.equal(out.sequences, reference.sequences)
-    assert out.stats["tokens_per_forward"] == reference.tokens_per_forward.tolist()
-    assert out.prompt_length == PROMPTS.shape[1] and out.nfe >= max(out.stats["decoder_forwards"])
+    assert out.block_diffusion.row_tokens_per_forward == reference.tokens_per_forward.tolist()
+    assert out.prompt_length == PROMPTS.shape[1] and out.nfe >= max(out.block_diffusion.decoder_forwards)
 
 
 def test_rows_that_stop_early_are_counted_apart(model):
@@ -65,10 +65,10 @@ def test_rows_that_stop_early_are_counted_apart(model):
     out = generate_block_diffusion(
         DiffusionGemmaAdapter(model), PROMPTS, BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=8, seed=11, **ours)
     )
-    forwards = out.stats["decoder_forwards"]
+    forwards = out.block_diffusion.decoder_forwards
     assert len(set(forwards)) > 1  # the case really exercises per-row early stopping
     assert all(f < 16 for f in forwards)
-    assert out.stats["tokens_per_forward"] == pytest.approx([16 / f for f in forwards])
+    assert out.block_diffusion.row_tokens_per_forward == pytest.approx([16 / f for f in forwards])
 
 
 def test_left_padded_batch_matches(model):
@@ -93,7 +93,7 @@ def test_adapter_loads_safetensors_and_decodes_from_a_sampler_config(model, tmp_
     assert (block.max_new_tokens, block.max_denoising_steps, block.entropy_bound, block.seed) == (16, 6, 0.5, 3)
     first, again = decode(adapter, PROMPTS[:2], config), decode(adapter, PROMPTS[:2], config)
     assert torch.equal(first.sequences, again.sequences)  # seeded: reproducible
-    assert first.sequences.shape == (2, 5 + 16) and first.stats["canvases"] == 2
+    assert first.sequences.shape == (2, 5 + 16) and first.block_diffusion.canvases == 2
     other = decode(adapter, PROMPTS[:2], config.with_(seed=4))
     assert not torch.equal(first.sequences, other.sequences)
 

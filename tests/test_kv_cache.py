@@ -67,7 +67,7 @@ def test_cached_decoding_completes_with_the_same_call_count(model, reuse, refres
     cfg = SamplerConfig(steps=24, gen_length=24, block_length=8, cache=reuse, cache_refresh=refresh,
                         cfg_scale=0.5, **IDS)
     out = generate(model, ids, cfg, attention_mask=mask)
-    assert out.nfe == 24 and out.stats["block_nfe"] == [8, 8, 8]
+    assert out.nfe == 24 and out.block_nfe == [8, 8, 8]
     assert (out.generated != MASK_ID).float().mean() > 0.9  # MASK_ID itself may be proposed
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+from types import SimpleNamespace
+
 import pytest
 
 from eval_fixtures import NaNWhen, write_model
-from evals.measure import measure
+from evals.measure import FirstBlockClock, measure
 from models import load
 from sampler import SamplerConfig
 
@@ -41,6 +44,20 @@ def test_diffusion_measurement_fills_every_field(diffusion):
     assert 0 <= f["tokens_per_s"] <= f["tokens_per_s_with_padding"]
     assert f["peak_mem_mb"] > 0 and f["warmup"] == 1
     assert len(f["output_hash"]) == 64
+
+
+def test_the_first_block_lands_when_the_step_that_finished_block_0_is_reported():
+    ticks = itertools.count(1.0)
+    clock = FirstBlockClock(clock=lambda: next(ticks))
+    for block, done in [(0, False), (0, False), (0, True), (1, False), (1, True)]:
+        clock(SimpleNamespace(block=block, block_done=done))
+    assert clock.at == 3.0  # the third report finished block 0; later blocks do not move it
+
+
+def test_autoregressive_measurement_times_the_first_block(autoregressive):
+    config = config_for(autoregressive, steps=16, block_length=8)
+    f = measure(autoregressive, [autoregressive.encode(p) for p in PROMPTS], config, warmup=0).record_fields()
+    assert 0 < f["time_to_first_block_s"] <= f["latency_p99_s"]
 
 
 def test_output_hash_is_deterministic_and_sensitive(diffusion):

@@ -61,5 +61,5 @@ def test_onnxruntime_tokens_equal_torch_tokens(model, mode, batch):
     torch_out = generate(model, ids, cfg, attention_mask=mask)
     ort_out = generate(model, ids, cfg.with_(backend="onnxruntime"), attention_mask=mask)
     assert torch.equal(ort_out.sequences, torch_out.sequences)
-    assert ort_out.stats["provider"] in ("CPUExecutionProvider", "CUDAExecutionProvider")
+    assert ort_out.provider in ("CPUExecutionProvider", "CUDAExecutionProvider")
     assert ort_out.nfe == torch_out.nfe

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from sampler import SamplerConfig, generate
+from sampler import CommitTrace, SamplerConfig, generate
 from sampler.commit import EntropyBoundedCommit, FactorCommit, ThresholdCommit, TopKCommit
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
@@ -99,8 +99,8 @@ def test_parallel_rules_fill_every_block_in_fewer_calls(model, parallel):
                         parallel_factor=3.0, entropy_bound=8.0, **IDS)
     out = generate(model, ids, cfg, attention_mask=mask)
     assert not (out.generated == MASK_ID).any()
-    assert out.nfe < 32 and len(out.stats["block_nfe"]) == 4
-    assert out.stats["tokens_per_forward"] == pytest.approx(32 / out.nfe)
+    assert out.nfe < 32 and len(out.block_nfe) == 4
+    assert out.tokens_per_forward == pytest.approx(32 / out.nfe)
 
 
 def test_parallel_threshold_one_is_one_token_per_step_when_unsure(model):
@@ -127,7 +127,7 @@ def test_early_exit_keeps_the_text_before_the_first_eos(shape, seed):
     fast = generate(model, ids, base.with_(early_exit="eos_decided"), attention_mask=mask)
     for row in range(3):
         assert _text_before_eos(fast.generated[row]) == _text_before_eos(full.generated[row])
-    assert fast.nfe + fast.stats["nfe_saved"] == steps
+    assert fast.nfe + fast.early_exit.nfe_saved == steps
 
 
 def test_early_exit_saves_calls_on_a_model_that_ends_early(model):
@@ -137,8 +137,21 @@ def test_early_exit_saves_calls_on_a_model_that_ends_early(model):
         eos_model.model.transformer.ff_out.weight[EOS_ID] *= 4
     cfg = SamplerConfig(steps=64, gen_length=64, block_length=16, early_exit="eos_decided", **IDS)
     out = generate(eos_model, ids, cfg)
-    assert out.stats["nfe_saved"] > 0 and out.stats["blocks_skipped"] > 0
-    assert out.nfe == 64 - out.stats["nfe_saved"]
+    assert out.early_exit.nfe_saved > 0 and out.early_exit.blocks_skipped > 0
+    assert out.nfe == 64 - out.early_exit.nfe_saved
+
+
+def test_stats_keeps_the_untyped_layout_for_readers_outside_unmask(model):
+    ids, mask = left_padded_prompts([5, 3])
+    cfg = SamplerConfig(steps=16, gen_length=16, block_length=8, early_exit="eos_decided", speculative_draft=3, **IDS)
+    out = generate(model, ids, cfg, attention_mask=mask)
+    spec = out.speculative
+    assert out.stats == {
+        "nfe": out.nfe, "sequential_calls": out.sequential_calls, "tokens_per_forward": out.tokens_per_forward,
+        "block_nfe": out.block_nfe, "blocks_skipped": out.early_exit.blocks_skipped,  # no nfe_saved: no fixed budget
+        "drafted_steps": spec.drafted_steps, "accepted_steps": spec.accepted_steps, "acceptance_rate": spec.acceptance_rate,
+    }
+    assert out.early_exit.nfe_saved is None and spec.drafted_steps > 0
 
 
 MODES = [
@@ -187,11 +200,12 @@ def test_margin_and_entropy_remasking_rank_positions_their_own_way():
 def test_every_remasking_policy_decodes_one_token_per_step(model, remasking):
     ids, mask = left_padded_prompts([5, 3])
     config = SamplerConfig(steps=16, gen_length=16, block_length=8, remasking=remasking, **IDS)
-    out = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    order, plain_order = CommitTrace(), CommitTrace()
+    out = generate(model, ids, config, attention_mask=mask, on_step=order)
     assert (out.generated != MASK_ID).all() and out.nfe == 16
-    for row in out.stats["commit_step"]:
+    for row in order.generated(out.prompt_length):
         assert sorted(row) == list(range(16))  # each step commits exactly one position
-    again = generate(model, ids, config, attention_mask=mask, record_commits=True)
+    again = generate(model, ids, config, attention_mask=mask)
     assert torch.equal(out.sequences, again.sequences)
-    plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, record_commits=True)
-    assert plain.stats["commit_step"] != out.stats["commit_step"]  # a different order on this random model
+    plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, on_step=plain_order)
+    assert plain_order.generated(plain.prompt_length) != order.generated(out.prompt_length)  # another order on this model

@@ -47,9 +47,9 @@ def test_speculative_tokens_equal_the_step_by_step_tokens(model, draft, mode, ba
     plain = generate(model, ids, base, attention_mask=mask)
     fast = generate(model, ids, base.with_(speculative_draft=draft), attention_mask=mask)
     assert torch.equal(fast.sequences, plain.sequences)
-    assert fast.stats["sequential_calls"] <= plain.stats["sequential_calls"]
-    assert 0.0 <= fast.stats["acceptance_rate"] <= 1.0
-    assert fast.stats["accepted_steps"] <= fast.stats["drafted_steps"]
+    assert fast.sequential_calls <= plain.sequential_calls
+    assert 0.0 <= fast.speculative.acceptance_rate <= 1.0
+    assert fast.speculative.accepted_steps <= fast.speculative.drafted_steps
 
 
 class FrozenPredictions:
@@ -71,7 +71,7 @@ def test_right_drafts_are_all_accepted_and_cut_sequential_calls():
     plain = generate(plain_model, ids, base)
     fast = generate(spec_model, ids, base.with_(speculative_draft=4))
     assert torch.equal(fast.sequences, plain.sequences)
-    assert fast.stats["acceptance_rate"] == 1.0
-    assert len(spec_model.calls) == fast.stats["sequential_calls"] <= 32 // 3
-    assert plain.stats["sequential_calls"] == 32
+    assert fast.speculative.acceptance_rate == 1.0
+    assert len(spec_model.calls) == fast.sequential_calls <= 32 // 3
+    assert plain.sequential_calls == 32 and plain.speculative is None
     assert max(spec_model.calls) <= 4  # at most one canvas per drafted step in a verify call

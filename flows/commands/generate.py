@@ -31,7 +31,7 @@ def generate_command(
     import torch
 
     from models import CheckpointError, load
-    from sampler import SamplerConfig
+    from sampler import CommitTrace, SamplerConfig
     from sampler.decode import DecodeError, decode
 
     try:
@@ -59,9 +59,10 @@ def generate_command(
                       f"{model} is a {kind} model", highlight=False)
         raise typer.Exit(2)
     ids = torch.tensor([loaded.encode(prompt)], device=device)
+    commits = CommitTrace()
     start = time.perf_counter()
     try:
-        out = decode(loaded, ids, config, **({"record_commits": True} if trace else {}))
+        out = decode(loaded, ids, config, **({"on_step": commits} if trace else {}))
     except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
         console.print(f"[red]error:[/red] {model}: {e}")
         raise typer.Exit(2) from None
@@ -74,7 +75,7 @@ def generate_command(
     if trace:
         ends = loaded.stop_ids | ({loaded.pad_id} - {None})
         pieces = [loaded.decode([t]) if t not in ends else END for t in out.generated[0].tolist()]
-        lines, summary = commit_timeline(pieces, out.stats["commit_step"][0])
+        lines, summary = commit_timeline(pieces, commits.generated(out.prompt_length)[0])
         console.print("\n".join(lines), markup=False, highlight=False)
         console.print(summary, markup=False, highlight=False)
     table = Table(show_header=False, box=None)
