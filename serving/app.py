@@ -30,6 +30,7 @@ from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling
 
 log = logging.getLogger("unmask.serve")
 
+ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}  # metric label per path
 NOT_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is decoded alone: a batch shares one "
                "random generator, so a row's draws would depend on its neighbours")
 
@@ -68,8 +69,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     app = FastAPI(title="unmask serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
-    errors.install(app)
-    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
+
+    def count_refusal(path: str, status: int, code: str) -> None:
+        metrics.errors.labels("unknown", ENDPOINTS.get(path, "other"), str(status), code).inc()
+
+    errors.install(app, count_refusal)
+    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes, count=count_refusal)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -152,8 +157,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
             ids = handle.encode(prompt)
         except AdapterError as e:
             raise RequestError(field, f"{field}: cannot be tokenized: {e}") from None
-        if not ids:
-            raise RequestError(field, f"{field}: no token of it is in {route.version.model}'s vocabulary")
+        if not ids or set(ids) <= {unknown_id(handle)}:
+            raise RequestError(field, f"{field}: none of its characters is in {route.version.model}'s vocabulary")
         if len(ids) > limits.max_prompt_tokens:
             raise RequestError(field, f"{field}: {len(ids)} tokens, above this server's limit of "
                                f"{limits.max_prompt_tokens}")
@@ -198,6 +203,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
                              "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts
 
     return app
+
+
+def unknown_id(handle: Any) -> int | None:
+    """The tokenizer's unknown-token id (a prompt made only of it says nothing), when it has one."""
+    tokenizer = getattr(handle, "tokenizer", None)
+    token = getattr(getattr(tokenizer, "model", None), "unk_token", None)
+    return tokenizer.token_to_id(token) if token else None
 
 
 def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:

@@ -7,7 +7,7 @@ body (`unmask.steps`, `messages.0.role`); malformed JSON names `body`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,8 +43,12 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str]:
     return field, f"{field}: {error.get('msg', 'invalid')} (got {error.get('input')!r:.80})"
 
 
-def install(app: FastAPI) -> None:
-    """Error handlers that answer 4xx with the field named, and 500 only for our own faults."""
+def install(app: FastAPI, count: Callable[[str, int, str], None]) -> None:
+    """Error handlers that answer 4xx with the field named, and 500 only for our own faults.
+
+    `count(path, status, code)` hears of each refusal made before a request reached its handler
+    (the handler counts its own, with the model it had resolved).
+    """
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -52,6 +56,7 @@ def install(app: FastAPI) -> None:
         param, message = validation_message(errors[0]) if errors else ("body", "invalid request")
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        count(request.url.path, 400, "invalid_value")
         return error_response(400, message, param, "invalid_value")
 
     @app.exception_handler(RequestError)
@@ -66,14 +71,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        count(request.url.path, exc.status_code, "http_error")
         return error_response(exc.status_code, str(exc.detail), None, "http_error", getattr(exc, "headers", None))
 
 
 class BodyLimit:
     """ASGI middleware: a body above `max_bytes` is a 413 before anything parses it (declared or streamed)."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, count: Callable[[str, int, str], None]):
+        self.app, self.max_bytes, self.count = app, max_bytes, count
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -98,6 +104,7 @@ class BodyLimit:
             await self._too_large(scope, receive, send)
 
     async def _too_large(self, scope, receive, send):
+        self.count(scope.get("path", ""), 413, "body_too_large")
         response = error_response(413, f"body is larger than this server's limit of {self.max_bytes} bytes", "body",
                                   "body_too_large")
         await response(scope, receive, send)

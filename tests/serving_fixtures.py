@@ -9,7 +9,11 @@ and whose operating point is small enough for two cores: tiny-llada at 32 tokens
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -109,3 +113,21 @@ def running_server(settings, timeout_s: float = 120.0) -> Iterator[RunningServer
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@functools.lru_cache(maxsize=1)
+def shared_serving_registry() -> ServingRegistry:
+    """One registry per test process for the tests that only read it (building one costs seconds)."""
+    root = Path(tempfile.mkdtemp(prefix="unmask-serving-"))
+    atexit.register(shutil.rmtree, root, True)
+    return serving_registry(root)
+
+
+def settings_for(tracking_uri: str, names=("production", "fallback"), log_dir: Path | None = None, **pool):
+    """ServeSettings over a test registry; `pool` overrides PoolSettings fields (max_batch, max_pending, ...)."""
+    from serving import Limits, PoolSettings, ServeSettings
+
+    options = {"poll_interval_s": 0.5, "batch_window_s": 0.02} | pool
+    return ServeSettings(pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, **options),
+                         limits=Limits(max_tokens=128, max_prompt_tokens=200, max_prompt_chars=2000),
+                         request_timeout_s=60.0, max_body_bytes=64_000, request_log_dir=log_dir)
