@@ -113,6 +113,7 @@ class ModelPool:
         self.registry: Registry | None = None
         self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
         self._draining: set[asyncio.Task] = set()
+        self._poll_problem: str | None = None
 
     # resolving ---------------------------------------------------------------------------------
     def route(self, name: str) -> Route:
@@ -204,10 +205,12 @@ class ModelPool:
             await sleep(self.settings.poll_interval_s)
             try:
                 await self.poll_once()
-            except (RegistryError, OSError) as e:  # the registry is down for a moment: keep serving what we have
-                log.warning("serve: registry poll failed (%s); still serving the last versions", e)
+                self._poll_problem = None
             except Exception as e:  # noqa: BLE001 - a poll must never stop the server (MLflow raises its own types)
-                log.warning("serve: registry poll failed (%s: %s)", type(e).__name__, e)
+                problem = f"{type(e).__name__}: {e}"
+                if problem != self._poll_problem:  # once per distinct problem, not once per poll
+                    log.warning("serve: registry poll failed (%s); still serving the last versions", problem)
+                self._poll_problem = problem
 
     async def poll_once(self) -> list[str]:
         """Re-read every name's holder and move the routes that changed; returns the names that moved."""

@@ -76,7 +76,7 @@ def serve_command(
                   highlight=False)
     asyncio.run(run())
     if app.state.pool.error:
-        console.print(f"[red]error:[/red] {app.state.pool.error}", highlight=False)
+        typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable
         raise typer.Exit(2)
 
 
