@@ -98,8 +98,8 @@ class Batcher:
 
     @property
     def load(self) -> int:
-        """Requests queued or in the batch being decoded."""
-        return len(self._pending) + self._running
+        """Requests queued or in the batch being decoded; one that timed out or was cancelled no longer counts."""
+        return sum(1 for j in self._pending if not j.future.done()) + self._running
 
     async def drain(self) -> None:
         """Take no new requests, answer every queued one, then stop the worker and its thread."""

@@ -95,8 +95,8 @@ def _diffusion(base: SamplerConfig, max_tokens: int | None, changes: dict[str, A
             raise RequestError("unmask.steps", f"unmask.steps={changes['steps']} must be a multiple of the number of "
                                f"blocks ({gen_length} // {block} = {blocks})")
     else:
-        per_block = max(1, base.steps_per_block * base.block_length // block) if "block_length" in changes \
-            else base.steps_per_block
+        # a new block length keeps the operating point's steps per token
+        per_block = max(1, base.steps_per_block * block // base.block_length)
         changes["steps"] = per_block * blocks
     try:
         return base.with_(**changes, gen_length=gen_length), keep
