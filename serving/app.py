@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from models.adapters.base import AdapterError
@@ -92,15 +92,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return {"object": "list", "data": [model_card(route, settings) for route in pool.routes.values()]}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> JSONResponse:
-        return await answer("completions", body, lambda route: body.prompt, body.max_tokens)
+    async def completions(body: CompletionRequest, request: Request) -> JSONResponse:
+        return await answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest) -> JSONResponse:
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> JSONResponse:
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return await answer("chat", body, lambda route: route.loaded.chat.render(messages), body.requested_tokens())
+        return await answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
+                            body.requested_tokens())
 
-    async def answer(endpoint: str, body: Sampling, prompt_of, max_tokens: int | None) -> JSONResponse:
+    async def answer(request: Request, endpoint: str, body: Sampling, prompt_of,
+                     max_tokens: int | None) -> JSONResponse:
         arrived = time.monotonic()
         route: Route | None = None
         entry: dict[str, Any] = {"endpoint": endpoint, "alias": body.model}
@@ -108,7 +110,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
             route = resolve(body.model)
             entry |= {"alias": route.name, "model": route.version.model, "version": route.version.version,
                       "weights_sha256": route.version.weights_sha256}
-            response, facts = await decode_one(route, body, prompt_of(route), max_tokens, endpoint)
+            response, facts = await decode_one(request, route, body, prompt_of(route), max_tokens, endpoint)
             entry |= facts | {"status": 200}
             labels = (route.name, route.version.model, route.version.version)
             metrics.requests.labels(*labels, endpoint, "200").inc()
@@ -146,7 +148,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
                                f"{', '.join(pool.served())} (or the registered model one of them points at)",
                                404, "model_not_found") from None
 
-    async def decode_one(route: Route, body: Sampling, prompt: str, max_tokens: int | None,
+    async def decode_one(request: Request, route: Route, body: Sampling, prompt: str, max_tokens: int | None,
                          endpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:
         field = "prompt" if endpoint == "completions" else "messages"
         limits, handle = settings.limits, route.loaded.handle
@@ -176,10 +178,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
             future = route.loaded.batcher.submit(ids, config, key)
         except QueueFull as e:
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        try:
-            decoded = await asyncio.wait_for(future, settings.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestError(None, f"no answer within {settings.request_timeout_s:g} s", 504, "timeout") from None
+        decoded = await wait_for_answer(request, future, settings.request_timeout_s)
         choice = choice_of(handle, decoded.generated, keep, body.stops())
         usage = {"prompt_tokens": len(ids), "completion_tokens": choice["completion_tokens"],
                  "total_tokens": len(ids) + choice["completion_tokens"]}
@@ -203,6 +202,25 @@ def create_app(settings: ServeSettings) -> FastAPI:
                              "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts
 
     return app
+
+
+async def wait_for_answer(request: Request, future: asyncio.Future, timeout_s: float):
+    """The batcher's answer; a client that hangs up, or a timeout, cancels the request and frees its slot."""
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(hung_up())
+    try:
+        done, _ = await asyncio.wait({future, watcher}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if future in done:
+        return future.result()
+    future.cancel()  # still queued: the batcher skips it; already decoding: its row is dropped
+    if watcher in done:
+        raise RequestError(None, "the client closed the connection before the answer", 499, "client_closed")
+    raise RequestError(None, f"no answer within {timeout_s:g} s", 504, "timeout")
 
 
 def unknown_id(handle: Any) -> int | None:

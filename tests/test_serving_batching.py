@@ -158,3 +158,28 @@ def test_unmask_serve_refuses_a_folder_whose_weights_differ_from_the_registered_
     assert done.returncode == 2, done.stderr[-2000:]
     assert "refusing to serve tiny-llada/" in done.stderr and bogus in done.stderr
     assert digest("tiny-llada") in done.stderr  # what the folder really hashes to
+
+
+def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded():
+    settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=1, max_pending=2)
+    slow = {"model": "production", "prompt": PROMPTS[0], "max_tokens": 128, "unmask": {"steps": 128}}
+
+    def batches(server) -> float:
+        text = httpx.get(server.base_url + "/metrics", timeout=10).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("unmask_batches_total{"))
+
+    async def scenario(server):
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+            first = asyncio.create_task(client.post("/v1/completions", json=slow))
+            await asyncio.sleep(0.2)  # the first is decoding; the next one queues behind it
+            with pytest.raises(httpx.TimeoutException):
+                await client.post("/v1/completions", json=slow, timeout=0.3)
+            return await first
+
+    with running_server(settings) as server:
+        assert asyncio.run(scenario(server)).status_code == 200
+        after = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[1]},
+                           timeout=60)
+        assert after.status_code == 200
+        assert batches(server) == 2  # the first and the last; the abandoned one was never decoded
+        assert server.pool.routes["production"].loaded.batcher.load == 0
