@@ -147,3 +147,22 @@ def test_the_request_log_flushes_full_batches_while_open_and_the_rest_on_close(t
     frame = pd.concat([pd.read_parquet(f) for f in log.files()])
     assert len(frame) == 7 and sorted(frame.nfe) == list(range(7))
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_registry_reads_resolve_aliases_and_model_names_to_versions_with_their_operating_point():
+    from registry import Registry, RegistryError
+    from registry.serving import holder, served_version
+
+    from serving_fixtures import OPERATING, digest, shared_serving_registry
+
+    shared = shared_serving_registry()
+    reg = Registry(shared.tracking_uri)
+    assert holder(reg, "production") == ("tiny-llada", shared.versions["tiny-llada"])
+    assert holder(reg, "candidate") == holder(reg, "tiny-llada")  # tiny-ar holds `fallback`, not `candidate`
+    assert holder(reg, "fallback") == ("tiny-ar", shared.versions["tiny-ar"]) and holder(reg, "staging") is None
+    with pytest.raises(RegistryError, match="tiny-ar, tiny-llada"):
+        holder(reg, "no-such-model")
+    version = served_version(reg, "production")
+    assert (version.stage, version.source, version.weights_sha256) == ("production", "tiny-llada", digest("tiny-llada"))
+    assert {k: version.operating_config[k] for k in OPERATING["tiny-llada"]} == OPERATING["tiny-llada"]
+    assert served_version(reg, "fallback").stage == "production" and served_version(reg, "candidate").stage == "poc"
