@@ -131,7 +131,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         except Exception as e:
             entry |= {"status": 500, "error": f"{type(e).__name__}: {e}"}
             metrics.errors.labels(route.name if route else "unknown", endpoint, "500", "server_error").inc()
-            log.exception("serve: %s request failed", endpoint)
+            log.exception("%s request failed", endpoint)
             raise
         finally:
             if requests_log:

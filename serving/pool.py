@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import models
 from registry import serving as registry_serving
@@ -136,17 +136,20 @@ class ModelPool:
             held = await asyncio.to_thread(registry_serving.holders, self.registry, self.settings.names)
             empty = [n for n, h in held.items() if h is None]
             for name in empty:
-                log.warning("serve: nobody holds %r yet; it is served once an alias move gives it a version", name)
+                log.warning("nobody holds %r yet; it is served once an alias move gives it a version", name)
             if len(empty) == len(held):
                 raise ServeError(f"none of {', '.join(self.settings.names)} has a version in {self.registry.tracking_uri}")
             for name, at in held.items():
                 if at is not None:
                     await self._point(name, at)
             self.ready = True
-            log.info("serve: ready: %s", ", ".join(f"{n} -> {r.version.ref}" for n, r in self.routes.items()))
-        except (ServeError, RegistryError, ValueError) as e:
+            log.info("ready: %s", ", ".join(f"{n} -> {r.version.ref}" for n, r in self.routes.items()))
+        except (ServeError, RegistryError) as e:
             self.error = str(e)
-            log.error("serve: %s", e)
+            log.error("%s", e)
+        except Exception as e:  # noqa: BLE001 - whatever stops loading (a bad tracking URI, MLflow's own errors) is reported
+            self.error = f"{type(e).__name__}: {e}"
+            log.error("cannot start serving: %s", self.error)
 
     async def _point(self, name: str, at: tuple[str, str]) -> None:
         """Route `name` to the version `at`, loading it first unless it is loaded already."""
@@ -196,20 +199,20 @@ class ModelPool:
         task = asyncio.get_running_loop().create_task(loaded.batcher.drain())
         self._draining.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._draining.discard)
-        log.info("serve: %s/%s drains its queue and unloads", *loaded.key)
+        log.info("%s/%s drains its queue and unloads", *loaded.key)
 
     # following alias moves ----------------------------------------------------------------------
-    async def follow(self, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+    async def follow(self) -> None:
         """Poll the registry until cancelled; each move is picked up within one interval."""
         while True:
-            await sleep(self.settings.poll_interval_s)
+            await asyncio.sleep(self.settings.poll_interval_s)
             try:
                 await self.poll_once()
                 self._poll_problem = None
             except Exception as e:  # noqa: BLE001 - a poll must never stop the server (MLflow raises its own types)
                 problem = f"{type(e).__name__}: {e}"
                 if problem != self._poll_problem:  # once per distinct problem, not once per poll
-                    log.warning("serve: registry poll failed (%s); still serving the last versions", problem)
+                    log.warning("registry poll failed (%s); still serving the last versions", problem)
                 self._poll_problem = problem
 
     async def poll_once(self) -> list[str]:
@@ -227,12 +230,12 @@ class ModelPool:
             except (ServeError, RegistryError) as e:
                 self._refused[name] = at
                 self.metrics.swap_failures.labels(name).inc()
-                log.error("serve: %s moved to %s/%s, which is not served: %s", name, *at, e)
+                log.error("%s moved to %s/%s, which is not served: %s", name, *at, e)
                 continue
             self._refused.pop(name, None)
             self.metrics.swaps.labels(name).inc()
             moved.append(name)
-            log.info("serve: %s now -> %s/%s", name, *at)
+            log.info("%s now -> %s/%s", name, *at)
         return moved
 
     async def close(self) -> None:

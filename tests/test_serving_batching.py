@@ -183,3 +183,16 @@ def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded
         assert after.status_code == 200
         assert batches(server) == 2  # the first and the last; the abandoned one was never decoded
         assert server.pool.routes["production"].loaded.batcher.load == 0
+
+
+def test_a_request_past_its_timeout_is_a_504_and_the_server_keeps_serving():
+    settings = settings_for(shared_serving_registry().tracking_uri, names=["production"])
+    settings.request_timeout_s = 0.2
+    slow = {"model": "production", "prompt": PROMPTS[0], "max_tokens": 128, "unmask": {"steps": 128}}
+    with running_server(settings) as server:
+        r = httpx.post(server.base_url + "/v1/completions", json=slow, timeout=60)
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout" and "0.2 s" in r.json()["error"]["message"]
+        settings.request_timeout_s = 60.0  # read per request: the next one may take its time
+        ok = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[1]},
+                        timeout=60)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["text"].endswith("#### 82")
