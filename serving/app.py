@@ -70,8 +70,11 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="unmask serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
 
-    def count_refusal(path: str, status: int, code: str) -> None:
-        metrics.errors.labels("unknown", ENDPOINTS.get(path, "other"), str(status), code).inc()
+    def count_refusal(path: str, status: int, code: str, message: str) -> None:
+        endpoint = ENDPOINTS.get(path, "other")
+        metrics.errors.labels("unknown", endpoint, str(status), code).inc()
+        if requests_log and endpoint != "other":  # a refused request is a request too; stray paths are not
+            requests_log.append(row(endpoint=endpoint, alias="unknown", status=status, error=message[:500]))
 
     errors.install(app, count_refusal)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes, count=count_refusal)

@@ -11,6 +11,7 @@ alone; a request whose key is None (sampled decoding) always decodes alone.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,9 @@ import torch
 from evals.quality import left_pad, padding_id
 from sampler.config import SamplerConfig
 from sampler.decode import decode
+
+
+log = logging.getLogger("unmask.serve")
 
 
 class QueueFull(RuntimeError):
@@ -61,6 +65,11 @@ def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]]) ->
     return out.generated.tolist(), int(out.nfe)
 
 
+def _report_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:  # queued requests would only time out: say why
+        log.error("batching worker stopped: %r", task.exception())
+
+
 class Batcher:
     """The queue and the batching worker of one loaded version."""
 
@@ -90,6 +99,7 @@ class Batcher:
             raise QueueFull(f"{self.load} requests queued or decoding (limit {self.max_pending})")
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._work())
+            self._task.add_done_callback(_report_crash)
         job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future())
         self._pending.append(job)
         self._depth_changed()

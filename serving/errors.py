@@ -43,11 +43,11 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str]:
     return field, f"{field}: {error.get('msg', 'invalid')} (got {error.get('input')!r:.80})"
 
 
-def install(app: FastAPI, count: Callable[[str, int, str], None]) -> None:
+def install(app: FastAPI, count: Callable[[str, int, str, str], None]) -> None:
     """Error handlers that answer 4xx with the field named, and 500 only for our own faults.
 
-    `count(path, status, code)` hears of each refusal made before a request reached its handler
-    (the handler counts its own, with the model it had resolved).
+    `count(path, status, code, message)` hears of each refusal made before a request reached its
+    handler (the handler counts and logs its own, with the model it had resolved).
     """
 
     @app.exception_handler(RequestValidationError)
@@ -56,7 +56,7 @@ def install(app: FastAPI, count: Callable[[str, int, str], None]) -> None:
         param, message = validation_message(errors[0]) if errors else ("body", "invalid request")
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-        count(request.url.path, 400, "invalid_value")
+        count(request.url.path, 400, "invalid_value", message)
         return error_response(400, message, param, "invalid_value")
 
     @app.exception_handler(RequestError)
@@ -71,14 +71,14 @@ def install(app: FastAPI, count: Callable[[str, int, str], None]) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        count(request.url.path, exc.status_code, "http_error")
+        count(request.url.path, exc.status_code, "http_error", str(exc.detail))
         return error_response(exc.status_code, str(exc.detail), None, "http_error", getattr(exc, "headers", None))
 
 
 class BodyLimit:
     """ASGI middleware: a body above `max_bytes` is a 413 before anything parses it (declared or streamed)."""
 
-    def __init__(self, app, max_bytes: int, count: Callable[[str, int, str], None]):
+    def __init__(self, app, max_bytes: int, count: Callable[[str, int, str, str], None]):
         self.app, self.max_bytes, self.count = app, max_bytes, count
 
     async def __call__(self, scope, receive, send):
@@ -104,9 +104,9 @@ class BodyLimit:
             await self._too_large(scope, receive, send)
 
     async def _too_large(self, scope, receive, send):
-        self.count(scope.get("path", ""), 413, "body_too_large")
-        response = error_response(413, f"body is larger than this server's limit of {self.max_bytes} bytes", "body",
-                                  "body_too_large")
+        message = f"body is larger than this server's limit of {self.max_bytes} bytes"
+        self.count(scope.get("path", ""), 413, "body_too_large", message)
+        response = error_response(413, message, "body", "body_too_large")
         await response(scope, receive, send)
 
 

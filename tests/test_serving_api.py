@@ -191,11 +191,14 @@ def test_every_request_gets_a_row_in_the_parquet_request_log(server, client):
     client.completions.create(model="production", prompt=PROMPTS[1], user="request-log-test")
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="not-served", prompt=PROMPTS[1])
+    with pytest.raises(openai.BadRequestError):  # refused by the schema, before any handler runs
+        client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=0)
     deadline = time.monotonic() + 20
     while True:  # the log is written off the request path, every couple of seconds
         files = sorted(server.log_dir.glob("requests-*.parquet"))
         rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
-        if len(rows) and (rows.alias == "not-served").any() or time.monotonic() > deadline:
+        logged = len(rows) and (rows.alias == "not-served").any() and rows.error.str.contains("max_tokens").any()
+        if logged or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     ok = rows[(rows.alias == "production") & (rows.status == 200)]
@@ -203,3 +206,5 @@ def test_every_request_gets_a_row_in_the_parquet_request_log(server, client):
     assert (ok.nfe > 0).all() and (ok.completion_tokens > 0).all() and (ok.latency_s > 0).all()
     missing = rows[rows.alias == "not-served"]
     assert list(missing.status) == [404] and missing.model.isna().all()
+    refused = rows[(rows.status == 400) & (rows.alias == "unknown")]
+    assert refused.error.str.contains("max_tokens: Input should be greater than or equal to 1").any()
