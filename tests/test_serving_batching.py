@@ -196,3 +196,32 @@ def test_a_request_past_its_timeout_is_a_504_and_the_server_keeps_serving():
         ok = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[1]},
                         timeout=60)
         assert ok.status_code == 200 and ok.json()["choices"][0]["text"].endswith("#### 82")
+
+
+def test_unmask_serve_answers_logs_and_shuts_down_gracefully_on_sigterm(tmp_path):
+    import signal
+
+    from dashboard_fixtures import stop, wait_healthy
+
+    registry = shared_serving_registry()
+    home, port = tmp_path / "home", free_port()
+    env = dict(os.environ, MLFLOW_TRACKING_URI=registry.tracking_uri, UNMASK_HOME=str(home), PYTHONPATH=str(REPO))
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--port", str(port), "--poll", "1"],
+                                  cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/health", server, log, timeout_s=120)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
+        r = client.chat.completions.create(model="production", messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert r.choices[0].message.content.endswith("#### 24") and r.model == "tiny-llada"
+        server.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught, so the exit status is the signal's
+        assert server.wait(timeout=60) in (0, -signal.SIGTERM), log.read_text()[-2000:]
+        assert "Application shutdown complete" in log.read_text()
+    finally:
+        stop(server)
+    import pandas as pd
+
+    rows = pd.concat(pd.read_parquet(f) for f in (home / "serving" / "requests").glob("requests-*.parquet"))
+    assert list(rows.endpoint) == ["chat"] and list(rows.status) == [200] and list(rows.alias) == ["production"]
