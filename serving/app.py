@@ -94,6 +94,11 @@ def create_app(settings: ServeSettings) -> FastAPI:
     async def list_models() -> dict[str, Any]:
         return {"object": "list", "data": [model_card(route, settings) for route in pool.routes.values()]}
 
+    @app.get("/v1/models/{name}")
+    async def one_model(name: str) -> dict[str, Any]:
+        route = resolve(name)
+        return model_card(route, settings) | ({"id": name} if name != route.name else {})
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> JSONResponse:
         return await answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)

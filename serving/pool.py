@@ -112,6 +112,7 @@ class ModelPool:
         self.error: str | None = None
         self.registry: Registry | None = None
         self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
+        self._orphaned: set[str] = set()  # names whose alias nobody holds any more (the last version serves on)
         self._draining: set[asyncio.Task] = set()
         self._poll_problem: str | None = None
 
@@ -221,7 +222,14 @@ class ModelPool:
         moved = []
         for name, at in held.items():
             current = self.routes.get(name)
-            if at is None or (current is not None and (current.version.model, current.version.version) == at):
+            if at is None:
+                if current is not None and name not in self._orphaned:  # say it once, not once a poll
+                    self._orphaned.add(name)
+                    log.warning("nobody holds %r any more; still serving %s until a version does", name,
+                                current.version.ref)
+                continue
+            self._orphaned.discard(name)
+            if current is not None and (current.version.model, current.version.version) == at:
                 continue
             if self._refused.get(name) == at:
                 continue

@@ -66,6 +66,10 @@ def test_models_lists_served_names_with_operating_config_and_batching_rules(clie
     assert cards["production"]["config"]["steps"] == 16 and cards["production"]["kind"] == "masked-diffusion"
     assert "decoded alone" in cards["production"]["batching"]["not_batched"]
     assert cards["fallback"]["chat_template"].endswith("tiny-ar/tokenizer_config.json")
+    one = client.models.retrieve("tiny-ar")  # a registered model name reaches the alias that serves it
+    assert one.id == "tiny-ar" and one.model_extra["unmask"]["version"] == cards["fallback"]["version"]
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("staging")
 
 
 def test_request_overrides_reach_the_decoder(client):
