@@ -179,11 +179,10 @@ def create_app(settings: ServeSettings) -> FastAPI:
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
                                f"{route.version.model}'s context of {context}")
         key = batch_key(config)
-        try:
+        try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             future = route.loaded.batcher.submit(ids, config, key)
-        except Draining:  # the alias moved between resolving and queueing: the new version answers
-            route = resolve(route.name)
-            future = route.loaded.batcher.submit(ids, config, key)
+        except Draining:
+            raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
         except QueueFull as e:
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
         decoded = await wait_for_answer(request, future, settings.request_timeout_s)

@@ -7,6 +7,7 @@ The template is Jinja, as Hugging Face tokenizers carry it, rendered with Jinja'
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +32,16 @@ class ChatTemplate:
     text: str
 
     def render(self, messages: list[dict[str, str]]) -> str:
-        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         try:
-            return environment.from_string(self.text).render(messages=messages, add_generation_prompt=True)
+            return _compiled(self.text).render(messages=messages, add_generation_prompt=True)
         except TemplateError as e:
             raise ChatTemplateError(f"chat template of {self.source} failed: {e}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(text: str):
+    """Compile once per template, not once per request."""
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(text)
 
 
 def chat_template(folder: Path | None) -> ChatTemplate:
