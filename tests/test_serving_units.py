@@ -166,3 +166,21 @@ def test_registry_reads_resolve_aliases_and_model_names_to_versions_with_their_o
     assert (version.stage, version.source, version.weights_sha256) == ("production", "tiny-llada", digest("tiny-llada"))
     assert {k: version.operating_config[k] for k in OPERATING["tiny-llada"]} == OPERATING["tiny-llada"]
     assert served_version(reg, "fallback").stage == "production" and served_version(reg, "candidate").stage == "poc"
+
+
+def test_weights_override_loads_a_copy_that_hashes_right_and_refuses_one_that_does_not(tmp_path):
+    import shutil
+
+    from models.loading import resolve_model_path
+    from registry.serving import ServedVersion
+    from serving.pool import WeightsMismatch, load_checked
+
+    from serving_fixtures import digest
+
+    version = ServedVersion(name="production", model="tiny-llada", version="3", weights_sha256=digest("tiny-llada"),
+                            source="tiny-llada", kind="masked-diffusion", stage="production")
+    copy = shutil.copytree(resolve_model_path("tiny-llada"), tmp_path / "copy")
+    assert load_checked(version, {"tiny-llada": str(copy)}, "cpu", "float32").path == copy
+    with pytest.raises(WeightsMismatch) as e:
+        load_checked(version, {"tiny-llada": str(resolve_model_path("tiny-ar"))}, "cpu", "float32")
+    assert digest("tiny-ar") in str(e.value) and digest("tiny-llada") in str(e.value) and "tiny-llada/3" in str(e.value)
