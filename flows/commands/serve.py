@@ -50,8 +50,10 @@ def serve_command(
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
     import uvicorn
 
-    from flows.environment import state_dir
+    from flows.environment import configure_environment
     from serving import Limits, PoolSettings, ServeSettings, create_app
+
+    state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
@@ -59,7 +61,7 @@ def serve_command(
                         max_pending=max_pending)
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=timeout_s,
-                             request_log_dir=state_dir() / "serving" / "requests" if request_log else None)
+                             request_log_dir=state / "serving" / "requests" if request_log else None)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False))
