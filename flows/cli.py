@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "flows.commands.nightly",
     "flows.commands.dashboard",
     "flows.commands.bench",
+    "flows.commands.serve",
 ]
 
 

@@ -1,0 +1,86 @@
+"""`unmask serve`: the registry's aliases behind an OpenAI-compatible API, on uvicorn.
+
+The served names are aliases (`--alias`, repeatable; default production and fallback) or registered
+models (`--model`). Weights are loaded from each version's recorded model reference and refused
+unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a registered model
+at another folder (still checked). The request log goes to <state folder>/serving/requests/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def parse_weights(values: list[str]) -> dict[str, str]:
+    sources = {}
+    for value in values:
+        name, sep, folder = value.partition("=")
+        if not sep or not name or not folder:
+            raise typer.BadParameter(f"--weights {value!r}: expected NAME=FOLDER", param_hint="--weights")
+        if not Path(folder).expanduser().is_dir():
+            raise typer.BadParameter(f"--weights {value!r}: {folder} is not a folder", param_hint="--weights")
+        sources[name] = str(Path(folder).expanduser().resolve())
+    return sources
+
+
+def serve_command(
+    alias: list[str] = typer.Option(None, "--alias", "-a", help="Alias to serve; repeat (default: production, fallback)."),
+    model: list[str] = typer.Option(None, "--model", "-m", help="Registered model to serve (its current version); repeat."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to share on the network)."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    weights: list[str] = typer.Option(None, "--weights", help="NAME=FOLDER: load registered model NAME from FOLDER."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
+    batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
+    max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
+    timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Largest max_tokens a request may ask for."),
+    max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
+    poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
+    request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
+) -> None:
+    """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
+    import uvicorn
+
+    from flows.environment import configure_environment
+    from serving import Limits, PoolSettings, ServeSettings, create_app
+
+    state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
+
+    names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
+    pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
+                        poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
+                        max_pending=max_pending)
+    settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
+                             request_timeout_s=timeout_s,
+                             request_log_dir=state / "serving" / "requests" if request_log else None)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False))
+
+    async def run() -> None:
+        serving = asyncio.create_task(server.serve())
+        while not serving.done() and not app.state.pool.ready and not app.state.pool.error:
+            await asyncio.sleep(0.1)
+        if app.state.pool.error:  # nothing to serve: stop rather than answer 503 for ever
+            server.should_exit = True
+        await serving
+
+    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics)",
+                  highlight=False)
+    asyncio.run(run())
+    if app.state.pool.error:
+        typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable
+        raise typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

@@ -1,0 +1,98 @@
+"""What `unmask serve` reads from the registry: which version holds a name, and how it should decode.
+
+A served name is an alias (`production`, `fallback`, `staging`, `poc`, `candidate`) or a registered
+model's name (its current version: `candidate`, else `fallback`, else the latest). Read-only, like
+`registry.read`: nothing here writes to MLflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gates.evaluate import operating_records
+from gates.policy import Policy
+from registry.connection import RegistryError
+from registry.promotion import stage_holder
+from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
+from registry.tracking import load_evidence
+from registry.views import current_version, dashboard_policy
+
+# The stage whose operating point a non-stage alias decodes at: a candidate is judged at the PoC next,
+# and the fallback stands beside production.
+OPERATING_STAGE = {"candidate": "poc", "fallback": "production"}
+
+
+@dataclass(frozen=True)
+class ServedVersion:
+    """One registered version as the server sees it: identity, weights digest, operating config."""
+
+    name: str  # what was asked for: an alias or a registered model name
+    model: str  # the registered model
+    version: str
+    weights_sha256: str  # recorded at registration; the served folder must hash to it
+    source: str  # the model reference to load (the version's `unmask.model` tag: a catalog or bundled id)
+    kind: str
+    stage: str  # the stage whose operating point `operating_config` is
+    operating_config: dict[str, Any] | None = None  # the gate-chosen effective config, None: none recorded
+    operating_config_hash: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.model}/{self.version}"
+
+
+def holder(registry: Registry, name: str) -> tuple[str, str] | None:
+    """The (model, version) a served name points at now; None when nobody holds that alias.
+
+    Stage aliases read through a move in flight (old holder until the move commits). A non-stage alias
+    held by several models (`candidate` usually is) is ambiguous: ask for the model by name instead.
+    """
+    if name in STAGE_ALIASES:
+        return stage_holder(registry, name)
+    if name in ALIASES:
+        held = registry.holders(name)
+        if len(held) > 1:
+            raise RegistryError(f"alias {name!r} is held by {', '.join(f'{m}/{v}' for m, v in held)}; "
+                                f"serve one of them by its registered model name")
+        return held[0] if held else None
+    if name not in registry.model_names():
+        raise RegistryError(f"{name!r} is neither an alias ({', '.join(ALIASES)}) nor a registered model "
+                            f"(registered: {', '.join(registry.model_names()) or 'none'})")
+    version = current_version(registry, name)
+    return (name, version) if version else None
+
+
+def holders(registry: Registry, names: list[str]) -> dict[str, tuple[str, str] | None]:
+    """`holder` of each name; what the server polls to notice an alias move."""
+    return {name: holder(registry, name) for name in names}
+
+
+def served_version(registry: Registry, name: str, at: tuple[str, str] | None = None,
+                   policy: Policy | None = None) -> ServedVersion:
+    """The version `name` points at (or `at`), with its recorded weights digest and operating config."""
+    at = at or holder(registry, name)
+    if at is None:
+        raise RegistryError(f"no version holds {name!r}")
+    model, version = at
+    tags = registry.version_tags(model, version)
+    weights = tags.get(model_tag("weights_sha256"), "")
+    if not weights:
+        raise RegistryError(f"{model} version {version} has no {model_tag('weights_sha256')} tag: its weights "
+                            "cannot be checked, so it is not served")
+    evidence = load_evidence(registry, model, version)
+    policy = policy or dashboard_policy()
+    aliases = [a for a, v in registry.aliases_of(model).items() if v == version]
+    stage = name if name in STAGE_ALIASES else OPERATING_STAGE.get(
+        name, next((s for s in reversed(STAGE_ALIASES) if s in aliases),
+                   OPERATING_STAGE["fallback" if evidence.role == "fallback" else "candidate"]))
+    chosen = operating_records(evidence, policy.stage(stage))
+    primary = next((r for r in chosen if r.task == policy.stage(stage).operating_point.task), None)
+    primary = primary or (chosen[0] if chosen else None)
+    return ServedVersion(
+        name=name, model=model, version=version, weights_sha256=weights,
+        source=tags.get(model_tag("model")) or evidence.candidate, kind=evidence.kind, stage=stage,
+        operating_config=dict(primary.config) if primary else None,
+        operating_config_hash=primary.config_hash if primary else "",
+        extra={"aliases": sorted(aliases), "revision": evidence.model_revision})

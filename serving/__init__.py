@@ -1,0 +1,12 @@
+"""`unmask serve`: an OpenAI-compatible server over the registry's aliases, with batching that keeps answers exact.
+
+`create_app(ServeSettings(...))` builds the FastAPI app (serving/app.py); the pool (serving/pool.py)
+resolves served names through the registry, checks weights and follows alias moves; the batcher
+(serving/batching.py) groups concurrent requests only when that cannot change an answer.
+"""
+
+from serving.app import ServeSettings, create_app
+from serving.decoding import Limits
+from serving.pool import PoolSettings, ServeError, WeightsMismatch
+
+__all__ = ["Limits", "PoolSettings", "ServeError", "ServeSettings", "WeightsMismatch", "create_app"]

@@ -1,0 +1,193 @@
+"""Dynamic batching: concurrent requests to one loaded version, decoded together when that cannot change them.
+
+Each loaded version has one `Batcher`: a bounded queue and one worker task on the server's event
+loop. The worker takes the oldest request, waits up to `window_s` (from that request's arrival) for
+more with the same batch key (`serving.decoding.batch_key`: the same effective SamplerConfig, and a
+deterministic one), left-pads up to `max_batch` prompts and decodes them in the version's own
+thread. The sampler is batch invariant under left padding, so each row is what it would have been
+alone; a request whose key is None (sampled decoding) always decodes alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from evals.quality import left_pad, padding_id
+from sampler.config import SamplerConfig
+from sampler.decode import decode
+
+
+log = logging.getLogger("unmask.serve")
+
+
+class QueueFull(RuntimeError):
+    """The version's queue holds `max_pending` requests already; the client should retry later."""
+
+
+class Draining(RuntimeError):
+    """The version stopped taking requests (an alias moved away from it); resolve the name again."""
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    config: SamplerConfig
+    key: str | None  # None: decode alone
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One request's share of a batch: its generated ids `(gen_length,)` and what the batch cost."""
+
+    generated: list[int]
+    nfe: int
+    batch_size: int
+    queue_s: float
+    decode_s: float
+
+
+def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch)."""
+    ids, mask = left_pad(prompts, padding_id(handle))
+    device = next(handle.model.parameters()).device
+    with torch.inference_mode():
+        out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+    return out.generated.tolist(), int(out.nfe)
+
+
+def _report_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:  # queued requests would only time out: say why
+        log.error("batching worker stopped: %r", task.exception())
+
+
+class Batcher:
+    """The queue and the batching worker of one loaded version."""
+
+    def __init__(self, handle: Any, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
+                 on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
+                 name: str = "model"):
+        if max_batch < 1 or max_pending < 1 or window_s < 0:
+            raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
+                             f"window_s={window_s} >= 0")
+        self.handle, self.max_batch, self.window_s, self.max_pending = handle, max_batch, window_s, max_pending
+        self._on_batch = on_batch or (lambda size: None)
+        self._on_depth = on_depth or (lambda depth: None)
+        # torch releases the GIL in its kernels; one thread per version keeps its batches in order
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decode-{name}")
+        self._pending: deque[Job] = deque()
+        self._running = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task | None = None
+
+    # the request side -------------------------------------------------------------------------
+    def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None) -> asyncio.Future:
+        """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once."""
+        if self._closing:
+            raise Draining("this version is draining")
+        if self.load >= self.max_pending:
+            raise QueueFull(f"{self.load} requests queued or decoding (limit {self.max_pending})")
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._work())
+            self._task.add_done_callback(_report_crash)
+        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future())
+        self._pending.append(job)
+        self._depth_changed()
+        self._wake.set()
+        return job.future
+
+    @property
+    def load(self) -> int:
+        """Requests queued or in the batch being decoded; one that timed out or was cancelled no longer counts."""
+        return sum(1 for j in self._pending if not j.future.done()) + self._running
+
+    async def drain(self) -> None:
+        """Take no new requests, answer every queued one, then stop the worker and its thread."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._executor.shutdown(wait=True)
+
+    # the worker ---------------------------------------------------------------------------------
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._drop_abandoned()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            first = self._pending[0]
+            if first.key is not None:
+                await self._gather(first)
+            group = self._take()
+            if not group:
+                continue
+            self._running = len(group)
+            self._depth_changed()
+            started = time.monotonic()
+            try:
+                rows, nfe = await loop.run_in_executor(
+                    self._executor, decode_rows, self.handle, group[0].config, [j.prompt_ids for j in group])
+            except Exception as e:  # the model failed on this batch: each of its requests hears why
+                for job in group:
+                    if not job.future.done():
+                        job.future.set_exception(e)
+            else:
+                took = time.monotonic() - started
+                for job, generated in zip(group, rows):
+                    if not job.future.done():  # a request that timed out meanwhile is not answered
+                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took))
+                self._on_batch(len(group))
+            finally:
+                self._running = 0
+                self._depth_changed()
+
+    async def _gather(self, first: Job) -> None:
+        """Wait until `max_batch` requests share `first`'s key, or its window closes."""
+        deadline = first.arrived + self.window_s
+        while not self._closing and self._count(first.key) < self.max_batch:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _count(self, key: str) -> int:
+        return sum(1 for j in self._pending if j.key == key and not j.future.done())
+
+    def _take(self) -> list[Job]:
+        """The oldest live job, and with it (same key, oldest first) up to `max_batch` in all."""
+        group: list[Job] = []
+        kept: deque[Job] = deque()
+        for job in self._pending:
+            if job.future.done():
+                continue
+            fits = not group or (group[0].key is not None and job.key == group[0].key and len(group) < self.max_batch)
+            (group if fits else kept).append(job)
+        self._pending = kept
+        return group
+
+    def _drop_abandoned(self) -> None:
+        if any(j.future.done() for j in self._pending):  # timed out or cancelled while queued: free the slot
+            self._pending = deque(j for j in self._pending if not j.future.done())
+            self._depth_changed()
+
+    def _depth_changed(self) -> None:
+        self._on_depth(len(self._pending))

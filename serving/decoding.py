@@ -1,0 +1,134 @@
+"""From a request to the SamplerConfig that decodes it, and from generated tokens back to a choice.
+
+The alias's operating point (the gate-chosen config) is the base; a request may override
+`max_tokens`, `temperature`, `seed` and, under `unmask`, the diffusion settings. A masked-diffusion
+model keeps the operating point's steps per block when only `max_tokens` changes, and decodes whole
+blocks: the canvas is `max_tokens` rounded up to the block length, and the answer is cut at
+`max_tokens` tokens. An autoregressive model reads only the length, temperature and seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sampler.config import SamplerConfig
+from sampler.effective import config_from_dict
+
+# The kinds this server decodes; block diffusion (DiffusionGemma) needs its own request mapping.
+SERVED_KINDS = ("masked-diffusion", "autoregressive")
+# Settings a greedy decode never reads: two greedy requests that differ only here decode alike.
+_UNREAD_WHEN_GREEDY = ("seed",)
+
+
+class RequestError(ValueError):
+    """A request the server refuses: `param` names the field (OpenAI's error `param`), 400 unless `status` says."""
+
+    def __init__(self, param: str | None, message: str, status: int = 400, code: str = "invalid_request"):
+        super().__init__(message)
+        self.param, self.message, self.status, self.code = param, message, status, code
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for."""
+
+    max_tokens: int = 256  # the largest max_tokens (and operating-point canvas) a request may decode
+    max_prompt_tokens: int = 384
+    max_prompt_chars: int = 16_384  # checked before tokenizing, so a huge body costs nothing
+
+
+def operating_config(handle: Any, recorded: dict[str, Any] | None) -> tuple[SamplerConfig, str]:
+    """The base config of a served name: the recorded operating point, else the catalog's decoding defaults;
+    with the model's own mask/EOS/EoT ids. Returns (config, where it came from)."""
+    if recorded:
+        config = config_from_dict(recorded)
+        if not isinstance(config, SamplerConfig):
+            raise ValueError(f"operating config {recorded!r} is not a SamplerConfig; {handle.kind} is not served yet")
+        source = "operating point"
+    else:
+        known = {"gen_length", "block_length", "steps", "temperature", "remasking"}
+        config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
+        source = "catalog defaults"
+    config = config.with_(**handle.sampler_ids())
+    if handle.kind == "autoregressive":
+        config = autoregressive(config, config.gen_length)
+    return config, source
+
+
+def autoregressive(config: SamplerConfig, gen_length: int) -> SamplerConfig:
+    """An AR decode reads only length, temperature and seed; one block keeps SamplerConfig's checks happy."""
+    return config.with_(gen_length=gen_length, block_length=gen_length, steps=gen_length)
+
+
+def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, temperature: float | None,
+                   seed: int | None, unmask: dict[str, Any], limits: Limits) -> tuple[SamplerConfig, int]:
+    """(config to decode, tokens to keep) for a request over `base`; RequestError names a field that cannot work."""
+    if max_tokens is not None and max_tokens > limits.max_tokens:
+        raise RequestError("max_tokens", f"max_tokens={max_tokens} is above this server's limit of {limits.max_tokens}")
+    changes: dict[str, Any] = {}
+    if temperature is not None:
+        changes["temperature"] = temperature
+    if seed is not None:
+        changes["seed"] = seed
+    if kind == "autoregressive":
+        keep = max_tokens or base.gen_length
+        config = autoregressive(base.with_(**changes), keep)
+    else:
+        config, keep = _diffusion(base, max_tokens, changes | unmask)
+    if config.gen_length > limits.max_tokens:
+        raise RequestError("max_tokens", f"decoding {keep} tokens needs a canvas of {config.gen_length} "
+                           f"(whole blocks of {config.block_length}), above this server's limit of {limits.max_tokens}")
+    if is_deterministic(config):
+        config = config.with_(**{k: getattr(base, k) for k in _UNREAD_WHEN_GREEDY})
+    return config, keep
+
+
+def _diffusion(base: SamplerConfig, max_tokens: int | None, changes: dict[str, Any]) -> tuple[SamplerConfig, int]:
+    block = changes.get("block_length", base.block_length)
+    keep = max_tokens or base.gen_length
+    gen_length = math.ceil(keep / block) * block
+    blocks = gen_length // block
+    if "steps" in changes:
+        if changes["steps"] % blocks:
+            raise RequestError("unmask.steps", f"unmask.steps={changes['steps']} must be a multiple of the number of "
+                               f"blocks ({gen_length} // {block} = {blocks})")
+    else:
+        # a new block length keeps the operating point's steps per token
+        per_block = max(1, base.steps_per_block * block // base.block_length)
+        changes["steps"] = per_block * blocks
+    try:
+        return base.with_(**changes, gen_length=gen_length), keep
+    except ValueError as e:  # SamplerConfig names its own field; the request knows it under `unmask`
+        field = str(e).split("SamplerConfig.", 1)[-1].split(" ", 1)[0].split("=", 1)[0]
+        raise RequestError(f"unmask.{field}" if field in changes else None, str(e)) from None
+
+
+def is_deterministic(config: SamplerConfig) -> bool:
+    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking."""
+    return config.temperature == 0 and config.remasking != "random"
+
+
+def batch_key(config: SamplerConfig) -> str | None:
+    """Requests with equal keys may share a batch; None: decode alone.
+
+    A sampled decode draws from one generator per batch, so a row's draws would depend on its
+    neighbours: such requests are never batched, which keeps every answer independent of the batch.
+    """
+    return config.hash() if is_deterministic(config) else None
+
+
+def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """The text before the earliest stop sequence, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def choice_of(handle: Any, generated: list[int], keep: int, stops: list[str]) -> dict[str, Any]:
+    """text, finish_reason ('stop' at a stop id or sequence, else 'length') and completion token count."""
+    tokens = generated[:keep]
+    useful = handle.useful_length(tokens)
+    text, stopped = cut_at_stop(handle.decode(tokens[:useful]), stops)
+    return {"text": text, "finish_reason": "stop" if stopped or useful < len(tokens) else "length",
+            "completion_tokens": len(handle.encode(text)) if stopped else useful}

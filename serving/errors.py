@@ -1,0 +1,114 @@
+"""Every refusal as an OpenAI-style error body naming the field, and the request-size guard.
+
+`{"error": {"message", "type", "param", "code"}}` is what OpenAI clients parse into their
+exceptions (`BadRequestError.body`, `.param`). Validation errors name the field by its path in the
+body (`unmask.steps`, `messages.0.role`); malformed JSON names `body`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serving.decoding import RequestError
+
+TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+         413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout"}
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def field_of(loc: tuple[Any, ...]) -> str:
+    """`("body", "unmask", "steps")` -> `unmask.steps`; a union's branch names (`str`, `list[str]`) are dropped."""
+    parts = [str(p) for p in loc[1:] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float")))]
+    return ".".join(parts) or "body"
+
+
+def validation_message(error: dict[str, Any]) -> tuple[str, str]:
+    kind, field = error.get("type", ""), field_of(tuple(error.get("loc", ())))
+    if kind == "json_invalid":
+        return "body", f"body is not valid JSON: {error.get('ctx', {}).get('error', error.get('msg'))}"
+    if kind == "extra_forbidden":
+        return field, f"{field}: unknown field (not an accepted parameter of this endpoint)"
+    if kind == "missing" and field == "body":
+        return "body", "body: a JSON object is required"
+    return field, f"{field}: {error.get('msg', 'invalid')} (got {error.get('input')!r:.80})"
+
+
+def install(app: FastAPI, count: Callable[[str, int, str, str], None]) -> None:
+    """Error handlers that answer 4xx with the field named, and 500 only for our own faults.
+
+    `count(path, status, code, message)` hears of each refusal made before a request reached its
+    handler (the handler counts and logs its own, with the model it had resolved).
+    """
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        param, message = validation_message(errors[0]) if errors else ("body", "invalid request")
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        count(request.url.path, 400, "invalid_value", message)
+        return error_response(400, message, param, "invalid_value")
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, exc: RequestError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return error_response(exc.status, exc.message, exc.param, exc.code, headers)
+
+    @app.exception_handler(Exception)
+    async def fault(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(500, f"the server failed on this request ({type(exc).__name__}); it keeps serving",
+                              None, "server_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        count(request.url.path, exc.status_code, "http_error", str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail), None, "http_error", getattr(exc, "headers", None))
+
+
+class BodyLimit:
+    """ASGI middleware: a body above `max_bytes` is a 413 before anything parses it (declared or streamed)."""
+
+    def __init__(self, app, max_bytes: int, count: Callable[[str, int, str, str], None]):
+        self.app, self.max_bytes, self.count = app, max_bytes, count
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._too_large(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope, receive, send):
+        message = f"body is larger than this server's limit of {self.max_bytes} bytes"
+        self.count(scope.get("path", ""), 413, "body_too_large", message)
+        response = error_response(413, message, "body", "body_too_large")
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass

@@ -1,0 +1,50 @@
+"""The server's Prometheus metrics, on a registry of its own (two apps in one process never collide).
+
+Labels are bounded: `alias` is a served name or `unknown`, `model`/`version` come from the registry,
+never from free request text.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+SERVED = ("alias", "model", "version")
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class ServingMetrics:
+    """Requests, errors, queue depth, batch sizes, latency, tokens and NFE, per model and alias."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("unmask_requests", "Requests answered, by outcome", (*SERVED, "endpoint", "status"),
+                                registry=r)
+        self.errors = Counter("unmask_request_errors", "Requests answered with an error, by HTTP status and code",
+                              ("alias", "endpoint", "status", "code"), registry=r)
+        self.latency = Histogram("unmask_request_latency_seconds", "Time from arrival to answer (successful requests)",
+                                 SERVED, buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_wait = Histogram("unmask_queue_wait_seconds", "Time a request waited for its batch to start",
+                                    SERVED, buckets=LATENCY_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("unmask_prompt_tokens", "Prompt tokens decoded", SERVED, registry=r)
+        self.completion_tokens = Counter("unmask_completion_tokens", "Answer tokens (before the first stop)", SERVED,
+                                         registry=r)
+        self.nfe = Counter("unmask_nfe", "Model evaluations of the batches that answered requests, counted per request",
+                           SERVED, registry=r)
+        self.queue_depth = Gauge("unmask_queue_depth", "Requests waiting for a batch", ("model", "version"), registry=r)
+        self.batch_size = Histogram("unmask_batch_size", "Rows per decoded batch", ("model", "version"),
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.batches = Counter("unmask_batches", "Batches decoded", ("model", "version"), registry=r)
+        self.served = Gauge("unmask_served_version", "1 for the version each served name points at",
+                            (*SERVED, "weights_sha256"), registry=r)
+        self.swaps = Counter("unmask_alias_swaps", "Alias moves picked up without a restart", ("alias",), registry=r)
+        self.swap_failures = Counter("unmask_alias_swap_failures", "Alias moves that could not be served (kept the old)",
+                                     ("alias",), registry=r)
+        self.log_dropped = Counter("unmask_request_log_dropped", "Request-log rows dropped (writer behind)", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

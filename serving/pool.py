@@ -1,0 +1,253 @@
+"""The served names and the versions behind them: load, check weights, warm, and follow alias moves.
+
+Each served name (an alias or a registered model) routes to one loaded version. A version is loaded
+once however many names point at it, and only after its folder hashes to the weights sha256 the
+registry recorded for it. Every `poll_interval_s` the pool re-reads who holds each name; a move
+loads and warms the new version beside the old, then switches the route in one step on the event
+loop. Requests already queued on the old version are answered by it (it drains), new ones go to
+the new one, and nothing fails in between. A move that cannot be served (weights differ, load
+fails) keeps the old route and is retried only when the holder changes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import models
+from registry import serving as registry_serving
+from registry.connection import RegistryError
+from registry.serving import ServedVersion
+from registry.store import Registry
+from sampler.config import SamplerConfig
+from serving.batching import Batcher, decode_rows
+from serving.chat import ChatTemplate, chat_template
+from serving.decoding import SERVED_KINDS, operating_config
+
+log = logging.getLogger("unmask.serve")
+
+
+class ServeError(RuntimeError):
+    """A name that cannot be served; the message says which and why."""
+
+
+class WeightsMismatch(ServeError):
+    """The folder a version loads from is not the weights the registry recorded for it."""
+
+
+@dataclass
+class Loaded:
+    """One version in memory: its handle, chat template, batcher, and the names routed to it."""
+
+    key: tuple[str, str]  # (model, version)
+    handle: Any
+    chat: ChatTemplate
+    batcher: Batcher
+    context: int | None  # the model's longest sequence, when its config says
+    names: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A served name: the version it points at, the loaded model, and its base decoding config."""
+
+    name: str
+    version: ServedVersion
+    loaded: Loaded
+    base: SamplerConfig
+    base_source: str  # "operating point" or "catalog defaults"
+
+
+def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> Any:
+    """The model handle of `version`, refused unless its weights hash to the recorded sha256."""
+    ref = sources.get(version.model, version.source)
+    try:
+        handle = models.load(ref, device=device, dtype=dtype)
+    except (models.CheckpointError, ValueError) as e:
+        raise ServeError(f"{version.ref} ({version.name}): cannot load {ref!r}: {e}") from None
+    if handle.kind not in SERVED_KINDS:
+        raise ServeError(f"{version.ref}: kind {handle.kind!r} is not served yet (served: {', '.join(SERVED_KINDS)})")
+    if handle.weights_sha256 != version.weights_sha256:
+        raise WeightsMismatch(
+            f"refusing to serve {version.ref} ({version.name}) from {handle.path}: its weights hash to "
+            f"{handle.weights_sha256 or 'nothing'} but the registry recorded {version.weights_sha256} for that version. "
+            f"Serve the folder that was evaluated (--weights {version.model}=FOLDER) or register these weights.")
+    return handle
+
+
+def warm(handle: Any, config: SamplerConfig) -> None:
+    """One decode at the operating point, so the first request does not pay for lazy initialisation."""
+    prompt = handle.encode("1 + 1") or [handle.eos_id or 0]
+    decode_rows(handle, config, [prompt])
+
+
+def context_of(handle: Any) -> int | None:
+    config = getattr(handle.model, "config", None)
+    return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
+
+
+@dataclass
+class PoolSettings:
+    names: list[str]
+    tracking_uri: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)  # registered model -> folder, overriding its `unmask.model`
+    device: str = "cpu"
+    dtype: str = "float32"
+    poll_interval_s: float = 5.0
+    max_batch: int = 16
+    batch_window_s: float = 0.01
+    max_pending: int = 64
+
+
+class ModelPool:
+    """Routes from served names to loaded versions; `start()` loads them, `follow()` tracks alias moves."""
+
+    def __init__(self, settings: PoolSettings, metrics: Any):
+        self.settings, self.metrics = settings, metrics
+        self.routes: dict[str, Route] = {}
+        self.loaded: dict[tuple[str, str], Loaded] = {}
+        self.ready = False
+        self.error: str | None = None
+        self.registry: Registry | None = None
+        self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
+        self._orphaned: set[str] = set()  # names whose alias nobody holds any more (the last version serves on)
+        self._draining: set[asyncio.Task] = set()
+        self._poll_problem: str | None = None
+
+    # resolving ---------------------------------------------------------------------------------
+    def route(self, name: str) -> Route:
+        """The route of a served name, or of a registered model one of them points at."""
+        if name in self.routes:
+            return self.routes[name]
+        for route in self.routes.values():
+            if route.version.model == name:
+                return route
+        raise KeyError(name)
+
+    def served(self) -> list[str]:
+        return list(self.routes)
+
+    # loading -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load and warm every name that has a holder; at least one must. Sets `ready` or `error`."""
+        try:
+            self.registry = await asyncio.to_thread(Registry, self.settings.tracking_uri)
+            held = await asyncio.to_thread(registry_serving.holders, self.registry, self.settings.names)
+            empty = [n for n, h in held.items() if h is None]
+            for name in empty:
+                log.warning("nobody holds %r yet; it is served once an alias move gives it a version", name)
+            if len(empty) == len(held):
+                raise ServeError(f"none of {', '.join(self.settings.names)} has a version in {self.registry.tracking_uri}")
+            for name, at in held.items():
+                if at is not None:
+                    await self._point(name, at)
+            self.ready = True
+            log.info("ready: %s", ", ".join(f"{n} -> {r.version.ref}" for n, r in self.routes.items()))
+        except (ServeError, RegistryError) as e:
+            self.error = str(e)
+            log.error("%s", e)
+        except Exception as e:  # noqa: BLE001 - whatever stops loading (a bad tracking URI, MLflow's own errors) is reported
+            self.error = f"{type(e).__name__}: {e}"
+            log.error("cannot start serving: %s", self.error)
+
+    async def _point(self, name: str, at: tuple[str, str]) -> None:
+        """Route `name` to the version `at`, loading it first unless it is loaded already."""
+        version = await asyncio.to_thread(registry_serving.served_version, self.registry, name, at)
+        loaded = self.loaded.get(at)
+        handle = loaded.handle if loaded is not None else await asyncio.to_thread(
+            load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype)
+        try:
+            base, source = operating_config(handle, version.operating_config)
+        except ValueError as e:
+            raise ServeError(f"{version.ref} ({name}): {e}") from None
+        if loaded is None:
+            try:
+                await asyncio.to_thread(warm, handle, base)
+            except Exception as e:  # noqa: BLE001 - any failure to decode means this version is not servable
+                raise ServeError(f"{version.ref} ({name}): warm-up decode failed: {type(e).__name__}: {e}") from None
+            loaded = self._admit(at, handle)
+        previous = self.routes.get(name)
+        loaded.names.add(name)
+        self.routes[name] = Route(name, version, loaded, base, source)  # the switch: one assignment on the loop
+        self.metrics.served.labels(name, version.model, version.version, version.weights_sha256).set(1)
+        if previous is not None and previous.loaded is not loaded:
+            old = previous.version
+            self.metrics.served.labels(name, old.model, old.version, old.weights_sha256).set(0)
+            self._release(previous.loaded, name)
+
+    def _admit(self, key: tuple[str, str], handle: Any) -> Loaded:
+        s, (model, version) = self.settings, key
+        depth = self.metrics.queue_depth.labels(model, version)
+        batches = (self.metrics.batch_size.labels(model, version), self.metrics.batches.labels(model, version))
+
+        def on_batch(size: int) -> None:
+            batches[0].observe(size)
+            batches[1].inc()
+
+        batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
+                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}")
+        loaded = Loaded(key, handle, chat_template(handle.path), batcher, context_of(handle))
+        self.loaded[key] = loaded
+        return loaded
+
+    def _release(self, loaded: Loaded, name: str) -> None:
+        loaded.names.discard(name)
+        if loaded.names:
+            return
+        del self.loaded[loaded.key]
+        task = asyncio.get_running_loop().create_task(loaded.batcher.drain())
+        self._draining.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._draining.discard)
+        log.info("%s/%s drains its queue and unloads", *loaded.key)
+
+    # following alias moves ----------------------------------------------------------------------
+    async def follow(self) -> None:
+        """Poll the registry until cancelled; each move is picked up within one interval."""
+        while True:
+            await asyncio.sleep(self.settings.poll_interval_s)
+            try:
+                await self.poll_once()
+                self._poll_problem = None
+            except Exception as e:  # noqa: BLE001 - a poll must never stop the server (MLflow raises its own types)
+                problem = f"{type(e).__name__}: {e}"
+                if problem != self._poll_problem:  # once per distinct problem, not once per poll
+                    log.warning("registry poll failed (%s); still serving the last versions", problem)
+                self._poll_problem = problem
+
+    async def poll_once(self) -> list[str]:
+        """Re-read every name's holder and move the routes that changed; returns the names that moved."""
+        held = await asyncio.to_thread(registry_serving.holders, self.registry, self.settings.names)
+        moved = []
+        for name, at in held.items():
+            current = self.routes.get(name)
+            if at is None:
+                if current is not None and name not in self._orphaned:  # say it once, not once a poll
+                    self._orphaned.add(name)
+                    log.warning("nobody holds %r any more; still serving %s until a version does", name,
+                                current.version.ref)
+                continue
+            self._orphaned.discard(name)
+            if current is not None and (current.version.model, current.version.version) == at:
+                continue
+            if self._refused.get(name) == at:
+                continue
+            try:
+                await self._point(name, at)
+            except (ServeError, RegistryError) as e:
+                self._refused[name] = at
+                self.metrics.swap_failures.labels(name).inc()
+                log.error("%s moved to %s/%s, which is not served: %s", name, *at, e)
+                continue
+            self._refused.pop(name, None)
+            self.metrics.swaps.labels(name).inc()
+            moved.append(name)
+            log.info("%s now -> %s/%s", name, *at)
+        return moved
+
+    async def close(self) -> None:
+        for loaded in list(self.loaded.values()):
+            await loaded.batcher.drain()
+        if self._draining:
+            await asyncio.gather(*self._draining, return_exceptions=True)

@@ -1,0 +1,186 @@
+"""The serving parts one at a time, with no server: request -> SamplerConfig, batching keys and the batcher's
+grouping (on the bundled tiny-llada), chat templates in their sandbox, the Parquet request log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pandas as pd
+import pytest
+
+import models
+from sampler.config import SamplerConfig
+from serving.batching import Batcher, QueueFull
+from serving.chat import ChatTemplateError, chat_template
+from serving.decoding import Limits, RequestError, batch_key, cut_at_stop, operating_config, request_config
+from serving.request_log import RequestLog, row
+from serving.schemas import CompletionRequest
+
+BASE = SamplerConfig(gen_length=32, block_length=16, steps=16, mask_id=3, eos_id=1, eot_id=2)
+LIMITS = Limits(max_tokens=128)
+
+
+@pytest.fixture(scope="module")
+def llada():
+    return models.load("tiny-llada")
+
+
+def test_max_tokens_decodes_whole_blocks_at_the_operating_points_steps_per_block():
+    config, keep = request_config(BASE, "masked-diffusion", 40, None, None, {}, LIMITS)
+    assert (config.gen_length, config.block_length, config.steps, keep) == (48, 16, 24, 40)
+    config, keep = request_config(BASE, "masked-diffusion", None, None, None, {"block_length": 8}, LIMITS)
+    assert (config.gen_length, config.block_length, config.steps) == (32, 8, 16)  # steps per token kept
+
+
+def test_a_setting_that_cannot_decode_names_the_request_field():
+    with pytest.raises(RequestError) as e:
+        request_config(BASE, "masked-diffusion", 32, None, None, {"steps": 3}, LIMITS)
+    assert e.value.param == "unmask.steps" and "multiple of the number of blocks" in e.value.message
+    with pytest.raises(RequestError) as e:  # 100 tokens in blocks of 96 need a 192-token canvas
+        request_config(BASE, "masked-diffusion", 100, None, None, {"block_length": 96}, LIMITS)
+    assert e.value.param == "max_tokens" and "192" in e.value.message
+    with pytest.raises(RequestError) as e:
+        request_config(BASE, "masked-diffusion", 129, None, None, {}, LIMITS)
+    assert e.value.param == "max_tokens"
+
+
+def test_an_autoregressive_model_reads_only_length_temperature_and_seed():
+    config, keep = request_config(BASE, "autoregressive", 10, 0.5, 3, {"steps": 7, "block_length": 4}, LIMITS)
+    assert (config.gen_length, config.temperature, config.seed, keep) == (10, 0.5, 3, 10)
+    assert (config.steps, config.block_length) == (10, 10)
+
+
+def test_greedy_requests_share_a_batch_key_whatever_their_seed_and_sampled_ones_never_batch():
+    a, _ = request_config(BASE, "masked-diffusion", None, 0.0, 1, {}, LIMITS)
+    b, _ = request_config(BASE, "masked-diffusion", None, 0.0, 2, {}, LIMITS)
+    assert batch_key(a) == batch_key(b) is not None
+    sampled, _ = request_config(BASE, "masked-diffusion", None, 0.7, 1, {}, LIMITS)
+    shuffled, _ = request_config(BASE, "masked-diffusion", None, 0.0, 1, {"remasking": "random"}, LIMITS)
+    assert batch_key(sampled) is None and batch_key(shuffled) is None
+    other, _ = request_config(BASE, "masked-diffusion", None, 0.0, None, {"steps": 8}, LIMITS)
+    assert batch_key(other) != batch_key(a)
+
+
+def test_operating_config_takes_the_recorded_point_with_the_models_own_ids(llada):
+    config, source = operating_config(llada, {"gen_length": 32, "block_length": 32, "steps": 8, "mask_id": 126336})
+    assert source == "operating point" and (config.steps, config.mask_id, config.eos_id) == (8, 3, 1)
+    config, source = operating_config(llada, None)
+    assert source == "catalog defaults" and (config.gen_length, config.steps) == (64, 64)  # models/catalog.yaml
+
+
+def test_stop_sequences_cut_at_the_earliest():
+    assert cut_at_stop("7+5=12\n#### 12", ["####", "\n"]) == ("7+5=12", True)
+    assert cut_at_stop("abc", ["x"]) == ("abc", False)
+
+
+def test_request_schema_refuses_unknown_fields_and_accepts_whole_numbers_for_floats():
+    ok = CompletionRequest.model_validate({"model": "production", "prompt": "hi", "temperature": 0,
+                                           "unmask": {"parallel_threshold": 1}})
+    assert ok.temperature == 0.0 and ok.unmask.parallel_threshold == 1.0
+    with pytest.raises(ValueError, match="top_k"):
+        CompletionRequest.model_validate({"model": "production", "prompt": "hi", "top_k": 5})
+    with pytest.raises(ValueError, match="temperature"):
+        CompletionRequest.model_validate({"model": "production", "prompt": "hi", "temperature": "0.5"})
+
+
+def test_the_batcher_groups_same_key_requests_and_decodes_each_row_as_if_alone(llada):
+    config = BASE.with_(gen_length=16, block_length=16, steps=4)
+    prompts = [llada.encode(p) for p in ("A box has 9 coins. Zoe takes 3. How many remain?", "Tom has 4 pens.", "12")]
+    sizes: list[int] = []
+
+    async def run():
+        batcher = Batcher(llada, max_batch=8, window_s=0.2, max_pending=8, on_batch=sizes.append)
+        together = [batcher.submit(p, config, "k") for p in prompts]
+        alone = batcher.submit(prompts[0], config.with_(temperature=1.0), None)
+        results = await asyncio.gather(*together, alone)
+        solo = [await batcher.submit(p, config, "k") for p in prompts]
+        await batcher.drain()
+        return results, solo
+
+    results, solo = asyncio.run(run())
+    assert sizes[:2] == [3, 1] and [r.batch_size for r in results] == [3, 3, 3, 1]
+    assert [r.generated for r in results[:3]] == [r.generated for r in solo]
+
+
+def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
+    config = BASE.with_(gen_length=16, block_length=16, steps=2)
+
+    async def run():
+        batcher = Batcher(llada, max_batch=1, window_s=0.0, max_pending=2)
+        first = batcher.submit([5, 6], config, "k")
+        second = batcher.submit([5, 6], config, "k")
+        with pytest.raises(QueueFull):
+            batcher.submit([5, 6], config, "k")
+        second.cancel()  # a client that gave up
+        third = batcher.submit([5, 6], config, "k")  # its slot is free at once
+        await asyncio.gather(first, third)
+        await batcher.drain()
+        return batcher.load
+
+    assert asyncio.run(run()) == 0
+
+
+def test_chat_templates_render_in_a_sandbox(tmp_path):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "  2+2?  "}]
+    bundled = chat_template(models.load("tiny-ar").path)
+    assert bundled.source.endswith("tokenizer_config.json") and bundled.render(messages) == "2+2?"
+    assert chat_template(tmp_path).source == "default"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}))
+    with pytest.raises(ChatTemplateError, match="tokenizer_config.json"):
+        chat_template(tmp_path).render(messages)
+
+
+def test_the_request_log_flushes_full_batches_while_open_and_the_rest_on_close(tmp_path):
+    log = RequestLog(tmp_path, flush_rows=3, flush_s=60)
+    for i in range(3):
+        log.append(row(endpoint="completions", alias="production", status=200, latency_s=0.1 * i, nfe=i))
+    deadline = time.monotonic() + 20
+    while not log.files() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pd.read_parquet(log.files()[0])) == 3  # written while open, by the writer thread
+    for i in range(3, 7):
+        log.append(row(endpoint="chat", alias="fallback", status=400, error="max_tokens: ...", nfe=i))
+    log.close()
+    frame = pd.concat([pd.read_parquet(f) for f in log.files()])
+    assert len(frame) == 7 and sorted(frame.nfe) == list(range(7))
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_registry_reads_resolve_aliases_and_model_names_to_versions_with_their_operating_point():
+    from registry import Registry, RegistryError
+    from registry.serving import holder, served_version
+
+    from serving_fixtures import OPERATING, digest, shared_serving_registry
+
+    shared = shared_serving_registry()
+    reg = Registry(shared.tracking_uri)
+    assert holder(reg, "production") == ("tiny-llada", shared.versions["tiny-llada"])
+    assert holder(reg, "candidate") == holder(reg, "tiny-llada")  # tiny-ar holds `fallback`, not `candidate`
+    assert holder(reg, "fallback") == ("tiny-ar", shared.versions["tiny-ar"]) and holder(reg, "staging") is None
+    with pytest.raises(RegistryError, match="tiny-ar, tiny-llada"):
+        holder(reg, "no-such-model")
+    version = served_version(reg, "production")
+    assert (version.stage, version.source, version.weights_sha256) == ("production", "tiny-llada", digest("tiny-llada"))
+    assert {k: version.operating_config[k] for k in OPERATING["tiny-llada"]} == OPERATING["tiny-llada"]
+    assert served_version(reg, "fallback").stage == "production" and served_version(reg, "candidate").stage == "poc"
+
+
+def test_weights_override_loads_a_copy_that_hashes_right_and_refuses_one_that_does_not(tmp_path):
+    import shutil
+
+    from models.loading import resolve_model_path
+    from registry.serving import ServedVersion
+    from serving.pool import WeightsMismatch, load_checked
+
+    from serving_fixtures import digest
+
+    version = ServedVersion(name="production", model="tiny-llada", version="3", weights_sha256=digest("tiny-llada"),
+                            source="tiny-llada", kind="masked-diffusion", stage="production")
+    copy = shutil.copytree(resolve_model_path("tiny-llada"), tmp_path / "copy")
+    assert load_checked(version, {"tiny-llada": str(copy)}, "cpu", "float32").path == copy
+    with pytest.raises(WeightsMismatch) as e:
+        load_checked(version, {"tiny-llada": str(resolve_model_path("tiny-ar"))}, "cpu", "float32")
+    assert digest("tiny-ar") in str(e.value) and digest("tiny-llada") in str(e.value) and "tiny-llada/3" in str(e.value)
