@@ -92,7 +92,7 @@ class BenchSetup:
     # long lengths (256, 512) are where caches and early exit pay most, and cost a multiple.
     gen_lengths: tuple[int, ...] = (64, 128)
     block_length: int = 32
-    prompts: int = 8  # held-out test items per task
+    prompts: int = 4  # held-out test items per task
     reps: int = 3  # timed repetitions; the median is reported
     warmup: int = 1  # untimed passes on the first two prompts of each task (pays exports, allocations)
     threads: int = 1

@@ -144,7 +144,8 @@ def test_stopped_run_keeps_the_rows_of_the_finished_lengths(folders, tmp_path):
             deadline = time.monotonic() + 300
             while len(rows_in(out)) < 2 and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert len(rows_in(out)) == 2, f"no JSON rows for the first length (exit {proc.poll()}): {log.read_text()[-2000:]}"
+            assert len(rows_in(out)) == 2, (f"expected the JSON to hold gen 16's 2 rows while gen 512 runs, it holds "
+                                            f"{len(rows_in(out))} (exit {proc.poll()}): {log.read_text()[-2000:]}")
             proc.send_signal(signal.SIGINT)
             stdout, _ = proc.communicate(timeout=120)
         finally:
