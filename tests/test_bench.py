@@ -135,7 +135,10 @@ def test_stopped_run_keeps_the_rows_of_the_finished_lengths(folders, tmp_path):
     """A real `unmask bench` process, piped, stopped with SIGINT once its first length is in the JSON."""
     out, log = tmp_path / "bench.json", tmp_path / "stderr.log"
     # The second length is long enough (512 steps a pass) that the run is still going when stopped.
-    command = [sys.executable, "-c", "from flows.cli import main; main()", "bench", "--model", str(folders[0]),
+    # A job started with `&` by a non-interactive shell (CI, nohup) inherits SIGINT ignored, and Python keeps
+    # that; the child takes Ctrl-C back the way a terminal's `unmask bench` has it.
+    child = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from flows.cli import main; main()"
+    command = [sys.executable, "-c", child, "bench", "--model", str(folders[0]),
                "--gen-lengths", "16,512", "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "1",
                "--configs", "vanilla,dual-cache", "--json", str(out)]
     with open(log, "w") as err:
