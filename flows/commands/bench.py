@@ -86,8 +86,8 @@ def bench_command(
     seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
     configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    json_path: Path = typer.Option(
-        None, "--json", help='Also write the rows as JSON here, rewritten after each finished row ("complete": false until the end).'),
+    json_path: Path = typer.Option(None, "--json", help='Also write the rows as JSON here, rewritten after each '
+                                   'finished row ("complete": false until the end).'),
 ) -> None:
     """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
     from evals.bench import BenchSetup, bench_report, run_bench, variants_named
@@ -110,12 +110,13 @@ def bench_command(
             console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     passes = len(setup.gen_lengths) * len(runnable) * (setup.warmup + setup.reps)
+    ar_skipped = len(runnable) < len(variants)
     rows: list = []
 
     def keep(row) -> None:
         rows.append(row)
         if json_path is not None:
-            write_json(bench_report(loaded, setup, rows, ar_skipped=len(runnable) < len(variants), complete=False), json_path)
+            write_json(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False), json_path)
 
     try:
         with progress_reporter(passes) as tick:
@@ -123,7 +124,7 @@ def bench_command(
     except KeyboardInterrupt:
         total_rows = len(setup.gen_lengths) * len(runnable)
         if rows:
-            console.print(render(bench_report(loaded, setup, rows, ar_skipped=len(runnable) < len(variants), complete=False)))
+            console.print(render(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False)))
         kept = (f'; {json_path} holds them ("complete": false)' if json_path is not None and rows else
                 "; nothing was written" if json_path is not None else "")
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
