@@ -1,9 +1,13 @@
 # Two entry points on a fresh machine: `make run` (the main job) and `make test` (the suite).
-# Both create or reuse the project's virtual environment at .venv and install unmask into it.
+# Both create or reuse the project's virtual environment at .venv and install unmask into it;
+# `make test` also installs Debian's chromium for the browser test when it is missing.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 ONNX_FLAVOUR ?= cpu
+# tests/test_dashboard_browser.py drives this binary (playwright's own browser download cannot
+# work offline, Debian's package can come from the distribution mirror).
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: setup run demo test test-fast browser-deps clean-state
 
@@ -20,7 +24,19 @@ run: setup
 
 demo: run
 
-test: setup
+browser-deps:
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "error: $(CHROMIUM) is missing and make is not running as root to install it." >&2; \
+	  echo "The browser test needs Debian's chromium; install it with:" >&2; \
+	  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium" >&2; \
+	  echo "(or run 'make test-fast', which skips the browser test)" >&2; \
+	  exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -q && apt-get install -y -q --no-install-recommends chromium
+
+test: setup browser-deps
 	$(PY) -m pytest -q
 
 test-fast: setup

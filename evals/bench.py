@@ -88,9 +88,11 @@ def variants_named(names: list[str] | None) -> list[Variant]:
 
 @dataclass
 class BenchSetup:
-    gen_lengths: tuple[int, ...] = (128, 256, 512)
+    # The defaults (those of `unmask bench` too) finish in a few minutes on two CPU cores; the
+    # long lengths (256, 512) are where caches and early exit pay most, and cost a multiple.
+    gen_lengths: tuple[int, ...] = (64, 128)
     block_length: int = 32
-    prompts: int = 8  # held-out test items per task
+    prompts: int = 4  # held-out test items per task
     reps: int = 3  # timed repetitions; the median is reported
     warmup: int = 1  # untimed passes on the first two prompts of each task (pays exports, allocations)
     threads: int = 1
@@ -141,6 +143,7 @@ class BenchReport:
     rows: list[BenchRow]
     notes: list[str]
     device: str = "cpu"
+    complete: bool = True  # False while rows are still being measured, or when the run was stopped
 
     @property
     def title(self) -> str:
@@ -152,7 +155,7 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "model": self.model, "device": self.device, "setup": asdict(self.setup),
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "complete": self.complete}
 
 
 @dataclass
@@ -250,18 +253,29 @@ class VariantRun:
         return row, responses
 
 
+def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
+                 complete: bool = True) -> BenchReport:
+    """The report of the rows measured so far (`complete=False` for a partial one), notes included."""
+    notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
+    device = str(next(loaded.model.parameters()).device)
+    return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=list(rows),
+                       notes=notes + summary_notes(rows), device=device, complete=complete)
+
+
 def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
-              tick: Callable[[str], None] = lambda description: None) -> BenchReport:
+              tick: Callable[[str], None] = lambda description: None,
+              on_row: Callable[[BenchRow], None] = lambda row: None) -> BenchReport:
     """Measure every variant at every generation length; `tick(description)` after each pass.
 
-    Repetitions are interleaved (rep 1 of every variant, then rep 2, ...) so that a change in
-    machine load during the run falls on every row alike.
+    `on_row(row)` gets each finished row as soon as it is final: the rows of one generation length
+    finish together, after that length's last repetition (speedups and same-text shares compare
+    rows of one length). Repetitions are interleaved (rep 1 of every variant, then rep 2, ...) so
+    that a change in machine load during the run falls on every row alike.
     """
     setup.check()
     torch.manual_seed(setup.seed)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(setup.threads)
-    notes: list[str] = []
     rows: list[BenchRow] = []
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     try:
@@ -290,13 +304,10 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
                 row.same_text_as_vanilla = row.same_text_as.get("vanilla")
                 texts_of[row.config] = texts
                 rows.append(row)
+                on_row(row)
     finally:
         torch.set_num_threads(previous_threads)
-    if len(runnable) < len(variants):
-        notes.append("tiny-ar row skipped: no AR reference model was given or found")
-    device = str(next(loaded.model.parameters()).device)
-    return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=rows,
-                       notes=notes + summary_notes(rows), device=device)
+    return bench_report(loaded, setup, rows, ar_skipped=len(runnable) < len(variants))
 
 
 def summary_notes(rows: list[BenchRow]) -> list[str]:

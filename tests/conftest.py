@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# One torch thread, here and in the processes tests start: the test models are tiny, and on two cores
+# shared with other work a second intra-op thread spin-waits for a busy core (the torch-heavy fast
+# tests measured 5x slower with two). Set before torch is imported so children inherit it too;
+# OMP_NUM_THREADS in the environment still wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from flows.environment import QUIET_DEFAULTS
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from flows.environment import QUIET_DEFAULTS  # noqa: E402
 
 for _k, _v in QUIET_DEFAULTS.items():
     os.environ.setdefault(_k, _v)
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(min(2, int(os.environ["OMP_NUM_THREADS"])))
 
 
 @pytest.fixture(autouse=True)

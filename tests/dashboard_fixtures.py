@@ -104,8 +104,10 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     from registry.audit import AuditEvent
     from registry.store import now_iso
 
+    from flow_fixtures import seed_registry
+
     home = root / "home"
-    (home / "mlflow").mkdir(parents=True, exist_ok=True)
+    seed_registry(home)  # the session's migrated template store, not a second migration
     tracking_uri = f"sqlite:///{home / 'mlflow' / 'mlflow.db'}"
     policy_path = fixture_policy(root / "policy.yaml")
     policy = load_policy(policy_path)

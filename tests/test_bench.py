@@ -4,7 +4,13 @@ Speed is never asserted; only that every row is measured and reported consistent
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -92,6 +98,11 @@ def test_cli_prints_the_table_and_writes_json(folders, tmp_path):
     data = json.loads(out.read_text())
     assert [r["config"] for r in data["rows"]] == ["vanilla", "parallel-threshold-0.9", "tiny-ar"]
     assert all(JSON_FIELDS <= set(r) for r in data["rows"])
+    assert data["complete"] is True
+    # Not a terminal: one progress line per pass (3 rows x 3 reps), on stderr so the table stays clean.
+    progress = [line for line in result.stderr.splitlines() if line.startswith("bench pass ")]
+    assert len(progress) == 9 and progress[-1].startswith("bench pass 9/9 ") and "tiny-ar @ 32" in progress[-1]
+    assert "bench pass" not in result.stdout
 
 
 def test_cli_rejects_a_bad_gen_length_list(folders):
@@ -100,3 +111,69 @@ def test_cli_rejects_a_bad_gen_length_list(folders):
     _register_all()
     result = CliRunner().invoke(app, ["bench", "--model", str(folders[0]), "--gen-lengths", "48", "--configs", "vanilla"])
     assert result.exit_code == 2 and "must be a multiple of block_length 32" in result.output
+
+
+def test_on_row_gets_the_rows_of_a_length_before_the_next_length_starts(folders):
+    loaded = load(folders[0])
+    events = []
+    report = run_bench(loaded, BenchSetup(**(SMALL | {"gen_lengths": (16, 32)})), variants_named(["vanilla", "dual-cache"]),
+                       tick=lambda label: events.append(("pass", label)),
+                       on_row=lambda row: events.append(("row", f"{row.config} @ {row.gen_length}")))
+    rows = [label for kind, label in events if kind == "row"]
+    assert rows == [f"{r.config} @ {r.gen_length}" for r in report.rows] == [
+        "vanilla @ 16", "dual-cache @ 16", "vanilla @ 32", "dual-cache @ 32"]
+    first_32_pass = next(i for i, (kind, label) in enumerate(events) if kind == "pass" and label.endswith("@ 32"))
+    assert [label for kind, label in events[:first_32_pass] if kind == "row"] == ["vanilla @ 16", "dual-cache @ 16"]
+    assert report.complete and report.to_dict()["complete"] is True
+
+
+def rows_in(path) -> list:
+    """The rows of a bench JSON file, none while it does not exist yet (it is replaced whole, never half-written)."""
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
+def test_stopped_run_keeps_the_rows_of_the_finished_lengths(folders, tmp_path):
+    """A real `unmask bench` process, piped, stopped with SIGINT once its first length is in the JSON."""
+    out, log = tmp_path / "bench.json", tmp_path / "stderr.log"
+    # The second length is long enough (512 steps a pass) that the run is still going when stopped.
+    # A job started with `&` by a non-interactive shell (CI, nohup) inherits SIGINT ignored, and Python keeps
+    # that; the child takes Ctrl-C back the way a terminal's `unmask bench` has it.
+    child = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from flows.cli import main; main()"
+    command = [sys.executable, "-c", child, "bench", "--model", str(folders[0]),
+               "--gen-lengths", "16,512", "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "1",
+               "--configs", "vanilla,dual-cache", "--json", str(out)]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(command, env=dict(os.environ), stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while len(rows_in(out)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(rows_in(out)) == 2, (f"expected the JSON to hold gen 16's 2 rows while gen 512 runs, it holds "
+                                            f"{len(rows_in(out))} (exit {proc.poll()}): {log.read_text()[-2000:]}")
+            proc.send_signal(signal.SIGINT)
+            stdout, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stderr = log.read_text()
+    assert proc.returncode == 130, stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is False
+    assert [(r["config"], r["gen_length"]) for r in data["rows"]] == [("vanilla", 16), ("dual-cache", 16)]
+    assert all(JSON_FIELDS <= set(r) for r in data["rows"])
+    assert data["rows"][1]["speedup_vs_vanilla"] is not None  # a row is written only once it is final
+    assert f'interrupted: 2 of 4 rows finished; {out} holds them ("complete": false)' in stderr
+    assert "bench pass 1/16 " in stderr and "warm-up vanilla @ 16" in stderr
+    assert "vanilla" in stdout  # the table of the rows finished so far
+    assert not out.with_suffix(".json.tmp").exists()
+
+
+def test_cli_defaults_are_the_bench_setup_defaults_and_valid():
+    from flows.commands.bench import bench_command
+
+    options = {name: p.default.default for name, p in inspect.signature(bench_command).parameters.items()}
+    setup = BenchSetup()
+    setup.check()
+    assert options["gen_lengths"] == ",".join(map(str, setup.gen_lengths))
+    for name in ("block_length", "prompts", "reps", "warmup", "threads", "seed"):
+        assert options[name] == getattr(setup, name), name

@@ -292,7 +292,8 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
 
 
 def test_candidate_page_says_when_an_approval_and_sign_offs_predate_the_latest_evaluation(tmp_path, monkeypatch):
-    from gate_fixtures import evidence, fresh_registry, register_pair
+    # as tests.gate_fixtures, like every other module: a second module object would migrate a second template store
+    from tests.gate_fixtures import evidence, fresh_registry, register_pair
     from registry import approve, judge, register_evidence, sign_off
 
     reg = fresh_registry(tmp_path)
