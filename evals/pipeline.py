@@ -39,7 +39,7 @@ class PreparedCandidate(BaseModel):
     revision: str
     weights_sha256: str
     ids: dict[str, int | None]  # mask_id, eos_id, eot_id for SamplerConfig
-    card: dict[str, Any] = {}  # the model card's header (its text left out)
+    card: dict[str, Any] = {}  # the model card's header (its text left out), and `source`: the ref it came from
 
 
 class SweepPoint(BaseModel):
@@ -165,7 +165,7 @@ def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> 
     return PreparedCandidate(
         ref=ref, candidate=handle.entry_id, path=str(path), role=role, kind=kind, revision=revision,
         weights_sha256=handle.weights_sha256, ids=handle.sampler_ids(),
-        card={k: v for k, v in handle.card.items() if k != "text"})
+        card={k: v for k, v in handle.card.items() if k != "text"} | {"source": ref})
 
 
 def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
@@ -241,7 +241,8 @@ def check_license(prepared: PreparedCandidate) -> LicenseResult:
     """The catalog license checked against the model card (evals.license)."""
     from evals.license import license_for_model
 
-    result = license_for_model(prepared.ref, prepared.card or None)
+    card = {k: v for k, v in prepared.card.items() if k != "source"}
+    result = license_for_model(prepared.ref, card or None)
     result.candidate = prepared.candidate
     return result
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from evals.quality import evaluate_items
 from evals.tasks import TASKS, alphabet, make_split
 from evals.tasks.mixture import TrainingMixture
+from models import load
 from models.checkpoint import load_checkpoint
 from models.tokenizer_build import build_char_tokenizer, special_ids
 from models.training import (RECIPES, Batch, TrainConfig, diffusion_loss, encode_diffusion, learning_rate, resolve_device,
@@ -41,7 +42,7 @@ def test_micro_training_lowers_loss_and_saves_a_loadable_model(tmp_path, tokeniz
     _, state = train(cfg, source(), tokenizer, tmp_path / "out", tmp_path / "state", console=quiet())
     losses = [h["loss"] for h in state.history]
     assert state.step == 30 and losses[-1] < 0.7 * losses[0]
-    loaded = load_checkpoint(tmp_path / "out")
+    loaded = load(tmp_path / "out")  # the model handle evaluation reads
     assert loaded.causal is causal and loaded.mask_id == tokenizer.token_to_id("<|mdm_mask|>")
     assert loaded.eot_id == tokenizer.token_to_id("<|eot_id|>") and loaded.pad_id == tokenizer.token_to_id("<|pad|>")
     items = make_split(TASKS["arith"], "test", 4)
