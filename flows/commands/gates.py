@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from checklists import STAGES
+from flows.commands.next_steps import next_stage_for, next_steps
+from flows.commands.readable import gate_threshold, gate_value
+from flows.commands.table import Column, FittedTable, table_console
 
-console = Console()
+console = table_console(160)
 
 
 def gates_command(
@@ -31,26 +32,42 @@ def gates_command(
         version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
+        upcoming = next_stage_for(held, version)
         for name in [stage] if stage else STAGES:
             decision = judge(reg, model, version, name, policy)
-            console.print(_table(model, version, name, decision))
+            stage_policy = policy.stage(name)
+            console.print(_table(model, version, name, decision, stage_policy))
             for reason in decision.reasons:
                 if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
                     console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
-            console.print(f"  {model} v{version} -> {name}: {verdict}\n")
+            console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
+            if name == (stage or upcoming):  # the steps of the promotion asked about, or else of the next one
+                steps = next_steps(model, version, decision, stage_policy, name_version=_named(held, version))
+                for n, step in enumerate(steps):  # the reasons above say why; these say what to run
+                    console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
+                                  soft_wrap=True)
+            console.print()
     except (PolicyError, RegistryError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
 
 
-def _table(model: str, version: str, stage: str, decision) -> Table:
+def _named(held: dict[str, str], version: str) -> bool:
+    """Whether a command must name --version: it defaults to the `candidate` version (else `fallback`)."""
+    return version != (held.get("candidate") or held.get("fallback"))
+
+
+def _table(model: str, version: str, stage: str, decision, stage_policy) -> FittedTable:
     passed = sum(r.passed for r in decision.gate_results)
-    table = Table(title=f"{model} v{version}: {stage} gates ({passed}/{len(decision.gate_results)} passed)")
-    for column in ("gate", "passed", "value", "threshold", "reason", "record"):
-        table.add_column(column, overflow="fold")
+    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(decision.gate_results)} passed)", [
+        Column("gate"), Column("passed"), Column("measured", wrap=True), Column("required", wrap=True),
+        Column("why", wrap=True, drop=1), Column("record", drop=2)])
+    specs = {g.name: g for g in stage_policy.gates}
     for r in decision.gate_results:
-        table.add_row(r.gate, "[green]yes[/green]" if r.passed else "[red]no[/red]", str(r.value), str(r.threshold),
+        spec = specs.get(r.gate)
+        table.add_row(r.gate, "[green]yes[/green]" if r.passed else "[red]no[/red]",
+                      gate_value(getattr(spec, "kind", None), r.value), gate_threshold(spec, r.threshold),
                       r.reason, str(r.evidence.get("record_id") or ""))
     return table
 

@@ -1,0 +1,71 @@
+"""What to run next: the commands that clear what blocks a promotion, in the order they need doing.
+
+Read from the typed reasons of a `PromotionDecision` (`ReasonKind`) and its checklist status, never
+from their wording: a failed measurement needs new evidence, a missing or stale sign-off needs
+`unmask sign-off` (the tooling-maturity gate is one too), a stage not yet reached needs that
+promotion first, a missing approval needs `unmask approve`; with nothing left, `unmask promote`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checklists import STAGES
+from gates import ReasonKind
+from gates.policy import StagePolicy
+from gates.promotion import PromotionDecision
+
+SIGNED_GATE = "tooling_maturity"  # the gate kind that a sign-off, not a measurement, clears
+
+
+@dataclass(frozen=True)
+class NextStep:
+    why: str
+    command: str
+
+
+def next_stage_for(held: dict[str, str], version: str) -> str | None:
+    """The first stage this version does not hold yet (its next promotion); None once it holds them all."""
+    return next((stage for stage in STAGES if held.get(stage) != version), None)
+
+
+def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy | None,
+               name_version: bool = False) -> list[NextStep]:
+    """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version
+    (when `version` is not the one the commands default to, its `candidate`)."""
+    stage = decision.stage
+    flag = f" --version {version}" if name_version else ""
+    kinds = {r.kind for r in decision.reasons}
+    if decision.allowed:
+        return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}")]
+    if kinds == {ReasonKind.STAGE} and decision.checklist is None:  # an unknown stage: nothing runs
+        return []
+    gate_kind = {g.name: g.kind for g in stage_policy.gates} if stage_policy else {}
+    signed_items = {g.params["checklist_item"] for g in (stage_policy.gates if stage_policy else ())
+                    if g.kind == SIGNED_GATE}
+    failed = [r.gate for r in decision.gate_results if not r.passed]
+    measured = [g for g in failed if gate_kind.get(g) != SIGNED_GATE]
+    undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
+    to_sign = [i.id for i in undone if i.kind == "manual"]
+    to_sign += sorted(item for item in signed_items if any(gate_kind.get(g) == SIGNED_GATE for g in failed)
+                      and item not in to_sign)
+    # an automatic checklist item reads the gates and records: only new evidence clears it
+    unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
+    steps = []
+    if unmet:
+        steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
+                              "change the model or the sweep, then measure again",
+                              f"unmask run --model {model} --remeasure"))
+    for item in to_sign:
+        steps.append(NextStep(f"checklist item {item} needs a sign-off",
+                              f'unmask sign-off {model} --stage {stage} --item {item} --by NAME '
+                              f'--comment "what was checked"{flag}'))
+    if ReasonKind.STAGE in kinds and stage_policy and stage_policy.requires_stage:
+        steps.append(NextStep(f"{stage} needs {stage_policy.requires_stage} first",
+                              f"unmask promote {model} --to {stage_policy.requires_stage}{flag}"))
+    if ReasonKind.APPROVAL in kinds:
+        chars = stage_policy.approval_min_comment_chars if stage_policy else 1
+        steps.append(NextStep(f"an approver signs off the promotion (a comment of {chars}+ characters)",
+                              f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}'))
+    steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}"))
+    return steps
