@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from flows.commands import table_console
+from flows.commands.readable import NONE, percent, significant
+from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(220)
 
@@ -24,23 +24,25 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
         raise typer.BadParameter(f"{option} must be comma-separated integers, got {text!r}") from None
 
 
-def _fmt(value, spec: str = ".2f", none: str = "-") -> str:
-    return none if value is None else format(value, spec)
-
-
-def render(report) -> Table:
-    table = Table(title=report.title, title_justify="left")
-    for name in ("config", "gen", *(f"acc {t}" for t in report.setup.tasks), "NFE", "seq calls", "TPF",
-                 "tok/s (pad)", "tok/s (text)", "speedup", "peak MB", "accept", "same text"):
-        table.add_column(name, justify="left" if name == "config" else "right")
+def render(report) -> FittedTable:
+    # at 80 columns what the speedup already sums up goes first: the raw rates, then the call counts
+    table = FittedTable(report.title, [
+        Column("config"), Column("gen length", "right"),
+        *(Column(f"accuracy {t}", "right") for t in report.setup.tasks),
+        Column("forward passes", "right", drop=3), Column("sequential calls", "right", drop=4),
+        Column("tokens per forward", "right", drop=2), Column("tokens/s (padded)", "right", drop=6),
+        Column("tokens/s (text)", "right", drop=5), Column("speedup", "right"),
+        Column("peak memory (MB)", "right", drop=7), Column("draft acceptance", "right", drop=1),
+        Column("same text as vanilla", "right")], title_justify="left")
     for r in report.rows:
+        same = None if r.same_text_as_vanilla is None else percent(r.same_text_as_vanilla)
         table.add_row(
             r.config + (f" [{r.provider}]" if r.provider else ""), str(r.gen_length),
-            *(_fmt(100 * r.accuracy_by_task.get(t, 0.0), ".1f") for t in report.setup.tasks),
-            _fmt(r.nfe, ".1f"), _fmt(r.sequential_calls, ".1f"), _fmt(r.tokens_per_forward),
-            _fmt(r.tokens_per_s, ".0f"), _fmt(r.text_tokens_per_s, ".0f"),
-            _fmt(r.speedup_vs_vanilla, ".2f") + ("x" if r.speedup_vs_vanilla else ""),
-            _fmt(r.peak_mem_mb, ".0f"), _fmt(r.acceptance_rate), _fmt(None if r.same_text_as_vanilla is None else 100 * r.same_text_as_vanilla, ".0f"),
+            *(percent(r.accuracy_by_task.get(t, 0.0)) for t in report.setup.tasks),
+            significant(r.nfe), significant(r.sequential_calls), significant(r.tokens_per_forward),
+            significant(r.tokens_per_s), significant(r.text_tokens_per_s),
+            NONE if r.speedup_vs_vanilla is None else f"{significant(r.speedup_vs_vanilla)}x",
+            significant(r.peak_mem_mb), percent(r.acceptance_rate), same or NONE,
         )
     return table
 

@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-# A pipe or log file gets a wide table rather than rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 180)
+from flows.commands.readable import NONE, milliseconds, percent, significant
+from flows.commands.table import Column, FittedTable, table_console
+
+console = table_console(180)
 
 
 def eval_command(
@@ -120,20 +120,23 @@ def finish(spec, result, repro: bool, plot: bool) -> None:
         console.print(f"[yellow]{problem}[/yellow]", highlight=False)
 
 
-def records_table(records) -> Table:
+def records_table(records) -> FittedTable:
     from evals.plots import point_label
 
-    table = Table(title="eval records")
-    for name in ("candidate", "task", "config", "acc", "p50 ms", "p95 ms", "TTFB ms", "items/s", "tok/s", "TPF",
-                 "NFE", "mem MB", "err", "valid"):
-        table.add_column(name, justify="left" if name in ("candidate", "task", "config") else "right")
+    # at 80 columns the rarely read ones go first: first-block latency, the throughput pass, p50
+    table = FittedTable("eval records", [
+        Column("candidate"), Column("task"), Column("config", wrap=True), Column("accuracy", "right"),
+        Column("p50 latency (ms)", "right", drop=4), Column("p95 latency (ms)", "right"),
+        Column("first block (ms)", "right", drop=6), Column("items/s", "right", drop=5),
+        Column("tokens/s", "right", drop=3), Column("tokens per forward", "right", drop=2),
+        Column("forward passes", "right", drop=2), Column("peak memory (MB)", "right", drop=1),
+        Column("errors", "right"), Column("valid", "right")])
     for r in records:
         table.add_row(
-            r.candidate, r.task, point_label(r) or "-", f"{r.accuracy:.3f}", f"{r.latency_p50_s * 1e3:.1f}",
-            f"{r.latency_p95_s * 1e3:.1f}", "-" if r.time_to_first_block_s is None else f"{r.time_to_first_block_s * 1e3:.1f}",
-            "-" if r.throughput_items_per_s is None else f"{r.throughput_items_per_s:.1f}", f"{r.tokens_per_s:.0f}",
-            f"{r.tokens_per_forward:.2f}", f"{r.nfe:.1f}", f"{r.peak_mem_mb:.0f}", str(r.errors),
-            {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[r.valid],
+            r.candidate, r.task, point_label(r) or NONE, percent(r.accuracy), milliseconds(r.latency_p50_s),
+            milliseconds(r.latency_p95_s), milliseconds(r.time_to_first_block_s), significant(r.throughput_items_per_s),
+            significant(r.tokens_per_s), significant(r.tokens_per_forward), significant(r.nfe),
+            significant(r.peak_mem_mb), str(r.errors), {True: "[green]yes[/green]", False: "[red]no[/red]", None: NONE}[r.valid],
         )
     return table
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-console = Console()
+from flows.commands.table import Column, FittedTable, table_console
+
+console = table_console(200)
 
 
 def _fail(e: Exception) -> None:
@@ -97,17 +97,15 @@ def audit_command(
     if events.empty:
         console.print("No audit events yet. Register evidence (`unmask run`), then `unmask promote`.")
         return
-    table = Table(title=f"audit trail ({len(events)} events)")
-    for column in ("when", "event", "who", "stage", "model", "version", "from", "to", "status", "comment"):
-        table.add_column(column, overflow="fold")
+    # at 80 columns the run status and the alias move's ends go first; who, what and why stay
+    table = FittedTable(f"audit trail ({len(events)} events)", [
+        Column("when (UTC)", wrap=True), Column("event"), Column("who"), Column("stage"), Column("model", wrap=True),
+        Column("from", drop=2), Column("to", drop=3), Column("status", drop=4), Column("comment", wrap=True, drop=1)])
     for _, e in events.tail(limit).iterrows():
-        table.add_row(e["when"][:19], e["event"], e["who"], e["stage"], e["model"], e["version"], e["from"], e["to"],
-                      e["status"], _short(e["comment"]))
+        table.add_row(e["when"][:19].replace("T", " "), e["event"], e["who"], e["stage"],
+                      f"{e['model']} v{e['version']}" if e["version"] else e["model"], e["from"], e["to"], e["status"],
+                      e["comment"])
     console.print(table)
-
-
-def _short(text: str, limit: int = 100) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:

@@ -14,7 +14,8 @@ NONE = "-"
 
 
 def significant(value: float | int | None, digits: int = 3) -> str:
-    """`value` to `digits` significant digits, never in e-notation: 0.0223 -> '0.0223', 1234.5 -> '1230'."""
+    """`value` to `digits` significant digits, never in e-notation: 0.02230288 -> '0.0223', 1.0 -> '1.00',
+    1234.5 -> '1230'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NONE
     if isinstance(value, bool):
@@ -25,7 +26,7 @@ def significant(value: float | int | None, digits: int = 3) -> str:
     decimals = digits - 1 - magnitude
     if decimals <= 0:
         return str(int(round(value, decimals)))
-    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
+    return f"{value:.{decimals}f}"  # trailing zeros are digits too: 1.00x is measured, 1x is not
 
 
 def milliseconds(seconds: float | None) -> str:

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from flows.commands import table_console
+from flows.commands.next_steps import next_stage_for, next_steps
+from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(160)
 
@@ -63,9 +63,9 @@ def run_command(
                   f"({state_dir() / 'results'})", highlight=False)
     for line in result.get("flushed") or []:
         console.print(f"logged evidence kept from an earlier run: {line}", highlight=False)
-    console.print("next: [bold]unmask dashboard[/bold] (gates and scores), "
-                  f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit), "
-                  "[bold]unmask approve MODEL STAGE[/bold] (sign off a waiting promotion)", highlight=False)
+    print_next_steps(result["outcomes"], result["tracking_uri"], options.policy)
+    console.print("see: [bold]unmask dashboard[/bold] (gates and scores), "
+                  f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)", highlight=False)
     if rows and all(r["qualifies"] == "failed" for r in rows):
         raise typer.Exit(1)
 
@@ -109,21 +109,46 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
     return result
 
 
-def scorecard_table(rows: list[dict], score_stage: str, reason_chars: int = 90) -> Table:
-    table = Table(title="scorecard", caption=f"scores rank only the models that pass every {score_stage} gate",
-                  show_lines=True)
-    for name, justify in (("candidate", "left"), ("qualifies for", "left"), ("gates passed", "right"),
-                          ("failed gates: reasons", "left"), (f"score ({score_stage})", "right")):
-        table.add_column(name, justify=justify, overflow="fold")
+def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
+    table = FittedTable("scorecard", [
+        Column("candidate"), Column("qualifies for"), Column("gates passed", "right", wrap=True),
+        Column("failed gates: reasons", wrap=True), Column(f"score ({score_stage})", "right", wrap=True)],
+        caption=f"scores rank only the models that pass every {score_stage} gate", show_lines=True)
     for r in rows:
         stage = {"none": "[yellow]none yet[/yellow]", "failed": "[red]failed[/red]"}.get(
             r["qualifies"], f"[green]{r['qualifies']}[/green]")
         gates = f"{r['passed']}/{r['passed'] + r['failed']} at {r['judged_at']}" if r["judged_at"] else "-"
-        reasons = "\n".join(x if len(x) <= reason_chars else x[: reason_chars - 1] + "…" for x in r["reasons"]) or "-"
         score = f"{r['score']:.3f} (#{r['rank']})" if r["score"] is not None else "[dim]filtered by gates[/dim]"
         name = f"{r['candidate']}\n[dim]{r['role']}[/dim]" if r["role"] else r["candidate"]
-        table.add_row(name, stage, gates, reasons, score)
+        table.add_row(name, stage, gates, "\n".join(r["reasons"]) or "-", score)
     return table
+
+
+def print_next_steps(outcomes: list[dict], tracking_uri: str, policy_path: str | None) -> None:
+    """For each reviewed candidate, the commands that clear what blocks its next promotion, judged afresh
+    (the typed reasons say which command; the review's outcome keeps only their words)."""
+    from gates import PolicyError, load_policy
+    from registry import Registry, RegistryError, judge
+
+    try:
+        policy, registry = load_policy(policy_path), Registry(tracking_uri)
+        for outcome in outcomes:
+            if outcome.get("error") or outcome.get("role") == "fallback":
+                continue
+            model, version = outcome["candidate"], outcome["version"]
+            held = registry.aliases_of(model)
+            stage = next_stage_for(held, version)
+            if stage is None:
+                console.print(f"{model} v{version} holds every stage", highlight=False)
+                continue
+            decision = judge(registry, model, version, stage, policy, record=False)
+            named = version != (held.get("candidate") or held.get("fallback"))
+            console.print(f"next for {model} v{version} -> {stage}:", highlight=False)
+            for step in next_steps(model, version, decision, policy.stage(stage), name_version=named):
+                console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
+                console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
+    except (PolicyError, RegistryError) as e:  # the scorecard stands; only the hint is missing
+        console.print(f"[yellow]no next steps: {e}[/yellow]", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

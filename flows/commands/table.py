@@ -69,9 +69,10 @@ class FittedTable:
             raise ValueError(f"FittedTable.add_row: {len(cells)} cells for {len(self.columns)} columns")
         self.rows.append([str(c) for c in cells])
 
-    def _bounds(self, index: int) -> tuple[int, int, int]:
-        """(floor, whole words, natural) content widths of a column: below `whole words` a wrapping
-        column folds its longest word; a column never gets less than `floor`."""
+    def _bounds(self, index: int) -> tuple[int, int, int, int]:
+        """(floor, whole words, cells, natural) widths of a column: below `whole words` a wrapping column
+        folds its longest word, below `cells` its cells take more than a line, below `natural` the header
+        does; a column never gets less than `floor`."""
         column = self.columns[index]
         lines = [line for row in self.rows for line in _lines(row[index])]
         longest = max((line.cell_len for line in lines), default=0)
@@ -81,7 +82,7 @@ class FittedTable:
             floor, words = max(header_word, min(word, WRAP_MIN)), max(header_word, word)
         else:
             floor = words = max(header_word, longest)
-        return floor, words, max(words, len(column.header), longest)
+        return floor, words, max(words, longest), max(words, len(column.header), longest)
 
     def layout(self, width: int) -> tuple[list[int], list[int], list[str]]:
         """(kept column indexes, their content widths, dropped headers) for a table `width` characters wide."""
@@ -104,15 +105,21 @@ class FittedTable:
                 break
             widths[max(foldable, key=lambda i: (self.columns[i].drop, widths[i], i))] -= 1
         spare = room() - sum(widths.values())
-        # one character at a time to the column furthest below its natural width, so long reasons and
-        # headers both grow, in proportion to what they would take
-        while spare > 0:
-            short = [i for i in kept if widths[i] < bounds[i][2]]
-            if not short:
-                break
-            grow = min(short, key=lambda i: widths[i] / bounds[i][2])
-            widths[grow] += 1
-            spare -= 1
+        # first until cells keep to one line, then until headers do: the columns that need least first
+        # (a date or a threshold made whole reads better than a reason a little wider), then the rest
+        # one character at a time to the column furthest below its target, so they grow in proportion
+        for target in (2, 3):
+            for i in sorted(kept, key=lambda i: (bounds[i][target] - widths[i], i)):
+                if 0 < bounds[i][target] - widths[i] <= spare:
+                    spare -= bounds[i][target] - widths[i]
+                    widths[i] = bounds[i][target]
+            while spare > 0:
+                short = [i for i in kept if widths[i] < bounds[i][target]]
+                if not short:
+                    break
+                grow = min(short, key=lambda i: widths[i] / bounds[i][target])
+                widths[grow] += 1
+                spare -= 1
         dropped = [self.columns[i].header for i in range(len(self.columns)) if i not in kept]
         return kept, [widths[i] for i in kept], dropped
 
