@@ -25,7 +25,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def render(report) -> FittedTable:
-    # at 80 columns what the speedup already sums up goes first: the raw rates, then the call counts
+    # at 80 columns memory goes first (one model, one size), then what the speedup sums up: the rates, the calls
     table = FittedTable(report.title, [
         Column("config"), Column("gen length", "right"),
         *(Column(f"accuracy {t}", "right") for t in report.setup.tasks),

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from flows.commands import table_console
+from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(200)
 
@@ -49,11 +48,10 @@ def models_command(
     except CatalogError as e:
         console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(2) from None
-    table = Table(title=f"candidate catalog ({entries.path})")
-    for column in ("id", "kind", "role", "license", "size", "pulled"):
-        table.add_column(column, no_wrap=column != "license")
-    if explain:
-        table.add_column("status")
+    # at 80 columns the size goes first, then `pulled` and the kind (with --explain, the status says them in words)
+    columns = [Column("id"), Column("kind", drop=1), Column("role"), Column("license", wrap=True),
+               Column("size", "right", drop=3), Column("pulled", drop=2)]
+    table = FittedTable(f"candidate catalog ({entries.path})", columns + ([Column("status", wrap=True)] if explain else []))
     for entry in entries:
         pulled = pulled_path(entry.id)
         if entry.is_api:
