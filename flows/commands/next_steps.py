@@ -55,7 +55,7 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     if unmet:
         steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
                               "change the model or the sweep, then measure again",
-                              f"unmask run --model {model} --remeasure"))
+                              f"unmask run --model {model}"))
     for item in to_sign:
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
                               f'unmask sign-off {model} --stage {stage} --item {item} --by NAME '

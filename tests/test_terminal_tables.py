@@ -1,0 +1,197 @@
+"""The table commands at COLUMNS=80: headers and model names whole, numbers as people write them,
+what did not fit named under the table; `next:` names the command that clears the real blocker.
+
+The real CLI (typer's CliRunner) over a real SQLite MLflow store; `readable` checks the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from eval_fixtures import write_model
+from flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_policy, write_sweep
+from tests.gate_fixtures import evidence, fresh_registry, record, register_pair
+
+NARROW = {"COLUMNS": "80"}
+RAW_FLOAT = re.compile(r"\d\.\d{5,}")  # 0.02230288574997985: more digits than any measurement here supports
+
+
+def header_block(text: str) -> str:
+    """The header rows of the (first) table: between its top border and the line under the headers."""
+    lines = text.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
+    under = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┡"))
+    return "\n".join(lines[top + 1:under])
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """The body rows of a table by their first cell, each cell's wrapped lines joined by a space."""
+    found: list[list[str]] = []
+    for line in text.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [cell.strip() for cell in line.strip("│").split("│")]
+        if cells[0]:
+            found.append(cells)
+        else:  # a wrapped line of the row above
+            found[-1] = [f"{a} {b}".strip() for a, b in zip(found[-1], cells)]
+    return {cells[0]: cells for cells in found}
+
+
+def dropped(text: str) -> str:
+    found = re.search(r"not shown at 80 columns: (.*?) \(a wider", text.replace("\n", " "), re.S)
+    return found.group(1) if found else ""
+
+
+def readable(text: str, headers: list[str], names: list[str]) -> None:
+    """Every table line fits 80 characters, nothing is cut into `…`, each header is shown with its words
+    whole (wrapped at spaces at most) or named as not shown, and each model name appears whole.
+    (A `next:` command may run longer: it is printed unbroken, to be copied.)"""
+    assert "…" not in text, text
+    assert all(len(line) <= 80 for line in text.splitlines() if set(line) & set("┏┃┡│└")), text
+    block = header_block(text)
+    words = set(re.split(r"[\s┃]+", block))
+    for header in headers:
+        shown = all(word in words for word in header.split())
+        assert shown or header in dropped(text), f"header {header!r} is neither whole nor named as dropped:\n{text}"
+        assert not (shown and header in dropped(text).split(", ")), header
+    cells = set(re.split(r"[\s│┃]+", text))
+    for name in names:
+        assert name in cells, f"model name {name!r} is not whole:\n{text}"
+
+
+@pytest.fixture
+def registered(tmp_path, monkeypatch):
+    """tiny-ar (fallback) and tiny-llada (candidate, with a p95 of many digits) in a fresh store."""
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    candidate = evidence(records=[record(latency_p95_s=0.02230288574997985, peak_mem_mb=797.1484375),
+                                  record(task="sort")])
+    _, version = register_pair(reg, candidate)
+    return reg, version
+
+
+def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registered):
+    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    readable(text, ["gate", "passed", "measured", "required", "why", "record"], ["tiny-llada", "tooling_maturity",
+                                                                                 "quality_vs_fallback"])
+    assert "record" in dropped(text)  # the record id goes first at 80 columns, and says so
+    assert not RAW_FLOAT.search(text) and "['" not in text and "{'" not in text, text
+    gates = {gate: cells[2:4] for gate, cells in rows(text).items()}  # (measured, required)
+    assert gates["latency"] == ["22.3 ms", "<= 5000 ms"] and gates["memory"] == ["797 MB", "<= 16384 MB"]
+    assert gates["quality"] == ["72.0%", ">= 30%"] and gates["quality_vs_fallback"] == ["72.0%", ">= fallback - 20 pts"]
+    assert gates["license"] == ["permitted", "permitted or caution"]
+    assert gates["reproducibility"] == ["same process", "same process"]
+    assert gates["data_validity"] == ["120 items", ">= 16 items"] and gates["error_rate"] == ["0%", "<= 5%"]
+    assert gates["speedup"][1] == ">= 0.2x" and gates["tooling_maturity"] == ["no sign-off", "sign-off of tooling-maturity"]
+    # the first step is what blocks first: the unsigned checklist items, then the approval, then the move
+    steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
+    assert steps[0] == ('next: unmask sign-off tiny-llada --stage poc --item fallback-plan --by NAME '
+                        '--comment "what was checked"'), steps
+    assert steps[1].startswith("then: unmask sign-off tiny-llada --stage poc --item tooling-maturity")
+    assert steps[2].startswith("then: unmask approve tiny-llada poc --comment")
+    assert steps[3] == "then: unmask promote tiny-llada --to poc"
+
+
+def test_gates_hint_follows_the_blocker_once_the_sign_offs_are_in(registered):
+    from registry import approve, sign_off
+
+    reg, version = registered
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", version, "poc", item, "ada", f"{item} checked")
+    run = CliRunner().invoke
+    text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
+    steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
+    assert steps[0].startswith("next: unmask approve tiny-llada poc --comment") and "sign-off" not in " ".join(steps)
+    approve(reg, "tiny-llada", version, "poc", "grace", "poc evidence reviewed")
+    text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
+    assert "may be promoted" in text and "next: unmask promote tiny-llada --to poc" in text
+    # staging needs poc first: that promotion is named before the approval staging needs
+    text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW).output
+    steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
+    assert "then: unmask promote tiny-llada --to poc" in steps
+    assert steps.index("then: unmask promote tiny-llada --to poc") < steps.index("then: unmask promote tiny-llada --to staging")
+
+
+def test_a_failed_measurement_asks_for_new_evidence_first(tmp_path, monkeypatch):
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    register_pair(reg, evidence(records=[record(accuracy=0.1), record(task="sort")]))
+    text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
+    assert rows(text)["quality"][1:4] == ["no", "10.0%", ">= 30%"]
+    first = next(line.strip() for line in text.splitlines() if line.strip().startswith("next:"))
+    assert first == "next: unmask run --model tiny-llada", text
+
+
+def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
+    run = CliRunner().invoke
+    app = cli_app("promote")
+    signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
+                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW)
+    assert signed.exit_code == 0, signed.output
+    refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace",
+                        "--comment", "evidence reviewed, gates and checklist are green"], env=NARROW)
+    assert refused.exit_code == 1
+    trail = run(app, ["audit"], env=NARROW)
+    assert trail.exit_code == 0, trail.output
+    readable(trail.output, ["when (UTC)", "event", "who", "stage", "model", "from", "to", "status", "comment"],
+             ["tiny-llada", "ada", "grace", "promotion_refused", "signoff"])
+    assert "on-call" in trail.output and "status" in dropped(trail.output)
+
+
+def test_eval_at_80_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    model = write_model(tmp_path / "tiny-diffusion-model")
+    tasks = tmp_path / "gsm.jsonl"
+    tasks.write_text("\n".join(json.dumps({"question": f"{i}+1?", "answer": f"#### {i + 1}"}) for i in range(3)) + "\n")
+    result = CliRunner().invoke(cli_app("eval"), ["eval", "--model", str(model), "--tasks", str(tasks), "--gen-length",
+                                                  "8", "--steps", "4", "--no-repro", "--no-plot"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    text = result.output[result.output.index("eval records"):]
+    readable(text, ["candidate", "task", "config", "accuracy", "p50 latency (ms)", "p95 latency (ms)",
+                    "first block (ms)", "items/s", "tokens/s", "tokens per forward", "forward passes",
+                    "peak memory (MB)", "errors", "valid"], ["tiny-diffusion-model"])
+    assert re.search(r"│ +\d+(\.\d+)?% │", text), text  # accuracy as a percentage
+    assert dropped(text), text  # fourteen columns do not fit 80; the footer says which went
+
+
+def test_bench_at_80_columns(tmp_path):
+    from tests.test_bench import write_random_model
+
+    folders = write_random_model(tmp_path / "rand-llada"), write_random_model(tmp_path / "rand-ar", causal=True, seed=1)
+    result = CliRunner().invoke(cli_app("bench"), [
+        "bench", "--model", str(folders[0]), "--ar-model", str(folders[1]), "--gen-lengths", "32",
+        "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "0",
+        "--configs", "vanilla,parallel-threshold-0.9,tiny-ar"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    readable(text, ["config", "gen length", "accuracy arith", "accuracy sort", "forward passes", "sequential calls",
+                    "tokens per forward", "tokens/s (padded)", "tokens/s (text)", "speedup", "peak memory (MB)",
+                    "draft acceptance", "same text as vanilla"], ["vanilla", "parallel-threshold-0.9", "tiny-ar"])
+    assert re.search(r"│ vanilla .*│ +1\.00x │", text), text  # the baseline's speedup, to 3 digits
+    assert not RAW_FLOAT.search(text)
+
+
+def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_path, monkeypatch):
+    models = tiny_models(tmp_path / "models")
+    sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]], steps=(8,))
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    policy = write_policy(tmp_path / "policy.yaml")  # judged at the tiny sweep's gen_length: gates pass
+    result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", sweep, "--policy", policy], env=NARROW)
+    assert result.exit_code == 0, result.output
+    text = result.output[result.output.index("scorecard"):]
+    readable(text.split("done in")[0], ["candidate", "qualifies for", "gates passed", "failed gates: reasons",
+                                        "score (poc)"], [CANDIDATE, FALLBACK])
+    lines = [line.strip() for line in text.splitlines()]
+    at = lines.index(f"next for {CANDIDATE} v1 -> poc:")
+    assert lines[at + 1] == (f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan --by NAME '
+                             '--comment "what was checked"'), text
+    assert "unmask approve MODEL STAGE" not in text  # the old hint, whatever the blocker
+    assert f"next for {FALLBACK}" not in text  # the fallback is not promoted through the stages
