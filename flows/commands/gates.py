@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from checklists import STAGES
-from flows.commands.next_steps import next_stage_for, next_steps
+from flows.commands.next_steps import names_version, next_stage_for, next_steps
 from flows.commands.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
 
@@ -43,7 +43,7 @@ def gates_command(
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
             if name == (stage or upcoming):  # the steps of the promotion asked about, or else of the next one
-                steps = next_steps(model, version, decision, stage_policy, name_version=_named(held, version))
+                steps = next_steps(model, version, decision, stage_policy, name_version=names_version(held, version))
                 for n, step in enumerate(steps):  # the reasons above say why; these say what to run
                     console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
                                   soft_wrap=True)
@@ -51,11 +51,6 @@ def gates_command(
     except (PolicyError, RegistryError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
-
-
-def _named(held: dict[str, str], version: str) -> bool:
-    """Whether a command must name --version: it defaults to the `candidate` version (else `fallback`)."""
-    return version != (held.get("candidate") or held.get("fallback"))
 
 
 def _table(model: str, version: str, stage: str, decision, stage_policy) -> FittedTable:

@@ -29,6 +29,12 @@ def next_stage_for(held: dict[str, str], version: str) -> str | None:
     return next((stage for stage in STAGES if held.get(stage) != version), None)
 
 
+def names_version(held: dict[str, str], version: str) -> bool:
+    """Whether a command must say --version: sign-off, approve and promote default to the `candidate`
+    version (sign-off to `fallback` when there is none)."""
+    return version != (held.get("candidate") or held.get("fallback"))
+
+
 def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy | None,
                name_version: bool = False) -> list[NextStep]:
     """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version

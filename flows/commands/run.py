@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from flows.commands.next_steps import next_stage_for, next_steps
+from flows.commands.next_steps import names_version, next_stage_for, next_steps
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(160)
@@ -142,9 +142,9 @@ def print_next_steps(outcomes: list[dict], tracking_uri: str, policy_path: str |
                 console.print(f"{model} v{version} holds every stage", highlight=False)
                 continue
             decision = judge(registry, model, version, stage, policy, record=False)
-            named = version != (held.get("candidate") or held.get("fallback"))
             console.print(f"next for {model} v{version} -> {stage}:", highlight=False)
-            for step in next_steps(model, version, decision, policy.stage(stage), name_version=named):
+            for step in next_steps(model, version, decision, policy.stage(stage),
+                                   name_version=names_version(held, version)):
                 console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
                 console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
     except (PolicyError, RegistryError) as e:  # the scorecard stands; only the hint is missing
