@@ -1,7 +1,7 @@
 """The table commands at COLUMNS=80: headers and model names whole, numbers as people write them,
 what did not fit named under the table; `next:` names the command that clears the real blocker.
 
-The real CLI (typer's CliRunner) over a real SQLite MLflow store; `readable` checks the layout.
+The real CLI (typer's CliRunner) over a real SQLite MLflow store; `fits_80` checks the layout.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def dropped(text: str) -> str:
     return found.group(1) if found else ""
 
 
-def readable(text: str, headers: list[str], names: list[str]) -> None:
+def fits_80(text: str, headers: list[str], names: list[str]) -> None:
     """Every table line fits 80 characters, nothing is cut into `…`, each header is shown with its words
     whole (wrapped at spaces at most) or named as not shown, and each model name appears whole.
     (A `next:` command may run longer: it is printed unbroken, to be copied.)"""
@@ -79,7 +79,7 @@ def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registe
     result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output
-    readable(text, ["gate", "passed", "measured", "required", "why", "record"], ["tiny-llada", "tooling_maturity",
+    fits_80(text, ["gate", "passed", "measured", "required", "why", "record"], ["tiny-llada", "tooling_maturity",
                                                                                  "quality_vs_fallback"])
     assert "record" in dropped(text)  # the record id goes first at 80 columns, and says so
     assert not RAW_FLOAT.search(text) and "['" not in text and "{'" not in text, text
@@ -140,7 +140,7 @@ def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
     assert refused.exit_code == 1
     trail = run(app, ["audit"], env=NARROW)
     assert trail.exit_code == 0, trail.output
-    readable(trail.output, ["when (UTC)", "event", "who", "stage", "model", "from", "to", "status", "comment"],
+    fits_80(trail.output, ["when (UTC)", "event", "who", "stage", "model", "from", "to", "status", "comment"],
              ["tiny-llada", "ada", "grace", "promotion_refused", "signoff"])
     assert "on-call" in trail.output and "status" in dropped(trail.output)
 
@@ -154,7 +154,7 @@ def test_eval_at_80_columns(tmp_path, monkeypatch):
                                                   "8", "--steps", "4", "--no-repro", "--no-plot"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output[result.output.index("eval records"):]
-    readable(text, ["candidate", "task", "config", "accuracy", "p50 latency (ms)", "p95 latency (ms)",
+    fits_80(text, ["candidate", "task", "config", "accuracy", "p50 latency (ms)", "p95 latency (ms)",
                     "first block (ms)", "items/s", "tokens/s", "tokens per forward", "forward passes",
                     "peak memory (MB)", "errors", "valid"], ["tiny-diffusion-model"])
     assert re.search(r"│ +\d+(\.\d+)?% │", text), text  # accuracy as a percentage
@@ -171,7 +171,7 @@ def test_bench_at_80_columns(tmp_path):
         "--configs", "vanilla,parallel-threshold-0.9,tiny-ar"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.stdout
-    readable(text, ["config", "gen length", "accuracy arith", "accuracy sort", "forward passes", "sequential calls",
+    fits_80(text, ["config", "gen length", "accuracy arith", "accuracy sort", "forward passes", "sequential calls",
                     "tokens per forward", "tokens/s (padded)", "tokens/s (text)", "speedup", "peak memory (MB)",
                     "draft acceptance", "same text as vanilla"], ["vanilla", "parallel-threshold-0.9", "tiny-ar"])
     assert re.search(r"│ vanilla .*│ +1\.00x │", text), text  # the baseline's speedup, to 3 digits
@@ -187,7 +187,7 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
     result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", sweep, "--policy", policy], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output[result.output.index("scorecard"):]
-    readable(text.split("done in")[0], ["candidate", "qualifies for", "gates passed", "failed gates: reasons",
+    fits_80(text.split("done in")[0], ["candidate", "qualifies for", "gates passed", "failed gates: reasons",
                                         "score (poc)"], [CANDIDATE, FALLBACK])
     lines = [line.strip() for line in text.splitlines()]
     at = lines.index(f"next for {CANDIDATE} v1 -> poc:")
@@ -195,3 +195,27 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
                              '--comment "what was checked"'), text
     assert "unmask approve MODEL STAGE" not in text  # the old hint, whatever the blocker
     assert f"next for {FALLBACK}" not in text  # the fallback is not promoted through the stages
+
+
+def test_numbers_keep_the_digits_a_measurement_supports():
+    from flows.commands.readable import milliseconds, percent, significant
+
+    assert significant(0.02230288574997985) == "0.0223" and significant(797.1484375) == "797"
+    assert significant(1234.5) == "1230" and significant(1.0) == "1.00" and significant(-0.5) == "-0.500"
+    assert significant(None) == "-" and significant(0) == "0" and significant(123456.0) == "123000"
+    assert milliseconds(0.02230288574997985) == "22.3" and percent(0.9375) == "93.8%" and percent(1.0) == "100%"
+
+
+def test_every_bundled_threshold_reads_as_a_person_writes_it():
+    from flows.commands.readable import gate_threshold
+    from gates import load_policy
+
+    production = {g.name: gate_threshold(g, None) for g in load_policy().stage("production").gates}
+    assert production == {
+        "quality": ">= 60%", "quality_vs_fallback": ">= fallback", "quality_vs_production": ">= 98% of production",
+        "latency": "<= 1000 ms", "speedup": ">= 1x", "memory": "<= 4096 MB", "license": "permitted",
+        "reproducibility": "same process, fresh process and batch invariant", "data_validity": ">= 100 items",
+        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity"}
+    staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
+    assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
+    assert staging["license"] == "permitted or caution"
