@@ -219,3 +219,14 @@ def test_every_bundled_threshold_reads_as_a_person_writes_it():
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
     assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
     assert staging["license"] == "permitted or caution"
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_models_at_80_columns(explain, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("UNMASK_CATALOG", raising=False)
+    result = CliRunner().invoke(cli_app("models"), ["models"] + (["--explain"] if explain else []), env=NARROW)
+    assert result.exit_code == 0, result.output
+    fits_80(result.output, ["id", "kind", "role", "license", "size", "pulled"] + (["status"] if explain else []),
+            ["tiny-llada", "tiny-ar", "diffusiongemma-26b-a4b", "candidate", "Apache-2.0"]
+            + ([] if explain else ["masked-diffusion"]))  # with --explain the kind gives way to the status
