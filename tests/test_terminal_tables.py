@@ -119,6 +119,24 @@ def test_gates_hint_follows_the_blocker_once_the_sign_offs_are_in(registered):
     assert steps.index("then: unmask promote tiny-llada --to poc") < steps.index("then: unmask promote tiny-llada --to staging")
 
 
+def test_sign_offs_and_approval_older_than_the_latest_evaluation_are_asked_for_again(registered):
+    from registry import approve, register_evidence, sign_off
+
+    reg, version = registered
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", version, "poc", item, "ada", f"{item} checked")
+    approve(reg, "tiny-llada", version, "poc", "grace", "poc evidence reviewed")
+    again, _ = register_evidence(reg, evidence())  # re-evaluated: what was signed and approved predates it
+    assert again == version
+    text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
+    assert "predates the latest evaluation" in text
+    steps = [line.strip().split(" --by")[0].split(" --comment")[0] for line in text.splitlines()
+             if line.strip().startswith(("next:", "then:"))]
+    assert steps == ["next: unmask sign-off tiny-llada --stage poc --item fallback-plan",
+                     "then: unmask sign-off tiny-llada --stage poc --item tooling-maturity",
+                     "then: unmask approve tiny-llada poc", "then: unmask promote tiny-llada --to poc"], text
+
+
 def test_a_failed_measurement_asks_for_new_evidence_first(tmp_path, monkeypatch):
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)

@@ -35,7 +35,7 @@ def names_version(held: dict[str, str], version: str) -> bool:
     return version != (held.get("candidate") or held.get("fallback"))
 
 
-def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy | None,
+def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy,
                name_version: bool = False) -> list[NextStep]:
     """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version
     (when `version` is not the one the commands default to, its `candidate`)."""
@@ -44,17 +44,13 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     kinds = {r.kind for r in decision.reasons}
     if decision.allowed:
         return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}")]
-    if kinds == {ReasonKind.STAGE} and decision.checklist is None:  # an unknown stage: nothing runs
-        return []
-    gate_kind = {g.name: g.kind for g in stage_policy.gates} if stage_policy else {}
-    signed_items = {g.params["checklist_item"] for g in (stage_policy.gates if stage_policy else ())
-                    if g.kind == SIGNED_GATE}
-    failed = [r.gate for r in decision.gate_results if not r.passed]
-    measured = [g for g in failed if gate_kind.get(g) != SIGNED_GATE]
+    specs = {g.name: g for g in stage_policy.gates}
+    failed = [specs[r.gate] for r in decision.gate_results if not r.passed and r.gate in specs]
+    measured = [g.name for g in failed if g.kind != SIGNED_GATE]
     undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
     to_sign = [i.id for i in undone if i.kind == "manual"]
-    to_sign += sorted(item for item in signed_items if any(gate_kind.get(g) == SIGNED_GATE for g in failed)
-                      and item not in to_sign)
+    to_sign += [g.params["checklist_item"] for g in failed
+                if g.kind == SIGNED_GATE and g.params["checklist_item"] not in to_sign]
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
@@ -66,12 +62,12 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
                               f'unmask sign-off {model} --stage {stage} --item {item} --by NAME '
                               f'--comment "what was checked"{flag}'))
-    if ReasonKind.STAGE in kinds and stage_policy and stage_policy.requires_stage:
+    if ReasonKind.STAGE in kinds and stage_policy.requires_stage:
         steps.append(NextStep(f"{stage} needs {stage_policy.requires_stage} first",
                               f"unmask promote {model} --to {stage_policy.requires_stage}{flag}"))
     if ReasonKind.APPROVAL in kinds:
-        chars = stage_policy.approval_min_comment_chars if stage_policy else 1
-        steps.append(NextStep(f"an approver signs off the promotion (a comment of {chars}+ characters)",
+        steps.append(NextStep(f"an approver signs off the promotion (a comment of "
+                              f"{stage_policy.approval_min_comment_chars}+ characters)",
                               f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}'))
     steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}"))
     return steps
