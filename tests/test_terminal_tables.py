@@ -216,12 +216,13 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
 
 
 def test_numbers_keep_the_digits_a_measurement_supports():
-    from flows.commands.readable import milliseconds, percent, significant
+    from flows.commands.readable import exact, milliseconds, percent, significant
 
     assert significant(0.02230288574997985) == "0.0223" and significant(797.1484375) == "797"
     assert significant(1234.5) == "1230" and significant(1.0) == "1.00" and significant(-0.5) == "-0.500"
     assert significant(None) == "-" and significant(0) == "0" and significant(123456.0) == "123000"
     assert milliseconds(0.02230288574997985) == "22.3" and percent(0.9375) == "93.8%" and percent(1.0) == "100%"
+    assert exact(1e9) == "1000000000" and exact(0.2) == "0.2" and exact(16384) == "16384"  # thresholds: as written
 
 
 def test_every_bundled_threshold_reads_as_a_person_writes_it():

@@ -2,7 +2,7 @@
 
 A tiny model's p95 is measured to a few percent at best, so `0.02230288574997985` s says nothing
 that `22.3 ms` does not. Thresholds come from the policy's own settings, not from its Python
-repr: `>= 30%`, `permitted or caution`, `fallback - 20 pts or better`.
+repr: `>= 30%`, `permitted or caution`, `>= fallback - 20 pts`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def percent(share: float | None) -> str:
 
 
 def exact(value: float | int) -> str:
-    """A policy's own number, as written there: 16384 stays 16384 (a threshold is not a measurement)."""
-    return f"{value:g}"
+    """A policy's own number, as written there: 16384 stays 16384, 1e9 is 1000000000 (a threshold is
+    not a measurement, so it is not rounded)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def either(words: Any, joiner: str = "or") -> str:
