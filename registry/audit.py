@@ -19,7 +19,8 @@ from mlflow.entities import Run
 from registry.connection import AUDIT_EXPERIMENT
 from registry.store import Registry, model_tag, now_iso
 
-EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation")
+EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
+          "integrity_finding")
 MOVE = "alias_move"
 
 
