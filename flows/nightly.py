@@ -45,7 +45,8 @@ class ProductionVerdict:
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import Registry, latest_registration, load_evidence
+    from registry import EvidenceTampered, Registry, latest_registration, load_evidence
+    from registry.integrity import record_finding
     from registry.promotion import fallback_holder, stage_holder
 
     registry = Registry(tracking_uri)
@@ -57,7 +58,12 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
             watched[model] = version
     last, sources = {}, {}
     for model, version in watched.items():
-        evidence = load_evidence(registry, model, version)
+        try:
+            evidence = load_evidence(registry, model, version)
+        except EvidenceTampered as e:  # a finding; tonight's measurement replaces the forged evidence
+            record_finding(registry, e, "nightly")
+            sources[model], last[model] = model, []
+            continue
         sources[model] = str(evidence.card.get("source") or model)
         last[model] = [r.to_dict() for r in evidence.records]
     return {"production": list(holders["production"]) if holders["production"] else None,
@@ -102,8 +108,10 @@ def judge_production(tracking_uri: str, policy_path: str | None = None) -> Produ
 
 
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool) -> dict[str, Any]:
+def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
+                      policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
+    from gates import load_policy
     from registry import PromotionRefused, Registry, rollback
     from registry.audit import AuditEvent, append
     from registry.store import now_iso
@@ -112,11 +120,13 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
     failed = "; ".join(f"{r.gate}: {r.reason}" for r in verdict.failed)
     append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict.model,
                                 verdict.version, comment=f"regression: production fails its gates: {failed}",
-                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"]}))
+                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"],
+                                          "policy": verdict.decision.evidence.get("policy")}))
     if not roll_back:
         return {"rolled_back": False}
     try:
-        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry)
+        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry,
+                        policy=load_policy(policy_path))
     except PromotionRefused as e:
         return {"rolled_back": False, "refused": e.reasons}
     return {"rolled_back": True, "move": move.to_dict()}
@@ -138,7 +148,7 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
     verdict = judge_production(tracking_uri, options.policy)
     finding = None
     if verdict and verdict.failed:
-        finding = record_regression(verdict, tracking_uri, rollback_on_regression)
+        finding = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy)
     publish_nightly(comparison, verdict, finding)
     return {"status": "regression" if finding else "ok", "production": verdict.to_dict() if verdict else None,
             "finding": finding, "comparison": comparison, "scorecard": review["scorecard"]}

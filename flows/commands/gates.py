@@ -20,6 +20,7 @@ def gates_command(
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
     from registry import Registry, RegistryError, judge, latest_registration
+    from registry.integrity import alias_drift
 
     if stage and stage not in STAGES:
         console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
@@ -32,6 +33,8 @@ def gates_command(
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
         for name in [stage] if stage else STAGES:
+            if drift := alias_drift(reg, name):
+                console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
             decision = judge(reg, model, version, name, policy)
             console.print(_table(model, version, name, decision))
             for reason in decision.reasons:
