@@ -258,3 +258,24 @@ def test_cli_promote_takes_policy_and_refusals_record_it_too(reg, monkeypatch, t
                                            "sha256": hashlib.sha256(relaxed.read_bytes()).hexdigest()}
     missing = CliRunner().invoke(app, ["promote", "tiny-llada", "--to", "poc", "--policy", str(tmp_path / "no.yaml")])
     assert missing.exit_code == 2 and "no.yaml: policy file not found" in missing.output
+
+
+def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_crashing(reg, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    _poc_held_by_llada(reg)
+    forge_records(reg)
+    reg.client.set_registered_model_alias("tiny-ar", "staging", "1")  # and an alias moved by hand
+    app = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
+    at = AppTest.from_file(app, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert any("tiny-llada v1: evidence tampered." in e and "evidence/records.json" in e for e in errors), errors
+    assert any(e.startswith("**staging drifted.** alias staging drifted") for e in errors), errors
+    for path in ("views/candidate.py", "views/scores.py", "views/quality_latency.py", "views/promotions.py"):
+        at.switch_page(path).run()
+        assert not at.exception, (path, at.exception)
+    at.switch_page("views/candidate.py").run()
+    assert any("Evidence tampered." in e.value for e in at.error)
