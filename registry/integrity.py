@@ -97,6 +97,9 @@ def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift, w
     else:
         model, version, stage = "", "", problem.alias
     seen = audit.events(registry, model=model or None, stage=stage or None, event=FINDING)
+    if stage:  # the same drift again after a move (a reconcile, say) is a new finding
+        moves = audit.events(registry, stage=stage, event=MOVE)
+        seen = [e for e in seen if not moves or e.when > moves[-1].when]
     if any(e.evidence == detail for e in seen):
         return
     audit.append(registry, AuditEvent(FINDING, who, now_iso(), stage, model, version, comment=str(problem),

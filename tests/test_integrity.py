@@ -279,3 +279,13 @@ def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_cras
         assert not at.exception, (path, at.exception)
     at.switch_page("views/candidate.py").run()
     assert any("Evidence tampered." in e.value for e in at.error)
+
+
+def test_the_same_drift_after_a_reconcile_is_a_new_finding(reg):
+    register_pair(reg)
+    for _ in range(2):
+        reg.client.set_registered_model_alias("tiny-llada", "staging", "1")
+        with pytest.raises(PromotionRefused):
+            rollback("staging", who="oncall", registry=reg)
+        rollback("staging", who="oncall", reconcile=True, registry=reg)
+    assert len(findings(reg, "drift")) == 2
