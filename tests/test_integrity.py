@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from typer.testing import CliRunner
 
 import registry.read as read
 import registry.views as views
@@ -52,6 +53,19 @@ def forge_records(reg, model="tiny-llada", version="1") -> tuple[str, str]:
     return before, hashlib.sha256(file.read_bytes()).hexdigest()
 
 
+def cli():
+    """`unmask gates`, `promote` and `rollback` as the CLI registers them."""
+    import typer
+
+    from flows.commands import gates as gates_cmd
+    from flows.commands import promote as promote_cmd
+
+    app = typer.Typer()
+    gates_cmd.register(app)
+    promote_cmd.register(app)
+    return app
+
+
 def findings(reg, kind):
     events = read.audit_events(event="integrity_finding", registry=reg)
     return events[events.evidence.map(lambda e: e.get("kind") == kind)]
@@ -86,33 +100,25 @@ def test_an_edited_records_json_is_named_recorded_once_and_moves_nothing(reg):
     assert "unmask.gates.staging" not in reg.version_tags("tiny-llada", v)  # no verdict on it either
     recorded = findings(reg, "tampered")
     assert len(recorded) == 1  # judged twice, one finding
-    assert recorded.evidence.iloc[0] | {} == {"kind": "tampered", "artifact": "evidence/records.json",
-                                              "run_id": recorded.evidence.iloc[0]["run_id"], "expected": expected,
-                                              "found": found}
+    run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
+    assert recorded.evidence.iloc[0] == {"kind": "tampered", "artifact": "evidence/records.json", "run_id": run_id,
+                                         "expected": expected, "found": found}
     assert (recorded.model.iloc[0], recorded.version.iloc[0]) == ("tiny-llada", v)
 
 
 def test_a_forged_baseline_is_refused_too(reg):
     _, v = register_pair(reg)
-    forge_records(reg, "tiny-ar", "1")  # a slower forged fallback would make the candidate look fast
+    forge_records(reg, "tiny-ar", "1")  # a forged baseline moves the speedup and relative-quality gates
     with pytest.raises(EvidenceTampered, match="tiny-ar version 1: evidence artifact evidence/records.json"):
         judge(reg, "tiny-llada", v, "production")
 
 
 def test_cli_gates_and_promote_refuse_forged_evidence_with_one_line(reg, monkeypatch):
-    import typer
-    from typer.testing import CliRunner
-
-    from flows.commands import gates as gates_cmd
-    from flows.commands import promote as promote_cmd
-
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
     register_pair(reg)
     forge_records(reg)
-    app = typer.Typer()
-    gates_cmd.register(app)
-    promote_cmd.register(app)
+    app = cli()
     shown = CliRunner().invoke(app, ["gates", "tiny-llada", "--stage", "staging"])
     assert shown.exit_code == 2 and "Traceback" not in shown.output
     assert shown.output.startswith("error: tiny-llada version 1: evidence artifact evidence/records.json")
@@ -121,7 +127,7 @@ def test_cli_gates_and_promote_refuse_forged_evidence_with_one_line(reg, monkeyp
     assert moved.exit_code == 2 and "evidence/records.json" in moved.output and "poc now points" not in moved.output
 
 
-def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg):
+def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg, monkeypatch):
     _, v = register_pair(reg)
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
     digests = [k for k in reg.client.get_run(run_id).data.tags if k.startswith(DIGEST_PREFIX)]
@@ -132,6 +138,10 @@ def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg
     assert evidence_integrity(reg, "tiny-llada", v)["status"] == "unverified"
     assert load_evidence(reg, "tiny-llada", v).candidate == "tiny-llada"
     assert judge(reg, "tiny-llada", v, "poc").evidence["evidence_status"] == "unverified"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    monkeypatch.setenv("COLUMNS", "200")
+    shown = CliRunner().invoke(cli(), ["gates", "tiny-llada", "--stage", "poc"])
+    assert shown.exit_code == 0 and "evidence unverified: registered before evidence hashes" in shown.output
 
 
 def test_the_dashboard_reads_show_a_forged_version_as_tampered_and_do_not_rank_or_plot_it(reg):
@@ -196,20 +206,12 @@ def test_an_alias_set_where_nobody_was_is_taken_off_by_reconcile(reg):
 
 
 def test_cli_reports_drift_and_reconciles(reg, monkeypatch):
-    import typer
-    from typer.testing import CliRunner
-
-    from flows.commands import gates as gates_cmd
-    from flows.commands import promote as promote_cmd
-
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
     _poc_held_by_llada(reg)
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")
     reg.client.delete_registered_model_alias("tiny-llada", "poc")
-    app = typer.Typer()
-    gates_cmd.register(app)
-    promote_cmd.register(app)
+    app = cli()
     shown = CliRunner().invoke(app, ["gates", "tiny-llada", "--stage", "poc"])
     assert shown.exit_code == 0 and "warning: alias poc drifted" in shown.output
     refused = CliRunner().invoke(app, ["rollback", "--stage", "poc"])
@@ -239,18 +241,12 @@ def test_a_promotion_and_its_verdict_record_the_policy_path_sha256_and_threshold
 
 
 def test_cli_promote_takes_policy_and_refusals_record_it_too(reg, monkeypatch, tmp_path):
-    import typer
-    from typer.testing import CliRunner
-
-    from flows.commands import promote as promote_cmd
-
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
     relaxed = tmp_path / "relaxed.yaml"
     shutil.copy(POLICY_PATH, relaxed)
     register_pair(reg)
-    app = typer.Typer()
-    promote_cmd.register(app)
+    app = cli()
     refused = CliRunner().invoke(app, ["promote", "tiny-llada", "--to", "poc", "--policy", str(relaxed)])
     assert refused.exit_code == 1
     event = read.audit_events(event="promotion_refused", registry=reg).iloc[-1]

@@ -37,6 +37,9 @@ def gates_command(
                 console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
             decision = judge(reg, model, version, name, policy)
             console.print(_table(model, version, name, decision))
+            if decision.evidence.get("evidence_status") == "unverified":
+                console.print("  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
+                              "recorded (re-evaluate to record them)", highlight=False)
             for reason in decision.reasons:
                 if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
                     console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
