@@ -77,6 +77,11 @@ def digest_tags(contents: Mapping[str, bytes]) -> dict[str, str]:
     return {DIGEST_PREFIX + path: sha256_hex(data) for path, data in contents.items()}
 
 
+def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
+    """{artifact path: sha256} as recorded on an evidence run at registration."""
+    return {k.removeprefix(DIGEST_PREFIX): v for k, v in run_tags.items() if k.startswith(DIGEST_PREFIX)}
+
+
 def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
                     data: bytes) -> str:
     """VERIFIED or UNVERIFIED (registered before hashes were recorded); raise EvidenceTampered on a mismatch."""

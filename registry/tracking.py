@@ -27,8 +27,8 @@ from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
-                                digest_tags, verify_artifact)
+from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
+                                recorded_digests, verify_artifact)
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -155,8 +155,10 @@ def registered_unchanged(registry: Registry, evidence: CandidateEvidence) -> str
     if version is None:
         return None
     try:
-        held = load_evidence(registry, evidence.candidate, version)
-    except RegistryError:  # a version without readable evidence is registered afresh
+        held, vouched = verified_evidence(registry, evidence.candidate, version)
+    except RegistryError:  # a version without readable (or untouched) evidence is registered afresh
+        return None
+    if vouched["status"] == UNVERIFIED:  # registered afresh, so its evidence gets hashes at last
         return None
     return version if evidence_identity(held) == evidence_identity(evidence) else None
 
@@ -224,8 +226,7 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
         loaded[path] = json.loads(data)
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
-    digests = {k.removeprefix(DIGEST_PREFIX): v for k, v in run_tags.items() if k.startswith(DIGEST_PREFIX)}
-    return _evidence_from(summary, records), {"run_id": run_id, "status": status, "sha256": digests}
+    return _evidence_from(summary, records), {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
 def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str, Any]:
@@ -244,8 +245,7 @@ def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str
         return {"status": TAMPERED, "detail": str(e), "sha256": {e.artifact: e.expected}}
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
     detail = "registered before evidence hashes were recorded" if status == UNVERIFIED else ""
-    digests = {k.removeprefix(DIGEST_PREFIX): v for k, v in run_tags.items() if k.startswith(DIGEST_PREFIX)}
-    return {"status": status, "detail": detail, "sha256": digests}
+    return {"status": status, "detail": detail, "sha256": recorded_digests(run_tags)}
 
 
 def _run_tags(registry: Registry, model: str, version: str, run_id: str) -> dict[str, str]:

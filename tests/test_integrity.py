@@ -144,6 +144,34 @@ def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg
     assert shown.exit_code == 0 and "evidence unverified: registered before evidence hashes" in shown.output
 
 
+def test_re_evaluating_replaces_forged_or_unverified_evidence_with_hashed_evidence(reg):
+    from registry import register_or_reuse
+    from tests.gate_fixtures import evidence
+
+    _, v = register_pair(reg)
+    forge_records(reg)
+    assert register_or_reuse(reg, evidence()) == (v, False)  # not reused: registered afresh
+    assert evidence_integrity(reg, "tiny-llada", v)["status"] == "verified"
+    run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
+    for key in [k for k in reg.client.get_run(run_id).data.tags if k.startswith(DIGEST_PREFIX)]:
+        reg.client.delete_tag(run_id, key)
+    assert register_or_reuse(reg, evidence()) == (v, False)
+    assert evidence_integrity(reg, "tiny-llada", v)["status"] == "verified"
+    assert register_or_reuse(reg, evidence()) == (v, True)  # hashed and unchanged: reused as before
+
+
+def test_the_nightly_records_forged_evidence_as_a_finding_and_re_evaluates_the_model(reg):
+    from flows.nightly import watch_list
+
+    register_pair(reg)
+    forge_records(reg)
+    watched = watch_list.fn(reg.tracking_uri)
+    assert watched["sources"]["tiny-llada"] == "tiny-llada" and watched["last"]["tiny-llada"] == []
+    assert watched["last"]["tiny-ar"]  # the untouched model is compared as before
+    recorded = findings(reg, "tampered")
+    assert list(recorded.who) == ["nightly"] and list(recorded.model) == ["tiny-llada"]
+
+
 def test_the_dashboard_reads_show_a_forged_version_as_tampered_and_do_not_rank_or_plot_it(reg):
     register_pair(reg)
     forge_records(reg)
