@@ -46,10 +46,15 @@ class ProductionVerdict:
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
     from registry import EvidenceTampered, Registry, latest_registration, load_evidence
-    from registry.integrity import record_finding
+    from registry.integrity import alias_drift, record_finding
     from registry.promotion import fallback_holder, stage_holder
 
     registry = Registry(tracking_uri)
+    drift = {}  # stage -> what is wrong: reported, and the rollback below will refuse it
+    for stage in ("poc", "staging", "production"):
+        if found := alias_drift(registry, stage):
+            record_finding(registry, found, "nightly")
+            drift[stage] = str(found)
     holders = {"production": stage_holder(registry, "production"), "fallback": fallback_holder(registry)}
     watched: dict[str, str] = {}  # model -> version whose evidence was last judged
     for model, aliases in registry.all_aliases().items():
@@ -68,7 +73,7 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
         last[model] = [r.to_dict() for r in evidence.records]
     return {"production": list(holders["production"]) if holders["production"] else None,
             "fallback": list(holders["fallback"]) if holders["fallback"] else None,
-            "sources": sources, "last": last}
+            "sources": sources, "last": last, "drift": drift}
 
 
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
@@ -149,12 +154,13 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
     finding = None
     if verdict and verdict.failed:
         finding = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy)
-    publish_nightly(comparison, verdict, finding)
+    publish_nightly(comparison, verdict, finding, watched["drift"])
     return {"status": "regression" if finding else "ok", "production": verdict.to_dict() if verdict else None,
-            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"]}
+            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"]}
 
 
-def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None) -> None:
+def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
+                    drift: dict[str, str] | None = None) -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
@@ -168,6 +174,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
                    else f"no ({(finding or {}).get('refused') or 'rollback off'})")
         lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
+    text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")
 

@@ -233,6 +233,20 @@ def test_an_alias_set_where_nobody_was_is_taken_off_by_reconcile(reg):
         rollback("staging", who="oncall", reconcile=True, registry=reg)
 
 
+def test_the_nightly_reports_drift_and_its_rollback_refuses_it(reg):
+    from flows.nightly import watch_list
+
+    _poc_held_by_llada(reg)
+    reg.client.set_registered_model_alias("tiny-llada", "production", "1")
+    watched = watch_list.fn(reg.tracking_uri)
+    assert watched["drift"]["production"].startswith("alias production drifted: the audit trail's last settled "
+                                                      "move left it on nobody, the registry has it on tiny-llada@1")
+    assert set(watched["drift"]) == {"production"} and len(findings(reg, "drift")) == 1
+    with pytest.raises(PromotionRefused, match="alias production drifted"):
+        rollback("production", who="nightly", registry=reg)
+    assert reg.holders("production") == [("tiny-llada", "1")]
+
+
 def test_cli_reports_drift_and_reconciles(reg, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
@@ -313,3 +327,19 @@ def test_the_same_drift_after_a_reconcile_is_a_new_finding(reg):
             rollback("staging", who="oncall", registry=reg)
         rollback("staging", who="oncall", reconcile=True, registry=reg)
     assert len(findings(reg, "drift")) == 2
+
+
+def test_the_nightly_regression_and_its_rollback_record_the_policy_behind_them(reg, tmp_path):
+    from flows.nightly import ProductionVerdict, record_regression
+    from registry.promotion import _move
+
+    strict = tmp_path / "strict.yaml"
+    shutil.copy(POLICY_PATH, strict)
+    cited = {"path": str(strict.resolve()), "sha256": hashlib.sha256(strict.read_bytes()).hexdigest()}
+    _, v = register_pair(reg)
+    _move(reg, "production", None, ("tiny-llada", v), "test", "production held", {"kind": "promotion"})
+    decision = judge(reg, "tiny-llada", v, "production", load_policy(strict))  # too slow: speedup fails
+    outcome = record_regression.fn(ProductionVerdict("tiny-llada", v, decision), reg.tracking_uri, True, str(strict))
+    assert outcome["rolled_back"] and outcome["move"]["evidence"]["policy"] == cited
+    regression = read.audit_events(event="gate_evaluation", registry=reg).iloc[-1]
+    assert regression["evidence"]["policy"] == cited
