@@ -31,6 +31,8 @@ FINDING = "integrity_finding"
 VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
 
 log = logging.getLogger("unmask.registry")
+log.addHandler(logging.NullHandler())  # a library's warning: shown where the app configures logging (serve, Prefect),
+# not doubled on the CLI's stderr beside the line the command prints itself
 _reported: set[str] = set()  # drift already logged by this process; a server polling holders logs it once
 
 Holder = tuple[str, str] | None
