@@ -21,7 +21,7 @@ import logging
 from typing import Any, Mapping
 
 from registry import audit
-from registry.audit import MOVE, AuditEvent, parse_ref, ref
+from registry.audit import AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.store import Registry, model_tag, now_iso
 
@@ -105,8 +105,8 @@ def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift, w
         model, version, stage = "", "", problem.alias
     seen = audit.events(registry, model=model or None, stage=stage or None, event=FINDING)
     if stage:  # the same drift again after a move (a reconcile, say) is a new finding
-        moves = audit.events(registry, stage=stage, event=MOVE)
-        seen = [e for e in seen if not moves or e.when > moves[-1].when]
+        last = audit.last_settled_move(registry, stage)
+        seen = [e for e in seen if not last or e.when > last.when]
     if any(e.evidence == detail for e in seen):
         return
     audit.append(registry, AuditEvent(FINDING, who, now_iso(), stage, model, version, comment=str(problem),
@@ -114,28 +114,22 @@ def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift, w
 
 
 # aliases -------------------------------------------------------------------------------------------------
-def settled_holder(moves: list[AuditEvent]) -> Holder:
-    """Who the last FINISHED move of a stage left holding it (None: nobody, or never moved)."""
-    finished = [e for e in moves if e.status == "FINISHED"]
-    return parse_ref(finished[-1].to_ref) if finished else None
+def alias_drift(registry: Registry, stage: str, holders: list[tuple[str, str]] | None = None,
+                pending: list[AuditEvent] | None = None) -> AliasDrift | None:
+    """The drift of one stage alias now, or None when it is where the audit trail's last settled move left it.
 
-
-def drift_of(stage: str, moves: list[AuditEvent], holders: list[tuple[str, str]]) -> AliasDrift | None:
-    """The drift of a stage alias, given its audited moves (oldest first) and who carries it now.
-
-    A move in flight (RUNNING) is not drift: `recover` settles it, and readers read through it.
+    A move in flight or interrupted (RUNNING) is not drift: `recover` settles it, and readers read through it.
+    `holders` and `pending`: what the caller has just read, so as not to read them twice.
     """
-    if any(e.status == "RUNNING" for e in moves):
+    pending = audit.pending_moves(registry, stage) if pending is None else pending
+    if pending:
         return None
-    expected = settled_holder(moves)
-    if holders == ([expected] if expected else []):
+    last = audit.last_settled_move(registry, stage)
+    expected = parse_ref(last.to_ref) if last else None
+    found = sorted(registry.holders(stage) if holders is None else holders)
+    if found == ([expected] if expected else []):
         return None
-    return AliasDrift(stage, expected, holders)
-
-
-def alias_drift(registry: Registry, stage: str) -> AliasDrift | None:
-    """The drift of one stage alias now, or None when it is where the audit trail says."""
-    return drift_of(stage, audit.events(registry, stage=stage, event=MOVE), sorted(registry.holders(stage)))
+    return AliasDrift(stage, expected, found)
 
 
 def report_drift(drift: AliasDrift | None) -> None:

@@ -30,7 +30,7 @@ from gates.promotion import Approval, PromotionDecision, PromotionReason, decide
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.integrity import EvidenceTampered, alias_drift, drift_of, record_finding, report_drift
+from registry.integrity import EvidenceTampered, alias_drift, record_finding, report_drift
 from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
                             now_iso, retry_busy)
 from registry.tracking import record_gate_report, verified_evidence
@@ -125,8 +125,7 @@ def stage_holder(registry: Registry, stage: str) -> Holder:
     returned as found: readers show what the registry holds, promote and rollback refuse to act on it.
     """
     holders = registry.holders(stage)
-    moves = audit.events(registry, stage=stage, event=MOVE)
-    pending = [e for e in moves if e.status == "RUNNING"]
+    pending = audit.pending_moves(registry, stage)
     if pending:
         last = pending[-1]
         target = parse_ref(last.to_ref)
@@ -134,7 +133,7 @@ def stage_holder(registry: Registry, stage: str) -> Holder:
     if len(holders) > 1:
         raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
                             "flight; the registry was edited outside unmask")
-    report_drift(drift_of(stage, moves, sorted(holders)))
+    report_drift(alias_drift(registry, stage, holders, pending))
     return holders[0] if holders else None
 
 
