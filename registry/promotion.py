@@ -301,7 +301,8 @@ def _refuse_drift(registry: Registry, event: str, who: str, stage: str, model: s
     drift = alias_drift(registry, stage)
     if drift is not None:
         record_finding(registry, drift, who)
-        _refuse(registry, event, who, stage, model, version, action, [str(drift)], evidence | {"drift": drift.finding()})
+        _refuse(registry, event, who, stage, model, version, action, [str(drift)],
+                evidence | {"drift": drift.finding()})
 
 
 def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
