@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboards import source
+from registry import RegistryError
 
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
 
@@ -28,4 +29,7 @@ with st.sidebar:
     st.caption("Read-only: promotions go through `unmask promote`, behind gates and an approval.")
     if st.button("Refresh", icon=":material/refresh:"):
         source.refresh()
-page.run()
+try:
+    page.run()
+except RegistryError as e:  # e.g. a forged baseline's evidence: explained, not a traceback
+    st.error(f"**The registry cannot be read as it stands.** {e}", icon=":material/error:")

@@ -75,6 +75,16 @@ def gate_board(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def integrity(uri: str) -> pd.DataFrame:
+    return views.integrity_board(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def drifted_aliases(uri: str) -> dict[str, str]:
+    return views.drifted_aliases(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def gate_results(uri: str) -> pd.DataFrame:
     return read.gate_results(registry=_registry(uri))
 

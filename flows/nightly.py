@@ -45,10 +45,16 @@ class ProductionVerdict:
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import Registry, latest_registration, load_evidence
+    from registry import EvidenceTampered, Registry, latest_registration, load_evidence
+    from registry.integrity import alias_drift, record_finding
     from registry.promotion import fallback_holder, stage_holder
 
     registry = Registry(tracking_uri)
+    drift = {}  # stage -> what is wrong: reported, and the rollback below will refuse it
+    for stage in ("poc", "staging", "production"):
+        if found := alias_drift(registry, stage):
+            record_finding(registry, found, "nightly")
+            drift[stage] = str(found)
     holders = {"production": stage_holder(registry, "production"), "fallback": fallback_holder(registry)}
     watched: dict[str, str] = {}  # model -> version whose evidence was last judged
     for model, aliases in registry.all_aliases().items():
@@ -57,12 +63,17 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
             watched[model] = version
     last, sources = {}, {}
     for model, version in watched.items():
-        evidence = load_evidence(registry, model, version)
+        try:
+            evidence = load_evidence(registry, model, version)
+        except EvidenceTampered as e:  # a finding; tonight's measurement replaces the forged evidence
+            record_finding(registry, e, "nightly")
+            sources[model], last[model] = model, []
+            continue
         sources[model] = str(evidence.card.get("source") or model)
         last[model] = [r.to_dict() for r in evidence.records]
     return {"production": list(holders["production"]) if holders["production"] else None,
             "fallback": list(holders["fallback"]) if holders["fallback"] else None,
-            "sources": sources, "last": last}
+            "sources": sources, "last": last, "drift": drift}
 
 
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
@@ -102,8 +113,10 @@ def judge_production(tracking_uri: str, policy_path: str | None = None) -> Produ
 
 
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool) -> dict[str, Any]:
+def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
+                      policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
+    from gates import load_policy
     from registry import PromotionRefused, Registry, rollback
     from registry.audit import AuditEvent, append
     from registry.store import now_iso
@@ -112,11 +125,13 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
     failed = "; ".join(f"{r.gate}: {r.reason}" for r in verdict.failed)
     append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict.model,
                                 verdict.version, comment=f"regression: production fails its gates: {failed}",
-                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"]}))
+                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"],
+                                          "policy": verdict.decision.evidence.get("policy")}))
     if not roll_back:
         return {"rolled_back": False}
     try:
-        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry)
+        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry,
+                        policy=load_policy(policy_path))
     except PromotionRefused as e:
         return {"rolled_back": False, "refused": e.reasons}
     return {"rolled_back": True, "move": move.to_dict()}
@@ -138,13 +153,14 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
     verdict = judge_production(tracking_uri, options.policy)
     finding = None
     if verdict and verdict.failed:
-        finding = record_regression(verdict, tracking_uri, rollback_on_regression)
-    publish_nightly(comparison, verdict, finding)
+        finding = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy)
+    publish_nightly(comparison, verdict, finding, watched["drift"])
     return {"status": "regression" if finding else "ok", "production": verdict.to_dict() if verdict else None,
-            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"]}
+            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"]}
 
 
-def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None) -> None:
+def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
+                    drift: dict[str, str] | None = None) -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
@@ -158,6 +174,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
                    else f"no ({(finding or {}).get('refused') or 'rollback off'})")
         lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
+    text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")
 

@@ -6,7 +6,9 @@ malformed policy with a `PolicyError` that names the file, the stage, the gate a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,12 @@ class StagePolicy:
 class Policy:
     stages: dict[str, StagePolicy]
     source: str = "<memory>"
+    path: str = ""  # the file's absolute path; "" for a policy given as data
+    sha256: str = ""  # of the file's bytes, else of the data as canonical JSON: which rules a verdict applied
+
+    def cited(self) -> dict[str, str]:
+        """What a verdict or an alias move records of the policy behind it."""
+        return {"path": self.path or self.source, "sha256": self.sha256}
 
     def stage(self, stage: str) -> StagePolicy:
         if stage not in self.stages:
@@ -141,12 +149,16 @@ def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (default: the bundled `gates/policy.yaml`)."""
     path = Path(path) if path else POLICY_PATH
     try:
-        data = yaml.safe_load(path.read_text())
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PolicyError(f"{path}: policy file not found") from None
+    except UnicodeDecodeError as e:
+        raise PolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise PolicyError(f"{path}: not valid YAML: {e}") from None
-    return parse_policy(data, source=str(path))
+    parsed = parse_policy(data, source=str(path))
+    return replace(parsed, path=str(path.resolve()), sha256=hashlib.sha256(raw).hexdigest())
 
 
 def parse_policy(data: Any, source: str = "<memory>") -> Policy:
@@ -161,7 +173,8 @@ def parse_policy(data: Any, source: str = "<memory>") -> Policy:
         if stage not in data["stages"]:
             raise PolicyError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs gates")
         stages[stage] = _parse_stage(data["stages"][stage], stage, source)
-    return Policy(stages=stages, source=source)
+    canonical = json.dumps(data, sort_keys=True, default=str).encode()
+    return Policy(stages=stages, source=source, sha256=hashlib.sha256(canonical).hexdigest())
 
 
 def _parse_stage(data: Any, stage: str, source: str) -> StagePolicy:

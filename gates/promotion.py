@@ -113,7 +113,8 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     reasons += approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at)
     reasons += stale_signoffs
     cited = {"gates": {r.gate: r.evidence.get("record_id") for r in results},
-             "run_ids": sorted({r.run_id for r in evidence.records if r.run_id})}
+             "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
+             "policy": policy.cited(), "thresholds": {r.gate: r.threshold for r in results}}
     return PromotionDecision(stage, not reasons, tuple(reasons), tuple(results), status, cited)
 
 

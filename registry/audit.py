@@ -14,12 +14,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlflow.entities import Run
+from mlflow.entities import Run, ViewType
 
 from registry.connection import AUDIT_EXPERIMENT
 from registry.store import Registry, model_tag, now_iso
 
-EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation")
+EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
+          "integrity_finding")
 MOVE = "alias_move"
 
 
@@ -106,6 +107,16 @@ def events(registry: Registry, model: str | None = None, stage: str | None = Non
             (parse_ref(e.from_ref) or ("",))[0] == model and (not stage or e.stage == stage)
             and (not status or e.status == status)]
     return sorted(found, key=lambda e: (e.when, e.run_id))
+
+
+def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:
+    """The newest FINISHED alias move of a stage: one query, however long the trail grows."""
+    runs = registry.client.search_runs(
+        [registry.experiment_id(AUDIT_EXPERIMENT)],
+        f"tags.`{model_tag('stage')}` = '{stage}' and tags.`{model_tag('event')}` = '{MOVE}' "
+        "and attributes.status = 'FINISHED'", ViewType.ACTIVE_ONLY, max_results=1,
+        order_by=["attributes.start_time DESC", f"tags.`{model_tag('when')}` DESC"])
+    return _from_run(runs[0]) if runs else None
 
 
 def pending_moves(registry: Registry, stage: str | None = None) -> list[AuditEvent]:

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
@@ -30,9 +30,10 @@ from gates.promotion import Approval, PromotionDecision, PromotionReason, decide
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
+from registry.integrity import EvidenceTampered, alias_drift, record_finding, report_drift
 from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
                             now_iso, retry_busy)
-from registry.tracking import load_evidence, record_gate_report
+from registry.tracking import record_gate_report, verified_evidence
 
 Holder = tuple[str, str] | None  # (model, version)
 
@@ -118,7 +119,11 @@ def reached_stages(registry: Registry, model: str, version: str) -> set[str]:
 
 # who holds a stage -------------------------------------------------------------------------------
 def stage_holder(registry: Registry, stage: str) -> Holder:
-    """The (model, version) holding a stage alias, reading through a move still in flight or interrupted."""
+    """The (model, version) holding a stage alias, reading through a move still in flight or interrupted.
+
+    An alias that is not where the audit trail's last settled move left it is reported (logged as drift) and
+    returned as found: readers show what the registry holds, promote and rollback refuse to act on it.
+    """
     holders = registry.holders(stage)
     pending = audit.pending_moves(registry, stage)
     if pending:
@@ -128,6 +133,7 @@ def stage_holder(registry: Registry, stage: str) -> Holder:
     if len(holders) > 1:
         raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
                             "flight; the registry was edited outside unmask")
+    report_drift(alias_drift(registry, stage, holders, pending))
     return holders[0] if holders else None
 
 
@@ -212,21 +218,34 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
           record: bool = True) -> PromotionDecision:
     """Evaluate a version against a stage: gates on its stored evidence, checklist, approval, stage order."""
     policy = policy or load_policy()
-    evidence = load_evidence(registry, model, version)
+    evidence, vouched = _verified(registry, model, version)
     baseline: dict[str, Any] = {"fallback": None, "production": None}
     fallback = fallback_holder(registry)
-    if fallback:
-        baseline["fallback"] = load_evidence(registry, *fallback)
+    if fallback:  # a forged baseline would forge the speedup and relative-quality gates: checked alike
+        baseline["fallback"] = _verified(registry, *fallback)[0]
     production = stage_holder(registry, "production")
     if production and production != (model, version):
-        baseline["production"] = load_evidence(registry, *production)
+        baseline["production"] = _verified(registry, *production)[0]
     decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
                                 approval_of(registry, model, version, stage), reached_stages(registry, model, version),
                                 evaluated_at=evaluated_at(registry, model, version))
+    decision = replace(decision, evidence=decision.evidence | {"evidence_run": vouched["run_id"],
+                                                               "evidence_status": vouched["status"],
+                                                               "evidence_sha256": vouched["sha256"]})
     if record and decision.gate_results:
         record_gate_report(registry, model, version, stage, list(decision.gate_results),
-                           decision.checklist.to_dicts() if decision.checklist else [])
+                           decision.checklist.to_dicts() if decision.checklist else [],
+                           policy=decision.evidence.get("policy"))
     return decision
+
+
+def _verified(registry: Registry, model: str, version: str, who: str = "unmask") -> tuple[Any, dict[str, Any]]:
+    """The version's evidence and what vouches for it; forged evidence is recorded as a finding, then raised."""
+    try:
+        return verified_evidence(registry, model, version)
+    except EvidenceTampered as e:
+        record_finding(registry, e, who)
+        raise
 
 
 def promote(model: str, stage: str, approver: str | None = None, comment: str = "", version: str | None = None,
@@ -247,6 +266,8 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
     action = f"promotion of {model} v{version} to {stage}"
     expected = stage_holder(registry, stage)
     judged_evaluation = evaluated_at(registry, model, version)
+    _verified(registry, model, version, approver or "unknown")  # before an approval is recorded on forged evidence
+    _refuse_drift(registry, "promotion_refused", approver or "unknown", stage, model, version, action, {})
     if approver:
         approve(registry, model, version, stage, approver, comment)
     decision = judge(registry, model, version, stage, policy)
@@ -268,9 +289,20 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
             _refuse(registry, "promotion_refused", who, stage, model, version, action,
                     [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
                     decision.evidence)
+        _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, decision.evidence)
         evidence = decision.evidence | {"kind": "promotion", "approval": approval_of(registry, model, version, stage)
                                         .to_dict()}
         return _move(registry, stage, current, (model, version), who, comment, evidence)
+
+
+def _refuse_drift(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
+                  evidence: dict[str, Any]) -> None:
+    """Refuse (and record the finding) when the stage alias is not where the audit trail left it."""
+    drift = alias_drift(registry, stage)
+    if drift is not None:
+        record_finding(registry, drift, who)
+        _refuse(registry, event, who, stage, model, version, action, [str(drift)],
+                evidence | {"drift": drift.finding()})
 
 
 def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
@@ -282,15 +314,23 @@ def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, ve
 
 
 def rollback(stage: str, who: str | None = None, comment: str = "", registry: Registry | None = None,
-             lock_timeout_s: float = 60.0) -> Move:
-    """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`."""
+             lock_timeout_s: float = 60.0, reconcile: bool = False, policy: Policy | None = None) -> Move:
+    """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`.
+
+    A stage alias moved outside unmask (drift) is refused; `reconcile=True` instead puts it back on the holder
+    the audit trail's last settled move left, as an audited move. `policy`: the one whose verdict led here
+    (the nightly's), recorded with the move.
+    """
     registry = registry or Registry()
     who = who or getpass.getuser()
-    action = f"rollback of {stage}"
+    action = f"{'reconciliation' if reconcile else 'rollback'} of {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
     with _StageLock(registry, stage, lock_timeout_s, action):
         recover(registry, stage)
+        if reconcile:
+            return _restore(registry, stage, who, comment, action)
+        _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
         current = stage_holder(registry, stage)
         if current is None:
             _refuse(registry, "rollback_refused", who, stage, "", "", action, [f"nobody holds {stage}"], {})
@@ -302,7 +342,33 @@ def rollback(stage: str, who: str | None = None, comment: str = "", registry: Re
             _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
                     [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
         evidence = {"kind": "rollback", "target": reason}
+        if policy is not None:
+            evidence["policy"] = policy.cited()
         return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
+
+
+def _restore(registry: Registry, stage: str, who: str, comment: str, action: str) -> Move:
+    """Put a drifted stage alias back where the audit trail's last settled move left it (or off, if nobody)."""
+    drift = alias_drift(registry, stage)
+    if drift is None:
+        _refuse(registry, "rollback_refused", who, stage, "", "", action,
+                [f"{stage} is where the audit trail's last settled move left it; nothing to reconcile"], {})
+    record_finding(registry, drift, who)
+    found, target = drift.found, drift.expected
+    previous = found[0] if len(found) == 1 else None
+    model, version = target or previous or ("", "")
+    evidence = {"kind": "reconcile", "drift": drift.finding()}
+    intent = audit.append(registry, AuditEvent(
+        MOVE, who, now_iso(), stage, model, version, ref(*(previous or (None, None))), ref(*(target or (None, None))),
+        comment or f"reconcile {stage}: back to {ref(*(target or (None, None))) or 'nobody'}", evidence),
+        open_intent=True)
+    if target:
+        retry_busy(registry.client.set_registered_model_alias, target[0], stage, target[1])
+    for holder_model, _ in found:
+        if not target or holder_model != target[0]:
+            _remove_alias(registry, holder_model, stage)
+    audit.settle(registry, intent, happened=True)
+    return Move(stage, previous, target, who, intent.run_id, evidence)
 
 
 def _previous_holder(registry: Registry, stage: str, current: Holder) -> Holder:

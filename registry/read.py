@@ -16,6 +16,7 @@ from gates.policy import CRITERIA, Policy, load_policy
 from gates.promotion import Approval, current_signoffs, predates
 from gates.scoring import score_survivors
 from registry import audit
+from registry.integrity import EvidenceTampered
 from registry.promotion import (approval_of, evaluated_at, fallback_holder, reached_stages, signoffs_of,
                                 stage_holder)
 from registry.store import ALIASES, STAGE_ALIASES, Registry, latest_registration, model_tag
@@ -165,7 +166,10 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
         version = latest_registration(held)
         if not version:
             continue
-        evidence = load_evidence(reg, name, version)
+        try:
+            evidence = load_evidence(reg, name, version)
+        except EvidenceTampered:  # never ranked; the gate board shows it as tampered
+            continue
         candidates.append(evidence)
         signoffs, _ = current_signoffs(signoffs_of(reg, name, version, stage), evaluated_at(reg, name, version))
         results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)

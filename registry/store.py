@@ -88,15 +88,19 @@ class Registry:
             if not token:
                 return
 
-    def load_json_artifact(self, run_id: str, path: str) -> Any:
+    def load_artifact_bytes(self, run_id: str, path: str) -> bytes:
+        """An artifact's content exactly as stored (what its recorded sha256 vouches for)."""
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 local = self.client.download_artifacts(run_id, path, tmp)
+                return Path(local).read_bytes()
             except (MlflowException, OSError) as e:
                 raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
-            return json.loads(Path(local).read_text())
+
+    def load_json_artifact(self, run_id: str, path: str) -> Any:
+        return json.loads(self.load_artifact_bytes(run_id, path))
 
     # registered models, versions and aliases --------------------------------------------------
     def registered_models(self) -> list[Any]:

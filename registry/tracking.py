@@ -6,7 +6,8 @@ Layout in the `unmask-evaluations` experiment:
   (curves, GX results);
 - an evidence run per registration, parent of its record runs: `evidence/evidence.json` (the
   `CandidateEvidence` without records, plus the record run ids), `evidence/records.json`,
-  `evidence/model_card.md`, and later `gates/<stage>.json|md` gate reports.
+  `evidence/model_card.md`, and later `gates/<stage>.json|md` gate reports. Each evidence artifact's
+  sha256 is a tag of the run (`unmask.sha256.<path>`), checked on every read (registry/integrity.py).
 The registered model (one per candidate) gets one version per weights hash, created with
 `MlflowClient.create_model_version(name, source, run_id)` from the evidence run's artifacts; a
 re-evaluation of the same weights re-points the version's `unmask.evidence_run` tag.
@@ -26,6 +27,8 @@ from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
+from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
+                                recorded_digests, verify_artifact)
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -98,9 +101,14 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
         records = [log_record(registry, r, (artifacts or {}).get(r.record_id), parent_run_id=run_id)
                    for r in evidence.records]
         logged = replace(evidence, records=records, weights_sha256=weights, model_revision=revision)
-        client.log_dict(run_id, _evidence_summary(logged), "evidence/evidence.json")
-        client.log_dict(run_id, {"records": [r.to_dict() for r in records]}, "evidence/records.json")
-        client.log_text(run_id, model_card_md or _model_card(logged), "evidence/model_card.md")
+        # written as exact bytes, so the sha256 recorded beside them is of what a later read gets back
+        contents = {"evidence/evidence.json": json.dumps(_evidence_summary(logged), indent=2).encode(),
+                    "evidence/records.json": json.dumps({"records": [r.to_dict() for r in records]}, indent=2).encode(),
+                    "evidence/model_card.md": (model_card_md or _model_card(logged)).encode()}
+        for path, data in contents.items():
+            client.log_text(run_id, data.decode(), path)
+        for key, digest in digest_tags(contents).items():
+            client.set_tag(run_id, key, digest)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:
         client.set_terminated(run_id, "FAILED")
@@ -147,8 +155,10 @@ def registered_unchanged(registry: Registry, evidence: CandidateEvidence) -> str
     if version is None:
         return None
     try:
-        held = load_evidence(registry, evidence.candidate, version)
-    except RegistryError:  # a version without readable evidence is registered afresh
+        held, vouched = verified_evidence(registry, evidence.candidate, version)
+    except RegistryError:  # a version without readable (or untouched) evidence is registered afresh
+        return None
+    if vouched["status"] == UNVERIFIED:  # registered afresh, so its evidence gets hashes at last
         return None
     return version if evidence_identity(held) == evidence_identity(evidence) else None
 
@@ -200,10 +210,53 @@ def evidence_run_id(registry: Registry, model: str, version: str) -> str:
 
 
 def load_evidence(registry: Registry, model: str, version: str) -> CandidateEvidence:
-    """The evidence a version was last evaluated on, read back from its evidence run."""
+    """The evidence a version was last evaluated on, read back from its evidence run and checked against the
+    sha256 recorded at registration (EvidenceTampered on a mismatch)."""
+    return verified_evidence(registry, model, version)[0]
+
+
+def verified_evidence(registry: Registry, model: str, version: str) -> tuple[CandidateEvidence, dict[str, Any]]:
+    """`load_evidence`, and what vouches for it: {run_id, status (verified / unverified), sha256 {artifact: hex}}."""
     run_id = evidence_run_id(registry, model, version)
-    summary = registry.load_json_artifact(run_id, "evidence/evidence.json")
-    records = [EvalRecord.from_dict(r) for r in registry.load_json_artifact(run_id, "evidence/records.json")["records"]]
+    run_tags = _run_tags(registry, model, version, run_id)
+    statuses, loaded = set(), {}
+    for path in ("evidence/evidence.json", "evidence/records.json"):
+        data = registry.load_artifact_bytes(run_id, path)
+        statuses.add(verify_artifact(run_tags, model, version, run_id, path, data))
+        loaded[path] = json.loads(data)
+    summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
+    status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
+    return _evidence_from(summary, records), {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
+
+
+def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str, Any]:
+    """Whether every evidence artifact of a version still hashes as registered: {status, detail, sha256}.
+
+    status: verified, unverified (registered before hashes were recorded) or tampered (detail names the artifact).
+    """
+    run_id = evidence_run_id(registry, model, version)
+    run_tags = _run_tags(registry, model, version, run_id)
+    statuses = set()
+    try:
+        for path in EVIDENCE_ARTIFACTS:
+            statuses.add(verify_artifact(run_tags, model, version, run_id, path,
+                                         registry.load_artifact_bytes(run_id, path)))
+    except EvidenceTampered as e:
+        return {"status": TAMPERED, "detail": str(e), "sha256": {e.artifact: e.expected}}
+    status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
+    detail = "registered before evidence hashes were recorded" if status == UNVERIFIED else ""
+    return {"status": status, "detail": detail, "sha256": recorded_digests(run_tags)}
+
+
+def _run_tags(registry: Registry, model: str, version: str, run_id: str) -> dict[str, str]:
+    try:
+        return dict(registry.client.get_run(run_id).data.tags)
+    except MlflowException as e:
+        raise RegistryError(f"{model} version {version}: evidence run {run_id} cannot be read: {e.message}") from None
+
+
+def _evidence_from(summary: dict[str, Any], records: list[dict[str, Any]]) -> CandidateEvidence:
+    records = [EvalRecord.from_dict(r) for r in records]
     repro, lic = summary.get("reproducibility"), summary.get("license")
     return CandidateEvidence(
         candidate=summary["candidate"], role=summary["role"], kind=summary["kind"], records=records,
@@ -214,21 +267,27 @@ def load_evidence(registry: Registry, model: str, version: str) -> CandidateEvid
 
 
 def record_gate_report(registry: Registry, model: str, version: str, stage: str, results: list[Any],
-                       checklist: list[dict[str, Any]] | None = None) -> None:
-    """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags."""
+                       checklist: list[dict[str, Any]] | None = None, policy: dict[str, str] | None = None) -> None:
+    """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags.
+
+    policy: {path, sha256} of the policy file the gates applied (`Policy.cited()`), kept with the verdict.
+    """
     from gates.evaluate import all_passed, gate_report_markdown
 
     run_id = evidence_run_id(registry, model, version)
     at = now_iso()
     payload = {"model": model, "version": version, "stage": stage, "evaluated_at": at,
-               "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or []}
+               "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or [],
+               "policy": policy or {}}
     registry.client.log_dict(run_id, payload, f"gates/{stage}.json")
     registry.client.log_text(run_id, gate_report_markdown(results, f"{model} v{version}: {stage} gates"),
                              f"gates/{stage}.md")
     failed = [r.gate for r in results if not r.passed]
     registry.set_version_tags(model, version, {
         model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
-        model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at})
+        model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at,
+        model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
+        model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", "")})
 
 
 def load_gate_report(registry: Registry, model: str, version: str, stage: str) -> dict[str, Any] | None:

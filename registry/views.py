@@ -21,8 +21,9 @@ from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
 from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
+from registry.integrity import EvidenceTampered, alias_drift
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
-from registry.tracking import load_evidence
+from registry.tracking import evidence_integrity, load_evidence
 
 POLICY_ENV = "UNMASK_POLICY"
 
@@ -76,7 +77,10 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
         version = current_version(registry, model)
         if version is None:
             continue
-        evidence = load_evidence(registry, model, version)
+        try:
+            evidence = load_evidence(registry, model, version)
+        except EvidenceTampered:  # shown as tampered on the gate board; its points are not plotted
+            continue
         chosen = {stage: {r.config_hash for r in operating_records(evidence, policy.stage(stage))}
                   for stage in policy.stages}
         rows = [r.to_dict() | {"model": model, "version": version, "label": point_label(r),
@@ -91,6 +95,23 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
         front = pareto_front(list(zip(group.latency_p95_s, group.accuracy)))
         points.loc[group.index[front], "pareto"] = True
     return points
+
+
+INTEGRITY_COLUMNS = ["model", "version", "status", "detail"]
+
+
+def integrity_board(registry: Registry) -> pd.DataFrame:
+    """Whether each shown version's evidence still hashes as registered (INTEGRITY_COLUMNS; status verified,
+    unverified or tampered), so a forged version is shown as such rather than judged or plotted."""
+    versions = shown_versions(registry)
+    rows = [{"model": v.model, "version": v.version} | evidence_integrity(registry, v.model, v.version)
+            for v in versions.itertuples()] if not versions.empty else []
+    return pd.DataFrame(rows, columns=INTEGRITY_COLUMNS + ["sha256"])[INTEGRITY_COLUMNS]
+
+
+def drifted_aliases(registry: Registry) -> dict[str, str]:
+    """{stage: what is wrong} for each stage alias that is not where the audit trail's last settled move left it."""
+    return {stage: str(drift) for stage in STAGE_ALIASES if (drift := alias_drift(registry, stage))}
 
 
 def candidate_view(registry: Registry, model: str, version: str) -> dict[str, Any]:

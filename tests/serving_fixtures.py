@@ -58,7 +58,11 @@ def serving_registry(folder: Path, weights: dict[str, str] | None = None) -> Ser
         sha = (weights or {}).get(name) or digest(name)
         rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
         versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha))
-    reg.client.set_registered_model_alias("tiny-llada", "production", versions["tiny-llada"])
+    # a settled, audited move (what a promotion ends in), so production has not drifted and can be rolled back
+    from registry.promotion import _move
+
+    _move(reg, "production", None, ("tiny-llada", versions["tiny-llada"]), "serving-fixture", "serving tests",
+          {"kind": "promotion"})
     return ServingRegistry(reg.tracking_uri, versions)
 
 

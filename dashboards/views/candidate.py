@@ -22,6 +22,11 @@ mine = versions[versions.model == model]
 labels = {v: f"v{v}" + (f" [{', '.join(a)}]" if a else "") for v, a in zip(mine.version, mine.aliases)}
 version = right.selectbox("Version", list(labels), index=len(labels) - 1, format_func=labels.get,
                           key=f"candidate_version_{model}")
+integrity = source.integrity(uri)
+check = integrity[(integrity.model == model) & (integrity.version == version)]
+if len(check) and check.status.iloc[0] == "tampered":
+    st.error(f"**Evidence tampered.** {check.detail.iloc[0]}", icon=":material/gpp_bad:")
+    st.stop()
 view = source.candidate_view(uri, model, version)
 
 st.table(pd.DataFrame({"role": [view["role"]], "kind": [view["kind"]],

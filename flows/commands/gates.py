@@ -21,6 +21,7 @@ def gates_command(
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
     from registry import Registry, RegistryError, judge, latest_registration
+    from registry.integrity import alias_drift
 
     if stage and stage not in STAGES:
         console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
@@ -34,9 +35,14 @@ def gates_command(
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
         upcoming = next_stage_for(held, version)
         for name in [stage] if stage else STAGES:
+            if drift := alias_drift(reg, name):
+                console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
             decision = judge(reg, model, version, name, policy)
             stage_policy = policy.stage(name)
             console.print(_table(model, version, name, decision, stage_policy))
+            if decision.evidence.get("evidence_status") == "unverified":
+                console.print("  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
+                              "recorded (re-evaluate to record them)", highlight=False)
             for reason in decision.reasons:
                 if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
                     console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)

@@ -25,15 +25,17 @@ def promote_command(
     approver: str = typer.Option(None, "--approver", help="Who approves (recorded on the version and in the audit)."),
     comment: str = typer.Option("", "--comment", help="Why; the stage's policy sets a minimum length."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
+    policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
 ) -> None:
     """Move the TO alias to MODEL when its gates pass, its checklist is complete and an approval is recorded."""
+    from gates import PolicyError, load_policy
     from registry import PromotionRefused, RegistryError, promote
 
     try:
-        move = promote(model, to, approver=approver, comment=comment, version=version)
+        move = promote(model, to, approver=approver, comment=comment, version=version, policy=load_policy(policy_path))
     except PromotionRefused as e:
         _refused(e)
-    except RegistryError as e:
+    except (PolicyError, RegistryError) as e:
         _fail(e)
     before = "@".join(move.from_holder) if move.from_holder else "nobody"
     console.print(f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); "
@@ -44,16 +46,22 @@ def rollback_command(
     stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
     by: str = typer.Option(None, "--by", help="Who rolls back (default: the OS user)."),
     comment: str = typer.Option("", "--comment", help="Why."),
+    reconcile: bool = typer.Option(False, "--reconcile",
+                                   help="Put an alias moved outside unmask back where the audit trail left it."),
 ) -> None:
     """Re-point STAGE to the version that held it before, or to the `fallback` model."""
     from registry import PromotionRefused, RegistryError, rollback
 
     try:
-        move = rollback(stage, who=by, comment=comment)
+        move = rollback(stage, who=by, comment=comment, reconcile=reconcile)
     except PromotionRefused as e:
         _refused(e)
     except RegistryError as e:
         _fail(e)
+    if reconcile:
+        console.print(f"[yellow]{stage}[/yellow] reconciled: back on {'@'.join(move.to_holder or ()) or 'nobody'} "
+                      f"(found on {', '.join(move.evidence['drift']['found']) or 'nobody'}).", highlight=False)
+        return
     console.print(f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
                   f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}).", highlight=False)
 

@@ -1,0 +1,139 @@
+"""Evidence that cannot be edited unnoticed, and stage aliases that cannot move unnoticed.
+
+Evidence: at registration each evidence artifact's sha256 is recorded as a tag of its evidence run
+(`unmask.sha256.<artifact path>`), and every read of the artifact checks it; a mismatch is an
+`EvidenceTampered` naming model, version, artifact and both hashes. A run registered before hashes
+were recorded (no such tag at all) is read as "unverified": it still judges, and says so. Once a run
+has any hash tag, an evidence artifact without one was stripped of it, which counts as tampering.
+
+Aliases: the audit trail's last settled move of a stage says who should hold it. A holder that
+differs (someone moved the alias with the MLflow client) is an `AliasDrift`; promote and rollback
+refuse to act on it until `reconcile` puts the alias back on the audited holder.
+
+Write-side callers (judge, promote, rollback) record each problem once as an `integrity_finding`
+audit event; read-side callers (dashboard, `registry.read`) only report it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, Mapping
+
+from registry import audit
+from registry.audit import AuditEvent, parse_ref, ref
+from registry.connection import RegistryError
+from registry.store import Registry, model_tag, now_iso
+
+DIGEST_PREFIX = model_tag("sha256.")
+EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")
+FINDING = "integrity_finding"
+VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
+
+log = logging.getLogger("unmask.registry")
+log.addHandler(logging.NullHandler())  # a library's warning: shown where the app configures logging (serve, Prefect),
+# not doubled on the CLI's stderr beside the line the command prints itself
+_reported: set[str] = set()  # drift already logged by this process; a server polling holders logs it once
+
+Holder = tuple[str, str] | None
+
+
+class EvidenceTampered(RegistryError):
+    """An evidence artifact whose content no longer matches the sha256 recorded at registration."""
+
+    def __init__(self, model: str, version: str, artifact: str, expected: str, found: str, run_id: str):
+        self.model, self.version, self.artifact = model, version, artifact
+        self.expected, self.found, self.run_id = expected, found, run_id
+        super().__init__(f"{model} version {version}: evidence artifact {artifact} (run {run_id}) was changed after "
+                         f"registration: recorded sha256 {expected or 'removed'}, found {found}; nothing is judged "
+                         "or moved on it (re-evaluate the model to register fresh evidence)")
+
+    def finding(self) -> dict[str, Any]:
+        return {"kind": "tampered", "artifact": self.artifact, "run_id": self.run_id, "expected": self.expected,
+                "found": self.found}
+
+
+class AliasDrift(RegistryError):
+    """A stage alias held by someone other than the audit trail's last settled move put there."""
+
+    def __init__(self, alias: str, expected: Holder, found: list[tuple[str, str]]):
+        self.alias, self.expected, self.found = alias, expected, found
+        shown = ", ".join(ref(*h) for h in found) or "nobody"
+        super().__init__(f"alias {alias} drifted: the audit trail's last settled move left it on "
+                         f"{ref(*(expected or (None, None))) or 'nobody'}, the registry has it on {shown} (moved "
+                         f"outside unmask); promote and rollback refuse it until `unmask rollback --stage {alias} "
+                         "--reconcile` puts it back")
+
+    def finding(self) -> dict[str, Any]:
+        return {"kind": "drift", "alias": self.alias, "expected": ref(*(self.expected or (None, None))),
+                "found": [ref(*h) for h in self.found]}
+
+
+# evidence ----------------------------------------------------------------------------------------------
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_tags(contents: Mapping[str, bytes]) -> dict[str, str]:
+    """The run tags that vouch for artifacts {path: content} as registered."""
+    return {DIGEST_PREFIX + path: sha256_hex(data) for path, data in contents.items()}
+
+
+def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
+    """{artifact path: sha256} as recorded on an evidence run at registration."""
+    return {k.removeprefix(DIGEST_PREFIX): v for k, v in run_tags.items() if k.startswith(DIGEST_PREFIX)}
+
+
+def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
+                    data: bytes) -> str:
+    """VERIFIED or UNVERIFIED (registered before hashes were recorded); raise EvidenceTampered on a mismatch."""
+    expected = run_tags.get(DIGEST_PREFIX + path)
+    if expected is None and not any(k.startswith(DIGEST_PREFIX) for k in run_tags):
+        return UNVERIFIED
+    found = sha256_hex(data)
+    if expected != found:
+        raise EvidenceTampered(model, version, path, expected or "", found, run_id)
+    return VERIFIED
+
+
+def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift, who: str = "unmask") -> None:
+    """Write the problem to the audit trail as a finding, unless the same one is recorded already."""
+    detail = problem.finding()
+    if isinstance(problem, EvidenceTampered):
+        model, version, stage = problem.model, problem.version, ""
+    else:
+        model, version, stage = "", "", problem.alias
+    seen = audit.events(registry, model=model or None, stage=stage or None, event=FINDING)
+    if stage:  # the same drift again after a move (a reconcile, say) is a new finding
+        last = audit.last_settled_move(registry, stage)
+        seen = [e for e in seen if not last or e.when > last.when]
+    if any(e.evidence == detail for e in seen):
+        return
+    audit.append(registry, AuditEvent(FINDING, who, now_iso(), stage, model, version, comment=str(problem),
+                                      evidence=detail))
+
+
+# aliases -------------------------------------------------------------------------------------------------
+def alias_drift(registry: Registry, stage: str, holders: list[tuple[str, str]] | None = None,
+                pending: list[AuditEvent] | None = None) -> AliasDrift | None:
+    """The drift of one stage alias now, or None when it is where the audit trail's last settled move left it.
+
+    A move in flight or interrupted (RUNNING) is not drift: `recover` settles it, and readers read through it.
+    `holders` and `pending`: what the caller has just read, so as not to read them twice.
+    """
+    pending = audit.pending_moves(registry, stage) if pending is None else pending
+    if pending:
+        return None
+    last = audit.last_settled_move(registry, stage)
+    expected = parse_ref(last.to_ref) if last else None
+    found = sorted(registry.holders(stage) if holders is None else holders)
+    if found == ([expected] if expected else []):
+        return None
+    return AliasDrift(stage, expected, found)
+
+
+def report_drift(drift: AliasDrift | None) -> None:
+    """Log a drift once per process (readers report; only promote and rollback refuse)."""
+    if drift is not None and str(drift) not in _reported:
+        _reported.add(str(drift))
+        log.warning("%s", drift)
