@@ -22,6 +22,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -175,19 +176,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, server: subprocess.Popen, log: Path | None = None, timeout_s: float = 120.0) -> None:
-    """Poll `url` until it answers 200; fail with the server's log if it exits or takes longer than `timeout_s`."""
+def wait_healthy(url: str, server: subprocess.Popen | None = None, log: Path | None = None, timeout_s: float = 120.0,
+                 gone: Callable[[], str | None] | None = None) -> None:
+    """Poll `url` until it answers 200; fail with the server's log if it exits (a process `server`, or
+    `gone()` saying why for a server in a thread) or takes longer than `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if server.poll() is not None:
+        if server is not None and server.poll() is not None:
             raise AssertionError(f"{server.args[:4]} exited with {server.returncode}:\n{log.read_text() if log else ''}")
+        if gone is not None and (why := gone()):
+            raise AssertionError(why)
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
             pass
-        time.sleep(0.3)
+        time.sleep(0.2)
     raise AssertionError(f"{url} not healthy after {timeout_s:g} s:\n{log.read_text() if log else ''}")
 
 

@@ -15,11 +15,11 @@ import functools
 import shutil
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from dashboard_fixtures import free_port, wait_healthy
 from gate_fixtures import evidence, fresh_registry, record
 
 OPERATING = {
@@ -66,12 +66,6 @@ def serving_registry(folder: Path, weights: dict[str, str] | None = None) -> Ser
     return ServingRegistry(reg.tracking_uri, versions)
 
 
-def free_port() -> int:
-    from dashboard_fixtures import free_port as port
-
-    return port()
-
-
 @dataclass
 class RunningServer:
     base_url: str
@@ -86,8 +80,6 @@ class RunningServer:
 @contextlib.contextmanager
 def running_server(settings, timeout_s: float = 120.0) -> Iterator[RunningServer]:
     """uvicorn serving `create_app(settings)` on 127.0.0.1 in a thread; stopped (and drained) on exit."""
-    import urllib.request
-
     import uvicorn
 
     from serving import create_app
@@ -99,20 +91,14 @@ def running_server(settings, timeout_s: float = 120.0) -> Iterator[RunningServer
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), name="uvicorn-test", daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
+
+    def gone() -> str | None:
+        if app.state.pool.error:
+            return f"server failed to load: {app.state.pool.error}"
+        return None if thread.is_alive() else "the server thread stopped before it was healthy"
+
     try:
-        while True:
-            if app.state.pool.error:
-                raise AssertionError(f"server failed to load: {app.state.pool.error}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise AssertionError(f"server not healthy after {timeout_s:g} s")
-            time.sleep(0.1)
+        wait_healthy(base + "/health", timeout_s=timeout_s, gone=gone)
         yield RunningServer(base, app, server)
     finally:
         server.should_exit = True

@@ -60,11 +60,12 @@ def test_mlflow_down_retries_then_keeps_the_records_and_logs_them_when_it_is_bac
 
     from flows.review import gate_review
     from registry import Registry
-    from tests.test_mlflow_server import _free_port, _stop, _wait_healthy
+    from dashboard_fixtures import free_port, wait_healthy
+    from tests.test_mlflow_server import _stop
 
     home = tmp_path / "home"
     monkeypatch.setenv("UNMASK_HOME", str(home))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
     sweep = write_sweep(tmp_path / "tiny.yaml", [models[FALLBACK]])
@@ -96,7 +97,7 @@ def test_mlflow_down_retries_then_keeps_the_records_and_logs_them_when_it_is_bac
         cwd=folder, env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        _wait_healthy(url, server, timeout_s=120)
+        wait_healthy(url + "/health", server, timeout_s=120)
         review = gate_review([models[FALLBACK]], sweep, options)
         assert review["flushed"] == [f"{FALLBACK} (1 records)"]
         assert not list((home / "outbox").glob("*.json"))

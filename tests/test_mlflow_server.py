@@ -4,40 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from dashboard_fixtures import free_port, wait_healthy
 
 import registry.read as read
 from registry import Registry, RegistryUnavailable, load_evidence, promote, rollback, sign_off, stage_holder
 from tests.gate_fixtures import register_pair
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"mlflow server at {url} not healthy after {timeout_s} s")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -54,7 +33,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder: Path = tmp_path_factory.mktemp("mlflow_server")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -65,7 +44,7 @@ def server(tmp_path_factory):
          "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}", "--artifacts-destination", str(folder / "artifacts")],
         cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(url, proc, timeout_s=120)
+        wait_healthy(url + "/health", proc, timeout_s=120)
         yield url, proc
     finally:
         _stop(proc)

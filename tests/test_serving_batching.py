@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from serving_fixtures import (PROMPTS, digest, free_port, running_server, serving_registry, settings_for,
-                              shared_serving_registry)
+from dashboard_fixtures import free_port
+from serving_fixtures import PROMPTS, digest, running_server, serving_registry, settings_for, shared_serving_registry
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
