@@ -17,7 +17,7 @@ from typing import Any
 from mlflow.entities import Run, ViewType
 
 from registry.connection import AUDIT_EXPERIMENT
-from registry.store import Registry, model_tag, now_iso
+from registry.store import Registry, filter_literal, model_tag, now_iso
 
 EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
           "integrity_finding")
@@ -97,9 +97,9 @@ def events(registry: Registry, model: str | None = None, stage: str | None = Non
     filters = []
     for key, value in (("model", model), ("stage", stage), ("event", event)):
         if value:
-            filters.append(f"tags.`{model_tag(key)}` = '{value}'")
+            filters.append(f"tags.`{model_tag(key)}` = {filter_literal(value, key)}")
     if status:
-        filters.append(f"attributes.status = '{status}'")
+        filters.append(f"attributes.status = {filter_literal(status, 'status')}")
     found = [_from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT, " and ".join(filters))]
     if model:  # a move touching a model as its previous holder belongs to its history too
         found += [e for e in (_from_run(r) for r in registry.search_runs(
@@ -113,7 +113,7 @@ def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:
     """The newest FINISHED alias move of a stage: one query, however long the trail grows."""
     runs = registry.client.search_runs(
         [registry.experiment_id(AUDIT_EXPERIMENT)],
-        f"tags.`{model_tag('stage')}` = '{stage}' and tags.`{model_tag('event')}` = '{MOVE}' "
+        f"tags.`{model_tag('stage')}` = {filter_literal(stage, 'stage')} and tags.`{model_tag('event')}` = '{MOVE}' "
         "and attributes.status = 'FINISHED'", ViewType.ACTIVE_ONLY, max_results=1,
         order_by=["attributes.start_time DESC", f"tags.`{model_tag('when')}` DESC"])
     return _from_run(runs[0]) if runs else None

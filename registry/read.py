@@ -19,7 +19,7 @@ from registry import audit
 from registry.integrity import EvidenceTampered
 from registry.promotion import (approval_of, evaluated_at, fallback_holder, reached_stages, signoffs_of,
                                 stage_holder)
-from registry.store import ALIASES, STAGE_ALIASES, Registry, latest_registration, model_tag
+from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
 from registry.tracking import load_evidence, load_gate_report
 
 
@@ -47,7 +47,7 @@ def list_versions(model: str | None = None, registry: Registry | None = None) ->
     rows = []
     for name in names:
         aliases = reg.aliases_of(name)
-        for v in reg.client.search_model_versions(f"name = '{name}'", max_results=10000):
+        for v in reg.client.search_model_versions(f"name = {filter_literal(name, 'model')}", max_results=10000):
             version, tags = str(v.version), dict(v.tags)
             row = {"model": name, "version": version, "revision": tags.get(model_tag("revision"), ""),
                    "weights_sha256": tags.get(model_tag("weights_sha256"), ""),

@@ -34,6 +34,17 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
+def filter_literal(value: str, what: str = "name") -> str:
+    """`value` quoted for an MLflow filter string. MLflow's filter grammar has no escape for quotes, so a
+    value holding one is refused by name rather than let it rewrite the query (`x' or '1'='1`)."""
+    text = str(value)
+    bad = next((c for c in ("'", '"', "`", "\\") if c in text), None)
+    if bad is not None:
+        raise RegistryError(f"{what} {text!r}: the character {bad!r} cannot be searched for in the registry; "
+                            "model names, stages and events use letters, digits, '.', '_', '-' and '/'")
+    return f"'{text}'"
+
+
 def model_tag(key: str) -> str:
     return TAG + key
 
@@ -143,12 +154,12 @@ class Registry:
             retry_busy(self.client.set_model_version_tag, model, version, key, text)
 
     def versions(self, model: str) -> list[str]:
-        found = self.client.search_model_versions(f"name = '{model}'", max_results=10000)
+        found = self.client.search_model_versions(f"name = {filter_literal(model, 'model')}", max_results=10000)
         return sorted((str(v.version) for v in found), key=int)
 
     def version_of_weights(self, model: str, weights_sha256: str) -> str | None:
         """The version registered for these weights (one per weights hash), else None."""
-        for v in self.client.search_model_versions(f"name = '{model}'", max_results=10000):
+        for v in self.client.search_model_versions(f"name = {filter_literal(model, 'model')}", max_results=10000):
             if v.tags.get(model_tag("weights_sha256")) == weights_sha256:
                 return str(v.version)
         return None

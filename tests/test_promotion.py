@@ -349,3 +349,27 @@ def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
     reg.client.set_registered_model_tag("unmask-lock.poc", "unmask.lock.at", "0")  # its holder died long ago
     assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
     assert RegistryLock(reg, "poc", owner="me").holder() is None  # released after the move
+
+
+@pytest.mark.parametrize("args, why", [
+    (["audit", "--model", "x' or '1'='1"], "cannot be searched for in the registry"),
+    (["audit", "--stage", 'poc" or "1"="1'], "cannot be searched for in the registry"),
+    (["gates", "x' or '1'='1"], "no registered model"),
+])
+def test_a_name_that_would_rewrite_a_registry_query_is_refused_by_name(reg, monkeypatch, args, why):
+    import typer
+    from typer.testing import CliRunner
+
+    from flows.commands import gates as gates_cmd
+    from flows.commands import promote as promote_cmd
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    monkeypatch.setenv("COLUMNS", "200")
+    register_pair(reg)
+    app = typer.Typer()
+    gates_cmd.register(app)
+    promote_cmd.register(app)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert why in result.output and args[-1] in result.output  # one line naming the value
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
