@@ -119,6 +119,20 @@ def test_gates_hint_follows_the_blocker_once_the_sign_offs_are_in(registered):
     assert steps.index("then: unmask promote tiny-llada --to poc") < steps.index("then: unmask promote tiny-llada --to staging")
 
 
+def test_a_policy_given_to_gates_is_the_one_the_promote_hint_judges_under(registered, tmp_path):
+    import shutil
+
+    from gates.policy import POLICY_PATH
+
+    policy = tmp_path / "my policy.yaml"  # a space: the hint quotes it so it can be pasted
+    shutil.copy(POLICY_PATH, policy)
+    text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc", "--policy", str(policy)],
+                              env=NARROW).output
+    steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
+    assert steps[-1] == f"then: unmask promote tiny-llada --to poc --policy '{policy}'", steps
+    assert not any("--policy" in step for step in steps if "sign-off" in step or "approve" in step)  # they judge nothing
+
+
 def test_sign_offs_and_approval_older_than_the_latest_evaluation_are_asked_for_again(registered):
     from registry import approve, register_evidence, sign_off
 

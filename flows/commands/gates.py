@@ -49,7 +49,8 @@ def gates_command(
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
             if name == (stage or upcoming):  # the steps of the promotion asked about, or else of the next one
-                steps = next_steps(model, version, decision, stage_policy, name_version=names_version(held, version))
+                steps = next_steps(model, version, decision, stage_policy, name_version=names_version(held, version),
+                                   policy_path=policy_path)
                 for n, step in enumerate(steps):  # the reasons above say why; these say what to run
                     console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
                                   soft_wrap=True)

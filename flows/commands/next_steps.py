@@ -8,6 +8,7 @@ promotion first, a missing approval needs `unmask approve`; with nothing left, `
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from checklists import STAGES
@@ -36,14 +37,16 @@ def names_version(held: dict[str, str], version: str) -> bool:
 
 
 def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy,
-               name_version: bool = False) -> list[NextStep]:
+               name_version: bool = False, policy_path: str | None = None) -> list[NextStep]:
     """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version
-    (when `version` is not the one the commands default to, its `candidate`)."""
+    (when `version` is not the one the commands default to, its `candidate`); a `policy_path` the
+    decision was judged under goes to the commands that judge again (run, promote)."""
     stage = decision.stage
     flag = f" --version {version}" if name_version else ""
+    judged = f" --policy {shlex.quote(str(policy_path))}" if policy_path else ""  # the same policy judges again
     kinds = {r.kind for r in decision.reasons}
     if decision.allowed:
-        return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}")]
+        return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}{judged}")]
     specs = {g.name: g for g in stage_policy.gates}
     failed = [specs[r.gate] for r in decision.gate_results if not r.passed and r.gate in specs]
     measured = [g.name for g in failed if g.kind != SIGNED_GATE]
@@ -57,17 +60,17 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     if unmet:
         steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
                               "change the model or the sweep, then measure again",
-                              f"unmask run --model {model}"))
+                              f"unmask run --model {model}{judged}"))
     for item in to_sign:
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
                               f'unmask sign-off {model} --stage {stage} --item {item} --by NAME '
                               f'--comment "what was checked"{flag}'))
     if ReasonKind.STAGE in kinds and stage_policy.requires_stage:
         steps.append(NextStep(f"{stage} needs {stage_policy.requires_stage} first",
-                              f"unmask promote {model} --to {stage_policy.requires_stage}{flag}"))
+                              f"unmask promote {model} --to {stage_policy.requires_stage}{flag}{judged}"))
     if ReasonKind.APPROVAL in kinds:
         steps.append(NextStep(f"an approver signs off the promotion (a comment of "
                               f"{stage_policy.approval_min_comment_chars}+ characters)",
                               f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}'))
-    steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}"))
+    steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}{judged}"))
     return steps

@@ -144,7 +144,7 @@ def print_next_steps(outcomes: list[dict], tracking_uri: str, policy_path: str |
             decision = judge(registry, model, version, stage, policy, record=False)
             console.print(f"next for {model} v{version} -> {stage}:", highlight=False)
             for step in next_steps(model, version, decision, policy.stage(stage),
-                                   name_version=names_version(held, version)):
+                                   name_version=names_version(held, version), policy_path=policy_path):
                 console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
                 console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
     except (PolicyError, RegistryError) as e:  # the scorecard stands; only the hint is missing
