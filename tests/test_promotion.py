@@ -214,9 +214,9 @@ def test_a_crash_after_the_commit_point_leaves_the_registry_as_after(reg, monkey
     assert statuses == ["FINISHED", "FINISHED", "FINISHED"]
 
 
-def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
+def registered_cli(reg, monkeypatch):
+    """The gates and promote commands over `reg` holding the registered pair, at a wide terminal."""
     import typer
-    from typer.testing import CliRunner
 
     from flows.commands import gates as gates_cmd
     from flows.commands import promote as promote_cmd
@@ -227,6 +227,13 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     app = typer.Typer()
     gates_cmd.register(app)
     promote_cmd.register(app)
+    return app
+
+
+def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
+    from typer.testing import CliRunner
+
+    app = registered_cli(reg, monkeypatch)
     run = CliRunner().invoke
 
     shown = run(app, ["gates", "tiny-llada", "--stage", "poc"])
@@ -357,19 +364,9 @@ def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
     (["gates", "x' or '1'='1"], "no registered model"),
 ])
 def test_a_name_that_would_rewrite_a_registry_query_is_refused_by_name(reg, monkeypatch, args, why):
-    import typer
     from typer.testing import CliRunner
 
-    from flows.commands import gates as gates_cmd
-    from flows.commands import promote as promote_cmd
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    monkeypatch.setenv("COLUMNS", "200")
-    register_pair(reg)
-    app = typer.Typer()
-    gates_cmd.register(app)
-    promote_cmd.register(app)
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(registered_cli(reg, monkeypatch), args)
     assert result.exit_code == 2, result.output
     assert why in result.output and args[-1] in result.output  # one line naming the value
     assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
