@@ -15,9 +15,17 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from registry import audit
+from registry.audit import AuditEvent
 from registry.connection import RegistryError
+from registry.store import now_iso
+
+if TYPE_CHECKING:
+    from registry.store import Registry
 
 OS_USER = "os-user"
 MLFLOW_USER = "mlflow-basic-auth"
@@ -70,8 +78,38 @@ def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
     return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED)
 
 
-def check_claim(actor: Actor, claimed: str | None, flag: str) -> None:
-    """Raise `IdentityMismatch` when a typed name (`flag` says which option) is not the actor's."""
-    if claimed is not None and claimed.strip() != actor.name:
-        raise IdentityMismatch(f"{flag} {claimed!r} is not you: you are {actor.name!r} ({actor.source} on "
-                               f"{actor.host}); leave {flag} out, or run it as {claimed!r}")
+def claimed_actor(registry: "Registry", claimed: str | None, flag: str, action: str, stage: str = "", model: str = "",
+                  version: str = "") -> Actor:
+    """The identity behind a command; a typed name (`flag` says which option) that is not it is refused and
+    audited (`identity_refused`)."""
+    actor = current_actor(registry.tracking_uri)
+    if claimed is None or claimed.strip() == actor.name:
+        return actor
+    reason = (f"{flag} {claimed!r} is not you: you are {actor.name!r} ({actor.source} on {actor.host}); "
+              f"leave {flag} out, or run it as {claimed!r}")
+    audit.append(registry, AuditEvent("identity_refused", actor.name, now_iso(), stage, model, version,
+                                      comment=f"{action}: {reason}",
+                                      evidence={"claimed": claimed, "actor": actor.to_dict()}))
+    raise IdentityMismatch(reason)
+
+
+class PermissionDenied(RegistryError):
+    """The tracking server refused an action for the authenticated user (basic-auth permissions)."""
+
+
+@contextmanager
+def server_permissions(tracking_uri: str, model: str = "", action: str = "this"):
+    """Turn the server's 401/403 into one `PermissionDenied` line naming the user and the model."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as e:
+        if str(e.error_code) not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and \
+                getattr(e, "get_http_status_code", lambda: 0)() not in (401, 403):
+            raise
+        user = authenticated_user(tracking_uri) or "(no MLFLOW_TRACKING_USERNAME)"
+        what = f"registered model {model!r}" if model else "the registry"
+        raise PermissionDenied(f"permission denied: MLflow user {user!r} may not do {action} on {what} at "
+                               f"{tracking_uri} (the server answered {e.error_code}); ask an MLflow admin for "
+                               "the permission, or act as a user who has it") from None

@@ -254,15 +254,26 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
+    monkeypatch.setenv("LOGNAME", "grace")  # the OS user is the identity on the embedded store
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
+    impostor = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
+                         "--comment", "ok"])  # grace typing another name
+    assert impostor.exit_code == 2 and "--by 'ada' is not you: you are 'grace'" in impostor.output
+    monkeypatch.setenv("LOGNAME", "ada")
     for item in ("fallback-plan", "tooling-maturity"):
-        signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--by", "ada", "--comment", "ok"])
-        assert signed.exit_code == 0, signed.output
+        signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--comment", "ok"])
+        assert signed.exit_code == 0 and "signed off for tiny-llada v1 by ada" in signed.output, signed.output
+    monkeypatch.setenv("LOGNAME", "grace")
     moved = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert moved.exit_code == 0 and "poc now points at tiny-llada v1 (was nobody)" in moved.output
+    assert "requested by grace, approved by grace" in moved.output  # poc allows self-approval (gates/roles.yaml)
+    monkeypatch.setenv("LOGNAME", "oncall")
     back = run(app, ["rollback", "--stage", "poc", "--by", "oncall"])
     assert back.exit_code == 0 and "rolled back from tiny-llada@1 to tiny-ar@1 (fallback)" in back.output
+    refused_claims = read.audit_events(event="identity_refused", registry=reg)
+    assert list(refused_claims["who"]) == ["grace"] and "'ada'" in refused_claims["comment"][0]
+    assert list(read.audit_events(event="emergency_rollback", registry=reg)["who"]) == ["oncall"]
     trail = run(app, ["audit", "--stage", "poc"])
     assert trail.exit_code == 0 and "alias_move" in trail.output and "oncall" in trail.output
     bad = run(app, ["gates", "tiny-llada", "--stage", "canary"])
