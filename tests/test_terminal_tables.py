@@ -165,10 +165,11 @@ def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
     run = CliRunner().invoke
     app = cli_app("promote")
     signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
-                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW)
+                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW | {"LOGNAME": "ada"})
     assert signed.exit_code == 0, signed.output
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace",
-                        "--comment", "evidence reviewed, gates and checklist are green"], env=NARROW)
+                        "--comment", "evidence reviewed, gates and checklist are green"],
+                  env=NARROW | {"LOGNAME": "grace"})
     assert refused.exit_code == 1
     trail = run(app, ["audit"], env=NARROW)
     assert trail.exit_code == 0, trail.output
