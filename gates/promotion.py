@@ -186,7 +186,8 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     reasons += declined_problems(duties.declined, stage, evaluated_at)
     tooling = signoffs.get(TOOLING_ITEM, {}).get("by", "")
     problems, counted = approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at,
-                                          roles.stage(stage), duties, tooling_signer=tooling, counted=True)
+                                          roles.stage(stage), duties, tooling_signer=tooling, roles=roles,
+                                          counted=True)
     reasons += problems
     reasons += stale_signoffs
     cited = {"gates": {r.gate: r.evidence.get("record_id") for r in results},
