@@ -98,7 +98,7 @@ class PermissionDenied(RegistryError):
 
 
 @contextmanager
-def server_permissions(tracking_uri: str, model: str = "", action: str = "this"):
+def server_permissions(tracking_uri: str, model: str = "", action: str = "an action"):
     """Turn the server's 401/403 into one `PermissionDenied` line naming the user and the model."""
     from mlflow.exceptions import MlflowException
 
@@ -109,7 +109,6 @@ def server_permissions(tracking_uri: str, model: str = "", action: str = "this")
                 getattr(e, "get_http_status_code", lambda: 0)() not in (401, 403):
             raise
         user = authenticated_user(tracking_uri) or "(no MLFLOW_TRACKING_USERNAME)"
-        what = f"registered model {model!r}" if model else "the registry"
-        raise PermissionDenied(f"permission denied: MLflow user {user!r} may not do {action} on {what} at "
-                               f"{tracking_uri} (the server answered {e.error_code}); ask an MLflow admin for "
-                               "the permission, or act as a user who has it") from None
+        what = f"model {model!r}" if model else "the registry"
+        raise PermissionDenied(f"permission denied: MLflow user {user!r} may not change {what} ({action}; "
+                               f"{tracking_uri} said {e.error_code}); ask an MLflow admin") from None

@@ -30,7 +30,7 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
         version = version or registry.aliases_of(model).get(CANDIDATE_ALIAS)
         if not version:
             raise RegistryError(f"{model} has no `candidate` version; give --version")
-        with server_permissions(registry.tracking_uri, model, f"an {verb} of {stage}"):
+        with server_permissions(registry.tracking_uri, model, f"{verb} for {stage}"):
             me = claimed_actor(registry, by, "--by", f"{verb} of {model} v{version} for {stage}", stage, model,
                                version)
             decided = (decline if reject else approve)(registry, model, version, stage, me, comment)

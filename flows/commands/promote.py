@@ -37,7 +37,7 @@ def promote_command(
     try:
         policy = load_policy(policy_path)
         reg = Registry()
-        with server_permissions(reg.tracking_uri, model, f"a promotion to {to}"):
+        with server_permissions(reg.tracking_uri, model, f"promotion to {to}"):
             me = claimed_actor(reg, approver, "--approver", f"promotion of {model} to {to}", to, model)
             move = promote(model, to, approver=me if approver else None, comment=comment, version=version,
                            policy=policy, registry=reg, actor=me)
@@ -65,7 +65,7 @@ def rollback_command(
 
     try:
         reg = Registry()
-        with server_permissions(reg.tracking_uri, "", f"a rollback of {stage}"):
+        with server_permissions(reg.tracking_uri, "", f"rollback of {stage}"):
             me = claimed_actor(reg, by, "--by", f"rollback of {stage}", stage)
             move = rollback(stage, who=me, comment=comment, reconcile=reconcile, registry=reg)
     except PromotionRefused as e:
@@ -100,7 +100,7 @@ def sign_off_command(
         version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version")
-        with server_permissions(reg.tracking_uri, model, f"a sign-off of {stage}/{item}"):
+        with server_permissions(reg.tracking_uri, model, f"sign-off of {stage}/{item}"):
             me = claimed_actor(reg, by, "--by", f"sign-off of {stage}/{item}", stage, model, version)
             done = sign_off(reg, model, version, stage, item, me, comment)
     except ApprovalRefused as e:
