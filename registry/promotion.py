@@ -375,7 +375,7 @@ def rollback(stage: str, who: str | Actor | None = None, comment: str = "", regi
         if reconcile:
             move = _restore(registry, stage, who, comment, action)
         else:
-            move = _rollback(registry, stage, who, comment, action, policy)
+            move = _rollback(registry, stage, actor, comment, action, policy)
     target = move.to_holder or ("", "")
     audit.append(registry, AuditEvent(
         "emergency_rollback", who, now_iso(), stage, target[0], target[1], ref(*(move.from_holder or (None, None))),
@@ -384,7 +384,9 @@ def rollback(stage: str, who: str | Actor | None = None, comment: str = "", regi
     return move
 
 
-def _rollback(registry: Registry, stage: str, who: str, comment: str, action: str, policy: Policy | None) -> Move:
+def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action: str,
+              policy: Policy | None) -> Move:
+    who = actor.name
     _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
     current = stage_holder(registry, stage)
     if current is None:
@@ -396,7 +398,7 @@ def _rollback(registry: Registry, stage: str, who: str, comment: str, action: st
     if target is None or target == current:
         _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
                 [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
-    evidence = {"kind": "rollback", "target": reason}
+    evidence = {"kind": "rollback", "target": reason, "actor": actor.to_dict()}
     if policy is not None:
         evidence["policy"] = policy.cited()
     return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)

@@ -127,7 +127,9 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     back = rollback("production", who="oncall", comment="p95 regression in prod", registry=reg)
     assert (back.from_holder, back.to_holder) == (("tiny-llada", v2), ("tiny-llada", v1))
     again = rollback("production", who="oncall", registry=reg)
-    assert again.to_holder == ("tiny-ar", "1") and again.evidence == {"kind": "rollback", "target": "fallback"}
+    assert again.to_holder == ("tiny-ar", "1") and again.evidence == {
+        "kind": "rollback", "target": "fallback", "actor": {"by": "oncall", "host": socket.gethostname(),
+                                                             "identity": "named-by-caller"}}
     assert "production" not in reg.aliases_of("tiny-llada")
     assert reg.aliases_of("tiny-ar") == {"fallback": "1", "production": "1"}
     moves = read.audit_events(stage="production", event="alias_move", registry=reg)
