@@ -240,7 +240,7 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     approvals = [a for a in approvals if a.by.strip()]
     reasons, valid = [], []
     for a in approvals:
-        problem = _approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
+        problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
                                     roles)
         if problem is not None:
             reasons.append(problem)
@@ -263,7 +263,7 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     return (reasons, []) if counted else reasons
 
 
-def _approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_at: str, stage_roles: StageRoles,
+def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_at: str, stage_roles: StageRoles,
                       duties: Duties, tooling_signer: str, roles: Roles) -> PromotionReason | None:
     """Why one approval does not count, or None when it does."""
     def problem(text: str, kind: ReasonKind = ReasonKind.APPROVAL) -> PromotionReason:

@@ -18,8 +18,8 @@ import uuid
 from dataclasses import replace
 from typing import Any, Mapping
 
-from gates.promotion import (FOUR_EYES_STAGES, TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest,
-                             current_signoffs, expired, predates)
+from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
+                             current_signoffs, declined_problems, expired)
 from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
@@ -156,27 +156,15 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     tags = registry.version_tags(model, version)
     evaluated = tags.get(model_tag("evaluated_at"), "")
     request = request or open_request(registry, model, version, stage)
-    reasons = []
-    if not comment:
-        reasons.append("an approval needs a comment saying why (empty or whitespace is not one)")
-    declined = declined_of(registry, model, version, stage)
-    if declined is not None and not predates(declined.at, evaluated):
-        reasons.append(f"{declined.by} declined {stage} at {declined.at}; a decline is final until new evidence "
-                       "is registered")
-    if not roles.may(actor.name, stage, "approve"):
-        reasons.append(f"{actor.name} may not approve {stage}: the approve role is held by "
-                       f"{roles.describe(stage, 'approve')}")
-    stage_roles = roles.stage(stage)
-    if request is not None and request.by == actor.name and not stage_roles.self_approval:
-        reasons.append(f"{actor.name} requested this promotion and cannot approve it (requester != approver)")
-    if stage in FOUR_EYES_STAGES:
-        if tags.get(model_tag("evaluated_by")) == actor.name:
-            reasons.append(f"{actor.name} registered the evidence of this version and cannot approve its {stage} "
-                           "promotion")
-        signoffs, _ = current_signoffs(signoffs_from_tags(tags, stage), evaluated)
-        if signoffs.get(TOOLING_ITEM, {}).get("by") == actor.name:
-            reasons.append(f"{actor.name} signed off {TOOLING_ITEM} for {stage} and cannot also approve the "
-                           "promotion")
+    duties = duties_for(registry, model, version, stage, request)
+    reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
+    reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
+    # the rules a promotion applies, applied before anything is recorded (gates.promotion)
+    tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated)[0].get(TOOLING_ITEM, {}).get("by", "")
+    candidate = Approval(stage, actor.name, now_iso(), comment or "-", request=request.id if request else "")
+    problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
+    if problem is not None:
+        reasons.append(problem.text)
     if request is not None and any(a.by == actor.name and a.status == "open" and a.request == request.id
                                    for a in approvals_from_tags(tags, stage)):
         reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
