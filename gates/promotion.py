@@ -41,7 +41,7 @@ class ReasonKind(str, Enum):
     STAGE = "stage"  # an unknown stage, or one the version may not reach yet (requires_stage)
     APPROVAL = "approval"  # no approval, one too short, or one given before the latest evaluation
     SIGN_OFF = "sign-off"  # a sign-off given before the latest evaluation
-    DUTY = "separation of duties"  # the approver also requested, registered the evidence, signed tooling, or approved twice
+    DUTY = "separation of duties"  # the approver requested, registered the evidence, signed tooling, or approved twice
     ROLE = "role"  # the approver does not hold the stage's approve role
     DECLINED = "declined"  # the version was declined for the stage; terminal until new evidence is registered
 

@@ -27,7 +27,8 @@ from registry.store import (ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIA
 from registry.tracking import (evidence_integrity, load_evidence, log_record, record_gate_report, register_evidence,
                                register_or_reuse)
 
-__all__ = ["ALIASES", "Actor", "AliasDrift", "ApprovalRefused", "IdentityMismatch", "current_actor", "decline", "CANDIDATE_ALIAS", "EvidenceTampered", "FALLBACK_ALIAS", "STAGE_ALIASES", "Move",
+__all__ = ["ALIASES", "Actor", "AliasDrift", "ApprovalRefused", "CANDIDATE_ALIAS", "EvidenceTampered", "FALLBACK_ALIAS",
+           "IdentityMismatch", "STAGE_ALIASES", "Move", "current_actor", "decline",
            "PromotionRefused", "Registry", "RegistryError", "RegistryUnavailable", "alias_drift", "approve",
            "evidence_integrity", "judge", "latest_registration", "load_evidence", "log_record", "promote",
            "record_gate_report", "recover", "register_evidence", "register_or_reuse", "registration_alias",

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
                              current_signoffs, declined_problems, expired)
+from checklists import load_checklist
 from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
@@ -247,3 +248,33 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
             close(registry, model, version, a, "void", actor, f"declined by {actor.name}: {declined.comment}")
     _event(registry, "decline", actor, stage, model, version, declined.comment)
     return declined
+
+
+# sign-offs ------------------------------------------------------------------------------------------
+def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str | Actor | None,
+             comment: str, roles: Roles | None = None) -> dict:
+    """Sign off a manual checklist item of a stage for one version (who, host, when, comment), if `who` may."""
+    manual = load_checklist(stage).manual_items()
+    if item not in manual:
+        raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
+    actor = actor_for(registry.tracking_uri, who)
+    if not (comment or "").strip():
+        raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
+    roles = roles or load_roles()
+    if not roles.may(actor.name, stage, "sign_off", item):
+        reason = (f"{actor.name} may not sign off {stage}/{item}: that is for "
+                  f"{roles.describe(stage, 'sign_off', item)} ({roles.source})")
+        audit.append(registry, AuditEvent("signoff_refused", actor.name, now_iso(), stage, model, version,
+                                          comment=reason, evidence={"item": item, "actor": actor.to_dict()}))
+        raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
+    signoff = {"by": actor.name, "at": now_iso(), "comment": comment.strip(), "host": actor.host,
+               "identity": actor.source}
+    registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
+    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
+                                      comment=signoff["comment"], evidence={"item": item, "actor": actor.to_dict()}))
+    return signoff
+
+
+def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
+    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
+    return signoffs_from_tags(registry.version_tags(model, version), stage)

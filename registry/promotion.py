@@ -22,14 +22,14 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
-from checklists import load_checklist
 from gates.policy import Policy, load_policy
 from gates.promotion import (TOOLING_ITEM, Duties, PromotionDecision, PromotionReason, approval_problems,
                              current_signoffs, decide_promotion)
 from gates.roles import Roles, load_roles
 from registry import audit
-from registry.approvals import (ApprovalRefused, approval_of, approvals_of, approve, close, consume, decline,
-                                duties_for, expire_old, request_promotion, signoffs_from_tags)
+# approval_of, decline and sign_off are re-exported: callers have imported them from here
+from registry.approvals import (ApprovalRefused, approval_of, approvals_of, approve, close, consume, decline,  # noqa: F401
+                                duties_for, expire_old, request_promotion, sign_off, signoffs_of)
 from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
@@ -62,36 +62,6 @@ class Move:
         return {"stage": self.stage, "from": ref(*(self.from_holder or (None, None))),
                 "to": ref(*(self.to_holder or (None, None))), "who": self.who, "audit_run_id": self.audit_run_id,
                 "evidence": self.evidence}
-
-
-# sign-offs (approvals: registry/approvals.py) ------------------------------------------------------------
-def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str | Actor | None,
-             comment: str, roles: Roles | None = None) -> dict:
-    """Sign off a manual checklist item of a stage for one version (who, host, when, comment), if `who` may."""
-    manual = load_checklist(stage).manual_items()
-    if item not in manual:
-        raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
-    actor = actor_for(registry.tracking_uri, who)
-    if not (comment or "").strip():
-        raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
-    roles = roles or load_roles()
-    if not roles.may(actor.name, stage, "sign_off", item):
-        reason = (f"{actor.name} may not sign off {stage}/{item}: that is for "
-                  f"{roles.describe(stage, 'sign_off', item)} ({roles.source})")
-        audit.append(registry, AuditEvent("signoff_refused", actor.name, now_iso(), stage, model, version,
-                                          comment=reason, evidence={"item": item, "actor": actor.to_dict()}))
-        raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
-    signoff = {"by": actor.name, "at": now_iso(), "comment": comment.strip(), "host": actor.host,
-               "identity": actor.source}
-    registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
-    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
-                                      comment=signoff["comment"], evidence={"item": item, "actor": actor.to_dict()}))
-    return signoff
-
-
-def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
-    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    return signoffs_from_tags(registry.version_tags(model, version), stage)
 
 
 def evaluated_at(registry: Registry, model: str, version: str) -> str:
