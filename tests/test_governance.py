@@ -258,3 +258,29 @@ def test_a_malformed_roles_file_is_refused_naming_the_key(tmp_path, edit, where)
     with pytest.raises(RolesError) as e:
         load_roles(path)
     assert str(path) in str(e.value) and where in str(e.value), str(e.value)
+
+
+def test_cli_approve_refuses_with_its_reason_and_reject_is_final(reg, monkeypatch, prefect_harness):
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    at_poc(reg)
+    run = CliRunner().invoke
+    as_eve = run(cli_app("approve"), ["approve", "tiny-llada", "staging", "--comment", OK],
+                 env={"COLUMNS": "200", "LOGNAME": "eve"})
+    assert as_eve.exit_code == 1 and "eve registered the evidence of this version" in as_eve.output, as_eve.output
+    claimed = run(cli_app("approve"), ["approve", "tiny-llada", "staging", "--by", "linus", "--comment", OK],
+                  env={"COLUMNS": "200", "LOGNAME": "grace"})
+    assert claimed.exit_code == 2 and "--by 'linus' is not you: you are 'grace'" in claimed.output
+    declined = run(cli_app("approve"), ["reject", "tiny-llada", "staging", "--comment", "the sort task regressed"],
+                   env={"COLUMNS": "200", "LOGNAME": "grace"})
+    assert declined.exit_code == 0 and "declined by grace" in declined.output, declined.output
+    again = run(cli_app("approve"), ["approve", "tiny-llada", "staging", "--comment", OK],
+                env={"COLUMNS": "200", "LOGNAME": "linus"})
+    assert again.exit_code == 1 and "a decline is final until new evidence is registered" in again.output
+    assert stage_holder(reg, "staging") is None
+    assert refusals(reg, "approval_refused")["who"].tolist() == ["eve", "linus"]
+    assert refusals(reg, "identity_refused")["who"].tolist() == ["grace"]
+    assert refusals(reg, "decline")["who"].tolist() == ["grace"]
