@@ -284,3 +284,41 @@ def test_cli_approve_refuses_with_its_reason_and_reject_is_final(reg, monkeypatc
     assert refusals(reg, "approval_refused")["who"].tolist() == ["eve", "linus"]
     assert refusals(reg, "identity_refused")["who"].tolist() == ["grace"]
     assert refusals(reg, "decline")["who"].tolist() == ["grace"]
+
+
+def test_a_name_typed_into_the_prefect_form_moves_nothing_an_identified_approval_does(reg, monkeypatch,
+                                                                                     prefect_harness):
+    import threading
+
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+    from flows.promote import PromotionApproval, promote_flow, resume_with_approval, waiting_promotions
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+
+    def paused_flow():
+        outcome = {}
+        thread = threading.Thread(target=lambda: outcome.update(
+            state=promote_flow("tiny-llada", "poc", timeout_s=120, poll_interval_s=1, return_state=True)))
+        thread.start()
+        deadline = time.monotonic() + 90
+        while not waiting_promotions("tiny-llada", "poc") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return thread, outcome
+
+    thread, outcome = paused_flow()
+    resume_with_approval(waiting_promotions("tiny-llada", "poc")[0].id,
+                         PromotionApproval(approver="grace", comment=OK))  # what the UI form sends: a typed name
+    thread.join(120)
+    assert outcome["state"].is_failed() and "carries no identity" in outcome["state"].message
+    assert stage_holder(reg, "poc") is None and approvals_of(reg, "tiny-llada", "1", "poc") == []
+
+    thread, outcome = paused_flow()
+    approved = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--comment", OK],
+                                  env={"LOGNAME": "grace"})
+    assert approved.exit_code == 0 and "approved by grace" in approved.output, approved.output
+    thread.join(120)
+    assert outcome["state"].is_completed(), outcome["state"].message
+    assert stage_holder(reg, "poc") == ("tiny-llada", "1")
+    assert [(a.by, a.status) for a in approvals_of(reg, "tiny-llada", "1", "poc")] == [("grace", "consumed")]
