@@ -240,12 +240,19 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
     _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
     expire_old(registry, model, version, stage, mover, roles)
     request = request_promotion(registry, model, version, stage, mover)
-    typed = None
+    typed, prefer = None, ""
     if approver is not None:
-        try:
-            typed = approve(registry, model, version, stage, approver, comment, roles=roles, request=request)
-        except ApprovalRefused as e:
-            raise PromotionRefused(action, e.reasons) from None
+        name = actor_for(registry.tracking_uri, approver).name
+        given = next((a for a in approvals_of(registry, model, version, stage)
+                      if a.by == name and a.status == "open" and a.request == request.id), None)
+        if given is not None:  # approved already (`unmask approve`): that one is used, not a second
+            prefer = given.id
+        else:
+            try:
+                typed = approve(registry, model, version, stage, approver, comment, roles=roles, request=request)
+            except ApprovalRefused as e:
+                raise PromotionRefused(action, e.reasons) from None
+            prefer = typed.id
     try:
         duties = duties_for(registry, model, version, stage, request, mover.name)
         decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
@@ -269,7 +276,7 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
                         decision.evidence)
             _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, decision.evidence)
             used = _approvals_to_consume(registry, model, version, stage, policy, roles, duties, action, who,
-                                         decision.evidence, typed.id if typed else "")
+                                         decision.evidence, prefer)
             evidence = decision.evidence | {"kind": "promotion", "request": request.to_dict(),
                                             "approvals": [a.to_dict() for a in used], "actor": mover.to_dict()}
             if used:
@@ -285,7 +292,7 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
 
 def _approvals_to_consume(registry: Registry, model: str, version: str, stage: str, policy: Policy | None,
                           roles: Roles, duties: Duties, action: str, who: str, evidence: dict[str, Any],
-                          typed: str) -> list:
+                          prefer: str) -> list:
     """Under the stage lock: the approvals this move uses, read again (one consumed or voided meanwhile no
     longer counts), so a move cites exactly the approvals it consumed."""
     policy = policy or load_policy()
@@ -294,7 +301,7 @@ def _approvals_to_consume(registry: Registry, model: str, version: str, stage: s
                                        policy.stage(stage).approval_min_comment_chars,
                                        evaluated_at(registry, model, version), roles.stage(stage), duties,
                                        tooling_signer=signoffs.get(TOOLING_ITEM, {}).get("by", ""), roles=roles,
-                                       counted=True, prefer=typed)
+                                       counted=True, prefer=prefer)
     if problems:
         _refuse(registry, "promotion_refused", who, stage, model, version, action, problems, evidence)
     return used

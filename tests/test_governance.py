@@ -322,3 +322,10 @@ def test_a_name_typed_into_the_prefect_form_moves_nothing_an_identified_approval
     assert outcome["state"].is_completed(), outcome["state"].message
     assert stage_holder(reg, "poc") == ("tiny-llada", "1")
     assert [(a.by, a.status) for a in approvals_of(reg, "tiny-llada", "1", "poc")] == [("grace", "consumed")]
+
+
+def test_promote_with_your_own_earlier_approval_uses_it_instead_of_a_second(reg):
+    approve(reg, "tiny-llada", "1", "poc", "bob", OK)  # poc allows the requester's own approval
+    move = promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    assert [(a.by, a.status) for a in approvals_of(reg, "tiny-llada", "1", "poc")] == [("bob", "consumed")]
+    assert [a["by"] for a in move.evidence["approvals"]] == ["bob"]
