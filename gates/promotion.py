@@ -289,15 +289,15 @@ def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_
     if not roles.may(a.by, stage, "approve"):
         return problem(f"{a.by} may not approve {stage}: the approve role is held by "
                        f"{roles.describe(stage, 'approve')}", ReasonKind.ROLE)
-    requesters = {duties.requester, duties.mover} - {""}
-    if not stage_roles.self_approval and a.by in requesters:
-        return problem(f"{a.by} requested this promotion and cannot approve it (requester != approver)",
-                       ReasonKind.DUTY)
     if stage in FOUR_EYES_STAGES and duties.registered_by and a.by == duties.registered_by:
         return problem(f"{a.by} registered the evidence of this version and cannot approve its {stage} promotion",
                        ReasonKind.DUTY)
     if stage in FOUR_EYES_STAGES and tooling_signer and a.by == tooling_signer:
         return problem(f"{a.by} signed off {TOOLING_ITEM} for {stage} and cannot also approve the promotion",
+                       ReasonKind.DUTY)
+    requesters = {duties.requester, duties.mover} - {""}
+    if not stage_roles.self_approval and a.by in requesters:
+        return problem(f"{a.by} requested this promotion and cannot approve it (requester != approver)",
                        ReasonKind.DUTY)
     return None
 
