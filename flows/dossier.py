@@ -54,3 +54,41 @@ def report(model: str, out: str | Path, version: str | None = None, stage: str |
     ref = log_dossier(Registry(tracking_uri), built["model"], built["version"], built["html"], built["pdf"] or None,
                       built["sha256"])
     return built, ref
+
+
+# the promote flow: the dossier an approver is shown, archived with the move it led to ------------------
+def dossier_for_approval(model: str, version: str, stage: str, tracking_uri: str) -> dict[str, Any]:
+    """Build and log the dossier of a version about to be approved for `stage`: {ref, location} or {error}.
+
+    A dossier that cannot be printed is built without its PDF; one that cannot be built at all does not
+    block the promotion (the gates and checklist decide that), and the reason is kept instead.
+    """
+    import tempfile
+
+    from registry import Registry, RegistryError
+    from registry.dossiers import dossier_location
+
+    with tempfile.TemporaryDirectory(prefix="unmask-dossier-") as out:
+        try:
+            try:
+                _, ref = report(model, out, version, stage, tracking_uri)
+            except DossierFailed as e:
+                if "Chromium" not in str(e):
+                    raise
+                _, ref = report(model, out, version, stage, tracking_uri, pdf=False)
+        except (DossierFailed, RegistryError) as e:
+            return {"error": str(e)}
+    return {"ref": ref.to_dict(), "location": dossier_location(Registry(tracking_uri), ref)}
+
+
+def attach_to_move(audit_run_id: str, dossier: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
+    """Copy the dossier the approver was shown into the move's audit run; what was attached, or {error}."""
+    from registry import Registry, RegistryError
+    from registry.dossiers import DossierRef, attach_dossier
+
+    if "ref" not in dossier:
+        return dossier
+    try:
+        return attach_dossier(Registry(tracking_uri), audit_run_id, DossierRef(**dossier["ref"]))
+    except RegistryError as e:
+        return {"error": str(e)}

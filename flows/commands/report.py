@@ -34,7 +34,7 @@ def report_command(
     try:
         built, ref = report(model, out, version, stage, pdf=pdf)
     except (DossierFailed, RegistryError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     from registry import Registry
 
