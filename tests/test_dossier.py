@@ -239,3 +239,19 @@ def test_the_promote_flow_archives_the_dossier_the_approver_saw_with_the_move(pr
     assert reg.load_artifact_bytes(attached["audit_run_id"], attached["artifacts"]["pdf"]).startswith(b"%PDF")
     assert DossierPage(html.decode()).sections == list(SECTIONS)
     assert {g["data-stage"] for g in DossierPage(html.decode()).gates} == {"poc"}  # the stage it was approved for
+
+
+def test_evidence_changed_after_registration_gives_no_dossier(tmp_path, monkeypatch):
+    from tests.gate_fixtures import evidence, fresh_registry
+    from registry import register_evidence
+    from registry.tracking import evidence_run_id
+
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    version, _ = register_evidence(reg, evidence())
+    run_id = evidence_run_id(reg, "tiny-llada", version)
+    records = Path(reg.client.get_run(run_id).info.artifact_uri.removeprefix("file://")) / "evidence" / "records.json"
+    records.write_text(records.read_text().replace('"accuracy": 0.72', '"accuracy": 0.99'))  # a forged score
+    done = report("tiny-llada", "--out", str(tmp_path / "out"))
+    assert done.exit_code == 2
+    assert "evidence artifact evidence/records.json" in done.output and "was changed after registration" in done.output

@@ -21,7 +21,7 @@ from registry import audit
 from registry.connection import RegistryError
 from registry.promotion import fallback_holder
 from registry.store import Registry, latest_registration, model_tag
-from registry.tracking import evidence_integrity, load_evidence, load_gate_report
+from registry.tracking import evidence_integrity, evidence_run_id, load_evidence, load_gate_report
 
 SECTIONS = ("identity", "evaluation", "operating-point", "reproducibility", "gates", "checklists", "decisions",
             "limitations")
@@ -93,7 +93,7 @@ def _identity(registry: Registry, evidence: CandidateEvidence, model: str, versi
     entry = _catalog_entry(model)
     card_path = "evidence/model_card.md"
     try:
-        card_md = registry.load_artifact_bytes(read_evidence_run(registry, model, version), card_path).decode()
+        card_md = registry.load_artifact_bytes(evidence_run_id(registry, model, version), card_path).decode()
     except RegistryError:
         card_md = ""
     return {"role": evidence.role, "kind": evidence.kind, "revision": evidence.model_revision or "local",
@@ -103,10 +103,6 @@ def _identity(registry: Registry, evidence: CandidateEvidence, model: str, versi
             "card": {k: v for k, v in card.items() if k not in ("sha256", "heldout_test")},
             "heldout_test": card.get("heldout_test") or {}, "card_excerpt": _excerpt(card_md),
             "failures": list(evidence.failures), "integrity": evidence_integrity(registry, model, version)}
-
-
-def read_evidence_run(registry: Registry, model: str, version: str) -> str:
-    return registry.version_tags(model, version)[model_tag("evidence_run")]
 
 
 def _catalog_entry(model: str) -> dict[str, Any] | None:
