@@ -21,6 +21,7 @@ from dashboards.dossier import SECTIONS, content_sha256, stated_sha256, verify_h
 from flow_fixtures import cli_app, seed_registry
 from registry import Registry, RegistryError
 from registry.dossiers import DOSSIER_TAG, attach_dossier, latest_dossier, log_dossier
+from registry.tracking import load_gate_report
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE1 = REPO / "docs" / "dossier-page1.png"
@@ -76,7 +77,9 @@ def test_the_dossier_holds_every_gate_value_of_the_registry_and_every_section(en
         gate = shown[(row.stage, row.gate)]
         assert json.loads(gate["data-value"]) == row.value, (row.stage, row.gate)
         assert json.loads(gate["data-threshold"]) == row.threshold
-        assert gate["data-verdict"] == ("pass" if row.passed else "fail")
+        raw = next(r for r in load_gate_report(reg, env.candidate, env.candidate_version, row.stage)["results"]
+                   if r["gate"] == row.gate)  # a stored verdict (pass / fail / inconclusive) wins over `passed`
+        assert gate["data-verdict"] == raw.get("verdict", "pass" if row.passed else "fail")
         if row.run_id:  # every gate names the MLflow run of the record it judged
             assert row.run_id in html
     for record in read.records(env.candidate, env.candidate_version, registry=reg).itertuples():
