@@ -72,6 +72,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     gates = {s: _gates(r) for s, r in reports.items() if r}
     content = {
         "model": model, "version": version, "stages": stages, "tracking_uri": registry.tracking_uri,
+        "run_url": _run_url_base(registry.tracking_uri),
         "evidence_run_id": tags[model_tag("evidence_run")], "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
         "aliases": sorted(a for a, v in registry.aliases_of(model).items() if v == version),
         "identity": _identity(registry, evidence, model, version),
@@ -85,6 +86,11 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     }
     content["limitations"] = _limitations(content, evidence)
     return content
+
+
+def _run_url_base(tracking_uri: str) -> str:
+    """Where the MLflow UI opens a run by id alone (its `/runs/<id>` route), on a tracking server; else ""."""
+    return f"{tracking_uri.rstrip('/')}/#/runs/" if tracking_uri.startswith(("http://", "https://")) else ""
 
 
 # identity ------------------------------------------------------------------------------------------------
