@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
+from sampler.decode import row_seeded
 from serving import errors
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
@@ -36,8 +37,10 @@ log = logging.getLogger("unmask.serve")
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}  # metric label per path
 STREAMING = ("stream=true sends server-sent events in OpenAI's chunk format; masked diffusion sends each block's "
              "text once the block is final (never text a later step may change), autoregressive models each token")
-NOT_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is decoded alone: a batch shares one "
-               "random generator, so a row's draws would depend on its neighbours")
+SAMPLED_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
+                   "row, seeded by its request's seed, so each row draws what it would draw alone")
+NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate), or "
+               "without a seed, is decoded alone: a row's draws would depend on its neighbours")
 
 
 @dataclass
@@ -176,7 +179,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         if context and len(ids) + config.gen_length > context:
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
                                f"{route.version.model}'s context of {context}")
-        key = batch_key(config)
+        key = batch_key(config, row_seeded(handle))
         feed = RowFeed() if body.stream else None
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             future = route.loaded.batcher.submit(ids, config, key, on_tokens=feed.put if feed else None)
@@ -340,6 +343,7 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
         "chat_template": route.loaded.chat.source, "streaming": STREAMING,
         "batching": {"max_batch": pool.max_batch, "window_ms": pool.batch_window_s * 1000,
                      "batched": "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by "
-                                "effective config", "not_batched": NOT_BATCHED},
+                                "effective config" + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else ""),
+                     "not_batched": NOT_BATCHED},
         "limits": {"max_tokens": settings.limits.max_tokens, "max_prompt_tokens": settings.limits.max_prompt_tokens,
                    "context": route.loaded.context}}}

@@ -3,7 +3,8 @@
 Each loaded version has one `Batcher`: a bounded queue and one worker task on the server's event
 loop. The worker takes the oldest request, waits up to `window_s` (from that request's arrival) for
 more with the same batch key (`serving.decoding.batch_key`: the same effective SamplerConfig, and a
-deterministic one), left-pads up to `max_batch` prompts and decodes them in the version's own
+deterministic one or, for sampled decoding, one that differs only in its seed: each row then gets
+its own generator, seeded by its request), left-pads up to `max_batch` prompts and decodes them in the version's own
 thread. The sampler is batch invariant under left padding, so each row is what it would have been
 alone; a request whose key is None (sampled decoding) always decodes alone.
 
@@ -28,6 +29,7 @@ from evals.quality import left_pad, padding_id
 from sampler.config import SamplerConfig
 from sampler.decode import decode
 from sampler.output import FinalPrefix, StepCallback, StepInfo
+from serving.decoding import is_deterministic
 
 
 log = logging.getLogger("unmask.serve")
@@ -69,13 +71,16 @@ class Decoded:
 
 
 def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]],
-                on_step: StepCallback | None = None) -> tuple[list[list[int]], int]:
-    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch)."""
+                on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> tuple[list[list[int]], int]:
+    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch).
+
+    `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
+    """
     ids, mask = left_pad(prompts, padding_id(handle))
     device = next(handle.model.parameters()).device
     with torch.inference_mode():
         out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
-                     on_step=on_step)
+                     on_step=on_step, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
 
 
@@ -190,10 +195,12 @@ class Batcher:
             self._running = len(group)
             self._depth_changed()
             started = time.monotonic()
+            config = group[0].config
+            seeds = None if group[0].key is None or is_deterministic(config) else [j.config.seed for j in group]
             try:
                 rows, nfe = await loop.run_in_executor(
-                    self._executor, decode_rows, self.handle, group[0].config, [j.prompt_ids for j in group],
-                    watch_rows(self.handle, group[0].config, group, loop))
+                    self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],
+                    watch_rows(self.handle, config, group, loop), seeds)
             except Abandoned as e:
                 log.info("stopped a batch early: %s", e)
             except Exception as e:  # the model failed on this batch: each of its requests hears why
