@@ -87,9 +87,21 @@ def test_committed_text_holds_back_what_a_stop_sequence_could_still_claim():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("request-log")
-    with running_server(settings_for(shared_serving_registry().tracking_uri, log_dir=log_dir)) as running:
-        running.log_dir = log_dir
+    settings = settings_for(shared_serving_registry().tracking_uri, log_dir=log_dir)
+    with running_server(settings) as running:
+        running.log_dir, running.settings = log_dir, settings
         yield running
+
+
+def logged_rows(server, until, timeout_s: float = 20.0) -> pd.DataFrame:
+    """The request log so far, once `until(rows)` holds (it is written off the request path) or time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = sorted(server.log_dir.glob("requests-*.parquet"))
+        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
+        if (len(rows) and until(rows)) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +225,14 @@ def test_ttfb_and_first_block_reach_responses_the_request_log_and_metrics(server
     ext = plain.model_extra["unmask"]
     assert not ext["stream"] and 0 < ext["first_block_s"] <= ext["ttfb_s"]  # non-streamed: ttfb is the latency
     streamed(client, "fallback", PROMPTS[3])
-    deadline = time.monotonic() + 20
-    while True:  # the log is written off the request path, every couple of seconds
-        files = sorted(server.log_dir.glob("requests-*.parquet"))
-        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
-        ok = rows[rows.status == 200] if len(rows) else rows
-        flag = ok.stream.astype(bool) if len(ok) else None
-        if (len(ok) and flag.any() and (~flag).any()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+
+    def both_kinds(rows):
+        flags = rows[rows.status == 200].stream.astype(bool)
+        return flags.any() and (~flags).any()
+
+    rows = logged_rows(server, both_kinds)
+    ok = rows[rows.status == 200]
+    flag = ok.stream.astype(bool)
     streams, plains = ok[flag], ok[~flag]
     assert len(streams) and len(plains)
     assert ((streams.ttfb_s > 0) & (streams.ttfb_s <= streams.latency_s)).all()
@@ -280,6 +291,8 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_chunk_and_
         assert "".join(received) == "0+4=4,1+"  # the first block, then the error
         assert e.value.body["code"] == "server_error" and "after streaming began" in e.value.body["message"]
         assert any("stream failed after its first byte" in r.getMessage() for r in caplog.records)
+        rows = logged_rows(server, lambda rows: ((rows.status == 500) & rows.stream.astype(bool)).any())
+        assert rows[(rows.status == 500) & rows.stream.astype(bool)].error.str.contains("injected fault").any()
         restore(server, original)
         with_faulty_model(server, fail_at=1)
         with pytest.raises(openai.InternalServerError) as e:  # nothing was sent yet: a plain JSON 500
@@ -288,6 +301,27 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_chunk_and_
     finally:
         restore(server, original)
     assert client.completions.create(model="production", prompt=PROMPTS[0]).choices[0].text.endswith("#### 24")
+
+
+def test_a_stream_past_its_timeout_ends_with_a_timeout_error_chunk_and_a_504_row(server, client):
+    _, original = with_faulty_model(server, delay_s=0.05)  # the first block after ~0.2 s, the answer after ~3 s
+    server.settings.request_timeout_s = 1.0
+    try:
+        received = []
+        with pytest.raises(openai.APIError) as e:
+            for chunk in client.completions.create(model="production", prompt=PROMPTS[2], stream=True, max_tokens=128,
+                                                   user="timeout", extra_body={"unmask": {"block_length": 8,
+                                                                                          "steps": 64}}):
+                received.append(chunk.choices[0].text)
+        assert "".join(received)  # the stream had begun
+        assert e.value.body["code"] == "timeout" and "1 s" in e.value.body["message"]
+    finally:
+        server.settings.request_timeout_s = 60.0
+        restore(server, original)
+    rows = logged_rows(server, lambda rows: (rows.status == 504).any())
+    timed_out = rows[rows.status == 504]
+    assert len(timed_out) == 1 and timed_out.stream.astype(bool).all() and (timed_out.ttfb_s > 0).all()
+    assert httpx.get(server.base_url + "/health", timeout=10).json()["status"] == "ready"
 
 
 def test_a_client_that_hangs_up_mid_stream_frees_its_slot_and_stops_its_batch(server, client):
@@ -312,3 +346,6 @@ def test_a_client_that_hangs_up_mid_stream_frees_its_slot_and_stops_its_batch(se
     depth = [line for line in metrics.splitlines() if line.startswith('unmask_queue_depth{model="tiny-llada"')]
     assert depth and all(float(line.split()[-1]) == 0 for line in depth)
     assert client.completions.create(model="production", prompt=PROMPTS[0]).choices[0].text.endswith("#### 24")
+    rows = logged_rows(server, lambda rows: (rows.status == 499).any())
+    gone = rows[rows.status == 499]
+    assert len(gone) == 1 and gone.stream.astype(bool).all() and gone.error.str.contains("mid-stream").all()
