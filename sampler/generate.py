@@ -203,9 +203,11 @@ def generate(
     call = ModelCall(denoiser, attention_mask, prompt_index, config)
     source = logits_source(config, call, P)
     exit_rule = early_exit_rule(config)
-    generator = (make_generator(config.seed, device) if row_seeds is None
-                 else RowGenerators(row_seeds, left_pads(attention_mask[:, :P] if attention_mask is not None else None, B),
-                                    device))
+    if row_seeds is None:
+        generator = make_generator(config.seed, device)
+    else:
+        generator = RowGenerators(row_seeds, left_pads(None if attention_mask is None else attention_mask[:, :P], B),
+                                  device)
     decoder = BlockDecoder(config, P, generator, exit_rule, on_step)
     calls = CallCounter()
     drive = decode_plain

@@ -37,6 +37,7 @@ log = logging.getLogger("unmask.serve")
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}  # metric label per path
 STREAMING = ("stream=true sends server-sent events in OpenAI's chunk format; masked diffusion sends each block's "
              "text once the block is final (never text a later step may change), autoregressive models each token")
+BATCHED = "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by effective config"
 SAMPLED_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
                    "row, seeded by its request's seed, so each row draws what it would draw alone")
 NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate), or "
@@ -215,8 +216,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                   "usage": usage, "unmask": extension}
         if job.endpoint == "completions":
             return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", **common,
-                    "choices": [{"index": 0, "text": job.echo + choice["text"], "finish_reason": choice["finish_reason"],
-                                 "logprobs": None}]}, facts, parts
+                    "choices": [{"index": 0, "text": job.echo + choice["text"],
+                                 "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts, parts
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", **common,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
                              "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts, parts
@@ -249,13 +250,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 decoded = job.future.result()
                 _, facts, parts = finished(job, decoded, ttfb_s=outcome.ttfb_s)
                 rest = text.finish(parts["choice"]["text"])
+                outcome.answered(facts)  # complete: a client that leaves during the last sends is not a 499
                 if rest:
                     yield event(chunks.text(rest))
                 yield event(chunks.finish(parts["choice"]["finish_reason"], parts["extension"]))
                 if include_usage:
                     yield event(chunks.usage(parts["usage"]))
                 yield DONE
-                outcome.answered(facts)
             except asyncio.TimeoutError:
                 message = f"no complete answer within {settings.request_timeout_s:g} s"
                 log.error("%s stream ended early: %s", job.endpoint, message)
@@ -273,7 +274,6 @@ def create_app(settings: ServeSettings) -> FastAPI:
                     job.future.cancel()
                 if not outcome.recorded:
                     outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
-                outcome.close()
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -342,8 +342,7 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
         "config_source": route.base_source, "operating_config_hash": v.operating_config_hash,
         "chat_template": route.loaded.chat.source, "streaming": STREAMING,
         "batching": {"max_batch": pool.max_batch, "window_ms": pool.batch_window_s * 1000,
-                     "batched": "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by "
-                                "effective config" + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else ""),
+                     "batched": BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else ""),
                      "not_batched": NOT_BATCHED},
         "limits": {"max_tokens": settings.limits.max_tokens, "max_prompt_tokens": settings.limits.max_prompt_tokens,
                    "context": route.loaded.context}}}

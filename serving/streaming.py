@@ -54,16 +54,14 @@ class CommittedText:
         text = self.handle.decode(tokens[:useful])
         settled = useful < len(tokens) or len(tokens) >= self.keep  # a stop id, or every token it may keep
         cut, stopped = cut_at_stop(text, self.stops)
-        if settled:
-            text, self.complete = cut, True
-        else:
-            # a stop sequence may yet begin in the unsafe tail (and one found later could start before
-            # a found one); an unfinished multi-byte character decodes to U+FFFD until its last byte comes
-            safe = min(unsafe_tail(text, self.stops), len(cut))
-            self.complete = stopped and len(cut) <= unsafe_tail(text, self.stops)
-            text = text[:safe] if not self.complete else cut
-            if not self.complete:
-                text = text.rstrip("\ufffd")
+        # Unsettled, a stop sequence may yet begin in the unsafe tail, and such a one would cut before
+        # a stop found now if it begins earlier; a found stop is final only when no such tail precedes it.
+        tail = len(text) if settled else unsafe_tail(text, self.stops)
+        self.complete = settled or (stopped and len(cut) <= tail)
+        if self.complete:
+            text = cut
+        else:  # an unfinished multi-byte character decodes to U+FFFD until its last byte comes
+            text = text[: min(tail, len(cut))].rstrip("\ufffd")
         if not text.startswith(self.sent):  # a tokenizer whose decode is not prefix-stable here: wait for the end
             return ""
         delta, self.sent = text[len(self.sent) :], text

@@ -26,7 +26,8 @@ def model():
 
 @pytest.mark.parametrize("mode", [
     {}, {"remasking": "random"}, {"remasking": "random", "temperature": 0.0}, {"cfg_scale": 1.0},
-    {"cache": "prefix"}, {"parallel": "threshold", "parallel_threshold": 0.5}, {"parallel": "entropy"}, {"parallel": "factor"},
+    {"cache": "prefix"}, {"parallel": "threshold", "parallel_threshold": 0.5}, {"parallel": "entropy"},
+    {"parallel": "factor"},
     {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5},  # rows finish blocks at different steps
     {"early_exit": "eos_decided"},
 ])

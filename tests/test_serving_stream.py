@@ -124,7 +124,7 @@ CASES = {  # the tiny models answer PROMPTS[0] with '0+4=4,1+1+0=2\n#### 24'
     "operating point": {},
     "blocks of 8": BLOCKS_OF_8,
     "stop mid-block": BLOCKS_OF_8 | {"stop": ["=2"]},  # falls at characters 11-12, inside the second block
-    "stop across blocks": BLOCKS_OF_8 | {"stop": ["+1+0"]},  # characters 7-10: begins in the first block, ends in the second
+    "stop across blocks": BLOCKS_OF_8 | {"stop": ["+1+0"]},  # characters 7-10: from the first block into the second
     "later stop begins earlier": BLOCKS_OF_8 | {"stop": ["1+0=", "4,1+1+0=2"]},  # the second one cuts first
     "max_tokens mid-block": {"max_tokens": 11, "extra_body": {"unmask": {"block_length": 8}}},
     "sampled": {"temperature": 0.8, "seed": 3},
