@@ -7,6 +7,7 @@ from typing import Any
 
 from flows.commands.readable import significant
 
+CHART_PADDING = {"left": 12, "top": 8, "right": 16, "bottom": 8}  # px: axis titles and end labels stay inside
 VERDICT_MARK = {"passed": "passed", "failed": "failed", "not judged": "not judged"}
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
-from dashboards.cells import value_text
+from dashboards.cells import CHART_PADDING, value_text
 from dashboards.policy_note import show_policy
 
 reg = source.registry_or_stop()
@@ -59,7 +59,8 @@ else:
                  alt.Tooltip("stage :N", title="stage"), alt.Tooltip("what:N"), alt.Tooltip("comment:N"),
                  alt.Tooltip("status:N")])
     labels = base.mark_text(dy=-16, fontSize=11, angle=0, limit=110).encode(text="label:N")
-    st.altair_chart(alt.layer(marks, labels).properties(height=120 + 70 * len(set(shown["stage "]))), width="stretch",
+    st.altair_chart(alt.layer(marks, labels).properties(height=160 + 80 * len(set(shown["stage "])),
+                                                     padding=CHART_PADDING), width="stretch",
                     key="audit_timeline")
     newest_first = shown.sort_values("when", ascending=False)
     st.dataframe(pd.DataFrame({

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
+from dashboards.cells import CHART_PADDING
 from flows.commands.readable import milliseconds, percent, significant
 
 reg = source.registry_or_stop()
@@ -68,10 +69,10 @@ records = base.mark_point(filled=True, opacity=0.85).encode(
                                     range=["circle", "cross", STAR])),
     size=alt.condition("datum.point == 'AR fallback'", alt.value(320), alt.value(90)), tooltip=tooltip)
 front = base.transform_filter("datum.front").mark_line(strokeDash=[5, 3]).encode(
-    color=alt.Color("series:N", legend=None), detail="series:N", order="x:Q")
+    color=alt.Color("series:N", title="version", legend=legend), detail="series:N", order="x:Q")
 operating = base.transform_filter("datum.operating").mark_point(
     shape="circle", size=520, filled=False, strokeWidth=3, color="#d62728").encode(tooltip=tooltip)
-chart = alt.layer(front, records, operating).properties(height=460)
+chart = alt.layer(front, records, operating).properties(height=520, padding=CHART_PADDING)
 st.altair_chart(chart, width="stretch", key="quality_latency_chart")
 st.caption("Dotted line: the Pareto front of each version on this axis (no other setting is both better on it and "
            "more accurate). Red ring: the operating point the stage gates judge. Star: the AR fallback. Crosses: "

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
+from dashboards.cells import CHART_PADDING
 from dashboards.policy_note import show_policy
 from flows.commands.readable import milliseconds, percent, significant
 from gates.scoring import TIER_SCORE
@@ -65,9 +66,9 @@ else:
     base = alt.Chart(bars).encode(y=y, yOffset=alt.YOffset("method:N"), tooltip=tooltip)
     chart = (base.mark_bar().encode(x=alt.X("score:Q", title="score (1 = best)", scale=alt.Scale(domain=[0, 1])),
                                     color=alt.Color("method:N", title="method",
-                                                    legend=alt.Legend(orient="bottom")))
+                                                    legend=alt.Legend(orient="top")))
              + base.mark_rule(color="#333", strokeWidth=2).encode(x="low:Q", x2="high:Q"))
-    st.altair_chart(chart.properties(height=60 + 60 * len(order)), width="stretch", key="scores_chart")
+    st.altair_chart(chart.properties(height=140 + 70 * len(order), padding=CHART_PADDING), width="stretch", key="scores_chart")
     st.caption("Bars: each passing version's score by both methods; whiskers: how far it moves while the version's "
                "accuracy runs across its 95% interval on the items measured (the others held).")
     st.dataframe(pd.DataFrame({
@@ -94,14 +95,14 @@ else:
     heat = alt.Chart(cells).mark_rect(stroke="white", strokeWidth=2).encode(
         x=alt.X("change:N", title="weight moved by", sort=["-20%", "+20%"], axis=alt.Axis(labelAngle=0)),
         y=alt.Y("criterion:N", title=None),
-        color=alt.Color("outcome:N", title="ranking", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
+        color=alt.Color("outcome:N", title="ranking", legend=alt.Legend(orient="top"), scale=alt.Scale(
             domain=["ranking holds", "top holds, order changes", "top changes"],
             range=["#8fd19e", "#f5d76e", "#e8837e"])),
         tooltip=[alt.Tooltip("criterion:N"), alt.Tooltip("change:N", title="moved by"),
                  alt.Tooltip("weight_shown:N", title="weight then"), alt.Tooltip("outcome:N", title="ranking"),
                  alt.Tooltip("top_topsis:N", title="top by TOPSIS"),
                  alt.Tooltip("top_weighted_sum:N", title="top by weighted sum")])
-    st.altair_chart(heat.properties(height=220), width="stretch", key="sensitivity_chart")
+    st.altair_chart(heat.properties(height=340, padding=CHART_PADDING), width="stretch", key="sensitivity_chart")
     st.dataframe(pd.DataFrame({
         "criterion": sensitivity.criterion, "moved by": sensitivity.change,
         "weight then": sensitivity.weight.map(significant), "top by weighted sum": sensitivity.top_weighted_sum,
