@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import holder_text, policy_short, verdict_text, version_label
+from dashboards.alerts import show_drift, show_tampered
 from dashboards.policy_note import show_policy
 from flows.commands.readable import gate_threshold, gate_value
 from registry import ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES
@@ -22,18 +23,11 @@ st.caption("Each cell: the stage's gates as last judged on the version's validat
 held = source.aliases(uri)
 st.subheader("Aliases")
 st.table(pd.DataFrame({alias: [holder_text(held.get(alias))] for alias in ALIASES}, index=["held by"]))
-for stage, drift in source.drifted_aliases(uri).items():
-    st.error(f"**{stage} drifted.** {drift}", icon=":material/warning:")
+show_drift(uri)
 
 board = source.gate_board(uri)
 st.subheader("Gates by stage")
-integrity = source.integrity(uri)
-for row in integrity[integrity.status == "tampered"].itertuples():
-    st.error(f"**{version_label(row.model, row.version)}: evidence tampered.** {row.detail}", icon=":material/gpp_bad:")
-unverified = integrity[integrity.status == "unverified"]
-if len(unverified):
-    st.caption("Evidence unverified (registered before evidence hashes were recorded): "
-               + ", ".join(version_label(m, v) for m, v in zip(unverified.model, unverified.version)))
+show_tampered(uri)
 if board.empty:
     st.info("Registered models, but no evaluated version yet: run `unmask run` to evaluate and judge them.")
     st.stop()

@@ -84,7 +84,7 @@ else:
 
 st.subheader("Sensitivity")
 st.caption("Each weight moved by ±20 % (the others rescaled): does the top candidate, and the whole ranking, hold?")
-if sensitivity.empty:
+if ranking.empty or sensitivity.empty:
     st.write("Nothing ranked, so nothing to perturb.")
 else:
     top = ranking.candidate.iloc[0]

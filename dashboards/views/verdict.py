@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
+from dashboards.alerts import show_drift, show_tampered
 from dashboards.policy_note import show_policy
 from flows.commands.readable import percent, significant
 
@@ -14,6 +15,8 @@ uri = reg.tracking_uri
 
 st.title("Verdict")
 show_policy(uri)
+show_drift(uri)
+show_tampered(uri)
 lines = source.stage_verdicts(uri, source.policy_source())
 
 
