@@ -30,7 +30,8 @@ from registry.views import current_version, dashboard_policy
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
 PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
          "views/promotions.py"]
-VERDICT_PAGES = ["views/gate_board.py", "views/scores.py", "views/candidate.py", "views/promotions.py"]
+VERDICT_PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
+                 "views/promotions.py"]
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,7 @@ def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_g
     assert len(red) == 1 and red[0].startswith(f"**poc is held by tiny-llada v{v}, which fails its poc gates:** "
                                                "quality.")
     assert "`unmask rollback --stage poc`" in red[0]
-    assert at.table[0].value.loc["poc", "held by"] == f"tiny-llada v{v}, failing 1 gates"
+    assert at.table[0].value.loc["poc", "held by"] == f"tiny-llada v{v}, failing 1 gate"
     amber = texts(at, "warning")
     assert any(w.startswith("**poc: evidence may be stale.**") and f"tiny-llada v{v} was judged at poc under another "
                f"policy (sha256 {strict_policy.sha256[:12]}" in w for w in amber), amber

@@ -9,12 +9,14 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import CHART_PADDING
+from dashboards.policy_note import show_policy
 from flows.commands.readable import milliseconds, percent, significant
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Quality vs latency")
+show_policy(uri)  # its operating points are the ones this policy's gates judge
 points = source.quality_latency(uri, source.policy_source())
 if points.empty:
     st.info("No evaluation records yet. Run `unmask run` to sweep the sampler settings.")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.alerts import show_drift, show_tampered
+from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
 from flows.commands.readable import percent, significant
 
@@ -21,7 +22,7 @@ lines = source.stage_verdicts(uri, source.policy_source())
 
 
 def label(holder) -> str:
-    return f"{holder[0]} v{holder[1]}" if holder else ""
+    return version_label(*holder) if holder else ""
 
 
 for line in lines:
@@ -70,7 +71,8 @@ def holder_text(line) -> str:
     if not line.holder:
         return "nobody"
     if line.holder_failed:
-        return f"{label(line.holder)}, failing {len(line.holder_failed)} gates"
+        n = len(line.holder_failed)
+        return f"{label(line.holder)}, failing {n} gate{'' if n == 1 else 's'}"
     return label(line.holder) + ("" if line.holder_judged else ", not judged here")
 
 
