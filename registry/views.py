@@ -96,7 +96,8 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
     for axis, better in QUALITY_AXES.items():
         column = "pareto" if axis == "latency_p95_s" else f"pareto_{axis}"
         points[column] = False
-        for _, group in points[points.valid == True].groupby(["model", "task", "gen_length"]):  # noqa: E712 - None is not valid
+        validated = points[points.valid == True]  # noqa: E712 - None is not valid
+        for _, group in validated.groupby(["model", "task", "gen_length"]):
             front = pareto_front(list(zip(group[axis] * (1 if better == "lower" else -1), group.accuracy)))
             points.loc[group.index[front], column] = True
     return points

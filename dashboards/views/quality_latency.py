@@ -40,7 +40,8 @@ title, unit = AXES[axis]
 
 fallback = shown.role == "fallback"
 plotted = pd.DataFrame({
-    "series": [f"AR fallback ({m} v{v})" if fb else f"{m} v{v}" for m, v, fb in zip(shown.model, shown.version, fallback)],
+    "series": [f"AR fallback ({m} v{v})" if fb else f"{m} v{v}"
+               for m, v, fb in zip(shown.model, shown.version, fallback)],
     "x": shown[axis] * unit, "accuracy": shown.accuracy, "settings": shown.label,
     "point": ["AR fallback" if fb else "validated" if ok is True else "failed validation"
               for fb, ok in zip(fallback, shown.valid)],

@@ -60,7 +60,8 @@ else:
                                                                               ("weighted sum", "weighted_sum"))])
     order = list(ranking.candidate)
     tooltip = [alt.Tooltip("candidate:N", title="version"), alt.Tooltip("method:N"),
-               alt.Tooltip("shown:N", title="score"), alt.Tooltip("range:N", title="range on the accuracy's 95% interval"),
+               alt.Tooltip("shown:N", title="score"),
+               alt.Tooltip("range:N", title="range on the accuracy's 95% interval"),
                alt.Tooltip("accuracy:N")]
     y = alt.Y("candidate:N", sort=order, title=None)
     base = alt.Chart(bars).encode(y=y, yOffset=alt.YOffset("method:N"), tooltip=tooltip)
@@ -68,7 +69,8 @@ else:
                                     color=alt.Color("method:N", title="method",
                                                     legend=alt.Legend(orient="top")))
              + base.mark_rule(color="#333", strokeWidth=2).encode(x="low:Q", x2="high:Q"))
-    st.altair_chart(chart.properties(height=140 + 70 * len(order), padding=CHART_PADDING), width="stretch", key="scores_chart")
+    st.altair_chart(chart.properties(height=140 + 70 * len(order), padding=CHART_PADDING), width="stretch",
+                    key="scores_chart")
     st.caption("Bars: each passing version's score by both methods; whiskers: how far it moves while the version's "
                "accuracy runs across its 95% interval on the items measured (the others held).")
     st.dataframe(pd.DataFrame({
