@@ -392,7 +392,8 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     assert len(drawn) == len(events)
     assert {"promote", "rollback", "sign-off", "approval", "decline", "nightly finding"} <= set(drawn.kind)
     assert list(drawn.label) == [f"{m} v{v}" if m else "" for m, v in zip(events.model, events.version)]
-    point, text = marks(spec)
+    point, text, more_text = marks(spec)
+    assert more_text["mark"]["type"] == "text" and more_text["encoding"]["text"]["field"] == "label"
     shapes, colours = point["encoding"]["shape"]["scale"], point["encoding"]["color"]["scale"]
     assert len(set(shapes["range"])) == len(shapes["domain"]) == len(set(drawn.kind))
     assert len(set(colours["range"])) == len(colours["domain"])
