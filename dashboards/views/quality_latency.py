@@ -65,14 +65,18 @@ tooltip = [alt.Tooltip("series:N", title="version"), alt.Tooltip("settings:N"), 
            alt.Tooltip("point:N", title="record"), alt.Tooltip("config:N")]
 base = alt.Chart(plotted).encode(x=x, y=y)
 legend = alt.Legend(orient="bottom", columns=2, labelLimit=400)
+series = list(dict.fromkeys(plotted.series))
+PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]  # candidates; the fallback is orange
+colours = alt.Scale(domain=series, range=[(PALETTE[i % len(PALETTE)] if not name.startswith("AR fallback")
+                                           else "#ff7f0e") for i, name in enumerate(series)])
 records = base.mark_point(filled=True, opacity=0.85).encode(
-    color=alt.Color("series:N", title="version", legend=legend),
+    color=alt.Color("series:N", title="version", legend=legend, scale=colours),
     shape=alt.Shape("point:N", title="record", legend=legend,
                     scale=alt.Scale(domain=["validated", "failed validation", "AR fallback"],
                                     range=["circle", "cross", STAR])),
     size=alt.condition("datum.point == 'AR fallback'", alt.value(320), alt.value(90)), tooltip=tooltip)
 front = base.transform_filter("datum.front").mark_line(strokeDash=[5, 3]).encode(
-    color=alt.Color("series:N", title="version", legend=legend), detail="series:N", order="x:Q")
+    color=alt.Color("series:N", title="version", legend=legend, scale=colours), detail="series:N", order="x:Q")
 operating = base.transform_filter("datum.operating").mark_point(
     shape="circle", size=520, filled=False, strokeWidth=3, color="#d62728").encode(tooltip=tooltip)
 chart = alt.layer(front, records, operating).properties(height=520, padding=CHART_PADDING)
