@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import value_text
+from dashboards.policy_note import show_policy
 from registry import CANDIDATE_ALIAS, STAGE_ALIASES
 from registry.dossiers import dossier_location, latest_dossier
 
@@ -14,6 +15,7 @@ reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Candidate")
+show_policy(uri)
 versions = source.versions(uri)
 left, right = st.columns(2)
 candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: CANDIDATE_ALIAS not in held),
@@ -32,7 +34,8 @@ view = source.candidate_view(uri, model, version)
 
 st.table(pd.DataFrame({"role": [view["role"]], "kind": [view["kind"]],
                        "license tier": [view["license"]["tier"] if view["license"] else "unchecked"],
-                       "reached": [", ".join(view["status"]["reached"]) or "no stage yet"]}, index=[f"v{version}"]))
+                       "reached": [", ".join(s for s in STAGE_ALIASES if s in view["status"]["reached"])
+                                   or "no stage yet"]}, index=[f"v{version}"]))
 if view["failures"]:
     st.error("Load or decode failures: " + "; ".join(view["failures"]))
 
