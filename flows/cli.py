@@ -3,10 +3,59 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from flows.environment import configure_environment
+from flows.failures import DEBUG_ENV, describe, log_traceback
+
+
+class UnmaskGroup(TyperGroup):
+    """Every failure ends in one line: a bad option names itself and its value (exit 2); an exception a
+    command let escape is described by `flows.failures` (exit 2 for input, 1 otherwise), its traceback
+    kept in the state folder's log, or shown with --debug."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except TyperException as e:  # typer's click: usage errors (a bad option or value) and help without args
+            if type(e).__name__ == "NoArgsIsHelpError":
+                typer.echo(e.ctx.get_help())
+                sys.exit(0)
+            if not hasattr(e, "format_message"):
+                raise
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            typer.echo(f"error: {e.format_message()}{hint}", err=True)
+            sys.exit(getattr(e, "exit_code", 2))
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as e:  # noqa: BLE001 - the one place that turns a traceback into a line
+            if ctx.meta.get("unmask.debug") or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+                raise
+            code, line = describe(e)
+            log = log_traceback(e, " ".join(sys.argv[1:]) or ctx.invoked_subcommand or "")
+            where = f" (traceback: {log}; or rerun with --debug)" if log and code != 2 else ""
+            typer.echo(f"error: {line}{where}", err=True)
+            raise typer.Exit(code) from None
+
 
 app = typer.Typer(
     name="unmask",
@@ -14,11 +63,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    cls=UnmaskGroup,
 )
 
 @app.callback()
-def root() -> None:
+def root(ctx: typer.Context,
+         debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
+    ctx.meta["unmask.debug"] = debug
 
 
 # One line per command module; each module defines `register(app)`.
@@ -47,7 +99,7 @@ def _register_all() -> None:
 def main() -> None:
     configure_environment()
     _register_all()
-    app()
+    app(prog_name="unmask")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+
 console = Console()
 
 
@@ -58,7 +60,7 @@ def approve_command(
 def request_promotion_command(
     model: str = typer.Argument(..., help="Registered model (candidate id)."),
     stage: str = typer.Argument(..., help="poc, staging or production."),
-    timeout_s: int = typer.Option(24 * 3600, "--timeout", help="Seconds to wait for the approval."),
+    timeout_s: int = typer.Option(24 * 3600, "--timeout", callback=options.positive, help="Seconds to wait for the approval."),
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from flows.commands import options
 from flows.commands.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
@@ -79,15 +80,15 @@ def progress_reporter(total: int):
 def bench_command(
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
     ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
-    gen_lengths: str = typer.Option("64,128", "--gen-lengths", help="Comma-separated generation lengths."),
-    block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
-    prompts: int = typer.Option(4, "--prompts", help="Held-out test prompts per task."),
-    reps: int = typer.Option(3, "--reps", help="Timed repetitions (>= 3); medians are reported."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up passes per row."),
-    threads: int = typer.Option(1, "--threads", help="torch (and onnxruntime) threads."),
+    gen_lengths: str = typer.Option("64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."),
+    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
+    prompts: int = typer.Option(4, "--prompts", callback=options.positive, help="Held-out test prompts per task."),
+    reps: int = typer.Option(3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."),
+    warmup: int = typer.Option(1, "--warmup", callback=options.non_negative, help="Untimed warm-up passes per row."),
+    threads: int = typer.Option(1, "--threads", callback=options.positive, help="torch (and onnxruntime) threads."),
     seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
     configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     json_path: Path = typer.Option(None, "--json", help='Also write the rows as JSON here, rewritten after each '
                                    'finished row ("complete": false until the end).'),
 ) -> None:

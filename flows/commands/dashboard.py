@@ -9,6 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+
 console = Console()
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 
@@ -21,7 +23,7 @@ def streamlit_command(port: int, address: str) -> list[str]:
 
 
 def dashboard_command(
-    port: int = typer.Option(8501, "--port", help="Port to serve on."),
+    port: int = typer.Option(8501, "--port", callback=options.port, help="Port to serve on."),
     address: str = typer.Option("127.0.0.1", "--address", help="Address to bind (0.0.0.0 to share on the network)."),
     policy: Path = typer.Option(None, "--policy", help="Stage policy that ranks and marks operating points "
                                 "(default: $UNMASK_POLICY, else the bundled gates/policy.yaml)."),

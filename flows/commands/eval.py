@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from flows.commands import options
 from flows.commands.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
@@ -16,12 +17,12 @@ def eval_command(
     model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat for several (default: the sweep's models)."),
     sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
     tasks: Path = typer.Option(None, "--tasks", "-t", help="GSM8K-format JSONL file (question, answer ending in '#### N')."),
-    limit: int = typer.Option(None, help="Use the first N items of --tasks."),
-    steps: int = typer.Option(None, help="With --tasks and no --sweep: sampling steps (default: gen_length)."),
-    gen_length: int = typer.Option(None, "--gen-length", help="With --tasks and no --sweep: positions to generate."),
-    block_length: int = typer.Option(None, "--block-length", help="With --tasks and no --sweep: block width."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Batch size for the throughput pass."),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads while measuring (default: the sweep's, else torch's)."),
+    limit: int = typer.Option(None, callback=options.positive, help="Use the first N items of --tasks."),
+    steps: int = typer.Option(None, callback=options.positive, help="With --tasks and no --sweep: sampling steps (default: gen_length)."),
+    gen_length: int = typer.Option(None, "--gen-length", callback=options.positive, help="With --tasks and no --sweep: positions to generate."),
+    block_length: int = typer.Option(None, "--block-length", callback=options.positive, help="With --tasks and no --sweep: block width."),
+    batch_size: int = typer.Option(None, "--batch-size", callback=options.positive, help="Batch size for the throughput pass."),
+    threads: int = typer.Option(None, "--threads", callback=options.positive, help="torch CPU threads while measuring (default: the sweep's, else torch's)."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),

@@ -9,20 +9,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.commands import options
+
 console = Console()
 
 
 def generate_command(
     prompt: str = typer.Argument(..., help="Prompt text."),
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Model folder, or a bundled/catalog id."),
-    steps: int = typer.Option(None, help="Sampling steps (default: gen_length)."),
-    gen_length: int = typer.Option(64, "--gen-length", help="Positions to generate."),
-    block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
+    steps: int = typer.Option(None, callback=options.positive, help="Sampling steps (default: gen_length)."),
+    gen_length: int = typer.Option(64, "--gen-length", callback=options.positive, help="Positions to generate."),
+    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max sampling."),
     cfg_scale: float = typer.Option(0.0, "--cfg-scale", help="Classifier-free guidance scale."),
     remasking: str = typer.Option("low_confidence", help="low_confidence, random, margin (top-2 probability gap) or entropy."),
     seed: int = typer.Option(0, help="Random seed."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     raw: bool = typer.Option(False, "--raw", help="Print only the generated text."),
     trace: bool = typer.Option(False, "--trace", help="Show the canvas as decoding committed it (EOS overflow shows here)."),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from flows.commands import options
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(200)
@@ -92,7 +93,7 @@ def sign_off_command(
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
-    limit: int = typer.Option(50, "--limit", help="Show the last N events."),
+    limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError

@@ -15,6 +15,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+
 console = Console(stderr=True)
 
 
@@ -34,9 +36,9 @@ def serve_command(
     alias: list[str] = typer.Option(None, "--alias", "-a", help="Alias to serve; repeat (default: production, fallback)."),
     model: list[str] = typer.Option(None, "--model", "-m", help="Registered model to serve (its current version); repeat."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to share on the network)."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    port: int = typer.Option(8000, "--port", callback=options.port, help="Port to listen on."),
     weights: list[str] = typer.Option(None, "--weights", help="NAME=FOLDER: load registered model NAME from FOLDER."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("cpu", "--device", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),

@@ -8,23 +8,25 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+
 console = Console(soft_wrap=True)
 
 
 def train_command(
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Recipe: tiny-llada (diffusion) or tiny-ar (causal twin)."),
-    steps: int = typer.Option(None, help="Optimizer steps (default: the recipe's)."),
+    steps: int = typer.Option(None, callback=options.positive, help="Optimizer steps (default: the recipe's)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last resumable checkpoint in --state-dir."),
-    stop_after: int = typer.Option(None, "--stop-after", help="End this session at that step (checkpointed); --resume later."),
+    stop_after: int = typer.Option(None, "--stop-after", callback=options.positive, help="End this session at that step (checkpointed); --resume later."),
     out: Path = typer.Option(None, help="Where the final checkpoint goes (default: models/weights/<model>)."),
     state_dir: Path = typer.Option(None, "--state-dir", help="Resumable checkpoints (default: <state>/train/<model>)."),
     seed: int = typer.Option(None, help="Seed for initialisation, batches and masking (default: the recipe's)."),
-    threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    threads: int = typer.Option(None, callback=options.positive, help="torch CPU threads (default: torch's choice)."),
     lr: float = typer.Option(None, help="Peak learning rate (default: the recipe's)."),
     mixture: str = typer.Option(None, help="Data schedule from evals/tasks/mixture.py (default: the recipe's)."),
     restart: list[int] = typer.Option(None, "--restart", help="Step where the cosine starts again (repeatable)."),
     restart_lr: float = typer.Option(None, "--restart-lr", help="Peak learning rate after a restart (default: the recipe's)."),
-    device: str = typer.Option("cpu", help="Where to train: cpu, or cuda[:N] on a GPU host (same batches and masks)."),
+    device: str = typer.Option("cpu", callback=options.device, help="Where to train: cpu, or cuda[:N] on a GPU host (same batches and masks)."),
 ) -> None:
     """Train a bundled tiny model on the generated task suite (train split only)."""
     import torch

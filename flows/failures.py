@@ -1,0 +1,93 @@
+"""What a failed command says: one line naming what happened and what to do, never a traceback.
+
+`unmask` catches whatever a command lets escape (flows/cli.py); this module turns it into that line
+and an exit code (2: the input is wrong, 1: something the tool depends on failed), and keeps the
+traceback in `<state>/logs/errors.log` (or on the terminal with `unmask --debug`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sqlite3
+import traceback
+from pathlib import Path
+
+DEBUG_ENV = "UNMASK_DEBUG"
+LOG_NAME = "errors.log"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen, out = set(), []
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _store() -> str:
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    from models.state import state_dir
+
+    return str(state_dir(create=False) / "mlflow" / "mlflow.db")
+
+
+def describe(exc: BaseException) -> tuple[int, str]:
+    """(exit code, one line) for an exception no command handled."""
+    chain = _chain(exc)
+    text = " ".join(str(e) for e in chain).lower()
+    names = {type(e).__name__ for e in chain}
+    if "database is locked" in text or "database table is locked" in text:
+        return 1, (f"the MLflow store {_store()} is locked by another process (another unmask run or an open "
+                   f"sqlite3 session); wait for it to finish or stop it, then run the command again")
+    if "readonly database" in text or "read-only" in text and "database" in text:
+        return 1, (f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
+                   f"UNMASK_HOME to a writable folder")
+    if "unable to open database file" in text:
+        return 1, (f"the MLflow store {_store()} cannot be opened (missing folder or no permission); check the path "
+                   f"or set UNMASK_HOME to a writable folder")
+    if any(isinstance(e, sqlite3.DatabaseError) for e in chain) or "sqlite3.databaseerror" in text \
+            or "file is not a database" in text:
+        return 1, f"the MLflow store {_store()} is not a usable SQLite database ({_first_line(exc)}); move it aside"
+    if names & {"ConnectionError", "ConnectionRefusedError", "NewConnectionError", "MaxRetryError"} or \
+            "connection refused" in text or "max retries exceeded" in text:
+        return 1, (f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached "
+                   f"({_first_line(exc)}); start it, or unset MLFLOW_TRACKING_URI to use the embedded store")
+    if "PromotionBlocked" in names:
+        return 1, (f"promotion blocked: {_first_line(exc)}; `unmask gates MODEL --stage STAGE` says what is "
+                   f"missing and the commands that clear it")
+    if "ApprovalTimeout" in names:
+        return 1, (f"no approval arrived: {_first_line(exc)}; run `unmask request-promotion` again and answer it "
+                   f"with `unmask approve MODEL STAGE --comment ...`")
+    if isinstance(exc, PermissionError):
+        return 1, f"permission denied: {exc.filename or _first_line(exc)}; check who owns it, or set UNMASK_HOME"
+    if isinstance(exc, ValueError):  # unmask's input errors (PolicyError, ChecklistError, ...) name file and key
+        return 2, _first_line(exc)
+    if isinstance(exc, MemoryError):
+        return 1, "out of memory; use a smaller input, model or batch"
+    return 1, f"unexpected {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def log_traceback(exc: BaseException, command: str) -> Path | None:
+    """Append the traceback to <state>/logs/errors.log; None when even that cannot be written."""
+    try:
+        from models.state import state_dir
+
+        folder = state_dir(create=False) / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOG_NAME
+        stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        with path.open("a", encoding="utf-8") as f:
+            f.write(f"--- {stamp} unmask {command}\n")
+            f.write("".join(traceback.format_exception(exc)))
+        return path
+    except OSError:
+        return None
