@@ -91,3 +91,11 @@ def log_traceback(exc: BaseException, command: str) -> Path | None:
         return path
     except OSError:
         return None
+
+
+def print_error(console, message: object) -> None:
+    """`error: MESSAGE` on one line however wide the terminal: the message's brackets are text, not markup
+    (a rich tag would eat "got ['free']"), and it is never wrapped, so a path and its key stay together."""
+    from rich.markup import escape
+
+    console.print("[red]error:[/red] " + escape(str(message)), highlight=False, soft_wrap=True)

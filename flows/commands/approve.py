@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from flows.commands import options
+from flows.failures import print_error
 
 console = Console()
 
@@ -51,7 +52,7 @@ def approve_command(
             raise RegistryError(f"{model} has no `candidate` version; give --version")
         approval = approve(registry, model, version, stage, approver, comment)
     except RegistryError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     console.print(f"no promotion of {model} to {stage} is waiting; approval by {approval.by} recorded on "
                   f"{model} v{version} for the next promotion", highlight=False)

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from flows.commands import options
 from flows.commands.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(220)
 
@@ -103,7 +104,7 @@ def bench_command(
         setup.check()
         loaded = load(model, device=device)
     except (CheckpointError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     ar_loaded = None
     if ar_model and any(v.kind == "ar" for v in variants):

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from flows.commands import options
+from flows.failures import print_error
 
 console = Console()
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
@@ -35,7 +36,7 @@ def dashboard_command(
     env["MLFLOW_TRACKING_URI"] = resolve_tracking_uri()  # the state folder's store unless one was set
     if policy is not None:
         if not policy.is_file():
-            console.print(f"[red]error:[/red] --policy {policy}: file not found")
+            print_error(console, f"--policy {policy}: file not found")
             raise typer.Exit(2)
         env["UNMASK_POLICY"] = str(policy.resolve())
     console.print(f"registry: {env['MLFLOW_TRACKING_URI']}\ndashboard: http://{address}:{port}  (Ctrl+C stops it)")

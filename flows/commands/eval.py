@@ -9,6 +9,7 @@ import typer
 from flows.commands import options
 from flows.commands.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(180)
 
@@ -57,13 +58,13 @@ def eval_command(
         if threads:
             spec.threads = threads
     except (SweepError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     folder = out or timestamped_folder(state_dir() / "evals", spec.name)
     try:
         result = run_with_progress(spec, folder)
     except (SweepError, TaskDataError, ValueError, OSError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     console.print(records_table(result.records))
     for message in result.failures:

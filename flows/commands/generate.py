@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.commands import options
+from flows.failures import print_error
 
 console = Console()
 
@@ -39,7 +40,7 @@ def generate_command(
     try:
         loaded = load(model, device=device, dtype=dtype)
     except (CheckpointError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     try:
         config = SamplerConfig(
@@ -53,7 +54,7 @@ def generate_command(
             **loaded.sampler_ids(),
         )
     except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     kind = loaded.kind
     if trace and kind != "masked-diffusion":
@@ -66,7 +67,7 @@ def generate_command(
     try:
         out = decode(loaded, ids, config, **({"on_step": commits} if trace else {}))
     except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
-        console.print(f"[red]error:[/red] {model}: {e}")
+        print_error(console, f"{model}: {e}")
         raise typer.Exit(2) from None
     elapsed = time.perf_counter() - start
     text = loaded.response_text(out.generated[0].tolist())

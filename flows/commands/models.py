@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(200)
 
@@ -46,7 +47,7 @@ def models_command(
     try:
         entries = load_catalog(catalog)
     except CatalogError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     # at 80 columns the size goes first, then `pulled` and the kind (with --explain, the status says them in words)
     columns = [Column("id"), Column("kind", drop=1), Column("role"), Column("license", wrap=True),

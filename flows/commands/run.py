@@ -15,6 +15,7 @@ import typer
 
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(160)
 
@@ -47,7 +48,7 @@ def run_command(
                                     task_runner=task_runner, dask_address=dask_address, remeasure=remeasure)
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     models = list(model or spec.models)
     console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from flows.commands import options
+from flows.failures import print_error
 
 console = Console(soft_wrap=True)
 
@@ -39,12 +40,12 @@ def train_command(
     from models.training import RECIPES, resolve_device, train
 
     if model not in RECIPES:
-        console.print(f"[red]error:[/red] --model {model!r}; known: {', '.join(RECIPES)}")
+        print_error(console, f"--model {model!r}; known: {', '.join(RECIPES)}")
         raise typer.Exit(2)
     try:
         resolve_device(device)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] --device: {exc}")
+        print_error(console, f"--device: {exc}")
         raise typer.Exit(2) from None
     if threads:
         torch.set_num_threads(threads)
@@ -55,7 +56,7 @@ def train_command(
     try:
         source = build_mixture(cfg.mixture, seed=cfg.seed)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] --mixture: {exc}")
+        print_error(console, f"--mixture: {exc}")
         raise typer.Exit(2) from None
     out = out or WEIGHTS_DIR / model
     state_dir = state_dir or default_state() / "train" / model
