@@ -45,7 +45,7 @@ def models_command(
     from models.pull import entry_path, pulled_path, read_findings
 
     try:
-        entries = load_catalog(catalog)
+        entries = load_catalog(catalog, tolerant=True)  # one broken entry is marked, the others still listed
     except CatalogError as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
@@ -70,7 +70,13 @@ def models_command(
         if explain:
             row.append(availability(entry)[1])
         table.add_row(*row)
+    for label, _ in entries.broken:
+        table.add_row(label, "-", "-", "-", "-", "[red]broken[/red]", *(["invalid entry: see the error below"] if explain else []))
     console.print(table)
+    for _, error in entries.broken:
+        print_error(console, error)
+    if entries.broken:
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:
