@@ -174,8 +174,10 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     from dataclasses import asdict
 
     from evals.points import build_config, point_problems, valid_points
-    from evals.validation import check_task
+    from evals.validation import TaskDataError, check_task
     from sampler.effective import effective_config
+
+    from sampler.decode import DecodeError, check_fits, check_prompt_text
 
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
     points, skipped, checked = [], [], {}
@@ -184,9 +186,22 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
         data = task_data(fields)
         outcome = check_task(data, expected_size=None if t.file else t.n)
         checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        longest = 0
+        if handle.kind != "api":
+            try:
+                for item in data.items:
+                    check_prompt_text(handle, item.prompt)
+                longest = max((len(handle.encode(item.prompt)) for item in data.items), default=0)
+            except DecodeError as e:
+                raise TaskDataError(f"{data.source or t.label}: {e}") from None
         for settings in valid_points(spec, t, prepared.kind):
             config, backend = build_config(settings, prepared.ids)
             effective = effective_config(handle, config)
+            try:
+                check_fits(handle, longest, effective.gen_length)  # a point past the context measures nothing
+            except DecodeError as e:
+                raise TaskDataError(f"{spec.source or spec.name}: gen_length {effective.gen_length} on "
+                                    f"{t.label}: {e}") from None
             label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
             points.append(SweepPoint(
                 ref=prepared.ref, candidate=prepared.candidate, path=prepared.path, role=prepared.role,

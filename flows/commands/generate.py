@@ -35,7 +35,7 @@ def generate_command(
 
     from models import CheckpointError, load
     from sampler import CommitTrace, SamplerConfig
-    from sampler.decode import DecodeError, decode
+    from sampler.decode import DecodeError, check_fits, check_prompt_text, decode
 
     try:
         loaded = load(model, device=device, dtype=dtype)
@@ -61,7 +61,13 @@ def generate_command(
         console.print(f"[red]error:[/red] --trace shows the order in which masked diffusion commits positions; "
                       f"{model} is a {kind} model", highlight=False)
         raise typer.Exit(2)
-    ids = torch.tensor([loaded.encode(prompt)], device=device)
+    try:
+        check_prompt_text(loaded, prompt)  # before tokenising: a 5 MB prompt is refused, not encoded
+        ids = torch.tensor([loaded.encode(prompt)], device=device)
+        check_fits(loaded, ids.shape[1], config.gen_length)
+    except DecodeError as e:
+        print_error(console, f"{model}: {e}")
+        raise typer.Exit(2) from None
     commits = CommitTrace()
     start = time.perf_counter()
     try:
