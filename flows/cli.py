@@ -32,7 +32,7 @@ class UnmaskGroup(TyperGroup):
                 raise
             ctx = getattr(e, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-            typer.echo(f"error: {e.format_message()}{hint}", err=True)
+            typer.echo(f"error: {e.format_message()}{given_value(e, args)}{hint}", err=True)
             sys.exit(getattr(e, "exit_code", 2))
         except typer.Abort:
             typer.echo("aborted", err=True)
@@ -55,6 +55,19 @@ class UnmaskGroup(TyperGroup):
             where = f" (traceback: {log}; or rerun with --debug)" if log and code != 2 else ""
             typer.echo(f"error: {line}{where}", err=True)
             raise typer.Exit(code) from None
+
+
+def given_value(error: Exception, args) -> str:
+    """`, got 'ten'` when a usage error does not quote the value typed (typer's int parsing does not)."""
+    opts = getattr(getattr(error, "param", None), "opts", None) or []
+    args = list(sys.argv[1:] if args is None else args)
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name in opts:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+            if value is not None and repr(value) not in error.format_message() and value not in error.format_message():
+                return f", got {value!r}"
+    return ""
 
 
 app = typer.Typer(
@@ -92,6 +105,8 @@ COMMAND_MODULES = [
 
 
 def _register_all() -> None:
+    if app.registered_commands:  # once per process (tests call it from several modules)
+        return
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
 

@@ -68,10 +68,12 @@ def positive_ints(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
 
 def threads_rule(given: int | None, configured: int | None = None) -> tuple[int, str]:
     """(torch CPU threads, where the number came from): --threads, else the sweep's `threads`, else
-    $UNMASK_THREADS, else the cores this process may use less the load already on them (at least 1).
+    $UNMASK_THREADS, else 1.
 
-    On a loaded two-core host torch's default (every core) made `unmask eval` 60x slower than one
-    thread: intra-op threads spin-wait for cores that are busy with other work.
+    One, because torch's own default (every core) made `unmask eval` 60x slower than one thread on a
+    loaded two-core host: intra-op threads spin-wait for cores busy with other work. `unmask bench`
+    and the test suite already ran on one; a number that does not depend on the load also keeps the
+    measurement cache (keyed by threads) stable between runs.
     """
     if given is not None:
         return given, "--threads"
@@ -82,9 +84,7 @@ def threads_rule(given: int | None, configured: int | None = None) -> tuple[int,
         if not env.isdigit() or int(env) < 1:
             raise typer.BadParameter(f"${THREADS_ENV} must be a positive integer, got {env!r}")
         return int(env), f"${THREADS_ENV}"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, cores - round(load)), f"{cores} cores less load {load:.1f}"
+    return 1, f"default; --threads or ${THREADS_ENV} to change"
 
 
 def apply_threads(given: int | None, configured: int | None = None) -> tuple[int, str]:

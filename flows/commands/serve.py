@@ -48,6 +48,8 @@ def serve_command(
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
+    threads: int = typer.Option(None, "--threads", callback=options.positive,
+                                help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
     import uvicorn
@@ -76,8 +78,9 @@ def serve_command(
             server.should_exit = True
         await serving
 
-    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics)",
-                  highlight=False)
+    threads, threads_from = options.apply_threads(threads)
+    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics; "
+                  f"torch threads: {threads} from {threads_from})", highlight=False)
     asyncio.run(run())
     if app.state.pool.error:
         typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable
