@@ -11,7 +11,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from flows.environment import configure_environment
-from flows.failures import DEBUG_ENV, describe, log_traceback
+from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
 
 
 class UnmaskGroup(TyperGroup):
@@ -40,6 +40,8 @@ class UnmaskGroup(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):
+        if os.environ.get(DEBUG_ENV, "").strip() in ("", "0") and not ctx.params.get("debug"):
+            quiet_store_tracebacks()
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, TyperException):

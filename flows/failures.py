@@ -35,33 +35,47 @@ def _store() -> str:
     return str(state_dir(create=False) / "mlflow" / "mlflow.db")
 
 
+def infrastructure(text: str) -> str | None:
+    """The one line for a store failure named in an error's text (a RegistryError keeps only the words), else None."""
+    code, line = _classify(text.lower(), set(), None)
+    return line if code == 1 and "MLflow store" in line else None
+
+
 def describe(exc: BaseException) -> tuple[int, str]:
     """(exit code, one line) for an exception no command handled."""
     chain = _chain(exc)
-    text = " ".join(str(e) for e in chain).lower()
-    names = {type(e).__name__ for e in chain}
+    return _classify(" ".join(str(e) for e in chain).lower(), {type(e).__name__ for e in chain}, exc)
+
+
+def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[int, str]:
+    chain = _chain(exc) if exc is not None else []
     if "database is locked" in text or "database table is locked" in text:
         return 1, (f"the MLflow store {_store()} is locked by another process (another unmask run or an open "
                    f"sqlite3 session); wait for it to finish or stop it, then run the command again")
     if "readonly database" in text or "read-only" in text and "database" in text:
         return 1, (f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
                    f"UNMASK_HOME to a writable folder")
+    if "disk i/o error" in text:  # SQLite's word for a write the file system refused (immutable, full disk)
+        return 1, (f"the MLflow store {_store()} cannot be written (read-only, or the disk is full); make the file "
+                   f"and its folder writable, free some space, or set UNMASK_HOME to a writable folder")
     if "unable to open database file" in text:
         return 1, (f"the MLflow store {_store()} cannot be opened (missing folder or no permission); check the path "
                    f"or set UNMASK_HOME to a writable folder")
     if any(isinstance(e, sqlite3.DatabaseError) for e in chain) or "sqlite3.databaseerror" in text \
             or "file is not a database" in text:
-        return 1, f"the MLflow store {_store()} is not a usable SQLite database ({_first_line(exc)}); move it aside"
+        return 1, f"the MLflow store {_store()} is not a usable SQLite database; move it aside and run again"
     if names & {"ConnectionError", "ConnectionRefusedError", "NewConnectionError", "MaxRetryError"} or \
             "connection refused" in text or "max retries exceeded" in text:
-        return 1, (f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached "
-                   f"({_first_line(exc)}); start it, or unset MLFLOW_TRACKING_URI to use the embedded store")
+        return 1, (f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached; start it, "
+                   f"or unset MLFLOW_TRACKING_URI to use the embedded store")
     if "PromotionBlocked" in names:
         return 1, (f"promotion blocked: {_first_line(exc)}; `unmask gates MODEL --stage STAGE` says what is "
                    f"missing and the commands that clear it")
     if "ApprovalTimeout" in names:
         return 1, (f"no approval arrived: {_first_line(exc)}; run `unmask request-promotion` again and answer it "
                    f"with `unmask approve MODEL STAGE --comment ...`")
+    if exc is None:
+        return 2, text
     if isinstance(exc, PermissionError):
         return 1, f"permission denied: {exc.filename or _first_line(exc)}; check who owns it, or set UNMASK_HOME"
     if isinstance(exc, ValueError):  # unmask's input errors (PolicyError, ChecklistError, ...) name file and key
@@ -98,4 +112,20 @@ def print_error(console, message: object) -> None:
     (a rich tag would eat "got ['free']"), and it is never wrapped, so a path and its key stay together."""
     from rich.markup import escape
 
-    console.print("[red]error:[/red] " + escape(str(message)), highlight=False, soft_wrap=True)
+    text = str(message)
+    text = infrastructure(text) or " ".join(text.split())  # a locked store says so, not its SQL
+    console.print("[red]error:[/red] " + escape(text), highlight=False, soft_wrap=True)
+
+
+def _not_a_store_traceback(record) -> bool:
+    return record.levelno < 40  # MLflow logs a store error with its SQL and traceback, then raises it
+
+
+def quiet_store_tracebacks() -> None:
+    """MLflow's SQL store logs every database error with its traceback before raising it; the raised
+    error becomes unmask's one line, so the logged copy is dropped (kept with --debug)."""
+    import logging
+
+    log = logging.getLogger("mlflow.store.db.utils")
+    if _not_a_store_traceback not in log.filters:
+        log.addFilter(_not_a_store_traceback)

@@ -8,7 +8,6 @@ surface of `unmask serve` has its own fuzz in tests/test_serving_api.py.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import shutil
