@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 import typer
@@ -113,7 +114,18 @@ def _register_all() -> None:
         importlib.import_module(name).register(app)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM exits like Ctrl-C does: through Python's exit path, so atexit hooks run, among them the one
+    that stops the temporary server Prefect's local mode started (a `python -m uvicorn ...
+    prefect.server.api.server:create_app` child, orphaned when the default handler killed unmask)."""
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
 def main() -> None:
+    stop_on_sigterm()
     configure_environment()
     _register_all()
     app(prog_name="unmask")

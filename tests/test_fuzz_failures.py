@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -219,3 +218,57 @@ def test_the_thread_rule_is_one_rule():
         del os.environ["UNMASK_THREADS"]
     assert threads_rule(None)[0] == 1
     refused(["bench"], "UNMASK_THREADS", "'many'", env={"UNMASK_THREADS": "many"})
+
+
+# --- a killed `unmask run` takes Prefect's temporary server with it --------------------------------
+
+def _prefect_servers(parent_pid: int) -> list:
+    import psutil
+
+    def is_server(process) -> bool:
+        try:
+            return "prefect.server.api.server:create_app" in " ".join(process.cmdline())
+        except psutil.Error:  # a short-lived child already gone, or a zombie
+            return False
+
+    try:
+        return [c for c in psutil.Process(parent_pid).children(recursive=True) if is_server(c)]
+    except psutil.Error:
+        return []
+
+
+@pytest.mark.slow  # a real `unmask run` starting Prefect's local-mode server (10-60 s on two busy cores)
+def test_sigterm_to_unmask_run_stops_prefects_temporary_server(tmp_path):
+    import signal
+    import sys
+    import time
+
+    import psutil
+
+    from flow_fixtures import CANDIDATE, FALLBACK, tiny_models, write_sweep
+
+    models = tiny_models(tmp_path / "models")
+    sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]])
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # local mode: Prefect starts its own
+    env |= {"UNMASK_HOME": str(tmp_path / "home"), "PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "run", "--sweep", sweep,
+                             "--no-repro"], env=env, cwd=Path(__file__).resolve().parents[1],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    servers: list = []
+    try:
+        deadline = time.monotonic() + 240
+        while not servers and proc.poll() is None and time.monotonic() < deadline:
+            servers = _prefect_servers(proc.pid)
+            time.sleep(0.2)
+        assert servers, f"no Prefect server child appeared (exit {proc.poll()}): {proc.stderr.read() if proc.poll() else ''}"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        gone, alive = psutil.wait_procs(servers, timeout=30)
+        assert not alive, f"Prefect server outlived unmask run: {[p.pid for p in alive]}"
+        assert proc.returncode == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for server in [*servers, *_prefect_servers(proc.pid)]:  # never leave one behind, pass or fail
+            if server.is_running():
+                server.kill()
