@@ -69,11 +69,12 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
         return 1, (f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached; start it, "
                    f"or unset MLFLOW_TRACKING_URI to use the embedded store")
     if "PromotionBlocked" in names:
-        return 1, (f"promotion blocked: {_first_line(exc)}; `unmask gates MODEL --stage STAGE` says what is "
-                   f"missing and the commands that clear it")
-    if "ApprovalTimeout" in names:
-        return 1, (f"no approval arrived: {_first_line(exc)}; run `unmask request-promotion` again and answer it "
-                   f"with `unmask approve MODEL STAGE --comment ...`")
+        return 1, (f"{_joined(exc)}; `unmask gates MODEL --stage STAGE` says what is missing and the commands "
+                   f"that clear it")
+    if "ApprovalTimeout" in names or "never resumed" in text:  # Prefect may fail the paused run in its own words
+        said = _joined(exc) if "ApprovalTimeout" in names else "no approval arrived before the timeout; nothing moved"
+        return 1, (f"{said}; run `unmask request-promotion` again and answer it with "
+                   f"`unmask approve MODEL STAGE --comment ...` while it waits")
     if exc is None:
         return 2, text
     if isinstance(exc, PermissionError):
@@ -83,6 +84,12 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
     if isinstance(exc, MemoryError):
         return 1, "out of memory; use a smaller input, model or batch"
     return 1, f"unexpected {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _joined(exc: BaseException | None) -> str:
+    """A message with a list under it ("...is blocked:\n  - a\n  - b") as one line: "...is blocked: a; b"."""
+    head, *items = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return head + " " + "; ".join(item.lstrip("- ") for item in items) if items else head
 
 
 def _first_line(exc: BaseException) -> str:
@@ -117,15 +124,21 @@ def print_error(console, message: object) -> None:
     console.print("[red]error:[/red] " + escape(text), highlight=False, soft_wrap=True)
 
 
-def _not_a_store_traceback(record) -> bool:
-    return record.levelno < 40  # MLflow logs a store error with its SQL and traceback, then raises it
+def _no_logged_traceback(record) -> bool:
+    return record.levelno < 40 or not record.exc_info and "Traceback" not in str(record.msg)
+
+
+# Loggers that log an error with its traceback and then raise it: the raised error becomes unmask's one
+# line, so the logged copy is dropped (kept with --debug). MLflow's SQL store logs every database error
+# with its SQL; Prefect logs a failed flow or task run ("Encountered exception during execution").
+TRACEBACK_LOGGERS = ("mlflow.store.db.utils", "prefect.flow_runs", "prefect.task_runs")
 
 
 def quiet_store_tracebacks() -> None:
-    """MLflow's SQL store logs every database error with its traceback before raising it; the raised
-    error becomes unmask's one line, so the logged copy is dropped (kept with --debug)."""
+    """Drop the logged copies of errors that unmask reports itself (see TRACEBACK_LOGGERS)."""
     import logging
 
-    log = logging.getLogger("mlflow.store.db.utils")
-    if _not_a_store_traceback not in log.filters:
-        log.addFilter(_not_a_store_traceback)
+    for name in TRACEBACK_LOGGERS:
+        log = logging.getLogger(name)
+        if _no_logged_traceback not in log.filters:
+            log.addFilter(_no_logged_traceback)

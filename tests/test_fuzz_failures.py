@@ -272,3 +272,37 @@ def test_sigterm_to_unmask_run_stops_prefects_temporary_server(tmp_path):
         for server in [*servers, *_prefect_servers(proc.pid)]:  # never leave one behind, pass or fail
             if server.is_running():
                 server.kill()
+
+
+# --- Prefect flow failures of `unmask request-promotion` --------------------------------------------
+
+def _one_line_of_the_flow(result) -> str:
+    text = ANSI.sub("", result.output)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, text)
+    assert "Traceback" not in text, text
+    lines = [line for line in text.splitlines() if line.startswith("not promoted:")]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_a_blocked_promotion_flow_is_one_line_without_a_traceback(prefect_harness, registered):
+    from registry import stage_holder
+
+    result = CliRunner().invoke(unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"],
+                                env={"COLUMNS": "80"})
+    line = _one_line_of_the_flow(result)
+    assert "is blocked" in line and "tooling-maturity" in line and "unmask gates" in line
+    assert stage_holder(__import__("registry").Registry(), "poc") is None
+
+
+def test_an_approval_timeout_is_one_line_without_a_traceback(prefect_harness, registered):
+    from registry import Registry, sign_off, stage_holder
+
+    registry = Registry()
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(registry, "tiny-llada", "1", "poc", item, "ada", "checked")
+    result = CliRunner().invoke(unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "2"],
+                                env={"COLUMNS": "80"})
+    line = _one_line_of_the_flow(result)
+    assert "approval" in line and "unmask approve" in line
+    assert stage_holder(registry, "poc") is None

@@ -66,6 +66,9 @@ def request_promotion_command(
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from rich.markup import escape
+
+    from flows.failures import describe
     from flows.promote import promote_flow
 
     console.print(f"checking the {stage} gates of {model}; once green this waits for\n  unmask approve {model} {stage} "
@@ -73,8 +76,8 @@ def request_promotion_command(
     state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True)
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
-        console.print(f"[red]not promoted:[/red] {error if isinstance(error, BaseException) else state.message}",
-                      highlight=False)
+        line = describe(error)[1] if isinstance(error, BaseException) else " ".join(str(state.message).split())
+        console.print(f"[red]not promoted:[/red] {escape(line)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     result = state.result()
     if result["status"] == "promoted":
