@@ -154,6 +154,24 @@ def test_policy_is_refused_by_file_key_and_value(tmp_path, stage, what, key, val
     refused(["gates", "tiny-llada", "--policy", str(path)], str(path), f"stages.{stage}.{key}", shown)
 
 
+POLICY_COMMANDS = {
+    "run": lambda path: ["run", "--policy", path],
+    "request-promotion": lambda path: ["request-promotion", "tiny-llada", "poc", "--policy", path],
+    "promote": lambda path: ["promote", "tiny-llada", "--to", "poc", "--approver", "a", "--comment", "c" * 30,
+                             "--policy", path],
+}
+
+
+@pytest.mark.parametrize("command", POLICY_COMMANDS)
+@pytest.mark.parametrize("what, key, value, shown", [POLICY_EDITS[0], POLICY_EDITS[11]], ids=["nan", "negative"])
+def test_every_command_that_takes_a_policy_refuses_it_first(tmp_path, command, what, key, value, shown):
+    data = _policy_data()
+    _gate(key)(data, "staging", value)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    refused(POLICY_COMMANDS[command](str(path)), str(path), f"stages.staging.{key}", shown)
+
+
 POLICY_FILES = [
     ("not-utf8", b"stages:\n  poc: \xff\xfe\n", "not UTF-8"),
     ("bad-yaml", b"stages: [unclosed\n", "not valid YAML"),
@@ -561,7 +579,7 @@ def test_the_fuzz_suite_has_at_least_150_cases():
     """The count issue 23 asks for, per surface (parametrised cases; Hypothesis examples come on top)."""
     counts = {
         "cli arguments": len(CLI_CASES),
-        "policies": len(POLICY_CASES) + len(POLICY_FILES) + 1 + 3 * 2,
+        "policies": len(POLICY_CASES) + len(POLICY_FILES) + 1 + 3 * 2 + 2 * len(POLICY_COMMANDS),
         "checklists": 2 * (len(CHECKLIST_EDITS) + len(CHECKLIST_FILES) + 1) + 2,
         "catalogs": len(CATALOG_ENTRIES) + 2 * len(CATALOG_FILES) + 3,
         "sweep files": len(SWEEP_CASES) + 2,

@@ -68,8 +68,15 @@ def request_promotion_command(
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from rich.markup import escape
 
-    from flows.failures import describe
+    from flows.failures import describe, print_error
     from flows.promote import promote_flow
+    from gates import load_policy
+
+    try:
+        load_policy(policy)  # a broken policy (or checklist) is refused before the flow starts
+    except ValueError as e:
+        print_error(console, e)
+        raise typer.Exit(2) from None
 
     console.print(f"checking the {stage} gates of {model}; once green this waits for\n  unmask approve {model} {stage} "
                   "--by NAME --comment \"...\"", highlight=False)

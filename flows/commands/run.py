@@ -38,6 +38,7 @@ def run_command(
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions
+    from gates import load_policy
     from registry.views import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
@@ -47,6 +48,7 @@ def run_command(
         if task_runner not in ("threads", "dask"):
             raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
+        load_policy(policy)  # a broken policy (or checklist) is refused now, not after the measuring
         threads, threads_from = threads_rule(threads, spec.threads)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
                                     task_runner=task_runner, dask_address=dask_address, remeasure=remeasure,
