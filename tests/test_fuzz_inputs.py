@@ -495,8 +495,8 @@ def test_sweep_file_is_refused_by_key(tmp_path, what, change, named):
     refused(["eval", "--sweep", str(path), "--no-repro", "--no-plot", "--out", str(tmp_path / "out")], str(path), named)
 
 
-@pytest.mark.parametrize("content, named", [(b"models: [\n", "not valid YAML"), (b"- 1\n", "expected a mapping")],
-                         ids=["bad-yaml", "a-list"])
+@pytest.mark.parametrize("content, named", [(b"models: [\n", "not valid YAML"), (b"- 1\n", "expected a mapping"),
+                                            (b"name: caf\xe9\n", "not UTF-8")], ids=["bad-yaml", "a-list", "not-utf8"])
 def test_sweep_file_that_is_not_a_sweep_is_refused(tmp_path, content, named):
     path = tmp_path / "sweep.yaml"
     path.write_bytes(content)
@@ -582,7 +582,7 @@ def test_the_fuzz_suite_has_at_least_150_cases():
         "policies": len(POLICY_CASES) + len(POLICY_FILES) + 1 + 3 * 2 + 2 * len(POLICY_COMMANDS),
         "checklists": 2 * (len(CHECKLIST_EDITS) + len(CHECKLIST_FILES) + 1) + 2,
         "catalogs": len(CATALOG_ENTRIES) + 2 * len(CATALOG_FILES) + 3,
-        "sweep files": len(SWEEP_CASES) + 2,
+        "sweep files": len(SWEEP_CASES) + 3,
         "task files": len(TASK_CASES) + 3,
         "model folders": len(MODEL_CASES),
     }
