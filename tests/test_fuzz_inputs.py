@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from fuzz_fixtures import refused, row_counts, store_path
 from gates.policy import POLICY_PATH
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(max_examples=25, deadline=None, database=None,  # no .hypothesis/ folder in the checkout
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # --- CLI arguments: checked by the shared callbacks of flows/commands/options.py ------------------
 
@@ -78,6 +79,12 @@ CLI_CASES = [
     (["gates", "tiny-llada", "--stage", "canary"], "--stage", "canary"),
     (["gates"], "model"),
     (["eval", "--bogus"], "--bogus"),
+    (["serve", "--weights", "tiny-llada"], "--weights", "NAME=FOLDER"),
+    (["serve", "--weights", "tiny-llada=/nonexistent/folder"], "--weights", "/nonexistent/folder"),
+    (["sign-off", "tiny-llada", "--stage", "canary", "--item", "x", "--by", "a", "--comment", "c"], "'canary'"),
+    (["approve", "tiny-llada", "poc"], "--comment"),
+    (["eval", "--tasks", "/nonexistent/tasks.jsonl"], "/nonexistent/tasks.jsonl", "not found"),
+    (["models", "--catalog", "/nonexistent/catalog.yaml"], "/nonexistent/catalog.yaml", "not found"),
 ]
 
 
