@@ -358,11 +358,14 @@ def test_a_refused_policy_leaves_a_registered_store_as_it_was(tmp_path, register
         refused(args, str(path), shown, db=registered_store)
 
 
-@pytest.mark.parametrize("command", CHECKLIST_COMMANDS)
+PROMOTE = ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", "c" * 30]
+
+
+@pytest.mark.parametrize("command", [*CHECKLIST_COMMANDS, "promote"])
 def test_a_refused_checklist_leaves_a_registered_store_as_it_was(tmp_path, registered_store, command):
     folder = _checklists(tmp_path, CHECKLIST_EDITS[0][1])
-    refused(CHECKLIST_COMMANDS[command], str(folder / "poc.yaml"), "items", env={"UNMASK_CHECKLISTS": str(folder)},
-            db=registered_store)
+    refused(CHECKLIST_COMMANDS.get(command, PROMOTE), str(folder / "poc.yaml"), "items",
+            env={"UNMASK_CHECKLISTS": str(folder)}, db=registered_store)
 
 
 # --- catalogs: models/catalog.py --------------------------------------------------------------------
@@ -587,7 +590,7 @@ def test_the_fuzz_suite_has_at_least_150_cases():
     counts = {
         "cli arguments": len(CLI_CASES),
         "policies": len(POLICY_CASES) + len(POLICY_FILES) + 1 + 3 * 2 + 2 * len(POLICY_COMMANDS),
-        "checklists": 2 * (len(CHECKLIST_EDITS) + len(CHECKLIST_FILES) + 1) + 2,
+        "checklists": 2 * (len(CHECKLIST_EDITS) + len(CHECKLIST_FILES) + 1) + 3,
         "catalogs": len(CATALOG_ENTRIES) + 2 * len(CATALOG_FILES) + 3,
         "sweep files": len(SWEEP_CASES) + 3,
         "task files": len(TASK_CASES) + 3,
