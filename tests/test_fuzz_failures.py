@@ -306,3 +306,31 @@ def test_an_approval_timeout_is_one_line_without_a_traceback(prefect_harness, re
     line = _one_line_of_the_flow(result)
     assert "approval" in line and "unmask approve" in line
     assert stage_holder(registry, "poc") is None
+
+
+# --- the real entry point, in a process of its own (the in-process suite covers the rest) -----------
+
+@pytest.mark.parametrize("args, named", [
+    (["serve", "--port", "99999"], "--port"),
+    (["generate", "hi", "--device", "tpu"], "'tpu'"),
+    (["gates", "tiny-llada", "--policy", "POLICY"], "stages.poc.gates.quality.threshold"),
+], ids=["port", "device", "nan-policy"])
+def test_the_unmask_process_prints_one_line_and_exits_2(tmp_path, args, named):
+    import sys
+
+    from gates.policy import POLICY_PATH
+
+    data = yaml.safe_load(POLICY_PATH.read_text())
+    data["stages"]["poc"]["gates"]["quality"]["threshold"] = float("nan")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    args = [str(tmp_path / "p.yaml") if a == "POLICY" else a for a in args]
+    home = tmp_path / "home"
+    done = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", *args], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, UNMASK_HOME=str(home), COLUMNS="80"),
+                          cwd=Path(__file__).resolve().parents[1])
+    output = ANSI.sub("", done.stdout + done.stderr)
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and named in errors[0], output
+    assert not store_path(home).exists()
