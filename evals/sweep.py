@@ -84,9 +84,11 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({e})") from e
+        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     return parse_sweep(data, source=str(path))
 
 

@@ -96,6 +96,35 @@ def decode_api(adapter: Any, input_ids, config, attention_mask=None, on_step: St
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
 
+# No tokenizer packs more characters than this into one token of ordinary text: a prompt longer than
+# this many characters per position of the context cannot fit, and is refused before it is tokenised.
+CHARS_PER_TOKEN_BOUND = 16
+
+
+def context_length(handle: Any) -> int | None:
+    """The longest canvas (prompt + generated positions) the model was trained on; None when it does not say."""
+    config = getattr(getattr(handle, "model", None), "config", None)
+    return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
+
+
+def check_prompt_text(handle: Any, text: str) -> None:
+    """Refuse, without tokenising it, a prompt too long for the context whatever the tokenizer does."""
+    limit = context_length(handle)
+    if limit and len(text) > CHARS_PER_TOKEN_BOUND * limit:
+        raise DecodeError(f"the prompt has {len(text)} characters; {getattr(handle, 'entry_id', 'the model')}'s "
+                          f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt")
+
+
+def check_fits(handle: Any, prompt_length: int, gen_length: int) -> None:
+    """Prompt and generated positions must fit in the model's context (beyond it RoPE extrapolates, or
+    a learned position table has no row: garbage or an IndexError, never a measurement)."""
+    limit = context_length(handle)
+    if limit and prompt_length + gen_length > limit:
+        raise DecodeError(f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
+                          f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
+                          f"shorten the prompt or lower gen_length")
+
+
 DECODERS: dict[str, Callable[..., GenerateOutput]] = {
     "masked-diffusion": decode_masked_diffusion,
     "block-diffusion": decode_block_diffusion,
@@ -127,6 +156,8 @@ def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.T
     if handle.kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
         raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
                           f"{handle.kind} models decode with torch")
+    if handle.kind != "api":
+        check_fits(handle, input_ids.shape[1], config.gen_length)
     if row_seeds is not None:
         if not row_seeded(handle):
             raise DecodeError(f"{handle.kind} decoding of {getattr(handle, 'entry_id', handle.kind)} cannot take "

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from checklists import STAGES
+from checklists import STAGES, ChecklistError, load_checklist
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
 from flows.commands.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(160)
 
@@ -24,10 +25,12 @@ def gates_command(
     from registry.integrity import alias_drift
 
     if stage and stage not in STAGES:
-        console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        print_error(console, f"--stage must be one of {', '.join(STAGES)}, got {stage!r}")
         raise typer.Exit(2)
     try:
         policy = load_policy(policy_path)
+        for name in [stage] if stage else STAGES:  # a broken checklist is refused before the store is opened
+            load_checklist(name)
         reg = Registry()
         held = reg.aliases_of(model)
         version = version or latest_registration(held)
@@ -55,8 +58,8 @@ def gates_command(
                     console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
                                   soft_wrap=True)
             console.print()
-    except (PolicyError, RegistryError) as e:
-        console.print(f"[red]error:[/red] {e}")
+    except (PolicyError, ChecklistError, RegistryError) as e:
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import typer
 
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from flows.commands.options import positive, threads_rule
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(160)
 
@@ -28,12 +30,15 @@ def run_command(
     reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
     remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
+    threads: int = typer.Option(None, "--threads", callback=positive,
+                                help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions
+    from gates import load_policy
     from registry.views import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
@@ -43,15 +48,19 @@ def run_command(
         if task_runner not in ("threads", "dask"):
             raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
+        load_policy(policy)  # a broken policy (or checklist) is refused now, not after the measuring
+        threads, threads_from = threads_rule(threads, spec.threads)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
-                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure)
+                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure,
+                                    threads=threads)
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     models = list(model or spec.models)
     console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
-                  f"(state: {state_dir()}, task runner: {task_runner})", highlight=False)
+                  f"(state: {state_dir()}, task runner: {task_runner}, torch threads: {threads} from {threads_from})",
+                  highlight=False)
     started = time.perf_counter()
     result = review_with_progress(models, str(sweep_path), options)
     elapsed = time.perf_counter() - started
