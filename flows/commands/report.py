@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from checklists import STAGES
+from flows.failures import print_error
 
 console = Console()
 
@@ -26,15 +27,15 @@ def report_command(
     from registry.dossiers import dossier_location
 
     if stage and stage not in STAGES:
-        console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        print_error(console, f"--stage must be one of {', '.join(STAGES)}, got {stage!r}")
         raise typer.Exit(2)
     if out.exists() and not out.is_dir():
-        console.print(f"[red]error:[/red] --out {out}: exists and is not a folder")
+        print_error(console, f"--out {out}: exists and is not a folder")
         raise typer.Exit(2)
     try:
         built, ref = report(model, out, version, stage, pdf=pdf)
     except (DossierFailed, RegistryError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        print_error(console, e)
         raise typer.Exit(2) from None
     from registry import Registry
 
