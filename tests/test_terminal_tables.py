@@ -230,7 +230,7 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
 
 
 def test_numbers_keep_the_digits_a_measurement_supports():
-    from flows.commands.readable import exact, milliseconds, percent, significant
+    from gates.readable import exact, milliseconds, percent, significant
 
     assert significant(0.02230288574997985) == "0.0223" and significant(797.1484375) == "797"
     assert significant(1234.5) == "1230" and significant(1.0) == "1.00" and significant(-0.5) == "-0.500"
@@ -240,7 +240,7 @@ def test_numbers_keep_the_digits_a_measurement_supports():
 
 
 def test_every_bundled_threshold_reads_as_a_person_writes_it():
-    from flows.commands.readable import gate_threshold
+    from gates.readable import gate_threshold
     from gates import load_policy
 
     production = {g.name: gate_threshold(g, None) for g in load_policy().stage("production").gates}

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from flows.commands.readable import NONE, percent, significant
+from gates.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(220)

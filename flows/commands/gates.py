@@ -6,7 +6,7 @@ import typer
 
 from checklists import STAGES
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
-from flows.commands.readable import gate_threshold, gate_value
+from gates.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(160)
