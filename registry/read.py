@@ -133,13 +133,20 @@ def records(model: str | None = None, version: str | None = None, registry: Regi
     return pd.DataFrame(rows)
 
 
+def audit_chain(registry: Registry | None = None) -> dict[str, Any]:
+    """Whether the audit trail's hash chain verifies (`registry.audit.verify`), as plain data: status (intact,
+    broken, empty, unchained), ok, summary (one line), entries, chained, legacy, head_seq, head_sha256,
+    starts_at, first_break ({kind, position, run_id, seq, event, when, detail, text} or None)."""
+    return audit.verify(_reg(registry)).to_dict()
+
+
 def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The audit trail, oldest first: when, event, who, stage, model, version, from, to, comment, status,
-    evidence (dict), audit_run_id."""
+    evidence (dict), audit_run_id, seq and sha256 (its place and hash in the chain; 0 and "" before it)."""
     found = audit.events(_reg(registry), model=model, stage=stage, event=event)
     columns = ["when", "event", "who", "stage", "model", "version", "from", "to", "comment", "status", "evidence",
-               "audit_run_id"]
+               "audit_run_id", "seq", "sha256"]
     return pd.DataFrame([e.to_dict() for e in found], columns=columns)
 
 
