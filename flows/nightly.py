@@ -14,12 +14,8 @@ with its cron schedule, served by `unmask nightly serve` or listed in prefect.ya
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -119,29 +115,10 @@ def evidence_level(tracking_uri: str, policy_path: str | None = None) -> Evidenc
 
 
 def nightly_sweep(sweep: str, level: EvidenceLevel) -> str:
-    """`sweep` with every task raised to the items production needs; the file itself when it asks enough.
+    """`sweep` with every task raised to the items production needs (`evals.sweep.with_items`)."""
+    from evals.sweep import with_items
 
-    The raised copy is written to `<state>/nightly/sweep-<sha>.yaml`, so a night's measurements are cached
-    under a sweep of their own."""
-    from models.state import state_dir
-
-    data = yaml.safe_load(Path(sweep).read_text(encoding="utf-8"))
-    changed = False
-    for spec in data.get("tasks") or []:
-        label = spec.get("task") or Path(spec.get("file") or "").stem
-        need = level.items(label)
-        key = "limit" if spec.get("file") else "n"
-        have = spec.get(key, 16 if key == "n" else None)
-        if have is not None and have < need:
-            spec[key], changed = need, True
-    if not changed:
-        return sweep
-    text = yaml.safe_dump(data, sort_keys=False)
-    folder = state_dir() / "nightly"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"sweep-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
-    path.write_text(f"# {sweep}, raised to the evidence level production needs\n{text}", encoding="utf-8")
-    return str(path)
+    return with_items(sweep, level.items)
 
 
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)

@@ -132,7 +132,7 @@ def _inconclusive(ctx: _Context, spec: GateSpec, value: Any, threshold: Any, rea
                   **evidence: Any) -> GateResult:
     """Too little evidence to judge: not a pass, not a fault of the model; `settle` says what would decide it."""
     cited = _cite(ctx.primary) | {k: v for k, v in evidence.items() if v is not None}
-    return GateResult(spec.name, ctx.stage.stage, False, value, threshold, f"{reason}; inconclusive: {settle}", cited,
+    return GateResult(spec.name, ctx.stage.stage, False, value, threshold, f"{reason}; {settle}", cited,
                       verdict=INCONCLUSIVE, settle=settle)
 
 
@@ -253,7 +253,8 @@ def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
         settle = (f"needs {need - record.n_items} more items on {task} ({need} in all) at this {metric}" if need
                   else f"the {metric} lies on its bound; no number of items settles it")
         return _inconclusive(ctx, spec, value, mt.describe(), f"{metric} on {task} {percent(value)}{noise}", settle,
-                             **base_cite, **noise_cite, items_needed=need and need - record.n_items)
+                             **base_cite, **noise_cite, items_needed=need and need - record.n_items,
+                             items_per_task=need)
     misses = mt.failures(value, base_value, fmt=percent)
     if misses:
         return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses) + noise,
@@ -341,7 +342,8 @@ def _gate_data_validity(ctx: _Context, spec: GateSpec) -> GateResult:
     at_op = [r for r in ctx.evidence.records if r.gen_length == op.gen_length and r.task == op.task]
     if not at_op:
         return _inconclusive(ctx, spec, None, min_items, f"no record on task {op.task!r} at gen_length {op.gen_length}",
-                             f"{_measure_at(ctx)} on at least {min_items} items", items_needed=min_items)
+                             f"{_measure_at(ctx)} on at least {min_items} items", items_needed=min_items,
+                             items_per_task=min_items)
     if ctx.primary is None:
         states = sorted({"unvalidated" if r.valid is None else "invalid" for r in at_op})
         failed = [str(x) for r in at_op for x in (r.validation.get("failed") or [])][:3]
@@ -355,7 +357,8 @@ def _gate_data_validity(ctx: _Context, spec: GateSpec) -> GateResult:
         return _inconclusive(ctx, spec, few.n_items, min_items,
                              f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
                              f"needs {need} more items on {few.task} ({min_items} per task)",
-                             record_id=few.record_id, run_id=few.run_id, task=few.task, items_needed=need)
+                             record_id=few.record_id, run_id=few.run_id, task=few.task, items_needed=need,
+                             items_per_task=min_items)
     return _result(ctx, spec, True, few.n_items, min_items,
                    f"{len(ctx.records)} validated record(s), at least {few.n_items} items each")
 

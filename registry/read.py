@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from gates.evaluate import evaluate_gates
+from gates.evaluate import GateResult, evaluate_gates
 from gates.policy import CRITERIA, Policy, load_policy
 from gates.promotion import Approval, current_signoffs, predates
 from gates.scoring import score_survivors
@@ -98,7 +98,8 @@ def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None
 def gate_results(model: str | None = None, version: str | None = None, stage: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
-    run_id, evaluated_at, evidence (dict)."""
+    run_id, evaluated_at, evidence (dict), verdict (pass, fail or inconclusive), settle (what would settle an
+    inconclusive one)."""
     reg = _reg(registry)
     rows = []
     for name in [model] if model else reg.model_names():
@@ -109,9 +110,10 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
                     rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
                                  "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
                                  "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
-                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"]})
+                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"],
+                                 "verdict": GateResult.from_dict(r).verdict, "settle": r.get("settle", "")})
     columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
-               "evaluated_at", "evidence"]
+               "evaluated_at", "evidence", "verdict", "settle"]
     return pd.DataFrame(rows, columns=columns)
 
 

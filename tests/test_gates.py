@@ -71,7 +71,7 @@ def test_too_few_items_is_inconclusive_and_says_how_many_more_would_settle_it():
     r = judge(evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), "staging")["data_validity"]
     assert r.verdict == "inconclusive" and not r.passed and r.value == 16
     assert r.settle == "needs 34 more items on arith (50 per task)" and r.evidence["items_needed"] == 34
-    assert "arith measured on 16 items, fewer than 50; inconclusive: needs 34 more items" in r.reason
+    assert r.reason == "arith measured on 16 items, fewer than 50; needs 34 more items on arith (50 per task)"
     assert judge(evidence(records=[record(n_items=16), record(task="sort")]), "poc")["data_validity"].verdict == "pass"
 
 
@@ -229,3 +229,25 @@ def test_a_quality_verdict_on_few_items_says_it_is_not_settled():
 
     sure = judge(evidence(records=[record(n_items=200, accuracy=0.9)]), "staging")["quality"]  # threshold 0.5
     assert sure.passed and sure.evidence["settled"] is True and "difference" not in sure.reason
+
+
+def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_kind():
+    from gates import ReasonKind, decide_promotion
+    from tests.gate_fixtures import ALL_MANUAL
+
+    thin = evidence(records=[record(n_items=16), record(task="sort", n_items=16)])
+    decision = decide_promotion(thin, POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
+    assert not decision.allowed and not decision.gates_passed
+    kinds = {r.kind: r.text for r in decision.reasons}
+    assert kinds[ReasonKind.INCONCLUSIVE] == ("gate data_validity is inconclusive: arith measured on 16 items, fewer "
+                                              "than 50; needs 34 more items on arith (50 per task)")
+    assert ReasonKind.GATE not in kinds  # nothing failed: the evidence is too thin to judge
+    assert next(r for r in decision.reasons if r.kind is ReasonKind.INCONCLUSIVE).blocking
+
+
+def test_the_gate_report_counts_inconclusive_gates_apart():
+    results = evaluate_gates(evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY,
+                             "staging", BASE, SIGNED)
+    md = gate_report_markdown(results)
+    assert "Stage **staging**: INCONCLUSIVE (9/10 gates, 1 inconclusive)" in md
+    assert "| data_validity | *inconclusive* |" in md
