@@ -180,9 +180,9 @@ def settle(registry: Registry, event: AuditEvent, happened: bool) -> None:
     """End a move's intent: FINISHED when the alias moved, else FAILED, the outcome hashed onto its entry."""
     status = "FINISHED" if happened else "FAILED"
     if event.sha256:  # an intent written before the chain existed has nothing to tie the outcome to
-        registry.client.set_tag(event.run_id, SETTLED, status)
-        registry.client.set_tag(event.run_id, SETTLED_SHA, settle_sha256(event.sha256, status))
-    registry.client.set_terminated(event.run_id, status)
+        retry_busy(registry.client.set_tag, event.run_id, SETTLED, status)
+        retry_busy(registry.client.set_tag, event.run_id, SETTLED_SHA, settle_sha256(event.sha256, status))
+    retry_busy(registry.client.set_terminated, event.run_id, status)
 
 
 def _from_run(run: Run) -> AuditEvent:

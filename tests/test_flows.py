@@ -67,7 +67,9 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harn
     assert list(rows) == [FALLBACK, CANDIDATE, broken, "undecodable"]  # the fallback first: candidates compare to it
     assert rows[broken]["qualifies"] == "failed" and "safetensors" in rows[broken]["reasons"][0].lower()
     assert rows["undecodable"]["qualifies"] in ("none", "failed")  # reported, and the others still complete
-    assert any("error" in r for r in rows["undecodable"]["reasons"])
+    undecodable = rows["undecodable"]  # invalid records fail data_validity; what they cannot judge is inconclusive
+    assert any(r.startswith("data_validity:") and "invalid" in r for r in undecodable["reasons"]), undecodable
+    assert any("error" in r for r in undecodable["reasons"] + undecodable["inconclusive"]), undecodable
     for name in (FALLBACK, CANDIDATE):
         assert rows[name]["version"] == "1" and rows[name]["qualifies"] == "none"  # no sign-offs yet
         assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
@@ -230,14 +232,20 @@ def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_n
     data["stages"]["production"]["gates"]["quality"].update(threshold=0.2, require_settled=True)
     unsettled = tmp_path / "unsettled.yaml"
     unsettled.write_text(yaml.safe_dump(data))
-    night = nightly(thin, options.model_copy(update={"policy": str(unsettled)}))
-    assert night["status"] == "inconclusive" and night["finding"]["rolled_back"] is False, night
-    assert [g["gate"] for g in night["production"]["inconclusive"]] == ["quality"]
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+
+    result = CliRunner().invoke(cli_app("nightly"), ["nightly", "run", "--sweep", thin, "--policy", str(unsettled)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "nightly: inconclusive" in result.output and "nothing rolled back: quality: needs" in result.output
+    assert "measured at production's evidence level" in result.output and "BROKEN" not in result.output
     assert stage_holder(registry, "production") == (CANDIDATE, "1")
     assert "Inconclusive" in Artifact.get("nightly-report").data
-    assert audit_events(stage="production", event="gate_evaluation", registry=registry)["comment"].iloc[-1] \
-        .startswith("inconclusive")
-    assert night["audit_chain"] is None  # the trail verified
+    noted = audit_events(stage="production", event="gate_evaluation", registry=registry).iloc[-1]
+    assert noted["comment"].startswith("inconclusive") and [g["gate"] for g in noted["evidence"]["inconclusive"]] == [
+        "quality"]
 
 
 def test_the_nightly_deployment_and_prefect_yaml_agree_on_the_schedule():
