@@ -24,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from evals.sweep import default_sweep_path
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
-from gates.evaluate import GateResult
+from gates.evaluate import SIGNED_KINDS, GateResult
 from gates.promotion import PromotionDecision
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
@@ -37,17 +37,25 @@ class ProductionVerdict:
 
     `thinner`: each task tonight measured on fewer items than production needs (`EvidenceLevel`); then the
     verdict is inconclusive as a whole, whatever the gates say: a regression needs evidence as strong.
+    `signed`: the gates a sign-off decides (tooling maturity). Re-registering tonight's evidence makes the
+    sign-offs given before it stale, so such a gate fails without anything measured getting worse: it is
+    reported (`unsigned`), never a regression.
     """
 
     model: str
     version: str
     decision: PromotionDecision
     thinner: tuple[str, ...] = ()
+    signed: tuple[str, ...] = ()
 
     @property
     def failed(self) -> list[GateResult]:
-        """The gates that failed on evidence (inconclusive ones are not failures)."""
-        return [r for r in self.decision.gate_results if r.verdict == "fail"]
+        """The gates whose measurements failed (inconclusive ones and sign-offs are not failures)."""
+        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate not in self.signed]
+
+    @property
+    def unsigned(self) -> list[GateResult]:
+        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate in self.signed]
 
     @property
     def inconclusive(self) -> list[GateResult]:
@@ -69,6 +77,7 @@ class ProductionVerdict:
         return {"model": self.model, "version": self.version,
                 "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
                 "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
+                "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
                 "thinner": list(self.thinner)}
 
 
@@ -190,9 +199,11 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
     holder = stage_holder(registry, "production")
     if holder is None:
         return None
-    decision = judge(registry, *holder, "production", load_policy(policy_path), record=True)
+    policy = load_policy(policy_path)
+    decision = judge(registry, *holder, "production", policy, record=True)
     thinner = tuple(level.shortfalls(load_evidence(registry, *holder).records)) if level else ()
-    return ProductionVerdict(*holder, decision, thinner)
+    signed = tuple(g.name for g in policy.stage("production").gates if g.kind in SIGNED_KINDS)
+    return ProductionVerdict(*holder, decision, thinner, signed)
 
 
 @task(name="record-inconclusive", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
@@ -292,6 +303,9 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
         text = "\n".join(lines)
     elif not verdict.failed:
         text = f"Production ({verdict.model} v{verdict.version}) still passes its gates."
+        if verdict.unsigned:
+            text = (f"Production ({verdict.model} v{verdict.version}) still passes its measured gates; to sign off "
+                    "again on tonight's evidence: " + "; ".join(f"{r.gate}: {r.reason}" for r in verdict.unsigned))
     else:
         moved = finding and finding.get("rolled_back")
         lines = [f"**Regression**: production ({verdict.model} v{verdict.version}) fails its gates:", ""]

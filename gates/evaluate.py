@@ -23,6 +23,7 @@ from gates.readable import exact, gate_threshold, milliseconds, percent, signed_
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 VERDICTS = (PASS, FAIL, INCONCLUSIVE)
+SIGNED_KINDS = frozenset({"tooling_maturity"})  # gate kinds a checklist sign-off decides, not a measurement
 
 
 @dataclass(frozen=True)

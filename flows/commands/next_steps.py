@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from checklists import STAGES
 from gates import ReasonKind
+from gates.evaluate import SIGNED_KINDS
 from gates.policy import StagePolicy
 from gates.promotion import PromotionDecision
-
-SIGNED_GATE = "tooling_maturity"  # the gate kind that a sign-off, not a measurement, clears
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,11 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     specs = {g.name: g for g in stage_policy.gates}
     failed = [specs[r.gate] for r in decision.gate_results if r.verdict == "fail" and r.gate in specs]
     undecided = [r for r in decision.gate_results if r.inconclusive]
-    measured = [g.name for g in failed if g.kind != SIGNED_GATE]
+    measured = [g.name for g in failed if g.kind not in SIGNED_KINDS]
     undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
     to_sign = [i.id for i in undone if i.kind == "manual"]
     to_sign += [g.params["checklist_item"] for g in failed
-                if g.kind == SIGNED_GATE and g.params["checklist_item"] not in to_sign]
+                if g.kind in SIGNED_KINDS and g.params["checklist_item"] not in to_sign]
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
