@@ -378,9 +378,9 @@ def gate_report_markdown(results: list[GateResult], title: str = "") -> str:
     """The gate table as Markdown, for MLflow artifacts and flow summaries."""
     lines = [f"# {title}" if title else "# Gate report", ""]
     if results:
-        verdict = stage_verdict(results).upper() if not all_passed(results) else "PASSED"
+        verdict = {PASS: "PASSED", FAIL: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}[stage_verdict(results)]
         open_ = sum(r.inconclusive for r in results)
-        lines += [f"Stage **{results[0].stage}**: {'FAILED' if verdict == 'FAIL' else verdict} "
+        lines += [f"Stage **{results[0].stage}**: {verdict} "
                   f"({sum(r.passed for r in results)}/{len(results)} gates"
                   + (f", {open_} inconclusive" if open_ else "") + ")", ""]
     lines += ["| gate | passed | value | threshold | reason | record | run |", "|---|---|---|---|---|---|---|"]
