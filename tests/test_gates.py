@@ -243,6 +243,9 @@ def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_
                                               "than 50; needs 34 more items on arith (50 per task)")
     assert ReasonKind.GATE not in kinds  # nothing failed: the evidence is too thin to judge
     assert next(r for r in decision.reasons if r.kind is ReasonKind.INCONCLUSIVE).blocking
+    unlicensed = decide_promotion(evidence(license=None), POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
+    checklist = [r.text for r in unlicensed.reasons if r.kind is ReasonKind.CHECKLIST]
+    assert any("gate license is inconclusive: no license check result" in text for text in checklist), checklist
 
 
 def test_the_gate_report_counts_inconclusive_gates_apart():
