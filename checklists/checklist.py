@@ -189,6 +189,11 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
+def _not_passed(result: Any) -> str:
+    """How a gate that did not pass reads: failed, or inconclusive (too little evidence to judge)."""
+    return "is inconclusive" if _get(result, "verdict") == "inconclusive" else "failed"
+
+
 def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records: Iterable[Any],
                      signoffs: Mapping[str, Mapping[str, Any]]) -> ChecklistStatus:
     """Which items are done: automatic ones from gate results and record fields, manual ones from sign-offs."""
@@ -205,7 +210,7 @@ def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records:
             done = not missing and not failed
             reason = ("gates passed: " + ", ".join(ev.gates) if done else
                       "; ".join([f"gate {g} not evaluated" for g in missing] +
-                                [f"gate {g} failed: {_get(by_gate[g], 'reason')}" for g in failed]))
+                                [f"gate {g} {_not_passed(by_gate[g])}: {_get(by_gate[g], 'reason')}" for g in failed]))
             cited = {g: (_get(by_gate[g], "evidence") or {}).get("record_id") for g in ev.gates if g in by_gate}
             statuses.append(ItemStatus(item.id, item.text, "automatic", done, reason, {"gates": cited}))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flows.commands.readable import significant
+from gates.readable import significant
 
 CHART_PADDING = {"left": 12, "top": 8, "right": 16, "bottom": 8}  # px: axis titles and end labels stay inside
 VERDICT_MARK = {"passed": "passed", "failed": "failed", "not judged": "not judged"}

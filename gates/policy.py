@@ -11,11 +11,12 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from checklists import STAGES, load_checklist
+from gates.readable import significant
 
 POLICY_PATH = Path(__file__).resolve().parent / "policy.yaml"
 LICENSE_TIERS = ("permitted", "caution", "restricted", "unknown")  # best first
@@ -43,13 +44,15 @@ class MetricThreshold:
     min_absolute_change: float | None = None
     min_relative_change: float | None = None
 
-    def failures(self, value: float, baseline: float | None = None) -> list[str]:
-        """Each condition the value misses, in words; empty when it passes."""
+    def failures(self, value: float, baseline: float | None = None,
+                 fmt: Callable[[float], str] = significant) -> list[str]:
+        """Each condition the value misses, in words (numbers through `fmt`, e.g. `gates.readable.percent`);
+        empty when it passes."""
         sign = 1.0 if self.greater_is_better else -1.0
         word = ">=" if self.greater_is_better else "<="
         out = []
         if self.threshold is not None and sign * (value - self.threshold) < 0:
-            out.append(f"{value:.4g} is not {word} threshold {self.threshold:.4g}")
+            out.append(f"{fmt(value)} is not {word} threshold {fmt(self.threshold)}")
         for change, scale, name in ((self.min_absolute_change, 1.0, "absolute"),
                                     (self.min_relative_change, None, "relative")):
             if change is None:
@@ -60,8 +63,8 @@ class MetricThreshold:
             step = change * (abs(baseline) if scale is None else scale)
             bound = baseline + sign * step
             if sign * (value - bound) < 0:
-                out.append(f"{value:.4g} is not {word} baseline {baseline:.4g} "
-                           f"{'+' if sign * step >= 0 else '-'} {abs(step):.4g} (min {name} change {change:+g})")
+                out.append(f"{fmt(value)} is not {word} baseline {fmt(baseline)} "
+                           f"{'+' if sign * step >= 0 else '-'} {fmt(abs(step))} (min {name} change {change:+g})")
         return out
 
     def describe(self) -> str:
@@ -133,7 +136,7 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "quality": {"metric": ((str,), False), "task": ((str,), False), "relative_to": ((str,), False),
                 "threshold": (_NUM, False), "min_absolute_change": (_NUM, False),
                 "min_relative_change": (_NUM, False), "greater_is_better": ((bool,), False),
-                "if_no_baseline": ((str,), False)},
+                "if_no_baseline": ((str,), False), "require_settled": ((bool,), False)},
     "latency": {"max_p95_s": (_NUM, True)},
     "speedup": {"relative_to": ((str,), False), "min_speedup": (_NUM, True)},
     "memory": {"max_peak_mem_mb": (_NUM, True)},

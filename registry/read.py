@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from gates.evaluate import evaluate_gates, wilson_interval
+from gates.evaluate import GateResult, evaluate_gates, wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
 from gates.scoring import alternative, rank, score_survivors
@@ -98,8 +98,9 @@ def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None
 def gate_results(model: str | None = None, version: str | None = None, stage: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
-    run_id, evaluated_at, evidence (dict), verdict (pass / fail / inconclusive; from `passed` for reports
-    written before verdicts had three values), policy_path and policy_sha256 (the policy that judged them)."""
+    run_id, evaluated_at, evidence (dict), verdict (pass, fail or inconclusive; from `passed` for reports
+    written before verdicts had three values), settle (what would settle an inconclusive one), policy_path and
+    policy_sha256 (the policy that judged them)."""
     reg = _reg(registry)
     rows = []
     for name in [model] if model else reg.model_names():
@@ -112,10 +113,10 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
                                  "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
                                  "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
                                  "evaluated_at": report["evaluated_at"], "evidence": r["evidence"],
-                                 "verdict": r.get("verdict") or ("pass" if r["passed"] else "fail"),
+                                 "verdict": GateResult.from_dict(r).verdict, "settle": r.get("settle", ""),
                                  "policy_path": cited.get("path", ""), "policy_sha256": cited.get("sha256", "")})
     columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
-               "evaluated_at", "evidence", "verdict", "policy_path", "policy_sha256"]
+               "evaluated_at", "evidence", "verdict", "settle", "policy_path", "policy_sha256"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -137,13 +138,20 @@ def records(model: str | None = None, version: str | None = None, registry: Regi
     return pd.DataFrame(rows)
 
 
+def audit_chain(registry: Registry | None = None) -> dict[str, Any]:
+    """Whether the audit trail's hash chain verifies (`registry.audit.verify`), as plain data: status (intact,
+    broken, empty, unchained), ok, summary (one line), entries, chained, legacy, head_seq, head_sha256,
+    starts_at, first_break ({kind, position, run_id, seq, event, when, detail, text} or None)."""
+    return audit.verify(_reg(registry)).to_dict()
+
+
 def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The audit trail, oldest first: when, event, who, stage, model, version, from, to, comment, status,
-    evidence (dict), audit_run_id."""
+    evidence (dict), audit_run_id, seq and sha256 (its place and hash in the chain; 0 and "" before it)."""
     found = audit.events(_reg(registry), model=model, stage=stage, event=event)
     columns = ["when", "event", "who", "stage", "model", "version", "from", "to", "comment", "status", "evidence",
-               "audit_run_id"]
+               "audit_run_id", "seq", "sha256"]
     return pd.DataFrame([e.to_dict() for e in found], columns=columns)
 
 

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 import registry.read as read
 from dashboard_fixtures import free_port, shared_dashboard_registry, stop, wait_healthy
 from flows.commands.next_steps import names_version, next_steps
-from flows.commands.readable import gate_threshold, gate_value, milliseconds, percent, significant
+from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
 from gates.policy import POLICY_PATH, load_policy
 from registry import STAGE_ALIASES, Registry
@@ -136,12 +136,6 @@ def test_every_verdict_page_names_the_policy_file_and_sha256_that_judged_it(reg,
 
 
 @dataclass(frozen=True)
-class ThreeValued(GateResult):
-    """A gate result with the three-valued verdict gates/evaluate is growing (pass / fail / inconclusive)."""
-
-    verdict: str = "pass"
-
-
 def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_gates_amber(tmp_path, monkeypatch):
     from tests.gate_fixtures import fresh_registry, register_pair
     from registry import judge, promote, record_gate_report, sign_off
@@ -161,8 +155,8 @@ def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_g
     decision = judge(reg, "tiny-llada", v, "poc", strict_policy)
     assert [r.gate for r in decision.gate_results if not r.passed] == ["quality"]
     # a staging quality verdict that more items would settle, as a three-valued gate writes it
-    unsettled = ThreeValued("quality", "staging", False, 0.52, ">= 0.5", "accuracy 0.52: the interval spans 0.5",
-                            verdict="inconclusive")
+    unsettled = GateResult("quality", "staging", False, 0.52, ">= 0.5", "accuracy 0.52: the interval spans 0.5",
+                           verdict="inconclusive")
     record_gate_report(reg, "tiny-llada", v, "staging", [unsettled], policy=load_policy().cited())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.delenv("UNMASK_POLICY", raising=False)  # the pages judge by the bundled policy

@@ -225,7 +225,7 @@ def _judged_policy(report: dict[str, Any]) -> tuple[Policy | None, str]:
 
 
 def _gates(report: dict[str, Any]) -> dict[str, Any]:
-    from flows.commands.readable import gate_threshold, gate_value
+    from gates.readable import gate_threshold, gate_value
 
     policy, note = _judged_policy(report)
     specs = {}
@@ -267,31 +267,14 @@ def _checklist(registry: Registry, model: str, version: str, stage: str, report:
 # decisions -----------------------------------------------------------------------------------------------
 def _decisions(registry: Registry, model: str, version: str) -> dict[str, Any]:
     events = [e for e in audit.events(registry, model=model) if e.event in DECISION_EVENTS]
-    verify = getattr(audit, "verify", None)
-    if verify is None:
-        verification = {"status": "not verified", "detail": "this unmask has no audit-trail verification "
-                                                            "(registry.audit.verify)"}
-    else:
-        try:
-            verification = _verification(verify(registry))
-        except Exception as e:  # noqa: BLE001 - whatever the check raises is the status the board must see
-            verification = {"status": "verification failed", "detail": f"{type(e).__name__}: {e}"}
+    try:
+        report = audit.verify(registry)
+        verification = {"status": report.status, "detail": report.summary()}
+    except Exception as e:  # noqa: BLE001 - whatever the check raises is the status the board must see
+        verification = {"status": "verification failed", "detail": f"{type(e).__name__}: {e}"}
     return {"events": [e.to_dict() | {"this_version": e.version == version or e.to_ref == f"{model}@{version}"
                                       or e.from_ref == f"{model}@{version}"} for e in events],
             "verification": verification}
-
-
-def _verification(result: Any) -> dict[str, str]:
-    """`registry.audit.verify`'s answer in words, whatever its shape (bool, dict, or an object with `ok`)."""
-    if isinstance(result, bool):
-        return {"status": "verified" if result else "broken", "detail": ""}
-    if isinstance(result, dict):
-        ok = result.get("ok", result.get("verified", result.get("valid")))
-        status = result.get("status") or ("verified" if ok else "broken" if ok is not None else "checked")
-        return {"status": str(status), "detail": str(result.get("detail") or result.get("reason") or "")}
-    ok = getattr(result, "ok", None)
-    status = getattr(result, "status", None) or ("verified" if ok else "broken" if ok is not None else "checked")
-    return {"status": str(status), "detail": str(getattr(result, "detail", "") or getattr(result, "reason", "") or result)}
 
 
 # limitations ---------------------------------------------------------------------------------------------
@@ -351,7 +334,7 @@ def _limitations(content: dict[str, Any], evidence: CandidateEvidence) -> list[d
         for check in ("same_process", "fresh_process", "batch_invariant"):
             if not probe.get(check):
                 add("reproducibility", f"{check.replace('_', ' ')}: not shown by the probe")
-    if content["decisions"]["verification"]["status"] != "verified":
+    if content["decisions"]["verification"]["status"] != "intact":
         add("audit trail", f"audit trail {content['decisions']['verification']['status']}: "
                            f"{content['decisions']['verification']['detail']}")
     return out

@@ -73,7 +73,7 @@ def _environment() -> Environment:
 
 
 def _num(value: Any, digits: int = 3) -> str:
-    from flows.commands.readable import significant
+    from gates.readable import significant
 
     return significant(value, digits) if isinstance(value, (int, float)) else ("-" if value is None else str(value))
 

@@ -9,7 +9,7 @@ from dashboards import source
 from dashboards.cells import holder_text, policy_short, verdict_text, version_label
 from dashboards.alerts import show_drift, show_tampered
 from dashboards.policy_note import show_policy
-from flows.commands.readable import gate_threshold, gate_value
+from gates.readable import gate_threshold, gate_value
 from registry import ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES
 
 reg = source.registry_or_stop()

@@ -10,7 +10,7 @@ import streamlit as st
 from dashboards import source
 from dashboards.cells import CHART_PADDING
 from dashboards.policy_note import show_policy
-from flows.commands.readable import milliseconds, percent, significant
+from gates.readable import milliseconds, percent, significant
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri

@@ -12,7 +12,7 @@ import streamlit as st
 from dashboards import source
 from dashboards.cells import CHART_PADDING
 from dashboards.policy_note import show_policy
-from flows.commands.readable import milliseconds, percent, significant
+from gates.readable import milliseconds, percent, significant
 from gates.scoring import TIER_SCORE
 from registry import STAGE_ALIASES
 

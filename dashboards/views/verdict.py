@@ -9,7 +9,7 @@ from dashboards import source
 from dashboards.alerts import show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
-from flows.commands.readable import percent, significant
+from gates.readable import percent, significant
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri

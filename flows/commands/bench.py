@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from flows.commands import options
-from flows.commands.readable import NONE, percent, significant
+from gates.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from flows.commands import options
-from flows.commands.readable import NONE, milliseconds, percent, significant
+from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 

@@ -100,11 +100,23 @@ def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
     limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
+    verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
+                                                        "entry edited, removed, reordered or inserted (exit 1 if so)."),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
-    from registry.read import audit_events
+    from registry.read import audit_chain, audit_events
 
+    if verify:
+        try:
+            chain = audit_chain()
+        except RegistryError as e:
+            _fail(e)
+        console.print(chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False,
+                      soft_wrap=True)
+        if not chain["ok"]:
+            raise typer.Exit(1)
+        return
     try:
         events = audit_events(model=model, stage=stage)
     except RegistryError as e:
