@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import registry.read as read
 from dashboard_fixtures import shared_dashboard_registry
 from dashboards.dossier import SECTIONS, content_sha256, stated_sha256, verify_html
+from gates.evaluate import GateResult
 from flow_fixtures import cli_app, seed_registry
 from registry import Registry, RegistryError
 from registry.dossiers import DOSSIER_TAG, attach_dossier, latest_dossier, log_dossier
@@ -79,7 +80,7 @@ def test_the_dossier_holds_every_gate_value_of_the_registry_and_every_section(en
         assert json.loads(gate["data-threshold"]) == row.threshold
         raw = next(r for r in load_gate_report(reg, env.candidate, env.candidate_version, row.stage)["results"]
                    if r["gate"] == row.gate)  # a stored verdict (pass / fail / inconclusive) wins over `passed`
-        assert gate["data-verdict"] == raw.get("verdict", "pass" if row.passed else "fail")
+        assert gate["data-verdict"] == GateResult.from_dict(raw).verdict
         if row.run_id:  # every gate names the MLflow run of the record it judged
             assert row.run_id in html
     for record in read.records(env.candidate, env.candidate_version, registry=reg).itertuples():

@@ -14,7 +14,7 @@ import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord
-from gates.evaluate import wilson_interval
+from gates.evaluate import GateResult, wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from models.catalog import CatalogError, load_catalog
 from registry import audit
@@ -235,7 +235,7 @@ def _gates(report: dict[str, Any]) -> dict[str, Any]:
     for r in report.get("results", []):
         ev = r.get("evidence") or {}
         spec = specs.get(r["gate"])
-        verdict = r.get("verdict") or ("pass" if r["passed"] else "fail")
+        verdict = GateResult.from_dict(r).verdict
         results.append({"gate": r["gate"], "verdict": verdict, "passed": r["passed"], "value": r["value"],
                         "threshold": r["threshold"], "value_text": gate_value(getattr(spec, "kind", None), r["value"]),
                         "threshold_text": gate_threshold(spec, r["threshold"]) if spec else str(r["threshold"]),
