@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -135,7 +134,6 @@ def test_every_verdict_page_names_the_policy_file_and_sha256_that_judged_it(reg,
         assert not any("different policy" in w for w in texts(at, "warning")), path
 
 
-@dataclass(frozen=True)
 def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_gates_amber(tmp_path, monkeypatch):
     from tests.gate_fixtures import fresh_registry, register_pair
     from registry import judge, promote, record_gate_report, sign_off
