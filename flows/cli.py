@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "flows.commands.dashboard",
     "flows.commands.bench",
     "flows.commands.serve",
+    "flows.commands.loadtest",
 ]
 
 

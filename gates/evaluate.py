@@ -13,8 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from evals.records import CandidateEvidence, EvalRecord
-from gates.policy import GateSpec, Policy, StagePolicy
+from evals.records import CandidateEvidence, EvalRecord, ServingRecord
+from gates.policy import SERVING_LIMITS, GateSpec, Policy, StagePolicy
 
 
 @dataclass(frozen=True)
@@ -293,10 +293,60 @@ def _gate_tooling_maturity(ctx: _Context, spec: GateSpec) -> GateResult:
                    signoff=dict(signoff))
 
 
+def _missing_evidence(ctx: _Context, spec: GateSpec, threshold: Any, reason: str) -> GateResult:
+    """Evidence a gate needs that nobody has measured yet: the reason says what to run. A fail today; the one
+    place to make such verdicts inconclusive."""
+    return _result(ctx, spec, False, None, threshold, reason)
+
+
+def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
+    return next((r for r in (evidence.serving if evidence else []) if r.concurrency == concurrency), None)
+
+
+def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
+    p = spec.params
+    level = p["concurrency"]
+    threshold = {"concurrency": level} | {k: p[k] for k in SERVING_LIMITS if k in p}
+    record = _serving_at(ctx.evidence, level)
+    name = ctx.evidence.candidate
+    if record is None:
+        return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}; "
+                                 f"run unmask loadtest --model {name} --concurrency {level}")
+    value: dict[str, Any] = {}
+    misses, meets = [], []
+
+    def check(key: str, measured: float | None, limit: float, words: str, unit: str, at_most: bool) -> None:
+        value[key] = None if measured is None else round(measured, 6)
+        if measured is None:
+            misses.append(f"no {words} measured")
+            return
+        ok = measured <= limit if at_most else measured >= limit
+        sign = ("<=" if ok else ">") if at_most else (">=" if ok else "<")
+        (meets if ok else misses).append(f"{words} {measured:.3g}{unit} {sign} {limit:g}{unit}")
+
+    if "p95_s_max" in p:
+        check("p95_s", record.latency_p95_s, p["p95_s_max"], "p95", " s", True)
+    if "error_rate_max" in p:
+        check("error_rate", record.error_rate, p["error_rate_max"], "error rate", "", True)
+    cite = {"serving_run_id": record.run_id, "serving_version": record.version, "concurrency": level}
+    if "throughput_vs_fallback_min" in p:
+        base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
+        if base is None:
+            return _missing_evidence(ctx, spec, threshold, f"no serving record yet of the fallback at concurrency "
+                                     f"{level}; run unmask loadtest --model fallback --concurrency {level}")
+        ratio = (record.tokens_per_s / base.tokens_per_s
+                 if record.tokens_per_s is not None and base.tokens_per_s else None)
+        check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback", "x", False)
+        cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
+    words = "; ".join(misses or meets)
+    return _result(ctx, spec, not misses, value, threshold,
+                   f"at concurrency {level} ({record.requests} requests): {words}", **cite)
+
+
 GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
     "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
     "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
-    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity,
+    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity, "serving": _gate_serving,
 }
 
 

@@ -226,7 +226,11 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
         loaded[path] = json.loads(data)
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
-    return _evidence_from(summary, records), {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
+    evidence = _evidence_from(summary, records)
+    from registry.loadtests import serving_records  # what `unmask loadtest` measured of these weights, by concurrency
+
+    evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None))
+    return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
 def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str, Any]:
