@@ -48,6 +48,7 @@ class LoadSpec:
     duration_s: float | None = None  # a cell stops sending once this has passed, even before `requests`
     max_tokens: int | None = None  # None: the server's (the operating point's) length
     endpoint: str = "completions"  # or "chat"
+    temperature: float | None = None  # None: the server's
     api_key: str = "unused"
     timeout_s: float = 120.0  # per request
     stream: bool = True  # probe for streaming; False: measure non-streamed only
@@ -208,6 +209,8 @@ def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, An
         body["prompt"] = prompt
     if spec.max_tokens is not None:
         body["max_tokens"] = spec.max_tokens
+    if spec.temperature is not None:
+        body["temperature"] = spec.temperature
     if mode != "plain":
         body["stream"] = True
     if mode == "stream+usage":
@@ -287,7 +290,7 @@ async def run_cell(client: Any, spec: LoadSpec, model: str, prompts: list[str], 
             sent += 1  # no await since the check: workers never send the same index
             answer = await one_request(client, spec, model, prompts[index % len(prompts)], index % len(prompts), mode)
             answers.append(answer)
-            on_event("answer", {"model": model, "concurrency": concurrency, "ok": answer.ok})
+            on_event("answer", {"model": model, "concurrency": concurrency, "ok": answer.ok, "answer": answer})
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return Cell(model, concurrency, mode, answers, time.perf_counter() - started)
@@ -341,19 +344,12 @@ async def check_endpoint(client: Any, spec: LoadSpec) -> None:
     try:
         await client.with_options(timeout=min(spec.timeout_s, 10.0)).models.list()
     except openai.APIConnectionError as e:
-        raise LoadTestError(f"--url {spec.base_url}: cannot connect ({e.__cause__ or e})") from None
+        raise LoadTestError(f"{spec.base_url}: cannot connect ({e.__cause__ or e})") from None
     except openai.NotFoundError:
         return  # some OpenAI-compatible servers do not list models; the requests will tell
     except openai.APIStatusError as e:
-        raise LoadTestError(f"--url {spec.base_url}: GET /models answered HTTP {e.status_code} "
+        raise LoadTestError(f"{spec.base_url}: GET /models answered HTTP {e.status_code} "
                             f"({_server_message(e)})") from None
-
-
-def task_prompts(task: str = "arith", n: int = 32, split: str = "test") -> list[str]:
-    """Prompts of the task suite (evals/tasks), the same every run."""
-    from evals.evaluate import load_task
-
-    return [item.prompt for item in load_task(task, split, n).items]
 
 
 def serving_records(result: LoadResult, environment: dict[str, Any] | None = None) -> list[ServingRecord]:
@@ -370,3 +366,42 @@ def serving_records(result: LoadResult, environment: dict[str, Any] | None = Non
             same_answer_share=cell.same_answer_share, streamed=cell.streamed, served_as=cell.model,
             base_url=result.spec.base_url, when=when, environment=dict(environment or {})))
     return records
+
+
+def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
+                     on_answer: Callable[[Answer], None] | None = None) -> tuple[list[str | None], dict[str, Any]]:
+    """An API model's solo answers to `prompts` (None where a request failed) and the EvalRecord fields they give.
+
+    `adapter` is a `models.adapters.APIAdapter` (base URL, served model name, key); `config` supplies the
+    answer length (`gen_length` -> max_tokens) and temperature. Token-level fields (NFE, tokens per forward)
+    and memory are not measurable through an API: None, not zero.
+    """
+    import hashlib
+
+    spec = LoadSpec(base_url=adapter.base_url, models=(adapter.api_model,), concurrency=(1,), requests=len(prompts),
+                    max_tokens=config.gen_length, temperature=config.temperature, endpoint="chat",
+                    api_key=adapter.api_key(), timeout_s=adapter.timeout_s)
+
+    def heard(kind: str, info: dict[str, Any]) -> None:
+        if kind == "answer" and on_answer is not None:
+            on_answer(info["answer"])
+
+    cell = run_load(spec, prompts, heard).cells[0]
+    answers = sorted(cell.answers, key=lambda a: a.prompt)
+    ok = [a for a in answers if a.ok]
+    busy = sum(a.latency_s for a in ok)
+    tokens = sum(a.tokens or 0 for a in ok)
+    digest = hashlib.sha256()
+    for a in answers:
+        digest.update(b"error" if a.text is None else a.text.encode())
+        digest.update(b"\n")
+    fields = {
+        "latency_p50_s": cell.latency(50) or 0.0, "latency_p95_s": cell.latency(95) or 0.0,
+        "latency_p99_s": cell.latency(99) or 0.0,
+        "time_to_first_block_s": cell.ttfb_p50_s if cell.streamed else None,  # a plain answer has no first block
+        "throughput_items_per_s": len(ok) / busy if busy > 0 else None, "batch_size": 1,
+        "tokens_per_s": tokens / busy if busy > 0 else 0.0, "tokens_per_s_with_padding": tokens / busy if busy > 0 else 0.0,
+        "tokens_per_forward": None, "nfe": None, "peak_mem_mb": None, "errors": cell.errors,
+        "error_messages": cell.error_messages(), "output_hash": digest.hexdigest(), "warmup": 0,
+    }
+    return [a.text if a.ok else None for a in answers], fields

@@ -43,7 +43,7 @@ class EvalRecord:
     tokens_per_s_with_padding: float = 0.0  # every generated position, EOS padding included
     tokens_per_forward: float | None = 0.0  # committed positions per model call; None: not applicable (API model)
     nfe: float | None = 0.0  # mean model calls per request; None: not applicable (an API model shows no calls)
-    peak_mem_mb: float = 0.0  # RSS on CPU, max allocated on CUDA
+    peak_mem_mb: float | None = 0.0  # RSS on CPU, max allocated on CUDA; None: not measurable (an API model)
     errors: int = 0  # NaN/inf logits and exceptions, counted per item
     output_hash: str = ""  # sha256 over the generated token ids of all items, in order
     dataset_hash: str = ""

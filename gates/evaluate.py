@@ -212,7 +212,11 @@ def _gate_memory(ctx: _Context, spec: GateSpec) -> GateResult:
     limit = spec.params["max_peak_mem_mb"]
     if not ctx.records:
         return _no_record(ctx, spec, limit)
-    worst = max(ctx.records, key=lambda r: r.peak_mem_mb)
+    measured = [r for r in ctx.records if r.peak_mem_mb is not None]
+    if not measured:
+        return _missing_evidence(ctx, spec, limit, f"no memory measured for {ctx.evidence.candidate}: an API model's "
+                                 "memory is its provider's")
+    worst = max(measured, key=lambda r: r.peak_mem_mb)
     ok = worst.peak_mem_mb <= limit
     return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
                    f"peak memory {worst.peak_mem_mb:.0f} MB ({worst.task}) {'<=' if ok else '>'} budget {limit:g} MB",

@@ -29,8 +29,6 @@ METRICS = ("latency_p50_s", "latency_p95_s", "latency_p99_s", "ttfb_p50_s", "tok
 def log_serving_record(registry: Registry, record: ServingRecord) -> ServingRecord:
     """Log `record` against its registered version (RegistryError unless the registry holds that version with
     those weights); returns it with `run_id` set."""
-    from registry.tracking import evidence_run_id
-
     tags = registry.version_tags(record.model, record.version)
     held = tags.get(model_tag("weights_sha256"), "")
     if record.weights_sha256 != held:
@@ -42,7 +40,7 @@ def log_serving_record(registry: Registry, record: ServingRecord) -> ServingReco
         model_tag("kind"): "serving", model_tag("model"): record.model, model_tag("version"): record.version,
         model_tag("weights_sha256"): record.weights_sha256, model_tag("concurrency"): str(record.concurrency),
         model_tag("served_as"): record.served_as,
-        "mlflow.parentRunId": evidence_run_id(registry, record.model, record.version)})
+        **({"mlflow.parentRunId": tags[model_tag("evidence_run")]} if tags.get(model_tag("evidence_run")) else {})})
     logged = replace(record, run_id=run.info.run_id)
     data = json.dumps(logged.to_dict(), indent=2, sort_keys=True).encode()
     try:

@@ -29,6 +29,7 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
                                 recorded_digests, verify_artifact)
+from registry.loadtests import serving_records
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -227,8 +228,7 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
     evidence = _evidence_from(summary, records)
-    from registry.loadtests import serving_records  # what `unmask loadtest` measured of these weights, by concurrency
-
+    # what `unmask loadtest` measured of these weights, by concurrency
     evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None))
     return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 

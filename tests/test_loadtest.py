@@ -28,12 +28,13 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def load(served):
-    from evals.loadtest import LoadSpec, run_load, task_prompts
+    from evals.evaluate import load_task
+    from evals.loadtest import LoadSpec, run_load
 
     spec = LoadSpec(base_url=served.base_url + "/v1", models=("production", "fallback"), concurrency=(4,),
                     requests=8, max_tokens=16)
     events = []
-    result = run_load(spec, task_prompts("arith", 8), on_event=lambda kind, info: events.append((kind, info)))
+    result = run_load(spec, [i.prompt for i in load_task("arith", "test", 8).items], on_event=lambda kind, info: events.append((kind, info)))
     return result, events
 
 
@@ -152,7 +153,7 @@ def test_an_unreachable_url_exits_2_naming_it():
     result = _cli("--url", f"http://127.0.0.1:{port}/v1", "--requests", "2")
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"--url http://127.0.0.1:{port}/v1: cannot connect" in lines[0]
+    assert len(lines) == 1 and f"error: http://127.0.0.1:{port}/v1: cannot connect" in lines[0]
 
 
 def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gate_reads_them(tmp_path, monkeypatch):

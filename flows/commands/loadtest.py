@@ -99,7 +99,8 @@ def loadtest_command(
                              "registered version that answered."),
 ) -> None:
     """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness."""
-    from evals.loadtest import LoadSpec, LoadTestError, check_spec, task_prompts
+    from evals.evaluate import load_task
+    from evals.loadtest import LoadSpec, LoadTestError, check_spec
 
     names = list(model or ["production", "fallback"])
     try:
@@ -113,7 +114,7 @@ def loadtest_command(
         if max_batch < 1:
             raise LoadTestError(f"--max-batch: {max_batch!r} is not a positive integer")
         try:
-            prompts = task_prompts(task, max(requests, 1))
+            prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
         with (contextlib.nullcontext(spec.base_url) if url else local_server(names, max_batch=max_batch,
