@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, ServingRecord
 
 WEIGHTS = {"tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
            "tiny-ar": hashlib.sha256(b"tiny-ar weights").hexdigest()}
@@ -63,9 +63,22 @@ def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = N
                         tier=tier, reasons=[] if tier == "permitted" else [f"license tier {tier}"])
     values = dict(candidate=candidate, role=first.role, kind=first.kind, records=records, reproducibility=repro,
                   license=lic, model_revision=first.model_revision, weights_sha256=first.weights_sha256,
-                  card={"intended_use": "tests"})
+                  card={"intended_use": "tests"}, serving=[serving_record(candidate)])
     values.update(overrides)
     return CandidateEvidence(**values)
+
+
+def serving_record(candidate: str = "tiny-llada", concurrency: int = 16, **overrides) -> ServingRecord:
+    """What `unmask loadtest` logs for one level: tiny-llada at 16 in flight p95 0.9 s, 1.2x the fallback's tokens/s."""
+    ar = candidate == "tiny-ar"
+    values = dict(model=candidate, version="1", weights_sha256=WEIGHTS[candidate], concurrency=concurrency,
+                  requests=64, latency_p50_s=0.5 if ar else 0.7, latency_p95_s=0.6 if ar else 0.9,
+                  latency_p99_s=0.65 if ar else 1.0, ttfb_p50_s=0.5 if ar else 0.7,
+                  tokens_per_s=800.0 if ar else 960.0, requests_per_s=30.0 if ar else 20.0, error_rate=0.0,
+                  same_answer_share=1.0, served_as="fallback" if ar else "production", run_id=f"serving-{candidate}",
+                  when="2026-11-30T10:30:00Z")
+    values.update(overrides)
+    return ServingRecord(**values)
 
 
 def fast_llada() -> CandidateEvidence:
