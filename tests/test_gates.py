@@ -211,3 +211,11 @@ def test_serving_gate_reads_only_the_limits_its_policy_states():
     [r] = evaluate_gates(evidence(serving=[serving_record(error_rate=0.5, tokens_per_s=1.0)]), parse_policy(data), "poc",
                          {"fallback": None, "production": None})
     assert r.passed and r.value == {"p95_s": 0.9}  # no fallback needed, errors not judged: the policy did not ask
+
+
+def test_serving_verdicts_read_as_a_person_writes_them():
+    from flows.commands.readable import gate_value
+
+    r = judge(evidence(), "production")["serving"]
+    assert gate_value("serving", r.value) == "p95 900 ms, errors 0%, 1.20x fallback tokens/s"
+    assert gate_value("serving", {"p95_s": None}) == "p95 s -"

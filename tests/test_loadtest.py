@@ -186,3 +186,19 @@ def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gat
     assert gate.passed, gate.reason
     assert gate.value["error_rate"] == 0.0 and gate.value["throughput_vs_fallback"] > 0
     assert gate.evidence["serving_run_id"] == llada.serving[1].run_id
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
+    """docs/experiments/serving-batching/gpu.py --smoke: build, register, serve, load at 1 and 16 in flight."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "serving-batching" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("gpu_serve", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary = module.main(["--smoke", "--requests", "4", "--out", str(tmp_path)])
+    assert set(summary["tokens_per_s"]) == {"1", "16"} and all(v > 0 for v in summary["tokens_per_s"].values())
+    assert summary["errors"] == {"1": 0.0, "16": 0.0} and summary["same_answer_share_16"] == 1.0
+    assert json.loads((tmp_path / "gpu-loadtest.json").read_text())["shape"] == "smoke"

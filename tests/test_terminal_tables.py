@@ -248,10 +248,12 @@ def test_every_bundled_threshold_reads_as_a_person_writes_it():
         "quality": ">= 60%", "quality_vs_fallback": ">= fallback", "quality_vs_production": ">= 98% of production",
         "latency": "<= 1000 ms", "speedup": ">= 1x", "memory": "<= 4096 MB", "license": "permitted",
         "reproducibility": "same process, fresh process and batch invariant", "data_validity": ">= 100 items",
-        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity"}
+        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity",
+        "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s"}
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
     assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
     assert staging["license"] == "permitted or caution"
+    assert staging["serving"] == "16 in flight: p95 <= 5000 ms, errors <= 1%, >= 0.1x fallback tokens/s"
 
 
 @pytest.mark.parametrize("explain", [False, True])

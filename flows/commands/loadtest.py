@@ -37,7 +37,8 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def local_server(names: list[str], tracking_uri: str | None = None, *, max_batch: int = 16,
+def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
+                 max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
                  timeout_s: float = 600.0, max_tokens: int = 256) -> Iterator[str]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
@@ -55,7 +56,8 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, max_batch
     from serving import Limits, PoolSettings, ServeSettings, create_app
 
     app = create_app(ServeSettings(
-        pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, device=device, dtype=dtype,
+        pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, sources=dict(sources or {}), device=device,
+                          dtype=dtype,
                           max_batch=max_batch, batch_window_s=batch_window_s, max_pending=max_pending),
         limits=Limits(max_tokens=max_tokens), request_timeout_s=timeout_s))
     with socket.socket() as s:

@@ -121,8 +121,10 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         return f"sign-off of {params['checklist_item']}"
     if kind == "serving":
         parts = [f"p95 <= {exact(params['p95_s_max'] * 1e3)} ms"] if "p95_s_max" in params else []
-        parts += [f"errors <= {exact(params['error_rate_max'] * 100)}%"] if "error_rate_max" in params else []
+        if "error_rate_max" in params:
+            limit = params["error_rate_max"]
+            parts.append("no errors" if limit == 0 else f"errors <= {exact(limit * 100)}%")
         parts += ([f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
                   if "throughput_vs_fallback_min" in params else [])
-        return f"at {params['concurrency']} in flight: " + ", ".join(parts)
+        return f"{params['concurrency']} in flight: " + ", ".join(parts)
     return gate_value(None, threshold)
