@@ -218,13 +218,16 @@ def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, An
     return body
 
 
+def _create(client: Any, spec: LoadSpec):
+    return client.chat.completions.create if spec.endpoint == "chat" else client.completions.create
+
+
 async def one_request(client: Any, spec: LoadSpec, model: str, prompt: str, index: int, mode: str) -> Answer:
     """Send one prompt; never raises for a failed request (the error is the answer)."""
-    create = client.chat.completions.create if spec.endpoint == "chat" else client.completions.create
     started = time.perf_counter()
     answer = Answer(prompt=index)
     try:
-        response = await create(**_request(spec, model, prompt, mode))
+        response = await _create(client, spec)(**_request(spec, model, prompt, mode))
         if mode == "plain":
             answer.latency_s = answer.ttfb_s = time.perf_counter() - started
             choice = response.choices[0]
@@ -261,17 +264,16 @@ async def probe_mode(client: Any, spec: LoadSpec, model: str, prompt: str) -> tu
     refusals = []
     for mode in MODES[:-1]:
         try:
-            response = await client.completions.create(**_request(spec, model, prompt, mode)) \
-                if spec.endpoint == "completions" else await client.chat.completions.create(
-                    **_request(spec, model, prompt, mode))
             usage = False
-            async for chunk in response:
+            async for chunk in await _create(client, spec)(**_request(spec, model, prompt, mode)):
                 usage |= chunk.usage is not None
             if mode == "stream" or usage:
                 return mode, None
             refusals.append(f"{mode}: no usage in the stream")
         except openai.BadRequestError as e:
             refusals.append(f"{mode}: HTTP 400, {_server_message(e)}"[:200])
+        except Exception as e:  # noqa: BLE001 - not a refusal of streaming (unknown model, server down): the cells will count it
+            return "plain", f"{model}: the streaming probe failed ({_describe(e)}); measured non-streamed"
     return "plain", (f"{model}: the server refused streaming ({refusals[-1]}); measured non-streamed, "
                      "so TTFB is the whole latency")
 

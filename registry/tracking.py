@@ -29,7 +29,7 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
                                 recorded_digests, verify_artifact)
-from registry.loadtests import serving_records
+from registry.loadtests import log_serving_record, serving_records
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -94,6 +94,10 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
     model = evidence.candidate
     weights = evidence.weights_sha256 or (evidence.records[0].weights_sha256 if evidence.records else "")
     revision = evidence.model_revision or (evidence.records[0].model_revision if evidence.records else "")
+    strays = [r for r in evidence.serving if r.weights_sha256 != weights]
+    if strays:  # refused before anything is written
+        raise RegistryError(f"{model}: a serving record measured weights {strays[0].weights_sha256[:12] or 'none'}, "
+                            f"the evidence is of {weights[:12] or 'none'}; not registered")
     tags = _identity_tags(model, revision, weights) | {model_tag("kind"): "evidence", model_tag("role"): evidence.role}
     run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
                             run_name=f"{model}@{revision or 'local'} evidence")
@@ -115,6 +119,9 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
         client.set_terminated(run_id, "FAILED")
         raise
     version = _version_for(registry, logged, run_id, run.info.artifact_uri)
+    # serving records that came with the evidence (measured before registering) are kept with its version
+    logged = replace(logged, serving=[log_serving_record(registry, replace(r, model=model, version=version, run_id=None))
+                                      for r in evidence.serving])
     retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
     return version, logged
 

@@ -63,8 +63,9 @@ def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = N
                         tier=tier, reasons=[] if tier == "permitted" else [f"license tier {tier}"])
     values = dict(candidate=candidate, role=first.role, kind=first.kind, records=records, reproducibility=repro,
                   license=lic, model_revision=first.model_revision, weights_sha256=first.weights_sha256,
-                  card={"intended_use": "tests"}, serving=[serving_record(candidate)])
+                  card={"intended_use": "tests"})
     values.update(overrides)
+    values.setdefault("serving", [serving_record(candidate, weights_sha256=values["weights_sha256"])])
     return CandidateEvidence(**values)
 
 

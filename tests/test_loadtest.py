@@ -123,6 +123,17 @@ def test_a_record_naming_weights_the_version_does_not_hold_is_not_logged(load, s
         log_serving_record(Registry(served.registry.tracking_uri), record)
 
 
+def test_a_name_the_server_does_not_serve_is_counted_as_errors_not_raised(served):
+    from evals.loadtest import LoadSpec, run_load, serving_records
+
+    result = run_load(LoadSpec(base_url=served.base_url + "/v1", models=("staging",), concurrency=(2,), requests=3),
+                      ["A box has 9 coins. Zoe takes 3. How many remain?"])
+    assert [c.error_rate for c in result.cells] == [1.0, 1.0]
+    assert "HTTP 404" in result.cells[0].error_messages()[0] and "'staging' is not served here" in result.cells[0].error_messages()[0]
+    assert any(note.startswith("staging: ") for note in result.notes)  # streaming refused, or the probe failed
+    assert [r.version for r in serving_records(result)] == ["", ""]  # nothing answered: no version to log against
+
+
 def _cli(*args, env=None):
     from typer.testing import CliRunner
 
@@ -202,3 +213,20 @@ def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
     assert set(summary["tokens_per_s"]) == {"1", "16"} and all(v > 0 for v in summary["tokens_per_s"].values())
     assert summary["errors"] == {"1": 0.0, "16": 0.0} and summary["same_answer_share_16"] == 1.0
     assert json.loads((tmp_path / "gpu-loadtest.json").read_text())["shape"] == "smoke"
+
+
+def test_evidence_registered_with_serving_records_keeps_them_with_its_version_and_refuses_other_weights(tmp_path):
+    from dataclasses import replace
+
+    from registry import load_evidence, register_evidence
+    from registry.connection import RegistryError
+    from tests.gate_fixtures import evidence, fresh_registry, serving_record
+
+    reg = fresh_registry(tmp_path)
+    version, logged = register_evidence(reg, evidence(serving=[serving_record(concurrency=4), serving_record()]))
+    assert [(r.version, r.concurrency) for r in load_evidence(reg, "tiny-llada", version).serving] == [(version, 4),
+                                                                                                     (version, 16)]
+    assert all(r.run_id and r.run_id != "serving-tiny-llada" for r in logged.serving)
+    with pytest.raises(RegistryError, match="a serving record measured weights ffffffffffff"):
+        register_evidence(reg, evidence("tiny-ar", serving=[serving_record("tiny-ar", weights_sha256="f" * 64)]))
+    assert "tiny-ar" not in reg.model_names()  # refused before anything was written

@@ -119,8 +119,8 @@ def loadtest_command(
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
-        with (contextlib.nullcontext(spec.base_url) if url else local_server(names, max_batch=max_batch,
-                                                                            timeout_s=timeout_s)) as base:
+        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0))
+        with contextlib.nullcontext(spec.base_url) if url else serve_here as base:
             from dataclasses import replace
 
             result = run_with_progress(replace(spec, base_url=base), prompts)
