@@ -90,7 +90,7 @@ def evaluate_point(
     """Measure and score one point under its effective config; the record is not yet validated (see evals.validation)."""
     loaded = candidate.loaded
     if loaded.kind == "api":  # text in, text out, through the endpoint: no token ids, no local decoder
-        from evals.loadtest import measure_endpoint
+        from evals.measure import measure_endpoint
 
         def heard(answer: Any) -> None:
             if on_request is not None:

@@ -220,7 +220,7 @@ def results_table(result, records) -> FittedTable:
         same = "solo" if r.concurrency == 1 else percent(r.same_answer_share)
         row = [r.served_as, served, str(r.concurrency), str(r.requests), milliseconds(r.latency_p50_s),
                milliseconds(r.latency_p95_s), milliseconds(r.latency_p99_s), ttfb, significant(r.tokens_per_s),
-               significant(r.requests_per_s), percent(r.error_rate), same]
+               significant(r.requests_per_s), f"{round(r.error_rate * r.requests)} ({percent(r.error_rate)})", same]
         if reference:
             base = rates.get((reference, r.concurrency))
             row.append(f"{significant(r.tokens_per_s / base)}x" if r.tokens_per_s is not None and base else NONE)
