@@ -11,6 +11,7 @@ import socket
 
 import pytest
 import yaml
+from fastapi import Request  # module level: FastAPI resolves the (string) annotation of a route from here
 
 from serving_fixtures import running_server, serving_registry, settings_for
 
@@ -230,3 +231,85 @@ def test_evidence_registered_with_serving_records_keeps_them_with_its_version_an
     with pytest.raises(RegistryError, match="a serving record measured weights ffffffffffff"):
         register_evidence(reg, evidence("tiny-ar", serving=[serving_record("tiny-ar", weights_sha256="f" * 64)]))
     assert "tiny-ar" not in reg.model_names()  # refused before anything was written
+
+
+def streaming_engine(include_usage: bool):
+    """A small OpenAI-style SSE server (FastAPI on uvicorn): three chunks 50 ms apart, usage on request.
+
+    `unmask serve` does not stream in this release; this stands in for a server that does, so the
+    streamed path (TTFB before the last byte, usage from the final chunk) runs against real SSE.
+    """
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "streamer", "object": "model", "created": 0, "owned_by": "test"}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        if "stream_options" in body and not include_usage:
+            return JSONResponse({"error": {"message": "stream_options: unknown field", "type": "invalid_request_error",
+                                           "param": "stream_options", "code": None}}, status_code=400)
+        pieces = ["12", " + ", "30"]
+
+        def chunk(text, usage=None, choices=True):
+            data = {"id": "c", "object": "text_completion", "created": 0, "model": "streamer",
+                    "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}] if choices else []}
+            if usage:
+                data["usage"] = usage
+            return f"data: {json.dumps(data)}\n\n"
+
+        async def events():
+            for piece in pieces:
+                yield chunk(piece)
+                await asyncio.sleep(0.05)
+            if body.get("stream_options", {}).get("include_usage"):
+                yield chunk("", {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}, choices=False)
+            yield "data: [DONE]\n\n"
+
+        if body.get("stream"):
+            return StreamingResponse(events(), media_type="text/event-stream")
+        return {"id": "c", "object": "text_completion", "created": 0, "model": "streamer",
+                "choices": [{"index": 0, "text": "".join(pieces), "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+    return app
+
+
+@pytest.mark.parametrize("include_usage, mode", [(True, "stream+usage"), (False, "stream")])
+def test_a_streaming_server_gives_ttfb_before_the_last_byte_and_usage_when_it_sends_it(include_usage, mode):
+    import asyncio
+    import threading
+
+    import uvicorn
+
+    from dashboard_fixtures import free_port, wait_healthy
+    from evals.loadtest import LoadSpec, run_load
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(streaming_engine(include_usage), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/v1/models", timeout_s=30)
+        result = run_load(LoadSpec(base_url=f"http://127.0.0.1:{port}/v1", models=("streamer",), concurrency=(2,),
+                                   requests=2), ["one", "two"])
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert {c.mode for c in result.cells} == {mode} and not result.notes, result.notes
+    for cell in result.cells:
+        assert cell.errors == 0 and cell.streamed
+        assert all(a.text == "12 + 30" and a.ttfb_s < a.latency_s - 0.05 for a in cell.answers)
+        if include_usage:
+            assert all(a.tokens == 3 for a in cell.answers) and cell.tokens_per_s > 0
+        else:  # no usage in the stream: tokens are unknown, so no tokens/s rather than a guess
+            assert all(a.tokens is None for a in cell.answers) and cell.tokens_per_s is None
+    assert result.cell("streamer", 2).same_answer_share == 1.0
