@@ -89,3 +89,31 @@ def test_an_api_source_over_plain_http_is_refused_off_this_machine(tmp_path):
         load_catalog(write_catalog(tmp_path, "http://api.example.com/v1"))
     assert str(load_catalog(write_catalog(tmp_path, "http://127.0.0.1:8000/v1/")).get("loopback-engine").source) \
         == "http://127.0.0.1:8000/v1"
+
+
+def _loadtest(*args):
+    from typer.testing import CliRunner
+
+    from tests.flow_fixtures import cli_app
+
+    return CliRunner().invoke(cli_app("loadtest"), ["loadtest", *args])
+
+
+def test_unmask_loadtest_loads_an_api_entry_with_the_key_its_entry_names(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNMASK_CATALOG", str(write_catalog(tmp_path, engine.base_url + "/v1")))
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    monkeypatch.setenv("COLUMNS", "220")
+    out = tmp_path / "load.json"
+    result = _loadtest("--entry", "loopback-engine", "--concurrency", "2", "--requests", "2", "--max-tokens", "8",
+                       "--no-log", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    records = json.loads(out.read_text())["records"]
+    assert [(r["served_as"], r["concurrency"], r["error_rate"]) for r in records] == [("production", 1, 0.0),
+                                                                                    ("production", 2, 0.0)]
+    assert records[0]["model"] == "tiny-llada" and records[1]["same_answer_share"] == 1.0
+    monkeypatch.delenv(KEY_ENV)
+    missing = _loadtest("--entry", "loopback-engine", "--requests", "2")
+    lines = [line for line in missing.output.splitlines() if line.strip()]
+    assert missing.exit_code == 2 and len(lines) == 1 and f"${KEY_ENV}" in lines[0] and "--entry loopback-engine" in lines[0]
+    unknown = _loadtest("--entry", "no-such-entry", "--requests", "2")
+    assert unknown.exit_code == 2 and "--entry no-such-entry: " in unknown.output and "no entry with id" in unknown.output

@@ -90,9 +90,11 @@ def loadtest_command(
     url: str = typer.Option(None, "--url", help="An OpenAI-compatible base URL (…/v1); default: serve the "
                             "registry here on a free 127.0.0.1 port."),
     api_key_env: str = typer.Option(None, "--api-key-env", help="Environment variable holding the endpoint's key."),
+    entry: str = typer.Option(None, "--entry", help="An api catalog entry to load: its base URL, model name and key "
+                              "variable (instead of --url, --model, --api-key-env)."),
     task: str = typer.Option("arith", "--task", help="Task suite the prompts come from (evals/tasks)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Answer length (default: the served operating point)."),
-    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat."),
+    endpoint: str = typer.Option(None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."),
     max_batch: int = typer.Option(16, "--max-batch", help="Without --url: the local server's largest batch."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
@@ -104,14 +106,21 @@ def loadtest_command(
     from evals.evaluate import load_task
     from evals.loadtest import LoadSpec, LoadTestError, check_spec
 
-    names = list(model or ["production", "fallback"])
     try:
-        if api_key_env and not os.environ.get(api_key_env):
-            raise LoadTestError(f"--api-key-env {api_key_env}: the environment variable is not set")
+        key = "unused"
+        if entry:
+            url, served, key = entry_endpoint(entry)
+            names = list(model or [served])
+        else:
+            names = list(model or ["production", "fallback"])
+        if api_key_env:
+            if not os.environ.get(api_key_env):
+                raise LoadTestError(f"--api-key-env {api_key_env}: the environment variable is not set")
+            key = os.environ[api_key_env]
         spec = LoadSpec(base_url=(url or "http://127.0.0.1/v1").rstrip("/"), models=tuple(names),
                         concurrency=parse_levels(concurrency), requests=requests, duration_s=duration,
-                        max_tokens=max_tokens, endpoint=endpoint, timeout_s=timeout_s, stream=stream,
-                        api_key=os.environ.get(api_key_env, "unused") if api_key_env else "unused")
+                        max_tokens=max_tokens, endpoint=endpoint or ("chat" if entry else "completions"),
+                        timeout_s=timeout_s, stream=stream, api_key=key)
         check_spec(spec)
         if max_batch < 1:
             raise LoadTestError(f"--max-batch: {max_batch!r} is not a positive integer")
@@ -151,6 +160,25 @@ def loadtest_command(
                                          "errors": {f"{c.model}@{c.concurrency}": c.error_messages()
                                                     for c in result.cells if c.errors}}, indent=2))
         console.print(f"records: {json_path}", highlight=False)
+
+
+def entry_endpoint(entry_id: str) -> tuple[str, str, str]:
+    """(base URL, served model name, key) of an api catalog entry; LoadTestError naming --entry or the key variable."""
+    from evals.loadtest import LoadTestError
+    from models.adapters import APIAdapter, NotEvaluable
+    from models.catalog import CatalogError, load_catalog
+
+    try:
+        found = load_catalog().get(entry_id)
+    except CatalogError as e:
+        raise LoadTestError(f"--entry {entry_id}: {e}") from None
+    if not found.is_api:
+        raise LoadTestError(f"--entry {entry_id}: kind {found.kind!r}, not api; serve it (no --url) to load it")
+    adapter = APIAdapter(found)
+    try:
+        return adapter.base_url, adapter.api_model, adapter.api_key()
+    except NotEvaluable as e:
+        raise LoadTestError(f"--entry {entry_id}: {e}") from None
 
 
 def run_with_progress(spec, prompts):
