@@ -30,11 +30,11 @@ def write_catalog(folder, base_url: str, key_env: str = KEY_ENV):
     return path
 
 
-def write_sweep(folder, n: int = 4):
+def write_sweep(folder, n: int = 4, gen_length: int = 16):
     path = folder / "sweep.yaml"
     path.write_text(yaml.safe_dump({"name": "api", "models": ["loopback-engine"],
                                     "tasks": [{"task": "arith", "split": "test", "n": n, "seed": 0}],
-                                    "base": {"gen_length": 16, "block_length": 16, "temperature": 0.0}, "grid": {"steps": [8, 16]},
+                                    "base": {"gen_length": gen_length, "block_length": gen_length, "temperature": 0.0}, "grid": {"steps": [8, 16]},
                                     "measure": {"warmup": 0, "batch_size": 1}}))
     return path
 
@@ -117,3 +117,27 @@ def test_unmask_loadtest_loads_an_api_entry_with_the_key_its_entry_names(engine,
     assert missing.exit_code == 2 and len(lines) == 1 and f"${KEY_ENV}" in lines[0] and "--entry loopback-engine" in lines[0]
     unknown = _loadtest("--entry", "no-such-entry", "--requests", "2")
     assert unknown.exit_code == 2 and "--entry no-such-entry: " in unknown.output and "no entry with id" in unknown.output
+
+
+@pytest.mark.slow
+def test_the_review_flow_registers_and_judges_an_api_entry(prefect_harness, engine, tmp_path, monkeypatch):
+    """`unmask run`'s flow over an api entry: measured through the endpoint, registered, judged; no probe."""
+    from flow_fixtures import seed_registry
+    from flows.evaluate import EvaluationOptions, evaluate_candidate
+    from registry import Registry, load_evidence
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    seed_registry(home)
+    monkeypatch.setenv("UNMASK_CATALOG", str(write_catalog(tmp_path, engine.base_url + "/v1")))
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    sweep = write_sweep(tmp_path, gen_length=32)  # the bundled policy judges at 32 tokens
+    outcome = evaluate_candidate("loopback-engine", str(sweep), EvaluationOptions())
+    assert (outcome["candidate"], outcome["kind"], outcome["version"], outcome["failures"]) == (
+        "loopback-engine", "api", "1", [])
+    poc = {g["gate"]: g for g in outcome["verdicts"]["poc"]["gates"]}
+    assert "an API model's memory is its provider's" in poc["memory"]["reason"]
+    assert poc["reproducibility"]["reason"] == "no reproducibility probe result"
+    assert poc["error_rate"]["passed"]  # no probe failure counted against it
+    evidence = load_evidence(Registry(outcome["tracking_uri"]), "loopback-engine", "1")
+    assert [(r.kind, r.nfe, r.valid) for r in evidence.records] == [("api", None, True)]
