@@ -195,7 +195,8 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     from dataclasses import asdict
 
     from evals.points import build_config, point_problems, valid_points
-    from evals.validation import check_task
+    from evals.validation import TaskDataError, check_task
+    from sampler.decode import DecodeError, check_fits, check_prompt_text
     from sampler.effective import effective_config
 
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
@@ -203,11 +204,27 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     for t in spec.tasks:
         fields = asdict(t)
         data = task_data(fields)
-        outcome = check_task(data, expected_size=None if t.file else t.n)
-        checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        longest = 0  # the cheap checks first: too long for the model, before the data expectations run
+        if handle.kind != "api":
+            try:
+                for item in data.items:
+                    check_prompt_text(handle, item.prompt)
+                longest = max((len(handle.encode(item.prompt)) for item in data.items), default=0)
+            except DecodeError as e:
+                raise TaskDataError(f"{data.source or t.label}: {e}") from None
+        configs = []
         for settings in valid_points(spec, t, prepared.kind):
             config, backend = build_config(settings, prepared.ids)
             effective = effective_config(handle, config)
+            try:
+                check_fits(handle, longest, effective.gen_length)  # a point past the context measures nothing
+            except DecodeError as e:
+                raise TaskDataError(f"{spec.source or spec.name}: gen_length {effective.gen_length} on "
+                                    f"{t.label}: {e}") from None
+            configs.append((settings, backend, effective))
+        outcome = check_task(data, expected_size=None if t.file else t.n)
+        checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        for settings, backend, effective in configs:
             label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
             points.append(SweepPoint(
                 ref=prepared.ref, candidate=prepared.candidate, path=prepared.path, role=prepared.role,

@@ -297,6 +297,8 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
     registry.set_version_tags(model, version, {
         model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
         model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at,
+        # of the gates that did not pass, those that lacked the evidence to judge (verdict inconclusive)
+        model_tag(f"gates.{stage}.inconclusive"): ",".join(r.gate for r in results if r.inconclusive),
         model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
         model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", "")})
 

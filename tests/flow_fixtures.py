@@ -82,7 +82,9 @@ def cli_app(*commands: str):
 
     import typer
 
-    app = typer.Typer()
+    from flows.cli import UnmaskGroup
+
+    app = typer.Typer(cls=UnmaskGroup)  # failures read as `unmask` prints them: one line, no traceback
 
     @app.callback()
     def root() -> None:

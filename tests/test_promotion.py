@@ -86,7 +86,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     with pytest.raises(PromotionRefused) as e:
         promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
     assert [r for r in e.value.reasons if r.startswith("gate")] == [
-        "gate speedup failed: speedup over fallback 0.50x (p95 0.090 s / 0.180 s) < 1x"]
+        "gate speedup failed: speedup over fallback 0.500x (p95 90.0 ms / 180 ms) < 1x"]
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence

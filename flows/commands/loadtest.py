@@ -17,7 +17,7 @@ from typing import Iterator
 
 import typer
 
-from flows.commands.readable import NONE, milliseconds, percent, significant
+from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(200)

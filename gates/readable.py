@@ -1,5 +1,8 @@
 """Numbers and thresholds as a person writes them: 3 significant digits, latency in ms, accuracy in %.
 
+The lowest layer that words a number: gate reasons (gates/evaluate.py) and the CLI's tables both read
+it, so a verdict's reason and the table beside it say the same `22.3 ms`.
+
 A tiny model's p95 is measured to a few percent at best, so `0.02230288574997985` s says nothing
 that `22.3 ms` does not. Thresholds come from the policy's own settings, not from its Python
 repr: `>= 30%`, `permitted or caution`, `>= fallback - 20 pts`.
@@ -54,6 +57,11 @@ def either(words: Any, joiner: str = "or") -> str:
 def points(change: float) -> str:
     """An absolute change of a share in percentage points: -0.2 -> '- 20 pts'."""
     return f"{'+' if change >= 0 else '-'} {exact(abs(change) * 100)} pts"
+
+
+def signed_points(change: float) -> str:
+    """A measured difference of two shares in percentage points, 3 significant digits: 0.0213 -> '+2.13 pts'."""
+    return f"{'+' if change >= 0 else '-'}{significant(abs(change) * 100)} pts"
 
 
 def gate_value(kind: str | None, value: Any) -> str:
