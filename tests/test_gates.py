@@ -308,5 +308,5 @@ def test_the_gate_report_counts_inconclusive_gates_apart():
     results = evaluate_gates(evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY,
                              "staging", BASE, SIGNED)
     md = gate_report_markdown(results)
-    assert "Stage **staging**: INCONCLUSIVE (9/10 gates, 1 inconclusive)" in md
+    assert "Stage **staging**: INCONCLUSIVE (10/11 gates, 1 inconclusive)" in md
     assert "| data_validity | *inconclusive* |" in md

@@ -169,7 +169,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     assert result.exit_code == 0, result.output
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
-    assert "staging gates (8/10 passed, 1 inconclusive)" in text
+    assert "staging gates (9/11 passed, 1 inconclusive)" in text
     assert rows(text)["data_validity"][1:4] == ["inconclusive", "16 items", ">= 50 items"]
     assert rows(text)["tooling_maturity"][1] == "no"  # a missing sign-off is still a fail
     lines = [line.strip() for line in text.splitlines()]
