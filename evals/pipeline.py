@@ -104,10 +104,22 @@ def _handle(ref: str, device: str, dtype: str, signature: tuple, decoding: str):
     return load(ref, device=device, dtype=dtype)
 
 
+def api_entry(ref: str):
+    """The catalog entry of `ref` when it is an API model (text in, text out), else None."""
+    from models.loading import catalog_entry
+
+    entry = catalog_entry(ref)
+    return entry if entry is not None and entry.is_api else None
+
+
 def handle_for(ref: str, device: str = "cpu", dtype: str = "float32"):
     """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point)."""
     from models.loading import catalog_decoding, resolve_model_path
 
+    if api_entry(ref) is not None:  # nothing to load: the adapter holds the endpoint
+        from models import load
+
+        return load(ref)
     path = resolve_model_path(ref)
     decoding = json.dumps(catalog_decoding(ref), sort_keys=True, default=str)
     with _load_lock:
@@ -159,6 +171,15 @@ def identity(ref: str, handle: Any) -> tuple[str, str, str]:
 
 def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
     """Pull and verify (when needed), load and identify a candidate; raises if it cannot be loaded."""
+    entry = api_entry(ref)
+    if entry is not None:
+        handle = handle_for(ref)
+        handle.status_or_raise()  # NotEvaluable naming the key variable, before anything is planned
+        return PreparedCandidate(
+            ref=ref, candidate=entry.id, path=handle.base_url, role=entry.role, kind="api",
+            revision=entry.revision or f"{handle.api_model}@{handle.base_url}", weights_sha256="", ids={},
+            card={"source": ref, "base_url": handle.base_url, "api_model": handle.api_model,
+                  "api_key_env": entry.api_key_env or ""})
     path = model_folder(ref)
     handle = handle_for(ref, device, dtype)
     role, kind, revision = identity(ref, handle)

@@ -104,6 +104,7 @@ COMMAND_MODULES = [
     "flows.commands.dashboard",
     "flows.commands.bench",
     "flows.commands.serve",
+    "flows.commands.loadtest",
     "flows.commands.report",
 ]
 

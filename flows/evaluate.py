@@ -109,7 +109,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     if not records:
         raise RuntimeError(f"{prepared.candidate}: no sweep point could be measured: " + "; ".join(failures[:3]))
     reproducibility = None
-    if options.reproducibility:
+    if options.reproducibility and prepared.kind != "api":  # an API model has no token ids to probe
         report("stage", candidate=prepared.candidate, step="reproducibility probe")
         probe = tasks.probe_reproducibility.with_options(result_storage=tasks.result_storage())
         state = probe(plan.points[0], plan, options.fresh_process_probe, return_state=True)

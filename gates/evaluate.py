@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from evals.records import CandidateEvidence, EvalRecord
-from gates.policy import GateSpec, Policy, StagePolicy
+from evals.records import CandidateEvidence, EvalRecord, ServingRecord
+from gates.policy import SERVING_LIMITS, GateSpec, Policy, StagePolicy
 from gates.intervals import difference_interval, items_to_settle, spans_bound, wilson_interval
 from gates.readable import exact, gate_threshold, milliseconds, percent, signed_points, significant
 
@@ -246,7 +246,11 @@ def _gate_memory(ctx: _Context, spec: GateSpec) -> GateResult:
     limit = spec.params["max_peak_mem_mb"]
     if not ctx.records:
         return _no_record(ctx, spec, limit)
-    worst = max(ctx.records, key=lambda r: r.peak_mem_mb)
+    measured = [r for r in ctx.records if r.peak_mem_mb is not None]
+    if not measured:
+        return _missing_evidence(ctx, spec, limit, f"no memory measured for {ctx.evidence.candidate}: an API model's "
+                                 "memory is its provider's", "judge API entries under a policy without a memory gate")
+    worst = max(measured, key=lambda r: r.peak_mem_mb)
     ok = worst.peak_mem_mb <= limit
     return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
                    f"peak memory {significant(worst.peak_mem_mb)} MB ({worst.task}) {'<=' if ok else '>'} budget "
@@ -336,10 +340,59 @@ def _gate_tooling_maturity(ctx: _Context, spec: GateSpec) -> GateResult:
                    signoff=dict(signoff))
 
 
+def _missing_evidence(ctx: _Context, spec: GateSpec, threshold: Any, reason: str, settle: str) -> GateResult:
+    """Evidence a gate needs that nobody has measured yet: inconclusive, and `settle` says what to run."""
+    return _inconclusive(ctx, spec, None, threshold, reason, settle)
+
+
+def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
+    return next((r for r in (evidence.serving if evidence else []) if r.concurrency == concurrency), None)
+
+
+def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
+    p = spec.params
+    level = p["concurrency"]
+    threshold = {"concurrency": level} | {k: p[k] for k in SERVING_LIMITS if k in p}
+    record = _serving_at(ctx.evidence, level)
+    name = ctx.evidence.candidate
+    if record is None:
+        return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}",
+                                 f"run unmask loadtest --model {name} --concurrency {level}")
+    value: dict[str, Any] = {}
+    misses, meets = [], []
+
+    def check(key: str, measured: float | None, limit: float, words: str, unit: str, at_most: bool) -> None:
+        value[key] = None if measured is None else round(measured, 6)
+        if measured is None:
+            misses.append(f"no {words} measured")
+            return
+        ok = measured <= limit if at_most else measured >= limit
+        sign = ("<=" if ok else ">") if at_most else (">=" if ok else "<")
+        (meets if ok else misses).append(f"{words} {measured:.3g}{unit} {sign} {limit:g}{unit}")
+
+    if "p95_s_max" in p:
+        check("p95_s", record.latency_p95_s, p["p95_s_max"], "p95", " s", True)
+    if "error_rate_max" in p:
+        check("error_rate", record.error_rate, p["error_rate_max"], "error rate", "", True)
+    cite = {"serving_run_id": record.run_id, "serving_version": record.version, "concurrency": level}
+    if "throughput_vs_fallback_min" in p:
+        base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
+        if base is None:
+            return _missing_evidence(ctx, spec, threshold, f"no serving record yet of the fallback at concurrency "
+                                     f"{level}", f"run unmask loadtest --model fallback --concurrency {level}")
+        ratio = (record.tokens_per_s / base.tokens_per_s
+                 if record.tokens_per_s is not None and base.tokens_per_s else None)
+        check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback", "x", False)
+        cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
+    words = "; ".join(misses or meets)
+    return _result(ctx, spec, not misses, value, threshold,
+                   f"at concurrency {level} ({record.requests} requests): {words}", **cite)
+
+
 GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
     "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
     "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
-    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity,
+    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity, "serving": _gate_serving,
 }
 
 

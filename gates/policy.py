@@ -145,7 +145,10 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "data_validity": {"min_items": ((int,), False)},
     "error_rate": {"max_error_rate": (_NUM, True)},
     "tooling_maturity": {"checklist_item": ((str,), True)},
+    "serving": {"concurrency": ((int,), True), "p95_s_max": (_NUM, False), "error_rate_max": (_NUM, False),
+                "throughput_vs_fallback_min": (_NUM, False)},
 }
+SERVING_LIMITS = ("p95_s_max", "error_rate_max", "throughput_vs_fallback_min")
 QUALITY_METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible")
 
 
@@ -245,7 +248,12 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
         bad = [c for c in spec["require"] if c not in REPRODUCIBILITY_CHECKS]
         if bad:
             raise PolicyError(f"{where}.require: unknown check {bad[0]!r}; expected {', '.join(REPRODUCIBILITY_CHECKS)}")
-    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate"):
+    elif kind == "serving":
+        if spec["concurrency"] < 1:
+            raise PolicyError(f"{where}.concurrency: expected requests in flight (>= 1), got {spec['concurrency']!r}")
+        if not any(k in spec for k in SERVING_LIMITS):
+            raise PolicyError(f"{where}: a serving gate needs at least one of {', '.join(SERVING_LIMITS)}")
+    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate") + SERVING_LIMITS:
         if key in spec and spec[key] < 0:
             raise PolicyError(f"{where}.{key}: expected a non-negative number, got {spec[key]!r}")
     return GateSpec(name=name, kind=kind, params=spec, metric_threshold=threshold)

@@ -86,6 +86,11 @@ def gate_value(kind: str | None, value: Any) -> str:
         return "; ".join(([either(held, "and")] if held else []) + ([f"not {either(failed)}"] if failed else []))
     if kind == "tooling_maturity":
         return f"signed off by {value}"
+    if kind == "serving" and isinstance(value, dict):
+        shown = {"p95_s": lambda v: f"p95 {milliseconds(v)} ms", "error_rate": lambda v: f"errors {percent(v)}",
+                 "throughput_vs_fallback": lambda v: f"{significant(v)}x fallback tokens/s"}
+        return ", ".join(shown[k](v) if v is not None else f"{k.replace('_', ' ')} {NONE}"
+                         for k, v in value.items() if k in shown)
     return either(value) if isinstance(value, (list, tuple)) else significant(value) if isinstance(
         value, (int, float)) else str(value)
 
@@ -122,4 +127,12 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         return "no errors" if params["max_error_rate"] == 0 else f"<= {exact(params['max_error_rate'] * 100)}%"
     if kind == "tooling_maturity":
         return f"sign-off of {params['checklist_item']}"
+    if kind == "serving":
+        parts = [f"p95 <= {exact(params['p95_s_max'] * 1e3)} ms"] if "p95_s_max" in params else []
+        if "error_rate_max" in params:
+            limit = params["error_rate_max"]
+            parts.append("no errors" if limit == 0 else f"errors <= {exact(limit * 100)}%")
+        parts += ([f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
+                  if "throughput_vs_fallback_min" in params else [])
+        return f"{params['concurrency']} in flight: " + ", ".join(parts)
     return gate_value(None, threshold)

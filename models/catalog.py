@@ -35,6 +35,7 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # where an api entry may be plain http (another `unmask serve`)
 
 
 class CatalogError(ValueError):
@@ -265,6 +266,9 @@ def parse_source(value: str, kind: str, path: Path, fail, allow_outside: bool = 
                 raise fail("source", f"{value!r} is malformed; expected https://host/path")
             if kind != "api":
                 raise fail("source", f"{value!r}: a URL source is only for kind api; use hf://org/name or a folder")
+            if scheme == "http" and urlsplit(value).hostname not in LOOPBACK_HOSTS:
+                raise fail("source", f"{value!r}: a key travels with every request, so an api entry needs https:// "
+                           f"(http:// only on this machine: {', '.join(LOOPBACK_HOSTS)})")
             return Source("api", value.rstrip("/"))
         raise fail("source", f"{value!r}: unknown scheme '{scheme}://'; expected hf://, https:// or a folder path")
     if kind == "api":

@@ -8,7 +8,7 @@ import pytest
 
 from evals.records import ReproducibilityResult
 from gates import GateResult, all_passed, evaluate_gates, gate_report_markdown, load_policy
-from tests.gate_fixtures import evidence, fast_llada, record, signoffs
+from tests.gate_fixtures import evidence, fast_llada, record, serving_record, signoffs
 
 POLICY = load_policy()
 BASE = {"fallback": evidence("tiny-ar"), "production": None}
@@ -194,7 +194,7 @@ def test_bare_records_are_accepted_and_must_be_one_candidate():
 def test_gate_report_markdown_and_roundtrip():
     results = evaluate_gates(evidence(), POLICY, "production", BASE, SIGNED)
     md = gate_report_markdown(results, "tiny-llada v1")
-    assert "Stage **production**: FAILED (10/11 gates)" in md and "| speedup | **no** |" in md
+    assert "Stage **production**: FAILED (11/12 gates)" in md and "| speedup | **no** |" in md
     assert [GateResult.from_dict(r.to_dict()) for r in results] == results
 
 
@@ -231,6 +231,62 @@ def test_a_quality_verdict_on_few_items_says_it_is_not_settled():
     assert sure.passed and sure.evidence["settled"] is True and "difference" not in sure.reason
 
 
+# --- serving: what `unmask loadtest` measured through the server --------------------------------------
+
+
+def test_serving_gate_passes_on_the_record_at_its_concurrency_and_cites_its_run():
+    r = judge(evidence(), "production")["serving"]
+    assert r.passed, r.reason
+    assert r.value == {"p95_s": 0.9, "error_rate": 0.0, "throughput_vs_fallback": 1.2}
+    assert r.threshold == {"concurrency": 16, "p95_s_max": 2.0, "error_rate_max": 0.0, "throughput_vs_fallback_min": 1.0}
+    assert r.evidence["serving_run_id"] == "serving-tiny-llada" and r.evidence["baseline_serving_run_id"] == "serving-tiny-ar"
+    assert "at concurrency 16 (64 requests)" in r.reason
+
+
+@pytest.mark.parametrize("changed, stage, reason", [
+    (dict(latency_p95_s=2.5), "production", "p95 2.5 s > 2 s"),
+    (dict(latency_p95_s=None), "production", "no p95 measured"),
+    (dict(error_rate=0.02), "staging", "error rate 0.02 > 0.01"),
+    (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1x"),
+    (dict(tokens_per_s=None), "staging", "no tokens/s vs fallback measured"),
+])
+def test_serving_gate_fails_for_its_reason(changed, stage, reason):
+    r = judge(evidence(serving=[serving_record(**changed)]), stage)["serving"]
+    assert not r.passed and reason in r.reason, r.reason
+
+
+@pytest.mark.parametrize("candidate_levels, fallback_levels, reason", [
+    ([], [16], "no serving record yet of tiny-llada at concurrency 16; run unmask loadtest --model tiny-llada "
+               "--concurrency 16"),
+    ([4], [16], "no serving record yet of tiny-llada at concurrency 16"),  # another level does not count
+    ([16], [], "no serving record yet of the fallback at concurrency 16; run unmask loadtest --model fallback"),
+])
+def test_serving_gate_without_a_record_says_which_load_test_to_run(candidate_levels, fallback_levels, reason):
+    ev = evidence(serving=[serving_record(concurrency=c) for c in candidate_levels])
+    base = {"fallback": evidence("tiny-ar", serving=[serving_record("tiny-ar", concurrency=c) for c in fallback_levels]),
+            "production": None}
+    r = judge(ev, "staging", base=base)["serving"]
+    assert not r.passed and r.value is None and reason in r.reason, r.reason
+
+
+def test_serving_gate_reads_only_the_limits_its_policy_states():
+    from gates import parse_policy
+
+    data = {"stages": {s: {"operating_point": {"task": "arith", "gen_length": 32}, "scoring": {"weights": {"quality": 1}},
+                           "gates": {"serving": {"concurrency": 16, "p95_s_max": 1.0}}} for s in ("poc", "staging", "production")}}
+    [r] = evaluate_gates(evidence(serving=[serving_record(error_rate=0.5, tokens_per_s=1.0)]), parse_policy(data), "poc",
+                         {"fallback": None, "production": None})
+    assert r.passed and r.value == {"p95_s": 0.9}  # no fallback needed, errors not judged: the policy did not ask
+
+
+def test_serving_verdicts_read_as_a_person_writes_them():
+    from gates.readable import gate_value
+
+    r = judge(evidence(), "production")["serving"]
+    assert gate_value("serving", r.value) == "p95 900 ms, errors 0%, 1.20x fallback tokens/s"
+    assert gate_value("serving", {"p95_s": None}) == "p95 s -"
+
+
 def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_kind():
     from gates import ReasonKind, decide_promotion
     from tests.gate_fixtures import ALL_MANUAL
@@ -252,5 +308,5 @@ def test_the_gate_report_counts_inconclusive_gates_apart():
     results = evaluate_gates(evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY,
                              "staging", BASE, SIGNED)
     md = gate_report_markdown(results)
-    assert "Stage **staging**: INCONCLUSIVE (9/10 gates, 1 inconclusive)" in md
+    assert "Stage **staging**: INCONCLUSIVE (10/11 gates, 1 inconclusive)" in md
     assert "| data_validity | *inconclusive* |" in md

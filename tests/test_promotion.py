@@ -110,7 +110,8 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     weights = "e" * 64
     newer = fast_llada()
     newer = type(newer)(**{**newer.__dict__, "weights_sha256": weights, "model_revision": "v2",
-                           "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records]})
+                           "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records],
+                           "serving": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.serving]})
     v2 = _to_production(reg, newer)
     assert stage_holder(reg, "production") == ("tiny-llada", v2)
     back = rollback("production", who="oncall", comment="p95 regression in prod", registry=reg)

@@ -169,7 +169,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     assert result.exit_code == 0, result.output
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
-    assert "staging gates (8/10 passed, 1 inconclusive)" in text
+    assert "staging gates (9/11 passed, 1 inconclusive)" in text
     assert rows(text)["data_validity"][1:4] == ["inconclusive", "16 items", ">= 50 items"]
     assert rows(text)["tooling_maturity"][1] == "no"  # a missing sign-off is still a fail
     lines = [line.strip() for line in text.splitlines()]
@@ -272,10 +272,12 @@ def test_every_bundled_threshold_reads_as_a_person_writes_it():
         "quality": ">= 60%", "quality_vs_fallback": ">= fallback", "quality_vs_production": ">= 98% of production",
         "latency": "<= 1000 ms", "speedup": ">= 1x", "memory": "<= 4096 MB", "license": "permitted",
         "reproducibility": "same process, fresh process and batch invariant", "data_validity": ">= 100 items",
-        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity"}
+        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity",
+        "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s"}
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
     assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
     assert staging["license"] == "permitted or caution"
+    assert staging["serving"] == "16 in flight: p95 <= 5000 ms, errors <= 1%, >= 0.1x fallback tokens/s"
 
 
 @pytest.mark.parametrize("explain", [False, True])
