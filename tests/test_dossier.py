@@ -22,6 +22,7 @@ from gates.evaluate import GateResult
 from flow_fixtures import cli_app, seed_registry
 from registry import Registry, RegistryError
 from registry.dossiers import DOSSIER_TAG, attach_dossier, latest_dossier, log_dossier
+from registry.loadtests import serving_records as read_serving
 from registry.tracking import load_gate_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +153,26 @@ def test_a_version_evaluated_but_never_judged_is_refused(tmp_path, monkeypatch):
     assert done.exit_code == 2
     assert (f"tiny-llada version {version} has evaluation records but no gate report for any stage; judge it "
             f"first (unmask gates tiny-llada --version {version})") in done.output
+
+
+def test_the_load_test_section_holds_the_serving_records_of_the_version_and_of_the_fallback(tmp_path, monkeypatch):
+    from tests.gate_fixtures import fresh_registry, register_pair
+    from registry import judge
+
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    _, v = register_pair(reg)  # both carry what `unmask loadtest` logged at 16 in flight
+    judge(reg, "tiny-llada", v, "poc")
+    done = report("tiny-llada", "--out", str(tmp_path / "out"), "--no-pdf")
+    assert done.exit_code == 0, done.output
+    html = next((tmp_path / "out").glob("*.html")).read_text()
+    mine = re.search(r'<table id="loadtest">(.*?)</table>', html, re.S).group(1)
+    theirs = re.search(r'<table id="fallback-loadtest">(.*?)</table>', html, re.S).group(1)
+    [served] = read_serving(reg, "tiny-llada", v)
+    assert f"<td>{served.concurrency}</td><td>{served.requests}</td><td>700</td><td>900</td>" in mine  # p50, p95 ms
+    assert served.run_id and served.run_id in mine and "960" in mine and "100.0%" in mine
+    assert "<td>600</td>" in theirs and "800" in theirs  # tiny-ar's p95 and tokens/s on the same load
+    assert "no load-test records" not in html
 
 
 def test_the_candidate_page_links_the_latest_dossier(env, tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
 from evals.plots import point_label
-from evals.records import CandidateEvidence, EvalRecord
+from evals.records import CandidateEvidence, EvalRecord, ServingRecord
 from gates.evaluate import GateResult, wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from models.catalog import CatalogError, load_catalog
@@ -142,25 +142,30 @@ def _record_row(r: EvalRecord) -> dict[str, Any]:
             "errors": r.errors, "output_hash": r.output_hash, "dataset_hash": r.dataset_hash, "sweep": r.sweep}
 
 
-def _is_loadtest(r: EvalRecord) -> bool:
-    """Serving load-test records (`unmask loadtest`), told by their task, sweep or a concurrency setting."""
-    return "loadtest" in r.task or "loadtest" in r.sweep or r.task.startswith("serving") or "concurrency" in r.config
+def _serving_row(r: ServingRecord) -> dict[str, Any]:
+    return {"concurrency": r.concurrency, "requests": r.requests, "served_as": r.served_as,
+            "latency_p50_s": r.latency_p50_s, "latency_p95_s": r.latency_p95_s, "latency_p99_s": r.latency_p99_s,
+            "ttfb_p50_s": r.ttfb_p50_s, "streamed": r.streamed, "tokens_per_s": r.tokens_per_s,
+            "requests_per_s": r.requests_per_s, "error_rate": r.error_rate, "same_answer_share": r.same_answer_share,
+            "when": r.when, "run_id": r.run_id or ""}
 
 
 def _evaluation(evidence: CandidateEvidence, fallback: CandidateEvidence | None) -> dict[str, Any]:
-    mine = [r for r in evidence.records if not _is_loadtest(r)]
+    mine = list(evidence.records)
     configs: dict[str, dict[str, Any]] = {}
     for r in mine:
         seen = configs.setdefault(r.config_hash, {"config_hash": r.config_hash, "label": point_label(r) or "vanilla",
                                                   "config": r.config, "tasks": [], "run_ids": []})
         seen["tasks"].append(r.task)
         seen["run_ids"].append(r.run_id or "")
-    others = [r for r in (fallback.records if fallback else []) if not _is_loadtest(r)]
+    others = list(fallback.records) if fallback else []
     return {"sweeps": sorted({r.sweep for r in mine if r.sweep}), "configs": list(configs.values()),
             "records": [_record_row(r) for r in mine], "records_objects": mine,
             "fallback": {"model": fallback.candidate, "records": [_record_row(r) for r in others],
                          "records_objects": others} if fallback else None,
-            "loadtest": [_record_row(r) | {"config": r.config} for r in evidence.records if _is_loadtest(r)]}
+            "loadtest": [_serving_row(r) for r in sorted(evidence.serving, key=lambda r: r.concurrency)],
+            "fallback_loadtest": [_serving_row(r) for r in sorted(fallback.serving, key=lambda r: r.concurrency)]
+            if fallback else []}
 
 
 def _fallback(registry: Registry, model: str) -> CandidateEvidence | None:

@@ -68,6 +68,7 @@ def _environment() -> Environment:
     env.filters["json"] = lambda v: json.dumps(v, sort_keys=True, default=str)
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     env.filters["num"] = _num
+    env.filters["ms"] = lambda v: "-" if v is None else _num(v * 1000)
     env.filters["short"] = lambda v, n=8: (v or "")[:n]
     return env
 
