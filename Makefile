@@ -25,16 +25,16 @@ run: setup
 demo: run
 
 browser-deps:
-	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	@if [ -x $(CHROMIUM) ] && command -v pdftoppm >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
-	  echo "error: $(CHROMIUM) is missing and make is not running as root to install it." >&2; \
-	  echo "The browser test needs Debian's chromium; install it with:" >&2; \
-	  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium" >&2; \
+	  echo "error: $(CHROMIUM) or pdftoppm is missing and make is not running as root to install them." >&2; \
+	  echo "The browser tests need Debian's chromium, and the dossier's PDF test poppler-utils; install them with:" >&2; \
+	  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium poppler-utils" >&2; \
 	  echo "(or run 'make test-fast', which skips the browser test)" >&2; \
 	  exit 1; \
 	fi; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get update -q && apt-get install -y -q --no-install-recommends chromium
+	apt-get update -q && apt-get install -y -q --no-install-recommends chromium poppler-utils
 
 test: setup browser-deps
 	$(PY) -m pytest -q

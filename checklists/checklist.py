@@ -7,6 +7,7 @@ This layer knows no other unmask package: gate results and records are read by a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -14,6 +15,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 CHECKLIST_DIR = Path(__file__).resolve().parent
+CHECKLISTS_ENV = "UNMASK_CHECKLISTS"
 # The stages of a rollout, in promotion order: the one definition policy, registry aliases and flows share.
 STAGES = ("poc", "staging", "production")
 FRAMEWORKS = ("nist_ai_rmf", "eu_ai_act_annex_iv", "iso_42001")
@@ -81,17 +83,26 @@ class ChecklistStatus:
                  "reason": i.reason, "evidence": i.evidence} for i in self.items]
 
 
+def checklist_dir() -> Path:
+    """Where the stage checklists are read from: $UNMASK_CHECKLISTS (an organisation's own), else the bundled ones."""
+    return Path(os.environ.get(CHECKLISTS_ENV) or CHECKLIST_DIR).expanduser()
+
+
 def load_checklist(stage: str, directory: str | Path | None = None) -> Checklist:
-    """Read and validate `checklists/<stage>.yaml`."""
+    """Read and validate `<checklist_dir()>/<stage>.yaml`."""
     if stage not in STAGES:
         raise ChecklistError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
-    path = Path(directory or CHECKLIST_DIR) / f"{stage}.yaml"
+    path = Path(directory or checklist_dir()) / f"{stage}.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ChecklistError(f"{path}: checklist file not found") from None
+    except IsADirectoryError:
+        raise ChecklistError(f"{path}: is a folder, not a checklist file") from None
+    except UnicodeDecodeError as e:
+        raise ChecklistError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise ChecklistError(f"{path}: not valid YAML: {e}") from None
+        raise ChecklistError(f"{path}: not valid YAML: {_one_line(e)}") from None
     checklist = parse_checklist(data, source=str(path))
     if checklist.stage != stage:
         raise ChecklistError(f"{path}: stage: expected {stage!r}, got {checklist.stage!r}")
@@ -100,8 +111,16 @@ def load_checklist(stage: str, directory: str | Path | None = None) -> Checklist
 
 def parse_checklist(data: Any, source: str = "<memory>") -> Checklist:
     """Validate a checklist given as plain data."""
-    if not isinstance(data, dict) or data.get("stage") not in STAGES or not isinstance(data.get("items"), list):
-        raise ChecklistError(f"{source}: expected {{stage: one of {', '.join(STAGES)}, items: [...]}}")
+    if not isinstance(data, dict):
+        raise ChecklistError(f"{source}: expected {{stage: one of {', '.join(STAGES)}, items: [...]}}, "
+                             f"got {type(data).__name__}")
+    if data.get("stage") not in STAGES:
+        raise ChecklistError(f"{source}: stage: expected one of {', '.join(STAGES)}, got {data.get('stage')!r}")
+    if not isinstance(data.get("items"), list):
+        raise ChecklistError(f"{source}: items: expected a list of items, got {data.get('items')!r}")
+    if not data["items"]:
+        raise ChecklistError(f"{source}: items: expected at least one item, got []; a stage with nothing to check "
+                             f"would pass every promotion")
     items, seen = [], set()
     for n, raw in enumerate(data["items"]):
         where = f"{source}: items[{n}]"
@@ -118,7 +137,7 @@ def parse_checklist(data: Any, source: str = "<memory>") -> Checklist:
         if unknown:
             raise ChecklistError(f"{where}: unknown key {unknown[0]!r}; expected id, text, frameworks, evidence")
         if not isinstance(raw.get("text"), str) or not raw["text"].strip():
-            raise ChecklistError(f"{where}.text: expected a sentence")
+            raise ChecklistError(f"{where}.text: expected a sentence, got {raw.get('text')!r}")
         items.append(ChecklistItem(item_id, raw["text"], _frameworks(raw.get("frameworks"), where),
                                    _evidence(raw.get("evidence"), where)))
     return Checklist(stage=data["stage"], items=tuple(items), source=source)
@@ -141,21 +160,38 @@ def _evidence(data: Any, where: str) -> Evidence:
         if set(data) != {"kind"}:
             raise ChecklistError(f"{where}.evidence: a manual item takes only kind (its sign-off is recorded later)")
         return Evidence("manual")
+    unknown = sorted(set(data) - {"kind", "gate", "record_field", "equals", "non_empty"})
+    if unknown:
+        raise ChecklistError(f"{where}.evidence: unknown key {unknown[0]!r}; expected kind, gate, record_field, "
+                             f"equals, non_empty")
     gates = data.get("gate")
-    gates = (gates,) if isinstance(gates, str) else tuple(gates or ())
+    gates = (gates,) if isinstance(gates, str) else gates or ()
+    if not isinstance(gates, (list, tuple)) or not all(isinstance(g, str) and g for g in gates):
+        raise ChecklistError(f"{where}.evidence.gate: expected a gate name or a list of gate names, got {data['gate']!r}")
+    gates = tuple(gates)
     record_field = data.get("record_field")
+    if record_field is not None and (not isinstance(record_field, str) or not record_field):
+        raise ChecklistError(f"{where}.evidence.record_field: expected a record field name, got {record_field!r}")
+    if "non_empty" in data and not isinstance(data["non_empty"], bool):
+        raise ChecklistError(f"{where}.evidence.non_empty: expected true or false, got {data['non_empty']!r}")
     if bool(gates) == bool(record_field):
         raise ChecklistError(f"{where}.evidence: an automatic item needs exactly one of gate or record_field")
     if record_field and ("equals" in data) == bool(data.get("non_empty")):
         raise ChecklistError(f"{where}.evidence: record_field {record_field!r} needs exactly one of equals or non_empty")
-    unknown = sorted(set(data) - {"kind", "gate", "record_field", "equals", "non_empty"})
-    if unknown:
-        raise ChecklistError(f"{where}.evidence: unknown key {unknown[0]!r}")
     return Evidence("automatic", gates, record_field, data.get("equals"), bool(data.get("non_empty")))
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
 
 
 def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _not_passed(result: Any) -> str:
+    """How a gate that did not pass reads: failed, or inconclusive (too little evidence to judge)."""
+    return "is inconclusive" if _get(result, "verdict") == "inconclusive" else "failed"
 
 
 def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records: Iterable[Any],
@@ -174,7 +210,7 @@ def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records:
             done = not missing and not failed
             reason = ("gates passed: " + ", ".join(ev.gates) if done else
                       "; ".join([f"gate {g} not evaluated" for g in missing] +
-                                [f"gate {g} failed: {_get(by_gate[g], 'reason')}" for g in failed]))
+                                [f"gate {g} {_not_passed(by_gate[g])}: {_get(by_gate[g], 'reason')}" for g in failed]))
             cited = {g: (_get(by_gate[g], "evidence") or {}).get("record_id") for g in ev.gates if g in by_gate}
             statuses.append(ItemStatus(item.id, item.text, "automatic", done, reason, {"gates": cited}))
         else:

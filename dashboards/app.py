@@ -1,6 +1,7 @@
 """The architects' dashboard: `unmask dashboard`, or `streamlit run dashboards/app.py`.
 
-Five read-only views of the registry (gates, scores, quality-latency, one candidate, promotions).
+Six read-only views of the registry: the verdict per stage first, then gates, scores, quality-latency, one
+candidate and promotions.
 The registry is `$MLFLOW_TRACKING_URI`, else the embedded store under the state folder; the policy
 that ranks and marks operating points is `$UNMASK_POLICY`, else the bundled one.
 """
@@ -15,7 +16,8 @@ from registry import RegistryError
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
 
 PAGES = [
-    st.Page("views/gate_board.py", title="Gate board", icon=":material/grid_view:", default=True),  # at /
+    st.Page("views/verdict.py", title="Verdict", icon=":material/verified:", default=True),  # at /
+    st.Page("views/gate_board.py", title="Gate board", icon=":material/grid_view:", url_path="gate-board"),
     st.Page("views/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
     st.Page("views/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
             url_path="quality-latency"),

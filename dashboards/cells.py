@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from gates.readable import significant
+
+CHART_PADDING = {"left": 12, "top": 8, "right": 16, "bottom": 8}  # px: axis titles and end labels stay inside
 VERDICT_MARK = {"passed": "passed", "failed": "failed", "not judged": "not judged"}
 
 
 def value_text(value: Any) -> str:
-    """A gate value or threshold as text: numbers to 4 significant digits, mappings as `k=v`, lists joined."""
+    """A value as text: numbers to 3 significant digits, mappings as `k=v`, lists joined."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return significant(value)
     if isinstance(value, dict):
         return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -40,3 +44,15 @@ def holder_text(holder: Any) -> str:
     if isinstance(holder, list):
         return ", ".join(f"{h['model']} v{h['version']}" for h in holder)
     return f"{holder['model']} v{holder['version']}"
+
+
+def policy_label(path: str, sha256: str) -> str:
+    """A policy as the pages name it: its file and the sha256 of its bytes (what a verdict applied)."""
+    if not path and not sha256:
+        return "an unrecorded policy (judged before verdicts cited theirs)"
+    return f"`{path or 'a policy given as data'}` (sha256 `{sha256}`)"
+
+
+def policy_short(path: str, sha256: str) -> str:
+    """A policy in a table cell: file name and the first 12 hex digits of its sha256."""
+    return f"{Path(path).name} {sha256[:12]}" if path or sha256 else "unrecorded"

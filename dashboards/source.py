@@ -13,6 +13,7 @@ import streamlit as st
 
 import registry.read as read
 import registry.views as views
+from dashboards import verdict
 from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
 from registry.connection import check_reachable
 
@@ -134,3 +135,25 @@ def regression_findings(uri: str) -> pd.DataFrame:
 
 def mlflow_ui_command(uri: str) -> str:
     return views.mlflow_ui_command(_registry(uri).tracking_uri)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def judged_policies(uri: str) -> pd.DataFrame:
+    return read.judged_policies(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def policy_cited(policy: str) -> dict[str, str]:
+    """{path, sha256} of the policy this dashboard ranks and judges by."""
+    return views.dashboard_policy(policy or None).cited()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def stage_verdicts(uri: str, policy: str) -> list[Any]:
+    return verdict.stage_verdicts(_registry(uri), views.dashboard_policy(policy or None))
+
+
+def gate_specs(policy: str) -> dict[tuple[str, str], Any]:
+    """{(stage, gate name): GateSpec} of the dashboard's policy, to write values and thresholds in their units."""
+    stages = views.dashboard_policy(policy or None).stages
+    return {(stage, g.name): g for stage, p in stages.items() for g in p.gates}

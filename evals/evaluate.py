@@ -89,14 +89,25 @@ def evaluate_point(
 ) -> EvalRecord:
     """Measure and score one point under its effective config; the record is not yet validated (see evals.validation)."""
     loaded = candidate.loaded
-    prompts = [loaded.encode(item.prompt) for item in task.items]
-    m = measure(loaded, prompts, config, warmup=warmup, batch_size=batch_size, throughput_items=throughput_items,
-                device=device, on_request=on_request)
-    responses = [loaded.response_text(r.tokens) if r.ok else None for r in m.requests]
+    if loaded.kind == "api":  # text in, text out, through the endpoint: no token ids, no local decoder
+        from evals.measure import measure_endpoint
+
+        def heard(answer: Any) -> None:
+            if on_request is not None:
+                on_request(RequestResult(index=answer.prompt, latency_s=answer.latency_s, error=answer.error))
+
+        responses, measured = measure_endpoint(loaded, [item.prompt for item in task.items], config, heard)
+        where, n_requests = loaded.base_url, len(responses)
+    else:
+        prompts = [loaded.encode(item.prompt) for item in task.items]
+        m = measure(loaded, prompts, config, warmup=warmup, batch_size=batch_size, throughput_items=throughput_items,
+                    device=device, on_request=on_request)
+        responses = [loaded.response_text(r.tokens) if r.ok else None for r in m.requests]
+        measured, where, n_requests = m.record_fields(), str(loaded.path), len(m.requests)
     quality = accuracy_fields(task.metrics, responses, [item.target for item in task.items])
     fingerprint = environment_fingerprint(device, dtype, weights_sha256=candidate.weights_sha256,
                                           dataset_hash=task.hash, config_hash=config.hash(),
-                                          model_path=str(loaded.path), task_source=task.source)
+                                          model_path=where, task_source=task.source)
     return EvalRecord(
         candidate=candidate.id,
         role=candidate.role,
@@ -108,10 +119,10 @@ def evaluate_point(
         backend=backend,
         device=device,
         gen_length=config.gen_length,
-        n_items=len(m.requests),
+        n_items=n_requests,
         expected_items=len(task.items),
         **quality,
-        **m.record_fields(),
+        **measured,
         dataset_hash=task.hash,
         weights_sha256=candidate.weights_sha256,
         model_revision=candidate.revision,

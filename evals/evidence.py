@@ -48,7 +48,10 @@ def gather_evidence(
         files.licenses.append(license_result.to_dict())
         notify("license", license_result)
         verdict = None
-        if reproducibility and plan.points:
+        if reproducibility and plan.points and prepared.kind == "api":
+            files.problems.append(f"{prepared.ref}: no reproducibility probe for an API model (it needs token ids and "
+                                  "a local decoder); the reproducibility gate has no result for it")
+        elif reproducibility and plan.points:
             try:
                 verdict = probe_point(plan.points[0], plan)
                 files.reproducibility.append(verdict.to_dict())

@@ -2,7 +2,8 @@
 
 Each request is timed on its own (batch 1, after warm-up), then the same prompts run in batches
 for throughput. A request that fails (NaN/inf logits, any exception) becomes a counted error with
-its message; the other requests still finish, so nothing measured is lost.
+its message; the other requests still finish, so nothing measured is lost. An API model (text in,
+text out) is measured through its endpoint instead (`measure_endpoint`, one request at a time).
 """
 
 from __future__ import annotations
@@ -242,3 +243,44 @@ def throughput(decode: Decoder, prompts: list[list[int]], batch_size: int, pad_i
         busy += time.perf_counter() - t0
         done += len(chunk)
     return (done / busy if busy > 0 else None), errors
+
+
+def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
+                     on_answer: Callable[[Any], None] | None = None) -> tuple[list[str | None], dict[str, Any]]:
+    """An API model's solo answers to `prompts` (None where a request failed) and the EvalRecord fields they give.
+
+    `adapter` is a `models.adapters.APIAdapter` (base URL, served model name, key); `config` supplies the
+    answer length (`gen_length` -> max_tokens) and temperature. Token-level fields (NFE, tokens per forward)
+    and memory are not measurable through an API: None, not zero.
+    """
+    import hashlib
+
+    from evals.loadtest import LoadSpec, run_load
+
+    spec = LoadSpec(base_url=adapter.base_url, models=(adapter.api_model,), concurrency=(1,), requests=len(prompts),
+                    max_tokens=config.gen_length, temperature=config.temperature, endpoint="chat",
+                    api_key=adapter.api_key(), timeout_s=adapter.timeout_s)
+
+    def heard(kind: str, info: dict[str, Any]) -> None:
+        if kind == "answer" and on_answer is not None:
+            on_answer(info["answer"])
+
+    cell = run_load(spec, prompts, heard).cells[0]
+    answers = sorted(cell.answers, key=lambda a: a.prompt)
+    ok = [a for a in answers if a.ok]
+    busy = sum(a.latency_s for a in ok)
+    tokens = sum(a.tokens or 0 for a in ok)
+    digest = hashlib.sha256()
+    for a in answers:
+        digest.update(b"error" if a.text is None else a.text.encode())
+        digest.update(b"\n")
+    fields = {
+        "latency_p50_s": cell.latency(50) or 0.0, "latency_p95_s": cell.latency(95) or 0.0,
+        "latency_p99_s": cell.latency(99) or 0.0,
+        "time_to_first_block_s": cell.ttfb_p50_s if cell.streamed else None,  # a plain answer has no first block
+        "throughput_items_per_s": len(ok) / busy if busy > 0 else None, "batch_size": 1,
+        "tokens_per_s": tokens / busy if busy > 0 else 0.0, "tokens_per_s_with_padding": tokens / busy if busy > 0 else 0.0,
+        "tokens_per_forward": None, "nfe": None, "peak_mem_mb": None, "errors": cell.errors,
+        "error_messages": cell.error_messages(), "output_hash": digest.hexdigest(), "warmup": 0,
+    }
+    return [a.text if a.ok else None for a in answers], fields

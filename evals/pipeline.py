@@ -104,10 +104,22 @@ def _handle(ref: str, device: str, dtype: str, signature: tuple, decoding: str):
     return load(ref, device=device, dtype=dtype)
 
 
+def api_entry(ref: str):
+    """The catalog entry of `ref` when it is an API model (text in, text out), else None."""
+    from models.loading import catalog_entry
+
+    entry = catalog_entry(ref)
+    return entry if entry is not None and entry.is_api else None
+
+
 def handle_for(ref: str, device: str = "cpu", dtype: str = "float32"):
     """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point)."""
     from models.loading import catalog_decoding, resolve_model_path
 
+    if api_entry(ref) is not None:  # nothing to load: the adapter holds the endpoint
+        from models import load
+
+        return load(ref)
     path = resolve_model_path(ref)
     decoding = json.dumps(catalog_decoding(ref), sort_keys=True, default=str)
     with _load_lock:
@@ -159,6 +171,15 @@ def identity(ref: str, handle: Any) -> tuple[str, str, str]:
 
 def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
     """Pull and verify (when needed), load and identify a candidate; raises if it cannot be loaded."""
+    entry = api_entry(ref)
+    if entry is not None:
+        handle = handle_for(ref)
+        handle.status_or_raise()  # NotEvaluable naming the key variable, before anything is planned
+        return PreparedCandidate(
+            ref=ref, candidate=entry.id, path=handle.base_url, role=entry.role, kind="api",
+            revision=entry.revision or f"{handle.api_model}@{handle.base_url}", weights_sha256="", ids={},
+            card={"source": ref, "base_url": handle.base_url, "api_model": handle.api_model,
+                  "api_key_env": entry.api_key_env or ""})
     path = model_folder(ref)
     handle = handle_for(ref, device, dtype)
     role, kind, revision = identity(ref, handle)
@@ -174,7 +195,8 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     from dataclasses import asdict
 
     from evals.points import build_config, point_problems, valid_points
-    from evals.validation import check_task
+    from evals.validation import TaskDataError, check_task
+    from sampler.decode import DecodeError, check_fits, check_prompt_text
     from sampler.effective import effective_config
 
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
@@ -182,11 +204,27 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     for t in spec.tasks:
         fields = asdict(t)
         data = task_data(fields)
-        outcome = check_task(data, expected_size=None if t.file else t.n)
-        checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        longest = 0  # the cheap checks first: too long for the model, before the data expectations run
+        if handle.kind != "api":
+            try:
+                for item in data.items:
+                    check_prompt_text(handle, item.prompt)
+                longest = max((len(handle.encode(item.prompt)) for item in data.items), default=0)
+            except DecodeError as e:
+                raise TaskDataError(f"{data.source or t.label}: {e}") from None
+        configs = []
         for settings in valid_points(spec, t, prepared.kind):
             config, backend = build_config(settings, prepared.ids)
             effective = effective_config(handle, config)
+            try:
+                check_fits(handle, longest, effective.gen_length)  # a point past the context measures nothing
+            except DecodeError as e:
+                raise TaskDataError(f"{spec.source or spec.name}: gen_length {effective.gen_length} on "
+                                    f"{t.label}: {e}") from None
+            configs.append((settings, backend, effective))
+        outcome = check_task(data, expected_size=None if t.file else t.n)
+        checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
+        for settings, backend, effective in configs:
             label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
             points.append(SweepPoint(
                 ref=prepared.ref, candidate=prepared.candidate, path=prepared.path, role=prepared.role,

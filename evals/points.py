@@ -32,7 +32,7 @@ def settings_for(spec: Any, point: dict[str, Any], gen_length: int, kind: str = 
     read = settings_read(kind)
     if read is not None:
         settings = {k: v for k, v in settings.items() if k in read}
-    if kind == "autoregressive":
+    if kind in ("autoregressive", "api"):  # an API model reads only length and temperature, as AR does
         n = settings["gen_length"]
         settings |= {"steps": n, "block_length": min(spec.base.get("block_length", n), n)}
         if n % settings["block_length"]:

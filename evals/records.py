@@ -41,9 +41,9 @@ class EvalRecord:
     batch_size: int = 1
     tokens_per_s: float = 0.0  # generated tokens before the first EOS, per second
     tokens_per_s_with_padding: float = 0.0  # every generated position, EOS padding included
-    tokens_per_forward: float = 0.0  # committed positions per model call
-    nfe: float = 0.0  # mean model calls per request
-    peak_mem_mb: float = 0.0  # RSS on CPU, max allocated on CUDA
+    tokens_per_forward: float | None = 0.0  # committed positions per model call; None: not applicable (API model)
+    nfe: float | None = 0.0  # mean model calls per request; None: not applicable (an API model shows no calls)
+    peak_mem_mb: float | None = 0.0  # RSS on CPU, max allocated on CUDA; None: not measurable (an API model)
     errors: int = 0  # NaN/inf logits and exceptions, counted per item
     output_hash: str = ""  # sha256 over the generated token ids of all items, in order
     dataset_hash: str = ""
@@ -125,6 +125,44 @@ class CandidateEvidence:
     weights_sha256: str = ""
     card: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # a model that failed to load or decode, in words
+    # measured through a server (`unmask loadtest`), logged against this version; the serving gate reads them
+    serving: list["ServingRecord"] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ServingRecord:
+    """One (served version, concurrency) measurement of `unmask loadtest`: what N users in flight see."""
+
+    model: str  # registered model (or the endpoint's model name)
+    version: str  # registered version ("" for an endpoint outside the registry)
+    weights_sha256: str  # of the weights that answered, as the server named them ("" when it does not)
+    concurrency: int  # requests in flight
+    requests: int  # requests sent (answered + failed)
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    latency_p99_s: float | None
+    ttfb_p50_s: float | None  # time to first byte; equals latency when the server does not stream
+    tokens_per_s: float | None  # generated text tokens (usage.completion_tokens, no EOS padding) per wall second
+    requests_per_s: float
+    error_rate: float  # failed / sent
+    same_answer_share: float | None  # answers byte-identical to the solo (concurrency 1) answer of the same prompt
+    streamed: bool = False  # whether TTFB was measured on a stream
+    served_as: str = ""  # the name the requests used (an alias such as production)
+    base_url: str = ""
+    when: str = ""  # ISO 8601 UTC
+    environment: dict[str, Any] = field(default_factory=dict)  # evals.fingerprint.environment_fingerprint
+    run_id: str | None = None  # MLflow run holding it, once logged
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ServingRecord":
+        names = {f.name for f in fields(cls)}
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"ServingRecord: missing field '{missing[0]}'")
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 # Fields holding dicts or lists travel as JSON text in tables (Parquet, CSV), so every column is flat.

@@ -84,9 +84,11 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({e})") from e
+        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     return parse_sweep(data, source=str(path))
 
 
@@ -263,6 +265,34 @@ def catalog_settings(ref: str) -> dict[str, Any]:
         return {}
     known = sampler_keys() - {"mask_id", "eos_id", "eot_id"}  # the loaded model's own ids always win
     return {k: v for k, v in catalog.get(ref).decoding.items() if k in known and v is not None}
+
+
+def with_items(sweep: str | Path, items: Callable[[str], int]) -> str:
+    """`sweep` with each task measured on at least `items(task label)` items (`n` of a generated split, `limit`
+    of a task file that has one); the file itself when it asks enough already. A raised copy is written to
+    `<state>/sweeps/<name>-<sha>.yaml` (its own sweep, so its points are cached apart)."""
+    import hashlib
+
+    from models.state import state_dir
+
+    load_sweep(sweep)  # a broken sweep is named as the file it is, not as the copy
+    data = yaml.safe_load(Path(sweep).read_text(encoding="utf-8"))
+    changed = False
+    data["tasks"] = [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]
+    for spec in data["tasks"]:
+        label = spec.get("task") or Path(spec.get("file") or "").stem
+        key = "limit" if spec.get("file") else "n"
+        have = spec.get(key, TaskSpec.n if key == "n" else None)
+        if have is not None and have < items(label):
+            spec[key], changed = items(label), True
+    if not changed:
+        return str(sweep)
+    text = yaml.safe_dump(data, sort_keys=False)
+    folder = state_dir() / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{data.get('name', 'sweep')}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    path.write_text(f"# {sweep}, each task on more items\n{text}", encoding="utf-8")
+    return str(path)
 
 
 def default_sweep_path() -> Path:

@@ -3,10 +3,75 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import sys
 
 import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from flows.environment import configure_environment
+from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
+
+
+class UnmaskGroup(TyperGroup):
+    """Every failure ends in one line: a bad option names itself and its value (exit 2); an exception a
+    command let escape is described by `flows.failures` (exit 2 for input, 1 otherwise), its traceback
+    kept in the state folder's log, or shown with --debug."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except TyperException as e:  # typer's click: usage errors (a bad option or value) and help without args
+            if type(e).__name__ == "NoArgsIsHelpError":
+                typer.echo(e.ctx.get_help())
+                sys.exit(0)
+            if not hasattr(e, "format_message"):
+                raise
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            typer.echo(f"error: {e.format_message()}{given_value(e, args)}{hint}", err=True)
+            sys.exit(getattr(e, "exit_code", 2))
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx):
+        if os.environ.get(DEBUG_ENV, "").strip() in ("", "0") and not ctx.params.get("debug"):
+            quiet_store_tracebacks()
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as e:  # noqa: BLE001 - the one place that turns a traceback into a line
+            if ctx.meta.get("unmask.debug") or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+                raise
+            code, line = describe(e)
+            log = log_traceback(e, " ".join(sys.argv[1:]) or ctx.invoked_subcommand or "")
+            where = f" (traceback: {log}; or rerun with --debug)" if log and code != 2 else ""
+            typer.echo(f"error: {line}{where}", err=True)
+            raise typer.Exit(code) from None
+
+
+def given_value(error: Exception, args) -> str:
+    """`, got 'ten'` when a usage error does not quote the value typed (typer's int parsing does not)."""
+    opts = getattr(getattr(error, "param", None), "opts", None) or []
+    args = list(sys.argv[1:] if args is None else args)
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name in opts:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+            if value is not None and repr(value) not in error.format_message() and value not in error.format_message():
+                return f", got {value!r}"
+    return ""
+
 
 app = typer.Typer(
     name="unmask",
@@ -14,11 +79,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    cls=UnmaskGroup,
 )
 
 @app.callback()
-def root() -> None:
+def root(ctx: typer.Context,
+         debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
+    ctx.meta["unmask.debug"] = debug
 
 
 # One line per command module; each module defines `register(app)`.
@@ -36,18 +104,33 @@ COMMAND_MODULES = [
     "flows.commands.dashboard",
     "flows.commands.bench",
     "flows.commands.serve",
+    "flows.commands.loadtest",
+    "flows.commands.report",
 ]
 
 
 def _register_all() -> None:
+    if app.registered_commands:  # once per process (tests call it from several modules)
+        return
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM exits like Ctrl-C does: through Python's exit path, so atexit hooks run, among them the one
+    that stops the temporary server Prefect's local mode started (a `python -m uvicorn ...
+    prefect.server.api.server:create_app` child, orphaned when the default handler killed unmask)."""
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
 def main() -> None:
+    stop_on_sigterm()
     configure_environment()
     _register_all()
-    app()
+    app(prog_name="unmask")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class EvaluationOptions(BaseModel):
     remeasure: bool = Field(False, description="Measure every point again instead of reusing cached records.")
     mlflow_retries: int = Field(2, description="Retries of MLflow logging before the flow gives up.")
     mlflow_retry_delay_s: float = Field(2.0, description="Seconds between MLflow retries.")
+    threads: int | None = Field(None, description="torch CPU threads while measuring (None: the sweep's).")
 
 
 class RegistryUnreachable(RuntimeError):
@@ -100,13 +101,15 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     prepared = tasks.prepare_candidate(model_id)
     report("stage", candidate=prepared.candidate, step="planning the sweep")
     plan = tasks.plan_points(prepared, sweep)
+    if options.threads:  # `unmask run --threads` (flows.commands.options.threads_rule) outranks the sweep's
+        plan = plan.model_copy(update={"threads": options.threads})
     report("plan", candidate=prepared.candidate, total=len(plan.points))
     measured, failures, cached = measure_all(plan, options.remeasure)
     records = [m["record"] for m in measured]
     if not records:
         raise RuntimeError(f"{prepared.candidate}: no sweep point could be measured: " + "; ".join(failures[:3]))
     reproducibility = None
-    if options.reproducibility:
+    if options.reproducibility and prepared.kind != "api":  # an API model has no token ids to probe
         report("stage", candidate=prepared.candidate, step="reproducibility probe")
         probe = tasks.probe_reproducibility.with_options(result_storage=tasks.result_storage())
         state = probe(plan.points[0], plan, options.fresh_process_probe, return_state=True)

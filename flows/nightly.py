@@ -1,13 +1,20 @@
 """`nightly`: re-evaluate production, the fallback and the candidates; compare with the last records;
 on a production regression, record a finding and (when told to) roll production back to the fallback.
 
+Thinner evidence is never a regression. The night measures at least the evidence level production
+needs: every task of its sweep on at least as many items as production was promoted on, and as the
+production policy's `min_items` (the sweep is raised to that, written under the state folder). Should
+tonight's production evidence still be thinner (a task file with fewer lines, say), or a production
+gate inconclusive, the night is `inconclusive`: recorded in the audit trail, nothing rolled back.
+It also verifies the audit trail's hash chain, and records a finding when it is broken.
+
 Schedules need a real Prefect server (see docs/flows.md): `nightly_deployment()` is the deployment
 with its cron schedule, served by `unmask nightly serve` or listed in prefect.yaml for a worker.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow, task
@@ -17,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from evals.sweep import default_sweep_path
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
-from gates.evaluate import GateResult
+from gates.evaluate import SIGNED_KINDS, GateResult
 from gates.promotion import PromotionDecision
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
@@ -26,20 +33,101 @@ NIGHTLY_DEPLOYMENT = "nightly"
 
 @dataclass(frozen=True)
 class ProductionVerdict:
-    """The production holder judged against the production gates on its fresh evidence."""
+    """The production holder judged against the production gates on its fresh evidence.
+
+    `thinner`: each task tonight measured on fewer items than production needs (`EvidenceLevel`); then the
+    verdict is inconclusive as a whole, whatever the gates say: a regression needs evidence as strong.
+    `signed`: the gates a sign-off decides (tooling maturity). Re-registering tonight's evidence makes the
+    sign-offs given before it stale, so such a gate fails without anything measured getting worse: it is
+    reported (`unsigned`), never a regression.
+    """
 
     model: str
     version: str
     decision: PromotionDecision
+    thinner: tuple[str, ...] = ()
+    signed: tuple[str, ...] = ()
 
     @property
     def failed(self) -> list[GateResult]:
-        return [r for r in self.decision.gate_results if not r.passed]
+        """The gates whose measurements failed (inconclusive ones and sign-offs are not failures)."""
+        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate not in self.signed]
+
+    @property
+    def unsigned(self) -> list[GateResult]:
+        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate in self.signed]
+
+    @property
+    def inconclusive(self) -> list[GateResult]:
+        return [r for r in self.decision.gate_results if r.inconclusive]
+
+    @property
+    def regressed(self) -> bool:
+        """Whether production fails a gate on evidence at least as strong as it was promoted on."""
+        return bool(self.failed) and not self.thinner
+
+    @property
+    def undecided(self) -> bool:
+        """Whether tonight's evidence could not judge production (thinner, or an inconclusive gate)."""
+        return not self.regressed and bool(self.thinner or self.inconclusive)
 
     def to_dict(self) -> dict[str, Any]:
-        """As the flow returns it and a regression finding records it: model, version, failed [{gate, reason}]."""
+        """As the flow returns it and a finding records it: model, version, failed and inconclusive [{gate,
+        reason}], thinner [why]."""
         return {"model": self.model, "version": self.version,
-                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed]}
+                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
+                "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
+                "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
+                "thinner": list(self.thinner)}
+
+
+@dataclass(frozen=True)
+class EvidenceLevel:
+    """The items per task production needs: what it was promoted on, and the production policy's min_items."""
+
+    min_items: int = 0  # the production stage's data_validity floor, for every task
+    tasks: dict[str, int] = field(default_factory=dict)  # task -> items it was promoted on
+
+    def items(self, task: str) -> int:
+        return max(self.min_items, self.tasks.get(task, 0))
+
+    def shortfalls(self, records: list[Any]) -> list[str]:
+        """Each task whose freshest records hold fewer items than needed, in words."""
+        measured: dict[str, int] = {}
+        for r in records:
+            measured[r.task] = max(measured.get(r.task, 0), r.n_items)
+        needed = set(self.tasks) | set(measured)
+        return [f"{task} measured on {measured.get(task, 0)} items tonight, production needs {self.items(task)}"
+                for task in sorted(needed) if measured.get(task, 0) < self.items(task)]
+
+
+@task(name="evidence-level", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def evidence_level(tracking_uri: str, policy_path: str | None = None) -> EvidenceLevel:
+    """The items per task production was promoted on (its promotion's evidence run) and the policy asks for."""
+    from gates import load_policy
+    from registry import Registry, RegistryError
+    from registry.audit import last_settled_move
+
+    floor = max([g.params.get("min_items", 1) for g in load_policy(policy_path).stage("production").gates
+                 if g.kind == "data_validity"] or [0])
+    registry = Registry(tracking_uri)
+    move = last_settled_move(registry, "production")
+    run_id = (move.evidence.get("evidence_run") if move else None) or ""
+    tasks: dict[str, int] = {}
+    if run_id:
+        try:
+            for r in registry.load_json_artifact(run_id, "evidence/records.json")["records"]:
+                tasks[r["task"]] = max(tasks.get(r["task"], 0), int(r["n_items"]))
+        except (RegistryError, KeyError, TypeError, ValueError):
+            pass  # that evidence is gone or unreadable: the policy's floor still holds
+    return EvidenceLevel(floor, tasks)
+
+
+def nightly_sweep(sweep: str, level: EvidenceLevel) -> str:
+    """`sweep` with every task raised to the items production needs (`evals.sweep.with_items`)."""
+    from evals.sweep import with_items
+
+    return with_items(sweep, level.items)
 
 
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
@@ -99,17 +187,53 @@ def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]
 
 
 @task(name="judge-production", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def judge_production(tracking_uri: str, policy_path: str | None = None) -> ProductionVerdict | None:
-    """The production holder against the production gates, on its fresh evidence; None when nobody holds it."""
+def judge_production(tracking_uri: str, policy_path: str | None = None,
+                     level: EvidenceLevel | None = None) -> ProductionVerdict | None:
+    """The production holder against the production gates, on its fresh evidence; None when nobody holds it.
+    Evidence thinner than `level` makes the verdict inconclusive (see `ProductionVerdict.thinner`)."""
     from gates import load_policy
-    from registry import Registry, judge
+    from registry import Registry, judge, load_evidence
     from registry.promotion import stage_holder
 
     registry = Registry(tracking_uri)
     holder = stage_holder(registry, "production")
     if holder is None:
         return None
-    return ProductionVerdict(*holder, judge(registry, *holder, "production", load_policy(policy_path), record=True))
+    policy = load_policy(policy_path)
+    decision = judge(registry, *holder, "production", policy, record=True)
+    thinner = tuple(level.shortfalls(load_evidence(registry, *holder).records)) if level else ()
+    signed = tuple(g.name for g in policy.stage("production").gates if g.kind in SIGNED_KINDS)
+    return ProductionVerdict(*holder, decision, thinner, signed)
+
+
+@task(name="record-inconclusive", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def record_inconclusive(verdict: ProductionVerdict, tracking_uri: str) -> dict[str, Any]:
+    """Write to the audit trail that tonight could not judge production, and why; nothing is rolled back."""
+    from registry import Registry
+    from registry.audit import AuditEvent, append
+    from registry.store import now_iso
+
+    why = "; ".join(list(verdict.thinner) + [f"{r.gate}: {r.settle}" for r in verdict.inconclusive])
+    append(Registry(tracking_uri), AuditEvent(
+        "gate_evaluation", "nightly", now_iso(), "production", verdict.model, verdict.version,
+        comment=f"inconclusive: tonight's evidence cannot judge production, nothing rolled back: {why}",
+        evidence={"kind": "inconclusive", **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
+                  "policy": verdict.decision.evidence.get("policy")}))
+    return {"rolled_back": False, "inconclusive": why}
+
+
+@task(name="verify-audit-chain", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def verify_audit_chain(tracking_uri: str) -> str | None:
+    """The audit chain's break in words (recorded once as a finding), or None when it verifies."""
+    from registry import Registry
+    from registry.integrity import chain_broken, record_finding
+
+    registry = Registry(tracking_uri)
+    broken = chain_broken(registry)
+    if broken is None:
+        return None
+    record_finding(registry, broken, "nightly")
+    return str(broken)
 
 
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
@@ -144,28 +268,44 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
     from registry.connection import resolve_tracking_uri
 
     tracking_uri = resolve_tracking_uri()
+    chain = verify_audit_chain(tracking_uri)
     watched = watch_list(tracking_uri)
     models = list(dict.fromkeys(watched["sources"].values()))
     if not models:
-        return {"status": "nothing registered yet; run `unmask run` first"}
-    review = gate_review(models, sweep, options)
+        return {"status": "nothing registered yet; run `unmask run` first", "audit_chain": chain}
+    level = evidence_level(tracking_uri, options.policy)
+    night_sweep = nightly_sweep(sweep, level)
+    review = gate_review(models, night_sweep, options)
     comparison = compare_with_last(watched["last"], review["outcomes"], tracking_uri)
-    verdict = judge_production(tracking_uri, options.policy)
-    finding = None
-    if verdict and verdict.failed:
-        finding = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy)
-    publish_nightly(comparison, verdict, finding, watched["drift"])
-    return {"status": "regression" if finding else "ok", "production": verdict.to_dict() if verdict else None,
-            "finding": finding, "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"]}
+    verdict = judge_production(tracking_uri, options.policy, level)
+    finding, status = None, "ok"
+    if verdict and verdict.regressed:
+        finding, status = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy), "regression"
+    elif verdict and verdict.undecided:
+        finding, status = record_inconclusive(verdict, tracking_uri), "inconclusive"
+    publish_nightly(comparison, verdict, finding, watched["drift"], chain)
+    return {"status": status, "production": verdict.to_dict() if verdict else None, "finding": finding,
+            "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"],
+            "sweep": night_sweep, "evidence_level": {"min_items": level.min_items, "tasks": level.tasks},
+            "audit_chain": chain}
 
 
 def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
-                    drift: dict[str, str] | None = None) -> None:
+                    drift: dict[str, str] | None = None, chain: str | None = None) -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
+    elif verdict.undecided:
+        lines = [f"**Inconclusive**: tonight's evidence cannot judge production ({verdict.model} v{verdict.version});"
+                 " nothing was rolled back.", ""]
+        lines += [f"- {why}" for why in verdict.thinner]
+        lines += [f"- {r.gate}: {r.reason}" for r in verdict.inconclusive]
+        text = "\n".join(lines)
     elif not verdict.failed:
         text = f"Production ({verdict.model} v{verdict.version}) still passes its gates."
+        if verdict.unsigned:
+            text = (f"Production ({verdict.model} v{verdict.version}) still passes its measured gates; to sign off "
+                    "again on tonight's evidence: " + "; ".join(f"{r.gate}: {r.reason}" for r in verdict.unsigned))
     else:
         moved = finding and finding.get("rolled_back")
         lines = [f"**Regression**: production ({verdict.model} v{verdict.version}) fails its gates:", ""]
@@ -175,6 +315,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
         lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
     text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
+    text += f"\n\n**Audit chain**: {chain}" if chain else "\n\nAudit chain: verified."
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")
 

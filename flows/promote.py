@@ -79,6 +79,25 @@ def move_alias(model_id: str, stage: str, version: str, comment: str, tracking_u
     return move.to_dict()
 
 
+@task(name="prepare-dossier", cache_policy=NO_CACHE, persist_result=False)
+def prepare_dossier(model_id: str, stage: str, version: str, tracking_uri: str) -> dict[str, Any]:
+    """The adoption dossier the approver is shown, built and logged on the version (flows/dossier.py)."""
+    from flows.dossier import dossier_for_approval
+
+    dossier = dossier_for_approval(model_id, version, stage, tracking_uri)
+    if "error" in dossier:
+        get_run_logger().warning("no dossier for %s v%s: %s", model_id, version, dossier["error"])
+    return dossier
+
+
+@task(name="attach-dossier", cache_policy=NO_CACHE, persist_result=False)
+def attach_dossier(move: dict[str, Any], dossier: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
+    """Archive that dossier with the decision: copied into the move's audit run."""
+    from flows.dossier import attach_to_move
+
+    return attach_to_move(move["audit_run_id"], dossier, tracking_uri)
+
+
 @flow(name=PROMOTE_FLOW, flow_run_name="promote {model_id} to {stage}")
 def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_s: int = 24 * 3600,
                  poll_interval_s: int = 5, policy: str | None = None) -> dict[str, Any]:
@@ -90,15 +109,17 @@ def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_
     if check["blocking"]:
         raise PromotionBlocked(f"promotion of {model_id} v{check['version']} to {stage} is blocked:\n"
                                + "\n".join(f"  - {r}" for r in check["blocking"]))
+    dossier = prepare_dossier(model_id, stage, check["version"], tracking_uri)
     if check["approved_by"]:
         get_run_logger().info("approval already recorded by %s; not waiting", check["approved_by"])
         move = move_alias(model_id, stage, check["version"], "", tracking_uri, policy)
-        return {"status": "promoted", "move": move}
+        return {"status": "promoted", "move": move, "dossier": attach_dossier(move, dossier, tracking_uri)}
     create_markdown_artifact(
         f"# {model_id} v{check['version']} to {stage}: waiting for approval\n\nGates and checklist are green. "
         f"An approver (not you, for staging and production) runs\n\n`unmask approve {model_id} {stage} "
         f"--comment \"at least {check['min_comment_chars']} characters\"`\n\nA name typed into this run's form "
-        "carries no identity and does not count.\n",
+        "carries no identity and does not count.\n"
+        + (f"\nAdoption dossier: {dossier['location']}\n" if "location" in dossier else ""),
         key=f"promotion-{slug(model_id)}-{stage}", description="A promotion waiting for its approval")
     try:
         decision = pause_flow_run(
@@ -116,7 +137,7 @@ def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_
         raise ApprovalUnverified(f"the approval typed into the form by {decision.approver!r} carries no identity; "
                                  f"approve with `unmask approve {model_id} {stage} --comment ...`; nothing moved")
     move = move_alias(model_id, stage, check["version"], decision.comment, tracking_uri, policy)
-    return {"status": "promoted", "move": move}
+    return {"status": "promoted", "move": move, "dossier": attach_dossier(move, dossier, tracking_uri)}
 
 
 def waiting_promotions(model_id: str | None = None, stage: str | None = None) -> list[Any]:

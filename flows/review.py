@@ -63,17 +63,28 @@ def scorecard_row(outcome: dict[str, Any], scores: dict[str, dict[str, Any]]) ->
     if outcome.get("error"):
         return {"candidate": outcome["candidate"], "role": outcome.get("role", ""), "version": "",
                 "qualifies": "failed",
-                "judged_at": "", "passed": 0, "failed": 0, "reasons": [outcome["error"]], "score": None, "rank": None,
+                "judged_at": "", "passed": 0, "failed": 0, "open": 0, "reasons": [outcome["error"]], "inconclusive": [],
+                "score": None, "rank": None,
                 "cached": "", "mlflow_run": ""}
     target = next_stage(outcome["qualified"]) or outcome["qualified"]
     gates = outcome["verdicts"].get(target, {}).get("gates", [])
-    failed = [f"{g['gate']}: {g['reason']}" for g in gates if not g["passed"]]
+    failed = [f"{g['gate']}: {g['reason']}" for g in gates if verdict_of(g) == "fail"]
+    # what the evidence cannot judge yet, at this stage and the ones after it, with what would settle it
+    later = list(outcome["verdicts"])[list(outcome["verdicts"]).index(target):] if target in outcome["verdicts"] else []
+    undecided = [f"{stage} {g['gate']}: {g.get('settle') or g['reason']}" for stage in later
+                 for g in outcome["verdicts"][stage].get("gates", []) if verdict_of(g) == "inconclusive"]
     score = scores.get(outcome["candidate"], {})
     return {"candidate": outcome["candidate"], "role": outcome["role"], "version": outcome["version"],
             "qualifies": outcome["qualified"] or "none", "judged_at": target,
-            "passed": sum(g["passed"] for g in gates), "failed": len(failed), "reasons": failed + outcome["failures"],
-            "score": score.get("topsis"), "rank": score.get("rank"),
+            "passed": sum(g["passed"] for g in gates), "failed": len(failed),
+            "open": sum(verdict_of(g) == "inconclusive" for g in gates), "reasons": failed + outcome["failures"],
+            "inconclusive": undecided, "score": score.get("topsis"), "rank": score.get("rank"),
             "cached": f"{outcome['cached']}/{outcome['points']}", "mlflow_run": outcome["mlflow_run"]}
+
+
+def verdict_of(gate: dict[str, Any]) -> str:
+    """A gate result dict's verdict (a result recorded before verdicts has only `passed`)."""
+    return gate.get("verdict") or ("pass" if gate["passed"] else "fail")
 
 
 def passed_stage(outcome: dict[str, Any], stage: str) -> bool:
@@ -133,9 +144,10 @@ def review_markdown(rows: list[dict[str, Any]], tracking_uri: str, score_stage: 
     for r in rows:
         score = "-" if r["score"] is None else f"{r['score']:.3f}"
         link = f"[run]({r['mlflow_run']})" if r["mlflow_run"] else ""
-        why = "; ".join(r["reasons"]).replace("|", "\\|") or "-"
+        why = "; ".join(r["reasons"] + [f"inconclusive: {x}" for x in r.get("inconclusive", [])]).replace(
+            "|", "\\|") or "-"
         lines.append(f"| {r['candidate']} | {r['role']} | {r['qualifies']} | {r['judged_at']} | "
-                     f"{r['passed']}/{r['passed'] + r['failed']} | {score} | {link} | {why} |")
+                     f"{r['passed']}/{r['passed'] + r['failed'] + r.get('open', 0)} | {score} | {link} | {why} |")
     lines += ["", f"Browse runs: `{mlflow_ui_command(tracking_uri)}`; the dashboard: `unmask dashboard`."]
     return "\n".join(lines) + "\n"
 

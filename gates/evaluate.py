@@ -1,7 +1,11 @@
 """Gate evaluation: pure functions from evidence, baselines and a stage policy to `GateResult`s.
 
-Only records validated by the evaluation (`record.valid is True`) count as evidence; a gate with
-no validated record fails and says so. Each stage judges one operating point: the candidate's
+Only records validated by the evaluation (`record.valid is True`) count as evidence. A verdict is
+one of three: `pass`, `fail`, or `inconclusive` when the evidence is not enough to judge (no
+validated record at the operating point, fewer items than `data_validity` asks, a quality interval
+that spans the bound when the gate asks for a settled result). An inconclusive gate does not pass,
+so nothing is promoted on it, and it says what would settle it (`GateResult.settle`). Reasons word
+their numbers as people read them (`gates.readable`: 3 significant digits, ms, %). Each stage judges one operating point: the candidate's
 records at the policy's task and generation length, for the SamplerConfig with the best quality
 there (ties: lower p95), unless the evidence's card names `operating_config_hash`. Every result's
 `evidence` names the record id, MLflow run id and hashes it was computed from.
@@ -9,17 +13,27 @@ there (ties: lower p95), unless the evidence's card names `operating_config_hash
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from evals.records import CandidateEvidence, EvalRecord
-from gates.policy import GateSpec, Policy, StagePolicy
+from evals.records import CandidateEvidence, EvalRecord, ServingRecord
+from gates.policy import SERVING_LIMITS, GateSpec, Policy, StagePolicy
+from gates.intervals import difference_interval, items_to_settle, spans_bound, wilson_interval
+from gates.readable import exact, gate_threshold, milliseconds, percent, signed_points, significant
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE)
+SIGNED_KINDS = frozenset({"tooling_maturity"})  # gate kinds a checklist sign-off decides, not a measurement
 
 
 @dataclass(frozen=True)
 class GateResult:
-    """The verdict of one gate of one stage on one candidate version."""
+    """The verdict of one gate of one stage on one candidate version.
+
+    `verdict`: pass, fail or inconclusive (too little evidence to judge); `passed` is True for a pass only.
+    Built without a verdict (a report written before verdicts), it is read from `passed`.
+    `settle`: for an inconclusive verdict, the evidence that would settle it ("needs 34 more items on arith").
+    """
 
     gate: str
     stage: str
@@ -28,6 +42,20 @@ class GateResult:
     threshold: Any
     reason: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    verdict: str = ""
+    settle: str = ""
+
+    def __post_init__(self) -> None:
+        verdict = self.verdict or (PASS if self.passed else FAIL)
+        if verdict not in VERDICTS:
+            raise ValueError(f"gate {self.gate}: verdict {verdict!r} is not one of {', '.join(VERDICTS)}")
+        if bool(self.passed) != (verdict == PASS):
+            raise ValueError(f"gate {self.gate}: passed={self.passed!r} contradicts verdict {verdict!r}")
+        object.__setattr__(self, "verdict", verdict)
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.verdict == INCONCLUSIVE
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,7 +63,8 @@ class GateResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
         return cls(**{k: data[k] for k in ("gate", "stage", "passed", "value", "threshold", "reason")},
-                   evidence=dict(data.get("evidence") or {}))
+                   evidence=dict(data.get("evidence") or {}), verdict=data.get("verdict") or "",
+                   settle=data.get("settle") or "")
 
 
 Baseline = Mapping[str, CandidateEvidence | None]
@@ -100,46 +129,38 @@ def _result(ctx: _Context, spec: GateSpec, passed: bool, value: Any, threshold: 
     return GateResult(spec.name, ctx.stage.stage, bool(passed), value, threshold, reason, cited)
 
 
+def _inconclusive(ctx: _Context, spec: GateSpec, value: Any, threshold: Any, reason: str, settle: str,
+                  **evidence: Any) -> GateResult:
+    """Too little evidence to judge: not a pass, not a fault of the model; `settle` says what would decide it."""
+    cited = _cite(ctx.primary) | {k: v for k, v in evidence.items() if v is not None}
+    return GateResult(spec.name, ctx.stage.stage, False, value, threshold, f"{reason}; {settle}", cited,
+                      verdict=INCONCLUSIVE, settle=settle)
+
+
+def _measure_at(ctx: _Context) -> str:
+    op = ctx.stage.operating_point
+    return f"measure task {op.task!r} at gen_length {op.gen_length}"
+
+
 def _no_record(ctx: _Context, spec: GateSpec, threshold: Any) -> GateResult:
     op = ctx.stage.operating_point
-    return _result(ctx, spec, False, None, threshold,
-                   f"no validated record of {ctx.evidence.candidate} on task {op.task!r} at gen_length {op.gen_length}")
-
-
-Z95 = 1.959964  # two-sided 95% normal quantile
-
-
-def wilson_interval(share: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion `share` measured on `n` items (0-1 when n is 0)."""
-    if n <= 0:
-        return 0.0, 1.0
-    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def difference_interval(a: float, n_a: int, b: float, n_b: int) -> tuple[float, float]:
-    """A 95% interval of the difference a - b of two independent proportions (Newcombe's hybrid
-    score method, built from each side's Wilson interval)."""
-    lo_a, hi_a = wilson_interval(a, n_a)
-    lo_b, hi_b = wilson_interval(b, n_b)
-    d = a - b
-    return d - math.hypot(a - lo_a, hi_b - b), d + math.hypot(hi_a - a, b - lo_b)
+    return _inconclusive(ctx, spec, None, threshold, f"no validated record of {ctx.evidence.candidate} on task "
+                         f"{op.task!r} at gen_length {op.gen_length}", _measure_at(ctx))
 
 
 def _uncertainty(mt: Any, value: float, n: int, base_value: float | None, base_n: int | None) -> tuple[str, dict[str, Any]]:
     """The 95% intervals behind a quality verdict, in words and as evidence, and whether they span a
     bound the verdict turned on (then more items could change it: the verdict is not settled)."""
     lo, hi = wilson_interval(value, n)
-    words = f" (95% CI {lo:.2f}-{hi:.2f} on {n} items"
+    words = f" (95% CI {percent(lo)}-{percent(hi)} on {n} items"
     cite: dict[str, Any] = {"ci95": [round(lo, 4), round(hi, 4)], "n_items": n}
-    spans = mt.threshold is not None and lo < mt.threshold < hi
     if base_value is not None and base_n:
         d_lo, d_hi = difference_interval(value, n, base_value, base_n)
-        words += f"; difference {value - base_value:+.2f}, 95% CI {d_lo:+.2f} to {d_hi:+.2f}"
+        words += (f"; difference {signed_points(value - base_value)}, 95% CI {signed_points(d_lo)} to "
+                  f"{signed_points(d_hi)}")
         cite["difference_ci95"] = [round(d_lo, 4), round(d_hi, 4)]
-        spans |= mt.min_absolute_change is not None and d_lo < mt.min_absolute_change < d_hi
     words += ")"
+    spans = spans_bound(mt, value, n, base_value, base_n)
     if spans:
         words += "; not settled: the interval spans the bound, more items could change this verdict"
     cite["settled"] = not spans
@@ -160,7 +181,11 @@ def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
         base_evidence, _ = ctx.baselines.get(relative_to, (None, None))
         base_record = next((r for r in operating_records(base_evidence, ctx.stage) if r.task == task), None)
         if base_record is None or getattr(base_record, metric) is None:
-            if spec.params.get("if_no_baseline", "fail") == "pass" and base_evidence is None:
+            if base_evidence is not None:  # a baseline model whose records cannot be compared: evidence missing
+                return _inconclusive(ctx, spec, value, mt.describe(), f"no validated {relative_to} record on task "
+                                     f"{task!r} to compare {metric} against", f"{_measure_at(ctx)} for the "
+                                     f"{relative_to} model too")
+            if spec.params.get("if_no_baseline", "fail") == "pass":
                 return _result(ctx, spec, True, value, mt.describe(),
                                f"no {relative_to} model yet; nothing to compare {metric} against")
             return _result(ctx, spec, False, value, mt.describe(),
@@ -170,13 +195,21 @@ def _gate_quality(ctx: _Context, spec: GateSpec) -> GateResult:
                      "baseline_run_id": base_record.run_id, "baseline_value": base_value}
     # every quality metric is a share of items scored right, so its sampling error is a binomial one
     noise, noise_cite = _uncertainty(mt, value, record.n_items, base_value, base_n)
-    misses = mt.failures(value, base_value)
+    if spec.params.get("require_settled") and not noise_cite["settled"]:
+        need = items_to_settle(mt, value, record.n_items, base_value, base_n)
+        settle = (f"needs {need - record.n_items} more items on {task} ({need} in all) at this {metric}" if need
+                  else f"the {metric} lies on its bound; no number of items settles it")
+        return _inconclusive(ctx, spec, value, mt.describe(), f"{metric} on {task} {percent(value)}{noise}", settle,
+                             **base_cite, **noise_cite, items_needed=need and need - record.n_items,
+                             items_per_task=need)
+    misses = mt.failures(value, base_value, fmt=percent)
     if misses:
         return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses) + noise,
                        **base_cite, **noise_cite)
-    against = f" vs {relative_to} {base_value:.4g}" if base_value is not None else ""
+    against = f" vs {relative_to} {percent(base_value)}" if base_value is not None else ""
     return _result(ctx, spec, True, value, mt.describe(),
-                   f"{metric} on {task} {value:.4g}{against} meets {mt.describe()}{noise}", **base_cite, **noise_cite)
+                   f"{metric} on {task} {percent(value)}{against} meets {gate_threshold(spec, None)}{noise}",
+                   **base_cite, **noise_cite)
 
 
 def _gate_latency(ctx: _Context, spec: GateSpec) -> GateResult:
@@ -187,7 +220,7 @@ def _gate_latency(ctx: _Context, spec: GateSpec) -> GateResult:
     gen = ctx.stage.operating_point.gen_length
     ok = p95 <= limit
     return _result(ctx, spec, ok, p95, limit,
-                   f"p95 {p95:.3f} s at gen_length {gen} {'<=' if ok else '>'} SLA {limit:g} s")
+                   f"p95 {milliseconds(p95)} ms at gen_length {gen} {'<=' if ok else '>'} SLA {exact(limit * 1e3)} ms")
 
 
 def _gate_speedup(ctx: _Context, spec: GateSpec) -> GateResult:
@@ -197,14 +230,15 @@ def _gate_speedup(ctx: _Context, spec: GateSpec) -> GateResult:
         return _no_record(ctx, spec, need)
     _, base = ctx.baselines.get(relative_to, (None, None))
     if base is None:
-        return _result(ctx, spec, False, None, need, f"no validated {relative_to} record to measure a speedup against")
+        return _inconclusive(ctx, spec, None, need, f"no validated {relative_to} record to measure a speedup against",
+                             f"{_measure_at(ctx)} for the {relative_to} model too")
     if ctx.primary.latency_p95_s <= 0:
         return _result(ctx, spec, False, None, need, "candidate p95 latency is not positive; the record is unusable")
     speedup = base.latency_p95_s / ctx.primary.latency_p95_s
     ok = speedup >= need
     return _result(ctx, spec, ok, round(speedup, 4), need,
-                   f"speedup over {relative_to} {speedup:.2f}x (p95 {base.latency_p95_s:.3f} s / "
-                   f"{ctx.primary.latency_p95_s:.3f} s) {'>=' if ok else '<'} {need:g}x",
+                   f"speedup over {relative_to} {significant(speedup)}x (p95 {milliseconds(base.latency_p95_s)} ms / "
+                   f"{milliseconds(ctx.primary.latency_p95_s)} ms) {'>=' if ok else '<'} {exact(need)}x",
                    baseline=relative_to, baseline_record_id=base.record_id, baseline_run_id=base.run_id)
 
 
@@ -212,10 +246,15 @@ def _gate_memory(ctx: _Context, spec: GateSpec) -> GateResult:
     limit = spec.params["max_peak_mem_mb"]
     if not ctx.records:
         return _no_record(ctx, spec, limit)
-    worst = max(ctx.records, key=lambda r: r.peak_mem_mb)
+    measured = [r for r in ctx.records if r.peak_mem_mb is not None]
+    if not measured:
+        return _missing_evidence(ctx, spec, limit, f"no memory measured for {ctx.evidence.candidate}: an API model's "
+                                 "memory is its provider's", "judge API entries under a policy without a memory gate")
+    worst = max(measured, key=lambda r: r.peak_mem_mb)
     ok = worst.peak_mem_mb <= limit
     return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
-                   f"peak memory {worst.peak_mem_mb:.0f} MB ({worst.task}) {'<=' if ok else '>'} budget {limit:g} MB",
+                   f"peak memory {significant(worst.peak_mem_mb)} MB ({worst.task}) {'<=' if ok else '>'} budget "
+                   f"{exact(limit)} MB",
                    **{"record_id": worst.record_id, "run_id": worst.run_id, "task": worst.task})
 
 
@@ -223,7 +262,8 @@ def _gate_license(ctx: _Context, spec: GateSpec) -> GateResult:
     allowed = spec.params["allowed_tiers"]
     lic = ctx.evidence.license
     if lic is None:
-        return _result(ctx, spec, False, None, allowed, "no license check result")
+        return _inconclusive(ctx, spec, None, allowed, "no license check result",
+                             "run the license check (unmask run measures it with the sweep)")
     ok = lic.tier in allowed
     why = f"; {'; '.join(lic.reasons)}" if lic.reasons and not ok else ""
     return _result(ctx, spec, ok, lic.tier, allowed,
@@ -236,7 +276,8 @@ def _gate_reproducibility(ctx: _Context, spec: GateSpec) -> GateResult:
     required = spec.params["require"]
     repro = ctx.evidence.reproducibility
     if repro is None:
-        return _result(ctx, spec, False, None, required, "no reproducibility probe result")
+        return _inconclusive(ctx, spec, None, required, "no reproducibility probe result",
+                             "run the reproducibility probe (unmask run --repro)")
     missing = [c for c in required if not getattr(repro, c)]
     value = {c: bool(getattr(repro, c)) for c in required}
     cite = {"repro_config_hash": repro.config_hash, "output_hashes": list(repro.output_hashes)}
@@ -251,7 +292,9 @@ def _gate_data_validity(ctx: _Context, spec: GateSpec) -> GateResult:
     op = ctx.stage.operating_point
     at_op = [r for r in ctx.evidence.records if r.gen_length == op.gen_length and r.task == op.task]
     if not at_op:
-        return _result(ctx, spec, False, None, min_items, f"no record on task {op.task!r} at gen_length {op.gen_length}")
+        return _inconclusive(ctx, spec, None, min_items, f"no record on task {op.task!r} at gen_length {op.gen_length}",
+                             f"{_measure_at(ctx)} on at least {min_items} items", items_needed=min_items,
+                             items_per_task=min_items)
     if ctx.primary is None:
         states = sorted({"unvalidated" if r.valid is None else "invalid" for r in at_op})
         failed = [str(x) for r in at_op for x in (r.validation.get("failed") or [])][:3]
@@ -260,10 +303,13 @@ def _gate_data_validity(ctx: _Context, spec: GateSpec) -> GateResult:
                        f"records on {op.task!r} are {' or '.join(states)}; gates use validated records only{detail}",
                        record_id=at_op[0].record_id, run_id=at_op[0].run_id)
     few = min(ctx.records, key=lambda r: r.n_items)
-    if few.n_items < min_items:
-        return _result(ctx, spec, False, few.n_items, min_items,
-                       f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
-                       record_id=few.record_id, run_id=few.run_id)
+    if few.n_items < min_items:  # too little evidence to judge the model on, not a fault of the model
+        need = min_items - few.n_items
+        return _inconclusive(ctx, spec, few.n_items, min_items,
+                             f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
+                             f"needs {need} more items on {few.task} ({min_items} per task)",
+                             record_id=few.record_id, run_id=few.run_id, task=few.task, items_needed=need,
+                             items_per_task=min_items)
     return _result(ctx, spec, True, few.n_items, min_items,
                    f"{len(ctx.records)} validated record(s), at least {few.n_items} items each")
 
@@ -278,7 +324,8 @@ def _gate_error_rate(ctx: _Context, spec: GateSpec) -> GateResult:
     rate = worst.errors / max(worst.n_items, 1)
     ok = rate <= limit
     return _result(ctx, spec, ok, round(rate, 6), limit,
-                   f"error rate {rate:.2%} ({worst.errors}/{worst.n_items} on {worst.task}) {'<=' if ok else '>'} {limit:.2%}",
+                   f"error rate {percent(rate)} ({worst.errors}/{worst.n_items} on {worst.task}) {'<=' if ok else '>'} "
+                   f"{exact(limit * 100)}%",
                    record_id=worst.record_id, run_id=worst.run_id, task=worst.task)
 
 
@@ -293,10 +340,59 @@ def _gate_tooling_maturity(ctx: _Context, spec: GateSpec) -> GateResult:
                    signoff=dict(signoff))
 
 
+def _missing_evidence(ctx: _Context, spec: GateSpec, threshold: Any, reason: str, settle: str) -> GateResult:
+    """Evidence a gate needs that nobody has measured yet: inconclusive, and `settle` says what to run."""
+    return _inconclusive(ctx, spec, None, threshold, reason, settle)
+
+
+def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
+    return next((r for r in (evidence.serving if evidence else []) if r.concurrency == concurrency), None)
+
+
+def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
+    p = spec.params
+    level = p["concurrency"]
+    threshold = {"concurrency": level} | {k: p[k] for k in SERVING_LIMITS if k in p}
+    record = _serving_at(ctx.evidence, level)
+    name = ctx.evidence.candidate
+    if record is None:
+        return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}",
+                                 f"run unmask loadtest --model {name} --concurrency {level}")
+    value: dict[str, Any] = {}
+    misses, meets = [], []
+
+    def check(key: str, measured: float | None, limit: float, words: str, unit: str, at_most: bool) -> None:
+        value[key] = None if measured is None else round(measured, 6)
+        if measured is None:
+            misses.append(f"no {words} measured")
+            return
+        ok = measured <= limit if at_most else measured >= limit
+        sign = ("<=" if ok else ">") if at_most else (">=" if ok else "<")
+        (meets if ok else misses).append(f"{words} {measured:.3g}{unit} {sign} {limit:g}{unit}")
+
+    if "p95_s_max" in p:
+        check("p95_s", record.latency_p95_s, p["p95_s_max"], "p95", " s", True)
+    if "error_rate_max" in p:
+        check("error_rate", record.error_rate, p["error_rate_max"], "error rate", "", True)
+    cite = {"serving_run_id": record.run_id, "serving_version": record.version, "concurrency": level}
+    if "throughput_vs_fallback_min" in p:
+        base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
+        if base is None:
+            return _missing_evidence(ctx, spec, threshold, f"no serving record yet of the fallback at concurrency "
+                                     f"{level}", f"run unmask loadtest --model fallback --concurrency {level}")
+        ratio = (record.tokens_per_s / base.tokens_per_s
+                 if record.tokens_per_s is not None and base.tokens_per_s else None)
+        check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback", "x", False)
+        cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
+    words = "; ".join(misses or meets)
+    return _result(ctx, spec, not misses, value, threshold,
+                   f"at concurrency {level} ({record.requests} requests): {words}", **cite)
+
+
 GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
     "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
     "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
-    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity,
+    "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity, "serving": _gate_serving,
 }
 
 
@@ -325,16 +421,25 @@ def all_passed(results: list[GateResult]) -> bool:
     return bool(results) and all(r.passed for r in results)
 
 
+def stage_verdict(results: list[GateResult]) -> str:
+    """A stage's verdict from its gates: fail if any gate failed, else inconclusive if any is, else pass."""
+    verdicts = {r.verdict for r in results}
+    return FAIL if FAIL in verdicts or not results else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+
+
 def gate_report_markdown(results: list[GateResult], title: str = "") -> str:
     """The gate table as Markdown, for MLflow artifacts and flow summaries."""
     lines = [f"# {title}" if title else "# Gate report", ""]
     if results:
-        verdict = "PASSED" if all_passed(results) else "FAILED"
+        verdict = {PASS: "PASSED", FAIL: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}[stage_verdict(results)]
+        open_ = sum(r.inconclusive for r in results)
         lines += [f"Stage **{results[0].stage}**: {verdict} "
-                  f"({sum(r.passed for r in results)}/{len(results)} gates)", ""]
+                  f"({sum(r.passed for r in results)}/{len(results)} gates"
+                  + (f", {open_} inconclusive" if open_ else "") + ")", ""]
     lines += ["| gate | passed | value | threshold | reason | record | run |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        cells = [r.gate, "yes" if r.passed else "**no**", _cell(r.value), _cell(r.threshold), _cell(r.reason),
+        word = {PASS: "yes", FAIL: "**no**", INCONCLUSIVE: "*inconclusive*"}[r.verdict]
+        cells = [r.gate, word, _cell(r.value), _cell(r.threshold), _cell(r.reason),
                  str(r.evidence.get("record_id") or ""), str(r.evidence.get("run_id") or "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
-from checklists import STAGES
+from checklists import STAGES, load_checklist
+from gates.readable import significant
 
 POLICY_PATH = Path(__file__).resolve().parent / "policy.yaml"
 LICENSE_TIERS = ("permitted", "caution", "restricted", "unknown")  # best first
@@ -42,13 +44,15 @@ class MetricThreshold:
     min_absolute_change: float | None = None
     min_relative_change: float | None = None
 
-    def failures(self, value: float, baseline: float | None = None) -> list[str]:
-        """Each condition the value misses, in words; empty when it passes."""
+    def failures(self, value: float, baseline: float | None = None,
+                 fmt: Callable[[float], str] = significant) -> list[str]:
+        """Each condition the value misses, in words (numbers through `fmt`, e.g. `gates.readable.percent`);
+        empty when it passes."""
         sign = 1.0 if self.greater_is_better else -1.0
         word = ">=" if self.greater_is_better else "<="
         out = []
         if self.threshold is not None and sign * (value - self.threshold) < 0:
-            out.append(f"{value:.4g} is not {word} threshold {self.threshold:.4g}")
+            out.append(f"{fmt(value)} is not {word} threshold {fmt(self.threshold)}")
         for change, scale, name in ((self.min_absolute_change, 1.0, "absolute"),
                                     (self.min_relative_change, None, "relative")):
             if change is None:
@@ -59,8 +63,8 @@ class MetricThreshold:
             step = change * (abs(baseline) if scale is None else scale)
             bound = baseline + sign * step
             if sign * (value - bound) < 0:
-                out.append(f"{value:.4g} is not {word} baseline {baseline:.4g} "
-                           f"{'+' if sign * step >= 0 else '-'} {abs(step):.4g} (min {name} change {change:+g})")
+                out.append(f"{fmt(value)} is not {word} baseline {fmt(baseline)} "
+                           f"{'+' if sign * step >= 0 else '-'} {fmt(abs(step))} (min {name} change {change:+g})")
         return out
 
     def describe(self) -> str:
@@ -132,7 +136,7 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "quality": {"metric": ((str,), False), "task": ((str,), False), "relative_to": ((str,), False),
                 "threshold": (_NUM, False), "min_absolute_change": (_NUM, False),
                 "min_relative_change": (_NUM, False), "greater_is_better": ((bool,), False),
-                "if_no_baseline": ((str,), False)},
+                "if_no_baseline": ((str,), False), "require_settled": ((bool,), False)},
     "latency": {"max_p95_s": (_NUM, True)},
     "speedup": {"relative_to": ((str,), False), "min_speedup": (_NUM, True)},
     "memory": {"max_peak_mem_mb": (_NUM, True)},
@@ -141,7 +145,10 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "data_validity": {"min_items": ((int,), False)},
     "error_rate": {"max_error_rate": (_NUM, True)},
     "tooling_maturity": {"checklist_item": ((str,), True)},
+    "serving": {"concurrency": ((int,), True), "p95_s_max": (_NUM, False), "error_rate_max": (_NUM, False),
+                "throughput_vs_fallback_min": (_NUM, False)},
 }
+SERVING_LIMITS = ("p95_s_max", "error_rate_max", "throughput_vs_fallback_min")
 QUALITY_METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible")
 
 
@@ -188,6 +195,9 @@ def _parse_stage(data: Any, stage: str, source: str) -> StagePolicy:
     op = data.get("operating_point")
     if not isinstance(op, dict) or not isinstance(op.get("task"), str) or not _is_int(op.get("gen_length")):
         raise PolicyError(f"{where}.operating_point: expected {{task: <str>, gen_length: <int>}}, got {op!r}")
+    _check_task(op["task"], f"{where}.operating_point.task")
+    if op["gen_length"] < 1:
+        raise PolicyError(f"{where}.operating_point.gen_length: expected a positive integer, got {op['gen_length']!r}")
     gates_data = data.get("gates")
     if not isinstance(gates_data, dict) or not gates_data:
         raise PolicyError(f"{where}.gates: expected a non-empty mapping of gate name to settings")
@@ -200,6 +210,7 @@ def _parse_stage(data: Any, stage: str, source: str) -> StagePolicy:
     requires = data.get("requires_stage")
     if requires is not None and (requires not in STAGES or STAGES.index(requires) >= STAGES.index(stage)):
         raise PolicyError(f"{where}.requires_stage: expected an earlier stage than {stage!r}, got {requires!r}")
+    _check_checklist_items(gates, stage, where)
     return StagePolicy(stage=stage, operating_point=OperatingPoint(op["task"], op["gen_length"]), gates=gates,
                        weights=weights, approval_min_comment_chars=min_chars, requires_stage=requires)
 
@@ -223,6 +234,7 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
     for key, (_, required) in keys.items():
         if required and key not in spec:
             raise PolicyError(f"{where}: missing required key {key!r}")
+    _check_values(spec, where)
     if spec.get("relative_to", "fallback") not in BASELINES:
         raise PolicyError(f"{where}.relative_to: expected one of {', '.join(BASELINES)}, got {spec['relative_to']!r}")
     threshold = None
@@ -236,10 +248,49 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
         bad = [c for c in spec["require"] if c not in REPRODUCIBILITY_CHECKS]
         if bad:
             raise PolicyError(f"{where}.require: unknown check {bad[0]!r}; expected {', '.join(REPRODUCIBILITY_CHECKS)}")
-    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate"):
+    elif kind == "serving":
+        if spec["concurrency"] < 1:
+            raise PolicyError(f"{where}.concurrency: expected requests in flight (>= 1), got {spec['concurrency']!r}")
+        if not any(k in spec for k in SERVING_LIMITS):
+            raise PolicyError(f"{where}: a serving gate needs at least one of {', '.join(SERVING_LIMITS)}")
+    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate") + SERVING_LIMITS:
         if key in spec and spec[key] < 0:
             raise PolicyError(f"{where}.{key}: expected a non-negative number, got {spec[key]!r}")
     return GateSpec(name=name, kind=kind, params=spec, metric_threshold=threshold)
+
+
+def _check_values(spec: dict[str, Any], where: str) -> None:
+    """What the types allow but no gate can judge by: NaN or infinite numbers (a NaN threshold compares
+    false both ways, so it passed every value), empty lists, a negative item count, an unknown task."""
+    for key, value in spec.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PolicyError(f"{where}.{key}: expected a finite number, got {value!r}")
+        if isinstance(value, list) and not value:
+            raise PolicyError(f"{where}.{key}: expected a non-empty list, got []")
+    if spec.get("min_items", 0) < 0:
+        raise PolicyError(f"{where}.min_items: expected a non-negative integer, got {spec['min_items']!r}")
+    if "task" in spec:
+        _check_task(spec["task"], f"{where}.task")
+
+
+def _check_task(task: str, where: str) -> None:
+    from evals.tasks import TASKS  # gates sit above evals; imported here so a policy parse stays cheap
+
+    known = [*TASKS, "gsm8k"]
+    if task not in known:
+        raise PolicyError(f"{where}: unknown task {task!r}; expected one of {', '.join(known)}")
+
+
+def _check_checklist_items(gates: tuple[GateSpec, ...], stage: str, where: str) -> None:
+    """A tooling_maturity gate waits for a sign-off of a manual item of the stage's checklist: one that exists."""
+    named = [g for g in gates if g.kind == "tooling_maturity"]
+    if not named:
+        return
+    manual = load_checklist(stage).manual_items()
+    for g in named:
+        if g.params["checklist_item"] not in manual:
+            raise PolicyError(f"{where}.gates.{g.name}.checklist_item: {g.params['checklist_item']!r} is not a manual "
+                              f"item of the {stage} checklist; expected one of {', '.join(manual) or 'none'}")
 
 
 def _quality_threshold(spec: dict[str, Any], where: str) -> MetricThreshold:
@@ -267,8 +318,8 @@ def _parse_weights(weights: Any, where: str) -> dict[str, float]:
     if unknown:
         raise PolicyError(f"{where}.{unknown[0]}: unknown criterion; expected {', '.join(CRITERIA)}")
     for key, value in weights.items():
-        if not isinstance(value, _NUM) or isinstance(value, bool) or value < 0:
-            raise PolicyError(f"{where}.{key}: expected a non-negative number, got {value!r}")
+        if not isinstance(value, _NUM) or isinstance(value, bool) or not 0 <= value < math.inf:
+            raise PolicyError(f"{where}.{key}: expected a finite non-negative number, got {value!r}")
     total = float(sum(weights.values()))
     if total <= 0:
         raise PolicyError(f"{where}: weights must not all be zero")

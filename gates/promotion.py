@@ -37,6 +37,7 @@ class ReasonKind(str, Enum):
     """What stands in the way of a promotion."""
 
     GATE = "gate"  # a gate of the stage failed
+    INCONCLUSIVE = "inconclusive"  # a gate lacks the evidence to judge (GateResult.settle says what would settle it)
     CHECKLIST = "checklist"  # an item of the stage's checklist is not done
     STAGE = "stage"  # an unknown stage, or one the version may not reach yet (requires_stage)
     APPROVAL = "approval"  # no approval, one too short, or one given before the latest evaluation
@@ -176,7 +177,10 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     checklist = checklist or load_checklist(stage)
     status = checklist_status(checklist, results, evidence.records, signoffs)
-    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}") for r in results if not r.passed]
+    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}") for r in results
+               if not r.passed and not r.inconclusive]
+    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}")
+                for r in results if r.inconclusive]
     reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
         reasons.append(PromotionReason(ReasonKind.STAGE, f"stage {stage} requires the version to have reached "

@@ -17,6 +17,8 @@ min-max normalised columns (`pymcdm.normalizations.minmax_normalization`), and
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +58,8 @@ def alternative(evidence: CandidateEvidence, stage: StagePolicy) -> Alternative 
         return None
     tier = evidence.license.tier if evidence.license else "unknown"
     return Alternative(evidence.candidate, primary.accuracy, primary.latency_p95_s,
-                       max(r.peak_mem_mb for r in records), float(TIER_SCORE.get(tier, 0)), primary.record_id)
+                       max((r.peak_mem_mb for r in records if r.peak_mem_mb is not None), default=math.nan),  # nan: an API model's
+                       float(TIER_SCORE.get(tier, 0)), primary.record_id)
 
 
 def _active(weights: dict[str, float]) -> list[str]:

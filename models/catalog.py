@@ -24,6 +24,7 @@ ADAPTERS = ("llada", "diffusion-gemma", "causal-lm", "api", "none")
 FIELDS = {
     "id", "family", "kind", "role", "source", "revision", "pinned", "sha256", "license", "license_name",
     "license_link", "card_license", "parameters", "adapter", "decoding", "notes", "api_model", "api_key_env",
+    "allow_outside_source",
 }
 DECODING_FIELDS = {
     "mask_id": int, "eos_id": int, "eot_id": int, "pad_id": int, "gen_length": int, "block_length": int,
@@ -34,6 +35,7 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # where an api entry may be plain http (another `unmask serve`)
 
 
 class CatalogError(ValueError):
@@ -101,9 +103,10 @@ class CatalogEntry:
 class Catalog:
     """Entries by id, in file order."""
 
-    def __init__(self, entries: list[CatalogEntry], path: Path):
+    def __init__(self, entries: list[CatalogEntry], path: Path, broken: list[tuple[str, str]] | None = None):
         self.path = path
         self._entries = {e.id: e for e in entries}
+        self.broken = list(broken or [])  # (id or #position, error) of entries refused by a tolerant load
 
     def __iter__(self) -> Iterator[CatalogEntry]:
         return iter(self._entries.values())
@@ -126,26 +129,41 @@ class Catalog:
             ) from None
 
 
-def load_catalog(path: str | Path | None = None) -> Catalog:
-    """Read and validate a catalog file (default: $UNMASK_CATALOG, else the bundled catalog.yaml)."""
+def load_catalog(path: str | Path | None = None, *, tolerant: bool = False) -> Catalog:
+    """Read and validate a catalog file (default: $UNMASK_CATALOG, else the bundled catalog.yaml).
+
+    tolerant: an entry that fails validation is left out and kept in `Catalog.broken` with its error
+    (`unmask models` lists the rest); otherwise the first one raises. A file that is not a catalog
+    at all raises either way.
+    """
     path = Path(path or os.environ.get("UNMASK_CATALOG") or CATALOG_PATH).expanduser()
     if not path.is_file():
         raise CatalogError(f"{path}: catalog file not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise CatalogError(f"{path}: not valid YAML ({e})") from e
+        raise CatalogError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise CatalogError(f"{path}: expected a mapping with an 'entries' list")
     entries: list[CatalogEntry] = []
+    broken: list[tuple[str, str]] = []
     seen: set[str] = set()
     for index, raw in enumerate(data["entries"]):
-        entry = parse_entry(raw, index, path)
-        if entry.id in seen:
-            raise CatalogError(f"{path}: entry '{entry.id}': field 'id' is a duplicate; ids must be unique")
+        try:
+            entry = parse_entry(raw, index, path)
+            if entry.id in seen:
+                raise CatalogError(f"{path}: entry '{entry.id}': field 'id' is a duplicate; ids must be unique")
+        except CatalogError as e:
+            if not tolerant:
+                raise
+            label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else f"#{index + 1}"
+            broken.append((label, str(e)))
+            continue
         seen.add(entry.id)
         entries.append(entry)
-    return Catalog(entries, path)
+    return Catalog(entries, path, broken)
 
 
 def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
@@ -178,7 +196,10 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     role = text("role")
     if role not in ROLES:
         raise fail("role", f"is {role!r}; expected one of: {', '.join(ROLES)}")
-    source = parse_source(text("source"), kind, path, fail)
+    outside = raw.get("allow_outside_source", False)
+    if not isinstance(outside, bool):
+        raise fail("allow_outside_source", f"must be true or false, got {outside!r}")
+    source = parse_source(text("source"), kind, path, fail, allow_outside=outside)
     license_id, name, link = parse_license(raw, fail)
     adapter = text("adapter", required=False) or ("api" if kind == "api" else None)
     if adapter not in ADAPTERS:
@@ -226,8 +247,12 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     )
 
 
-def parse_source(value: str, kind: str, path: Path, fail) -> Source:
-    """`hf://org/name`, `https://host/...` (api only) or a folder; relative folders are relative to the catalog."""
+def parse_source(value: str, kind: str, path: Path, fail, allow_outside: bool = False) -> Source:
+    """`hf://org/name`, `https://host/...` (api only) or a folder; relative folders are relative to the catalog.
+
+    A folder must lie inside the catalog's own folder tree (`../../../../etc` would otherwise be
+    listed as ready) unless the entry says `allow_outside_source: true`.
+    """
     if "://" in value:
         scheme, _, rest = value.partition("://")
         if scheme == "hf":
@@ -241,6 +266,9 @@ def parse_source(value: str, kind: str, path: Path, fail) -> Source:
                 raise fail("source", f"{value!r} is malformed; expected https://host/path")
             if kind != "api":
                 raise fail("source", f"{value!r}: a URL source is only for kind api; use hf://org/name or a folder")
+            if scheme == "http" and urlsplit(value).hostname not in LOOPBACK_HOSTS:
+                raise fail("source", f"{value!r}: a key travels with every request, so an api entry needs https:// "
+                           f"(http:// only on this machine: {', '.join(LOOPBACK_HOSTS)})")
             return Source("api", value.rstrip("/"))
         raise fail("source", f"{value!r}: unknown scheme '{scheme}://'; expected hf://, https:// or a folder path")
     if kind == "api":
@@ -248,7 +276,11 @@ def parse_source(value: str, kind: str, path: Path, fail) -> Source:
     folder = Path(os.path.expandvars(value)).expanduser()
     if not folder.is_absolute():
         folder = path.parent / folder
-    return Source("local", str(folder.resolve()))
+    folder, home = folder.resolve(), path.parent.resolve()
+    if not allow_outside and not folder.is_relative_to(home):
+        raise fail("source", f"{value!r} resolves to {folder}, outside the catalog's folder {home}; move the model "
+                             f"under it, or set allow_outside_source: true on this entry")
+    return Source("local", str(folder))
 
 
 def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | None]:

@@ -96,9 +96,9 @@ def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a LLaDA checkpoint needs config.json")
     try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     types_ = LLaDAConfig.field_types()

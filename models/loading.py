@@ -10,7 +10,7 @@ import torch
 from models.adapters import ADAPTERS, APIAdapter, ModelHandle, NotEvaluable, availability, model_layout
 from models.catalog import Catalog, CatalogEntry, CatalogError, load_catalog
 from models.checkpoint import CheckpointError, read_config
-from models.pull import PullError, entry_path
+from models.pull import PullError, entry_path, verify_pins
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -92,6 +92,8 @@ def load(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch
         if not ok:
             raise NotEvaluable(f"model '{entry.id}': {reason}")
     path = resolve_model_path(ref, catalog=catalog, store=store)
+    if entry is not None:
+        verify_pins(entry, path)  # every load, not only `unmask pull`: a pinned file edited since is refused
     model_id = entry.id if entry is not None else (path.name if Path(ref).expanduser().is_dir() else str(ref))
     layout = adapter or model_layout(path)
     if layout not in ADAPTERS:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from models.catalog import Catalog, CatalogEntry, load_catalog
-from models.checkpoint import PICKLE_SUFFIXES, read_card
+from models.checkpoint import PICKLE_SUFFIXES, CheckpointError, read_card
 from models.state import state_dir
 
 # What a pull keeps: what unmask loads, plus the card and license text the license gate reads.
@@ -252,6 +252,49 @@ def check_hashes(entry: CatalogEntry, src: Path, name: str, digest: str) -> None
         raise PullError(f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: sha256 {digest}, expected {blob}")
     if len(blob) == 40 and all(c in "0123456789abcdef" for c in blob) and blob != git_blob_sha1(src):
         raise PullError(f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: git blob hash differs from {blob}")
+
+
+def verify_pins(entry: CatalogEntry, folder: Path) -> None:
+    """Before a load: every file the catalog pins for `entry` exists in `folder` and hashes to its pin.
+
+    Hashes are kept in <state>/cache/sha256.json by path, size and mtime, so a second load of an
+    unchanged file reads no bytes; an edited or replaced file is hashed again.
+    CheckpointError names the file, the pinned and the actual hash.
+    """
+    if not entry.sha256:
+        return
+    cache_path = state_dir(create=False) / "cache" / "sha256.json"
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        cache = {}
+    changed = False
+    for name, pinned in sorted(entry.sha256.items()):
+        path = folder / name
+        try:
+            stat = path.stat()
+        except OSError:
+            raise CheckpointError(f"model '{entry.id}': {path} is pinned in the catalog (sha256 {pinned}) but "
+                                  f"missing") from None
+        key, stamp = os.path.realpath(path), [stat.st_size, stat.st_mtime_ns]
+        known = cache.get(key)
+        if isinstance(known, dict) and known.get("stamp") == stamp and isinstance(known.get("sha256"), str):
+            digest = known["sha256"]
+        else:
+            digest = sha256_of(path)
+            cache[key], changed = {"stamp": stamp, "sha256": digest}, True
+        if digest != pinned:
+            raise CheckpointError(f"model '{entry.id}': {path} sha256 mismatch: the catalog pins {pinned}, the file "
+                                  f"has {digest}; restore the file, or pull it again (`unmask pull {entry.id}`)")
+    if changed:
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache_path.with_name(f".{cache_path.name}.{os.getpid()}")
+            partial.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
+            os.replace(partial, cache_path)
+        except OSError:  # a read-only state folder: the check held, only the shortcut is not kept
+            pass
 
 
 def sha256_of(path: Path) -> str:

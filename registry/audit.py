@@ -6,18 +6,33 @@ one state change is how an alias move ends: a move is written first as a RUNNING
 and becomes FINISHED once the alias has moved, or FAILED when it did not. A RUNNING move left by
 a crash is settled by `registry.promotion.recover` (forward if the alias moved, else FAILED).
 Living in MLflow, the trail is shared by everyone who shares the store (SQLite file or server).
+
+The trail is a hash chain (docs/integrity.md). Each event is numbered (`seq`) and carries the sha256 of
+the event before it and its own, over a canonical serialisation of what it says (sorted-key JSON of
+actor, event, model, version, stage, from, to, comment, evidence, time, seq and the previous hash, as
+stored). Appends are serialised ("read the last, write the next" under a lock every writer of the
+store shares), so two writers cannot fork the chain. A move's status is excluded from its hash by
+design, since it changes once after the append: `settle` records the outcome as its own tags, hashed
+onto the entry's hash, so the status cannot be changed unnoticed either. `verify` recomputes the chain
+and names the first entry that was edited, removed, reordered or inserted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
+from filelock import FileLock, Timeout
 from mlflow.entities import Run, ViewType
 
-from registry.connection import AUDIT_EXPERIMENT
-from registry.store import Registry, filter_literal, model_tag, now_iso
+from registry.connection import AUDIT_EXPERIMENT, RegistryError
+from registry.store import Registry, RegistryLock, filter_literal, model_tag, now_iso, retry_busy
 
 EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
           "integrity_finding",
@@ -41,11 +56,14 @@ class AuditEvent:
     evidence: dict[str, Any] = field(default_factory=dict)
     status: str = "FINISHED"  # FINISHED; for moves also RUNNING (in flight or interrupted) and FAILED
     run_id: str = ""
+    seq: int = 0  # its place in the hash chain (1 is the first); 0: written before the chain existed
+    sha256: str = ""  # its chain hash ("" before the chain existed)
 
     def to_dict(self) -> dict[str, Any]:
         return {"when": self.when, "event": self.event, "who": self.who, "stage": self.stage, "model": self.model,
                 "version": self.version, "from": self.from_ref, "to": self.to_ref, "comment": self.comment,
-                "status": self.status, "evidence": self.evidence, "audit_run_id": self.run_id}
+                "status": self.status, "evidence": self.evidence, "audit_run_id": self.run_id, "seq": self.seq,
+                "sha256": self.sha256}
 
 
 def ref(model: str | None, version: str | None) -> str:
@@ -59,8 +77,80 @@ def parse_ref(text: str) -> tuple[str, str] | None:
     return model, version
 
 
+# the chain's tags on each audit run, and the head kept on the audit experiment (see `verify`)
+SEQ, PREV, SHA = model_tag("chain.seq"), model_tag("chain.prev"), model_tag("chain.sha256")
+SETTLED, SETTLED_SHA = model_tag("chain.settled"), model_tag("chain.settled_sha256")
+HEAD = model_tag("chain.head")  # "seq:sha256" of the newest entry: a removed tail shows against it
+GENESIS = "0" * 64  # the previous hash of the first entry of a store that had no events before the chain
+FIELDS = {"actor": "who", "event": "event", "model": "model", "version": "version", "stage": "stage", "from": "from",
+          "to": "to", "comment": "comment", "evidence": "evidence", "time": "when"}  # hashed name -> tag key
+LOCK_TIMEOUT_S = 60.0
+
+
+def canonical(tags: Mapping[str, str], seq: int, prev_sha256: str) -> bytes:
+    """The bytes an entry's hash covers: what it says, as stored, with its place and the hash before it."""
+    body = {name: tags.get(model_tag(key), "") for name, key in FIELDS.items()}
+    body |= {"seq": seq, "prev_sha256": prev_sha256}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def entry_sha256(tags: Mapping[str, str], seq: int, prev_sha256: str) -> str:
+    return hashlib.sha256(canonical(tags, seq, prev_sha256)).hexdigest()
+
+
+def settle_sha256(entry_sha: str, status: str) -> str:
+    """The hash that ties a move's outcome (FINISHED or FAILED) to its chain entry."""
+    return hashlib.sha256(f"{entry_sha}:{status}".encode()).hexdigest()
+
+
+def seal(legacy: list[Run]) -> str:
+    """The first chained entry's previous hash: GENESIS, or a hash over the entries written before the chain
+    existed (so they cannot be edited, removed or added to unnoticed either, once the chain starts)."""
+    if not legacy:
+        return GENESIS
+    return hashlib.sha256(b"\n".join(canonical(r.data.tags, 0, r.info.run_id) for r in legacy)).hexdigest()
+
+
+class _ChainLock:
+    """Serialises appends: a lock file beside a SQLite store (every user of the file shares the folder); for a
+    tracking server also a registry lock (a registered model, created atomically by exactly one client), so
+    appends from other hosts queue too."""
+
+    def __init__(self, registry: Registry):
+        self.file = FileLock(str(registry.lock_path("audit-chain")), timeout=LOCK_TIMEOUT_S)
+        shared = not registry.tracking_uri.startswith("sqlite:///")
+        self.shared = RegistryLock(registry, "audit-chain", owner=f"{socket.gethostname()}:{os.getpid()}:"
+                                   f"{uuid.uuid4().hex}", stale_after_s=30.0) if shared else None
+
+    def __enter__(self) -> "_ChainLock":
+        try:
+            self.file.acquire()
+        except Timeout:
+            raise RegistryError(f"the audit trail is locked by another writer ({self.file.lock_file}) for more "
+                                f"than {LOCK_TIMEOUT_S:g} s") from None
+        if self.shared is not None and not self.shared.acquire(LOCK_TIMEOUT_S):
+            self.file.release()
+            raise RegistryError(f"the audit trail is locked by another writer (registry lock {self.shared.name}) "
+                                f"for more than {LOCK_TIMEOUT_S:g} s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.shared is not None:
+                self.shared.release()
+        finally:
+            self.file.release()
+
+
+def _last_chained(registry: Registry) -> Run | None:
+    """The newest entry that carries a chain hash (an unchained one after it was inserted: not built on)."""
+    runs = registry.client.search_runs([registry.experiment_id(AUDIT_EXPERIMENT)], f"tags.`{SHA}` LIKE '%'",
+                                       ViewType.ACTIVE_ONLY, max_results=1, order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None
+
+
 def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> AuditEvent:
-    """Write one event. With `open_intent`, the run stays RUNNING until `settle` ends it."""
+    """Write one event as the chain's next entry. With `open_intent`, the run stays RUNNING until `settle` ends it."""
     if event.event not in EVENTS:
         raise ValueError(f"unknown audit event {event.event!r}; expected one of {', '.join(EVENTS)}")
     when = event.when or now_iso()
@@ -68,16 +158,34 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             model_tag("stage"): event.stage, model_tag("model"): event.model, model_tag("version"): event.version,
             model_tag("from"): event.from_ref, model_tag("to"): event.to_ref, model_tag("comment"): event.comment[:5000],
             model_tag("evidence"): json.dumps(event.evidence, sort_keys=True, default=str)[:7900]}
-    run = registry.client.create_run(registry.experiment_id(AUDIT_EXPERIMENT), tags=tags,
-                                     run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip())
+    experiment = registry.experiment_id(AUDIT_EXPERIMENT)
+    with _ChainLock(registry):
+        last = _last_chained(registry)
+        start = int(time.time() * 1000)
+        if last is None:
+            seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT)))
+        else:  # the store's order is the chain's: each entry starts strictly after the one before
+            seq, prev = int(last.data.tags[SEQ]) + 1, last.data.tags[SHA]
+            start = max(start, last.info.start_time + 1)
+        sha = entry_sha256(tags, seq, prev)
+        tags |= {SEQ: str(seq), PREV: prev, SHA: sha}
+        run = retry_busy(registry.client.create_run, experiment, start_time=start, tags=tags,
+                         run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip())
+        retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
     if not open_intent:
-        registry.client.set_terminated(run.info.run_id, "FINISHED")
+        retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")
     status = "RUNNING" if open_intent else "FINISHED"
-    return AuditEvent(**{**event.__dict__, "when": when, "status": status, "run_id": run.info.run_id})
+    return AuditEvent(**{**event.__dict__, "when": when, "status": status, "run_id": run.info.run_id, "seq": seq,
+                         "sha256": sha})
 
 
 def settle(registry: Registry, event: AuditEvent, happened: bool) -> None:
-    registry.client.set_terminated(event.run_id, "FINISHED" if happened else "FAILED")
+    """End a move's intent: FINISHED when the alias moved, else FAILED, the outcome hashed onto its entry."""
+    status = "FINISHED" if happened else "FAILED"
+    if event.sha256:  # an intent written before the chain existed has nothing to tie the outcome to
+        retry_busy(registry.client.set_tag, event.run_id, SETTLED, status)
+        retry_busy(registry.client.set_tag, event.run_id, SETTLED_SHA, settle_sha256(event.sha256, status))
+    retry_busy(registry.client.set_terminated, event.run_id, status)
 
 
 def _from_run(run: Run) -> AuditEvent:
@@ -91,7 +199,8 @@ def _from_run(run: Run) -> AuditEvent:
                       model=t.get(model_tag("model"), ""), version=t.get(model_tag("version"), ""),
                       from_ref=t.get(model_tag("from"), ""), to_ref=t.get(model_tag("to"), ""),
                       comment=t.get(model_tag("comment"), ""), evidence=evidence, status=run.info.status,
-                      run_id=run.info.run_id)
+                      run_id=run.info.run_id, seq=int(t[SEQ]) if str(t.get(SEQ, "")).isdigit() else 0,
+                      sha256=t.get(SHA, ""))
 
 
 def events(registry: Registry, model: str | None = None, stage: str | None = None,
@@ -125,3 +234,137 @@ def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:
 def pending_moves(registry: Registry, stage: str | None = None) -> list[AuditEvent]:
     """Alias moves whose intent was written but never settled (in flight, or interrupted)."""
     return events(registry, stage=stage, event=MOVE, status="RUNNING")
+
+
+# verification ------------------------------------------------------------------------------------------
+EDITED, REMOVED, REORDERED, INSERTED = "edited", "removed", "reordered", "inserted"
+INTACT, BROKEN, EMPTY, UNCHAINED = "intact", "broken", "empty", "unchained"
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first place the chain does not hold: what happened there and to which entry."""
+
+    kind: str  # edited | removed | reordered | inserted
+    position: int  # 1-based place in the store's order (by start time) of the entry named
+    run_id: str
+    seq: int | None  # the chain number the entry carries (None: it carries none)
+    event: str
+    when: str
+    detail: str
+
+    def __str__(self) -> str:
+        number = f"#{self.seq}" if self.seq is not None else "without a chain number"
+        return (f"entry {self.position} ({number}, {self.event or '?'} at {self.when or '?'}, audit run "
+                f"{self.run_id}) was {self.kind}: {self.detail}")
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What `verify` found: intact, broken (with the first break), empty, or unchained (no chained entry yet)."""
+
+    status: str
+    entries: int  # active audit runs in the store
+    chained: int  # of those, the ones with a chain hash
+    legacy: int  # entries written before the chain existed (sealed into its first entry's previous hash)
+    head_seq: int
+    head_sha256: str
+    starts_at: dict[str, Any] | None = None  # the first chained entry: position, run_id, when
+    first_break: ChainBreak | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != BROKEN
+
+    def summary(self) -> str:
+        if self.status == EMPTY:
+            return "audit chain: empty (no audit events yet)"
+        if self.status == UNCHAINED:
+            return (f"audit chain: not started; the {self.entries} audit event(s) were written before the chain "
+                    "existed (the next event starts it and seals them)")
+        start = self.starts_at or {}
+        where = (f"; it starts at entry {start.get('position')} ({start.get('when')}), sealing {self.legacy} earlier "
+                 "unchained event(s)" if self.legacy else "")
+        if self.status == INTACT:
+            return (f"audit chain: intact, {self.chained} entries, head #{self.head_seq} sha256 "
+                    f"{self.head_sha256[:16]}{where}")
+        return f"audit chain: BROKEN at {self.first_break}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data |= {"ok": self.ok, "summary": self.summary(),
+                 "first_break": asdict(self.first_break) | {"text": str(self.first_break)} if self.first_break else None}
+        return data
+
+
+def verify(registry: Registry) -> ChainReport:
+    """Recompute the audit chain over the store's active audit runs, in the store's order, and name the first
+    entry that was edited, removed, reordered or inserted (through the MLflow client or in the store itself)."""
+    runs = sorted(registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id))
+    chained = [r for r in runs if SHA in r.data.tags]
+    first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), None)
+    if first is None:
+        return ChainReport(EMPTY if not runs else UNCHAINED, len(runs), 0, len(runs), 0, "")
+    start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
+        model_tag("when"), "")}
+    head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
+    found = _first_break(runs, first, head_tag)
+    last = chained[-1].data.tags
+    return ChainReport(BROKEN if found else INTACT, len(runs), len(chained), first, _seq(chained[-1]) or 0,
+                       last.get(SHA, ""), start, found)
+
+
+def _seq(run: Run) -> int | None:
+    text = run.data.tags.get(SEQ, "")
+    return int(text) if text.isdigit() else None
+
+
+def _first_break(runs: list[Run], first: int, head_tag: str) -> ChainBreak | None:
+    def named(kind: str, i: int, detail: str) -> ChainBreak:
+        r = runs[i]
+        return ChainBreak(kind, i + 1, r.info.run_id, _seq(r), r.data.tags.get(model_tag("event"), ""),
+                          r.data.tags.get(model_tag("when"), ""), detail)
+
+    expected_prev, expected_seq = seal(runs[:first]), 1
+    seen: set[int] = set()
+    for i in range(first, len(runs)):
+        tags = runs[i].data.tags
+        seq = _seq(runs[i])
+        if SHA not in tags or seq is None:
+            return named(INSERTED, i, f"it carries no chain hash, yet the chain began at entry {first + 1}")
+        if seq in seen:
+            return named(INSERTED, i, f"a second entry #{seq}: the chain has one already")
+        if seq < expected_seq or (seq > expected_seq and any(_seq(r) == expected_seq for r in runs[i + 1:])):
+            return named(REORDERED, i, f"#{seq} stands where #{expected_seq} belongs; the store's order is not the "
+                                       "chain's")
+        if seq > expected_seq:
+            gap = f"#{expected_seq}" if seq == expected_seq + 1 else f"#{expected_seq} to #{seq - 1}"
+            return named(REMOVED, i, f"entry {gap} before it is missing (it follows #{expected_seq - 1})")
+        if entry_sha256(tags, seq, tags.get(PREV, "")) != tags[SHA]:
+            return named(EDITED, i, "what it says no longer matches its sha256 (a field was changed)")
+        if tags.get(PREV, "") != expected_prev:
+            if i == first:
+                return named(EDITED, i, f"the {first} event(s) written before the chain began were changed, removed "
+                                        "or added to since it sealed them" if first else
+                                        "its previous hash is not the chain's start (an entry was put before it)")
+            return named(EDITED, i - 1, f"#{seq} chained onto a different sha256 than this entry has: it was "
+                                        "replaced (its content and hash rewritten)")
+        status = runs[i].info.status
+        settled = tags.get(SETTLED)
+        if tags.get(model_tag("event")) == MOVE:
+            if status in ("FINISHED", "FAILED") and (settled != status or tags.get(SETTLED_SHA) !=
+                                                     settle_sha256(tags[SHA], status)):
+                return named(EDITED, i, f"its status {status} is not the outcome that was settled "
+                                        f"({settled or 'none recorded'})")
+            if status == "RUNNING" and settled:
+                return named(EDITED, i, f"it was settled {settled}, and its status set back to RUNNING")
+        elif status == "FAILED" or settled:
+            return named(EDITED, i, f"its status was changed to {status} (only moves are settled)")
+        seen.add(seq)
+        expected_prev, expected_seq = tags[SHA], seq + 1
+    head_seq = head_tag.split(":", 1)[0]
+    if head_seq.isdigit() and int(head_seq) >= expected_seq:
+        last = len(runs) - 1
+        gap = f"#{expected_seq}" if int(head_seq) == expected_seq else f"#{expected_seq} to #{head_seq}"
+        return named(REMOVED, last, f"entry {gap} after it is missing: the chain's head is #{head_seq}")
+    return None

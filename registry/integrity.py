@@ -10,6 +10,9 @@ Aliases: the audit trail's last settled move of a stage says who should hold it.
 differs (someone moved the alias with the MLflow client) is an `AliasDrift`; promote and rollback
 refuse to act on it until `reconcile` puts the alias back on the audited holder.
 
+The audit trail: `registry.audit.verify` recomputes its hash chain; a break is a `ChainBroken` naming the
+first entry edited, removed, reordered or inserted (the nightly records it as a finding).
+
 Write-side callers (judge, promote, rollback) record each problem once as an `integrity_finding`
 audit event; read-side callers (dashboard, `registry.read`) only report it.
 """
@@ -51,6 +54,25 @@ class EvidenceTampered(RegistryError):
     def finding(self) -> dict[str, Any]:
         return {"kind": "tampered", "artifact": self.artifact, "run_id": self.run_id, "expected": self.expected,
                 "found": self.found}
+
+
+class ChainBroken(RegistryError):
+    """The audit trail's hash chain does not verify; the message names the first entry that was tampered with."""
+
+    def __init__(self, report: audit.ChainReport):
+        self.report = report
+        super().__init__(f"{report.summary()}; the audit trail was changed outside unmask (see docs/integrity.md)")
+
+    def finding(self) -> dict[str, Any]:
+        found = self.report.first_break
+        return {"kind": "audit_chain", "break": found.kind if found else "", "run_id": found.run_id if found else "",
+                "seq": found.seq if found else None, "position": found.position if found else None}
+
+
+def chain_broken(registry: Registry) -> ChainBroken | None:
+    """The audit chain's first break now, or None when it verifies (or has not started)."""
+    report = audit.verify(registry)
+    return None if report.ok else ChainBroken(report)
 
 
 class AliasDrift(RegistryError):
@@ -96,13 +118,14 @@ def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_i
     return VERIFIED
 
 
-def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift, who: str = "unmask") -> None:
+def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift | ChainBroken,
+                   who: str = "unmask") -> None:
     """Write the problem to the audit trail as a finding, unless the same one is recorded already."""
     detail = problem.finding()
     if isinstance(problem, EvidenceTampered):
         model, version, stage = problem.model, problem.version, ""
     else:
-        model, version, stage = "", "", problem.alias
+        model, version, stage = "", "", getattr(problem, "alias", "")
     seen = audit.events(registry, model=model or None, stage=stage or None, event=FINDING)
     if stage:  # the same drift again after a move (a reconcile, say) is a new finding
         last = audit.last_settled_move(registry, stage)

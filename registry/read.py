@@ -11,17 +11,17 @@ from typing import Any
 
 import pandas as pd
 
-from gates.evaluate import evaluate_gates
-from gates.policy import CRITERIA, Policy, load_policy
-from gates.promotion import Approval, current_signoffs, predates
-from gates.scoring import score_survivors
+from gates.evaluate import GateResult, evaluate_gates, wilson_interval
+from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
+from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
+from gates.scoring import alternative, rank, score_survivors
 from registry import audit
 from registry.approvals import approvals_from_tags
-from registry.integrity import EvidenceTampered
-from registry.promotion import (approval_of, evaluated_at, fallback_holder, reached_stages, signoffs_of,
+from registry.integrity import TAMPERED, EvidenceTampered
+from registry.promotion import (approval_of, evaluated_at, fallback_holder, judge, reached_stages, signoffs_of,
                                 stage_holder)
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
-from registry.tracking import load_evidence, load_gate_report
+from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
 
 def _reg(registry: Registry | None) -> Registry:
@@ -98,20 +98,25 @@ def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None
 def gate_results(model: str | None = None, version: str | None = None, stage: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
-    run_id, evaluated_at, evidence (dict)."""
+    run_id, evaluated_at, evidence (dict), verdict (pass, fail or inconclusive; from `passed` for reports
+    written before verdicts had three values), settle (what would settle an inconclusive one), policy_path and
+    policy_sha256 (the policy that judged them)."""
     reg = _reg(registry)
     rows = []
     for name in [model] if model else reg.model_names():
         for ver in [version] if version else reg.versions(name):
             for st in [stage] if stage else STAGE_ALIASES:
                 report = load_gate_report(reg, name, ver, st)
+                cited = (report or {}).get("policy") or {}
                 for r in (report or {}).get("results", []):
                     rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
                                  "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
                                  "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
-                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"]})
+                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"],
+                                 "verdict": GateResult.from_dict(r).verdict, "settle": r.get("settle", ""),
+                                 "policy_path": cited.get("path", ""), "policy_sha256": cited.get("sha256", "")})
     columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
-               "evaluated_at", "evidence"]
+               "evaluated_at", "evidence", "verdict", "settle", "policy_path", "policy_sha256"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -133,13 +138,20 @@ def records(model: str | None = None, version: str | None = None, registry: Regi
     return pd.DataFrame(rows)
 
 
+def audit_chain(registry: Registry | None = None) -> dict[str, Any]:
+    """Whether the audit trail's hash chain verifies (`registry.audit.verify`), as plain data: status (intact,
+    broken, empty, unchained), ok, summary (one line), entries, chained, legacy, head_seq, head_sha256,
+    starts_at, first_break ({kind, position, run_id, seq, event, when, detail, text} or None)."""
+    return audit.verify(_reg(registry)).to_dict()
+
+
 def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,
                  registry: Registry | None = None) -> pd.DataFrame:
     """The audit trail, oldest first: when, event, who, stage, model, version, from, to, comment, status,
-    evidence (dict), audit_run_id."""
+    evidence (dict), audit_run_id, seq and sha256 (its place and hash in the chain; 0 and "" before it)."""
     found = audit.events(_reg(registry), model=model, stage=stage, event=event)
     columns = ["when", "event", "who", "stage", "model", "version", "from", "to", "comment", "status", "evidence",
-               "audit_run_id"]
+               "audit_run_id", "seq", "sha256"]
     return pd.DataFrame([e.to_dict() for e in found], columns=columns)
 
 
@@ -149,7 +161,8 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
 
     Hard gates filter (evaluated afresh on the stored evidence, so the fallback is judged too), then
     MCDM ranks the survivors. Returns {"ranking", "sensitivity", "filtered"} DataFrames (see
-    `gates.scoring.score_survivors`); `weights` overrides the policy's (the dashboard's sliders).
+    `gates.scoring.score_survivors`) and "intervals" (`score_intervals`); `weights` overrides the
+    policy's (the dashboard's sliders).
     """
     reg = _reg(registry)
     policy = policy or load_policy()
@@ -174,7 +187,68 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
         signoffs, _ = current_signoffs(signoffs_of(reg, name, version, stage), evaluated_at(reg, name, version))
         results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
-    return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered}
+    return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered,
+            "intervals": score_intervals(candidates, list(ranking.candidate), stage_policy)}
+
+
+INTERVAL_COLUMNS = ["candidate", "n_items", "quality_low", "quality_high", "topsis_low", "topsis_high",
+                    "weighted_sum_low", "weighted_sum_high"]
+
+
+def score_intervals(candidates: list[Any], ranked: list[str], stage: StagePolicy) -> pd.DataFrame:
+    """How far each ranked candidate's scores can move on sampling noise (INTERVAL_COLUMNS): its quality's 95%
+    Wilson interval on the items measured, and the range of its TOPSIS and weighted-sum scores while its
+    quality runs across that interval, the others held where they were measured."""
+    alternatives = [a for e in candidates if (a := alternative(e, stage)) is not None and a.candidate in ranked]
+    n_items = {e.candidate: r.n_items for e in candidates for r in e.records
+               if any(a.candidate == e.candidate and a.record_id == r.record_id for a in alternatives)}
+    nominal = rank(alternatives, stage.weights).set_index("candidate") if alternatives else None
+    rows = []
+    for alt in alternatives:
+        low, high = wilson_interval(alt.quality, n_items.get(alt.candidate, 0))
+        seen = {"topsis": [nominal.loc[alt.candidate, "topsis"]],
+                "weighted_sum": [nominal.loc[alt.candidate, "weighted_sum"]]}
+        for quality in (low, high):
+            moved = [replace(a, quality=quality) if a is alt else a for a in alternatives]
+            scored = rank(moved, stage.weights).set_index("candidate")
+            for method, values in seen.items():
+                values.append(scored.loc[alt.candidate, method])
+        rows.append({"candidate": alt.candidate, "n_items": n_items.get(alt.candidate, 0), "quality_low": low,
+                     "quality_high": high, "topsis_low": float(min(seen["topsis"])),
+                     "topsis_high": float(max(seen["topsis"])),
+                     "weighted_sum_low": float(min(seen["weighted_sum"])),
+                     "weighted_sum_high": float(max(seen["weighted_sum"]))})
+    return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
+
+
+def promotion_decision(model: str, version: str, stage: str, registry: Registry | None = None,
+                       policy: Policy | None = None) -> PromotionDecision | None:
+    """A version's promotion verdict for a stage as `unmask gates` would judge it now, recorded nowhere;
+    None when its evidence (or a baseline's) is tampered, which the integrity board shows instead."""
+    reg = _reg(registry)
+    judged = [(model, version), fallback_holder(reg), stage_holder(reg, "production")]
+    if any(h and evidence_integrity(reg, *h)["status"] == TAMPERED for h in judged):
+        return None  # judging it would write an integrity finding: a read never writes
+    return judge(reg, model, version, stage, policy or load_policy(), record=False)
+
+
+JUDGED_COLUMNS = ["model", "version", "stage", "verdict", "evaluated_at", "policy_path", "policy_sha256"]
+
+
+def judged_policies(registry: Registry | None = None) -> pd.DataFrame:
+    """Which policy file judged each stored stage verdict (JUDGED_COLUMNS), from the version's tags; empty
+    path and sha256 for a verdict recorded before policies were cited."""
+    reg = _reg(registry)
+    rows = []
+    for name in reg.model_names():
+        for ver in reg.versions(name):
+            tags = reg.version_tags(name, ver)
+            rows += [{"model": name, "version": ver, "stage": s, "verdict": tags[model_tag(f"gates.{s}")],
+                      "evaluated_at": tags.get(model_tag(f"gates.{s}.at"), ""),
+                      "policy_path": tags.get(model_tag(f"gates.{s}.policy"), ""),
+                      "policy_sha256": tags.get(model_tag(f"gates.{s}.policy_sha256"), "")}
+                     for s in STAGE_ALIASES if model_tag(f"gates.{s}") in tags]
+    return pd.DataFrame(rows, columns=JUDGED_COLUMNS)
 
 
 def version_status(model: str, version: str, registry: Registry | None = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
                                 recorded_digests, verify_artifact)
 from registry.identity import current_actor
+from registry.loadtests import log_serving_record, serving_records
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -94,6 +95,10 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
     model = evidence.candidate
     weights = evidence.weights_sha256 or (evidence.records[0].weights_sha256 if evidence.records else "")
     revision = evidence.model_revision or (evidence.records[0].model_revision if evidence.records else "")
+    strays = [r for r in evidence.serving if r.weights_sha256 != weights]
+    if strays:  # refused before anything is written
+        raise RegistryError(f"{model}: a serving record measured weights {strays[0].weights_sha256[:12] or 'none'}, "
+                            f"the evidence is of {weights[:12] or 'none'}; not registered")
     tags = _identity_tags(model, revision, weights) | {model_tag("kind"): "evidence", model_tag("role"): evidence.role}
     run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
                             run_name=f"{model}@{revision or 'local'} evidence")
@@ -115,6 +120,9 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
         client.set_terminated(run_id, "FAILED")
         raise
     version = _version_for(registry, logged, run_id, run.info.artifact_uri)
+    # serving records that came with the evidence (measured before registering) are kept with its version
+    logged = replace(logged, serving=[log_serving_record(registry, replace(r, model=model, version=version, run_id=None))
+                                      for r in evidence.serving])
     retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
     return version, logged
 
@@ -199,7 +207,7 @@ def _model_card(evidence: CandidateEvidence) -> str:
         lines.append(f"- license: {evidence.license.expression} (tier {evidence.license.tier})")
     lines += [f"- {k}: {v}" for k, v in sorted(evidence.card.items())]
     lines += ["", "| task | config | accuracy | p95 s | peak MB | valid |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {r.peak_mem_mb:.0f} | {r.valid} |"
+    lines += [f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {'-' if r.peak_mem_mb is None else f'{r.peak_mem_mb:.0f}'} | {r.valid} |"
               for r in evidence.records]
     return "\n".join(lines) + "\n"
 
@@ -229,7 +237,10 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
         loaded[path] = json.loads(data)
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
-    return _evidence_from(summary, records), {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
+    evidence = _evidence_from(summary, records)
+    # what `unmask loadtest` measured of these weights, by concurrency
+    evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None))
+    return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
 def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str, Any]:
@@ -289,6 +300,8 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
     registry.set_version_tags(model, version, {
         model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
         model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at,
+        # of the gates that did not pass, those that lacked the evidence to judge (verdict inconclusive)
+        model_tag(f"gates.{stage}.inconclusive"): ",".join(r.gate for r in results if r.inconclusive),
         model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
         model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", "")})
 

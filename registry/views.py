@@ -69,8 +69,9 @@ def gate_board(registry: Registry) -> pd.DataFrame:
 
 
 def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.DataFrame:
-    """Every record of each model's current version, with its settings label, Pareto membership (per model,
-    task and generation length, validated records only) and the stages whose operating point it is."""
+    """Every record of each model's current version, with its settings label, sampling steps, Pareto membership
+    per x axis of QUALITY_AXES (per model, task and generation length, validated records only) and the stages
+    whose operating point it is."""
     policy = policy or dashboard_policy()
     frames = []
     for model in registry.model_names():
@@ -90,11 +91,21 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
     if not frames:
         return pd.DataFrame()
     points = pd.concat(frames, ignore_index=True)
-    points["pareto"] = False
-    for _, group in points[points.valid == True].groupby(["model", "task", "gen_length"]):  # noqa: E712 - None is not valid
-        front = pareto_front(list(zip(group.latency_p95_s, group.accuracy)))
-        points.loc[group.index[front], "pareto"] = True
+    # an AR model commits one token per step: its steps are its model calls
+    points["steps"] = [float(c.get("steps") or n) for c, n in zip(points.config, points.nfe)]
+    for axis, better in QUALITY_AXES.items():
+        column = "pareto" if axis == "latency_p95_s" else f"pareto_{axis}"
+        points[column] = False
+        validated = points[points.valid == True]  # noqa: E712 - None is not valid
+        for _, group in validated.groupby(["model", "task", "gen_length"]):
+            front = pareto_front(list(zip(group[axis] * (1 if better == "lower" else -1), group.accuracy)))
+            points.loc[group.index[front], column] = True
     return points
+
+
+# the x axes quality can be plotted against, and which way is better: the front of each is in `quality_latency`
+# as `pareto` (p95 latency) or `pareto_<axis>`
+QUALITY_AXES = {"latency_p95_s": "lower", "latency_p50_s": "lower", "steps": "lower", "tokens_per_forward": "higher"}
 
 
 INTEGRITY_COLUMNS = ["model", "version", "status", "detail"]

@@ -3,7 +3,7 @@ decoding), KV caches, speculative decoding, early exit and the ONNX Runtime back
 
 from sampler.config import SamplerConfig
 from sampler.generate import generate
-from sampler.output import CommitTrace, GenerateOutput, StepInfo
+from sampler.output import CommitTrace, FinalPrefix, GenerateOutput, StepInfo
 from sampler.proposal import NonFiniteLogitsError
 
-__all__ = ["CommitTrace", "GenerateOutput", "NonFiniteLogitsError", "SamplerConfig", "StepInfo", "generate"]
+__all__ = ["CommitTrace", "FinalPrefix", "GenerateOutput", "NonFiniteLogitsError", "SamplerConfig", "StepInfo", "generate"]

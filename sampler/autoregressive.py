@@ -14,6 +14,7 @@ from sampler.config import SamplerConfig
 from sampler.generate import check_inputs, make_generator
 from sampler.output import AutoregressiveStats, GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import add_gumbel_noise, check_logits
+from sampler.rng import RowGenerators
 
 
 def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_length: int, last: bool) -> StepInfo:
@@ -46,16 +47,18 @@ def generate_autoregressive(
     config: SamplerConfig,
     attention_mask: torch.Tensor | None = None,
     on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
 ) -> GenerateOutput:
     """Decode up to `config.gen_length` tokens after `input_ids` `(batch, prompt_len)`, left-padded
     rows marked by `attention_mask`; stops once every row has produced EOS (or EoT). `on_step`
-    receives a StepInfo per token; it does not change the output."""
+    receives a StepInfo per token; it does not change the output. `row_seeds` (one per row) gives
+    each row its own generator, so a sampled row decodes as it would alone with that seed."""
     check_inputs(input_ids, config, attention_mask)
     B, P = input_ids.shape
     device = input_ids.device
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    generator = make_generator(config.seed, device)
+    generator = make_generator(config.seed, device) if row_seeds is None else RowGenerators(row_seeds, [0] * B, device)
     stop_ids = torch.tensor([config.eos_id] + ([config.eot_id] if config.eot_id is not None else []), device=device)
     out = torch.full((B, config.gen_length), config.eos_id, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)

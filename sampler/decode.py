@@ -25,14 +25,15 @@ class DecodeError(ValueError):
 
 
 def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
-                            on_step: StepCallback | None = None) -> GenerateOutput:
+                            on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """LLaDA-style models: the sampler with this model's own mask id."""
     if config.mask_id != handle.mask_id:
         raise DecodeError(
             f"SamplerConfig.mask_id={config.mask_id} but {handle.entry_id} masks with {handle.mask_id}; "
             f"build the config with handle.sampler_ids()"
         )
-    return generate(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step)
+    return generate(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step,
+                    row_seeds=row_seeds)
 
 
 def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None,
@@ -43,13 +44,17 @@ def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None,
 
 
 def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
-                          on_step: StepCallback | None = None) -> GenerateOutput:
+                          on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
     cached `generate` for a Hugging Face causal LM."""
     if isinstance(handle.model, LLaDAModelLM):
         from sampler.autoregressive import generate_autoregressive
 
-        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step)
+        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step,
+                                       row_seeds=row_seeds)
+    if row_seeds is not None:
+        raise DecodeError(f"{handle.entry_id}: transformers' generate draws from one global generator; "
+                          "per-row seeds are not supported")
     return decode_causal_lm(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)
 
 
@@ -91,6 +96,35 @@ def decode_api(adapter: Any, input_ids, config, attention_mask=None, on_step: St
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
 
+# No tokenizer packs more characters than this into one token of ordinary text: a prompt longer than
+# this many characters per position of the context cannot fit, and is refused before it is tokenised.
+CHARS_PER_TOKEN_BOUND = 16
+
+
+def context_length(handle: Any) -> int | None:
+    """The longest canvas (prompt + generated positions) the model was trained on; None when it does not say."""
+    config = getattr(getattr(handle, "model", None), "config", None)
+    return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
+
+
+def check_prompt_text(handle: Any, text: str) -> None:
+    """Refuse, without tokenising it, a prompt too long for the context whatever the tokenizer does."""
+    limit = context_length(handle)
+    if limit and len(text) > CHARS_PER_TOKEN_BOUND * limit:
+        raise DecodeError(f"the prompt has {len(text)} characters; {getattr(handle, 'entry_id', 'the model')}'s "
+                          f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt")
+
+
+def check_fits(handle: Any, prompt_length: int, gen_length: int) -> None:
+    """Prompt and generated positions must fit in the model's context (beyond it RoPE extrapolates, or
+    a learned position table has no row: garbage or an IndexError, never a measurement)."""
+    limit = context_length(handle)
+    if limit and prompt_length + gen_length > limit:
+        raise DecodeError(f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
+                          f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
+                          f"shorten the prompt or lower gen_length")
+
+
 DECODERS: dict[str, Callable[..., GenerateOutput]] = {
     "masked-diffusion": decode_masked_diffusion,
     "block-diffusion": decode_block_diffusion,
@@ -99,13 +133,21 @@ DECODERS: dict[str, Callable[..., GenerateOutput]] = {
 }
 
 
+def row_seeded(handle: Any) -> bool:
+    """Whether `decode(..., row_seeds=...)` can give each row of a batch of `handle` its own generator."""
+    return handle.kind == "masked-diffusion" or (handle.kind == "autoregressive"
+                                                 and isinstance(getattr(handle, "model", None), LLaDAModelLM))
+
+
 def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
-           on_step: StepCallback | None = None) -> GenerateOutput:
+           on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
     All kinds return the same `GenerateOutput` layout; `on_step` is told each decoding step (a
     `sampler.output.StepInfo`) and never changes the output. `config` is a SamplerConfig (a block-diffusion
     model turns it into its effective block config) or, for block diffusion, a BlockDiffusionConfig.
+    `row_seeds` (where `row_seeded(handle)`): one seed per row in place of `config.seed`, so a sampled
+    row decodes as it would alone.
     """
     try:
         decoder = DECODERS[handle.kind]
@@ -114,4 +156,13 @@ def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.T
     if handle.kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
         raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
                           f"{handle.kind} models decode with torch")
+    if handle.kind != "api":
+        check_fits(handle, input_ids.shape[1], config.gen_length)
+    if row_seeds is not None:
+        if not row_seeded(handle):
+            raise DecodeError(f"{handle.kind} decoding of {getattr(handle, 'entry_id', handle.kind)} cannot take "
+                              "per-row seeds")
+        if len(row_seeds) != input_ids.shape[0]:
+            raise DecodeError(f"row_seeds: {len(row_seeds)} seeds for {input_ids.shape[0]} rows")
+        return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds)
     return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)

@@ -23,6 +23,7 @@ EffectiveConfig = Union[SamplerConfig, BlockDiffusionConfig]
 SETTINGS_READ: dict[str, frozenset[str]] = {
     "autoregressive": frozenset({"gen_length", "temperature", "seed"}),
     "block-diffusion": frozenset({"gen_length", "steps", "seed"}),
+    "api": frozenset({"gen_length", "temperature"}),  # max_tokens and temperature of an OpenAI-compatible request
 }
 # Catalog decoding defaults the block sampler takes in place of SamplerConfig fields.
 BLOCK_DEFAULTS = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")

@@ -23,6 +23,7 @@ from sampler.early_exit import EarlyExit, early_exit_rule
 from sampler.output import GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
+from sampler.rng import RowGenerators, left_pads
 
 
 class Denoiser(Protocol):
@@ -109,7 +110,10 @@ class BlockDecoder:
         start, end = self.bounds(state.block)
         check_logits(window.logits, f"block {state.block} step {state.step}")
         mask_index = x == cfg.mask_id
-        x0_w, conf_w = propose(window.logits, cfg, self.policy, self.generator)
+        generator = self.generator
+        if isinstance(generator, RowGenerators):  # rows whose block has no mask left wait without drawing
+            generator = generator.at(window.lo, mask_index[:, start:end].any(dim=1).tolist())
+        x0_w, conf_w = propose(window.logits, cfg, self.policy, generator)
         lo, hi = window.lo, window.lo + window.logits.shape[1]
         x0, confidence = x.clone(), torch.full(x.shape, -torch.inf, dtype=conf_w.dtype, device=x.device)
         x0[:, lo:hi], confidence[:, lo:hi] = x0_w, conf_w
@@ -177,12 +181,15 @@ def generate(
     config: SamplerConfig,
     attention_mask: torch.Tensor | None = None,
     on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
 ) -> GenerateOutput:
     """Fill `config.gen_length` masked positions after `input_ids` `(batch, prompt_len)`, block by block.
 
     Masks inside the prompt (infilling) are decoded too, as in the reference: they compete with
     the current block's masks for each step's commits. `on_step` receives a `StepInfo` after every
     step decoding keeps (never a rejected speculative draft); it does not change the output.
+    `row_seeds` (one per row) gives each row its own generator in place of `config.seed`'s one for
+    the batch, so a sampled row decodes as it would alone with `seed=row_seeds[row]`.
     """
     check_inputs(input_ids, config, attention_mask)
     device = input_ids.device
@@ -196,7 +203,12 @@ def generate(
     call = ModelCall(denoiser, attention_mask, prompt_index, config)
     source = logits_source(config, call, P)
     exit_rule = early_exit_rule(config)
-    decoder = BlockDecoder(config, P, make_generator(config.seed, device), exit_rule, on_step)
+    if row_seeds is None:
+        generator = make_generator(config.seed, device)
+    else:
+        generator = RowGenerators(row_seeds, left_pads(None if attention_mask is None else attention_mask[:, :P], B),
+                                  device)
+    decoder = BlockDecoder(config, P, generator, exit_rule, on_step)
     calls = CallCounter()
     drive = decode_plain
     if config.speculative_draft:

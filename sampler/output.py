@@ -59,6 +59,42 @@ class CommitTrace:
         return self.steps[:, prompt_length:].tolist()
 
 
+class FinalPrefix:
+    """An `on_step` callback that tells, per row, how many generated tokens no later step can change.
+
+    On a masked-diffusion canvas (`canvas=True`, `sequences` is the whole `prompt_len + gen_length`)
+    a position is final once its block is done, short of a position still masked (a later step may
+    fill it); with no mask left anywhere, everything is. The growing decoders (autoregressive, block
+    diffusion) report only committed tokens, so all of `sequences` after the prompt is final.
+    `on_final(info, lengths)` hears each finished block (canvas) or each step (growing decoders), with
+    the per-row final lengths (never shrinking); it may raise to stop the decode.
+    """
+
+    def __init__(self, prompt_length: int, block_length: int, mask_id: int | None, canvas: bool,
+                 on_final: Callable[[StepInfo, list[int]], None]):
+        self.P, self.block_length, self.mask_id, self.canvas = prompt_length, block_length, mask_id, canvas
+        self.on_final = on_final
+        self.lengths: list[int] | None = None
+
+    def __call__(self, info: StepInfo) -> None:
+        generated = info.sequences[:, self.P :]  # (B, generated so far)
+        if not self.canvas:
+            lengths = [generated.shape[1]] * generated.shape[0]
+        elif not info.block_done:
+            return
+        else:
+            masked = generated == self.mask_id  # (B, gen_length)
+            end = generated.shape[1] if not bool(masked.any()) else min((info.block + 1) * self.block_length,
+                                                                             generated.shape[1])
+            head = masked[:, :end]
+            first_mask = torch.where(head.any(dim=1), head.int().argmax(dim=1), end)  # (B,)
+            lengths = first_mask.tolist()
+        if self.lengths is not None:
+            lengths = [max(a, b) for a, b in zip(lengths, self.lengths)]
+        self.lengths = lengths
+        self.on_final(info, lengths)
+
+
 @dataclass(frozen=True)
 class SpeculativeStats:
     """Steps drafted from a guess of the logits, and how many of them the verifying call confirmed."""

@@ -6,6 +6,7 @@ import torch
 
 from sampler.config import SamplerConfig
 from sampler.remasking import RemaskingPolicy
+from sampler.rng import RowGenerators, uniform
 
 
 class NonFiniteLogitsError(FloatingPointError):
@@ -22,17 +23,19 @@ def check_logits(logits: torch.Tensor, where: str) -> None:
         )
 
 
-def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+def add_gumbel_noise(logits: torch.Tensor, temperature: float,
+                     generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
     """Gumbel-max in float64: exp(logits) / (-log U) ** temperature; identity at temperature 0."""
     if temperature == 0:
         return logits
     logits = logits.to(torch.float64)
-    noise = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
+    noise = uniform(logits.shape, torch.float64, logits.device, generator)
     return logits.exp() / (-torch.log(noise)) ** temperature
 
 
 def propose(
-    logits: torch.Tensor, config: SamplerConfig, policy: RemaskingPolicy, generator: torch.Generator | None
+    logits: torch.Tensor, config: SamplerConfig, policy: RemaskingPolicy,
+    generator: torch.Generator | RowGenerators | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Proposed tokens `x0` and their confidence, both `(batch, seq)`.
 

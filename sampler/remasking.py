@@ -11,6 +11,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from sampler.rng import uniform
+
 
 class RemaskingPolicy(Protocol):
     def confidence(self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -30,11 +32,12 @@ class RandomRemasking:
     """Uniform float32 noise, drawn after the Gumbel noise (the reference's order)."""
 
     # One stream of draws over the whole `(batch, seq)` canvas, as the reference draws it: a row's
-    # order depends on what it is batched with. Policies without this attribute are batch-invariant.
+    # order depends on what it is batched with (unless each row has its own: sampler/rng.py).
+    # Policies without this attribute are batch-invariant.
     batch_invariant = False
 
     def confidence(self, logits, x0, generator):
-        return torch.rand(x0.shape, device=x0.device, generator=generator)
+        return uniform(x0.shape, None, x0.device, generator)
 
 
 class MarginRemasking:

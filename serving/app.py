@@ -17,22 +17,31 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from models.adapters.base import AdapterError
+from sampler.config import SamplerConfig
+from sampler.decode import row_seeded
 from serving import errors
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
 from serving.metrics import ServingMetrics
+from serving.outcome import Outcome
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
-from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling
+from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling, StreamOptions
+from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 
 log = logging.getLogger("unmask.serve")
 
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}  # metric label per path
-NOT_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is decoded alone: a batch shares one "
-               "random generator, so a row's draws would depend on its neighbours")
+STREAMING = ("stream=true sends server-sent events in OpenAI's chunk format; masked diffusion sends each block's "
+             "text once the block is final (never text a later step may change), autoregressive models each token")
+BATCHED = "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by effective config"
+SAMPLED_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
+                   "row, seeded by its request's seed, so each row draws what it would draw alone")
+NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate), or "
+               "without a seed, is decoded alone: a row's draws would depend on its neighbours")
 
 
 @dataclass
@@ -100,50 +109,43 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return model_card(route, settings) | ({"id": name} if name != route.name else {})
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> JSONResponse:
+    async def completions(body: CompletionRequest, request: Request) -> Response:
         return await answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> JSONResponse:
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         return await answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
                             body.requested_tokens())
 
     async def answer(request: Request, endpoint: str, body: Sampling, prompt_of,
-                     max_tokens: int | None) -> JSONResponse:
-        arrived = time.monotonic()
-        route: Route | None = None
-        entry: dict[str, Any] = {"endpoint": endpoint, "alias": body.model}
+                     max_tokens: int | None) -> Response:
+        outcome = Outcome(metrics, requests_log, endpoint, body.model, body.stream)
+        streaming = False
         try:
             route = resolve(body.model)
-            entry |= {"alias": route.name, "model": route.version.model, "version": route.version.version,
-                      "weights_sha256": route.version.weights_sha256}
-            response, facts = await decode_one(request, route, body, prompt_of(route), max_tokens, endpoint)
-            entry |= facts | {"status": 200}
-            labels = (route.name, route.version.model, route.version.version)
-            metrics.requests.labels(*labels, endpoint, "200").inc()
-            metrics.latency.labels(*labels).observe(time.monotonic() - arrived)
-            metrics.queue_wait.labels(*labels).observe(facts["queue_s"])
-            metrics.prompt_tokens.labels(*labels).inc(facts["prompt_tokens"])
-            metrics.completion_tokens.labels(*labels).inc(facts["completion_tokens"])
-            metrics.nfe.labels(*labels).inc(facts["nfe"])
+            outcome.resolved(route)
+            job = submit(route, body, prompt_of(route), max_tokens, endpoint)
+            if body.stream:
+                response = await start_stream(request, job, outcome)
+                streaming = True  # the stream records its own outcome when it ends
+                return response
+            decoded = await until(request, job.future, job.future, settings.request_timeout_s - outcome.elapsed(),
+                                  settings.request_timeout_s)
+            response, facts, _ = finished(job, decoded, ttfb_s=outcome.elapsed())
+            outcome.answered(facts)
             return JSONResponse(response)
         except RequestError as e:
-            entry |= {"status": e.status, "error": e.message}
-            alias = route.name if route else "unknown"
-            metrics.errors.labels(alias, endpoint, str(e.status), e.code).inc()
-            if route:
-                metrics.requests.labels(route.name, route.version.model, route.version.version, endpoint,
-                                        str(e.status)).inc()
+            outcome.refused(e)
             raise
         except Exception as e:
-            entry |= {"status": 500, "error": f"{type(e).__name__}: {e}"}
-            metrics.errors.labels(route.name if route else "unknown", endpoint, "500", "server_error").inc()
+            outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
             log.exception("%s request failed", endpoint)
-            raise
+            # answered here, not raised: an exception that reaches uvicorn closes the client's keep-alive connection
+            return errors.server_fault(e)
         finally:
-            if requests_log:
-                requests_log.append(row(**entry, latency_s=time.monotonic() - arrived))
+            if not streaming:
+                outcome.close()
 
     def resolve(name: str) -> Route:
         if not pool.ready:
@@ -156,8 +158,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                                f"{', '.join(pool.served())} (or the registered model one of them points at)",
                                404, "model_not_found") from None
 
-    async def decode_one(request: Request, route: Route, body: Sampling, prompt: str, max_tokens: int | None,
-                         endpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def submit(route: Route, body: Sampling, prompt: str, max_tokens: int | None, endpoint: str) -> Submitted:
+        """Check the prompt and settings against the limits and queue the request; RequestError names the field."""
         field = "prompt" if endpoint == "completions" else "messages"
         limits, handle = settings.limits, route.loaded.handle
         if len(prompt) > limits.max_prompt_chars:
@@ -178,56 +180,150 @@ def create_app(settings: ServeSettings) -> FastAPI:
         if context and len(ids) + config.gen_length > context:
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
                                f"{route.version.model}'s context of {context}")
-        key = batch_key(config)
+        key = batch_key(config, row_seeded(handle))
+        feed = RowFeed() if body.stream else None
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
-            future = route.loaded.batcher.submit(ids, config, key)
+            future = route.loaded.batcher.submit(ids, config, key, on_tokens=feed.put if feed else None)
         except Draining:
             raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
         except QueueFull as e:
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        decoded = await wait_for_answer(request, future, settings.request_timeout_s)
-        choice = choice_of(handle, decoded.generated, keep, body.stops())
-        usage = {"prompt_tokens": len(ids), "completion_tokens": choice["completion_tokens"],
-                 "total_tokens": len(ids) + choice["completion_tokens"]}
-        v = route.version
-        facts = {"config_hash": config.hash(), "queue_s": decoded.queue_s, "prompt_tokens": len(ids),
-                 "completion_tokens": choice["completion_tokens"], "nfe": decoded.nfe, "batch_size": decoded.batch_size}
-        extension = {"alias": route.name, "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256,
-                     "config_hash": config.hash(), "config_source": route.base_source, "batched": key is not None,
+        if feed:
+            feed.future = future
+        echo = prompt if getattr(body, "echo", False) else ""
+        return Submitted(endpoint, route, prompt, echo, ids, config, keep, key, body.stops(), future, feed,
+                         body.stream_options)
+
+    def finished(job: Submitted, decoded, ttfb_s: float) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(the non-streamed response body, the facts the log and metrics keep, the parts a stream sends:
+        choice, usage, extension) of a decoded request."""
+        handle, v = job.route.loaded.handle, job.route.version
+        choice = choice_of(handle, decoded.generated, job.keep, job.stops)
+        usage = {"prompt_tokens": len(job.ids), "completion_tokens": choice["completion_tokens"],
+                 "total_tokens": len(job.ids) + choice["completion_tokens"]}
+        first_block = None if decoded.first_block_s is None else round(decoded.first_block_s, 6)
+        facts = {"config_hash": job.config.hash(), "queue_s": decoded.queue_s, "prompt_tokens": len(job.ids),
+                 "completion_tokens": choice["completion_tokens"], "nfe": decoded.nfe,
+                 "batch_size": decoded.batch_size, "first_block_s": decoded.first_block_s}
+        extension = {"alias": job.route.name, "model": v.model, "version": v.version,
+                     "weights_sha256": v.weights_sha256, "config_hash": job.config.hash(),
+                     "config_source": job.route.base_source, "batched": job.key is not None,
                      "batch_size": decoded.batch_size, "nfe": decoded.nfe, "queue_s": round(decoded.queue_s, 6),
-                     "decode_s": round(decoded.decode_s, 6)}
-        common = {"created": int(time.time()), "model": v.model,
-                  "system_fingerprint": f"{v.model}/{v.version}@{v.weights_sha256[:12]}", "usage": usage,
-                  "unmask": extension}
-        if endpoint == "completions":
-            text = prompt + choice["text"] if getattr(body, "echo", False) else choice["text"]
+                     "decode_s": round(decoded.decode_s, 6), "ttfb_s": round(ttfb_s, 6), "first_block_s": first_block,
+                     "stream": job.feed is not None}
+        parts = {"choice": choice, "usage": usage, "extension": extension}
+        common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
+                  "usage": usage, "unmask": extension}
+        if job.endpoint == "completions":
             return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", **common,
-                    "choices": [{"index": 0, "text": text, "finish_reason": choice["finish_reason"],
-                                 "logprobs": None}]}, facts
+                    "choices": [{"index": 0, "text": job.echo + choice["text"],
+                                 "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts, parts
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", **common,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
-                             "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts
+                             "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts, parts
+
+    async def start_stream(request: Request, job: Submitted, outcome: Outcome) -> StreamingResponse:
+        """Wait for the first final tokens (until then every failure is a plain JSON error), then stream."""
+        first = await until(request, job.feed.next(), job.future, settings.request_timeout_s - outcome.elapsed(),
+                            settings.request_timeout_s)
+        if first is None and job.future.exception() is not None:
+            raise job.future.exception()  # the model failed before a byte went out: a JSON 500
+        v = job.route.version
+        chunks = Chunks(job.endpoint, f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+                        int(time.time()), v.model, fingerprint(v))
+        text = CommittedText(job.route.loaded.handle, job.keep, job.stops)
+        include_usage = bool(job.stream_options and job.stream_options.include_usage)
+
+        async def events():
+            try:
+                outcome.first_byte()
+                yield event(chunks.opening())
+                if job.echo:
+                    yield event(chunks.text(job.echo))
+                tokens = first
+                while tokens is not None:
+                    delta = text.add(tokens)
+                    if delta:
+                        yield event(chunks.text(delta))
+                    left = settings.request_timeout_s - outcome.elapsed()
+                    tokens = await asyncio.wait_for(job.feed.next(), max(left, 0.0))
+                decoded = job.future.result()
+                _, facts, parts = finished(job, decoded, ttfb_s=outcome.ttfb_s)
+                rest = text.finish(parts["choice"]["text"])
+                outcome.answered(facts)  # complete: a client that leaves during the last sends is not a 499
+                if rest:
+                    yield event(chunks.text(rest))
+                yield event(chunks.finish(parts["choice"]["finish_reason"], parts["extension"]))
+                if include_usage:
+                    yield event(chunks.usage(parts["usage"]))
+                yield DONE
+            except asyncio.TimeoutError:
+                message = f"no complete answer within {settings.request_timeout_s:g} s"
+                log.error("%s stream ended early: %s", job.endpoint, message)
+                outcome.failed(504, "timeout", message)
+                yield event(errors.error_body(504, message, None, "timeout"))
+                yield DONE
+            except Exception as e:  # noqa: BLE001 - after the first byte, an error can only be told in the stream
+                log.exception("%s stream failed after its first byte", job.endpoint)
+                outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
+                yield event(errors.error_body(500, f"the server failed on this request ({type(e).__name__}) after "
+                                                   "streaming began; it keeps serving", None, "server_error"))
+                yield DONE
+            finally:
+                if not job.future.done():  # hung up or failed mid-stream: free the slot (a lone batch stops)
+                    job.future.cancel()
+                if not outcome.recorded:
+                    outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return app
 
 
-async def wait_for_answer(request: Request, future: asyncio.Future, timeout_s: float):
-    """The batcher's answer; a client that hangs up, or a timeout, cancels the request and frees its slot."""
+async def until(request: Request, awaitable, future: asyncio.Future, timeout_s: float, limit_s: float):
+    """`awaitable`'s result; a client that hangs up, or `timeout_s` (what is left of the request's `limit_s`)
+    passing, cancels the request (`future`) and frees its slot."""
     async def hung_up() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
+    waited = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(hung_up())
     try:
-        done, _ = await asyncio.wait({future, watcher}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({waited, watcher}, timeout=max(timeout_s, 0.0),
+                                     return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-    if future in done:
-        return future.result()
-    future.cancel()  # still queued: the batcher skips it; already decoding: its row is dropped
+    if waited in done:
+        return waited.result()
+    waited.cancel()
+    future.cancel()  # still queued: the batcher skips it; already decoding: its row is dropped (a lone batch stops)
     if watcher in done:
         raise RequestError(None, "the client closed the connection before the answer", 499, "client_closed")
-    raise RequestError(None, f"no answer within {timeout_s:g} s", 504, "timeout")
+    raise RequestError(None, f"no answer within {limit_s:g} s", 504, "timeout")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A queued request: what decodes it, how its answer is cut, and where its final tokens arrive."""
+
+    endpoint: str
+    route: Route
+    prompt: str
+    echo: str  # the prompt when the request asked for it back (completions' `echo`), else ''
+    ids: list[int]
+    config: SamplerConfig
+    keep: int  # tokens the answer may keep (the canvas is whole blocks)
+    key: str | None  # the batch key; None: decoded alone
+    stops: list[str]
+    future: asyncio.Future
+    feed: RowFeed | None  # streamed requests only
+    stream_options: StreamOptions | None = None
+
+
+def fingerprint(v) -> str:
+    return f"{v.model}/{v.version}@{v.weights_sha256[:12]}"
 
 
 def unknown_id(handle: Any) -> int | None:
@@ -244,9 +340,9 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
         "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256, "kind": route.loaded.handle.kind,
         "stage": v.stage, "config": route.base.to_dict(), "config_hash": route.base.hash(),
         "config_source": route.base_source, "operating_config_hash": v.operating_config_hash,
-        "chat_template": route.loaded.chat.source,
+        "chat_template": route.loaded.chat.source, "streaming": STREAMING,
         "batching": {"max_batch": pool.max_batch, "window_ms": pool.batch_window_s * 1000,
-                     "batched": "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by "
-                                "effective config", "not_batched": NOT_BATCHED},
+                     "batched": BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else ""),
+                     "not_batched": NOT_BATCHED},
         "limits": {"max_tokens": settings.limits.max_tokens, "max_prompt_tokens": settings.limits.max_prompt_tokens,
                    "context": route.loaded.context}}}

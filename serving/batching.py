@@ -3,9 +3,14 @@
 Each loaded version has one `Batcher`: a bounded queue and one worker task on the server's event
 loop. The worker takes the oldest request, waits up to `window_s` (from that request's arrival) for
 more with the same batch key (`serving.decoding.batch_key`: the same effective SamplerConfig, and a
-deterministic one), left-pads up to `max_batch` prompts and decodes them in the version's own
+deterministic one or, for sampled decoding, one that differs only in its seed: each row then gets
+its own generator, seeded by its request), left-pads up to `max_batch` prompts and decodes them in the version's own
 thread. The sampler is batch invariant under left padding, so each row is what it would have been
 alone; a request whose key is None (sampled decoding) always decodes alone.
+
+While a batch decodes, the sampler's `on_step` reports each step: the worker notes when each row's
+first block was final, hands a streamed request its row's newly final tokens (`Job.on_tokens`, on
+the event loop), and stops the decode once every request of the batch is gone (hung up, timed out).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import torch
 from evals.quality import left_pad, padding_id
 from sampler.config import SamplerConfig
 from sampler.decode import decode
+from sampler.output import FinalPrefix, StepCallback, StepInfo
+from serving.decoding import is_deterministic
 
 
 log = logging.getLogger("unmask.serve")
@@ -36,6 +43,10 @@ class Draining(RuntimeError):
     """The version stopped taking requests (an alias moved away from it); resolve the name again."""
 
 
+class Abandoned(RuntimeError):
+    """Raised from `on_step` to stop a batch whose every request is gone: nobody reads its rows."""
+
+
 @dataclass
 class Job:
     prompt_ids: list[int]
@@ -43,6 +54,8 @@ class Job:
     key: str | None  # None: decode alone
     future: asyncio.Future
     arrived: float = field(default_factory=time.monotonic)
+    on_tokens: Callable[[list[int]], None] | None = None  # streamed: hears its newly final tokens, on the loop
+    first_block: float | None = None  # monotonic time its first block (AR: token) was final
 
 
 @dataclass(frozen=True)
@@ -54,15 +67,54 @@ class Decoded:
     batch_size: int
     queue_s: float
     decode_s: float
+    first_block_s: float | None = None  # from arrival until its first block (AR: first token) was final
 
 
-def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
-    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch)."""
+def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]],
+                on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> tuple[list[list[int]], int]:
+    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch).
+
+    `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
+    """
     ids, mask = left_pad(prompts, padding_id(handle))
     device = next(handle.model.parameters()).device
     with torch.inference_mode():
-        out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+        out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
+                     on_step=on_step, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
+
+
+def watch_rows(handle: Any, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop) -> StepCallback:
+    """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens, abandonment."""
+    prompt_length = max(len(job.prompt_ids) for job in group)  # left padding: every row's generation starts here
+    sent = [0] * len(group)
+
+    def on_final(info: StepInfo, lengths: list[int]) -> None:
+        now, deliveries = time.monotonic(), []
+        for row, (job, length) in enumerate(zip(group, lengths)):
+            if job.first_block is None:
+                job.first_block = now
+            if length > sent[row] and job.on_tokens is not None and not job.future.done():
+                tokens = info.sequences[row, prompt_length + sent[row] : prompt_length + length].tolist()
+                deliveries.append((job.on_tokens, tokens))
+            sent[row] = max(sent[row], length)
+        if deliveries:  # in order, before the batch's results: the loop runs callbacks first in, first out
+            loop.call_soon_threadsafe(_deliver, deliveries)
+
+    prefix = FinalPrefix(prompt_length, config.block_length, config.mask_id, handle.kind == "masked-diffusion",
+                         on_final)
+
+    def on_step(info: StepInfo) -> None:
+        if all(job.future.done() for job in group):  # every request hung up or timed out: stop computing for nobody
+            raise Abandoned(f"all {len(group)} requests of the batch are gone")
+        prefix(info)
+
+    return on_step
+
+
+def _deliver(deliveries: list[tuple[Callable[[list[int]], None], list[int]]]) -> None:
+    for on_tokens, tokens in deliveries:
+        on_tokens(tokens)
 
 
 def _report_crash(task: asyncio.Task) -> None:
@@ -91,8 +143,12 @@ class Batcher:
         self._task: asyncio.Task | None = None
 
     # the request side -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None) -> asyncio.Future:
-        """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once."""
+    def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
+               on_tokens: Callable[[list[int]], None] | None = None) -> asyncio.Future:
+        """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
+
+        `on_tokens` (a streamed request) hears, on the event loop, each run of its tokens that became final.
+        """
         if self._closing:
             raise Draining("this version is draining")
         if self.load >= self.max_pending:
@@ -100,7 +156,7 @@ class Batcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._work())
             self._task.add_done_callback(_report_crash)
-        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future())
+        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens)
         self._pending.append(job)
         self._depth_changed()
         self._wake.set()
@@ -139,9 +195,14 @@ class Batcher:
             self._running = len(group)
             self._depth_changed()
             started = time.monotonic()
+            config = group[0].config
+            seeds = None if group[0].key is None or is_deterministic(config) else [j.config.seed for j in group]
             try:
                 rows, nfe = await loop.run_in_executor(
-                    self._executor, decode_rows, self.handle, group[0].config, [j.prompt_ids for j in group])
+                    self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],
+                    watch_rows(self.handle, config, group, loop), seeds)
+            except Abandoned as e:
+                log.info("stopped a batch early: %s", e)
             except Exception as e:  # the model failed on this batch: each of its requests hears why
                 for job in group:
                     if not job.future.done():
@@ -150,7 +211,8 @@ class Batcher:
                 took = time.monotonic() - started
                 for job, generated in zip(group, rows):
                     if not job.future.done():  # a request that timed out meanwhile is not answered
-                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took))
+                        first = None if job.first_block is None else job.first_block - job.arrived
+                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took, first))
                 self._on_batch(len(group))
             finally:
                 self._running = 0

@@ -110,13 +110,19 @@ def is_deterministic(config: SamplerConfig) -> bool:
     return config.temperature == 0 and config.remasking != "random"
 
 
-def batch_key(config: SamplerConfig) -> str | None:
+def batch_key(config: SamplerConfig, row_seeded: bool = False) -> str | None:
     """Requests with equal keys may share a batch; None: decode alone.
 
-    A sampled decode draws from one generator per batch, so a row's draws would depend on its
-    neighbours: such requests are never batched, which keeps every answer independent of the batch.
+    A sampled decode shares a batch only where the decoder gives each row its own generator
+    (`row_seeded`, `sampler.decode.row_seeded`): then requests that differ only in their seed batch,
+    each row drawing from its own seed as it would alone. Otherwise one generator serves the whole
+    batch, a row's draws would depend on its neighbours, and a sampled request decodes alone.
     """
-    return config.hash() if is_deterministic(config) else None
+    if is_deterministic(config):
+        return config.hash()
+    if row_seeded and config.seed is not None:
+        return "row-seeded-" + config.with_(seed=0).hash()
+    return None
 
 
 def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:

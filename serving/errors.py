@@ -20,10 +20,20 @@ TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_req
          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout"}
 
 
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object; also what a stream sends when it fails after its first byte."""
+    return {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
+
+
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+def server_fault(exc: BaseException) -> JSONResponse:
+    """The 500 of our own fault: its type, never its message (which may hold internals)."""
+    return error_response(500, f"the server failed on this request ({type(exc).__name__}); it keeps serving",
+                          None, "server_error")
 
 
 def field_of(loc: tuple[Any, ...]) -> str:
@@ -66,8 +76,7 @@ def install(app: FastAPI, count: Callable[[str, int, str, str], None]) -> None:
 
     @app.exception_handler(Exception)
     async def fault(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(500, f"the server failed on this request ({type(exc).__name__}); it keeps serving",
-                              None, "server_error")
+        return server_fault(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

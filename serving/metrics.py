@@ -28,6 +28,11 @@ class ServingMetrics:
                               ("alias", "endpoint", "status", "code"), registry=r)
         self.latency = Histogram("unmask_request_latency_seconds", "Time from arrival to answer (successful requests)",
                                  SERVED, buckets=LATENCY_BUCKETS, registry=r)
+        self.ttfb = Histogram("unmask_ttfb_seconds", "Time from arrival to the answer's first byte (non-streamed: the "
+                              "latency), successful requests", (*SERVED, "stream"), buckets=LATENCY_BUCKETS, registry=r)
+        self.first_block = Histogram("unmask_first_block_seconds", "Time from arrival until the answer's first block "
+                                     "(autoregressive: first token) was final", (*SERVED, "stream"),
+                                     buckets=LATENCY_BUCKETS, registry=r)
         self.queue_wait = Histogram("unmask_queue_wait_seconds", "Time a request waited for its batch to start",
                                     SERVED, buckets=LATENCY_BUCKETS, registry=r)
         self.prompt_tokens = Counter("unmask_prompt_tokens", "Prompt tokens decoded", SERVED, registry=r)

@@ -22,6 +22,7 @@ from registry.connection import RegistryError
 from registry.serving import ServedVersion
 from registry.store import Registry
 from sampler.config import SamplerConfig
+from sampler.decode import context_length
 from serving.batching import Batcher, decode_rows
 from serving.chat import ChatTemplate, chat_template
 from serving.decoding import SERVED_KINDS, operating_config
@@ -81,11 +82,6 @@ def warm(handle: Any, config: SamplerConfig) -> None:
     """One decode at the operating point, so the first request does not pay for lazy initialisation."""
     prompt = handle.encode("1 + 1") or [handle.eos_id or 0]
     decode_rows(handle, config, [prompt])
-
-
-def context_of(handle: Any) -> int | None:
-    config = getattr(handle.model, "config", None)
-    return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
 
 
 @dataclass
@@ -188,7 +184,7 @@ class ModelPool:
 
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
                           on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}")
-        loaded = Loaded(key, handle, chat_template(handle.path), batcher, context_of(handle))
+        loaded = Loaded(key, handle, chat_template(handle.path), batcher, context_length(handle))
         self.loaded[key] = loaded
         return loaded
 

@@ -25,6 +25,8 @@ SCHEMA = pa.schema([
     ("status", pa.int32()), ("error", pa.string()), ("latency_s", pa.float64()), ("queue_s", pa.float64()),
     ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()), ("nfe", pa.int32()),
     ("batch_size", pa.int32()),
+    # streaming and time to first byte / first final block (non-streamed: ttfb_s is the latency)
+    ("stream", pa.bool_()), ("ttfb_s", pa.float64()), ("first_block_s", pa.float64()),
 ])
 
 

@@ -55,6 +55,10 @@ class UnmaskOptions(Strict):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class StreamOptions(Strict):
+    include_usage: StrictBool = False  # a last chunk, before [DONE], with the usage and no choices
+
+
 class Sampling(Strict):
     """Fields both endpoints share."""
 
@@ -64,7 +68,8 @@ class Sampling(Strict):
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
     stop: str | list[str] | None = None
     n: StrictInt = Field(1, ge=1, le=1)  # one choice per request: batching is the server's job, not the client's
-    stream: StrictBool = False
+    stream: StrictBool = False  # server-sent events: committed text as it becomes final (serving/streaming.py)
+    stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256)
     unmask: UnmaskOptions | None = None
 
@@ -78,11 +83,11 @@ class Sampling(Strict):
             raise ValueError("stop sequences must not be empty")
         return stops
 
-    @field_validator("stream")
+    @field_validator("stream_options")
     @classmethod
-    def _no_stream(cls, value):
-        if value:
-            raise ValueError("streaming is not served yet; send stream=false")
+    def _only_when_streaming(cls, value, info):
+        if value is not None and not info.data.get("stream"):
+            raise ValueError("stream_options is only read when stream is true")
         return value
 
     def stops(self) -> list[str]:

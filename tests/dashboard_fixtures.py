@@ -63,6 +63,8 @@ def fixture_policy(path: Path) -> Path:
     poc["data_validity"]["min_items"] = ITEMS
     staging = data["stages"]["staging"]["gates"]
     staging["data_validity"]["min_items"] = ITEMS
+    for stage in data["stages"].values():  # no load test runs here, so no serving record exists
+        stage["gates"].pop("serving", None)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

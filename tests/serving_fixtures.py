@@ -57,7 +57,7 @@ def serving_registry(folder: Path, weights: dict[str, str] | None = None) -> Ser
     for name in ("tiny-ar", "tiny-llada"):
         sha = (weights or {}).get(name) or digest(name)
         rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
-        versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha))
+        versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha, serving=[]))
     # a settled, audited move (what a promotion ends in), so production has not drifted and can be rolled back
     from registry.promotion import _move
 

@@ -115,6 +115,7 @@ def test_catalog_id_loads_through_its_source_folder(tmp_path, tiny_llama):
     catalog_path = tmp_path / "catalog.yaml"
     catalog_path.write_text(yaml.safe_dump({"entries": [
         {"id": "my-llama", "family": "llama", "kind": "autoregressive", "role": "fallback", "source": str(tiny_llama),
+         "allow_outside_source": True,
          "license": "Apache-2.0", "adapter": "causal-lm", "decoding": {"eos_id": 2}},
         {"id": "remote", "family": "llama", "kind": "autoregressive", "role": "fallback", "source": "hf://o/remote",
          "revision": "main", "license": "Apache-2.0", "adapter": "causal-lm"},

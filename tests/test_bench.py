@@ -30,7 +30,7 @@ def write_random_model(folder, causal=False, seed=0):
     tokenizer = build_char_tokenizer(alphabet())
     ids = special_ids(tokenizer)
     cfg = LLaDAConfig(d_model=32, n_heads=4, n_layers=2, mlp_hidden_size=64, vocab_size=tokenizer.get_vocab_size(),
-                      max_sequence_length=512, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"],
+                      max_sequence_length=1024, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"],
                       causal=causal)
     model = init_weights(LLaDAModelLM(cfg), seed=seed, std=0.3)
     return save_checkpoint(model, folder, tokenizer=tokenizer,
@@ -170,10 +170,12 @@ def test_stopped_run_keeps_the_rows_of_the_finished_lengths(folders, tmp_path):
 
 def test_cli_defaults_are_the_bench_setup_defaults_and_valid():
     from flows.commands.bench import bench_command
+    from flows.commands.options import threads_rule
 
     options = {name: p.default.default for name, p in inspect.signature(bench_command).parameters.items()}
     setup = BenchSetup()
     setup.check()
     assert options["gen_lengths"] == ",".join(map(str, setup.gen_lengths))
-    for name in ("block_length", "prompts", "reps", "warmup", "threads", "seed"):
+    for name in ("block_length", "prompts", "reps", "warmup", "seed"):
         assert options[name] == getattr(setup, name), name
+    assert options["threads"] is None and threads_rule(None)[0] == setup.threads  # the one thread rule: 1

@@ -1,7 +1,9 @@
 """The dashboard in a real browser: `streamlit run` headless on 127.0.0.1, Debian's Chromium driven by
-Playwright, the gate board's rendered text checked and a screenshot saved.
+Playwright at 1280x800. Every page is opened, screenshotted (under the test's tmp dir) and checked for
+text that overflows its container: a block whose text is wider than its box, a page wider than the
+window, chart text (SVG) outside the chart, or chart labels drawn over one another.
 
-UNMASK_UPDATE_SCREENSHOT=1 also writes the screenshot to docs/gate-board.png.
+UNMASK_UPDATE_SCREENSHOT=1 also writes the landing page's screenshot to docs/landing.png (the README's).
 """
 
 from __future__ import annotations
@@ -23,9 +25,51 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[1]
-SCREENSHOT = REPO / "docs" / "gate-board.png"
+SCREENSHOT = REPO / "docs" / "landing.png"
+WIDTH, HEIGHT = 1280, 800
+# (url path, heading, Vega-Lite charts the page draws)
+PAGES = [("", "Verdict", 0), ("gate-board", "Gate board", 0), ("scores", "Scores", 2),
+         ("quality-latency", "Quality vs latency", 1), ("candidate", "Candidate", 0), ("promotions", "Promotions", 1)]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# What overflows, as the reader sees it (JavaScript run in the page): text blocks wider than their box
+# (cut off or spilling over a neighbour), a page wider than the window, SVG chart text outside its
+# chart, and chart mark labels overlapping one another.
+OVERFLOW_JS = """
+() => {
+  const found = [];
+  const visible = (el) => el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+  const name = (el) => (el.innerText || el.textContent || '').trim().slice(0, 80);
+  const blocks = document.querySelectorAll(
+    '[data-testid="stMain"] :is(h1, h2, h3, p, li, td, th, label, [data-testid="stCaptionContainer"], ' +
+    '[data-testid="stMarkdownContainer"], [data-testid="stAlertContentError"], [data-testid="stAlertContentWarning"])');
+  for (const el of blocks) {
+    if (!visible(el) || el.clientWidth === 0) continue;
+    if (el.scrollWidth > el.clientWidth + 1) found.push(`text wider than its box (${el.scrollWidth} > ${el.clientWidth} px): ${name(el)}`);
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > window.innerWidth + 1) found.push(`page ${page.scrollWidth} px wide in a ${window.innerWidth} px window`);
+  for (const svg of document.querySelectorAll('[data-testid="stMain"] .vega-embed svg')) {
+    const box = svg.getBoundingClientRect();
+    const labels = [];
+    for (const t of svg.querySelectorAll('text')) {
+      const r = t.getBoundingClientRect();
+      if (r.width === 0 || !t.textContent.trim()) continue;
+      if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+        found.push(`chart text outside its chart: ${t.textContent}`);
+      if (t.closest('.mark-text')) labels.push([t.textContent, r]);
+    }
+    for (let i = 0; i < labels.length; i++)
+      for (let j = i + 1; j < labels.length; j++) {
+        const [a, ra] = labels[i], [b, rb] = labels[j];
+        if (ra.left < rb.right - 1 && rb.left < ra.right - 1 && ra.top < rb.bottom - 1 && rb.top < ra.bottom - 1)
+          found.push(`chart labels overlap: ${a} / ${b}`);
+      }
+  }
+  return found;
+}
+"""
 
 
 @pytest.fixture
@@ -45,46 +89,51 @@ def dashboard_url(tmp_path):
         stop(server)
 
 
-def test_gate_board_renders_in_chromium(dashboard_url, tmp_path):
+def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(dashboard_url, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     url, filled = dashboard_url
     candidate = f"{filled.candidate} v{filled.candidate_version}"
     gates = len(read.gate_results(filled.candidate, filled.candidate_version, "poc", Registry(filled.tracking_uri)))
+    shots, overflowing = {}, {}
     with sync_playwright() as p:
         browser = p.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1400, "height": 1500})
+            viewport={"width": WIDTH, "height": HEIGHT})
         try:
             page = browser.new_page()
-            page.goto(url, timeout=60_000)  # the gate board is the default page
-            expect(page.get_by_role("heading", name="Gate board")).to_be_visible(timeout=90_000)
-            tables = page.locator("[data-testid='stTable']")
-            held = tables.filter(has_text="held by").first
-            expect(held).to_contain_text(candidate, timeout=60_000)
-            expect(held).to_contain_text(f"{filled.fallback} v{filled.fallback_version}")
-            board = tables.filter(has_text=f"{candidate} [candidate, poc]").first
-            expect(board).to_contain_text(f"passed {gates}/{gates}")
-            expect(board).to_contain_text("failed")
-            # open the candidate's staging row: every gate with its reason
-            title = f"{candidate} [candidate, poc] · staging ·"
-            row = page.locator("[data-testid='stExpander']").filter(has_text=title).first
-            row.get_by_text(title, exact=False).click()
-            expect(row).to_contain_text("not reproducible: fresh_process failed")
-            expect(row).to_contain_text("accuracy on arith")
-            for label in ("Scores", "Quality vs latency", "Candidate", "Promotions"):
-                expect(page.get_by_role("link", name=label)).to_be_visible()
-            expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=60_000)  # the script run is over
-            page.wait_for_timeout(500)  # let the last paint settle before the picture
-            shot = tmp_path / "gate-board.png"
-            page.screenshot(path=str(shot), full_page=True)
-            # the chart page draws Plotly in the browser too
-            page.get_by_role("link", name="Quality vs latency").click()
-            expect(page.get_by_role("heading", name="Quality vs latency")).to_be_visible(timeout=60_000)
-            expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-            expect(page.locator(".js-plotly-plot").first).to_contain_text("AR fallback")
+            for path, heading, chart_count in PAGES:
+                page.goto(f"{url}/{path}", timeout=60_000)
+                expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
+                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)  # the script run is over
+                expect(page.locator(".vega-embed svg")).to_have_count(chart_count, timeout=60_000)
+                if path == "":  # the verdict first: every stage, the poc holder, the policy that judged
+                    verdict = page.locator("[data-testid='stTable']").first
+                    for stage in ("poc", "staging", "production"):
+                        expect(verdict).to_contain_text(stage)
+                    expect(verdict).to_contain_text(candidate)
+                    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="sha256").first) \
+                        .to_contain_text(str(filled.policy_path.resolve()))
+                if path == "gate-board":
+                    board = page.locator("[data-testid='stTable']").filter(has_text=f"{candidate} [candidate, poc]")
+                    expect(board.first).to_contain_text(f"passed {gates}/{gates}")
+                    title = f"{candidate} [candidate, poc] · staging ·"
+                    row = page.locator("[data-testid='stExpander']").filter(has_text=title).first
+                    row.get_by_text(title, exact=False).click()
+                    expect(row).to_contain_text("not reproducible: fresh_process failed")
+                if path == "quality-latency":
+                    expect(page.locator(".vega-embed").first).to_contain_text("AR fallback")
+                page.wait_for_timeout(500)  # let the last paint settle before the picture
+                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)  # and no rerun began
+                shot = tmp_path / f"{path or 'verdict'}.png"
+                page.screenshot(path=str(shot))  # the 1280x800 window, as a reader first sees the page
+                page.screenshot(path=str(tmp_path / f"{path or 'verdict'}-full.png"), full_page=True)
+                shots[heading] = shot
+                overflowing[heading] = page.evaluate(OVERFLOW_JS)
         finally:
             browser.close()
-    assert shot.stat().st_size > 10_000
+    assert overflowing == {heading: [] for _, heading, _ in PAGES}
+    for heading, shot in shots.items():
+        assert shot.stat().st_size > 10_000, heading
     if os.environ.get("UNMASK_UPDATE_SCREENSHOT") == "1":
-        shutil.copy(shot, SCREENSHOT)
+        shutil.copy(shots["Verdict"], SCREENSHOT)

@@ -67,7 +67,9 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harn
     assert list(rows) == [FALLBACK, CANDIDATE, broken, "undecodable"]  # the fallback first: candidates compare to it
     assert rows[broken]["qualifies"] == "failed" and "safetensors" in rows[broken]["reasons"][0].lower()
     assert rows["undecodable"]["qualifies"] in ("none", "failed")  # reported, and the others still complete
-    assert any("error" in r for r in rows["undecodable"]["reasons"])
+    undecodable = rows["undecodable"]  # invalid records fail data_validity; what they cannot judge is inconclusive
+    assert any(r.startswith("data_validity:") and "invalid" in r for r in undecodable["reasons"]), undecodable
+    assert any("error" in r for r in undecodable["reasons"] + undecodable["inconclusive"]), undecodable
     for name in (FALLBACK, CANDIDATE):
         assert rows[name]["version"] == "1" and rows[name]["qualifies"] == "none"  # no sign-offs yet
         assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
@@ -145,6 +147,111 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     assert "Regression" in Artifact.get("nightly-report").data
 
 
+def promoted_to_production(reg, model: str, version: str) -> None:
+    """`model` `version` holds production through a settled move that cites its evidence run, as promote leaves it."""
+    from registry.promotion import _move
+
+    run_id = reg.version_tags(model, version)["unmask.evidence_run"]
+    _move(reg, "production", None, (model, version), "test", "production held",
+          {"kind": "promotion", "evidence_run": run_id})
+
+
+def test_the_nightly_raises_its_sweep_to_the_evidence_production_was_promoted_on(tmp_path, monkeypatch, models):
+    from evals.sweep import load_sweep
+    from flows.nightly import EvidenceLevel, evidence_level, nightly_sweep
+    from tests.gate_fixtures import evidence, fresh_registry, record, register_pair
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    reg = fresh_registry(tmp_path)
+    _, v = register_pair(reg, evidence(records=[record(n_items=120), record(task="sort", n_items=150)]))
+    assert evidence_level.fn(reg.tracking_uri) == EvidenceLevel(100, {})  # nobody holds production: the policy's floor
+    promoted_to_production(reg, "tiny-llada", v)
+    level = evidence_level.fn(reg.tracking_uri)
+    assert level == EvidenceLevel(100, {"arith": 120, "sort": 150}) and level.items("infill") == 100
+    thin = write_sweep(tmp_path / "thin.yaml", [models[FALLBACK], models[CANDIDATE]], n=16)
+    raised = nightly_sweep(thin, level)
+    assert raised != thin and raised.startswith(str(tmp_path / "home" / "sweeps"))
+    assert [t.n for t in load_sweep(raised).tasks] == [120]  # arith: as many items as production was promoted on
+    assert nightly_sweep(raised, level) == raised  # a sweep that asks enough is used as it is
+    assert [t.n for t in load_sweep(thin).tasks] == [16]  # the user's file is untouched
+
+
+def test_thinner_evidence_is_inconclusive_never_a_regression_and_rolls_nothing_back(tmp_path):
+    from flows.nightly import evidence_level, judge_production, record_inconclusive
+    from registry import register_evidence, stage_holder
+    from registry.read import audit_events
+    from tests.gate_fixtures import evidence, fresh_registry, record, register_pair
+
+    reg = fresh_registry(tmp_path)
+    _, v = register_pair(reg)  # 120 items per task
+    promoted_to_production(reg, "tiny-llada", v)
+    level = evidence_level.fn(reg.tracking_uri)
+    # tonight the same weights were measured on 16 items a task: the issue's default sweep
+    assert register_evidence(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))[0] == v
+    verdict = judge_production.fn(reg.tracking_uri, None, level)
+    assert verdict.thinner == ("arith measured on 16 items tonight, production needs 120",
+                               "sort measured on 16 items tonight, production needs 120")
+    assert [r.gate for r in verdict.inconclusive] == ["data_validity"]
+    assert [r.gate for r in verdict.failed] == ["speedup"]  # too slow even so, but measured on thinner evidence
+    assert [r.gate for r in verdict.unsigned] == ["tooling_maturity"]  # a sign-off, not a measurement
+    assert not verdict.regressed and verdict.undecided  # so: no regression, nothing to roll back
+    outcome = record_inconclusive.fn(verdict, reg.tracking_uri)
+    assert outcome["rolled_back"] is False and "needs 84 more items on arith" in outcome["inconclusive"]
+    assert stage_holder(reg, "production") == ("tiny-llada", v)
+    noted = audit_events(stage="production", event="gate_evaluation", registry=reg).iloc[-1]
+    assert noted["comment"].startswith("inconclusive: tonight's evidence cannot judge production, nothing rolled back")
+    assert noted["evidence"]["kind"] == "inconclusive" and noted["evidence"]["thinner"] == list(verdict.thinner)
+    # the same failure on evidence as strong as production's is a regression, as before
+    register_evidence(reg, evidence(records=[record(n_items=130), record(task="sort", n_items=130)]))
+    again = judge_production.fn(reg.tracking_uri, None, level)
+    assert again.regressed and not again.undecided and not again.thinner
+
+
+@pytest.mark.slow
+def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_nothing_back(
+        prefect_harness, models, tmp_path, monkeypatch):
+    from flows.nightly import nightly
+    from registry import Registry, sign_off, stage_holder
+    from registry.read import audit_events
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    seed_registry(tmp_path / "home")
+    loose = write_policy(tmp_path / "loose.yaml")
+    options = EvaluationOptions(policy=loose, fresh_process_probe=False)  # no probe result would be inconclusive
+    promoted_sweep = write_sweep(tmp_path / "four.yaml", [models[FALLBACK], models[CANDIDATE]], steps=(2,), n=4)
+    gate_review(None, promoted_sweep, options)
+    registry = Registry()
+    promoted_to_production(registry, CANDIDATE, "1")
+    sign_off(registry, CANDIDATE, "1", "production", "tooling-maturity", "ada", "tooling reviewed")
+
+    thin = write_sweep(tmp_path / "two.yaml", [models[FALLBACK], models[CANDIDATE]], steps=(2,), n=2)
+    night = nightly(thin, options)
+    assert night["status"] == "ok", night["production"]
+    assert night["evidence_level"]["tasks"] == {"arith": 4} and night["sweep"] != thin
+    assert all(r["cached"] == "1/1" for r in night["scorecard"])  # the promoted points again, from the cache
+    assert stage_holder(registry, "production") == (CANDIDATE, "1")
+
+    # tonight's policy asks for a settled quality verdict that 4 items cannot give: inconclusive, not a regression
+    data = yaml.safe_load(open(loose))
+    data["stages"]["production"]["gates"]["quality"].update(threshold=0.2, require_settled=True)
+    unsettled = tmp_path / "unsettled.yaml"
+    unsettled.write_text(yaml.safe_dump(data))
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+
+    result = CliRunner().invoke(cli_app("nightly"), ["nightly", "run", "--sweep", thin, "--policy", str(unsettled)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "nightly: inconclusive" in result.output and "nothing rolled back: quality: needs" in result.output
+    assert "measured at production's evidence level" in result.output and "BROKEN" not in result.output
+    assert stage_holder(registry, "production") == (CANDIDATE, "1")
+    assert "Inconclusive" in Artifact.get("nightly-report").data
+    noted = audit_events(stage="production", event="gate_evaluation", registry=registry).iloc[-1]
+    assert noted["comment"].startswith("inconclusive") and [g["gate"] for g in noted["evidence"]["inconclusive"]] == [
+        "quality"]
+
+
 def test_the_nightly_deployment_and_prefect_yaml_agree_on_the_schedule():
     from pathlib import Path
 
@@ -196,7 +303,7 @@ def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the
                "mlflow_run": "http://127.0.0.1:5000/#/experiments/1/runs/abc", "tracking_uri": "sqlite:///x.db",
                "weights_sha256": "0" * 64, "points": 2, "cached": 0, "evidence_reused": False, "failures": []}
     summary = summary_markdown(outcome, verdicts)
-    assert "## production gates" in summary and "speedup over fallback 0.50x" in summary
+    assert "## production gates" in summary and "speedup over fallback 0.500x" in summary
 
 
 def strict_probe_policy(tmp_path) -> str:

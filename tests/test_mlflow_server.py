@@ -122,6 +122,38 @@ def test_two_hosts_racing_through_the_server_exactly_one_wins(server, monkeypatc
     assert stage_holder(reg, "poc") == ("tiny-llada", "1")
 
 
+def test_two_hosts_appending_through_the_server_keep_one_audit_chain(server, monkeypatch, tmp_path):
+    """Separate state folders (no shared lock file): the registry lock alone serialises the appends."""
+    import threading
+
+    from registry import audit
+    from registry.audit import AuditEvent
+
+    url, _ = server
+    homes = {name: tmp_path / name for name in ("host-a", "host-b")}
+    real_lock_path = Registry.lock_path
+    monkeypatch.setattr(Registry, "lock_path", lambda self, alias: homes[threading.current_thread().name]
+                        / real_lock_path(self, alias).name)
+
+    def writer(name):
+        homes[name].mkdir()
+        own = Registry(url)
+        for i in range(5):
+            audit.append(own, AuditEvent("approval", name, "", "poc", "m", "1", comment=f"{name} {i}"))
+
+    before = audit.verify(Registry(url)).head_seq
+    threads = [threading.Thread(target=writer, args=(n,), name=n) for n in homes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    report = audit.verify(Registry(url))
+    assert report.status == "intact" and report.head_seq == before + 10, report.summary()
+    assert report.chained == report.entries  # every event this server ever recorded is in the chain
+    locks = [m.name for m in Registry(url).client.search_registered_models() if m.name.startswith("unmask-lock.")]
+    assert "unmask-lock.audit-chain" not in locks  # released
+
+
 def test_a_stopped_server_is_unreachable(server):
     url, proc = server
     _stop(proc)

@@ -94,7 +94,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     with pytest.raises(PromotionRefused) as e:
         promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
     assert [r for r in e.value.reasons if r.startswith("gate")] == [
-        "gate speedup failed: speedup over fallback 0.50x (p95 0.090 s / 0.180 s) < 1x"]
+        "gate speedup failed: speedup over fallback 0.500x (p95 90.0 ms / 180 ms) < 1x"]
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
@@ -121,7 +121,8 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     weights = "e" * 64
     newer = fast_llada()
     newer = type(newer)(**{**newer.__dict__, "weights_sha256": weights, "model_revision": "v2",
-                           "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records]})
+                           "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records],
+                           "serving": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.serving]})
     v2 = _to_production(reg, newer)
     assert stage_holder(reg, "production") == ("tiny-llada", v2)
     back = rollback("production", who="oncall", comment="p95 regression in prod", registry=reg)

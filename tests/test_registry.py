@@ -76,7 +76,9 @@ def test_evidence_round_trips_through_mlflow(reg):
     assert paths == {"evidence/evidence.json", "evidence/records.json", "evidence/model_card.md"}
     children = reg.client.search_runs([reg.experiment_id("unmask-evaluations")],
                                       f"tags.`mlflow.parentRunId` = '{run_id}'")
-    assert len(children) == 2
+    kinds = sorted(r.data.tags["unmask.kind"] for r in children)
+    assert kinds == ["record", "record", "serving"]  # one run per record, and the evidence's serving record
+    assert [(r.version, r.concurrency, r.latency_p95_s) for r in back.serving] == [(v, 16, 0.9)]
 
 
 def test_judging_stores_a_gate_report_as_markdown_json_and_version_tags(reg):

@@ -29,6 +29,46 @@ def test_unmask_run_prints_the_scorecard_and_the_second_run_reuses_the_cache(pre
     assert "3 of 3 sweep points reused from cache" in second.output
 
 
+def test_the_scorecard_shows_what_the_evidence_cannot_judge_yet_and_how_many_items_would():
+    """The default sweep's 16 items a task: staging and production are inconclusive on data validity, not failed."""
+    from rich.console import Console
+
+    from flows.commands.run import scorecard_table
+    from flows.evaluate import qualified_stage
+    from flows.review import scorecard_row
+    from gates import STAGES, load_policy
+    from gates.promotion import decide_promotion
+    from tests.gate_fixtures import evidence, record
+
+    thin = evidence(records=[record(n_items=16), record(task="infill", n_items=16)])
+    base = {"fallback": evidence("tiny-ar"), "production": None}
+    verdicts = {stage: decide_promotion(thin, load_policy(), stage, base, {}, None, set()) for stage in STAGES}
+    outcome = {"candidate": "tiny-llada", "role": "candidate", "version": "1", "qualified": qualified_stage(verdicts),
+               "verdicts": {stage: v.verdict_dict() for stage, v in verdicts.items()}, "failures": [], "cached": 0,
+               "points": 2, "mlflow_run": ""}
+    row = scorecard_row(outcome, {})
+    assert row["judged_at"] == "poc" and row["failed"] == 1 and row["open"] == 0  # only tooling_maturity fails at poc
+    assert row["inconclusive"] == ["staging data_validity: needs 34 more items on arith (50 per task)",
+                                   "production data_validity: needs 84 more items on arith (100 per task)"]
+    console = Console(width=200, record=True)
+    console.print(scorecard_table([row], "poc"))
+    text = console.export_text()
+    assert "inconclusive staging data_validity: needs 34 more items on arith (50 per task)" in text
+    assert "9/10 at poc" in text
+
+
+def test_run_items_must_be_positive_and_raise_every_task_of_the_sweep(tmp_path, monkeypatch):
+    from evals.sweep import load_sweep, with_items
+
+    result = CliRunner().invoke(cli_app("run"), ["run", "--items", "0"])
+    assert result.exit_code == 2 and "--items" in result.output
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    sweep = write_sweep(tmp_path / "tiny.yaml", ["a", "b"], n=3)
+    raised = with_items(sweep, lambda task: 50)
+    assert [t.n for t in load_sweep(raised).tasks] == [50] and raised.startswith(str(tmp_path / "home" / "sweeps"))
+    assert with_items(raised, lambda task: 20) == raised  # enough already: the file as it is
+
+
 def test_a_bad_sweep_is_a_clear_error_before_anything_runs(tmp_path):
     (tmp_path / "bad.yaml").write_text("models: [x]\ntasks: [{task: arith}]\ngrid: {stepz: [2]}\n")
     result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", str(tmp_path / "bad.yaml")])

@@ -65,6 +65,7 @@ def test_models_lists_served_names_with_operating_config_and_batching_rules(clie
     assert set(cards) == {"production", "fallback"}
     assert cards["production"]["config"]["steps"] == 16 and cards["production"]["kind"] == "masked-diffusion"
     assert "decoded alone" in cards["production"]["batching"]["not_batched"]
+    assert "one random generator per row" in cards["production"]["batching"]["batched"]
     assert cards["fallback"]["chat_template"].endswith("tiny-ar/tokenizer_config.json")
     one = client.models.retrieve("tiny-ar")  # a registered model name reaches the alias that serves it
     assert one.id == "tiny-ar" and one.model_extra["unmask"]["version"] == cards["fallback"]["version"]
@@ -81,11 +82,13 @@ def test_request_overrides_reach_the_decoder(client):
     assert fewer.model_extra["unmask"]["nfe"] == 8
 
 
-def test_sampled_decoding_is_never_batched_and_a_seed_repeats_it(client):
+def test_sampled_decoding_batches_with_a_generator_per_row_and_a_seed_repeats_it(client):
     a, b = (client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=7)
             for _ in range(2))
-    assert not a.model_extra["unmask"]["batched"] and a.model_extra["unmask"]["batch_size"] == 1
+    assert a.model_extra["unmask"]["batched"]  # batchable: each row draws from its own seed (tests/test_row_generators.py)
     assert a.choices[0].text == b.choices[0].text
+    other = client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=8)
+    assert other.model_extra["unmask"]["config_hash"] != a.model_extra["unmask"]["config_hash"]  # the seed is read
 
 
 def test_client_errors_are_4xx_naming_the_field(client):
@@ -127,7 +130,9 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "stop": [""]}, "stop"),
     ({"model": "production", "prompt": "hi", "stop": 5}, "stop"),
     ({"model": "production", "prompt": "hi", "n": 2}, "n"),
-    ({"model": "production", "prompt": "hi", "stream": True}, "stream"),
+    ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
+    ({"model": "production", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"usage": True}}, "stream_options.usage"),
     ({"model": "production", "prompt": "hi", "logit_bias": {"1": 5}}, "logit_bias"),
     ({"model": "production", "prompt": "hi", "unmask": {"steps": 0}}, "unmask.steps"),
     ({"model": "production", "prompt": "hi", "unmask": {"steps": 16.5}}, "unmask.steps"),

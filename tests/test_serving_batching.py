@@ -34,16 +34,17 @@ def async_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-async def complete_all(server, alias: str, prompts: list[str], concurrency: int) -> list[tuple[str, int]]:
-    """(text, batch size) per prompt, at most `concurrency` requests in flight."""
+async def complete_all(server, alias: str, prompts: list[str], concurrency: int,
+                       options: list[dict] | None = None) -> list[tuple[str, int]]:
+    """(text, batch size) per prompt (with `options[i]` as request fields), at most `concurrency` in flight."""
     gate = asyncio.Semaphore(concurrency)
     async with async_client(server) as client:
-        async def one(prompt: str) -> tuple[str, int]:
+        async def one(prompt: str, extra: dict) -> tuple[str, int]:
             async with gate:
-                r = await client.completions.create(model=alias, prompt=prompt)
+                r = await client.completions.create(model=alias, prompt=prompt, **extra)
                 return r.choices[0].text, r.model_extra["unmask"]["batch_size"]
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        return list(await asyncio.gather(*(one(p, o) for p, o in zip(prompts, options or [{}] * len(prompts)))))
 
 
 @pytest.mark.parametrize("alias", ["production", "fallback"])  # tiny-llada (masked diffusion), tiny-ar (its AR twin)
@@ -59,6 +60,24 @@ def test_answers_at_16_concurrent_are_byte_identical_to_the_same_prompts_sent_so
     differing = [(p, a, b) for p, (a, _), (b, _) in zip(prompts, solo, together) if a != b]
     assert not differing, differing[:3]
     assert sum(text.count("####") for text, _ in solo) >= 16  # real answers, not empty strings
+
+
+@pytest.mark.parametrize("alias", ["production", "fallback"])
+def test_seeded_sampled_answers_batch_with_a_generator_per_row_and_equal_the_solo_answers(alias):
+    prompts = arith_prompts(16)
+    heat = 2.0 if alias == "fallback" else 0.8  # the AR twin is so sure of itself that only 2.0 changes answers
+    options = [{"temperature": heat, "seed": 100 + i} for i in range(len(prompts))]  # each request its own seed
+    if alias == "production":  # random remasking too: its draws are per row as well
+        options = [o | {"extra_body": {"unmask": {"remasking": "random"}}} if i % 2 else o for i, o in enumerate(options)]
+    settings = settings_for(shared_serving_registry().tracking_uri, names=[alias], max_batch=16, batch_window_s=0.05)
+    with running_server(settings) as server:
+        solo = asyncio.run(complete_all(server, alias, prompts, concurrency=1, options=options))
+        together = asyncio.run(complete_all(server, alias, prompts, concurrency=16, options=options))
+        greedy = asyncio.run(complete_all(server, alias, prompts, concurrency=1))
+    assert {size for _, size in solo} == {1} and max(size for _, size in together) >= 4
+    differing = [(p, a, b) for p, (a, _), (b, _) in zip(prompts, solo, together) if a != b]
+    assert not differing, differing[:3]
+    assert [a for a, _ in solo] != [g for g, _ in greedy]  # it did sample, or this test would prove nothing
 
 
 def test_a_full_queue_answers_429_with_retry_after_and_the_server_keeps_serving():

@@ -63,6 +63,17 @@ def test_greedy_requests_share_a_batch_key_whatever_their_seed_and_sampled_ones_
     assert batch_key(other) != batch_key(a)
 
 
+def test_sampled_requests_share_a_batch_key_across_seeds_only_where_each_row_has_its_own_generator():
+    one, _ = request_config(BASE, "masked-diffusion", None, 0.7, 1, {}, LIMITS)
+    two, _ = request_config(BASE, "masked-diffusion", None, 0.7, 2, {}, LIMITS)
+    hotter, _ = request_config(BASE, "masked-diffusion", None, 0.9, 1, {}, LIMITS)
+    assert batch_key(one, row_seeded=True) == batch_key(two, row_seeded=True) is not None
+    assert batch_key(hotter, row_seeded=True) != batch_key(one, row_seeded=True)
+    assert batch_key(one.with_(seed=None), row_seeded=True) is None  # torch's global RNG: never batched
+    greedy, _ = request_config(BASE, "masked-diffusion", None, 0.0, 1, {}, LIMITS)
+    assert batch_key(greedy, row_seeded=True) == batch_key(greedy)
+
+
 def test_operating_config_takes_the_recorded_point_with_the_models_own_ids(llada):
     config, source = operating_config(llada, {"gen_length": 32, "block_length": 32, "steps": 8, "mask_id": 126336})
     assert source == "operating point" and (config.steps, config.mask_id, config.eos_id) == (8, 3, 1)

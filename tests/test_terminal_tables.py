@@ -161,6 +161,30 @@ def test_a_failed_measurement_asks_for_new_evidence_first(tmp_path, monkeypatch)
     assert first == "next: unmask run --model tiny-llada", text
 
 
+def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_that_does(tmp_path, monkeypatch):
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
+    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
+    assert "staging gates (9/11 passed, 1 inconclusive)" in text
+    assert rows(text)["data_validity"][1:4] == ["inconclusive", "16 items", ">= 50 items"]
+    assert rows(text)["tooling_maturity"][1] == "no"  # a missing sign-off is still a fail
+    lines = [line.strip() for line in text.splitlines()]
+    assert "inconclusive data_validity: needs 34 more items on arith (50 per task)" in lines
+    steps = [line for line in lines if line.startswith(("next:", "then:"))]
+    assert steps[0] == "next: unmask run --model tiny-llada --items 50", steps
+    from registry.read import gate_results  # what `unmask gates` recorded, for the dashboard
+
+    stored = gate_results("tiny-llada", "1", "staging", registry=reg).set_index("gate")
+    assert stored.loc["data_validity", "verdict"] == "inconclusive" and stored.loc["tooling_maturity", "verdict"] == "fail"
+    assert stored.loc["data_validity", "settle"] == "needs 34 more items on arith (50 per task)"
+    tags = reg.version_tags("tiny-llada", "1")
+    assert tags["unmask.gates.staging"] == "failed" and tags["unmask.gates.staging.inconclusive"] == "data_validity"
+
+
 def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
     run = CliRunner().invoke
     app = cli_app("promote")
@@ -231,7 +255,7 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
 
 
 def test_numbers_keep_the_digits_a_measurement_supports():
-    from flows.commands.readable import exact, milliseconds, percent, significant
+    from gates.readable import exact, milliseconds, percent, significant
 
     assert significant(0.02230288574997985) == "0.0223" and significant(797.1484375) == "797"
     assert significant(1234.5) == "1230" and significant(1.0) == "1.00" and significant(-0.5) == "-0.500"
@@ -241,7 +265,7 @@ def test_numbers_keep_the_digits_a_measurement_supports():
 
 
 def test_every_bundled_threshold_reads_as_a_person_writes_it():
-    from flows.commands.readable import gate_threshold
+    from gates.readable import gate_threshold
     from gates import load_policy
 
     production = {g.name: gate_threshold(g, None) for g in load_policy().stage("production").gates}
@@ -249,10 +273,12 @@ def test_every_bundled_threshold_reads_as_a_person_writes_it():
         "quality": ">= 60%", "quality_vs_fallback": ">= fallback", "quality_vs_production": ">= 98% of production",
         "latency": "<= 1000 ms", "speedup": ">= 1x", "memory": "<= 4096 MB", "license": "permitted",
         "reproducibility": "same process, fresh process and batch invariant", "data_validity": ">= 100 items",
-        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity"}
+        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity",
+        "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s"}
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
     assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
     assert staging["license"] == "permitted or caution"
+    assert staging["serving"] == "16 in flight: p95 <= 5000 ms, errors <= 1%, >= 0.1x fallback tokens/s"
 
 
 @pytest.mark.parametrize("explain", [False, True])

@@ -137,7 +137,8 @@ def test_a_device_that_cannot_train_here_is_refused_by_name(tmp_path):
 
     app = cli_app("train")
     args = ["train", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--steps", "1"]
-    for device, reason in [("cuda:99", "CUDA device"), ("quantum", "device 'quantum'"), ("meta", "'cpu' or 'cuda[:N]'")]:
+    for device, reason in [("cuda:99", "CUDA device"), ("quantum", "got 'quantum'"), ("meta", "got 'meta'"),
+                           ("mps", "'cpu' or 'cuda[:N]'")]:
         result = CliRunner().invoke(app, [*args, "--device", device])
         assert result.exit_code == 2 and "--device" in result.output and reason in result.output, (device, result.output)
     assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()  # refused before any work

@@ -7,12 +7,15 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import value_text
+from dashboards.policy_note import show_policy
 from registry import CANDIDATE_ALIAS, STAGE_ALIASES
+from registry.dossiers import dossier_location, latest_dossier
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Candidate")
+show_policy(uri)
 versions = source.versions(uri)
 left, right = st.columns(2)
 candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: CANDIDATE_ALIAS not in held),
@@ -31,9 +34,18 @@ view = source.candidate_view(uri, model, version)
 
 st.table(pd.DataFrame({"role": [view["role"]], "kind": [view["kind"]],
                        "license tier": [view["license"]["tier"] if view["license"] else "unchecked"],
-                       "reached": [", ".join(view["status"]["reached"]) or "no stage yet"]}, index=[f"v{version}"]))
+                       "reached": [", ".join(s for s in STAGE_ALIASES if s in view["status"]["reached"])
+                                   or "no stage yet"]}, index=[f"v{version}"]))
 if view["failures"]:
     st.error("Load or decode failures: " + "; ".join(view["failures"]))
+
+dossier = latest_dossier(reg, model, version)  # the board's document: `unmask report`, or the promote flow
+if dossier is None:
+    st.caption(f"No adoption dossier yet: `unmask report {model} --version {version} --out DIR` writes one.")
+else:
+    where = {f: dossier_location(reg, dossier, f) for f in ("html", "pdf") if getattr(dossier, f)}
+    st.markdown(f"**Adoption dossier** ({dossier.at[:19]} UTC, sha256 `{dossier.sha256[:12]}`): " + " · ".join(
+        f"[{f.upper()}]({loc})" if loc.startswith("http") else f"{f.upper()} `{loc}`" for f, loc in where.items()))
 
 st.subheader("Model card")
 card = {"revision": view["revision"] or "local", "weights sha256": view["weights_sha256"]} | view["card"]

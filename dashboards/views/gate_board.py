@@ -6,31 +6,28 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
-from dashboards.cells import holder_text, value_text, verdict_text, version_label
+from dashboards.cells import holder_text, policy_short, verdict_text, version_label
+from dashboards.alerts import show_drift, show_tampered
+from dashboards.policy_note import show_policy
+from gates.readable import gate_threshold, gate_value
 from registry import ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Gate board")
+show_policy(uri)
 st.caption("Each cell: the stage's gates as last judged on the version's validated records. "
            "Open a row below for every gate's value, threshold and reason.")
 
 held = source.aliases(uri)
 st.subheader("Aliases")
 st.table(pd.DataFrame({alias: [holder_text(held.get(alias))] for alias in ALIASES}, index=["held by"]))
-for stage, drift in source.drifted_aliases(uri).items():
-    st.error(f"**{stage} drifted.** {drift}", icon=":material/warning:")
+show_drift(uri)
 
 board = source.gate_board(uri)
 st.subheader("Gates by stage")
-integrity = source.integrity(uri)
-for row in integrity[integrity.status == "tampered"].itertuples():
-    st.error(f"**{version_label(row.model, row.version)}: evidence tampered.** {row.detail}", icon=":material/gpp_bad:")
-unverified = integrity[integrity.status == "unverified"]
-if len(unverified):
-    st.caption("Evidence unverified (registered before evidence hashes were recorded): "
-               + ", ".join(version_label(m, v) for m, v in zip(unverified.model, unverified.version)))
+show_tampered(uri)
 if board.empty:
     st.info("Registered models, but no evaluated version yet: run `unmask run` to evaluate and judge them.")
     st.stop()
@@ -45,6 +42,8 @@ matrix.index.name = "version"
 
 
 def _colour(cell: str) -> str:
+    if "inconclusive" in cell:
+        return "background-color: #fdf0c8; color: #7a5300"
     if "pass" in cell:
         return "background-color: #d7f5dd; color: #0b5d1e"
     if "fail" in cell.lower():
@@ -55,6 +54,8 @@ def _colour(cell: str) -> str:
 st.table(matrix.style.map(_colour))
 
 results = source.gate_results(uri)
+specs_of = source.gate_specs(source.policy_source())
+RESULT_WORDS = {"pass": "pass", "fail": "FAIL", "inconclusive": "inconclusive"}
 st.subheader("Why")
 for row in board.itertuples():
     if row.verdict == "not judged":
@@ -62,8 +63,12 @@ for row in board.itertuples():
     failed = f": {', '.join(row.failed_gates)}" if row.failed_gates else ""
     with st.expander(f"{row.row} · {row.stage} · {row.verdict} ({row.passed} of {row.total} gates){failed}"):
         mine = results[(results.model == row.model) & (results.version == row.version) & (results.stage == row.stage)]
+        specs = [specs_of.get((row.stage, gate)) for gate in mine.gate]
         st.table(pd.DataFrame({
-            "gate": mine.gate, "result": mine.passed.map(lambda ok: "pass" if ok else "FAIL"),
-            "value": mine.value.map(value_text), "threshold": mine.threshold.map(value_text), "reason": mine.reason,
+            "gate": mine.gate, "result": mine.verdict.map(RESULT_WORDS),
+            "measured": [gate_value(getattr(spec, "kind", None), v) for spec, v in zip(specs, mine.value)],
+            "required": [gate_threshold(spec, t) for spec, t in zip(specs, mine.threshold)], "why": mine.reason,
         }).set_index("gate").style.map(_colour, subset=["result"]))
-        st.caption(f"judged at {row.evaluated_at}")
+        cited = mine.iloc[0] if len(mine) else None
+        st.caption(f"judged at {row.evaluated_at}" + (f" under {policy_short(cited.policy_path, cited.policy_sha256)}"
+                                                      if cited is not None else ""))

@@ -3,38 +3,70 @@ nightly flow's regression findings."""
 
 from __future__ import annotations
 
+import altair as alt
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from dashboards import source
-from dashboards.cells import value_text
+from dashboards.cells import CHART_PADDING, value_text
+from dashboards.policy_note import show_policy
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
+# what each audit event is to a reader, and how it is drawn: (name, shape, colour)
+MARKS = {"promote": ("triangle-up", "#1a7f37"), "rollback": ("triangle-down", "#cf222e"),
+         "sign-off": ("diamond", "#0969da"), "approval": ("square", "#8250df"), "decline": ("cross", "#57606a"),
+         "nightly finding": ("circle", "#bc4c00"), "other": ("stroke", "#6e7781")}
+
+
+def kind_of(event: str, evidence: dict) -> str:
+    if event == "alias_move":
+        return {"promotion": "promote", "rollback": "rollback"}.get((evidence or {}).get("kind"), "other")
+    return {"signoff": "sign-off", "approval": "approval", "promotion_refused": "decline",
+            "gate_evaluation": "nightly finding"}.get(event, "other")
+
+
 st.title("Promotions")
+show_policy(uri)
 events = source.audit_events(uri)
 if events.empty:
     st.info("No approvals, sign-offs or alias moves yet: `unmask promote MODEL --to STAGE` records them.")
 else:
-    kinds = sorted(events.event.unique())
+    events = events.assign(kind=[kind_of(e, ev) for e, ev in zip(events.event, events.evidence)])
+    kinds = [k for k in MARKS if k in set(events.kind)]
     chosen = st.multiselect("Events", kinds, default=kinds, key="audit_events")
-    shown = events[events.event.isin(chosen)].copy()
-    shown["at"] = pd.to_datetime(shown["when"], utc=True, format="ISO8601")
+    shown = events[events.kind.isin(chosen)].copy()
     shown["what"] = [f"{f or 'nobody'} → {t}" if e == "alias_move" else (f"{m} v{v}" if m else "")
                      for e, f, t, m, v in zip(shown.event, shown["from"], shown["to"], shown.model, shown.version)]
+    shown["label"] = [f"{m} v{v}" if m else "" for m, v in zip(shown.model, shown.version)]
     shown["stage "] = shown.stage.replace("", "—")
-    timeline = px.scatter(shown, x="at", y="stage ", color="event", symbol="event",
-                          hover_data={"who": True, "what": True, "comment": True, "status": True, "at": True,
-                                      "stage ": False},
-                          category_orders={"stage ": ["production", "staging", "poc", "—"]})
-    timeline.update_traces(marker={"size": 14})
-    timeline.update_layout(height=360, xaxis_title="when (UTC)", yaxis_title="stage")
-    st.plotly_chart(timeline, key="audit_timeline")
-    newest_first = shown.sort_values("at", ascending=False)
+    shown["n"] = range(1, len(shown) + 1)  # oldest first, evenly spaced: events seconds apart stay apart
+    plotted = shown[["n", "when", "kind", "who", "stage ", "what", "label", "comment", "status"]]
+    stages = ["production", "staging", "poc", "—"]
+    x = alt.X("n:Q", title="audit events, oldest first (hover for the time)", axis=alt.Axis(tickMinStep=1),
+              scale=alt.Scale(domain=[0.5, len(shown) + 0.5], nice=False))
+    y = alt.Y("stage :N", title="stage", sort=stages, scale=alt.Scale(domain=[s for s in stages
+                                                                              if s in set(shown["stage "])]))
+    base = alt.Chart(plotted).encode(x=x, y=y)
+    present = [k for k in MARKS if k in set(shown.kind)]
+    marks = base.mark_point(size=260, filled=True, opacity=0.9).encode(
+        shape=alt.Shape("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][0] for k in present]),
+                        legend=alt.Legend(orient="bottom")),
+        color=alt.Color("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][1] for k in present]),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("when:N", title="when (UTC)"), alt.Tooltip("kind:N", title="event"), alt.Tooltip("who:N"),
+                 alt.Tooltip("stage :N", title="stage"), alt.Tooltip("what:N"), alt.Tooltip("comment:N"),
+                 alt.Tooltip("status:N")])
+    # labels alternate above and below their marks, so neighbours on a row stay twice as far apart
+    above = base.transform_filter("datum.n % 2 == 1").mark_text(dy=-17, fontSize=11, limit=110).encode(text="label:N")
+    below = base.transform_filter("datum.n % 2 == 0").mark_text(dy=19, fontSize=11, limit=110).encode(text="label:N")
+    st.altair_chart(alt.layer(marks, above, below).properties(height=160 + 80 * len(set(shown["stage "])),
+                                                     padding=CHART_PADDING), width="stretch",
+                    key="audit_timeline")
+    newest_first = shown.sort_values("when", ascending=False)
     st.dataframe(pd.DataFrame({
-        "when": newest_first["when"], "event": newest_first.event, "who": newest_first.who,
+        "when (UTC)": newest_first["when"], "event": newest_first.kind, "who": newest_first.who,
         "stage": newest_first.stage, "what": newest_first.what, "status": newest_first.status,
         "comment": newest_first.comment, "evidence": newest_first.evidence.map(value_text),
     }), hide_index=True, width="stretch")
@@ -45,5 +77,7 @@ if findings.empty:
     st.write("None recorded. The nightly flow re-judges production and the candidates and records a finding "
              "here when a version no longer passes its gates.")
 else:
-    st.dataframe(findings.assign(failed_gates=findings.failed_gates.map(", ".join)), hide_index=True,
-                 width="stretch")
+    st.dataframe(pd.DataFrame({
+        "when (UTC)": findings["when"], "model": findings.model, "version": findings.version, "stage": findings.stage,
+        "finding": findings.finding, "failed gates": findings.failed_gates.map(", ".join), "action": findings.action,
+        "audit run": findings.audit_run_id}), hide_index=True, width="stretch")

@@ -3,61 +3,87 @@ fallback as the reference point, and the operating point the stage gates judge."
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import altair as alt
+import pandas as pd
 import streamlit as st
 
 from dashboards import source
+from dashboards.cells import CHART_PADDING
+from dashboards.policy_note import show_policy
+from gates.readable import milliseconds, percent, significant
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
 
 st.title("Quality vs latency")
+show_policy(uri)  # its operating points are the ones this policy's gates judge
 points = source.quality_latency(uri, source.policy_source())
 if points.empty:
     st.info("No evaluation records yet. Run `unmask run` to sweep the sampler settings.")
     st.stop()
 
-left, middle, right = st.columns(3)
+# x axes: (title, how a value is shown, scale to the unit shown); the fronts come with the points
+AXES = {"latency_p95_s": ("p95 latency (ms per request, batch 1)", 1e3),
+        "latency_p50_s": ("p50 latency (ms per request, batch 1)", 1e3),
+        "steps": ("sampling steps (an AR model: one per token)", 1.0),
+        "tokens_per_forward": ("tokens per forward (committed positions per model call)", 1.0)}
+WORDS = {"latency_p95_s": "p95 latency", "latency_p50_s": "p50 latency", "steps": "steps",
+         "tokens_per_forward": "tokens per forward"}
+left, middle, right = st.columns([1, 1, 2])
 task = left.selectbox("Task", sorted(points.task.unique()), key="ql_task")
 lengths = sorted(points[points.task == task].gen_length.unique())
 gen_length = middle.selectbox("Generation length", lengths, key="ql_gen_length")
-latency = right.radio("Latency", ["latency_p95_s", "latency_p50_s"], horizontal=True, key="ql_latency",
-                      format_func=lambda c: c.removeprefix("latency_").removesuffix("_s"))
-shown = points[(points.task == task) & (points.gen_length == gen_length)].sort_values(latency)
+axis = right.radio("x axis", list(AXES), horizontal=True, key="ql_x", format_func=WORDS.get)
+shown = points[(points.task == task) & (points.gen_length == gen_length)].sort_values(axis)
+front_column = "pareto" if axis == "latency_p95_s" else f"pareto_{axis}"
+title, unit = AXES[axis]
 
-figure = go.Figure()
-palette = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-candidates = [m for m in dict.fromkeys(shown.model) if (shown[shown.model == m].role != "fallback").all()]
-for colour, model in zip(palette * 4, candidates):
-    mine = shown[shown.model == model]
-    figure.add_trace(go.Scatter(
-        x=mine[latency], y=mine.accuracy, mode="markers+text", name=f"{model} v{mine.version.iloc[0]}",
-        text=mine.label, textposition="top center", marker={"color": colour, "size": 9,
-                                                            "symbol": ["circle" if v else "x" for v in mine.valid]},
-        customdata=mine[["config_hash", "tokens_per_s", "tokens_per_forward", "nfe"]].values,
-        hovertemplate="%{text}<br>latency %{x:.3f} s<br>accuracy %{y:.3f}<br>tokens/s %{customdata[1]:.1f}"
-                      "<br>TPF %{customdata[2]:.2f}, NFE %{customdata[3]:.1f}<extra>%{customdata[0]}</extra>"))
-    front = mine[mine.pareto].sort_values(latency)
-    if len(front):
-        figure.add_trace(go.Scatter(x=front[latency], y=front.accuracy, mode="lines", line={"shape": "hv",
-                                    "color": colour, "dash": "dot"}, name=f"{model} Pareto front"))
-    operating = mine[mine.operating_for.map(bool)]
-    if len(operating):
-        figure.add_trace(go.Scatter(
-            x=operating[latency], y=operating.accuracy, mode="markers", name=f"{model} operating point",
-            marker={"size": 20, "color": "rgba(0,0,0,0)", "line": {"color": "#d62728", "width": 3}},
-            hovertext=operating.operating_for.map(lambda s: "operating point for " + ", ".join(s)),
-            hoverinfo="text"))
-fallback = shown[shown.role == "fallback"]
-if len(fallback):
-    figure.add_trace(go.Scatter(
-        x=fallback[latency], y=fallback.accuracy, mode="markers+text", name="AR fallback",
-        text=fallback.model, textposition="bottom center",
-        marker={"symbol": "star", "size": 18, "color": "#ff7f0e"}))
-figure.update_layout(xaxis_title=f"{latency.removesuffix('_s').replace('_', ' ')} (s per request, batch 1)",
-                     yaxis_title=f"accuracy on {task}", yaxis_range=[-0.05, 1.05], height=520,
-                     legend={"orientation": "h", "y": -0.2})
-st.plotly_chart(figure, key="quality_latency_chart")
+fallback = shown.role == "fallback"
+plotted = pd.DataFrame({
+    "series": [f"AR fallback ({m} v{v})" if fb else f"{m} v{v}"
+               for m, v, fb in zip(shown.model, shown.version, fallback)],
+    "x": shown[axis] * unit, "accuracy": shown.accuracy, "settings": shown.label,
+    "point": ["AR fallback" if fb else "validated" if ok is True else "failed validation"
+              for fb, ok in zip(fallback, shown.valid)],
+    "front": shown[front_column].astype(bool) & ~fallback, "operating": shown.operating_for.map(bool) & ~fallback,
+    "operating for": shown.operating_for.map(lambda s: ", ".join(s) or "—"),
+    "accuracy shown": shown.accuracy.map(percent), "p95 (ms)": shown.latency_p95_s.map(milliseconds),
+    "p50 (ms)": shown.latency_p50_s.map(milliseconds), "steps": shown.steps.map(significant),
+    "tokens per forward": shown.tokens_per_forward.map(significant), "tokens/s": shown.tokens_per_s.map(significant),
+    "config": shown.config_hash.str[:12],
+}).reset_index(drop=True)
+
+low, high = float(plotted.accuracy.min()), float(plotted.accuracy.max())
+pad = max(0.02, 0.1 * (high - low))  # fitted to the data, never the whole 0-1 when every point sits high
+y = alt.Y("accuracy:Q", title=f"accuracy on {task}", axis=alt.Axis(format="%"),
+          scale=alt.Scale(domain=[max(0.0, low - pad), min(1.0, high + pad)], nice=False, zero=False))
+x = alt.X("x:Q", title=title, scale=alt.Scale(zero=False, nice=True))
+STAR = "M0,-1L0.24,-0.32L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.32Z"
+tooltip = [alt.Tooltip("series:N", title="version"), alt.Tooltip("settings:N"), alt.Tooltip("accuracy shown:N",
+           title="accuracy"), alt.Tooltip("p95 (ms):N"), alt.Tooltip("p50 (ms):N"), alt.Tooltip("steps:N"),
+           alt.Tooltip("tokens per forward:N"), alt.Tooltip("tokens/s:N"), alt.Tooltip("operating for:N"),
+           alt.Tooltip("point:N", title="record"), alt.Tooltip("config:N")]
+base = alt.Chart(plotted).encode(x=x, y=y)
+legend = alt.Legend(orient="bottom", columns=2, labelLimit=400)
+series = list(dict.fromkeys(plotted.series))
+PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]  # candidates; the fallback is orange
+colours = alt.Scale(domain=series, range=[(PALETTE[i % len(PALETTE)] if not name.startswith("AR fallback")
+                                           else "#ff7f0e") for i, name in enumerate(series)])
+records = base.mark_point(filled=True, opacity=0.85).encode(
+    color=alt.Color("series:N", title="version", legend=legend, scale=colours),
+    shape=alt.Shape("point:N", title="record", legend=legend,
+                    scale=alt.Scale(domain=["validated", "failed validation", "AR fallback"],
+                                    range=["circle", "cross", STAR])),
+    size=alt.condition("datum.point == 'AR fallback'", alt.value(320), alt.value(90)), tooltip=tooltip)
+front = base.transform_filter("datum.front").mark_line(strokeDash=[5, 3]).encode(
+    color=alt.Color("series:N", title="version", legend=legend, scale=colours), detail="series:N", order="x:Q")
+operating = base.transform_filter("datum.operating").mark_point(
+    shape="circle", size=520, filled=False, strokeWidth=3, color="#d62728").encode(tooltip=tooltip)
+chart = alt.layer(front, records, operating).properties(height=520, padding=CHART_PADDING)
+st.altair_chart(chart, width="stretch", key="quality_latency_chart")
+st.caption("Dotted line: the Pareto front of each version on this axis (no other setting is both better on it and "
+           "more accurate). Red ring: the operating point the stage gates judge. Star: the AR fallback. Crosses: "
+           "records that failed validation. Hover a point for its settings and measurements.")
 
 judged = {point for point in source.operating_points(source.policy_source()).values()}
 if not shown.operating_for.map(bool).any():
@@ -65,10 +91,14 @@ if not shown.operating_for.map(bool).any():
     st.warning(f"No operating point here: the stage gates judge {where}, and no validated record of these "
                "settings matches. Pick that task and length, or evaluate at it (`unmask run`).")
 
-st.caption("Pareto front: no other setting of the same model is both faster and better. Operating point: the "
-           "setting the stage gates judge (best quality at the policy's task and generation length, or the "
-           "one named by the model card). Crosses: records that failed validation.")
-st.dataframe(shown[["model", "version", "role", "label", "accuracy", "latency_p50_s", "latency_p95_s",
-                    "tokens_per_s", "tokens_per_forward", "nfe", "peak_mem_mb", "valid", "pareto",
-                    "operating_for", "config_hash", "run_id"]],
-             hide_index=True, width="stretch")
+st.dataframe(pd.DataFrame({
+    "model": shown.model, "version": shown.version, "role": shown.role, "settings": shown.label,
+    "accuracy": shown.accuracy.map(percent), "p50 latency (ms)": shown.latency_p50_s.map(milliseconds),
+    "p95 latency (ms)": shown.latency_p95_s.map(milliseconds), "steps": shown.steps.map(significant),
+    "tokens per second": shown.tokens_per_s.map(significant),
+    "tokens per forward": shown.tokens_per_forward.map(significant), "model calls": shown.nfe.map(significant),
+    "peak memory (MB)": shown.peak_mem_mb.map(significant),
+    "validated": shown.valid.map(lambda v: "yes" if v is True else "no"),
+    "on the front": shown[front_column].map({True: "yes", False: "no"}),
+    "operating point for": shown.operating_for.map(lambda s: ", ".join(s) or "—"),
+    "config": shown.config_hash, "run id": shown.run_id}), hide_index=True, width="stretch")

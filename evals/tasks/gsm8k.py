@@ -10,6 +10,9 @@ from evals.tasks.base import TaskItem
 from evals.tasks.scoring import normalise_number, strict_match
 
 
+MAX_LINE_BYTES = 256 * 1024  # a GSM8K line is about 1 KiB; a 5 MB line grew a run to 24 GB before this cap
+
+
 @dataclass(frozen=True)
 class GSM8KTask:
     """The real benchmark; items come from a file, not a generator."""
@@ -23,17 +26,27 @@ def load_gsm8k(path: str | Path, split: str = "test", limit: int | None = None) 
     """Items of a GSM8K JSONL file; a malformed line raises ValueError naming file, line and field."""
     path = Path(path)
     items: list[TaskItem] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES:  # refused before it is parsed, let alone tokenised
+                raise ValueError(f"{path}:{lineno}: line is over {MAX_LINE_BYTES // 1024} KiB; a task item is a "
+                                 f"question and an answer, not a document")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object with question and answer, "
+                                 f"got {type(row).__name__}")
             for field in ("question", "answer"):
                 if not isinstance(row.get(field), str):
-                    raise ValueError(f"{path}:{lineno}: field '{field}' must be a string")
+                    raise ValueError(f"{path}:{lineno}: field '{field}' must be a string, got {row.get(field)!r:.60}")
             target = strict_match(row["answer"])
             if target == "[invalid]":
                 raise ValueError(f"{path}:{lineno}: field 'answer' has no '#### N' final answer")

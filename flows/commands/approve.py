@@ -15,6 +15,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+from flows.failures import print_error
+
 console = Console()
 
 
@@ -38,7 +41,7 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
         console.print(str(e), style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
     except (RolesError, RegistryError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     waiting = waiting_promotions(model, stage)
     if waiting:
@@ -81,20 +84,30 @@ def reject_command(
 def request_promotion_command(
     model: str = typer.Argument(..., help="Registered model (candidate id)."),
     stage: str = typer.Argument(..., help="poc, staging or production."),
-    timeout_s: int = typer.Option(24 * 3600, "--timeout", help="Seconds to wait for the approval."),
+    timeout_s: int = typer.Option(24 * 3600, "--timeout", callback=options.positive, help="Seconds to wait for the approval."),
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from rich.markup import escape
+
+    from flows.failures import describe, print_error
     from flows.promote import promote_flow
+    from gates import load_policy
+
+    try:
+        load_policy(policy)  # a broken policy (or checklist) is refused before the flow starts
+    except ValueError as e:
+        print_error(console, e)
+        raise typer.Exit(2) from None
 
     console.print(f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "
                   f"unmask approve {model} {stage} --comment \"...\"", highlight=False)
     state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True)
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
-        console.print(f"[red]not promoted:[/red] {error if isinstance(error, BaseException) else state.message}",
-                      highlight=False)
+        line = describe(error)[1] if isinstance(error, BaseException) else " ".join(str(state.message).split())
+        console.print(f"[red]not promoted:[/red] {escape(line)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     result = state.result()
     if result["status"] == "promoted":

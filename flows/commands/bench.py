@@ -11,8 +11,10 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from flows.commands.readable import NONE, percent, significant
+from flows.commands import options
+from gates.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(220)
 
@@ -79,31 +81,36 @@ def progress_reporter(total: int):
 def bench_command(
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
     ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
-    gen_lengths: str = typer.Option("64,128", "--gen-lengths", help="Comma-separated generation lengths."),
-    block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
-    prompts: int = typer.Option(4, "--prompts", help="Held-out test prompts per task."),
-    reps: int = typer.Option(3, "--reps", help="Timed repetitions (>= 3); medians are reported."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up passes per row."),
-    threads: int = typer.Option(1, "--threads", help="torch (and onnxruntime) threads."),
+    gen_lengths: str = typer.Option("64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."),
+    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
+    prompts: int = typer.Option(4, "--prompts", callback=options.positive, help="Held-out test prompts per task."),
+    reps: int = typer.Option(3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."),
+    warmup: int = typer.Option(1, "--warmup", callback=options.non_negative, help="Untimed warm-up passes per row."),
+    threads: int = typer.Option(None, "--threads", callback=options.positive,
+                                help="torch (and onnxruntime) threads (default: $UNMASK_THREADS, else 1)."),
     seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
     configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     json_path: Path = typer.Option(None, "--json", help='Also write the rows as JSON here, rewritten after each '
                                    'finished row ("complete": false until the end).'),
 ) -> None:
     """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
     from evals.bench import BenchSetup, bench_report, run_bench, variants_named
     from models import CheckpointError, load
+    from sampler.decode import check_fits
 
     try:
         variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
+        threads, threads_from = options.threads_rule(threads)
         setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
                            reps=reps, warmup=warmup, threads=threads, seed=seed)
         setup.check()
         loaded = load(model, device=device)
+        check_fits(loaded, 0, max(setup.gen_lengths))  # refused now, not after the shorter lengths ran
     except (CheckpointError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
+    console.print(f"torch threads: {threads} ({threads_from})", highlight=False)
     ar_loaded = None
     if ar_model and any(v.kind == "ar" for v in variants):
         try:

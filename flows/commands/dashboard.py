@@ -9,6 +9,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+from flows.failures import print_error
+
 console = Console()
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 
@@ -21,7 +24,7 @@ def streamlit_command(port: int, address: str) -> list[str]:
 
 
 def dashboard_command(
-    port: int = typer.Option(8501, "--port", help="Port to serve on."),
+    port: int = typer.Option(8501, "--port", callback=options.port, help="Port to serve on."),
     address: str = typer.Option("127.0.0.1", "--address", help="Address to bind (0.0.0.0 to share on the network)."),
     policy: Path = typer.Option(None, "--policy", help="Stage policy that ranks and marks operating points "
                                 "(default: $UNMASK_POLICY, else the bundled gates/policy.yaml)."),
@@ -33,7 +36,7 @@ def dashboard_command(
     env["MLFLOW_TRACKING_URI"] = resolve_tracking_uri()  # the state folder's store unless one was set
     if policy is not None:
         if not policy.is_file():
-            console.print(f"[red]error:[/red] --policy {policy}: file not found")
+            print_error(console, f"--policy {policy}: file not found")
             raise typer.Exit(2)
         env["UNMASK_POLICY"] = str(policy.resolve())
     console.print(f"registry: {env['MLFLOW_TRACKING_URI']}\ndashboard: http://{address}:{port}  (Ctrl+C stops it)")

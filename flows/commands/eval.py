@@ -6,8 +6,10 @@ from pathlib import Path
 
 import typer
 
-from flows.commands.readable import NONE, milliseconds, percent, significant
+from flows.commands import options
+from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(180)
 
@@ -16,12 +18,12 @@ def eval_command(
     model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat for several (default: the sweep's models)."),
     sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
     tasks: Path = typer.Option(None, "--tasks", "-t", help="GSM8K-format JSONL file (question, answer ending in '#### N')."),
-    limit: int = typer.Option(None, help="Use the first N items of --tasks."),
-    steps: int = typer.Option(None, help="With --tasks and no --sweep: sampling steps (default: gen_length)."),
-    gen_length: int = typer.Option(None, "--gen-length", help="With --tasks and no --sweep: positions to generate."),
-    block_length: int = typer.Option(None, "--block-length", help="With --tasks and no --sweep: block width."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Batch size for the throughput pass."),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads while measuring (default: the sweep's, else torch's)."),
+    limit: int = typer.Option(None, callback=options.positive, help="Use the first N items of --tasks."),
+    steps: int = typer.Option(None, callback=options.positive, help="With --tasks and no --sweep: sampling steps (default: gen_length)."),
+    gen_length: int = typer.Option(None, "--gen-length", callback=options.positive, help="With --tasks and no --sweep: positions to generate."),
+    block_length: int = typer.Option(None, "--block-length", callback=options.positive, help="With --tasks and no --sweep: block width."),
+    batch_size: int = typer.Option(None, "--batch-size", callback=options.positive, help="Batch size for the throughput pass."),
+    threads: int = typer.Option(None, "--threads", callback=options.positive, help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
@@ -53,16 +55,16 @@ def eval_command(
             spec.models = list(model)
         if batch_size:
             spec.measure["batch_size"] = batch_size
-        if threads:
-            spec.threads = threads
-    except (SweepError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        spec.threads, threads_from = options.threads_rule(threads, spec.threads)
+    except (SweepError, ValueError, typer.BadParameter) as e:
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
+    console.print(f"torch threads: {spec.threads} ({threads_from})", highlight=False)
     folder = out or timestamped_folder(state_dir() / "evals", spec.name)
     try:
         result = run_with_progress(spec, folder)
     except (SweepError, TaskDataError, ValueError, OSError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     console.print(records_table(result.records))
     for message in result.failures:

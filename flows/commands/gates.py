@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
-from checklists import STAGES
+from checklists import STAGES, ChecklistError, load_checklist
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
-from flows.commands.readable import gate_threshold, gate_value
+from gates.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(160)
+VERDICT_WORDS = {"pass": "[green]yes[/green]", "fail": "[red]no[/red]", "inconclusive": "[yellow]inconclusive[/yellow]"}
 
 
 def gates_command(
@@ -24,10 +27,12 @@ def gates_command(
     from registry.integrity import alias_drift
 
     if stage and stage not in STAGES:
-        console.print(f"[red]error:[/red] --stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        print_error(console, f"--stage must be one of {', '.join(STAGES)}, got {stage!r}")
         raise typer.Exit(2)
     try:
         policy = load_policy(policy_path)
+        for name in [stage] if stage else STAGES:  # a broken checklist is refused before the store is opened
+            load_checklist(name)
         reg = Registry()
         held = reg.aliases_of(model)
         version = version or latest_registration(held)
@@ -43,8 +48,11 @@ def gates_command(
             if decision.evidence.get("evidence_status") == "unverified":
                 console.print("  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
                               "recorded (re-evaluate to record them)", highlight=False)
+            for r in decision.gate_results:  # the table's row says why; this says what would settle it
+                if r.inconclusive:
+                    console.print(f"  [yellow]inconclusive[/yellow] {r.gate}: {escape(r.settle)}", highlight=False)
             for reason in decision.reasons:
-                if reason.kind is not ReasonKind.GATE:  # failed gates are the table's rows already
+                if reason.kind not in (ReasonKind.GATE, ReasonKind.INCONCLUSIVE):  # gates are the table's rows
                     console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
@@ -55,20 +63,22 @@ def gates_command(
                     console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
                                   soft_wrap=True)
             console.print()
-    except (PolicyError, RegistryError) as e:
-        console.print(f"[red]error:[/red] {e}")
+    except (PolicyError, ChecklistError, RegistryError) as e:
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
 
 
 def _table(model: str, version: str, stage: str, decision, stage_policy) -> FittedTable:
     passed = sum(r.passed for r in decision.gate_results)
-    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(decision.gate_results)} passed)", [
+    undecided = sum(r.inconclusive for r in decision.gate_results)
+    more = f", {undecided} inconclusive" if undecided else ""
+    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(decision.gate_results)} passed{more})", [
         Column("gate"), Column("passed"), Column("measured", wrap=True), Column("required", wrap=True),
         Column("why", wrap=True, drop=1), Column("record", drop=2)])
     specs = {g.name: g for g in stage_policy.gates}
     for r in decision.gate_results:
         spec = specs.get(r.gate)
-        table.add_row(r.gate, "[green]yes[/green]" if r.passed else "[red]no[/red]",
+        table.add_row(r.gate, VERDICT_WORDS[r.verdict],
                       gate_value(getattr(spec, "kind", None), r.value), gate_threshold(spec, r.threshold),
                       r.reason, str(r.evidence.get("record_id") or ""))
     return table

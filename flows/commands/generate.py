@@ -9,20 +9,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.commands import options
+from flows.failures import print_error
+
 console = Console()
 
 
 def generate_command(
     prompt: str = typer.Argument(..., help="Prompt text."),
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Model folder, or a bundled/catalog id."),
-    steps: int = typer.Option(None, help="Sampling steps (default: gen_length)."),
-    gen_length: int = typer.Option(64, "--gen-length", help="Positions to generate."),
-    block_length: int = typer.Option(32, "--block-length", help="Semi-autoregressive block width."),
+    steps: int = typer.Option(None, callback=options.positive, help="Sampling steps (default: gen_length)."),
+    gen_length: int = typer.Option(64, "--gen-length", callback=options.positive, help="Positions to generate."),
+    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max sampling."),
     cfg_scale: float = typer.Option(0.0, "--cfg-scale", help="Classifier-free guidance scale."),
     remasking: str = typer.Option("low_confidence", help="low_confidence, random, margin (top-2 probability gap) or entropy."),
     seed: int = typer.Option(0, help="Random seed."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     raw: bool = typer.Option(False, "--raw", help="Print only the generated text."),
     trace: bool = typer.Option(False, "--trace", help="Show the canvas as decoding committed it (EOS overflow shows here)."),
@@ -32,12 +35,12 @@ def generate_command(
 
     from models import CheckpointError, load
     from sampler import CommitTrace, SamplerConfig
-    from sampler.decode import DecodeError, decode
+    from sampler.decode import DecodeError, check_fits, check_prompt_text, decode
 
     try:
         loaded = load(model, device=device, dtype=dtype)
     except (CheckpointError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     try:
         config = SamplerConfig(
@@ -51,20 +54,26 @@ def generate_command(
             **loaded.sampler_ids(),
         )
     except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     kind = loaded.kind
     if trace and kind != "masked-diffusion":
         console.print(f"[red]error:[/red] --trace shows the order in which masked diffusion commits positions; "
                       f"{model} is a {kind} model", highlight=False)
         raise typer.Exit(2)
-    ids = torch.tensor([loaded.encode(prompt)], device=device)
+    try:
+        check_prompt_text(loaded, prompt)  # before tokenising: a 5 MB prompt is refused, not encoded
+        ids = torch.tensor([loaded.encode(prompt)], device=device)
+        check_fits(loaded, ids.shape[1], config.gen_length)
+    except DecodeError as e:
+        print_error(console, f"{model}: {e}")
+        raise typer.Exit(2) from None
     commits = CommitTrace()
     start = time.perf_counter()
     try:
         out = decode(loaded, ids, config, **({"on_step": commits} if trace else {}))
     except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
-        console.print(f"[red]error:[/red] {model}: {e}")
+        print_error(console, f"{model}: {e}")
         raise typer.Exit(2) from None
     elapsed = time.perf_counter() - start
     text = loaded.response_text(out.generated[0].tolist())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(200)
 
@@ -44,9 +45,9 @@ def models_command(
     from models.pull import entry_path, pulled_path, read_findings
 
     try:
-        entries = load_catalog(catalog)
+        entries = load_catalog(catalog, tolerant=True)  # one broken entry is marked, the others still listed
     except CatalogError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     # at 80 columns the size goes first, then `pulled` and the kind (with --explain, the status says them in words)
     columns = [Column("id"), Column("kind", drop=1), Column("role"), Column("license", wrap=True),
@@ -69,7 +70,13 @@ def models_command(
         if explain:
             row.append(availability(entry)[1])
         table.add_row(*row)
+    for label, _ in entries.broken:
+        table.add_row(label, "-", "-", "-", "-", "[red]broken[/red]", *(["invalid entry: see the error below"] if explain else []))
     console.print(table)
+    for _, error in entries.broken:
+        print_error(console, error)
+    if entries.broken:
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,8 +2,9 @@
 
 Read from the typed reasons of a `PromotionDecision` (`ReasonKind`) and its checklist status, never
 from their wording: a failed measurement needs new evidence, a missing or stale sign-off needs
-`unmask sign-off` (the tooling-maturity gate is one too), a stage not yet reached needs that
-promotion first, a missing approval needs `unmask approve`; with nothing left, `unmask promote`.
+`unmask sign-off` (the tooling-maturity gate is one too), an inconclusive gate needs more evidence
+(`unmask run --items N` when items would settle it), a stage not yet reached needs that promotion
+first, a missing approval needs `unmask approve`; with nothing left, `unmask promote`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from dataclasses import dataclass
 
 from checklists import STAGES
 from gates import ReasonKind
+from gates.evaluate import SIGNED_KINDS
 from gates.policy import StagePolicy
 from gates.promotion import PromotionDecision
-
-SIGNED_GATE = "tooling_maturity"  # the gate kind that a sign-off, not a measurement, clears
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,13 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     if decision.allowed:
         return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}{judged}")]
     specs = {g.name: g for g in stage_policy.gates}
-    failed = [specs[r.gate] for r in decision.gate_results if not r.passed and r.gate in specs]
-    measured = [g.name for g in failed if g.kind != SIGNED_GATE]
+    failed = [specs[r.gate] for r in decision.gate_results if r.verdict == "fail" and r.gate in specs]
+    undecided = [r for r in decision.gate_results if r.inconclusive]
+    measured = [g.name for g in failed if g.kind not in SIGNED_KINDS]
     undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
     to_sign = [i.id for i in undone if i.kind == "manual"]
     to_sign += [g.params["checklist_item"] for g in failed
-                if g.kind == SIGNED_GATE and g.params["checklist_item"] not in to_sign]
+                if g.kind in SIGNED_KINDS and g.params["checklist_item"] not in to_sign]
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
@@ -61,6 +62,12 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
         steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
                               "change the model or the sweep, then measure again",
                               f"unmask run --model {model}{judged}"))
+    if undecided:  # more evidence settles these: as many items as the most demanding one asks, if items do
+        items = max((int(r.evidence.get("items_per_task") or 0) for r in undecided), default=0)
+        more = f" --items {items}" if items else ""
+        steps.append(NextStep(f"{', '.join(r.gate for r in undecided)} inconclusive: "
+                              + "; ".join(f"{r.gate} {r.settle}" for r in undecided),
+                              f"unmask run --model {model}{more}{judged}"))
     for item in to_sign:
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
                               f'unmask sign-off {model} --stage {stage} --item {item} '

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 nightly_app = typer.Typer(help="The nightly re-evaluation: run it once, or serve its schedule.", no_args_is_help=True)
@@ -31,10 +32,16 @@ def run_once(
     result = nightly(str(sweep or default_sweep_path()), EvaluationOptions(policy=str(policy) if policy else None),
                      rollback_on_regression=not no_rollback)
     console.print(f"nightly: {result['status']}", highlight=False)
+    if result.get("sweep") and result["sweep"] != str(sweep or default_sweep_path()):
+        console.print(f"  measured at production's evidence level: {result['sweep']}", highlight=False)
+    if result.get("audit_chain"):
+        console.print(f"  [red]{escape(result['audit_chain'])}[/red]", highlight=False)
     finding = result.get("finding")
-    if finding:
+    if finding and result["status"] == "inconclusive":
+        console.print(f"  [yellow]nothing rolled back[/yellow]: {escape(finding['inconclusive'])}", highlight=False)
+    elif finding:
         for f in result["production"]["failed"]:
-            console.print(f"  [red]{f['gate']}[/red]: {f['reason']}", highlight=False)
+            console.print(f"  [red]{f['gate']}[/red]: {escape(f['reason'])}", highlight=False)
         if finding.get("rolled_back"):
             console.print(f"rolled back production: {finding['move']['from']} -> {finding['move']['to']}",
                           highlight=False)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import typer
 
+from flows.commands import options
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(200)
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", highlight=False)
+    print_error(console, f"{e}")
     raise typer.Exit(2) from None
 
 
@@ -93,7 +95,12 @@ def sign_off_command(
     from gates import RolesError
     from registry import ApprovalRefused, Registry, RegistryError, latest_registration, sign_off
     from registry.identity import claimed_actor, server_permissions
+    from checklists import ChecklistError, load_checklist
 
+    try:
+        load_checklist(stage)  # a broken checklist (or stage) is refused before the store is opened
+    except ChecklistError as e:
+        _fail(e)
     try:
         reg = Registry()
         held = reg.aliases_of(model)
@@ -113,12 +120,24 @@ def sign_off_command(
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
-    limit: int = typer.Option(50, "--limit", help="Show the last N events."),
+    limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
+    verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
+                                                        "entry edited, removed, reordered or inserted (exit 1 if so)."),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
-    from registry.read import audit_events
+    from registry.read import audit_chain, audit_events
 
+    if verify:
+        try:
+            chain = audit_chain()
+        except RegistryError as e:
+            _fail(e)
+        console.print(chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False,
+                      soft_wrap=True)
+        if not chain["ok"]:
+            raise typer.Exit(1)
+        return
     try:
         events = audit_events(model=model, stage=stage)
     except RegistryError as e:

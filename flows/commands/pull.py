@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from flows.failures import print_error
+
 console = Console()
 
 
@@ -20,7 +22,7 @@ def pull_command(
     try:
         result = pull(model_id, catalog=load_catalog(catalog), offline=offline)
     except (CatalogError, PullError) as e:
-        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     console.print(f"pulled [bold]{result.entry_id}[/bold] -> {result.path}", highlight=False)
     console.print(f"  {len(result.files)} files verified" + (f", commit {result.commit}" if result.commit else ""))

@@ -14,7 +14,9 @@ from pathlib import Path
 import typer
 
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from flows.commands.options import positive, threads_rule
 from flows.commands.table import Column, FittedTable, table_console
+from flows.failures import print_error
 
 console = table_console(160)
 
@@ -27,13 +29,18 @@ def run_command(
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
     reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
     remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
+    items: int = typer.Option(None, "--items", min=1, help="Measure every task on at least N items (the sweep's "
+                              "`n` raised; what settles an inconclusive data_validity gate)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
+    threads: int = typer.Option(None, "--threads", callback=positive,
+                                help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
-    from evals.sweep import SweepError, default_sweep_path, load_sweep
+    from evals.sweep import SweepError, default_sweep_path, load_sweep, with_items
     from flows.evaluate import EvaluationOptions
+    from gates import load_policy
     from registry.views import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
@@ -43,15 +50,23 @@ def run_command(
         if task_runner not in ("threads", "dask"):
             raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
+        load_policy(policy)  # a broken policy (or checklist) is refused now, not after the measuring
+        threads, threads_from = threads_rule(threads, spec.threads)
+        if items:
+            sweep_path = with_items(sweep_path, lambda _task: items)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
-                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure)
+                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure,
+                                    threads=threads)
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print_error(console, f"{e}")
         raise typer.Exit(2) from None
     models = list(model or spec.models)
     console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
-                  f"(state: {state_dir()}, task runner: {task_runner})", highlight=False)
+                  f"(state: {state_dir()}, task runner: {task_runner}, torch threads: {threads} from {threads_from})",
+                  highlight=False)
+    if items:
+        console.print(f"every task on at least {items} items (sweep: {sweep_path})", highlight=False)
     started = time.perf_counter()
     result = review_with_progress(models, str(sweep_path), options)
     elapsed = time.perf_counter() - started
@@ -110,6 +125,7 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
 
 
 def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
+    from rich.markup import escape
     table = FittedTable("scorecard", [
         Column("candidate"), Column("qualifies for"), Column("gates passed", "right", wrap=True),
         Column("failed gates: reasons", wrap=True), Column(f"score ({score_stage})", "right", wrap=True)],
@@ -117,10 +133,14 @@ def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
     for r in rows:
         stage = {"none": "[yellow]none yet[/yellow]", "failed": "[red]failed[/red]"}.get(
             r["qualifies"], f"[green]{r['qualifies']}[/green]")
-        gates = f"{r['passed']}/{r['passed'] + r['failed']} at {r['judged_at']}" if r["judged_at"] else "-"
+        total = r["passed"] + r["failed"] + r.get("open", 0)
+        gates = f"{r['passed']}/{total} at {r['judged_at']}" if r["judged_at"] else "-"
+        if r.get("open"):
+            gates += f", [yellow]{r['open']} inconclusive[/yellow]"
         score = f"{r['score']:.3f} (#{r['rank']})" if r["score"] is not None else "[dim]filtered by gates[/dim]"
         name = f"{r['candidate']}\n[dim]{r['role']}[/dim]" if r["role"] else r["candidate"]
-        table.add_row(name, stage, gates, "\n".join(r["reasons"]) or "-", score)
+        undecided = [f"[yellow]inconclusive[/yellow] {escape(why)}" for why in r.get("inconclusive", [])]
+        table.add_row(name, stage, gates, "\n".join([escape(x) for x in r["reasons"]] + undecided) or "-", score)
     return table
 
 

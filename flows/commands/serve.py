@@ -15,6 +15,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.commands import options
+
 console = Console(stderr=True)
 
 
@@ -34,9 +36,9 @@ def serve_command(
     alias: list[str] = typer.Option(None, "--alias", "-a", help="Alias to serve; repeat (default: production, fallback)."),
     model: list[str] = typer.Option(None, "--model", "-m", help="Registered model to serve (its current version); repeat."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to share on the network)."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    port: int = typer.Option(8000, "--port", callback=options.port, help="Port to listen on."),
     weights: list[str] = typer.Option(None, "--weights", help="NAME=FOLDER: load registered model NAME from FOLDER."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("cpu", "--device", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
@@ -46,6 +48,8 @@ def serve_command(
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
+    threads: int = typer.Option(None, "--threads", callback=options.positive,
+                                help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
     import uvicorn
@@ -74,8 +78,9 @@ def serve_command(
             server.should_exit = True
         await serving
 
-    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics)",
-                  highlight=False)
+    threads, threads_from = options.apply_threads(threads)
+    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics; "
+                  f"torch threads: {threads} from {threads_from})", highlight=False)
     asyncio.run(run())
     if app.state.pool.error:
         typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable

@@ -1,7 +1,10 @@
-"""Hosted models (Mercury and friends): listed with their license, evaluable once a key is configured.
+"""Hosted models (Mercury and friends) and other servers: evaluable at the text level once a key is configured.
 
-An API entry is text in, text out, over an OpenAI-compatible `/chat/completions` endpoint. Without
-the key variable the entry names, the adapter says so plainly instead of failing mid-run.
+An API entry is text in, text out, over an OpenAI-compatible `/chat/completions` endpoint (a hosted
+Mercury, vLLM or SGLang serving a dLLM, another `unmask serve`). `unmask eval` measures it through
+`evals.loadtest` (quality on the task suite, latency, TTFB, errors); token-level metrics (NFE, tokens
+per forward) are not applicable and recorded as None. Without the key variable the entry names, the
+adapter says so plainly, naming the variable, instead of failing mid-run.
 """
 
 from __future__ import annotations
@@ -29,6 +32,18 @@ class APIAdapter:
 
     def status(self) -> tuple[bool, str]:
         return self.entry.api_status()
+
+    @property
+    def base_url(self) -> str:
+        return self.entry.source.location
+
+    @property
+    def api_model(self) -> str:
+        return self.entry.api_model or self.entry_id
+
+    def api_key(self) -> str:
+        """The key from the environment variable the entry names; NotEvaluable naming the variable when unset."""
+        return self._key()
 
     def _key(self) -> str:
         evaluable, reason = self.status()

@@ -108,10 +108,10 @@ class ModelHandle(TextCodec):
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise AdapterError(f"{path}: missing") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise AdapterError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise AdapterError(f"{path}: expected a JSON object")

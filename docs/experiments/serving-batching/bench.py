@@ -2,22 +2,20 @@
 
     PYTHONPATH=. .venv/bin/python docs/experiments/serving-batching/bench.py --requests 32 --concurrency 16
 
-For each served alias it starts `unmask serve`'s app twice on loopback (uvicorn in a thread): once with
-batching off (`max_batch=1`) and once on (`max_batch=16`), sends the same arith prompts through the
-`openai` async client at the given concurrency, and prints requests/s, answer tokens/s (tokens before
-the first stop, so EOS padding does not count), p50/p95 latency, the mean batch size, and the share
-of answers equal between the two runs. Without `--tracking-uri` it registers the bundled tiny models
+For each served alias it starts `unmask loadtest`'s local server (`unmask serve`'s app on loopback,
+uvicorn in a thread) twice: once with batching off (`max_batch=1`) and once on (`max_batch=16`), loads
+it with `evals.loadtest` (the `openai` async client; solo first, then the given concurrency) and prints
+requests/s, answer tokens/s (`usage.completion_tokens`: tokens before the first stop, so EOS padding
+does not count), p50/p95 latency, the mean batch size, and the share of answers equal between the two
+runs. Without `--tracking-uri` it registers the bundled tiny models
 (real `registry.register_evidence`) in a scratch SQLite store with tiny-llada holding `production`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 OPERATING = {"tiny-llada": {"gen_length": 32, "block_length": 32, "steps": 16},
@@ -45,55 +43,19 @@ def scratch_registry(folder: Path) -> str:
     return reg.tracking_uri
 
 
-class Server:
-    """The app on a free loopback port, in a thread, until `stop()`."""
+def run(uri: str, alias: str, prompts: list[str], concurrency: int, max_batch: int):
+    """`unmask loadtest`'s local server and load (solo, then `concurrency` in flight); the loaded cell and the solo one."""
+    from evals.loadtest import LoadSpec, run_load
+    from flows.commands.loadtest import local_server
 
-    def __init__(self, tracking_uri: str, alias: str, max_batch: int):
-        import socket
-
-        import uvicorn
-
-        from serving import Limits, PoolSettings, ServeSettings, create_app
-
-        self.app = create_app(ServeSettings(
-            pool=PoolSettings(names=[alias], tracking_uri=tracking_uri, max_batch=max_batch, batch_window_s=0.02,
-                              max_pending=1024), limits=Limits(), request_timeout_s=600))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
-        self.thread.start()
-        while not self.app.state.pool.ready:
-            if self.app.state.pool.error:
-                raise SystemExit(self.app.state.pool.error)
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
+    with local_server([alias], uri, max_batch=max_batch, batch_window_s=0.02) as url:
+        result = run_load(LoadSpec(base_url=url, models=(alias,), concurrency=(concurrency,), requests=len(prompts),
+                                   timeout_s=600, stream=False), prompts)
+    return result.cell(alias, concurrency), result.cell(alias, 1)
 
 
-async def load(port: int, alias: str, prompts: list[str], concurrency: int) -> dict:
-    import openai
-
-    gate = asyncio.Semaphore(concurrency)
-    async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0,
-                                  timeout=600) as client:
-        async def one(prompt: str):
-            async with gate:
-                started = time.perf_counter()
-                r = await client.completions.create(model=alias, prompt=prompt)
-                return r, time.perf_counter() - started
-
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(p) for p in prompts))
-        wall = time.perf_counter() - started
-    latencies = sorted(t for _, t in results)
-    return {"texts": [r.choices[0].text for r, _ in results], "wall": wall,
-            "tokens": sum(r.usage.completion_tokens for r, _ in results), "model": results[0][0].model,
-            "p50": statistics.median(latencies), "p95": latencies[max(0, round(0.95 * len(latencies)) - 1)],
-            "batch": statistics.mean(r.model_extra["unmask"]["batch_size"] for r, _ in results)}
+def mean_batch(cell) -> float:
+    return statistics.mean((a.served.get("unmask") or {}).get("batch_size", 1) for a in cell.ok)
 
 
 def main() -> None:
@@ -116,19 +78,16 @@ def main() -> None:
                    "same answers", "throughput on/off"):
         table.add_column(column, justify="left" if column in ("alias", "model", "batching") else "right")
     for alias in args.alias or ["production", "fallback"]:
-        runs = {}
-        for mode, max_batch in (("off", 1), ("on", args.max_batch)):
-            server = Server(uri, alias, max_batch)
-            try:
-                runs[mode] = asyncio.run(load(server.port, alias, prompts, args.concurrency))
-            finally:
-                server.stop()
-        same = sum(a == b for a, b in zip(runs["off"]["texts"], runs["on"]["texts"])) / len(prompts)
-        ratio = runs["off"]["wall"] / runs["on"]["wall"]
-        for mode, run in runs.items():
-            table.add_row(alias, run["model"], f"{mode} (max {1 if mode == 'off' else args.max_batch})",
-                          f"{len(prompts) / run['wall']:.2f}", f"{run['tokens'] / run['wall']:.1f}", f"{run['p50']:.3f}",
-                          f"{run['p95']:.3f}", f"{run['batch']:.1f}", f"{same:.0%}", f"{ratio:.2f}x" if mode == "on" else "")
+        runs = {mode: run(uri, alias, prompts, args.concurrency, max_batch)
+                for mode, max_batch in (("off", 1), ("on", args.max_batch))}
+        off = {a.prompt: a.text for a in runs["off"][0].ok}
+        same = sum(off.get(a.prompt) == a.text for a in runs["on"][0].ok) / len(prompts)
+        ratio = runs["off"][0].wall_s / runs["on"][0].wall_s
+        for mode, (cell, _) in runs.items():
+            table.add_row(alias, cell.served()["model"], f"{mode} (max {1 if mode == 'off' else args.max_batch})",
+                          f"{cell.requests_per_s:.2f}", f"{cell.tokens_per_s:.1f}", f"{cell.latency(50):.3f}",
+                          f"{cell.latency(95):.3f}", f"{mean_batch(cell):.1f}", f"{same:.0%}",
+                          f"{ratio:.2f}x" if mode == "on" else "")
     Console(width=160).print(table)  # piped output keeps its columns
 
 

@@ -1,5 +1,8 @@
 """Numbers and thresholds as a person writes them: 3 significant digits, latency in ms, accuracy in %.
 
+The lowest layer that words a number: gate reasons (gates/evaluate.py) and the CLI's tables both read
+it, so a verdict's reason and the table beside it say the same `22.3 ms`.
+
 A tiny model's p95 is measured to a few percent at best, so `0.02230288574997985` s says nothing
 that `22.3 ms` does not. Thresholds come from the policy's own settings, not from its Python
 repr: `>= 30%`, `permitted or caution`, `>= fallback - 20 pts`.
@@ -56,6 +59,11 @@ def points(change: float) -> str:
     return f"{'+' if change >= 0 else '-'} {exact(abs(change) * 100)} pts"
 
 
+def signed_points(change: float) -> str:
+    """A measured difference of two shares in percentage points, 3 significant digits: 0.0213 -> '+2.13 pts'."""
+    return f"{'+' if change >= 0 else '-'}{significant(abs(change) * 100)} pts"
+
+
 def gate_value(kind: str | None, value: Any) -> str:
     """What a gate measured, in the unit of its kind (`GateSpec.kind`; None: a gate the policy no longer has)."""
     if value is None:
@@ -78,6 +86,11 @@ def gate_value(kind: str | None, value: Any) -> str:
         return "; ".join(([either(held, "and")] if held else []) + ([f"not {either(failed)}"] if failed else []))
     if kind == "tooling_maturity":
         return f"signed off by {value}"
+    if kind == "serving" and isinstance(value, dict):
+        shown = {"p95_s": lambda v: f"p95 {milliseconds(v)} ms", "error_rate": lambda v: f"errors {percent(v)}",
+                 "throughput_vs_fallback": lambda v: f"{significant(v)}x fallback tokens/s"}
+        return ", ".join(shown[k](v) if v is not None else f"{k.replace('_', ' ')} {NONE}"
+                         for k, v in value.items() if k in shown)
     return either(value) if isinstance(value, (list, tuple)) else significant(value) if isinstance(
         value, (int, float)) else str(value)
 
@@ -114,4 +127,12 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         return "no errors" if params["max_error_rate"] == 0 else f"<= {exact(params['max_error_rate'] * 100)}%"
     if kind == "tooling_maturity":
         return f"sign-off of {params['checklist_item']}"
+    if kind == "serving":
+        parts = [f"p95 <= {exact(params['p95_s_max'] * 1e3)} ms"] if "p95_s_max" in params else []
+        if "error_rate_max" in params:
+            limit = params["error_rate_max"]
+            parts.append("no errors" if limit == 0 else f"errors <= {exact(limit * 100)}%")
+        parts += ([f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
+                  if "throughput_vs_fallback_min" in params else [])
+        return f"{params['concurrency']} in flight: " + ", ".join(parts)
     return gate_value(None, threshold)

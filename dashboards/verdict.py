@@ -1,0 +1,139 @@
+"""The verdict the landing page opens with: per stage, what to adopt, what holds it now, and what blocks it.
+
+Composed from registry reads only (`registry.read`, `registry.views`): the recommendation is the best
+passing version by the policy's scoring (`read.scores`, TOPSIS), its blocker is the first of the
+commands `unmask gates` would print (`next_steps`, judged afresh and recorded nowhere). A holder that
+fails the gates of the stage it holds is a red finding; evidence judged under another policy, stale
+sign-offs or approvals, and inconclusive gates are amber ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+import registry.read as read
+import registry.views as views
+from flows.commands.next_steps import names_version, next_steps
+from gates.policy import Policy
+from registry import STAGE_ALIASES, Registry
+
+
+@dataclass(frozen=True)
+class StageVerdict:
+    """One stage's line on the landing page."""
+
+    stage: str
+    holder: tuple[str, str] | None  # (model, version) holding the stage alias now
+    holder_failed: tuple[str, ...] = ()  # gates the holder fails at this stage, as last judged
+    holder_inconclusive: tuple[str, ...] = ()
+    holder_judged: bool = False  # whether the holder was ever judged at this stage
+    recommended: tuple[str, str] | None = None  # the best version passing every gate of the stage
+    score: float | None = None  # its TOPSIS score among the passing versions
+    score_interval: tuple[float, float] | None = None  # while its quality runs across its 95% interval
+    quality: float | None = None
+    quality_interval: tuple[float, float] | None = None
+    n_items: int = 0
+    subject: tuple[str, str] | None = None  # whom the blocker is about: the recommendation, else the candidate
+    blocker: str = ""  # in words; "" when the subject holds the stage
+    command: str = ""  # what clears it
+    more_steps: tuple[str, ...] = ()  # the commands after `command`, in order
+    stale: tuple[str, ...] = ()  # why the evidence behind this line may be out of date
+    inconclusive: tuple[str, ...] = ()  # gates whose verdict is neither pass nor fail
+
+
+def _label(holder: tuple[str, str] | None) -> str:
+    return f"{holder[0]} v{holder[1]}" if holder else ""
+
+
+def policy_path_flag() -> str | None:
+    """The policy file commands must name to judge as this dashboard does (None: the bundled one)."""
+    return os.environ.get(views.POLICY_ENV) or None
+
+
+def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
+    """The landing page's verdict, one StageVerdict per stage, poc first."""
+    held = read.aliases(reg)
+    results = read.gate_results(registry=reg)
+    judged = read.judged_policies(reg)
+    candidates = read.list_candidates(reg)
+    board = views.integrity_board(reg)
+    tampered = set(zip(board.model[board.status == "tampered"], board.version[board.status == "tampered"]))
+    adopting = [(m, views.current_version(reg, m)) for m in candidates[candidates.role == "candidate"].model]
+    adopting = [h for h in adopting if h[1] and h not in tampered]
+    lines = []
+    for stage in STAGE_ALIASES:
+        holder = held.get(stage)
+        holder = (holder["model"], holder["version"]) if holder else None
+        mine = _results_of(results, holder, stage)
+        scored = read.scores(stage, registry=reg, policy=policy)
+        ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
+        recommended, score, score_iv, quality, quality_iv, n = None, None, None, None, None, 0
+        if len(ranking):
+            best = ranking.iloc[0]
+            recommended = (best.candidate, views.current_version(reg, best.candidate))
+            score, quality = float(best.topsis), float(best.quality)
+            if best.candidate in intervals.index:
+                iv = intervals.loc[best.candidate]
+                score_iv = (float(iv.topsis_low), float(iv.topsis_high))
+                quality_iv, n = (float(iv.quality_low), float(iv.quality_high)), int(iv.n_items)
+        subject = recommended or (adopting[0] if adopting else None)
+        blocker, command, more = _blocker(reg, policy, subject, holder, stage)
+        stale = _stale(reg, judged, policy, [h for h in (holder, subject) if h], stage)
+        shown = pd.concat([mine, _results_of(results, subject, stage)]) if subject != holder else mine
+        lines.append(StageVerdict(
+            stage, holder, tuple(mine.gate[mine.verdict == "fail"]), tuple(mine.gate[mine.verdict == "inconclusive"]),
+            bool(len(mine)), recommended, score, score_iv, quality, quality_iv, n, subject, blocker, command, more,
+            stale, tuple(sorted({f"{_label((r.model, r.version))}: {r.gate}"
+                                 for r in shown[shown.verdict == "inconclusive"].itertuples()}))))
+    return lines
+
+
+def _results_of(results: pd.DataFrame, holder: tuple[str, str] | None, stage: str) -> pd.DataFrame:
+    if holder is None:
+        return results.iloc[0:0]
+    return results[(results.model == holder[0]) & (results.version == holder[1]) & (results.stage == stage)]
+
+
+def _blocker(reg: Registry, policy: Policy, subject: tuple[str, str] | None, holder: tuple[str, str] | None,
+             stage: str) -> tuple[str, str, tuple[str, ...]]:
+    """(what blocks `subject` from holding `stage`, in words; the command that clears it; the commands after)."""
+    if subject is None:
+        return "no candidate is registered: nothing to adopt yet", "unmask run", ()
+    if subject == holder:
+        return "", "", ()
+    decision = read.promotion_decision(*subject, stage, registry=reg, policy=policy)
+    if decision is None:
+        return (f"{_label(subject)}'s evidence is tampered: nothing is judged on it",
+                f"unmask run --model {subject[0]}", ())
+    aliases = reg.aliases_of(subject[0])
+    steps = next_steps(subject[0], subject[1], decision, policy.stage(stage),
+                       name_version=names_version(aliases, subject[1]), policy_path=policy_path_flag())
+    why = steps[0].why if not decision.allowed else f"nothing: {steps[0].why}"
+    return why, steps[0].command, tuple(s.command for s in steps[1:])
+
+
+def _stale(reg: Registry, judged: pd.DataFrame, policy: Policy, versions: list[tuple[str, str]],
+           stage: str) -> tuple[str, ...]:
+    """Why the verdicts about `versions` at `stage` may no longer hold: judged under another policy than
+    this page's, or sign-offs and approvals given before the latest evaluation."""
+    found = []
+    for model, version in dict.fromkeys(versions):
+        mine = judged[(judged.model == model) & (judged.version == version) & (judged.stage == stage)]
+        if len(mine) and mine.policy_sha256.iloc[0] != policy.sha256:
+            found.append(f"{model} v{version} was judged at {stage} under another policy (sha256 "
+                         f"{mine.policy_sha256.iloc[0][:12] or 'unrecorded'}, this page: {policy.sha256[:12]}): "
+                         f"judge again with `unmask gates {model} --stage {stage}`")
+        status = read.version_status(model, version, reg)
+        signed = sorted(i for i, s in status["signoffs"].get(stage, {}).items() if s["stale"])
+        if signed:
+            found.append(f"{model} v{version}: sign-offs given before its latest evaluation no longer count at "
+                         f"{stage}: {', '.join(signed)}")
+        approval = status["approvals"].get(stage)
+        if approval and approval.get("stale"):
+            found.append(f"{model} v{version}: the {stage} approval by {approval['by']} predates its latest "
+                         "evaluation and no longer counts")
+    return tuple(found)
+

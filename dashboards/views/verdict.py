@@ -1,0 +1,94 @@
+"""Verdict: what to adopt at each stage, who holds it now, and what blocks it, with the command that clears it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import source
+from dashboards.alerts import show_drift, show_tampered
+from dashboards.cells import version_label
+from dashboards.policy_note import show_policy
+from gates.readable import percent, significant
+
+reg = source.registry_or_stop()
+uri = reg.tracking_uri
+
+st.title("Verdict")
+show_policy(uri)
+show_drift(uri)
+show_tampered(uri)
+lines = source.stage_verdicts(uri, source.policy_source())
+
+
+def label(holder) -> str:
+    return version_label(*holder) if holder else ""
+
+
+for line in lines:
+    if line.holder and line.holder_failed:
+        st.error(f"**{line.stage} is held by {label(line.holder)}, which fails its {line.stage} gates:** "
+                 f"{', '.join(line.holder_failed)}. Put the previous holder back with "
+                 f"`unmask rollback --stage {line.stage}`, or see why with "
+                 f"`unmask gates {line.holder[0]} --stage {line.stage}`.", icon=":material/dangerous:")
+for line in lines:
+    for why in line.stale:
+        st.warning(f"**{line.stage}: evidence may be stale.** {why}.", icon=":material/update:")
+    if line.inconclusive:
+        st.warning(f"**{line.stage}: inconclusive.** Neither pass nor fail yet (more items would settle it): "
+                   f"{'; '.join(line.inconclusive)}.", icon=":material/help:")
+
+
+def score_text(line) -> str:
+    if line.score is None:
+        return "—"
+    spread = line.score_interval
+    shown = significant(line.score)
+    if spread and spread[1] - spread[0] > 1e-9:
+        shown += f" ({significant(spread[0])} to {significant(spread[1])})"
+    return shown
+
+
+def quality_text(line) -> str:
+    if line.quality is None:
+        return "—"
+    shown = percent(line.quality)
+    if line.quality_interval:
+        low, high = line.quality_interval
+        shown += f" ({percent(low)} to {percent(high)} on {line.n_items} items)"
+    return shown
+
+
+def blocks_text(line) -> str:
+    if line.subject is None:
+        return line.blocker
+    if not line.blocker:
+        return f"nothing: {label(line.subject)} holds {line.stage}"
+    return f"{label(line.subject)}: {line.blocker}"
+
+
+def holder_text(line) -> str:
+    if not line.holder:
+        return "nobody"
+    if line.holder_failed:
+        n = len(line.holder_failed)
+        return f"{label(line.holder)}, failing {n} gate{'' if n == 1 else 's'}"
+    return label(line.holder) + ("" if line.holder_judged else ", not judged here")
+
+
+st.caption("Recommended: the best version that passes every gate of the stage, by the policy's TOPSIS score "
+           "among the passing ones (in brackets: the score's range while the version's accuracy runs across its "
+           "95% interval). Next: the first command that clears what stands between it and the stage.")
+st.table(pd.DataFrame({
+    "recommended": [label(line.recommended) or "none passes" for line in lines],
+    "score": [score_text(line) for line in lines],
+    "accuracy": [quality_text(line) for line in lines],
+    "held by": [holder_text(line) for line in lines],
+    "what blocks it": [blocks_text(line) for line in lines],
+    "next command": [line.command or "—" for line in lines],
+}, index=pd.Index([line.stage for line in lines], name="stage")))
+later = [(line.stage, c) for line in lines for c in line.more_steps]
+if later:
+    with st.expander("The commands after the next one"):
+        st.table(pd.DataFrame({"stage": [s for s, _ in later], "then": [c for _, c in later]}).set_index("stage"))
+st.caption("The gate board has every gate's value, threshold and reason; Scores ranks every passing version.")

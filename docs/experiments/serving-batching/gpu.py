@@ -1,0 +1,148 @@
+"""On a lent GPU: `unmask serve` over a random-weight model of LLaDA-8B's shape in bf16, tokens/s at 1 and 16 in flight.
+
+    python3 docs/experiments/serving-batching/gpu.py              # on the GPU host: about 16 GB of weights
+    .venv/bin/python docs/experiments/serving-batching/gpu.py --smoke   # the same path on the CPU, a tiny shape
+
+The model has LLaDA-8B's shape (32 layers, d_model 4096, 32 heads, SwiGLU 12288, vocabulary 126464,
+RoPE theta 500000) with random weights, and the bundled tiny tokenizer (ids it does not know decode
+to nothing; the throughput is counted in tokens from `usage.completion_tokens`). The script writes the
+checkpoint (safetensors shards), registers it in a scratch SQLite registry (real `register_evidence`,
+its real weights digest), serves it with `unmask loadtest`'s own local server (`unmask serve`'s app
+on a free loopback port, dynamic batching up to 16) and loads it with `evals.loadtest` at
+concurrency 1 and 16. The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+NAME = "llada-8b-random"
+LLADA_8B = {"d_model": 4096, "n_heads": 32, "n_layers": 32, "mlp_hidden_size": 12288, "vocab_size": 126464,
+            "rope_theta": 500000.0, "max_sequence_length": 4096}
+SMOKE = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp_hidden_size": 128, "vocab_size": 512,
+         "rope_theta": 500000.0, "max_sequence_length": 512}
+GEN = {"gen_length": 32, "block_length": 32, "steps": 32}  # the policy's operating point length: it decodes there
+
+
+def build(folder: Path, shape: dict, device: str, dtype: str) -> Path:
+    """A random-weight LLaDA-layout checkpoint of `shape`, initialised on `device` in `dtype`, saved as shards."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from models.checkpoint import save_checkpoint
+    from models.llada import LLaDAConfig, LLaDAModelLM
+    from models.loading import WEIGHTS_DIR, resolve_dtype
+    from models.tokenizer_build import special_ids
+
+    tiny = WEIGHTS_DIR / "tiny-llada"
+    tokenizer = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    ids = special_ids(tokenizer)
+    cfg = LLaDAConfig(**shape, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"])
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(resolve_dtype(dtype))  # built in bf16 on the GPU: 16 GB, not 32 in float32 first
+    try:
+        with torch.device(device), torch.no_grad():
+            model = LLaDAModelLM(cfg)
+            for name, p in model.named_parameters():
+                if name.endswith(("norm.weight", "ln_f.weight")):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, 0.02)
+    finally:
+        torch.set_default_dtype(previous)
+    save_checkpoint(model, folder, tokenizer=tokenizer, max_shard_bytes=4 * 2**30,
+                    extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+    shutil.copy(tiny / "tokenizer_config.json", folder / "tokenizer_config.json")
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return folder
+
+
+def register(folder: Path, registry_dir: Path) -> str:
+    """The checkpoint registered as NAME (candidate) at the GEN operating point; returns the tracking URI."""
+    from evals.records import CandidateEvidence, EvalRecord
+    from models.digest import weights_sha256
+    from registry import Registry, register_evidence
+    from sampler.config import SamplerConfig
+
+    config = json.loads((folder / "config.json").read_text())
+    sha = weights_sha256(folder)
+    sampler = SamplerConfig(**GEN, mask_id=config["mask_token_id"], eos_id=config["eos_token_id"],
+                            eot_id=config["eot_token_id"])
+    record = EvalRecord(candidate=NAME, role="candidate", kind="masked-diffusion", task="arith", split="test",
+                        config=sampler.to_dict(), config_hash=sampler.hash(), gen_length=GEN["gen_length"], n_items=1,
+                        accuracy=0.0, valid=True, weights_sha256=sha)
+    reg = Registry(f"sqlite:///{registry_dir / 'mlflow.db'}")
+    register_evidence(reg, CandidateEvidence(NAME, "candidate", "masked-diffusion", [record], weights_sha256=sha))
+    return reg.tracking_uri
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU in float32 (checks the path)")
+    parser.add_argument("--requests", type=int, default=None, help="requests per level (default 32, smoke 4)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    import torch
+
+    from evals.loadtest import LoadSpec, run_load, serving_records
+    from evals.fingerprint import environment_fingerprint
+    from flows.commands.loadtest import local_server, results_table
+    from flows.commands.table import table_console
+
+    device, dtype = ("cpu", "float32") if args.smoke else ("cuda", "bfloat16")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here; run with --smoke on the CPU")
+    requests = args.requests or (4 if args.smoke else 32)
+    out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="unmask-gpu-serve-"))
+    work = Path(tempfile.mkdtemp(prefix="unmask-gpu-serve-work-"))
+    try:
+        started = time.perf_counter()
+        folder = build(work / NAME, SMOKE if args.smoke else LLADA_8B, device, dtype)
+        built = time.perf_counter() - started
+        uri = register(folder, work)
+        registered = time.perf_counter() - started - built
+        from evals.evaluate import load_task
+
+        prompts = [item.prompt for item in load_task("arith", "test", requests).items]
+        with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
+                          max_tokens=GEN["gen_length"]) as url:
+            spec = LoadSpec(base_url=url, models=(NAME,), concurrency=(1, 16), requests=requests,
+                            max_tokens=GEN["gen_length"], timeout_s=600)
+            result = run_load(spec, prompts)
+        records = serving_records(result, environment_fingerprint(device, dtype, shape="smoke" if args.smoke else "LLaDA-8B"))
+        console = table_console(200)
+        console.print(results_table(result, records))
+        for note in result.notes:
+            console.print(f"note: {note}", highlight=False, markup=False)
+        solo, sixteen = records[0], records[-1]
+        ratio = sixteen.tokens_per_s / solo.tokens_per_s if solo.tokens_per_s and sixteen.tokens_per_s else None
+        summary = {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device, "dtype": dtype,
+                   "build_s": round(built, 1), "register_s": round(registered, 1),
+                   "tokens_per_s": {str(r.concurrency): r.tokens_per_s for r in records},
+                   "ratio_16_vs_1": ratio, "same_answer_share_16": sixteen.same_answer_share,
+                   "errors": {str(r.concurrency): r.error_rate for r in records},
+                   "records": [r.to_dict() for r in records], "notes": result.notes}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu-loadtest.json").write_text(json.dumps(summary, indent=2))
+        print(f"tokens/s at 1: {solo.tokens_per_s}, at 16: {sixteen.tokens_per_s} (x{ratio}); "
+              f"same answers at 16: {sixteen.same_answer_share}; build {built:.0f} s; written {out / 'gpu-loadtest.json'}")
+        return summary
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

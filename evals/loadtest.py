@@ -1,0 +1,371 @@
+"""Load tests: a bounded load on any OpenAI-compatible endpoint, measured the way N users feel it.
+
+`run_load(spec, prompts)` drives the endpoint with the `openai` package's async client: for each
+model and concurrency, `concurrency` workers send prompts one after another until `requests` were
+sent or `duration_s` passed (a closed loop: the load is bounded by construction). Every answer is
+timed (latency, time to first byte on a stream), its generated tokens are read from the response's
+`usage.completion_tokens` (text tokens, no EOS padding) and its text is compared with the solo
+(concurrency 1) answer to the same prompt. `serving_records(result)` turns each (model,
+concurrency) cell into a `ServingRecord`, the evidence the `serving` gate reads.
+
+Streaming is used where the server streams: one probe request per model asks for `stream=True`
+(with `stream_options.include_usage`, then without); a 400 means the server does not stream, and
+the cell is measured non-streamed with TTFB equal to latency (`streamed: false` says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import numpy as np
+
+from evals.records import ServingRecord
+
+ENDPOINTS = ("completions", "chat")
+MODES = ("stream+usage", "stream", "plain")  # probed in this order, first accepted wins
+MAX_ERROR_MESSAGES = 5
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+class LoadTestError(ValueError):
+    """A load test that cannot run; the message names the argument (or the endpoint) and what is wrong."""
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to load: an endpoint, the model names it serves, the concurrencies and the bounds of each cell."""
+
+    base_url: str  # up to and including /v1
+    models: tuple[str, ...]  # names the endpoint serves (aliases, registered models, upstream names)
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    requests: int = 32  # per (model, concurrency) cell
+    duration_s: float | None = None  # a cell stops sending once this has passed, even before `requests`
+    max_tokens: int | None = None  # None: the server's (the operating point's) length
+    endpoint: str = "completions"  # or "chat"
+    temperature: float | None = None  # None: the server's
+    api_key: str = "unused"
+    timeout_s: float = 120.0  # per request
+    stream: bool = True  # probe for streaming; False: measure non-streamed only
+
+
+def check_spec(spec: LoadSpec) -> None:
+    """Raise LoadTestError naming the first argument that cannot be used."""
+    if not spec.base_url.startswith(("http://", "https://")):
+        raise LoadTestError(f"--url {spec.base_url!r}: expected an http(s):// base URL such as http://127.0.0.1:8000/v1")
+    if not spec.models or not all(isinstance(m, str) and m for m in spec.models):
+        raise LoadTestError("--model: name at least one served model (e.g. --model production --model fallback)")
+    if not spec.concurrency:
+        raise LoadTestError("--concurrency: give at least one level, e.g. 1,4,16")
+    bad = [c for c in spec.concurrency if not isinstance(c, int) or isinstance(c, bool) or c < 1]
+    if bad:
+        raise LoadTestError(f"--concurrency: {bad[0]!r} is not a positive integer (requests in flight)")
+    if not isinstance(spec.requests, int) or spec.requests < 1:
+        raise LoadTestError(f"--requests: {spec.requests!r} is not a positive integer (requests per model and level)")
+    if spec.duration_s is not None and not spec.duration_s > 0:
+        raise LoadTestError(f"--duration: {spec.duration_s!r} is not a positive number of seconds")
+    if spec.max_tokens is not None and spec.max_tokens < 1:
+        raise LoadTestError(f"--max-tokens: {spec.max_tokens!r} is not a positive integer")
+    if spec.endpoint not in ENDPOINTS:
+        raise LoadTestError(f"--endpoint: {spec.endpoint!r}; expected one of {', '.join(ENDPOINTS)}")
+    if not spec.timeout_s > 0:
+        raise LoadTestError(f"--timeout: {spec.timeout_s!r} is not a positive number of seconds")
+
+
+def levels(spec: LoadSpec) -> list[int]:
+    """The concurrencies run, solo first: the solo answers are what every other level is compared with."""
+    return sorted(set(spec.concurrency) | {1})
+
+
+@dataclass
+class Answer:
+    """One request's outcome."""
+
+    prompt: int  # index into the prompts
+    text: str | None = None
+    latency_s: float | None = None
+    ttfb_s: float | None = None  # time to the first streamed chunk; the latency when not streamed
+    tokens: int | None = None  # usage.completion_tokens
+    served: dict[str, Any] = field(default_factory=dict)  # model, and the `unmask` extension when the server adds it
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class Cell:
+    """Every answer of one (model, concurrency), and what they add up to."""
+
+    model: str
+    concurrency: int
+    mode: str  # how it was requested (MODES)
+    answers: list[Answer]
+    wall_s: float
+    same_answer_share: float | None = None  # against the solo answers; None for the solo cell itself
+
+    @property
+    def ok(self) -> list[Answer]:
+        return [a for a in self.answers if a.ok]
+
+    @property
+    def errors(self) -> int:
+        return len(self.answers) - len(self.ok)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / len(self.answers) if self.answers else 0.0
+
+    def latency(self, q: float) -> float | None:
+        values = [a.latency_s for a in self.ok]
+        return float(np.percentile(values, q)) if values else None
+
+    @property
+    def ttfb_p50_s(self) -> float | None:
+        values = [a.ttfb_s for a in self.ok if a.ttfb_s is not None]
+        return float(np.median(values)) if values else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        tokens = [a.tokens for a in self.ok]
+        if not tokens or any(t is None for t in tokens) or self.wall_s <= 0:
+            return None
+        return sum(tokens) / self.wall_s
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.ok) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def streamed(self) -> bool:
+        return self.mode != "plain"
+
+    def served(self) -> dict[str, Any]:
+        """Who answered (model, version, weights sha256), as most of the answers name it."""
+        seen = Counter(tuple(sorted(_identity(a.served).items())) for a in self.ok)
+        return dict(seen.most_common(1)[0][0]) if seen else {"model": self.model, "version": "", "weights_sha256": ""}
+
+    def error_messages(self) -> list[str]:
+        counts = Counter(a.error for a in self.answers if not a.ok)
+        return [f"{n}x {message}" for message, n in counts.most_common(MAX_ERROR_MESSAGES)]
+
+
+@dataclass
+class LoadResult:
+    spec: LoadSpec
+    cells: list[Cell]
+    notes: list[str] = field(default_factory=list)  # streaming refused, answers from several versions, ...
+
+    def cell(self, model: str, concurrency: int) -> Cell | None:
+        return next((c for c in self.cells if c.model == model and c.concurrency == concurrency), None)
+
+
+def _identity(served: dict[str, Any]) -> dict[str, str]:
+    extension = served.get("unmask") or {}
+    return {"model": str(extension.get("model") or served.get("model") or ""),
+            "version": str(extension.get("version") or ""),
+            "weights_sha256": str(extension.get("weights_sha256") or "")}
+
+
+def _server_message(error: Any) -> str:
+    """What an error response says, without the client's own prefix ("Error code: 400 - {...}")."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return str(getattr(error, "message", error))
+
+
+def _describe(error: BaseException) -> str:
+    import openai
+
+    if isinstance(error, openai.APIStatusError):
+        return f"HTTP {error.status_code}: {_server_message(error)}"[:300]
+    if isinstance(error, openai.APITimeoutError):
+        return "timed out"
+    if isinstance(error, openai.APIConnectionError):
+        return f"connection failed: {error.__cause__ or error}"[:300]
+    return f"{type(error).__name__}: {error}"[:300]
+
+
+def client_for(spec: LoadSpec):
+    """The async client every request of a load test goes through (no retries: a failure is a measurement)."""
+    import openai
+
+    return openai.AsyncOpenAI(base_url=spec.base_url, api_key=spec.api_key or "unused", max_retries=0,
+                              timeout=spec.timeout_s)
+
+
+def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model}
+    if spec.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if spec.max_tokens is not None:
+        body["max_tokens"] = spec.max_tokens
+    if spec.temperature is not None:
+        body["temperature"] = spec.temperature
+    if mode != "plain":
+        body["stream"] = True
+    if mode == "stream+usage":
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _create(client: Any, spec: LoadSpec):
+    return client.chat.completions.create if spec.endpoint == "chat" else client.completions.create
+
+
+async def one_request(client: Any, spec: LoadSpec, model: str, prompt: str, index: int, mode: str) -> Answer:
+    """Send one prompt; never raises for a failed request (the error is the answer)."""
+    started = time.perf_counter()
+    answer = Answer(prompt=index)
+    try:
+        response = await _create(client, spec)(**_request(spec, model, prompt, mode))
+        if mode == "plain":
+            answer.latency_s = answer.ttfb_s = time.perf_counter() - started
+            choice = response.choices[0]
+            answer.text = choice.message.content if spec.endpoint == "chat" else choice.text
+            answer.tokens = response.usage.completion_tokens if response.usage else None
+            answer.served = {"model": response.model, "unmask": (response.model_extra or {}).get("unmask")}
+            return answer
+        parts: list[str] = []
+        async for chunk in response:
+            if answer.ttfb_s is None:
+                answer.ttfb_s = time.perf_counter() - started
+            for choice in chunk.choices or []:
+                piece = choice.delta.content if spec.endpoint == "chat" else choice.text
+                parts.append(piece or "")
+            if chunk.usage is not None:
+                answer.tokens = chunk.usage.completion_tokens
+            extension = (chunk.model_extra or {}).get("unmask")
+            if extension or not answer.served:
+                answer.served = {"model": chunk.model, "unmask": extension or answer.served.get("unmask")}
+        answer.latency_s = time.perf_counter() - started
+        answer.text = "".join(parts)
+        return answer
+    except Exception as e:  # noqa: BLE001 - whatever the endpoint or the network does is counted, never fatal
+        answer.error = _describe(e)
+        return answer
+
+
+async def probe_mode(client: Any, spec: LoadSpec, model: str, prompt: str) -> tuple[str, str | None]:
+    """The first of MODES the endpoint accepts for `model`, and a note when streaming was refused."""
+    import openai
+
+    if not spec.stream:
+        return "plain", None
+    refusals = []
+    for mode in MODES[:-1]:
+        try:
+            usage = False
+            async for chunk in await _create(client, spec)(**_request(spec, model, prompt, mode)):
+                usage |= chunk.usage is not None
+            if mode == "stream" or usage:
+                return mode, None
+            refusals.append(f"{mode}: no usage in the stream")
+        except openai.BadRequestError as e:
+            refusals.append(f"{mode}: HTTP 400, {_server_message(e)}"[:200])
+        except Exception as e:  # noqa: BLE001 - not a refusal of streaming (unknown model, server down): the cells will count it
+            return "plain", f"{model}: the streaming probe failed ({_describe(e)}); measured non-streamed"
+    return "plain", (f"{model}: the server refused streaming ({refusals[-1]}); measured non-streamed, "
+                     "so TTFB is the whole latency")
+
+
+async def run_cell(client: Any, spec: LoadSpec, model: str, prompts: list[str], concurrency: int, mode: str,
+                   on_event: Event) -> Cell:
+    """`concurrency` workers, each sending the next prompt when its last one is answered, until the bounds."""
+    answers: list[Answer] = []
+    sent = 0
+    started = time.perf_counter()
+
+    async def worker() -> None:
+        nonlocal sent
+        while sent < spec.requests and (spec.duration_s is None or time.perf_counter() - started < spec.duration_s):
+            index = sent
+            sent += 1  # no await since the check: workers never send the same index
+            answer = await one_request(client, spec, model, prompts[index % len(prompts)], index % len(prompts), mode)
+            answers.append(answer)
+            on_event("answer", {"model": model, "concurrency": concurrency, "ok": answer.ok, "answer": answer})
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Cell(model, concurrency, mode, answers, time.perf_counter() - started)
+
+
+def same_answer_share(cell: Cell, solo: Cell) -> float | None:
+    """Share of `cell`'s answered prompts whose text is byte-identical to the solo answer to that prompt."""
+    reference = {a.prompt: a.text for a in solo.ok}
+    pairs = [(a.text, reference[a.prompt]) for a in cell.ok if a.prompt in reference]
+    return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
+
+
+async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | None = None) -> LoadResult:
+    check_spec(spec)
+    if not prompts:
+        raise LoadTestError("no prompts to send (the task suite gave none)")
+    notify = on_event or (lambda kind, info: None)
+    result = LoadResult(spec, [])
+    async with client_for(spec) as client:
+        await check_endpoint(client, spec)
+        for model in spec.models:
+            mode, note = await probe_mode(client, spec, model, prompts[0])
+            if note:
+                result.notes.append(note)
+            solo = None
+            for concurrency in levels(spec):
+                notify("cell", {"model": model, "concurrency": concurrency, "total": spec.requests, "mode": mode})
+                cell = await run_cell(client, spec, model, prompts, concurrency, mode, notify)
+                if concurrency == 1:
+                    solo = cell
+                else:
+                    cell.same_answer_share = same_answer_share(cell, solo)
+                result.cells.append(cell)
+            names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model
+                     for a in c.ok}
+            if len(names) > 1:
+                result.notes.append(f"{model}: answers came from {len(names)} different versions during the test "
+                                    "(an alias moved?); each record names the one most answers came from")
+    return result
+
+
+def run_load(spec: LoadSpec, prompts: list[str], on_event: Event | None = None) -> LoadResult:
+    """Run the load test to the end (it stops by itself); LoadTestError for bad arguments or an unreachable URL."""
+    return asyncio.run(run_load_async(spec, prompts, on_event))
+
+
+async def check_endpoint(client: Any, spec: LoadSpec) -> None:
+    """Refuse, in one line, an endpoint that does not answer (before any cell is measured)."""
+    import openai
+
+    try:
+        await client.with_options(timeout=min(spec.timeout_s, 10.0)).models.list()
+    except openai.APIConnectionError as e:
+        raise LoadTestError(f"{spec.base_url}: cannot connect ({e.__cause__ or e})") from None
+    except openai.NotFoundError:
+        return  # some OpenAI-compatible servers do not list models; the requests will tell
+    except openai.APIStatusError as e:
+        raise LoadTestError(f"{spec.base_url}: GET /models answered HTTP {e.status_code} "
+                            f"({_server_message(e)})") from None
+
+
+def serving_records(result: LoadResult, environment: dict[str, Any] | None = None) -> list[ServingRecord]:
+    """One ServingRecord per cell, naming the version that answered."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    records = []
+    for cell in result.cells:
+        served = cell.served()
+        records.append(ServingRecord(
+            model=served["model"] or cell.model, version=served["version"], weights_sha256=served["weights_sha256"],
+            concurrency=cell.concurrency, requests=len(cell.answers), latency_p50_s=cell.latency(50),
+            latency_p95_s=cell.latency(95), latency_p99_s=cell.latency(99), ttfb_p50_s=cell.ttfb_p50_s,
+            tokens_per_s=cell.tokens_per_s, requests_per_s=cell.requests_per_s, error_rate=cell.error_rate,
+            same_answer_share=cell.same_answer_share, streamed=cell.streamed, served_as=cell.model,
+            base_url=result.spec.base_url, when=when, environment=dict(environment or {})))
+    return records
+

@@ -1,0 +1,260 @@
+"""`unmask loadtest`: a bounded load on an OpenAI-compatible endpoint, per model and concurrency, side by side.
+
+Without `--url` it serves the named aliases or registered models itself (`unmask serve`'s app on a
+free 127.0.0.1 port, in this process) over the registry; with `--url` it loads any endpoint (another
+`unmask serve`, vLLM, SGLang, a hosted API). The measuring is `evals.loadtest`; each (model,
+concurrency) becomes a ServingRecord, logged against the registered version that answered
+(`registry.loadtests`), which the `serving` gate reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import typer
+
+from gates.readable import NONE, milliseconds, percent, significant
+from flows.commands.table import Column, FittedTable, table_console
+
+console = table_console(200)
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`1,4,16` -> (1, 4, 16); LoadTestError names --concurrency for anything else."""
+    from evals.loadtest import LoadTestError
+
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise LoadTestError(f"--concurrency {text!r}: expected comma-separated positive integers, e.g. 1,4,16") from None
+    if not values:
+        raise LoadTestError(f"--concurrency {text!r}: expected comma-separated positive integers, e.g. 1,4,16")
+    return values
+
+
+@contextlib.contextmanager
+def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
+                 max_batch: int = 16,
+                 batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
+                 timeout_s: float = 600.0, max_tokens: int = 256) -> Iterator[str]:
+    """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
+
+    Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...).
+    """
+    import asyncio
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from evals.loadtest import LoadTestError
+    from serving import Limits, PoolSettings, ServeSettings, create_app
+
+    app = create_app(ServeSettings(
+        pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, sources=dict(sources or {}), device=device,
+                          dtype=dtype,
+                          max_batch=max_batch, batch_window_s=batch_window_s, max_pending=max_pending),
+        limits=Limits(max_tokens=max_tokens), request_timeout_s=timeout_s))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), name="unmask-loadtest-server", daemon=True)
+    thread.start()
+    try:
+        pool = app.state.pool
+        while not pool.ready:
+            if pool.error:
+                raise LoadTestError(f"cannot serve {', '.join(names)}: {pool.error}")
+            if not thread.is_alive():
+                raise LoadTestError(f"the local server for {', '.join(names)} stopped before it was ready")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def loadtest_command(
+    model: list[str] = typer.Option(None, "--model", "-m", help="Served name to load (alias or registered model); "
+                                    "repeat (default: production, fallback)."),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", "-c", help="Requests in flight, comma-separated; "
+                                    "1 (the solo reference) is always run."),
+    requests: int = typer.Option(32, "--requests", "-n", help="Requests per model and concurrency."),
+    duration: float = typer.Option(None, "--duration", help="Seconds per model and concurrency at most."),
+    url: str = typer.Option(None, "--url", help="An OpenAI-compatible base URL (…/v1); default: serve the "
+                            "registry here on a free 127.0.0.1 port."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="Environment variable holding the endpoint's key."),
+    entry: str = typer.Option(None, "--entry", help="An api catalog entry to load: its base URL, model name and key "
+                              "variable (instead of --url, --model, --api-key-env)."),
+    task: str = typer.Option("arith", "--task", help="Task suite the prompts come from (evals/tasks)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Answer length (default: the served operating point)."),
+    endpoint: str = typer.Option(None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."),
+    max_batch: int = typer.Option(16, "--max-batch", help="Without --url: the local server's largest batch."),
+    timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
+    json_path: Path = typer.Option(None, "--json", help="Write the records and notes to this JSON file."),
+    log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
+                             "registered version that answered."),
+) -> None:
+    """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness."""
+    from evals.evaluate import load_task
+    from evals.loadtest import LoadSpec, LoadTestError, check_spec
+
+    try:
+        key = "unused"
+        if entry:
+            url, served, key = entry_endpoint(entry)
+            names = list(model or [served])
+        else:
+            names = list(model or ["production", "fallback"])
+        if api_key_env:
+            if not os.environ.get(api_key_env):
+                raise LoadTestError(f"--api-key-env {api_key_env}: the environment variable is not set")
+            key = os.environ[api_key_env]
+        spec = LoadSpec(base_url=(url or "http://127.0.0.1/v1").rstrip("/"), models=tuple(names),
+                        concurrency=parse_levels(concurrency), requests=requests, duration_s=duration,
+                        max_tokens=max_tokens, endpoint=endpoint or ("chat" if entry else "completions"),
+                        timeout_s=timeout_s, stream=stream, api_key=key)
+        check_spec(spec)
+        if max_batch < 1:
+            raise LoadTestError(f"--max-batch: {max_batch!r} is not a positive integer")
+        try:
+            prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
+        except (KeyError, ValueError) as e:
+            raise LoadTestError(f"--task {task!r}: {e}") from None
+        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0))
+        with contextlib.nullcontext(spec.base_url) if url else serve_here as base:
+            from dataclasses import replace
+
+            result = run_with_progress(replace(spec, base_url=base), prompts)
+    except LoadTestError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    from evals.fingerprint import environment_fingerprint
+    from evals.loadtest import serving_records
+
+    records = serving_records(result, environment_fingerprint("cpu", task=task,
+                                                               served_by="url" if url else "local"))
+    console.print(results_table(result, records))
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    for cell in result.cells:
+        for message in cell.error_messages():
+            console.print(f"[red]errors[/red] {cell.model} at {cell.concurrency}: {message}", highlight=False)
+    logged, skipped = log_records(records) if log else (records, [])
+    for why in skipped:
+        console.print(f"[yellow]not logged:[/yellow] {why}", highlight=False)
+    if log and any(r.run_id for r in logged):
+        console.print(f"logged {sum(bool(r.run_id) for r in logged)} serving record(s) to MLflow; the serving gate "
+                      "reads them (unmask gates)", highlight=False)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"base_url": result.spec.base_url if url else "local", "task": task,
+                                         "records": [r.to_dict() for r in logged], "notes": result.notes,
+                                         "errors": {f"{c.model}@{c.concurrency}": c.error_messages()
+                                                    for c in result.cells if c.errors}}, indent=2))
+        console.print(f"records: {json_path}", highlight=False)
+
+
+def entry_endpoint(entry_id: str) -> tuple[str, str, str]:
+    """(base URL, served model name, key) of an api catalog entry; LoadTestError naming --entry or the key variable."""
+    from evals.loadtest import LoadTestError
+    from models.adapters import APIAdapter, NotEvaluable
+    from models.catalog import CatalogError, load_catalog
+
+    try:
+        found = load_catalog().get(entry_id)
+    except CatalogError as e:
+        raise LoadTestError(f"--entry {entry_id}: {e}") from None
+    if not found.is_api:
+        raise LoadTestError(f"--entry {entry_id}: kind {found.kind!r}, not api; serve it (no --url) to load it")
+    adapter = APIAdapter(found)
+    try:
+        return adapter.base_url, adapter.api_model, adapter.api_key()
+    except NotEvaluable as e:
+        raise LoadTestError(f"--entry {entry_id}: {e}") from None
+
+
+def run_with_progress(spec, prompts):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from evals.loadtest import levels, run_load
+    from flows.progress import report, set_reporter
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        bar = progress.add_task("connecting", total=len(spec.models) * len(levels(spec)) * spec.requests)
+
+        def show(kind: str, info: dict) -> None:
+            if kind == "cell":
+                progress.update(bar, description=f"{info['model']} at {info['concurrency']} in flight ({info['mode']})")
+            elif kind == "answer":
+                progress.advance(bar)
+
+        set_reporter(show)
+        try:
+            return run_load(spec, prompts, on_event=lambda kind, info: report(kind, **info))
+        finally:
+            set_reporter(None)
+
+
+def log_records(records):
+    """Log each record naming a registered version to MLflow; (records with run ids where logged, reasons skipped)."""
+    from registry import Registry
+    from registry.connection import RegistryError
+    from registry.loadtests import log_serving_record
+
+    logged, skipped = [], []
+    try:
+        registry = Registry()
+    except RegistryError as e:
+        return records, [f"the registry cannot be reached ({e})"]
+    for record in records:
+        if not record.version:
+            skipped.append(f"{record.served_as} at {record.concurrency}: the server named no registered version")
+            logged.append(record)
+            continue
+        try:
+            logged.append(log_serving_record(registry, record))
+        except RegistryError as e:
+            skipped.append(f"{record.served_as} at {record.concurrency}: {e}")
+            logged.append(record)
+    return logged, skipped
+
+
+def results_table(result, records) -> FittedTable:
+    """One row per (model, concurrency); `vs <last model>` is tokens/s over the last --model's at that level."""
+    reference = result.spec.models[-1] if len(result.spec.models) > 1 else None
+    rates = {(r.served_as, r.concurrency): r.tokens_per_s for r in records}
+    columns = [Column("model"), Column("served", drop=3), Column("in flight", "right"), Column("requests", "right", drop=4),
+               Column("p50 (ms)", "right", drop=2), Column("p95 (ms)", "right"), Column("p99 (ms)", "right", drop=2),
+               Column("TTFB p50 (ms)", "right", drop=1), Column("tokens/s", "right"), Column("req/s", "right"),
+               Column("errors", "right"), Column("same as solo", "right")]
+    if reference:
+        columns.append(Column(f"tokens/s vs {reference}", "right"))
+    title = f"load test: {result.spec.requests} requests per level"
+    if result.spec.duration_s:
+        title += f" (at most {result.spec.duration_s:g} s each)"
+    table = FittedTable(title, columns)
+    for r in records:
+        served = f"{r.model}/{r.version}" if r.version else r.model
+        ttfb = milliseconds(r.ttfb_p50_s) + ("" if r.streamed else " (no stream)")
+        same = "solo" if r.concurrency == 1 else percent(r.same_answer_share)
+        row = [r.served_as, served, str(r.concurrency), str(r.requests), milliseconds(r.latency_p50_s),
+               milliseconds(r.latency_p95_s), milliseconds(r.latency_p99_s), ttfb, significant(r.tokens_per_s),
+               significant(r.requests_per_s), f"{round(r.error_rate * r.requests)} ({percent(r.error_rate)})", same]
+        if reference:
+            base = rates.get((reference, r.concurrency))
+            row.append(f"{significant(r.tokens_per_s / base)}x" if r.tokens_per_s is not None and base else NONE)
+        table.add_row(*row)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("loadtest")(loadtest_command)

@@ -1,0 +1,63 @@
+"""The sampling error behind a quality verdict: 95% intervals of a share (Wilson) and of the difference of
+two shares (Newcombe), whether one spans the bound a verdict turned on, and how many items would settle it.
+
+Every quality metric is a share of items scored right, so its sampling error is a binomial one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Z95 = 1.959964  # two-sided 95% normal quantile
+
+
+def wilson_interval(share: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `share` measured on `n` items (0-1 when n is 0)."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def difference_interval(a: float, n_a: int, b: float, n_b: int) -> tuple[float, float]:
+    """A 95% interval of the difference a - b of two independent proportions (Newcombe's hybrid
+    score method, built from each side's Wilson interval)."""
+    lo_a, hi_a = wilson_interval(a, n_a)
+    lo_b, hi_b = wilson_interval(b, n_b)
+    d = a - b
+    return d - math.hypot(a - lo_a, hi_b - b), d + math.hypot(hi_a - a, b - lo_b)
+
+
+def spans_bound(mt: Any, value: float, n: int, base_value: float | None, base_n: int | None) -> bool:
+    """Whether a 95% interval of the verdict spans a bound it turned on (more items could change it)."""
+    lo, hi = wilson_interval(value, n)
+    spans = mt.threshold is not None and lo < mt.threshold < hi
+    if base_value is not None and base_n:
+        d_lo, d_hi = difference_interval(value, n, base_value, base_n)
+        spans |= mt.min_absolute_change is not None and d_lo < mt.min_absolute_change < d_hi
+    return spans
+
+
+MAX_ITEMS_TO_SETTLE = 1_000_000  # beyond this a share that close to its bound is, in practice, never settled
+
+
+def items_to_settle(mt: Any, value: float, n: int, base_value: float | None = None,
+                    base_n: int | None = None) -> int | None:
+    """The fewest items per side at which the same measured shares would settle the verdict (None: not
+    within MAX_ITEMS_TO_SETTLE, e.g. a share exactly on its bound). Intervals narrow as n grows."""
+    def spans(m: int) -> bool:
+        return spans_bound(mt, value, m, base_value, None if base_n is None else max(m, base_n))
+
+    if not spans(n):
+        return n
+    low, high = n, max(2 * n, 1)
+    while spans(high):
+        if high >= MAX_ITEMS_TO_SETTLE:
+            return None
+        low, high = high, min(2 * high, MAX_ITEMS_TO_SETTLE)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if spans(mid) else (low, mid)
+    return high

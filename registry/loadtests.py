@@ -1,0 +1,79 @@
+"""Serving records (`unmask loadtest`) into MLflow and back, against the version that answered.
+
+Each `ServingRecord` is its own run in the `unmask-evaluations` experiment, a child of the version's
+evidence run: tags name the model, version, weights sha256 and concurrency (`unmask.kind` =
+`serving`), the measurements are metrics, and `serving/record.json` holds the record, its sha256 a
+run tag checked on every read (registry/integrity.py), exactly as evidence artifacts are.
+`serving_records(registry, model, version)` gives the latest record per concurrency for the weights
+the version holds; `registry.tracking.verified_evidence` attaches them to the evidence gates judge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+from mlflow.entities import Metric
+
+from evals.records import ServingRecord
+from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
+from registry.integrity import digest_tags, verify_artifact
+from registry.store import Registry, filter_literal, model_tag
+
+ARTIFACT = "serving/record.json"
+METRICS = ("latency_p50_s", "latency_p95_s", "latency_p99_s", "ttfb_p50_s", "tokens_per_s", "requests_per_s",
+           "error_rate", "same_answer_share", "requests", "concurrency")
+
+
+def log_serving_record(registry: Registry, record: ServingRecord) -> ServingRecord:
+    """Log `record` against its registered version (RegistryError unless the registry holds that version with
+    those weights); returns it with `run_id` set."""
+    tags = registry.version_tags(record.model, record.version)
+    held = tags.get(model_tag("weights_sha256"), "")
+    if record.weights_sha256 != held:
+        raise RegistryError(f"{record.model} version {record.version} holds weights {held[:12] or 'none'}, the "
+                            f"server answered with {record.weights_sha256[:12] or 'unnamed weights'}; not logged")
+    client = registry.client
+    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), run_name=(
+        f"{record.model}/{record.version} serving c={record.concurrency}"), tags={
+        model_tag("kind"): "serving", model_tag("model"): record.model, model_tag("version"): record.version,
+        model_tag("weights_sha256"): record.weights_sha256, model_tag("concurrency"): str(record.concurrency),
+        model_tag("served_as"): record.served_as,
+        **({"mlflow.parentRunId": tags[model_tag("evidence_run")]} if tags.get(model_tag("evidence_run")) else {})})
+    logged = replace(record, run_id=run.info.run_id)
+    data = json.dumps(logged.to_dict(), indent=2, sort_keys=True).encode()
+    try:
+        ms = int(time.time() * 1000)
+        client.log_batch(run.info.run_id, metrics=[Metric(name, float(getattr(record, name)), ms, 0)
+                                                   for name in METRICS if getattr(record, name) is not None])
+        client.log_text(run.info.run_id, data.decode(), ARTIFACT)
+        for key, digest in digest_tags({ARTIFACT: data}).items():
+            client.set_tag(run.info.run_id, key, digest)
+        client.set_terminated(run.info.run_id, "FINISHED")
+    except BaseException:
+        client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    return logged
+
+
+def serving_records(registry: Registry, model: str, version: str, weights_sha256: str | None = None) -> list[ServingRecord]:
+    """The latest serving record of each concurrency logged against `model` `version` (and its weights), by
+    concurrency; a record whose artifact no longer matches its sha256 raises EvidenceTampered."""
+    filters = [f"tags.`{model_tag('kind')}` = 'serving'", f"tags.`{model_tag('model')}` = {filter_literal(model, 'model')}",
+               f"tags.`{model_tag('version')}` = {filter_literal(version, 'version')}"]
+    if weights_sha256:
+        filters.append(f"tags.`{model_tag('weights_sha256')}` = {filter_literal(weights_sha256, 'weights')}")
+    latest: dict[int, ServingRecord] = {}
+    for run in registry.search_runs(EVALUATIONS_EXPERIMENT, " and ".join(filters)):
+        if run.info.status != "FINISHED":
+            continue
+        data = registry.load_artifact_bytes(run.info.run_id, ARTIFACT)
+        verify_artifact(dict(run.data.tags), model, version, run.info.run_id, ARTIFACT, data)
+        try:
+            record = ServingRecord.from_dict(json.loads(data))
+        except (ValueError, TypeError) as e:
+            raise RegistryError(f"{model} version {version}: serving record of run {run.info.run_id} is unreadable "
+                                f"({e})") from None
+        latest[record.concurrency] = record  # runs come oldest first: the last one of a level wins
+    return [latest[c] for c in sorted(latest)]

@@ -1,0 +1,79 @@
+"""What one request leaves behind: its Prometheus metrics and its request-log row, recorded once.
+
+A request is answered (200), refused (a `RequestError`: 4xx, 503, 504, 499) or failed (500); a
+streamed one may also end after its first byte, with an error chunk or a client that hung up. Each
+way ends in exactly one of `answered`, `refused`, `failed` (or `close` for whatever ended otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from serving.decoding import RequestError
+from serving.metrics import ServingMetrics
+from serving.request_log import RequestLog, row
+
+
+class Outcome:
+    """One request's accounting, from its arrival to the last byte of its answer."""
+
+    def __init__(self, metrics: ServingMetrics, requests_log: RequestLog | None, endpoint: str, alias: str,
+                 stream: bool):
+        self.metrics, self.requests_log = metrics, requests_log
+        self.arrived = time.monotonic()
+        self.endpoint, self.stream = endpoint, stream
+        self.entry: dict[str, Any] = {"endpoint": endpoint, "alias": alias, "stream": stream}
+        self.alias, self.labels = "unknown", None  # (alias, model, version) once resolved
+        self.ttfb_s: float | None = None
+        self.recorded = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.arrived
+
+    def resolved(self, route: Any) -> None:
+        v = route.version
+        self.alias, self.labels = route.name, (route.name, v.model, v.version)
+        self.entry |= {"alias": route.name, "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256}
+
+    def first_byte(self) -> float:
+        """Note that the answer's first byte goes out now; returns the time to it."""
+        self.ttfb_s = self.elapsed()
+        return self.ttfb_s
+
+    def answered(self, facts: dict[str, Any]) -> None:
+        """A 200 with its facts (queue_s, prompt/completion tokens, nfe, batch_size, first_block_s, ...)."""
+        latency = self.elapsed()
+        ttfb = self.ttfb_s if self.stream and self.ttfb_s is not None else latency  # non-streamed: all at once
+        m, labels, stream = self.metrics, self.labels, str(self.stream).lower()
+        m.requests.labels(*labels, self.endpoint, "200").inc()
+        m.latency.labels(*labels).observe(latency)
+        m.queue_wait.labels(*labels).observe(facts["queue_s"])
+        m.ttfb.labels(*labels, stream).observe(ttfb)
+        if facts.get("first_block_s") is not None:
+            m.first_block.labels(*labels, stream).observe(facts["first_block_s"])
+        m.prompt_tokens.labels(*labels).inc(facts["prompt_tokens"])
+        m.completion_tokens.labels(*labels).inc(facts["completion_tokens"])
+        m.nfe.labels(*labels).inc(facts["nfe"])
+        self._log(facts | {"status": 200, "ttfb_s": ttfb}, latency)
+
+    def refused(self, error: RequestError) -> None:
+        self.failed(error.status, error.code, error.message)
+
+    def failed(self, status: int, code: str, message: str) -> None:
+        self.metrics.errors.labels(self.alias, self.endpoint, str(status), code).inc()
+        if self.labels:
+            self.metrics.requests.labels(*self.labels, self.endpoint, str(status)).inc()
+        self._log({"status": status, "error": message[:500], "ttfb_s": self.ttfb_s}, self.elapsed())
+
+    def close(self) -> None:
+        """The row of a request that ended in none of the ways above (cancelled under us), if not written yet."""
+        if not self.recorded:
+            self._log({"ttfb_s": self.ttfb_s}, self.elapsed())
+
+    def _log(self, fields: dict[str, Any], latency: float) -> None:
+        if self.recorded:
+            return
+        self.recorded = True
+        if self.requests_log:
+            self.requests_log.append(row(**self.entry | fields, latency_s=latency))

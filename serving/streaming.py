@@ -1,0 +1,131 @@
+"""Streaming (`stream: true`): committed text as server-sent events in OpenAI's chunk format.
+
+The batcher hands a streamed request each run of its tokens that no later step can change
+(`sampler.output.FinalPrefix`: a masked-diffusion model's finished blocks, an autoregressive
+model's tokens as they come). `CommittedText` turns them into text that the finished answer is
+certain to start with: it stops at a stop id or stop sequence exactly where the non-streamed
+answer stops, and holds back a tail that could still be the start of a stop sequence. At the end
+the finished answer (`serving.decoding.choice_of`, the same as without streaming) supplies what is
+left, so the concatenated chunks are the non-streamed text, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from serving.decoding import cut_at_stop
+
+DONE = b"data: [DONE]\n\n"
+
+
+def event(data: dict[str, Any]) -> bytes:
+    """One server-sent event carrying `data` as JSON."""
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def unsafe_tail(text: str, stops: list[str]) -> int:
+    """Where the longest tail of `text` that is a proper prefix of a stop sequence starts (len(text): none)."""
+    longest = max((len(s) for s in stops), default=1) - 1
+    for start in range(max(0, len(text) - longest), len(text)):
+        tail = text[start:]
+        if any(s.startswith(tail) for s in stops):
+            return start
+    return len(text)
+
+
+class CommittedText:
+    """The answer's text as its final tokens arrive: only what the finished answer will also start with."""
+
+    def __init__(self, handle: Any, keep: int, stops: list[str]):
+        self.handle, self.keep, self.stops = handle, keep, stops
+        self.tokens: list[int] = []
+        self.sent = ""
+        self.complete = False  # the text is settled: a stop, or `keep` tokens
+
+    def add(self, tokens: list[int]) -> str:
+        """The new text that may be sent now that `tokens` (the next final ones) are known; maybe ''."""
+        if self.complete:
+            return ""
+        self.tokens.extend(tokens)
+        tokens = self.tokens[: self.keep]
+        useful = self.handle.useful_length(tokens)
+        text = self.handle.decode(tokens[:useful])
+        settled = useful < len(tokens) or len(tokens) >= self.keep  # a stop id, or every token it may keep
+        cut, stopped = cut_at_stop(text, self.stops)
+        # Unsettled, a stop sequence may yet begin in the unsafe tail, and such a one would cut before
+        # a stop found now if it begins earlier; a found stop is final only when no such tail precedes it.
+        tail = len(text) if settled else unsafe_tail(text, self.stops)
+        self.complete = settled or (stopped and len(cut) <= tail)
+        if self.complete:
+            text = cut
+        else:  # an unfinished multi-byte character decodes to U+FFFD until its last byte comes
+            text = text[: min(tail, len(cut))].rstrip("\ufffd")
+        if not text.startswith(self.sent):  # a tokenizer whose decode is not prefix-stable here: wait for the end
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta
+
+    def finish(self, text: str) -> str:
+        """What is left to send of the finished answer `text`. ValueError if something sent was not in it."""
+        if not text.startswith(self.sent):
+            raise ValueError(f"streamed {self.sent!r}, which the finished answer {text!r} does not start with")
+        delta, self.sent, self.complete = text[len(self.sent) :], text, True
+        return delta
+
+
+class RowFeed:
+    """What the batcher tells one streamed request: runs of final tokens, then its future's outcome."""
+
+    def __init__(self) -> None:
+        self.tokens: asyncio.Queue[list[int]] = asyncio.Queue()
+        self.future: asyncio.Future | None = None
+
+    def put(self, tokens: list[int]) -> None:
+        self.tokens.put_nowait(tokens)
+
+    async def next(self) -> list[int] | None:
+        """The next run of final tokens; None once decoding is over (read `future` then)."""
+        if not self.tokens.empty():
+            return self.tokens.get_nowait()
+        if self.future.done():
+            return None
+        getter = asyncio.ensure_future(self.tokens.get())
+        try:
+            await asyncio.wait({getter, self.future}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        return None if self.tokens.empty() else self.tokens.get_nowait()
+
+
+class Chunks:
+    """The OpenAI chunk bodies of one streamed answer (`text_completion` or `chat.completion.chunk`)."""
+
+    def __init__(self, endpoint: str, request_id: str, created: int, model: str, fingerprint: str):
+        self.chat = endpoint == "chat"
+        self.head = {"id": request_id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                     "created": created, "model": model, "system_fingerprint": fingerprint}
+
+    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+        if self.chat:
+            delta = ({"role": "assistant", "content": ""} if role else {}) | ({"content": text} if text else {})
+            return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+
+    def opening(self) -> dict[str, Any]:
+        """Chat: the first delta, carrying the role. Completions: an empty text."""
+        return self.head | {"choices": [self._choice(None, None, role=self.chat)]}
+
+    def text(self, text: str) -> dict[str, Any]:
+        return self.head | {"choices": [self._choice(text, None)]}
+
+    def finish(self, finish_reason: str, extension: dict[str, Any]) -> dict[str, Any]:
+        return self.head | {"choices": [self._choice(None, finish_reason)], "unmask": extension}
+
+    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
+        """`stream_options.include_usage`: the last chunk, no choices, the request's usage."""
+        return self.head | {"choices": [], "usage": usage}
