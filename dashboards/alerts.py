@@ -17,7 +17,8 @@ def show_drift(uri: str) -> None:
 def show_tampered(uri: str) -> None:
     integrity = source.integrity(uri)
     for row in integrity[integrity.status == "tampered"].itertuples():
-        st.error(f"**{version_label(row.model, row.version)}: evidence tampered.** {row.detail}",
+        what = "gate report" if str(row.artifact).startswith("gates/") else "evidence"
+        st.error(f"**{version_label(row.model, row.version)}: {what} tampered.** {row.detail}",
                  icon=":material/gpp_bad:")
     unverified = integrity[integrity.status == "unverified"]
     if len(unverified):

@@ -5,7 +5,8 @@ A promotion request (who asked to move one version to one stage, on which eviden
 opened by an approval becomes its requester. An approval answers one request; the move it allows
 consumes it, a refused promote voids the approval typed into it, and the stage's TTL expires it. A
 decline (`unmask reject`) closes the request, voids its approvals and stands until new evidence is
-registered. Every decision is an audit event.
+registered. Every decision is an audit event. Each decision first checks the version's evidence against
+the sha256 recorded at registration: on forged evidence nothing is recorded but the integrity finding.
 
 Stored as version tags (JSON), one tag per request and per approval (`unmask.requests.<stage>.<id>`,
 `unmask.approvals.<stage>.<id>`), so two people approving at once never overwrite each other.
@@ -27,6 +28,7 @@ from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
+from registry.tracking import checked_evidence
 
 MAX_COMMENT_CHARS = 2000  # a version tag holds 5000 characters; the rest of the JSON needs room
 
@@ -151,6 +153,7 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     if stage not in STAGE_ALIASES:
         raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
     actor = actor_for(registry.tracking_uri, approver)
+    checked_evidence(registry, model, version, actor.name)  # nobody approves forged evidence (a finding)
     roles = roles or load_roles()
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -227,6 +230,7 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
             roles: Roles | None = None) -> Decline:
     """Decline promoting `model` `version` to `stage`: final until new evidence is registered (audited)."""
     actor = actor_for(registry.tracking_uri, who)
+    checked_evidence(registry, model, version, actor.name)  # a decision on forged evidence is no decision
     roles = roles or load_roles()
     action = f"decline of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -258,6 +262,7 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
     if item not in manual:
         raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
     actor = actor_for(registry.tracking_uri, who)
+    checked_evidence(registry, model, version, actor.name)  # nobody signs off forged evidence (a finding)
     if not (comment or "").strip():
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()

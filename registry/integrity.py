@@ -56,6 +56,19 @@ class EvidenceTampered(RegistryError):
                 "found": self.found}
 
 
+class GateReportTampered(EvidenceTampered):
+    """A stored gate report (`gates/<stage>.json`) whose content no longer matches the sha256 recorded when it was
+    written: a verdict edited by hand (a failed gate flipped to passed, say)."""
+
+    def __init__(self, model: str, version: str, artifact: str, expected: str, found: str, run_id: str):
+        self.model, self.version, self.artifact = model, version, artifact
+        self.expected, self.found, self.run_id = expected, found, run_id
+        RegistryError.__init__(self, f"{model} version {version}: gate report {artifact} (run {run_id}) was changed "
+                               f"after it was written: recorded sha256 {expected or 'removed'}, found {found}; no "
+                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version}` "
+                               "to write a fresh one)")
+
+
 class ChainBroken(RegistryError):
     """The audit trail's hash chain does not verify; the message names the first entry that was tampered with."""
 
@@ -107,14 +120,15 @@ def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
-                    data: bytes) -> str:
-    """VERIFIED or UNVERIFIED (registered before hashes were recorded); raise EvidenceTampered on a mismatch."""
+                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered) -> str:
+    """VERIFIED or UNVERIFIED (registered before hashes were recorded); raise `tampered` (EvidenceTampered) on a
+    mismatch."""
     expected = run_tags.get(DIGEST_PREFIX + path)
     if expected is None and not any(k.startswith(DIGEST_PREFIX) for k in run_tags):
         return UNVERIFIED
     found = sha256_hex(data)
     if expected != found:
-        raise EvidenceTampered(model, version, path, expected or "", found, run_id)
+        raise tampered(model, version, path, expected or "", found, run_id)
     return VERIFIED
 
 

@@ -33,10 +33,10 @@ from registry.approvals import (ApprovalRefused, approval_of, approvals_of, appr
 from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.integrity import EvidenceTampered, alias_drift, record_finding, report_drift
+from registry.integrity import alias_drift, record_finding, report_drift
 from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
                             now_iso, retry_busy)
-from registry.tracking import record_gate_report, verified_evidence
+from registry.tracking import checked_evidence, record_gate_report
 
 Holder = tuple[str, str] | None  # (model, version)
 
@@ -203,11 +203,7 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
 
 def _verified(registry: Registry, model: str, version: str, who: str = "unmask") -> tuple[Any, dict[str, Any]]:
     """The version's evidence and what vouches for it; forged evidence is recorded as a finding, then raised."""
-    try:
-        return verified_evidence(registry, model, version)
-    except EvidenceTampered as e:
-        record_finding(registry, e, who)
-        raise
+    return checked_evidence(registry, model, version, who)
 
 
 def promote(model: str, stage: str, approver: str | Actor | None = None, comment: str = "",

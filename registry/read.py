@@ -17,7 +17,7 @@ from gates.promotion import Approval, PromotionDecision, current_signoffs, preda
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
 from registry.approvals import approvals_from_tags
-from registry.integrity import TAMPERED, EvidenceTampered
+from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered
 from registry.promotion import (approval_of, evaluated_at, fallback_holder, judge, reached_stages, signoffs_of,
                                 stage_holder)
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
@@ -100,13 +100,18 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
     """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
     run_id, evaluated_at, evidence (dict), verdict (pass, fail or inconclusive; from `passed` for reports
     written before verdicts had three values), settle (what would settle an inconclusive one), policy_path and
-    policy_sha256 (the policy that judged them)."""
+    policy_sha256 (the policy that judged them), report_integrity (verified, or unverified for a report written
+    before gate reports were hashed). A gate report edited since it was written gives no rows (see
+    `views.integrity_board`)."""
     reg = _reg(registry)
     rows = []
     for name in [model] if model else reg.model_names():
         for ver in [version] if version else reg.versions(name):
             for st in [stage] if stage else STAGE_ALIASES:
-                report = load_gate_report(reg, name, ver, st)
+                try:
+                    report = load_gate_report(reg, name, ver, st)
+                except GateReportTampered:  # never read; the integrity board names the file
+                    continue
                 cited = (report or {}).get("policy") or {}
                 for r in (report or {}).get("results", []):
                     rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
@@ -114,15 +119,19 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
                                  "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
                                  "evaluated_at": report["evaluated_at"], "evidence": r["evidence"],
                                  "verdict": GateResult.from_dict(r).verdict, "settle": r.get("settle", ""),
-                                 "policy_path": cited.get("path", ""), "policy_sha256": cited.get("sha256", "")})
+                                 "policy_path": cited.get("path", ""), "policy_sha256": cited.get("sha256", ""),
+                                 "report_integrity": report["integrity"]})
     columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
-               "evaluated_at", "evidence", "verdict", "settle", "policy_path", "policy_sha256"]
+               "evaluated_at", "evidence", "verdict", "settle", "policy_path", "policy_sha256", "report_integrity"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def checklist(model: str, version: str, stage: str, registry: Registry | None = None) -> pd.DataFrame:
     """The stage's checklist items for a version as last judged: stage, item, text, kind, done, reason, evidence."""
-    report = load_gate_report(_reg(registry), model, version, stage) or {}
+    try:
+        report = load_gate_report(_reg(registry), model, version, stage) or {}
+    except GateReportTampered:  # never read; the integrity board names the file
+        report = {}
     return pd.DataFrame(report.get("checklist", []),
                         columns=["stage", "item", "text", "kind", "done", "reason", "evidence"])
 

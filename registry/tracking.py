@@ -27,8 +27,9 @@ from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
-                                recorded_digests, verify_artifact)
+from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
+                                GateReportTampered, digest_tags, record_finding, recorded_digests, sha256_hex,
+                                verify_artifact)
 from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
@@ -243,6 +244,17 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
     return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
+def checked_evidence(registry: Registry, model: str, version: str, who: str = "unmask"
+                     ) -> tuple[CandidateEvidence, dict[str, Any]]:
+    """`verified_evidence` for a caller about to write on it (judge, promote, approve, decline, sign-off): forged
+    evidence is recorded as an integrity finding (once, by `who`), then raised."""
+    try:
+        return verified_evidence(registry, model, version)
+    except EvidenceTampered as e:
+        record_finding(registry, e, who)
+        raise
+
+
 def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str, Any]:
     """Whether every evidence artifact of a version still hashes as registered: {status, detail, sha256}.
 
@@ -280,22 +292,35 @@ def _evidence_from(summary: dict[str, Any], records: list[dict[str, Any]]) -> Ca
         failures=summary.get("failures") or [])
 
 
+def gate_report_path(stage: str) -> str:
+    return f"gates/{stage}.json"
+
+
 def record_gate_report(registry: Registry, model: str, version: str, stage: str, results: list[Any],
-                       checklist: list[dict[str, Any]] | None = None, policy: dict[str, str] | None = None) -> None:
+                       checklist: list[dict[str, Any]] | None = None, policy: dict[str, str] | None = None,
+                       who: str = "unmask") -> None:
     """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags.
 
     policy: {path, sha256} of the policy file the gates applied (`Policy.cited()`), kept with the verdict.
+    The JSON report's sha256 is kept beside the verdict (`unmask.gates.<stage>.sha256`) and checked on every
+    `load_gate_report`; a stored report edited since it was written is recorded as a finding before this one
+    replaces it.
     """
     from gates.evaluate import all_passed, gate_report_markdown
 
+    try:
+        load_gate_report(registry, model, version, stage)
+    except GateReportTampered as e:  # re-judging replaces the forged report; the forgery stays on the record
+        record_finding(registry, e, who)
     run_id = evidence_run_id(registry, model, version)
     at = now_iso()
     payload = {"model": model, "version": version, "stage": stage, "evaluated_at": at,
                "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or [],
                "policy": policy or {}}
-    registry.client.log_dict(run_id, payload, f"gates/{stage}.json")
-    registry.client.log_text(run_id, gate_report_markdown(results, f"{model} v{version}: {stage} gates"),
-                             f"gates/{stage}.md")
+    report = json.dumps(payload, indent=2)  # the exact bytes the sha256 vouches for
+    markdown = gate_report_markdown(results, f"{model} v{version}: {stage} gates")
+    registry.client.log_text(run_id, report, gate_report_path(stage))
+    registry.client.log_text(run_id, markdown, f"gates/{stage}.md")
     failed = [r.gate for r in results if not r.passed]
     registry.set_version_tags(model, version, {
         model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
@@ -303,15 +328,33 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
         # of the gates that did not pass, those that lacked the evidence to judge (verdict inconclusive)
         model_tag(f"gates.{stage}.inconclusive"): ",".join(r.gate for r in results if r.inconclusive),
         model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
-        model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", "")})
+        model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", ""),
+        model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
+        model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode())})
 
 
 def load_gate_report(registry: Registry, model: str, version: str, stage: str) -> dict[str, Any] | None:
-    """The last stored gate report of a stage, or None when the stage was never evaluated."""
-    if model_tag(f"gates.{stage}") not in registry.version_tags(model, version):
+    """The last stored gate report of a stage, or None when the stage was never evaluated.
+
+    Checked against the sha256 recorded when it was written: `integrity` is "verified", or "unverified" for a
+    report written before gate reports were hashed; an edited report raises GateReportTampered (naming the file).
+    """
+    tags = registry.version_tags(model, version)
+    if model_tag(f"gates.{stage}") not in tags:
         return None
     run_id = evidence_run_id(registry, model, version)
+    path = gate_report_path(stage)
     try:
-        return registry.load_json_artifact(run_id, f"gates/{stage}.json")
+        data = registry.load_artifact_bytes(run_id, path)
     except RegistryError:
         return None
+    recorded = tags.get(model_tag(f"gates.{stage}.sha256"))
+    vouched = {DIGEST_PREFIX + path: recorded} if recorded is not None else {}
+    status = verify_artifact(vouched, model, version, run_id, path, data, tampered=GateReportTampered)
+    try:
+        report = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # only an unhashed (old) report gets here
+        raise RegistryError(f"{model} version {version}: gate report {path} (run {run_id}) is not JSON: {e}") from None
+    if not isinstance(report, dict):
+        raise RegistryError(f"{model} version {version}: gate report {path} (run {run_id}) is not a JSON object")
+    return report | {"integrity": status}

@@ -21,9 +21,9 @@ from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
 from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
-from registry.integrity import EvidenceTampered, alias_drift
+from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
-from registry.tracking import evidence_integrity, load_evidence
+from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
 POLICY_ENV = "UNMASK_POLICY"
 
@@ -108,15 +108,26 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
 QUALITY_AXES = {"latency_p95_s": "lower", "latency_p50_s": "lower", "steps": "lower", "tokens_per_forward": "higher"}
 
 
-INTEGRITY_COLUMNS = ["model", "version", "status", "detail"]
+INTEGRITY_COLUMNS = ["model", "version", "status", "detail", "artifact"]
 
 
 def integrity_board(registry: Registry) -> pd.DataFrame:
-    """Whether each shown version's evidence still hashes as registered (INTEGRITY_COLUMNS; status verified,
-    unverified or tampered), so a forged version is shown as such rather than judged or plotted."""
+    """Whether each shown version's evidence, and each of its stored gate reports, still hashes as registered
+    (INTEGRITY_COLUMNS; status verified, unverified or tampered; `artifact` names the tampered file), so a forged
+    version or verdict is shown as such rather than judged, plotted or read."""
     versions = shown_versions(registry)
-    rows = [{"model": v.model, "version": v.version} | evidence_integrity(registry, v.model, v.version)
-            for v in versions.itertuples()] if not versions.empty else []
+    rows = []
+    for v in versions.itertuples() if not versions.empty else []:
+        row = {"model": v.model, "version": v.version} | evidence_integrity(registry, v.model, v.version)
+        row["artifact"] = next(iter(row["sha256"]), "") if row["status"] == "tampered" else ""
+        if row["status"] != "tampered":
+            for stage in STAGE_ALIASES:
+                try:
+                    load_gate_report(registry, v.model, v.version, stage)
+                except GateReportTampered as e:
+                    row |= {"status": "tampered", "detail": str(e), "artifact": e.artifact}
+                    break
+        rows.append(row)
     return pd.DataFrame(rows, columns=INTEGRITY_COLUMNS + ["sha256"])[INTEGRITY_COLUMNS]
 
 

@@ -28,7 +28,8 @@ version = right.selectbox("Version", list(labels), index=len(labels) - 1, format
 integrity = source.integrity(uri)
 check = integrity[(integrity.model == model) & (integrity.version == version)]
 if len(check) and check.status.iloc[0] == "tampered":
-    st.error(f"**Evidence tampered.** {check.detail.iloc[0]}", icon=":material/gpp_bad:")
+    what = "Gate report" if str(check.artifact.iloc[0]).startswith("gates/") else "Evidence"
+    st.error(f"**{what} tampered.** {check.detail.iloc[0]}", icon=":material/gpp_bad:")
     st.stop()
 view = source.candidate_view(uri, model, version)
 

@@ -20,6 +20,8 @@ def gates_command(
     stage: str = typer.Option(None, "--stage", "-s", help="poc, staging or production (default: all three)."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
+    stored: bool = typer.Option(False, "--stored", help="Show the gate reports last stored, without re-judging "
+                                                        "(each checked against the sha256 recorded with it)."),
 ) -> None:
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
@@ -38,13 +40,16 @@ def gates_command(
         version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
+        if stored:
+            _show_stored(reg, model, version, [stage] if stage else list(STAGES), policy)
+            return
         upcoming = next_stage_for(held, version)
         for name in [stage] if stage else STAGES:
             if drift := alias_drift(reg, name):
                 console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
             decision = judge(reg, model, version, name, policy)
             stage_policy = policy.stage(name)
-            console.print(_table(model, version, name, decision, stage_policy))
+            console.print(_table(model, version, name, decision.gate_results, stage_policy))
             if decision.evidence.get("evidence_status") == "unverified":
                 console.print("  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
                               "recorded (re-evaluate to record them)", highlight=False)
@@ -68,15 +73,40 @@ def gates_command(
         raise typer.Exit(2) from None
 
 
-def _table(model: str, version: str, stage: str, decision, stage_policy) -> FittedTable:
-    passed = sum(r.passed for r in decision.gate_results)
-    undecided = sum(r.inconclusive for r in decision.gate_results)
+def _show_stored(reg, model: str, version: str, stages: list[str], policy) -> None:
+    """The stored gate reports as they are (a forged one is refused, and recorded as a finding)."""
+    from gates.evaluate import GateResult
+    from registry.integrity import GateReportTampered, record_finding
+    from registry.tracking import load_gate_report
+
+    for name in stages:
+        try:
+            report = load_gate_report(reg, model, version, name)
+        except GateReportTampered as e:
+            record_finding(reg, e)
+            raise
+        if report is None:
+            console.print(f"{model} v{version}: no stored {name} gate report (judge it: unmask gates {model} "
+                          f"--version {version} --stage {name})\n", highlight=False)
+            continue
+        results = [GateResult.from_dict(r) for r in report.get("results", [])]
+        console.print(_table(model, version, name, results, policy.stage(name), f", stored {report['evaluated_at']}"))
+        if report["integrity"] == "unverified":
+            console.print("  [yellow]-[/yellow] gate report unverified: written before gate reports were hashed "
+                          "(re-judge to hash it)", highlight=False)
+        word = "[green]passed[/green]" if report.get("passed") else "[red]did not pass[/red]"
+        console.print(f"  {model} v{version} -> {name}: the gates {word} when judged\n", highlight=False)
+
+
+def _table(model: str, version: str, stage: str, results, stage_policy, when: str = "") -> FittedTable:
+    passed = sum(r.passed for r in results)
+    undecided = sum(r.inconclusive for r in results)
     more = f", {undecided} inconclusive" if undecided else ""
-    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(decision.gate_results)} passed{more})", [
+    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(results)} passed{more}{when})", [
         Column("gate"), Column("passed"), Column("measured", wrap=True), Column("required", wrap=True),
         Column("why", wrap=True, drop=1), Column("record", drop=2)])
     specs = {g.name: g for g in stage_policy.gates}
-    for r in decision.gate_results:
+    for r in results:
         spec = specs.get(r.gate)
         table.add_row(r.gate, VERDICT_WORDS[r.verdict],
                       gate_value(getattr(spec, "kind", None), r.value), gate_threshold(spec, r.threshold),
