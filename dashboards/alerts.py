@@ -1,5 +1,6 @@
-"""Red findings every page that judges opens with: stage aliases moved outside unmask (drift) and evidence
-that no longer hashes as registered (tampered); the versions registered before hashes were recorded."""
+"""Red findings every page that judges opens with: stage aliases moved outside unmask (drift), evidence or a
+gate report that no longer hashes as registered (tampered), an audit trail whose hash chain is broken; the
+versions registered before hashes were recorded."""
 
 from __future__ import annotations
 
@@ -24,3 +25,22 @@ def show_tampered(uri: str) -> None:
     if len(unverified):
         st.caption("Evidence unverified (registered before evidence hashes were recorded): "
                    + ", ".join(version_label(m, v) for m, v in zip(unverified.model, unverified.version)))
+
+
+def show_chain_broken(uri: str) -> None:
+    """A red banner when the audit trail's hash chain does not verify, naming the first entry tampered with."""
+    chain = source.audit_chain(uri)
+    if not chain["ok"]:
+        st.error(f"**The audit trail was changed outside unmask.** {chain['summary']}. Every decision since that "
+                 "entry is in doubt (`unmask audit --verify`; see docs/integrity.md).", icon=":material/link_off:")
+
+
+def show_chain(uri: str) -> None:
+    """The audit chain's status: intact in green, broken in red (the first broken entry named), else grey."""
+    chain = source.audit_chain(uri)
+    if chain["status"] == "intact":
+        st.success(chain["summary"], icon=":material/link:")
+    elif not chain["ok"]:
+        show_chain_broken(uri)
+    else:
+        st.caption(f":gray[{chain['summary']}]")

@@ -129,6 +129,16 @@ def audit_events(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def decisions(uri: str) -> pd.DataFrame:
+    return views.decisions(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def audit_chain(uri: str) -> dict[str, Any]:
+    return read.audit_chain(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def regression_findings(uri: str) -> pd.DataFrame:
     return views.regression_findings(_registry(uri))
 

@@ -192,3 +192,36 @@ def regression_findings(registry: Registry) -> pd.DataFrame:
                      "failed_gates": failed, "action": action, "audit_run_id": e.run_id})
     frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     return frame.sort_values("when", ascending=False).reset_index(drop=True)
+
+
+# who did what ----------------------------------------------------------------------------------------------
+DECISION_COLUMNS = ["when", "decision", "who", "host", "identity", "stage", "model", "version", "what", "status",
+                    "comment", "audit_run_id"]
+DECISION_EVENTS = {"signoff": "sign-off", "approval": "approval", "decline": "decline",
+                   "approval_consumed": "consumed", "approval_expired": "expired", "approval_void": "void",
+                   "emergency_rollback": "emergency rollback"}
+MOVE_DECISIONS = {"promotion": "promotion", "rollback": "rollback", "reconcile": "reconcile"}
+
+
+def decisions(registry: Registry) -> pd.DataFrame:
+    """Every decision in the audit trail, newest first as entered (DECISION_COLUMNS): sign-offs, approvals, declines, how each
+    approval ended (consumed, expired, void), promotions, rollbacks, reconciles and emergency rollbacks, with the
+    actor's name, host and identity source ("" for an event written before identities were recorded)."""
+    rows = []
+    for e in audit.events(registry):
+        kind = MOVE_DECISIONS.get(e.evidence.get("kind", "")) if e.event == audit.MOVE else DECISION_EVENTS.get(e.event)
+        if kind is None:
+            continue
+        actor = e.evidence.get("actor") if isinstance(e.evidence.get("actor"), dict) else {}
+        if e.event == audit.MOVE or e.event == "emergency_rollback":
+            what = f"{e.from_ref or 'nobody'} → {e.to_ref or 'nobody'}"
+        elif e.event == "signoff":
+            what = str(e.evidence.get("item", ""))
+        else:
+            what = f"approval {e.evidence['approval']}" if e.evidence.get("approval") else ""
+            if e.evidence.get("approved_by"):
+                what += f" by {e.evidence['approved_by']}"
+        rows.append({"when": e.when, "decision": kind, "who": e.who, "host": actor.get("host", ""),
+                     "identity": actor.get("identity", ""), "stage": e.stage, "model": e.model, "version": e.version,
+                     "what": what, "status": e.status, "comment": e.comment, "audit_run_id": e.run_id})
+    return pd.DataFrame(rows[::-1], columns=DECISION_COLUMNS)  # the trail's order: a move is entered at its intent

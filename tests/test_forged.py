@@ -210,3 +210,110 @@ def test_a_gate_report_written_before_reports_were_hashed_reads_as_unverified(re
     assert views.integrity_board(reg).set_index("model").loc["tiny-llada", "status"] == "verified"
     shown = _cli(reg, monkeypatch, "grace", ["gates", "tiny-llada", "--stage", "staging", "--stored"])
     assert shown.exit_code == 0 and "gate report unverified: written before gate reports were hashed" in shown.output
+
+
+# the dashboard: who did what, and whether the audit chain holds ------------------------------------------------
+def decided_registry(tmp_path):
+    """A registry with every kind of decision: sign-offs, an approval consumed by a promotion, an emergency
+    rollback, an approval voided by a decline."""
+    from registry import promote, rollback
+
+    reg = fresh_registry(tmp_path)
+    _, v = register_pair(reg)
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", v, "poc", item, "ada", f"{item} reviewed for the PoC")
+    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
+    rollback("poc", who="oncall", comment="the PoC misbehaves", registry=reg)
+    approve(reg, "tiny-llada", v, "poc", "grace", "once more, on the same evidence")
+    decline(reg, "tiny-llada", v, "poc", "grace", "not again until it is re-evaluated")
+    return reg, v
+
+
+def dashboard(reg, monkeypatch, path: str | None = None):
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_dashboard_apptest import APP
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    monkeypatch.delenv("UNMASK_POLICY", raising=False)
+    st.cache_data.clear()  # the page reads the registry as it is now
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    if path:
+        at.switch_page(path).run()
+        assert not at.exception, at.exception
+    return at
+
+
+def decisions_table(at):
+    return next(d.value for d in at.dataframe if "decision" in d.value.columns)
+
+
+def test_every_decision_is_read_with_its_actor_host_and_identity_source(tmp_path):
+    reg, v = decided_registry(tmp_path)
+    found = views.decisions(reg)
+    assert list(found.decision)[::-1] == ["sign-off", "sign-off", "approval", "promotion", "consumed", "rollback",
+                                          "emergency rollback", "approval", "void", "decline"]
+    from registry.identity import current_actor
+
+    mover = current_actor(reg.tracking_uri)  # who ran `promote` (grace only approved it)
+    assert list(found.who)[::-1] == ["ada", "ada", "grace", mover.name, mover.name, "oncall", "oncall", "grace",
+                                     "grace", "grace"]
+    assert found[found.decision == "promotion"].identity.iloc[0] == mover.source
+    assert (found.host != "").all() and (found.identity != "").all()  # every decision says where it was made
+    events = read.audit_events(registry=reg)
+    for row in found.itertuples():  # host and identity are the ones the audit entry records
+        actor = events.set_index("audit_run_id").loc[row.audit_run_id, "evidence"]["actor"]
+        assert (row.host, row.identity) == (actor["host"], actor["identity"])
+    promotion = found[found.decision == "promotion"].iloc[0]
+    assert promotion.what == f"nobody → tiny-llada@{v}" and promotion.stage == "poc"
+    assert found[found.decision == "void"].what.iloc[0].endswith(" by grace")
+
+
+def test_the_promotions_page_shows_who_did_what_and_the_intact_chain_in_green(tmp_path, monkeypatch):
+    reg, _ = decided_registry(tmp_path)
+    at = dashboard(reg, monkeypatch, "views/promotions.py")
+    shown = decisions_table(at)
+    read_back = views.decisions(reg)
+    assert list(shown.decision) == list(read_back.decision) and list(shown.who) == list(read_back.who)
+    assert list(shown.host) == list(read_back.host) and list(shown.identity) == list(read_back.identity)
+    assert list(shown["audit run"]) == list(read_back.audit_run_id)
+    chain = read.audit_chain(registry=reg)
+    assert chain["status"] == "intact" and [s.value for s in at.success] == [chain["summary"]]
+    assert not [e for e in texts(at, "error") if "audit trail" in e]
+    landing = dashboard(reg, monkeypatch)
+    assert not [e for e in texts(landing, "error") if "audit trail" in e]
+
+
+def texts(at, kind: str) -> list[str]:
+    return [e.value for e in at.get(kind)]
+
+
+def test_a_broken_chain_is_red_on_the_promotions_page_and_the_landing_verdict_naming_the_entry(tmp_path,
+                                                                                                monkeypatch):
+    reg, _ = decided_registry(tmp_path)
+    events = read.audit_events(registry=reg)
+    edited = events[events.event == "approval"].iloc[0]
+    reg.client.set_tag(edited.audit_run_id, model_tag("who"), "mallory")  # as tests/test_audit_chain.py edits one
+    chain = read.audit_chain(registry=reg)
+    assert chain["status"] == "broken" and chain["first_break"]["run_id"] == edited.audit_run_id
+    for path in ("views/promotions.py", None):
+        at = dashboard(reg, monkeypatch, path)
+        red = [e for e in texts(at, "error") if e.startswith("**The audit trail was changed outside unmask.**")]
+        assert len(red) == 1 and chain["first_break"]["text"] in red[0] and edited.audit_run_id in red[0], path
+        assert not at.success
+    assert read.audit_chain(registry=reg)["summary"] == chain["summary"]  # the pages wrote nothing
+
+
+def test_an_empty_audit_trail_shows_grey_with_its_summary(tmp_path, monkeypatch):
+    reg = fresh_registry(tmp_path)
+    register_pair(reg)
+    chain = read.audit_chain(registry=reg)
+    assert chain["status"] == "empty"
+    at = dashboard(reg, monkeypatch, "views/promotions.py")
+    assert f":gray[{chain['summary']}]" in texts(at, "caption")
+    assert not at.success and not [e for e in texts(at, "error") if "audit trail" in e]
+    assert not [d for d in at.dataframe if "decision" in d.value.columns]
+    assert any("No decisions yet" in m for m in texts(at, "markdown"))

@@ -1,5 +1,6 @@
-"""Promotions: the audit trail as a timeline (who moved which alias when, with what evidence), and the
-nightly flow's regression findings."""
+"""Promotions: whether the audit trail's hash chain verifies, the audit trail as a timeline (who moved which
+alias when, with what evidence), the nightly flow's regression findings, and every decision with who made it
+(name, host and identity source)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
+from dashboards.alerts import show_chain
 from dashboards.cells import CHART_PADDING, value_text
 from dashboards.policy_note import show_policy
 
@@ -29,6 +31,7 @@ def kind_of(event: str, evidence: dict) -> str:
 
 st.title("Promotions")
 show_policy(uri)
+show_chain(uri)
 events = source.audit_events(uri)
 if events.empty:
     st.info("No approvals, sign-offs or alias moves yet: `unmask promote MODEL --to STAGE` records them.")
@@ -81,3 +84,16 @@ else:
         "when (UTC)": findings["when"], "model": findings.model, "version": findings.version, "stage": findings.stage,
         "finding": findings.finding, "failed gates": findings.failed_gates.map(", ".join), "action": findings.action,
         "audit run": findings.audit_run_id}), hide_index=True, width="stretch")
+
+st.subheader("Who did what")
+decided = source.decisions(uri)
+if decided.empty:
+    st.write("No decisions yet: sign-offs (`unmask sign-off`), approvals and declines (`unmask approve`, "
+             "`unmask reject`), promotions and rollbacks are listed here with who made them.")
+else:
+    st.dataframe(pd.DataFrame({
+        "when (UTC)": decided["when"], "decision": decided.decision, "who": decided.who,
+        "host": decided.host.replace("", "—"), "identity": decided.identity.replace("", "—"), "stage": decided.stage,
+        "version": [f"{m} v{v}" if m else "" for m, v in zip(decided.model, decided.version)], "what": decided.what,
+        "status": decided.status, "comment": decided.comment, "audit run": decided.audit_run_id}),
+        hide_index=True, width="stretch")

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
-from dashboards.alerts import show_drift, show_tampered
+from dashboards.alerts import show_chain_broken, show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
 from gates.readable import percent, significant
@@ -16,6 +16,7 @@ uri = reg.tracking_uri
 
 st.title("Verdict")
 show_policy(uri)
+show_chain_broken(uri)
 show_drift(uri)
 show_tampered(uri)
 lines = source.stage_verdicts(uri, source.policy_source())
