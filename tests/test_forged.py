@@ -317,3 +317,26 @@ def test_an_empty_audit_trail_shows_grey_with_its_summary(tmp_path, monkeypatch)
     assert not at.success and not [e for e in texts(at, "error") if "audit trail" in e]
     assert not [d for d in at.dataframe if "decision" in d.value.columns]
     assert any("No decisions yet" in m for m in texts(at, "markdown"))
+
+
+def test_the_dossier_says_a_gate_report_is_unverified_and_unmask_report_refuses_a_flipped_one(reg, monkeypatch,
+                                                                                                 tmp_path):
+    from dashboards.dossier.content import dossier_content
+
+    _, v = register_pair(reg)
+    judge(reg, "tiny-llada", v, "staging")
+    judge(reg, "tiny-llada", v, "poc")
+    reg.client.delete_model_version_tag("tiny-llada", v, model_tag("gates.poc.sha256"))
+    content = dossier_content(reg, "tiny-llada", v)
+    assert (content["gates"]["poc"]["integrity"], content["gates"]["staging"]["integrity"]) == ("unverified",
+                                                                                                "verified")
+    assert [x["text"] for x in content["limitations"] if x["kind"] == "gate report integrity"] == [
+        "the poc gate report is unverified: written before gate reports were hashed (re-judge to hash it)"]
+    flip_gate_report(reg)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    done = CliRunner().invoke(cli_app("report"), ["report", "tiny-llada", "--out", str(tmp_path / "out"),
+                                                  "--no-pdf"], env={"COLUMNS": "400"})
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: tiny-llada version {v}: gate report gates/staging.json")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

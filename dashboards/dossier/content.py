@@ -250,7 +250,8 @@ def _gates(report: dict[str, Any]) -> dict[str, Any]:
     verdicts = [g["verdict"] for g in results]
     overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
     return {"evaluated_at": report.get("evaluated_at", ""), "policy": report.get("policy") or {},
-            "policy_note": note, "verdict": overall, "results": results}
+            "policy_note": note, "verdict": overall, "results": results,
+            "integrity": report.get("integrity", "verified")}
 
 
 def _checklist(registry: Registry, model: str, version: str, stage: str, report: dict[str, Any]) -> dict[str, Any]:
@@ -293,6 +294,10 @@ def _limitations(content: dict[str, Any], evidence: CandidateEvidence) -> list[d
         for g in gates["results"]:
             if g["verdict"] != "pass":
                 add(f"{g['verdict']} gate", f"{stage} / {g['gate']}: {g['reason']}", g["run_id"])
+    for stage, gates in content["gates"].items():
+        if gates["integrity"] != "verified":
+            add("gate report integrity", f"the {stage} gate report is {gates['integrity']}: written before gate "
+                                         "reports were hashed (re-judge to hash it)")
     for stage in content["not_judged"]:
         add("not judged", f"stage {stage} was never judged for this version")
     identity = content["identity"]
