@@ -2,7 +2,10 @@
 
 The flow pauses with `pause_flow_run(wait_for_input=PromotionApproval)`; the approval comes from the
 Prefect UI's form or from `unmask approve MODEL STAGE` (which resumes the paused run with the same
-input). Nothing moves without it: `registry.promote` checks gates, checklist and approval again.
+input). Nothing moves without it: `registry.promote` checks gates, checklist and approvals again. An
+approval counts only once recorded in the registry under the approver's identity (`unmask approve` does
+that, then resumes the run with the approval's id); a name typed into the UI form carries no identity,
+so the flow refuses it and nothing moves.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class PromotionApproval(RunInput):
     approver: str = Field(description="Who approves (recorded in the registry and the audit trail).")
     comment: str = Field(description="Why: the policy sets a minimum length per stage.")
     approve: bool = Field(True, description="Untick to decline; the promotion then ends without a move.")
+    approval_id: str = Field("", description="The approval `unmask approve` recorded (leave empty in the UI).")
 
 
 class ApprovalTimeout(RuntimeError):
@@ -37,11 +41,16 @@ class PromotionBlocked(RuntimeError):
     """Gates or checklist fail: the promotion does not even wait for an approval."""
 
 
+class ApprovalUnverified(RuntimeError):
+    """An approval typed into the Prefect form: no identity stands behind the name, so nothing moves."""
+
+
 @task(name="check-promotion", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=2)
 def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri: str,
                     policy_path: str | None = None) -> dict[str, Any]:
     """Judge the version against the stage (gates, checklist, stage order); approval is what remains."""
-    from gates import ReasonKind, load_policy
+    from gates import load_policy
+    from gates.promotion import SETTLED_BY_AN_APPROVER
     from registry import CANDIDATE_ALIAS, Registry, judge
     from registry.promotion import approval_of
 
@@ -52,21 +61,21 @@ def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri
     policy = load_policy(policy_path)
     decision = judge(registry, model_id, version, stage, policy, record=True)
     approval = approval_of(registry, model_id, version, stage)
-    approval_counts = not any(r.kind is ReasonKind.APPROVAL for r in decision.reasons)
+    approval_counts = not any(r.kind in SETTLED_BY_AN_APPROVER for r in decision.reasons)
     return {"version": version, "blocking": [r.text for r in decision.reasons if r.blocking],
             "approved_by": approval.by if approval and approval_counts else None,
             "min_comment_chars": policy.stage(stage).approval_min_comment_chars}
 
 
 @task(name="move-alias", cache_policy=NO_CACHE, persist_result=False)
-def move_alias(model_id: str, stage: str, version: str, approver: str | None, comment: str, tracking_uri: str,
+def move_alias(model_id: str, stage: str, version: str, comment: str, tracking_uri: str,
                policy_path: str | None = None) -> dict[str, Any]:
-    """registry.promote: records the approval, judges again under the stage lock, moves the alias."""
+    """registry.promote: judges again (the recorded approvals) under the stage lock, moves the alias."""
     from gates import load_policy
     from registry import Registry, promote
 
-    move = promote(model_id, stage, approver=approver, comment=comment, version=version,
-                   registry=Registry(tracking_uri), policy=load_policy(policy_path))
+    move = promote(model_id, stage, comment=comment, version=version, registry=Registry(tracking_uri),
+                   policy=load_policy(policy_path))
     return move.to_dict()
 
 
@@ -103,12 +112,13 @@ def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_
     dossier = prepare_dossier(model_id, stage, check["version"], tracking_uri)
     if check["approved_by"]:
         get_run_logger().info("approval already recorded by %s; not waiting", check["approved_by"])
-        move = move_alias(model_id, stage, check["version"], None, "", tracking_uri, policy)
+        move = move_alias(model_id, stage, check["version"], "", tracking_uri, policy)
         return {"status": "promoted", "move": move, "dossier": attach_dossier(move, dossier, tracking_uri)}
     create_markdown_artifact(
         f"# {model_id} v{check['version']} to {stage}: waiting for approval\n\nGates and checklist are green. "
-        f"Approve in this flow run's form, or run\n\n`unmask approve {model_id} {stage} --by NAME "
-        f"--comment \"at least {check['min_comment_chars']} characters\"`\n"
+        f"An approver (not you, for staging and production) runs\n\n`unmask approve {model_id} {stage} "
+        f"--comment \"at least {check['min_comment_chars']} characters\"`\n\nA name typed into this run's form "
+        "carries no identity and does not count.\n"
         + (f"\nAdoption dossier: {dossier['location']}\n" if "location" in dossier else ""),
         key=f"promotion-{slug(model_id)}-{stage}", description="A promotion waiting for its approval")
     try:
@@ -123,7 +133,10 @@ def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_
         raise ApprovalTimeout(f"{message} ({type(e).__name__})") from None
     if not decision.approve:
         return {"status": "declined", "by": decision.approver, "comment": decision.comment}
-    move = move_alias(model_id, stage, check["version"], decision.approver, decision.comment, tracking_uri, policy)
+    if not decision.approval_id:
+        raise ApprovalUnverified(f"the approval typed into the form by {decision.approver!r} carries no identity; "
+                                 f"approve with `unmask approve {model_id} {stage} --comment ...`; nothing moved")
+    move = move_alias(model_id, stage, check["version"], decision.comment, tracking_uri, policy)
     return {"status": "promoted", "move": move, "dossier": attach_dossier(move, dossier, tracking_uri)}
 
 

@@ -3,7 +3,8 @@
 from gates.evaluate import GateResult, all_passed, evaluate_gates, gate_report_markdown, operating_records
 from gates.policy import STAGES, MetricThreshold, Policy, PolicyError, load_policy, parse_policy
 from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
+from gates.roles import Roles, RolesError, load_roles, parse_roles
 
 __all__ = ["STAGES", "Approval", "GateResult", "MetricThreshold", "Policy", "PolicyError", "PromotionDecision",
            "PromotionReason", "ReasonKind", "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown",
-           "load_policy", "operating_records", "parse_policy"]
+           "load_policy", "load_roles", "operating_records", "parse_policy", "parse_roles", "Roles", "RolesError"]

@@ -6,19 +6,29 @@ must have reached the stage before (`requires_stage`). An approval or sign-off v
 evidence its author saw, so one given before the latest evaluation no longer counts.
 
 Each reason says what kind of problem it is (`ReasonKind`), so callers decide by kind, never by
-wording: an approver can settle `approval` reasons, nothing else.
+wording: an approver can settle `approval`, `separation of duties` and `role` reasons (a different
+approver can), nothing else.
+
+Separation of duties (roles in `gates/roles.yaml`): an approval counts only when its author holds the
+stage's approve role, is not the one who requested the promotion (unless the stage allows
+self-approval), and, for staging and production, neither registered the version's evidence nor signed
+off its tooling-maturity item; a stage needing N approvals needs N different people. An approval is
+for one promotion request, is used up by the move it allows, and expires after the stage's TTL. A
+decline is terminal for the version and stage until new evidence is registered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from checklists import STAGES, Checklist, ChecklistStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence
 from gates.evaluate import GateResult, evaluate_gates
 from gates.policy import Policy
+from gates.roles import Roles, StageRoles, load_roles
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
 
@@ -32,6 +42,14 @@ class ReasonKind(str, Enum):
     STAGE = "stage"  # an unknown stage, or one the version may not reach yet (requires_stage)
     APPROVAL = "approval"  # no approval, one too short, or one given before the latest evaluation
     SIGN_OFF = "sign-off"  # a sign-off given before the latest evaluation
+    DUTY = "separation of duties"  # the approver requested, registered the evidence, signed tooling, or approved twice
+    ROLE = "role"  # the approver does not hold the stage's approve role
+    DECLINED = "declined"  # the version was declined for the stage; terminal until new evidence is registered
+
+
+SETTLED_BY_AN_APPROVER = (ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE)
+FOUR_EYES_STAGES = ("staging", "production")  # where approver != registrant and != tooling signer
+TOOLING_ITEM = "tooling-maturity"
 
 
 @dataclass(frozen=True)
@@ -46,21 +64,72 @@ class PromotionReason:
 
     @property
     def blocking(self) -> bool:
-        """Whether it stands whatever an approver does (every kind but an approval's)."""
-        return self.kind is not ReasonKind.APPROVAL
+        """Whether it stands whatever an approver does (every kind but the approval, duty and role kinds)."""
+        return self.kind not in SETTLED_BY_AN_APPROVER
 
 
 @dataclass(frozen=True)
 class Approval:
-    """Who approved a promotion to a stage, when, and why."""
+    """Who approved a promotion to a stage, when, and why; for which request, and whether it is still open."""
 
     stage: str
     by: str
     at: str
     comment: str
+    id: str = ""
+    request: str = ""  # the promotion request it answers ("" in data from before requests)
+    host: str = ""
+    identity: str = ""  # how the name was known (registry.identity: os-user, mlflow-basic-auth, ...)
+    status: str = "open"  # open | consumed (by a move) | expired | void (typed into a refused promote)
+    closed_by: str = ""  # the audit run that closed it (the move that consumed it)
 
     def to_dict(self) -> dict[str, str]:
-        return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment}
+        return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment, "id": self.id,
+                "request": self.request, "host": self.host, "identity": self.identity, "status": self.status,
+                "closed_by": self.closed_by}
+
+
+@dataclass(frozen=True)
+class PromotionRequest:
+    """A request to move one version to one stage: who asked, when, on which evidence."""
+
+    id: str
+    stage: str
+    by: str  # the requester ("" until someone runs the promotion an approval was given for)
+    at: str
+    evaluated_at: str  # the evidence it was asked on
+    host: str = ""
+    status: str = "open"  # open | done (moved) | declined
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "stage": self.stage, "by": self.by, "at": self.at, "evaluated_at": self.evaluated_at,
+                "host": self.host, "status": self.status}
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A decision not to promote a version to a stage (`unmask reject`)."""
+
+    stage: str
+    by: str
+    at: str
+    comment: str
+    host: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment, "host": self.host}
+
+
+@dataclass(frozen=True)
+class Duties:
+    """Who did what for the version, as the four-eyes rules read it."""
+
+    requester: str = ""  # of the promotion request
+    mover: str = ""  # who runs the promotion now (also a requester)
+    registered_by: str = ""  # who registered the version's current evidence
+    request_id: str = ""  # the request approvals must answer ("" = any)
+    declined: Decline | None = None
+    now: str = ""  # ISO time the decision is made at (expiry); "" skips expiry
 
 
 @dataclass(frozen=True)
@@ -91,12 +160,14 @@ def check_checklist_against_policy(checklist: Checklist, policy: Policy) -> list
 
 def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
                      baseline: Mapping[str, CandidateEvidence | None], signoffs: Mapping[str, Mapping[str, Any]],
-                     approval: Approval | None, reached: set[str], checklist: Checklist | None = None,
-                     evaluated_at: str = "") -> PromotionDecision:
+                     approval: Approval | Sequence[Approval] | None, reached: set[str],
+                     checklist: Checklist | None = None, evaluated_at: str = "", roles: Roles | None = None,
+                     duties: Duties | None = None) -> PromotionDecision:
     """Judge a promotion of one version to `stage`; `reached` holds the stages the version held before.
 
-    `signoffs` and `approval` are all that were recorded; those older than `evaluated_at` (when the
-    version's evidence was last registered) do not count, and each says so.
+    `signoffs` and `approval` (one, or every approval recorded for the stage) are all that were recorded;
+    those older than `evaluated_at` (when the version's evidence was last registered) do not count, and
+    each says so. `roles` and `duties` apply the separation-of-duties rules (default roles: the bundled file).
     """
     if stage not in PROMOTABLE:
         return PromotionDecision(stage, False, (PromotionReason(
@@ -114,12 +185,29 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
         reasons.append(PromotionReason(ReasonKind.STAGE, f"stage {stage} requires the version to have reached "
                                                          f"{stage_policy.requires_stage} first"))
-    reasons += approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at)
+    roles = roles or load_roles()
+    duties = duties or Duties()
+    reasons += declined_problems(duties.declined, stage, evaluated_at)
+    tooling = signoffs.get(TOOLING_ITEM, {}).get("by", "")
+    problems, counted = approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at,
+                                          roles.stage(stage), duties, tooling_signer=tooling, roles=roles,
+                                          counted=True)
+    reasons += problems
     reasons += stale_signoffs
     cited = {"gates": {r.gate: r.evidence.get("record_id") for r in results},
              "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
-             "policy": policy.cited(), "thresholds": {r.gate: r.threshold for r in results}}
+             "policy": policy.cited(), "roles": roles.cited(), "thresholds": {r.gate: r.threshold for r in results},
+             "approvals": [a.to_dict() for a in counted]}
     return PromotionDecision(stage, not reasons, tuple(reasons), tuple(results), status, cited)
+
+
+def declined_problems(declined: Decline | None, stage: str, evaluated_at: str) -> list[PromotionReason]:
+    """A decline given on the current evidence stands; one older than the latest evaluation no longer does."""
+    if declined is None or declined.stage != stage or predates(declined.at, evaluated_at):
+        return []
+    return [PromotionReason(ReasonKind.DECLINED, (
+        f"{declined.by} declined {stage} at {declined.at} ({declined.comment}); a decline is final until new "
+        "evidence is registered"))]
 
 
 def predates(at: str | None, evaluated_at: str) -> bool:
@@ -141,19 +229,88 @@ def current_signoffs(signoffs: Mapping[str, Mapping[str, Any]],
     return current, stale
 
 
-def approval_problems(approval: Approval | None, stage: str, min_comment_chars: int,
-                      evaluated_at: str = "") -> list[PromotionReason]:
-    """Why the recorded approval does not allow the promotion (empty when it does)."""
-    def problem(text: str) -> list[PromotionReason]:
-        return [PromotionReason(ReasonKind.APPROVAL, text)]
+def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
+                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
+                      tooling_signer: str = "", roles: Roles | None = None, counted: bool = False,
+                      prefer: str = ""):
+    """Why the recorded approvals do not allow the promotion (empty when they do).
 
-    if approval is None or not approval.by.strip():
-        return problem(f"no approval recorded for {stage}: an approver must sign off the promotion")
-    if approval.stage != stage:
-        return problem(f"the approval by {approval.by} is for {approval.stage}, not {stage}")
-    if predates(approval.at, evaluated_at):
-        return problem(f"the approval by {approval.by} at {approval.at} predates the latest evaluation "
-                       f"({evaluated_at}); approve again")
-    if len(approval.comment.strip()) < min_comment_chars:
-        return problem(f"approval comment by {approval.by} is shorter than {min_comment_chars} characters")
-    return []
+    With `counted`, returns (reasons, the approvals that count: the oldest, approval `prefer` first) instead.
+    """
+    roles = roles or load_roles()
+    stage_roles = stage_roles or roles.stage(stage)
+    duties = duties or Duties()
+    approvals = [approval] if isinstance(approval, Approval) else list(approval or ())
+    approvals = [a for a in approvals if a.by.strip()]
+    reasons, valid = [], []
+    for a in approvals:
+        problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
+                                    roles)
+        if problem is not None:
+            reasons.append(problem)
+        elif any(v.by == a.by for v in valid):
+            reasons.append(PromotionReason(ReasonKind.DUTY, (
+                f"{a.by} approved this promotion twice; a second approval must come from someone else")))
+        else:
+            valid.append(a)
+    need = stage_roles.approvals_count
+    if len(valid) >= need:
+        chosen = sorted(valid, key=lambda a: (a.id != prefer, a.at))[:need]
+        return ([], chosen) if counted else []
+    if not approvals:
+        reasons = [PromotionReason(ReasonKind.APPROVAL,
+                                   f"no approval recorded for {stage}: an approver must sign off the promotion")]
+    elif valid or need > 1:
+        have = f"approved so far by {', '.join(a.by for a in valid)}" if valid else "no approval counts yet"
+        reasons.append(PromotionReason(ReasonKind.APPROVAL, (
+            f"{stage} needs {need} approvals from {need} different people; {have}")))
+    return (reasons, []) if counted else reasons
+
+
+def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_at: str, stage_roles: StageRoles,
+                      duties: Duties, tooling_signer: str, roles: Roles) -> PromotionReason | None:
+    """Why one approval does not count, or None when it does."""
+    def problem(text: str, kind: ReasonKind = ReasonKind.APPROVAL) -> PromotionReason:
+        return PromotionReason(kind, text)
+
+    if a.stage != stage:
+        return problem(f"the approval by {a.by} is for {a.stage}, not {stage}")
+    if a.status != "open":
+        why = {"consumed": f"was used up by the move {a.closed_by}", "expired": "has expired",
+               "void": "is void (typed into a refused promotion, or the promotion was declined)"}
+        return problem(f"the approval by {a.by} at {a.at} {why.get(a.status, 'is ' + a.status)}; approve again")
+    if duties.request_id and a.request and a.request != duties.request_id:
+        return problem(f"the approval by {a.by} at {a.at} answers request {a.request}, not this one "
+                       f"({duties.request_id}); approve again")
+    if predates(a.at, evaluated_at):
+        return problem(f"the approval by {a.by} at {a.at} predates the latest evaluation ({evaluated_at}); "
+                       "approve again")
+    if duties.now and expired(a.at, stage_roles.approval_ttl_hours, duties.now):
+        return problem(f"the approval by {a.by} at {a.at} expired after {stage_roles.approval_ttl_hours:g} h; "
+                       "approve again")
+    if len(a.comment.strip()) < min_comment_chars:
+        return problem(f"approval comment by {a.by} is shorter than {min_comment_chars} characters")
+    if not roles.may(a.by, stage, "approve"):
+        return problem(f"{a.by} may not approve {stage}: the approve role is held by "
+                       f"{roles.describe(stage, 'approve')}", ReasonKind.ROLE)
+    if stage in FOUR_EYES_STAGES and duties.registered_by and a.by == duties.registered_by:
+        return problem(f"{a.by} registered the evidence of this version and cannot approve its {stage} promotion",
+                       ReasonKind.DUTY)
+    if stage in FOUR_EYES_STAGES and tooling_signer and a.by == tooling_signer:
+        return problem(f"{a.by} signed off {TOOLING_ITEM} for {stage} and cannot also approve the promotion",
+                       ReasonKind.DUTY)
+    requesters = {duties.requester, duties.mover} - {""}
+    if not stage_roles.self_approval and a.by in requesters:
+        return problem(f"{a.by} requested this promotion and cannot approve it (requester != approver)",
+                       ReasonKind.DUTY)
+    return None
+
+
+def expired(at: str, ttl_hours: float, now: str) -> bool:
+    """Whether something given at `at` is older than `ttl_hours` at `now` (ISO times; unreadable = expired)."""
+    try:
+        given, current = datetime.fromisoformat(at.replace("Z", "+00:00")), datetime.fromisoformat(
+            now.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return current - given > timedelta(hours=ttl_hours)

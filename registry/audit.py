@@ -35,7 +35,10 @@ from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.store import Registry, RegistryLock, filter_literal, model_tag, now_iso, retry_busy
 
 EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
-          "integrity_finding")
+          "integrity_finding",
+          # governance (registry/approvals.py, registry/identity.py): each decision on an approval, and refusals
+          "promotion_request", "approval_refused", "approval_consumed", "approval_expired", "approval_void", "decline",
+          "identity_refused", "signoff_refused", "emergency_rollback")
 MOVE = "alias_move"
 
 

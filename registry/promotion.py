@@ -13,8 +13,6 @@ through an unsettled one, so the registry is seen as before or after a move, nev
 
 from __future__ import annotations
 
-import getpass
-import json
 import os
 import socket
 import time
@@ -24,10 +22,15 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
-from checklists import load_checklist
 from gates.policy import Policy, load_policy
-from gates.promotion import Approval, PromotionDecision, PromotionReason, decide_promotion
+from gates.promotion import (TOOLING_ITEM, Duties, PromotionDecision, PromotionReason, approval_problems,
+                             current_signoffs, decide_promotion)
+from gates.roles import Roles, load_roles
 from registry import audit
+# approval_of, decline and sign_off are re-exported: callers have imported them from here
+from registry.approvals import (ApprovalRefused, approval_of, approvals_of, approve, close, consume, decline,  # noqa: F401
+                                duties_for, expire_old, request_promotion, sign_off, signoffs_of)
+from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.integrity import EvidenceTampered, alias_drift, record_finding, report_drift
@@ -59,52 +62,6 @@ class Move:
         return {"stage": self.stage, "from": ref(*(self.from_holder or (None, None))),
                 "to": ref(*(self.to_holder or (None, None))), "who": self.who, "audit_run_id": self.audit_run_id,
                 "evidence": self.evidence}
-
-
-# approvals and sign-offs ---------------------------------------------------------------------------
-def approve(registry: Registry, model: str, version: str, stage: str, approver: str, comment: str) -> Approval:
-    """Record an approval of promoting `model` `version` to `stage` (version tags + audit event)."""
-    if stage not in STAGE_ALIASES:
-        raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
-    if not approver.strip():
-        raise RegistryError("an approval needs the approver's name")
-    approval = Approval(stage=stage, by=approver.strip(), at=now_iso(), comment=comment.strip())
-    registry.set_version_tags(model, version, {model_tag(f"approval.{stage}.by"): approval.by,
-                                               model_tag(f"approval.{stage}.at"): approval.at,
-                                               model_tag(f"approval.{stage}.comment"): approval.comment})
-    audit.append(registry, AuditEvent("approval", approval.by, approval.at, stage, model, version,
-                                      comment=approval.comment))
-    return approval
-
-
-def approval_of(registry: Registry, model: str, version: str, stage: str) -> Approval | None:
-    tags = registry.version_tags(model, version)
-    by = tags.get(model_tag(f"approval.{stage}.by"))
-    if not by:
-        return None
-    return Approval(stage, by, tags.get(model_tag(f"approval.{stage}.at"), ""),
-                    tags.get(model_tag(f"approval.{stage}.comment"), ""))
-
-
-def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str, comment: str) -> dict:
-    """Sign off a manual checklist item of a stage for one version (who, when, comment)."""
-    manual = load_checklist(stage).manual_items()
-    if item not in manual:
-        raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
-    if not who.strip() or not comment.strip():
-        raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
-    signoff = {"by": who.strip(), "at": now_iso(), "comment": comment.strip()}
-    registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
-    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
-                                      comment=signoff["comment"], evidence={"item": item}))
-    return signoff
-
-
-def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
-    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    prefix = model_tag(f"signoff.{stage}.")
-    return {k.removeprefix(prefix): json.loads(v) for k, v in registry.version_tags(model, version).items()
-            if k.startswith(prefix)}
 
 
 def evaluated_at(registry: Registry, model: str, version: str) -> str:
@@ -215,8 +172,9 @@ class _StageLock:
 
 # promotion -------------------------------------------------------------------------------------------
 def judge(registry: Registry, model: str, version: str, stage: str, policy: Policy | None = None,
-          record: bool = True) -> PromotionDecision:
-    """Evaluate a version against a stage: gates on its stored evidence, checklist, approval, stage order."""
+          record: bool = True, roles: Roles | None = None, duties: Duties | None = None) -> PromotionDecision:
+    """Evaluate a version against a stage: gates on its stored evidence, checklist, approvals and the
+    separation of duties (`duties`: default, the open request and the version's registrant), stage order."""
     policy = policy or load_policy()
     evidence, vouched = _verified(registry, model, version)
     baseline: dict[str, Any] = {"fallback": None, "production": None}
@@ -226,9 +184,13 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
     production = stage_holder(registry, "production")
     if production and production != (model, version):
         baseline["production"] = _verified(registry, *production)[0]
+    if duties is None:
+        from registry.approvals import open_request
+
+        duties = duties_for(registry, model, version, stage, open_request(registry, model, version, stage))
     decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
-                                approval_of(registry, model, version, stage), reached_stages(registry, model, version),
-                                evaluated_at=evaluated_at(registry, model, version))
+                                approvals_of(registry, model, version, stage), reached_stages(registry, model, version),
+                                evaluated_at=evaluated_at(registry, model, version), roles=roles, duties=duties)
     decision = replace(decision, evidence=decision.evidence | {"evidence_run": vouched["run_id"],
                                                                "evidence_status": vouched["status"],
                                                                "evidence_sha256": vouched["sha256"]})
@@ -248,14 +210,21 @@ def _verified(registry: Registry, model: str, version: str, who: str = "unmask")
         raise
 
 
-def promote(model: str, stage: str, approver: str | None = None, comment: str = "", version: str | None = None,
-            registry: Registry | None = None, policy: Policy | None = None, lock_timeout_s: float = 60.0) -> Move:
+def promote(model: str, stage: str, approver: str | Actor | None = None, comment: str = "",
+            version: str | None = None, registry: Registry | None = None, policy: Policy | None = None,
+            lock_timeout_s: float = 60.0, actor: str | Actor | None = None, roles: Roles | None = None) -> Move:
     """Move `stage` to `model` (its `candidate`, else `fallback`, version unless `version` is given), or raise
     PromotionRefused.
 
-    With `approver`, the approval (who, when, comment) is recorded first; without, a recorded one must exist.
+    `actor` requests and performs the move (default: the identity, `registry.identity`). The move needs the
+    stage's approvals on the open promotion request (`unmask approve`); `approver` adds one in the same call
+    (the CLI passes only the identity's own, so at poc one person may request and approve; staging and
+    production refuse a requester's approval). An approval typed into a refused promote is voided; the
+    approvals a move used are consumed, and the move cites them.
     """
     registry = registry or Registry()
+    roles = roles or load_roles()
+    mover = actor_for(registry.tracking_uri, actor)
     action = f"promotion of {model} to {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
@@ -264,35 +233,78 @@ def promote(model: str, stage: str, approver: str | None = None, comment: str = 
     if not version:
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
+    who = mover.name
     expected = stage_holder(registry, stage)
     judged_evaluation = evaluated_at(registry, model, version)
-    _verified(registry, model, version, approver or "unknown")  # before an approval is recorded on forged evidence
-    _refuse_drift(registry, "promotion_refused", approver or "unknown", stage, model, version, action, {})
-    if approver:
-        approve(registry, model, version, stage, approver, comment)
-    decision = judge(registry, model, version, stage, policy)
-    who = approver or (approval_of(registry, model, version, stage) or Approval(stage, "", "", "")).by or "unknown"
-    reasons = list(decision.reasons)
-    if expected == (model, version):
-        reasons.append(f"{model} v{version} already holds {stage}")
-    if reasons:
-        _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons, decision.evidence)
-    with _StageLock(registry, stage, lock_timeout_s, action):
-        recover(registry, stage)
-        current = stage_holder(registry, stage)
-        if current != expected:
-            _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                    [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
-                     f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
-                     "judge again against the new holder"], decision.evidence)
-        if evaluated_at(registry, model, version) != judged_evaluation:
-            _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                    [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
-                    decision.evidence)
-        _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, decision.evidence)
-        evidence = decision.evidence | {"kind": "promotion", "approval": approval_of(registry, model, version, stage)
-                                        .to_dict()}
-        return _move(registry, stage, current, (model, version), who, comment, evidence)
+    _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
+    _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
+    expire_old(registry, model, version, stage, mover, roles)
+    request = request_promotion(registry, model, version, stage, mover)
+    typed, prefer = None, ""
+    if approver is not None:
+        name = actor_for(registry.tracking_uri, approver).name
+        given = next((a for a in approvals_of(registry, model, version, stage)
+                      if a.by == name and a.status == "open" and a.request == request.id), None)
+        if given is not None:  # approved already (`unmask approve`): that one is used, not a second
+            prefer = given.id
+        else:
+            try:
+                typed = approve(registry, model, version, stage, approver, comment, roles=roles, request=request)
+            except ApprovalRefused as e:
+                raise PromotionRefused(action, e.reasons) from None
+            prefer = typed.id
+    try:
+        duties = duties_for(registry, model, version, stage, request, mover.name)
+        decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
+        reasons = list(decision.reasons)
+        if expected == (model, version):
+            reasons.append(f"{model} v{version} already holds {stage}")
+        if reasons:
+            _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons,
+                    decision.evidence | {"request": request.id})
+        with _StageLock(registry, stage, lock_timeout_s, action):
+            recover(registry, stage)
+            current = stage_holder(registry, stage)
+            if current != expected:
+                _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                        [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
+                         f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
+                         "judge again against the new holder"], decision.evidence)
+            if evaluated_at(registry, model, version) != judged_evaluation:
+                _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                        [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
+                        decision.evidence)
+            _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, decision.evidence)
+            used = _approvals_to_consume(registry, model, version, stage, policy, roles, duties, action, who,
+                                         decision.evidence, prefer)
+            evidence = decision.evidence | {"kind": "promotion", "request": request.to_dict(),
+                                            "approvals": [a.to_dict() for a in used], "actor": mover.to_dict()}
+            if used:
+                evidence["approval"] = used[0].to_dict()  # the first, as before requests
+            move = _move(registry, stage, current, (model, version), who, comment, evidence)
+            consume(registry, model, version, used, request, mover, move.audit_run_id)
+            return move
+    except PromotionRefused:
+        if typed is not None:
+            close(registry, model, version, typed, "void", mover, f"typed into a refused {action}")
+        raise
+
+
+def _approvals_to_consume(registry: Registry, model: str, version: str, stage: str, policy: Policy | None,
+                          roles: Roles, duties: Duties, action: str, who: str, evidence: dict[str, Any],
+                          prefer: str) -> list:
+    """Under the stage lock: the approvals this move uses, read again (one consumed or voided meanwhile no
+    longer counts), so a move cites exactly the approvals it consumed."""
+    policy = policy or load_policy()
+    signoffs, _ = current_signoffs(signoffs_of(registry, model, version, stage), evaluated_at(registry, model, version))
+    problems, used = approval_problems(approvals_of(registry, model, version, stage), stage,
+                                       policy.stage(stage).approval_min_comment_chars,
+                                       evaluated_at(registry, model, version), roles.stage(stage), duties,
+                                       tooling_signer=signoffs.get(TOOLING_ITEM, {}).get("by", ""), roles=roles,
+                                       counted=True, prefer=prefer)
+    if problems:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action, problems, evidence)
+    return used
 
 
 def _refuse_drift(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
@@ -313,38 +325,60 @@ def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, ve
     raise refused
 
 
-def rollback(stage: str, who: str | None = None, comment: str = "", registry: Registry | None = None,
-             lock_timeout_s: float = 60.0, reconcile: bool = False, policy: Policy | None = None) -> Move:
+def rollback(stage: str, who: str | Actor | None = None, comment: str = "", registry: Registry | None = None,
+             lock_timeout_s: float = 60.0, reconcile: bool = False, policy: Policy | None = None,
+             roles: Roles | None = None) -> Move:
     """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`.
 
+    An emergency action: no approval, but only for the stage's `emergency_rollback` role (refused and
+    audited otherwise), and every rollback opens an `emergency_rollback` finding for review.
     A stage alias moved outside unmask (drift) is refused; `reconcile=True` instead puts it back on the holder
     the audit trail's last settled move left, as an audited move. `policy`: the one whose verdict led here
     (the nightly's), recorded with the move.
     """
     registry = registry or Registry()
-    who = who or getpass.getuser()
+    roles = roles or load_roles()
+    actor = actor_for(registry.tracking_uri, who)
+    who = actor.name
     action = f"{'reconciliation' if reconcile else 'rollback'} of {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
+    if not roles.may(who, stage, "emergency_rollback"):
+        _refuse(registry, "rollback_refused", who, stage, "", "", action,
+                [f"{who} may not roll back {stage}: the emergency_rollback role is held by "
+                 f"{roles.describe(stage, 'emergency_rollback')} ({roles.source})"], {"actor": actor.to_dict()})
     with _StageLock(registry, stage, lock_timeout_s, action):
         recover(registry, stage)
         if reconcile:
-            return _restore(registry, stage, who, comment, action)
-        _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
-        current = stage_holder(registry, stage)
-        if current is None:
-            _refuse(registry, "rollback_refused", who, stage, "", "", action, [f"nobody holds {stage}"], {})
-        target = _previous_holder(registry, stage, current)
-        reason = "previous holder"
-        if target is None or target == current:
-            target, reason = fallback_holder(registry), "fallback"
-        if target is None or target == current:
-            _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
-                    [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
-        evidence = {"kind": "rollback", "target": reason}
-        if policy is not None:
-            evidence["policy"] = policy.cited()
-        return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
+            move = _restore(registry, stage, who, comment, action)
+        else:
+            move = _rollback(registry, stage, actor, comment, action, policy)
+    target = move.to_holder or ("", "")
+    audit.append(registry, AuditEvent(
+        "emergency_rollback", who, now_iso(), stage, target[0], target[1], ref(*(move.from_holder or (None, None))),
+        ref(*(move.to_holder or (None, None))), f"{action} by {who} without an approval: review it ({comment})",
+        {"move": move.audit_run_id, "actor": actor.to_dict(), "roles": roles.cited()}))
+    return move
+
+
+def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action: str,
+              policy: Policy | None) -> Move:
+    who = actor.name
+    _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
+    current = stage_holder(registry, stage)
+    if current is None:
+        _refuse(registry, "rollback_refused", who, stage, "", "", action, [f"nobody holds {stage}"], {})
+    target = _previous_holder(registry, stage, current)
+    reason = "previous holder"
+    if target is None or target == current:
+        target, reason = fallback_holder(registry), "fallback"
+    if target is None or target == current:
+        _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
+                [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
+    evidence = {"kind": "rollback", "target": reason, "actor": actor.to_dict()}
+    if policy is not None:
+        evidence["policy"] = policy.cited()
+    return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
 
 
 def _restore(registry: Registry, stage: str, who: str, comment: str, action: str) -> Move:

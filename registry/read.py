@@ -16,6 +16,7 @@ from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
+from registry.approvals import approvals_from_tags
 from registry.integrity import TAMPERED, EvidenceTampered
 from registry.promotion import (approval_of, evaluated_at, fallback_holder, judge, reached_stages, signoffs_of,
                                 stage_holder)
@@ -72,9 +73,8 @@ def _num(value: Any) -> Any:
 
 
 def _approval_from_tags(tags: dict[str, str], stage: str) -> Approval | None:
-    by = tags.get(model_tag(f"approval.{stage}.by"))
-    return Approval(stage, by, tags.get(model_tag(f"approval.{stage}.at"), ""),
-                    tags.get(model_tag(f"approval.{stage}.comment"), "")) if by else None
+    found = approvals_from_tags(tags, stage)
+    return found[-1] if found else None
 
 
 def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None]:

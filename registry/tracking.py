@@ -29,6 +29,7 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import (EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered, digest_tags,
                                 recorded_digests, verify_artifact)
+from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
@@ -135,7 +136,9 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
     except MlflowException as e:
         if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
             raise
-    tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso()}
+    registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
+    tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso(),
+            model_tag("evaluated_by"): registrant.name, model_tag("evaluated_from"): registrant.host}
     existing = registry.version_of_weights(model, evidence.weights_sha256)
     if existing is not None:
         registry.set_version_tags(model, existing, tags)

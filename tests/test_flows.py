@@ -90,7 +90,7 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     from flows.nightly import nightly
     from gates import load_policy
     from flows.promote import promote_flow, waiting_promotions
-    from registry import Registry, promote, sign_off, stage_holder
+    from registry import Registry, approve, promote, sign_off, stage_holder
     from registry.read import audit_events
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
@@ -120,7 +120,8 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     while not waiting_promotions(CANDIDATE, "poc") and time.monotonic() < deadline:
         time.sleep(0.5)
     approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
-                                                       "--comment", "PoC evidence reviewed"])
+                                                       "--comment", "PoC evidence reviewed"],
+                                  env={"LOGNAME": "grace"})  # the OS user is the approver's identity
     assert approved.exit_code == 0, approved.output
     thread.join(120)
     assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
@@ -128,6 +129,8 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     assert list(approvals["who"]) == ["grace"]
 
     for stage in ("staging", "production"):
+        if stage == "production":  # two different approvers
+            approve(registry, CANDIDATE, "1", stage, "linus", "production evidence reviewed, all green")
         promote(CANDIDATE, stage, approver="grace", comment=f"{stage} evidence reviewed, all green",
                 policy=load_policy(loose), registry=registry)
     assert stage_holder(registry, "production") == (CANDIDATE, "1")

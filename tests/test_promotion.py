@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import getpass
+import socket
 import threading
 
 import pytest
 
 import registry.promotion as promotion
 import registry.read as read
-from registry import PromotionRefused, promote, recover, register_evidence, rollback, sign_off, stage_holder
+from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, sign_off, stage_holder
 from tests.gate_fixtures import evidence, fast_llada, fresh_registry, record, register_pair
 
 OK = "evidence reviewed, gates and checklist are green"
@@ -64,12 +66,18 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
     assert move.to_holder == ("tiny-llada", v) and move.from_holder is None
     assert reg.aliases_of("tiny-llada") == {"candidate": v, "poc": v}
     tags = reg.version_tags("tiny-llada", v)
-    assert tags["unmask.approval.poc.by"] == "grace" and tags["unmask.approval.poc.comment"] == OK
-    assert tags["unmask.approval.poc.at"] and "unmask.reached.poc" in tags and tags["unmask.gates.poc"] == "passed"
+    approval = promotion.approval_of(reg, "tiny-llada", v, "poc")
+    assert (approval.by, approval.comment, approval.status) == ("grace", OK, "consumed") and approval.at
+    assert approval.host and approval.closed_by == move.audit_run_id
+    assert "unmask.reached.poc" in tags and tags["unmask.gates.poc"] == "passed"
     events = read.audit_events(stage="poc", registry=reg)
-    assert list(events["event"]) == ["signoff", "signoff", "approval", "alias_move"]
-    last = events.iloc[-1]
-    assert (last["who"], last["from"], last["to"], last["status"]) == ("grace", "", "tiny-llada@1", "FINISHED")
+    assert list(events["event"]) == ["signoff", "signoff", "promotion_request", "approval", "alias_move",
+                                     "approval_consumed"]
+    last = events.iloc[-2]
+    mover = getpass.getuser()  # the identity requests and moves; grace approved in the same call
+    assert (last["who"], last["from"], last["to"], last["status"]) == (mover, "", "tiny-llada@1", "FINISHED")
+    assert [a["by"] for a in last["evidence"]["approvals"]] == ["grace"]
+    assert last["evidence"]["actor"]["host"] == socket.gethostname()
     assert last["evidence"]["gates"]["quality"] == evidence().records[0].record_id
     assert len(last["evidence"]["run_ids"]) == 2
     with pytest.raises(PromotionRefused, match="already holds poc"):
@@ -90,6 +98,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
+    approve(reg, "tiny-llada", v, "production", "linus", OK)  # production needs two different approvers
     move = promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
     assert move.to_holder == ("tiny-llada", v)
     assert read.aliases(reg)["production"] == {"model": "tiny-llada", "version": v}
@@ -100,6 +109,8 @@ def _to_production(reg, candidate=None):
     v = register_evidence(reg, candidate or fast_llada())[0]
     sign_all(reg, "tiny-llada", v, "poc", "staging", "production")
     for stage in ("poc", "staging", "production"):
+        if stage == "production":  # two different approvers
+            approve(reg, "tiny-llada", v, stage, "linus", OK)
         promote("tiny-llada", stage, approver="grace", comment=OK, version=v, registry=reg)
     return v
 
@@ -117,7 +128,9 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     back = rollback("production", who="oncall", comment="p95 regression in prod", registry=reg)
     assert (back.from_holder, back.to_holder) == (("tiny-llada", v2), ("tiny-llada", v1))
     again = rollback("production", who="oncall", registry=reg)
-    assert again.to_holder == ("tiny-ar", "1") and again.evidence == {"kind": "rollback", "target": "fallback"}
+    assert again.to_holder == ("tiny-ar", "1") and again.evidence == {
+        "kind": "rollback", "target": "fallback", "actor": {"by": "oncall", "host": socket.gethostname(),
+                                                             "identity": "named-by-caller"}}
     assert "production" not in reg.aliases_of("tiny-llada")
     assert reg.aliases_of("tiny-ar") == {"fallback": "1", "production": "1"}
     moves = read.audit_events(stage="production", event="alias_move", registry=reg)
@@ -162,7 +175,9 @@ def test_two_promotions_racing_for_one_alias_exactly_one_wins(reg, monkeypatch):
     assert len(wins) == 1 and len(losses) == 1, outcomes
     assert "poc moved from nobody to tiny-llada@1 while this promotion was being judged" in losses[0].reasons[0]
     moves = read.audit_events(stage="poc", event="alias_move", registry=reg)
-    assert len(moves) == 1 and moves["who"][0] == wins[0]
+    assert len(moves) == 1 and [a["by"] for a in moves["evidence"][0]["approvals"]] == wins[0:1]  # the one it used
+    status = {a.by: a.status for a in promotion.approvals_of(reg, "tiny-llada", v, "poc")}
+    assert status == {wins[0]: "consumed", ({"grace", "linus"} - set(wins)).pop(): "void"}  # the loser's is not left
 
 
 class Crash(BaseException):
@@ -242,15 +257,26 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
+    monkeypatch.setenv("LOGNAME", "grace")  # the OS user is the identity on the embedded store
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
+    impostor = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
+                         "--comment", "ok"])  # grace typing another name
+    assert impostor.exit_code == 2 and "--by 'ada' is not you: you are 'grace'" in impostor.output
+    monkeypatch.setenv("LOGNAME", "ada")
     for item in ("fallback-plan", "tooling-maturity"):
-        signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--by", "ada", "--comment", "ok"])
-        assert signed.exit_code == 0, signed.output
+        signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--comment", "ok"])
+        assert signed.exit_code == 0 and "signed off for tiny-llada v1 by ada" in signed.output, signed.output
+    monkeypatch.setenv("LOGNAME", "grace")
     moved = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert moved.exit_code == 0 and "poc now points at tiny-llada v1 (was nobody)" in moved.output
+    assert "requested by grace, approved by grace" in moved.output  # poc allows self-approval (gates/roles.yaml)
+    monkeypatch.setenv("LOGNAME", "oncall")
     back = run(app, ["rollback", "--stage", "poc", "--by", "oncall"])
     assert back.exit_code == 0 and "rolled back from tiny-llada@1 to tiny-ar@1 (fallback)" in back.output
+    refused_claims = read.audit_events(event="identity_refused", registry=reg)
+    assert list(refused_claims["who"]) == ["grace"] and "'ada'" in refused_claims["comment"][0]
+    assert list(read.audit_events(event="emergency_rollback", registry=reg)["who"]) == ["oncall"]
     trail = run(app, ["audit", "--stage", "poc"])
     assert trail.exit_code == 0 and "alias_move" in trail.output and "oncall" in trail.output
     bad = run(app, ["gates", "tiny-llada", "--stage", "canary"])
@@ -259,7 +285,6 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
 
 def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg):
     from checklists import load_checklist
-    from registry import approve
 
     _, v = register_pair(reg)
     sign_all(reg, "tiny-llada", v, "poc")
@@ -287,7 +312,8 @@ def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg)
     sign_all(reg, "tiny-llada", v, "poc")
     status = read.version_status("tiny-llada", v, registry=reg)
     assert not status["approvals"]["poc"]["stale"] and not any(s["stale"] for s in status["signoffs"]["poc"].values())
-    assert promote("tiny-llada", "poc", registry=reg).who == "grace"
+    move = promote("tiny-llada", "poc", registry=reg)
+    assert [a["by"] for a in move.evidence["approvals"]] == ["grace"]
 
 
 def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind():
@@ -319,7 +345,6 @@ def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind()
 
 def test_the_promote_flow_waits_for_a_new_approval_when_the_recorded_one_predates_the_evidence(reg):
     from flows.promote import check_promotion
-    from registry import approve
 
     _, v = register_pair(reg)
     sign_all(reg, "tiny-llada", v, "poc")
@@ -341,7 +366,10 @@ def test_a_promotion_that_cannot_get_the_stage_lock_is_refused(reg):
         with pytest.raises(PromotionRefused, match="another promotion or rollback of poc holds"):
             promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.2)
     assert stage_holder(reg, "poc") is None
-    assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
+    assert promotion.approval_of(reg, "tiny-llada", v, "poc").status == "void"  # typed into a refused promote
+    with pytest.raises(PromotionRefused, match="is void"):
+        promote("tiny-llada", "poc", registry=reg)
+    assert promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg).to_holder == ("tiny-llada", v)
 
 
 def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
@@ -355,7 +383,7 @@ def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
         promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.3)
     assert "unmask-lock.poc" not in reg.model_names()  # never listed as a candidate
     reg.client.set_registered_model_tag("unmask-lock.poc", "unmask.lock.at", "0")  # its holder died long ago
-    assert promote("tiny-llada", "poc", registry=reg).to_holder == ("tiny-llada", v)
+    assert promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg).to_holder == ("tiny-llada", v)
     assert RegistryLock(reg, "poc", owner="me").holder() is None  # released after the move
 
 

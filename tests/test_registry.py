@@ -113,7 +113,7 @@ def test_read_api_returns_plain_frames_and_dicts(reg):
     assert len(recs) == 2 and set(recs["task"]) == {"arith", "sort"} and recs["run_id"].notna().all()
     events = read.audit_events(registry=reg)
     assert events[["event", "who", "model"]].values.tolist() == [["signoff", "ada", "tiny-llada"]]
-    assert events["evidence"][0] == {"item": "tooling-maturity"}
+    assert events["evidence"][0]["item"] == "tooling-maturity" and events["evidence"][0]["actor"]["by"] == "ada"
     scored = read.scores("poc", registry=reg)
     assert list(scored["ranking"]["candidate"]) == ["tiny-llada"]  # tiny-ar lacks its tooling sign-off
     assert len(scored["sensitivity"]) == 8

@@ -93,13 +93,16 @@ def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_re
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     registry = fresh_registry(tmp_path)  # the state folder's own embedded store
     _, version = register_pair(registry)
+    as_grace = {"COLUMNS": "200", "LOGNAME": "grace"}  # the OS user is the identity on the embedded store
     result = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--by", "grace",
-                                                     "--comment", "PoC evidence reviewed"], env={"COLUMNS": "200"})
+                                                     "--comment", "PoC evidence reviewed"], env=as_grace)
     assert result.exit_code == 0, result.output
     assert "no promotion of tiny-llada to poc is waiting" in result.output
     assert approval_of(registry, "tiny-llada", version, "poc").by == "grace"
-    declined = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "no"])
-    assert declined.exit_code == 1 and "nothing to decline" in declined.output
+    declined = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "not yet"],
+                                  env=as_grace)
+    assert declined.exit_code == 0 and "declined by grace" in declined.output  # recorded, waiting flow or not
+    assert approval_of(registry, "tiny-llada", version, "poc").status == "void"
 
 
 def test_request_promotion_is_blocked_before_any_wait_while_gates_or_checklist_fail(prefect_harness, tmp_path,

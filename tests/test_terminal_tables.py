@@ -92,7 +92,7 @@ def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registe
     assert gates["speedup"][1] == ">= 0.2x" and gates["tooling_maturity"] == ["no sign-off", "sign-off of tooling-maturity"]
     # the first step is what blocks first: the unsigned checklist items, then the approval, then the move
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
-    assert steps[0] == ('next: unmask sign-off tiny-llada --stage poc --item fallback-plan --by NAME '
+    assert steps[0] == ('next: unmask sign-off tiny-llada --stage poc --item fallback-plan '
                         '--comment "what was checked"'), steps
     assert steps[1].startswith("then: unmask sign-off tiny-llada --stage poc --item tooling-maturity")
     assert steps[2].startswith("then: unmask approve tiny-llada poc --comment")
@@ -189,10 +189,11 @@ def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
     run = CliRunner().invoke
     app = cli_app("promote")
     signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
-                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW)
+                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW | {"LOGNAME": "ada"})
     assert signed.exit_code == 0, signed.output
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace",
-                        "--comment", "evidence reviewed, gates and checklist are green"], env=NARROW)
+                        "--comment", "evidence reviewed, gates and checklist are green"],
+                  env=NARROW | {"LOGNAME": "grace"})
     assert refused.exit_code == 1
     trail = run(app, ["audit"], env=NARROW)
     assert trail.exit_code == 0, trail.output
@@ -247,7 +248,7 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
                                         "score (poc)"], [CANDIDATE, FALLBACK])
     lines = [line.strip() for line in text.splitlines()]
     at = lines.index(f"next for {CANDIDATE} v1 -> poc:")
-    assert lines[at + 1] == (f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan --by NAME '
+    assert lines[at + 1] == (f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan '
                              '--comment "what was checked"'), text
     assert "unmask approve MODEL STAGE" not in text  # the old hint, whatever the blocker
     assert f"next for {FALLBACK}" not in text  # the fallback is not promoted through the stages

@@ -1,13 +1,14 @@
-"""`unmask approve`: answer a promotion waiting in the `promote` flow, without the Prefect UI.
+"""`unmask approve` and `unmask reject`: decide on a promotion, as yourself, without the Prefect UI.
 
-With a paused `promote` run for MODEL and STAGE, it resumes that run with the typed approval the
-flow waits for (the flow then moves the alias). With none waiting, it records the approval in the
-registry, where the next promotion of that version (flow or `unmask promote`) finds it.
+The approver is the identity (the MLflow user on a basic-auth server, else the OS user); `--by` may only
+repeat it. The approval is recorded in the registry first, on the open promotion request of MODEL's
+version and STAGE (refused, and audited, when your role or the separation of duties forbid it); a
+paused `promote` flow run for MODEL and STAGE is then resumed with it. `unmask reject` records a decline:
+final for that version and stage until new evidence is registered.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 from pathlib import Path
 
@@ -20,42 +21,64 @@ from flows.failures import print_error
 console = Console()
 
 
-def approve_command(
-    model: str = typer.Argument(..., help="Registered model (candidate id)."),
-    stage: str = typer.Argument(..., help="poc, staging or production."),
-    by: str = typer.Option(None, "--by", help="Approver (default: your user name)."),
-    comment: str = typer.Option(..., "--comment", "-c", help="Why; the policy sets a minimum length per stage."),
-    reject: bool = typer.Option(False, "--reject", help="Decline the waiting promotion instead."),
-    version: str = typer.Option(None, "--version", help="With no promotion waiting: the version (default: candidate)."),
-) -> None:
-    """Approve (or --reject) the promotion of MODEL to STAGE."""
+def _decide(model: str, stage: str, by: str | None, comment: str, version: str | None, reject: bool) -> None:
     from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+    from gates import RolesError
+    from registry import CANDIDATE_ALIAS, ApprovalRefused, Registry, RegistryError, approve, decline
+    from registry.identity import claimed_actor, server_permissions
 
-    approver = by or getpass.getuser()
-    waiting = waiting_promotions(model, stage)
-    if waiting:
-        run = waiting[0]
-        resume_with_approval(run.id, PromotionApproval(approver=approver, comment=comment, approve=not reject))
-        verb = "declined" if reject else "approved"
-        console.print(f"{verb}: promotion of {model} to {stage} (flow run {run.name}, {run.id}); the flow resumes",
-                      highlight=False)
-        return
-    if reject:
-        console.print(f"[yellow]no promotion of {model} to {stage} is waiting; nothing to decline[/yellow]")
-        raise typer.Exit(1)
-    from registry import CANDIDATE_ALIAS, Registry, RegistryError, approve
-
+    verb = "decline" if reject else "approval"
     try:
         registry = Registry()
         version = version or registry.aliases_of(model).get(CANDIDATE_ALIAS)
         if not version:
             raise RegistryError(f"{model} has no `candidate` version; give --version")
-        approval = approve(registry, model, version, stage, approver, comment)
-    except RegistryError as e:
+        with server_permissions(registry.tracking_uri, model, f"{verb} for {stage}"):
+            me = claimed_actor(registry, by, "--by", f"{verb} of {model} v{version} for {stage}", stage, model,
+                               version)
+            decided = (decline if reject else approve)(registry, model, version, stage, me, comment)
+    except ApprovalRefused as e:
+        console.print(str(e), style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    except (RolesError, RegistryError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
-    console.print(f"no promotion of {model} to {stage} is waiting; approval by {approval.by} recorded on "
-                  f"{model} v{version} for the next promotion", highlight=False)
+    waiting = waiting_promotions(model, stage)
+    if waiting:
+        run = waiting[0]
+        resume_with_approval(run.id, PromotionApproval(approver=me.name, comment=comment, approve=not reject,
+                                                       approval_id="" if reject else decided.id))
+        console.print(f"{'declined' if reject else 'approved'} by {me.name}: promotion of {model} v{version} to "
+                      f"{stage} (flow run {run.name}, {run.id}); the flow resumes", highlight=False)
+    elif reject:
+        console.print(f"declined by {me.name}: {model} v{version} will not go to {stage} until new evidence is "
+                      "registered", highlight=False)
+    else:
+        console.print(f"no promotion of {model} to {stage} is waiting; approval by {me.name} recorded on "
+                      f"{model} v{version} for request {decided.request}", highlight=False)
+
+
+def approve_command(
+    model: str = typer.Argument(..., help="Registered model (candidate id)."),
+    stage: str = typer.Argument(..., help="poc, staging or production."),
+    by: str = typer.Option(None, "--by", help="Must be you, if given: the approver is your identity."),
+    comment: str = typer.Option(..., "--comment", "-c", help="Why; the policy sets a minimum length per stage."),
+    reject: bool = typer.Option(False, "--reject", help="Decline instead (the same as `unmask reject`)."),
+    version: str = typer.Option(None, "--version", help="The version (default: candidate)."),
+) -> None:
+    """Approve (or --reject) the promotion of MODEL to STAGE, as yourself."""
+    _decide(model, stage, by, comment, version, reject)
+
+
+def reject_command(
+    model: str = typer.Argument(..., help="Registered model (candidate id)."),
+    stage: str = typer.Argument(..., help="poc, staging or production."),
+    comment: str = typer.Option(..., "--comment", "-c", help="Why it may not go."),
+    by: str = typer.Option(None, "--by", help="Must be you, if given."),
+    version: str = typer.Option(None, "--version", help="The version (default: candidate)."),
+) -> None:
+    """Decline the promotion of MODEL to STAGE: final for that version until new evidence is registered."""
+    _decide(model, stage, by, comment, version, reject=True)
 
 
 def request_promotion_command(
@@ -78,8 +101,8 @@ def request_promotion_command(
         print_error(console, e)
         raise typer.Exit(2) from None
 
-    console.print(f"checking the {stage} gates of {model}; once green this waits for\n  unmask approve {model} {stage} "
-                  "--by NAME --comment \"...\"", highlight=False)
+    console.print(f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "
+                  f"unmask approve {model} {stage} --comment \"...\"", highlight=False)
     state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True)
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
@@ -96,4 +119,5 @@ def request_promotion_command(
 
 def register(app: typer.Typer) -> None:
     app.command("approve")(approve_command)
+    app.command("reject")(reject_command)
     app.command("request-promotion")(request_promotion_command)

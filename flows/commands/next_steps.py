@@ -70,14 +70,14 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
                               f"unmask run --model {model}{more}{judged}"))
     for item in to_sign:
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
-                              f'unmask sign-off {model} --stage {stage} --item {item} --by NAME '
+                              f'unmask sign-off {model} --stage {stage} --item {item} '
                               f'--comment "what was checked"{flag}'))
     if ReasonKind.STAGE in kinds and stage_policy.requires_stage:
         steps.append(NextStep(f"{stage} needs {stage_policy.requires_stage} first",
                               f"unmask promote {model} --to {stage_policy.requires_stage}{flag}{judged}"))
-    if ReasonKind.APPROVAL in kinds:
-        steps.append(NextStep(f"an approver signs off the promotion (a comment of "
-                              f"{stage_policy.approval_min_comment_chars}+ characters)",
+    if kinds & {ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE}:
+        steps.append(NextStep(f"an approver (not the requester, for staging and production) signs off the promotion "
+                              f"(a comment of {stage_policy.approval_min_comment_chars}+ characters)",
                               f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}'))
     steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}{judged}"))
     return steps

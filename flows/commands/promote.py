@@ -24,61 +24,78 @@ def _refused(e: Exception) -> None:
 def promote_command(
     model: str = typer.Argument(..., help="Registered model, e.g. tiny-llada."),
     to: str = typer.Option(..., "--to", help="poc, staging or production."),
-    approver: str = typer.Option(None, "--approver", help="Who approves (recorded on the version and in the audit)."),
+    approver: str = typer.Option(None, "--approver", help="Approve in the same call: must be you (your identity); "
+                                                          "counts only where the stage allows self-approval (poc)."),
     comment: str = typer.Option("", "--comment", help="Why; the stage's policy sets a minimum length."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
 ) -> None:
-    """Move the TO alias to MODEL when its gates pass, its checklist is complete and an approval is recorded."""
-    from gates import PolicyError, load_policy
-    from registry import PromotionRefused, RegistryError, promote
+    """Request the move of the TO alias to MODEL; it moves when its gates pass, its checklist is complete and the
+    stage's approvals (by others than you, for staging and production) are recorded."""
+    from gates import PolicyError, RolesError, load_policy
+    from registry import PromotionRefused, Registry, RegistryError, promote
+    from registry.identity import claimed_actor, server_permissions
 
     try:
-        move = promote(model, to, approver=approver, comment=comment, version=version, policy=load_policy(policy_path))
+        policy = load_policy(policy_path)
+        reg = Registry()
+        with server_permissions(reg.tracking_uri, model, f"promotion to {to}"):
+            me = claimed_actor(reg, approver, "--approver", f"promotion of {model} to {to}", to, model)
+            move = promote(model, to, approver=me if approver else None, comment=comment, version=version,
+                           policy=policy, registry=reg, actor=me)
     except PromotionRefused as e:
         _refused(e)
-    except (PolicyError, RegistryError) as e:
+    except (PolicyError, RolesError, RegistryError) as e:
         _fail(e)
     before = "@".join(move.from_holder) if move.from_holder else "nobody"
-    console.print(f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); "
-                  f"approved by {move.who}. Audit run {move.audit_run_id}.", highlight=False)
+    approvers = ", ".join(a["by"] for a in move.evidence.get("approvals", [])) or "nobody"
+    console.print(f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); requested by "
+                  f"{move.who}, approved by {approvers}. Audit run {move.audit_run_id}.", highlight=False)
 
 
 def rollback_command(
     stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
-    by: str = typer.Option(None, "--by", help="Who rolls back (default: the OS user)."),
+    by: str = typer.Option(None, "--by", help="Must be you, if given (the identity is recorded)."),
     comment: str = typer.Option("", "--comment", help="Why."),
     reconcile: bool = typer.Option(False, "--reconcile",
                                    help="Put an alias moved outside unmask back where the audit trail left it."),
 ) -> None:
-    """Re-point STAGE to the version that held it before, or to the `fallback` model."""
-    from registry import PromotionRefused, RegistryError, rollback
+    """Re-point STAGE to the version that held it before, or to the `fallback` model (emergency role, audited)."""
+    from gates import RolesError
+    from registry import PromotionRefused, Registry, RegistryError, rollback
+    from registry.identity import claimed_actor, server_permissions
 
     try:
-        move = rollback(stage, who=by, comment=comment, reconcile=reconcile)
+        reg = Registry()
+        with server_permissions(reg.tracking_uri, "", f"rollback of {stage}"):
+            me = claimed_actor(reg, by, "--by", f"rollback of {stage}", stage)
+            move = rollback(stage, who=me, comment=comment, reconcile=reconcile, registry=reg)
     except PromotionRefused as e:
         _refused(e)
-    except RegistryError as e:
+    except (RolesError, RegistryError) as e:
         _fail(e)
     if reconcile:
         console.print(f"[yellow]{stage}[/yellow] reconciled: back on {'@'.join(move.to_holder or ()) or 'nobody'} "
                       f"(found on {', '.join(move.evidence['drift']['found']) or 'nobody'}).", highlight=False)
         return
     console.print(f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
-                  f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}).", highlight=False)
+                  f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}) by {move.who}; an emergency_rollback "
+                  "finding is open for review.", highlight=False)
 
 
 def sign_off_command(
     model: str = typer.Argument(..., help="Registered model."),
     stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
     item: str = typer.Option(..., "--item", help="A manual checklist item id, e.g. fallback-plan."),
-    by: str = typer.Option(..., "--by", help="Who signs off."),
+    by: str = typer.Option(None, "--by", help="Must be you, if given (the identity is recorded)."),
     comment: str = typer.Option(..., "--comment", help="What was checked."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
 ) -> None:
-    """Sign off a manual checklist item for a version (who, when, comment)."""
+    """Sign off a manual checklist item for a version (who, host, when, comment), if your role allows it."""
+    from gates import RolesError
+    from registry import ApprovalRefused, Registry, RegistryError, latest_registration, sign_off
+    from registry.identity import claimed_actor, server_permissions
     from checklists import ChecklistError, load_checklist
-    from registry import Registry, RegistryError, latest_registration, sign_off
 
     try:
         load_checklist(stage)  # a broken checklist (or stage) is refused before the store is opened
@@ -90,8 +107,12 @@ def sign_off_command(
         version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version")
-        done = sign_off(reg, model, version, stage, item, by, comment)
-    except RegistryError as e:
+        with server_permissions(reg.tracking_uri, model, f"sign-off of {stage}/{item}"):
+            me = claimed_actor(reg, by, "--by", f"sign-off of {stage}/{item}", stage, model, version)
+            done = sign_off(reg, model, version, stage, item, me, comment)
+    except ApprovalRefused as e:
+        _refused(e)
+    except (RolesError, RegistryError) as e:
         _fail(e)
     console.print(f"{stage}/{item} signed off for {model} v{version} by {done['by']} at {done['at']}.", highlight=False)
 

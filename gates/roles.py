@@ -1,0 +1,207 @@
+"""Roles: who may sign off, approve and roll back, per stage (`gates/roles.yaml`, or $UNMASK_ROLES).
+
+`load_roles()` reads the file into frozen dataclasses and refuses a malformed one with a `RolesError`
+naming the file and the key: unknown keys, stages, checklist items, users or groups are errors, so a
+typo never silently widens (or empties) who may act.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from checklists import STAGES, ChecklistError, load_checklist
+
+ROLES_PATH = Path(__file__).resolve().parent / "roles.yaml"
+ROLES_ENV = "UNMASK_ROLES"
+ANYONE = "*"
+DUTIES = ("sign_off", "approve", "emergency_rollback")
+_STAGE_KEYS = {"sign_off", "approve", "emergency_rollback", "approvals", "approval_ttl_hours", "self_approval"}
+
+
+class RolesError(ValueError):
+    """A roles file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class StageRoles:
+    """Who may act on one stage, and how many approvals a promotion to it needs."""
+
+    stage: str
+    sign_off: dict[str, tuple[str, ...]]  # checklist item (or "*") -> rule entries
+    approve: tuple[str, ...]
+    emergency_rollback: tuple[str, ...]
+    approvals_count: int = 1
+    approvals_distinct: bool = True
+    approval_ttl_hours: float = 72.0
+    self_approval: bool = False
+
+
+@dataclass(frozen=True)
+class Roles:
+    users: tuple[str, ...]
+    groups: dict[str, tuple[str, ...]]
+    stages: dict[str, StageRoles]
+    source: str = "<memory>"
+    path: str = ""
+    sha256: str = ""
+
+    def cited(self) -> dict[str, str]:
+        """What a decision records of the roles behind it."""
+        return {"path": self.path or self.source, "sha256": self.sha256}
+
+    def stage(self, stage: str) -> StageRoles:
+        if stage not in self.stages:
+            raise RolesError(f"{self.source}: unknown stage {stage!r}; stages: {', '.join(self.stages)}")
+        return self.stages[stage]
+
+    def rule(self, stage: str, duty: str, item: str | None = None) -> tuple[str, ...]:
+        """The rule entries for a duty of a stage (for sign_off: the item's own rule, else the "*" rule)."""
+        roles = self.stage(stage)
+        if duty == "sign_off":
+            return roles.sign_off.get(item or "", roles.sign_off.get(ANYONE, ()))
+        if duty not in DUTIES:
+            raise ValueError(f"unknown duty {duty!r}; expected one of {', '.join(DUTIES)}")
+        return getattr(roles, duty)
+
+    def may(self, user: str, stage: str, duty: str, item: str | None = None) -> bool:
+        """Whether `user` holds the role for `duty` at `stage`."""
+        for entry in self.rule(stage, duty, item):
+            members = self.groups.get(entry, (entry,))
+            if ANYONE in members or user in members:
+                return True
+        return False
+
+    def describe(self, stage: str, duty: str, item: str | None = None) -> str:
+        """The rule in words, for a refusal: "architects (ada, grace)"."""
+        parts = []
+        for entry in self.rule(stage, duty, item):
+            members = self.groups.get(entry)
+            parts.append(f"{entry} ({', '.join(members)})" if members is not None else entry)
+        return ", ".join(parts) or "nobody"
+
+
+def load_roles(path: str | Path | None = None) -> Roles:
+    """Read and validate a roles file (default: $UNMASK_ROLES, else the bundled `gates/roles.yaml`)."""
+    path = Path(path or os.environ.get(ROLES_ENV) or ROLES_PATH)
+    try:
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise RolesError(f"{path}: roles file not found") from None
+    except UnicodeDecodeError as e:
+        raise RolesError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        raise RolesError(f"{path}: not valid YAML: {e}") from None
+    parsed = parse_roles(data, source=str(path))
+    return replace(parsed, path=str(path.resolve()), sha256=hashlib.sha256(raw).hexdigest())
+
+
+def parse_roles(data: Any, source: str = "<memory>") -> Roles:
+    """Validate roles given as plain data (what `yaml.safe_load` returns)."""
+    if not isinstance(data, dict):
+        raise RolesError(f"{source}: expected a mapping with users, groups and stages")
+    unknown = sorted(set(data) - {"users", "groups", "stages"})
+    if unknown:
+        raise RolesError(f"{source}: {unknown[0]}: unknown key; expected users, groups, stages")
+    users = _names(data.get("users"), f"{source}: users")
+    if not users:
+        raise RolesError(f"{source}: users: expected a non-empty list of user names (or \"*\" for anyone)")
+    groups_data = data.get("groups") or {}
+    if not isinstance(groups_data, dict):
+        raise RolesError(f"{source}: groups: expected a mapping of group name to a list of users")
+    groups = {}
+    for name, members in groups_data.items():
+        where = f"{source}: groups.{name}"
+        if not isinstance(name, str) or not name.strip() or name == ANYONE:
+            raise RolesError(f"{where}: a group needs a name other than {ANYONE!r}")
+        if name in users:
+            raise RolesError(f"{where}: {name!r} is a user too; a name is a user or a group, not both")
+        groups[name] = _names(members, where)
+        for member in groups[name]:
+            _check_user(member, users, where)
+    stages_data = data.get("stages")
+    if not isinstance(stages_data, dict):
+        raise RolesError(f"{source}: stages: expected a mapping of stage to its rules")
+    bad = sorted(set(stages_data) - set(STAGES))
+    if bad:
+        raise RolesError(f"{source}: stages.{bad[0]}: unknown stage; expected one of {', '.join(STAGES)}")
+    stages = {}
+    for stage in STAGES:
+        if stage not in stages_data:
+            raise RolesError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs its rules")
+        stages[stage] = _parse_stage(stages_data[stage], stage, f"{source}: stages.{stage}", users, groups)
+    canonical = json.dumps(data, sort_keys=True, default=str).encode()
+    return Roles(users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest())
+
+
+def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
+                 groups: dict[str, tuple[str, ...]]) -> StageRoles:
+    if not isinstance(data, dict):
+        raise RolesError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - _STAGE_KEYS)
+    if unknown:
+        raise RolesError(f"{where}: {unknown[0]}: unknown key; expected {', '.join(sorted(_STAGE_KEYS))}")
+    for key in ("approve", "emergency_rollback", "sign_off"):
+        if key not in data:
+            raise RolesError(f"{where}: {key}: missing; say who may (\"*\" for anyone, [] for nobody)")
+
+    def rule(entries: Any, at: str) -> tuple[str, ...]:
+        names = _names(entries, at)
+        for entry in names:
+            if entry != ANYONE and entry not in groups:
+                _check_user(entry, users, at, also="a group")
+        return names
+
+    sign_off_data = data["sign_off"]
+    if not isinstance(sign_off_data, dict):
+        raise RolesError(f"{where}.sign_off: expected a mapping of checklist item (or \"*\") to who may sign it off")
+    try:
+        manual = load_checklist(stage).manual_items()
+    except ChecklistError as e:
+        raise RolesError(f"{where}.sign_off: the {stage} checklist cannot be read: {e}") from None
+    for item in sign_off_data:
+        if item != ANYONE and item not in manual:
+            raise RolesError(f"{where}.sign_off.{item}: not a manual item of the {stage} checklist; "
+                             f"manual items: {', '.join(manual)}")
+    sign_off = {item: rule(entries, f"{where}.sign_off.{item}") for item, entries in sign_off_data.items()}
+    approvals = data.get("approvals", {"count": 1, "distinct": True})
+    if not isinstance(approvals, dict) or set(approvals) - {"count", "distinct"}:
+        raise RolesError(f"{where}.approvals: expected {{count: <int>, distinct: true}}, got {approvals!r}")
+    count, distinct = approvals.get("count", 1), approvals.get("distinct", True)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise RolesError(f"{where}.approvals.count: expected a positive integer, got {count!r}")
+    if distinct is not True:
+        raise RolesError(f"{where}.approvals.distinct: expected true (one person approving twice is one "
+                         f"approval), got {distinct!r}")
+    if stage == "production" and count < 2:
+        raise RolesError(f"{where}.approvals.count: production needs at least 2 distinct approvers, got {count}")
+    ttl = data.get("approval_ttl_hours", 72)
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 0 < ttl < float("inf"):
+        raise RolesError(f"{where}.approval_ttl_hours: expected a positive number of hours, got {ttl!r}")
+    self_approval = data.get("self_approval", False)
+    if not isinstance(self_approval, bool):
+        raise RolesError(f"{where}.self_approval: expected true or false, got {self_approval!r}")
+    return StageRoles(stage, sign_off, rule(data["approve"], f"{where}.approve"),
+                      rule(data["emergency_rollback"], f"{where}.emergency_rollback"), count, distinct, float(ttl),
+                      self_approval)
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise RolesError(f"{where}: expected a list of names, got {value!r}")
+    return tuple(v.strip() for v in value)
+
+
+def _check_user(name: str, users: tuple[str, ...], where: str, also: str = "") -> None:
+    if name != ANYONE and ANYONE not in users and name not in users:
+        raise RolesError(f"{where}: {name!r} is not a known user{' or ' + also if also else ''}; "
+                         f"users: {', '.join(users)}")

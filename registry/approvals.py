@@ -1,0 +1,280 @@
+"""The approval lifecycle: promotion requests, approvals, declines, and how each one ends.
+
+A promotion request (who asked to move one version to one stage, on which evidence) is opened by
+`unmask promote` or by the first approval given while none is open; the first promoter of a request
+opened by an approval becomes its requester. An approval answers one request; the move it allows
+consumes it, a refused promote voids the approval typed into it, and the stage's TTL expires it. A
+decline (`unmask reject`) closes the request, voids its approvals and stands until new evidence is
+registered. Every decision is an audit event.
+
+Stored as version tags (JSON), one tag per request and per approval (`unmask.requests.<stage>.<id>`,
+`unmask.approvals.<stage>.<id>`), so two people approving at once never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from typing import Any, Mapping
+
+from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
+                             current_signoffs, declined_problems, expired)
+from checklists import load_checklist
+from gates.roles import Roles, load_roles
+from registry import audit
+from registry.audit import AuditEvent
+from registry.connection import RegistryError
+from registry.identity import Actor, actor_for
+from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
+
+MAX_COMMENT_CHARS = 2000  # a version tag holds 5000 characters; the rest of the JSON needs room
+
+
+class ApprovalRefused(RegistryError):
+    """An approval, decline or sign-off that was not recorded; `reasons` say why (each one audited)."""
+
+    def __init__(self, action: str, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__(f"{action} refused:\n" + "\n".join(f"  - {r}" for r in reasons))
+
+
+# reading ---------------------------------------------------------------------------------------------
+def _prefixed(tags: Mapping[str, str], prefix: str) -> list[dict[str, Any]]:
+    found = []
+    for key, value in tags.items():
+        if key.startswith(prefix):
+            try:
+                found.append(json.loads(value))
+            except (json.JSONDecodeError, TypeError):
+                continue  # not ours (an edit by hand); never counts
+    return found
+
+
+def approvals_from_tags(tags: Mapping[str, str], stage: str) -> list[Approval]:
+    """Every approval recorded for a stage, oldest first."""
+    fields = set(Approval.__dataclass_fields__)
+    found = [Approval(**{k: str(v) for k, v in a.items() if k in fields})
+             for a in _prefixed(tags, model_tag(f"approvals.{stage}.")) if a.get("by") and a.get("stage") == stage]
+    return sorted(found, key=lambda a: (a.at, a.id))
+
+
+def approvals_of(registry: Registry, model: str, version: str, stage: str) -> list[Approval]:
+    return approvals_from_tags(registry.version_tags(model, version), stage)
+
+
+def approval_of(registry: Registry, model: str, version: str, stage: str) -> Approval | None:
+    """The newest approval recorded for a stage (whatever its status), or None."""
+    found = approvals_of(registry, model, version, stage)
+    return found[-1] if found else None
+
+
+def requests_of(registry: Registry, model: str, version: str, stage: str) -> list[PromotionRequest]:
+    fields = set(PromotionRequest.__dataclass_fields__)
+    found = [PromotionRequest(**{k: str(v) for k, v in r.items() if k in fields})
+             for r in _prefixed(registry.version_tags(model, version), model_tag(f"requests.{stage}.")) if r.get("id")]
+    return sorted(found, key=lambda r: (r.at, r.id))
+
+
+def open_request(registry: Registry, model: str, version: str, stage: str) -> PromotionRequest | None:
+    """The newest open request asked on the version's current evidence, or None."""
+    current = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
+    found = [r for r in requests_of(registry, model, version, stage)
+             if r.status == "open" and r.evaluated_at == current]
+    return found[-1] if found else None
+
+
+def declined_of(registry: Registry, model: str, version: str, stage: str) -> Decline | None:
+    raw = registry.version_tags(model, version).get(model_tag(f"decline.{stage}"))
+    if not raw:
+        return None
+    data = json.loads(raw)
+    return Decline(**{k: str(v) for k, v in data.items() if k in Decline.__dataclass_fields__})
+
+
+def duties_for(registry: Registry, model: str, version: str, stage: str, request: PromotionRequest | None,
+               mover: str = "") -> Duties:
+    """Who did what for the version: what the four-eyes rules of `gates.promotion` read."""
+    tags = registry.version_tags(model, version)
+    return Duties(requester=request.by if request else "", mover=mover,
+                  registered_by=tags.get(model_tag("evaluated_by"), ""), request_id=request.id if request else "",
+                  declined=declined_of(registry, model, version, stage), now=now_iso())
+
+
+# writing ---------------------------------------------------------------------------------------------
+def _write(registry: Registry, model: str, version: str, key: str, value: Mapping[str, Any]) -> None:
+    registry.set_version_tags(model, version, {model_tag(key): dict(value)})
+
+
+def _event(registry: Registry, event: str, actor: Actor | str, stage: str, model: str, version: str, comment: str,
+           evidence: dict[str, Any] | None = None) -> AuditEvent:
+    who = actor.name if isinstance(actor, Actor) else actor
+    extra = {"actor": actor.to_dict()} if isinstance(actor, Actor) else {}
+    return audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version, comment=comment,
+                                             evidence=extra | (evidence or {})))
+
+
+def _refuse(registry: Registry, event: str, actor: Actor, stage: str, model: str, version: str, action: str,
+            reasons: list[str], evidence: dict[str, Any] | None = None) -> None:
+    _event(registry, event, actor, stage, model, version, "; ".join(reasons)[:4000], evidence)
+    raise ApprovalRefused(action, reasons)
+
+
+def request_promotion(registry: Registry, model: str, version: str, stage: str, actor: Actor) -> PromotionRequest:
+    """The open request for this promotion (claimed by `actor` if an approval opened it), or a new one."""
+    request = open_request(registry, model, version, stage)
+    if request is not None and request.by:
+        return request
+    if request is not None:  # opened by an approval: whoever promotes it is its requester
+        request = replace(request, by=actor.name, host=actor.host)
+    else:
+        request = _new_request(registry, model, version, stage, actor.name, actor.host)
+    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
+           {"request": request.to_dict()})
+    return request
+
+
+def _new_request(registry: Registry, model: str, version: str, stage: str, by: str, host: str) -> PromotionRequest:
+    evaluated = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
+    return PromotionRequest(uuid.uuid4().hex[:12], stage, by, now_iso(), evaluated, host)
+
+
+def approve(registry: Registry, model: str, version: str, stage: str, approver: str | Actor | None, comment: str,
+            roles: Roles | None = None, request: PromotionRequest | None = None) -> Approval:
+    """Record an approval of the open request to promote `model` `version` to `stage`, or refuse (audited).
+
+    Refused: an empty comment, a decline that still stands, an approver without the stage's approve role,
+    the requester (unless the stage allows self-approval), for staging and production who registered the
+    evidence or signed off tooling-maturity, and a second approval by the same person.
+    """
+    if stage not in STAGE_ALIASES:
+        raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
+    actor = actor_for(registry.tracking_uri, approver)
+    roles = roles or load_roles()
+    action = f"approval of {model} v{version} for {stage} by {actor.name}"
+    comment = (comment or "").strip()
+    tags = registry.version_tags(model, version)
+    evaluated = tags.get(model_tag("evaluated_at"), "")
+    request = request or open_request(registry, model, version, stage)
+    duties = duties_for(registry, model, version, stage, request)
+    reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
+    reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
+    # the rules a promotion applies, applied before anything is recorded (gates.promotion)
+    tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated)[0].get(TOOLING_ITEM, {}).get("by", "")
+    candidate = Approval(stage, actor.name, now_iso(), comment or "-", request=request.id if request else "")
+    problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
+    if problem is not None:
+        reasons.append(problem.text)
+    if request is not None and any(a.by == actor.name and a.status == "open" and a.request == request.id
+                                   for a in approvals_from_tags(tags, stage)):
+        reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
+                       "from someone else")
+    if reasons:
+        _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons,
+                {"request": request.id if request else ""})
+    if request is None:  # nobody asked yet: this approval opens the request, its first promoter requests it
+        request = _new_request(registry, model, version, stage, "", "")
+        _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
+                        actor.host, actor.source)
+    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
+    _event(registry, "approval", actor, stage, model, version, approval.comment,
+           {"approval": approval.id, "request": request.id})
+    return approval
+
+
+def signoffs_from_tags(tags: Mapping[str, str], stage: str) -> dict[str, dict[str, str]]:
+    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
+    prefix = model_tag(f"signoff.{stage}.")
+    return {k.removeprefix(prefix): json.loads(v) for k, v in tags.items() if k.startswith(prefix)}
+
+
+def close(registry: Registry, model: str, version: str, approval: Approval, status: str, actor: Actor | str,
+          why: str, closed_by: str = "") -> Approval:
+    """End an open approval (consumed, expired or void), audited as `approval_<status>`; one already ended
+    (a racing move consumed it) is left as it is."""
+    stored = next((a for a in approvals_of(registry, model, version, approval.stage) if a.id == approval.id), None)
+    if stored is not None and stored.status != "open":
+        return stored
+    closed = replace(approval, status=status, closed_by=closed_by)
+    _write(registry, model, version, f"approvals.{approval.stage}.{approval.id}", closed.to_dict())
+    _event(registry, f"approval_{status}", actor, approval.stage, model, version, why,
+           {"approval": approval.id, "request": approval.request, "approved_by": approval.by,
+            "closed_by": closed_by})
+    return closed
+
+
+def expire_old(registry: Registry, model: str, version: str, stage: str, actor: Actor, roles: Roles) -> None:
+    """Mark the open approvals of a stage older than its TTL as expired (each audited)."""
+    ttl = roles.stage(stage).approval_ttl_hours
+    now = now_iso()
+    for a in approvals_of(registry, model, version, stage):
+        if a.status == "open" and expired(a.at, ttl, now):
+            close(registry, model, version, a, "expired", actor, f"approval by {a.by} at {a.at} is older than "
+                                                                  f"{ttl:g} h")
+
+
+def consume(registry: Registry, model: str, version: str, approvals: list[Approval], request: PromotionRequest,
+            actor: Actor, move_run_id: str) -> None:
+    """The move `move_run_id` used these approvals: close them and their request."""
+    for a in approvals:
+        close(registry, model, version, a, "consumed", actor, f"consumed by the move {move_run_id}", move_run_id)
+    _write(registry, model, version, f"requests.{request.stage}.{request.id}", replace(request, status="done").to_dict())
+
+
+def decline(registry: Registry, model: str, version: str, stage: str, who: str | Actor | None, comment: str,
+            roles: Roles | None = None) -> Decline:
+    """Decline promoting `model` `version` to `stage`: final until new evidence is registered (audited)."""
+    actor = actor_for(registry.tracking_uri, who)
+    roles = roles or load_roles()
+    action = f"decline of {model} v{version} for {stage} by {actor.name}"
+    comment = (comment or "").strip()
+    reasons = []
+    if not comment:
+        reasons.append("a decline needs a comment saying why (empty or whitespace is not one)")
+    if not roles.may(actor.name, stage, "approve"):
+        reasons.append(f"{actor.name} may not decide on {stage}: the approve role is held by "
+                       f"{roles.describe(stage, 'approve')}")
+    if reasons:
+        _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons)
+    declined = Decline(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], actor.host)
+    _write(registry, model, version, f"decline.{stage}", declined.to_dict())
+    for r in requests_of(registry, model, version, stage):
+        if r.status == "open":
+            _write(registry, model, version, f"requests.{stage}.{r.id}", replace(r, status="declined").to_dict())
+    for a in approvals_of(registry, model, version, stage):
+        if a.status == "open":
+            close(registry, model, version, a, "void", actor, f"declined by {actor.name}: {declined.comment}")
+    _event(registry, "decline", actor, stage, model, version, declined.comment)
+    return declined
+
+
+# sign-offs ------------------------------------------------------------------------------------------
+def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str | Actor | None,
+             comment: str, roles: Roles | None = None) -> dict:
+    """Sign off a manual checklist item of a stage for one version (who, host, when, comment), if `who` may."""
+    manual = load_checklist(stage).manual_items()
+    if item not in manual:
+        raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
+    actor = actor_for(registry.tracking_uri, who)
+    if not (comment or "").strip():
+        raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
+    roles = roles or load_roles()
+    if not roles.may(actor.name, stage, "sign_off", item):
+        reason = (f"{actor.name} may not sign off {stage}/{item}: that is for "
+                  f"{roles.describe(stage, 'sign_off', item)} ({roles.source})")
+        audit.append(registry, AuditEvent("signoff_refused", actor.name, now_iso(), stage, model, version,
+                                          comment=reason, evidence={"item": item, "actor": actor.to_dict()}))
+        raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
+    signoff = {"by": actor.name, "at": now_iso(), "comment": comment.strip(), "host": actor.host,
+               "identity": actor.source}
+    registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
+    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
+                                      comment=signoff["comment"], evidence={"item": item, "actor": actor.to_dict()}))
+    return signoff
+
+
+def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
+    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
+    return signoffs_from_tags(registry.version_tags(model, version), stage)

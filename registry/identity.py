@@ -1,0 +1,114 @@
+"""Who acts: the authenticated MLflow user on a basic-auth server, else the operating-system user.
+
+Every sign-off, approval, decline, promotion and rollback records an `Actor` (name, host, where the
+name came from) beside its time. A name typed on the command line (`--by`, `--approver`) is a claim:
+it must equal the identity, and a mismatch is refused and audited (`refuse_claim`).
+
+Code that calls the registry directly (flows, tests, fixtures) may name the actor; on an authenticated
+server that name must still be the authenticated user, because the server checks the password behind
+it. On the embedded SQLite store there is no password to check: whoever can run unmask can write the
+file, so the OS user is the identity and a named actor is taken as given.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from registry import audit
+from registry.audit import AuditEvent
+from registry.connection import RegistryError
+from registry.store import now_iso
+
+if TYPE_CHECKING:
+    from registry.store import Registry
+
+OS_USER = "os-user"
+MLFLOW_USER = "mlflow-basic-auth"
+NAMED = "named-by-caller"
+
+
+class IdentityMismatch(RegistryError):
+    """A name given for an action that is not the identity of whoever runs it."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who did something, from which host, and how unmask knows the name (`source`)."""
+
+    name: str
+    host: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"by": self.name, "host": self.host, "identity": self.source}
+
+
+def authenticated_user(tracking_uri: str) -> str | None:
+    """The MLflow user the client authenticates as: an http(s) server with MLFLOW_TRACKING_USERNAME set."""
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME", "").strip()
+    return user if user and tracking_uri.startswith(("http://", "https://")) else None
+
+
+def current_actor(tracking_uri: str) -> Actor:
+    """The identity of this process against this store."""
+    user = authenticated_user(tracking_uri)
+    if user:
+        return Actor(user, socket.gethostname(), MLFLOW_USER)
+    return Actor(getpass.getuser(), socket.gethostname(), OS_USER)
+
+
+def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
+    """The actor of an action: `who` when given (checked against an authenticated user), else the identity."""
+    if who is None:
+        return current_actor(tracking_uri)
+    name = (who.name if isinstance(who, Actor) else str(who)).strip()
+    if not name:
+        raise RegistryError("an action needs the name of who does it; leave it out to use your identity")
+    user = authenticated_user(tracking_uri)
+    if user and name != user:
+        raise IdentityMismatch(f"{name!r} is not the authenticated MLflow user {user!r}; "
+                               "an action is recorded under the identity that performs it")
+    if isinstance(who, Actor):
+        return who
+    return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED)
+
+
+def claimed_actor(registry: "Registry", claimed: str | None, flag: str, action: str, stage: str = "", model: str = "",
+                  version: str = "") -> Actor:
+    """The identity behind a command; a typed name (`flag` says which option) that is not it is refused and
+    audited (`identity_refused`)."""
+    actor = current_actor(registry.tracking_uri)
+    if claimed is None or claimed.strip() == actor.name:
+        return actor
+    reason = (f"{flag} {claimed!r} is not you: you are {actor.name!r} ({actor.source} on {actor.host}); "
+              f"leave {flag} out, or run it as {claimed!r}")
+    audit.append(registry, AuditEvent("identity_refused", actor.name, now_iso(), stage, model, version,
+                                      comment=f"{action}: {reason}",
+                                      evidence={"claimed": claimed, "actor": actor.to_dict()}))
+    raise IdentityMismatch(reason)
+
+
+class PermissionDenied(RegistryError):
+    """The tracking server refused an action for the authenticated user (basic-auth permissions)."""
+
+
+@contextmanager
+def server_permissions(tracking_uri: str, model: str = "", action: str = "an action"):
+    """Turn the server's 401/403 into one `PermissionDenied` line naming the user and the model."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as e:
+        if str(e.error_code) not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and \
+                getattr(e, "get_http_status_code", lambda: 0)() not in (401, 403):
+            raise
+        user = authenticated_user(tracking_uri) or "(no MLFLOW_TRACKING_USERNAME)"
+        what = f"model {model!r}" if model else "the registry"
+        raise PermissionDenied(f"permission denied: MLflow user {user!r} may not change {what} ({action}; "
+                               f"{tracking_uri} said {e.error_code}); ask an MLflow admin") from None
