@@ -115,7 +115,7 @@ def test_the_demo_policy_relaxes_thresholds_only_and_the_demo_sweep_meets_it():
     assert roles["stages"]["staging"]["self_approval"] is False
     assert roles["stages"]["production"]["approvals"] == {"count": 2, "distinct": True}
     people = {"eve", "ada", "bob", "grace", "linus", "olga"}
-    assert set(roles["users"]) == people and "eve" not in roles["groups"]["approvers"]
+    assert set(roles["users"]) == people and "eve" in roles["groups"]["approvers"]  # refused by four eyes, not by role
 
 
 def page_of(png: str) -> tuple[str, str]:
@@ -126,7 +126,7 @@ def page_of(png: str) -> tuple[str, str]:
     raise AssertionError(f"{DOC}: {png} names no dashboard page ({', '.join(PAGE_OF)})")
 
 
-def screenshot(png: str, env: dict[str, str], out: Path, profile: Path) -> None:
+def screenshot(png: str, env: dict[str, str], out: Path, profile: Path, logs: Path) -> None:
     """Start the dashboard on the walk-through's state (a fresh server: nothing cached), open the page
     the file names, check it ran without an exception, and take it at 1280x800."""
     from playwright.sync_api import expect, sync_playwright
@@ -138,7 +138,7 @@ def screenshot(png: str, env: dict[str, str], out: Path, profile: Path) -> None:
 
     path, heading = page_of(png)
     port = free_port()
-    log = out.parent / f"streamlit-{Path(png).stem}.log"
+    log = logs / f"streamlit-{Path(png).stem}.log"
     with log.open("w") as sink:
         server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO, env=env | QUIET_DEFAULTS,
                                   stdout=sink, stderr=subprocess.STDOUT)
@@ -192,4 +192,4 @@ def test_the_walkthrough_runs_as_written(tmp_path):
         for png in step.screenshots:
             out = (REPO / "docs" / png) if update else tmp_path / "shots" / Path(png).name
             screenshot(png, env | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")}, out,
-                       tmp_path / "chromium-profile")
+                       tmp_path / "chromium-profile", tmp_path)
