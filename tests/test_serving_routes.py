@@ -191,6 +191,9 @@ def test_routes_on_a_real_server(routed, client, tmp_path):
     # a route's name routes too (its matcher is skipped); an alias still means that alias, not routed
     named = client.completions.create(model="latency", prompt=PROMPTS[1], max_tokens=4)
     assert ext(named)["route"] == "latency" and ext(named)["arm"] == "fallback"
+    streamed = [c for c in client.completions.create(model="auto", prompt=PROMPTS[2], max_tokens=32, stream=True)
+                if c.model_extra.get("unmask")]
+    assert [(ext(c)["route"], ext(c)["arm"]) for c in streamed] == [("long", "fallback")]  # the finish chunk
     plain = client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=4)
     assert ext(plain)["route"] is None and ext(plain)["arm"] is None and ext(plain)["alias"] == "production"
 
