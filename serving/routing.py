@@ -97,9 +97,10 @@ class RouteTable:
             self.metrics.route_reload_failures.inc()
             log.error("routes not reloaded, the old ones stay: %s", e)
             return False
+        self.last_error = None  # the file is good again, even if it is back to the routes in force
         if policy.sha256 == self.policy.sha256:
             return False
-        self.policy, self.last_error = policy, None
+        self.policy = policy
         self.metrics.route_reloads.inc()
         log.info("routes reloaded from %s (%s)", self.path, policy.sha256[:12])
         return True

@@ -139,6 +139,31 @@ def test_unmask_serve_refuses_a_bad_routes_file_naming_the_key(tmp_path, monkeyp
     assert "default.split: weights sum to 90" in result.output and "Traceback" not in result.output
 
 
+def test_the_route_table_keeps_its_routes_through_a_bad_edit_and_takes_the_next_good_one(tmp_path):
+    from serving.metrics import ServingMetrics
+    from serving.routing import RouteTable
+
+    path, metrics = tmp_path / "serving.yaml", ServingMetrics()
+    write_routes(path, {"production": 100, "fallback": 0})
+    table = RouteTable(path, ["production", "fallback"], metrics)
+    assert not table.refresh()  # unchanged
+    good = path.read_text()
+    path.write_text(good.replace("production: 100", "staging: 100"))  # an arm this server does not serve
+    assert not table.refresh() and "arm 'staging' is not served here" in table.last_error
+    path.write_text(good.replace("default:", "defualt:"))
+    assert not table.refresh() and "defualt: unknown key" in table.last_error
+    assert table.policy.default.split == (("production", 100), ("fallback", 0))  # kept
+    path.write_text(good)  # back to the routes in force: the error clears, nothing reloads
+    assert not table.refresh() and table.last_error is None
+    write_routes(path, {"production": 10, "fallback": 90})
+    assert table.refresh() and table.policy.default.split == (("production", 10), ("fallback", 90))
+    assert metrics.route_reload_failures._value.get() == 2 and metrics.route_reloads._value.get() == 1
+    with pytest.raises(ServingPolicyError, match="route 'fallback' has the name of a served alias"):
+        path.write_text(yaml.safe_dump({"routes": {"fallback": {"match": {"user": "a"}, "arm": "production"}},
+                                        "default": {"arm": "production"}}))
+        RouteTable(path, ["production", "fallback"], metrics)
+
+
 # a real server ----------------------------------------------------------------------------------------------
 
 def write_routes(path: Path, default_split: dict[str, int]) -> None:
