@@ -72,7 +72,8 @@ def test_routes_are_tried_in_file_order():
 
 @pytest.mark.parametrize("data, where", [
     (policy_of(default={"split": {"production": 90, "fallback": 5}}), r"default\.split: weights sum to 95"),
-    (policy_of(default={"split": {"production": 101, "fallback": -1}}), r"default\.split\.production: expected an integer"),
+    (policy_of(default={"split": {"production": 101, "fallback": -1}}),
+     r"default\.split\.production: expected an integer"),
     (policy_of(default={"split": {"production": 50.5, "fallback": 49.5}}), r"default\.split\.production"),
     (policy_of(default={"arm": "production", "split": {"production": 100}}), r"default: expected exactly one of arm"),
     (policy_of(default={"match": {"user": "x"}, "arm": "p"}), r"default: unknown key 'match'"),
