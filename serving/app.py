@@ -135,10 +135,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
         try:
             routed = None
             name = body.model
-            if routes and routes.routes_by(body.model):
-                key, key_source = request_key(body.user, request)
-                decision = routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
-                                         key, key_source)
+            decision = routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
+                                     *request_key(body.user, request)) if routes else None
+            if decision:
                 routed, name = (decision.route, decision.arm.name), decision.arm.name
                 outcome.routed(*routed)
             route = resolve(name)

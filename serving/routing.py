@@ -73,13 +73,12 @@ class RouteTable:
         self._stamp = self._stat()
         self.last_error: str | None = None
 
-    def routes_by(self, model: str) -> bool:
-        """Whether a request for `model` is routed (it asks for `auto` or names a route)."""
-        return model == AUTO or self.policy.named(model) is not None
-
-    def decide(self, model: str, facts: RequestFacts, key: str, key_source: str) -> Decision:
-        policy = self.policy  # one read: a reload between the two steps cannot mix two policies
-        spec: RouteSpec = policy.named(model) if model != AUTO else policy.choose(facts)
+    def decide(self, model: str, facts: RequestFacts, key: str, key_source: str) -> Decision | None:
+        """The route and arm of a request for `model`; None when it is not routed (it names an alias)."""
+        policy = self.policy  # one read: a reload (in a worker thread) cannot hand this request two policies
+        spec: RouteSpec | None = policy.choose(facts) if model == AUTO else policy.named(model)
+        if spec is None:
+            return None
         if len(spec.split) == 1:
             return Decision(spec.name, LocalArm(spec.split[0][0]), "")
         return Decision(spec.name, LocalArm(spec.pick(key)), key_source)
