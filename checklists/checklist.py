@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
+from checklists.yaml_file import read_yaml_file
 
 CHECKLIST_DIR = Path(__file__).resolve().parent
 CHECKLISTS_ENV = "UNMASK_CHECKLISTS"
@@ -93,16 +93,7 @@ def load_checklist(stage: str, directory: str | Path | None = None) -> Checklist
     if stage not in STAGES:
         raise ChecklistError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
     path = Path(directory or checklist_dir()) / f"{stage}.yaml"
-    try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise ChecklistError(f"{path}: checklist file not found") from None
-    except IsADirectoryError:
-        raise ChecklistError(f"{path}: is a folder, not a checklist file") from None
-    except UnicodeDecodeError as e:
-        raise ChecklistError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise ChecklistError(f"{path}: not valid YAML: {_one_line(e)}") from None
+    data, _ = read_yaml_file(path, ChecklistError, "checklist")
     checklist = parse_checklist(data, source=str(path))
     if checklist.stage != stage:
         raise ChecklistError(f"{path}: stage: expected {stage!r}, got {checklist.stage!r}")
@@ -179,10 +170,6 @@ def _evidence(data: Any, where: str) -> Evidence:
     if record_field and ("equals" in data) == bool(data.get("non_empty")):
         raise ChecklistError(f"{where}.evidence: record_field {record_field!r} needs exactly one of equals or non_empty")
     return Evidence("automatic", gates, record_field, data.get("equals"), bool(data.get("non_empty")))
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def _get(obj: Any, name: str) -> Any:

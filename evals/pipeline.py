@@ -237,9 +237,13 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
 
 
 def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
-                  on_request: Callable[[RequestResult], None] | None = None) -> MeasuredPoint:
+                  on_request: Callable[[RequestResult], None] | None = None,
+                  on_item: Callable[[int, int], None] | None = None) -> MeasuredPoint:
     """Measure, score and validate one point; a validator that breaks marks the record invalid
-    instead of losing the measurement."""
+    instead of losing the measurement.
+
+    on_request hears each timed request's result; on_item hears (done, total) after each of the point's
+    items, 1..n for an n-item point (the progress inside a long point)."""
     from evals.validation import validate_record
     from sampler.effective import config_from_dict
 
@@ -251,10 +255,21 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
     candidate = Candidate(id=point.candidate, loaded=handle, role=point.role, kind=point.kind,
                           revision=point.revision, weights_sha256=point.weights_sha256)
     m = plan.measure
-    record = evaluate_point(candidate, task_data(point.task), config_from_dict(point.config), backend=point.backend,
+    data = task_data(point.task)
+    done = 0
+
+    def heard(result: RequestResult) -> None:
+        nonlocal done
+        done += 1
+        if on_request is not None:
+            on_request(result)
+        if on_item is not None:
+            on_item(done, len(data.items))
+
+    record = evaluate_point(candidate, data, config_from_dict(point.config), backend=point.backend,
                             device=plan.device, dtype=plan.dtype, warmup=m.get("warmup", 1),
                             batch_size=m.get("batch_size", 1), throughput_items=m.get("throughput_items"),
-                            sweep=plan.name, on_request=on_request)
+                            sweep=plan.name, on_request=heard)
     try:
         outcome = validate_record(record, html=html)
     except Exception as e:

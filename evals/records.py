@@ -13,6 +13,16 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 
+def _from_fields(cls: type, data: dict[str, Any]) -> Any:
+    """A record dataclass from a dict: unknown keys dropped (written by a newer unmask), a missing required
+    field named."""
+    names = {f.name for f in fields(cls)}
+    missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"{cls.__name__}: missing field '{missing[0]}'")
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
 @dataclass
 class EvalRecord:
     """One measurement of a candidate under one decoding configuration on one task split."""
@@ -72,11 +82,7 @@ class EvalRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalRecord":
-        names = {f.name for f in fields(cls)}
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
-        if missing:
-            raise ValueError(f"EvalRecord: missing field '{missing[0]}'")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return _from_fields(cls, data)
 
 
 @dataclass
@@ -158,11 +164,7 @@ class ServingRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ServingRecord":
-        names = {f.name for f in fields(cls)}
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
-        if missing:
-            raise ValueError(f"ServingRecord: missing field '{missing[0]}'")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return _from_fields(cls, data)
 
 
 # Fields holding dicts or lists travel as JSON text in tables (Parquet, CSV), so every column is flat.

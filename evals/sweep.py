@@ -209,7 +209,7 @@ def run_sweep(
     `folder` as soon as it is finished.
 
     on_event(kind, info) is told: "plan" (total), "point" (start of one), "request" (one prompt
-    done), "record" (a saved record), "failure" (a model or point that could not run).
+    done), "item" (done and total items inside the point), "record" (a saved record), "failure" (a model or point that could not run).
     """
     from evals.pipeline import EvidenceFiles, prepare_candidate, store_measured
     from evals.store import RecordStore
@@ -243,7 +243,8 @@ def run_sweep(
         plan = result.plans[point.candidate]
         notify("point", {"model": point.ref, "task": task_data(point.task).name, "settings": point.settings})
         try:
-            measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}))
+            measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}),
+                                     on_item=lambda done, total: notify("item", {"done": done, "total": total}))
         except Exception as e:  # this point is lost, the finished ones are already on disk
             fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}", point.candidate)
             continue

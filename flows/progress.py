@@ -1,7 +1,9 @@
 """Progress from flow bodies to whoever watches (the CLI's progress bar); a no-op when nobody does.
 
 Flow bodies run in the calling process even when tasks run on Dask, so a process-wide reporter
-is enough: tasks never call it, flows do as each future settles.
+is enough: flows report as each future settles. The one task that reports, `measure-point`, tells
+"item" (done of total within the point) as it goes; on the threads runner (and a local Dask cluster's
+in-process workers) that reaches the caller's bar, on a remote worker it reaches nobody (a no-op).
 """
 
 from __future__ import annotations
@@ -20,6 +22,6 @@ def set_reporter(reporter: Reporter | None) -> None:
 
 
 def report(kind: str, **info: Any) -> None:
-    """Tell the reporter: "plan" (points), "point" (one settled), "stage" (a step of a candidate), "failure"."""
+    """Tell the reporter: "plan" (points), "item" (done/total inside a point), "point" (one settled), "stage" (a step of a candidate), "failure"."""
     if _reporter is not None:
         _reporter(kind, info)

@@ -72,8 +72,14 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
 @task(name="measure-point", retries=1, retry_delay_seconds=1, cache_key_fn=point_cache_key, persist_result=True,
       result_serializer="json", task_run_name="{point.label}")
 def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
-    """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache."""
-    return pipeline.measure_point(point, plan).model_dump()
+    """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache.
+    Each item measured is reported ("item": done of total) to the process's progress reporter, if any."""
+    from flows.progress import report
+
+    def on_item(done: int, total: int) -> None:
+        report("item", candidate=point.candidate, label=point.label, done=done, total=total)
+
+    return pipeline.measure_point(point, plan, on_item=on_item).model_dump()
 
 
 @task(name="reproducibility-probe", retries=1, cache_key_fn=probe_cache_key, persist_result=True,

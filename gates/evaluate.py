@@ -361,19 +361,20 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
     value: dict[str, Any] = {}
     misses, meets = [], []
 
-    def check(key: str, measured: float | None, limit: float, words: str, unit: str, at_most: bool) -> None:
+    def check(key: str, measured: float | None, limit: float, words: str, shown: Callable[[float], str],
+              at_most: bool) -> None:
         value[key] = None if measured is None else round(measured, 6)
         if measured is None:
             misses.append(f"no {words} measured")
             return
         ok = measured <= limit if at_most else measured >= limit
         sign = ("<=" if ok else ">") if at_most else (">=" if ok else "<")
-        (meets if ok else misses).append(f"{words} {measured:.3g}{unit} {sign} {limit:g}{unit}")
+        (meets if ok else misses).append(f"{words} {shown(measured)} {sign} {shown(limit)}")
 
     if "p95_s_max" in p:
-        check("p95_s", record.latency_p95_s, p["p95_s_max"], "p95", " s", True)
+        check("p95_s", record.latency_p95_s, p["p95_s_max"], "p95", lambda v: f"{milliseconds(v)} ms", True)
     if "error_rate_max" in p:
-        check("error_rate", record.error_rate, p["error_rate_max"], "error rate", "", True)
+        check("error_rate", record.error_rate, p["error_rate_max"], "error rate", percent, True)
     cite = {"serving_run_id": record.run_id, "serving_version": record.version, "concurrency": level}
     if "throughput_vs_fallback_min" in p:
         base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
@@ -382,7 +383,8 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
                                      f"{level}", f"run unmask loadtest --model fallback --concurrency {level}")
         ratio = (record.tokens_per_s / base.tokens_per_s
                  if record.tokens_per_s is not None and base.tokens_per_s else None)
-        check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback", "x", False)
+        check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback",
+              lambda v: f"{significant(v)}x", False)
         cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
     words = "; ".join(misses or meets)
     return _result(ctx, spec, not misses, value, threshold,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
+from checklists.yaml_file import read_yaml_file
 
 from checklists import STAGES, load_checklist
 from gates.readable import significant
@@ -155,15 +155,7 @@ QUALITY_METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible")
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (default: the bundled `gates/policy.yaml`)."""
     path = Path(path) if path else POLICY_PATH
-    try:
-        raw = path.read_bytes()
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise PolicyError(f"{path}: policy file not found") from None
-    except UnicodeDecodeError as e:
-        raise PolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise PolicyError(f"{path}: not valid YAML: {e}") from None
+    data, raw = read_yaml_file(path, PolicyError, "policy")
     parsed = parse_policy(data, source=str(path))
     return replace(parsed, path=str(path.resolve()), sha256=hashlib.sha256(raw).hexdigest())
 

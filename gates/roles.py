@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+from checklists.yaml_file import read_yaml_file
 
 from checklists import STAGES, ChecklistError, load_checklist
 
@@ -90,15 +90,7 @@ class Roles:
 def load_roles(path: str | Path | None = None) -> Roles:
     """Read and validate a roles file (default: $UNMASK_ROLES, else the bundled `gates/roles.yaml`)."""
     path = Path(path or os.environ.get(ROLES_ENV) or ROLES_PATH)
-    try:
-        raw = path.read_bytes()
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise RolesError(f"{path}: roles file not found") from None
-    except UnicodeDecodeError as e:
-        raise RolesError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise RolesError(f"{path}: not valid YAML: {e}") from None
+    data, raw = read_yaml_file(path, RolesError, "roles")
     parsed = parse_roles(data, source=str(path))
     return replace(parsed, path=str(path.resolve()), sha256=hashlib.sha256(raw).hexdigest())
 

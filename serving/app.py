@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
+from serving.routing import RouteTable, facts_of, request_key
 from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling, StreamOptions
 from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 
@@ -52,17 +53,21 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000
     request_log_dir: Path | None = None  # None: no request log
     follow_aliases: bool = True
+    routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
     metrics = ServingMetrics()
     pool = ModelPool(settings.pool, metrics)
+    routes = RouteTable(settings.routes_path, settings.pool.names, metrics) if settings.routes_path else None
     requests_log = (RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc)
                     if settings.request_log_dir else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         tasks = [asyncio.create_task(start_and_follow())]
+        if routes:
+            tasks.append(asyncio.create_task(routes.follow(settings.pool.poll_interval_s)))
         yield
         for task in tasks:
             task.cancel()
@@ -78,6 +83,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     app = FastAPI(title="unmask serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
+    app.state.routes = routes
 
     def count_refusal(path: str, status: int, code: str, message: str) -> None:
         endpoint = ENDPOINTS.get(path, "other")
@@ -91,7 +97,11 @@ def create_app(settings: ServeSettings) -> FastAPI:
     @app.get("/health")
     async def health() -> JSONResponse:
         if pool.ready:
-            return JSONResponse({"status": "ready", "served": {n: r.version.ref for n, r in pool.routes.items()}})
+            body = {"status": "ready", "served": {n: r.version.ref for n, r in pool.routes.items()}}
+            if routes:
+                body["routes"] = {"file": str(routes.path), "sha256": routes.policy.sha256,
+                                  "last_error": routes.last_error}
+            return JSONResponse(body)
         status = "failed" if pool.error else "loading"
         return JSONResponse({"status": status, "error": pool.error}, status_code=503)
 
@@ -123,9 +133,16 @@ def create_app(settings: ServeSettings) -> FastAPI:
         outcome = Outcome(metrics, requests_log, endpoint, body.model, body.stream)
         streaming = False
         try:
-            route = resolve(body.model)
+            routed = None
+            name = body.model
+            decision = routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
+                                     *request_key(body.user, request)) if routes else None
+            if decision:
+                routed, name = (decision.route, decision.arm.name), decision.arm.name
+                outcome.routed(*routed)
+            route = resolve(name)
             outcome.resolved(route)
-            job = submit(route, body, prompt_of(route), max_tokens, endpoint)
+            job = replace(submit(route, body, prompt_of(route), max_tokens, endpoint), routed=routed)
             if body.stream:
                 response = await start_stream(request, job, outcome)
                 streaming = True  # the stream records its own outcome when it ends
@@ -210,7 +227,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                      "config_source": job.route.base_source, "batched": job.key is not None,
                      "batch_size": decoded.batch_size, "nfe": decoded.nfe, "queue_s": round(decoded.queue_s, 6),
                      "decode_s": round(decoded.decode_s, 6), "ttfb_s": round(ttfb_s, 6), "first_block_s": first_block,
-                     "stream": job.feed is not None}
+                     "stream": job.feed is not None,
+                     "route": job.routed[0] if job.routed else None, "arm": job.routed[1] if job.routed else None}
         parts = {"choice": choice, "usage": usage, "extension": extension}
         common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
                   "usage": usage, "unmask": extension}
@@ -320,6 +338,7 @@ class Submitted:
     future: asyncio.Future
     feed: RowFeed | None  # streamed requests only
     stream_options: StreamOptions | None = None
+    routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
 
 
 def fingerprint(v) -> str:

@@ -49,6 +49,15 @@ class ServingMetrics:
         self.swaps = Counter("unmask_alias_swaps", "Alias moves picked up without a restart", ("alias",), registry=r)
         self.swap_failures = Counter("unmask_alias_swap_failures", "Alias moves that could not be served (kept the old)",
                                      ("alias",), registry=r)
+        # routes (`--routes`): requests and latency per route and arm, and live reloads of the routes file
+        self.route_requests = Counter("unmask_route_requests", "Routed requests, by route, arm and outcome",
+                                      ("route", "arm", "endpoint", "status"), registry=r)
+        self.route_latency = Histogram("unmask_route_latency_seconds", "Time from arrival to answer of routed "
+                                       "requests (successful ones)", ("route", "arm"), buckets=LATENCY_BUCKETS,
+                                       registry=r)
+        self.route_reloads = Counter("unmask_route_reloads", "Routes files re-read and put in force", registry=r)
+        self.route_reload_failures = Counter("unmask_route_reload_failures", "Routes file edits refused (the old "
+                                             "routes stay)", registry=r)
         self.log_dropped = Counter("unmask_request_log_dropped", "Request-log rows dropped (writer behind)", registry=r)
 
     def render(self) -> bytes:

@@ -27,6 +27,7 @@ class Outcome:
         self.alias, self.labels = "unknown", None  # (alias, model, version) once resolved
         self.ttfb_s: float | None = None
         self.recorded = False
+        self.route: tuple[str, str] | None = None  # (route, arm) of a routed request
 
     def elapsed(self) -> float:
         return time.monotonic() - self.arrived
@@ -35,6 +36,10 @@ class Outcome:
         v = route.version
         self.alias, self.labels = route.name, (route.name, v.model, v.version)
         self.entry |= {"alias": route.name, "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256}
+
+    def routed(self, route: str, arm: str) -> None:
+        self.route = (route, arm)
+        self.entry |= {"route": route, "arm": arm}
 
     def first_byte(self) -> float:
         """Note that the answer's first byte goes out now; returns the time to it."""
@@ -55,6 +60,9 @@ class Outcome:
         m.prompt_tokens.labels(*labels).inc(facts["prompt_tokens"])
         m.completion_tokens.labels(*labels).inc(facts["completion_tokens"])
         m.nfe.labels(*labels).inc(facts["nfe"])
+        if self.route:
+            m.route_requests.labels(*self.route, self.endpoint, "200").inc()
+            m.route_latency.labels(*self.route).observe(latency)
         self._log(facts | {"status": 200, "ttfb_s": ttfb}, latency)
 
     def refused(self, error: RequestError) -> None:
@@ -64,6 +72,8 @@ class Outcome:
         self.metrics.errors.labels(self.alias, self.endpoint, str(status), code).inc()
         if self.labels:
             self.metrics.requests.labels(*self.labels, self.endpoint, str(status)).inc()
+        if self.route:
+            self.metrics.route_requests.labels(*self.route, self.endpoint, str(status)).inc()
         self._log({"status": status, "error": message[:500], "ttfb_s": self.ttfb_s}, self.elapsed())
 
     def close(self) -> None:

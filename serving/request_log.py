@@ -27,6 +27,8 @@ SCHEMA = pa.schema([
     ("batch_size", pa.int32()),
     # streaming and time to first byte / first final block (non-streamed: ttfb_s is the latency)
     ("stream", pa.bool_()), ("ttfb_s", pa.float64()), ("first_block_s", pa.float64()),
+    # routing (`--routes`): the route that matched and the arm (alias) that served; empty when not routed
+    ("route", pa.string()), ("arm", pa.string()),
 ])
 
 

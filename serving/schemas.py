@@ -71,6 +71,7 @@ class Sampling(Strict):
     stream: StrictBool = False  # server-sent events: committed text as it becomes final (serving/streaming.py)
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256)
+    metadata: dict[str, str] | None = Field(None, max_length=16)  # OpenAI's key/value tags; routes may match them
     unmask: UnmaskOptions | None = None
 
     @field_validator("stop")

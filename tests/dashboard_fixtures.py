@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import pytest
 import yaml
 
 from gates.policy import POLICY_PATH
@@ -169,6 +170,20 @@ def shared_dashboard_registry() -> DashboardRegistry:
             os.environ.pop("UNMASK_HOME", None)
         else:
             os.environ["UNMASK_HOME"] = before
+
+
+@pytest.fixture(scope="module")
+def filled() -> DashboardRegistry:
+    """The shared filled registry, as a fixture (import it with `env` into a test module)."""
+    return shared_dashboard_registry()
+
+
+@pytest.fixture
+def env(filled, monkeypatch) -> DashboardRegistry:
+    """The filled registry, with this test's environment pointing at it."""
+    for key, value in filled.env().items():
+        monkeypatch.setenv(key, value)
+    return filled
 
 
 # servers the dashboard tests start (streamlit, mlflow) --------------------------------------------------

@@ -18,7 +18,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 import registry.read as read
-from dashboard_fixtures import free_port, shared_dashboard_registry, stop, wait_healthy
+from dashboard_fixtures import env, filled, free_port, stop, wait_healthy  # noqa: F401 - env, filled: fixtures
 from flows.commands.next_steps import names_version, next_steps
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
@@ -31,18 +31,6 @@ PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "
          "views/promotions.py"]
 VERDICT_PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
                  "views/promotions.py"]
-
-
-@pytest.fixture(scope="module")
-def filled():
-    return shared_dashboard_registry()
-
-
-@pytest.fixture
-def env(filled, monkeypatch):
-    for key, value in filled.env().items():
-        monkeypatch.setenv(key, value)
-    return filled
 
 
 @pytest.fixture

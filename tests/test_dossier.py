@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import registry.read as read
-from dashboard_fixtures import shared_dashboard_registry
+from dashboard_fixtures import env, filled  # noqa: F401 - fixtures
 from dashboards.dossier import SECTIONS, content_sha256, stated_sha256, verify_html
 from gates.evaluate import GateResult
 from flow_fixtures import cli_app, seed_registry
@@ -44,18 +44,6 @@ class DossierPage(HTMLParser):
             self.sections.append(attrs["data-section"])
         if tag == "tr" and attrs.get("data-gate"):
             self.gates.append(attrs)
-
-
-@pytest.fixture(scope="module")
-def filled():
-    return shared_dashboard_registry()
-
-
-@pytest.fixture
-def env(filled, monkeypatch):
-    for key, value in filled.env().items():
-        monkeypatch.setenv(key, value)
-    return filled
 
 
 def report(*args: str):

@@ -164,6 +164,7 @@ def test_policy_is_refused_by_file_key_and_value(tmp_path, stage, what, key, val
 POLICY_COMMANDS = {
     "run": lambda path: ["run", "--policy", path],
     "request-promotion": lambda path: ["request-promotion", "tiny-llada", "poc", "--policy", path],
+    "nightly-run": lambda path: ["nightly", "run", "--policy", path],
     "promote": lambda path: ["promote", "tiny-llada", "--to", "poc", "--approver", "a", "--comment", "c" * 30,
                              "--policy", path],
 }

@@ -244,10 +244,10 @@ def test_serving_gate_passes_on_the_record_at_its_concurrency_and_cites_its_run(
 
 
 @pytest.mark.parametrize("changed, stage, reason", [
-    (dict(latency_p95_s=2.5), "production", "p95 2.5 s > 2 s"),
+    (dict(latency_p95_s=2.5), "production", "p95 2500 ms > 2000 ms"),
     (dict(latency_p95_s=None), "production", "no p95 measured"),
-    (dict(error_rate=0.02), "staging", "error rate 0.02 > 0.01"),
-    (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1x"),
+    (dict(error_rate=0.02), "staging", "error rate 2.00% > 1.00%"),
+    (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1.00x"),
     (dict(tokens_per_s=None), "staging", "no tokens/s vs fallback measured"),
 ])
 def test_serving_gate_fails_for_its_reason(changed, stage, reason):

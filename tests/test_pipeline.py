@@ -92,3 +92,43 @@ def test_a_catalog_decoding_default_is_in_the_record_and_its_hash(prefect_harnes
     assert after.config["entropy_bound"] == 0.5 and after.config_hash != before.config_hash
     assert edited["cached"] == 0  # a new hash: the point was measured again, not served stale
     assert after.record_id != before.record_id
+
+
+def test_measure_point_tells_each_item_of_the_point_done_of_total(tmp_path):
+    """The per-item progress goes through the one pipeline: the callback hears 1..n for an n-item point."""
+    from evals.pipeline import measure_point, plan_points, prepare_candidate
+    from evals.sweep import load_sweep
+
+    models = tiny_models(tmp_path / "models")
+    spec = load_sweep(write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE]], steps=(2,), n=5))
+    prepared = prepare_candidate(models[CANDIDATE])
+    plan = plan_points(prepared, spec)
+    seen, requests = [], []
+    measured = measure_point(plan.points[0], plan, html=False, on_request=requests.append,
+                             on_item=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
+    assert len(requests) == 5 and measured.record["n_items"] == 5  # on_request still hears every request
+
+
+@pytest.mark.slow  # one flow run over the tiny models: about 15 s on two cores
+def test_the_flow_reports_items_inside_each_measured_point(prefect_harness, tmp_path, monkeypatch):
+    from flows.progress import set_reporter
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    seed_registry(home)
+    models = tiny_models(tmp_path / "models")
+    sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE]], steps=(2, 8), n=4)
+    events = []
+    set_reporter(lambda kind, info: events.append((kind, info)))
+    try:
+        evaluate_candidate(models[CANDIDATE], sweep, EvaluationOptions(reproducibility=False))
+    finally:
+        set_reporter(None)
+    items = [(i["label"], i["done"], i["total"]) for kind, i in events if kind == "item"]
+    labels = [i["label"] for kind, i in events if kind == "point"]
+    assert len(labels) == 2
+    for label in labels:  # every point counts its own items 1..4, before it settles
+        assert [(done, total) for name, done, total in items if name == label] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    kinds = [kind for kind, _ in events]
+    assert kinds.index("item") < kinds.index("point")

@@ -235,8 +235,9 @@ def test_unmask_serve_answers_logs_and_shuts_down_gracefully_on_sigterm(tmp_path
         r = client.chat.completions.create(model="production", messages=[{"role": "user", "content": PROMPTS[0]}])
         assert r.choices[0].message.content.endswith("#### 24") and r.model == "tiny-llada"
         server.send_signal(signal.SIGTERM)
-        # uvicorn shuts down gracefully, then re-raises the signal it caught, so the exit status is the signal's
-        assert server.wait(timeout=60) in (0, -signal.SIGTERM), log.read_text()[-2000:]
+        # uvicorn shuts down gracefully, then re-raises the signal it caught; unmask exits on it through Python's
+        # exit path (128 + 15, as `unmask run` does, so atexit hooks run)
+        assert server.wait(timeout=60) in (0, -signal.SIGTERM, 128 + signal.SIGTERM), log.read_text()[-2000:]
         assert "Application shutdown complete" in log.read_text()
     finally:
         stop(server)

@@ -86,15 +86,19 @@ def run_with_progress(spec, folder: Path):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         bar = progress.add_task("loading", total=None)
+        point = [""]  # the point being measured, for the item count inside it
 
         def on_event(kind: str, info: dict) -> None:
             if kind == "plan":
                 progress.update(bar, total=info["items"] * 1, description=f"{spec.name}: {info['total']} points")
             elif kind == "point":
                 cfg = " ".join(f"{k}={v}" for k, v in info["settings"].items() if k != "gen_length")
-                progress.update(bar, description=f"{info['model']} {info['task']} {cfg}")
+                point[0] = f"{info['model']} {info['task']} {cfg}"
+                progress.update(bar, description=point[0])
             elif kind == "request":
                 progress.advance(bar)
+            elif kind == "item":  # inside the point: which item of how many
+                progress.update(bar, description=f"{point[0]}, item {info['done']}/{info['total']}")
             elif kind == "failure":
                 progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False)
 

@@ -25,10 +25,18 @@ def run_once(
 ) -> None:
     """Re-evaluate every registered model now; on a production regression, roll back to the fallback."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from evals.sweep import default_sweep_path
+    from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions
+    from flows.failures import print_error
     from flows.nightly import nightly
+    from gates import load_policy
 
+    try:  # a broken sweep or policy (or checklist) is refused now, not after a night of measuring
+        load_sweep(sweep or default_sweep_path())
+        load_policy(policy)
+    except (SweepError, ValueError) as e:
+        print_error(console, e)
+        raise typer.Exit(2) from None
     result = nightly(str(sweep or default_sweep_path()), EvaluationOptions(policy=str(policy) if policy else None),
                      rollback_on_regression=not no_rollback)
     console.print(f"nightly: {result['status']}", highlight=False)

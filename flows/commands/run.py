@@ -102,6 +102,9 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
                 progress.update(bar, description=f"loading {name}")
             elif kind == "plan":
                 bars[name] = progress.add_task(f"{name}: measuring", total=info["total"])
+            elif kind == "item" and name in bars:
+                setting = info["label"].split(" ", 1)[-1]
+                progress.update(bars[name], description=f"{name}: measuring {setting}, item {info['done']}/{info['total']}")
             elif kind == "point" and name in bars:
                 how = "cached" if info["cached"] else "measured"
                 progress.update(bars[name], advance=1, description=f"{name}: {how} {info['label'].split(' ', 1)[-1]}")

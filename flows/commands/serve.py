@@ -4,6 +4,9 @@ The served names are aliases (`--alias`, repeatable; default production and fall
 models (`--model`). Weights are loaded from each version's recorded model reference and refused
 unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a registered model
 at another folder (still checked). The request log goes to <state folder>/serving/requests/.
+`--routes FILE` (a serving policy, e.g. gates/serving.yaml) routes requests whose `model` is `auto`
+(or a route's name) to the arm its routes pick; the arms are served too, and the file is re-read when
+it changes.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def serve_command(
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
+    routes: Path = typer.Option(None, "--routes", help="Serving policy (e.g. gates/serving.yaml): route "
+                                "`model: auto` requests, with sticky traffic splits re-read live."),
     threads: int = typer.Option(None, "--threads", callback=options.positive,
                                 help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
@@ -60,14 +65,27 @@ def serve_command(
     state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
+    from gates.serving_policy import ServingPolicyError, load_serving_policy
+
+    if routes is not None:
+        try:
+            names = list(dict.fromkeys([*names, *load_serving_policy(routes).arms()]))  # what the routes need
+        except ServingPolicyError as e:
+            typer.echo(f"error: --routes: {e}", err=True)
+            raise typer.Exit(2) from None
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
                         max_pending=max_pending)
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=timeout_s,
-                             request_log_dir=state / "serving" / "requests" if request_log else None)
+                             request_log_dir=state / "serving" / "requests" if request_log else None,
+                             routes_path=routes)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except ServingPolicyError as e:  # routes that clash with the served names
+        typer.echo(f"error: --routes: {e}", err=True)
+        raise typer.Exit(2) from None
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False))
 
     async def run() -> None:
