@@ -231,20 +231,13 @@ def decided_registry(tmp_path):
 
 def dashboard(reg, monkeypatch, path: str | None = None):
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
 
-    from tests.test_dashboard_apptest import APP
+    from tests.test_dashboard_apptest import page
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.delenv("UNMASK_POLICY", raising=False)
     st.cache_data.clear()  # the page reads the registry as it is now
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    assert not at.exception, at.exception
-    if path:
-        at.switch_page(path).run()
-        assert not at.exception, at.exception
-    return at
+    return page(path)
 
 
 def decisions_table(at):
