@@ -120,7 +120,8 @@ def test_unmask_train_takes_the_schedule_from_its_options(tmp_path):
     from flow_fixtures import cli_app
 
     app = cli_app("train")
-    args = ["train", "--model", "tiny-llada", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--threads", "1"]
+    args = ["train", "--model", "tiny-llada-base", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"),
+            "--threads", "1"]
     bad = CliRunner().invoke(app, [*args, "--mixture", "nope"])
     assert bad.exit_code == 2 and "unknown training mixture 'nope'" in bad.output
     ok = CliRunner().invoke(app, [*args, "--steps", "3", "--restart", "2", "--restart-lr", "0.0005", "--mixture", "sort-focus"])
@@ -154,3 +155,39 @@ def test_a_step_on_cuda_masks_and_updates_like_the_cpu(tmp_path, tokenizer):
     for (name, a), b in zip(cpu.state_dict().items(), gpu.state_dict().values()):
         assert torch.allclose(a, b.cpu(), atol=1e-4, rtol=1e-3), name
     assert load_checkpoint(tmp_path / "b").model.device.type == "cpu"
+
+
+def test_the_long_canvas_recipe_fine_tunes_from_its_base_and_refuses_a_missing_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from flow_fixtures import cli_app
+    from models.digest import weights_sha256
+    from models.loading import WEIGHTS_DIR
+
+    app = cli_app("train")
+    args = ["train", "--model", "tiny-llada", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"),
+            "--threads", "1", "--steps", "2"]
+    missing = CliRunner().invoke(app, [*args, "--init-from", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "nowhere: no checkpoint folder to fine-tune from" in missing.output
+    ok = CliRunner().invoke(app, [*args, "--init-from", str(WEIGHTS_DIR / "tiny-llada")])
+    assert ok.exit_code == 0, ok.output
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["unmask_training"]["init_sha256"] == weights_sha256(WEIGHTS_DIR / "tiny-llada")
+    assert config["max_sequence_length"] == RECIPES["tiny-llada"].max_sequence_length
+    assert config["unmask_training"]["recipe"]["canvas_mix"] == [list(p) for p in RECIPES["tiny-llada"].canvas_mix]
+
+
+def test_mixed_canvases_follow_their_weights_and_keep_a_step_within_its_token_budget(tokenizer):
+    from models.training import LONG_CANVAS_MIX, MIN_ROWS, draw_canvas, trim_rows
+
+    cfg = RECIPES["tiny-llada"]
+    drawn = [draw_canvas(cfg, 32, torch.Generator().manual_seed(s)) for s in range(4000)]
+    for length, weight in LONG_CANVAS_MIX:
+        assert abs(drawn.count(length) / len(drawn) - weight / sum(w for _, w in LONG_CANVAS_MIX)) < 0.03
+    assert min(draw_canvas(cfg, 128, torch.Generator().manual_seed(s)) for s in range(200)) == 128  # never below gen_length
+    batch = Batch("arith", 32, [("what is 12+30?", "2+0=2,1+3=4 #### 42")] * 48)
+    for canvas in (32, 256, 512):
+        kept = trim_rows(cfg, batch, canvas, tokenizer)
+        prompt = len(tokenizer.encode(batch.pairs[0][0], add_special_tokens=False).ids)
+        assert len(kept.pairs) == max(MIN_ROWS, min(48, cfg.canvas_tokens // (prompt + canvas)))
+    assert trim_rows(RECIPES["tiny-ar"], batch, 512, tokenizer) is batch  # no budget: the batch as drawn

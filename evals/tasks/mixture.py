@@ -85,10 +85,15 @@ SORT_CURRICULUM_PHASES = (
 SORT_CURRICULUM_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short128": 38, "sort-mid128": 30, "sort-long128": 24}
 
 
+# The long-canvas fine-tune (RECIPES["tiny-llada"]): arithmetic and infill on canvases of 32 to 512
+# positions, sort kept at a small share (the finding that it is not learned at this budget stands).
+LONG_CANVAS_WEIGHTS = {"arith": 0.3, "arith-ko": 0.3, "infill": 0.25, "sort": 0.15}
+
 MIXTURES = {  # the data schedules a recipe can name (`TrainConfig.mixture`), by seed
     "default": lambda seed: TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "sort-focus": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
                                                phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),)),
+    "long-canvas": lambda seed: TrainingMixture(TASKS, LONG_CANVAS_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "sort-curriculum": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_CURRICULUM_BATCH_SIZES,
                                                     seed=seed, phases=SORT_CURRICULUM_PHASES),
 }

@@ -28,6 +28,7 @@ def train_command(
     mixture: str = typer.Option(None, help="Data schedule from evals/tasks/mixture.py (default: the recipe's)."),
     restart: list[int] = typer.Option(None, "--restart", help="Step where the cosine starts again (repeatable)."),
     restart_lr: float = typer.Option(None, "--restart-lr", help="Peak learning rate after a restart (default: the recipe's)."),
+    init_from: str = typer.Option(None, "--init-from", help="Fine-tune from this checkpoint folder (default: the recipe's, under <state>)."),
     device: str = typer.Option("cpu", callback=options.device, help="Where to train: cpu, or cuda[:N] on a GPU host (same batches and masks)."),
 ) -> None:
     """Train a bundled tiny model on the generated task suite (train split only)."""
@@ -50,7 +51,7 @@ def train_command(
     console.print(f"torch threads: {threads} ({threads_from})", highlight=False)
     cfg = RECIPES[model]
     given = {"steps": steps, "seed": seed, "lr": lr, "mixture": mixture, "restarts": tuple(restart) if restart else None,
-             "restart_lr": restart_lr}
+             "restart_lr": restart_lr, "init_from": init_from}
     cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
     try:
         source = build_mixture(cfg.mixture, seed=cfg.seed)
@@ -65,8 +66,12 @@ def train_command(
         raise typer.Exit(2)
     state_dir = state_dir or default_state() / "train" / model
     console.print(f"training {model} for {cfg.steps} steps on {device} -> {out} (resumable state in {state_dir})")
-    _, state = train(cfg, source, build_char_tokenizer(alphabet()), out, state_dir, resume=resume, stop_after=stop_after,
-                     console=console, device=device)
+    try:
+        _, state = train(cfg, source, build_char_tokenizer(alphabet()), out, state_dir, resume=resume, stop_after=stop_after,
+                         console=console, device=device, init_base=default_state())
+    except FileNotFoundError as exc:
+        print_error(console, str(exc))
+        raise typer.Exit(2) from None
     console.print(f"done: {state.step} steps, {state.wall_seconds:.0f} s, final loss (EMA) {state.loss_ema:.4f}")
 
 
