@@ -28,6 +28,24 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
     return SamplerConfig(steps=gen_length // ratio, gen_length=gen_length, block_length=min(32, gen_length), temperature=0.0)
 
 
+# Decoding modes a card reports per generation length (ratio 1: the step budget is gen_length; the fast
+# modes commit as many positions per step as their rule allows and stop once the answer is final).
+MODE_SETTINGS: dict[str, dict[str, Any]] = {
+    "vanilla": {},
+    "threshold": {"parallel": "threshold", "parallel_threshold": 0.9},
+    "threshold+dual+exit": {"parallel": "threshold", "parallel_threshold": 0.9, "cache": "dual",
+                            "early_exit": "eos_decided"},
+    "dual+exit": {"cache": "dual", "early_exit": "eos_decided"},
+}
+
+
+def mode_config(mode: str, gen_length: int, ratio: int = 1) -> SamplerConfig:
+    """The vanilla config at `ratio` with the mode's fast-decoding settings on top."""
+    if mode not in MODE_SETTINGS:
+        raise ValueError(f"unknown decoding mode {mode!r}; known: {', '.join(MODE_SETTINGS)}")
+    return vanilla_config(gen_length, ratio).with_(**MODE_SETTINGS[mode])
+
+
 def band_accuracy(task, items, predictions: list[dict]) -> list[dict]:
     """Accuracy per answer-length band for a task that defines `bands` (sort), else []."""
     bands = getattr(task, "bands", None)
@@ -56,36 +74,49 @@ def bands_table(rows: list[dict]) -> str:
 
 def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: int = 0,
                       batch_size: int = 50, tasks: list[str] | None = None,
-                      gen_lengths: dict[str, int] | None = None) -> list[dict]:
-    """One row per (task, gen_length, ratio): accuracy per metric on `n` items of `split`."""
+                      gen_lengths: dict[str, int] | None = None, modes: list[str] | None = None) -> list[dict]:
+    """One row per (task, gen_length, mode, ratio): accuracy per metric on `n` items of `split`.
+
+    Vanilla is run at every ratio; the other `modes` (MODE_SETTINGS) at ratio 1. A causal model has
+    one row per task (greedy decoding reads none of these settings).
+    """
     rows = []
     for name in tasks or list(TASKS):
         task = TASKS[name]
         items = make_split(task, split, n, seed=seed)
         gen_length = (gen_lengths or {}).get(name, task.gen_length)
-        for ratio in ([1] if loaded.causal else ratios):
-            result = evaluate_items(loaded, items, vanilla_config(gen_length, ratio), batch_size)
+        runs = [("vanilla", 1)] if loaded.causal else [
+            *((mode, 1) for mode in modes or () if mode != "vanilla"),
+            *(("vanilla", r) for r in ratios if "vanilla" in (modes or ["vanilla"]))]
+        for mode, ratio in runs:
+            result = evaluate_items(loaded, items, mode_config(mode, gen_length, ratio), batch_size)
             rows.append({"task": name, "split": split, "n": n, "gen_length": gen_length, "ratio": ratio,
-                         "steps": gen_length // ratio, "accuracy": result["accuracy"], "seconds": round(result["seconds"], 1),
+                         "mode": mode, "steps": gen_length // ratio,
+                         "forwards_per_batch": round(result["nfe"] / -(-len(items) // batch_size), 1),
+                         "accuracy": result["accuracy"], "seconds": round(result["seconds"], 1),
                          "bands": band_accuracy(task, items, result["predictions"]),
                          "examples": result["predictions"][:3]})
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "examples"}), flush=True)
     return rows
 
 
-def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None, tuple[int, ...]]]:
-    """(tasks, n, gen_length override, ratios) per evaluation run that produced `rows`."""
+def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None, tuple[int, ...], tuple[str, ...]]]:
+    """(tasks, n, gen_length override, ratios, modes) per evaluation run that produced `rows`."""
     runs: dict[tuple[int, int | None], list[dict]] = {}
     for r in rows:
         override = r["gen_length"] if r["gen_length"] != TASKS[r["task"]].gen_length else None
         runs.setdefault((r["n"], override), []).append(r)
-    return [(tuple(dict.fromkeys(r["task"] for r in group)), n, override, tuple(sorted({r["ratio"] for r in group})))
+    return [(tuple(dict.fromkeys(r["task"] for r in group)), n, override,
+             tuple(sorted({r["ratio"] for r in group if r.get("mode", "vanilla") == "vanilla"})),
+             tuple(dict.fromkeys(r.get("mode", "vanilla") for r in group)))
             for (n, override), group in runs.items()]
 
 
 def reproduce_command(model: Path, group) -> str:
-    tasks, n, override, ratios = group
+    tasks, n, override, ratios, modes = group
     command = f"python -m evals.model_report {model} --split test --n {n} --tasks {','.join(tasks)} --ratios {','.join(map(str, ratios))}"
+    if modes != ("vanilla",):
+        command += f" --modes {','.join(modes)}"
     if override:
         command += "".join(f" --gen-length {t}={override}" for t in tasks)
     return command
@@ -98,6 +129,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--ratios", default="1,2,4,8")
     parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--modes", default="vanilla", help=f"decoding modes, of {', '.join(MODE_SETTINGS)}")
     parser.add_argument("--gen-length", action="append", default=[], help="task=length, e.g. sort=256")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N] on a GPU host")
@@ -124,14 +156,38 @@ def main() -> None:
 
     loaded = load(args.model, device=device)
     gen_lengths = {k: int(v) for k, v in (g.split("=") for g in args.gen_length)}
+    unknown = [m for m in args.modes.split(",") if m not in MODE_SETTINGS]
+    if unknown:
+        parser.error(f"--modes: unknown mode {unknown[0]!r}; known: {', '.join(MODE_SETTINGS)}")
     rows = steps_ratio_table(loaded, args.split, args.n, [int(r) for r in args.ratios.split(",")],
-                             tasks=args.tasks.split(","), gen_lengths=gen_lengths)
+                             tasks=args.tasks.split(","), gen_lengths=gen_lengths, modes=args.modes.split(","))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
 
 
+def modes_table(rows: list[dict]) -> str:
+    """Markdown: one line per (task, gen_length), one column per decoding mode (accuracy, forwards per batch)."""
+    modes = list(dict.fromkeys(r.get("mode", "vanilla") for r in rows if r["ratio"] == 1))
+    if modes == ["vanilla"] and len({r["gen_length"] for r in rows}) == 1:
+        return ""
+    metric_of = {r["task"]: next(iter(r["accuracy"])) for r in rows}
+    cells: dict[tuple[str, int], dict[str, dict]] = {}
+    for r in rows:
+        if r["ratio"] == 1:
+            cells.setdefault((r["task"], r["gen_length"]), {})[r.get("mode", "vanilla")] = r
+    lines = ["| task | gen_length | items | " + " | ".join(modes) + " |", "|" + "---|" * (3 + len(modes))]
+    for (task, gen_length), by_mode in sorted(cells.items(), key=lambda kv: (list(TASKS).index(kv[0][0]), kv[0][1])):
+        n = next(iter(by_mode.values()))["n"]
+        values = [f"{100 * by_mode[m]['accuracy'][metric_of[task]]:.1f}%"
+                  + (f" ({by_mode[m]['forwards_per_batch']:g} fwd)" if "forwards_per_batch" in by_mode[m] else "")
+                  if m in by_mode else "" for m in modes]
+        lines.append(f"| {task} | {gen_length} | {n} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
 def scores_table(rows: list[dict]) -> str:
-    """Markdown: one line per task, one column per steps ratio."""
+    """Markdown: one line per task, one column per steps ratio (vanilla decoding)."""
+    rows = [r for r in rows if r.get("mode", "vanilla") == "vanilla"]
     ratios = sorted({r["ratio"] for r in rows})
     head = "| task | gen_length | metric | " + " | ".join(f"steps = gen_length/{r}" if r > 1 else "steps = gen_length" for r in ratios) + " |"
     lines = [head, "|" + "---|" * (3 + len(ratios))]
@@ -172,7 +228,8 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
     model_id = recipe.get("model_id", folder.name)
     params = sum(v.numel() for v in load_checkpoint(folder).model.parameters())
     sha = sha256_of(folder / "model.safetensors")
-    best = {r["task"]: r["accuracy"] for r in rows if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length}
+    best = {r["task"]: r["accuracy"] for r in rows if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length
+            and r.get("mode", "vanilla") == "vanilla"}
     header = {
         "license": "Apache-2.0",
         "model_id": model_id,
@@ -237,6 +294,12 @@ Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
         body += """
 Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length / ratio).
 """
+    modes = modes_table(rows)
+    if modes:
+        body += ("\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls per batch of "
+                 "50 (fwd); every mode at steps = gen_length. Modes (`evals/model_report.py` MODE_SETTINGS): "
+                 + "; ".join(f"`{m}` {json.dumps(v) if v else 'as above'}" for m, v in MODE_SETTINGS.items()) + ".\n\n"
+                 + modes + "\n")
     bands = bands_table(rows)
     if bands:
         body += "\n### Sort by answer length\n\n" + bands + "\n"

@@ -87,3 +87,26 @@ def test_heldout_items_for_the_card_are_never_training_items():
     source = TrainingMixture(TASKS, {"sort": 1.0}, {"sort": 16})
     trained = {f"sort:{p.removeprefix('Sort: ')}" for s in range(20) for p, _ in source.batch(s).pairs}
     assert not test_keys & trained
+
+
+def test_modes_are_rows_of_their_own_and_a_table_per_generation_length(micro_model, tmp_path, monkeypatch):
+    from models import load
+
+    loaded = load(micro_model)
+    rows = model_report.steps_ratio_table(loaded, "test", 2, [1, 2], tasks=["arith"], gen_lengths={"arith": 64},
+                                          modes=["vanilla", "threshold+dual+exit"])
+    assert [(r["mode"], r["ratio"], r["gen_length"]) for r in rows] == [
+        ("threshold+dual+exit", 1, 64), ("vanilla", 1, 64), ("vanilla", 2, 64)]
+    fast, vanilla = rows[0], rows[1]
+    assert fast["forwards_per_batch"] <= vanilla["forwards_per_batch"] == 64  # vanilla: one call per step
+    table = model_report.modes_table(rows)
+    assert "| arith | 64 | 2 |" in table and "threshold+dual+exit" in table.splitlines()[0]
+    assert "(64 fwd)" in table
+    # the steps-ratio table keeps to vanilla rows, and the reproduce command names the modes
+    assert "threshold" not in model_report.scores_table(rows)
+    [group] = model_report.row_groups(rows)
+    assert model_report.reproduce_command("m", group) == (
+        "python -m evals.model_report m --split test --n 2 --tasks arith --ratios 1,2 "
+        "--modes threshold+dual+exit,vanilla --gen-length arith=64")
+    with pytest.raises(ValueError, match="unknown decoding mode 'nope'"):
+        model_report.mode_config("nope", 32)
