@@ -218,6 +218,17 @@ DIFFICULTY = """\
   problem is trained in either language (checked by tests/test_tasks.py)."""
 
 
+def reproduce_training(model_id: str, recipe: dict, training: dict) -> str:
+    """The `unmask train` commands that give these weights; a fine-tune names its base and the base's sha256."""
+    command = f"`unmask train --model {model_id} --threads 1`"
+    if not recipe.get("init_from"):
+        return command
+    base = f"{model_id}-base"
+    out = "" if recipe["init_from"] == f"trained/{base}" else f" --out <state>/{recipe['init_from']}"
+    return (f"`unmask train --model {base} --threads 1{out}` (the base, weights sha256 "
+            f"`{training.get('init_sha256', 'unrecorded')}`), then {command}, which fine-tunes from it")
+
+
 def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = None, notes: str = "",
                reproduce: list[str] | None = None) -> Path:
     """Write `folder/MODEL_CARD.md` from config.json's training record and the measured rows."""
@@ -279,7 +290,7 @@ Difficulty, deliberately easy for the two-core budget:
 - recipe (`models/training.py` RECIPES["{model_id}"]): `{json.dumps(recipe)}`
 - steps: {training.get('steps')}, wall time: {training.get('wall_seconds')} s on a two-core CPU
   (threads and run history in the notes below, where they matter), final training loss (EMA): {training.get('final_loss_ema')}
-- reproduce: `unmask train --model {model_id} --threads 1` (add `--stop-after N` / `--resume` to
+- reproduce: {reproduce_training(model_id, recipe, training)} (add `--stop-after N` / `--resume` to
   split the run across sessions)
 
 ## Held-out test scores
