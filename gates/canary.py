@@ -18,10 +18,28 @@ from typing import Any, ClassVar, Mapping, Protocol
 
 from gates.intervals import Z95, wilson_interval
 from gates.readable import milliseconds, percent, significant
-from gates.rollout_policy import MetricRange, RolloutPolicy
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 P95 = 0.95
+
+
+@dataclass(frozen=True)
+class MetricRange:
+    """One analysis metric and the range its value must lie in (`min` and/or `max`)."""
+
+    metric: str
+    min: float | None = None
+    max: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "min": self.min, "max": self.max}
+
+
+class AnalysisSettings(Protocol):
+    """What an analysis reads of a rollout policy (`gates.rollout_policy.RolloutPolicy`)."""
+
+    min_requests: int
+    analysis: tuple[MetricRange, ...]
 
 
 @dataclass(frozen=True)
@@ -293,7 +311,7 @@ METRICS: dict[str, type] = {m.name: m for m in (P95Latency, P95RatioVsBaseline, 
 
 
 # the analysis ----------------------------------------------------------------------------------------------
-def analyse(observations: list[Observation], candidate: str, baseline: str, policy: RolloutPolicy) -> CanaryAnalysis:
+def analyse(observations: list[Observation], candidate: str, baseline: str, policy: AnalysisSettings) -> CanaryAnalysis:
     """Judge one interval's requests against the policy's analysis; three-valued."""
     mine, theirs = split_arms(observations, candidate, baseline)
     arms = {candidate: mine.summary(), baseline: theirs.summary()}

@@ -27,24 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from checklists.yaml_file import read_yaml_file
+from gates.canary import METRICS, MetricRange
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
 
 
 class RolloutPolicyError(ValueError):
     """A rollout policy that cannot be used; the message names the file and key."""
-
-
-@dataclass(frozen=True)
-class MetricRange:
-    """One analysis metric and the range its value must lie in (`min` and/or `max`)."""
-
-    metric: str
-    min: float | None = None
-    max: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "min": self.min, "max": self.max}
 
 
 @dataclass(frozen=True)
@@ -76,8 +65,6 @@ def load_rollout_policy(path: str | Path) -> RolloutPolicy:
 
 def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     """Validate a rollout policy given as plain data (the value of the `rollout` key)."""
-    from gates.canary import METRICS  # the metric registry sits beside the analysis
-
     where = f"{source}: rollout"
     if not isinstance(data, dict):
         raise RolloutPolicyError(f"{where}: expected a mapping, got {type(data).__name__}")

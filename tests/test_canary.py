@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gates.canary import FAIL, INCONCLUSIVE, METRICS, PASS, CanaryAnalysis, Observation, analyse, split_arms
-from gates.rollout_policy import MetricRange, RolloutPolicyError, load_rollout_policy, parse_rollout_policy
+from gates.canary import FAIL, INCONCLUSIVE, METRICS, PASS, CanaryAnalysis, MetricRange, Observation, analyse, split_arms
+from gates.rollout_policy import RolloutPolicyError, load_rollout_policy, parse_rollout_policy
 
 CANDIDATE, BASELINE = "staging", "production"
 POLICY = {"steps": [5, 25, 50, 100], "interval_s": 2, "min_requests": 10, "failure_limit": 1,
