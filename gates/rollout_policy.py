@@ -52,6 +52,14 @@ class RolloutPolicy:
                 "analysis": [m.to_dict() for m in self.analysis], "failure_limit": self.failure_limit,
                 "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RolloutPolicy":
+        """Back from `to_dict()` (a rollout's state file keeps the policy it started with), validated again."""
+        plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive")}
+        plain["analysis"] = {m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None}
+                             for m in data["analysis"]}
+        return parse_rollout_policy(plain, data.get("source", "<memory>"))
+
 
 def load_rollout_policy(path: str | Path) -> RolloutPolicy:
     """The `rollout:` key of a serving policy file, validated."""
@@ -124,3 +132,33 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+ADVANCE, COMPLETE, REPEAT, ROLLBACK, PAUSE = "advance", "complete", "repeat", "rollback", "pause"
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """What a rollout does after a step's analysis: advance, complete (promote), repeat the step (a failure
+    under the limit), roll back, or pause for a human."""
+
+    action: str
+    failures: int  # failed analyses so far, this one included
+    reason: str
+
+
+def decide_step(verdict: str, step_index: int, failures: int, policy: RolloutPolicy) -> StepDecision:
+    """The rollout's next move after a step's verdict (pass / fail / inconclusive)."""
+    if verdict == "inconclusive" and policy.inconclusive == "fail":
+        verdict = "fail"
+    elif verdict == "inconclusive":
+        return StepDecision(PAUSE, failures, "the analysis is inconclusive: the rollout waits for a human")
+    if verdict == "pass":
+        last = step_index >= len(policy.steps) - 1
+        return StepDecision(COMPLETE if last else ADVANCE, failures,
+                            "the last step passed" if last else f"step {step_index + 1} passed")
+    failures += 1
+    if failures >= policy.failure_limit:
+        return StepDecision(ROLLBACK, failures, f"{failures} failed analyses reach the failure limit "
+                                                f"{policy.failure_limit}")
+    return StepDecision(REPEAT, failures, f"{failures} failed analyses, under the failure limit {policy.failure_limit}")

@@ -139,8 +139,17 @@ def _record(run: Any) -> RolloutRecord:
                          reason=t.get(_tag("reason"), ""))
 
 
+def _experiment_exists(registry: Registry) -> bool:
+    """Whether any rollout was ever recorded (readers do not create the experiment as a side effect)."""
+    if ROLLOUTS_EXPERIMENT in registry._experiments:
+        return True
+    return registry.client.get_experiment_by_name(ROLLOUTS_EXPERIMENT) is not None
+
+
 def rollouts(registry: Registry, model: str | None = None, version: str | None = None) -> list[RolloutRecord]:
     """Every rollout (of `model`, of its `version`), oldest first."""
+    if not _experiment_exists(registry):
+        return []
     filters = [f"tags.`{model_tag('kind')}` = 'rollout'"]
     if model:
         filters.append(f"tags.`{model_tag('model')}` = {filter_literal(model, 'model')}")
@@ -150,6 +159,8 @@ def rollouts(registry: Registry, model: str | None = None, version: str | None =
 
 
 def rollout(registry: Registry, rollout_id: str) -> RolloutRecord | None:
+    if not _experiment_exists(registry):
+        return None
     found = list(registry.search_runs(ROLLOUTS_EXPERIMENT, f"tags.`{model_tag('kind')}` = 'rollout' and "
                                                            f"tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}"))
     return _record(found[-1]) if found else None
@@ -158,6 +169,8 @@ def rollout(registry: Registry, rollout_id: str) -> RolloutRecord | None:
 def analyses(registry: Registry, rollout_id: str) -> list[AnalysisRecord]:
     """The analyses of one rollout in the order they were made; an `analysis.json` that no longer matches its
     sha256 raises EvidenceTampered."""
+    if not _experiment_exists(registry):
+        return []
     filters = (f"tags.`{model_tag('kind')}` = 'rollout_analysis' and "
                f"tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}")
     found = []

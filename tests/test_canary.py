@@ -163,3 +163,65 @@ def test_rollout_evidence_round_trips_through_mlflow_and_a_forged_analysis_is_re
     reg.client.log_text(child, '{"verdict": "pass", "forged": true}', "analysis.json")
     with pytest.raises(EvidenceTampered):
         analyses(reg, "r1")
+
+
+# the canary gate kind (gates/evaluate.py) ---------------------------------------------------------------
+def _canary_gate(canary: list[dict], min_weight: int = 100):
+    from dataclasses import replace
+
+    from gate_fixtures import evidence
+    from gates.evaluate import evaluate_gates
+    from gates.policy import parse_policy
+
+    gates = {"canary": {"min_weight": min_weight}}
+    stage = {"operating_point": {"task": "arith", "gen_length": 32}, "gates": gates,
+             "scoring": {"weights": {"quality": 1}}}
+    policy = parse_policy({"stages": {"poc": stage, "staging": stage, "production": stage}})
+    [result] = evaluate_gates(replace(evidence("tiny-llada"), canary=canary), policy, "production")
+    return result
+
+
+def test_the_canary_gate_needs_a_rollout_that_passed_up_to_its_weight():
+    none = _canary_gate([])
+    assert none.inconclusive and "unmask rollout start tiny-llada --route ROUTE --to production" in none.settle
+    steps = [{"weight": 5, "verdict": "pass", "run_id": "a"}, {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
+             {"weight": 50, "verdict": "pass", "run_id": "c"}, {"weight": 100, "verdict": "pass", "run_id": "d"}]
+    done = _canary_gate([{"id": "r1", "status": "running", "analyses": steps}])
+    assert done.passed and done.evidence["rollout"] == "r1" and done.evidence["canary_runs"] == ["a", "b", "c", "d"]
+    halfway = _canary_gate([{"id": "r2", "status": "paused", "analyses": steps[:3]}])
+    assert halfway.inconclusive and "50% passed, 100% needed" in halfway.reason
+    assert _canary_gate([{"id": "r2", "status": "paused", "analyses": steps[:3]}], min_weight=50).passed
+    failed = [{"weight": 5, "verdict": "fail", "run_id": "x"}, {"weight": 100, "verdict": "pass", "run_id": "y"}]
+    gone = _canary_gate([{"id": "r3", "status": "rolled_back", "analyses": failed}])
+    assert gone.verdict == "fail" and "rolled_back" in gone.reason
+    # a failed analysis on the way disqualifies even a rollout that went on
+    assert _canary_gate([{"id": "r4", "status": "running", "analyses": failed}]).inconclusive
+
+
+@pytest.mark.parametrize("weight", [0, 101])
+def test_a_canary_gate_weight_outside_1_to_100_is_refused_by_key(weight):
+    from gates.policy import PolicyError
+
+    with pytest.raises(PolicyError, match=r"gates.canary.min_weight"):
+        _canary_gate([], min_weight=weight)
+
+
+def test_rollout_start_refuses_in_one_line_with_exit_2(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fuzz_fixtures import unmask_app
+    from gate_fixtures import fresh_registry, register_pair
+
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    register_pair(reg)
+    runner = CliRunner()
+    refused = runner.invoke(unmask_app(), ["rollout", "start", "tiny-llada", "--route", "default"])
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.strip() == ("error: rollout of tiny-llada to production on route default refused: "
+                                      "tiny-llada holds no `staging` version: promote it to staging first")
+    unknown = runner.invoke(unmask_app(), ["rollout", "start", "tiny-llada", "--route", "nope"])
+    assert unknown.exit_code == 2 and "no route 'nope'" in unknown.output and len(unknown.output.splitlines()) == 1
+    missing = runner.invoke(unmask_app(), ["rollout", "resume", "r-none"])
+    assert missing.exit_code == 2 and "no such rollout" in missing.output
