@@ -225,3 +225,35 @@ def test_rollout_start_refuses_in_one_line_with_exit_2(tmp_path, monkeypatch):
     assert unknown.exit_code == 2 and "no route 'nope'" in unknown.output and len(unknown.output.splitlines()) == 1
     missing = runner.invoke(unmask_app(), ["rollout", "resume", "r-none"])
     assert missing.exit_code == 2 and "no such rollout" in missing.output
+
+
+def test_the_route_table_follows_the_weights_overlay_and_ignores_a_bad_entry(tmp_path):
+    import yaml
+
+    from flows.rollout_state import read_weights, set_route_weights, weights_path
+    from gates.serving_policy import RequestFacts
+    from serving.metrics import ServingMetrics
+    from serving.routing import RouteTable
+
+    path = tmp_path / "serving.yaml"
+    path.write_text(yaml.safe_dump({"default": {"split": {"fallback": 100}}}))
+    table = RouteTable(path, ["staging", "fallback"], ServingMetrics(), overlay_path=weights_path())
+    facts = RequestFacts("/v1/completions")
+
+    def arms() -> set[str]:
+        return {table.decide("auto", facts, f"user-{i}", "user").arm.name for i in range(200)}
+
+    assert arms() == {"fallback"}
+    set_route_weights("default", {"staging": 50, "fallback": 50})
+    table.refresh()
+    assert arms() == {"staging", "fallback"}
+    set_route_weights("default", {"staging": 100, "fallback": 0})
+    table.refresh()
+    assert arms() == {"staging"}
+    weights_path().write_text('{"routes": {"default": {"canary": 100}}}')  # an arm not served here
+    table.refresh()
+    assert arms() == {"fallback"} and table.overlay == {}
+    set_route_weights("default", None)
+    assert read_weights() == {}
+    with pytest.raises(ValueError, match="do not sum to 100"):
+        set_route_weights("default", {"staging": 50})
