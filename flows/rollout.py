@@ -73,6 +73,7 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     from gates.serving_policy import load_serving_policy
     from registry import Registry, judge, stage_holder
     from registry import audit
+    from registry.approvals import duties_for, open_request
     from registry.identity import actor_for
     from registry.rollouts import start_rollout_run
     from registry.store import FALLBACK_ALIAS, now_iso
@@ -97,12 +98,14 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     if holder == (model, version):
         raise RolloutRefused(action, [f"{model} v{version} already holds {stage}"])
     policy = load_policy(gates_policy)
-    decision = judge(registry, model, version, stage, policy, record=False)
+    actor = actor_for(registry.tracking_uri, None)
+    # judged as the promotion at 100% will be: with the open request, and whoever starts the rollout as its mover
+    duties = duties_for(registry, model, version, stage, open_request(registry, model, version, stage), actor.name)
+    decision = judge(registry, model, version, stage, policy, record=False, duties=duties)
     problems = start_problems(decision, canary_gates(policy, stage))
     if problems:
         raise RolloutRefused(action, problems)
     baseline = stage if holder else FALLBACK_ALIAS
-    actor = actor_for(registry.tracking_uri, None)
     rollout_id = f"{slug(route)}-{uuid.uuid4().hex[:8]}"
     run_id = start_rollout_run(registry, rollout_id, model, version, route, stage, candidate, baseline,
                                rollout_policy.to_dict())

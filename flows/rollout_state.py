@@ -87,6 +87,8 @@ def request_rows(folder: Path | None = None, since: str | None = None) -> list[d
     start = datetime.fromisoformat(since) if since else None
     rows = []
     for path in sorted(folder.glob("requests-*.parquet")):
+        if start is not None and path.stat().st_mtime < start.timestamp():
+            continue  # written (renamed into place) after its last row: every row in it is older
         for row in pq.read_table(path).to_pylist():
             if start is None or (row.get("time") and datetime.fromisoformat(row["time"]) >= start):
                 rows.append(row)
