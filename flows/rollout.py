@@ -158,7 +158,9 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
     state.analyses.append({"step": state.step_index, "weight": state.weight, "verdict": analysis["verdict"],
                            "reason": analysis["reason"], "run_id": run_id, "since": since, "until": until,
-                           "arms": analysis["arms"]})
+                           "arms": analysis["arms"],
+                           "metrics": [{k: m[k] for k in ("metric", "verdict", "value", "reason")}
+                                       for m in analysis["metrics"]]})
     state.event("analysis", step=state.step_index, weight=state.weight, verdict=analysis["verdict"], run_id=run_id)
     create_markdown_artifact(_analysis_markdown(state, analysis), key=f"rollout-{slug(rollout_id)}",
                              description=f"rollout {rollout_id}: step {state.step_index + 1} at {state.weight}%")

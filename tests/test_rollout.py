@@ -160,6 +160,10 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     [entry] = audit.events(reg, event="rollout_rollback")
     assert entry.evidence["rollout"] == state.id and entry.evidence["analysis"]["verdict"] == "fail"
     assert "p95_latency_s" in entry.comment and audit.verify(reg).ok
+    from registry.views import regression_findings
+
+    finding = regression_findings(reg).iloc[0]  # a finding, beside the nightly's
+    assert finding["failed_gates"] == ["p95_latency_s"] and state.id in finding["action"]
     [record] = [r for r in rollouts(reg, "tiny-llada") if r.id == state.id]
     assert record.status == "rolled_back"
     assert [a.verdict for a in analyses(reg, state.id)] == ["fail"]
@@ -179,6 +183,12 @@ def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_h
     paused = load_state(state.id)
     assert paused.status == "paused" and paused.step_index == 0 and stage_holder(reg, "production") is None
     assert read_weights()["default"] == {"staging": 50, "fallback": 50}  # nothing moved: the step holds
+    from typer.testing import CliRunner
+
+    from fuzz_fixtures import unmask_app
+
+    shown = CliRunner().invoke(unmask_app(), ["rollout", "status", state.id], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and state.id in shown.output and "paused" in shown.output and "1/2" in shown.output
     from flows.rollout import RolloutRefused
 
     with pytest.raises(RolloutRefused, match="one rollout per route"):
