@@ -211,7 +211,9 @@ def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_h
 def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_home):
     stack = stack_home
     from flows.rollout import prepare_resume, rollout_flow
-    from flows.rollout_state import load_state, read_weights, rollouts_dir
+    from datetime import datetime, timezone
+
+    from flows.rollout_state import load_state, read_weights, request_rows, rollouts_dir
     from gates.evaluate import evaluate_gates
     from gates import load_policy
     from registry import audit, load_evidence, recover, stage_holder
@@ -248,11 +250,26 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
     assert killed.status == "running" and killed.step_index == 0 and killed.weight == 50
     assert read_weights()["default"] == {"staging": 50, "fallback": 50}
     assert recover(reg, "production") == []  # no alias half-moved
-    with Load(stack["server"].base_url) as load:  # the load comes back with the controller
+    # the load comes back with the controller: `unmask loadtest --url` (one user per prompt), as docs/rollout.md
+    report = stack["root"] / "loadtest.json"
+    loadtest = subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", "loadtest", "--url",
+         stack["server"].base_url + "/v1", "--model", "auto", "--concurrency", "2", "--requests", "300",
+         "--duration", "40", "--max-tokens", "8", "--no-stream", "--no-log", "--json", str(report)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        since = datetime.now(timezone.utc).isoformat()
+        deadline = time.monotonic() + 120
+        while not request_rows(since=since) and time.monotonic() < deadline and loadtest.poll() is None:
+            time.sleep(0.5)  # its first answers are logged: the load is on
         prepare_resume(rollout_id)
         outcome = rollout_flow(rollout_id, flush_grace_s=2.5)
+    finally:
+        output = loadtest.communicate(timeout=180)[0]
     assert outcome["status"] == "completed", outcome
-    assert load.failed == 0
+    assert loadtest.returncode == 0, output
+    records = json.loads(report.read_text())["records"]
+    assert records and all(r["error_rate"] == 0 for r in records)  # no client saw an error
     done = load_state(rollout_id)
     assert [a["weight"] for a in done.analyses] == [50, 100] and all(a["verdict"] == "pass" for a in done.analyses)
     assert stage_holder(reg, "production") == ("tiny-llada", v)
