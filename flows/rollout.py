@@ -361,5 +361,9 @@ def abort_rollout(rollout_id: str, comment: str = "", tracking_uri: str | None =
         with lock:
             return roll_back.fn(rollout_id, f"aborted{': ' + comment if comment else ''}",
                                 resolve_tracking_uri(tracking_uri), event="rollout_abort")
+    except Timeout:
+        raise RolloutRefused(f"abort of rollout {rollout_id}", [
+            f"its controller did not stop within {wait_s:g} s; the candidate's weight is 0 already, run the abort "
+            "again to record it"]) from None
     finally:
         marker.unlink(missing_ok=True)

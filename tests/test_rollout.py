@@ -208,6 +208,25 @@ def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_h
     assert entry.who == current_actor(reg.tracking_uri).name
 
 
+def test_abort_stops_a_running_controller_in_its_interval(stack_home):
+    from flows.rollout import abort_rollout, rollout_flow
+    from flows.rollout_state import load_state, read_weights
+
+    stack = stack_home
+    state = start(stack, "long", STEPS_OK | {"interval_s": 120})
+    outcome = {}
+    controller = threading.Thread(target=lambda: outcome.update(rollout_flow(state.id, flush_grace_s=0.5)))
+    controller.start()
+    deadline = time.monotonic() + 60
+    while load_state(state.id).weight != 50 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    result = abort_rollout(state.id, "changed our mind", wait_s=60)  # less than the interval: refused if it waited
+    controller.join(60)
+    assert not controller.is_alive() and not load_state(state.id).analyses  # it stopped inside its interval
+    assert outcome["status"] == "aborting" and result["status"] == "aborted"
+    assert load_state(state.id).status == "aborted" and read_weights()["default"] == {"staging": 0, "fallback": 100}
+
+
 def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_home):
     stack = stack_home
     from flows.rollout import prepare_resume, rollout_flow
