@@ -54,6 +54,7 @@ class Observation:
     shadow: bool = False  # a shadow copy: answered by the arm, never returned to the client
     agrees: bool | None = None  # for shadowed or probe answers: equal to the baseline's (None: not compared)
     retried: bool = False  # the arm failed and the fallback answered instead
+    retry_of: str = ""  # on the fallback's answer to a retried request: the arm that failed (its row counts there)
     time: str = ""
 
     @property
@@ -72,7 +73,7 @@ class Observation:
                    status=int(row.get("status") or 0), latency_s=None if latency is None else float(latency),
                    decode_failure=flag("decode_failure"), shadow=flag("shadow"),
                    agrees=None if agrees is None else bool(agrees), retried=flag("retried"),
-                   time=str(row.get("time") or ""))
+                   retry_of=str(row.get("retry_of") or ""), time=str(row.get("time") or ""))
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ class ArmSample:
 
 
 def split_arms(observations: list[Observation], candidate: str, baseline: str) -> tuple[ArmSample, ArmSample]:
-    def sample(arm: str) -> ArmSample:
-        return ArmSample(arm, tuple(o for o in observations if o.arm == arm and not o.shadow),
+    def sample(arm: str) -> ArmSample:  # a retry's answer belongs to the failed attempt's arm, counted there
+        return ArmSample(arm, tuple(o for o in observations if o.arm == arm and not o.shadow and not o.retry_of),
                          tuple(o for o in observations if o.arm == arm and o.shadow))
 
     return sample(candidate), sample(baseline)

@@ -68,7 +68,7 @@ def facts_of(request: Request, user: str | None, metadata: dict[str, str] | None
 class RouteTable:
     """The serving policy in force, re-read from its file when the file changes."""
 
-    def __init__(self, path: Path, served: list[str], metrics: Any, overlay_path: Path | None = None):
+    def __init__(self, path: Path, served: list[str], metrics: Any, weights_path: Path | None = None):
         from models.state import state_dir
 
         self.path, self.served, self.metrics = Path(path), list(served), metrics
@@ -76,7 +76,7 @@ class RouteTable:
         self._stamp = self._stat()
         self.last_error: str | None = None
         # a rollout's live weights (flows/rollout_state.py), used instead of a route's split while present
-        self.overlay_path = Path(overlay_path or state_dir(create=False) / "rollouts" / "weights.json")
+        self.overlay_path = Path(weights_path or state_dir(create=False) / "rollouts" / "weights.json")
         self.overlay: dict[str, tuple[tuple[str, int], ...]] = {}
         self.refresh_overlay()
 

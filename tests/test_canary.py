@@ -53,10 +53,12 @@ def test_every_metric_passes_fails_and_says_when_it_cannot_judge(name):
 
 def test_a_retried_candidate_failure_is_the_candidates_error():
     policy = parse_rollout_policy(POLICY | {"analysis": {"error_rate": {"max": 0.1}}})
-    rows = observations(CANDIDATE, 15) + observations(CANDIDATE, 5, retried=True) + observations(BASELINE, 20)
+    rows = (observations(CANDIDATE, 15) + observations(CANDIDATE, 5, retried=True, status=503)
+            + observations(BASELINE, 5, retry_of=CANDIDATE) + observations(BASELINE, 20))  # the retries' answers
     result = analyse(rows, CANDIDATE, BASELINE, policy)
     assert result.verdict == FAIL and "5/20" in result.reason
     assert result.arms[CANDIDATE]["error_rate"] == 0.25 and result.arms[BASELINE]["error_rate"] == 0.0
+    assert result.arms[BASELINE]["requests"] == 20  # the fallback's own traffic only
 
 
 def test_too_few_requests_is_inconclusive_and_names_the_count():
@@ -94,6 +96,7 @@ def test_observations_read_request_log_rows_with_missing_columns():
     assert Observation.from_row(row) == Observation("staging", "2", 200, 0.5, time="t")
     retried = Observation.from_row(row | {"retried": True, "agrees": False, "decode_failure": None})
     assert retried.error and retried.agrees is False and not retried.decode_failure
+    assert Observation.from_row(row | {"arm": "fallback", "retry_of": "staging"}).retry_of == "staging"
 
 
 @pytest.mark.parametrize("change, named", [
@@ -227,7 +230,7 @@ def test_rollout_start_refuses_in_one_line_with_exit_2(tmp_path, monkeypatch):
     assert missing.exit_code == 2 and "no such rollout" in missing.output
 
 
-def test_the_route_table_follows_the_weights_overlay_and_ignores_a_bad_entry(tmp_path):
+def test_the_route_table_follows_the_weights_overlay_the_controller_writes(tmp_path):
     import yaml
 
     from flows.rollout_state import read_weights, set_route_weights, weights_path
@@ -237,7 +240,7 @@ def test_the_route_table_follows_the_weights_overlay_and_ignores_a_bad_entry(tmp
 
     path = tmp_path / "serving.yaml"
     path.write_text(yaml.safe_dump({"default": {"split": {"fallback": 100}}}))
-    table = RouteTable(path, ["staging", "fallback"], ServingMetrics(), overlay_path=weights_path())
+    table = RouteTable(path, ["staging", "fallback"], ServingMetrics(), weights_path=weights_path())
     facts = RequestFacts("/v1/completions")
 
     def arms() -> set[str]:
@@ -250,10 +253,8 @@ def test_the_route_table_follows_the_weights_overlay_and_ignores_a_bad_entry(tmp
     set_route_weights("default", {"staging": 100, "fallback": 0})
     table.refresh()
     assert arms() == {"staging"}
-    weights_path().write_text('{"routes": {"default": {"canary": 100}}}')  # an arm not served here
+    set_route_weights("default", None)  # out of the overlay: the route's own split again
     table.refresh()
-    assert arms() == {"fallback"} and table.overlay == {}
-    set_route_weights("default", None)
-    assert read_weights() == {}
+    assert arms() == {"fallback"} and read_weights() == {}
     with pytest.raises(ValueError, match="do not sum to 100"):
         set_route_weights("default", {"staging": 50})
