@@ -23,7 +23,7 @@ def _drive(rollout_id: str, flush_grace_s: float) -> None:
 
     outcome = rollout_flow(rollout_id, flush_grace_s=flush_grace_s)
     typer.echo(outcome["message"])
-    if outcome["status"] not in ("completed", "paused", "rolled_back", "aborting", "aborted"):
+    if outcome["status"] not in ("completed", "paused", "aborting", "aborted"):  # rolled back, or driven elsewhere
         raise typer.Exit(1)
 
 
