@@ -147,7 +147,7 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     from registry.rollouts import analyses, rollouts
 
     reg = stack["reg"]
-    breach = STEPS_OK | {"analysis": {"p95_latency_s": {"max": 0.0001}}}  # no answer is that fast: a sure breach
+    breach = STEPS_OK | {"interval_s": 4, "analysis": {"p95_latency_s": {"max": 0.0001}}}  # no answer is that fast
     state = start(stack, "breach", breach)
     with Load(stack["server"].base_url) as load:
         outcome = rollout_flow(state.id, flush_grace_s=2.5)
