@@ -16,6 +16,7 @@ the cell is measured non-streamed with TTFB equal to latency (`streamed: false` 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -202,7 +203,8 @@ def client_for(spec: LoadSpec):
 
 
 def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model}
+    # one user per prompt: a server's sticky traffic split (routes, rollouts) spreads the load over its arms
+    body: dict[str, Any] = {"model": model, "user": f"loadtest-{hashlib.sha256(prompt.encode()).hexdigest()[:12]}"}
     if spec.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:

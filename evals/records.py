@@ -133,6 +133,9 @@ class CandidateEvidence:
     failures: list[str] = field(default_factory=list)  # a model that failed to load or decode, in words
     # measured through a server (`unmask loadtest`), logged against this version; the serving gate reads them
     serving: list["ServingRecord"] = field(default_factory=list)
+    # the version's rollouts (registry.rollouts.canary_evidence): {id, status, analyses: [{weight, verdict}]}; the
+    # canary gate reads them
+    canary: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

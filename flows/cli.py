@@ -106,6 +106,7 @@ COMMAND_MODULES = [
     "flows.commands.serve",
     "flows.commands.loadtest",
     "flows.commands.report",
+    "flows.commands.rollout",
 ]
 
 

@@ -391,10 +391,43 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
                    f"at concurrency {level} ({record.requests} requests): {words}", **cite)
 
 
+def _gate_canary(ctx: _Context, spec: GateSpec) -> GateResult:
+    """A rollout of this version reached `min_weight` with every analysis on the way passed (none failed)."""
+    need = spec.params["min_weight"]
+    name, stage = ctx.evidence.candidate, ctx.stage.stage
+    settle = f"run unmask rollout start {name} --route ROUTE --to {stage}"
+    rollouts = list(ctx.evidence.canary)
+    if not rollouts:
+        return _missing_evidence(ctx, spec, need, f"no rollout of {name} yet", settle)
+    for rollout in rollouts:
+        if rollout.get("status") in ("rolled_back", "aborted"):
+            continue
+        seen = []
+        for analysis in rollout.get("analyses", []):
+            if analysis.get("verdict") == FAIL:
+                break
+            seen.append(analysis)
+            if analysis.get("verdict") == PASS and analysis.get("weight", 0) >= need:
+                passed = sum(a.get("verdict") == PASS for a in seen)
+                return _result(ctx, spec, True, analysis["weight"], need,
+                               f"rollout {rollout['id']} passed its canary analysis at {analysis['weight']}% "
+                               f"(>= {need}%), {passed} analyses passed on the way", rollout=rollout["id"],
+                               canary_runs=[a.get("run_id") for a in seen])
+    last = rollouts[-1]
+    reached = max((a.get("weight", 0) for a in last.get("analyses", []) if a.get("verdict") == PASS), default=0)
+    if last.get("status") in ("rolled_back", "aborted"):
+        return _result(ctx, spec, False, reached, need, f"rollout {last['id']} of {name} was {last['status']} "
+                       f"(passed up to {reached}%, {need}% needed)", rollout=last["id"])
+    return _inconclusive(ctx, spec, reached, need, f"rollout {last['id']} of {name} is {last.get('status')} at "
+                         f"{reached}% passed, {need}% needed", f"let rollout {last['id']} reach {need}% "
+                         f"(unmask rollout status {last['id']})", rollout=last["id"])
+
+
 GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
     "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
     "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
     "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity, "serving": _gate_serving,
+    "canary": _gate_canary,
 }
 
 

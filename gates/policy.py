@@ -147,6 +147,7 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "tooling_maturity": {"checklist_item": ((str,), True)},
     "serving": {"concurrency": ((int,), True), "p95_s_max": (_NUM, False), "error_rate_max": (_NUM, False),
                 "throughput_vs_fallback_min": (_NUM, False)},
+    "canary": {"min_weight": ((int,), True)},
 }
 SERVING_LIMITS = ("p95_s_max", "error_rate_max", "throughput_vs_fallback_min")
 QUALITY_METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible")
@@ -245,6 +246,8 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
             raise PolicyError(f"{where}.concurrency: expected requests in flight (>= 1), got {spec['concurrency']!r}")
         if not any(k in spec for k in SERVING_LIMITS):
             raise PolicyError(f"{where}: a serving gate needs at least one of {', '.join(SERVING_LIMITS)}")
+    elif kind == "canary" and not 1 <= spec["min_weight"] <= 100:
+        raise PolicyError(f"{where}.min_weight: expected a traffic weight in 1..100, got {spec['min_weight']!r}")
     for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate") + SERVING_LIMITS:
         if key in spec and spec[key] < 0:
             raise PolicyError(f"{where}.{key}: expected a non-negative number, got {spec[key]!r}")

@@ -230,9 +230,9 @@ def parse_serving_policy(data: Any, source: str = "<memory>") -> ServingPolicy:
     """Validate a serving policy given as plain data (what `yaml.safe_load` returns)."""
     if not isinstance(data, dict):
         raise ServingPolicyError(f"{source}: expected a mapping with 'routes' and 'default' at the top")
-    unknown = sorted(set(data) - {"routes", DEFAULT})
+    unknown = sorted(set(data) - {"routes", DEFAULT, "rollout"})  # rollout: gates/rollout_policy.py reads it
     if unknown:
-        raise ServingPolicyError(f"{source}: {unknown[0]}: unknown key; expected routes, default")
+        raise ServingPolicyError(f"{source}: {unknown[0]}: unknown key; expected routes, default, rollout")
     if DEFAULT not in data:
         raise ServingPolicyError(f"{source}: default: missing; unmatched traffic needs a route")
     routes_data = data.get("routes") or {}

@@ -38,7 +38,9 @@ EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_re
           "integrity_finding",
           # governance (registry/approvals.py, registry/identity.py): each decision on an approval, and refusals
           "promotion_request", "approval_refused", "approval_consumed", "approval_expired", "approval_void", "decline",
-          "identity_refused", "signoff_refused", "emergency_rollback")
+          "identity_refused", "signoff_refused", "emergency_rollback",
+          # rollouts (flows/rollout.py): a canary started, rolled back by its analysis, aborted by a person
+          "rollout_start", "rollout_rollback", "rollout_abort")
 MOVE = "alias_move"
 
 

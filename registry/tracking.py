@@ -32,6 +32,7 @@ from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNV
                                 verify_artifact)
 from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
+from registry.rollouts import canary_evidence
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
 METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
@@ -240,7 +241,8 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
     evidence = _evidence_from(summary, records)
     # what `unmask loadtest` measured of these weights, by concurrency
-    evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None))
+    evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None),
+                       canary=canary_evidence(registry, model, version))  # what its rollouts showed live
     return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 

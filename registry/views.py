@@ -178,7 +178,8 @@ FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates
 
 
 def regression_findings(registry: Registry) -> pd.DataFrame:
-    """The nightly flow's regression findings, newest first (FINDING_COLUMNS), with the rollback each led to."""
+    """The nightly flow's regression findings and the rollouts rolled back by their canary analysis, newest first
+    (FINDING_COLUMNS), with the rollback each led to."""
     events = audit.events(registry, event="gate_evaluation")
     moves = [e for e in audit.events(registry, event=audit.MOVE) if e.evidence.get("kind") == "rollback"]
     rows = []
@@ -190,6 +191,12 @@ def regression_findings(registry: Registry) -> pd.DataFrame:
         action = f"rolled back {rollback.from_ref} -> {rollback.to_ref}" if rollback else "no rollback"
         rows.append({"when": e.when, "model": e.model, "version": e.version, "stage": e.stage, "finding": e.comment,
                      "failed_gates": failed, "action": action, "audit_run_id": e.run_id})
+    for e in audit.events(registry, event="rollout_rollback"):  # a canary that failed its analysis live
+        failed = [m.get("metric", "") for m in (e.evidence.get("analysis") or {}).get("metrics", [])
+                  if m.get("verdict") == "fail"] if isinstance(e.evidence.get("analysis"), dict) else []
+        rows.append({"when": e.when, "model": e.model, "version": e.version, "stage": e.stage, "finding": e.comment,
+                     "failed_gates": failed, "action": f"rollout {e.evidence.get('rollout', '')} rolled back; "
+                     f"{e.stage} stays with {e.to_ref or 'nobody'}", "audit_run_id": e.run_id})
     frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     return frame.sort_values("when", ascending=False).reset_index(drop=True)
 

@@ -13,6 +13,7 @@ upstream OpenAI-compatible endpoint is a later implementation of the same `Arm` 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ from typing import Any, Protocol
 
 from fastapi import Request
 
-from gates.serving_policy import (AUTO, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError,
-                                  load_serving_policy)
+from gates.serving_policy import (AUTO, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError, bucket,
+                                  load_serving_policy, pick_arm)
 
 log = logging.getLogger("unmask.serve")
 
@@ -67,11 +68,35 @@ def facts_of(request: Request, user: str | None, metadata: dict[str, str] | None
 class RouteTable:
     """The serving policy in force, re-read from its file when the file changes."""
 
-    def __init__(self, path: Path, served: list[str], metrics: Any):
+    def __init__(self, path: Path, served: list[str], metrics: Any, weights_path: Path | None = None):
+        from models.state import state_dir
+
         self.path, self.served, self.metrics = Path(path), list(served), metrics
         self.policy = self._load()  # a bad file at start is the caller's error (the CLI exits 2)
         self._stamp = self._stat()
         self.last_error: str | None = None
+        # a rollout's live weights (flows/rollout_state.py), used instead of a route's split while present
+        self.overlay_path = Path(weights_path or state_dir(create=False) / "rollouts" / "weights.json")
+        self.overlay: dict[str, tuple[tuple[str, int], ...]] = {}
+        self.refresh_overlay()
+
+    def refresh_overlay(self) -> None:
+        """Re-read the weights overlay; an entry that is not whole (weights summing to 100 over served arms) is
+        ignored, and the route keeps its split."""
+        try:
+            routes = json.loads(self.overlay_path.read_text()).get("routes") or {}
+        except (OSError, ValueError, AttributeError):
+            self.overlay = {}
+            return
+        overlay = {}
+        for route, weights in routes.items():
+            split = tuple((str(a), w) for a, w in dict(weights).items()) if isinstance(weights, dict) else ()
+            if (split and all(isinstance(w, int) and 0 <= w <= 100 and a in self.served for a, w in split)
+                    and sum(w for _, w in split) == 100):
+                overlay[route] = split
+            else:
+                log.error("weights overlay %s: route %s ignored (%r)", self.overlay_path, route, weights)
+        self.overlay = overlay
 
     def decide(self, model: str, facts: RequestFacts, key: str, key_source: str) -> Decision | None:
         """The route and arm of a request for `model`; None when it is not routed (it names an alias)."""
@@ -79,12 +104,16 @@ class RouteTable:
         spec: RouteSpec | None = policy.choose(facts) if model == AUTO else policy.named(model)
         if spec is None:
             return None
+        live = self.overlay.get(spec.name)
+        if live:
+            return Decision(spec.name, LocalArm(pick_arm(live, bucket(key, spec.name))), key_source)
         if len(spec.split) == 1:
             return Decision(spec.name, LocalArm(spec.split[0][0]), "")
         return Decision(spec.name, LocalArm(spec.pick(key)), key_source)
 
     def refresh(self) -> bool:
         """Re-read the file if it changed; True when new routes took effect."""
+        self.refresh_overlay()
         stamp = self._stat()
         if stamp == self._stamp:
             return False

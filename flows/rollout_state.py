@@ -1,0 +1,168 @@
+"""What a rollout keeps on disk: its state file, the live weights overlay the server follows, and the request
+log it reads. All under <state folder>/ (models.state.state_dir).
+
+- `<state>/rollouts/<id>.json`: the controller's state (`RolloutState`), rewritten atomically (temporary file,
+  then rename) after every change, so a controller killed at any point resumes from a whole file.
+- `<state>/rollouts/weights.json`: `{"routes": {"<route>": {"<arm>": <weight>, ...}}}` (weights sum to 100);
+  `unmask serve` uses a route's entry instead of the route's split while it is there. Written atomically too.
+- `<state>/serving/requests/*.parquet`: the request log (serving/request_log.py), read by `request_rows`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from models.state import state_dir
+
+ACTIVE = ("running", "paused")
+
+
+def rollouts_dir() -> Path:
+    folder = state_dir() / "rollouts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def requests_dir() -> Path:
+    return state_dir() / "serving" / "requests"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` so that a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# the weights overlay ------------------------------------------------------------------------------------
+def weights_path() -> Path:
+    return rollouts_dir() / "weights.json"
+
+
+def read_weights() -> dict[str, dict[str, int]]:
+    try:
+        return dict(json.loads(weights_path().read_text()).get("routes") or {})
+    except FileNotFoundError:
+        return {}
+
+
+def set_route_weights(route: str, weights: dict[str, int] | None) -> None:
+    """Put `route`'s live weights in the overlay (None takes the route out: its split applies again)."""
+    if weights is not None and sum(weights.values()) != 100:
+        raise ValueError(f"route {route}: weights {weights} do not sum to 100")
+    with FileLock(str(rollouts_dir() / "weights.json.lock"), timeout=30):  # two routes' controllers, one file
+        routes = read_weights()
+        if weights is None:
+            routes.pop(route, None)
+        else:
+            routes[route] = dict(weights)
+        write_json_atomic(weights_path(), {"routes": routes})
+
+
+# the request log ----------------------------------------------------------------------------------------
+def request_rows(folder: Path | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    """Request-log rows (dicts), those logged at or after `since` (ISO time) when given.
+
+    The one place the controller reads the log; `serving.request_log.read_rows` replaces it once it exists.
+    """
+    import pyarrow.parquet as pq
+
+    folder = Path(folder or requests_dir())
+    start = datetime.fromisoformat(since) if since else None
+    rows = []
+    for path in sorted(folder.glob("requests-*.parquet")):
+        if start is not None and path.stat().st_mtime < start.timestamp():
+            continue  # written (renamed into place) after its last row: every row in it is older
+        for row in pq.read_table(path).to_pylist():
+            if start is None or (row.get("time") and datetime.fromisoformat(row["time"]) >= start):
+                rows.append(row)
+    return rows
+
+
+# the state file -----------------------------------------------------------------------------------------
+@dataclass
+class RolloutState:
+    """A rollout as its controller left it; `status` is running, paused, rolled_back, completed or aborted."""
+
+    id: str
+    model: str
+    version: str
+    route: str
+    stage: str
+    candidate: str  # arm: the alias of the stage before `stage`
+    baseline: str  # arm: `stage`'s alias, or `fallback`
+    steps: list[int]
+    policy: dict[str, Any]  # RolloutPolicy.to_dict(), fixed at start: a resume judges by the same rules
+    gates_policy: str = ""  # the stage policy file the promotion at 100% applies ("" = the bundled one)
+    run_id: str = ""  # the rollout's MLflow run
+    step_index: int = 0
+    weight: int = 0
+    status: str = "running"
+    failures: int = 0
+    reason: str = ""
+    analyses: list[dict[str, Any]] = field(default_factory=list)  # {step, weight, verdict, reason, run_id, at}
+    events: list[dict[str, Any]] = field(default_factory=list)  # {at, what, ...}
+
+    def path(self) -> Path:
+        return rollouts_dir() / f"{self.id}.json"
+
+    def save(self) -> None:
+        write_json_atomic(self.path(), asdict(self))
+
+    def event(self, what: str, **details: Any) -> None:
+        from registry.store import now_iso
+
+        self.events.append({"at": now_iso(), "what": what, **details})
+        self.save()
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def lock(self) -> FileLock:
+        """Held by the controller driving this rollout; released by the OS when that process dies."""
+        return FileLock(str(rollouts_dir() / f"{self.id}.lock"), timeout=0)
+
+
+class RolloutNotFound(LookupError):
+    pass
+
+
+def load_state(rollout_id: str) -> RolloutState:
+    path = rollouts_dir() / f"{rollout_id}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        known = ", ".join(s.id for s in all_states()) or "none"
+        raise RolloutNotFound(f"rollout {rollout_id!r}: no such rollout under {rollouts_dir()} (known: {known})") from None
+    except ValueError as e:
+        raise RolloutNotFound(f"{path}: not a rollout state file ({e})") from None
+    return RolloutState(**data)
+
+
+def all_states() -> list[RolloutState]:
+    states = []
+    for path in sorted(rollouts_dir().glob("*.json")):
+        if path.name == "weights.json":
+            continue
+        try:
+            states.append(RolloutState(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue  # not a state file of ours
+    return sorted(states, key=lambda s: (s.events[0]["at"] if s.events else "", s.id))

@@ -1,0 +1,164 @@
+"""Rollout policy: how a canary moves traffic and what each step's analysis asks (the `rollout:` key of a
+serving policy, `gates/serving.yaml`).
+
+```yaml
+rollout:
+  steps: [5, 25, 50, 100]     # candidate weights, rising, the last 100
+  interval_s: 60              # how long each step serves before it is analysed
+  min_requests: 20            # per arm per interval; fewer is inconclusive
+  failure_limit: 1            # failed analyses before the automatic rollback
+  inconclusive: pause         # pause (wait for `unmask rollout resume|abort`) or fail
+  analysis:
+    p95_latency_s: {max: 2.0}
+    error_rate: {max: 0.05}
+```
+
+`load_rollout_policy()` refuses a malformed policy with a `RolloutPolicyError` naming the file and the key
+(`rollout.analysis.p95_latency_s.max`). The metrics themselves live in `gates.canary.METRICS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checklists.yaml_file import read_yaml_file
+from gates.canary import METRICS, MetricRange
+
+INCONCLUSIVE_ACTIONS = ("pause", "fail")
+
+
+class RolloutPolicyError(ValueError):
+    """A rollout policy that cannot be used; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    steps: tuple[int, ...]
+    interval_s: float
+    min_requests: int
+    analysis: tuple[MetricRange, ...]
+    failure_limit: int = 1
+    inconclusive: str = "pause"
+    source: str = "<memory>"
+    sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": list(self.steps), "interval_s": self.interval_s, "min_requests": self.min_requests,
+                "analysis": [m.to_dict() for m in self.analysis], "failure_limit": self.failure_limit,
+                "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RolloutPolicy":
+        """Back from `to_dict()` (a rollout's state file keeps the policy it started with), validated again."""
+        plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive")}
+        plain["analysis"] = {m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None}
+                             for m in data["analysis"]}
+        return parse_rollout_policy(plain, data.get("source", "<memory>"))
+
+
+def load_rollout_policy(path: str | Path) -> RolloutPolicy:
+    """The `rollout:` key of a serving policy file, validated."""
+    path = Path(path)
+    data, _ = read_yaml_file(path, RolloutPolicyError, "serving policy")
+    if not isinstance(data, dict) or "rollout" not in data:
+        raise RolloutPolicyError(f"{path}: rollout: missing; a rollout needs steps, interval_s, min_requests "
+                                 "and analysis")
+    return parse_rollout_policy(data["rollout"], source=str(path))
+
+
+def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
+    """Validate a rollout policy given as plain data (the value of the `rollout` key)."""
+    where = f"{source}: rollout"
+    if not isinstance(data, dict):
+        raise RolloutPolicyError(f"{where}: expected a mapping, got {type(data).__name__}")
+    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise RolloutPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(sorted(allowed))}")
+    for key in ("steps", "interval_s", "min_requests", "analysis"):
+        if key not in data:
+            raise RolloutPolicyError(f"{where}.{key}: missing")
+    steps = data["steps"]
+    if not isinstance(steps, list) or not steps or not all(_is_int(s) and 0 < s <= 100 for s in steps):
+        raise RolloutPolicyError(f"{where}.steps: expected a list of weights in 1..100, got {steps!r}")
+    if any(b <= a for a, b in zip(steps, steps[1:])) or steps[-1] != 100:
+        raise RolloutPolicyError(f"{where}.steps: expected rising weights ending at 100, got {steps!r}")
+    interval = data["interval_s"]
+    if not _is_number(interval) or interval <= 0:
+        raise RolloutPolicyError(f"{where}.interval_s: expected a positive number of seconds, got {interval!r}")
+    min_requests = data["min_requests"]
+    if not _is_int(min_requests) or min_requests < 1:
+        raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
+    failure_limit = data.get("failure_limit", 1)
+    if not _is_int(failure_limit) or failure_limit < 1:
+        raise RolloutPolicyError(f"{where}.failure_limit: expected a positive integer, got {failure_limit!r}")
+    inconclusive = data.get("inconclusive", "pause")
+    if inconclusive not in INCONCLUSIVE_ACTIONS:
+        raise RolloutPolicyError(f"{where}.inconclusive: expected one of {', '.join(INCONCLUSIVE_ACTIONS)}, got "
+                                 f"{inconclusive!r}")
+    analysis = data["analysis"]
+    if not isinstance(analysis, dict) or not analysis:
+        raise RolloutPolicyError(f"{where}.analysis: expected a mapping of metric to range, e.g. "
+                                 f"{{p95_latency_s: {{max: 2.0}}}}; metrics: {', '.join(METRICS)}")
+    ranges = []
+    for metric, bounds in analysis.items():
+        at = f"{where}.analysis.{metric}"
+        if metric not in METRICS:
+            raise RolloutPolicyError(f"{at}: unknown metric; expected one of {', '.join(METRICS)}")
+        if not isinstance(bounds, dict) or not bounds:
+            raise RolloutPolicyError(f"{at}: expected a range {{min: N}} and/or {{max: N}}, got {bounds!r}")
+        for key, value in bounds.items():
+            if key not in ("min", "max"):
+                raise RolloutPolicyError(f"{at}.{key}: unknown key; expected min, max")
+            if not _is_number(value):
+                raise RolloutPolicyError(f"{at}.{key}: expected a finite number, got {value!r}")
+        bound = MetricRange(metric, bounds.get("min"), bounds.get("max"))
+        if bound.min is not None and bound.max is not None and bound.min > bound.max:
+            raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")
+        ranges.append(bound)
+    canonical = json.dumps(data, sort_keys=True, default=str).encode()
+    return RolloutPolicy(tuple(steps), float(interval), min_requests, tuple(ranges), failure_limit, inconclusive,
+                         source, hashlib.sha256(canonical).hexdigest())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+ADVANCE, COMPLETE, REPEAT, ROLLBACK, PAUSE = "advance", "complete", "repeat", "rollback", "pause"
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """What a rollout does after a step's analysis: advance, complete (promote), repeat the step (a failure
+    under the limit), roll back, or pause for a human."""
+
+    action: str
+    failures: int  # failed analyses so far, this one included
+    reason: str
+
+
+def decide_step(verdict: str, step_index: int, failures: int, policy: RolloutPolicy) -> StepDecision:
+    """The rollout's next move after a step's verdict (pass / fail / inconclusive)."""
+    if verdict == "inconclusive" and policy.inconclusive == "fail":
+        verdict = "fail"
+    elif verdict == "inconclusive":
+        return StepDecision(PAUSE, failures, "the analysis is inconclusive: the rollout waits for a human")
+    if verdict == "pass":
+        last = step_index >= len(policy.steps) - 1
+        return StepDecision(COMPLETE if last else ADVANCE, failures,
+                            "the last step passed" if last else f"step {step_index + 1} passed")
+    failures += 1
+    if failures >= policy.failure_limit:
+        return StepDecision(ROLLBACK, failures, f"{failures} failed analyses reach the failure limit "
+                                                f"{policy.failure_limit}")
+    return StepDecision(REPEAT, failures, f"{failures} failed analyses, under the failure limit {policy.failure_limit}")

@@ -1,0 +1,303 @@
+"""The rollout controller on loopback: a real `unmask serve` (uvicorn in a thread) over a real SQLite registry,
+real `openai` client load, the Prefect flow, the weights overlay and the request log, in short intervals.
+
+tiny-llada holds `staging` (the candidate arm), nobody holds production, so the baseline arm is `fallback`
+(tiny-ar). The tests run in file order on one registry: a breach rolls back, too little traffic pauses (resume
+continues, abort rolls back), and a controller killed mid-rollout resumes and completes the promotion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from serving_fixtures import OPERATING, PROMPTS, digest, running_server, settings_for
+
+REPO = Path(__file__).resolve().parents[1]
+OK = "evidence reviewed, gates and checklist are green"
+STEPS_OK = {"steps": [50, 100], "interval_s": 3, "min_requests": 3, "failure_limit": 1, "inconclusive": "pause",
+            "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.2}}}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def write_routes(path: Path, rollout: dict) -> Path:
+    path.write_text(yaml.safe_dump({"routes": {"long": {"match": {"max_tokens_above": 64}, "arm": "fallback"}},
+                                    "default": {"split": {"fallback": 100}}, "rollout": rollout}, sort_keys=False))
+    return path
+
+
+def write_policy(path: Path) -> Path:
+    """The demo policy, production without the load-test gate (no load test here) and with a canary at 100%."""
+    data = yaml.safe_load((REPO / "gates" / "demo-policy.yaml").read_text())
+    production = data["stages"]["production"]["gates"]
+    production.pop("serving")
+    production["canary"] = {"min_weight": 100}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def approve_production(reg, version: str) -> None:
+    from registry import approve
+
+    approve(reg, "tiny-llada", version, "production", "linus", OK)
+    approve(reg, "tiny-llada", version, "production", "grace", OK)
+
+
+class Load:
+    """Requests to `model: auto` from many users (the sticky split spreads them), until stopped; bounded."""
+
+    def __init__(self, base_url: str, max_requests: int = 400):
+        self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        self.stop, self.sent, self.failed, self.max = threading.Event(), 0, 0, max_requests
+        self.arms: list[str] = []
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)]
+
+    def _run(self, worker: int) -> None:
+        while not self.stop.is_set() and self.sent < self.max:
+            user = f"user-{worker}-{self.sent}"
+            self.sent += 1
+            try:
+                r = self.client.completions.create(model="auto", prompt=PROMPTS[self.sent % len(PROMPTS)],
+                                                   max_tokens=8, user=user)
+                self.arms.append(r.model_extra["unmask"]["arm"])
+            except openai.APIError:
+                self.failed += 1
+
+    def __enter__(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(90)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, prefect_harness):
+    """Registry (tiny-ar fallback, tiny-llada at staging with production's sign-offs and two approvals), the
+    state folder, and a server routing `auto` with the weights overlay followed every 0.2 s."""
+    from gate_fixtures import evidence, fresh_registry, record
+    from registry import register_evidence, sign_off
+    from registry.promotion import _move
+    from checklists import load_checklist
+
+    root = tmp_path_factory.mktemp("rollout")
+    home = root / "home"
+    saved = {k: os.environ.get(k) for k in ("UNMASK_HOME", "MLFLOW_TRACKING_URI")}
+    os.environ["UNMASK_HOME"] = str(home)
+    reg = fresh_registry(root)
+    os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
+    versions = {}
+    for name in ("tiny-ar", "tiny-llada"):
+        sha = digest(name)
+        rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
+        versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha, serving=[]))
+    v = versions["tiny-llada"]
+    _move(reg, "staging", None, ("tiny-llada", v), "fixture", "staging passed", {"kind": "promotion"})
+    for item in load_checklist("production").manual_items():
+        sign_off(reg, "tiny-llada", v, "production", item, "ada", f"{item} checked for production")
+    approve_production(reg, v)
+    routes = write_routes(root / "serving.yaml", STEPS_OK)
+    settings = replace(settings_for(reg.tracking_uri, names=("staging", "fallback"), log_dir=home / "serving" / "requests",
+                                    poll_interval_s=0.2), routes_path=routes)
+    with running_server(settings) as server:
+        yield {"reg": reg, "version": v, "root": root, "home": home, "server": server,
+               "policy": write_policy(root / "policy.yaml"), "prefect": prefect_harness}
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def stack_home(stack, monkeypatch):
+    """The stack's state folder for this test too (conftest gives every test its own): the server follows the
+    overlay there and logs its requests there."""
+    monkeypatch.setenv("UNMASK_HOME", str(stack["home"]))
+    return stack
+
+
+def start(stack, name: str, rollout: dict):
+    from flows.rollout import plan_rollout
+
+    return plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / f"{name}.yaml", rollout),
+                        str(stack["policy"]))
+
+
+def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home):
+    stack = stack_home
+    from flows.rollout import rollout_flow
+    from flows.rollout_state import load_state, read_weights
+    from registry import audit, stage_holder
+    from registry.rollouts import analyses, rollouts
+
+    reg = stack["reg"]
+    breach = STEPS_OK | {"interval_s": 4, "analysis": {"p95_latency_s": {"max": 0.0001}}}  # no answer is that fast
+    state = start(stack, "breach", breach)
+    with Load(stack["server"].base_url) as load:
+        outcome = rollout_flow(state.id, flush_grace_s=2.5)
+    assert outcome["status"] == "rolled_back", outcome
+    assert load.failed == 0 and "staging" in load.arms  # the candidate served, and no client saw an error
+    assert read_weights()["default"] == {"staging": 0, "fallback": 100}
+    after = load_state(state.id)
+    assert after.status == "rolled_back" and after.step_index == 0 and len(after.analyses) == 1  # the first interval
+    assert stage_holder(reg, "production") is None  # nothing moved
+    [entry] = audit.events(reg, event="rollout_rollback")
+    assert entry.evidence["rollout"] == state.id and entry.evidence["analysis"]["verdict"] == "fail"
+    assert "p95_latency_s" in entry.comment and audit.verify(reg).ok
+    from registry.views import regression_findings
+
+    finding = regression_findings(reg).iloc[0]  # a finding, beside the nightly's
+    assert finding["failed_gates"] == ["p95_latency_s"] and state.id in finding["action"]
+    [record] = [r for r in rollouts(reg, "tiny-llada") if r.id == state.id]
+    assert record.status == "rolled_back"
+    assert [a.verdict for a in analyses(reg, state.id)] == ["fail"]
+
+
+def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_home):
+    stack = stack_home
+    from flows.rollout import abort_rollout, prepare_resume, rollout_flow
+    from flows.rollout_state import load_state, read_weights
+    from registry import audit, stage_holder
+
+    reg = stack["reg"]
+    state = start(stack, "quiet", STEPS_OK | {"min_requests": 1000})  # no load: never enough
+    outcome = rollout_flow(state.id, flush_grace_s=0.5)
+    assert outcome["status"] == "paused" and f"unmask rollout resume {state.id}" in outcome["message"]
+    assert "requests on staging, 1000 needed" in outcome["message"]
+    paused = load_state(state.id)
+    assert paused.status == "paused" and paused.step_index == 0 and stage_holder(reg, "production") is None
+    assert read_weights()["default"] == {"staging": 50, "fallback": 50}  # nothing moved: the step holds
+    from typer.testing import CliRunner
+
+    from fuzz_fixtures import unmask_app
+
+    shown = CliRunner().invoke(unmask_app(), ["rollout", "status", state.id], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and state.id in shown.output and "paused" in shown.output and "1/2" in shown.output
+    from flows.rollout import RolloutRefused
+
+    with pytest.raises(RolloutRefused, match="one rollout per route"):
+        start(stack, "second", STEPS_OK)
+    prepare_resume(state.id)
+    assert rollout_flow(state.id, flush_grace_s=0.5)["status"] == "paused"
+    resumed = load_state(state.id)
+    assert resumed.step_index == 0 and len(resumed.analyses) == 2  # the same step, judged again
+    assert [e["what"] for e in resumed.events].count("resumed") == 1
+    result = abort_rollout(state.id, "not enough traffic today")
+    assert result["status"] == "aborted" and load_state(state.id).status == "aborted"
+    assert read_weights()["default"] == {"staging": 0, "fallback": 100}
+    [entry] = audit.events(reg, event="rollout_abort")
+    assert entry.evidence["rollout"] == state.id and "not enough traffic today" in entry.comment
+    from registry.identity import current_actor
+
+    assert entry.who == current_actor(reg.tracking_uri).name
+
+
+def test_abort_stops_a_running_controller_in_its_interval(stack_home):
+    from flows.rollout import abort_rollout, rollout_flow
+    from flows.rollout_state import load_state, read_weights
+
+    stack = stack_home
+    state = start(stack, "long", STEPS_OK | {"interval_s": 120})
+    outcome = {}
+    controller = threading.Thread(target=lambda: outcome.update(rollout_flow(state.id, flush_grace_s=0.5)))
+    controller.start()
+    deadline = time.monotonic() + 60
+    while load_state(state.id).weight != 50 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    result = abort_rollout(state.id, "changed our mind", wait_s=60)  # less than the interval: refused if it waited
+    controller.join(60)
+    assert not controller.is_alive() and not load_state(state.id).analyses  # it stopped inside its interval
+    assert outcome["status"] == "aborting" and result["status"] == "aborted"
+    assert load_state(state.id).status == "aborted" and read_weights()["default"] == {"staging": 0, "fallback": 100}
+
+
+def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_home):
+    stack = stack_home
+    from flows.rollout import prepare_resume, rollout_flow
+    from datetime import datetime, timezone
+
+    from flows.rollout_state import load_state, read_weights, request_rows, rollouts_dir
+    from gates.evaluate import evaluate_gates
+    from gates import load_policy
+    from registry import audit, load_evidence, recover, stage_holder
+    from registry.rollouts import analyses, rollouts
+
+    reg, v = stack["reg"], stack["version"]
+    routes = write_routes(stack["root"] / "steps.yaml", STEPS_OK | {"interval_s": 4})
+    env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                        "PREFECT_API_URL": stack["prefect"]}
+    before = {p.name for p in rollouts_dir().glob("*.json")}
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", "rollout", "start", "tiny-llada", "--route",
+         "default", "--to", "production", "--routes", str(routes), "--policy", str(stack["policy"])],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        state = None
+        while time.monotonic() < deadline and state is None:  # killed once the first step serves
+            new = [p for p in rollouts_dir().glob("*.json") if p.name not in before and p.name != "weights.json"]
+            if new:
+                data = json.loads(new[0].read_text())
+                if any(e["what"] == "weights" for e in data["events"]):
+                    state = data
+            if controller.poll() is not None:
+                pytest.fail(f"the controller ended before it was killed: {controller.stdout.read()}")
+            time.sleep(0.1)
+        assert state is not None, "the controller never wrote the first step's weights"
+        controller.send_signal(signal.SIGKILL)
+    finally:
+        controller.kill()
+        controller.wait(30)
+    rollout_id = state["id"]
+    killed = load_state(rollout_id)
+    assert killed.status == "running" and killed.step_index == 0 and killed.weight == 50
+    assert read_weights()["default"] == {"staging": 50, "fallback": 50}
+    assert recover(reg, "production") == []  # no alias half-moved
+    # the load comes back with the controller: `unmask loadtest --url` (one user per prompt), as docs/rollout.md
+    report = stack["root"] / "loadtest.json"
+    loadtest = subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", "loadtest", "--url",
+         stack["server"].base_url + "/v1", "--model", "auto", "--concurrency", "2", "--requests", "300",
+         "--duration", "40", "--max-tokens", "8", "--no-stream", "--no-log", "--json", str(report)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        since = datetime.now(timezone.utc).isoformat()
+        deadline = time.monotonic() + 120
+        while not request_rows(since=since) and time.monotonic() < deadline and loadtest.poll() is None:
+            time.sleep(0.5)  # its first answers are logged: the load is on
+        prepare_resume(rollout_id)
+        outcome = rollout_flow(rollout_id, flush_grace_s=2.5)
+    finally:
+        output = loadtest.communicate(timeout=180)[0]
+    assert outcome["status"] == "completed", outcome
+    assert loadtest.returncode == 0, output
+    records = json.loads(report.read_text())["records"]
+    assert records and all(r["error_rate"] == 0 for r in records)  # no client saw an error
+    done = load_state(rollout_id)
+    assert [a["weight"] for a in done.analyses] == [50, 100] and all(a["verdict"] == "pass" for a in done.analyses)
+    assert stage_holder(reg, "production") == ("tiny-llada", v)
+    assert "default" not in read_weights()  # the route's own split serves again
+    move = [e for e in audit.events(reg, stage="production", event=audit.MOVE) if e.status == "FINISHED"][-1]
+    assert move.to_ref == f"tiny-llada@{v}" and rollout_id in move.comment
+    assert move.evidence["thresholds"]["canary"] == 100  # the promotion judged the canary gate, and it passed
+    assert [r.status for r in rollouts(reg, "tiny-llada", v) if r.id == rollout_id] == ["completed"]
+    assert [a.weight for a in analyses(reg, rollout_id)] == [50, 100]
+    canary = [r for r in evaluate_gates(load_evidence(reg, "tiny-llada", v), load_policy(stack["policy"]),
+                                        "production") if r.gate == "canary"]
+    assert canary[0].passed and canary[0].evidence["rollout"] == rollout_id
