@@ -1,7 +1,7 @@
 """The architects' dashboard: `unmask dashboard`, or `streamlit run dashboards/app.py`.
 
-Six read-only views of the registry: the verdict per stage first, then gates, scores, quality-latency, one
-candidate and promotions.
+Seven read-only views of the registry: the verdict per stage first, then gates, scores, quality-latency, one
+candidate, promotions and staged rollouts.
 The registry is `$MLFLOW_TRACKING_URI`, else the embedded store under the state folder; the policy
 that ranks and marks operating points is `$UNMASK_POLICY`, else the bundled one.
 """
@@ -23,6 +23,7 @@ PAGES = [
             url_path="quality-latency"),
     st.Page("views/candidate.py", title="Candidate", icon=":material/badge:", url_path="candidate"),
     st.Page("views/promotions.py", title="Promotions", icon=":material/history:", url_path="promotions"),
+    st.Page("views/rollout.py", title="Rollout", icon=":material/alt_route:", url_path="rollout"),
 ]
 
 page = st.navigation(PAGES)

@@ -167,3 +167,8 @@ def gate_specs(policy: str) -> dict[tuple[str, str], Any]:
     """{(stage, gate name): GateSpec} of the dashboard's policy, to write values and thresholds in their units."""
     stages = views.dashboard_policy(policy or None).stages
     return {(stage, g.name): g for stage, p in stages.items() for g in p.gates}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def rollout_board(uri: str) -> dict[str, pd.DataFrame]:
+    return views.rollout_board(_registry(uri))

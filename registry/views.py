@@ -232,3 +232,58 @@ def decisions(registry: Registry) -> pd.DataFrame:
                      "identity": actor.get("identity", ""), "stage": e.stage, "model": e.model, "version": e.version,
                      "what": what, "status": e.status, "comment": e.comment, "audit_run_id": e.run_id})
     return pd.DataFrame(rows[::-1], columns=DECISION_COLUMNS)  # the trail's order: a move is entered at its intent
+
+
+# rollouts ---------------------------------------------------------------------------------------------------
+ROLLOUT_COLUMNS = ["id", "model", "version", "route", "stage", "status", "candidate", "baseline", "weight", "steps",
+                   "analyses", "started", "updated", "reason", "run_id", "url"]
+ANALYSIS_COLUMNS = ["rollout", "step", "weight", "verdict", "reason", "at", "arm", "role", "requests", "p95_s",
+                    "error_rate", "decode_failure_rate", "agreement", "run_id", "url"]
+ROLLOUT_EVENT_COLUMNS = ["when", "rollout", "event", "who", "stage", "model", "version", "comment", "audit_run_id",
+                         "seq"]
+
+
+def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
+    """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's
+    weight at the last analysis, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
+    the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
+    from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
+
+    found = rollouts(registry)
+    experiment = registry.experiment_id(ROLLOUTS_EXPERIMENT) if found else ""
+    rollout_rows, analysis_rows = [], []
+    for r in found:
+        steps = analyses(registry, r.id)
+        for a in steps:
+            for arm, numbers in a.arms.items():
+                role = "candidate" if arm == r.candidate else "baseline" if arm == r.baseline else ""
+                analysis_rows.append({"rollout": r.id, "step": a.step, "weight": a.weight, "verdict": a.verdict,
+                                      "reason": a.reason, "at": a.at, "arm": arm, "role": role,
+                                      **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:13]},
+                                      "run_id": a.run_id, "url": run_url(registry, experiment, a.run_id)})
+        weight = 0 if r.status in ("rolled_back", "aborted") else (steps[-1].weight if steps else 0)
+        policy = _policy_of(registry, r.run_id)
+        rollout_rows.append({**r.to_dict(), "weight": weight, "steps": policy.get("steps", []),
+                             "analyses": len(steps), "url": run_url(registry, experiment, r.run_id)})
+    events = []
+    for e in audit.events(registry):
+        if not e.event.startswith("rollout_"):
+            continue
+        events.append({"when": e.when, "rollout": e.evidence.get("rollout", ""), "event": e.event, "who": e.who,
+                       "stage": e.stage, "model": e.model, "version": e.version, "comment": e.comment,
+                       "audit_run_id": e.run_id, "seq": e.seq})
+    board = pd.DataFrame(rollout_rows, columns=ROLLOUT_COLUMNS)
+    return {"rollouts": board.iloc[::-1].reset_index(drop=True),
+            "analyses": pd.DataFrame(analysis_rows, columns=ANALYSIS_COLUMNS),
+            "events": pd.DataFrame(events, columns=ROLLOUT_EVENT_COLUMNS)}
+
+
+def _policy_of(registry: Registry, run_id: str) -> dict[str, Any]:
+    """The rollout policy recorded on its run (steps, interval ...); {} when unreadable."""
+    import json
+
+    text = registry.client.get_run(run_id).data.tags.get(model_tag("rollout.policy"), "")
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return {}

@@ -1,0 +1,108 @@
+"""The Rollout page under Streamlit's AppTest, on a real SQLite registry holding rollouts the way the controller
+records them (registry/rollouts.py, the audit trail): arms and weights, a Plotly series per arm whose points are
+the analyses' numbers, each step's verdict, a paused rollout waiting for a human, a rollback with its audit entry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from gates.canary import Observation, analyse
+from gates.rollout_policy import parse_rollout_policy
+from registry import audit
+from registry.rollouts import log_analysis, set_rollout_status, start_rollout_run
+from registry.store import now_iso
+from test_dashboard_apptest import APP
+
+POLICY = parse_rollout_policy({"steps": [5, 25, 50, 100], "interval_s": 2, "min_requests": 5,
+                               "analysis": {"p95_latency_s": {"max": 0.5}, "error_rate": {"max": 0.05}}})
+
+
+def interval(candidate_latency: float, candidate_errors: int, n: int = 10) -> list[Observation]:
+    rows = [Observation("staging", "2", status=500 if i < candidate_errors else 200, latency_s=candidate_latency)
+            for i in range(n)]
+    return rows + [Observation("production", "1", latency_s=0.05) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    from tests.gate_fixtures import fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path_factory.mktemp("rollout-board"))
+    register_pair(reg)
+    # route "latency": passes 5%, fails 25% (slow, erroring), rolled back and audited
+    failed = start_rollout_run(reg, "latency-1", "tiny-llada", "2", "latency", "production", "staging", "production",
+                               POLICY.to_dict())
+    passed = analyse(interval(0.1, 0), "staging", "production", POLICY).to_dict()
+    breach = analyse(interval(0.9, 3), "staging", "production", POLICY).to_dict()
+    log_analysis(reg, failed, "latency-1", 0, 5, passed)
+    log_analysis(reg, failed, "latency-1", 1, 25, breach)
+    entry = audit.append(reg, audit.AuditEvent("rollout_rollback", "ada", now_iso(), "production", "tiny-llada", "2",
+                                               comment="rollout latency-1: p95 over its bound",
+                                               evidence={"rollout": "latency-1", "run_id": failed}))
+    set_rollout_status(reg, failed, "rolled_back", breach["reason"])
+    # route "default": too little traffic at 5%, paused
+    paused = start_rollout_run(reg, "default-1", "tiny-llada", "2", "default", "production", "staging", "production",
+                               POLICY.to_dict())
+    quiet = analyse(interval(0.1, 0, n=2), "staging", "production", POLICY).to_dict()
+    log_analysis(reg, paused, "default-1", 0, 5, quiet)
+    set_rollout_status(reg, paused, "paused", quiet["reason"])
+    return reg, {"passed": passed, "breach": breach, "quiet": quiet, "entry": entry}
+
+
+@pytest.fixture
+def at(filled, monkeypatch):
+    reg, _ = filled
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    app.switch_page("views/rollout.py").run()
+    assert not app.exception, app.exception
+    return app
+
+
+def test_the_page_shows_each_arm_per_analysis_as_the_registry_holds_it(at, filled):
+    _, made = filled
+    assert made["passed"]["verdict"] == "pass" and made["breach"]["verdict"] == "fail"
+    at.selectbox(key="rollout_route").set_value("latency").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"status": "rolled_back", "candidate · staging": "0%", "baseline · production": "100%"}
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(figures) == 2
+    p95 = {t["name"]: t["y"] for t in figures[0]["data"]}
+    assert p95 == {f"staging (candidate)": [made["passed"]["arms"]["staging"]["p95_s"],
+                                            made["breach"]["arms"]["staging"]["p95_s"]],
+                   f"production (baseline)": [made["passed"]["arms"]["production"]["p95_s"],
+                                              made["breach"]["arms"]["production"]["p95_s"]]}
+    errors = {t["name"]: t["y"] for t in figures[1]["data"]}
+    assert errors["staging (candidate)"] == [0.0, 0.3]
+    # the marker colours are the steps' verdicts
+    assert figures[0]["data"][0]["marker"]["color"] == ["#1a7f37", "#cf222e"]
+    [table, events] = at.dataframe
+    assert list(table.value.verdict) == ["pass", "fail"] and list(table.value.weight) == [5, 25]
+    assert table.value.reason.iloc[1] == made["breach"]["reason"]
+    assert list(events.value.event) == ["rollout_rollback"]
+
+
+def test_a_rollback_is_red_with_its_audit_entry_and_a_paused_rollout_names_resume_and_abort(at, filled):
+    _, made = filled
+    [error] = [e.value for e in at.error]
+    assert "latency-1" in error and f"audit entry {made['entry'].seq}" in error and made["entry"].run_id in error
+    [warning] = [w.value for w in at.warning]
+    assert "default-1" in warning and "paused at 5%" in warning and made["quiet"]["reason"] in warning
+    assert "unmask rollout resume default-1" in warning and "unmask rollout abort default-1" in warning
+
+
+def test_without_rollouts_the_page_says_how_to_start_one(tmp_path, monkeypatch):
+    from tests.gate_fixtures import fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path)
+    register_pair(reg)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    app.switch_page("views/rollout.py").run()
+    assert not app.exception
+    assert any("unmask rollout start" in i.value for i in app.info)
