@@ -249,7 +249,9 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
     """Drive a recorded rollout from its current step until it completes, rolls back, pauses or is aborted."""
     from gates.rollout_policy import ADVANCE, COMPLETE, PAUSE, REPEAT, RolloutPolicy, decide_step
     from registry.connection import resolve_tracking_uri
+    from registry import Registry
     from registry.promotion import PromotionRefused
+    from registry.rollouts import set_rollout_weight
 
     tracking_uri = resolve_tracking_uri()
     state = load_state(rollout_id)
@@ -267,6 +269,7 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
                 return Outcome(state.status, f"rollout {rollout_id} is {state.status}").to_dict()
             weight = state.steps[state.step_index]
             set_weights(rollout_id, weight)
+            set_rollout_weight(Registry(tracking_uri), state.run_id, weight)
             since = datetime.now().astimezone()
             wait_interval(rollout_id, policy.interval_s)
             if abort_requested(rollout_id):

@@ -47,6 +47,7 @@ class RolloutRecord:
     started: str
     updated: str = ""
     reason: str = ""  # why it ended or paused, in words
+    weight: int | None = None  # the candidate's live weight as the controller last set it (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,6 +100,12 @@ def set_rollout_status(registry: Registry, run_id: str, status: str, reason: str
         retry_busy(client.set_terminated, run_id, TERMINAL[status])
 
 
+def set_rollout_weight(registry: Registry, run_id: str, weight: int) -> None:
+    """Record the candidate's weight the controller just gave the server (what the Rollout page shows live)."""
+    retry_busy(registry.client.set_tag, run_id, _tag("weight"), str(int(weight)))
+    retry_busy(registry.client.set_tag, run_id, _tag("updated"), now_iso())
+
+
 def log_analysis(registry: Registry, rollout_run_id: str, rollout_id: str, step: int, weight: int,
                  analysis: dict[str, Any]) -> str:
     """Log one step's analysis (`CanaryAnalysis.to_dict()`) as a child run of the rollout's; returns its run id."""
@@ -136,7 +143,8 @@ def _record(run: Any) -> RolloutRecord:
                          stage=t.get(model_tag("stage"), ""), status=t.get(_tag("status"), ""),
                          candidate=t.get(_tag("candidate"), ""), baseline=t.get(_tag("baseline"), ""),
                          run_id=run.info.run_id, started=t.get(_tag("started"), ""), updated=t.get(_tag("updated"), ""),
-                         reason=t.get(_tag("reason"), ""))
+                         reason=t.get(_tag("reason"), ""),
+                         weight=int(t[_tag("weight")]) if t.get(_tag("weight"), "").isdigit() else None)
 
 
 def _experiment_exists(registry: Registry) -> bool:

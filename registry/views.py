@@ -244,8 +244,8 @@ ROLLOUT_EVENT_COLUMNS = ["when", "rollout", "event", "who", "stage", "model", "v
 
 
 def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
-    """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's
-    weight at the last analysis, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
+    """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's live
+    weight as the controller last set it, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
     the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
     from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
 
@@ -261,7 +261,8 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
                                       "reason": a.reason, "at": a.at, "arm": arm, "role": role,
                                       **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:13]},
                                       "run_id": a.run_id, "url": run_url(registry, experiment, a.run_id)})
-        weight = 0 if r.status in ("rolled_back", "aborted") else (steps[-1].weight if steps else 0)
+        live = r.weight if r.weight is not None else (steps[-1].weight if steps else 0)
+        weight = 0 if r.status in ("rolled_back", "aborted") else live
         policy = _policy_of(registry, r.run_id)
         rollout_rows.append({**r.to_dict(), "weight": weight, "steps": policy.get("steps", []),
                              "analyses": len(steps), "url": run_url(registry, experiment, r.run_id)})

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from gates.canary import Observation, analyse
 from gates.rollout_policy import parse_rollout_policy
 from registry import audit
-from registry.rollouts import log_analysis, set_rollout_status, start_rollout_run
+from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.store import now_iso
 from test_dashboard_apptest import APP
 
@@ -49,6 +49,11 @@ def filled(tmp_path_factory):
     quiet = analyse(interval(0.1, 0, n=2), "staging", "production", POLICY).to_dict()
     log_analysis(reg, paused, "default-1", 0, 5, quiet)
     set_rollout_status(reg, paused, "paused", quiet["reason"])
+    # route "chat": running, passed 25%, the controller has just moved it to 50%
+    running = start_rollout_run(reg, "chat-1", "tiny-llada", "2", "chat", "production", "staging", "production",
+                                POLICY.to_dict())
+    log_analysis(reg, running, "chat-1", 1, 25, passed)
+    set_rollout_weight(reg, running, 50)
     return reg, {"passed": passed, "breach": breach, "quiet": quiet, "entry": entry}
 
 
@@ -106,3 +111,9 @@ def test_without_rollouts_the_page_says_how_to_start_one(tmp_path, monkeypatch):
     app.switch_page("views/rollout.py").run()
     assert not app.exception
     assert any("unmask rollout start" in i.value for i in app.info)
+
+
+def test_a_running_rollout_shows_the_weight_the_controller_set_last(at):
+    at.selectbox(key="rollout_route").set_value("chat").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"status": "running", "candidate · staging": "50%", "baseline · production": "50%"}
