@@ -404,7 +404,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                      "batch_size": decoded.batch_size, "nfe": decoded.nfe, "queue_s": round(decoded.queue_s, 6),
                      "decode_s": round(decoded.decode_s, 6), "ttfb_s": round(ttfb_s, 6), "first_block_s": first_block,
                      "stream": job.feed is not None,
-                     "route": job.routed[0] if job.routed else None, "arm": job.routed[1] if job.routed else None}
+                     "route": job.routed[0] if job.routed else None, "arm": job.routed[1] if job.routed else None,
+                     "retry_of": None}  # the arm that failed, when the route's fallback answers for it
         parts = {"choice": choice, "usage": usage, "extension": extension}
         common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
                   "usage": usage, "unmask": extension}
