@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -25,23 +24,20 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-import httpx
-
 from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import row_seeded
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
-from serving.arm_health import ArmHealth, FaultDrill
-from serving.arms import ArmFailure, LocalArm, UpstreamArm, UpstreamRefused
+from serving.arms import ArmFailure, LocalArm
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
-from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts
-from serving.routing import Decision, RouteTable, facts_of, request_key
+from serving.dispatch import Dispatch
+from serving.routing import RouteTable
 from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling, StreamOptions
 from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 
@@ -75,9 +71,6 @@ def create_app(settings: ServeSettings) -> FastAPI:
     pool = ModelPool(settings.pool, metrics)
     routes = RouteTable(settings.routes_path, settings.pool.names, metrics,
                         settings.weights_path or default_weights_path()) if settings.routes_path else None
-    arm_health = ArmHealth(lambda: routes.policy.health, metrics) if routes else None
-    drill, shadows = FaultDrill(), ShadowCopies(settings.max_shadows)
-    upstream: dict[str, httpx.AsyncClient] = {}  # one client (connection pool) for every upstream arm
     requests_log = (RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc)
                     if settings.request_log_dir else None)
 
@@ -86,13 +79,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
         tasks = [asyncio.create_task(start_and_follow())]
         if routes:
             tasks.append(asyncio.create_task(routes.follow(settings.pool.poll_interval_s)))
-        upstream["client"] = httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
+        await dispatch.start()
         yield
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await shadows.close()
-        await upstream.pop("client").aclose()
+        await dispatch.close()
         await pool.close()
         if requests_log:
             await asyncio.to_thread(requests_log.close)
@@ -123,37 +115,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 body["routes"] = {"file": str(routes.path), "sha256": routes.policy.sha256,
                                   "last_error": routes.last_error, "weights_file": str(routes.weights_path),
                                   "weights_error": routes.weights_error}
-                body["arms"] = {name: arm_health.report(name) for name in arm_names()}
+                body["arms"] = {name: dispatch.health.report(name) for name in dispatch.arm_names()}
             return JSONResponse(body)
         status = "failed" if pool.error else "loading"
         return JSONResponse({"status": status, "error": pool.error}, status_code=503)
 
-    def arm_names() -> list[str]:
-        return sorted({*routes.policy.arms(), *routes.policy.declared, *arm_health.arms})
-
     @app.get("/v1/unmask/routes")
     async def routes_in_force() -> JSONResponse:
-        """The routes with their live weights (the overlay's where it names them), their arms and arm health."""
+        """The routes in force with their live weights, arms and arm health."""
         if not routes:
             raise RequestError(None, "this server routes nothing (start it with --routes)", 404, "no_routes")
-        policy = routes.policy
-        listed = []
-        for spec in (*policy.routes, policy.default):
-            listed.append({"name": spec.name, "match": spec.match.describe() if spec.match else None,
-                           "split": dict(spec.split), "weights_from": "overlay" if spec.name in routes.overlay
-                           else "policy", "fallback": spec.fallback,
-                           "shadow": {"arm": spec.shadow.arm, "share": spec.shadow.share} if spec.shadow else None})
-        arms = {}
-        for name in arm_names():
-            arm = routes.arm(name)
-            arms[name] = {"kind": arm.kind, "upstream": getattr(arm, "upstream", None),
-                          "alias": arm.served if isinstance(arm, LocalArm) else None,
-                          "timeout_s": arm.timeout_s, "faults": vars(arm.faults) if arm.faults else None,
-                          **arm_health.report(name)}
-        return JSONResponse({"file": str(routes.path), "sha256": policy.sha256, "routes": listed, "arms": arms,
-                             "weights_file": str(routes.weights_path), "weights_sha256": routes.weights_sha256,
-                             "weights_error": routes.weights_error, "last_error": routes.last_error,
-                             "health": {"failures": policy.health.failures, "cooldown_s": policy.health.cooldown_s}})
+        return JSONResponse(dispatch.view())
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -170,102 +142,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
+        return await dispatch.answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return await answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
+        return await dispatch.answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
                             body.requested_tokens())
-
-    async def answer(request: Request, endpoint: str, body: Sampling, prompt_of,
-                     max_tokens: int | None) -> Response:
-        """The request's arm answers; if it fails, its route's fallback does (two log rows); a shadow gets a copy."""
-        decision = routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
-                                 *request_key(body.user, request)) if routes else None
-        arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
-        if decision and fallback and not arm_health.admits(arm.name):
-            arm, fallback = fallback, None  # unhealthy: its traffic goes to the fallback until a probe succeeds
-        failed: ArmFailure | None = None
-        for current in (arm, fallback):
-            if current is None:
-                break
-            outcome = Outcome(metrics, requests_log, endpoint, body.model, body.stream)
-            if decision:
-                outcome.routed(decision.route, current.name)
-            if failed:
-                outcome.retry_of(arm.name)
-                outcome.arrived = first_arrival
-            first_arrival, streaming = outcome.arrived, False
-            try:
-                answered, facts, text = await attempt(current, request, endpoint, body, prompt_of, max_tokens,
-                                                      outcome, decision, retry_of=arm.name if failed else None)
-                if decision:
-                    arm_health.succeeded(current.name)
-                if failed:
-                    metrics.retries.labels(decision.route, arm.name, current.name).inc()
-                if decision and decision.shadow:
-                    shadow(decision, endpoint, body, prompt_of, max_tokens, text)
-                if isinstance(answered, StreamingResponse):
-                    streaming = True  # the stream records its own outcome when it ends
-                    return answered
-                outcome.answered(facts)
-                return JSONResponse(answered)
-            except ArmFailure as e:
-                if decision:
-                    arm_health.failed(current.name, e.reason, e.message)
-                last = current is fallback or fallback is None
-                outcome.failed(e.status, e.code, e.message, retried=not last, decode_failure=e.decode_failure)
-                log.log(logging.ERROR if last else logging.WARNING, "%s request failed on %s: %s%s", endpoint,
-                        current.name, e.message, "" if last else f"; the fallback {fallback.name} answers")
-                failed = e
-                if last:
-                    return errors.error_response(e.status, e.public, None, e.code)
-            except RequestError as e:
-                if decision:
-                    arm_health.released(current.name)
-                outcome.refused(e)
-                raise
-            except UpstreamRefused as e:
-                arm_health.released(current.name)
-                outcome.failed(e.status, "upstream_refused", json.dumps(e.body)[:500])
-                return JSONResponse(e.body, status_code=e.status)
-            except Exception as e:
-                outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
-                log.exception("%s request failed", endpoint)
-                # answered here, not raised: an exception that reaches uvicorn closes the client's keep-alive
-                return errors.server_fault(e)
-            finally:
-                if not streaming:
-                    outcome.close()
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def attempt(arm, request: Request | None, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-                      outcome: Outcome, decision: Decision | None, retry_of: str | None = None):
-        """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
-        ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
-        limit = min(arm.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
-        faults = arm.faults
-        if faults and faults.delay_s:
-            left = limit - outcome.elapsed()
-            await asyncio.sleep(max(min(faults.delay_s, left), 0.0))
-            if faults.delay_s >= left:
-                raise ArmFailure(504, "timeout", f"{arm.name}: no answer within {limit:g} s (injected delay "
-                                 f"{faults.delay_s:g} s)", "timeout")
-        if faults and drill.fires(arm.name, "abort", faults.abort_share):
-            raise ArmFailure(500, "fault_abort", f"{arm.name}: injected fault: abort", "fault_abort")
-        nan = bool(faults) and drill.fires(arm.name, "nan", faults.nan_share)
-        if nan and body.stream:  # a stream's bytes go out as they come: the fault strikes before the first
-            raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
-        stamp = {"route": decision.route, "arm": arm.name, "retry_of": retry_of} if decision else {}
-        if isinstance(arm, UpstreamArm):
-            answered, facts = await ask_upstream(arm, endpoint, body, outcome, limit, stamp)
-        else:
-            answered, facts = await decode_locally(arm, request, endpoint, body, prompt_of, max_tokens, outcome,
-                                                   limit, stamp)
-        if nan and not isinstance(answered, StreamingResponse):
-            raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
-        return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
 
     async def decode_locally(arm: LocalArm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
                              max_tokens: int | None, outcome: Outcome, limit: float, stamp: dict[str, Any]):
@@ -292,53 +175,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
             response["unmask"]["retry_of"] = stamp["retry_of"]
         return response, facts
 
-    async def ask_upstream(arm: UpstreamArm, endpoint: str, body: Sampling, outcome: Outcome, limit: float,
-                           stamp: dict[str, Any]):
-        outcome.upstream(arm)
-        payload = body.model_dump(exclude_none=True, exclude={"unmask", "model", "stream"})
-        stamp = stamp | {"upstream": arm.upstream}
-        left = max(limit - outcome.elapsed(), 0.001)
-        if body.stream:
-            first, lines, response = await arm.open_stream(upstream["client"], endpoint, payload, left)
-            return relay_stream(first, lines, response.aclose, stamp, outcome, limit), None
-        answer_body = await arm.complete(upstream["client"], endpoint, payload, left)
-        extension = answer_body.get("unmask") or {}
-        outcome.note(model=answer_body.get("model") or arm.model, version=extension.get("version"),
-                     weights_sha256=extension.get("weights_sha256"), config_hash=extension.get("config_hash"))
-        return stamped(answer_body, stamp), upstream_facts(answer_body)
-
-    def shadow(decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-               primary: str | None) -> None:
-        """Send a copy to the route's shadow arm in the background, unless `max_shadows` are in flight."""
-        if not shadows.start(shadow_copy(decision, endpoint, body, prompt_of, max_tokens, primary)):
-            metrics.shadow_dropped.labels(decision.route, decision.shadow.name).inc()
-
-    async def shadow_copy(decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-                          primary: str | None) -> None:
-        arm = decision.shadow
-        copy = body.model_copy(update={"stream": False, "stream_options": None})
-        outcome = Outcome(metrics, requests_log, endpoint, body.model, False, shadow=True)
-        outcome.routed(decision.route, arm.name)
-        verdict = "failed"
-        try:
-            answered, facts, text = await attempt(arm, None, endpoint, copy, prompt_of, max_tokens, outcome, decision)
-            arm_health.succeeded(arm.name)
-            agrees = None if primary is None else text == primary  # a streamed primary's text is not kept
-            verdict = {True: "agree", False: "disagree", None: "answered"}[agrees]
-            outcome.note(agrees=agrees)
-            outcome.answered(facts)
-        except ArmFailure as e:
-            arm_health.failed(arm.name, e.reason, e.message)
-            outcome.failed(e.status, e.code, e.message, decode_failure=e.decode_failure)
-        except (RequestError, UpstreamRefused) as e:
-            arm_health.released(arm.name)
-            outcome.failed(getattr(e, "status", 400), "refused", str(e))
-        except Exception as e:  # noqa: BLE001 - a shadow never fails anything but its own row
-            log.exception("shadow copy to %s failed", arm.name)
-            outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
-        finally:
-            outcome.close()
-            metrics.shadow_requests.labels(decision.route, arm.name, verdict).inc()
+    dispatch = Dispatch(settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes,
+                        decode_locally)
+    app.state.dispatch = dispatch
 
     def resolve(name: str) -> Route:
         if not pool.ready:

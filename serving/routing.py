@@ -15,6 +15,7 @@ the splits of the routes it names; a bad overlay keeps the weights in force and 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -134,6 +135,7 @@ class RouteTable:
             log.info("weights overlay from %s: %s", self.weights_path,
                      "; ".join(f"{r} {dict(s)}" for r, s in overlay.items()) or "none (the policy's splits)")
         self.overlay, self.policy = overlay, policy
+        self.weights_sha256 = hashlib.sha256(stamp).hexdigest() if stamp else None  # of the file in force
 
     def _applied(self, overlay: Overlay) -> ServingPolicy:
         """The base with `overlay`; an overlay the new base cannot take is dropped (and said)."""

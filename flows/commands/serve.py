@@ -56,6 +56,8 @@ def serve_command(
                                 "`model: auto` requests, with sticky traffic splits re-read live."),
     weights_file: Path = typer.Option(None, "--weights-file", help="Live weights overlay a rollout writes "
                                       "(default: <state folder>/rollouts/weights.json); with --routes."),
+    max_shadows: int = typer.Option(4, "--max-shadows", min=0, help="Shadow copies in flight at once (routes' "
+                                    "`shadow:`); more are dropped and counted."),
     threads: int = typer.Option(None, "--threads", callback=options.positive,
                                 help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
@@ -82,7 +84,8 @@ def serve_command(
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=timeout_s,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
-                             routes_path=routes, weights_path=weights_file)
+                             routes_path=routes, weights_path=weights_file,
+                             max_shadows=max_shadows)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)
