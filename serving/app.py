@@ -363,7 +363,7 @@ def default_weights_path() -> Path:
     from gates.weights import WEIGHTS_FILE
     from models.state import state_dir
 
-    return state_dir() / WEIGHTS_FILE
+    return state_dir(create=False) / WEIGHTS_FILE  # only named: reading a missing overlay creates nothing
 
 
 def fingerprint(v) -> str:

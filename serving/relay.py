@@ -76,8 +76,11 @@ def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Aw
                     line = await asyncio.wait_for(anext(lines), max(timeout_s - outcome.elapsed(), 0.0))
                 except StopAsyncIteration:
                     break
+                if line.strip() == "data: [DONE]":  # complete: a client that leaves after it is not a 499
+                    outcome.answered(upstream_facts({"usage": seen["usage"]}))
                 yield (restamp(line) + "\n").encode()
-            outcome.answered(upstream_facts({"usage": seen["usage"]}))
+            if not outcome.recorded:  # an upstream that ends without [DONE]
+                outcome.answered(upstream_facts({"usage": seen["usage"]}))
         except Exception as e:  # noqa: BLE001 - after the first byte, an error can only be told in the stream
             message = f"upstream stream failed after its first byte ({type(e).__name__})"
             log.error("%s: %s", stamp.get("arm"), message)

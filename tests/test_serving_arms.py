@@ -260,7 +260,7 @@ def front_policy(upstream: str, dead: str) -> dict:
             "gone": {"upstream": dead, "model": "production", "timeout_s": 2},
             "aborting": {"alias": "production", "faults": {"abort_share": 100}},
             "stuck": {"alias": "production", "timeout_s": 0.3, "faults": {"delay_s": 5}},
-            "slow-shadow": {"alias": "fallback", "faults": {"delay_s": 3}},
+            "slow-shadow": {"alias": "fallback", "faults": {"delay_s": 6}},
         },
         "health": {"failures": 3, "cooldown_s": 60},
         "routes": {
@@ -344,7 +344,7 @@ def test_an_upstream_arm_answers_plain_streamed_and_chat(servers, client):
     rows = logged(servers, lambda rows: sum(r["arm"] == "vllm-a" for r in rows) >= 4)
     mine = [r for r in rows if r["arm"] == "vllm-a" and not r["shadow"]]
     assert {r["upstream"] for r in mine} == {servers.up.base_url + "/v1"}
-    assert sorted(r["status"] for r in mine)[:3] == [200, 200, 200] and 400 in {r["status"] for r in mine}
+    assert sorted(r["status"] for r in mine) == [200, 200, 200, 400]  # a stream read to its end is a 200
     assert all(r["model"] == "tiny-llada" for r in mine if r["status"] == 200 and not r["stream"])
     # the key travels to the upstream, but never into a log, the health or the routes view
     everything = json.dumps(rows, default=str) + httpx.get(servers.base_url + "/health").text + \
@@ -414,7 +414,7 @@ def test_shadow_copies_are_recorded_compared_and_bounded(servers, client):
     assert all(ext(b)["arm"] == "production" for b in busy)
     metrics = httpx.get(servers.base_url + "/metrics").text
     assert 'unmask_shadow_dropped_total{arm="slow-shadow",route="busy"} 2.0' in metrics
-    rows = logged(servers, lambda rows: any(r["shadow"] and r["route"] == "busy" for r in rows))
+    rows = logged(servers, lambda rows: any(r["shadow"] and r["route"] == "busy" for r in rows), timeout_s=40)
     slow = [r for r in rows if r["shadow"] and r["route"] == "busy"]
     alone = client.completions.create(model="fallback", prompt=PROMPT, max_tokens=4)  # what the shadow answers
     agrees = alone.choices[0].text == busy[0].choices[0].text
