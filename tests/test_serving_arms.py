@@ -258,6 +258,7 @@ def front_policy(upstream: str, dead: str) -> dict:
             "vllm-a": {"upstream": upstream, "model": "production", "api_key_env": "UNMASK_TEST_UPSTREAM_KEY",
                        "timeout_s": 30},
             "gone": {"upstream": dead, "model": "production", "timeout_s": 2},
+            "hasty": {"upstream": upstream, "model": "production", "timeout_s": 0.001},  # no decode is that fast
             "aborting": {"alias": "production", "faults": {"abort_share": 100}},
             "stuck": {"alias": "production", "timeout_s": 0.3, "faults": {"delay_s": 5}},
             "slow-shadow": {"alias": "fallback", "faults": {"delay_s": 6}},
@@ -267,6 +268,8 @@ def front_policy(upstream: str, dead: str) -> dict:
             "up": {"match": {"header": {"name": "X-Route", "value": "up"}}, "arm": "vllm-a"},
             "down": {"match": {"header": {"name": "X-Route", "value": "down"}}, "arm": "gone"},
             "abort": {"match": {"header": {"name": "X-Route", "value": "abort"}}, "arm": "aborting"},
+            "hurry": {"match": {"header": {"name": "X-Route", "value": "hurry"}}, "arm": "hasty",
+                      "fallback": "production"},
             "stall": {"match": {"header": {"name": "X-Route", "value": "stall"}}, "arm": "stuck"},
             "mirror": {"match": {"header": {"name": "X-Route", "value": "mirror"}}, "arm": "production",
                        "shadow": {"arm": "vllm-a", "share": 100}},
@@ -381,6 +384,8 @@ def test_an_abort_a_timeout_and_real_nan_logits_are_answered_by_the_fallback(ser
     stalled = client.chat.completions.create(model="stall", messages=[{"role": "user", "content": PROMPT}],
                                              max_tokens=4)
     nan = client.completions.create(model="auto", prompt=f"{NAN_TOKEN} {PROMPT}", max_tokens=4)
+    hurried = client.completions.create(model="hurry", prompt=PROMPT, max_tokens=4)  # the upstream times out
+    assert (ext(hurried)["arm"], ext(hurried)["retry_of"]) == ("production", "hasty")  # its route's own fallback
     nan_streamed = list(client.completions.create(model="auto", prompt=f"{NAN_TOKEN} {PROMPT}", max_tokens=4,
                                                   stream=True))
     assert [ext(r)["arm"] for r in (aborted, stalled, nan)] == ["fallback"] * 3
@@ -395,6 +400,8 @@ def test_an_abort_a_timeout_and_real_nan_logits_are_answered_by_the_fallback(ser
     assert ("production", "production", True) in failed  # real NaN logits: a decode failure
     nan_rows = [r for r in rows if r["arm"] == "production" and r["decode_failure"]]
     assert nan_rows and all("non-finite logits" in r["error"] and r["status"] == 500 for r in nan_rows)
+    hasty = next(r for r in rows if r["arm"] == "hasty")
+    assert hasty["status"] == 504 and "no answer from" in hasty["error"] and hasty["retried"]
     stuck = next(r for r in rows if r["arm"] == "stuck")
     assert stuck["status"] == 504 and "injected delay" in stuck["error"]
 
