@@ -151,11 +151,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
                             body.requested_tokens())
 
     async def decode_locally(arm: LocalArm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
-                             max_tokens: int | None, outcome: Outcome, limit: float, stamp: dict[str, Any]):
+                             max_tokens: int | None, outcome: Outcome, limit: float, stamp: dict[str, Any],
+                             on_text=None):
         route = resolve(arm.served)
         outcome.resolved(route)
         routed = (stamp["route"], stamp["arm"]) if stamp else None
-        job = replace(submit(route, body, prompt_of(route), max_tokens, endpoint), routed=routed)
+        job = replace(submit(route, body, prompt_of(route), max_tokens, endpoint), routed=routed, on_text=on_text)
         try:
             if body.stream:
                 return await start_stream(request, job, outcome, limit), None
@@ -284,6 +285,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 _, facts, parts = finished(job, decoded, ttfb_s=outcome.ttfb_s)
                 rest = text.finish(parts["choice"]["text"])
                 outcome.answered(facts)  # complete: a client that leaves during the last sends is not a 499
+                if job.on_text:  # the route's shadow copy goes now, to be compared with this text
+                    job.on_text(job.echo + parts["choice"]["text"])
                 if rest:
                     yield event(chunks.text(rest))
                 yield event(chunks.finish(parts["choice"]["finish_reason"], parts["extension"]))
@@ -356,6 +359,7 @@ class Submitted:
     feed: RowFeed | None  # streamed requests only
     stream_options: StreamOptions | None = None
     routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
+    on_text: Any = None  # streamed: called with the whole answer text once it is complete (a shadow compares it)
 
 
 def default_weights_path() -> Path:

@@ -33,7 +33,8 @@ from serving.schemas import Sampling
 
 log = logging.getLogger("unmask.serve")
 
-# (arm, request or None, endpoint, body, prompt_of, max_tokens, outcome, limit_s, stamp) -> (body | stream, facts)
+# (arm, request or None, endpoint, body, prompt_of, max_tokens, outcome, limit_s, stamp, on_text) -> (body | stream,
+# facts); a stream calls on_text(its whole text) once complete
 DecodeLocally = Callable[..., Awaitable[tuple[Any, dict[str, Any] | None]]]
 
 
@@ -99,14 +100,18 @@ class Dispatch:
                 outcome.retry_of(arm.name)
                 outcome.arrived = first_arrival
             first_arrival, streaming = outcome.arrived, False
+            copy = decision is not None and decision.shadow is not None
+            then = (lambda text: self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)) \
+                if copy and body.stream else None  # a stream's text is known at its end
             try:
                 answered, facts, text = await self.attempt(current, request, endpoint, body, prompt_of, max_tokens,
-                                                           outcome, decision, retry_of=arm.name if failed else None)
+                                                           outcome, decision, retry_of=arm.name if failed else None,
+                                                           on_text=then)
                 if decision:
                     self.health.succeeded(current.name)
                 if failed:
                     self.metrics.retries.labels(decision.route, arm.name, current.name).inc()
-                if decision and decision.shadow:
+                if copy and not body.stream:
                     self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)
                 if isinstance(answered, StreamingResponse):
                     streaming = True  # the stream records its own outcome when it ends
@@ -143,7 +148,7 @@ class Dispatch:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def attempt(self, arm, request: Request | None, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-                      outcome: Outcome, decision: Decision | None, retry_of: str | None = None):
+                      outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
         """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
         ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
         limit = min(arm.timeout_s or self.timeout_s, self.timeout_s)
@@ -161,23 +166,23 @@ class Dispatch:
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
         stamp = {"route": decision.route, "arm": arm.name, "retry_of": retry_of} if decision else {}
         if isinstance(arm, UpstreamArm):
-            answered, facts = await self.ask_upstream(arm, endpoint, body, outcome, limit, stamp)
+            answered, facts = await self.ask_upstream(arm, endpoint, body, outcome, limit, stamp, on_text)
         else:
             answered, facts = await self.decode_locally(arm, request, endpoint, body, prompt_of, max_tokens, outcome,
-                                                   limit, stamp)
+                                                   limit, stamp, on_text)
         if nan and not isinstance(answered, StreamingResponse):
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
         return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
 
     async def ask_upstream(self, arm: UpstreamArm, endpoint: str, body: Sampling, outcome: Outcome, limit: float,
-                           stamp: dict[str, Any]):
+                           stamp: dict[str, Any], on_text=None):
         outcome.upstream(arm)
         payload = body.model_dump(exclude_none=True, exclude={"unmask", "model", "stream"})
         stamp = stamp | {"upstream": arm.upstream}
         left = max(limit - outcome.elapsed(), 0.001)
         if body.stream:
             first, lines, response = await arm.open_stream(self.client, endpoint, payload, left)
-            return relay_stream(first, lines, response.aclose, stamp, outcome, limit), None
+            return relay_stream(first, lines, response.aclose, stamp, outcome, limit, on_text), None
         answer_body = await arm.complete(self.client, endpoint, payload, left)
         extension = answer_body.get("unmask") or {}
         outcome.note(model=answer_body.get("model") or arm.model, version=extension.get("version"),

@@ -45,7 +45,8 @@ def upstream_facts(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Awaitable[None]],
-                 stamp: dict[str, Any], outcome: Outcome, timeout_s: float) -> StreamingResponse:
+                 stamp: dict[str, Any], outcome: Outcome, timeout_s: float,
+                 on_text: Callable[[str], None] | None = None) -> StreamingResponse:
     """An upstream's server-sent events passed on line by line, the finish chunk stamped; the outcome recorded."""
     seen: dict[str, Any] = {"text": [], "usage": {}}
 
@@ -78,6 +79,8 @@ def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Aw
                     break
                 if line.strip() == "data: [DONE]":  # complete: a client that leaves after it is not a 499
                     outcome.answered(upstream_facts({"usage": seen["usage"]}))
+                    if on_text:
+                        on_text("".join(seen["text"]))
                 yield (restamp(line) + "\n").encode()
             if not outcome.recorded:  # an upstream that ends without [DONE]
                 outcome.answered(upstream_facts({"usage": seen["usage"]}))

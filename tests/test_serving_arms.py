@@ -411,11 +411,14 @@ def test_an_abort_a_timeout_and_real_nan_logits_are_answered_by_the_fallback(ser
 def test_shadow_copies_are_recorded_compared_and_bounded(servers, client):
     mirrored = client.completions.create(model="mirror", prompt=PROMPT, max_tokens=8)
     assert ext(mirrored)["arm"] == "production"  # the shadow's answer is never returned
-    rows = logged(servers, lambda rows: any(r["shadow"] and r["route"] == "mirror" for r in rows))
-    shadow = next(r for r in rows if r["shadow"] and r["route"] == "mirror")
-    # the upstream serves the real tiny-llada; the front's differs only in the NaN row: they agree
-    assert (shadow["arm"], shadow["status"], shadow["agrees"], shadow["upstream"]) == (
-        "vllm-a", 200, True, servers.up.base_url + "/v1")
+    logged(servers, lambda rows: any(r["shadow"] and r["route"] == "mirror" for r in rows))  # its slot is free again
+    streamed = list(client.completions.create(model="mirror", prompt=PROMPT, max_tokens=8, stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == mirrored.choices[0].text
+    rows = logged(servers, lambda rows: sum(bool(r["shadow"]) and r["route"] == "mirror" for r in rows) >= 2)
+    shadows = [r for r in rows if r["shadow"] and r["route"] == "mirror"]
+    # the upstream serves the real tiny-llada; the front's differs only in the NaN row: they agree, streamed or not
+    assert [(r["arm"], r["status"], r["agrees"], r["upstream"], r["stream"]) for r in shadows] == [
+        ("vllm-a", 200, True, servers.up.base_url + "/v1", False)] * 2
     # at most one shadow in flight (max_shadows=1): the slow shadow holds the slot, the next copies are dropped
     busy = [client.completions.create(model="busy", prompt=PROMPT, max_tokens=4) for _ in range(3)]
     assert all(ext(b)["arm"] == "production" for b in busy)
