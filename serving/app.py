@@ -176,7 +176,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
             response["unmask"]["retry_of"] = stamp["retry_of"]
         return response, facts
 
-    dispatch = Dispatch(settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes,
+    dispatch = Dispatch(lambda: settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes,
                         decode_locally)
     app.state.dispatch = dispatch
 

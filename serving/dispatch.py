@@ -41,9 +41,10 @@ DecodeLocally = Callable[..., Awaitable[tuple[Any, dict[str, Any] | None]]]
 class Dispatch:
     """The arm-level half of answering: one per app."""
 
-    def __init__(self, timeout_s: float, max_shadows: int, metrics: ServingMetrics, requests_log: RequestLog | None,
+    def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics, requests_log: RequestLog | None,
                  routes: RouteTable | None, decode_locally: DecodeLocally):
-        self.timeout_s, self.metrics, self.requests_log, self.routes = timeout_s, metrics, requests_log, routes
+        self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
+        self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
         self.decode_locally = decode_locally
         self.health = ArmHealth(lambda: routes.policy.health, metrics) if routes else None
         self.drill, self.shadows = FaultDrill(), ShadowCopies(max_shadows)
@@ -151,7 +152,7 @@ class Dispatch:
                       outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
         """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
         ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
-        limit = min(arm.timeout_s or self.timeout_s, self.timeout_s)
+        limit = min(arm.timeout_s or self.timeout_s(), self.timeout_s())
         faults = arm.faults
         if faults and faults.delay_s:
             left = limit - outcome.elapsed()
