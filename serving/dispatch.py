@@ -41,8 +41,8 @@ DecodeLocally = Callable[..., Awaitable[tuple[Any, dict[str, Any] | None]]]
 class Dispatch:
     """The arm-level half of answering: one per app."""
 
-    def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics, requests_log: RequestLog | None,
-                 routes: RouteTable | None, decode_locally: DecodeLocally):
+    def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics,
+                 requests_log: RequestLog | None, routes: RouteTable | None, decode_locally: DecodeLocally):
         self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
         self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
         self.decode_locally = decode_locally
@@ -148,8 +148,8 @@ class Dispatch:
                     outcome.close()
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def attempt(self, arm, request: Request | None, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-                      outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
+    async def attempt(self, arm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
+                      max_tokens: int | None, outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
         """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
         ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
         limit = min(arm.timeout_s or self.timeout_s(), self.timeout_s())
@@ -170,7 +170,7 @@ class Dispatch:
             answered, facts = await self.ask_upstream(arm, endpoint, body, outcome, limit, stamp, on_text)
         else:
             answered, facts = await self.decode_locally(arm, request, endpoint, body, prompt_of, max_tokens, outcome,
-                                                   limit, stamp, on_text)
+                                                        limit, stamp, on_text)
         if nan and not isinstance(answered, StreamingResponse):
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
         return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
@@ -204,9 +204,10 @@ class Dispatch:
         outcome.routed(decision.route, arm.name)
         verdict = "failed"
         try:
-            answered, facts, text = await self.attempt(arm, None, endpoint, copy, prompt_of, max_tokens, outcome, decision)
+            answered, facts, text = await self.attempt(arm, None, endpoint, copy, prompt_of, max_tokens, outcome,
+                                                       decision)
             self.health.succeeded(arm.name)
-            agrees = None if primary is None else text == primary  # a streamed primary's text is not kept
+            agrees = None if primary is None else text == primary  # None: the primary gave no text to compare
             verdict = {True: "agree", False: "disagree", None: "answered"}[agrees]
             outcome.note(agrees=agrees)
             outcome.answered(facts)
