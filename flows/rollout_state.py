@@ -4,7 +4,8 @@ log it reads. All under <state folder>/ (models.state.state_dir).
 - `<state>/rollouts/<id>.json`: the controller's state (`RolloutState`), rewritten atomically (temporary file,
   then rename) after every change, so a controller killed at any point resumes from a whole file.
 - `<state>/rollouts/weights.json`: `{"routes": {"<route>": {"<arm>": <weight>, ...}}}` (weights sum to 100);
-  `unmask serve` uses a route's entry instead of the route's split while it is there. Written atomically too.
+  `unmask serve` uses a route's entry instead of the route's split while it is there (gates/weights.py writes it,
+  atomically, with its sha256).
 - `<state>/serving/requests/*.parquet`: the request log (serving/request_log.py), read by `request_rows`.
 """
 
@@ -20,7 +21,10 @@ from typing import Any
 
 from filelock import FileLock
 
+from gates.weights import WEIGHTS_FILE, write_weights
+from gates.weights import read_weights as read_overlay
 from models.state import state_dir
+from serving.request_log import read_rows
 
 ACTIVE = ("running", "paused")
 
@@ -52,47 +56,30 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 # the weights overlay ------------------------------------------------------------------------------------
 def weights_path() -> Path:
-    return rollouts_dir() / "weights.json"
+    return state_dir() / WEIGHTS_FILE
 
 
 def read_weights() -> dict[str, dict[str, int]]:
-    try:
-        return dict(json.loads(weights_path().read_text()).get("routes") or {})
-    except FileNotFoundError:
-        return {}
+    """The overlay's routes as {route: {arm: weight}} ({} without a file)."""
+    overlay = read_overlay(weights_path())
+    return {route: dict(split) for route, split in (overlay or {}).items()}
 
 
 def set_route_weights(route: str, weights: dict[str, int] | None) -> None:
     """Put `route`'s live weights in the overlay (None takes the route out: its split applies again)."""
-    if weights is not None and sum(weights.values()) != 100:
-        raise ValueError(f"route {route}: weights {weights} do not sum to 100")
     with FileLock(str(rollouts_dir() / "weights.json.lock"), timeout=30):  # two routes' controllers, one file
         routes = read_weights()
         if weights is None:
             routes.pop(route, None)
         else:
             routes[route] = dict(weights)
-        write_json_atomic(weights_path(), {"routes": routes})
+        write_weights(weights_path(), routes)
 
 
 # the request log ----------------------------------------------------------------------------------------
 def request_rows(folder: Path | None = None, since: str | None = None) -> list[dict[str, Any]]:
-    """Request-log rows (dicts), those logged at or after `since` (ISO time) when given.
-
-    The one place the controller reads the log; `serving.request_log.read_rows` replaces it once it exists.
-    """
-    import pyarrow.parquet as pq
-
-    folder = Path(folder or requests_dir())
-    start = datetime.fromisoformat(since) if since else None
-    rows = []
-    for path in sorted(folder.glob("requests-*.parquet")):
-        if start is not None and path.stat().st_mtime < start.timestamp():
-            continue  # written (renamed into place) after its last row: every row in it is older
-        for row in pq.read_table(path).to_pylist():
-            if start is None or (row.get("time") and datetime.fromisoformat(row["time"]) >= start):
-                rows.append(row)
-    return rows
+    """Request-log rows (dicts) of the server's log, those logged at or after `since` (ISO time) when given."""
+    return read_rows(folder or requests_dir(), datetime.fromisoformat(since) if since else None)
 
 
 # the state file -----------------------------------------------------------------------------------------

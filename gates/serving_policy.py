@@ -7,6 +7,11 @@ A route has a name, a matcher (one of `MATCHERS`: by request path, header, the O
 `metadata` tag, or request shape) and either the alias (arm) that serves it or a `split` of arms to
 weights summing to 100. Routes are tried in file order; unmatched traffic goes to `default`. Within a
 split the arm is picked by hashing a request key into 0..99 (`bucket`), so one user always sees one arm.
+A route may also name its `fallback` arm (the one that answers when its arm fails or is unhealthy) and a
+`shadow` arm that gets a copy of a share of its requests. Arms beyond the served aliases (upstream
+endpoints, local aliases with drill faults) and the health thresholds are declared in `arms:` and
+`health:` (`gates/serving_arms.py`); a top-level `rollout:` belongs to `gates/rollout_policy.py` and is
+left to it.
 """
 
 from __future__ import annotations
@@ -19,14 +24,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol
 
 from checklists.yaml_file import read_yaml_file
+from gates.serving_arms import ArmSpec, HealthSpec, ServingPolicyError, parse_arms, parse_health
 
 SERVING_POLICY_PATH = Path(__file__).resolve().parent / "serving.yaml"
 AUTO = "auto"  # the `model` a client sends to be routed
 DEFAULT = "default"
-
-
-class ServingPolicyError(ValueError):
-    """A serving policy that cannot be used; the message names the file and key."""
+FALLBACK = "fallback"  # the alias that answers for a failed arm when a route names no `fallback`
+TOP_KEYS = ("routes", DEFAULT, "arms", "health", "rollout")  # rollout: gates/rollout_policy.py reads it
 
 
 @dataclass(frozen=True)
@@ -168,15 +172,31 @@ MATCHERS: dict[str, type] = {m.kind: m for m in (
 
 
 @dataclass(frozen=True)
+class ShadowSpec:
+    """`shadow: {arm: staging, share: 100}`: that share of the route's requests (sticky) is copied to `arm`."""
+
+    arm: str
+    share: int = 100
+
+    def takes(self, key: str, route: str) -> bool:
+        return bucket(key, f"{route}\x00shadow") < self.share
+
+
+@dataclass(frozen=True)
 class RouteSpec:
     """One route: what it matches (None for `default`) and the arms that serve it, with weights summing to 100."""
 
     name: str
     match: Any  # a Matcher, or None for the default route
     split: tuple[tuple[str, int], ...]  # (arm, weight) in file order; one arm at 100 for a plain `arm:`
+    fallback: str | None = None  # None: the alias `fallback`, when served
+    shadow: ShadowSpec | None = None
 
     def arms(self) -> tuple[str, ...]:
-        return tuple(arm for arm, _ in self.split)
+        """Every arm the route may send a request to: its split's, its fallback, its shadow."""
+        extra = (self.fallback,) if self.fallback else ()
+        return tuple(dict.fromkeys((*(arm for arm, _ in self.split), *extra,
+                                    *((self.shadow.arm,) if self.shadow else ()))))
 
     def pick(self, key: str) -> str:
         """The arm for a request key: sticky (the same key, the same arm while the weights stay)."""
@@ -189,6 +209,8 @@ class ServingPolicy:
     default: RouteSpec
     source: str = "<memory>"
     sha256: str = ""
+    declared: Mapping[str, ArmSpec] = field(default_factory=dict)  # `arms:`, by name
+    health: HealthSpec = field(default_factory=HealthSpec)
 
     def named(self, name: str) -> RouteSpec | None:
         return next((r for r in (*self.routes, self.default) if r.name == name), None)
@@ -201,6 +223,12 @@ class ServingPolicy:
 
     def names(self) -> tuple[str, ...]:
         return tuple(r.name for r in (*self.routes, self.default))
+
+    def aliases(self) -> tuple[str, ...]:
+        """The local aliases the routes need served: undeclared arm names, and declared local arms' aliases."""
+        named = [a for a in self.arms() if a not in self.declared]
+        local = [spec.alias for spec in self.declared.values() if spec.alias]
+        return tuple(dict.fromkeys((*named, *local)))
 
 
 def bucket(key: str, salt: str = "") -> int:
@@ -230,9 +258,9 @@ def parse_serving_policy(data: Any, source: str = "<memory>") -> ServingPolicy:
     """Validate a serving policy given as plain data (what `yaml.safe_load` returns)."""
     if not isinstance(data, dict):
         raise ServingPolicyError(f"{source}: expected a mapping with 'routes' and 'default' at the top")
-    unknown = sorted(set(data) - {"routes", DEFAULT, "rollout"})  # rollout: gates/rollout_policy.py reads it
+    unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
-        raise ServingPolicyError(f"{source}: {unknown[0]}: unknown key; expected routes, default, rollout")
+        raise ServingPolicyError(f"{source}: {unknown[0]}: unknown key; expected {', '.join(TOP_KEYS)}")
     if DEFAULT not in data:
         raise ServingPolicyError(f"{source}: default: missing; unmatched traffic needs a route")
     routes_data = data.get("routes") or {}
@@ -247,25 +275,47 @@ def parse_serving_policy(data: Any, source: str = "<memory>") -> ServingPolicy:
             raise ServingPolicyError(f"{where}: {name!r} is reserved (auto: route me; default: the last resort)")
         routes.append(_parse_route(name, spec, where, matched=True))
     default = _parse_route(DEFAULT, data[DEFAULT], f"{source}: {DEFAULT}", matched=False)
-    canonical = json.dumps(data, sort_keys=True, default=str).encode()
-    return ServingPolicy(tuple(routes), default, source, hashlib.sha256(canonical).hexdigest())
+    declared = parse_arms(data.get("arms"), f"{source}: arms")
+    clash = [a for a in declared if a in (AUTO, DEFAULT) or a in {r.name for r in routes}]
+    if clash:
+        raise ServingPolicyError(f"{source}: arms.{clash[0]}: an arm may not have a route's name (or auto, default)")
+    health = parse_health(data.get("health"), f"{source}: health")
+    ours = {k: v for k, v in data.items() if k != "rollout"}  # a rollout edit does not change the routes
+    canonical = json.dumps(ours, sort_keys=True, default=str).encode()
+    return ServingPolicy(tuple(routes), default, source, hashlib.sha256(canonical).hexdigest(), declared, health)
 
 
 def _parse_route(name: str, spec: Any, where: str, matched: bool) -> RouteSpec:
     if not isinstance(spec, dict):
         raise ServingPolicyError(f"{where}: expected a mapping of settings, got {type(spec).__name__}")
-    allowed = {"match", "arm", "split"} if matched else {"arm", "split"}
+    allowed = {"match", "arm", "split", "fallback", "shadow"} - (set() if matched else {"match"})
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ServingPolicyError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(sorted(allowed))}")
     match = _parse_match(spec.get("match"), f"{where}.match") if matched else None
     if ("arm" in spec) == ("split" in spec):
         raise ServingPolicyError(f"{where}: expected exactly one of arm (one alias) or split (aliases to weights)")
+    fallback = spec.get("fallback")
+    if fallback is not None and (not isinstance(fallback, str) or not fallback):
+        raise ServingPolicyError(f"{where}.fallback: expected an arm name, got {fallback!r}")
+    shadow = _parse_shadow(spec["shadow"], f"{where}.shadow") if "shadow" in spec else None
     if "arm" in spec:
         if not isinstance(spec["arm"], str) or not spec["arm"]:
             raise ServingPolicyError(f"{where}.arm: expected an alias name, got {spec['arm']!r}")
-        return RouteSpec(name, match, ((spec["arm"], 100),))
-    return RouteSpec(name, match, _parse_split(spec["split"], f"{where}.split"))
+        return RouteSpec(name, match, ((spec["arm"], 100),), fallback, shadow)
+    return RouteSpec(name, match, parse_split(spec["split"], f"{where}.split"), fallback, shadow)
+
+
+def _parse_shadow(value: Any, where: str) -> ShadowSpec:
+    if not isinstance(value, dict) or not isinstance(value.get("arm"), str) or not value["arm"]:
+        raise ServingPolicyError(f"{where}: expected {{arm: <arm>, share: <0..100>}}, got {value!r}")
+    unknown = sorted(set(value) - {"arm", "share"})
+    if unknown:
+        raise ServingPolicyError(f"{where}.{unknown[0]}: unknown key; expected arm, share")
+    share = value.get("share", 100)
+    if not _is_int(share) or not 0 <= share <= 100:
+        raise ServingPolicyError(f"{where}.share: expected an integer percent in 0..100, got {share!r}")
+    return ShadowSpec(value["arm"], share)
 
 
 def _parse_match(value: Any, where: str) -> Any:
@@ -278,7 +328,8 @@ def _parse_match(value: Any, where: str) -> Any:
     return MATCHERS[kind].parse(settings, f"{where}.{kind}")
 
 
-def _parse_split(value: Any, where: str) -> tuple[tuple[str, int], ...]:
+def parse_split(value: Any, where: str) -> tuple[tuple[str, int], ...]:
+    """Arms to integer weights 0..100 summing to 100, in their given order (the policy's and the overlay's)."""
     if not isinstance(value, dict) or not value:
         raise ServingPolicyError(f"{where}: expected a mapping of alias to weight (summing to 100), got {value!r}")
     for arm, weight in value.items():

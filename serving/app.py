@@ -3,6 +3,11 @@
 `create_app(settings)` gives a FastAPI app; uvicorn runs it (`unmask serve`, or a test on a free
 port). Models load in the background once the app starts, so `/health` answers 503 until every
 served name is loaded, weights-checked and warmed, then 200.
+
+A routed request (`--routes`) goes to the arm its route picks, unless that arm is unhealthy; an arm
+that fails (raises, times out, NaN logits, an upstream's connection error or 5xx) is answered by the
+route's fallback arm instead (before the first byte of a stream only), and the route's shadow arm
+gets a copy in the background. `GET /v1/unmask/routes` shows the routes in force.
 """
 
 from __future__ import annotations
@@ -22,14 +27,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import row_seeded
+from sampler.proposal import NonFiniteLogitsError
 from serving import errors
+from serving.arms import ArmFailure, LocalArm
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
-from serving.routing import RouteTable, facts_of, request_key
+from serving.dispatch import Dispatch
+from serving.routing import RouteTable
 from serving.schemas import ChatCompletionRequest, CompletionRequest, Sampling, StreamOptions
 from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 
@@ -54,12 +62,15 @@ class ServeSettings:
     request_log_dir: Path | None = None  # None: no request log
     follow_aliases: bool = True
     routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
+    weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
+    max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
     metrics = ServingMetrics()
     pool = ModelPool(settings.pool, metrics)
-    routes = RouteTable(settings.routes_path, settings.pool.names, metrics) if settings.routes_path else None
+    routes = RouteTable(settings.routes_path, settings.pool.names, metrics,
+                        settings.weights_path or default_weights_path()) if settings.routes_path else None
     requests_log = (RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc)
                     if settings.request_log_dir else None)
 
@@ -68,10 +79,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
         tasks = [asyncio.create_task(start_and_follow())]
         if routes:
             tasks.append(asyncio.create_task(routes.follow(settings.pool.poll_interval_s)))
+        await dispatch.start()
         yield
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await dispatch.close()
         await pool.close()
         if requests_log:
             await asyncio.to_thread(requests_log.close)
@@ -100,10 +113,19 @@ def create_app(settings: ServeSettings) -> FastAPI:
             body = {"status": "ready", "served": {n: r.version.ref for n, r in pool.routes.items()}}
             if routes:
                 body["routes"] = {"file": str(routes.path), "sha256": routes.policy.sha256,
-                                  "last_error": routes.last_error}
+                                  "last_error": routes.last_error, "weights_file": str(routes.weights_path),
+                                  "weights_error": routes.weights_error}
+                body["arms"] = {name: dispatch.health.report(name) for name in dispatch.arm_names()}
             return JSONResponse(body)
         status = "failed" if pool.error else "loading"
         return JSONResponse({"status": status, "error": pool.error}, status_code=503)
+
+    @app.get("/v1/unmask/routes")
+    async def routes_in_force() -> JSONResponse:
+        """The routes in force with their live weights, arms and arm health."""
+        if not routes:
+            raise RequestError(None, "this server routes nothing (start it with --routes)", 404, "no_routes")
+        return JSONResponse(dispatch.view())
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -120,49 +142,43 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
+        return await dispatch.answer(request, "completions", body, lambda route: body.prompt, body.max_tokens)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return await answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
+        return await dispatch.answer(request, "chat", body, lambda route: route.loaded.chat.render(messages),
                             body.requested_tokens())
 
-    async def answer(request: Request, endpoint: str, body: Sampling, prompt_of,
-                     max_tokens: int | None) -> Response:
-        outcome = Outcome(metrics, requests_log, endpoint, body.model, body.stream)
-        streaming = False
+    async def decode_locally(arm: LocalArm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
+                             max_tokens: int | None, outcome: Outcome, limit: float, stamp: dict[str, Any],
+                             on_text=None):
+        route = resolve(arm.served)
+        outcome.resolved(route)
+        routed = (stamp["route"], stamp["arm"]) if stamp else None
+        job = replace(submit(route, body, prompt_of(route), max_tokens, endpoint), routed=routed, on_text=on_text)
         try:
-            routed = None
-            name = body.model
-            decision = routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
-                                     *request_key(body.user, request)) if routes else None
-            if decision:
-                routed, name = (decision.route, decision.arm.name), decision.arm.name
-                outcome.routed(*routed)
-            route = resolve(name)
-            outcome.resolved(route)
-            job = replace(submit(route, body, prompt_of(route), max_tokens, endpoint), routed=routed)
             if body.stream:
-                response = await start_stream(request, job, outcome)
-                streaming = True  # the stream records its own outcome when it ends
-                return response
-            decoded = await until(request, job.future, job.future, settings.request_timeout_s - outcome.elapsed(),
-                                  settings.request_timeout_s)
-            response, facts, _ = finished(job, decoded, ttfb_s=outcome.elapsed())
-            outcome.answered(facts)
-            return JSONResponse(response)
+                return await start_stream(request, job, outcome, limit), None
+            decoded = await until(request, job.future, job.future, limit - outcome.elapsed(), limit)
         except RequestError as e:
-            outcome.refused(e)
+            if e.status == 504:
+                raise ArmFailure(504, "timeout", f"{arm.name}: {e.message}", "timeout") from None
             raise
+        except NonFiniteLogitsError as e:
+            raise ArmFailure(500, "decode_failure", f"{arm.name}: {e}", "decode_failure", True,
+                             public=f"{arm.name} failed to decode (non-finite logits)") from None
         except Exception as e:
-            outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
-            log.exception("%s request failed", endpoint)
-            # answered here, not raised: an exception that reaches uvicorn closes the client's keep-alive connection
-            return errors.server_fault(e)
-        finally:
-            if not streaming:
-                outcome.close()
+            raise ArmFailure(500, "server_error", f"{type(e).__name__}: {e}", "error",
+                             public=f"the server failed on this request ({type(e).__name__}); it keeps serving") from e
+        response, facts, _ = finished(job, decoded, ttfb_s=outcome.elapsed())
+        if stamp.get("retry_of"):
+            response["unmask"]["retry_of"] = stamp["retry_of"]
+        return response, facts
+
+    dispatch = Dispatch(lambda: settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes,
+                        decode_locally)
+    app.state.dispatch = dispatch
 
     def resolve(name: str) -> Route:
         if not pool.ready:
@@ -228,7 +244,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                      "batch_size": decoded.batch_size, "nfe": decoded.nfe, "queue_s": round(decoded.queue_s, 6),
                      "decode_s": round(decoded.decode_s, 6), "ttfb_s": round(ttfb_s, 6), "first_block_s": first_block,
                      "stream": job.feed is not None,
-                     "route": job.routed[0] if job.routed else None, "arm": job.routed[1] if job.routed else None}
+                     "route": job.routed[0] if job.routed else None, "arm": job.routed[1] if job.routed else None,
+                     "retry_of": None}  # the arm that failed, when the route's fallback answers for it
         parts = {"choice": choice, "usage": usage, "extension": extension}
         common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
                   "usage": usage, "unmask": extension}
@@ -240,10 +257,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
                              "finish_reason": choice["finish_reason"], "logprobs": None}]}, facts, parts
 
-    async def start_stream(request: Request, job: Submitted, outcome: Outcome) -> StreamingResponse:
+    async def start_stream(request: Request, job: Submitted, outcome: Outcome, limit_s: float) -> StreamingResponse:
         """Wait for the first final tokens (until then every failure is a plain JSON error), then stream."""
-        first = await until(request, job.feed.next(), job.future, settings.request_timeout_s - outcome.elapsed(),
-                            settings.request_timeout_s)
+        first = await until(request, job.feed.next(), job.future, limit_s - outcome.elapsed(), limit_s)
         if first is None and job.future.exception() is not None:
             raise job.future.exception()  # the model failed before a byte went out: a JSON 500
         v = job.route.version
@@ -269,6 +285,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
                 _, facts, parts = finished(job, decoded, ttfb_s=outcome.ttfb_s)
                 rest = text.finish(parts["choice"]["text"])
                 outcome.answered(facts)  # complete: a client that leaves during the last sends is not a 499
+                if job.on_text:  # the route's shadow copy goes now, to be compared with this text
+                    job.on_text(job.echo + parts["choice"]["text"])
                 if rest:
                     yield event(chunks.text(rest))
                 yield event(chunks.finish(parts["choice"]["finish_reason"], parts["extension"]))
@@ -299,10 +317,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
     return app
 
 
-async def until(request: Request, awaitable, future: asyncio.Future, timeout_s: float, limit_s: float):
+async def until(request: Request | None, awaitable, future: asyncio.Future, timeout_s: float, limit_s: float):
     """`awaitable`'s result; a client that hangs up, or `timeout_s` (what is left of the request's `limit_s`)
-    passing, cancels the request (`future`) and frees its slot."""
+    passing, cancels the request (`future`) and frees its slot. A shadow copy has no client (`request` None)."""
     async def hung_up() -> None:
+        if request is None:
+            await asyncio.Event().wait()  # nobody to hang up
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
@@ -339,6 +359,15 @@ class Submitted:
     feed: RowFeed | None  # streamed requests only
     stream_options: StreamOptions | None = None
     routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
+    on_text: Any = None  # streamed: called with the whole answer text once it is complete (a shadow compares it)
+
+
+def default_weights_path() -> Path:
+    """Where a rollout controller writes the live weights overlay: <state folder>/rollouts/weights.json."""
+    from gates.weights import WEIGHTS_FILE
+    from models.state import state_dir
+
+    return state_dir(create=False) / WEIGHTS_FILE  # only named: reading a missing overlay creates nothing
 
 
 def fingerprint(v) -> str:

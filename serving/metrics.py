@@ -58,6 +58,23 @@ class ServingMetrics:
         self.route_reloads = Counter("unmask_route_reloads", "Routes files re-read and put in force", registry=r)
         self.route_reload_failures = Counter("unmask_route_reload_failures", "Routes file edits refused (the old "
                                              "routes stay)", registry=r)
+        # arms: health, retries on the fallback, shadow copies, and the live weights overlay
+        self.arm_healthy = Gauge("unmask_arm_healthy", "1 while an arm is healthy, 0 while its traffic goes to the "
+                                 "fallback", ("arm",), registry=r)
+        self.arm_unhealthy = Gauge("unmask_arm_unhealthy", "1 for an unhealthy arm, labelled with the kind of failure "
+                                   "that made it so", ("arm", "reason"), registry=r)
+        self.arm_failures = Counter("unmask_arm_failures", "Attempts an arm failed (connection, timeout, status_5xx, "
+                                    "decode_failure, fault_abort, error)", ("arm", "reason"), registry=r)
+        self.retries = Counter("unmask_retries", "Requests whose arm failed and the route's fallback answered "
+                               "instead", ("route", "arm", "fallback"), registry=r)
+        self.shadow_requests = Counter("unmask_shadow_requests", "Shadow copies answered, by whether they agreed "
+                                       "with the primary (agree, disagree, failed)", ("route", "arm", "outcome"),
+                                       registry=r)
+        self.shadow_dropped = Counter("unmask_shadow_dropped", "Shadow copies not sent: too many in flight",
+                                      ("route", "arm"), registry=r)
+        self.weights_reloads = Counter("unmask_weights_reloads", "Weights overlays put in force", registry=r)
+        self.weights_reload_failures = Counter("unmask_weights_reload_failures", "Weights overlay files refused (the "
+                                               "weights in force stay)", registry=r)
         self.log_dropped = Counter("unmask_request_log_dropped", "Request-log rows dropped (writer behind)", registry=r)
 
     def render(self) -> bytes:

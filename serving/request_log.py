@@ -29,6 +29,10 @@ SCHEMA = pa.schema([
     ("stream", pa.bool_()), ("ttfb_s", pa.float64()), ("first_block_s", pa.float64()),
     # routing (`--routes`): the route that matched and the arm (alias) that served; empty when not routed
     ("route", pa.string()), ("arm", pa.string()),
+    # arms: a failed attempt answered by the fallback (`retried`; the answer's row names the arm in `retry_of`),
+    # shadow copies (`shadow`, `agrees`: its text equals the primary's), NaN/decode failures, the upstream's URL
+    ("retried", pa.bool_()), ("retry_of", pa.string()), ("shadow", pa.bool_()), ("agrees", pa.bool_()),
+    ("decode_failure", pa.bool_()), ("upstream", pa.string()),
 ])
 
 
@@ -36,6 +40,33 @@ def row(**fields: Any) -> dict[str, Any]:
     """A log row with every column (missing ones empty) and the time of now."""
     base = {name: None for name in SCHEMA.names}
     return base | {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds")} | fields
+
+
+def read_rows(folder: str | Path, since: datetime | None = None) -> list[dict[str, Any]]:
+    """Every finished row under `folder` (oldest file first), those at or after `since` when given.
+
+    Only renamed-into-place files are read; one that is gone by the time it is opened (a log rotated
+    or moved meanwhile) is skipped. Rows of older files lack the newer columns: they read as None.
+    """
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)  # the log's times are UTC
+    rows: list[dict[str, Any]] = []
+    for path in sorted(Path(folder).glob("requests-*.parquet")):
+        try:
+            table = pq.read_table(path)
+        except (FileNotFoundError, OSError):
+            continue
+        for entry in table.to_pylist():
+            entry = {name: None for name in SCHEMA.names} | entry
+            if since is not None and _time_of(entry["time"]) < since:
+                continue
+            rows.append(entry)
+    return rows
+
+
+def _time_of(text: str | None) -> datetime:
+    when = datetime.fromisoformat(text) if text else datetime.min.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 class RequestLog:

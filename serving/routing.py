@@ -6,40 +6,32 @@ arm is served here); a bad edit keeps the old routes, is logged, and is counted 
 `unmask_route_reload_failures`. `decide()` gives a request's route and arm: the route whose matcher
 holds (or the one the `model` names), then, within a split, the arm its sticky key hashes to.
 
-An arm is what answers a route's traffic. `LocalArm` is an alias served by this process's pool; an
-upstream OpenAI-compatible endpoint is a later implementation of the same `Arm` protocol.
+An arm is what answers a route's traffic (`serving/arms.py`): a served alias (`LocalArm`) or an arm the
+policy declares under `arms:` (an `UpstreamArm`, or a local alias with drill faults). The table also
+follows the live weights overlay (`gates/weights.py`, `<state>/rollouts/weights.json`), which replaces
+the splits of the routes it names; a bad overlay keeps the weights in force and is counted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import hashlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Request
 
-from gates.serving_policy import (AUTO, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError, bucket,
-                                  load_serving_policy, pick_arm)
+from gates.serving_policy import (AUTO, FALLBACK, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError,
+                                  load_serving_policy)
+from gates.weights import Overlay, apply_overlay, read_weights
+from serving.arms import Arm, LocalArm, UpstreamArm, arm_of
 
 log = logging.getLogger("unmask.serve")
 
-
-class Arm(Protocol):
-    """What serves a route's share of traffic; `kind` says where it runs."""
-
-    name: str
-    kind: str
-
-
-@dataclass(frozen=True)
-class LocalArm:
-    """An alias (or registered model) served by this process's model pool."""
-
-    name: str
-    kind: str = "local"
+__all__ = ["Arm", "Decision", "LocalArm", "RouteTable", "UpstreamArm", "facts_of", "request_key"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +39,8 @@ class Decision:
     route: str
     arm: Arm
     key_source: str  # which request key the split hashed: user, session, client (or "" without a split)
+    fallback: Arm | None = None  # what answers when `arm` fails or is unhealthy; None: nothing (it is the fallback)
+    shadow: Arm | None = None  # gets a copy of this request (the route's shadow share picked it)
 
 
 def request_key(user: str | None, request: Request) -> tuple[str, str]:
@@ -66,37 +60,23 @@ def facts_of(request: Request, user: str | None, metadata: dict[str, str] | None
 
 
 class RouteTable:
-    """The serving policy in force, re-read from its file when the file changes."""
+    """The serving policy in force (its file, with the weights overlay applied), re-read when either changes."""
 
     def __init__(self, path: Path, served: list[str], metrics: Any, weights_path: Path | None = None):
-        from models.state import state_dir
-
         self.path, self.served, self.metrics = Path(path), list(served), metrics
-        self.policy = self._load()  # a bad file at start is the caller's error (the CLI exits 2)
-        self._stamp = self._stat()
+        self.weights_path = Path(weights_path) if weights_path else None
+        self.base = self._load()  # a bad file at start is the caller's error (the CLI exits 2)
+        self._stamp = self._stat(self.path)
         self.last_error: str | None = None
-        # a rollout's live weights (flows/rollout_state.py), used instead of a route's split while present
-        self.overlay_path = Path(weights_path or state_dir(create=False) / "rollouts" / "weights.json")
-        self.overlay: dict[str, tuple[tuple[str, int], ...]] = {}
-        self.refresh_overlay()
+        self.overlay: Overlay = {}
+        self.weights_error: str | None = None
+        self.weights_sha256: str | None = None
+        self.policy = self.base
+        self._weights_stamp: bytes | None = None
+        self._refresh_weights()
 
-    def refresh_overlay(self) -> None:
-        """Re-read the weights overlay; an entry that is not whole (weights summing to 100 over served arms) is
-        ignored, and the route keeps its split."""
-        try:
-            routes = json.loads(self.overlay_path.read_text()).get("routes") or {}
-        except (OSError, ValueError, AttributeError):
-            self.overlay = {}
-            return
-        overlay = {}
-        for route, weights in routes.items():
-            split = tuple((str(a), w) for a, w in dict(weights).items()) if isinstance(weights, dict) else ()
-            if (split and all(isinstance(w, int) and 0 <= w <= 100 and a in self.served for a, w in split)
-                    and sum(w for _, w in split) == 100):
-                overlay[route] = split
-            else:
-                log.error("weights overlay %s: route %s ignored (%r)", self.overlay_path, route, weights)
-        self.overlay = overlay
+    def arm(self, name: str) -> Arm:
+        return arm_of(name, dict(self.policy.declared))
 
     def decide(self, model: str, facts: RequestFacts, key: str, key_source: str) -> Decision | None:
         """The route and arm of a request for `model`; None when it is not routed (it names an alias)."""
@@ -104,34 +84,70 @@ class RouteTable:
         spec: RouteSpec | None = policy.choose(facts) if model == AUTO else policy.named(model)
         if spec is None:
             return None
-        live = self.overlay.get(spec.name)
-        if live:
-            return Decision(spec.name, LocalArm(pick_arm(live, bucket(key, spec.name))), key_source)
-        if len(spec.split) == 1:
-            return Decision(spec.name, LocalArm(spec.split[0][0]), "")
-        return Decision(spec.name, LocalArm(spec.pick(key)), key_source)
+        name, source = (spec.split[0][0], "") if len(spec.split) == 1 else (spec.pick(key), key_source)
+        fallback = spec.fallback or (FALLBACK if FALLBACK in self.served else None)
+        shadow = spec.shadow.arm if spec.shadow and spec.shadow.takes(key, spec.name) else None
+        declared = dict(policy.declared)
+        return Decision(spec.name, arm_of(name, declared), source,
+                        arm_of(fallback, declared) if fallback and fallback != name else None,
+                        arm_of(shadow, declared) if shadow and shadow != name else None)
 
     def refresh(self) -> bool:
-        """Re-read the file if it changed; True when new routes took effect."""
-        self.refresh_overlay()
-        stamp = self._stat()
-        if stamp == self._stamp:
-            return False
-        self._stamp = stamp
+        """Re-read the routes file and the weights overlay if they changed; True when new routes took effect."""
+        before = self.policy
+        stamp = self._stat(self.path)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                base = self._load()
+            except ServingPolicyError as e:
+                self.last_error = str(e)
+                self.metrics.route_reload_failures.inc()
+                log.error("routes not reloaded, the old ones stay: %s", e)
+            else:
+                self.last_error = None  # the file is good again, even if it is back to the routes in force
+                if base.sha256 != self.base.sha256:
+                    self.base = base
+                    self.metrics.route_reloads.inc()
+                    log.info("routes reloaded from %s (%s)", self.path, base.sha256[:12])
+                    self.policy = self._applied(self.overlay)
+        self._refresh_weights()
+        return self.policy != before
+
+    def _refresh_weights(self) -> None:
+        if self.weights_path is None:
+            return
+        stamp = self._stat(self.weights_path)
+        if stamp == self._weights_stamp:
+            return
+        self._weights_stamp = stamp
         try:
-            policy = self._load()
+            overlay = read_weights(self.weights_path) or {}
+            policy = apply_overlay(self.base, overlay, self.known_arms(self.base), str(self.weights_path))
         except ServingPolicyError as e:
-            self.last_error = str(e)
-            self.metrics.route_reload_failures.inc()
-            log.error("routes not reloaded, the old ones stay: %s", e)
-            return False
-        self.last_error = None  # the file is good again, even if it is back to the routes in force
-        if policy.sha256 == self.policy.sha256:
-            return False
-        self.policy = policy
-        self.metrics.route_reloads.inc()
-        log.info("routes reloaded from %s (%s)", self.path, policy.sha256[:12])
-        return True
+            self.weights_error = str(e)
+            self.metrics.weights_reload_failures.inc()
+            log.error("weights overlay not applied, the weights in force stay: %s", e)
+            return
+        self.weights_error = None
+        if overlay != self.overlay:
+            self.metrics.weights_reloads.inc()
+            log.info("weights overlay from %s: %s", self.weights_path,
+                     "; ".join(f"{r} {dict(s)}" for r, s in overlay.items()) or "none (the policy's splits)")
+        self.overlay, self.policy = overlay, policy
+        self.weights_sha256 = hashlib.sha256(stamp).hexdigest() if stamp else None  # of the file in force
+
+    def _applied(self, overlay: Overlay) -> ServingPolicy:
+        """The base with `overlay`; an overlay the new base cannot take is dropped (and said)."""
+        try:
+            return apply_overlay(self.base, overlay, self.known_arms(self.base), str(self.weights_path))
+        except ServingPolicyError as e:
+            self.weights_error = f"dropped after a routes reload: {e}"
+            self.overlay = {}
+            return self.base
+
+    def known_arms(self, policy: ServingPolicy) -> set[str]:
+        return set(self.served) | set(policy.declared)
 
     async def follow(self, interval_s: float) -> None:
         while True:
@@ -140,18 +156,22 @@ class RouteTable:
 
     def _load(self) -> ServingPolicy:
         policy = load_serving_policy(self.path)
-        missing = [a for a in policy.arms() if a not in self.served]
+        missing = [a for a in (*policy.aliases(), *policy.arms()) if a not in self.served and a not in policy.declared]
         if missing:
             raise ServingPolicyError(f"{self.path}: arm {missing[0]!r} is not served here; served: "
                                      f"{', '.join(self.served)}")
         clash = [n for n in policy.names() if n in self.served]
         if clash:
             raise ServingPolicyError(f"{self.path}: route {clash[0]!r} has the name of a served alias; rename it")
+        for name, spec in policy.declared.items():
+            if spec.api_key_env and not os.environ.get(spec.api_key_env):
+                raise ServingPolicyError(f"{self.path}: arms.{name}.api_key_env: ${spec.api_key_env} is not set")
         return policy
 
-    def _stat(self) -> bytes | None:
+    @staticmethod
+    def _stat(path: Path) -> bytes | None:
         """The file's bytes (a few hundred): a same-size edit within one mtime tick still counts as a change."""
         try:
-            return self.path.read_bytes()
+            return path.read_bytes()
         except OSError:
             return None

@@ -5,8 +5,9 @@ models (`--model`). Weights are loaded from each version's recorded model refere
 unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a registered model
 at another folder (still checked). The request log goes to <state folder>/serving/requests/.
 `--routes FILE` (a serving policy, e.g. gates/serving.yaml) routes requests whose `model` is `auto`
-(or a route's name) to the arm its routes pick; the arms are served too, and the file is re-read when
-it changes.
+(or a route's name) to the arm its routes pick; the aliases its arms need are served too, and the file
+is re-read when it changes, as is the live weights overlay a rollout writes (`--weights-file`, default
+<state folder>/rollouts/weights.json).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def serve_command(
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
     routes: Path = typer.Option(None, "--routes", help="Serving policy (e.g. gates/serving.yaml): route "
                                 "`model: auto` requests, with sticky traffic splits re-read live."),
+    weights_file: Path = typer.Option(None, "--weights-file", help="Live weights overlay a rollout writes "
+                                      "(default: <state folder>/rollouts/weights.json); with --routes."),
+    max_shadows: int = typer.Option(4, "--max-shadows", min=0, help="Shadow copies in flight at once (routes' "
+                                    "`shadow:`); more are dropped and counted."),
     threads: int = typer.Option(None, "--threads", callback=options.positive,
                                 help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
@@ -69,7 +74,7 @@ def serve_command(
 
     if routes is not None:
         try:
-            names = list(dict.fromkeys([*names, *load_serving_policy(routes).arms()]))  # what the routes need
+            names = list(dict.fromkeys([*names, *load_serving_policy(routes).aliases()]))  # what the routes need
         except ServingPolicyError as e:
             typer.echo(f"error: --routes: {e}", err=True)
             raise typer.Exit(2) from None
@@ -79,7 +84,8 @@ def serve_command(
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=timeout_s,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
-                             routes_path=routes)
+                             routes_path=routes, weights_path=weights_file,
+                             max_shadows=max_shadows)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)

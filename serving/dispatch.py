@@ -1,0 +1,226 @@
+"""Which arm answers a routed request, and what happens when it fails: health, retry, faults, shadows, upstreams.
+
+`Dispatch.answer()` takes a request the app has parsed: its route's arm answers unless that arm is
+unhealthy (then the fallback does); an attempt that fails in a way the fallback may answer
+(`ArmFailure`: raised, timed out, NaN logits, an upstream unreachable or 5xx) is answered by the
+route's fallback, leaving both rows in the request log; drill faults strike around the attempt; the
+route's shadow arm gets a copy in the background. A local arm decodes through the app's own path
+(`decode_locally`, given by serving/app.py); an upstream arm is asked over httpx. An unrouted request
+is one local attempt with no retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+import httpx
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from serving import errors
+from serving.arm_health import ArmHealth, FaultDrill
+from serving.arms import ArmFailure, LocalArm, UpstreamArm, UpstreamRefused
+from serving.decoding import RequestError
+from serving.metrics import ServingMetrics
+from serving.outcome import Outcome
+from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts
+from serving.request_log import RequestLog
+from serving.routing import Decision, RouteTable, facts_of, request_key
+from serving.schemas import Sampling
+
+log = logging.getLogger("unmask.serve")
+
+# (arm, request or None, endpoint, body, prompt_of, max_tokens, outcome, limit_s, stamp, on_text) -> (body | stream,
+# facts); a stream calls on_text(its whole text) once complete
+DecodeLocally = Callable[..., Awaitable[tuple[Any, dict[str, Any] | None]]]
+
+
+class Dispatch:
+    """The arm-level half of answering: one per app."""
+
+    def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics,
+                 requests_log: RequestLog | None, routes: RouteTable | None, decode_locally: DecodeLocally):
+        self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
+        self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
+        self.decode_locally = decode_locally
+        self.health = ArmHealth(lambda: routes.policy.health, metrics) if routes else None
+        self.drill, self.shadows = FaultDrill(), ShadowCopies(max_shadows)
+        self.client: httpx.AsyncClient | None = None  # one connection pool for every upstream arm
+
+    async def start(self) -> None:
+        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
+
+    async def close(self) -> None:
+        await self.shadows.close()
+        if self.client:
+            await self.client.aclose()
+
+    def arm_names(self) -> list[str]:
+        return sorted({*self.routes.policy.arms(), *self.routes.policy.declared, *self.health.arms})
+
+    def view(self) -> dict[str, Any]:
+        """`/v1/unmask/routes`: the routes with their live weights (the overlay's where it names them), arms, health."""
+        routes, policy = self.routes, self.routes.policy
+        listed = [{"name": spec.name, "match": spec.match.describe() if spec.match else None,
+                   "split": dict(spec.split), "weights_from": "overlay" if spec.name in routes.overlay else "policy",
+                   "fallback": spec.fallback,
+                   "shadow": {"arm": spec.shadow.arm, "share": spec.shadow.share} if spec.shadow else None}
+                  for spec in (*policy.routes, policy.default)]
+        arms = {}
+        for name in self.arm_names():
+            arm = routes.arm(name)
+            arms[name] = {"kind": arm.kind, "upstream": getattr(arm, "upstream", None),
+                          "alias": arm.served if isinstance(arm, LocalArm) else None,
+                          "timeout_s": arm.timeout_s, "faults": vars(arm.faults) if arm.faults else None,
+                          **self.health.report(name)}
+        return {"file": str(routes.path), "sha256": policy.sha256, "routes": listed, "arms": arms,
+                "weights_file": str(routes.weights_path), "weights_sha256": routes.weights_sha256,
+                "weights_error": routes.weights_error, "last_error": routes.last_error,
+                "health": {"failures": policy.health.failures, "cooldown_s": policy.health.cooldown_s}}
+
+    async def answer(self, request: Request, endpoint: str, body: Sampling, prompt_of,
+                     max_tokens: int | None) -> Response:
+        """The request's arm answers; if it fails, its route's fallback does (two log rows); a shadow gets a copy."""
+        decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
+                                      *request_key(body.user, request)) if self.routes else None
+        arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
+        if decision and fallback and not self.health.admits(arm.name):
+            arm, fallback = fallback, None  # unhealthy: its traffic goes to the fallback until a probe succeeds
+        failed: ArmFailure | None = None
+        first_arrival = 0.0  # the retry's outcome keeps the first attempt's arrival
+        for current in (arm, fallback):
+            if current is None:
+                break
+            outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream)
+            if decision:
+                outcome.routed(decision.route, current.name)
+            if failed:
+                outcome.retry_of(arm.name)
+                outcome.arrived = first_arrival
+            first_arrival, streaming = outcome.arrived, False
+            copy = decision is not None and decision.shadow is not None
+            then = (lambda text: self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)) \
+                if copy and body.stream else None  # a stream's text is known at its end
+            try:
+                answered, facts, text = await self.attempt(current, request, endpoint, body, prompt_of, max_tokens,
+                                                           outcome, decision, retry_of=arm.name if failed else None,
+                                                           on_text=then)
+                if decision:
+                    self.health.succeeded(current.name)
+                if failed:
+                    self.metrics.retries.labels(decision.route, arm.name, current.name).inc()
+                if copy and not body.stream:
+                    self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)
+                if isinstance(answered, StreamingResponse):
+                    streaming = True  # the stream records its own outcome when it ends
+                    return answered
+                outcome.answered(facts)
+                return JSONResponse(answered)
+            except ArmFailure as e:
+                if decision:
+                    self.health.failed(current.name, e.reason, e.message)
+                last = current is fallback or fallback is None
+                outcome.failed(e.status, e.code, e.message, retried=not last, decode_failure=e.decode_failure)
+                log.log(logging.ERROR if last else logging.WARNING, "%s request failed on %s: %s%s", endpoint,
+                        current.name, e.message, "" if last else f"; the fallback {fallback.name} answers")
+                failed = e
+                if last:
+                    return errors.error_response(e.status, e.public, None, e.code)
+            except RequestError as e:
+                if decision:
+                    self.health.released(current.name)
+                outcome.refused(e)
+                raise
+            except UpstreamRefused as e:
+                self.health.released(current.name)
+                outcome.failed(e.status, "upstream_refused", json.dumps(e.body)[:500])
+                return JSONResponse(e.body, status_code=e.status)
+            except Exception as e:
+                outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
+                log.exception("%s request failed", endpoint)
+                # answered here, not raised: an exception that reaches uvicorn closes the client's keep-alive
+                return errors.server_fault(e)
+            finally:
+                if not streaming:
+                    outcome.close()
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def attempt(self, arm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
+                      max_tokens: int | None, outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
+        """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
+        ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
+        limit = min(arm.timeout_s or self.timeout_s(), self.timeout_s())
+        faults = arm.faults
+        if faults and faults.delay_s:
+            left = limit - outcome.elapsed()
+            await asyncio.sleep(max(min(faults.delay_s, left), 0.0))
+            if faults.delay_s >= left:
+                raise ArmFailure(504, "timeout", f"{arm.name}: no answer within {limit:g} s (injected delay "
+                                 f"{faults.delay_s:g} s)", "timeout")
+        if faults and self.drill.fires(arm.name, "abort", faults.abort_share):
+            raise ArmFailure(500, "fault_abort", f"{arm.name}: injected fault: abort", "fault_abort")
+        nan = bool(faults) and self.drill.fires(arm.name, "nan", faults.nan_share)
+        if nan and body.stream:  # a stream's bytes go out as they come: the fault strikes before the first
+            raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
+        stamp = {"route": decision.route, "arm": arm.name, "retry_of": retry_of} if decision else {}
+        if isinstance(arm, UpstreamArm):
+            answered, facts = await self.ask_upstream(arm, endpoint, body, outcome, limit, stamp, on_text)
+        else:
+            answered, facts = await self.decode_locally(arm, request, endpoint, body, prompt_of, max_tokens, outcome,
+                                                        limit, stamp, on_text)
+        if nan and not isinstance(answered, StreamingResponse):
+            raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
+        return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
+
+    async def ask_upstream(self, arm: UpstreamArm, endpoint: str, body: Sampling, outcome: Outcome, limit: float,
+                           stamp: dict[str, Any], on_text=None):
+        outcome.upstream(arm)
+        payload = body.model_dump(exclude_none=True, exclude={"unmask", "model", "stream"})
+        stamp = stamp | {"upstream": arm.upstream}
+        left = max(limit - outcome.elapsed(), 0.001)
+        if body.stream:
+            first, lines, response = await arm.open_stream(self.client, endpoint, payload, left)
+            return relay_stream(first, lines, response.aclose, stamp, outcome, limit, on_text), None
+        answer_body = await arm.complete(self.client, endpoint, payload, left)
+        extension = answer_body.get("unmask") or {}
+        outcome.note(model=answer_body.get("model") or arm.model, version=extension.get("version"),
+                     weights_sha256=extension.get("weights_sha256"), config_hash=extension.get("config_hash"))
+        return stamped(answer_body, stamp), upstream_facts(answer_body)
+
+    def shadow(self, decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
+               primary: str | None) -> None:
+        """Send a copy to the route's shadow arm in the background, unless `max_shadows` are in flight."""
+        if not self.shadows.start(self.shadow_copy(decision, endpoint, body, prompt_of, max_tokens, primary)):
+            self.metrics.shadow_dropped.labels(decision.route, decision.shadow.name).inc()
+
+    async def shadow_copy(self, decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
+                          primary: str | None) -> None:
+        arm = decision.shadow
+        copy = body.model_copy(update={"stream": False, "stream_options": None})
+        outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, False, shadow=True)
+        outcome.routed(decision.route, arm.name)
+        verdict = "failed"
+        try:
+            answered, facts, text = await self.attempt(arm, None, endpoint, copy, prompt_of, max_tokens, outcome,
+                                                       decision)
+            self.health.succeeded(arm.name)
+            agrees = None if primary is None else text == primary  # None: the primary gave no text to compare
+            verdict = {True: "agree", False: "disagree", None: "answered"}[agrees]
+            outcome.note(agrees=agrees)
+            outcome.answered(facts)
+        except ArmFailure as e:
+            self.health.failed(arm.name, e.reason, e.message)
+            outcome.failed(e.status, e.code, e.message, decode_failure=e.decode_failure)
+        except (RequestError, UpstreamRefused) as e:
+            self.health.released(arm.name)
+            outcome.failed(getattr(e, "status", 400), "refused", str(e))
+        except Exception as e:  # noqa: BLE001 - a shadow never fails anything but its own row
+            log.exception("shadow copy to %s failed", arm.name)
+            outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
+        finally:
+            outcome.close()
+            self.metrics.shadow_requests.labels(decision.route, arm.name, verdict).inc()
+
