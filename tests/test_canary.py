@@ -256,5 +256,5 @@ def test_the_route_table_follows_the_weights_overlay_the_controller_writes(tmp_p
     set_route_weights("default", None)  # out of the overlay: the route's own split again
     table.refresh()
     assert arms() == {"fallback"} and read_weights() == {}
-    with pytest.raises(ValueError, match="do not sum to 100"):
+    with pytest.raises(ValueError, match="routes.default: weights sum to 50; they must sum to 100"):
         set_route_weights("default", {"staging": 50})
