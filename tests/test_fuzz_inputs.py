@@ -543,7 +543,7 @@ def test_task_file_missing_and_gen_length_beyond_the_context(tmp_path):
     path = tmp_path / "tasks.jsonl"
     path.write_text(GOOD_LINE + "\n")
     refused(["eval", "--model", "tiny-llada", "--tasks", str(path), "--gen-length", "100000", "--no-repro", "--no-plot",
-             "--out", str(tmp_path / "out")], "gen_length 100000", "max_sequence_length 512")
+             "--out", str(tmp_path / "out")], "gen_length 100000", "max_sequence_length 640")
 
 
 def test_a_5mb_prompt_is_refused_before_it_is_tokenised():
