@@ -340,9 +340,11 @@ def _gate_tooling_maturity(ctx: _Context, spec: GateSpec) -> GateResult:
                    signoff=dict(signoff))
 
 
-def _missing_evidence(ctx: _Context, spec: GateSpec, threshold: Any, reason: str, settle: str) -> GateResult:
-    """Evidence a gate needs that nobody has measured yet: inconclusive, and `settle` says what to run."""
-    return _inconclusive(ctx, spec, None, threshold, reason, settle)
+def _missing_evidence(ctx: _Context, spec: GateSpec, threshold: Any, reason: str, settle: str,
+                      command: str | None = None) -> GateResult:
+    """Evidence a gate needs that nobody has measured yet: inconclusive, and `settle` says what to run; the
+    `command` that produces it, when one does, is cited as `settle_command` (what `unmask gates` suggests)."""
+    return _inconclusive(ctx, spec, None, threshold, reason, settle, settle_command=command)
 
 
 def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
@@ -356,8 +358,9 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
     record = _serving_at(ctx.evidence, level)
     name = ctx.evidence.candidate
     if record is None:
+        command = f"unmask loadtest --model {name} --concurrency {level}"
         return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}",
-                                 f"run unmask loadtest --model {name} --concurrency {level}")
+                                 f"run {command}", command)
     value: dict[str, Any] = {}
     misses, meets = [], []
 
@@ -379,8 +382,9 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
     if "throughput_vs_fallback_min" in p:
         base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
         if base is None:
+            command = f"unmask loadtest --model fallback --concurrency {level}"
             return _missing_evidence(ctx, spec, threshold, f"no serving record yet of the fallback at concurrency "
-                                     f"{level}", f"run unmask loadtest --model fallback --concurrency {level}")
+                                     f"{level}", f"run {command}", command)
         ratio = (record.tokens_per_s / base.tokens_per_s
                  if record.tokens_per_s is not None and base.tokens_per_s else None)
         check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback",
@@ -395,10 +399,11 @@ def _gate_canary(ctx: _Context, spec: GateSpec) -> GateResult:
     """A rollout of this version reached `min_weight` with every analysis on the way passed (none failed)."""
     need = spec.params["min_weight"]
     name, stage = ctx.evidence.candidate, ctx.stage.stage
-    settle = f"run unmask rollout start {name} --route ROUTE --to {stage}"
+    command = f"unmask rollout start {name} --route ROUTE --to {stage}"
+    settle = f"run {command}"
     rollouts = list(ctx.evidence.canary)
     if not rollouts:
-        return _missing_evidence(ctx, spec, need, f"no rollout of {name} yet", settle)
+        return _missing_evidence(ctx, spec, need, f"no rollout of {name} yet", settle, command)
     for rollout in rollouts:
         if rollout.get("status") in ("rolled_back", "aborted"):
             continue

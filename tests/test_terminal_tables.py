@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -290,3 +291,15 @@ def test_models_at_80_columns(explain, tmp_path, monkeypatch):
     fits_80(result.output, ["id", "kind", "role", "license", "size", "pulled"] + (["status"] if explain else []),
             ["tiny-llada", "tiny-ar", "diffusiongemma-26b-a4b", "candidate", "Apache-2.0"]
             + ([] if explain else ["masked-diffusion"]))  # with --explain the kind gives way to the status
+
+
+def test_an_inconclusive_gate_that_a_load_test_settles_names_the_load_test_not_a_run(tmp_path, monkeypatch):
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    candidate = evidence(records=[record(n_items=100), record(task="sort", n_items=100)])
+    register_pair(reg, replace(candidate, serving=[]))
+    text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW).output
+    assert rows(text)["serving"][1] == "inconclusive", text
+    steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
+    assert "next: unmask loadtest --model tiny-llada --concurrency 16" in steps, text
+    assert not any(s.startswith(("next: unmask run", "then: unmask run")) for s in steps), steps

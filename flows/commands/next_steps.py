@@ -3,7 +3,8 @@
 Read from the typed reasons of a `PromotionDecision` (`ReasonKind`) and its checklist status, never
 from their wording: a failed measurement needs new evidence, a missing or stale sign-off needs
 `unmask sign-off` (the tooling-maturity gate is one too), an inconclusive gate needs more evidence
-(`unmask run --items N` when items would settle it), a stage not yet reached needs that promotion
+(`unmask run --items N` when items would settle it, or the command its result names: `unmask loadtest`,
+`unmask rollout start`), a stage not yet reached needs that promotion
 first, a missing approval needs `unmask approve`; with nothing left, `unmask promote`.
 """
 
@@ -62,12 +63,19 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
         steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
                               "change the model or the sweep, then measure again",
                               f"unmask run --model {model}{judged}"))
-    if undecided:  # more evidence settles these: as many items as the most demanding one asks, if items do
-        items = max((int(r.evidence.get("items_per_task") or 0) for r in undecided), default=0)
+    by_command: dict[str, list] = {}  # a gate whose evidence another command produces (load test, rollout) names it
+    for r in undecided:
+        by_command.setdefault(r.evidence.get("settle_command") or "", []).append(r)
+    measured_again = by_command.pop("", [])
+    if measured_again:  # more evidence settles these: as many items as the most demanding one asks, if items do
+        items = max((int(r.evidence.get("items_per_task") or 0) for r in measured_again), default=0)
         more = f" --items {items}" if items else ""
-        steps.append(NextStep(f"{', '.join(r.gate for r in undecided)} inconclusive: "
-                              + "; ".join(f"{r.gate} {r.settle}" for r in undecided),
+        steps.append(NextStep(f"{', '.join(r.gate for r in measured_again)} inconclusive: "
+                              + "; ".join(f"{r.gate} {r.settle}" for r in measured_again),
                               f"unmask run --model {model}{more}{judged}"))
+    for command, results in by_command.items():
+        steps.append(NextStep(f"{', '.join(r.gate for r in results)} inconclusive: "
+                              + "; ".join(f"{r.gate} {r.settle}" for r in results), command))
     for item in to_sign:
         steps.append(NextStep(f"checklist item {item} needs a sign-off",
                               f'unmask sign-off {model} --stage {stage} --item {item} '
