@@ -50,9 +50,6 @@ class Variant:
             k in lossy and v not in ("top_k", "none") for k, v in self.settings.items())
 
 
-# Each speculative row and the one-call-per-step row whose tokens it must reproduce.
-SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
-                     "dual+parallel+speculative": "dual+parallel"}
 DUAL_PARALLEL = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9}
 VARIANTS: tuple[Variant, ...] = (
     Variant("vanilla"),
@@ -150,6 +147,8 @@ class BenchRow:
     same_text_as_vanilla: float | None = None  # share of prompts whose response equals vanilla's
     same_text_as: dict[str, float] = field(default_factory=dict)  # the same against each earlier row
     batch: int = 0  # prompts per decode call (the variant's own size where it has one)
+    kind: str = "diffusion"  # or "ar": the AR twin's row
+    lossless: bool = False  # the text equals vanilla's by construction (Variant.lossless)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -272,7 +271,7 @@ class VariantRun:
             sequential_calls=statistics.fmean(calls), seconds=seconds,
             acceptance_rate=mean([out.speculative.acceptance_rate if out.speculative else None for out in outputs]),
             nfe_saved=mean([out.early_exit.nfe_saved if out.early_exit else None for out in outputs]),
-            provider=outputs[0].provider, batch=self.batch,
+            provider=outputs[0].provider, batch=self.batch, kind=self.variant.kind, lossless=self.variant.lossless,
         )
         return row, responses
 
@@ -280,7 +279,7 @@ class VariantRun:
 def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
                  complete: bool = True) -> BenchReport:
     """The report of the rows measured so far (`complete=False` for a partial one): notes, verdicts, AUP."""
-    from evals.bench_summary import length_aup, summary_notes, verdicts
+    from evals.bench_summary import length_aup, summary_notes, verdicts  # the lines read rows, never this module
 
     notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
     device = str(next(loaded.model.parameters()).device)

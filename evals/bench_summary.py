@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from evals.bench import SPECULATIVE_PAIRS, VARIANTS, BenchRow
 from evals.parallelism import AUPResult, aup
 
-AR_CONFIGS = frozenset(v.name for v in VARIANTS if v.kind == "ar")
-LOSSLESS = frozenset(v.name for v in VARIANTS if v.lossless)
+BenchRow = Any  # evals.bench.BenchRow: this module reads rows only, so evals.bench can import it
+# Each speculative row and the one-call-per-step row whose tokens it must reproduce.
+SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
+                     "dual+parallel+speculative": "dual+parallel"}
 
 
 def by_length(rows: list[BenchRow]) -> dict[int, list[BenchRow]]:
@@ -43,7 +44,7 @@ def length_aup(rows: list[BenchRow]) -> dict[int, AUPResult]:
     machine, so one batch size is enough); y_max is the best accuracy among them."""
     out = {}
     for n, group in by_length(rows).items():
-        diffusion = [r for r in _primary(group) if r.config not in AR_CONFIGS and r.tokens_per_forward > 0]
+        diffusion = [r for r in _primary(group) if r.kind != "ar" and r.tokens_per_forward > 0]
         if diffusion:
             out[n] = aup([(r.tokens_per_forward, r.accuracy) for r in diffusion], labels=[r.config for r in diffusion])
     return out
@@ -64,7 +65,7 @@ def verdicts(rows: list[BenchRow], tolerance: float = 0.01) -> list[str]:
         vanilla = next((r for r in primary if r.config == "vanilla"), None)
         if vanilla is None:
             continue
-        within = [r for r in primary if r.config not in AR_CONFIGS | {"vanilla"} and r.speedup_vs_vanilla
+        within = [r for r in primary if r.kind != "ar" and r.config != "vanilla" and r.speedup_vs_vanilla
                   and r.accuracy >= vanilla.accuracy - tolerance - 1e-12]
         head = f"gen {n}: "
         if not within:
@@ -74,7 +75,7 @@ def verdicts(rows: list[BenchRow], tolerance: float = 0.01) -> list[str]:
             speedups, ratios = [], []
             for b, rows_b in batch_groups(group).items():
                 mine = next((r for r in rows_b if r.config == best.config), None)
-                ar = next((r for r in rows_b if r.config in AR_CONFIGS), None)
+                ar = next((r for r in rows_b if r.kind == "ar"), None)
                 if mine is None:
                     continue
                 if mine.speedup_vs_vanilla:
@@ -110,8 +111,8 @@ def summary_notes(rows: list[BenchRow]) -> list[str]:
                              f"sequential calls than {plain_name}, acceptance {spec.acceptance_rate or 0:.2f}, same text "
                              f"as {plain_name} on " + ("-" if same is None else f"{100 * same:.0f}%") + " of prompts")
         for b, rows_b in batch_groups(group).items():
-            ar = next((r for r in rows_b if r.config in AR_CONFIGS), None)
-            best = max((r for r in rows_b if r.config in LOSSLESS), key=lambda r: r.text_tokens_per_s, default=None)
+            ar = next((r for r in rows_b if r.kind == "ar"), None)
+            best = max((r for r in rows_b if r.lossless), key=lambda r: r.text_tokens_per_s, default=None)
             if ar is not None and best is not None and ar.text_tokens_per_s:
                 notes.append(f"gen {n}, batch {b}: best lossless diffusion ({best.config}) vs AR twin text tokens/s: "
                              f"{best.text_tokens_per_s / ar.text_tokens_per_s:.2f}x")

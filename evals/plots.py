@@ -97,23 +97,23 @@ def plot_bench(report, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from evals.bench_summary import AR_CONFIGS, by_length
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lengths = by_length(report.rows)
+    lengths: dict[int, list] = {}
+    for r in report.rows:
+        lengths.setdefault(r.gen_length, []).append(r)
     if not lengths:
         raise ValueError("plot_bench: the report has no rows to plot")
-    configs = list(dict.fromkeys(r.config for r in report.rows if r.config not in AR_CONFIGS))
+    configs = list(dict.fromkeys(r.config for r in report.rows if r.kind != "ar"))
     palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (2, 3)]  # no orange: the AR twin's
     colours = {c: palette[i % len(palette)] for i, c in enumerate(configs)}
     batches = list(dict.fromkeys(r.batch for r in report.rows))
     markers = dict(zip(batches, "os^Dvp<>h"))
     fig, axes = plt.subplots(1, len(lengths), figsize=(6.5 * len(lengths), 5.5), squeeze=False)
-    for ax, (n, rows) in zip(axes[0], lengths.items()):
+    for ax, (n, rows) in zip(axes[0], sorted(lengths.items())):
         for r in rows:
             many = len(batches) > 1
-            if r.config in AR_CONFIGS:
+            if r.kind == "ar":
                 ax.scatter([r.text_tokens_per_s], [r.accuracy], marker="*", s=260, color="tab:orange", zorder=3,
                            edgecolors="black", linewidths=0.5,
                            label=f"AR twin ({r.config})" + (f", batch {r.batch}" if many else ""))

@@ -236,7 +236,8 @@ def test_a_verdict_says_when_no_config_holds_vanilla_accuracy():
 
     def row(config, accuracy, speedup, tpf):
         return BenchRow(config=config, gen_length=256, accuracy=accuracy, nfe=1, tokens_per_forward=tpf, tokens_per_s=1,
-                        speedup_vs_vanilla=speedup, peak_mem_mb=1, text_tokens_per_s=10 * speedup, batch=4)
+                        speedup_vs_vanilla=speedup, peak_mem_mb=1, text_tokens_per_s=10 * speedup, batch=4,
+                        kind="ar" if config == "tiny-ar" else "diffusion")
 
     rows = [row("vanilla", 0.875, 1.0, 1.0), row("dual+parallel", 0.5, 20.0, 6.0), row("dual-cache", 0.86, 8.0, 1.0),
             row("tiny-ar", 0.875, 3.0, 1.0)]
