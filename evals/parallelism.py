@@ -97,3 +97,16 @@ def record_curves(records: Iterable[Any]) -> dict[tuple[str, str, int], AUPResul
     return {key: aup([(r.tokens_per_forward, r.accuracy) for r in rows],
                      labels=[point_label(r) or "vanilla" for r in rows])
             for key, rows in groups.items()}
+
+
+def parallelism_summary(records: list[Any]) -> list[dict[str, Any]]:
+    """AUP per candidate, task and generation length over the validated records, with the curve's points and the
+    ids of the records they came from: what an evaluation folder's `parallelism.json` and a registered version's
+    `evidence/evidence.json` hold (the parallelism gate and the quality-latency page compute the same numbers)."""
+    rows = []
+    for (candidate, task, gen_length), curve in sorted(record_curves(records).items()):
+        ids = {(r.tokens_per_forward, r.accuracy): r.record_id for r in records
+               if r.valid is True and (r.candidate, r.task, r.gen_length) == (candidate, task, gen_length)}
+        rows.append({"candidate": candidate, "task": task, "gen_length": gen_length, **curve.to_dict(),
+                     "record_ids": [ids.get(point) for point in curve.points]})
+    return rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -139,3 +140,40 @@ def test_the_threshold_reads_as_a_person_writes_it_and_the_demo_policy_has_the_g
     assert gate_threshold(policy_with({"aup_min": 150}).stage("poc").gate("parallel"), None) == "AUP >= 150"
     demo = load_policy(POLICY_PATH.parent / "demo-policy.yaml")
     assert "parallelism" in {g.kind for g in demo.stage("poc").gates}
+
+
+# --- recorded with the evidence: the sweep's folder and the registered version -------------------
+
+def test_a_sweep_folder_holds_each_candidates_aup_with_the_records_of_its_curve(tmp_path):
+    from eval_fixtures import write_model
+    from evals.evidence import gather_evidence
+    from evals.sweep import parse_sweep, run_sweep
+
+    refs = [str(write_model(tmp_path / "diff")), str(write_model(tmp_path / "ar", causal=True))]
+    spec = parse_sweep({"name": "aup", "models": refs, "tasks": [{"task": "arith", "n": 2}],
+                        "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [2, 4, 8]},
+                        "measure": {"warmup": 0, "batch_size": 2}})
+    result = run_sweep(spec, tmp_path / "out")
+    gather_evidence(spec, result, plots=False, reproducibility=False)
+    saved = json.loads((tmp_path / "out" / "parallelism.json").read_text())
+    diffusion = next(c for c in saved if c["candidate"] == "diff")
+    mine = [r for r in result.records if r.candidate == "diff"]
+    assert diffusion["task"] == "arith" and diffusion["gen_length"] == 8
+    assert sorted(t for t, _ in diffusion["points"] + diffusion["dropped"]) == [1.0, 2.0, 4.0]  # 8 / steps
+    assert diffusion["aup"] == pytest.approx(aup([(r.tokens_per_forward, r.accuracy) for r in mine]).aup)
+    assert set(diffusion["record_ids"]) <= {r.record_id for r in mine}
+    assert {c["candidate"] for c in saved} == {"diff", "ar"}
+
+
+def test_a_registered_version_records_its_aup_in_the_evidence_and_as_mlflow_metrics(tmp_path):
+    from registry import register_evidence
+    from tests.gate_fixtures import fresh_registry
+
+    reg = fresh_registry(tmp_path)
+    v, logged = register_evidence(reg, evidence(records=curve_records()))
+    run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
+    summary = json.loads(reg.load_artifact_bytes(run_id, "evidence/evidence.json"))
+    (curve,) = summary["parallelism"]
+    assert (curve["task"], curve["gen_length"]) == ("arith", 32) and curve["aup"] == pytest.approx(aup(CURVE).aup)
+    assert curve["record_ids"] == [r.record_id for r in logged.records[:3]]  # the 8-TPF point is off the curve
+    assert reg.client.get_run(run_id).data.metrics["aup/arith/32"] == pytest.approx(aup(CURVE).aup)
