@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     console = table_console(220)
     console.print(render(report))
     for line in report_lines(report):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"{'config':<24} {'gen':>4} {'batch':>5} {'tokens/s':>10} {'positions/pass':>15} "
                   f"{'TFLOPS':>9} {'MFU':>7}", highlight=False)
     for row in rows:

@@ -125,7 +125,12 @@ def plot_bench(report, path: str | Path) -> Path:
                        label=r.config + (f", batch {r.batch}" if many else ""), zorder=2)
         rates = [r.text_tokens_per_s for r in rows if r.text_tokens_per_s > 0]
         if rates and max(rates) > 10 * min(rates):
+            from matplotlib.ticker import LogLocator, ScalarFormatter
+
             ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(ScalarFormatter())  # 10, 100: plain numbers, labels at 1-2-5 only
+            ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+            ax.xaxis.set_minor_formatter(ScalarFormatter())
         ax.set_title(f"gen length {n}")
         ax.set_xlabel("text tokens/s (tokens before the first EOS, per second)")
         ax.set_ylabel("accuracy (mean over tasks)")

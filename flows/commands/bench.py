@@ -169,8 +169,8 @@ def bench_command(
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     console.print(render(report))
-    for line in report_lines(report):
-        console.print(line, highlight=False, markup=False)
+    for line in report_lines(report):  # one line each, however long: a log or a grep reads it whole
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if json_path is not None:
         write_json(report, json_path)
         console.print(f"wrote {json_path}")
@@ -184,7 +184,8 @@ def bench_command(
 BENCH_HELP = "\n\n".join([
     bench_command.__doc__,
     "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
-    "1 thread) take a few minutes on two CPU cores (2 min 14 s measured on a busy machine); "
+    "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 58 s of wall clock on a two-core machine "
+    "shared with other jobs); "
     "--gen-lengths 128,256,512 --prompts 32 takes over half an hour.",
     "Under the table, one verdict line per generation length: the fastest config within --tolerance accuracy "
     "points of vanilla, its speedup over vanilla and its text tokens/s against the AR twin at each --batch, and "
