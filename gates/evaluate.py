@@ -391,6 +391,10 @@ def _gate_serving(ctx: _Context, spec: GateSpec) -> GateResult:
                    f"at concurrency {level} ({record.requests} requests): {words}", **cite)
 
 
+def _configs(n: int) -> str:
+    return f"{n} config" + ("" if n == 1 else "s")
+
+
 def _gate_parallelism(ctx: _Context, spec: GateSpec) -> GateResult:
     """Parallel speed judged without the machine, on every validated config of the candidate at the stage's task
     (or the gate's) and length: the most parallel tokens per forward at an accuracy floor, or the AUP over that
@@ -418,12 +422,12 @@ def _gate_parallelism(ctx: _Context, spec: GateSpec) -> GateResult:
             top = max(measured, key=lambda r: r.accuracy)
             return _result(ctx, spec, False, None, threshold, f"no config of {name} on {task} reaches accuracy "
                            f"{percent(floor)} (best {percent(top.accuracy)} at {significant(top.tokens_per_forward)} "
-                           f"tokens per forward, {len(measured)} configs)", **cite)
+                           f"tokens per forward, {_configs(len(measured))})", **cite)
         chosen = next(r for r in measured if (r.tokens_per_forward, r.accuracy) == best)
         ok = best[0] >= need
         return _result(ctx, spec, ok, round(best[0], 4), threshold,
                        f"{significant(best[0])} tokens per forward at accuracy {percent(best[1])} (floor "
-                       f"{percent(floor)}) on {task}, {len(measured)} configs, {'>=' if ok else '<'} {exact(need)}",
+                       f"{percent(floor)}) on {task}, {_configs(len(measured))}, {'>=' if ok else '<'} {exact(need)}",
                        **cite, record_id=chosen.record_id, run_id=chosen.run_id, config_hash=chosen.config_hash)
     result = aup([(r.tokens_per_forward, r.accuracy) for r in measured])
     ok = result.aup >= p["aup_min"]
