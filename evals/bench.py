@@ -41,18 +41,16 @@ class Variant:
     kind: str = "diffusion"  # or "ar": the autoregressive reference model
     default: bool = True  # run without --configs (off for rows that cost a multiple of vanilla)
     batch_size: int | None = None  # prompts per decode call; None = each task's prompts at once
+    tokens_per_step: int = 1  # steps = gen_length / this: a fixed parallelism that needs no confident model
 
     @property
     def lossless(self) -> bool:
         """Whether the variant's text equals vanilla's by construction (not only measured)."""
         lossy = {"parallel", "cache"}
-        return self.kind == "diffusion" and not any(
+        return self.kind == "diffusion" and self.tokens_per_step == 1 and not any(
             k in lossy and v not in ("top_k", "none") for k, v in self.settings.items())
 
 
-# Each speculative row and the one-call-per-step row whose tokens it must reproduce.
-SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
-                     "dual+parallel+speculative": "dual+parallel"}
 DUAL_PARALLEL = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9}
 VARIANTS: tuple[Variant, ...] = (
     Variant("vanilla"),
@@ -98,6 +96,9 @@ class BenchSetup:
     threads: int = 1
     seed: int = 0
     tasks: tuple[str, ...] = BENCH_TASKS
+    # prompts per decode call, one set of rows each; empty: each task's prompts in one call
+    batch_sizes: tuple[int, ...] = ()
+    tolerance: float = 0.01  # the verdict's "within the accuracy tolerance of vanilla", as a share
 
     def check(self) -> None:
         for name in ("prompts", "reps", "threads", "block_length"):
@@ -108,6 +109,21 @@ class BenchSetup:
         for n in self.gen_lengths:
             if n % self.block_length:
                 raise ValueError(f"bench gen_length {n} must be a multiple of block_length {self.block_length}")
+        for b in self.batch_sizes:
+            if b < 1:
+                raise ValueError(f"bench batch {b} must be >= 1")
+            if b > self.prompts:
+                raise ValueError(f"bench batch {b} is more than the {self.prompts} prompts per task; "
+                                 f"give --prompts {b} or more")
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError(f"bench batch sizes repeat: {','.join(map(str, self.batch_sizes))}")
+        if not 0.0 <= self.tolerance <= 1.0:
+            raise ValueError(f"bench tolerance must be between 0 and 100 accuracy points, got {100 * self.tolerance:g}")
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        """The prompts per decode call of each set of rows (a task's whole batch when none was asked)."""
+        return self.batch_sizes or (self.prompts,)
 
 
 @dataclass
@@ -131,6 +147,9 @@ class BenchRow:
     provider: str | None = None
     same_text_as_vanilla: float | None = None  # share of prompts whose response equals vanilla's
     same_text_as: dict[str, float] = field(default_factory=dict)  # the same against each earlier row
+    batch: int = 0  # prompts per decode call (the variant's own size where it has one)
+    kind: str = "diffusion"  # or "ar": the AR twin's row
+    lossless: bool = False  # the text equals vanilla's by construction (Variant.lossless)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +163,8 @@ class BenchReport:
     notes: list[str]
     device: str = "cpu"
     complete: bool = True  # False while rows are still being measured, or when the run was stopped
+    verdicts: list[str] = field(default_factory=list)  # one line per generation length (evals.bench_summary)
+    aup: dict[int, Any] = field(default_factory=dict)  # gen_length -> evals.parallelism.AUPResult
 
     @property
     def title(self) -> str:
@@ -155,7 +176,8 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "model": self.model, "device": self.device, "setup": asdict(self.setup),
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "complete": self.complete}
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "complete": self.complete,
+                "verdicts": self.verdicts, "aup": {str(n): a.to_dict() for n, a in self.aup.items()}}
 
 
 @dataclass
@@ -181,16 +203,19 @@ def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
 
 
 def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup) -> SamplerConfig:
-    """One token per step (steps = gen_length), the model's own special ids, then the variant's settings."""
-    return SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length, seed=setup.seed,
-                         **loaded.sampler_ids(), **variant.settings)
+    """`variant.tokens_per_step` tokens per step (steps = gen_length / it), the model's own special ids, then the
+    variant's settings."""
+    return SamplerConfig(steps=gen_length // variant.tokens_per_step, gen_length=gen_length,
+                         block_length=setup.block_length, seed=setup.seed, **loaded.sampler_ids(), **variant.settings)
 
 
 class VariantRun:
     """One variant at one generation length: its decoder bound to its config, and what its passes measured."""
 
-    def __init__(self, loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup):
+    def __init__(self, loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup,
+                 batch: int | None = None):
         self.loaded, self.variant, self.gen_length, self.batches = loaded, variant, gen_length, batches
+        self.batch = variant.batch_size or batch or setup.prompts  # prompts per decode call
         self.config = config_for(loaded, variant, gen_length, setup)
         self.times: list[float] = []
         self.peak_mb = 0.0
@@ -201,7 +226,7 @@ class VariantRun:
         outputs = []
         for b in self.batches:
             ids, mask = b.ids[rows], None if b.mask is None else b.mask[rows]
-            size = self.variant.batch_size or ids.shape[0]
+            size = self.batch
             chunks = []
             for i in range(0, ids.shape[0], size):
                 chunk_ids, chunk_mask = ids[i : i + size], None if mask is None else mask[i : i + size]
@@ -215,9 +240,12 @@ class VariantRun:
         self.one_pass(slice(0, 2))
 
     def timed_pass(self) -> None:
-        with PeakMemory(next(self.loaded.model.parameters()).device) as memory:
+        device = next(self.loaded.model.parameters()).device
+        with PeakMemory(device) as memory:
             start = time.perf_counter()
             self.outputs = self.one_pass()
+            if device.type == "cuda":  # the clock stops when the device is done, not when the last kernel is queued
+                torch.cuda.synchronize(device)
             self.times.append(time.perf_counter() - start)
         self.peak_mb = max(self.peak_mb, memory.peak_mb)
 
@@ -248,29 +276,48 @@ class VariantRun:
             sequential_calls=statistics.fmean(calls), seconds=seconds,
             acceptance_rate=mean([out.speculative.acceptance_rate if out.speculative else None for out in outputs]),
             nfe_saved=mean([out.early_exit.nfe_saved if out.early_exit else None for out in outputs]),
-            provider=outputs[0].provider,
+            provider=outputs[0].provider, batch=self.batch, kind=self.variant.kind, lossless=self.variant.lossless,
         )
         return row, responses
 
 
 def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
                  complete: bool = True) -> BenchReport:
-    """The report of the rows measured so far (`complete=False` for a partial one), notes included."""
+    """The report of the rows measured so far (`complete=False` for a partial one): notes, verdicts, AUP."""
+    from evals.bench_summary import length_aup, summary_notes, verdicts  # the lines read rows, never this module
+
     notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
     device = str(next(loaded.model.parameters()).device)
     return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=list(rows),
-                       notes=notes + summary_notes(rows), device=device, complete=complete)
+                       notes=notes + summary_notes(rows), device=device, complete=complete,
+                       verdicts=verdicts(rows, setup.tolerance), aup=length_aup(rows))
+
+
+def row_groups(variants: list[Variant], setup: BenchSetup) -> list[list[tuple[Variant, int]]]:
+    """The (variant, batch) runs of one generation length, one group per batch size; speedups compare within a group.
+
+    A variant with its own batch size (the per-prompt speculative rows) runs once, in the group of that size
+    when there is one, else in the first."""
+    groups: list[list[tuple[Variant, int]]] = [[] for _ in setup.batches]
+    for v in variants:
+        if v.batch_size is None:
+            for group, b in zip(groups, setup.batches):
+                group.append((v, b))
+        else:
+            at = setup.batches.index(v.batch_size) if v.batch_size in setup.batches else 0
+            groups[at].append((v, v.batch_size))
+    return [g for g in groups if g]
 
 
 def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
               tick: Callable[[str], None] = lambda description: None,
               on_row: Callable[[BenchRow], None] = lambda row: None) -> BenchReport:
-    """Measure every variant at every generation length; `tick(description)` after each pass.
+    """Measure every variant at every generation length and batch size; `tick(description)` after each pass.
 
     `on_row(row)` gets each finished row as soon as it is final: the rows of one generation length
     finish together, after that length's last repetition (speedups and same-text shares compare
-    rows of one length). Repetitions are interleaved (rep 1 of every variant, then rep 2, ...) so
-    that a change in machine load during the run falls on every row alike.
+    rows of one length and batch size). Repetitions are interleaved (rep 1 of every run, then rep 2,
+    ...) so that a change in machine load during the run falls on every row alike.
     """
     setup.check()
     torch.manual_seed(setup.seed)
@@ -278,65 +325,47 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
     torch.set_num_threads(setup.threads)
     rows: list[BenchRow] = []
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
+    several = len(setup.batches) > 1
+
+    def label(run: VariantRun) -> str:
+        return f"{run.variant.name} @ {run.gen_length}" + (f" batch {run.batch}" if several else "")
+
     try:
         diffusion_batches = held_out_prompts(loaded, setup)
         ar_batches = held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None
         for gen_length in setup.gen_lengths:
-            runs = [VariantRun(*((ar_loaded, v, gen_length, ar_batches) if v.kind == "ar" else
-                                 (loaded, v, gen_length, diffusion_batches)), setup) for v in runnable]
+            groups = [[VariantRun(*((ar_loaded, v, gen_length, ar_batches) if v.kind == "ar" else
+                                    (loaded, v, gen_length, diffusion_batches)), setup, batch=b) for v, b in group]
+                      for group in row_groups(runnable, setup)]
+            runs = [run for group in groups for run in group]
             for _ in range(setup.warmup):
                 for run in runs:
                     run.warm_up()
-                    tick(f"warm-up {run.variant.name} @ {gen_length}")
+                    tick(f"warm-up {label(run)}")
             for rep in range(setup.reps):
                 for run in runs:
                     run.timed_pass()
-                    tick(f"rep {rep + 1}/{setup.reps} {run.variant.name} @ {gen_length}")
-            texts_of: dict[str, list[str]] = {}
-            vanilla_seconds = None
-            for run in runs:
-                row, texts = run.row()
-                if row.config == "vanilla":
-                    vanilla_seconds = row.seconds
-                if vanilla_seconds is not None:
-                    row.speedup_vs_vanilla = vanilla_seconds / row.seconds
-                row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref) for name, ref in texts_of.items()}
-                row.same_text_as_vanilla = row.same_text_as.get("vanilla")
-                texts_of[row.config] = texts
-                rows.append(row)
-                on_row(row)
+                    tick(f"rep {rep + 1}/{setup.reps} {label(run)}")
+            for group in groups:
+                texts_of: dict[str, list[str]] = {}
+                vanilla_seconds = None
+                for run in group:
+                    row, texts = run.row()
+                    if row.config == "vanilla":
+                        vanilla_seconds = row.seconds
+                    if vanilla_seconds is not None:
+                        row.speedup_vs_vanilla = vanilla_seconds / row.seconds
+                    row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref)
+                                        for name, ref in texts_of.items()}
+                    row.same_text_as_vanilla = row.same_text_as.get("vanilla")
+                    texts_of[row.config] = texts
+                    rows.append(row)
+                    on_row(row)
     finally:
         torch.set_num_threads(previous_threads)
     return bench_report(loaded, setup, rows, ar_skipped=len(runnable) < len(variants))
 
 
-def summary_notes(rows: list[BenchRow]) -> list[str]:
-    """The targets, measured: best lossy speedup within 1 point, speculative call cut, diffusion vs AR."""
-    notes = []
-    by_length: dict[int, list[BenchRow]] = {}
-    for r in rows:
-        by_length.setdefault(r.gen_length, []).append(r)
-    lossless = {v.name for v in VARIANTS if v.lossless}
-    for n, group in sorted(by_length.items()):
-        vanilla = next((r for r in group if r.config == "vanilla"), None)
-        if vanilla is None:
-            continue
-        within = [r for r in group if r.config != "vanilla" and r.config != "tiny-ar" and r.speedup_vs_vanilla
-                  and r.accuracy >= vanilla.accuracy - 0.01]
-        if within:
-            best = max(within, key=lambda r: r.speedup_vs_vanilla)
-            notes.append(f"gen {n}: best config within 1 point of vanilla accuracy: {best.config}, "
-                         f"{best.speedup_vs_vanilla:.1f}x wall-clock ({100 * best.accuracy:.1f} vs {100 * vanilla.accuracy:.1f})")
-        for spec_name, plain_name in SPECULATIVE_PAIRS.items():
-            spec = next((r for r in group if r.config == spec_name), None)
-            plain = next((r for r in group if r.config == plain_name), None)
-            if spec is not None and plain is not None:
-                notes.append(f"gen {n}: {spec_name}: {plain.sequential_calls / spec.sequential_calls:.2f}x fewer sequential "
-                             f"calls than {plain_name}, acceptance {spec.acceptance_rate or 0:.2f}, same text as "
-                             f"{plain_name} on {100 * (spec.same_text_as.get(plain_name, 0)):.0f}% of prompts")
-        ar = next((r for r in group if r.config == "tiny-ar"), None)
-        best_lossless = max((r for r in group if r.config in lossless), key=lambda r: r.text_tokens_per_s, default=None)
-        if ar is not None and best_lossless is not None and ar.text_tokens_per_s:
-            notes.append(f"gen {n}: best lossless diffusion ({best_lossless.config}) vs tiny-ar text tokens/s: "
-                         f"{best_lossless.text_tokens_per_s / ar.text_tokens_per_s:.2f}x")
-    return notes
+def planned_rows(variants: list[Variant], setup: BenchSetup) -> int:
+    """How many rows `run_bench` will report for these (runnable) variants."""
+    return len(setup.gen_lengths) * sum(len(g) for g in row_groups(variants, setup))

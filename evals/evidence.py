@@ -61,6 +61,6 @@ def gather_evidence(
         records = [r for r in result.records if r.candidate == prepared.candidate]
         evidence.candidates.append(assemble_evidence(prepared, records, verdict, license_result,
                                                      result.failures_of.get(prepared.candidate, [])))
-    files.write_evidence(result.failures)
+    files.write_evidence(result.failures, records=result.records)
     evidence.problems = files.problems
     return evidence

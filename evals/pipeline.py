@@ -334,11 +334,15 @@ class EvidenceFiles:
                                         "grid": spec.grid, "base": spec.base, "measure": spec.measure,
                                         "skipped": skipped})
 
-    def write_evidence(self, failures: list[str], plots: list[Path] | None = None) -> None:
+    def write_evidence(self, failures: list[str], plots: list[Path] | None = None,
+                       records: list[EvalRecord] | None = None) -> None:
+        from evals.parallelism import parallelism_summary
         from evals.store import RecordStore
 
         store = RecordStore(self.folder)
         store.write_json("license.json", self.licenses)
+        if records:
+            store.write_json("parallelism.json", parallelism_summary(records))
         if self.reproducibility:
             store.write_json("reproducibility.json", self.reproducibility)
         if self.problems:
@@ -372,5 +376,5 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
         from evals.plots import plot_quality_latency
 
         plot_quality_latency(store.records, store.folder)
-    files.write_evidence(failures)
+    files.write_evidence(failures, records=store.records)
     return store.folder

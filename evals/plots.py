@@ -87,3 +87,60 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def plot_bench(report, path: str | Path) -> Path:
+    """`unmask bench --plot`: accuracy vs text tokens/s, one panel per generation length, one colour per config,
+    one marker per batch size, the AR twin as a star; a log x axis where the rates span over 10x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lengths: dict[int, list] = {}
+    for r in report.rows:
+        lengths.setdefault(r.gen_length, []).append(r)
+    if not lengths:
+        raise ValueError("plot_bench: the report has no rows to plot")
+    configs = list(dict.fromkeys(r.config for r in report.rows if r.kind != "ar"))
+    palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (2, 3)]  # no orange: the AR twin's
+    colours = {c: palette[i % len(palette)] for i, c in enumerate(configs)}
+    batches = list(dict.fromkeys(r.batch for r in report.rows))
+    markers = dict(zip(batches, "os^Dvp<>h"))
+    fig, axes = plt.subplots(1, len(lengths), figsize=(6.5 * len(lengths), 5.5), squeeze=False)
+    for ax, (n, rows) in zip(axes[0], sorted(lengths.items())):
+        for r in rows:
+            many = len(batches) > 1
+            if r.kind == "ar":
+                ax.scatter([r.text_tokens_per_s], [r.accuracy], marker="*", s=260, color="tab:orange", zorder=3,
+                           edgecolors="black", linewidths=0.5,
+                           label=f"AR twin ({r.config})" + (f", batch {r.batch}" if many else ""))
+                if many:
+                    ax.annotate(f"b{r.batch}", (r.text_tokens_per_s, r.accuracy), fontsize=7, xytext=(5, -9),
+                                textcoords="offset points")
+                continue
+            ax.scatter([r.text_tokens_per_s], [r.accuracy], marker=markers[r.batch], s=55, color=colours[r.config],
+                       label=r.config + (f", batch {r.batch}" if many else ""), zorder=2)
+        rates = [r.text_tokens_per_s for r in rows if r.text_tokens_per_s > 0]
+        if rates and max(rates) > 10 * min(rates):
+            from matplotlib.ticker import LogLocator, ScalarFormatter
+
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(ScalarFormatter())  # 10, 100: plain numbers, labels at 1-2-5 only
+            ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+            ax.xaxis.set_minor_formatter(ScalarFormatter())
+        ax.set_title(f"gen length {n}")
+        ax.set_xlabel("text tokens/s (tokens before the first EOS, per second)")
+        ax.set_ylabel("accuracy (mean over tasks)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    import textwrap
+
+    fig.suptitle(textwrap.fill(report.title, 110), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

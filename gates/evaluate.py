@@ -428,11 +428,59 @@ def _gate_canary(ctx: _Context, spec: GateSpec) -> GateResult:
                          f"(unmask rollout status {last['id']})", rollout=last["id"])
 
 
+def _configs(n: int) -> str:
+    return f"{n} config" + ("" if n == 1 else "s")
+
+
+def _gate_parallelism(ctx: _Context, spec: GateSpec) -> GateResult:
+    """Parallel speed judged without the machine, on every validated config of the candidate at the stage's task
+    (or the gate's) and length: the most parallel tokens per forward at an accuracy floor, or the AUP over that
+    curve (evals.parallelism)."""
+    from evals.parallelism import aup, tpf_at_accuracy  # gates read evals' records and measures
+
+    p, name = spec.params, ctx.evidence.candidate
+    task, n = p.get("task", ctx.stage.operating_point.task), ctx.stage.operating_point.gen_length
+    threshold = dict(p["tpf_at_accuracy"]) if "tpf_at_accuracy" in p else {"aup_min": p["aup_min"]}
+    rows = [r for r in ctx.evidence.records if r.valid is True and r.task == task and r.gen_length == n]
+    if not rows:
+        return _inconclusive(ctx, spec, None, threshold, f"no validated sweep record of {name} on task {task!r} at "
+                             f"gen_length {n}", f"run unmask run (or unmask eval --sweep FILE) with points of {name} "
+                             f"on task {task!r} at gen_length {n}", task=task)
+    measured = [r for r in rows if r.tokens_per_forward]
+    if not measured:
+        return _missing_evidence(ctx, spec, threshold, f"no tokens per forward recorded for {name}: an API model "
+                                 "shows no model calls", "judge API entries under a policy without a parallelism gate")
+    curve = [[round(r.tokens_per_forward, 4), round(r.accuracy, 4), r.record_id] for r in measured]
+    cite = {"task": task, "gen_length": n, "curve": sorted(curve)}
+    if "tpf_at_accuracy" in p:
+        need, floor = threshold["min_tpf"], threshold["accuracy_floor"]
+        best = tpf_at_accuracy([(r.tokens_per_forward, r.accuracy) for r in measured], floor)
+        if best is None:
+            top = max(measured, key=lambda r: r.accuracy)
+            return _result(ctx, spec, False, None, threshold, f"no config of {name} on {task} reaches accuracy "
+                           f"{percent(floor)} (best {percent(top.accuracy)} at {significant(top.tokens_per_forward)} "
+                           f"tokens per forward, {_configs(len(measured))})", **cite)
+        chosen = next(r for r in measured if (r.tokens_per_forward, r.accuracy) == best)
+        ok = best[0] >= need
+        return _result(ctx, spec, ok, round(best[0], 4), threshold,
+                       f"{significant(best[0])} tokens per forward at accuracy {percent(best[1])} (floor "
+                       f"{percent(floor)}) on {task}, {_configs(len(measured))}, {'>=' if ok else '<'} {exact(need)}",
+                       **cite, record_id=chosen.record_id, run_id=chosen.run_id, config_hash=chosen.config_hash)
+    result = aup([(r.tokens_per_forward, r.accuracy) for r in measured])
+    ok = result.aup >= p["aup_min"]
+    tpfs = [t for t, _ in result.points]
+    return _result(ctx, spec, ok, round(result.aup, 2), threshold,
+                   f"AUP {significant(result.aup)} over {len(result.points)} of {len(measured)} configs on {task} "
+                   f"(tokens per forward {significant(min(tpfs))}-{significant(max(tpfs))}, best accuracy "
+                   f"{percent(result.y_max)}) {'>=' if ok else '<'} {exact(p['aup_min'])}", **cite)
+
+
 GATE_CHECKS: dict[str, Callable[[_Context, GateSpec], GateResult]] = {
     "quality": _gate_quality, "latency": _gate_latency, "speedup": _gate_speedup, "memory": _gate_memory,
     "license": _gate_license, "reproducibility": _gate_reproducibility, "data_validity": _gate_data_validity,
     "error_rate": _gate_error_rate, "tooling_maturity": _gate_tooling_maturity, "serving": _gate_serving,
     "canary": _gate_canary,
+    "parallelism": _gate_parallelism,
 }
 
 

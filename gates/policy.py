@@ -148,7 +148,11 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "serving": {"concurrency": ((int,), True), "p95_s_max": (_NUM, False), "error_rate_max": (_NUM, False),
                 "throughput_vs_fallback_min": (_NUM, False)},
     "canary": {"min_weight": ((int,), True)},
+    "parallelism": {"task": ((str,), False), "tpf_at_accuracy": ((dict,), False), "aup_min": (_NUM, False)},
 }
+# Kinds the bundled policy leaves to the policies that ask for them (gates/demo-policy.yaml shows each).
+OPT_IN_KINDS = frozenset({"parallelism"})
+PARALLELISM_MODES = ("tpf_at_accuracy", "aup_min")
 SERVING_LIMITS = ("p95_s_max", "error_rate_max", "throughput_vs_fallback_min")
 QUALITY_METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible")
 
@@ -248,10 +252,33 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
             raise PolicyError(f"{where}: a serving gate needs at least one of {', '.join(SERVING_LIMITS)}")
     elif kind == "canary" and not 1 <= spec["min_weight"] <= 100:
         raise PolicyError(f"{where}.min_weight: expected a traffic weight in 1..100, got {spec['min_weight']!r}")
-    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate") + SERVING_LIMITS:
+    elif kind == "parallelism":
+        _check_parallelism(spec, where)
+    for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate", "aup_min") + SERVING_LIMITS:
         if key in spec and spec[key] < 0:
             raise PolicyError(f"{where}.{key}: expected a non-negative number, got {spec[key]!r}")
     return GateSpec(name=name, kind=kind, params=spec, metric_threshold=threshold)
+
+
+def _check_parallelism(spec: dict[str, Any], where: str) -> None:
+    """Exactly one of `tpf_at_accuracy: {min_tpf, accuracy_floor}` or `aup_min`."""
+    given = [m for m in PARALLELISM_MODES if m in spec]
+    if len(given) != 1:
+        raise PolicyError(f"{where}: a parallelism gate needs exactly one of {' or '.join(PARALLELISM_MODES)}, "
+                          f"got {', '.join(given) or 'neither'}")
+    if "tpf_at_accuracy" in spec:
+        sub, at = spec["tpf_at_accuracy"], f"{where}.tpf_at_accuracy"
+        unknown = sorted(set(sub) - {"min_tpf", "accuracy_floor"})
+        if unknown:
+            raise PolicyError(f"{at}: unknown key {unknown[0]!r}; expected min_tpf, accuracy_floor")
+        for key in ("min_tpf", "accuracy_floor"):
+            value = sub.get(key)
+            if not isinstance(value, _NUM) or isinstance(value, bool) or not math.isfinite(value):
+                raise PolicyError(f"{at}.{key}: expected a finite number, got {value!r}")
+        if sub["min_tpf"] <= 0:
+            raise PolicyError(f"{at}.min_tpf: expected tokens per forward above 0, got {sub['min_tpf']!r}")
+        if not 0 <= sub["accuracy_floor"] <= 1:
+            raise PolicyError(f"{at}.accuracy_floor: expected a share in [0, 1], got {sub['accuracy_floor']!r}")
 
 
 def _check_values(spec: dict[str, Any], where: str) -> None:

@@ -135,4 +135,9 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         parts += ([f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
                   if "throughput_vs_fallback_min" in params else [])
         return f"{params['concurrency']} in flight: " + ", ".join(parts)
+    if kind == "parallelism":
+        if "tpf_at_accuracy" in params:
+            sub = params["tpf_at_accuracy"]
+            return f">= {exact(sub['min_tpf'])} tokens per forward at accuracy >= {exact(sub['accuracy_floor'] * 100)}%"
+        return f"AUP >= {exact(params['aup_min'])}"
     return gate_value(None, threshold)

@@ -25,6 +25,7 @@ from typing import Any
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
+from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
@@ -117,6 +118,9 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
             client.log_text(run_id, data.decode(), path)
         for key, digest in digest_tags(contents).items():
             client.set_tag(run_id, key, digest)
+        ms = int(time.time() * 1000)  # AUP per task and length, for MLflow's own charts
+        client.log_batch(run_id, metrics=[Metric(f"aup/{c['task']}/{c['gen_length']}", float(c["aup"]), ms, 0)
+                                          for c in parallelism_summary(records)])
         client.set_terminated(run_id, "FINISHED")
     except BaseException:
         client.set_terminated(run_id, "FAILED")
@@ -199,7 +203,9 @@ def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:
         # a model card's YAML front matter may hold dates; keep the artifact plain JSON
         "card": json.loads(json.dumps(evidence.card, default=str)), "failures": evidence.failures,
         "record_run_ids": [r.run_id for r in evidence.records],
+        "parallelism": parallelism_summary(evidence.records),
     }
+
 
 
 def _model_card(evidence: CandidateEvidence) -> str:

@@ -103,6 +103,31 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
     return points
 
 
+def parallelism_curves(points: pd.DataFrame) -> pd.DataFrame:
+    """AUP per model version, task and generation length, from `quality_latency`'s points (validated records with a
+    tokens per forward, evals.parallelism): columns model, version, role, task, gen_length, aup, y_max, and `curve`,
+    one dict per record {tokens_per_forward, accuracy, label, on_curve} (off the curve: over 5 points below the
+    least parallel record's accuracy)."""
+    from evals.parallelism import aup
+
+    columns = ["model", "version", "role", "task", "gen_length", "aup", "y_max", "curve"]
+    if points.empty:
+        return pd.DataFrame(columns=columns)
+    usable = points[(points.valid == True) & (points.tokens_per_forward.fillna(0) > 0)]  # noqa: E712
+    rows = []
+    for (model, version, task, gen_length), group in usable.groupby(["model", "version", "task", "gen_length"],
+                                                                     sort=False):
+        pairs = list(zip(group.tokens_per_forward.astype(float), group.accuracy.astype(float)))
+        result = aup(pairs)
+        kept = set(result.points)
+        curve = [{"tokens_per_forward": t, "accuracy": a, "label": label or "vanilla", "on_curve": (t, a) in kept}
+                 for (t, a), label in zip(pairs, group.label)]
+        rows.append({"model": model, "version": version, "role": group.role.iloc[0], "task": task,
+                     "gen_length": int(gen_length), "aup": result.aup, "y_max": result.y_max,
+                     "curve": sorted(curve, key=lambda c: (c["tokens_per_forward"], -c["accuracy"]))})
+    return pd.DataFrame(rows, columns=columns)
+
+
 # the x axes quality can be plotted against, and which way is better: the front of each is in `quality_latency`
 # as `pareto` (p95 latency) or `pareto_<axis>`
 QUALITY_AXES = {"latency_p95_s": "lower", "latency_p50_s": "lower", "steps": "lower", "tokens_per_forward": "higher"}

@@ -179,3 +179,124 @@ def test_cli_defaults_are_the_bench_setup_defaults_and_valid():
     for name in ("block_length", "prompts", "reps", "warmup", "seed"):
         assert options[name] == getattr(setup, name), name
     assert options["threads"] is None and threads_rule(None)[0] == setup.threads  # the one thread rule: 1
+
+
+# --- batch sizes, verdicts, AUP, the plot (issue 22) --------------------------------------------
+
+BATCHED = dict(gen_lengths=(32, 64), block_length=16, prompts=2, reps=3, warmup=0, threads=1, batch_sizes=(1, 2))
+
+
+@pytest.fixture(scope="module")
+def batched_report(folders):
+    loaded, ar = load(folders[0]), load(folders[1])
+    variants = variants_named(["vanilla", "parallel-threshold-0.9", "dual-cache", "dual+speculative (batch 1)", "tiny-ar"])
+    return run_bench(loaded, BenchSetup(**BATCHED), variants, ar_loaded=ar)
+
+
+def test_each_batch_size_gets_its_rows_with_vanilla_of_that_batch_as_the_baseline(batched_report):
+    rows = batched_report.rows
+    plain = ["vanilla", "parallel-threshold-0.9", "dual-cache"]
+    # the per-prompt speculative row runs once, beside the batch-1 rows; the others at each batch size
+    assert [(r.config, r.gen_length, r.batch) for r in rows] == [
+        (c, n, b) for n in (32, 64) for b in (1, 2)
+        for c in plain + (["dual+speculative (batch 1)"] if b == 1 else []) + ["tiny-ar"]]
+    assert all(r.speedup_vs_vanilla == pytest.approx(1.0) for r in rows if r.config == "vanilla")
+    assert all(r.same_text_as["dual-cache"] == 1.0 for r in rows if r.config == "dual+speculative (batch 1)")
+    assert all("batch_sizes" in batched_report.to_dict()["setup"] and r.to_dict()["batch"] in (1, 2) for r in rows)
+
+
+def test_one_verdict_line_per_length_names_the_best_config_its_speedups_ratios_to_the_ar_twin_and_aup(batched_report):
+    from evals.parallelism import aup
+
+    assert [v.split(":")[0] for v in batched_report.verdicts] == ["gen 32", "gen 64"]
+    for n, line in zip((32, 64), batched_report.verdicts):
+        at = {b: {r.config: r for r in batched_report.rows if r.gen_length == n and r.batch == b} for b in (1, 2)}
+        vanilla = at[1]["vanilla"]
+        within = [r for name, r in at[1].items() if name not in ("vanilla", "tiny-ar")
+                  and r.accuracy >= vanilla.accuracy - 0.01]
+        best = max(within, key=lambda r: r.speedup_vs_vanilla)
+        assert f"best within 1 point of vanilla ({100 * vanilla.accuracy:.1f}%): {best.config} " in line, line
+        assert f"{best.speedup_vs_vanilla:.1f}x at batch 1" in line
+        ratios = [f"{at[b][best.config].text_tokens_per_s / at[b]['tiny-ar'].text_tokens_per_s:.2f}x at batch {b}"
+                  for b in (1, 2) if best.config in at[b]]
+        assert "text tokens/s vs AR twin: " + ", ".join(ratios) in line, line
+        # AUP over the batch-1 diffusion rows (the batch does not change tokens per forward's meaning)
+        diffusion = [r for r in at[1].values() if r.config != "tiny-ar"]
+        expected = aup([(r.tokens_per_forward, r.accuracy) for r in diffusion])
+        assert batched_report.aup[n].aup == pytest.approx(expected.aup)
+        assert f"AUP {expected.aup:.1f} over {len(expected.points)} configs" in line
+    saved = batched_report.to_dict()
+    assert saved["verdicts"] == batched_report.verdicts and set(saved["aup"]) == {"32", "64"}
+    assert saved["aup"]["32"]["labels"][0] == "vanilla" and len(saved["aup"]["32"]["points"]) == 4
+
+
+def test_a_verdict_says_when_no_config_holds_vanilla_accuracy():
+    from evals.bench import BenchRow
+    from evals.bench_summary import verdicts
+
+    def row(config, accuracy, speedup, tpf):
+        return BenchRow(config=config, gen_length=256, accuracy=accuracy, nfe=1, tokens_per_forward=tpf, tokens_per_s=1,
+                        speedup_vs_vanilla=speedup, peak_mem_mb=1, text_tokens_per_s=10 * speedup, batch=4,
+                        kind="ar" if config == "tiny-ar" else "diffusion")
+
+    rows = [row("vanilla", 0.875, 1.0, 1.0), row("dual+parallel", 0.5, 20.0, 6.0), row("dual-cache", 0.86, 8.0, 1.0),
+            row("tiny-ar", 0.875, 3.0, 1.0)]
+    assert verdicts(rows, tolerance=0.01) == [
+        "gen 256: no config within 1 point of vanilla (87.5%); AUP 87.5 over 2 configs (vanilla alone 87.5)"]
+    assert verdicts(rows, tolerance=0.02)[0].startswith(
+        "gen 256: best within 2 points of vanilla (87.5%): dual-cache (86.0%), 8.0x at batch 4 vs vanilla; "
+        "text tokens/s vs AR twin: 2.67x at batch 4")
+
+
+def test_the_plot_has_one_panel_per_generation_length(batched_report, tmp_path):
+    from PIL import Image
+
+    from evals.plots import plot_bench
+
+    path = plot_bench(batched_report, tmp_path / "bench.png")
+    width, height = Image.open(path).size
+    assert path.stat().st_size > 10_000 and width > 1.6 * height  # two panels side by side
+
+
+def test_cli_batches_writes_json_after_every_row_prints_verdicts_and_plots(folders, tmp_path):
+    """A real `unmask bench` process, piped: each `bench row` line on stderr comes after the JSON holds that row."""
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
+    command = [sys.executable, "-c", "from flows.cli import main; main()", "bench", "--model", str(folders[0]),
+               "--ar-model", str(folders[1]), "--gen-lengths", "16,32", "--block-length", "16", "--prompts", "2",
+               "--batch", "1,2", "--reps", "3", "--warmup", "0", "--configs", "vanilla,dual-cache,tiny-ar",
+               "--json", str(out), "--plot", str(plot)]
+    proc = subprocess.Popen(command, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:
+            if line.startswith("bench row "):
+                done = int(line.split()[2].split("/")[0])
+                data = json.loads(out.read_text())  # whole: it is replaced, never written in place
+                assert len(data["rows"]) >= done and data["complete"] is False, line
+                seen.append(line.strip())
+        stdout = proc.stdout.read()
+        assert proc.wait(timeout=120) == 0, stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(seen) == 12 and seen[0].startswith("bench row 1/12 ") and "vanilla @ 16 batch 1: accuracy " in seen[0]
+    assert seen[-1].startswith("bench row 12/12 ") and "tiny-ar @ 32 batch 2" in seen[-1]
+    data = json.loads(out.read_text())
+    assert data["complete"] is True and len(data["rows"]) == 12 and len(data["verdicts"]) == 2
+    verdict_lines = [line for line in stdout.splitlines() if line.startswith("verdict gen ")]
+    assert len(verdict_lines) == 2 and all("at batch 1" in v and "at batch 2" in v and "AUP" in v for v in verdict_lines)
+    assert plot.stat().st_size > 10_000 and f"wrote {plot}" in stdout
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--batch", "4", "--prompts", "2"], ["batch 4 is more than the 2 prompts per task", "--prompts 4"]),
+    (["--batch", "0"], ["--batch", "'0'"]),
+    (["--batch", "1,x"], ["--batch", "1,x"]),
+    (["--batch", "2,2"], ["batch sizes repeat: 2,2"]),
+    (["--tolerance", "150"], ["tolerance must be between 0 and 100 accuracy points, got 150"]),
+    (["--plot", "bench.svg"], ["--plot bench.svg", ".png"]),
+])
+def test_bad_bench_options_are_refused_in_one_line(args, named, folders):
+    from fuzz_fixtures import refused
+
+    refused(["bench", "--model", str(folders[0]), "--configs", "vanilla", *args], *named)

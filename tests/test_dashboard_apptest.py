@@ -279,7 +279,7 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
     assert at.selectbox(key="ql_task").value == "arith"
     assert at.selectbox(key="ql_gen_length").value == gen_length
     assert at.radio(key="ql_x").value == "latency_p95_s"
-    (spec, drawn), = charts(at)
+    (spec, drawn), _ = charts(at)  # the second: the AUP curve
     here = records[records.gen_length == gen_length]
     # every record, x in ms; the fallback as its own marked series
     assert same_points(drawn.x, drawn.accuracy, here.latency_p95_s * 1e3, here.accuracy)
@@ -312,11 +312,11 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
 
     # quality per sampling step, and per tokens per forward (where more is better: the front runs the other way)
     at.radio(key="ql_x").set_value("steps").run()
-    (_, by_steps), = charts(at)
+    (_, by_steps), _ = charts(at)
     steps = [float(c.get("steps") or n) for c, n in zip(here.config, here.nfe)]
     assert sorted(by_steps.x) == pytest.approx(sorted(steps))
     at.radio(key="ql_x").set_value("tokens_per_forward").run()
-    (spec_tpf, by_tpf), = charts(at)
+    (spec_tpf, by_tpf), _ = charts(at)
     assert sorted(by_tpf.x) == pytest.approx(sorted(here.tokens_per_forward))
     assert marks(spec_tpf)[1]["encoding"]["x"]["title"].startswith("tokens per forward")
     best = by_tpf[by_tpf.series == f"{env.candidate} v{env.candidate_version}"]
@@ -325,10 +325,30 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
     other = max(records.gen_length.unique())
     at.radio(key="ql_x").set_value("latency_p95_s")
     at.selectbox(key="ql_gen_length").set_value(other).run()
-    (_, longer), = charts(at)
+    (_, longer), _ = charts(at)
     assert sorted(longer.x) == pytest.approx(sorted(records[records.gen_length == other].latency_p95_s * 1e3))
     assert not longer.operating.any()  # the gates judge another length
     assert f"arith at generation length {gen_length}" in at.warning[0].value
+
+
+def test_quality_latency_shows_each_versions_aup_with_the_curve_it_came_from(reg, env):
+    from evals.parallelism import aup
+
+    at = page("views/quality_latency.py")
+    records = read.records(registry=reg)
+    gen_length = dashboard_policy().stage("poc").operating_point.gen_length
+    here = records[(records.gen_length == gen_length) & (records.task == "arith") & (records.valid == True)]  # noqa: E712
+    shown = {m.label: m.value for m in at.metric}
+    for model, version in ((env.candidate, env.candidate_version), (env.fallback, env.fallback_version)):
+        mine = here[here.model == model]
+        expected = aup(list(zip(mine.tokens_per_forward, mine.accuracy))).aup
+        label = f"{model} v{version}" + (" (AR fallback)" if model == env.fallback else "")
+        assert shown[label] == significant(expected), (label, shown)
+    _, (spec, curve) = charts(at)
+    mine = curve[curve.series == f"{env.candidate} v{env.candidate_version}"]
+    assert sorted(mine["tokens per forward"]) == pytest.approx(sorted(here[here.model == env.candidate].tokens_per_forward))
+    assert [m["mark"]["type"] for m in marks(spec)] == ["line", "point"]
+    assert any("AUP (d3LLM, arXiv:2601.07568)" in c.value for c in at.caption)
 
 
 def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(reg, env):

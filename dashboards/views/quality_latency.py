@@ -1,5 +1,6 @@
 """Quality vs latency: each candidate's records across sampler settings, its Pareto front, the AR
-fallback as the reference point, and the operating point the stage gates judge."""
+fallback as the reference point, and the operating point the stage gates judge; below, each version's
+accuracy under parallelism (AUP) on the task and length shown, with the curve it came from."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dashboards import source
 from dashboards.cells import CHART_PADDING
 from dashboards.policy_note import show_policy
 from gates.readable import milliseconds, percent, significant
+from registry.views import parallelism_curves
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
@@ -102,3 +104,35 @@ st.dataframe(pd.DataFrame({
     "on the front": shown[front_column].map({True: "yes", False: "no"}),
     "operating point for": shown.operating_for.map(lambda s: ", ".join(s) or "—"),
     "config": shown.config_hash, "run id": shown.run_id}), hide_index=True, width="stretch")
+
+st.subheader("Accuracy under parallelism (AUP)")
+curves = parallelism_curves(shown)
+if curves.empty:
+    st.info("No validated record with tokens per forward here: AUP needs the sweep's points (`unmask run`).")
+else:
+    for column, curve in zip(st.columns(len(curves)), curves.itertuples()):
+        column.metric(f"{curve.model} v{curve.version}" + (" (AR fallback)" if curve.role == "fallback" else ""),
+                      significant(curve.aup), help=f"{sum(c['on_curve'] for c in curve.curve)} of {len(curve.curve)} "
+                      f"configs on the curve; best accuracy {percent(curve.y_max)}")
+    drawn = pd.DataFrame([{"series": f"{c.model} v{c.version}", "tokens per forward": p["tokens_per_forward"],
+                           "accuracy": p["accuracy"], "settings": p["label"], "accuracy shown": percent(p["accuracy"]),
+                           "point": "on the curve" if p["on_curve"] else "off: over 5 points below the first"}
+                          for c in curves.itertuples() for p in c.curve])
+    curve_base = alt.Chart(drawn).encode(
+        x=alt.X("tokens per forward:Q", title="tokens per forward (committed positions per model call)",
+                scale=alt.Scale(zero=True)),
+        y=alt.Y("accuracy:Q", title=f"accuracy on {task}", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("series:N", title="version", legend=legend))
+    line = curve_base.transform_filter("datum.point == 'on the curve'").mark_line(interpolate="linear").encode(
+        order="tokens per forward:Q")
+    dots = curve_base.mark_point(filled=True, size=90).encode(
+        shape=alt.Shape("point:N", title="record", legend=legend, scale=alt.Scale(
+            domain=["on the curve", "off: over 5 points below the first"], range=["circle", "cross"])),
+        tooltip=["series:N", "settings:N", alt.Tooltip("accuracy shown:N", title="accuracy"), "tokens per forward:Q"])
+    st.altair_chart(alt.layer(line, dots).properties(height=320, padding=CHART_PADDING), width="stretch",
+                    key="aup_chart")
+    st.caption("AUP (d3LLM, arXiv:2601.07568): the area under accuracy (in %) against tokens per forward, from 0, "
+               "by trapezoids, each accuracy weighted by min(exp(-3 (1 - y / y_max)), 1) against the version's best; "
+               "records more than 5 points below the least parallel one are left off. It does not depend on the "
+               "machine: vanilla decoding alone at 90% scores 90, the same 90% held to 4 tokens per forward 360. "
+               "The `parallelism` gate judges the same curve.")

@@ -28,8 +28,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def render(report) -> FittedTable:
     # at 80 columns memory goes first (one model, one size), then what the speedup sums up: the rates, the calls
+    several = len({r.batch for r in report.rows}) > 1
     table = FittedTable(report.title, [
-        Column("config"), Column("gen length", "right"),
+        Column("config"), Column("gen length", "right"), *([Column("batch", "right")] if several else []),
         *(Column(f"accuracy {t}", "right") for t in report.setup.tasks),
         Column("forward passes", "right", drop=3), Column("sequential calls", "right", drop=4),
         Column("tokens per forward", "right", drop=2), Column("tokens/s (padded)", "right", drop=6),
@@ -40,6 +41,7 @@ def render(report) -> FittedTable:
         same = None if r.same_text_as_vanilla is None else percent(r.same_text_as_vanilla)
         table.add_row(
             r.config + (f" [{r.provider}]" if r.provider else ""), str(r.gen_length),
+            *([str(r.batch)] if several else []),
             *(percent(r.accuracy_by_task.get(t, 0.0)) for t in report.setup.tasks),
             significant(r.nfe), significant(r.sequential_calls), significant(r.tokens_per_forward),
             significant(r.tokens_per_s), significant(r.text_tokens_per_s),
@@ -57,31 +59,49 @@ def write_json(report, path: Path) -> None:
     tmp.replace(path)
 
 
+def _clock(start: float) -> str:
+    elapsed = int(time.monotonic() - start)
+    return f"{elapsed // 60}:{elapsed % 60:02d}"
+
+
 @contextmanager
-def progress_reporter(total: int):
-    """`tick(label)` per pass: rich's bar on a terminal; piped, one flushed line on stderr per pass
-    (a bar that redraws in place shows nothing in a log, and a long run would look hung)."""
+def progress_reporter(total: int, rows: int = 0):
+    """(`tick(label)` per pass, `row_done(row)` per finished row): rich's bar on a terminal; piped, one flushed
+    line on stderr per pass and one per finished row (a bar that redraws in place shows nothing in a log, and
+    a long run would look hung)."""
     if console.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as progress:
             bar = progress.add_task("bench", total=total)
-            yield lambda label: progress.update(bar, advance=1, description=label)
+            yield (lambda label: progress.update(bar, advance=1, description=label)), (lambda row: None)
         return
-    start, done = time.monotonic(), 0
+    start, done, finished = time.monotonic(), 0, 0
 
     def tick(label: str) -> None:
         nonlocal done
         done += 1
-        elapsed = int(time.monotonic() - start)
-        print(f"bench pass {done}/{total} [{elapsed // 60}:{elapsed % 60:02d}] {label}", file=sys.stderr, flush=True)
+        print(f"bench pass {done}/{total} [{_clock(start)}] {label}", file=sys.stderr, flush=True)
 
-    yield tick
+    def row_done(row) -> None:
+        nonlocal finished
+        finished += 1
+        speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x vanilla"
+        print(f"bench row {finished}/{rows} [{_clock(start)}] {row.config} @ {row.gen_length} batch {row.batch}: "
+              f"accuracy {percent(row.accuracy)}, {speedup}, {significant(row.text_tokens_per_s)} text tokens/s, "
+              f"{significant(row.tokens_per_forward)} tokens per forward", file=sys.stderr, flush=True)
+
+    yield tick, row_done
 
 
 def bench_command(
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
     ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
     gen_lengths: str = typer.Option("64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."),
+    batch: str = typer.Option(None, "--batch", callback=options.positive_ints,
+                              help="Comma-separated prompts per decode call, one set of rows each (e.g. 1,16; at most "
+                                   "--prompts); default: each task's prompts in one call."),
+    tolerance: float = typer.Option(1.0, "--tolerance", help="Accuracy points below vanilla a config may lose and "
+                                    "still be the verdict's best (0-100)."),
     block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
     prompts: int = typer.Option(4, "--prompts", callback=options.positive, help="Held-out test prompts per task."),
     reps: int = typer.Option(3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."),
@@ -93,9 +113,12 @@ def bench_command(
     device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     json_path: Path = typer.Option(None, "--json", help='Also write the rows as JSON here, rewritten after each '
                                    'finished row ("complete": false until the end).'),
+    plot: Path = typer.Option(None, "--plot", help="Also draw accuracy vs text tokens/s per config, the AR twin as a "
+                              "star, one panel per generation length, as a PNG here."),
 ) -> None:
     """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
-    from evals.bench import BenchSetup, bench_report, run_bench, variants_named
+    from evals.bench import BenchSetup, bench_report, planned_rows, row_groups, run_bench, variants_named
+    from evals.bench_summary import report_lines
     from models import CheckpointError, load
     from sampler.decode import check_fits
 
@@ -103,8 +126,11 @@ def bench_command(
         variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
         threads, threads_from = options.threads_rule(threads)
         setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
-                           reps=reps, warmup=warmup, threads=threads, seed=seed)
+                           reps=reps, warmup=warmup, threads=threads, seed=seed,
+                           batch_sizes=_ints(batch, "--batch") if batch else (), tolerance=tolerance / 100)
         setup.check()
+        if plot is not None and plot.suffix.lower() != ".png":
+            raise ValueError(f"--plot {plot}: the plot is written as PNG; give a path ending in .png")
         loaded = load(model, device=device)
         check_fits(loaded, 0, max(setup.gen_lengths))  # refused now, not after the shorter lengths ran
     except (CheckpointError, ValueError) as e:
@@ -118,20 +144,24 @@ def bench_command(
         except (CheckpointError, ValueError) as e:
             console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
-    passes = len(setup.gen_lengths) * len(runnable) * (setup.warmup + setup.reps)
+    runs = sum(len(group) for group in row_groups(runnable, setup))
+    passes = len(setup.gen_lengths) * runs * (setup.warmup + setup.reps)
+    total_rows = planned_rows(runnable, setup)
     ar_skipped = len(runnable) < len(variants)
     rows: list = []
 
-    def keep(row) -> None:
-        rows.append(row)
-        if json_path is not None:
-            write_json(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False), json_path)
+    def keeper(row_done):
+        def keep(row) -> None:
+            rows.append(row)
+            if json_path is not None:  # the file first: a line that says a row is done finds it there
+                write_json(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False), json_path)
+            row_done(row)
+        return keep
 
     try:
-        with progress_reporter(passes) as tick:
-            report = run_bench(loaded, setup, variants, ar_loaded=ar_loaded, tick=tick, on_row=keep)
+        with progress_reporter(passes, total_rows) as (tick, row_done):
+            report = run_bench(loaded, setup, variants, ar_loaded=ar_loaded, tick=tick, on_row=keeper(row_done))
     except KeyboardInterrupt:
-        total_rows = len(setup.gen_lengths) * len(runnable)
         if rows:
             console.print(render(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False)))
         kept = (f'; {json_path} holds them ("complete": false)' if json_path is not None and rows else
@@ -139,20 +169,29 @@ def bench_command(
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     console.print(render(report))
-    for note in report.notes:
-        console.print(f"- {note}")
+    for line in report_lines(report):  # one line each, however long: a log or a grep reads it whole
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if json_path is not None:
         write_json(report, json_path)
         console.print(f"wrote {json_path}")
+    if plot is not None:
+        from evals.plots import plot_bench
+
+        console.print(f"wrote {plot_bench(report, plot)}")
 
 
 # The help's paragraphs are one line each: rich would keep a docstring's line breaks mid-sentence.
 BENCH_HELP = "\n\n".join([
     bench_command.__doc__,
     "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
-    "1 thread) take a few minutes on two CPU cores (2 min 14 s measured on a busy machine); "
+    "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core machine "
+    "shared with other jobs); "
     "--gen-lengths 128,256,512 --prompts 32 takes over half an hour.",
-    "Piped, one progress line per pass goes to stderr. Ctrl-C keeps the rows finished so far in --json.",
+    "Under the table, one verdict line per generation length: the fastest config within --tolerance accuracy "
+    "points of vanilla, its speedup over vanilla and its text tokens/s against the AR twin at each --batch, and "
+    "AUP (accuracy under parallelism over tokens per forward). See docs/bench.md for every column.",
+    "Piped, one progress line per pass and one per finished row go to stderr. Ctrl-C keeps the rows finished "
+    "so far in --json.",
 ])
 
 

@@ -27,47 +27,14 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 NAME = "llada-8b-random"
-LLADA_8B = {"d_model": 4096, "n_heads": 32, "n_layers": 32, "mlp_hidden_size": 12288, "vocab_size": 126464,
-            "rope_theta": 500000.0, "max_sequence_length": 4096}
-SMOKE = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp_hidden_size": 128, "vocab_size": 512,
-         "rope_theta": 500000.0, "max_sequence_length": 512}
 GEN = {"gen_length": 32, "block_length": 32, "steps": 32}  # the policy's operating point length: it decodes there
 
 
 def build(folder: Path, shape: dict, device: str, dtype: str) -> Path:
     """A random-weight LLaDA-layout checkpoint of `shape`, initialised on `device` in `dtype`, saved as shards."""
-    import torch
-    from tokenizers import Tokenizer
+    from models.random_weights import write_random_llada
 
-    from models.checkpoint import save_checkpoint
-    from models.llada import LLaDAConfig, LLaDAModelLM
-    from models.loading import WEIGHTS_DIR, resolve_dtype
-    from models.tokenizer_build import special_ids
-
-    tiny = WEIGHTS_DIR / "tiny-llada"
-    tokenizer = Tokenizer.from_file(str(tiny / "tokenizer.json"))
-    ids = special_ids(tokenizer)
-    cfg = LLaDAConfig(**shape, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"])
-    torch.manual_seed(0)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(resolve_dtype(dtype))  # built in bf16 on the GPU: 16 GB, not 32 in float32 first
-    try:
-        with torch.device(device), torch.no_grad():
-            model = LLaDAModelLM(cfg)
-            for name, p in model.named_parameters():
-                if name.endswith(("norm.weight", "ln_f.weight")):
-                    p.fill_(1.0)
-                else:
-                    p.normal_(0.0, 0.02)
-    finally:
-        torch.set_default_dtype(previous)
-    save_checkpoint(model, folder, tokenizer=tokenizer, max_shard_bytes=4 * 2**30,
-                    extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
-    shutil.copy(tiny / "tokenizer_config.json", folder / "tokenizer_config.json")
-    del model
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    return folder
+    return write_random_llada(folder, shape, device, dtype)
 
 
 def register(folder: Path, registry_dir: Path) -> str:
@@ -110,6 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="unmask-gpu-serve-work-"))
     try:
         started = time.perf_counter()
+        from models.random_weights import LLADA_8B, SMOKE
+
         folder = build(work / NAME, SMOKE if args.smoke else LLADA_8B, device, dtype)
         built = time.perf_counter() - started
         uri = register(folder, work)
