@@ -87,11 +87,20 @@ class Dispatch:
         decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
                                       *request_key(body.user, request)) if self.routes else None
         arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
-        if decision and fallback and not self.health.admits(arm.name):
-            arm, fallback = fallback, None  # unhealthy: its traffic goes to the fallback until a probe succeeds
         failed: ArmFailure | None = None
+        attempts = (arm, fallback)
         first_arrival = 0.0  # the retry's outcome keeps the first attempt's arrival
-        for current in (arm, fallback):
+        if decision and fallback and not self.health.admits(arm.name):
+            # unhealthy: its traffic goes to the fallback until a probe succeeds. The split chose this arm, so the
+            # log says it could not serve (a rollout's analysis counts that against it), then the fallback answers.
+            failed = ArmFailure(503, "arm_unhealthy", f"{arm.name} is unhealthy ({self.health.report(arm.name)['reason']}); "
+                                f"the fallback {fallback.name} answers", "unhealthy")
+            skipped = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream)
+            skipped.routed(decision.route, arm.name)
+            skipped.failed(failed.status, failed.code, failed.message, retried=True)
+            skipped.close()
+            first_arrival, attempts = skipped.arrived, (fallback, None)
+        for current in attempts:
             if current is None:
                 break
             outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream)
