@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,6 +168,80 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     [record] = [r for r in rollouts(reg, "tiny-llada") if r.id == state.id]
     assert record.status == "rolled_back"
     assert [a.verdict for a in analyses(reg, state.id)] == ["fail"]
+
+
+@contextmanager
+def drill(stack, faults: dict):
+    """The server's own routes file with drill faults on the candidate arm (`staging`), live; restored after."""
+    import httpx
+
+    path = stack["root"] / "serving.yaml"
+    plain = path.read_text()
+    data = yaml.safe_load(plain) | {"arms": {"staging": {"alias": "staging", "faults": faults}},
+                                    "health": {"failures": 3, "cooldown_s": 0.5}}
+    url = stack["server"].base_url + "/v1/unmask/routes"
+
+    def shown() -> dict | None:
+        return httpx.get(url).json()["arms"].get("staging", {}).get("faults")
+
+    def until(check) -> None:
+        end = time.monotonic() + 20
+        while not check() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert check(), httpx.get(url).json()
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    until(lambda: shown() and all(shown()[k] == v for k, v in faults.items()))
+    try:
+        yield
+    finally:
+        path.write_text(plain)
+        until(lambda: not shown())
+        time.sleep(0.6)  # past the cooldown: the next request to staging is its probe, and it succeeds
+
+
+def rolled_back_by(stack, state, metric: str) -> dict:
+    from flows.rollout_state import load_state, read_weights
+    from registry import audit, stage_holder
+
+    reg = stack["reg"]
+    after = load_state(state.id)
+    assert after.status == "rolled_back" and after.step_index == 0 and len(after.analyses) == 1  # the first interval
+    assert read_weights()["default"] == {"staging": 0, "fallback": 100}
+    assert stage_holder(reg, "production") is None  # nothing moved
+    entry = next(e for e in audit.events(reg, event="rollout_rollback") if e.evidence["rollout"] == state.id)
+    assert metric in entry.comment and audit.verify(reg).ok
+    return after.analyses[0]
+
+
+def test_a_slowed_candidate_breaches_p95_and_is_rolled_back_within_the_interval(stack_home):
+    from flows.rollout import rollout_flow
+
+    stack = stack_home
+    slow = STEPS_OK | {"interval_s": 5, "analysis": {"p95_latency_s": {"max": 0.4}}}
+    with drill(stack, {"delay_s": 0.6}):  # an injected latency regression: every candidate answer >= 0.6 s
+        state = start(stack, "slowed", slow)
+        with Load(stack["server"].base_url) as load:
+            outcome = rollout_flow(state.id, flush_grace_s=2.5)
+    assert outcome["status"] == "rolled_back", outcome
+    assert load.failed == 0 and "staging" in load.arms  # slow, not failing: the candidate answered
+    analysis = rolled_back_by(stack, state, "p95_latency_s")
+    assert analysis["verdict"] == "fail" and analysis["arms"]["staging"]["p95_s"] >= 0.6
+
+
+def test_a_failing_candidate_is_answered_by_the_fallback_and_rolled_back(stack_home):
+    from flows.rollout import rollout_flow
+
+    stack = stack_home
+    failing = STEPS_OK | {"interval_s": 4, "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.05}}}
+    with drill(stack, {"abort_share": 100}):  # every candidate attempt raises: the fallback answers each
+        state = start(stack, "failing", failing)
+        with Load(stack["server"].base_url) as load:
+            outcome = rollout_flow(state.id, flush_grace_s=2.5)
+    assert outcome["status"] == "rolled_back", outcome
+    assert load.failed == 0 and "staging" not in load.arms  # 0 failed client requests: every answer is tiny-ar's
+    analysis = rolled_back_by(stack, state, "error_rate")
+    assert analysis["arms"]["staging"]["error_rate"] == 1.0 and analysis["arms"]["staging"]["requests"] >= 3
 
 
 def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_home):
