@@ -51,12 +51,14 @@ class SamplerConfig:
     speculative_draft: int = 0  # steps drafted and verified per model call (lossless, temperature 0); 0 = off
     early_exit: str = "none"  # none, or eos_decided: stop once the text before the first EOS is final
     backend: str = "torch"  # torch, or onnxruntime (the exported denoiser)
+    # Long canvases (sampler/horizon.py): a forward sees the block and this many positions after it; 0 = all.
+    future_window: int = 0
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
     _HASH_OPTIONAL = (
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
-        "speculative_draft", "early_exit", "backend",
+        "speculative_draft", "early_exit", "backend", "future_window",
     )
 
     def __post_init__(self) -> None:
@@ -93,7 +95,7 @@ class SamplerConfig:
         for name in ("parallel_factor", "entropy_bound"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SamplerConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("cache_refresh", "speculative_draft"):
+        for name in ("cache_refresh", "speculative_draft", "future_window"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"SamplerConfig.{name} must be a non-negative integer, got {value!r}")
