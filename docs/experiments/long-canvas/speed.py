@@ -34,6 +34,8 @@ CONFIGS: dict[str, dict] = {
     "vanilla": {},
     "early-exit": {"early_exit": "eos_decided"},
     "dual+parallel+exit": DUAL_PARALLEL_EXIT,
+    "dual+parallel+exit+W8": DUAL_PARALLEL_EXIT | {"future_window": 8},
+    "dual+parallel+exit+W16": DUAL_PARALLEL_EXIT | {"future_window": 16},
     "dual+parallel+exit+W32": DUAL_PARALLEL_EXIT | {"future_window": 32},
     "dual+parallel+exit+W64": DUAL_PARALLEL_EXIT | {"future_window": 64},
     "dual+parallel+exit+W96": DUAL_PARALLEL_EXIT | {"future_window": 96},
