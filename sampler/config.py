@@ -11,6 +11,7 @@ from sampler.backends import BACKENDS
 from sampler.cache import CACHE_POLICIES
 from sampler.commit import COMMIT_RULES
 from sampler.early_exit import EARLY_EXIT_RULES
+from sampler.end_of_text import END_OF_TEXT_RULES
 from sampler.remasking import REMASKING_POLICIES
 
 # The settings that name a policy, and the registry each name is looked up in. The policy modules
@@ -21,6 +22,7 @@ POLICY_REGISTRIES: dict[str, dict[str, Any]] = {
     "cache": CACHE_POLICIES,
     "early_exit": EARLY_EXIT_RULES,
     "backend": BACKENDS,
+    "eot_predict": END_OF_TEXT_RULES,
 }
 
 
@@ -53,12 +55,15 @@ class SamplerConfig:
     backend: str = "torch"  # torch, or onnxruntime (the exported denoiser)
     # Long canvases (sampler/horizon.py): a forward sees the block and this many positions after it; 0 = all.
     future_window: int = 0
+    eot_predict: str = "none"  # none, or eos_run: fill the padding the model is sure of (sampler/end_of_text.py)
+    eot_confidence: float = 0.9  # eos_run: the EOS probability a masked position needs to count as padding
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
     _HASH_OPTIONAL = (
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
         "speculative_draft", "early_exit", "backend", "future_window",
+        "eot_predict", "eot_confidence",
     )
 
     def __post_init__(self) -> None:
@@ -92,6 +97,8 @@ class SamplerConfig:
     def _check_fast_modes(self) -> None:
         if not 0.0 < self.parallel_threshold <= 1.0:
             raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
+        if not 0.0 < self.eot_confidence <= 1.0:
+            raise ValueError(f"SamplerConfig.eot_confidence must be in (0, 1], got {self.eot_confidence!r}")
         for name in ("parallel_factor", "entropy_bound"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SamplerConfig.{name} must be > 0, got {getattr(self, name)!r}")

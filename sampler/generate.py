@@ -3,7 +3,8 @@
 The loop owns the canvas, the blocks and the model calls; what varies lives in small objects
 chosen by the SamplerConfig: which tokens a step commits (`commit.py`), which keys/values are
 reused between calls (`cache.py`), whether several steps are verified per call
-(`speculative.py`), when the rest is decided as padding (`early_exit.py`) and what runs the
+(`speculative.py`), when the rest is decided as padding (`early_exit.py`, `end_of_text.py`), how
+much of the canvas a forward sees (`horizon.py`) and what runs the
 network (`backends.py`). One step is a pure function of (state, logits), so speculative
 decoding can replay it on drafted states and accept exactly what the plain loop would do.
 """
@@ -20,6 +21,7 @@ from sampler.cache import LogitsSource, ModelCall, Window, logits_source
 from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
 from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
+from sampler.end_of_text import end_of_text_rule
 from sampler.output import GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
@@ -90,6 +92,7 @@ class BlockDecoder:
         self.policy = remasking_policy(config.remasking)
         self.rule: CommitRule = commit_rule(config)
         self.exit_rule = exit_rule
+        self.end_rule = end_of_text_rule(config)
         self.on_step = on_step
 
     def bounds(self, block: int) -> tuple[int, int]:
@@ -110,6 +113,7 @@ class BlockDecoder:
         start, end = self.bounds(state.block)
         check_logits(window.logits, f"block {state.block} step {state.step}")
         mask_index = x == cfg.mask_id
+        seen = self.end_rule.observe(window)  # before `propose` may edit the logits in place
         generator = self.generator
         if isinstance(generator, RowGenerators):  # rows whose block has no mask left wait without drawing
             generator = generator.at(window.lo, mask_index[:, start:end].any(dim=1).tolist())
@@ -124,6 +128,7 @@ class BlockDecoder:
         commit &= mask_index  # top_k picks k positions even in a row an early exit filled: decided, not committed now
         x = x.clone()
         x[commit] = x0[commit]
+        x = self.end_rule.apply(x, seen, window.lo, (start, end), self.P)
         x = self.exit_rule.apply(x, self.P)
         step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):

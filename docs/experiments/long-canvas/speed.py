@@ -6,7 +6,8 @@ Every config decodes the same held-out arith prompts in one process with one tor
 AR twin (tiny-ar, KV-cached) decodes them too. Per (gen_length, batch) it prints accuracy
 (strict-match), sequential model calls per decode call, text tokens/s (tokens before the first
 EOS/EoT, per second of wall clock), the ratio to tiny-ar's text tokens/s and the share of
-responses equal to vanilla's. Timings are the median of `--reps` passes after one warm-up pass
+responses equal to vanilla's (or to early-exit's, which are vanilla's by construction, when vanilla
+is not run: at 256 it costs minutes). Timings are the median of `--reps` passes after one warm-up pass
 on two prompts.
 
 `--context N` raises the loaded models' max_sequence_length (to decode 512 + prompt on a
@@ -39,6 +40,16 @@ CONFIGS: dict[str, dict] = {
     "dual+parallel+exit+W32": DUAL_PARALLEL_EXIT | {"future_window": 32},
     "dual+parallel+exit+W64": DUAL_PARALLEL_EXIT | {"future_window": 64},
     "dual+parallel+exit+W96": DUAL_PARALLEL_EXIT | {"future_window": 96},
+    "dual+parallel0.95+exit+W16": DUAL_PARALLEL_EXIT | {"parallel_threshold": 0.95, "future_window": 16},
+    "dual+parallel0.99+exit+W16": DUAL_PARALLEL_EXIT | {"parallel_threshold": 0.99, "future_window": 16},
+    "parallel+exit+W16": {"parallel": "threshold", "parallel_threshold": 0.9, "early_exit": "eos_decided",
+                          "future_window": 16},
+    "dual+exit+W16": {"cache": "dual", "early_exit": "eos_decided", "future_window": 16},
+    "exit+eot+W16": {"early_exit": "eos_decided", "eot_predict": "eos_run", "future_window": 16},
+    "dual+exit+eot+W16": {"cache": "dual", "early_exit": "eos_decided", "eot_predict": "eos_run", "future_window": 16},
+    "dual+spec+exit+eot+W16": {"cache": "dual", "early_exit": "eos_decided", "eot_predict": "eos_run",
+                               "future_window": 16, "speculative_draft": 4},
+    "dual+parallel+exit+eot+W16": DUAL_PARALLEL_EXIT | {"eot_predict": "eos_run", "future_window": 16},
     "dual+exit+W32": {"cache": "dual", "early_exit": "eos_decided", "future_window": 32},
     "exit+W32": {"early_exit": "eos_decided", "future_window": 32},
     "dual+spec+exit (lossless-ish)": {"cache": "dual", "speculative_draft": 4, "early_exit": "eos_decided"},
@@ -71,14 +82,17 @@ def run(handle, batches, config: SamplerConfig):
             statistics.fmean(out.sequential_calls for out in outs))
 
 
-def measure(handle, items, batch: int, config: SamplerConfig, reps: int) -> dict:
+def measure(handle, items, batch: int, config: SamplerConfig):
+    """A warm-up pass on two prompts, then one timed pass over `items`: the first of `reps` timings."""
+    run(handle, encode_batches(handle, items[:2], batch), config)
     batches = encode_batches(handle, items, batch)
-    run(handle, encode_batches(handle, items[:2], batch), config)  # warm-up
-    results = [run(handle, batches, config) for _ in range(reps)]
-    seconds = statistics.median(r[0] for r in results)
-    _, texts, text_tokens, calls = results[0]
-    return {"seconds": seconds, "texts": texts, "calls": calls, "text_tps": text_tokens / seconds,
+    seconds, texts, text_tokens, calls = run(handle, batches, config)
+    return {"times": [seconds], "texts": texts, "calls": calls, "text_tokens": text_tokens, "batches": batches,
             "accuracy": mean_score("strict-match", texts, [i.target for i in items])}
+
+
+def retime(handle, row: dict, config: SamplerConfig) -> None:
+    row["times"].append(run(handle, row["batches"], config)[0])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,21 +120,25 @@ def main(argv: list[str] | None = None) -> None:
           f"{'=vanilla':>8} {'s':>7}")
     for n in args.gen_lengths:
         for batch in args.batches:
-            ar_cfg = SamplerConfig(steps=n, gen_length=n, block_length=32, **ar.sampler_ids())
-            ar_row = measure(ar, items, batch, ar_cfg, args.reps)
-            rows = {}
-            for name in names:
-                cfg = SamplerConfig(steps=n, gen_length=n, block_length=32, **llada.sampler_ids(), **CONFIGS[name])
-                if cfg.speculative_draft and batch > 1 and name.endswith("(batch 1)"):
-                    continue
-                rows[name] = measure(llada, items, batch, cfg, args.reps)
-            vanilla = rows.get("vanilla")
-            for name, r in list(rows.items()) + [("tiny-ar", ar_row)]:
+            # (label, handle, config): the AR twin and every config, timed in interleaved repetitions so a
+            # change in machine load falls on every row alike.
+            runs = [("tiny-ar", ar, SamplerConfig(steps=n, gen_length=n, block_length=32, **ar.sampler_ids()))]
+            runs += [(name, llada, SamplerConfig(steps=n, gen_length=n, block_length=32, **llada.sampler_ids(),
+                                                 **CONFIGS[name])) for name in names]
+            rows = {label: measure(handle, items, batch, cfg) for label, handle, cfg in runs}
+            for _ in range(args.reps - 1):
+                for label, handle, cfg in runs:
+                    retime(handle, rows[label], cfg)
+            for r in rows.values():
+                r["text_tps"] = r["text_tokens"] / statistics.median(r["times"])
+            # early-exit gives vanilla's text by construction (tests/test_sampler_modes.py), at a fraction of its cost
+            vanilla, ar_tps = rows.get("vanilla") or rows.get("early-exit"), rows["tiny-ar"]["text_tps"]
+            for label, _, _ in runs[1:] + runs[:1]:
+                r = rows[label]
                 same = "" if vanilla is None else f"{sum(a == b for a, b in zip(r['texts'], vanilla['texts'])) / len(items):.2f}"
-                print(f"{n:>4} {batch:>5} {name:<34} {100 * r['accuracy']:>6.1f} {r['calls']:>7.1f} "
-                      f"{r['text_tps']:>10.1f} {r['text_tps'] / ar_row['text_tps']:>6.2f} {same:>8} {r['seconds']:>7.2f}",
+                print(f"{n:>4} {batch:>5} {label:<34} {100 * r['accuracy']:>6.1f} {r['calls']:>7.1f} "
+                      f"{r['text_tps']:>10.1f} {r['text_tps'] / ar_tps:>6.2f} {same:>8} {statistics.median(r['times']):>7.2f}",
                       flush=True)
-
 
 if __name__ == "__main__":
     main()
