@@ -57,13 +57,14 @@ class SamplerConfig:
     future_window: int = 0
     eot_predict: str = "none"  # none, or eos_run: fill the padding the model is sure of (sampler/end_of_text.py)
     eot_confidence: float = 0.9  # eos_run: the EOS probability a masked position needs to count as padding
+    compile: bool = False  # torch backend: run the module through torch.compile (sampler/backends.py)
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
     _HASH_OPTIONAL = (
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
         "speculative_draft", "early_exit", "backend", "future_window",
-        "eot_predict", "eot_confidence",
+        "eot_predict", "eot_confidence", "compile",
     )
 
     def __post_init__(self) -> None:
@@ -97,6 +98,11 @@ class SamplerConfig:
     def _check_fast_modes(self) -> None:
         if not 0.0 < self.parallel_threshold <= 1.0:
             raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"SamplerConfig.compile must be true or false, got {self.compile!r}")
+        if self.compile and self.backend != "torch":
+            raise ValueError(f"SamplerConfig.compile=True compiles the torch module; backend={self.backend!r} runs "
+                             "its own graph")
         if not 0.0 < self.eot_confidence <= 1.0:
             raise ValueError(f"SamplerConfig.eot_confidence must be in (0, 1], got {self.eot_confidence!r}")
         for name in ("parallel_factor", "entropy_bound"):
