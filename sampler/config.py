@@ -58,6 +58,7 @@ class SamplerConfig:
     eot_predict: str = "none"  # none, or eos_run: fill the padding the model is sure of (sampler/end_of_text.py)
     eot_confidence: float = 0.9  # eos_run: the EOS probability a masked position needs to count as padding
     compile: bool = False  # torch backend: run the module through torch.compile (sampler/backends.py)
+    speculative_rows: bool = False  # speculative rounds: each row accepts its own verified prefix (lossless)
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
@@ -65,6 +66,7 @@ class SamplerConfig:
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
         "speculative_draft", "early_exit", "backend", "future_window",
         "eot_predict", "eot_confidence", "compile",
+        "speculative_rows",
     )
 
     def __post_init__(self) -> None:
@@ -98,8 +100,14 @@ class SamplerConfig:
     def _check_fast_modes(self) -> None:
         if not 0.0 < self.parallel_threshold <= 1.0:
             raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"SamplerConfig.compile must be true or false, got {self.compile!r}")
+        for name in ("compile", "speculative_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"SamplerConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.speculative_rows and (not self.speculative_draft or self.cache_refresh):
+            raise ValueError(
+                f"SamplerConfig.speculative_rows=True lets rows of one speculative round advance apart: needs "
+                f"speculative_draft >= 2 and cache_refresh=0 (a refresh must fall on every row's same step; got "
+                f"{self.speculative_draft!r}, {self.cache_refresh!r})")
         if self.compile and self.backend != "torch":
             raise ValueError(f"SamplerConfig.compile=True compiles the torch module; backend={self.backend!r} runs "
                              "its own graph")
