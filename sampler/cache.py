@@ -8,6 +8,9 @@ token it saw is committed; caching is an approximation that Fast-dLLM showed to 
   and the suffix are recomputed.
 - `dual`: prefix and suffix keys/values are reused, only the current block is recomputed.
 
+Every policy computes only the canvas its horizon (`horizon.py`) shows: with `future_window` the
+positions beyond it are neither run nor cached, so the dual cache's suffix is the window alone.
+
 A refresh step runs exactly the no-cache call, so `cache_refresh=1` gives the no-cache tokens.
 Keys are cached after RoPE with their own positions; the block is called with its true
 position ids, so every call sees the same angles as a full forward would.
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+from sampler.horizon import canvas_horizon
 
 if TYPE_CHECKING:  # the config names these policies; the policies only read its fields
     from sampler.config import SamplerConfig
@@ -84,10 +89,11 @@ class ModelCall:
         return uncond + (cfg.cfg_scale + 1) * (cond - uncond), out.past_key_values if kwargs.get("use_cache") else None
 
     def full(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, KV | None]:
-        """Logits of whole canvases `x` `(n * batch, T)` by the exact vanilla call; kv when `use_cache`
-        (with CFG, the cond rows then the uncond rows)."""
+        """Logits of canvases `x` `(n * batch, T')` (positions `[0, T')`, `T'` the horizon's end) by the exact
+        vanilla call; kv when `use_cache` (with CFG, the cond rows then the uncond rows)."""
         reps = x.shape[0] // self.prompt_index.shape[0]
-        mask = self.attention_mask if reps == 1 or self.attention_mask is None else self.attention_mask.repeat(reps, 1)
+        mask = None if self.attention_mask is None else self.attention_mask[:, : x.shape[1]]  # a horizon may cut x
+        mask = mask if reps == 1 or mask is None else mask.repeat(reps, 1)
         return self._run(x, 0, mask, **({"use_cache": True} if use_cache else {}))
 
     def window(self, x: torch.Tensor, lo: int, key_order: torch.Tensor, past: KV) -> torch.Tensor:
@@ -113,16 +119,22 @@ class LogitsSource(Protocol):
 
 
 class NoCache:
-    """Every step recomputes the whole canvas (the reference's behaviour)."""
+    """Every step recomputes the whole canvas up to the horizon (the reference's behaviour)."""
 
     def __init__(self, call: ModelCall, prompt_length: int, config: SamplerConfig):
         self.call = call
+        self.horizon = canvas_horizon(config, prompt_length)
+        self.windowed = bool(config.future_window)
+        self.block: int | None = None  # the block of the last call
 
     def refresh_due(self, state) -> bool:
-        return False
+        # A windowed canvas ends where the block says: states of two blocks cannot share one call.
+        return self.windowed and state.block != self.block
 
     def logits(self, states):
-        logits, _ = self.call.full(torch.cat([s.x for s in states], dim=0))
+        end = self.horizon.end(states[0].block)
+        self.block = states[0].block
+        logits, _ = self.call.full(torch.cat([s.x[:, :end] for s in states], dim=0))
         return [Window(part, 0) for part in torch.chunk(logits, len(states), dim=0)]
 
 
@@ -131,6 +143,7 @@ class BlockCache:
 
     def __init__(self, call: ModelCall, prompt_length: int, config: SamplerConfig):
         self.call, self.P, self.config = call, prompt_length, config
+        self.horizon = canvas_horizon(config, prompt_length)
         self.block: int | None = None  # the block whose cache is held
         self.past: KV | None = None
         self.key_order: torch.Tensor | None = None
@@ -158,9 +171,9 @@ class BlockCache:
         return [Window(part, start) for part in torch.chunk(logits, n, dim=0)]
 
     def _refresh(self, state) -> Window:
-        logits, kv = self.call.full(state.x, use_cache=True)
+        T = self.horizon.end(state.block)
+        logits, kv = self.call.full(state.x[:, :T], use_cache=True)
         start, end, hi = self.region(state.block)
-        T = state.x.shape[1]
         keep = torch.cat([torch.arange(0, start), torch.arange(hi, T)]).to(state.x.device)
         self.past = [(k[:, :, keep], v[:, :, keep]) for k, v in kv]  # (B, nkv, S, hs)
         self.key_order, self.block = keep, state.block
@@ -183,11 +196,11 @@ class PrefixCache(BlockCache):
 
     def region(self, block):
         start = self.P + block * self.config.block_length
-        return start, start + self.config.block_length, self.P + self.config.gen_length
+        return start, start + self.config.block_length, self.horizon.end(block)
 
 
 class DualCache(BlockCache):
-    """Reuse the prefix and the suffix; recompute only the block."""
+    """Reuse the prefix and the suffix (up to the horizon); recompute only the block."""
 
     def region(self, block):
         start = self.P + block * self.config.block_length

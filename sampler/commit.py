@@ -37,11 +37,23 @@ class CommitRule(Protocol):
 
 
 def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Boolean `(batch, seq)`: per row, the `k[row]` most confident positions."""
+    """Boolean `(batch, seq)`: per row, the `k[row]` most confident positions.
+
+    One `topk` per distinct count (the schedule gives at most two per step), over all the rows that
+    share it: a row's top k, ties included, is the one `topk` picks for that row alone.
+    """
     commit = torch.zeros_like(confidence, dtype=torch.bool)
-    for j in range(confidence.shape[0]):
-        _, index = torch.topk(confidence[j], k=int(k[j]))
-        commit[j, index] = True
+    counts = k.tolist()  # one host read per step
+    for count in sorted(set(counts)):
+        if count == 0:
+            continue
+        if len(counts) == 1 or all(c == count for c in counts):
+            _, index = torch.topk(confidence, k=count, dim=-1)  # (B, count)
+            commit.scatter_(1, index, True)
+            continue
+        rows = torch.tensor([j for j, c in enumerate(counts) if c == count], device=confidence.device)
+        _, index = torch.topk(confidence[rows], k=count, dim=-1)  # (rows, count)
+        commit[rows[:, None], index] = True
     return commit
 
 

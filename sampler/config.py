@@ -11,6 +11,7 @@ from sampler.backends import BACKENDS
 from sampler.cache import CACHE_POLICIES
 from sampler.commit import COMMIT_RULES
 from sampler.early_exit import EARLY_EXIT_RULES
+from sampler.end_of_text import END_OF_TEXT_RULES
 from sampler.remasking import REMASKING_POLICIES
 
 # The settings that name a policy, and the registry each name is looked up in. The policy modules
@@ -21,6 +22,7 @@ POLICY_REGISTRIES: dict[str, dict[str, Any]] = {
     "cache": CACHE_POLICIES,
     "early_exit": EARLY_EXIT_RULES,
     "backend": BACKENDS,
+    "eot_predict": END_OF_TEXT_RULES,
 }
 
 
@@ -51,12 +53,20 @@ class SamplerConfig:
     speculative_draft: int = 0  # steps drafted and verified per model call (lossless, temperature 0); 0 = off
     early_exit: str = "none"  # none, or eos_decided: stop once the text before the first EOS is final
     backend: str = "torch"  # torch, or onnxruntime (the exported denoiser)
+    # Long canvases (sampler/horizon.py): a forward sees the block and this many positions after it; 0 = all.
+    future_window: int = 0
+    eot_predict: str = "none"  # none, or eos_run: fill the padding the model is sure of (sampler/end_of_text.py)
+    eot_confidence: float = 0.9  # eos_run: the EOS probability a masked position needs to count as padding
+    compile: bool = False  # torch backend: run the module through torch.compile (sampler/backends.py)
+    speculative_rows: bool = False  # speculative rounds: each row accepts its own verified prefix (lossless)
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
     _HASH_OPTIONAL = (
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
-        "speculative_draft", "early_exit", "backend",
+        "speculative_draft", "early_exit", "backend", "future_window",
+        "eot_predict", "eot_confidence", "compile",
+        "speculative_rows",
     )
 
     def __post_init__(self) -> None:
@@ -90,10 +100,23 @@ class SamplerConfig:
     def _check_fast_modes(self) -> None:
         if not 0.0 < self.parallel_threshold <= 1.0:
             raise ValueError(f"SamplerConfig.parallel_threshold must be in (0, 1], got {self.parallel_threshold!r}")
+        for name in ("compile", "speculative_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"SamplerConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.speculative_rows and (not self.speculative_draft or self.cache_refresh):
+            raise ValueError(
+                f"SamplerConfig.speculative_rows=True lets rows of one speculative round advance apart: needs "
+                f"speculative_draft >= 2 and cache_refresh=0 (a refresh must fall on every row's same step; got "
+                f"{self.speculative_draft!r}, {self.cache_refresh!r})")
+        if self.compile and self.backend != "torch":
+            raise ValueError(f"SamplerConfig.compile=True compiles the torch module; backend={self.backend!r} runs "
+                             "its own graph")
+        if not 0.0 < self.eot_confidence <= 1.0:
+            raise ValueError(f"SamplerConfig.eot_confidence must be in (0, 1], got {self.eot_confidence!r}")
         for name in ("parallel_factor", "entropy_bound"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SamplerConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("cache_refresh", "speculative_draft"):
+        for name in ("cache_refresh", "speculative_draft", "future_window"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"SamplerConfig.{name} must be a non-negative integer, got {value!r}")

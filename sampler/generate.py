@@ -3,7 +3,8 @@
 The loop owns the canvas, the blocks and the model calls; what varies lives in small objects
 chosen by the SamplerConfig: which tokens a step commits (`commit.py`), which keys/values are
 reused between calls (`cache.py`), whether several steps are verified per call
-(`speculative.py`), when the rest is decided as padding (`early_exit.py`) and what runs the
+(`speculative.py`), when the rest is decided as padding (`early_exit.py`, `end_of_text.py`), how
+much of the canvas a forward sees (`horizon.py`) and what runs the
 network (`backends.py`). One step is a pure function of (state, logits), so speculative
 decoding can replay it on drafted states and accept exactly what the plain loop would do.
 """
@@ -20,6 +21,7 @@ from sampler.cache import LogitsSource, ModelCall, Window, logits_source
 from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
 from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
+from sampler.end_of_text import end_of_text_rule
 from sampler.output import GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
@@ -72,9 +74,18 @@ class DecodeState:
     plan: torch.Tensor | None  # the commit rule's per-block plan (top_k: counts per step)
     committed: torch.Tensor | None = None  # `(batch, seq)` bool: what the step that led here committed
     steps_done: int = 0  # decoding steps since the first block began
+    # `(batch,)` steps each row has taken in the block when rows advance on their own (per-row
+    # speculative rounds); None: every row has taken `step`.
+    row_steps: torch.Tensor | None = None
 
     def same_as(self, other: "DecodeState") -> bool:
         return self.block == other.block and self.step == other.step and torch.equal(self.x, other.x)
+
+    def rows_same_as(self, other: "DecodeState") -> torch.Tensor:
+        """`(batch,)` bool: rows that stand where they stand in `other` (same block, row steps and canvas row)."""
+        if self.block != other.block:
+            return torch.zeros(self.x.shape[0], dtype=torch.bool, device=self.x.device)
+        return (self.x == other.x).all(dim=-1) & (self.row_steps == other.row_steps)
 
 
 class BlockDecoder:
@@ -90,6 +101,8 @@ class BlockDecoder:
         self.policy = remasking_policy(config.remasking)
         self.rule: CommitRule = commit_rule(config)
         self.exit_rule = exit_rule
+        self.end_rule = end_of_text_rule(config)
+        self.per_row = config.speculative_rows  # rows advance on their own (sampler/speculative.py)
         self.on_step = on_step
 
     def bounds(self, block: int) -> tuple[int, int]:
@@ -99,7 +112,14 @@ class BlockDecoder:
     def enter_block(self, x: torch.Tensor, block: int, steps_done: int = 0) -> DecodeState:
         start, end = self.bounds(block)
         plan = self.rule.plan(x[:, start:end] == self.config.mask_id, self.config.steps_per_block)
-        return DecodeState(x=x, block=block, step=0, plan=plan, steps_done=steps_done)
+        row_steps = torch.zeros(x.shape[0], dtype=torch.long, device=x.device) if self.per_row else None
+        return DecodeState(x=x, block=block, step=0, plan=plan, steps_done=steps_done, row_steps=row_steps)
+
+    def rows_done(self, row_steps: torch.Tensor, block_mask: torch.Tensor) -> torch.Tensor:
+        """`(batch,)` bool: rows whose block is finished after their own `row_steps`, by the commit rule."""
+        steps = self.config.steps_per_block
+        return torch.tensor([self.rule.block_done(n, steps, block_mask[r : r + 1]) for r, n in enumerate(row_steps.tolist())],
+                            dtype=torch.bool, device=block_mask.device)
 
     def finished(self, state: DecodeState) -> bool:
         return state.block >= self.config.num_blocks
@@ -110,6 +130,7 @@ class BlockDecoder:
         start, end = self.bounds(state.block)
         check_logits(window.logits, f"block {state.block} step {state.step}")
         mask_index = x == cfg.mask_id
+        seen = self.end_rule.observe(window)  # before `propose` may edit the logits in place
         generator = self.generator
         if isinstance(generator, RowGenerators):  # rows whose block has no mask left wait without drawing
             generator = generator.at(window.lo, mask_index[:, start:end].any(dim=1).tolist())
@@ -120,23 +141,42 @@ class BlockDecoder:
         confidence[:, end:] = -torch.inf  # nothing beyond the current block
         x0 = torch.where(mask_index, x0, x)
         confidence = torch.where(mask_index, confidence, -torch.inf)
-        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), state.step, state.plan)
+        step, plan, frozen = state.step, state.plan, None
+        if state.row_steps is not None:  # each row at its own step; a row whose block is done waits
+            frozen = self.rows_done(state.row_steps, mask_index[:, start:end])
+            confidence = confidence.masked_fill(frozen[:, None], -torch.inf)
+            if plan is not None:  # the plan's column for each row's own step, as a one-step plan
+                plan = plan.gather(1, state.row_steps.clamp(max=plan.shape[1] - 1)[:, None]).masked_fill(frozen[:, None], 0)
+                step = 0
+        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), step, plan)
         commit &= mask_index  # top_k picks k positions even in a row an early exit filled: decided, not committed now
         x = x.clone()
         x[commit] = x0[commit]
+        x = self.end_rule.apply(x, seen, window.lo, (start, end), self.P)
         x = self.exit_rule.apply(x, self.P)
         step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):
             return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)
-        if self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id):
+        if frozen is not None:
+            row_steps = state.row_steps + (~frozen).long()
+            block_done = bool(self.rows_done(row_steps, x[:, start:end] == cfg.mask_id).all())
+        else:
+            row_steps, block_done = None, self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id)
+        if block_done:
             if state.block + 1 < cfg.num_blocks:
                 return replace(self.enter_block(x, state.block + 1, done), committed=commit)
-            return replace(state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)
-        return replace(state, x=x, step=step, committed=commit, steps_done=done)
+            return replace(state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done,
+                           row_steps=None)
+        return replace(state, x=x, step=step, committed=commit, steps_done=done, row_steps=row_steps)
 
     def step(self, state: DecodeState, window: Window) -> DecodeState:
         """`advance` for a step that decoding keeps: the step is reported to `on_step`."""
         after = self.advance(state, window)
+        self.report(state, after)
+        return after
+
+    def report(self, state: DecodeState, after: DecodeState) -> None:
+        """Tell `on_step` of a kept transition from `state` to `after`."""
         if self.on_step is not None:
             self.on_step(StepInfo(step=state.steps_done, block=state.block, block_done=after.block != state.block,
                                   sequences=after.x, committed=after.committed))

@@ -11,10 +11,16 @@ only (temperature 0), which SamplerConfig.check enforces. Only the true transiti
 
 Drafts never cross a cache refresh: a refresh is a full forward that rebuilds the cache, so it
 runs on its own.
+
+In a batch, a round advances only as far as every row's drafts held. With `speculative_rows` each
+row keeps its own verified prefix instead: rows then stand at different steps of the same block
+(`DecodeState.row_steps`), a row whose block is done waits for the others, and every row still
+walks exactly the path it walks alone. A step callback then hears one transition per round.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sampler.cache import LogitsSource, Window
@@ -36,11 +42,15 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
         while len(drafts) <= draft_length:
             nxt = decoder.advance(drafts[-1], _fresh(guess))
             drafts.append(nxt)
-            if decoder.finished(nxt) or source.refresh_due(nxt):
+            if decoder.finished(nxt) or source.refresh_due(nxt) or nxt.block != state.block:
                 break
         verify = drafts[:-1]  # the last draft is only compared, never evaluated
         calls.add(state.block, len(verify))
         real = source.logits(verify)
+        if decoder.per_row:
+            state, guess, row_drafted, row_accepted = _accept_per_row(decoder, drafts, real)
+            drafted, accepted = drafted + row_drafted, accepted + row_accepted
+            continue
         drafted += len(drafts) - 1
         truth = decoder.step(verify[0], _fresh(real[0]))
         j = 1
@@ -52,6 +62,42 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
             accepted += 1
         state, guess = truth, real[j - 1]
     return state, SpeculativeStats(drafted_steps=drafted, accepted_steps=accepted)
+
+
+def _accept_per_row(decoder, drafts: list, real: list[Window]):
+    """Each row's true state after a round: the first of its drafts the verifying logits contradict,
+    or its last draft. Returns (state, next guess, row-drafts made, row-drafts confirmed)."""
+    import torch
+
+    start, end = decoder.bounds(drafts[0].block)
+    truths = [decoder.advance(d, _fresh(w)) for d, w in zip(drafts, real)]  # truths[j]: the true successor of drafts[j]
+    m, B = len(truths), drafts[0].x.shape[0]
+    held = torch.ones(B, dtype=torch.bool, device=drafts[0].x.device)
+    reach = torch.zeros(B, dtype=torch.long, device=held.device)  # drafts confirmed per row
+    row_drafted = row_accepted = 0  # counted only while a row still had its block to decode, not while it waited
+    for j in range(m):
+        held &= truths[j].rows_same_as(drafts[j + 1])
+        reach += held.long()
+        live = ~decoder.rows_done(drafts[j].row_steps, drafts[j].x[:, start:end] == decoder.config.mask_id)
+        row_drafted += int(live.sum())
+        row_accepted += int((held & live).sum())
+    final = reach.clamp(max=m - 1)  # (B,) the truth each row ends on
+    rows = torch.arange(B, device=held.device)
+    picked = sorted(set(final.tolist()))
+    if len(picked) > 1 and any(truths[j].block != drafts[0].block for j in picked):
+        final = torch.full_like(final, picked[0])  # a row left the block: all stop where every row's drafts held
+        picked = picked[:1]
+    path = torch.arange(m, device=held.device)[:, None] <= final[None]  # (m, B) the steps each row walked
+    committed = (torch.stack([t.committed for t in truths]) & path[..., None]).any(dim=0)  # all of the round's commits
+    if len(picked) == 1:
+        after = replace(truths[picked[0]], committed=committed)
+    else:
+        pick = lambda ts: torch.stack(ts)[final, rows]  # noqa: E731  row r from the r-th chosen truth
+        after = replace(truths[picked[-1]], x=pick([t.x for t in truths]), committed=committed,
+                        row_steps=pick([t.row_steps for t in truths]))
+    decoder.report(drafts[0], after)
+    guess = Window(torch.stack([w.logits for w in real])[final, rows], real[0].lo)
+    return after, guess, row_drafted, row_accepted
 
 
 def _fresh(window: Window) -> Window:
