@@ -39,6 +39,8 @@ MODE_SETTINGS: dict[str, dict[str, Any]] = {
     "threshold+dual+exit": {"parallel": "threshold", "parallel_threshold": 0.9, "cache": "dual",
                             "early_exit": "eos_decided"},
     "dual+exit": {"cache": "dual", "early_exit": "eos_decided"},
+    "threshold+dual+exit+W16": {"parallel": "threshold", "parallel_threshold": 0.9, "cache": "dual",
+                                "early_exit": "eos_decided", "future_window": 16},
 }
 
 

@@ -300,3 +300,14 @@ def test_bad_bench_options_are_refused_in_one_line(args, named, folders):
     from fuzz_fixtures import refused
 
     refused(["bench", "--model", str(folders[0]), "--configs", "vanilla", *args], *named)
+
+
+def test_a_row_is_lossless_only_when_no_setting_can_change_the_text():
+    from evals.bench import VARIANTS, Variant
+
+    rows = {v.name: v for v in VARIANTS}
+    assert rows["vanilla"].lossless and rows["early-exit"].lossless and rows["speculative+exit"].lossless
+    assert not rows["dual+parallel+exit+W16"].lossless and not rows["dual-cache"].lossless
+    assert not Variant("window", {"future_window": 16}).lossless  # a window changes what a forward sees
+    assert not Variant("eot", {"eot_predict": "eos_run"}).lossless
+    assert Variant("no window", {"future_window": 0}).lossless
