@@ -46,8 +46,41 @@ class DossierPage(HTMLParser):
             self.gates.append(attrs)
 
 
-def report(*args: str):
-    return CliRunner().invoke(cli_app("report"), ["report", *args])
+class BuilderInThisProcess:
+    """`flows.dossier`'s `subprocess`, for the tests about what a dossier holds: the builder's command line
+    (`python -m dashboards.dossier ...`) runs its `main` in this process, with the environment the command
+    gives, its stdout, stderr and exit status handed back as the child's would be. A child costs ~3 s of
+    CPU importing MLflow again; the PDF and promote-flow tests keep the real child process."""
+
+    TimeoutExpired = subprocess.TimeoutExpired
+
+    @staticmethod
+    def run(command, cwd=None, env=None, **_):
+        import contextlib
+        import io
+
+        from dashboards.dossier.__main__ import main
+
+        assert command[1:3] == ["-m", "dashboards.dossier"], command
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            for key, value in (env or {}).items():
+                if os.environ.get(key) != value:
+                    mp.setenv(key, value)
+            if cwd:
+                mp.chdir(cwd)
+            code = main(command[3:])
+        return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
+
+
+def report(*args: str, own_process: bool = False):
+    """`unmask report ARGS`, in-process; the dossier builder in this process too unless `own_process`."""
+    import flows.dossier
+
+    with pytest.MonkeyPatch.context() as mp:
+        if not own_process:
+            mp.setattr(flows.dossier, "subprocess", BuilderInThisProcess)
+        return CliRunner().invoke(cli_app("report"), ["report", *args])
 
 
 def test_the_dossier_holds_every_gate_value_of_the_registry_and_every_section(env, tmp_path):
@@ -201,7 +234,7 @@ def test_a_dossier_changed_after_logging_is_not_attached(tmp_path):
 def test_the_pdf_printed_by_chromium_opens_with_every_page_and_a_first_page_that_is_not_blank(env, tmp_path):
     from PIL import Image
 
-    done = report(env.candidate, "--version", env.candidate_version, "--out", str(tmp_path))
+    done = report(env.candidate, "--version", env.candidate_version, "--out", str(tmp_path), own_process=True)
     assert done.exit_code == 0, done.output
     pdf = tmp_path / f"{env.candidate}-v{env.candidate_version}-dossier.pdf"
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout

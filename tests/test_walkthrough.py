@@ -4,6 +4,12 @@ the block printed (`...` stands for what changes between runs), and every screen
 taken again at its place in the arc (the real dashboard under `streamlit run`, Debian's Chromium via
 Playwright at 1280x800), each page checked to load with no exception.
 
+A line of the form `[NAME=value ...] unmask ARGS` runs in this process through the real `unmask` app
+(typer's CliRunner, with the line's assignments in the environment and `$NAME` expanded as the shell
+would): a process per line spent ~3 s of CPU importing MLflow each, and each approval started its own
+temporary Prefect server. State still passes between lines only through UNMASK_HOME; the entry point
+as a process is tested in test_fuzz_failures and test_dashboard_apptest. Any other line runs in bash.
+
 UNMASK_UPDATE_SCREENSHOTS=1 writes the screenshots to docs/walkthrough/ (the page's images); otherwise
 they go to the test's tmp dir.
 """
@@ -33,6 +39,9 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 IMAGE = re.compile(r"^!\[([^\]]*)\]\((walkthrough/[^)]+\.png)\)", re.M)
 EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
 EXPORT = re.compile(r"^export\s+(\w+)=(\S+)")
+ASSIGNMENT = re.compile(r"^(\w+)=(.*)$")
+VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+SHELL_SYNTAX = re.compile(r"[|&;<>`(){}*?'\\]|\$\(")  # beyond assignments, words and $NAME: bash runs the line
 
 
 @dataclass
@@ -121,6 +130,37 @@ def test_the_demo_policy_relaxes_thresholds_only_and_the_demo_sweep_meets_it():
     assert set(roles["users"]) == people and "eve" in roles["groups"]["approvers"]  # refused by four eyes, not by role
 
 
+def run_line(command: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run one of the page's command lines with `env` as the whole environment; (exit code, what it printed)."""
+    words = shlex.split(command) if not SHELL_SYNTAX.search(command) else []
+    assignments = {}
+    while words and (assignment := ASSIGNMENT.match(words[0])):
+        assignments[assignment.group(1)] = assignment.group(2)
+        words.pop(0)
+    if not words or words[0] != "unmask":
+        done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stdout + done.stderr
+    from typer.testing import CliRunner
+
+    from fuzz_fixtures import unmask_app
+
+    scope = env | assignments
+    args = [VARIABLE.sub(lambda m: scope.get(m.group(1) or m.group(2), ""), word) for word in words[1:]]
+    with pytest.MonkeyPatch.context() as mp:  # the process environment is the line's, as in a shell
+        for key in set(os.environ) - set(scope):
+            mp.delenv(key)
+        for key, value in scope.items():
+            mp.setenv(key, value)
+        mp.chdir(REPO)
+        result = CliRunner().invoke(unmask_app(), args)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        raise AssertionError(f"{command}: uncaught {type(result.exception).__name__}\n{result.output}"
+                             + "".join(traceback.format_exception(result.exception)))
+    return result.exit_code, result.output
+
+
 def page_of(png: str) -> tuple[str, str]:
     name = Path(png).stem.split("-", 1)[1]
     for key in sorted(PAGE_OF, key=len, reverse=True):
@@ -183,12 +223,9 @@ def test_the_walkthrough_runs_as_written(tmp_path):
         env |= {k: v for k, v in step.exports.items() if k != "UNMASK_HOME"}  # the test's own state folder
         printed = ""
         for command, expected in step.commands:
-            done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
-                                  timeout=600)
-            output = done.stdout + done.stderr
+            code, output = run_line(command, env)
             assert "Traceback" not in output, f"step {number}: {command}\n{output}"
-            assert done.returncode == expected, f"step {number}: {command} exited {done.returncode}, " \
-                                                f"the page says {expected}\n{output}"
+            assert code == expected, f"step {number}: {command} exited {code}, the page says {expected}\n{output}"
             printed += output
         for line in step.excerpt:
             assert shows(printed, line), f"step {number}: the page's excerpt line {line!r} is not in the output:\n{printed}"
