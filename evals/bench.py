@@ -65,6 +65,11 @@ VARIANTS: tuple[Variant, ...] = (
     # A verify round advances only as far as every row's drafts agree, so speculation pays per prompt.
     Variant("dual+speculative (batch 1)", {"cache": "dual", "speculative_draft": 4}, batch_size=1),
     Variant("early-exit", {"early_exit": "eos_decided"}),
+    # Batched speculation, the old rule (a round advances as far as every row agrees) and per-row rounds (each row
+    # keeps its own verified prefix): acceptance against the per-prompt rows above.
+    Variant("dual+speculative", {"cache": "dual", "speculative_draft": 4}, default=False),
+    Variant("dual+speculative+rows", {"cache": "dual", "speculative_draft": 4, "speculative_rows": True},
+            default=False),
     # A block-start forward sees the block and W positions after it; the rest of the canvas is never computed
     # (docs/experiments/long-canvas: the settings that beat the AR twin at 256 and 512).
     Variant("dual+parallel+exit+W16", DUAL_PARALLEL | {"early_exit": "eos_decided", "future_window": 16}),

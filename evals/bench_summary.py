@@ -15,7 +15,8 @@ from evals.parallelism import AUPResult, aup
 BenchRow = Any  # evals.bench.BenchRow: this module reads rows only, so evals.bench can import it
 # Each speculative row and the one-call-per-step row whose tokens it must reproduce.
 SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
-                     "dual+parallel+speculative": "dual+parallel"}
+                     "dual+parallel+speculative": "dual+parallel", "dual+speculative": "dual-cache",
+                     "dual+speculative+rows": "dual-cache"}
 
 
 def by_length(rows: list[BenchRow]) -> dict[int, list[BenchRow]]:

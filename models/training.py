@@ -277,8 +277,10 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
     if not folder.is_absolute() and base is not None:
         folder = base / folder
     if not folder.is_dir():
-        raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from (train the base recipe first, "
-                                f"or pass --init-from)")
+        base = f"`unmask train --model {cfg.model_id}-base`, about 2 h on one thread" if folder.name.endswith("-base") \
+            else "the base recipe"
+        raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from; train {base} first, or "
+                                f"pass --init-from FOLDER (e.g. models/weights/{cfg.model_id} to fine-tune the bundled one)")
     model.load_state_dict(read_tensors(folder))
     return weights_sha256(folder)
 

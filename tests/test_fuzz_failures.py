@@ -192,17 +192,24 @@ def test_train_refuses_to_overwrite_the_bundled_checkpoint_without_force(tmp_pat
 
 
 def test_train_writes_to_the_state_folder_by_default_and_prints_its_threads(tmp_path):
+    from models.loading import WEIGHTS_DIR
     from models.state import state_dir
 
-    result = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s")],
+    # the default recipe fine-tunes its base: without one it says how to get one, then from the bundled weights
+    base = ["--init-from", str(WEIGHTS_DIR / "tiny-llada")]
+    missing = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s0")],
+                                 env={"COLUMNS": "200"})
+    assert missing.exit_code == 2 and "unmask train --model tiny-llada-base" in missing.output, missing.output
+    result = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s"), *base],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "torch threads: 1 (default" in result.output
     out = state_dir() / "trained" / "tiny-llada"
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
-    again = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s2")])
+    again = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s2"), *base])
     assert again.exit_code == 2 and "holds a checkpoint already" in again.output
-    forced = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s3"), "--force"])
+    forced = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s3"), "--force",
+                                               *base])
     assert forced.exit_code == 0, forced.output
 
 
