@@ -71,10 +71,12 @@ def bands_table(rows: list[dict]) -> str:
     for r in rows:
         for b in r.get("bands") or []:
             acc = ", ".join(f"{m} {100 * v:.1f}%" for m, v in b["accuracy"].items())
-            lines.append(f"| {r['task']} | {r['gen_length']} | {r['steps']} | {b['band']} | {b['n']} | {acc} |")
+            lines.append(f"| {r['task']} | {r['gen_length']} | {r.get('mode', 'vanilla')} | {r['steps']} | {b['band']} | "
+                         f"{b['n']} | {acc} |")
     if not lines:
         return ""
-    return "\n".join(["| task | gen_length | steps | letters | items | accuracy |", "|---|---|---|---|---|---|", *lines])
+    return "\n".join(["| task | gen_length | mode | steps | letters | items | accuracy |", "|---|---|---|---|---|---|---|",
+                      *lines])
 
 
 def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: int = 0,
@@ -106,15 +108,18 @@ def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: 
 
 
 def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None, tuple[int, ...], tuple[str, ...]]]:
-    """(tasks, n, gen_length override, ratios, modes) per evaluation run that produced `rows`."""
-    runs: dict[tuple[int, int | None], list[dict]] = {}
+    """(tasks, n, gen_length override, ratios, modes) per evaluation run that produced `rows`: tasks measured
+    with the same items, length, ratios and modes share one run."""
+    per_task: dict[tuple[str, int, int | None], list[dict]] = {}
     for r in rows:
         override = r["gen_length"] if r["gen_length"] != TASKS[r["task"]].gen_length else None
-        runs.setdefault((r["n"], override), []).append(r)
-    return [(tuple(dict.fromkeys(r["task"] for r in group)), n, override,
-             tuple(sorted({r["ratio"] for r in group if r.get("mode", "vanilla") == "vanilla"})),
-             tuple(dict.fromkeys(r.get("mode", "vanilla") for r in group)))
-            for (n, override), group in runs.items()]
+        per_task.setdefault((r["task"], r["n"], override), []).append(r)
+    runs: dict[tuple, list[str]] = {}
+    for (task, n, override), group in per_task.items():
+        ratios = tuple(sorted({r["ratio"] for r in group if r.get("mode", "vanilla") == "vanilla"})) or (1,)
+        modes = tuple(dict.fromkeys(r.get("mode", "vanilla") for r in group))
+        runs.setdefault((n, override, ratios, modes), []).append(task)
+    return [(tuple(tasks), n, override, ratios, modes) for (n, override, ratios, modes), tasks in runs.items()]
 
 
 def reproduce_command(model: Path, group) -> str:

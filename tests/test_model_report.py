@@ -42,6 +42,15 @@ def test_reproduce_commands_name_each_evaluation_run():
         "python -m evals.model_report models/weights/m --split test --n 200 --tasks arith --ratios 1,2",
         "python -m evals.model_report models/weights/m --split test --n 50 --tasks sort --ratios 1 --gen-length sort=256",
     ]
+    # two runs at one length and item count, with different modes, stay two commands (neither re-runs the other)
+    rows = [{"task": "arith", "n": 100, "gen_length": 256, "ratio": 1, "mode": m} for m in ("threshold", "vanilla+exit")]
+    rows += [{"task": "sort", "n": 100, "gen_length": 256, "ratio": 1, "mode": "vanilla+exit"}]
+    commands = [model_report.reproduce_command("m", g) for g in model_report.row_groups(rows)]
+    assert commands == [
+        "python -m evals.model_report m --split test --n 100 --tasks arith --ratios 1 --modes threshold,vanilla+exit "
+        "--gen-length arith=256",
+        "python -m evals.model_report m --split test --n 100 --tasks sort --ratios 1 --modes vanilla+exit "
+        "--gen-length sort=256"]
 
 
 @pytest.fixture(scope="module")
