@@ -18,7 +18,7 @@ from mlflow.entities import Metric
 
 from evals.records import ServingRecord
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.integrity import digest_tags, verify_artifact
+from registry.integrity import seal_run, verify_artifact
 from registry.store import Registry, filter_literal, model_tag
 
 ARTIFACT = "serving/record.json"
@@ -43,17 +43,9 @@ def log_serving_record(registry: Registry, record: ServingRecord) -> ServingReco
         **({"mlflow.parentRunId": tags[model_tag("evidence_run")]} if tags.get(model_tag("evidence_run")) else {})})
     logged = replace(record, run_id=run.info.run_id)
     data = json.dumps(logged.to_dict(), indent=2, sort_keys=True).encode()
-    try:
-        ms = int(time.time() * 1000)
-        client.log_batch(run.info.run_id, metrics=[Metric(name, float(getattr(record, name)), ms, 0)
-                                                   for name in METRICS if getattr(record, name) is not None])
-        client.log_text(run.info.run_id, data.decode(), ARTIFACT)
-        for key, digest in digest_tags({ARTIFACT: data}).items():
-            client.set_tag(run.info.run_id, key, digest)
-        client.set_terminated(run.info.run_id, "FINISHED")
-    except BaseException:
-        client.set_terminated(run.info.run_id, "FAILED")
-        raise
+    ms = int(time.time() * 1000)
+    seal_run(client, run.info.run_id, [Metric(name, float(getattr(record, name)), ms, 0)
+                                       for name in METRICS if getattr(record, name) is not None], ARTIFACT, data)
     return logged
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from mlflow.entities import Metric
 
 from registry.connection import RegistryError
-from registry.integrity import digest_tags, verify_artifact
+from registry.integrity import seal_run, verify_artifact
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
 
 ROLLOUTS_EXPERIMENT = "unmask-rollouts"
@@ -120,19 +120,11 @@ def log_analysis(registry: Registry, rollout_run_id: str, rollout_id: str, step:
                          _tag("weight"): str(weight), _tag("verdict"): analysis["verdict"],
                          _tag("reason"): str(analysis.get("reason", ""))[:5000], _tag("at"): now_iso()})
     data = json.dumps(analysis, indent=2, sort_keys=True, default=str).encode()
-    try:
-        ms = int(time.time() * 1000)
-        metrics = [Metric(f"{arm}.{name}", float(value), ms, step)
-                   for arm, summary in (analysis.get("arms") or {}).items() for name, value in summary.items()
-                   if name in ARM_METRICS and value is not None]
-        client.log_batch(run.info.run_id, metrics=metrics)
-        client.log_text(run.info.run_id, data.decode(), ARTIFACT)
-        for key, digest in digest_tags({ARTIFACT: data}).items():
-            client.set_tag(run.info.run_id, key, digest)
-        client.set_terminated(run.info.run_id, "FINISHED")
-    except BaseException:
-        client.set_terminated(run.info.run_id, "FAILED")
-        raise
+    ms = int(time.time() * 1000)
+    metrics = [Metric(f"{arm}.{name}", float(value), ms, step)
+               for arm, summary in (analysis.get("arms") or {}).items() for name, value in summary.items()
+               if name in ARM_METRICS and value is not None]
+    seal_run(client, run.info.run_id, metrics, ARTIFACT, data)
     return run.info.run_id
 
 
