@@ -4,7 +4,6 @@ the rollbacks with their audit entries. Read-only: `unmask rollout resume|abort`
 
 from __future__ import annotations
 
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
