@@ -38,5 +38,6 @@ def test_the_windowed_fast_config_holds_accuracy_at_long_canvases(model, task, g
 @pytest.mark.parametrize("gen_length", [256, 512])
 @pytest.mark.parametrize("task", ["arith", "arith-ko"])
 def test_vanilla_decoding_holds_accuracy_at_long_canvases(model, task, gen_length):
-    # vanilla's text exactly (early exit stops only once the answer is final), one token per step
-    assert accuracy(model, task, "vanilla+exit", gen_length) >= 0.8
+    # vanilla's text exactly (early exit stops only once the answer is final), one token per step; 16 items keep
+    # it to seconds (the card has 100 per task and length: 88% at 512)
+    assert accuracy(model, task, "vanilla+exit", gen_length, n=16) >= 0.8
