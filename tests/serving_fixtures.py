@@ -121,3 +121,15 @@ def settings_for(tracking_uri: str, names=("production", "fallback"), log_dir: P
     return ServeSettings(pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, **options),
                          limits=Limits(max_tokens=128, max_prompt_tokens=200, max_prompt_chars=2000),
                          request_timeout_s=60.0, max_body_bytes=64_000, request_log_dir=log_dir)
+
+
+def openai_client(server):
+    """The real `openai` client on a running server's /v1: no retries (a test sees each answer), 60 s per call."""
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def ext(response) -> dict:
+    """The `unmask` object an answer carries (route, arm, version, config hash ...)."""
+    return response.model_extra["unmask"]

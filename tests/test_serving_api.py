@@ -13,7 +13,7 @@ import openai
 import pandas as pd
 import pytest
 
-from serving_fixtures import PROMPTS, digest, running_server, settings_for, shared_serving_registry
+from serving_fixtures import PROMPTS, digest, running_server, settings_for, openai_client, shared_serving_registry
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +30,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server)
 
 
 def test_a_completion_names_the_version_and_weights_it_came_from(client, server):

@@ -23,6 +23,7 @@ from gates.weights import apply_overlay, read_weights, weights_sha256, write_wei
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.metrics import ServingMetrics
 from serving.request_log import RequestLog, read_rows, row
+from serving_fixtures import ext, openai_client
 
 
 def policy_of(**top) -> dict:
@@ -304,11 +305,8 @@ def servers(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(servers):
-    return openai.OpenAI(base_url=servers.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(servers)
 
-
-def ext(response) -> dict:
-    return response.model_extra["unmask"]
 
 
 def logged(servers, until, timeout_s: float = 20.0) -> list[dict]:

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import openai
 import pandas as pd
 import pytest
 import yaml
@@ -17,7 +16,7 @@ from typer.testing import CliRunner
 
 from gates.serving_policy import (MATCHERS, SERVING_POLICY_PATH, RequestFacts, ServingPolicyError, bucket,
                                   load_serving_policy, parse_serving_policy, pick_arm)
-from serving_fixtures import PROMPTS, running_server, settings_for, shared_serving_registry
+from serving_fixtures import PROMPTS, running_server, settings_for, openai_client, ext, shared_serving_registry
 
 # one example per matcher kind: (its settings, facts it matches, facts it does not). A new kind needs a line here.
 MATCHER_EXAMPLES = {
@@ -190,11 +189,8 @@ def routed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(routed):
-    return openai.OpenAI(base_url=routed.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(routed)
 
-
-def ext(response) -> dict:
-    return response.model_extra["unmask"]
 
 
 def arm_of(client, user: str, **kw) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from serving_fixtures import PROMPTS, running_server, settings_for, shared_serving_registry
+from serving_fixtures import PROMPTS, running_server, settings_for, openai_client, shared_serving_registry
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
 pytestmark = pytest.mark.timeout(240)
@@ -106,7 +106,7 @@ def logged_rows(server, until, timeout_s: float = 20.0) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server)
 
 
 def streamed(client, alias: str, prompt: str, **options):
