@@ -27,9 +27,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "docs" / "landing.png"
 WIDTH, HEIGHT = 1280, 800
-# (url path, heading, Vega-Lite charts the page draws)
+# (url path, heading, Vega-Lite charts the page draws; quality-latency: one more for the AUP curves, if any)
 PAGES = [("", "Verdict", 0), ("gate-board", "Gate board", 0), ("scores", "Scores", 2),
-         ("quality-latency", "Quality vs latency", 1), ("candidate", "Candidate", 0), ("promotions", "Promotions", 1)]
+         ("quality-latency", "Quality vs latency", 1), ("candidate", "Candidate", 0), ("promotions", "Promotions", 1),
+         ("rollout", "Rollout", 0)]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -106,6 +107,9 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
                 page.goto(f"{url}/{path}", timeout=60_000)
                 expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
                 expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)  # the script run is over
+                if path == "quality-latency":  # the AUP curve is a second chart wherever a version has one
+                    expect(page.get_by_role("heading", name="Accuracy under parallelism (AUP)")).to_be_visible()
+                    chart_count += page.get_by_text("AUP needs the sweep's points").count() == 0
                 expect(page.locator(".vega-embed svg")).to_have_count(chart_count, timeout=60_000)
                 if path == "":  # the verdict first: every stage, the poc holder, the policy that judged
                     verdict = page.locator("[data-testid='stTable']").first
