@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,23 @@ from evals.records import EvalRecord, records_from_frame, records_to_frame
 
 
 def write_atomic(path: Path, write) -> None:
-    """Write through a temporary file and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    """Write through a temporary file of its own in the same folder, then rename, so readers never see half a
+    file and two writers never share a temporary; a failed write leaves the old file and no temporary."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any, **dumps: Any) -> None:
+    """`data` as JSON (indented, keys sorted unless `dumps` says otherwise) written with `write_atomic`."""
+    text = json.dumps(data, **({"indent": 2, "sort_keys": True, "default": str} | dumps)) + "\n"
+    write_atomic(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
 
 
 class RecordStore:

@@ -12,8 +12,6 @@ log it reads. All under <state folder>/ (models.state.state_dir).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from evals.store import write_json_atomic
 from gates.weights import WEIGHTS_FILE, write_weights
 from gates.weights import read_weights as read_overlay
 from models.state import state_dir
@@ -37,21 +36,6 @@ def rollouts_dir() -> Path:
 
 def requests_dir() -> Path:
     return state_dir() / "serving" / "requests"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` so that a reader sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # the weights overlay ------------------------------------------------------------------------------------

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
+from evals.store import write_json_atomic
 from gates.serving_policy import RouteSpec, ServingPolicy, ServingPolicyError, parse_split
 
 WEIGHTS_FILE = Path("rollouts") / "weights.json"  # under the state folder (models.state.state_dir())
@@ -40,16 +39,7 @@ def write_weights(path: str | Path, routes: Mapping[str, Mapping[str, int]]) -> 
     path = Path(path)
     plain = {route: dict(split) for route, split in routes.items()}
     parse_overlay({"routes": plain}, str(path))  # refuse what the server would refuse, before it is written
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=".weights-", suffix=".json.partial", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump({"routes": plain, "sha256": weights_sha256(plain)}, out, indent=2)
-            out.write("\n")
-        os.replace(partial, path)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, {"routes": plain, "sha256": weights_sha256(plain)}, sort_keys=False)
     return path
 
 
