@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from evals.bench import VARIANTS
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
@@ -29,19 +30,14 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
 
 
 # Decoding modes a card reports per generation length (ratio 1: the step budget is gen_length; the fast
-# modes commit as many positions per step as their rule allows and stop once the answer is final).
+# modes commit as many positions per step as their rule allows and stop once the answer is final), each the
+# settings of one `unmask bench` row (evals/bench.py VARIANTS), so a card and the bench decode alike.
 # `vanilla+exit` gives vanilla's text exactly (early exit stops only once the text before the first EOS is
 # final; tests/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of the calls.
-MODE_SETTINGS: dict[str, dict[str, Any]] = {
-    "vanilla": {},
-    "vanilla+exit": {"early_exit": "eos_decided"},
-    "threshold": {"parallel": "threshold", "parallel_threshold": 0.9},
-    "threshold+dual+exit": {"parallel": "threshold", "parallel_threshold": 0.9, "cache": "dual",
-                            "early_exit": "eos_decided"},
-    "dual+exit": {"cache": "dual", "early_exit": "eos_decided"},
-    "threshold+dual+exit+W16": {"parallel": "threshold", "parallel_threshold": 0.9, "cache": "dual",
-                                "early_exit": "eos_decided", "future_window": 16},
-}
+MODE_VARIANTS = {"vanilla": "vanilla", "vanilla+exit": "early-exit", "threshold": "parallel-threshold-0.9",
+                 "threshold+dual+exit": "dual+parallel+exit", "threshold+dual+exit+W16": "dual+parallel+exit+W16"}
+MODE_SETTINGS: dict[str, dict[str, Any]] = {mode: dict(next(v for v in VARIANTS if v.name == row).settings)
+                                            for mode, row in MODE_VARIANTS.items()}
 
 
 def mode_config(mode: str, gen_length: int, ratio: int = 1) -> SamplerConfig:
