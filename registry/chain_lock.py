@@ -115,10 +115,14 @@ class ServerChainLock:
 LOCKS = {"sqlite": FileChainLock, "postgresql": AdvisoryChainLock, "http": ServerChainLock, "https": ServerChainLock}
 
 
+def lock_kind(tracking_uri: str) -> type:
+    """The lock class for a store (see the table above); other SQL stores use the registry lock."""
+    return LOCKS.get(tracking_uri.split(":", 1)[0].split("+", 1)[0], ServerChainLock)
+
+
 def chain_lock_for(registry: Registry) -> ChainLock:
-    """The lock every writer of this store shares (see the table above); other SQL stores use the registry lock."""
-    scheme = registry.tracking_uri.split(":", 1)[0].split("+", 1)[0]
-    return LOCKS.get(scheme, ServerChainLock)(registry)
+    """The lock every writer of this store shares."""
+    return lock_kind(registry.tracking_uri)(registry)
 
 
 @contextmanager
