@@ -22,6 +22,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator, Protocol
 
+import sqlalchemy
 from filelock import FileLock, Timeout
 
 from registry.connection import RegistryError
@@ -68,8 +69,6 @@ class AdvisoryChainLock:
         self.uri, self.key, self.connection = registry.tracking_uri, advisory_key(NAME), None
 
     def acquire(self, timeout_s: float) -> None:
-        import sqlalchemy
-
         engine = sqlalchemy.create_engine(self.uri, poolclass=sqlalchemy.pool.NullPool)
         connection = engine.connect()
         deadline = time.monotonic() + timeout_s
@@ -83,8 +82,6 @@ class AdvisoryChainLock:
         self.connection = connection
 
     def release(self) -> None:
-        import sqlalchemy
-
         if self.connection is None:
             return
         try:
