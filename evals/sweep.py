@@ -30,6 +30,7 @@ import yaml
 from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
+from models.unique_keys import DuplicateKeyError, load_yaml
 
 TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
@@ -84,9 +85,11 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except DuplicateKeyError as e:
+        raise SweepError(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     return parse_sweep(data, source=str(path))
@@ -277,7 +280,7 @@ def with_items(sweep: str | Path, items: Callable[[str], int]) -> str:
     from models.state import state_dir
 
     load_sweep(sweep)  # a broken sweep is named as the file it is, not as the copy
-    data = yaml.safe_load(Path(sweep).read_text(encoding="utf-8"))
+    data = load_yaml(Path(sweep).read_text(encoding="utf-8"))
     changed = False
     data["tasks"] = [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]
     for spec in data["tasks"]:
