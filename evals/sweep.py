@@ -128,6 +128,7 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
                 raise fail(f"{where}.{key}", f"is not a SamplerConfig setting; known: {', '.join(sorted(known))}")
             if not isinstance(values, list) or not values:
                 raise fail(f"{where}.{key}", f"must be a non-empty list of values, got {values!r}")
+    _check_steps_within_canvas(base, grids, grid, fail)
     measure = {"warmup": 1, "batch_size": 4} | (data.get("measure") or {})
     for key, value in measure.items():
         if key not in MEASURE_KEYS:
@@ -147,6 +148,20 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
                          f"first problem: {point_problems(spec, tasks[0])[0]}")
     return spec
+
+
+def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail) -> None:
+    """`steps` above `gen_length` asks for more model calls than there are tokens to unmask: refused by key."""
+    from sampler import SamplerConfig
+
+    for i, part in enumerate(grids or [{}]):
+        where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
+        steps = [(f"{where}.steps", s) for s in part["steps"]] if "steps" in part else [("base.steps", base.get("steps"))]
+        lengths = part.get("gen_length") or [base.get("gen_length", SamplerConfig.gen_length)]
+        longest = max((g for g in lengths if isinstance(g, int) and not isinstance(g, bool)), default=None)
+        for key, value in steps:
+            if isinstance(value, int) and not isinstance(value, bool) and longest is not None and value > longest:
+                raise fail(key, f"is {value}, above gen_length {longest}: a step unmasks at least one token")
 
 
 def expect_list(value: Any, key: str, fail) -> list[Any]:
