@@ -32,6 +32,8 @@ from serving import errors
 from serving.arms import ArmFailure, LocalArm
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
+from serving.limits import check_compute
+from gates.request_limits import RequestLimits
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.pool import ModelPool, PoolSettings, Route
@@ -64,6 +66,7 @@ class ServeSettings:
     routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
     weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
+    compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -209,6 +212,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
                                f"{limits.max_prompt_tokens}")
         unmask = body.unmask.overrides() if body.unmask else {}
         config, keep = request_config(route.base, handle.kind, max_tokens, body.temperature, body.seed, unmask, limits)
+        check_compute(config, len(ids), handle.kind, settings.compute)
         context = route.loaded.context
         if context and len(ids) + config.gen_length > context:
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "

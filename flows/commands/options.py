@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from typing import Any
 
 import typer
@@ -94,3 +95,19 @@ def apply_threads(given: int | None, configured: int | None = None) -> tuple[int
     threads, why = threads_rule(given, configured)
     torch.set_num_threads(threads)
     return threads, why
+
+
+def port_free(host: str, port: int, option: str = "--port") -> None:
+    """Refuse (usage error, one line) a port another process listens on, before a server loads anything."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise typer.BadParameter(f"--host {host!r}: cannot be resolved ({e.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise typer.BadParameter(f"{host}:{port} cannot be bound ({e.strerror}); another server may hold it, "
+                                     f"pick another with {option}", param_hint=option) from None
