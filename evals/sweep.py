@@ -30,6 +30,8 @@ import yaml
 from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
+from models.loading import DEVICE_PATTERN, DTYPES
+from models.state import TOKEN
 from models.unique_keys import DuplicateKeyError, load_yaml
 
 TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
@@ -92,7 +94,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise SweepError(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
-    return parse_sweep(data, source=str(path))
+    spec = parse_sweep(data, source=str(path))
+    for i, ref in enumerate(spec.models):  # last: a file's keys are named first, then what its models point at
+        check_model_ref(ref, lambda key, expected: SweepError(f"{path}: key '{key}' {expected}"), f"models[{i}]")
+    return spec
 
 
 def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
@@ -135,6 +140,11 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
             raise fail(f"measure.{key}", f"is not a measure setting; known: {', '.join(MEASURE_KEYS)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
             raise fail(f"measure.{key}", f"must be a {'non-negative' if key == 'warmup' else 'positive'} integer, got {value!r}")
+    device, dtype = str(data.get("device", "cpu")), str(data.get("dtype", "float32"))
+    if not DEVICE_PATTERN.match(device):
+        raise fail("device", f"must be cpu, cuda, cuda:N or mps, got {data['device']!r}")
+    if dtype not in DTYPES:
+        raise fail("dtype", f"must be one of {', '.join(DTYPES)}, got {data['dtype']!r}")
     threads = data.get("threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise fail("threads", f"must be a positive integer, got {threads!r}")
@@ -142,12 +152,35 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
     if not isinstance(name, str):
         raise fail("name", f"must be a string, got {name!r}")
     spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
-                     device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), threads=threads,
+                     device=device, dtype=dtype, threads=threads,
                      source=source)
     if not valid_points(spec, tasks[0]):
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
                          f"first problem: {point_problems(spec, tasks[0])[0]}")
     return spec
+
+
+def check_model_ref(ref: str, fail, key: str = "model") -> None:
+    """A model folder (with its config.json), a bundled id or a catalog id; never a path that leads elsewhere."""
+    from models.catalog import CatalogError, load_catalog
+    from models.loading import WEIGHTS_DIR
+
+    folder = Path(ref).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise fail(key, f"is {ref!r}, a folder without config.json: not a model folder")
+        return
+    if not TOKEN.fullmatch(ref):
+        raise fail(key, f"is {ref!r}: neither a model folder nor a model id (an id is letters, digits, '.', '_', '-')")
+    if (WEIGHTS_DIR / ref).is_dir():
+        return
+    try:
+        known = ref in load_catalog()
+    except CatalogError:
+        known = False
+    if not known:
+        bundled = sorted(p.name for p in WEIGHTS_DIR.iterdir() if p.is_dir())
+        raise fail(key, f"is {ref!r}: no such folder, bundled model ({', '.join(bundled)}) or catalog id")
 
 
 def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail) -> None:

@@ -8,9 +8,28 @@ model store is the lowest layer that reads it; everything above imports it from 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 STATE_ENV = "UNMASK_HOME"
+# An id that names a file under the state folder (a rollout) or a run: letters and digits, then also `.`, `_`, `-`;
+# never a path (`../x`, `/etc/x`), never empty, at most 128 characters.
+TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_token(value: str, what: str) -> str:
+    """`value` when it is an id of TOKEN's shape; ValueError naming `what` and the value otherwise."""
+    if not isinstance(value, str) or not TOKEN.fullmatch(value):
+        raise ValueError(f"{what} {value!r}: expected an id (letters, digits, '.', '_', '-'), not a path")
+    return value
+
+
+def state_file_error(path: Path) -> str | None:
+    """Why the state folder cannot be used as one (a regular file on its way, say), or None."""
+    for part in (path, *path.parents):
+        if part.exists():
+            return None if part.is_dir() else f"{part} is a file, not a folder"
+    return None
 
 
 def state_dir(create: bool = True) -> Path:

@@ -29,8 +29,8 @@ def eval_command(
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
 ) -> None:
     """Evaluate models under a sweep of decoding settings; records are validated and saved as they finish."""
-    from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, default_sweep_path, load_sweep,
-                             timestamped_folder)
+    from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, check_model_ref, default_sweep_path,
+                             load_sweep, timestamped_folder)
     from evals.validation import TaskDataError
     from models.state import state_dir
 
@@ -53,6 +53,8 @@ def eval_command(
             spec.tasks = [TaskSpec(file=str(tasks), limit=limit)]
         if model:
             spec.models = list(model)
+        for ref in model or []:
+            check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
         if batch_size:
             spec.measure["batch_size"] = batch_size
         spec.threads, threads_from = options.threads_rule(threads, spec.threads)

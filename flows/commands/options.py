@@ -15,7 +15,6 @@ from typing import Any
 import typer
 
 THREADS_ENV = "UNMASK_THREADS"
-DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
 def _name(param: Any) -> str:
@@ -47,6 +46,8 @@ def port(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
 
 def device(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """A torch device name: cpu, cuda, cuda:N or mps (whether it exists here is the loader's question)."""
+    from models.loading import DEVICE_PATTERN
+
     if value is not None and not DEVICE_PATTERN.match(str(value)):
         raise typer.BadParameter(f"must be cpu, cuda, cuda:N or mps, got {value!r}", ctx=ctx, param=param)
     return value
@@ -111,3 +112,16 @@ def port_free(host: str, port: int, option: str = "--port") -> None:
         except OSError as e:
             raise typer.BadParameter(f"{host}:{port} cannot be bound ({e.strerror}); another server may hold it, "
                                      f"pick another with {option}", param_hint=option) from None
+
+
+def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An id (a rollout's, a run's): letters, digits, '.', '_', '-'; never a path such as ../x."""
+    from models.state import check_token
+
+    if value is not None:
+        try:
+            check_token(value, "id")
+        except ValueError:
+            raise typer.BadParameter(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
+                                     ctx=ctx, param=param) from None
+    return value

@@ -38,7 +38,7 @@ def run_command(
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
-    from evals.sweep import SweepError, default_sweep_path, load_sweep, with_items
+    from evals.sweep import SweepError, check_model_ref, default_sweep_path, load_sweep, with_items
     from flows.evaluate import EvaluationOptions
     from gates import load_policy
     from registry.views import mlflow_ui_command
@@ -50,6 +50,8 @@ def run_command(
         if task_runner not in ("threads", "dask"):
             raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
+        for ref in model or []:
+            check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
         load_policy(policy)  # a broken policy (or checklist) is refused now, not after the measuring
         threads, threads_from = threads_rule(threads, spec.threads)
         if items:
@@ -81,6 +83,9 @@ def run_command(
     print_next_steps(result["outcomes"], result["tracking_uri"], options.policy)
     console.print("see: [bold]unmask dashboard[/bold] (gates and scores), "
                   f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)", highlight=False)
+    if not points:
+        print_error(console, f"nothing was measured: no sweep point of {', '.join(models)} could run (see above)")
+        raise typer.Exit(1)
     if rows and all(r["qualifies"] == "failed" for r in rows):
         raise typer.Exit(1)
 
