@@ -87,6 +87,9 @@ def root(ctx: typer.Context,
          debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
     ctx.meta["unmask.debug"] = debug
+    from flows.commands.options import check_environment
+
+    check_environment()  # a variable naming nothing usable is one line, before any command runs
 
 
 # One line per command module; each module defines `register(app)`.
@@ -129,7 +132,11 @@ def stop_on_sigterm() -> None:
 
 def main() -> None:
     stop_on_sigterm()
-    configure_environment()
+    try:
+        configure_environment()
+    except ValueError as e:  # $UNMASK_HOME that cannot be a folder: models.state says which and why
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
     _register_all()
     app(prog_name="unmask")
 

@@ -24,11 +24,20 @@ def check_token(value: str, what: str) -> str:
     return value
 
 
-def state_file_error(path: Path) -> str | None:
-    """Why the state folder cannot be used as one (a regular file on its way, say), or None."""
+class StateFolderError(ValueError):
+    """$UNMASK_HOME (or another folder unmask must write) cannot be a folder; the message names it and why."""
+
+
+def unusable_folder(path: Path) -> str | None:
+    """Why `path` cannot be used (or created) as a folder to write into, or None: a file where a folder must be,
+    or the nearest existing folder not writable."""
     for part in (path, *path.parents):
         if part.exists():
-            return None if part.is_dir() else f"{part} is a file, not a folder"
+            if not part.is_dir():
+                return f"{part} is a file, not a folder"
+            if not os.access(part, os.W_OK | os.X_OK):
+                return f"{part} is not writable"
+            return None
     return None
 
 
@@ -40,5 +49,9 @@ def state_dir(create: bool = True) -> Path:
     home = os.environ.get(STATE_ENV)
     path = Path(home).expanduser() if home else Path.cwd() / ".unmask"
     if create:
+        why = unusable_folder(path)
+        if why:
+            raise StateFolderError(f"{'$' + STATE_ENV + '=' + home if home else 'the state folder ' + str(path)}: "
+                                   f"{why}; point {STATE_ENV} at a writable folder")
         path.mkdir(parents=True, exist_ok=True)
     return path.resolve()

@@ -23,7 +23,7 @@ def eval_command(
     gen_length: int = typer.Option(None, "--gen-length", callback=options.positive, help="With --tasks and no --sweep: positions to generate."),
     block_length: int = typer.Option(None, "--block-length", callback=options.positive, help="With --tasks and no --sweep: block width."),
     batch_size: int = typer.Option(None, "--batch-size", callback=options.positive, help="Batch size for the throughput pass."),
-    threads: int = typer.Option(None, "--threads", callback=options.positive, help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
+    threads: int = typer.Option(None, "--threads", callback=options.threads, help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),

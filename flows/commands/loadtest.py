@@ -17,6 +17,7 @@ from typing import Iterator
 
 import typer
 
+from flows.commands import options
 from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
@@ -98,7 +99,8 @@ def loadtest_command(
     max_batch: int = typer.Option(16, "--max-batch", help="Without --url: the local server's largest batch."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
-    json_path: Path = typer.Option(None, "--json", help="Write the records and notes to this JSON file."),
+    json_path: Path = typer.Option(None, "--json", callback=options.output_path,
+                                   help="Write the records and notes to this JSON file."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
                              "registered version that answered."),
 ) -> None:

@@ -17,6 +17,24 @@ import typer
 THREADS_ENV = "UNMASK_THREADS"
 
 
+def max_threads() -> int:
+    """The most torch threads a command may ask for: the cores this process may run on (more only oversubscribes
+    them, and `bench --threads 10000` once crashed torch's thread pool)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """--threads: 1 up to this machine's cores (`max_threads`)."""
+    positive(ctx, param, value)
+    if value is not None and value > max_threads():
+        raise typer.BadParameter(f"must be at most {max_threads()} (the cores this machine gives unmask), got "
+                                 f"{value!r}", ctx=ctx, param=param)
+    return value
+
+
 def _name(param: Any) -> str:
     opts = getattr(param, "opts", None) or [f"--{getattr(param, 'name', 'value')}"]
     return max(opts, key=len)
@@ -83,8 +101,9 @@ def threads_rule(given: int | None, configured: int | None = None) -> tuple[int,
         return configured, "the sweep's threads"
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
-            raise typer.BadParameter(f"${THREADS_ENV} must be a positive integer, got {env!r}")
+        if not env.isdigit() or not 1 <= int(env) <= max_threads():
+            raise typer.BadParameter(f"${THREADS_ENV} must be an integer from 1 to {max_threads()} (this machine's "
+                                     f"cores), got {env!r}")
         return int(env), f"${THREADS_ENV}"
     return 1, f"default; --threads or ${THREADS_ENV} to change"
 
@@ -124,4 +143,74 @@ def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         except ValueError:
             raise typer.BadParameter(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
                                      ctx=ctx, param=param) from None
+    return value
+
+
+def output_path(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An output file (--json): not a folder, and its folder can be created and written; checked before the work."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    if value is not None:
+        path = Path(value).expanduser()
+        why = f"{path} is a folder, not a file" if path.is_dir() else unusable_folder(path.parent)
+        if why:
+            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+    return value
+
+
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An output folder (--out): a folder, or one that can be created, and writable; checked before the work."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    if value is not None:
+        why = unusable_folder(Path(value).expanduser())
+        if why:
+            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+    return value
+
+
+# Environment variables unmask reads, and what each must name; checked before any command runs.
+FILE_VARIABLES = ("UNMASK_CATALOG", "UNMASK_ROLES", "UNMASK_POLICY", "UNMASK_CHROMIUM")
+FOLDER_VARIABLES = ("UNMASK_CHECKLISTS",)
+WRITABLE_VARIABLES = ("UNMASK_HOME", "UNMASK_MODEL_STORE")
+
+
+def check_environment(environ: Any = None) -> None:
+    """typer.BadParameter (one line, naming the variable and its value) for the first unusable variable."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    environ = os.environ if environ is None else environ
+
+    def bad(name: str, why: str) -> typer.BadParameter:
+        return typer.BadParameter(f"${name}={environ[name]!r}: {why}", param_hint=f"${name}")
+
+    for name in FILE_VARIABLES:
+        if environ.get(name) and not Path(environ[name]).expanduser().is_file():
+            raise bad(name, "no such file")
+    for name in FOLDER_VARIABLES:
+        if environ.get(name) and not Path(environ[name]).expanduser().is_dir():
+            raise bad(name, "no such folder")
+    for name in WRITABLE_VARIABLES:
+        if environ.get(name):
+            why = unusable_folder(Path(environ[name]).expanduser())
+            if why:
+                raise bad(name, f"{why}; point it at a writable folder")
+    if environ.get(THREADS_ENV, "").strip():
+        value = environ[THREADS_ENV].strip()
+        if not value.isdigit() or not 1 <= int(value) <= max_threads():
+            raise bad(THREADS_ENV, f"expected an integer from 1 to {max_threads()} (this machine's cores)")
+
+
+def alias_name(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """A stage or registry alias (candidate, poc, staging, production, fallback)."""
+    from registry.store import ALIASES
+
+    if value is not None and value not in ALIASES:
+        raise typer.BadParameter(f"expected one of {', '.join(ALIASES)}, got {value!r}", ctx=ctx, param=param)
     return value

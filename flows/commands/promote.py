@@ -122,7 +122,7 @@ def sign_off_command(
 
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
-    stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
+    stage: str = typer.Option(None, "--stage", callback=options.alias_name, help="Only events of this stage."),
     limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
     verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
                                                         "entry edited, removed, reordered or inserted (exit 1 if so)."),

@@ -15,6 +15,7 @@ import typer
 
 from flows.commands.next_steps import names_version, next_stage_for, next_steps
 from flows.commands.options import positive, threads_rule
+from flows.commands.options import threads as threads_option
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 
@@ -32,7 +33,7 @@ def run_command(
     items: int = typer.Option(None, "--items", min=1, help="Measure every task on at least N items (the sweep's "
                               "`n` raised; what settles an inconclusive data_validity gate)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
-    threads: int = typer.Option(None, "--threads", callback=positive,
+    threads: int = typer.Option(None, "--threads", callback=threads_option,
                                 help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""

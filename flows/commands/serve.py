@@ -58,7 +58,7 @@ def serve_command(
                                       "(default: <state folder>/rollouts/weights.json); with --routes."),
     max_shadows: int = typer.Option(4, "--max-shadows", min=0, help="Shadow copies in flight at once (routes' "
                                     "`shadow:`); more are dropped and counted."),
-    threads: int = typer.Option(None, "--threads", callback=options.positive,
+    threads: int = typer.Option(None, "--threads", callback=options.threads,
                                 help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
