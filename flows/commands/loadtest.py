@@ -41,10 +41,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
                  max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
-                 timeout_s: float = 600.0, max_tokens: int = 256) -> Iterator[str]:
+                 timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[str]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
 
-    Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...).
+    Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...),
+    or when `asked_tokens` (--max-tokens) does not fit a served model's context: before a request is sent.
     """
     import asyncio
     import socket
@@ -75,6 +76,11 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
             if not thread.is_alive():
                 raise LoadTestError(f"the local server for {', '.join(names)} stopped before it was ready")
             time.sleep(0.1)
+        for name in names if asked_tokens else ():
+            context = pool.route(name).loaded.context
+            if context and asked_tokens >= context:
+                raise LoadTestError(f"--max-tokens {asked_tokens}: does not fit {name}'s context of {context} tokens "
+                                    f"(prompt included); ask for fewer")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.should_exit = True
@@ -130,7 +136,8 @@ def loadtest_command(
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
-        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0))
+        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
+                                  asked_tokens=max_tokens)
         with contextlib.nullcontext(spec.base_url) if url else serve_here as base:
             from dataclasses import replace
 

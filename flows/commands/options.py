@@ -201,6 +201,13 @@ def check_environment(environ: Any = None) -> None:
             why = unusable_folder(Path(environ[name]).expanduser())
             if why:
                 raise bad(name, f"{why}; point it at a writable folder")
+    if environ.get("UNMASK_ROLES"):  # who may act: refused as a whole now, not as "nobody holds poc" later
+        from gates.roles import RolesError, load_roles
+
+        try:
+            load_roles(environ["UNMASK_ROLES"])
+        except RolesError as e:
+            raise typer.BadParameter(str(e), param_hint="$UNMASK_ROLES") from None
     if environ.get(THREADS_ENV, "").strip():
         value = environ[THREADS_ENV].strip()
         if not value.isdigit() or not 1 <= int(value) <= max_threads():
