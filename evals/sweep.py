@@ -30,7 +30,9 @@ import yaml
 from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
-from models.loading import DEVICE_PATTERN, DTYPES
+from models.catalog import CatalogError, load_catalog
+from models.loading import DEVICE_PATTERN, DTYPES, WEIGHTS_DIR
+from sampler.config import SamplerConfig
 from models.state import TOKEN
 from models.unique_keys import DuplicateKeyError, load_yaml
 
@@ -162,9 +164,6 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
 
 def check_model_ref(ref: str, fail, key: str = "model") -> None:
     """A model folder (with its config.json), a bundled id or a catalog id; never a path that leads elsewhere."""
-    from models.catalog import CatalogError, load_catalog
-    from models.loading import WEIGHTS_DIR
-
     folder = Path(ref).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
@@ -185,8 +184,6 @@ def check_model_ref(ref: str, fail, key: str = "model") -> None:
 
 def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail) -> None:
     """`steps` above `gen_length` asks for more model calls than there are tokens to unmask: refused by key."""
-    from sampler import SamplerConfig
-
     for i, part in enumerate(grids or [{}]):
         where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
         steps = [(f"{where}.steps", s) for s in part["steps"]] if "steps" in part else [("base.steps", base.get("steps"))]

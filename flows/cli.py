@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
 
@@ -87,8 +88,6 @@ def root(ctx: typer.Context,
          debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
     ctx.meta["unmask.debug"] = debug
-    from flows.commands.options import check_environment
-
     check_environment()  # a variable naming nothing usable is one line, before any command runs
 
 

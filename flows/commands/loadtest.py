@@ -102,11 +102,11 @@ def loadtest_command(
     task: str = typer.Option("arith", "--task", help="Task suite the prompts come from (evals/tasks)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Answer length (default: the served operating point)."),
     endpoint: str = typer.Option(None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."),
-    max_batch: int = typer.Option(16, "--max-batch", help="Without --url: the local server's largest batch."),
+    max_batch: int = typer.Option(16, "--max-batch", callback=options.positive,
+                                  help="Without --url: the local server's largest batch."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
-    json_path: Path = typer.Option(None, "--json", callback=options.output_path,
-                                   help="Write the records and notes to this JSON file."),
+    json_path: Path = typer.Option(None, "--json", callback=options.output_path, help="Write records, notes here."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
                              "registered version that answered."),
 ) -> None:
@@ -130,8 +130,6 @@ def loadtest_command(
                         max_tokens=max_tokens, endpoint=endpoint or ("chat" if entry else "completions"),
                         timeout_s=timeout_s, stream=stream, api_key=key)
         check_spec(spec)
-        if max_batch < 1:
-            raise LoadTestError(f"--max-batch: {max_batch!r} is not a positive integer")
         try:
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
