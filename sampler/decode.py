@@ -2,6 +2,8 @@
 
 `decode(handle, input_ids, config)` picks the decoder by `handle.kind` from one table (`DECODERS`):
 unmask's masked-diffusion sampler, the block-diffusion sampler, or KV-cached autoregressive decoding.
+`decode_prompts(handle, prompts, config)` is the one batch entry above it: token-id prompts left-padded
+into one batch on the model's device (serving, measurement, the bench and the reproducibility probe use it).
 The adapters (models/adapters) only load models and tokenize; decoding lives here, above them.
 """
 
@@ -166,3 +168,30 @@ def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.T
             raise DecodeError(f"row_seeds: {len(row_seeds)} seeds for {input_ids.shape[0]} rows")
         return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds)
     return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)
+
+
+def padding_id(handle: Any) -> int:
+    """The id that left-pads a batch: the model's pad, else its EOS, else 0 (masked out either way)."""
+    return next((i for i in (handle.pad_id, handle.eos_id) if i is not None), 0)
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(batch, longest)` ids and attention mask; the mask is None when no row needs padding."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, (None if bool(mask.all()) else mask)
+
+
+def decode_prompts(handle: Any, prompts: list[list[int]], config, on_step: StepCallback | None = None,
+                   row_seeds: list[int] | None = None) -> GenerateOutput:
+    """Decode token-id `prompts` (no padding) as one batch: left-padded to the longest (`padding_id`), on the
+    model's device, through `decode`. The sampler is batch invariant under left padding, so each row is what
+    it would be alone; `row_seeds` gives each row its own generator (see `decode`)."""
+    ids, mask = left_pad(prompts, padding_id(handle))
+    device = next(handle.model.parameters()).device
+    return decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
+                  on_step=on_step, row_seeds=row_seeds)

@@ -25,9 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from evals.quality import left_pad, padding_id
 from sampler.config import SamplerConfig
-from sampler.decode import decode
+from sampler.decode import decode_prompts
 from sampler.output import FinalPrefix, StepCallback, StepInfo
 from serving.decoding import is_deterministic
 
@@ -72,15 +71,12 @@ class Decoded:
 
 def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]],
                 on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> tuple[list[list[int]], int]:
-    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch).
+    """`decode_prompts` in inference mode; (generated ids per row, NFE of the batch).
 
     `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
     """
-    ids, mask = left_pad(prompts, padding_id(handle))
-    device = next(handle.model.parameters()).device
     with torch.inference_mode():
-        out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
-                     on_step=on_step, row_seeds=row_seeds)
+        out = decode_prompts(handle, prompts, config, on_step=on_step, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
 
 
