@@ -117,11 +117,16 @@ def check_prompt_text(handle: Any, text: str) -> None:
                           f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt")
 
 
+def fits_context(context: int | None, prompt_length: int, gen_length: int) -> bool:
+    """The prompt-fits rule: prompt and generated positions within the model's context (None: it does not say)."""
+    return not context or prompt_length + gen_length <= context
+
+
 def check_fits(handle: Any, prompt_length: int, gen_length: int) -> None:
     """Prompt and generated positions must fit in the model's context (beyond it RoPE extrapolates, or
     a learned position table has no row: garbage or an IndexError, never a measurement)."""
     limit = context_length(handle)
-    if limit and prompt_length + gen_length > limit:
+    if not fits_context(limit, prompt_length, gen_length):
         raise DecodeError(f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
                           f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
                           f"shorten the prompt or lower gen_length")
