@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
+from sampler.handle import Handle
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
@@ -291,7 +292,7 @@ def fingerprint(v) -> str:
     return f"{v.model}/{v.version}@{v.weights_sha256[:12]}"
 
 
-def unknown_id(handle: Any) -> int | None:
+def unknown_id(handle: Handle) -> int | None:
     """The tokenizer's unknown-token id (a prompt made only of it says nothing), when it has one."""
     tokenizer = getattr(handle, "tokenizer", None)
     token = getattr(getattr(tokenizer, "model", None), "unk_token", None)
