@@ -21,7 +21,7 @@ from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
 from gates.promotion import PromotionDecision
-from registry.views import mlflow_ui_command
+from registry.links import mlflow_ui_command, run_link
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -45,11 +45,6 @@ class RegistryUnreachable(RuntimeError):
 def slug(name: str) -> str:
     """An artifact key part: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
-def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
@@ -130,7 +125,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
         "cached": cached, "failures": failures,
         "verdicts": {stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
         "qualified": qualified_stage(verdicts),
-        "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
+        "mlflow_run": run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
         "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
         "files": files,
     }

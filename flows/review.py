@@ -18,7 +18,7 @@ from flows import tasks
 from flows.evaluate import EvaluationOptions, evaluate_candidate, next_stage
 from flows.progress import report
 from flows.runners import make_task_runner
-from registry.views import mlflow_ui_command
+from registry.links import mlflow_ui_command
 
 
 @task(name="order-models", cache_policy=NO_CACHE, persist_result=False)

@@ -41,7 +41,7 @@ def run_command(
     from evals.sweep import SweepError, default_sweep_path, load_sweep, with_items
     from flows.evaluate import EvaluationOptions
     from gates import load_policy
-    from registry.views import mlflow_ui_command
+    from registry.links import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
 
