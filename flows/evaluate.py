@@ -15,12 +15,12 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
-from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
 from gates.promotion import PromotionDecision
+from gates.stages import qualified_stage
 from registry.links import mlflow_ui_command, run_link
 
 class EvaluationOptions(BaseModel):
@@ -45,23 +45,6 @@ class RegistryUnreachable(RuntimeError):
 def slug(name: str) -> str:
     """An artifact key part: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
-def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
-    """The highest stage whose gates all passed, every stage below it passed too."""
-    reached = None
-    for stage in STAGES:
-        if stage not in verdicts or not verdicts[stage].gates_passed:
-            break
-        reached = stage
-    return reached
-
-
-def next_stage(stage: str | None) -> str | None:
-    if stage is None:
-        return STAGES[0]
-    index = STAGES.index(stage) + 1
-    return STAGES[index] if index < len(STAGES) else None
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:

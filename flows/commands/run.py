@@ -13,7 +13,8 @@ from pathlib import Path
 
 import typer
 
-from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 from flows.commands.options import positive, threads_rule
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
