@@ -13,22 +13,24 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evals.sweep import default_sweep_path
+from evals.sweep import default_sweep_path, load_sweep, model_is_causal
 from flows import tasks
 from flows.evaluate import EvaluationOptions, evaluate_candidate
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from flows.runners import make_task_runner
+from gates import load_policy
+from gates.scoring import alternative, rank
 from gates.stages import next_stage
+from models.catalog import load_catalog
+from registry import Registry, load_evidence
+from registry.connection import resolve_tracking_uri
 from registry.links import mlflow_ui_command
 
 
 @task(name="order-models", cache_policy=NO_CACHE, persist_result=False)
 def fallback_first(models: list[str]) -> list[str]:
     """The models with the fallback role (catalog role, else a causal checkpoint) first, order kept."""
-    from evals.sweep import model_is_causal
-    from models.catalog import load_catalog
-
     catalog = load_catalog()
 
     def is_fallback(ref: str) -> bool:
@@ -46,10 +48,6 @@ def fallback_first(models: list[str]) -> list[str]:
 def score_candidates(versions: dict[str, str], tracking_uri: str, stage: str,
                      policy_path: str | None = None) -> dict[str, dict[str, Any]]:
     """Multi-criteria scores (gates.scoring: TOPSIS, weighted sum, Pareto) of every reviewed model at `stage`."""
-    from gates import load_policy
-    from gates.scoring import alternative, rank
-    from registry import Registry, load_evidence
-
     registry = Registry(tracking_uri)
     stage_policy = load_policy(policy_path).stage(stage)
     alternatives = [a for model, version in versions.items()
@@ -105,9 +103,6 @@ def failed_outcome(model_id: str, state: Any) -> CandidateOutcome:
 def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_path()),
                 options: EvaluationOptions = EvaluationOptions(), score_stage: str = "poc") -> dict[str, Any]:
     """Evaluate the fallback and the candidates (default: the sweep's models), score and compare them."""
-    from evals.sweep import load_sweep
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     flushed = flush_kept_evidence(tracking_uri)
     models = list(models or load_sweep(sweep).models)
