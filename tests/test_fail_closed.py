@@ -186,3 +186,19 @@ def test_an_os_level_full_or_read_only_disk_is_named_as_such(code, named):
 
     exit_code, line = describe(OSError(getattr(errno, code), "refused", "/state/evals/records.json"))
     assert exit_code == 1 and named in line and "/state/evals/records.json" in line and "aside" not in line
+
+
+@pytest.mark.slow  # starts `unmask serve` in a subprocess: about 10 s
+def test_serve_with_nothing_to_serve_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from dashboard_fixtures import free_port
+
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "serve", "--model", "no-such-model", "--port",
+                           str(free_port())], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, UNMASK_HOME=str(tmp_path / "home")))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "no-such-model" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
