@@ -202,3 +202,17 @@ def test_serve_with_nothing_to_serve_is_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "no-such-model" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow  # loads the two tiny models behind a local server: a few seconds
+def test_loadtest_max_tokens_beyond_the_served_context_is_refused_before_a_request_is_sent():
+    from evals.loadtest import LoadTestError
+    from flows.commands.loadtest import local_server
+    from serving_fixtures import shared_serving_registry
+
+    registry = shared_serving_registry()
+    with pytest.raises(LoadTestError) as e:
+        with local_server(["production", "fallback"], registry.tracking_uri, max_tokens=100_000,
+                          asked_tokens=100_000):
+            raise AssertionError("the load would have started")
+    assert "--max-tokens 100000" in str(e.value) and "context of" in str(e.value) and "\n" not in str(e.value)
