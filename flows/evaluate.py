@@ -15,13 +15,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
-from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
 from gates.promotion import PromotionDecision
-from registry.views import mlflow_ui_command
+from gates.stages import qualified_stage
+from registry.links import mlflow_ui_command, run_link
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -45,28 +45,6 @@ class RegistryUnreachable(RuntimeError):
 def slug(name: str) -> str:
     """An artifact key part: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
-def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
-def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
-    """The highest stage whose gates all passed, every stage below it passed too."""
-    reached = None
-    for stage in STAGES:
-        if stage not in verdicts or not verdicts[stage].gates_passed:
-            break
-        reached = stage
-    return reached
-
-
-def next_stage(stage: str | None) -> str | None:
-    if stage is None:
-        return STAGES[0]
-    index = STAGES.index(stage) + 1
-    return STAGES[index] if index < len(STAGES) else None
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
@@ -130,7 +108,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
         "cached": cached, "failures": failures,
         "verdicts": {stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
         "qualified": qualified_stage(verdicts),
-        "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
+        "mlflow_run": run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
         "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
         "files": files,
     }

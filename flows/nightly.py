@@ -14,91 +14,21 @@ with its cron schedule, served by `unmask nightly serve` or listed in prefect.ya
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
-from gates.evaluate import SIGNED_KINDS, GateResult
-from gates.promotion import PromotionDecision
+from gates.evaluate import SIGNED_KINDS
+from gates.regression import EvidenceLevel, ProductionVerdict
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
 NIGHTLY_DEPLOYMENT = "nightly"
-
-
-@dataclass(frozen=True)
-class ProductionVerdict:
-    """The production holder judged against the production gates on its fresh evidence.
-
-    `thinner`: each task tonight measured on fewer items than production needs (`EvidenceLevel`); then the
-    verdict is inconclusive as a whole, whatever the gates say: a regression needs evidence as strong.
-    `signed`: the gates a sign-off decides (tooling maturity). Re-registering tonight's evidence makes the
-    sign-offs given before it stale, so such a gate fails without anything measured getting worse: it is
-    reported (`unsigned`), never a regression.
-    """
-
-    model: str
-    version: str
-    decision: PromotionDecision
-    thinner: tuple[str, ...] = ()
-    signed: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> list[GateResult]:
-        """The gates whose measurements failed (inconclusive ones and sign-offs are not failures)."""
-        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate not in self.signed]
-
-    @property
-    def unsigned(self) -> list[GateResult]:
-        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate in self.signed]
-
-    @property
-    def inconclusive(self) -> list[GateResult]:
-        return [r for r in self.decision.gate_results if r.inconclusive]
-
-    @property
-    def regressed(self) -> bool:
-        """Whether production fails a gate on evidence at least as strong as it was promoted on."""
-        return bool(self.failed) and not self.thinner
-
-    @property
-    def undecided(self) -> bool:
-        """Whether tonight's evidence could not judge production (thinner, or an inconclusive gate)."""
-        return not self.regressed and bool(self.thinner or self.inconclusive)
-
-    def to_dict(self) -> dict[str, Any]:
-        """As the flow returns it and a finding records it: model, version, failed and inconclusive [{gate,
-        reason}], thinner [why]."""
-        return {"model": self.model, "version": self.version,
-                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
-                "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
-                "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
-                "thinner": list(self.thinner)}
-
-
-@dataclass(frozen=True)
-class EvidenceLevel:
-    """The items per task production needs: what it was promoted on, and the production policy's min_items."""
-
-    min_items: int = 0  # the production stage's data_validity floor, for every task
-    tasks: dict[str, int] = field(default_factory=dict)  # task -> items it was promoted on
-
-    def items(self, task: str) -> int:
-        return max(self.min_items, self.tasks.get(task, 0))
-
-    def shortfalls(self, records: list[Any]) -> list[str]:
-        """Each task whose freshest records hold fewer items than needed, in words."""
-        measured: dict[str, int] = {}
-        for r in records:
-            measured[r.task] = max(measured.get(r.task, 0), r.n_items)
-        needed = set(self.tasks) | set(measured)
-        return [f"{task} measured on {measured.get(task, 0)} items tonight, production needs {self.items(task)}"
-                for task in sorted(needed) if measured.get(task, 0) < self.items(task)]
 
 
 @task(name="evidence-level", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
@@ -139,7 +69,7 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
 
     registry = Registry(tracking_uri)
     drift = {}  # stage -> what is wrong: reported, and the rollback below will refuse it
-    for stage in ("poc", "staging", "production"):
+    for stage in STAGES:
         if found := alias_drift(registry, stage):
             record_finding(registry, found, "nightly")
             drift[stage] = str(found)
@@ -210,16 +140,10 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
 def record_inconclusive(verdict: ProductionVerdict, tracking_uri: str) -> dict[str, Any]:
     """Write to the audit trail that tonight could not judge production, and why; nothing is rolled back."""
     from registry import Registry
-    from registry.audit import AuditEvent, append
-    from registry.store import now_iso
+    from registry.audit_events import inconclusive_words, record_inconclusive as record
 
-    why = "; ".join(list(verdict.thinner) + [f"{r.gate}: {r.settle}" for r in verdict.inconclusive])
-    append(Registry(tracking_uri), AuditEvent(
-        "gate_evaluation", "nightly", now_iso(), "production", verdict.model, verdict.version,
-        comment=f"inconclusive: tonight's evidence cannot judge production, nothing rolled back: {why}",
-        evidence={"kind": "inconclusive", **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
-                  "policy": verdict.decision.evidence.get("policy")}))
-    return {"rolled_back": False, "inconclusive": why}
+    record(Registry(tracking_uri), verdict)
+    return {"rolled_back": False, "inconclusive": inconclusive_words(verdict)}
 
 
 @task(name="verify-audit-chain", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
@@ -242,15 +166,11 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
     from gates import load_policy
     from registry import PromotionRefused, Registry, rollback
-    from registry.audit import AuditEvent, append
-    from registry.store import now_iso
+    from registry.audit_events import record_regression as record, regression_words
 
     registry = Registry(tracking_uri)
-    failed = "; ".join(f"{r.gate}: {r.reason}" for r in verdict.failed)
-    append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict.model,
-                                verdict.version, comment=f"regression: production fails its gates: {failed}",
-                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"],
-                                          "policy": verdict.decision.evidence.get("policy")}))
+    failed = regression_words(verdict)
+    record(registry, verdict)
     if not roll_back:
         return {"rolled_back": False}
     try:

@@ -15,10 +15,11 @@ from prefect.cache_policies import NO_CACHE
 
 from evals.sweep import default_sweep_path
 from flows import tasks
-from flows.evaluate import EvaluationOptions, evaluate_candidate, next_stage
+from flows.evaluate import EvaluationOptions, evaluate_candidate
 from flows.progress import report
 from flows.runners import make_task_runner
-from registry.views import mlflow_ui_command
+from gates.stages import next_stage
+from registry.links import mlflow_ui_command
 
 
 @task(name="order-models", cache_policy=NO_CACHE, persist_result=False)

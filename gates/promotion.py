@@ -58,6 +58,7 @@ class PromotionReason:
 
     kind: ReasonKind
     text: str
+    gate: str = ""  # the gate it is about (gate and inconclusive reasons), so callers never match the text
 
     def __str__(self) -> str:
         return self.text
@@ -177,9 +178,9 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     checklist = checklist or load_checklist(stage)
     status = checklist_status(checklist, results, evidence.records, signoffs)
-    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}") for r in results
+    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate) for r in results
                if not r.passed and not r.inconclusive]
-    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}")
+    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
                 for r in results if r.inconclusive]
     reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:

@@ -301,7 +301,12 @@ def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | Non
             missing = "license_name" if not name else "license_link"
             raise fail(missing, f"is required when license is '{value}'")
         return value, name, link
-    info = spdx_licensing().validate(value)
+    try:
+        info = spdx_licensing().validate(value)
+    except AttributeError:
+        # license-expression's validate() fails on its own error path for some characters (e.g. '\x1b'):
+        # an expression it cannot even report on is not an SPDX id.
+        raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link") from None
     invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
     if invalid or info.normalized_expression is None and not info.invalid_symbols:
         raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link")

@@ -19,7 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gates.serving_policy import RequestFacts, ServingPolicyError, load_serving_policy, parse_serving_policy
-from gates.weights import apply_overlay, read_weights, weights_sha256, write_weights
+from gates.weights import apply_overlay, weights_sha256
+from serving.weights_file import read_weights, write_weights
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.metrics import ServingMetrics
 from serving.request_log import RequestLog, read_rows, row

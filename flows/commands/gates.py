@@ -6,7 +6,8 @@ import typer
 from rich.markup import escape
 
 from checklists import STAGES, ChecklistError, load_checklist
-from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 from gates.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error

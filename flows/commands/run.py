@@ -13,7 +13,8 @@ from pathlib import Path
 
 import typer
 
-from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 from flows.commands.options import positive, threads_rule
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
@@ -41,7 +42,7 @@ def run_command(
     from evals.sweep import SweepError, default_sweep_path, load_sweep, with_items
     from flows.evaluate import EvaluationOptions
     from gates import load_policy
-    from registry.views import mlflow_ui_command
+    from registry.links import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
 
