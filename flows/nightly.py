@@ -21,11 +21,18 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from checklists import STAGES
-from evals.sweep import default_sweep_path
+from evals.sweep import default_sweep_path, with_items
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
+from gates import load_policy
 from gates.evaluate import SIGNED_KINDS
 from gates.regression import EvidenceLevel, ProductionVerdict
+from registry import (EvidenceTampered, PromotionRefused, Registry, RegistryError, audit_events, judge,
+                      latest_registration, load_evidence, rollback)
+from registry.audit import last_settled_move
+from registry.connection import resolve_tracking_uri
+from registry.integrity import alias_drift, chain_broken, record_finding
+from registry.state import fallback_holder, stage_holder
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
 NIGHTLY_DEPLOYMENT = "nightly"
@@ -34,10 +41,6 @@ NIGHTLY_DEPLOYMENT = "nightly"
 @task(name="evidence-level", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def evidence_level(tracking_uri: str, policy_path: str | None = None) -> EvidenceLevel:
     """The items per task production was promoted on (its promotion's evidence run) and the policy asks for."""
-    from gates import load_policy
-    from registry import Registry, RegistryError
-    from registry.audit import last_settled_move
-
     floor = max([g.params.get("min_items", 1) for g in load_policy(policy_path).stage("production").gates
                  if g.kind == "data_validity"] or [0])
     registry = Registry(tracking_uri)
@@ -55,18 +58,12 @@ def evidence_level(tracking_uri: str, policy_path: str | None = None) -> Evidenc
 
 def nightly_sweep(sweep: str, level: EvidenceLevel) -> str:
     """`sweep` with every task raised to the items production needs (`evals.sweep.with_items`)."""
-    from evals.sweep import with_items
-
     return with_items(sweep, level.items)
 
 
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import EvidenceTampered, Registry, latest_registration, load_evidence
-    from registry.integrity import alias_drift, record_finding
-    from registry.promotion import fallback_holder, stage_holder
-
     registry = Registry(tracking_uri)
     drift = {}  # stage -> what is wrong: reported, and the rollback below will refuse it
     for stage in STAGES:
@@ -97,8 +94,6 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
 def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]], tracking_uri: str) -> list[dict]:
     """Per model and config: accuracy and p95 now against the records it was last judged on."""
-    from registry import Registry, load_evidence
-
     registry = Registry(tracking_uri)
     rows = []
     for outcome in outcomes:
@@ -121,10 +116,6 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
                      level: EvidenceLevel | None = None) -> ProductionVerdict | None:
     """The production holder against the production gates, on its fresh evidence; None when nobody holds it.
     Evidence thinner than `level` makes the verdict inconclusive (see `ProductionVerdict.thinner`)."""
-    from gates import load_policy
-    from registry import Registry, judge, load_evidence
-    from registry.promotion import stage_holder
-
     registry = Registry(tracking_uri)
     holder = stage_holder(registry, "production")
     if holder is None:
@@ -139,19 +130,13 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
 @task(name="record-inconclusive", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def record_inconclusive(verdict: ProductionVerdict, tracking_uri: str) -> dict[str, Any]:
     """Write to the audit trail that tonight could not judge production, and why; nothing is rolled back."""
-    from registry import Registry
-    from registry.audit_events import inconclusive_words, record_inconclusive as record
-
-    record(Registry(tracking_uri), verdict)
-    return {"rolled_back": False, "inconclusive": inconclusive_words(verdict)}
+    audit_events.record_inconclusive(Registry(tracking_uri), verdict)
+    return {"rolled_back": False, "inconclusive": audit_events.inconclusive_words(verdict)}
 
 
 @task(name="verify-audit-chain", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def verify_audit_chain(tracking_uri: str) -> str | None:
     """The audit chain's break in words (recorded once as a finding), or None when it verifies."""
-    from registry import Registry
-    from registry.integrity import chain_broken, record_finding
-
     registry = Registry(tracking_uri)
     broken = chain_broken(registry)
     if broken is None:
@@ -164,13 +149,10 @@ def verify_audit_chain(tracking_uri: str) -> str | None:
 def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
                       policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
-    from gates import load_policy
-    from registry import PromotionRefused, Registry, rollback
-    from registry.audit_events import record_regression as record, regression_words
 
     registry = Registry(tracking_uri)
-    failed = regression_words(verdict)
-    record(registry, verdict)
+    failed = audit_events.regression_words(verdict)
+    audit_events.record_regression(registry, verdict)
     if not roll_back:
         return {"rolled_back": False}
     try:
@@ -185,8 +167,6 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
 def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions = EvaluationOptions(),
             rollback_on_regression: bool = True) -> dict[str, Any]:
     """Re-evaluate every registered model, compare with its last records, act on a production regression."""
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     chain = verify_audit_chain(tracking_uri)
     watched = watch_list(tracking_uri)

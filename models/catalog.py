@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import yaml
 from urllib.parse import urlsplit
+from models.unique_keys import DuplicateKeyError, load_yaml
 
 CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
@@ -140,9 +141,11 @@ def load_catalog(path: str | Path | None = None, *, tolerant: bool = False) -> C
     if not path.is_file():
         raise CatalogError(f"{path}: catalog file not found")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except DuplicateKeyError as e:
+        raise CatalogError(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise CatalogError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):

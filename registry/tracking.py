@@ -27,11 +27,12 @@ from mlflow.exceptions import MlflowException
 
 from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
+from registry.identity import current_actor
 from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
                                 GateReportTampered, digest_tags, record_finding, recorded_digests, sha256_hex,
                                 verify_artifact)
-from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
 from registry.rollouts import canary_evidence
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
@@ -319,8 +320,6 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
     `load_gate_report`; a stored report edited since it was written is recorded as a finding before this one
     replaces it. `tags`: the version's tags as the caller has just read them.
     """
-    from gates.evaluate import all_passed, gate_report_markdown
-
     tags = registry.version_tags(model, version) if tags is None else tags
     try:
         load_gate_report(registry, model, version, stage, tags)

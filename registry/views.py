@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 import registry.read as read
+from evals.parallelism import aup
 from evals.plots import point_label, quality_latency_front
 from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
@@ -23,6 +24,7 @@ from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
 from registry.links import run_url
+from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -109,8 +111,6 @@ def parallelism_curves(points: pd.DataFrame) -> pd.DataFrame:
     tokens per forward, evals.parallelism): columns model, version, role, task, gen_length, aup, y_max, and `curve`,
     one dict per record {tokens_per_forward, accuracy, label, on_curve} (off the curve: over 5 points below the
     least parallel record's accuracy)."""
-    from evals.parallelism import aup
-
     columns = ["model", "version", "role", "task", "gen_length", "aup", "y_max", "curve"]
     if points.empty:
         return pd.DataFrame(columns=columns)
@@ -258,8 +258,6 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
     """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's live
     weight as the controller last set it, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
     the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
-    from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
-
     found = rollouts(registry)
     experiment = registry.experiment_id(ROLLOUTS_EXPERIMENT) if found else ""
     rollout_rows, analysis_rows = [], []

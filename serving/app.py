@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from gates.request_limits import RequestLimits
 from gates.weights import WEIGHTS_FILE
 from models.state import state_dir
 from sampler.decode import row_seeded
@@ -60,6 +61,7 @@ class ServeSettings:
     routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
     weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
+    compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from gates.request_limits import RequestLimits
 from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
@@ -29,6 +30,7 @@ from serving.arms import ArmFailure, LocalArm
 from serving.attempt import Attempt
 from serving.batching import Decoded, Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
+from serving.limits import check_compute
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
 from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
@@ -44,6 +46,7 @@ class ServingLimits(Protocol):
 
     limits: Limits
     request_timeout_s: float
+    compute: RequestLimits  # per-request compute caps (serving policy `limits:`, serving/limits.py)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ class LocalServing:
         unmask = body.unmask.overrides() if body.unmask else {}
         config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
                                       unmask, limits)
+        check_compute(config, len(ids), handle.kind, self.settings.compute)
         context = route.loaded.context
         if not fits_context(context, len(ids), config.gen_length):
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "

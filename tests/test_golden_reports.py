@@ -24,6 +24,7 @@ from tests.gate_fixtures import (ALL_MANUAL, evidence, fast_llada, fresh_registr
                                  serving_record, signoffs)
 
 GOLDEN = Path(__file__).parent / "golden"
+_REPO = Path(__file__).resolve().parent.parent
 POLICY_PATH = Path(__file__).parent.parent / "gates" / "policy.yaml"
 STEPS = [{"weight": 5, "verdict": "pass", "run_id": "a"}, {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
          {"weight": 100, "verdict": "pass", "run_id": "c"}]
@@ -83,7 +84,8 @@ _TIMES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?")
 
 def _normalised(value):
     """MLflow run ids, request ids and clock times vary from run to run; everything else must not."""
-    return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", json.dumps(value, sort_keys=True, default=str))))
+    text = json.dumps(value, sort_keys=True, default=str).replace(str(_REPO), "<repo>")  # the checkout's folder
+    return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", text)))
 
 
 def _judged(tmp_path) -> dict:

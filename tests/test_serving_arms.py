@@ -89,7 +89,7 @@ def test_shadow_share_is_sticky_and_near_its_share():
     ({"default": {"arm": "production", "fallback": ""}}, r"default\.fallback: expected an arm name"),
     ({"default": {"arm": "production", "shadow": {"arm": "x", "share": 101}}}, r"default\.shadow\.share"),
     ({"default": {"arm": "production", "shadow": "staging"}}, r"default\.shadow: expected \{arm"),
-    ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, rollout"),
+    ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, limits, rollout"),
 ])
 def test_bad_arms_are_refused_naming_the_key(tmp_path, top, where):
     path = tmp_path / "serving.yaml"

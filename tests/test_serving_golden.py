@@ -25,6 +25,7 @@ from serving import Limits
 from serving.request_log import read_rows
 from serving_fixtures import PROMPTS, running_server, serving_registry, settings_for
 
+REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "serving_transcript.json"
 VARYING = {"time", "since", "latency_s", "queue_s", "decode_s", "ttfb_s", "first_block_s"}
 
@@ -112,7 +113,7 @@ def normalised(value, tmp: str):
     if isinstance(value, list):
         return [normalised(v, tmp) for v in value]
     if isinstance(value, str):
-        return value.replace(tmp, "<tmp>")
+        return value.replace(tmp, "<tmp>").replace(str(REPO), "<repo>")  # the checkout's folder varies too
     return value
 
 

@@ -26,6 +26,7 @@ def gates_command(
 ) -> None:
     """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
+    from gates.promotion import require_checklists_match
     from registry import Registry, RegistryError, judge, latest_registration
     from registry.integrity import alias_drift
 
@@ -36,6 +37,7 @@ def gates_command(
         policy = load_policy(policy_path)
         for name in [stage] if stage else STAGES:  # a broken checklist is refused before the store is opened
             load_checklist(name)
+        require_checklists_match(policy, [stage] if stage else STAGES)
         reg = Registry()
         held = reg.aliases_of(model)
         version = version or latest_registration(held)
