@@ -34,7 +34,7 @@ from serving.local import LocalServing
 from serving.metrics import ServingMetrics
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
-from serving.responses import Batching, ModelCard, ModelFacts, RequestLimits
+from serving.responses import Batching, ModelCard, ModelFacts, TokenLimits
 from serving.routing import RouteTable
 from serving.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -181,5 +181,5 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
         operating_config_hash=v.operating_config_hash, chat_template=route.loaded.chat.source, streaming=STREAMING,
         batching=Batching(max_batch=pool.max_batch, window_ms=pool.batch_window_s * 1000, batched=batched,
                           not_batched=NOT_BATCHED),
-        limits=RequestLimits(max_tokens=limits.max_tokens, max_prompt_tokens=limits.max_prompt_tokens,
+        limits=TokenLimits(max_tokens=limits.max_tokens, max_prompt_tokens=limits.max_prompt_tokens,
                              context=route.loaded.context))).model_dump()

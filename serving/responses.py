@@ -85,7 +85,7 @@ class Batching(BaseModel):
     not_batched: str
 
 
-class RequestLimits(BaseModel):
+class TokenLimits(BaseModel):
     max_tokens: int
     max_prompt_tokens: int
     context: int | None  # the model's context, when its config says
@@ -106,7 +106,7 @@ class ModelFacts(BaseModel):
     chat_template: str
     streaming: str
     batching: Batching
-    limits: RequestLimits
+    limits: TokenLimits
 
 
 class ModelCard(BaseModel):
