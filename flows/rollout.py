@@ -65,11 +65,11 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     from gates.rollout_policy import load_rollout_policy
     from gates.serving_policy import load_serving_policy
     from registry import Registry, judge, stage_holder
-    from registry import audit
+    from registry import audit_events
     from registry.approvals import duties_for, open_request
     from registry.identity import actor_for
     from registry.rollouts import start_rollout_run
-    from registry.store import FALLBACK_ALIAS, now_iso
+    from registry.store import FALLBACK_ALIAS
 
     action = f"rollout of {model} to {stage} on route {route}"
     serving = load_serving_policy(routes_path)
@@ -106,11 +106,8 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
                          rollout_policy.to_dict(), gates_policy=str(Path(gates_policy).resolve()) if gates_policy else "",
                          run_id=run_id)
     state.event("started", by=actor.name, baseline_holder="@".join(holder) if holder else "")
-    audit.append(registry, audit.AuditEvent(
-        "rollout_start", actor.name, now_iso(), stage, model, version, comment=(
-            f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
-            f"steps {rollout_policy.steps}"), evidence={"rollout": rollout_id, "run_id": run_id,
-                                                        "policy": rollout_policy.to_dict(), "actor": actor.to_dict()}))
+    audit_events.record_rollout_start(registry, actor, stage, model, version, rollout_id, route, candidate, baseline,
+                                      rollout_policy.steps, rollout_policy.to_dict(), run_id)
     return state
 
 
@@ -179,9 +176,8 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
     """Candidate weight to 0 first, then the audit entry with the analysis that led here; the stage alias never
     moved (it moves only at the end), so it stays on the last known good version."""
     from registry import Registry, stage_holder
-    from registry import audit
+    from registry import audit_events
     from registry.identity import actor_for
-    from registry.store import now_iso
 
     state = load_state(rollout_id)
     set_route_weights(state.route, {state.candidate: 0, state.baseline: 100})
@@ -189,12 +185,9 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
     actor = actor_for(registry.tracking_uri, None)
     holder = stage_holder(registry, state.stage)
     last = state.analyses[-1] if state.analyses else {}
-    entry = audit.append(registry, audit.AuditEvent(
-        event, actor.name, now_iso(), state.stage, state.model, state.version,
-        to_ref="@".join(holder) if holder else "",
-        comment=f"rollout {rollout_id} of {state.model} v{state.version} on route {state.route}: {reason}",
-        evidence={"rollout": rollout_id, "run_id": state.run_id, "step": state.step_index, "weight": state.weight,
-                  "analysis": last, "actor": actor.to_dict(), "stage_holder": "@".join(holder) if holder else ""}))
+    entry = audit_events.record_rollout_end(registry, event, actor, state.stage, state.model, state.version, rollout_id,
+                                            state.route, reason, holder, state.run_id, state.step_index, state.weight,
+                                            last)
     status = "rolled_back" if event == "rollout_rollback" else "aborted"
     _finish(state, status, reason, tracking_uri, audit_run_id=entry.run_id)
     return {"status": status, "audit_run_id": entry.run_id, "stage_holder": holder}
