@@ -154,12 +154,14 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     end = datetime.fromisoformat(until)
     rows = [r for r in request_rows(since=since) if r.get("route") == state.route
             and datetime.fromisoformat(r["time"]) < end]
-    analysis = analyse([Observation.from_row(r) for r in rows], state.candidate, state.baseline, policy).to_dict()
+    analysis = analyse([Observation.from_row(r) for r in rows], state.candidate, state.baseline, policy,
+                       look=len(state.analyses) + 1).to_dict()  # every look of the rollout spends its budget
     run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
     state.analyses.append({"step": state.step_index, "weight": state.weight, "verdict": analysis["verdict"],
                            "reason": analysis["reason"], "run_id": run_id, "since": since, "until": until,
-                           "arms": analysis["arms"],
-                           "metrics": [{k: m[k] for k in ("metric", "verdict", "value", "reason")}
+                           "arms": analysis["arms"], "look": analysis["look"], "confidence": analysis["confidence"],
+                           "metrics": [{k: m.get(k) for k in ("metric", "verdict", "value", "reason", "interval",
+                                                              "confidence", "n", "needed")}
                                        for m in analysis["metrics"]]})
     state.event("analysis", step=state.step_index, weight=state.weight, verdict=analysis["verdict"], run_id=run_id)
     create_markdown_artifact(_analysis_markdown(state, analysis), key=f"rollout-{slug(rollout_id)}",

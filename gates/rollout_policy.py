@@ -5,7 +5,8 @@ serving policy, `gates/serving.yaml`).
 rollout:
   steps: [5, 25, 50, 100]     # candidate weights, rising, the last 100
   interval_s: 60              # how long each step serves before it is analysed
-  min_requests: 20            # per arm per interval; fewer is inconclusive
+  min_requests: 20            # per arm per interval before a pass; default: the fewest that can pass at all
+  confidence: 0.95            # over the whole rollout: all its looks together pass a breaching candidate <= 5%
   failure_limit: 1            # failed analyses before the automatic rollback
   inconclusive: pause         # pause (wait for `unmask rollout resume|abort`) or fail
   analysis:
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from checklists.yaml_file import read_yaml_file
-from gates.canary import METRICS, MetricRange
+from gates.canary import METRICS, P95, MetricRange
+from gates.sequential import DEFAULT_CONFIDENCE, look_alpha, requests_for_quantile, requests_to_settle_share
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
 
@@ -46,16 +48,19 @@ class RolloutPolicy:
     inconclusive: str = "pause"
     source: str = "<memory>"
     sha256: str = ""
+    confidence: float = DEFAULT_CONFIDENCE
 
     def to_dict(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "interval_s": self.interval_s, "min_requests": self.min_requests,
                 "analysis": [m.to_dict() for m in self.analysis], "failure_limit": self.failure_limit,
-                "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256}
+                "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256,
+                "confidence": self.confidence}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RolloutPolicy":
         """Back from `to_dict()` (a rollout's state file keeps the policy it started with), validated again."""
-        plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive")}
+        plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive",
+                                      "confidence") if k in data}
         plain["analysis"] = {m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None}
                              for m in data["analysis"]}
         return parse_rollout_policy(plain, data.get("source", "<memory>"))
@@ -76,11 +81,11 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     where = f"{source}: rollout"
     if not isinstance(data, dict):
         raise RolloutPolicyError(f"{where}: expected a mapping, got {type(data).__name__}")
-    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive"}
+    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive", "confidence"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise RolloutPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(sorted(allowed))}")
-    for key in ("steps", "interval_s", "min_requests", "analysis"):
+    for key in ("steps", "interval_s", "analysis"):
         if key not in data:
             raise RolloutPolicyError(f"{where}.{key}: missing")
     steps = data["steps"]
@@ -91,9 +96,9 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     interval = data["interval_s"]
     if not _is_number(interval) or interval <= 0:
         raise RolloutPolicyError(f"{where}.interval_s: expected a positive number of seconds, got {interval!r}")
-    min_requests = data["min_requests"]
-    if not _is_int(min_requests) or min_requests < 1:
-        raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
+    confidence = data.get("confidence", DEFAULT_CONFIDENCE)
+    if not _is_number(confidence) or not 0.5 <= confidence < 1:
+        raise RolloutPolicyError(f"{where}.confidence: expected a number in [0.5, 1), got {confidence!r}")
     failure_limit = data.get("failure_limit", 1)
     if not _is_int(failure_limit) or failure_limit < 1:
         raise RolloutPolicyError(f"{where}.failure_limit: expected a positive integer, got {failure_limit!r}")
@@ -121,9 +126,28 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
         if bound.min is not None and bound.max is not None and bound.min > bound.max:
             raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")
         ranges.append(bound)
+    needed = {b.metric: requests_to_pass(b, confidence) for b in ranges}
+    never = [m for m, n in needed.items() if n is None]
+    if never:
+        raise RolloutPolicyError(f"{where}.analysis.{never[0]}: no number of requests can show this range at "
+                                 f"{confidence:g} confidence (a rate's bound never reaches exactly 0 or 1)")
+    min_requests = data.get("min_requests", max(needed.values()))
+    if not _is_int(min_requests) or min_requests < 1:
+        raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return RolloutPolicy(tuple(steps), float(interval), min_requests, tuple(ranges), failure_limit, inconclusive,
-                         source, hashlib.sha256(canonical).hexdigest())
+                         source, hashlib.sha256(canonical).hexdigest(), float(confidence))
+
+
+def requests_to_pass(bound: MetricRange, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """The fewest candidate requests with which a flawless sample passes `bound` at a rollout's first look
+    (the derived `min_requests`); None when no count can (a rate's max of 0, a share's min of 1)."""
+    alpha = look_alpha(1 - confidence, 1)
+    if bound.metric == "p95_latency_s":
+        return requests_for_quantile(P95, alpha)
+    if bound.metric == "p95_ratio_vs_baseline":
+        return requests_for_quantile(P95, alpha / 2)
+    return requests_to_settle_share(0, 0, alpha, bound.max, bound.min)
 
 
 def _is_int(value: Any) -> bool:

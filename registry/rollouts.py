@@ -26,7 +26,7 @@ from registry.store import Registry, filter_literal, model_tag, now_iso, retry_b
 
 ROLLOUTS_EXPERIMENT = "unmask-rollouts"
 ARTIFACT = "analysis.json"
-ARM_METRICS = ("requests", "p95_s", "error_rate", "decode_failure_rate", "agreement")
+ARM_METRICS = ("requests", "p95_s", "error_rate", "decode_failure_rate", "agreement", "probe_accuracy", "probes")
 STATUSES = ("running", "paused", "rolled_back", "completed", "aborted")
 TERMINAL = {"rolled_back": "FAILED", "aborted": "KILLED", "completed": "FINISHED"}
 
