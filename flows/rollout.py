@@ -30,7 +30,10 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evals.canary_probes import read_probe_results
 from flows.evaluate import slug
+from flows.rollout_preflight import preflight_problems
+from flows.rollout_probes import probes_for
 from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
                                  set_route_weights)
 
@@ -65,9 +68,11 @@ def start_problems(decision: Any, canary: set[str]) -> list[str]:
 
 # starting -----------------------------------------------------------------------------------------------
 def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, gates_policy: str | None = None,
-                 tracking_uri: str | None = None) -> RolloutState:
+                 tracking_uri: str | None = None, server_url: str | None = None) -> RolloutState:
     """Check that `model` may be rolled out to `stage` on `route` and record the rollout (state, MLflow, audit);
-    RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs."""
+    RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs. With
+    `server_url` the live server must serve both arms (route, aliases, versions, weights) first, and the
+    policy's probes are sent there."""
     from gates import load_policy
     from gates.rollout_policy import load_rollout_policy
     from gates.serving_policy import load_serving_policy
@@ -106,12 +111,20 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     if problems:
         raise RolloutRefused(action, problems)
     baseline = stage if holder else FALLBACK_ALIAS
+    if server_url:
+        problems = preflight_problems(server_url, route, _expected_arms(registry, model, version, candidate,
+                                                                         baseline))
+        if problems:
+            raise RolloutRefused(action, problems)
+    if rollout_policy.probes and not server_url:
+        raise RolloutRefused(action, [f"{routes_path}: rollout.probes needs the server's URL to send them to "
+                                      "(--server URL)"])
     rollout_id = f"{slug(route)}-{uuid.uuid4().hex[:8]}"
     run_id = start_rollout_run(registry, rollout_id, model, version, route, stage, candidate, baseline,
                                rollout_policy.to_dict())
     state = RolloutState(rollout_id, model, version, route, stage, candidate, baseline, list(rollout_policy.steps),
                          rollout_policy.to_dict(), gates_policy=str(Path(gates_policy).resolve()) if gates_policy else "",
-                         run_id=run_id)
+                         run_id=run_id, server_url=server_url or "")
     state.event("started", by=actor.name, baseline_holder="@".join(holder) if holder else "")
     audit.append(registry, audit.AuditEvent(
         "rollout_start", actor.name, now_iso(), stage, model, version, comment=(
@@ -119,6 +132,22 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
             f"steps {rollout_policy.steps}"), evidence={"rollout": rollout_id, "run_id": run_id,
                                                         "policy": rollout_policy.to_dict(), "actor": actor.to_dict()}))
     return state
+
+
+def _expected_arms(registry: Any, model: str, version: str, candidate: str,
+                   baseline: str) -> dict[str, tuple[str, str, str]]:
+    """What each arm must serve: the candidate the rollout's version, the baseline its alias's holder."""
+    from registry.serving import holder
+    from registry.store import model_tag
+
+    def weights(m: str, v: str) -> str:
+        return registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
+
+    expected = {candidate: (model, version, weights(model, version))}
+    held = holder(registry, baseline)
+    if held:
+        expected[baseline] = (*held, weights(*held))
+    return expected
 
 
 # the tasks ----------------------------------------------------------------------------------------------
@@ -135,10 +164,12 @@ def set_weights(rollout_id: str, weight: int) -> dict[str, int]:
 
 @task(name="wait-interval", cache_policy=NO_CACHE, persist_result=False)
 def wait_interval(rollout_id: str, seconds: float) -> None:
-    """Let the step serve; wakes early when an abort is asked for."""
+    """Let the step serve, the policy's probes mixed into its traffic; wakes early when an abort is asked for."""
+    state = load_state(rollout_id)
     end = time.monotonic() + seconds
-    while time.monotonic() < end and not abort_requested(rollout_id):
-        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    with probes_for(state):
+        while time.monotonic() < end and not abort_requested(rollout_id):
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
 
 @task(name="analyse-step", cache_policy=NO_CACHE, persist_result=False)
@@ -154,7 +185,9 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     end = datetime.fromisoformat(until)
     rows = [r for r in request_rows(since=since) if r.get("route") == state.route
             and datetime.fromisoformat(r["time"]) < end]
-    analysis = analyse([Observation.from_row(r) for r in rows], state.candidate, state.baseline, policy,
+    probed = read_probe_results(state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S))
+    observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
+    analysis = analyse(observations, state.candidate, state.baseline, policy,
                        look=len(state.analyses) + 1).to_dict()  # every look of the rollout spends its budget
     run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
     state.analyses.append({"step": state.step_index, "weight": state.weight, "verdict": analysis["verdict"],

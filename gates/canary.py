@@ -68,6 +68,15 @@ class Observation:
         return self.status >= 400 or self.retried
 
     @classmethod
+    def from_probe(cls, row: Mapping[str, Any]) -> "Observation":
+        """From a probe-log line (evals/canary_probes.py): graded, never client traffic (its request is in the
+        request log already), so kept beside the arm's traffic like a shadow copy."""
+        correct, agrees = row.get("correct"), row.get("agrees")
+        return cls(arm=str(row.get("arm") or ""), status=int(row.get("status") or 0), shadow=True,
+                   correct=None if correct is None else bool(correct), agrees=None if agrees is None else bool(agrees),
+                   time=str(row.get("time") or ""))
+
+    @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Observation":
         """From a request-log row (columns a server does not write yet read as their defaults)."""
         def flag(name: str) -> bool:
@@ -112,7 +121,7 @@ class ArmSample:
 
     def probe_accuracy(self) -> tuple[int, int]:
         """(probe answers equal to their known answer, probe answers graded) of the arm's own answers."""
-        graded = [o for o in self.served if o.correct is not None and not o.error]
+        graded = [o for o in (*self.served, *self.shadowed) if o.correct is not None and not o.error]
         return sum(o.correct for o in graded), len(graded)
 
     def summary(self) -> dict[str, Any]:

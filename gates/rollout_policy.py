@@ -7,6 +7,7 @@ rollout:
   interval_s: 60              # how long each step serves before it is analysed
   min_requests: 20            # per arm per interval before a pass; default: the fewest that can pass at all
   confidence: 0.95            # over the whole rollout: all its looks together pass a breaching candidate <= 5%
+  probes: {task: arith, per_s: 1}  # held-out prompts with known answers sent through the route (optional)
   failure_limit: 1            # failed analyses before the automatic rollback
   inconclusive: pause         # pause (wait for `unmask rollout resume|abort`) or fail
   analysis:
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from checklists.yaml_file import read_yaml_file
+from evals.tasks import TASKS
 from gates.canary import METRICS, P95, MetricRange
 from gates.sequential import DEFAULT_CONFIDENCE, look_alpha, requests_for_quantile, requests_to_settle_share
 
@@ -49,18 +51,19 @@ class RolloutPolicy:
     source: str = "<memory>"
     sha256: str = ""
     confidence: float = DEFAULT_CONFIDENCE
+    probes: dict[str, Any] | None = None  # {task, per_s, max_tokens?}: probe prompts mixed into the traffic
 
     def to_dict(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "interval_s": self.interval_s, "min_requests": self.min_requests,
                 "analysis": [m.to_dict() for m in self.analysis], "failure_limit": self.failure_limit,
                 "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256,
-                "confidence": self.confidence}
+                "confidence": self.confidence, "probes": self.probes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RolloutPolicy":
         """Back from `to_dict()` (a rollout's state file keeps the policy it started with), validated again."""
         plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive",
-                                      "confidence") if k in data}
+                                      "confidence", "probes") if data.get(k) is not None}
         plain["analysis"] = {m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None}
                              for m in data["analysis"]}
         return parse_rollout_policy(plain, data.get("source", "<memory>"))
@@ -81,7 +84,8 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     where = f"{source}: rollout"
     if not isinstance(data, dict):
         raise RolloutPolicyError(f"{where}: expected a mapping, got {type(data).__name__}")
-    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive", "confidence"}
+    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive", "confidence",
+               "probes"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise RolloutPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(sorted(allowed))}")
@@ -134,9 +138,29 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     min_requests = data.get("min_requests", max(needed.values()))
     if not _is_int(min_requests) or min_requests < 1:
         raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
+    probes = _parse_probes(data.get("probes"), f"{where}.probes")
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return RolloutPolicy(tuple(steps), float(interval), min_requests, tuple(ranges), failure_limit, inconclusive,
-                         source, hashlib.sha256(canonical).hexdigest(), float(confidence))
+                         source, hashlib.sha256(canonical).hexdigest(), float(confidence), probes)
+
+
+def _parse_probes(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise RolloutPolicyError(f"{where}: expected {{task, per_s, max_tokens}}, got {value!r}")
+    unknown = sorted(set(value) - {"task", "per_s", "max_tokens"})
+    if unknown:
+        raise RolloutPolicyError(f"{where}.{unknown[0]}: unknown key; expected task, per_s, max_tokens")
+    if value.get("task") not in TASKS:
+        raise RolloutPolicyError(f"{where}.task: expected one of {', '.join(sorted(TASKS))}, got {value.get('task')!r}")
+    per_s = value.get("per_s", 1)
+    if not _is_number(per_s) or not 0 < per_s <= 50:
+        raise RolloutPolicyError(f"{where}.per_s: expected probe items per second in (0, 50], got {per_s!r}")
+    max_tokens = value.get("max_tokens")
+    if max_tokens is not None and (not _is_int(max_tokens) or not 1 <= max_tokens <= 4096):
+        raise RolloutPolicyError(f"{where}.max_tokens: expected an integer in 1..4096, got {max_tokens!r}")
+    return {"task": value["task"], "per_s": float(per_s), "max_tokens": max_tokens}
 
 
 def requests_to_pass(bound: MetricRange, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
