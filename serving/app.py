@@ -29,6 +29,7 @@ from sampler.config import SamplerConfig
 from sampler.decode import row_seeded
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
+from serving.analysis_api import router as analysis_router
 from serving.arms import ArmFailure, LocalArm
 from serving.batching import Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
@@ -97,6 +98,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="unmask serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
     app.state.routes = routes
+    app.include_router(analysis_router)  # GET /v1/unmask/analysis, POST .../flagger (serving/analysis_api.py)
 
     def count_refusal(path: str, status: int, code: str, message: str) -> None:
         endpoint = ENDPOINTS.get(path, "other")
