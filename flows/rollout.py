@@ -61,9 +61,12 @@ def canary_gates(policy: Any, stage: str) -> set[str]:
 
 
 def start_problems(decision: Any, canary: set[str]) -> list[str]:
-    """The reasons a promotion decision gives, less those of the `canary` gates (what a rollout settles)."""
-    return [r.text for r in decision.reasons
-            if not any(r.text.startswith(f"gate {name} ") for name in canary)]
+    """The reasons a promotion decision gives, less those of the `canary` gates and an earlier failed rollout
+    (what a new rollout settles; the approvals it needs anew still count)."""
+    from gates.promotion import ReasonKind
+
+    return [r.text for r in decision.reasons if r.kind != ReasonKind.ROLLOUT
+            and not any(r.text.startswith(f"gate {name} ") for name in canary)]
 
 
 # starting -----------------------------------------------------------------------------------------------
@@ -239,7 +242,24 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
                   "analysis": last, "actor": actor.to_dict(), "stage_holder": "@".join(holder) if holder else ""}))
     status = "rolled_back" if event == "rollout_rollback" else "aborted"
     _finish(state, status, reason, tracking_uri, audit_run_id=entry.run_id)
-    return {"status": status, "audit_run_id": entry.run_id, "stage_holder": holder}
+    voided = void_approvals(registry, state, status, actor)
+    return {"status": status, "audit_run_id": entry.run_id, "stage_holder": holder, "voided_approvals": voided}
+
+
+def void_approvals(registry: Any, state: RolloutState, status: str, actor: Any) -> list[str]:
+    """A failed or aborted rollout is a finding on the version: the open approvals of its stage are void (each
+    audited as `approval_void`, citing the rollout), so a new rollout or promotion needs new ones."""
+    from registry.approvals import approvals_of, close
+
+    voided = []
+    for approval in approvals_of(registry, state.model, state.version, state.stage):
+        if approval.status == "open":
+            close(registry, state.model, state.version, approval, "void", actor,
+                  f"rollout {state.id} was {status}: approvals given before it no longer stand")
+            voided.append(approval.id)
+    if voided:
+        state.event("approvals_voided", approvals=voided)
+    return voided
 
 
 def _finish(state: RolloutState, status: str, reason: str, tracking_uri: str, **details: Any) -> None:

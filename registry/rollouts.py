@@ -194,7 +194,8 @@ def analyses(registry: Registry, rollout_id: str) -> list[AnalysisRecord]:
 
 def canary_evidence(registry: Registry, model: str, version: str) -> list[dict[str, Any]]:
     """What the `canary` gate reads of a version: per rollout, its id, status and its analyses' (weight, verdict)."""
-    return [{"id": r.id, "status": r.status, "route": r.route, "stage": r.stage,
+    return [{"id": r.id, "status": r.status, "route": r.route, "stage": r.stage, "updated": r.updated,
+             "reason": r.reason,
              "analyses": [{"weight": a.weight, "verdict": a.verdict, "run_id": a.run_id}
                           for a in analyses(registry, r.id)]}
             for r in rollouts(registry, model, version)]

@@ -133,9 +133,18 @@ def stack_home(stack, monkeypatch):
     return stack
 
 
+def ensure_approved(stack) -> None:
+    """Two open approvals of production (a failed or aborted rollout voids them: each test after one approves)."""
+    from registry.approvals import approvals_of
+
+    if not [a for a in approvals_of(stack["reg"], "tiny-llada", stack["version"], "production") if a.status == "open"]:
+        approve_production(stack["reg"], stack["version"])
+
+
 def start(stack, name: str, rollout: dict):
     from flows.rollout import plan_rollout
 
+    ensure_approved(stack)
     return plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / f"{name}.yaml", rollout),
                         str(stack["policy"]))
 
@@ -168,6 +177,29 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     [record] = [r for r in rollouts(reg, "tiny-llada") if r.id == state.id]
     assert record.status == "rolled_back"
     assert [a.verdict for a in analyses(reg, state.id)] == ["fail"]
+    # consequences: the approvals given for the rollout are void (audited, citing it) ...
+    voided = [e for e in audit.events(reg, event="approval_void") if state.id in e.comment]
+    assert len(voided) == 2 and {e.evidence["approved_by"] for e in voided} == {"linus", "grace"}
+    # ... `unmask gates` fails citing the rollout, and a new rollout needs new approvals
+    from typer.testing import CliRunner
+
+    from flows.rollout import RolloutRefused
+    from fuzz_fixtures import unmask_app
+
+    shown = CliRunner().invoke(unmask_app(), ["gates", "tiny-llada", "--stage", "production", "--policy",
+                                              str(stack["policy"])], env={"COLUMNS": "250"})
+    assert "not promotable yet" in shown.output and state.id in shown.output, shown.output
+    assert "rolled back by its canary analysis" in shown.output and "put the previous" not in shown.output
+    from flows.rollout import plan_rollout
+
+    with pytest.raises(RolloutRefused, match="approval"):
+        plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / "again.yaml", STEPS_OK),
+                     str(stack["policy"]))
+    from registry import judge
+    from gates import load_policy
+
+    verdict = judge(reg, "tiny-llada", stack["version"], "production", load_policy(stack["policy"]), record=False)
+    assert not verdict.allowed and any(state.id in r.text for r in verdict.reasons)
 
 
 @contextmanager
@@ -374,6 +406,7 @@ def plan_rollout_on(stack, name: str, rollout: dict):
     """`start`, with the stack's server given: preflight checked, probes sent there."""
     from flows.rollout import plan_rollout
 
+    ensure_approved(stack)
     return plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / f"{name}.yaml", rollout),
                         str(stack["policy"]), server_url=stack["server"].base_url)
 
@@ -397,6 +430,7 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
     env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                         "PREFECT_API_URL": stack["prefect"]}
     before = {p.name for p in rollouts_dir().glob("*.json")}
+    ensure_approved(stack)
     controller = subprocess.Popen(
         [sys.executable, "-c", "from flows.cli import main; main()", "rollout", "start", "tiny-llada", "--route",
          "default", "--to", "production", "--routes", str(routes), "--policy", str(stack["policy"]),
