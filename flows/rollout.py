@@ -36,6 +36,10 @@ from flows.rollout_preflight import preflight_problems
 from flows.rollout_probes import probes_for
 from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
                                  set_route_weights)
+from gates.promotion import ReasonKind
+from registry.approvals import approvals_of, close
+from registry.serving import holder as alias_holder
+from registry.store import model_tag
 
 ROLLOUT_FLOW = "rollout"
 FLUSH_GRACE_S = 2.5  # the request log flushes every 2 s: rows of an interval's last moments land this late
@@ -63,8 +67,6 @@ def canary_gates(policy: Any, stage: str) -> set[str]:
 def start_problems(decision: Any, canary: set[str]) -> list[str]:
     """The reasons a promotion decision gives, less those of the `canary` gates and an earlier failed rollout
     (what a new rollout settles; the approvals it needs anew still count)."""
-    from gates.promotion import ReasonKind
-
     return [r.text for r in decision.reasons if r.kind != ReasonKind.ROLLOUT
             and not any(r.text.startswith(f"gate {name} ") for name in canary)]
 
@@ -140,14 +142,11 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
 def _expected_arms(registry: Any, model: str, version: str, candidate: str,
                    baseline: str) -> dict[str, tuple[str, str, str]]:
     """What each arm must serve: the candidate the rollout's version, the baseline its alias's holder."""
-    from registry.serving import holder
-    from registry.store import model_tag
-
     def weights(m: str, v: str) -> str:
         return registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
 
     expected = {candidate: (model, version, weights(model, version))}
-    held = holder(registry, baseline)
+    held = alias_holder(registry, baseline)
     if held:
         expected[baseline] = (*held, weights(*held))
     return expected
@@ -249,8 +248,6 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
 def void_approvals(registry: Any, state: RolloutState, status: str, actor: Any) -> list[str]:
     """A failed or aborted rollout is a finding on the version: the open approvals of its stage are void (each
     audited as `approval_void`, citing the rollout), so a new rollout or promotion needs new ones."""
-    from registry.approvals import approvals_of, close
-
     voided = []
     for approval in approvals_of(registry, state.model, state.version, state.stage):
         if approval.status == "open":
