@@ -341,6 +341,7 @@ def test_a_server_that_does_not_serve_the_candidate_is_refused_before_any_traffi
     from dashboard_fixtures import free_port
 
     stack = stack_home
+    ensure_approved(stack)  # refused for the server alone, not for approvals an earlier rollback voided
     routes = write_routes(stack["root"] / "preflight.yaml", STEPS_OK)
     before, overlay = len(all_states()), read_weights()
     settings = replace(settings_for(stack["reg"].tracking_uri, names=("fallback",)), routes_path=routes)
@@ -368,15 +369,16 @@ def test_a_candidate_answering_fast_and_wrong_is_rolled_back_on_its_probe_accura
     from flows.rollout_state import load_state
 
     stack = stack_home
-    # the fallback (tiny-ar) answers these held-out arith probes right; 0 of 6 right shows < 50% at 97%
-    quality = STEPS_OK | {"interval_s": 20, "probes": {"task": "arith", "per_s": 5},
+    # the fallback (tiny-ar) answers these held-out arith probes right; 0 of 6 right shows < 50% at 97%. The
+    # probes are the route's traffic here (routed requests like any other, in the request log): on two shared
+    # cores a second load would leave too few answers in the interval
+    quality = STEPS_OK | {"interval_s": 30, "probes": {"task": "arith", "per_s": 5},
                           "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.5},
                                        "probe_accuracy": {"min": 0.5}}}
     with drill(stack, {"corrupt_share": 100}):
         state = plan_rollout_on(stack, "corrupt", quality)
         try:
-            with Load(stack["server"].base_url) as load:
-                outcome = rollout_flow(state.id, flush_grace_s=2.5)
+            outcome = rollout_flow(state.id, flush_grace_s=2.5)
         finally:
             if load_state(state.id).active:  # never leave the route busy for the tests after this one
                 from flows.rollout import abort_rollout
@@ -389,14 +391,13 @@ def test_a_candidate_answering_fast_and_wrong_is_rolled_back_on_its_probe_accura
         "route": "default", "candidate": "staging", "baseline": "fallback", "window_s": 120})
     assert seen.status_code == 200 and seen.json()["verdict"] in ("pass", "fail", "inconclusive"), seen.text
     assert [m["name"] for m in seen.json()["metrics"]] == ["p95_latency_s", "error_rate"]
-    assert load.failed == 0 and "staging" in load.arms  # the candidate answered every time, with status 200
     analysis = rolled_back_by(stack, state, "probe_accuracy")
     verdicts = {m["metric"]: m for m in analysis["metrics"]}
     assert verdicts["probe_accuracy"]["verdict"] == "fail", verdicts
     assert verdicts["p95_latency_s"]["verdict"] != "fail" and verdicts["error_rate"]["verdict"] != "fail"
     arms = analysis["arms"]
     assert arms["staging"]["probe_accuracy"] == 0.0 and arms["staging"]["probes"] >= 5
-    assert arms["staging"]["error_rate"] == 0.0
+    assert arms["staging"]["error_rate"] == 0.0 and arms["staging"]["requests"] >= 6  # answered, status 200
     print("corrupt drill:", {k: (v["verdict"], v["value"], v["interval"]) for k, v in verdicts.items()},
           "fallback probe accuracy", arms["fallback"]["probe_accuracy"], "probes", arms["fallback"]["probes"])
     assert load_state(state.id).server_url == stack["server"].base_url
