@@ -21,8 +21,8 @@ import numpy as np
 from gates.readable import milliseconds, percent, significant
 from gates.sequential import (DEFAULT_CONFIDENCE, look_alpha, quantile_bounds, requests_for_quantile,
                               requests_to_settle_share, share_bounds)
+from gates.verdict import FAIL, INCONCLUSIVE, PASS
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 P95 = 0.95
 ALPHA_FIRST_LOOK = look_alpha(1 - DEFAULT_CONFIDENCE, 1)  # a metric judged on its own: a rollout's first look
 

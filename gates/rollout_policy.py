@@ -34,6 +34,8 @@ from gates.canary import METRICS, P95, MetricRange
 from gates.sequential import DEFAULT_CONFIDENCE, look_alpha, requests_for_quantile, requests_to_settle_share
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
+SHARE_METRICS = ("error_rate", "decode_failure_rate", "agreement")  # shares of requests: bounds lie in [0, 1]
+MAX_INTERVAL_S = 86_400.0  # one step serving longer than a day is a typo (1e12 s never reaches its analysis)
 
 
 class RolloutPolicyError(ValueError):
@@ -74,7 +76,7 @@ def load_rollout_policy(path: str | Path) -> RolloutPolicy:
     path = Path(path)
     data, _ = read_yaml_file(path, RolloutPolicyError, "serving policy")
     if not isinstance(data, dict) or "rollout" not in data:
-        raise RolloutPolicyError(f"{path}: rollout: missing; a rollout needs steps, interval_s, min_requests "
+        raise RolloutPolicyError(f"{path}: rollout: missing; a rollout needs steps, interval_s "
                                  "and analysis")
     return parse_rollout_policy(data["rollout"], source=str(path))
 
@@ -100,6 +102,9 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     interval = data["interval_s"]
     if not _is_number(interval) or interval <= 0:
         raise RolloutPolicyError(f"{where}.interval_s: expected a positive number of seconds, got {interval!r}")
+    if interval > MAX_INTERVAL_S:
+        raise RolloutPolicyError(f"{where}.interval_s: expected at most {MAX_INTERVAL_S:g} seconds (a day) per "
+                                 f"step, got {interval!r}")
     confidence = data.get("confidence", DEFAULT_CONFIDENCE)
     if not _is_number(confidence) or not 0.5 <= confidence < 1:
         raise RolloutPolicyError(f"{where}.confidence: expected a number in [0.5, 1), got {confidence!r}")
@@ -126,6 +131,12 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
                 raise RolloutPolicyError(f"{at}.{key}: unknown key; expected min, max")
             if not _is_number(value):
                 raise RolloutPolicyError(f"{at}.{key}: expected a finite number, got {value!r}")
+            if metric in SHARE_METRICS and not 0 <= value <= 1:
+                raise RolloutPolicyError(f"{at}.{key}: {metric} is a share of requests; expected a number in "
+                                         f"[0, 1], got {value!r}")
+            if value < 0:
+                raise RolloutPolicyError(f"{at}.{key}: {metric} is never negative; expected a number >= 0, got "
+                                         f"{value!r}")
         bound = MetricRange(metric, bounds.get("min"), bounds.get("max"))
         if bound.min is not None and bound.max is not None and bound.min > bound.max:
             raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")
