@@ -31,7 +31,8 @@ from typing import Any
 from checklists.yaml_file import read_yaml_file
 from evals.tasks import TASKS
 from gates.canary import METRICS, P95, MetricRange
-from gates.sequential import DEFAULT_CONFIDENCE, look_alpha, requests_for_quantile, requests_to_settle_share
+from gates.sequential import (DEFAULT_CONFIDENCE, MAX_REQUESTS, look_alpha, requests_for_quantile,
+                              requests_to_settle_share)
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
 SHARE_METRICS = ("error_rate", "decode_failure_rate", "agreement")  # shares of requests: bounds lie in [0, 1]
@@ -142,10 +143,12 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
             raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")
         ranges.append(bound)
     needed = {b.metric: requests_to_pass(b, confidence) for b in ranges}
-    never = [m for m, n in needed.items() if n is None]
+    never = [b for b in ranges if needed[b.metric] is None]
     if never:
-        raise RolloutPolicyError(f"{where}.analysis.{never[0]}: no number of requests can show this range at "
-                                 f"{confidence:g} confidence (a rate's bound never reaches exactly 0 or 1)")
+        key = "max" if never[0].max is not None else "min"
+        raise RolloutPolicyError(f"{where}.analysis.{never[0].metric}.{key}: no number of requests (up to "
+                                 f"{MAX_REQUESTS:,}) can show {key} {getattr(never[0], key)!r} at {confidence:g} "
+                                 "confidence (a share's bound never reaches exactly 0 or 1)")
     min_requests = data.get("min_requests", max(needed.values()))
     if not _is_int(min_requests) or min_requests < 1:
         raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
