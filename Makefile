@@ -1,6 +1,7 @@
 # Two entry points on a fresh machine: `make run` (the main job) and `make test` (the suite).
 # Both create or reuse the project's virtual environment at .venv and install unmask into it;
-# `make test` also installs Debian's chromium for the browser test when it is missing.
+# `make test` also installs Debian's chromium for the browser test and postgresql for the team-registry tests
+# when they are missing.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ ONNX_FLAVOUR ?= cpu
 # work offline, Debian's package can come from the distribution mirror).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run demo test test-fast browser-deps clean-state
+.PHONY: setup run demo test test-fast browser-deps postgres-deps clean-state
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +37,20 @@ browser-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -q && apt-get install -y -q --no-install-recommends chromium poppler-utils
 
-test: setup browser-deps
+# tests/postgres_fixtures.py runs initdb/pg_ctl from Debian's postgresql (a throwaway cluster on 127.0.0.1).
+postgres-deps:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "error: PostgreSQL (initdb, pg_ctl) is missing and make is not running as root to install it." >&2; \
+	  echo "The team-registry tests start a throwaway PostgreSQL; install it with:" >&2; \
+	  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends postgresql" >&2; \
+	  echo "(or run 'make test-fast', which starts no server)" >&2; \
+	  exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -q && apt-get install -y -q --no-install-recommends postgresql
+
+test: setup browser-deps postgres-deps
 	$(PY) -m pytest -q
 
 test-fast: setup

@@ -19,7 +19,7 @@ from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.outcome import CandidateOutcome
 from flows.progress import report
-from flows.runners import RunnerKind, make_task_runner
+from flows.runners import RunnerKind, cell_resources, make_task_runner
 from gates.promotion import PromotionDecision
 from gates.stages import qualified_stage
 from registry.links import mlflow_ui_command, run_link
@@ -30,8 +30,9 @@ class EvaluationOptions(BaseModel):
     reproducibility: bool = Field(True, description="Run the reproducibility probe per candidate.")
     fresh_process_probe: bool = Field(True, description="The probe also decodes in a fresh Python process.")
     policy: str | None = Field(None, description="Stage policy YAML (default: gates/policy.yaml).")
-    task_runner: RunnerKind = Field("threads", description="threads (this machine) or dask.")
-    dask_address: str | None = Field(None, description="Dask scheduler address; none starts a local cluster.")
+    task_runner: RunnerKind = Field("threads", description="threads (this machine), dask or ray.")
+    dask_address: str | None = Field(None, description="Dask scheduler (or Ray) address; none starts a local cluster.")
+    gpus_per_cell: float = Field(0, description="GPUs each sweep cell asks its executor for (Dask resources, Ray num_gpus).")
     dask_workers: int = Field(2, description="Workers of the local Dask cluster.")
     remeasure: bool = Field(False, description="Measure every point again instead of reusing cached records.")
     mlflow_retries: int = Field(2, description="Retries of MLflow logging before the flow gives up.")
@@ -48,11 +49,13 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
 
 
-def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
+def measure_all(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
+                gpus_per_cell: float = 0) -> tuple[list[dict], list[str], int]:
     """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
     storage = tasks.result_storage()
     measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
-    futures = {measure.submit(p, plan): p for p in plan.points}
+    with cell_resources(runner, gpus_per_cell):
+        futures = {measure.submit(p, plan): p for p in plan.points}
     measured, failures, cached = [], [], 0
     for future in as_completed(list(futures)):
         point = futures[future]
@@ -83,7 +86,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     if options.threads:  # `unmask run --threads` (flows.commands.options.threads_rule) outranks the sweep's
         plan = plan.model_copy(update={"threads": options.threads})
     report("plan", candidate=prepared.candidate, total=len(plan.points))
-    measured, failures, cached = measure_all(plan, options.remeasure)
+    measured, failures, cached = measure_all(plan, options.remeasure, options.task_runner, options.gpus_per_cell)
     records = [m["record"] for m in measured]
     if not records:
         raise RuntimeError(f"{prepared.candidate}: no sweep point could be measured: " + "; ".join(failures[:3]))

@@ -1,12 +1,20 @@
-"""Task runners: threads on one machine (one point at a time, so latencies do not interfere), or Dask."""
+"""Executors a sweep's cells fan out on, as Prefect task runners: threads on one machine (one cell at a time,
+so latencies do not interfere), a Dask cluster (prefect-dask), or a Ray cluster (prefect-ray).
+
+A cell is a sweep point, content-addressed by what determines its record (flows.tasks.point_cache_key:
+weights sha256, effective config hash, task data hash, unmask version, how it is measured), so any executor
+may run it and any later run reuses it; a cell re-run after a lost worker lands on the same key.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Literal
 
 from prefect.task_runners import ThreadPoolTaskRunner
 
-RunnerKind = Literal["threads", "dask"]
+RunnerKind = Literal["threads", "dask", "ray"]
+EXECUTORS = {"local": "threads", "threads": "threads", "dask": "dask", "ray": "ray"}  # `--executor` -> runner
 
 
 def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = None, workers: int = 2,
@@ -16,11 +24,18 @@ def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = No
     threads: `max_threads` points at a time in this process (1 keeps latency measurements honest).
     dask: the cluster at `dask_address` (a scheduler, e.g. tcp://host:8786, one worker per GPU host),
     else a local cluster of `workers` single-threaded workers.
+    ray: the cluster at `dask_address` (e.g. ray://head:10001, or "auto"), else a local Ray.
     """
     if kind == "threads":
         return ThreadPoolTaskRunner(max_workers=max_threads)
+    if kind == "ray":
+        try:
+            from prefect_ray import RayTaskRunner
+        except ImportError as e:  # optional, like dask
+            raise ValueError("executor 'ray' needs prefect-ray: pip install prefect-ray") from e
+        return RayTaskRunner(address=dask_address) if dask_address else RayTaskRunner()
     if kind != "dask":
-        raise ValueError(f"task runner {kind!r}; expected 'threads' or 'dask'")
+        raise ValueError(f"task runner {kind!r}; expected 'threads', 'dask' or 'ray'")
     try:
         from prefect_dask import DaskTaskRunner
     except ImportError as e:  # the [dask] extra is optional
@@ -31,3 +46,20 @@ def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = No
     # storage are shared; a real cluster is given by address.
     return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": False,
                                           "dashboard_address": None})
+
+
+def cell_resources(kind: str, gpus_per_cell: float):
+    """A context to submit cells in that asks the executor for `gpus_per_cell` GPUs each, in its own syntax:
+    Dask worker resources (`dask worker --resources GPU=N`; a cell waits for a worker that has one free),
+    Ray's `num_gpus`. Threads run on this machine: nothing to ask for."""
+    if not gpus_per_cell or kind == "threads":
+        return contextlib.nullcontext()
+    if kind == "dask":
+        import dask
+
+        return dask.annotate(resources={"GPU": gpus_per_cell})
+    if kind == "ray":
+        from prefect_ray.context import remote_options
+
+        return remote_options(num_gpus=gpus_per_cell)
+    raise ValueError(f"task runner {kind!r}; expected 'threads', 'dask' or 'ray'")

@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from filelock import FileLock, Timeout
 from mlflow.entities import Run, ViewType
 
-from registry.connection import AUDIT_EXPERIMENT, RegistryError
-from registry.store import Registry, RegistryLock, filter_literal, model_tag, now_iso, retry_busy
+from registry.chain_lock import chain_locked
+from registry.connection import AUDIT_EXPERIMENT
+from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
 
 EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
           "integrity_finding",
@@ -86,7 +83,6 @@ HEAD = model_tag("chain.head")  # "seq:sha256" of the newest entry: a removed ta
 GENESIS = "0" * 64  # the previous hash of the first entry of a store that had no events before the chain
 FIELDS = {"actor": "who", "event": "event", "model": "model", "version": "version", "stage": "stage", "from": "from",
           "to": "to", "comment": "comment", "evidence": "evidence", "time": "when"}  # hashed name -> tag key
-LOCK_TIMEOUT_S = 60.0
 
 
 def canonical(tags: Mapping[str, str], seq: int, prev_sha256: str) -> bytes:
@@ -113,37 +109,6 @@ def seal(legacy: list[Run]) -> str:
     return hashlib.sha256(b"\n".join(canonical(r.data.tags, 0, r.info.run_id) for r in legacy)).hexdigest()
 
 
-class _ChainLock:
-    """Serialises appends: a lock file beside a SQLite store (every user of the file shares the folder); for a
-    tracking server also a registry lock (a registered model, created atomically by exactly one client), so
-    appends from other hosts queue too."""
-
-    def __init__(self, registry: Registry):
-        self.file = FileLock(str(registry.lock_path("audit-chain")), timeout=LOCK_TIMEOUT_S)
-        shared = not registry.tracking_uri.startswith("sqlite:///")
-        self.shared = RegistryLock(registry, "audit-chain", owner=f"{socket.gethostname()}:{os.getpid()}:"
-                                   f"{uuid.uuid4().hex}", stale_after_s=30.0) if shared else None
-
-    def __enter__(self) -> "_ChainLock":
-        try:
-            self.file.acquire()
-        except Timeout:
-            raise RegistryError(f"the audit trail is locked by another writer ({self.file.lock_file}) for more "
-                                f"than {LOCK_TIMEOUT_S:g} s") from None
-        if self.shared is not None and not self.shared.acquire(LOCK_TIMEOUT_S):
-            self.file.release()
-            raise RegistryError(f"the audit trail is locked by another writer (registry lock {self.shared.name}) "
-                                f"for more than {LOCK_TIMEOUT_S:g} s")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self.shared is not None:
-                self.shared.release()
-        finally:
-            self.file.release()
-
-
 def _last_chained(registry: Registry) -> Run | None:
     """The newest entry that carries a chain hash (an unchained one after it was inserted: not built on)."""
     runs = registry.client.search_runs([registry.experiment_id(AUDIT_EXPERIMENT)], f"tags.`{SHA}` LIKE '%'",
@@ -161,7 +126,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             model_tag("from"): event.from_ref, model_tag("to"): event.to_ref, model_tag("comment"): event.comment[:5000],
             model_tag("evidence"): json.dumps(event.evidence, sort_keys=True, default=str)[:7900]}
     experiment = registry.experiment_id(AUDIT_EXPERIMENT)
-    with _ChainLock(registry):
+    with chain_locked(registry):
         last = _last_chained(registry)
         start = int(time.time() * 1000)
         if last is None:

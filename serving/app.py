@@ -35,6 +35,7 @@ from serving.local import LocalServing
 from serving.metrics import ServingMetrics
 from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
+from serving.responses import Batching, ModelCard, ModelFacts, TokenLimits
 from serving.routing import RouteTable
 from serving.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -174,14 +175,13 @@ def default_weights_path() -> Path:
 
 def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
     """One `/v1/models` entry: the served name, and under `unmask` what it points at and how it decodes."""
-    v, pool = route.version, settings.pool
-    return {"id": route.name, "object": "model", "created": 0, "owned_by": "unmask", "unmask": {
-        "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256, "kind": route.loaded.handle.kind,
-        "stage": v.stage, "config": route.base.to_dict(), "config_hash": route.base.hash(),
-        "config_source": route.base_source, "operating_config_hash": v.operating_config_hash,
-        "chat_template": route.loaded.chat.source, "streaming": STREAMING,
-        "batching": {"max_batch": pool.max_batch, "window_ms": pool.batch_window_s * 1000,
-                     "batched": BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else ""),
-                     "not_batched": NOT_BATCHED},
-        "limits": {"max_tokens": settings.limits.max_tokens, "max_prompt_tokens": settings.limits.max_prompt_tokens,
-                   "context": route.loaded.context}}}
+    v, pool, limits = route.version, settings.pool, settings.limits
+    batched = BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else "")
+    return ModelCard(id=route.name, unmask=ModelFacts(
+        model=v.model, version=v.version, weights_sha256=v.weights_sha256, kind=route.loaded.handle.kind,
+        stage=v.stage, config=route.base.to_dict(), config_hash=route.base.hash(), config_source=route.base_source,
+        operating_config_hash=v.operating_config_hash, chat_template=route.loaded.chat.source, streaming=STREAMING,
+        batching=Batching(max_batch=pool.max_batch, window_ms=pool.batch_window_s * 1000, batched=batched,
+                          not_batched=NOT_BATCHED),
+        limits=TokenLimits(max_tokens=limits.max_tokens, max_prompt_tokens=limits.max_prompt_tokens,
+                             context=route.loaded.context))).model_dump()

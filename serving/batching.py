@@ -164,6 +164,11 @@ class Batcher:
         """Requests queued or in the batch being decoded; one that timed out or was cancelled no longer counts."""
         return sum(1 for j in self._pending if not j.future.done()) + self._running
 
+    @property
+    def running(self) -> int:
+        """Requests in the batch being decoded now."""
+        return self._running
+
     async def drain(self) -> None:
         """Take no new requests, answer every queued one, then stop the worker and its thread."""
         self._closing = True

@@ -6,7 +6,10 @@ never from free request text.
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 SERVED = ("alias", "model", "version")
@@ -77,5 +80,34 @@ class ServingMetrics:
                                                "weights in force stay)", registry=r)
         self.log_dropped = Counter("unmask_request_log_dropped", "Request-log rows dropped (writer behind)", registry=r)
 
+    def expose_gateway_load(self, loads: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
+        """Also publish the load under vLLM's names (GatewayLoad); `loads()` gives (model, waiting, running, max batch)."""
+        self.registry.register(GatewayLoad(loads))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class GatewayLoad:
+    """The gauges the Kubernetes Gateway API inference extension's endpoint picker (and llm-d's) scrapes from a
+    vLLM server, so an unmask server can sit in an InferencePool: `vllm:num_requests_waiting` (queued),
+    `vllm:num_requests_running` (in the batch being decoded), and the KV-cache utilisation under its current
+    and older names, `vllm:kv_cache_usage_perc` and `vllm:gpu_cache_usage_perc` (0..1). unmask has no paged KV
+    cache; what fills up is the batch, so both report running / max batch (docs/serving.md)."""
+
+    def __init__(self, loads: Callable[[], Iterable[tuple[str, int, int, int]]]):
+        self.loads = loads
+
+    def collect(self):
+        waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for a batch", labels=["model_name"])
+        running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the batch being decoded",
+                                    labels=["model_name"])
+        usage = [GaugeMetricFamily(name, "Batch occupancy (running / max batch): unmask's KV-cache stand-in, 0..1",
+                                   labels=["model_name"])
+                 for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")]
+        for model, queued, busy, capacity in self.loads():
+            waiting.add_metric([model], queued)
+            running.add_metric([model], busy)
+            for family in usage:
+                family.add_metric([model], busy / capacity if capacity else 0.0)
+        yield from (waiting, running, *usage)

@@ -110,6 +110,7 @@ class ModelPool:
         self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
         self._orphaned: set[str] = set()  # names whose alias nobody holds any more (the last version serves on)
         self._draining: set[asyncio.Task] = set()
+        metrics.expose_gateway_load(self.gateway_load)
         self._poll_problem: str | None = None
 
     # resolving ---------------------------------------------------------------------------------
@@ -172,6 +173,11 @@ class ModelPool:
             old = previous.version
             self.metrics.served.labels(name, old.model, old.version, old.weights_sha256).set(0)
             self._release(previous.loaded, name)
+
+    def gateway_load(self) -> list[tuple[str, int, int, int]]:
+        """(served name, waiting, running, max batch) of each route: the gauges a gateway's endpoint picker reads."""
+        return [(name, r.loaded.batcher.load - r.loaded.batcher.running, r.loaded.batcher.running,
+                 self.settings.max_batch) for name, r in list(self.routes.items())]
 
     def _admit(self, key: tuple[str, str], handle: Handle) -> Loaded:
         s, (model, version) = self.settings, key

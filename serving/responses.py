@@ -1,9 +1,10 @@
-"""The bodies this server answers with, as typed models: a completion, a chat completion, usage and the
-`unmask` extension. Their field order is the JSON's: `model_dump()` gives exactly the body sent."""
+"""The bodies this server answers with, as typed models: a completion, a chat completion, usage, the
+`unmask` extension and a `/v1/models` card. Their field order is the JSON's: `model_dump()` gives exactly
+the body sent."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -75,3 +76,42 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
     unmask: Extension
     choices: list[ChatChoice]
+
+
+class Batching(BaseModel):
+    max_batch: int
+    window_ms: int | float
+    batched: str  # which requests share a batch
+    not_batched: str
+
+
+class TokenLimits(BaseModel):
+    max_tokens: int
+    max_prompt_tokens: int
+    context: int | None  # the model's context, when its config says
+
+
+class ModelFacts(BaseModel):
+    """A `/v1/models` entry's `unmask`: the version a served name points at and how it decodes."""
+
+    model: str
+    version: str
+    weights_sha256: str
+    kind: str
+    stage: str
+    config: dict[str, Any]
+    config_hash: str
+    config_source: str
+    operating_config_hash: str
+    chat_template: str
+    streaming: str
+    batching: Batching
+    limits: TokenLimits
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "unmask"
+    unmask: ModelFacts

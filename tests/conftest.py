@@ -45,3 +45,4 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 
 # --- Prefect flow tests (tests/prefect_fixtures.py): the session's one test harness -------------
 from prefect_fixtures import prefect_harness  # noqa: E402,F401
+from postgres_fixtures import postgres  # noqa: E402,F401  (the team-registry tests: one PostgreSQL cluster)

@@ -75,7 +75,7 @@ CLI_CASES = [
     (["audit", "--limit", "0"], "--limit", "0"),
     (["request-promotion", "tiny-llada", "poc", "--timeout", "0"], "--timeout", "0"),
     (["run", "--threads", "0"], "--threads", "0"),
-    (["run", "--task-runner", "ray"], "--task-runner", "ray"),
+    (["run", "--executor", "spark"], "--executor", "spark"),
     (["gates", "tiny-llada", "--stage", "canary"], "--stage", "canary"),
     (["gates"], "model"),
     (["eval", "--bogus"], "--bogus"),

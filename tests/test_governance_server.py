@@ -7,19 +7,14 @@ EDIT: she registers the evidence and requests the promotions), grace and linus (
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from dashboard_fixtures import free_port, wait_healthy
-
 from tests.gate_fixtures import fast_llada, register_pair
-from tests.test_mlflow_server import _stop
+from tests.test_mlflow_server import _stop, backend_store, launch_mlflow_server
 
 pytestmark = pytest.mark.slow
 
@@ -28,48 +23,40 @@ OK = "evidence reviewed, gates and checklist are green"
 USERS = {"vera": "READ", "eve": "EDIT", "grace": "MANAGE", "linus": "MANAGE"}
 
 
-@pytest.fixture(scope="module")
-def auth_server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def auth_server(request, tmp_path_factory):
+    """The basic-auth server on a SQLite file or on PostgreSQL (store and users both in the cluster)."""
     folder: Path = tmp_path_factory.mktemp("mlflow_auth_server")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     admin_password = secrets.token_urlsafe(16)
+    auth_db = backend_store(request, folder, "basic_auth")
     (folder / "basic_auth.ini").write_text(
         "[mlflow]\ndefault_permission = READ\n"
-        f"database_uri = sqlite:///{folder / 'basic_auth.db'}\n"
+        f"database_uri = {auth_db}\n"
         f"admin_username = admin\nadmin_password = {admin_password}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true",
-               MLFLOW_AUTH_CONFIG_PATH=str(folder / "basic_auth.ini"),
-               MLFLOW_FLASK_SERVER_SECRET_KEY=secrets.token_hex(16))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    mlflow_cli = Path(sys.executable).with_name("mlflow")
-    log = open(folder / "server.log", "wb")
-    proc = subprocess.Popen(
-        [str(mlflow_cli), "server", "--app-name", "basic-auth", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-         "--artifacts-destination", str(folder / "artifacts")],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {"MLFLOW_AUTH_CONFIG_PATH": str(folder / "basic_auth.ini"),
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}
+    url, proc = launch_mlflow_server(folder, backend_store(request, folder, "mlflow"), "--app-name", "basic-auth",
+                                     env=env)
     try:
-        wait_healthy(url + "/health", proc, timeout_s=180)
-        yield url, admin_password, folder / "basic_auth.db"
+        yield url, admin_password, auth_db
     finally:
         _stop(proc)
-        log.close()
 
 
-def cheap_password_checks(auth_db: Path, passwords: dict[str, str]) -> None:
+def cheap_password_checks(auth_db: str, passwords: dict[str, str]) -> None:
     """The server checks the password on every request, against a scrypt hash (~60 ms of CPU each on this
     host, thousands of requests in these tests): store the same passwords under a one-round hash instead.
     Authentication is exactly as real, only cheaper to compute."""
-    import sqlite3
-
+    import sqlalchemy
     from werkzeug.security import generate_password_hash
 
-    with sqlite3.connect(auth_db) as db:
+    engine = sqlalchemy.create_engine(auth_db, poolclass=sqlalchemy.pool.NullPool)
+    with engine.begin() as db:
         for user, password in passwords.items():
-            db.execute("UPDATE users SET password_hash = ? WHERE username = ?",
-                       (generate_password_hash(password, method="pbkdf2:sha256:1"), user))
+            db.execute(sqlalchemy.text("UPDATE users SET password_hash = :h WHERE username = :u"),
+                       {"h": generate_password_hash(password, method="pbkdf2:sha256:1"), "u": user})
+    engine.dispose()
 
 
 def act_as(monkeypatch, url, user, password=None):

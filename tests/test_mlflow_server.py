@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dashboard_fixtures import free_port, wait_healthy
+from postgres_fixtures import database_name
 
 import registry.read as read
 from registry import Registry, RegistryUnavailable, load_evidence, promote, rollback, sign_off, stage_holder
@@ -30,25 +31,49 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    folder: Path = tmp_path_factory.mktemp("mlflow_server")
+def launch_mlflow_server(folder: Path, backend_store_uri: str, *args: str, env: dict[str, str] | None = None,
+                         timeout_s: float = 180) -> tuple[str, subprocess.Popen]:
+    """`mlflow server` on 127.0.0.1 over `backend_store_uri` with proxied artifacts under `folder`: (url, process).
+    A PostgreSQL store is migrated first with `mlflow db upgrade`, as docs/team-setup.md does."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true") | (env or {})
     env.pop("MLFLOW_TRACKING_URI", None)
-    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    mlflow_cli = str(Path(sys.executable).with_name("mlflow"))
+    if backend_store_uri.startswith("postgresql"):
+        subprocess.run([mlflow_cli, "db", "upgrade", backend_store_uri], env=env, check=True, capture_output=True,
+                       timeout=300)
     log = open(folder / "server.log", "wb")
     proc = subprocess.Popen(
-        [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}", "--artifacts-destination", str(folder / "artifacts")],
+        [mlflow_cli, "server", *args, "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", backend_store_uri, "--serve-artifacts", "--artifacts-destination",
+         str(folder / "artifacts")],
         cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
     try:
-        wait_healthy(url + "/health", proc, timeout_s=120)
+        wait_healthy(url + "/health", proc, log=folder / "server.log", timeout_s=timeout_s)
+    except BaseException:
+        _stop(proc)
+        raise
+    return url, proc
+
+
+def backend_store(request, folder: Path, name: str) -> str:
+    """The store a server fixture runs on: its param "sqlite" (a file in `folder`) or "postgres" (a database
+    of the session's PostgreSQL cluster, tests/postgres_fixtures.py)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres").create_database(database_name(name))
+    return f"sqlite:///{folder / (name + '.db')}"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(request, tmp_path_factory):
+    folder: Path = tmp_path_factory.mktemp("mlflow_server")
+    url, proc = launch_mlflow_server(folder, backend_store(request, folder, "mlflow"))
+    try:
         yield url, proc
     finally:
         _stop(proc)
-        log.close()
 
 
 def test_register_promote_rollback_and_audit_through_a_server(server, monkeypatch):

@@ -193,6 +193,8 @@ def test_metrics_count_requests_errors_batches_and_tokens_per_model_and_alias(se
                  "unmask_completion_tokens_total", "unmask_nfe_total", "unmask_served_version"):
         assert f'{name}{{' in text, name
     served = [line for line in text.splitlines() if line.startswith("unmask_served_version{") and line.endswith(" 1.0")]
+    for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+        assert f'{name}{{model_name="fallback"}} 0.0' in text, name  # idle now: the gateway gauges (docs/serving.md)
     assert any(f'weights_sha256="{digest("tiny-ar")}"' in line for line in served)
 
 

@@ -26,8 +26,13 @@ console = table_console(160)
 def run_command(
     sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
     model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat (default: the sweep's)."),
-    task_runner: str = typer.Option("threads", "--task-runner", help="threads, or dask (prefect-dask)."),
-    dask_address: str = typer.Option(None, "--dask-address", help="Dask scheduler; default: a local cluster."),
+    task_runner: str = typer.Option("threads", "--executor", "--task-runner",
+                                    help="Where sweep cells run: local (threads), dask (prefect-dask) or ray (prefect-ray)."),
+    dask_address: str = typer.Option(None, "--executor-address", "--dask-address",
+                                     help="The cluster: a Dask scheduler (tcp://host:8786) or Ray (ray://head:10001); "
+                                          "default: a local one."),
+    gpus_per_cell: float = typer.Option(0, "--gpus-per-cell", min=0,
+                                        help="GPUs each cell asks for (Dask worker resource GPU, Ray num_gpus)."),
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
     reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
     remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
@@ -45,12 +50,13 @@ def run_command(
     from gates import load_policy
     from registry.links import mlflow_ui_command
     from models.state import state_dir
-    from flows.runners import make_task_runner
+    from flows.runners import EXECUTORS, make_task_runner
 
     sweep_path = sweep or default_sweep_path()
     try:
-        if task_runner not in ("threads", "dask"):
-            raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
+        if task_runner not in EXECUTORS:
+            raise ValueError(f"--executor is {task_runner!r}; expected one of {', '.join(EXECUTORS)}")
+        task_runner = EXECUTORS[task_runner]
         spec = load_sweep(sweep_path)
         for ref in model or []:
             check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
@@ -60,7 +66,7 @@ def run_command(
             sweep_path = with_items(sweep_path, lambda _task: items)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
                                     task_runner=task_runner, dask_address=dask_address, remeasure=remeasure,
-                                    threads=threads)
+                                    threads=threads, gpus_per_cell=gpus_per_cell)
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
         print_error(console, f"{e}")
