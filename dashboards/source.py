@@ -173,3 +173,8 @@ def gate_specs(policy: str) -> dict[tuple[str, str], Any]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def rollout_board(uri: str) -> dict[str, pd.DataFrame]:
     return views.rollout_board(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def failed_rollouts(uri: str) -> pd.DataFrame:
+    return views.failed_rollouts(_registry(uri))

@@ -39,6 +39,14 @@ for line in lines:
         st.warning(f"**{line.stage}: inconclusive.** Neither pass nor fail yet (more items would settle it): "
                    f"{'; '.join(line.inconclusive)}.", icon=":material/help:")
 
+# -- failed rollouts: a finding on the version (registry.views.failed_rollouts; docs/rollout.md) --------------
+for f in source.failed_rollouts(uri).itertuples():
+    if f.stands:
+        st.error(f"**{f.stage}: {label((f.model, f.version))} may not be promoted: rollout {f.rollout} was "
+                 f"{f.status.replace('_', ' ')}** ({f.reason}). {f.advice[0].upper() + f.advice[1:]}.",
+                 icon=":material/undo:")
+# -- end of failed rollouts ------------------------------------------------------------------------------------
+
 
 def score_text(line) -> str:
     if line.score is None:
