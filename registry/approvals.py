@@ -27,6 +27,7 @@ from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for
+from registry.integrity import trusted_chain
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 
@@ -154,6 +155,7 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
     actor = actor_for(registry.tracking_uri, approver)
     checked_evidence(registry, model, version, actor.name)  # nobody approves forged evidence (a finding)
+    trusted_chain(registry, f"approval of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     roles = roles or load_roles()
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -231,6 +233,7 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
     """Decline promoting `model` `version` to `stage`: final until new evidence is registered (audited)."""
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # a decision on forged evidence is no decision
+    trusted_chain(registry, f"decline of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     roles = roles or load_roles()
     action = f"decline of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -263,6 +266,7 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
         raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # nobody signs off forged evidence (a finding)
+    trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     if not (comment or "").strip():
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()

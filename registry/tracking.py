@@ -28,9 +28,9 @@ from mlflow.exceptions import MlflowException
 from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
-                                GateReportTampered, digest_tags, record_finding, recorded_digests, sha256_hex,
-                                verify_artifact)
+from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, SIGNATURE_PREFIX, TAMPERED, UNVERIFIED, VERIFIED,
+                                EvidenceTampered, GateReportTampered, digest_tags, record_finding, recorded_digests,
+                                sha256_hex, verify_artifact)
 from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
 from registry.rollouts import canary_evidence
@@ -116,7 +116,7 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
                     "evidence/model_card.md": (model_card_md or _model_card(logged)).encode()}
         for path, data in contents.items():
             client.log_text(run_id, data.decode(), path)
-        for key, digest in digest_tags(contents).items():
+        for key, digest in digest_tags(contents, run_id).items():
             client.set_tag(run_id, key, digest)
         ms = int(time.time() * 1000)  # AUP per task and length, for MLflow's own charts
         client.log_batch(run_id, metrics=[Metric(f"aup/{c['task']}/{c['gen_length']}", float(c["aup"]), ms, 0)
@@ -338,6 +338,8 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
         model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
         model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", ""),
         model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
+        model_tag(f"gates.{stage}.sig"): digest_tags({gate_report_path(stage): report.encode()},
+                                                    run_id)[SIGNATURE_PREFIX + gate_report_path(stage)],
         model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode())})
 
 
@@ -358,6 +360,8 @@ def load_gate_report(registry: Registry, model: str, version: str, stage: str) -
         return None
     recorded = tags.get(model_tag(f"gates.{stage}.sha256"))
     vouched = {DIGEST_PREFIX + path: recorded} if recorded is not None else {}
+    if model_tag(f"gates.{stage}.sig") in tags:  # its signature: a report rewritten with its hash does not verify
+        vouched[SIGNATURE_PREFIX + path] = tags[model_tag(f"gates.{stage}.sig")]
     status = verify_artifact(vouched, model, version, run_id, path, data, tampered=GateReportTampered)
     try:
         report = json.loads(data)
