@@ -236,12 +236,24 @@ def verify_audit_chain(tracking_uri: str) -> str | None:
     return str(broken)
 
 
+@task(name="signed-chain-head", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def signed_chain_head(tracking_uri: str) -> str:
+    """The audit chain's signed head after tonight's writes ("" when the chain is broken or unsigned): kept in the
+    nightly's report, outside the store, so `unmask audit --verify --anchor` can check the chain against it."""
+    from registry import Registry
+    from registry.audit import verify
+
+    report = verify(Registry(tracking_uri))
+    return report.anchor if report.ok else ""
+
+
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
                       policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
     from gates import load_policy
     from registry import PromotionRefused, Registry, rollback
+    from registry.integrity import ChainBroken
     from registry.audit import AuditEvent, append
     from registry.store import now_iso
 
@@ -258,6 +270,8 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
                         policy=load_policy(policy_path))
     except PromotionRefused as e:
         return {"rolled_back": False, "refused": e.reasons}
+    except ChainBroken as e:  # nothing rolls back on a forged trail: its "previous holder" may never have held it
+        return {"rolled_back": False, "refused": [str(e)]}
     return {"rolled_back": True, "move": move.to_dict()}
 
 
@@ -283,15 +297,16 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
         finding, status = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy), "regression"
     elif verdict and verdict.undecided:
         finding, status = record_inconclusive(verdict, tracking_uri), "inconclusive"
-    publish_nightly(comparison, verdict, finding, watched["drift"], chain)
+    anchor = signed_chain_head(tracking_uri)
+    publish_nightly(comparison, verdict, finding, watched["drift"], chain, anchor)
     return {"status": status, "production": verdict.to_dict() if verdict else None, "finding": finding,
             "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"],
             "sweep": night_sweep, "evidence_level": {"min_items": level.min_items, "tasks": level.tasks},
-            "audit_chain": chain}
+            "audit_chain": chain, "chain_anchor": anchor}
 
 
 def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
-                    drift: dict[str, str] | None = None, chain: str | None = None) -> None:
+                    drift: dict[str, str] | None = None, chain: str | None = None, anchor: str = "") -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
@@ -316,6 +331,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
         text = "\n".join(lines)
     text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
     text += f"\n\n**Audit chain**: {chain}" if chain else "\n\nAudit chain: verified."
+    text += f"\n\nSigned chain head: `{anchor}`" if anchor else ""
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")
 
