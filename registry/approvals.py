@@ -26,7 +26,7 @@ from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
-from registry.identity import Actor, actor_for
+from registry.identity import Actor, actor_for, one_account_problem
 from registry.integrity import trusted_chain
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
@@ -132,7 +132,7 @@ def request_promotion(registry: Registry, model: str, version: str, stage: str, 
         request = replace(request, by=actor.name, host=actor.host)
     else:
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
-    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict() | {"account": actor.account})
     _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
            {"request": request.to_dict()})
     return request
@@ -171,6 +171,10 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
     if problem is not None:
         reasons.append(problem.text)
+    distinct = roles.stage(stage)
+    if not distinct.self_approval or distinct.approvals_count > 1:  # four eyes: never one OS account twice
+        one = one_account_problem(actor, stage, _accounts_acted(tags, stage, request))
+        reasons += [one] if one else []
     if request is not None and any(a.by == actor.name and a.status == "open" and a.request == request.id
                                    for a in approvals_from_tags(tags, stage)):
         reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
@@ -183,10 +187,22 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
                         actor.host, actor.source)
-    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
+    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict() | {"account": actor.account})
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
+
+
+def _accounts_acted(tags: Mapping[str, str], stage: str, request: PromotionRequest | None) -> dict[str, str]:
+    """{what was done for this promotion: the OS account that did it} (see `identity.one_account_problem`)."""
+    acted = {"registered its evidence": tags.get(model_tag("evaluated_account"), "")}
+    if request is not None:
+        raw = _prefixed(tags, model_tag(f"requests.{stage}."))
+        acted["requested this promotion"] = next((str(r.get("account", "")) for r in raw if r.get("id") == request.id), "")
+        approved = {str(a.get("account", "")) for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
+                    if a.get("request") == request.id and a.get("status") == "open"}
+        acted |= {f"approved this request ({n})": a for n, a in enumerate(sorted(approved - {""}), 1)}
+    return acted
 
 
 def signoffs_from_tags(tags: Mapping[str, str], stage: str) -> dict[str, dict[str, str]]:

@@ -173,7 +173,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             seq, prev = int(last.data.tags[SEQ]) + 1, last.data.tags[SHA]
             start = max(start, last.info.start_time + 1)
         sha = entry_sha256(tags, seq, prev)
-        signed = signing.key_ring().sign(signing.head_message(seq, sha))
+        signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
         tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
         run = retry_busy(registry.client.create_run, experiment, start_time=start, tags=tags,
                          run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip())
@@ -325,7 +325,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
         model_tag("when"), "")}
     head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
-    ring = signing.key_ring()
+    ring = signing.key_ring(registry.tracking_uri)
     found = _first_break(runs, first, head_tag, ring, anchors)
     found = found or _anchor_break(runs, chained, anchors, ring)
     last = chained[-1].data.tags

@@ -123,15 +123,16 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest_tags(contents: Mapping[str, bytes], run_id: str) -> dict[str, str]:
-    """The run tags that vouch for artifacts {path: content} of run `run_id` as registered: each sha256, and its
-    signature under the signing key (which the store does not hold)."""
-    ring = signing.key_ring()
+def digest_tags(contents: Mapping[str, bytes], run_id: str, tracking_uri: str = "") -> dict[str, str]:
+    """The run tags that vouch for artifacts {path: content} of run `run_id` as registered: each sha256, and with
+    `tracking_uri` its signature under the store's signing key (which the store does not hold)."""
+    ring = signing.key_ring(tracking_uri) if tracking_uri else None
     tags = {}
     for path, data in contents.items():
         digest = sha256_hex(data)
         tags[DIGEST_PREFIX + path] = digest
-        tags[SIGNATURE_PREFIX + path] = ring.sign(signing.artifact_message(run_id, path, digest))
+        if ring is not None:
+            tags[SIGNATURE_PREFIX + path] = ring.sign(signing.artifact_message(run_id, path, digest))
     return tags
 
 
@@ -155,7 +156,7 @@ def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
-                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered) -> str:
+                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered, tracking_uri: str = "") -> str:
     """VERIFIED, or UNVERIFIED (registered before hashes, or before their signatures, were recorded); raise
     `tampered` (EvidenceTampered) on a mismatch, or when the sha256 tag's signature does not verify (the
     artifact and its hash rewritten together by someone without the signing key)."""
@@ -170,7 +171,7 @@ def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_i
         if any(k.startswith(SIGNATURE_PREFIX) for k in run_tags):  # the others are signed: this one was stripped
             raise tampered(model, version, path, "unsigned (its signature was removed)", found, run_id)
         return UNVERIFIED
-    problem = signing.key_ring().problem(signing.artifact_message(run_id, path, expected), signature)
+    problem = signing.key_ring(tracking_uri).problem(signing.artifact_message(run_id, path, expected), signature)
     if problem:
         raise tampered(model, version, path, f"{expected[:16]}… whose signature {problem}", found, run_id)
     return VERIFIED

@@ -8,7 +8,9 @@ signature together. Keys (docs/integrity.md):
 - `UNMASK_SIGNING_KEY` = `<key id>:<secret>`: the key that signs (and verifies);
 - `UNMASK_SIGNING_KEY_FILE`: a key ring, one `<key id> <secret>` a line; the first line signs unless
   `UNMASK_SIGNING_KEY` is set, every line verifies (rotation: put the new key first, keep the old ones);
-- neither set: `<state folder>/keys/signing.keys`, generated (mode 0600) on first use.
+- neither set: `keys/signing.keys` beside a SQLite store (the state folder's `keys/` for the embedded one;
+  every user of the file shares that folder, as with the locks), under the state folder for a tracking
+  server; generated (mode 0600) on first use.
 
 A signed head (`Anchor`) kept outside the store — in a dossier, a promotion's audit entry, the nightly's
 report, or this machine's `keys/anchor-<store>.json` — lets `verify` notice a truncation or a consistent
@@ -65,9 +67,18 @@ def _mac(key: bytes, message: str) -> str:
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
-def keys_dir() -> Path:
-    """The state folder's keys folder (outside the MLflow store)."""
+def keys_dir(tracking_uri: str) -> Path:
+    """The default keys folder of a store: beside a SQLite file (outside the store itself), else the state
+    folder's."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri.removeprefix("sqlite:///")).parent / "keys"
     return state_dir() / "keys"
+
+
+def ring_path(tracking_uri: str) -> Path:
+    """The key ring file in use: $UNMASK_SIGNING_KEY_FILE, else the store's default."""
+    file = os.environ.get(KEY_FILE_ENV, "").strip()
+    return Path(file).expanduser() if file else keys_dir(tracking_uri) / "signing.keys"
 
 
 def _parse_ring(text: str, where: str) -> list[tuple[str, bytes]]:
@@ -103,8 +114,8 @@ def _generated(path: Path) -> str:
     return path.read_text()
 
 
-def key_ring() -> KeyRing:
-    """The ring from the environment, else the default file under the state folder (generated on first use)."""
+def key_ring(tracking_uri: str) -> KeyRing:
+    """The ring from the environment, else the store's default file (generated on first use)."""
     ring: list[tuple[str, bytes]] = []
     source = ""
     given = os.environ.get(KEY_ENV, "").strip()
@@ -114,7 +125,7 @@ def key_ring() -> KeyRing:
             raise SigningKeyError(f"${KEY_ENV}: expected '<key id>:<secret>' (a secret of 16 characters or more)")
         ring, source = [(key_id, secret.encode())], f"${KEY_ENV}"
     file = os.environ.get(KEY_FILE_ENV, "").strip()
-    path = Path(file).expanduser() if file else keys_dir() / "signing.keys"
+    path = ring_path(tracking_uri)
     if file or not given or path.exists():
         try:
             text = path.read_text() if file or given else _generated(path)
@@ -177,8 +188,8 @@ def anchor_from_file(path: str | Path) -> Anchor:
 
 
 def local_anchor_path(tracking_uri: str) -> Path:
-    """This machine's last signed head of a store (outside the store, beside the keys)."""
-    return keys_dir() / f"anchor-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:12]}.json"
+    """This machine's last signed head of a store (outside the store, beside the key ring)."""
+    return ring_path(tracking_uri).parent / f"anchor-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:12]}.json"
 
 
 def local_anchor(tracking_uri: str) -> Anchor | None:

@@ -198,10 +198,9 @@ def test_a_crash_before_the_commit_point_leaves_the_registry_as_before(reg, monk
     def crash(*args, **kwargs):
         raise Crash()
 
-    monkeypatch.setattr(reg.client, "set_registered_model_alias", crash)
-    with pytest.raises(Crash):
+    with monkeypatch.context() as patched, pytest.raises(Crash):  # only the crash undone: the state folder stays
+        patched.setattr(reg.client, "set_registered_model_alias", crash)
         promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    monkeypatch.undo()
     assert stage_holder(reg, "poc") == ("tiny-ar", "1")
     assert read.aliases(reg)["poc"] == {"model": "tiny-ar", "version": "1"}
     settled = recover(reg, "poc")
@@ -216,10 +215,9 @@ def test_a_crash_after_the_commit_point_leaves_the_registry_as_after(reg, monkey
     def crash(*args, **kwargs):
         raise Crash()
 
-    monkeypatch.setattr(promotion, "_remove_alias", crash)  # dies before taking poc off tiny-ar
-    with pytest.raises(Crash):
+    with monkeypatch.context() as patched, pytest.raises(Crash):  # only the crash undone: the state folder stays
+        patched.setattr(promotion, "_remove_alias", crash)  # dies before taking poc off tiny-ar
         promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    monkeypatch.undo()
     assert sorted(reg.holders("poc")) == [("tiny-ar", "1"), ("tiny-llada", "1")]  # raw state, mid-move
     assert stage_holder(reg, "poc") == ("tiny-llada", "1")  # what every reader sees: after
     # the next alias operation settles it first (here a rollback, which then moves poc back)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 
 import pytest
 from typer.testing import CliRunner
@@ -68,6 +69,14 @@ def rehash_from(reg, first) -> None:
     set_head(reg, runs[-1])
 
 
+def mallory_ring(tmp_path):
+    """The key ring of a store writer who does not hold ours: one key under the same id, another secret."""
+    ring = tmp_path / "mallory" / "signing.keys"
+    ring.parent.mkdir()
+    ring.write_text(f"k1 {secrets.token_hex(32)}\n")
+    return ring
+
+
 def refuses_to_act(reg, kind: str) -> None:
     """Rollback, promotion and approval all refuse, naming the first bad entry; poc stays where it is."""
     before = reg.holders("poc")
@@ -89,8 +98,8 @@ def test_entries_are_signed_and_the_verified_head_is_kept_outside_the_store(poc_
     reg = poc_held
     report = audit.verify(reg)
     assert report.ok and report.anchor.startswith(f"unmask-chain-anchor:{report.head_seq}:{report.head_sha256}:k1:")
-    ring = signing.key_ring()
-    assert ring.source == str(signing.keys_dir() / "signing.keys") and oct(os.stat(ring.source).st_mode)[-3:] == "600"
+    ring = signing.key_ring(reg.tracking_uri)
+    assert ring.source == str(signing.keys_dir(reg.tracking_uri) / "signing.keys") and oct(os.stat(ring.source).st_mode)[-3:] == "600"
     assert all(ring.problem(signing.head_message(int(r.data.tags[model_tag("chain.seq")]), r.data.tags[SHA]),
                             r.data.tags[SIG]) is None for r in chain(reg))
     kept = signing.local_anchor(reg.tracking_uri)
@@ -116,12 +125,12 @@ def test_a_consistent_rewrite_with_the_head_tag_is_caught_by_its_signatures(poc_
 
 def test_an_entry_appended_with_unmasks_own_append_by_a_writer_without_the_key_is_caught(poc_held, monkeypatch,
                                                                                        tmp_path):
-    reg, home = poc_held, os.environ["UNMASK_HOME"]
-    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "mallory"))  # another state folder: a key of its own
+    reg = poc_held
+    monkeypatch.setenv("UNMASK_SIGNING_KEY_FILE", str(mallory_ring(tmp_path)))  # a key of its own, not ours
     forged = audit.append(reg, AuditEvent("alias_move", "oncall", "", "poc", "tiny-llada", "1", "tiny-ar@1",
                                           "tiny-llada@1", "promotion", {"kind": "promotion"}), open_intent=True)
     audit.settle(reg, forged, happened=True)
-    monkeypatch.setenv("UNMASK_HOME", home)
+    monkeypatch.delenv("UNMASK_SIGNING_KEY_FILE")
     refuses_to_act(reg, "forged")
     report = audit.verify(reg)
     assert report.first_break.run_id == forged.run_id and "signature does not match under key 'k1'" in report.summary()
@@ -146,7 +155,7 @@ def test_audit_verify_anchor_catches_a_rewrite_and_a_truncation_even_by_a_key_ho
     saved = tmp_path / "anchor.txt"
     saved.write_text(done.output)
     # someone who holds the key and the state folder rewrites the trail and re-signs it: only the anchor knows
-    ring = signing.key_ring()
+    ring = signing.key_ring(reg.tracking_uri)
     runs = chain(reg)
     reg.client.set_tag(runs[0].info.run_id, model_tag("comment"), "rewritten")
     rehash_from(reg, 0)
@@ -247,12 +256,12 @@ def test_the_server_does_not_follow_a_drifted_alias_and_alerts_once(poc_held, ca
 def test_the_server_and_recovery_do_not_follow_a_forged_move_intent(poc_held, monkeypatch, tmp_path):
     from registry import recover, serving
 
-    reg, home = poc_held, os.environ["UNMASK_HOME"]
-    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "mallory"))
+    reg = poc_held
+    monkeypatch.setenv("UNMASK_SIGNING_KEY_FILE", str(mallory_ring(tmp_path)))  # a key of its own, not ours
     audit.append(reg, AuditEvent("alias_move", "oncall", "", "poc", "tiny-ar", "1", "tiny-llada@1", "tiny-ar@1",
                                  "promotion", {"kind": "promotion"}), open_intent=True)
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")  # the alias moved to match the forged intent
-    monkeypatch.setenv("UNMASK_HOME", home)
+    monkeypatch.delenv("UNMASK_SIGNING_KEY_FILE")
     with pytest.raises(ChainBroken, match="following the registry's aliases refused: .*was forged"):
         serving.holders(reg, ["poc"])
     with pytest.raises(ChainBroken, match="recovery of poc refused"):
