@@ -86,14 +86,14 @@ def test_the_requester_cannot_approve_their_own_request(reg, tmp_path):
     roles_with_me(tmp_path)
     at_poc(reg)
     with pytest.raises(PromotionRefused, match="no approval recorded for staging"):
-        promote("tiny-llada", "staging", registry=reg)  # ME asks: the request stays open for an approver
-    assert open_request(reg, "tiny-llada", "1", "staging").by == ME
-    with pytest.raises(ApprovalRefused, match=rf"{ME} requested this promotion and cannot approve it"):
-        approve(reg, "tiny-llada", "1", "staging", ME, OK)
-    with pytest.raises(PromotionRefused, match=f"{ME} requested this promotion and cannot approve it"):
-        promote("tiny-llada", "staging", approver=ME, comment=OK, registry=reg)  # nor in the same call
+        promote("tiny-llada", "staging", registry=reg, actor="bob")  # bob asks: the request stays open
+    assert open_request(reg, "tiny-llada", "1", "staging").by == "bob"
+    with pytest.raises(ApprovalRefused, match=r"bob requested this promotion and cannot approve it"):
+        approve(reg, "tiny-llada", "1", "staging", "bob", OK)
+    with pytest.raises(PromotionRefused, match="bob requested this promotion and cannot approve it"):
+        promote("tiny-llada", "staging", approver="bob", comment=OK, registry=reg, actor="bob")  # nor in one call
     assert stage_holder(reg, "staging") is None
-    assert list(refusals(reg, "approval_refused")["who"]) == [ME, ME]
+    assert list(refusals(reg, "approval_refused")["who"]) == ["bob", "bob"]
 
 
 def test_one_os_account_cannot_satisfy_four_eyes_under_other_names(reg):
