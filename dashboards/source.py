@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 import registry.read as read
+import registry.links as links
 import registry.views as views
 from dashboards import verdict
 from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
@@ -144,7 +145,7 @@ def regression_findings(uri: str) -> pd.DataFrame:
 
 
 def mlflow_ui_command(uri: str) -> str:
-    return views.mlflow_ui_command(_registry(uri).tracking_uri)
+    return links.mlflow_ui_command(_registry(uri).tracking_uri)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -14,7 +14,6 @@ Stored as version tags (JSON), one tag per request and per approval (`unmask.req
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import replace
 from typing import Any, Mapping
@@ -28,6 +27,8 @@ from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for, one_account_problem
 from registry.integrity import trusted_chain
+# the tag readers are re-exported: callers have imported them from here
+from registry.state import _prefixed, approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 
@@ -42,66 +43,33 @@ class ApprovalRefused(RegistryError):
         super().__init__(f"{action} refused:\n" + "\n".join(f"  - {r}" for r in reasons))
 
 
-# reading ---------------------------------------------------------------------------------------------
-def _prefixed(tags: Mapping[str, str], prefix: str) -> list[dict[str, Any]]:
-    found = []
-    for key, value in tags.items():
-        if key.startswith(prefix):
-            try:
-                found.append(json.loads(value))
-            except (json.JSONDecodeError, TypeError):
-                continue  # not ours (an edit by hand); never counts
-    return found
-
-
-def approvals_from_tags(tags: Mapping[str, str], stage: str) -> list[Approval]:
-    """Every approval recorded for a stage, oldest first."""
-    fields = set(Approval.__dataclass_fields__)
-    found = [Approval(**{k: str(v) for k, v in a.items() if k in fields})
-             for a in _prefixed(tags, model_tag(f"approvals.{stage}.")) if a.get("by") and a.get("stage") == stage]
-    return sorted(found, key=lambda a: (a.at, a.id))
-
-
+# reading (registry.state parses the tags; these read one version for one question) -----------------------
 def approvals_of(registry: Registry, model: str, version: str, stage: str) -> list[Approval]:
-    return approvals_from_tags(registry.version_tags(model, version), stage)
+    return version_state(registry, model, version).approvals(stage)
 
 
 def approval_of(registry: Registry, model: str, version: str, stage: str) -> Approval | None:
     """The newest approval recorded for a stage (whatever its status), or None."""
-    found = approvals_of(registry, model, version, stage)
-    return found[-1] if found else None
+    return version_state(registry, model, version).approval(stage)
 
 
 def requests_of(registry: Registry, model: str, version: str, stage: str) -> list[PromotionRequest]:
-    fields = set(PromotionRequest.__dataclass_fields__)
-    found = [PromotionRequest(**{k: str(v) for k, v in r.items() if k in fields})
-             for r in _prefixed(registry.version_tags(model, version), model_tag(f"requests.{stage}.")) if r.get("id")]
-    return sorted(found, key=lambda r: (r.at, r.id))
+    return version_state(registry, model, version).requests(stage)
 
 
 def open_request(registry: Registry, model: str, version: str, stage: str) -> PromotionRequest | None:
     """The newest open request asked on the version's current evidence, or None."""
-    current = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
-    found = [r for r in requests_of(registry, model, version, stage)
-             if r.status == "open" and r.evaluated_at == current]
-    return found[-1] if found else None
+    return version_state(registry, model, version).open_request(stage)
 
 
 def declined_of(registry: Registry, model: str, version: str, stage: str) -> Decline | None:
-    raw = registry.version_tags(model, version).get(model_tag(f"decline.{stage}"))
-    if not raw:
-        return None
-    data = json.loads(raw)
-    return Decline(**{k: str(v) for k, v in data.items() if k in Decline.__dataclass_fields__})
+    return version_state(registry, model, version).declined(stage)
 
 
 def duties_for(registry: Registry, model: str, version: str, stage: str, request: PromotionRequest | None,
                mover: str = "") -> Duties:
     """Who did what for the version: what the four-eyes rules of `gates.promotion` read."""
-    tags = registry.version_tags(model, version)
-    return Duties(requester=request.by if request else "", mover=mover,
-                  registered_by=tags.get(model_tag("evaluated_by"), ""), request_id=request.id if request else "",
-                  declined=declined_of(registry, model, version, stage), now=now_iso())
+    return version_state(registry, model, version).duties(stage, request, mover)
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -132,7 +100,8 @@ def request_promotion(registry: Registry, model: str, version: str, stage: str, 
         request = replace(request, by=actor.name, host=actor.host)
     else:
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
-    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict() | {"account": actor.account})
+    _write(registry, model, version, f"requests.{stage}.{request.id}",
+           request.to_dict() | {"account": actor.account})  # the OS account behind the name (four eyes)
     _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
            {"request": request.to_dict()})
     return request
@@ -159,10 +128,10 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     roles = roles or load_roles()
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
-    tags = registry.version_tags(model, version)
-    evaluated = tags.get(model_tag("evaluated_at"), "")
-    request = request or open_request(registry, model, version, stage)
-    duties = duties_for(registry, model, version, stage, request)
+    state = version_state(registry, model, version)
+    tags, evaluated = state.tags, state.evaluated_at
+    request = request or state.open_request(stage)
+    duties = state.duties(stage, request)
     reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
@@ -187,7 +156,8 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
                         actor.host, actor.source)
-    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict() | {"account": actor.account})
+    _write(registry, model, version, f"approvals.{stage}.{approval.id}",
+           approval.to_dict() | {"account": actor.account})
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
@@ -198,17 +168,12 @@ def _accounts_acted(tags: Mapping[str, str], stage: str, request: PromotionReque
     acted = {"registered its evidence": tags.get(model_tag("evaluated_account"), "")}
     if request is not None:
         raw = _prefixed(tags, model_tag(f"requests.{stage}."))
-        acted["requested this promotion"] = next((str(r.get("account", "")) for r in raw if r.get("id") == request.id), "")
+        acted["requested this promotion"] = next((str(r.get("account", "")) for r in raw if r.get("id") == request.id),
+                                                 "")
         approved = {str(a.get("account", "")) for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
                     if a.get("request") == request.id and a.get("status") == "open"}
         acted |= {f"approved this request ({n})": a for n, a in enumerate(sorted(approved - {""}), 1)}
     return acted
-
-
-def signoffs_from_tags(tags: Mapping[str, str], stage: str) -> dict[str, dict[str, str]]:
-    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    prefix = model_tag(f"signoff.{stage}.")
-    return {k.removeprefix(prefix): json.loads(v) for k, v in tags.items() if k.startswith(prefix)}
 
 
 def close(registry: Registry, model: str, version: str, approval: Approval, status: str, actor: Actor | str,
@@ -282,7 +247,8 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
         raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # nobody signs off forged evidence (a finding)
-    trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
+    trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on a forged
+    # audit trail
     if not (comment or "").strip():
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()
@@ -302,4 +268,4 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
 
 def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
     """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    return signoffs_from_tags(registry.version_tags(model, version), stage)
+    return version_state(registry, model, version).signoffs(stage)

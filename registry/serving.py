@@ -20,7 +20,7 @@ from gates.policy import Policy
 from registry import audit
 from registry.connection import RegistryError
 from registry.integrity import ChainBroken, alias_drift, log
-from registry.promotion import stage_holder
+from registry.state import stage_holder
 from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence
 from registry.views import current_version, dashboard_policy
