@@ -28,13 +28,17 @@ def broken_model(root: Path, like: str) -> str:
 
 
 def undecodable_model(root: Path, like: str) -> str:
-    """A model folder that loads, but whose [MASK] id is outside its vocabulary: every decode fails."""
-    import json
+    """A model folder that loads, but whose weights are NaN: every decode meets NaN logits and fails.
+
+    (A [MASK] id outside the vocabulary no longer loads at all: the checkpoint check refuses it by name.)"""
+    from safetensors.torch import load_file, save_file
 
     folder = root / "undecodable"
     shutil.copytree(like, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"mask_token_id": 100_000}))
+    weights = next(folder.glob("*.safetensors"))
+    tensors = {name: tensor.fill_(float("nan")) if tensor.is_floating_point() else tensor
+               for name, tensor in load_file(weights).items()}
+    save_file(tensors, weights)
     return str(folder)
 
 

@@ -186,3 +186,33 @@ def test_an_os_level_full_or_read_only_disk_is_named_as_such(code, named):
 
     exit_code, line = describe(OSError(getattr(errno, code), "refused", "/state/evals/records.json"))
     assert exit_code == 1 and named in line and "/state/evals/records.json" in line and "aside" not in line
+
+
+@pytest.mark.slow  # starts `unmask serve` in a subprocess: about 10 s
+def test_serve_with_nothing_to_serve_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from dashboard_fixtures import free_port
+
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "serve", "--model", "no-such-model", "--port",
+                           str(free_port())], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, UNMASK_HOME=str(tmp_path / "home")))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "no-such-model" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow  # loads the two tiny models behind a local server: a few seconds
+def test_loadtest_max_tokens_beyond_the_served_context_is_refused_before_a_request_is_sent():
+    from evals.loadtest import LoadTestError
+    from flows.commands.loadtest import local_server
+    from serving_fixtures import shared_serving_registry
+
+    registry = shared_serving_registry()
+    with pytest.raises(LoadTestError) as e:
+        with local_server(["production", "fallback"], registry.tracking_uri, max_tokens=100_000,
+                          asked_tokens=100_000):
+            raise AssertionError("the load would have started")
+    assert "--max-tokens 100000" in str(e.value) and "context of" in str(e.value) and "\n" not in str(e.value)
