@@ -25,10 +25,10 @@ from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
-from registry.identity import Actor, actor_for, one_account_problem
+from registry.identity import Actor, actor_for
 from registry.integrity import trusted_chain
 # the tag readers are re-exported: callers have imported them from here
-from registry.state import _prefixed, approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
+from registry.state import approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 
@@ -140,10 +140,6 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
     if problem is not None:
         reasons.append(problem.text)
-    distinct = roles.stage(stage)
-    if not distinct.self_approval or distinct.approvals_count > 1:  # four eyes: never one OS account twice
-        one = one_account_problem(actor, stage, _accounts_acted(tags, stage, request))
-        reasons += [one] if one else []
     if request is not None and any(a.by == actor.name and a.status == "open" and a.request == request.id
                                    for a in approvals_from_tags(tags, stage)):
         reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
@@ -161,19 +157,6 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
-
-
-def _accounts_acted(tags: Mapping[str, str], stage: str, request: PromotionRequest | None) -> dict[str, str]:
-    """{what was done for this promotion: the OS account that did it} (see `identity.one_account_problem`)."""
-    acted = {"registered its evidence": tags.get(model_tag("evaluated_account"), "")}
-    if request is not None:
-        raw = _prefixed(tags, model_tag(f"requests.{stage}."))
-        acted["requested this promotion"] = next((str(r.get("account", "")) for r in raw if r.get("id") == request.id),
-                                                 "")
-        approved = {str(a.get("account", "")) for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
-                    if a.get("request") == request.id and a.get("status") == "open"}
-        acted |= {f"approved this request ({n})": a for n, a in enumerate(sorted(approved - {""}), 1)}
-    return acted
 
 
 def close(registry: Registry, model: str, version: str, approval: Approval, status: str, actor: Actor | str,

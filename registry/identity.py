@@ -7,16 +7,15 @@ it must equal the identity, and a mismatch is refused and audited (`refuse_claim
 Code that calls the registry directly (flows, tests, fixtures) may name the actor; on an authenticated
 server that name must still be the authenticated user, because the server checks the password behind
 it. On the embedded SQLite store there is no password to check: whoever can run unmask can write the
-file, so the OS account of the real uid (the password database, not `$LOGNAME`/`$USER`, which anyone can
-set) is the identity and a named actor is taken as given, but carries the OS account that typed it
-(`Actor.account`): where roles need distinct people, one OS account cannot be two of them
-(`one_account_problem`). A user name is recorded as `mlflow-basic-auth` only when the server really
+file, so the OS user is the identity and a named actor is taken as given; every actor also records the
+OS account of the real uid behind it (`Actor.account`, from the password database). A user name is recorded as `mlflow-basic-auth` only when the server really
 authenticated it (its basic-auth `users/current` endpoint answered with that user).
 """
 
 from __future__ import annotations
 
 import base64
+import getpass
 import json
 import os
 import pwd
@@ -101,8 +100,7 @@ def current_actor(tracking_uri: str) -> Actor:
     user = authenticated_user(tracking_uri)
     if user:
         return Actor(user, socket.gethostname(), MLFLOW_USER, os_account())
-    account = os_account()
-    return Actor(account, socket.gethostname(), OS_USER, account)
+    return Actor(getpass.getuser(), socket.gethostname(), OS_USER, os_account())
 
 
 def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
@@ -119,23 +117,6 @@ def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
     if isinstance(who, Actor):
         return who
     return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED, os_account())
-
-
-def one_account_problem(actor: Actor, stage: str, acted: dict[str, str]) -> str | None:
-    """Why `actor` may not also act where `stage` needs distinct people, or None.
-
-    Without an authenticated server a name is only typed: the person is the OS account behind it. `acted`:
-    {what was done (e.g. "requested this promotion"): the OS account that did it}.
-    """
-    if actor.source == MLFLOW_USER:
-        return None
-    account = actor.account or actor.name
-    done = [what for what, by in acted.items() if by and by == account]
-    if not done:
-        return None
-    return (f"{stage} needs distinct people, and on a store without an authenticated server a person is an OS "
-            f"account: {account!r} (acting as {actor.name!r}) already {' and '.join(done)}; approve as another OS "
-            "account, or through `mlflow server --app-name basic-auth` (docs/governance.md)")
 
 
 def claimed_actor(registry: "Registry", claimed: str | None, flag: str, action: str, stage: str = "", model: str = "",
