@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import getpass
 import socket
+
+from registry.identity import os_account
 import threading
 
 import pytest
@@ -130,7 +132,8 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     again = rollback("production", who="oncall", registry=reg)
     assert again.to_holder == ("tiny-ar", "1") and again.evidence == {
         "kind": "rollback", "target": "fallback", "actor": {"by": "oncall", "host": socket.gethostname(),
-                                                             "identity": "named-by-caller"}}
+                                                             "identity": "named-by-caller",
+                                                             "account": os_account()}}
     assert "production" not in reg.aliases_of("tiny-llada")
     assert reg.aliases_of("tiny-ar") == {"fallback": "1", "production": "1"}
     moves = read.audit_events(stage="production", event="alias_move", registry=reg)
