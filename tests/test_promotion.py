@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import getpass
 import socket
-
-from registry.identity import os_account
 import threading
 
 import pytest
 
 import registry.promotion as promotion
 import registry.read as read
+from registry.identity import os_account
 from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, sign_off, stage_holder
 from tests.gate_fixtures import evidence, fast_llada, fresh_registry, record, register_pair
 
