@@ -59,6 +59,10 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         raise DossierError(f"{model} version {version} has no evaluation yet: no evidence run "
                            f"({model_tag('evidence_run')} tag), so there are no records, gates or checklists to "
                            f"report; evaluate it first (unmask run, or unmask eval --model {model})")
+    chain = audit.verify(registry)  # a dossier is decision material: never built on a trail that does not verify
+    if not chain.ok:
+        raise DossierError(f"{model} version {version}: no dossier is built on an audit trail that does not verify: "
+                           f"{chain.summary()}")
     evidence = load_evidence(registry, model, version)  # EvidenceTampered (a RegistryError) on forged evidence
     if not evidence.records:
         raise DossierError(f"{model} version {version} has no evaluation records in its evidence run "
@@ -84,7 +88,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         "gates": gates,
         "not_judged": [s for s, r in reports.items() if not r],
         "checklists": {s: _checklist(registry, model, version, s, r) for s, r in reports.items() if r},
-        "decisions": _decisions(registry, model, version),
+        "decisions": _decisions(registry, model, version, chain),
     }
     content["limitations"] = _limitations(content, evidence)
     return content
@@ -268,13 +272,11 @@ def _checklist(registry: Registry, model: str, version: str, stage: str, report:
 
 
 # decisions -----------------------------------------------------------------------------------------------
-def _decisions(registry: Registry, model: str, version: str) -> dict[str, Any]:
+def _decisions(registry: Registry, model: str, version: str, chain: audit.ChainReport) -> dict[str, Any]:
     events = [e for e in audit.events(registry, model=model) if e.event in DECISION_EVENTS]
-    try:
-        report = audit.verify(registry)
-        verification = {"status": report.status, "detail": report.summary()}
-    except Exception as e:  # noqa: BLE001 - whatever the check raises is the status the board must see
-        verification = {"status": "verification failed", "detail": f"{type(e).__name__}: {e}"}
+    verification = {"status": chain.status, "detail": chain.summary(),
+                    # the signed chain head this dossier was built on: `unmask audit --verify --anchor DOSSIER`
+                    "anchor": chain.anchor}
     return {"events": [e.to_dict() | {"this_version": e.version == version or e.to_ref == f"{model}@{version}"
                                       or e.from_ref == f"{model}@{version}"} for e in events],
             "verification": verification}
