@@ -17,9 +17,10 @@ from registry.tracking import load_evidence
 
 
 def decision_lines(registry: Registry, policy: Policy, models: list[str] | None = None,
-                   stages: tuple[str, ...] = STAGE_ALIASES) -> list[DecisionLine]:
+                   stages: tuple[str, ...] = STAGE_ALIASES, versions: dict[str, str] | None = None) -> list[DecisionLine]:
     """One DecisionLine per (candidate, stage), candidates in registry order, stages poc first. `models`: only
-    these (default: every registered model whose role is `candidate`); tampered evidence gets no line."""
+    these (default: every registered model whose role is `candidate`); `versions`: {model: version} instead of
+    each one's current registration; tampered evidence gets no line."""
     fallback = fallback_holder(registry)
     fallback_evidence = _evidence(registry, *fallback) if fallback else None
     production = stage_holder(registry, "production")
@@ -29,7 +30,7 @@ def decision_lines(registry: Registry, policy: Policy, models: list[str] | None 
         models = [m.name for m in registry.registered_models() if m.tags.get(model_tag("role")) == "candidate"]
     lines = []
     for model in models:
-        version = latest_registration(registry.aliases_of(model))
+        version = (versions or {}).get(model) or latest_registration(registry.aliases_of(model))
         evidence = _evidence(registry, model, version) if version else None
         if evidence is None:
             continue
