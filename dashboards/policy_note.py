@@ -24,7 +24,7 @@ def show_policy(uri: str) -> None:
                                                           zip(group.model, group.version, group.stage))
              for (path, sha), group in others.groupby(["policy_path", "policy_sha256"], sort=False)]
     st.warning("**Verdicts judged under a different policy** than this page's, so they may no longer hold "
-               "(judge again with `unmask gates MODEL`):\n" + "\n".join(lines), icon=":material/policy:")
+               "(judge again and record with `unmask gates MODEL --store`):\n" + "\n".join(lines), icon=":material/policy:")
 
 
 def show_demo(uri: str) -> None:

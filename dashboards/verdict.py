@@ -130,7 +130,7 @@ def _stale(reg: Registry, judged: pd.DataFrame, policy: Policy, versions: list[t
         if len(mine) and mine.policy_sha256.iloc[0] != policy.sha256:
             found.append(f"{model} v{version} was judged at {stage} under another policy (sha256 "
                          f"{mine.policy_sha256.iloc[0][:12] or 'unrecorded'}, this page: {policy.sha256[:12]}): "
-                         f"judge again with `unmask gates {model} --stage {stage}`")
+                         f"judge again and record with `unmask gates {model} --stage {stage} --store`")
         status = read.version_status(model, version, reg)
         signed = sorted(i for i, s in status["signoffs"].get(stage, {}).items() if s["stale"])
         if signed:

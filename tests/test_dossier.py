@@ -173,7 +173,7 @@ def test_a_version_evaluated_but_never_judged_is_refused(tmp_path, monkeypatch):
     done = report("tiny-llada", "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
     assert (f"tiny-llada version {version} has evaluation records but no gate report for any stage; judge it "
-            f"first (unmask gates tiny-llada --version {version})") in done.output
+            f"first (unmask gates tiny-llada --version {version} --store)") in done.output
 
 
 def test_the_load_test_section_holds_the_serving_records_of_the_version_and_of_the_fallback(tmp_path, monkeypatch):

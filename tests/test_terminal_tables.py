@@ -166,7 +166,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
-    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
+    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
@@ -303,3 +303,18 @@ def test_an_inconclusive_gate_that_a_load_test_settles_names_the_load_test_not_a
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
     assert "next: unmask loadtest --model tiny-llada --concurrency 16" in steps, text
     assert not any(s.startswith(("next: unmask run", "then: unmask run")) for s in steps), steps
+
+
+def test_unmask_gates_records_nothing_unless_asked_to_store(tmp_path, monkeypatch):
+    from registry.read import gate_results
+
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
+    shown = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
+    assert shown.exit_code == 0, shown.output
+    assert "recorded nowhere" in shown.output
+    assert gate_results("tiny-llada", "1", "staging", registry=reg).empty  # the dashboard's verdicts untouched
+    stored = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
+    assert stored.exit_code == 0, stored.output
+    assert not gate_results("tiny-llada", "1", "staging", registry=reg).empty

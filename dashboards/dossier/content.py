@@ -67,7 +67,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     if not any(reports.values()):
         which = f"stage {stage}" if stage else "any stage"
         raise DossierError(f"{model} version {version} has evaluation records but no gate report for {which}; "
-                           f"judge it first (unmask gates {model} --version {version}"
+                           f"judge it first (unmask gates {model} --version {version} --store"
                            + (f" --stage {stage})" if stage else ")"))
     fallback = _fallback(registry, model)
     gates = {s: _gates(r) for s, r in reports.items() if r}
