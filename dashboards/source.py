@@ -184,14 +184,15 @@ def decision_lines(uri: str, policy: str) -> list[Any]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def demo_marks(uri: str, policy: str) -> list[str]:
-    """What makes this dashboard a demonstration: a `demo: true` policy or roles file, a registry marked demo."""
+def demo_marks(uri: str, policy: str, roles_file: str) -> list[str]:
+    """What makes this dashboard a demonstration: a `demo: true` policy or roles file (`roles_file`: $UNMASK_ROLES,
+    "" for the bundled one; part of the cache key), a registry marked demo."""
     found = []
     cited = views.dashboard_policy(policy or None)
     if cited.demo:
         found.append(f"policy `{cited.path or cited.source}` is marked `demo: true`")
     try:
-        roles = load_roles()
+        roles = load_roles(roles_file or None)
     except RolesError:
         roles = None
     if roles is not None and roles.demo:
