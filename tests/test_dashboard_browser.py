@@ -169,7 +169,8 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
                 overflowing[heading] = page.evaluate(OVERFLOW_JS) + page.evaluate(DEFECTS_JS)
                 if path == "gate-board":  # the operator of a threshold is the policy's (>= shown as ≥)
                     expect(row).to_contain_text("≥")
-            narrow = browser.new_page(viewport={"width": NARROW, "height": HEIGHT})
+            narrow = browser.new_page()
+            narrow.set_viewport_size({"width": NARROW, "height": HEIGHT})
             for path, heading, _ in PAGES:  # at 800 px nothing is cut off either
                 narrow.goto(f"{url}/{path}", timeout=60_000)
                 expect(narrow.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)

@@ -318,3 +318,24 @@ def test_unmask_gates_records_nothing_unless_asked_to_store(tmp_path, monkeypatc
     stored = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
     assert stored.exit_code == 0, stored.output
     assert not gate_results("tiny-llada", "1", "staging", registry=reg).empty
+
+
+def test_help_groups_the_commands_by_task_with_plain_flag_types():
+    from flows.cli import HELP_PANELS, _register_all, app
+
+    _register_all()
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    text = shown.output
+    starts = [text.index(f"─ {panel} ─") for panel in HELP_PANELS]
+    assert starts == sorted(starts)  # evaluate, decide, serve, roll out, audit
+    for panel, names in HELP_PANELS.items():
+        block = text[text.index(f"─ {panel} ─"):].split("╰", 1)[0]
+        rows = [line[2:].split(" ", 1)[0] for line in block.splitlines()[1:]
+                if line.startswith("│ ") and line[2:3].strip()]  # not a wrapped description's next line
+        assert [r for r in rows if r] == [n for n in names if n in rows], panel
+        assert set(names) <= set(rows), panel
+    for command in (["--help"], ["run", "--help"], ["gates", "--help"], ["rollout", "start", "--help"]):
+        out = CliRunner().invoke(app, command, env={"COLUMNS": "160"}).output
+        assert "<bool>" not in out and "<str>" not in out and "<path>" not in out, command
+    assert "PATH" in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "160"}).output
