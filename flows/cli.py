@@ -116,7 +116,7 @@ HELP_PANELS = {
     "evaluate": ["run", "eval", "bench", "generate", "models", "pull", "train"],
     "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
     "serve": ["serve", "loadtest"],
-    "roll out": ["rollout", "rollback"],
+    "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
     "audit": ["audit", "nightly"],
 }
 PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
