@@ -66,7 +66,7 @@ tooltip = [alt.Tooltip("series:N", title="version"), alt.Tooltip("settings:N"), 
            alt.Tooltip("tokens per forward:N"), alt.Tooltip("tokens/s:N"), alt.Tooltip("operating for:N"),
            alt.Tooltip("point:N", title="record"), alt.Tooltip("config:N")]
 base = alt.Chart(plotted).encode(x=x, y=y)
-legend = alt.Legend(orient="bottom", columns=2, labelLimit=400)
+legend = alt.Legend(orient="bottom", columns=1, labelLimit=400)  # two columns spill out of the chart at 800 px
 series = list(dict.fromkeys(plotted.series))
 PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]  # candidates; the fallback is orange
 colours = alt.Scale(domain=series, range=[(PALETTE[i % len(PALETTE)] if not name.startswith("AR fallback")
