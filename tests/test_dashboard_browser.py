@@ -91,13 +91,14 @@ DEFECTS_JS = """
     if (box.getClientRects().length === 0) continue;
     const inner = box.querySelector('table');
     const right = box.getBoundingClientRect().right;
-    if (inner && (inner.getBoundingClientRect().right > right + 1 || box.scrollWidth > box.clientWidth + 1))
+    const clipped = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== 'visible';
+    if (inner && (inner.getBoundingClientRect().right > window.innerWidth + 1 || clipped))
       found.push(`table cut off: ${inner.getBoundingClientRect().right | 0} > ${right | 0} px: ` +
                  (box.innerText || '').trim().slice(0, 60));
   }
   for (const svg of main.querySelectorAll('.vega-embed svg')) {
     for (const t of svg.querySelectorAll('.role-axis-label text')) {
-      if (/^[-\u2212]\\d/.test(t.textContent.trim()) && /(%|rate)/i.test(svg.textContent))
+      if (/^[-\u2212]\\d/.test(t.textContent.trim()) && /rate/i.test(svg.textContent))
         found.push(`axis label below the data's range: ${t.textContent}`);
     }
   }
@@ -194,8 +195,8 @@ import streamlit as st
 
 st.title("Defects")
 st.table(pd.DataFrame({"gate": ["quality"], "required": [">= 30%"]}).set_index("gate"))  # the operator eaten
-st.table(pd.DataFrame({f"next command {i}": ["unmask sign-off tiny-llada --stage production --item monitoring-plan"]
-                       for i in range(4)}))  # too wide for 800 px
+st.table(pd.DataFrame({f"next command {i}": ["unmask-sign-off-tiny-llada--stage-production--item-monitoring-plan"]
+                       for i in range(4)}))  # unbreakable cells: too wide for 800 px
 rates = pd.DataFrame({"step": [1, 2, 3], "error rate": [0.0, 0.0, 0.0]})
 st.altair_chart(alt.Chart(rates).mark_line().encode(x="step:Q", y=alt.Y("error rate:Q", axis=alt.Axis(format="%"))))
 """
