@@ -9,6 +9,37 @@ from typing import Any
 import yaml
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names one key twice; the message names the key, its line and the first one's."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a duplicate mapping key (YAML 1.2 requires keys to be unique).
+
+    The same class as `models/yaml_text.py`'s, which the layers below read with: checklists is a leaf that
+    imports no other package. tests/test_yaml_duplicates.py holds both to the same cases."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(f"duplicate key {key!r} at line {line} (first at line {seen[key]})")
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base class says so in its own words
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load(text)`, refusing duplicate keys (DuplicateKeyError, a yaml.YAMLError)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def one_line(error: Exception) -> str:
     """A parser's message on one line (PyYAML's span several, with a caret under the offending column)."""
     return " ".join(str(error).split())
@@ -19,12 +50,14 @@ def read_yaml_file(path: Path, error: type[Exception], what: str) -> tuple[Any, 
     missing, a folder, not UTF-8 or not YAML."""
     try:
         raw = path.read_bytes()
-        return yaml.safe_load(raw.decode("utf-8")), raw
+        return load_yaml(raw.decode("utf-8")), raw
     except FileNotFoundError:
         raise error(f"{path}: {what} file not found") from None
     except IsADirectoryError:
         raise error(f"{path}: is a folder, not a {what} file") from None
     except UnicodeDecodeError as e:
         raise error(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except DuplicateKeyError as e:
+        raise error(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise error(f"{path}: not valid YAML: {one_line(e)}") from None

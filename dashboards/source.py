@@ -13,6 +13,7 @@ import streamlit as st
 
 import registry.decision as decision
 import registry.read as read
+import registry.links as links
 import registry.views as views
 from dashboards import verdict
 from gates.roles import RolesError, load_roles
@@ -147,7 +148,7 @@ def regression_findings(uri: str) -> pd.DataFrame:
 
 
 def mlflow_ui_command(uri: str) -> str:
-    return views.mlflow_ui_command(_registry(uri).tracking_uri)
+    return links.mlflow_ui_command(_registry(uri).tracking_uri)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

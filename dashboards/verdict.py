@@ -16,7 +16,7 @@ import pandas as pd
 
 import registry.read as read
 import registry.views as views
-from flows.commands.next_steps import names_version, next_steps
+from gates.next_steps import names_version, next_steps
 from gates.policy import Policy
 from registry import STAGE_ALIASES, Registry
 

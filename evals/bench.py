@@ -17,10 +17,9 @@ from typing import Any, Callable
 import torch
 
 from evals.measure import PeakMemory
-from evals.quality import left_pad, padding_id
 from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
-from sampler.decode import decode
+from sampler.decode import decode_prompts
 
 BENCH_TASKS = ("arith", "sort")  # the short task and the long one
 # The metric reported per task: graded where the task has a graded one, so a small loss shows.
@@ -192,23 +191,19 @@ class BenchReport:
 
 @dataclass
 class Prompts:
-    """One task's held-out items, encoded and left-padded into a single batch."""
+    """One task's held-out items and their token ids (unpadded: `decode_prompts` pads each decode call)."""
 
     task: str
     items: list
-    ids: torch.Tensor
-    mask: torch.Tensor | None
+    ids: list[list[int]]
 
 
 def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
     """`setup.prompts` test-split items of each task, the same for every variant."""
     batches = []
-    pad = padding_id(loaded)
-    device = next(loaded.model.parameters()).device
     for task in setup.tasks:
         items = make_split(get_task(task), "test", setup.prompts, seed=setup.seed)
-        ids, mask = left_pad([loaded.encode(i.prompt) for i in items], pad)
-        batches.append(Prompts(task, items, ids.to(device), None if mask is None else mask.to(device)))
+        batches.append(Prompts(task, items, [loaded.encode(i.prompt) for i in items]))
     return batches
 
 
@@ -235,15 +230,9 @@ class VariantRun:
         """Per task, the outputs of its prompts decoded `variant.batch_size` at a time (default: all at once)."""
         outputs = []
         for b in self.batches:
-            ids, mask = b.ids[rows], None if b.mask is None else b.mask[rows]
-            size = self.batch
-            chunks = []
-            for i in range(0, ids.shape[0], size):
-                chunk_ids, chunk_mask = ids[i : i + size], None if mask is None else mask[i : i + size]
-                if size == 1 and chunk_mask is not None:  # a prompt alone needs no padding
-                    chunk_ids, chunk_mask = chunk_ids[:, chunk_mask[0].bool()], None
-                chunks.append(decode(self.loaded, chunk_ids, self.config, attention_mask=chunk_mask))
-            outputs.append(chunks)
+            ids, size = b.ids[rows], self.batch
+            outputs.append([decode_prompts(self.loaded, ids[i : i + size], self.config)
+                            for i in range(0, len(ids), size)])
         return outputs
 
     def warm_up(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from evals.records import LicenseResult
+from models.unique_keys import load_yaml
 
 POLICY_PATH = Path(__file__).resolve().parent / "license_policy.yaml"
 TIERS = ("permitted", "caution", "restricted")
@@ -58,7 +59,7 @@ def load_policy(path: str | Path | None = None) -> LicensePolicy:
 @lru_cache(maxsize=8)
 def _load_policy(path: str) -> LicensePolicy:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
         raise LicensePolicyError(f"{path}: cannot read license policy ({e})") from e
     tiers = data.get("tiers") if isinstance(data, dict) else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from evals.records import ServingRecord
 ENDPOINTS = ("completions", "chat")
 MODES = ("stream+usage", "stream", "plain")  # probed in this order, first accepted wins
 MAX_ERROR_MESSAGES = 5
+MAX_REQUESTS = 10_000  # per model and level: a bounded load (100000000 once ran until killed)
+MAX_CONCURRENCY = 1_024  # requests in flight at once
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -68,13 +71,20 @@ def check_spec(spec: LoadSpec) -> None:
         raise LoadTestError(f"--concurrency: {bad[0]!r} is not a positive integer (requests in flight)")
     if not isinstance(spec.requests, int) or spec.requests < 1:
         raise LoadTestError(f"--requests: {spec.requests!r} is not a positive integer (requests per model and level)")
+    if spec.requests > MAX_REQUESTS:
+        raise LoadTestError(f"--requests: {spec.requests!r} is above the bound of {MAX_REQUESTS} per model and level")
+    if max(spec.concurrency) > MAX_CONCURRENCY:
+        raise LoadTestError(f"--concurrency: {max(spec.concurrency)!r} is above the bound of {MAX_CONCURRENCY} "
+                            f"requests in flight")
     if spec.duration_s is not None and not spec.duration_s > 0:
         raise LoadTestError(f"--duration: {spec.duration_s!r} is not a positive number of seconds")
     if spec.max_tokens is not None and spec.max_tokens < 1:
         raise LoadTestError(f"--max-tokens: {spec.max_tokens!r} is not a positive integer")
     if spec.endpoint not in ENDPOINTS:
         raise LoadTestError(f"--endpoint: {spec.endpoint!r}; expected one of {', '.join(ENDPOINTS)}")
-    if not spec.timeout_s > 0:
+    if spec.duration_s is not None and not math.isfinite(spec.duration_s):
+        raise LoadTestError(f"--duration: {spec.duration_s!r} is not a finite number of seconds")
+    if not spec.timeout_s > 0 or not math.isfinite(spec.timeout_s):
         raise LoadTestError(f"--timeout: {spec.timeout_s!r} is not a positive number of seconds")
 
 

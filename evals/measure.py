@@ -17,11 +17,8 @@ import numpy as np
 import torch
 
 from evals.fingerprint import output_hash
-from evals.quality import left_pad, padding_id
+from sampler.decode import decode_prompts
 
-# A decoder maps left-padded prompts `(batch, prompt_len)` and their attention mask (or None) to
-# a GenerateOutput: the diffusion sampler or the autoregressive one, already bound to a config.
-Decoder = Callable[[torch.Tensor, "torch.Tensor | None"], Any]
 MAX_ERROR_MESSAGES = 5
 
 
@@ -41,16 +38,6 @@ class FirstBlockClock:
         now = self.clock()
         if self.at is None and info.block == 0 and info.block_done:
             self.at = now
-
-
-def decoder_for(handle: Any, config: Any) -> Decoder:
-    """Bind a model handle to the decoder of its kind (sampler.decode.decode) and `config`; keyword
-    options (`on_step`) go to the decoder."""
-    from sampler.decode import decode
-
-    return lambda ids, mask, **options: decode(handle, ids, config, attention_mask=mask, **options)
-
-
 
 
 class PeakMemory:
@@ -182,15 +169,12 @@ def measure(
         raise ValueError("measure: no prompts to decode")
     if batch_size < 1:
         raise ValueError(f"measure: batch_size must be >= 1, got {batch_size}")
-    pad_id = padding_id(loaded)
-    decode = decoder_for(loaded, config)
 
     def run_one(index: int, prompt: list[int]) -> RequestResult:
-        ids = torch.tensor([prompt], dtype=torch.long, device=device)
         clock = FirstBlockClock()
         start = time.perf_counter()
         try:
-            out = decode(ids, None, on_step=clock)
+            out = decode_prompts(loaded, [prompt], config, on_step=clock)
             if str(device).startswith("cuda"):
                 torch.cuda.synchronize()
         except Exception as e:  # NaN logits, shape errors, OOM: counted, never fatal to the run
@@ -219,22 +203,21 @@ def measure(
             measurement.throughput_items_per_s = done / busy if busy > 0 else None
         else:
             measurement.throughput_items_per_s, measurement.batch_errors = throughput(
-                decode, pool, batch_size, pad_id, device)
+                loaded, config, pool, batch_size, device)
     measurement.peak_mem_mb = memory.peak_mb
     return measurement
 
 
-def throughput(decode: Decoder, prompts: list[list[int]], batch_size: int, pad_id: int,
+def throughput(loaded: Any, config: Any, prompts: list[list[int]], batch_size: int,
                device: str | torch.device = "cpu") -> tuple[float | None, list[str]]:
-    """Items per second decoding `prompts` in left-padded batches; failed batches count as errors."""
+    """Items per second decoding `prompts` in left-padded batches (`decode_prompts`); failed batches count as
+    errors."""
     done, busy, errors = 0, 0.0, []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        ids, mask = left_pad(chunk, pad_id)
-        ids, mask = ids.to(device), None if mask is None else mask.to(device)
         t0 = time.perf_counter()
         try:
-            decode(ids, mask)
+            decode_prompts(loaded, chunk, config)
             if str(device).startswith("cuda"):
                 torch.cuda.synchronize()
         except Exception as e:

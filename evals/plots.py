@@ -12,7 +12,7 @@ LABEL_KEYS = {"steps": "s", "block_length": "b", "parallel": "", "parallel_thres
 VANILLA = {"parallel": "top_k", "cache": "none", "speculative_draft": 0, "early_exit": "none", "backend": "torch"}
 
 
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+def quality_latency_front(points: list[tuple[float, float]]) -> list[int]:
     """Indices of the points no other point beats on both lower latency (x) and higher quality (y)."""
     order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
     front, best = [], float("-inf")
@@ -63,7 +63,7 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
             for r, x, y in zip(mine, xs, ys):
                 ax.scatter([x], [y], marker="o" if r.valid is not False else "x", color="tab:blue" if r.valid is not False else "tab:red")
                 ax.annotate(point_label(r), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points", rotation=20)
-            front = [i for i in pareto_front(list(zip(xs, ys))) if mine[i].valid is not False]
+            front = [i for i in quality_latency_front(list(zip(xs, ys))) if mine[i].valid is not False]
             if front:
                 ax.step([xs[i] for i in front], [ys[i] for i in front], where="post", color="tab:blue", alpha=0.6,
                         label="Pareto front")

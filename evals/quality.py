@@ -5,12 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-
 from evals.tasks import TASKS, TaskItem, score
 from evals.tasks.gsm8k import GSM8KTask
 from sampler import SamplerConfig
-from sampler.decode import decode
+from sampler.decode import decode_prompts
 
 
 def metrics_of(task: str) -> tuple[str, ...]:
@@ -19,22 +17,6 @@ def metrics_of(task: str) -> tuple[str, ...]:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: gsm8k, {', '.join(TASKS)}")
     return TASKS[task].metrics
-
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`(batch, longest)` ids and attention mask; the mask is None when no row needs padding."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = 1
-    return ids, (None if bool(mask.all()) else mask)
-
-
-def padding_id(loaded: Any) -> int:
-    """The id that left-pads a batch: the model's pad, else its EOS, else 0 (masked out either way)."""
-    return next((i for i in (loaded.pad_id, loaded.eos_id) if i is not None), 0)
 
 
 def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
@@ -63,14 +45,12 @@ def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, ba
     config = config.with_(**loaded.sampler_ids())
     encoded = [loaded.encode(i.prompt) for i in items]
     order = sorted(range(len(items)), key=lambda j: len(encoded[j]))
-    device = next(loaded.model.parameters()).device
     responses: dict[int, str] = {}
     nfe = 0
     start = time.perf_counter()
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
-        ids, mask = left_pad([encoded[j] for j in chunk], padding_id(loaded))
-        out = decode(loaded, ids.to(device), config, attention_mask=None if mask is None else mask.to(device))
+        out = decode_prompts(loaded, [encoded[j] for j in chunk], config)
         nfe += out.nfe
         for j, row in zip(chunk, out.generated.tolist()):
             responses[j] = loaded.response_text(row)

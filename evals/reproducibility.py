@@ -19,22 +19,22 @@ from typing import Any
 import torch
 
 from evals.fingerprint import environment_fingerprint, output_hash
-from evals.measure import decoder_for, describe_error
-from evals.quality import left_pad, padding_id
+from evals.measure import describe_error
 from evals.records import ReproducibilityResult
+from sampler.decode import decode_prompts
 
 # Fingerprint keys that may differ between two processes without saying anything about the output.
 VOLATILE_KEYS = {"executable"}
 
 
 def decode_alone(loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu") -> tuple[list[list[int] | None], list[str]]:
-    """(outputs, errors): each prompt decoded on its own; a failed prompt gives None and an error message."""
-    decode = decoder_for(loaded, config)
+    """(outputs, errors): each prompt decoded on its own; a failed prompt gives None and an error message.
+    The prompts decode on the model's device (`device` is where it was loaded)."""
     outputs: list[list[int] | None] = []
     errors: list[str] = []
     for i, prompt in enumerate(prompts):
         try:
-            out = decode(torch.tensor([prompt], dtype=torch.long, device=device), None)
+            out = decode_prompts(loaded, [prompt], config)
             outputs.append(out.sequences[0, out.prompt_length :].tolist())
         except Exception as e:
             outputs.append(None)
@@ -44,11 +44,8 @@ def decode_alone(loaded: Any, config: Any, prompts: list[list[int]], device: str
 
 def decode_batched(loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu") -> list[list[int]] | str:
     """All prompts in one left-padded batch; the error message if the batch failed."""
-    pad = padding_id(loaded)
-    ids, mask = left_pad(prompts, pad)
-    ids, mask = ids.to(device), None if mask is None else mask.to(device)
     try:
-        out = decoder_for(loaded, config)(ids, mask)
+        out = decode_prompts(loaded, prompts, config)
     except Exception as e:
         return describe_error(e)
     return out.sequences[:, out.prompt_length :].tolist()

@@ -30,6 +30,11 @@ import yaml
 from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
+from models.catalog import CatalogError, load_catalog
+from models.loading import DEVICE_PATTERN, DTYPES, WEIGHTS_DIR
+from sampler.config import SamplerConfig
+from models.state import TOKEN
+from models.unique_keys import DuplicateKeyError, load_yaml
 
 TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
@@ -84,12 +89,17 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except DuplicateKeyError as e:
+        raise SweepError(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
-    return parse_sweep(data, source=str(path))
+    spec = parse_sweep(data, source=str(path))
+    for i, ref in enumerate(spec.models):  # last: a file's keys are named first, then what its models point at
+        check_model_ref(ref, lambda key, expected: SweepError(f"{path}: key '{key}' {expected}"), f"models[{i}]")
+    return spec
 
 
 def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
@@ -125,12 +135,18 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
                 raise fail(f"{where}.{key}", f"is not a SamplerConfig setting; known: {', '.join(sorted(known))}")
             if not isinstance(values, list) or not values:
                 raise fail(f"{where}.{key}", f"must be a non-empty list of values, got {values!r}")
+    _check_steps_within_canvas(base, grids, grid, fail)
     measure = {"warmup": 1, "batch_size": 4} | (data.get("measure") or {})
     for key, value in measure.items():
         if key not in MEASURE_KEYS:
             raise fail(f"measure.{key}", f"is not a measure setting; known: {', '.join(MEASURE_KEYS)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
             raise fail(f"measure.{key}", f"must be a {'non-negative' if key == 'warmup' else 'positive'} integer, got {value!r}")
+    device, dtype = str(data.get("device", "cpu")), str(data.get("dtype", "float32"))
+    if not DEVICE_PATTERN.match(device):
+        raise fail("device", f"must be cpu, cuda, cuda:N or mps, got {data['device']!r}")
+    if dtype not in DTYPES:
+        raise fail("dtype", f"must be one of {', '.join(DTYPES)}, got {data['dtype']!r}")
     threads = data.get("threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise fail("threads", f"must be a positive integer, got {threads!r}")
@@ -138,12 +154,44 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
     if not isinstance(name, str):
         raise fail("name", f"must be a string, got {name!r}")
     spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
-                     device=str(data.get("device", "cpu")), dtype=str(data.get("dtype", "float32")), threads=threads,
+                     device=device, dtype=dtype, threads=threads,
                      source=source)
     if not valid_points(spec, tasks[0]):
         raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
                          f"first problem: {point_problems(spec, tasks[0])[0]}")
     return spec
+
+
+def check_model_ref(ref: str, fail, key: str = "model") -> None:
+    """A model folder (with its config.json), a bundled id or a catalog id; never a path that leads elsewhere."""
+    folder = Path(ref).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise fail(key, f"is {ref!r}, a folder without config.json: not a model folder")
+        return
+    if not TOKEN.fullmatch(ref):
+        raise fail(key, f"is {ref!r}: neither a model folder nor a model id (an id is letters, digits, '.', '_', '-')")
+    if (WEIGHTS_DIR / ref).is_dir():
+        return
+    try:
+        known = ref in load_catalog()
+    except CatalogError:
+        known = False
+    if not known:
+        bundled = sorted(p.name for p in WEIGHTS_DIR.iterdir() if p.is_dir())
+        raise fail(key, f"is {ref!r}: no such folder, bundled model ({', '.join(bundled)}) or catalog id")
+
+
+def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail) -> None:
+    """`steps` above `gen_length` asks for more model calls than there are tokens to unmask: refused by key."""
+    for i, part in enumerate(grids or [{}]):
+        where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
+        steps = [(f"{where}.steps", s) for s in part["steps"]] if "steps" in part else [("base.steps", base.get("steps"))]
+        lengths = part.get("gen_length") or [base.get("gen_length", SamplerConfig.gen_length)]
+        longest = max((g for g in lengths if isinstance(g, int) and not isinstance(g, bool)), default=None)
+        for key, value in steps:
+            if isinstance(value, int) and not isinstance(value, bool) and longest is not None and value > longest:
+                raise fail(key, f"is {value}, above gen_length {longest}: a step unmasks at least one token")
 
 
 def expect_list(value: Any, key: str, fail) -> list[Any]:
@@ -277,7 +325,7 @@ def with_items(sweep: str | Path, items: Callable[[str], int]) -> str:
     from models.state import state_dir
 
     load_sweep(sweep)  # a broken sweep is named as the file it is, not as the copy
-    data = yaml.safe_load(Path(sweep).read_text(encoding="utf-8"))
+    data = load_yaml(Path(sweep).read_text(encoding="utf-8"))
     changed = False
     data["tasks"] = [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]
     for spec in data["tasks"]:

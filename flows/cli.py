@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
 
@@ -88,6 +89,7 @@ def root(ctx: typer.Context,
          debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
     ctx.meta["unmask.debug"] = debug
+    check_environment()  # a variable naming nothing usable is one line, before any command runs
 
 
 # One line per command module; each module defines `register(app)`.
@@ -182,7 +184,11 @@ def stop_on_sigterm() -> None:
 
 def main() -> None:
     stop_on_sigterm()
-    configure_environment()
+    try:
+        configure_environment()
+    except ValueError as e:  # $UNMASK_HOME that cannot be a folder: models.state says which and why
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
     _register_all()
     app(prog_name="unmask")
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from registry import Registry, RegistryError, resolve_tracking_uri
+from registry.dossiers import DossierRef, attach_dossier, dossier_location, log_dossier
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_S = 600
@@ -24,8 +26,6 @@ class DossierFailed(RuntimeError):
 def build_dossier(model: str, out: str | Path, version: str | None = None, stage: str | None = None,
                   tracking_uri: str | None = None, pdf: bool = True) -> dict[str, Any]:
     """Run the builder; {model, version, html, pdf, sha256} of the files it wrote under `out`."""
-    from registry import resolve_tracking_uri
-
     command = [sys.executable, "-m", "dashboards.dossier", model, "--out", str(Path(out).resolve())]
     command += ["--version", version] if version else []
     command += ["--stage", stage] if stage else []
@@ -47,9 +47,6 @@ def build_dossier(model: str, out: str | Path, version: str | None = None, stage
 def report(model: str, out: str | Path, version: str | None = None, stage: str | None = None,
            tracking_uri: str | None = None, pdf: bool = True) -> tuple[dict[str, Any], Any]:
     """Build the dossier and log it on the version's evidence run; (built files, `DossierRef`)."""
-    from registry import Registry
-    from registry.dossiers import log_dossier
-
     built = build_dossier(model, out, version, stage, tracking_uri, pdf)
     ref = log_dossier(Registry(tracking_uri), built["model"], built["version"], built["html"], built["pdf"] or None,
                       built["sha256"])
@@ -64,9 +61,6 @@ def dossier_for_approval(model: str, version: str, stage: str, tracking_uri: str
     block the promotion (the gates and checklist decide that), and the reason is kept instead.
     """
     import tempfile
-
-    from registry import Registry, RegistryError
-    from registry.dossiers import dossier_location
 
     with tempfile.TemporaryDirectory(prefix="unmask-dossier-") as out:
         try:
@@ -83,9 +77,6 @@ def dossier_for_approval(model: str, version: str, stage: str, tracking_uri: str
 
 def attach_to_move(audit_run_id: str, dossier: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     """Copy the dossier the approver was shown into the move's audit run; what was attached, or {error}."""
-    from registry import Registry, RegistryError
-    from registry.dossiers import DossierRef, attach_dossier
-
     if "ref" not in dossier:
         return dossier
     try:

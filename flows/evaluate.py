@@ -15,13 +15,14 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
-from checklists import STAGES
 from evals.sweep import default_sweep_path
 from flows import tasks
+from flows.outcome import CandidateOutcome
 from flows.progress import report
 from flows.runners import RunnerKind, make_task_runner
 from gates.promotion import PromotionDecision
-from registry.views import mlflow_ui_command
+from gates.stages import qualified_stage
+from registry.links import mlflow_ui_command, run_link
 
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
@@ -45,28 +46,6 @@ class RegistryUnreachable(RuntimeError):
 def slug(name: str) -> str:
     """An artifact key part: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
-
-
-def mlflow_run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
-def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
-    """The highest stage whose gates all passed, every stage below it passed too."""
-    reached = None
-    for stage in STAGES:
-        if stage not in verdicts or not verdicts[stage].gates_passed:
-            break
-        reached = stage
-    return reached
-
-
-def next_stage(stage: str | None) -> str | None:
-    if stage is None:
-        return STAGES[0]
-    index = STAGES.index(stage) + 1
-    return STAGES[index] if index < len(STAGES) else None
 
 
 def measure_all(plan: tasks.SweepPlan, remeasure: bool) -> tuple[list[dict], list[str], int]:
@@ -124,18 +103,17 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     report("stage", candidate=prepared.candidate, step="logging to MLflow")
     logged = log_or_keep(evidence, tracking_uri, options)
     verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
-    outcome = {
-        "candidate": prepared.candidate, "ref": model_id, "role": prepared.role, "kind": prepared.kind,
-        "version": logged["version"], "weights_sha256": prepared.weights_sha256, "points": len(plan.points),
-        "cached": cached, "failures": failures,
-        "verdicts": {stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
-        "qualified": qualified_stage(verdicts),
-        "mlflow_run": mlflow_run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
-        "evidence_run_id": logged["evidence_run_id"], "evidence_reused": logged["reused"], "tracking_uri": tracking_uri,
-        "files": files,
-    }
+    outcome = CandidateOutcome(
+        candidate=prepared.candidate, ref=model_id, role=prepared.role, kind=prepared.kind,
+        version=logged["version"], weights_sha256=prepared.weights_sha256, points=len(plan.points),
+        cached=cached, failures=failures,
+        verdicts={stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
+        qualified=qualified_stage(verdicts),
+        mlflow_run=run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
+        evidence_run_id=logged["evidence_run_id"], evidence_reused=logged["reused"], tracking_uri=tracking_uri,
+        files=files)
     publish_candidate(outcome, verdicts)
-    return outcome
+    return outcome.to_dict()  # plain data across the flow boundary
 
 
 def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:
@@ -161,25 +139,26 @@ def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]
             for stage, verdict in verdicts.items() for g in verdict.gate_results]
 
 
-def summary_markdown(outcome: dict[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
+def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
     from gates.evaluate import gate_report_markdown
 
-    lines = [f"# {outcome['candidate']} v{outcome['version']}", "",
-             f"- qualifies for: **{outcome['qualified'] or 'no stage yet'}**",
-             f"- MLflow evidence run: [{outcome['evidence_run_id']}]({outcome['mlflow_run']}) "
-             f"(`{mlflow_ui_command(outcome['tracking_uri'])}`)",
-             f"- weights sha256: `{outcome['weights_sha256'][:16]}`",
-             f"- sweep points: {outcome['points']} ({outcome['cached']} from cache)"
-             + ("; evidence unchanged, so the registered run is kept" if outcome["evidence_reused"] else "")]
-    lines += [f"- failed point: {f}" for f in outcome["failures"]]
+    outcome = CandidateOutcome.of(outcome)
+    lines = [f"# {outcome.candidate} v{outcome.version}", "",
+             f"- qualifies for: **{outcome.qualified or 'no stage yet'}**",
+             f"- MLflow evidence run: [{outcome.evidence_run_id}]({outcome.mlflow_run}) "
+             f"(`{mlflow_ui_command(outcome.tracking_uri)}`)",
+             f"- weights sha256: `{outcome.weights_sha256[:16]}`",
+             f"- sweep points: {outcome.points} ({outcome.cached} from cache)"
+             + ("; evidence unchanged, so the registered run is kept" if outcome.evidence_reused else "")]
+    lines += [f"- failed point: {f}" for f in outcome.failures]
     for stage, verdict in verdicts.items():
         lines += ["", gate_report_markdown(list(verdict.gate_results), f"{stage} gates").replace("# ", "## ", 1)]
     return "\n".join(lines) + "\n"
 
 
-def publish_candidate(outcome: dict[str, Any], verdicts: Mapping[str, PromotionDecision]) -> None:
-    key = slug(outcome["candidate"])
+def publish_candidate(outcome: CandidateOutcome, verdicts: Mapping[str, PromotionDecision]) -> None:
+    key = slug(outcome.candidate)
     create_table_artifact(gate_rows(verdicts), key=f"gates-{key}",
-                          description=f"Gate results of {outcome['candidate']} v{outcome['version']}")
+                          description=f"Gate results of {outcome.candidate} v{outcome.version}")
     create_markdown_artifact(summary_markdown(outcome, verdicts), key=f"evaluation-{key}",
-                             description=f"Evaluation of {outcome['candidate']}")
+                             description=f"Evaluation of {outcome.candidate}")

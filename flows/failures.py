@@ -8,6 +8,7 @@ traceback in `<state>/logs/errors.log` (or on the terminal with `unmask --debug`
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import sqlite3
 import traceback
@@ -55,6 +56,13 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
     if "readonly database" in text or "read-only" in text and "database" in text:
         return 1, (f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
                    f"UNMASK_HOME to a writable folder")
+    if "database or disk is full" in text or "no space left on device" in text \
+            or any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain):
+        return 1, (f"the disk holding {_full_path(chain) or _store()} is full; free some space (or set UNMASK_HOME to "
+                   f"a folder on another disk) and run again: the store was left as it was, nothing is lost")
+    if "read-only file system" in text or any(isinstance(e, OSError) and e.errno == errno.EROFS for e in chain):
+        return 1, (f"{_full_path(chain) or _store()} is on a read-only file system; remount it writable or set "
+                   f"UNMASK_HOME to a writable folder: the store was left as it was")
     if "disk i/o error" in text:  # SQLite's word for a write the file system refused (immutable, full disk)
         return 1, (f"the MLflow store {_store()} cannot be written (read-only, or the disk is full); make the file "
                    f"and its folder writable, free some space, or set UNMASK_HOME to a writable folder")
@@ -84,6 +92,11 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
     if isinstance(exc, MemoryError):
         return 1, "out of memory; use a smaller input, model or batch"
     return 1, f"unexpected {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _full_path(chain: list[BaseException]) -> str:
+    """The file an OSError in the chain names, if any."""
+    return next((str(e.filename) for e in chain if isinstance(e, OSError) and e.filename), "")
 
 
 def _joined(exc: BaseException | None) -> str:

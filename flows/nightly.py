@@ -14,100 +14,33 @@ with its cron schedule, served by `unmask nightly serve` or listed in prefect.ya
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evals.sweep import default_sweep_path
+from checklists import STAGES
+from evals.sweep import default_sweep_path, with_items
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
-from gates.evaluate import SIGNED_KINDS, GateResult
-from gates.promotion import PromotionDecision
+from gates import load_policy
+from gates.evaluate import SIGNED_KINDS
+from gates.regression import EvidenceLevel, ProductionVerdict
+from registry import (EvidenceTampered, PromotionRefused, Registry, RegistryError, audit_events, judge,
+                      latest_registration, load_evidence, rollback)
+from registry.audit import last_settled_move
+from registry.connection import resolve_tracking_uri
+from registry.integrity import alias_drift, chain_broken, record_finding
+from registry.state import fallback_holder, stage_holder
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
 NIGHTLY_DEPLOYMENT = "nightly"
 
 
-@dataclass(frozen=True)
-class ProductionVerdict:
-    """The production holder judged against the production gates on its fresh evidence.
-
-    `thinner`: each task tonight measured on fewer items than production needs (`EvidenceLevel`); then the
-    verdict is inconclusive as a whole, whatever the gates say: a regression needs evidence as strong.
-    `signed`: the gates a sign-off decides (tooling maturity). Re-registering tonight's evidence makes the
-    sign-offs given before it stale, so such a gate fails without anything measured getting worse: it is
-    reported (`unsigned`), never a regression.
-    """
-
-    model: str
-    version: str
-    decision: PromotionDecision
-    thinner: tuple[str, ...] = ()
-    signed: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> list[GateResult]:
-        """The gates whose measurements failed (inconclusive ones and sign-offs are not failures)."""
-        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate not in self.signed]
-
-    @property
-    def unsigned(self) -> list[GateResult]:
-        return [r for r in self.decision.gate_results if r.verdict == "fail" and r.gate in self.signed]
-
-    @property
-    def inconclusive(self) -> list[GateResult]:
-        return [r for r in self.decision.gate_results if r.inconclusive]
-
-    @property
-    def regressed(self) -> bool:
-        """Whether production fails a gate on evidence at least as strong as it was promoted on."""
-        return bool(self.failed) and not self.thinner
-
-    @property
-    def undecided(self) -> bool:
-        """Whether tonight's evidence could not judge production (thinner, or an inconclusive gate)."""
-        return not self.regressed and bool(self.thinner or self.inconclusive)
-
-    def to_dict(self) -> dict[str, Any]:
-        """As the flow returns it and a finding records it: model, version, failed and inconclusive [{gate,
-        reason}], thinner [why]."""
-        return {"model": self.model, "version": self.version,
-                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
-                "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
-                "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
-                "thinner": list(self.thinner)}
-
-
-@dataclass(frozen=True)
-class EvidenceLevel:
-    """The items per task production needs: what it was promoted on, and the production policy's min_items."""
-
-    min_items: int = 0  # the production stage's data_validity floor, for every task
-    tasks: dict[str, int] = field(default_factory=dict)  # task -> items it was promoted on
-
-    def items(self, task: str) -> int:
-        return max(self.min_items, self.tasks.get(task, 0))
-
-    def shortfalls(self, records: list[Any]) -> list[str]:
-        """Each task whose freshest records hold fewer items than needed, in words."""
-        measured: dict[str, int] = {}
-        for r in records:
-            measured[r.task] = max(measured.get(r.task, 0), r.n_items)
-        needed = set(self.tasks) | set(measured)
-        return [f"{task} measured on {measured.get(task, 0)} items tonight, production needs {self.items(task)}"
-                for task in sorted(needed) if measured.get(task, 0) < self.items(task)]
-
-
 @task(name="evidence-level", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def evidence_level(tracking_uri: str, policy_path: str | None = None) -> EvidenceLevel:
     """The items per task production was promoted on (its promotion's evidence run) and the policy asks for."""
-    from gates import load_policy
-    from registry import Registry, RegistryError
-    from registry.audit import last_settled_move
-
     floor = max([g.params.get("min_items", 1) for g in load_policy(policy_path).stage("production").gates
                  if g.kind == "data_validity"] or [0])
     registry = Registry(tracking_uri)
@@ -125,21 +58,15 @@ def evidence_level(tracking_uri: str, policy_path: str | None = None) -> Evidenc
 
 def nightly_sweep(sweep: str, level: EvidenceLevel) -> str:
     """`sweep` with every task raised to the items production needs (`evals.sweep.with_items`)."""
-    from evals.sweep import with_items
-
     return with_items(sweep, level.items)
 
 
 @task(name="watch-list", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def watch_list(tracking_uri: str) -> dict[str, Any]:
     """Who holds production and fallback, every candidate, where each came from, and its last records."""
-    from registry import EvidenceTampered, Registry, latest_registration, load_evidence
-    from registry.integrity import alias_drift, record_finding
-    from registry.promotion import fallback_holder, stage_holder
-
     registry = Registry(tracking_uri)
     drift = {}  # stage -> what is wrong: reported, and the rollback below will refuse it
-    for stage in ("poc", "staging", "production"):
+    for stage in STAGES:
         if found := alias_drift(registry, stage):
             record_finding(registry, found, "nightly")
             drift[stage] = str(found)
@@ -167,8 +94,6 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
 def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]], tracking_uri: str) -> list[dict]:
     """Per model and config: accuracy and p95 now against the records it was last judged on."""
-    from registry import Registry, load_evidence
-
     registry = Registry(tracking_uri)
     rows = []
     for outcome in outcomes:
@@ -191,10 +116,6 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
                      level: EvidenceLevel | None = None) -> ProductionVerdict | None:
     """The production holder against the production gates, on its fresh evidence; None when nobody holds it.
     Evidence thinner than `level` makes the verdict inconclusive (see `ProductionVerdict.thinner`)."""
-    from gates import load_policy
-    from registry import Registry, judge, load_evidence
-    from registry.promotion import stage_holder
-
     registry = Registry(tracking_uri)
     holder = stage_holder(registry, "production")
     if holder is None:
@@ -209,25 +130,13 @@ def judge_production(tracking_uri: str, policy_path: str | None = None,
 @task(name="record-inconclusive", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def record_inconclusive(verdict: ProductionVerdict, tracking_uri: str) -> dict[str, Any]:
     """Write to the audit trail that tonight could not judge production, and why; nothing is rolled back."""
-    from registry import Registry
-    from registry.audit import AuditEvent, append
-    from registry.store import now_iso
-
-    why = "; ".join(list(verdict.thinner) + [f"{r.gate}: {r.settle}" for r in verdict.inconclusive])
-    append(Registry(tracking_uri), AuditEvent(
-        "gate_evaluation", "nightly", now_iso(), "production", verdict.model, verdict.version,
-        comment=f"inconclusive: tonight's evidence cannot judge production, nothing rolled back: {why}",
-        evidence={"kind": "inconclusive", **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
-                  "policy": verdict.decision.evidence.get("policy")}))
-    return {"rolled_back": False, "inconclusive": why}
+    audit_events.record_inconclusive(Registry(tracking_uri), verdict)
+    return {"rolled_back": False, "inconclusive": audit_events.inconclusive_words(verdict)}
 
 
 @task(name="verify-audit-chain", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def verify_audit_chain(tracking_uri: str) -> str | None:
     """The audit chain's break in words (recorded once as a finding), or None when it verifies."""
-    from registry import Registry
-    from registry.integrity import chain_broken, record_finding
-
     registry = Registry(tracking_uri)
     broken = chain_broken(registry)
     if broken is None:
@@ -240,17 +149,10 @@ def verify_audit_chain(tracking_uri: str) -> str | None:
 def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
                       policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
-    from gates import load_policy
-    from registry import PromotionRefused, Registry, rollback
-    from registry.audit import AuditEvent, append
-    from registry.store import now_iso
 
     registry = Registry(tracking_uri)
-    failed = "; ".join(f"{r.gate}: {r.reason}" for r in verdict.failed)
-    append(registry, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", verdict.model,
-                                verdict.version, comment=f"regression: production fails its gates: {failed}",
-                                evidence={"kind": "regression", "failed": verdict.to_dict()["failed"],
-                                          "policy": verdict.decision.evidence.get("policy")}))
+    failed = audit_events.regression_words(verdict)
+    audit_events.record_regression(registry, verdict)
     if not roll_back:
         return {"rolled_back": False}
     try:
@@ -265,8 +167,6 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
 def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions = EvaluationOptions(),
             rollback_on_regression: bool = True) -> dict[str, Any]:
     """Re-evaluate every registered model, compare with its last records, act on a production regression."""
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     chain = verify_audit_chain(tracking_uri)
     watched = watch_list(tracking_uri)

@@ -20,8 +20,14 @@ from prefect.runtime import flow_run
 from prefect.input import RunInput
 from pydantic import Field
 
+from flows.dossier import attach_to_move, dossier_for_approval
 from flows.evaluate import slug
 from flows.waiting import mark_waiting
+from gates import load_policy
+from gates.promotion import SETTLED_BY_AN_APPROVER
+from registry import CANDIDATE_ALIAS, Registry, judge, promote
+from registry.connection import resolve_tracking_uri
+from registry.promotion import approval_of
 
 PROMOTE_FLOW = "promote"
 
@@ -51,11 +57,6 @@ class ApprovalUnverified(RuntimeError):
 def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri: str,
                     policy_path: str | None = None) -> dict[str, Any]:
     """Judge the version against the stage (gates, checklist, stage order); approval is what remains."""
-    from gates import load_policy
-    from gates.promotion import SETTLED_BY_AN_APPROVER
-    from registry import CANDIDATE_ALIAS, Registry, judge
-    from registry.promotion import approval_of
-
     registry = Registry(tracking_uri)
     version = version or registry.aliases_of(model_id).get(CANDIDATE_ALIAS)
     if not version:
@@ -73,9 +74,6 @@ def check_promotion(model_id: str, stage: str, version: str | None, tracking_uri
 def move_alias(model_id: str, stage: str, version: str, comment: str, tracking_uri: str,
                policy_path: str | None = None) -> dict[str, Any]:
     """registry.promote: judges again (the recorded approvals) under the stage lock, moves the alias."""
-    from gates import load_policy
-    from registry import Registry, promote
-
     move = promote(model_id, stage, comment=comment, version=version, registry=Registry(tracking_uri),
                    policy=load_policy(policy_path))
     return move.to_dict()
@@ -84,8 +82,6 @@ def move_alias(model_id: str, stage: str, version: str, comment: str, tracking_u
 @task(name="prepare-dossier", cache_policy=NO_CACHE, persist_result=False)
 def prepare_dossier(model_id: str, stage: str, version: str, tracking_uri: str) -> dict[str, Any]:
     """The adoption dossier the approver is shown, built and logged on the version (flows/dossier.py)."""
-    from flows.dossier import dossier_for_approval
-
     dossier = dossier_for_approval(model_id, version, stage, tracking_uri)
     if "error" in dossier:
         get_run_logger().warning("no dossier for %s v%s: %s", model_id, version, dossier["error"])
@@ -95,8 +91,6 @@ def prepare_dossier(model_id: str, stage: str, version: str, tracking_uri: str) 
 @task(name="attach-dossier", cache_policy=NO_CACHE, persist_result=False)
 def attach_dossier(move: dict[str, Any], dossier: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     """Archive that dossier with the decision: copied into the move's audit run."""
-    from flows.dossier import attach_to_move
-
     return attach_to_move(move["audit_run_id"], dossier, tracking_uri)
 
 
@@ -104,8 +98,6 @@ def attach_dossier(move: dict[str, Any], dossier: dict[str, Any], tracking_uri: 
 def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_s: int = 24 * 3600,
                  poll_interval_s: int = 5, policy: str | None = None) -> dict[str, Any]:
     """Gates check, then wait (up to `timeout_s`) for a typed approval, then the registry moves the alias."""
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     check = check_promotion(model_id, stage, version, tracking_uri, policy)
     if check["blocking"]:

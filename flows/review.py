@@ -7,26 +7,30 @@ review of the others goes on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evals.sweep import default_sweep_path
+from evals.sweep import default_sweep_path, load_sweep, model_is_causal
 from flows import tasks
-from flows.evaluate import EvaluationOptions, evaluate_candidate, next_stage
+from flows.evaluate import EvaluationOptions, evaluate_candidate
+from flows.outcome import CandidateOutcome
 from flows.progress import report
 from flows.runners import make_task_runner
-from registry.views import mlflow_ui_command
+from gates import load_policy
+from gates.scoring import alternative, rank
+from gates.stages import next_stage
+from models.catalog import load_catalog
+from registry import Registry, load_evidence
+from registry.connection import resolve_tracking_uri
+from registry.links import mlflow_ui_command
 
 
 @task(name="order-models", cache_policy=NO_CACHE, persist_result=False)
 def fallback_first(models: list[str]) -> list[str]:
     """The models with the fallback role (catalog role, else a causal checkpoint) first, order kept."""
-    from evals.sweep import model_is_causal
-    from models.catalog import load_catalog
-
     catalog = load_catalog()
 
     def is_fallback(ref: str) -> bool:
@@ -44,10 +48,6 @@ def fallback_first(models: list[str]) -> list[str]:
 def score_candidates(versions: dict[str, str], tracking_uri: str, stage: str,
                      policy_path: str | None = None) -> dict[str, dict[str, Any]]:
     """Multi-criteria scores (gates.scoring: TOPSIS, weighted sum, Pareto) of every reviewed model at `stage`."""
-    from gates import load_policy
-    from gates.scoring import alternative, rank
-    from registry import Registry, load_evidence
-
     registry = Registry(tracking_uri)
     stage_policy = load_policy(policy_path).stage(stage)
     alternatives = [a for model, version in versions.items()
@@ -58,28 +58,29 @@ def score_candidates(versions: dict[str, str], tracking_uri: str, stage: str,
             for row in frame.to_dict(orient="records")}
 
 
-def scorecard_row(outcome: dict[str, Any], scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def scorecard_row(outcome: CandidateOutcome | Mapping[str, Any], scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One line of the scorecard: where the candidate stands and what stops it going further."""
-    if outcome.get("error"):
-        return {"candidate": outcome["candidate"], "role": outcome.get("role", ""), "version": "",
+    outcome = CandidateOutcome.of(outcome)
+    if outcome.error:
+        return {"candidate": outcome.candidate, "role": outcome.role, "version": "",
                 "qualifies": "failed",
-                "judged_at": "", "passed": 0, "failed": 0, "open": 0, "reasons": [outcome["error"]], "inconclusive": [],
+                "judged_at": "", "passed": 0, "failed": 0, "open": 0, "reasons": [outcome.error], "inconclusive": [],
                 "score": None, "rank": None,
                 "cached": "", "mlflow_run": ""}
-    target = next_stage(outcome["qualified"]) or outcome["qualified"]
-    gates = outcome["verdicts"].get(target, {}).get("gates", [])
+    target = next_stage(outcome.qualified) or outcome.qualified
+    gates = outcome.gates(target)
     failed = [f"{g['gate']}: {g['reason']}" for g in gates if verdict_of(g) == "fail"]
     # what the evidence cannot judge yet, at this stage and the ones after it, with what would settle it
-    later = list(outcome["verdicts"])[list(outcome["verdicts"]).index(target):] if target in outcome["verdicts"] else []
+    later = list(outcome.verdicts)[list(outcome.verdicts).index(target):] if target in outcome.verdicts else []
     undecided = [f"{stage} {g['gate']}: {g.get('settle') or g['reason']}" for stage in later
-                 for g in outcome["verdicts"][stage].get("gates", []) if verdict_of(g) == "inconclusive"]
-    score = scores.get(outcome["candidate"], {})
-    return {"candidate": outcome["candidate"], "role": outcome["role"], "version": outcome["version"],
-            "qualifies": outcome["qualified"] or "none", "judged_at": target,
+                 for g in outcome.gates(stage) if verdict_of(g) == "inconclusive"]
+    score = scores.get(outcome.candidate, {})
+    return {"candidate": outcome.candidate, "role": outcome.role, "version": outcome.version,
+            "qualifies": outcome.qualified or "none", "judged_at": target,
             "passed": sum(g["passed"] for g in gates), "failed": len(failed),
-            "open": sum(verdict_of(g) == "inconclusive" for g in gates), "reasons": failed + outcome["failures"],
+            "open": sum(verdict_of(g) == "inconclusive" for g in gates), "reasons": failed + outcome.failures,
             "inconclusive": undecided, "score": score.get("topsis"), "rank": score.get("rank"),
-            "cached": f"{outcome['cached']}/{outcome['points']}", "mlflow_run": outcome["mlflow_run"]}
+            "cached": f"{outcome.cached}/{outcome.points}", "mlflow_run": outcome.mlflow_run}
 
 
 def verdict_of(gate: dict[str, Any]) -> str:
@@ -87,28 +88,23 @@ def verdict_of(gate: dict[str, Any]) -> str:
     return gate.get("verdict") or ("pass" if gate["passed"] else "fail")
 
 
-def passed_stage(outcome: dict[str, Any], stage: str, ignore: set[str] | frozenset[str] = frozenset()) -> bool:
+def passed_stage(outcome: CandidateOutcome | Mapping[str, Any], stage: str,
+                 ignore: set[str] | frozenset[str] = frozenset()) -> bool:
     """Whether every gate of `stage` (but those named in `ignore`) passed in this outcome (a failed evaluation
     passes nothing)."""
-    if outcome.get("error"):
-        return False
-    gates = outcome["verdicts"].get(stage, {}).get("gates", [])
-    return bool(gates) and all(g["passed"] for g in gates if g["gate"] not in ignore)
+    return CandidateOutcome.of(outcome).passed(stage, ignore)
 
 
-def failed_outcome(model_id: str, state: Any) -> dict[str, Any]:
+def failed_outcome(model_id: str, state: Any) -> CandidateOutcome:
     error = state.result(raise_on_failure=False)
     message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(state.message)
-    return {"candidate": model_id, "ref": model_id, "error": message}
+    return CandidateOutcome.failed(model_id, message)
 
 
 @flow(name="gate-review", flow_run_name="gate review")
 def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_path()),
                 options: EvaluationOptions = EvaluationOptions(), score_stage: str = "poc") -> dict[str, Any]:
     """Evaluate the fallback and the candidates (default: the sweep's models), score and compare them."""
-    from evals.sweep import load_sweep
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     flushed = flush_kept_evidence(tracking_uri)
     models = list(models or load_sweep(sweep).models)
@@ -118,9 +114,9 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
     for model_id in fallback_first(models):
         report("candidate", candidate=model_id)
         state = evaluate(model_id, sweep, options, return_state=True)
-        outcome = state.result() if state.is_completed() else failed_outcome(model_id, state)
-        if outcome.get("error"):
-            report("failure", candidate=model_id, message=outcome["error"])
+        outcome = CandidateOutcome.of(state.result()) if state.is_completed() else failed_outcome(model_id, state)
+        if outcome.error:
+            report("failure", candidate=model_id, message=outcome.error)
         outcomes.append(outcome)
     # Hard gates filter first; scores rank the models that passed every measured gate of the stage (open
     # sign-offs keep a model from promotion, not from the ranking: "ranked on evidence").
@@ -128,11 +124,11 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
     from gates.evaluate import SIGNED_KINDS
 
     signed = {g.name for g in load_policy(options.policy).stage(score_stage).gates if g.kind in SIGNED_KINDS}
-    versions = {o["candidate"]: o["version"] for o in outcomes if passed_stage(o, score_stage, ignore=signed)}
+    versions = {o.candidate: o.version for o in outcomes if o.passed(score_stage, signed)}
     scores = score_candidates(versions, tracking_uri, score_stage, options.policy) if versions else {}
     rows = [scorecard_row(o, scores) for o in outcomes]
     publish_review(rows, tracking_uri, score_stage)
-    return {"scorecard": rows, "outcomes": outcomes, "tracking_uri": tracking_uri, "score_stage": score_stage,
+    return {"scorecard": rows, "outcomes": [o.to_dict() for o in outcomes], "tracking_uri": tracking_uri, "score_stage": score_stage,
             "flushed": flushed}
 
 

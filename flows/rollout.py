@@ -31,6 +31,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.evaluate import slug
+from gates.stages import previous_stage
 from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
                                  set_route_weights)
 
@@ -46,21 +47,13 @@ class RolloutRefused(RuntimeError):
         super().__init__(f"{action} refused: " + "; ".join(self.reasons))
 
 
-def _previous_stage(stage: str) -> str | None:
-    from checklists import STAGES
-
-    i = STAGES.index(stage) if stage in STAGES else -1
-    return STAGES[i - 1] if i > 0 else None
-
-
 def canary_gates(policy: Any, stage: str) -> set[str]:
     return {g.name for g in policy.stage(stage).gates if g.kind == "canary"}
 
 
 def start_problems(decision: Any, canary: set[str]) -> list[str]:
     """The reasons a promotion decision gives, less those of the `canary` gates (what a rollout settles)."""
-    return [r.text for r in decision.reasons
-            if not any(r.text.startswith(f"gate {name} ") for name in canary)]
+    return [r.text for r in decision.reasons if r.gate not in canary]
 
 
 # starting -----------------------------------------------------------------------------------------------
@@ -83,7 +76,7 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     rollout_policy = load_rollout_policy(routes_path)
     if serving.named(route) is None:
         raise RolloutRefused(action, [f"{routes_path}: no route {route!r}; routes: {', '.join(serving.names())}"])
-    candidate = _previous_stage(stage)
+    candidate = previous_stage(stage)
     if candidate is None:
         raise RolloutRefused(action, [f"stage {stage!r} has no stage before it whose version could be the candidate"])
     registry = Registry(tracking_uri)

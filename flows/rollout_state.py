@@ -20,10 +20,11 @@ from typing import Any
 from filelock import FileLock
 
 from evals.store import write_json_atomic
-from gates.weights import WEIGHTS_FILE, write_weights
-from gates.weights import read_weights as read_overlay
-from models.state import state_dir
+from gates.weights import WEIGHTS_FILE
+from models.state import check_token, state_dir
 from serving.request_log import read_rows
+from serving.weights_file import read_weights as read_overlay
+from serving.weights_file import write_weights
 
 ACTIVE = ("running", "paused")
 
@@ -116,6 +117,10 @@ class RolloutNotFound(LookupError):
 
 
 def load_state(rollout_id: str) -> RolloutState:
+    try:
+        check_token(rollout_id, "rollout")
+    except ValueError as e:
+        raise RolloutNotFound(str(e)) from None
     path = rollouts_dir() / f"{rollout_id}.json"
     try:
         data = json.loads(path.read_text())

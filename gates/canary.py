@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Mapping, Protocol
 
 from gates.intervals import Z95, wilson_interval
 from gates.readable import milliseconds, percent, significant
+from gates.verdict import FAIL, INCONCLUSIVE, PASS
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 P95 = 0.95
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.evaluate import SIGNED_KINDS, GateResult, operating_records, stage_verdict, wilson_interval
+from gates.evaluate import SIGNED_KINDS, GateResult, operating_records, stage_verdict
+from gates.intervals import wilson_interval
 from gates.policy import StagePolicy
 
 

@@ -264,6 +264,9 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
     for key in ("max_p95_s", "min_speedup", "max_peak_mem_mb", "max_error_rate", "aup_min") + SERVING_LIMITS:
         if key in spec and spec[key] < 0:
             raise PolicyError(f"{where}.{key}: expected a non-negative number, got {spec[key]!r}")
+    for key in ("max_error_rate", "error_rate_max"):
+        if key in spec and spec[key] > 1:
+            raise PolicyError(f"{where}.{key}: a share of requests; expected a number in [0, 1], got {spec[key]!r}")
     return GateSpec(name=name, kind=kind, params=spec, metric_threshold=threshold)
 
 
@@ -333,6 +336,11 @@ def _quality_threshold(spec: dict[str, Any], where: str) -> MetricThreshold:
     relative = spec.get("min_absolute_change") is not None or spec.get("min_relative_change") is not None
     if relative and "relative_to" not in spec:
         raise PolicyError(f"{where}.relative_to: a min change needs a baseline ({', '.join(BASELINES)})")
+    for key, low in (("threshold", 0), ("min_absolute_change", -1)):
+        value = spec.get(key)
+        if value is not None and not low <= value <= 1:
+            raise PolicyError(f"{where}.{key}: {metric} is a share of items; expected a number in [{low}, 1], got "
+                              f"{value!r}")
     rel = spec.get("min_relative_change")
     if rel is not None and not -1 <= rel <= 1:
         raise PolicyError(f"{where}.min_relative_change: expected a number in [-1, 1], got {rel!r}")

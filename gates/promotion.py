@@ -19,13 +19,13 @@ decline is terminal for the version and stage until new evidence is registered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as dataclass_fields
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from checklists import STAGES, Checklist, ChecklistStatus, checklist_status, load_checklist
-from evals.records import CandidateEvidence
+from checklists import STAGES, Checklist, ChecklistError, ChecklistStatus, checklist_status, load_checklist
+from evals.records import CandidateEvidence, EvalRecord
 from gates.evaluate import GateResult, evaluate_gates
 from gates.policy import Policy
 from gates.roles import Roles, StageRoles, load_roles
@@ -58,6 +58,7 @@ class PromotionReason:
 
     kind: ReasonKind
     text: str
+    gate: str = ""  # the gate it is about (gate and inconclusive reasons), so callers never match the text
 
     def __str__(self) -> str:
         return self.text
@@ -152,10 +153,26 @@ class PromotionDecision:
 
 
 def check_checklist_against_policy(checklist: Checklist, policy: Policy) -> list[str]:
-    """Gates a checklist names that the stage's policy does not have (a checklist/policy mismatch)."""
+    """What a checklist names that cannot exist: a gate the stage's policy does not have, a record field an
+    eval record does not have (either item could never be done)."""
     names = {g.name for g in policy.stage(checklist.stage).gates}
-    return [f"{checklist.source}: gate {g!r} is not a gate of stage {checklist.stage!r}"
-            for g in sorted(checklist.gates_named() - names)]
+    fields = {f.name for f in dataclass_fields(EvalRecord)}
+    problems = []
+    for item in checklist.items:
+        where = f"{checklist.source}: item {item.id!r}.evidence"
+        problems += [f"{where}.gate: {g!r} is not a gate of stage {checklist.stage!r} in {policy.source}; gates: "
+                     f"{', '.join(sorted(names))}" for g in item.evidence.gates if g not in names]
+        if item.evidence.record_field and item.evidence.record_field not in fields:
+            problems.append(f"{where}.record_field: {item.evidence.record_field!r} is not an eval record field")
+    return problems
+
+
+def require_checklists_match(policy: Policy, stages: Sequence[str] = STAGES) -> None:
+    """Refuse (ChecklistError, the first problem) a stage checklist naming a gate or field that does not exist."""
+    for stage in stages:
+        problems = check_checklist_against_policy(load_checklist(stage), policy)
+        if problems:
+            raise ChecklistError(problems[0])
 
 
 def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
@@ -177,9 +194,9 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     checklist = checklist or load_checklist(stage)
     status = checklist_status(checklist, results, evidence.records, signoffs)
-    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}") for r in results
+    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate) for r in results
                if not r.passed and not r.inconclusive]
-    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}")
+    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
                 for r in results if r.inconclusive]
     reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:

@@ -7,6 +7,7 @@ typo never silently widens (or empties) who may act.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ ROLES_PATH = Path(__file__).resolve().parent / "roles.yaml"
 ROLES_ENV = "UNMASK_ROLES"
 ANYONE = "*"
 DUTIES = ("sign_off", "approve", "emergency_rollback")
+MAX_APPROVALS = 10  # with "*" for approvers nothing bounds the count; more than this many is a typo, not a rule
 _STAGE_KEYS = {"sign_off", "approve", "emergency_rollback", "approvals", "approval_ttl_hours", "self_approval"}
 
 
@@ -153,6 +155,10 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
         for entry in names:
             if entry != ANYONE and entry not in groups:
                 _check_user(entry, users, at, also="a group")
+                near = difflib.get_close_matches(entry, list(groups), n=1, cutoff=0.75)
+                if near and entry not in users:  # only "*" lets it in: a group's name mistyped, most likely
+                    raise RolesError(f"{at}: {entry!r} is not a group (did you mean {near[0]!r}?); groups: "
+                                     f"{', '.join(groups)}")
         return names
 
     sign_off_data = data["sign_off"]
@@ -178,6 +184,12 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
                          f"approval), got {distinct!r}")
     if stage == "production" and count < 2:
         raise RolesError(f"{where}.approvals.count: production needs at least 2 distinct approvers, got {count}")
+    approvers = _people(rule(data["approve"], f"{where}.approve"), groups)
+    if approvers is not None and count > len(approvers):
+        raise RolesError(f"{where}.approvals.count: {count} distinct approvals cannot be met by the "
+                         f"{len(approvers)} who may approve ({', '.join(sorted(approvers)) or 'nobody'})")
+    if approvers is None and count > MAX_APPROVALS:
+        raise RolesError(f"{where}.approvals.count: expected at most {MAX_APPROVALS} approvals, got {count}")
     ttl = data.get("approval_ttl_hours", 72)
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 0 < ttl < float("inf"):
         raise RolesError(f"{where}.approval_ttl_hours: expected a positive number of hours, got {ttl!r}")
@@ -194,7 +206,19 @@ def _names(value: Any, where: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise RolesError(f"{where}: expected a list of names, got {value!r}")
-    return tuple(v.strip() for v in value)
+    names = tuple(v.strip() for v in value)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise RolesError(f"{where}: {twice[0]!r} is listed twice; each name once")
+    return names
+
+
+def _people(entries: tuple[str, ...], groups: dict[str, tuple[str, ...]]) -> set[str] | None:
+    """The distinct people a rule names (its groups' members included); None when it admits anyone."""
+    people: set[str] = set()
+    for entry in entries:
+        people.update(groups.get(entry, (entry,)))
+    return None if ANYONE in people else people
 
 
 def _check_user(name: str, users: tuple[str, ...], where: str, also: str = "") -> None:

@@ -30,6 +30,8 @@ from checklists.yaml_file import read_yaml_file
 from gates.canary import METRICS, MetricRange
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
+SHARE_METRICS = ("error_rate", "decode_failure_rate", "agreement")  # shares of requests: bounds lie in [0, 1]
+MAX_INTERVAL_S = 86_400.0  # one step serving longer than a day is a typo (1e12 s never reaches its analysis)
 
 
 class RolloutPolicyError(ValueError):
@@ -91,6 +93,9 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     interval = data["interval_s"]
     if not _is_number(interval) or interval <= 0:
         raise RolloutPolicyError(f"{where}.interval_s: expected a positive number of seconds, got {interval!r}")
+    if interval > MAX_INTERVAL_S:
+        raise RolloutPolicyError(f"{where}.interval_s: expected at most {MAX_INTERVAL_S:g} seconds (a day) per "
+                                 f"step, got {interval!r}")
     min_requests = data["min_requests"]
     if not _is_int(min_requests) or min_requests < 1:
         raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
@@ -117,6 +122,12 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
                 raise RolloutPolicyError(f"{at}.{key}: unknown key; expected min, max")
             if not _is_number(value):
                 raise RolloutPolicyError(f"{at}.{key}: expected a finite number, got {value!r}")
+            if metric in SHARE_METRICS and not 0 <= value <= 1:
+                raise RolloutPolicyError(f"{at}.{key}: {metric} is a share of requests; expected a number in "
+                                         f"[0, 1], got {value!r}")
+            if value < 0:
+                raise RolloutPolicyError(f"{at}.{key}: {metric} is never negative; expected a number >= 0, got "
+                                         f"{value!r}")
         bound = MetricRange(metric, bounds.get("min"), bounds.get("max"))
         if bound.min is not None and bound.max is not None and bound.min > bound.max:
             raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")

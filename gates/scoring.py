@@ -83,7 +83,7 @@ def _scores(matrix: np.ndarray, weights: dict[str, float]) -> tuple[np.ndarray, 
     return wsum, np.nan_to_num(topsis, nan=1.0)
 
 
-def pareto_front(alternatives: list[Alternative]) -> list[bool]:
+def undominated(alternatives: list[Alternative]) -> list[bool]:
     """True for each alternative that no other one dominates (at least as good everywhere, better somewhere)."""
     signed = np.array([[v * CRITERION_TYPES[c] for c, v in zip(CRITERIA, a.row())] for a in alternatives])
     front = []
@@ -105,7 +105,7 @@ def rank(alternatives: list[Alternative], weights: dict[str, float]) -> pd.DataF
                           **{c: matrix[:, i] for i, c in enumerate(CRITERIA)},
                           "weighted_sum": wsum, "topsis": topsis,
                           "rank_weighted_sum": rrankdata(wsum).astype(int), "rank_topsis": rrankdata(topsis).astype(int),
-                          "pareto": pareto_front(alternatives), "record_id": [a.record_id for a in alternatives]})
+                          "pareto": undominated(alternatives), "record_id": [a.record_id for a in alternatives]})
     return frame.sort_values(["rank_topsis", "candidate"]).reset_index(drop=True)[columns]
 
 

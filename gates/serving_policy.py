@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol
 
 from checklists.yaml_file import read_yaml_file
+from gates.request_limits import RequestLimits, parse_request_limits
 from gates.serving_arms import ArmSpec, HealthSpec, ServingPolicyError, parse_arms, parse_health
 
 SERVING_POLICY_PATH = Path(__file__).resolve().parent / "serving.yaml"
 AUTO = "auto"  # the `model` a client sends to be routed
 DEFAULT = "default"
 FALLBACK = "fallback"  # the alias that answers for a failed arm when a route names no `fallback`
-TOP_KEYS = ("routes", DEFAULT, "arms", "health", "rollout")  # rollout: gates/rollout_policy.py reads it
+TOP_KEYS = ("routes", DEFAULT, "arms", "health", "limits", "rollout")  # rollout: gates/rollout_policy.py reads it
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class ServingPolicy:
     sha256: str = ""
     declared: Mapping[str, ArmSpec] = field(default_factory=dict)  # `arms:`, by name
     health: HealthSpec = field(default_factory=HealthSpec)
+    limits: RequestLimits = field(default_factory=RequestLimits)  # `limits:`, per-request compute caps
 
     def named(self, name: str) -> RouteSpec | None:
         return next((r for r in (*self.routes, self.default) if r.name == name), None)
@@ -280,9 +282,11 @@ def parse_serving_policy(data: Any, source: str = "<memory>") -> ServingPolicy:
     if clash:
         raise ServingPolicyError(f"{source}: arms.{clash[0]}: an arm may not have a route's name (or auto, default)")
     health = parse_health(data.get("health"), f"{source}: health")
+    limits = parse_request_limits(data.get("limits"), f"{source}: limits")
     ours = {k: v for k, v in data.items() if k != "rollout"}  # a rollout edit does not change the routes
     canonical = json.dumps(ours, sort_keys=True, default=str).encode()
-    return ServingPolicy(tuple(routes), default, source, hashlib.sha256(canonical).hexdigest(), declared, health)
+    return ServingPolicy(tuple(routes), default, source, hashlib.sha256(canonical).hexdigest(), declared, health,
+                         limits)
 
 
 def _parse_route(name: str, spec: Any, where: str, matched: bool) -> RouteSpec:

@@ -11,7 +11,7 @@ routes it names, without touching the serving policy file:
 Weights are integers 0..100 summing to 100 per route, in the order given (the sticky hash walks the
 cumulative weights in that order, so put the arm that grows first: raising it keeps the users it had).
 `sha256` is optional; when present it must match `weights_sha256(routes)`, so a torn or hand-mangled
-file is refused. `write_weights()` writes one atomically (a temporary file renamed over it).
+file is refused. Pure: the file is read and written by `serving.weights_file` (atomically).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from evals.store import write_json_atomic
 from gates.serving_policy import RouteSpec, ServingPolicy, ServingPolicyError, parse_split
 
 WEIGHTS_FILE = Path("rollouts") / "weights.json"  # under the state folder (models.state.state_dir())
@@ -32,31 +31,6 @@ Overlay = dict[str, tuple[tuple[str, int], ...]]  # route -> (arm, weight) in or
 def weights_sha256(routes: Mapping[str, Mapping[str, int]]) -> str:
     """The digest `write_weights` stores: sha256 of the routes object as sorted, compact JSON."""
     return hashlib.sha256(json.dumps(routes, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def write_weights(path: str | Path, routes: Mapping[str, Mapping[str, int]]) -> Path:
-    """Write the overlay for `routes` ({route: {arm: weight}}) atomically; ServingPolicyError if a split is bad."""
-    path = Path(path)
-    plain = {route: dict(split) for route, split in routes.items()}
-    parse_overlay({"routes": plain}, str(path))  # refuse what the server would refuse, before it is written
-    write_json_atomic(path, {"routes": plain, "sha256": weights_sha256(plain)}, sort_keys=False)
-    return path
-
-
-def read_weights(path: str | Path) -> Overlay | None:
-    """The overlay in `path`; None when there is no file. ServingPolicyError names the file and key otherwise."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise ServingPolicyError(f"{path}: weights file unreadable ({e.strerror or e})") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ServingPolicyError(f"{path}: not valid JSON ({e})") from None
-    return parse_overlay(data, str(path))
 
 
 def parse_overlay(data: Any, source: str) -> Overlay:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import yaml
 from urllib.parse import urlsplit
+from models.unique_keys import DuplicateKeyError, load_yaml
 
 CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
@@ -140,9 +141,11 @@ def load_catalog(path: str | Path | None = None, *, tolerant: bool = False) -> C
     if not path.is_file():
         raise CatalogError(f"{path}: catalog file not found")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except DuplicateKeyError as e:
+        raise CatalogError(f"{path}: {e}; each key once") from None
     except yaml.YAMLError as e:
         raise CatalogError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
@@ -301,7 +304,12 @@ def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | Non
             missing = "license_name" if not name else "license_link"
             raise fail(missing, f"is required when license is '{value}'")
         return value, name, link
-    info = spdx_licensing().validate(value)
+    try:
+        info = spdx_licensing().validate(value)
+    except AttributeError:
+        # license-expression's validate() fails on its own error path for some characters (e.g. '\x1b'):
+        # an expression it cannot even report on is not an SPDX id.
+        raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link") from None
     invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
     if invalid or info.normalized_expression is None and not info.invalid_symbols:
         raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link")

@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer
 
 from models.llada import LLaDAConfig, LLaDAModelLM
+from models.unique_keys import DuplicateJSONKeyError, load_json, load_yaml
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -96,7 +97,9 @@ def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a LLaDA checkpoint needs config.json")
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
+        raw = load_json(path.read_bytes().decode("utf-8"))
+    except DuplicateJSONKeyError as e:
+        raise CheckpointError(f"{path}: {e}; each key once") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
@@ -123,6 +126,10 @@ def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
     cfg = LLaDAConfig(**kwargs)
     if cfg.d_model % cfg.n_heads or cfg.n_heads % cfg.kv_heads:
         raise CheckpointError(f"{path}: d_model {cfg.d_model} / n_heads {cfg.n_heads} / n_kv_heads {cfg.kv_heads} do not divide")
+    for key in ("mask_token_id", "eos_token_id"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and not 0 <= value < cfg.vocab_size:
+            raise CheckpointError(f"{path}: key '{key}'={value} is outside the vocabulary (0..{cfg.vocab_size - 1})")
     if cfg.head_dim % 2:
         raise CheckpointError(f"{path}: head dimension {cfg.head_dim} must be even for RoPE")
     return cfg, raw
@@ -201,7 +208,7 @@ def read_card(folder: Path) -> dict[str, Any]:
             end = text.find("\n---", 3)
             if end > 0:
                 try:
-                    header = yaml.safe_load(text[3:end]) or {}
+                    header = load_yaml(text[3:end]) or {}
                 except yaml.YAMLError as e:
                     raise CheckpointError(f"{path}: YAML header is malformed ({e})") from e
                 if isinstance(header, dict):

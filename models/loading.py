@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from models.pull import PullError, entry_path, verify_pins
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
+DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")  # torch device names unmask runs on (--device, sweeps)
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 

@@ -1,35 +1,40 @@
 """The system of record: the only code that talks to MLflow (runs, registered models, aliases, approvals, audit).
 
-Write side: `Registry`, `register_evidence`, `log_record`, `approve`, `decline`, `sign_off`, `judge`,
-`promote`, `rollback`, `recover`; who acts comes from `registry.identity` (the MLflow user on a basic-auth
-server, else the OS user), the approval lifecycle lives in `registry.approvals`. Integrity (registry/integrity.py): evidence hashes checked on every read
-(`EvidenceTampered`), stage aliases checked against the audit trail (`AliasDrift`). Read side for
-dashboards: `registry.read` (plain dicts and DataFrames).
+Write side: `Registry`, `register_evidence`, `log_record`, `approve`, `decline`, `sign_off`, `promote`,
+`rollback`, `recover` (`registry.promotion` is the only code that moves an alias); who acts comes from
+`registry.identity` (the MLflow user on a basic-auth server, else the OS user), the approval lifecycle lives in
+`registry.approvals`. Integrity (registry/integrity.py): evidence hashes checked on every read
+(`EvidenceTampered`), stage aliases checked against the audit trail (`AliasDrift`). Read side: `registry.state`
+(one version read once, who holds a stage), `registry.judging` (`judge`), and for dashboards `registry.read`
+(plain dicts and DataFrames), none of which imports the write side.
+
+The names below are loaded on first use, so importing a reader does not load the writer.
 """
 
-from registry.approvals import ApprovalRefused, decline
-from registry.connection import RegistryError, RegistryUnavailable, resolve_tracking_uri
-from registry.identity import Actor, IdentityMismatch, current_actor
-from registry.integrity import AliasDrift, EvidenceTampered, alias_drift
-from registry.promotion import (
-    Move,
-    PromotionRefused,
-    approve,
-    judge,
-    promote,
-    recover,
-    rollback,
-    sign_off,
-    stage_holder,
-)
-from registry.store import (ALIASES, CANDIDATE_ALIAS, FALLBACK_ALIAS, STAGE_ALIASES, Registry, latest_registration,
-                            registration_alias)
-from registry.tracking import (evidence_integrity, load_evidence, log_record, record_gate_report, register_evidence,
-                               register_or_reuse)
+from importlib import import_module
+from typing import Any
 
-__all__ = ["ALIASES", "Actor", "AliasDrift", "ApprovalRefused", "CANDIDATE_ALIAS", "EvidenceTampered", "FALLBACK_ALIAS",
-           "IdentityMismatch", "STAGE_ALIASES", "Move", "current_actor", "decline",
-           "PromotionRefused", "Registry", "RegistryError", "RegistryUnavailable", "alias_drift", "approve",
-           "evidence_integrity", "judge", "latest_registration", "load_evidence", "log_record", "promote",
-           "record_gate_report", "recover", "register_evidence", "register_or_reuse", "registration_alias",
-           "resolve_tracking_uri", "rollback", "sign_off", "stage_holder"]
+_HOMES = {
+    "registry.approvals": ("ApprovalRefused", "decline", "approve", "sign_off"),
+    "registry.connection": ("RegistryError", "RegistryUnavailable", "resolve_tracking_uri"),
+    "registry.identity": ("Actor", "IdentityMismatch", "current_actor"),
+    "registry.integrity": ("AliasDrift", "EvidenceTampered", "alias_drift"),
+    "registry.judging": ("judge",),
+    "registry.promotion": ("Move", "PromotionRefused", "promote", "recover", "rollback"),
+    "registry.state": ("stage_holder",),
+    "registry.store": ("ALIASES", "CANDIDATE_ALIAS", "FALLBACK_ALIAS", "STAGE_ALIASES", "Registry",
+                       "latest_registration", "registration_alias"),
+    "registry.tracking": ("evidence_integrity", "load_evidence", "log_record", "record_gate_report",
+                          "register_evidence", "register_or_reuse"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME_OF:
+        raise AttributeError(f"module 'registry' has no attribute {name!r}")
+    value = getattr(import_module(_HOME_OF[name]), name)
+    globals()[name] = value
+    return value

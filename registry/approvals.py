@@ -14,7 +14,6 @@ Stored as version tags (JSON), one tag per request and per approval (`unmask.req
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import replace
 from typing import Any, Mapping
@@ -27,6 +26,8 @@ from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for
+# the tag readers are re-exported: callers have imported them from here
+from registry.state import approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 
@@ -41,66 +42,33 @@ class ApprovalRefused(RegistryError):
         super().__init__(f"{action} refused:\n" + "\n".join(f"  - {r}" for r in reasons))
 
 
-# reading ---------------------------------------------------------------------------------------------
-def _prefixed(tags: Mapping[str, str], prefix: str) -> list[dict[str, Any]]:
-    found = []
-    for key, value in tags.items():
-        if key.startswith(prefix):
-            try:
-                found.append(json.loads(value))
-            except (json.JSONDecodeError, TypeError):
-                continue  # not ours (an edit by hand); never counts
-    return found
-
-
-def approvals_from_tags(tags: Mapping[str, str], stage: str) -> list[Approval]:
-    """Every approval recorded for a stage, oldest first."""
-    fields = set(Approval.__dataclass_fields__)
-    found = [Approval(**{k: str(v) for k, v in a.items() if k in fields})
-             for a in _prefixed(tags, model_tag(f"approvals.{stage}.")) if a.get("by") and a.get("stage") == stage]
-    return sorted(found, key=lambda a: (a.at, a.id))
-
-
+# reading (registry.state parses the tags; these read one version for one question) -----------------------
 def approvals_of(registry: Registry, model: str, version: str, stage: str) -> list[Approval]:
-    return approvals_from_tags(registry.version_tags(model, version), stage)
+    return version_state(registry, model, version).approvals(stage)
 
 
 def approval_of(registry: Registry, model: str, version: str, stage: str) -> Approval | None:
     """The newest approval recorded for a stage (whatever its status), or None."""
-    found = approvals_of(registry, model, version, stage)
-    return found[-1] if found else None
+    return version_state(registry, model, version).approval(stage)
 
 
 def requests_of(registry: Registry, model: str, version: str, stage: str) -> list[PromotionRequest]:
-    fields = set(PromotionRequest.__dataclass_fields__)
-    found = [PromotionRequest(**{k: str(v) for k, v in r.items() if k in fields})
-             for r in _prefixed(registry.version_tags(model, version), model_tag(f"requests.{stage}.")) if r.get("id")]
-    return sorted(found, key=lambda r: (r.at, r.id))
+    return version_state(registry, model, version).requests(stage)
 
 
 def open_request(registry: Registry, model: str, version: str, stage: str) -> PromotionRequest | None:
     """The newest open request asked on the version's current evidence, or None."""
-    current = registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
-    found = [r for r in requests_of(registry, model, version, stage)
-             if r.status == "open" and r.evaluated_at == current]
-    return found[-1] if found else None
+    return version_state(registry, model, version).open_request(stage)
 
 
 def declined_of(registry: Registry, model: str, version: str, stage: str) -> Decline | None:
-    raw = registry.version_tags(model, version).get(model_tag(f"decline.{stage}"))
-    if not raw:
-        return None
-    data = json.loads(raw)
-    return Decline(**{k: str(v) for k, v in data.items() if k in Decline.__dataclass_fields__})
+    return version_state(registry, model, version).declined(stage)
 
 
 def duties_for(registry: Registry, model: str, version: str, stage: str, request: PromotionRequest | None,
                mover: str = "") -> Duties:
     """Who did what for the version: what the four-eyes rules of `gates.promotion` read."""
-    tags = registry.version_tags(model, version)
-    return Duties(requester=request.by if request else "", mover=mover,
-                  registered_by=tags.get(model_tag("evaluated_by"), ""), request_id=request.id if request else "",
-                  declined=declined_of(registry, model, version, stage), now=now_iso())
+    return version_state(registry, model, version).duties(stage, request, mover)
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -157,10 +125,10 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     roles = roles or load_roles()
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
-    tags = registry.version_tags(model, version)
-    evaluated = tags.get(model_tag("evaluated_at"), "")
-    request = request or open_request(registry, model, version, stage)
-    duties = duties_for(registry, model, version, stage, request)
+    state = version_state(registry, model, version)
+    tags, evaluated = state.tags, state.evaluated_at
+    request = request or state.open_request(stage)
+    duties = state.duties(stage, request)
     reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
@@ -185,12 +153,6 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
-
-
-def signoffs_from_tags(tags: Mapping[str, str], stage: str) -> dict[str, dict[str, str]]:
-    """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    prefix = model_tag(f"signoff.{stage}.")
-    return {k.removeprefix(prefix): json.loads(v) for k, v in tags.items() if k.startswith(prefix)}
 
 
 def close(registry: Registry, model: str, version: str, approval: Approval, status: str, actor: Actor | str,
@@ -282,4 +244,4 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
 
 def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
     """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
-    return signoffs_from_tags(registry.version_tags(model, version), stage)
+    return version_state(registry, model, version).signoffs(stage)

@@ -17,14 +17,13 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
 from gates.policy import Policy, load_policy
-from gates.promotion import (TOOLING_ITEM, Duties, PromotionDecision, PromotionReason, approval_problems,
-                             current_signoffs, decide_promotion)
+from gates.promotion import TOOLING_ITEM, Duties, PromotionReason, approval_problems, current_signoffs
 from gates.roles import Roles, load_roles
 from registry import audit
 # approval_of, decline and sign_off are re-exported: callers have imported them from here
@@ -34,12 +33,13 @@ from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.demo import demo_refusal
-from registry.integrity import alias_drift, record_finding, report_drift
-from registry.store import (FALLBACK_ALIAS, STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag,
-                            now_iso, retry_busy)
-from registry.tracking import checked_evidence, record_gate_report
-
-Holder = tuple[str, str] | None  # (model, version)
+from registry.integrity import alias_drift, record_finding
+from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
+# judge and the stage and version reads are re-exported: callers have imported them from here
+from registry.judging import judge  # noqa: F401
+from registry.state import (Holder, evaluated_at, fallback_holder, reached_stages, stage_holder,  # noqa: F401
+                            version_state)
+from registry.tracking import checked_evidence
 
 
 class PromotionRefused(RegistryError):
@@ -63,41 +63,6 @@ class Move:
         return {"stage": self.stage, "from": ref(*(self.from_holder or (None, None))),
                 "to": ref(*(self.to_holder or (None, None))), "who": self.who, "audit_run_id": self.audit_run_id,
                 "evidence": self.evidence}
-
-
-def evaluated_at(registry: Registry, model: str, version: str) -> str:
-    """When the version's evidence was last registered (ISO time; '' if never)."""
-    return registry.version_tags(model, version).get(model_tag("evaluated_at"), "")
-
-
-def reached_stages(registry: Registry, model: str, version: str) -> set[str]:
-    tags = registry.version_tags(model, version)
-    return {s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags}
-
-
-# who holds a stage -------------------------------------------------------------------------------
-def stage_holder(registry: Registry, stage: str) -> Holder:
-    """The (model, version) holding a stage alias, reading through a move still in flight or interrupted.
-
-    An alias that is not where the audit trail's last settled move left it is reported (logged as drift) and
-    returned as found: readers show what the registry holds, promote and rollback refuse to act on it.
-    """
-    holders = registry.holders(stage)
-    pending = audit.pending_moves(registry, stage)
-    if pending:
-        last = pending[-1]
-        target = parse_ref(last.to_ref)
-        return target if target in holders else parse_ref(last.from_ref)
-    if len(holders) > 1:
-        raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
-                            "flight; the registry was edited outside unmask")
-    report_drift(alias_drift(registry, stage, holders, pending))
-    return holders[0] if holders else None
-
-
-def fallback_holder(registry: Registry) -> Holder:
-    holders = registry.holders(FALLBACK_ALIAS)
-    return holders[0] if holders else None
 
 
 # moving aliases ------------------------------------------------------------------------------------
@@ -172,36 +137,6 @@ class _StageLock:
 
 
 # promotion -------------------------------------------------------------------------------------------
-def judge(registry: Registry, model: str, version: str, stage: str, policy: Policy | None = None,
-          record: bool = True, roles: Roles | None = None, duties: Duties | None = None) -> PromotionDecision:
-    """Evaluate a version against a stage: gates on its stored evidence, checklist, approvals and the
-    separation of duties (`duties`: default, the open request and the version's registrant), stage order."""
-    policy = policy or load_policy()
-    evidence, vouched = _verified(registry, model, version)
-    baseline: dict[str, Any] = {"fallback": None, "production": None}
-    fallback = fallback_holder(registry)
-    if fallback:  # a forged baseline would forge the speedup and relative-quality gates: checked alike
-        baseline["fallback"] = _verified(registry, *fallback)[0]
-    production = stage_holder(registry, "production")
-    if production and production != (model, version):
-        baseline["production"] = _verified(registry, *production)[0]
-    if duties is None:
-        from registry.approvals import open_request
-
-        duties = duties_for(registry, model, version, stage, open_request(registry, model, version, stage))
-    decision = decide_promotion(evidence, policy, stage, baseline, signoffs_of(registry, model, version, stage),
-                                approvals_of(registry, model, version, stage), reached_stages(registry, model, version),
-                                evaluated_at=evaluated_at(registry, model, version), roles=roles, duties=duties)
-    decision = replace(decision, evidence=decision.evidence | {"evidence_run": vouched["run_id"],
-                                                               "evidence_status": vouched["status"],
-                                                               "evidence_sha256": vouched["sha256"]})
-    if record and decision.gate_results:
-        record_gate_report(registry, model, version, stage, list(decision.gate_results),
-                           decision.checklist.to_dicts() if decision.checklist else [],
-                           policy=decision.evidence.get("policy"))
-    return decision
-
-
 def _verified(registry: Registry, model: str, version: str, who: str = "unmask") -> tuple[Any, dict[str, Any]]:
     """The version's evidence and what vouches for it; forged evidence is recorded as a finding, then raised."""
     return checked_evidence(registry, model, version, who)
@@ -296,10 +231,11 @@ def _approvals_to_consume(registry: Registry, model: str, version: str, stage: s
     """Under the stage lock: the approvals this move uses, read again (one consumed or voided meanwhile no
     longer counts), so a move cites exactly the approvals it consumed."""
     policy = policy or load_policy()
-    signoffs, _ = current_signoffs(signoffs_of(registry, model, version, stage), evaluated_at(registry, model, version))
-    problems, used = approval_problems(approvals_of(registry, model, version, stage), stage,
+    state = version_state(registry, model, version)
+    signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
+    problems, used = approval_problems(state.approvals(stage), stage,
                                        policy.stage(stage).approval_min_comment_chars,
-                                       evaluated_at(registry, model, version), roles.stage(stage), duties,
+                                       state.evaluated_at, roles.stage(stage), duties,
                                        tooling_signer=signoffs.get(TOOLING_ITEM, {}).get("by", ""), roles=roles,
                                        counted=True, prefer=prefer)
     if problems:

@@ -11,15 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from gates.evaluate import GateResult, evaluate_gates, wilson_interval
+from gates.evaluate import GateResult, evaluate_gates
+from gates.intervals import wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
-from registry.approvals import approvals_from_tags
 from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered
-from registry.promotion import (approval_of, evaluated_at, fallback_holder, judge, reached_stages, signoffs_of,
-                                stage_holder)
+from registry.judging import judge
+from registry.state import approvals_from_tags, fallback_holder, stage_holder, version_state
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -193,7 +193,8 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
         except EvidenceTampered:  # never ranked; the gate board shows it as tampered
             continue
         candidates.append(evidence)
-        signoffs, _ = current_signoffs(signoffs_of(reg, name, version, stage), evaluated_at(reg, name, version))
+        state = version_state(reg, name, version)
+        signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
         results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
     return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered,
@@ -263,10 +264,10 @@ def judged_policies(registry: Registry | None = None) -> pd.DataFrame:
 def version_status(model: str, version: str, registry: Registry | None = None) -> dict[str, Any]:
     """One version at a glance: reached stages, approvals and sign-offs per stage; each approval and
     sign-off says whether it still counts (`stale`: given before the latest evaluation)."""
-    reg = _reg(registry)
-    latest = evaluated_at(reg, model, version)
-    return {"model": model, "version": version, "reached": sorted(reached_stages(reg, model, version)),
+    state = version_state(_reg(registry), model, version)
+    latest = state.evaluated_at
+    return {"model": model, "version": version, "reached": sorted(state.reached),
             "approvals": {s: a.to_dict() | {"stale": predates(a.at, latest)}
-                          for s in STAGE_ALIASES if (a := approval_of(reg, model, version, s))},
+                          for s in STAGE_ALIASES if (a := state.approval(s))},
             "signoffs": {s: {item: signoff | {"stale": predates(signoff.get("at"), latest)}
-                             for item, signoff in signoffs_of(reg, model, version, s).items()} for s in STAGE_ALIASES}}
+                             for item, signoff in state.signoffs(s).items()} for s in STAGE_ALIASES}}

@@ -13,7 +13,7 @@ from typing import Any
 from gates.evaluate import operating_records
 from gates.policy import Policy
 from registry.connection import RegistryError
-from registry.promotion import stage_holder
+from registry.state import stage_holder
 from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence
 from registry.views import current_version, dashboard_policy

@@ -59,6 +59,11 @@ def latest_registration(aliases: Mapping[str, str]) -> str | None:
     return aliases.get(CANDIDATE_ALIAS) or aliases.get(FALLBACK_ALIAS)
 
 
+def holders_of(everything: Mapping[str, Mapping[str, str]], alias: str) -> list[tuple[str, str]]:
+    """(model, version) pairs that carry `alias` in `Registry.all_aliases()`'s answer."""
+    return [(name, aliases[alias]) for name, aliases in everything.items() if alias in aliases]
+
+
 class Registry:
     """A connection to one MLflow tracking + model registry store."""
 
@@ -140,7 +145,7 @@ class Registry:
 
     def holders(self, alias: str) -> list[tuple[str, str]]:
         """(model, version) pairs that carry `alias` (a stage alias should have at most one)."""
-        return [(name, aliases[alias]) for name, aliases in self.all_aliases().items() if alias in aliases]
+        return holders_of(self.all_aliases(), alias)
 
     def version_tags(self, model: str, version: str) -> dict[str, str]:
         try:

@@ -20,18 +20,19 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
+from registry.identity import current_actor
 from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
                                 GateReportTampered, digest_tags, record_finding, recorded_digests, sha256_hex,
                                 verify_artifact)
-from registry.identity import current_actor
 from registry.loadtests import log_serving_record, serving_records
 from registry.rollouts import canary_evidence
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
@@ -220,8 +221,10 @@ def _model_card(evidence: CandidateEvidence) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evidence_run_id(registry: Registry, model: str, version: str) -> str:
-    run_id = registry.version_tags(model, version).get(model_tag("evidence_run"))
+def evidence_run_id(registry: Registry, model: str, version: str, tags: Mapping[str, str] | None = None) -> str:
+    """The version's evidence run; `tags`: the version's tags as the caller has just read them."""
+    tags = registry.version_tags(model, version) if tags is None else tags
+    run_id = tags.get(model_tag("evidence_run"))
     if not run_id:
         raise RegistryError(f"{model} version {version} has no {model_tag('evidence_run')} tag; it was not "
                             "registered by unmask")
@@ -234,9 +237,12 @@ def load_evidence(registry: Registry, model: str, version: str) -> CandidateEvid
     return verified_evidence(registry, model, version)[0]
 
 
-def verified_evidence(registry: Registry, model: str, version: str) -> tuple[CandidateEvidence, dict[str, Any]]:
-    """`load_evidence`, and what vouches for it: {run_id, status (verified / unverified), sha256 {artifact: hex}}."""
-    run_id = evidence_run_id(registry, model, version)
+def verified_evidence(registry: Registry, model: str, version: str, tags: Mapping[str, str] | None = None
+                      ) -> tuple[CandidateEvidence, dict[str, Any]]:
+    """`load_evidence`, and what vouches for it: {run_id, status (verified / unverified), sha256 {artifact: hex}}.
+
+    `tags`: the version's tags as the caller has just read them (`registry.state.VersionState.tags`)."""
+    run_id = evidence_run_id(registry, model, version, tags)
     run_tags = _run_tags(registry, model, version, run_id)
     statuses, loaded = set(), {}
     for path in ("evidence/evidence.json", "evidence/records.json"):
@@ -252,12 +258,12 @@ def verified_evidence(registry: Registry, model: str, version: str) -> tuple[Can
     return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
-def checked_evidence(registry: Registry, model: str, version: str, who: str = "unmask"
-                     ) -> tuple[CandidateEvidence, dict[str, Any]]:
+def checked_evidence(registry: Registry, model: str, version: str, who: str = "unmask",
+                     tags: Mapping[str, str] | None = None) -> tuple[CandidateEvidence, dict[str, Any]]:
     """`verified_evidence` for a caller about to write on it (judge, promote, approve, decline, sign-off): forged
     evidence is recorded as an integrity finding (once, by `who`), then raised."""
     try:
-        return verified_evidence(registry, model, version)
+        return verified_evidence(registry, model, version, tags)
     except EvidenceTampered as e:
         record_finding(registry, e, who)
         raise
@@ -306,21 +312,20 @@ def gate_report_path(stage: str) -> str:
 
 def record_gate_report(registry: Registry, model: str, version: str, stage: str, results: list[Any],
                        checklist: list[dict[str, Any]] | None = None, policy: dict[str, str] | None = None,
-                       who: str = "unmask") -> None:
+                       who: str = "unmask", tags: Mapping[str, str] | None = None) -> None:
     """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags.
 
     policy: {path, sha256} of the policy file the gates applied (`Policy.cited()`), kept with the verdict.
     The JSON report's sha256 is kept beside the verdict (`unmask.gates.<stage>.sha256`) and checked on every
     `load_gate_report`; a stored report edited since it was written is recorded as a finding before this one
-    replaces it.
+    replaces it. `tags`: the version's tags as the caller has just read them.
     """
-    from gates.evaluate import all_passed, gate_report_markdown
-
+    tags = registry.version_tags(model, version) if tags is None else tags
     try:
-        load_gate_report(registry, model, version, stage)
+        load_gate_report(registry, model, version, stage, tags)
     except GateReportTampered as e:  # re-judging replaces the forged report; the forgery stays on the record
         record_finding(registry, e, who)
-    run_id = evidence_run_id(registry, model, version)
+    run_id = evidence_run_id(registry, model, version, tags)
     at = now_iso()
     payload = {"model": model, "version": version, "stage": stage, "evaluated_at": at,
                "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or [],
@@ -341,16 +346,18 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
         model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode())})
 
 
-def load_gate_report(registry: Registry, model: str, version: str, stage: str) -> dict[str, Any] | None:
+def load_gate_report(registry: Registry, model: str, version: str, stage: str,
+                     tags: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The last stored gate report of a stage, or None when the stage was never evaluated.
 
     Checked against the sha256 recorded when it was written: `integrity` is "verified", or "unverified" for a
     report written before gate reports were hashed; an edited report raises GateReportTampered (naming the file).
+    `tags`: the version's tags as the caller has just read them.
     """
-    tags = registry.version_tags(model, version)
+    tags = registry.version_tags(model, version) if tags is None else tags
     if model_tag(f"gates.{stage}") not in tags:
         return None
-    run_id = evidence_run_id(registry, model, version)
+    run_id = evidence_run_id(registry, model, version, tags)
     path = gate_report_path(stage)
     try:
         data = registry.load_artifact_bytes(run_id, path)

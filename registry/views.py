@@ -16,12 +16,15 @@ from typing import Any
 import pandas as pd
 
 import registry.read as read
-from evals.plots import pareto_front, point_label
+from evals.parallelism import aup
+from evals.plots import point_label, quality_latency_front
 from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
 from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
+from registry.links import run_url
+from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -98,7 +101,7 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
         points[column] = False
         validated = points[points.valid == True]  # noqa: E712 - None is not valid
         for _, group in validated.groupby(["model", "task", "gen_length"]):
-            front = pareto_front(list(zip(group[axis] * (1 if better == "lower" else -1), group.accuracy)))
+            front = quality_latency_front(list(zip(group[axis] * (1 if better == "lower" else -1), group.accuracy)))
             points.loc[group.index[front], column] = True
     return points
 
@@ -108,8 +111,6 @@ def parallelism_curves(points: pd.DataFrame) -> pd.DataFrame:
     tokens per forward, evals.parallelism): columns model, version, role, task, gen_length, aup, y_max, and `curve`,
     one dict per record {tokens_per_forward, accuracy, label, on_curve} (off the curve: over 5 points below the
     least parallel record's accuracy)."""
-    from evals.parallelism import aup
-
     columns = ["model", "version", "role", "task", "gen_length", "aup", "y_max", "curve"]
     if points.empty:
         return pd.DataFrame(columns=columns)
@@ -175,28 +176,13 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
              for r in evidence.records]
     experiment = registry.client.get_experiment_by_name(EVALUATIONS_EXPERIMENT)
     for run in runs:
-        run["url"] = run_url(registry, experiment.experiment_id if experiment else "", run["run_id"])
+        run["url"] = run_url(registry.tracking_uri, experiment.experiment_id if experiment else "", run["run_id"])
     return {"model": model, "version": version, "role": evidence.role, "kind": evidence.kind,
             "revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256, "card": evidence.card,
             "license": evidence.license.to_dict() if evidence.license else None,
             "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
             "fingerprint": fingerprint, "failures": evidence.failures, "runs": pd.DataFrame(runs),
             "status": read.version_status(model, version, registry)}
-
-
-def run_url(registry: Registry, experiment_id: str, run_id: str | None) -> str | None:
-    """The MLflow UI address of a run on a tracking server; None on the embedded store (no UI is running)."""
-    uri = registry.tracking_uri
-    if not run_id or not experiment_id or not uri.startswith(("http://", "https://")):
-        return None
-    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
-def mlflow_ui_command(uri: str) -> str:
-    """How to open the MLflow UI on the registry at tracking URI `uri` (port 5000, where run links point)."""
-    if uri.startswith(("http://", "https://")):
-        return f"open {uri}"
-    return f"mlflow ui --backend-store-uri {uri} --port 5000"
 
 
 FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates", "action", "audit_run_id"]
@@ -272,8 +258,6 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
     """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's live
     weight as the controller last set it, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
     the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
-    from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
-
     found = rollouts(registry)
     experiment = registry.experiment_id(ROLLOUTS_EXPERIMENT) if found else ""
     rollout_rows, analysis_rows = [], []
@@ -285,12 +269,12 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
                 analysis_rows.append({"rollout": r.id, "step": a.step, "weight": a.weight, "verdict": a.verdict,
                                       "reason": a.reason, "at": a.at, "arm": arm, "role": role,
                                       **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:13]},
-                                      "run_id": a.run_id, "url": run_url(registry, experiment, a.run_id)})
+                                      "run_id": a.run_id, "url": run_url(registry.tracking_uri, experiment, a.run_id)})
         live = r.weight if r.weight is not None else (steps[-1].weight if steps else 0)
         weight = 0 if r.status in ("rolled_back", "aborted") else live
         policy = _policy_of(registry, r.run_id)
         rollout_rows.append({**r.to_dict(), "weight": weight, "steps": policy.get("steps", []),
-                             "analyses": len(steps), "url": run_url(registry, experiment, r.run_id)})
+                             "analyses": len(steps), "url": run_url(registry.tracking_uri, experiment, r.run_id)})
     events = []
     for e in audit.events(registry):
         if not e.event.startswith("rollout_"):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from sampler.onnx_backend import onnx_denoiser
+
 if TYPE_CHECKING:  # the config names these backends; the backends only read its fields
     from sampler.config import SamplerConfig
 
@@ -21,8 +25,6 @@ def torch_backend(model: Any, config: SamplerConfig) -> tuple[Any, str | None]:
 def compiled(model: Any) -> Any:
     """`torch.compile(model, dynamic=True)`, once per module: canvases change width from block to block,
     so shapes are dynamic. Fused kernels round differently from eager ones (logits agree to ~1e-5)."""
-    import torch
-
     if not isinstance(model, torch.nn.Module):
         return model  # a plain callable (a test's spy, an instrumented wrapper): nothing to compile
     if model not in _COMPILED:
@@ -31,8 +33,6 @@ def compiled(model: Any) -> Any:
 
 
 def onnxruntime_backend(model: Any, config: SamplerConfig) -> tuple[Any, str | None]:
-    from sampler.onnx_backend import onnx_denoiser
-
     denoiser = onnx_denoiser(model)
     return denoiser, denoiser.provider  # onnxruntime falls back to the CPU silently: say what ran
 

@@ -15,11 +15,12 @@ run reproduces `DiffusionGemmaForBlockDiffusion.generate()` after `torch.manual_
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -169,10 +170,7 @@ def generate_block_diffusion(
         raise ValueError(f"input_ids must have shape (batch, prompt_len), got {tuple(input_ids.shape)}")
     device, (B, P), L = input_ids.device, input_ids.shape, model.canvas_length
     generator = make_generator(config.seed, device)
-    schedule = LinearTemperatureSchedule(config.t_min, config.t_max, config.max_denoising_steps)
-    acceptance = EntropyBoundAcceptance(config.entropy_bound)
-    noise = UniformNoise(model.vocab_size, L)
-    stop = None if config.confidence_threshold is None else StableAndConfidentStop(config.stability_threshold, config.confidence_threshold)
+    rules = CanvasRules.of(config, model.vocab_size, L)
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
 
     mask = torch.ones(B, P, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
@@ -187,33 +185,9 @@ def generate_block_diffusion(
         cache = model.encode_prefix(new_tokens, mask, enc_pos, cache)
         dec_pos = torch.arange(cur, cur + L, dtype=torch.int32, device=device)[None]
         dec_mask = torch.nn.functional.pad(mask, (0, L), value=True)
-        canvas = noise.sample(B, device, generator)
-        argmax, self_cond = canvas, None
-        canvas_done = torch.zeros(B, dtype=torch.bool, device=device)
-        if stop is not None:
-            stop.reset()
-        for remaining in range(config.max_denoising_steps, 0, -1):
-            forwards += ~(canvas_done | row_done)
-            logits = schedule.apply(model.denoise(canvas, self_cond, cache, dec_mask, dec_pos), remaining)
-            nfe += 1
-            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-            sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(B, L)
-            new_argmax = logits.argmax(dim=-1)
-            accepted = acceptance.accepted(logits)
-            new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, generator)
-            if stop is not None:
-                if canvas_done.any():  # finished rows keep their canvas, argmax and self-conditioning
-                    new_argmax = torch.where(canvas_done[:, None], argmax, new_argmax)
-                    new_canvas = torch.where(canvas_done[:, None], canvas, new_canvas)
-                    logits = torch.where(canvas_done[:, None, None], self_cond, logits)
-                canvas_done |= stop.done(new_argmax, logits)
-            canvas, argmax, self_cond = new_canvas, new_argmax, logits.to(model.dtype)
-            last = bool(canvas_done.all()) or remaining == 1
-            if on_step is not None and not last:  # the last call is reported once the canvas is committed
-                on_step(StepInfo(step=nfe - 1, block=canvases, block_done=False, sequences=sequences,
-                                 committed=torch.zeros_like(sequences, dtype=torch.bool)))
-            if last:
-                break
+        report = None if on_step is None else functools.partial(_report_step, on_step, sequences, canvases)
+        argmax, nfe = denoise_canvas(model, rules, config, cache, dec_mask, dec_pos, row_done, forwards, nfe,
+                                     generator, report)
         sequences = torch.cat([sequences, argmax], dim=-1)
         canvases += 1
         block_nfe.append(nfe - sum(block_nfe))
@@ -235,6 +209,67 @@ def generate_block_diffusion(
         block_diffusion=BlockDiffusionStats(row_tokens_per_forward=(valid / forwards).tolist(),
                                             decoder_forwards=forwards.tolist(), canvases=canvases, canvas_length=L),
     )
+
+
+@dataclass(frozen=True)
+class CanvasRules:
+    """What decides one canvas's denoising: the temperature schedule, acceptance, noise and the early stop."""
+
+    schedule: LinearTemperatureSchedule
+    acceptance: EntropyBoundAcceptance
+    noise: UniformNoise
+    stop: StableAndConfidentStop | None  # None: every canvas takes max_denoising_steps
+
+    @classmethod
+    def of(cls, config: BlockDiffusionConfig, vocab_size: int, L: int) -> "CanvasRules":
+        stop = None if config.confidence_threshold is None else StableAndConfidentStop(config.stability_threshold,
+                                                                                       config.confidence_threshold)
+        return cls(LinearTemperatureSchedule(config.t_min, config.t_max, config.max_denoising_steps),
+                   EntropyBoundAcceptance(config.entropy_bound), UniformNoise(vocab_size, L), stop)
+
+
+def _report_step(on_step: StepCallback, sequences: torch.Tensor, canvas: int, nfe: int) -> None:
+    """A decoder call that did not commit its canvas: nothing of `sequences` changed."""
+    on_step(StepInfo(step=nfe - 1, block=canvas, block_done=False, sequences=sequences,
+                     committed=torch.zeros_like(sequences, dtype=torch.bool)))
+
+
+def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffusionConfig, cache, dec_mask, dec_pos,
+                   row_done: torch.Tensor, forwards: torch.Tensor, nfe: int, generator,
+                   report: Callable[[int], None] | None) -> tuple[torch.Tensor, int]:
+    """Denoise one fresh canvas `(batch, L)` until every row stops or the steps run out; (its argmax, nfe so far).
+
+    `forwards` `(batch,)` counts, in place, the decoder calls each live row needed; `report(nfe)` hears each
+    call but the last (the caller reports that one once the canvas is committed)."""
+    B, L = row_done.shape[0], rules.noise.canvas_length
+    schedule, acceptance, noise, stop = rules.schedule, rules.acceptance, rules.noise, rules.stop
+    canvas = noise.sample(B, row_done.device, generator)
+    argmax, self_cond = canvas, None
+    canvas_done = torch.zeros(B, dtype=torch.bool, device=row_done.device)
+    if stop is not None:
+        stop.reset()
+    for remaining in range(config.max_denoising_steps, 0, -1):
+        forwards += ~(canvas_done | row_done)
+        logits = schedule.apply(model.denoise(canvas, self_cond, cache, dec_mask, dec_pos), remaining)
+        nfe += 1
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(B, L)
+        new_argmax = logits.argmax(dim=-1)
+        accepted = acceptance.accepted(logits)
+        new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, generator)
+        if stop is not None:
+            if canvas_done.any():  # finished rows keep their canvas, argmax and self-conditioning
+                new_argmax = torch.where(canvas_done[:, None], argmax, new_argmax)
+                new_canvas = torch.where(canvas_done[:, None], canvas, new_canvas)
+                logits = torch.where(canvas_done[:, None, None], self_cond, logits)
+            canvas_done |= stop.done(new_argmax, logits)
+        canvas, argmax, self_cond = new_canvas, new_argmax, logits.to(model.dtype)
+        last = bool(canvas_done.all()) or remaining == 1
+        if report is not None and not last:  # the last call is reported once the canvas is committed
+            report(nfe)
+        if last:
+            break
+    return argmax, nfe
 
 
 def finish_rows(sequences: torch.Tensor, row_done: torch.Tensor, eos: torch.Tensor, pad_id: int | None, L: int) -> torch.Tensor:

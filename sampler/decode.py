@@ -2,6 +2,8 @@
 
 `decode(handle, input_ids, config)` picks the decoder by `handle.kind` from one table (`DECODERS`):
 unmask's masked-diffusion sampler, the block-diffusion sampler, or KV-cached autoregressive decoding.
+`decode_prompts(handle, prompts, config)` is the one batch entry above it: token-id prompts left-padded
+into one batch on the model's device (serving, measurement, the bench and the reproducibility probe use it).
 The adapters (models/adapters) only load models and tokenize; decoding lives here, above them.
 """
 
@@ -12,11 +14,12 @@ from typing import Any, Callable
 
 import torch
 
-from models.llada import LLaDAModelLM
+from sampler.autoregressive import TokenSteps, causal_output, generate_autoregressive
 from sampler.block_diffusion import generate_block_diffusion
 from sampler.config import SamplerConfig
 from sampler.effective import effective_config
 from sampler.generate import GenerateOutput, generate
+from sampler.handle import Handle
 from sampler.output import StepCallback
 
 
@@ -24,7 +27,7 @@ class DecodeError(ValueError):
     """A candidate that this config cannot decode; the message says why."""
 
 
-def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
+def decode_masked_diffusion(handle: Handle, input_ids, config: SamplerConfig, attention_mask=None,
                             on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """LLaDA-style models: the sampler with this model's own mask id."""
     if config.mask_id != handle.mask_id:
@@ -36,20 +39,18 @@ def decode_masked_diffusion(handle: Any, input_ids, config: SamplerConfig, atten
                     row_seeds=row_seeds)
 
 
-def decode_block_diffusion(adapter: Any, input_ids, config, attention_mask=None,
+def decode_block_diffusion(adapter: Handle, input_ids, config, attention_mask=None,
                            on_step: StepCallback | None = None) -> GenerateOutput:
     """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config."""
     return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask,
                                     on_step=on_step)
 
 
-def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attention_mask=None,
+def decode_autoregressive(handle: Handle, input_ids, config: SamplerConfig, attention_mask=None,
                           on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
     cached `generate` for a Hugging Face causal LM."""
-    if isinstance(handle.model, LLaDAModelLM):
-        from sampler.autoregressive import generate_autoregressive
-
+    if handle.native:
         return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step,
                                        row_seeds=row_seeds)
     if row_seeds is not None:
@@ -59,7 +60,7 @@ def decode_autoregressive(handle: Any, input_ids, config: SamplerConfig, attenti
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_mask=None,
+def decode_causal_lm(adapter: Handle, input_ids, config: SamplerConfig, attention_mask=None,
                      on_step: StepCallback | None = None) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
@@ -67,9 +68,7 @@ def decode_causal_lm(adapter: Any, input_ids, config: SamplerConfig, attention_m
     top-k/top-p cut, seeded by `config.seed`. NFE is the number of forward passes (one per token).
     `on_step` receives a `sampler.output.StepInfo` per token, through a streamer; it does not change the output.
     """
-    from transformers import GenerationConfig
-
-    from sampler.autoregressive import TokenSteps, causal_output
+    from transformers import GenerationConfig  # heavy, and only Hugging Face causal models need it
 
     B, P = input_ids.shape
     sample = config.temperature > 0
@@ -102,9 +101,9 @@ CHARS_PER_TOKEN_BOUND = 16
 
 
 def context_length(handle: Any) -> int | None:
-    """The longest canvas (prompt + generated positions) the model was trained on; None when it does not say."""
-    config = getattr(getattr(handle, "model", None), "config", None)
-    return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
+    """The longest canvas (prompt + generated positions) the model was trained on (`Handle.context_length`);
+    None when it does not say, or for a handle with no network (an API model)."""
+    return getattr(handle, "context_length", None)
 
 
 def check_prompt_text(handle: Any, text: str) -> None:
@@ -115,11 +114,16 @@ def check_prompt_text(handle: Any, text: str) -> None:
                           f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt")
 
 
+def fits_context(context: int | None, prompt_length: int, gen_length: int) -> bool:
+    """The prompt-fits rule: prompt and generated positions within the model's context (None: it does not say)."""
+    return not context or prompt_length + gen_length <= context
+
+
 def check_fits(handle: Any, prompt_length: int, gen_length: int) -> None:
     """Prompt and generated positions must fit in the model's context (beyond it RoPE extrapolates, or
     a learned position table has no row: garbage or an IndexError, never a measurement)."""
     limit = context_length(handle)
-    if limit and prompt_length + gen_length > limit:
+    if not fits_context(limit, prompt_length, gen_length):
         raise DecodeError(f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
                           f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
                           f"shorten the prompt or lower gen_length")
@@ -133,13 +137,12 @@ DECODERS: dict[str, Callable[..., GenerateOutput]] = {
 }
 
 
-def row_seeded(handle: Any) -> bool:
+def row_seeded(handle: Handle) -> bool:
     """Whether `decode(..., row_seeds=...)` can give each row of a batch of `handle` its own generator."""
-    return handle.kind == "masked-diffusion" or (handle.kind == "autoregressive"
-                                                 and isinstance(getattr(handle, "model", None), LLaDAModelLM))
+    return handle.masked_diffusion or (handle.causal and handle.native)
 
 
-def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
+def decode(handle: Handle, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
            on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
@@ -166,3 +169,30 @@ def decode(handle: Any, input_ids: torch.Tensor, config, attention_mask: torch.T
             raise DecodeError(f"row_seeds: {len(row_seeds)} seeds for {input_ids.shape[0]} rows")
         return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds)
     return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)
+
+
+def padding_id(handle: Handle) -> int:
+    """The id that left-pads a batch: the model's pad, else its EOS, else 0 (masked out either way)."""
+    return next((i for i in (handle.pad_id, handle.eos_id) if i is not None), 0)
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(batch, longest)` ids and attention mask; the mask is None when no row needs padding."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, (None if bool(mask.all()) else mask)
+
+
+def decode_prompts(handle: Handle, prompts: list[list[int]], config, on_step: StepCallback | None = None,
+                   row_seeds: list[int] | None = None) -> GenerateOutput:
+    """Decode token-id `prompts` (no padding) as one batch: left-padded to the longest (`padding_id`), on the
+    model's device, through `decode`. The sampler is batch invariant under left padding, so each row is what
+    it would be alone; `row_seeds` gives each row its own generator (see `decode`)."""
+    ids, mask = left_pad(prompts, padding_id(handle))
+    device = next(handle.model.parameters()).device
+    return decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
+                  on_step=on_step, row_seeds=row_seeds)

@@ -18,7 +18,7 @@ import torch
 
 from sampler.backends import denoiser_for
 from sampler.cache import LogitsSource, ModelCall, Window, logits_source
-from sampler.commit import CommitRule, commit_rule, commit_top_k, entropy_of  # noqa: F401  (commit_top_k re-exported)
+from sampler.commit import CommitRule, commit_rule, entropy_of
 from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
 from sampler.end_of_text import end_of_text_rule
@@ -26,6 +26,7 @@ from sampler.output import GenerateOutput, StepCallback, StepInfo
 from sampler.proposal import check_logits, propose
 from sampler.remasking import remasking_policy
 from sampler.rng import RowGenerators, left_pads
+from sampler.speculative import decode_speculative
 
 
 class Denoiser(Protocol):
@@ -39,20 +40,6 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator | 
     if seed is None:
         return None
     return torch.Generator(device=device).manual_seed(seed)
-
-
-def guided_logits(
-    model: Denoiser, x: torch.Tensor, attention_mask, prompt_index: torch.Tensor, cfg_scale: float, mask_id: int
-) -> torch.Tensor:
-    """One model call; with CFG, the conditional and prompt-masked rows go in one batch."""
-    if cfg_scale <= 0:
-        return model(x, attention_mask=attention_mask).logits
-    un_x = x.clone()
-    un_x[prompt_index] = mask_id
-    both = torch.cat([x, un_x], dim=0)
-    mask2 = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
-    cond, uncond = torch.chunk(model(both, attention_mask=mask2).logits, 2, dim=0)
-    return uncond + (cfg_scale + 1) * (cond - uncond)
 
 
 def check_inputs(input_ids: torch.Tensor, config: SamplerConfig, attention_mask: torch.Tensor | None) -> None:
@@ -250,9 +237,7 @@ def generate(
                                   device)
     decoder = BlockDecoder(config, P, generator, exit_rule, on_step)
     calls = CallCounter()
-    drive = decode_plain
-    if config.speculative_draft:
-        from sampler.speculative import decode_speculative as drive
+    drive = decode_speculative if config.speculative_draft else decode_plain
     state, speculative = drive(decoder, source, decoder.enter_block(x, 0), calls)
     return GenerateOutput(
         sequences=state.x, prompt_length=P, nfe=calls.nfe, sequential_calls=calls.sequential_calls,

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from sampler.cache import LogitsSource, Window
 from sampler.output import SpeculativeStats
 
@@ -67,8 +69,6 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
 def _accept_per_row(decoder, drafts: list, real: list[Window]):
     """Each row's true state after a round: the first of its drafts the verifying logits contradict,
     or its last draft. Returns (state, next guess, row-drafts made, row-drafts confirmed)."""
-    import torch
-
     start, end = decoder.bounds(drafts[0].block)
     truths = [decoder.advance(d, _fresh(w)) for d, w in zip(drafts, real)]  # truths[j]: the true successor of drafts[j]
     m, B = len(truths), drafts[0].x.shape[0]

@@ -21,13 +21,13 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from evals.quality import left_pad, padding_id
 from sampler.config import SamplerConfig
-from sampler.decode import decode
+from sampler.decode import decode_prompts
+from sampler.handle import Handle
 from sampler.output import FinalPrefix, StepCallback, StepInfo
 from serving.decoding import is_deterministic
 
@@ -70,21 +70,18 @@ class Decoded:
     first_block_s: float | None = None  # from arrival until its first block (AR: first token) was final
 
 
-def decode_rows(handle: Any, config: SamplerConfig, prompts: list[list[int]],
+def decode_rows(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
                 on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> tuple[list[list[int]], int]:
-    """Left-pad `prompts` into one `(batch, longest)` tensor, decode; (generated ids per row, NFE of the batch).
+    """`decode_prompts` in inference mode; (generated ids per row, NFE of the batch).
 
     `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
     """
-    ids, mask = left_pad(prompts, padding_id(handle))
-    device = next(handle.model.parameters()).device
     with torch.inference_mode():
-        out = decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
-                     on_step=on_step, row_seeds=row_seeds)
+        out = decode_prompts(handle, prompts, config, on_step=on_step, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
 
 
-def watch_rows(handle: Any, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop) -> StepCallback:
+def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop) -> StepCallback:
     """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens, abandonment."""
     prompt_length = max(len(job.prompt_ids) for job in group)  # left padding: every row's generation starts here
     sent = [0] * len(group)
@@ -101,7 +98,7 @@ def watch_rows(handle: Any, config: SamplerConfig, group: list["Job"], loop: asy
         if deliveries:  # in order, before the batch's results: the loop runs callbacks first in, first out
             loop.call_soon_threadsafe(_deliver, deliveries)
 
-    prefix = FinalPrefix(prompt_length, config.block_length, config.mask_id, handle.kind == "masked-diffusion",
+    prefix = FinalPrefix(prompt_length, config.block_length, config.mask_id, handle.masked_diffusion,
                          on_final)
 
     def on_step(info: StepInfo) -> None:
@@ -125,7 +122,7 @@ def _report_crash(task: asyncio.Task) -> None:
 class Batcher:
     """The queue and the batching worker of one loaded version."""
 
-    def __init__(self, handle: Any, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
+    def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
                  on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
                  name: str = "model"):
         if max_batch < 1 or max_pending < 1 or window_s < 0:

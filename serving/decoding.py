@@ -15,6 +15,7 @@ from typing import Any
 
 from sampler.config import SamplerConfig
 from sampler.effective import config_from_dict
+from sampler.handle import Handle
 
 # The kinds this server decodes; block diffusion (DiffusionGemma) needs its own request mapping.
 SERVED_KINDS = ("masked-diffusion", "autoregressive")
@@ -39,7 +40,7 @@ class Limits:
     max_prompt_chars: int = 16_384  # checked before tokenizing, so a huge body costs nothing
 
 
-def operating_config(handle: Any, recorded: dict[str, Any] | None) -> tuple[SamplerConfig, str]:
+def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[SamplerConfig, str]:
     """The base config of a served name: the recorded operating point, else the catalog's decoding defaults;
     with the model's own mask/EOS/EoT ids. Returns (config, where it came from)."""
     if recorded:
@@ -52,7 +53,7 @@ def operating_config(handle: Any, recorded: dict[str, Any] | None) -> tuple[Samp
         config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
         source = "catalog defaults"
     config = config.with_(**handle.sampler_ids())
-    if handle.kind == "autoregressive":
+    if handle.causal:
         config = autoregressive(config, config.gen_length)
     return config, source
 
@@ -131,7 +132,7 @@ def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
-def choice_of(handle: Any, generated: list[int], keep: int, stops: list[str]) -> dict[str, Any]:
+def choice_of(handle: Handle, generated: list[int], keep: int, stops: list[str]) -> dict[str, Any]:
     """text, finish_reason ('stop' at a stop id or sequence, else 'length') and completion token count."""
     tokens = generated[:keep]
     useful = handle.useful_length(tokens)

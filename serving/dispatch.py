@@ -4,9 +4,9 @@
 unhealthy (then the fallback does); an attempt that fails in a way the fallback may answer
 (`ArmFailure`: raised, timed out, NaN logits, an upstream unreachable or 5xx) is answered by the
 route's fallback, leaving both rows in the request log; drill faults strike around the attempt; the
-route's shadow arm gets a copy in the background. A local arm decodes through the app's own path
-(`decode_locally`, given by serving/app.py); an upstream arm is asked over httpx. An unrouted request
-is one local attempt with no retry.
+route's shadow arm gets a copy in the background. A local arm is answered by this server's own models
+(`LocalDecoder`, serving/local.py's `LocalServing`); an upstream arm is asked over httpx. Each try
+travels as an `Attempt` (serving/attempt.py). An unrouted request is one local attempt with no retry.
 """
 
 from __future__ import annotations
@@ -14,38 +14,44 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Callable, Protocol
 
 import httpx
-from fastapi import Request, Response
+from fastapi import Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serving import errors
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.arms import ArmFailure, LocalArm, UpstreamArm, UpstreamRefused
+from serving.attempt import Attempt
 from serving.decoding import RequestError
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts
 from serving.request_log import RequestLog
 from serving.routing import Decision, RouteTable, facts_of, request_key
-from serving.schemas import Sampling
 
 log = logging.getLogger("unmask.serve")
 
-# (arm, request or None, endpoint, body, prompt_of, max_tokens, outcome, limit_s, stamp, on_text) -> (body | stream,
-# facts); a stream calls on_text(its whole text) once complete
-DecodeLocally = Callable[..., Awaitable[tuple[Any, dict[str, Any] | None]]]
+
+
+class LocalDecoder(Protocol):
+    """This server's own models, as Dispatch asks them (serving.local.LocalServing)."""
+
+    async def answer(self, arm: LocalArm, attempt: Attempt) -> tuple[Any, dict[str, Any] | None]:
+        """(the answer body, or a StreamingResponse that records its own outcome; facts for the log).
+        ArmFailure: a failure the fallback may answer; RequestError: the request's own fault."""
 
 
 class Dispatch:
     """The arm-level half of answering: one per app."""
 
     def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics,
-                 requests_log: RequestLog | None, routes: RouteTable | None, decode_locally: DecodeLocally):
+                 requests_log: RequestLog | None, routes: RouteTable | None, local: LocalDecoder):
         self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
         self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
-        self.decode_locally = decode_locally
+        self.local = local
         self.health = ArmHealth(lambda: routes.policy.health, metrics) if routes else None
         self.drill, self.shadows = FaultDrill(), ShadowCopies(max_shadows)
         self.client: httpx.AsyncClient | None = None  # one connection pool for every upstream arm
@@ -81,10 +87,13 @@ class Dispatch:
                 "weights_error": routes.weights_error, "last_error": routes.last_error,
                 "health": {"failures": policy.health.failures, "cooldown_s": policy.health.cooldown_s}}
 
-    async def answer(self, request: Request, endpoint: str, body: Sampling, prompt_of,
-                     max_tokens: int | None) -> Response:
-        """The request's arm answers; if it fails, its route's fallback does (two log rows); a shadow gets a copy."""
-        decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, max_tokens),
+    async def answer(self, asked: Attempt) -> Response:
+        """The request's arm answers; if it fails, its route's fallback does (two log rows); a shadow gets a copy.
+
+        `asked` is the request as parsed (request, endpoint, body, prompt_of, max_tokens); each arm tried gets
+        its own copy with its outcome, routing and clock."""
+        request, endpoint, body = asked.request, asked.endpoint, asked.body
+        decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, asked.max_tokens),
                                       *request_key(body.user, request)) if self.routes else None
         arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
         failed: ArmFailure | None = None
@@ -111,18 +120,18 @@ class Dispatch:
                 outcome.arrived = first_arrival
             first_arrival, streaming = outcome.arrived, False
             copy = decision is not None and decision.shadow is not None
-            then = (lambda text: self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)) \
+            then = (lambda text: self.shadow(decision, asked, text)) \
                 if copy and body.stream else None  # a stream's text is known at its end
             try:
-                answered, facts, text = await self.attempt(current, request, endpoint, body, prompt_of, max_tokens,
-                                                           outcome, decision, retry_of=arm.name if failed else None,
-                                                           on_text=then)
+                answered, facts, text = await self.attempt(
+                    current, replace(asked, outcome=outcome, retry_of=arm.name if failed else None, on_text=then),
+                    decision)
                 if decision:
                     self.health.succeeded(current.name)
                 if failed:
                     self.metrics.retries.labels(decision.route, arm.name, current.name).inc()
                 if copy and not body.stream:
-                    self.shadow(decision, endpoint, body, prompt_of, max_tokens, text)
+                    self.shadow(decision, asked, text)
                 if isinstance(answered, StreamingResponse):
                     streaming = True  # the stream records its own outcome when it ends
                     return answered
@@ -157,10 +166,10 @@ class Dispatch:
                     outcome.close()
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def attempt(self, arm, request: Request | None, endpoint: str, body: Sampling, prompt_of,
-                      max_tokens: int | None, outcome: Outcome, decision: Decision | None, retry_of: str | None = None, on_text=None):
+    async def attempt(self, arm, attempt: Attempt, decision: Decision | None):
         """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
         ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
+        outcome, body = attempt.outcome, attempt.body
         limit = min(arm.timeout_s or self.timeout_s(), self.timeout_s())
         faults = arm.faults
         if faults and faults.delay_s:
@@ -174,47 +183,44 @@ class Dispatch:
         nan = bool(faults) and self.drill.fires(arm.name, "nan", faults.nan_share)
         if nan and body.stream:  # a stream's bytes go out as they come: the fault strikes before the first
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
-        stamp = {"route": decision.route, "arm": arm.name, "retry_of": retry_of} if decision else {}
+        attempt = replace(attempt, limit_s=limit, routed=(decision.route, arm.name) if decision else None)
         if isinstance(arm, UpstreamArm):
-            answered, facts = await self.ask_upstream(arm, endpoint, body, outcome, limit, stamp, on_text)
+            answered, facts = await self.ask_upstream(arm, attempt)
         else:
-            answered, facts = await self.decode_locally(arm, request, endpoint, body, prompt_of, max_tokens, outcome,
-                                                        limit, stamp, on_text)
+            answered, facts = await self.local.answer(arm, attempt)
         if nan and not isinstance(answered, StreamingResponse):
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
         return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
 
-    async def ask_upstream(self, arm: UpstreamArm, endpoint: str, body: Sampling, outcome: Outcome, limit: float,
-                           stamp: dict[str, Any], on_text=None):
+    async def ask_upstream(self, arm: UpstreamArm, attempt: Attempt):
+        outcome, body, limit = attempt.outcome, attempt.body, attempt.limit_s
         outcome.upstream(arm)
         payload = body.model_dump(exclude_none=True, exclude={"unmask", "model", "stream"})
-        stamp = stamp | {"upstream": arm.upstream}
+        stamp = attempt.stamp() | {"upstream": arm.upstream}
         left = max(limit - outcome.elapsed(), 0.001)
         if body.stream:
-            first, lines, response = await arm.open_stream(self.client, endpoint, payload, left)
-            return relay_stream(first, lines, response.aclose, stamp, outcome, limit, on_text), None
-        answer_body = await arm.complete(self.client, endpoint, payload, left)
+            first, lines, response = await arm.open_stream(self.client, attempt.endpoint, payload, left)
+            return relay_stream(first, lines, response.aclose, stamp, outcome, limit, attempt.on_text), None
+        answer_body = await arm.complete(self.client, attempt.endpoint, payload, left)
         extension = answer_body.get("unmask") or {}
         outcome.note(model=answer_body.get("model") or arm.model, version=extension.get("version"),
                      weights_sha256=extension.get("weights_sha256"), config_hash=extension.get("config_hash"))
         return stamped(answer_body, stamp), upstream_facts(answer_body)
 
-    def shadow(self, decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-               primary: str | None) -> None:
+    def shadow(self, decision: Decision, asked: Attempt, primary: str | None) -> None:
         """Send a copy to the route's shadow arm in the background, unless `max_shadows` are in flight."""
-        if not self.shadows.start(self.shadow_copy(decision, endpoint, body, prompt_of, max_tokens, primary)):
+        if not self.shadows.start(self.shadow_copy(decision, asked, primary)):
             self.metrics.shadow_dropped.labels(decision.route, decision.shadow.name).inc()
 
-    async def shadow_copy(self, decision: Decision, endpoint: str, body: Sampling, prompt_of, max_tokens: int | None,
-                          primary: str | None) -> None:
-        arm = decision.shadow
+    async def shadow_copy(self, decision: Decision, asked: Attempt, primary: str | None) -> None:
+        arm, body = decision.shadow, asked.body
         copy = body.model_copy(update={"stream": False, "stream_options": None})
-        outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, False, shadow=True)
+        outcome = Outcome(self.metrics, self.requests_log, asked.endpoint, body.model, False, shadow=True)
         outcome.routed(decision.route, arm.name)
         verdict = "failed"
         try:
-            answered, facts, text = await self.attempt(arm, None, endpoint, copy, prompt_of, max_tokens, outcome,
-                                                       decision)
+            answered, facts, text = await self.attempt(
+                arm, replace(asked, request=None, body=copy, outcome=outcome, retry_of=None, on_text=None), decision)
             self.health.succeeded(arm.name)
             agrees = None if primary is None else text == primary  # None: the primary gave no text to compare
             verdict = {True: "agree", False: "disagree", None: "answered"}[agrees]

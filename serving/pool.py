@@ -22,7 +22,7 @@ from registry.connection import RegistryError
 from registry.serving import ServedVersion
 from registry.store import Registry
 from sampler.config import SamplerConfig
-from sampler.decode import context_length
+from sampler.handle import Handle
 from serving.batching import Batcher, decode_rows
 from serving.chat import ChatTemplate, chat_template
 from serving.decoding import SERVED_KINDS, operating_config
@@ -43,7 +43,7 @@ class Loaded:
     """One version in memory: its handle, chat template, batcher, and the names routed to it."""
 
     key: tuple[str, str]  # (model, version)
-    handle: Any
+    handle: Handle
     chat: ChatTemplate
     batcher: Batcher
     context: int | None  # the model's longest sequence, when its config says
@@ -61,7 +61,7 @@ class Route:
     base_source: str  # "operating point" or "catalog defaults"
 
 
-def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> Any:
+def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> Handle:
     """The model handle of `version`, refused unless its weights hash to the recorded sha256."""
     ref = sources.get(version.model, version.source)
     try:
@@ -78,7 +78,7 @@ def load_checked(version: ServedVersion, sources: dict[str, str], device: str, d
     return handle
 
 
-def warm(handle: Any, config: SamplerConfig) -> None:
+def warm(handle: Handle, config: SamplerConfig) -> None:
     """One decode at the operating point, so the first request does not pay for lazy initialisation."""
     prompt = handle.encode("1 + 1") or [handle.eos_id or 0]
     decode_rows(handle, config, [prompt])
@@ -173,7 +173,7 @@ class ModelPool:
             self.metrics.served.labels(name, old.model, old.version, old.weights_sha256).set(0)
             self._release(previous.loaded, name)
 
-    def _admit(self, key: tuple[str, str], handle: Any) -> Loaded:
+    def _admit(self, key: tuple[str, str], handle: Handle) -> Loaded:
         s, (model, version) = self.settings, key
         depth = self.metrics.queue_depth.labels(model, version)
         batches = (self.metrics.batch_size.labels(model, version), self.metrics.batches.labels(model, version))
@@ -184,7 +184,7 @@ class ModelPool:
 
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
                           on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}")
-        loaded = Loaded(key, handle, chat_template(handle.path), batcher, context_length(handle))
+        loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded
 

@@ -26,8 +26,9 @@ from fastapi import Request
 
 from gates.serving_policy import (AUTO, FALLBACK, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError,
                                   load_serving_policy)
-from gates.weights import Overlay, apply_overlay, read_weights
+from gates.weights import Overlay, apply_overlay
 from serving.arms import Arm, LocalArm, UpstreamArm, arm_of
+from serving.weights_file import read_weights
 
 log = logging.getLogger("unmask.serve")
 

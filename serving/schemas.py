@@ -11,6 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from sampler.commit import COMMIT_RULES
+from sampler.remasking import REMASKING_POLICIES
+
 MAX_STOP = 4  # OpenAI's own limit on stop sequences
 
 
@@ -40,15 +43,11 @@ class UnmaskOptions(Strict):
     @field_validator("parallel")
     @classmethod
     def _known_rule(cls, value):
-        from sampler.commit import COMMIT_RULES
-
         return _known(value, COMMIT_RULES)
 
     @field_validator("remasking")
     @classmethod
     def _known_policy(cls, value):
-        from sampler.remasking import REMASKING_POLICIES
-
         return _known(value, REMASKING_POLICIES)
 
     def overrides(self) -> dict:

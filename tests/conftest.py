@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import os
 
+# The caller's terminal and locale never reach a test (issue 36): a console made at import time reads COLUMNS
+# once and keeps it (`COLUMNS=100 make test` wrapped an asserted line), so these are settled before any unmask
+# module is imported, and again around every test. Without COLUMNS a console asks the environment each time it
+# prints, so a test's own `env={"COLUMNS": "200"}` (CliRunner) or subprocess `env=` still decides its width.
+TERMINAL_CLEARED = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE",
+                    "TTY_INTERACTIVE", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME")
+TERMINAL_SET = {"TERM": "xterm-256color", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+for _k in TERMINAL_CLEARED:
+    os.environ.pop(_k, None)
+os.environ.update(TERMINAL_SET)
+
 # One torch thread, here and in the processes tests start: the test models are tiny, and on two cores
 # shared with other work a second intra-op thread spin-waits for a busy core (the torch-heavy fast
 # tests measured 5x slower with two). Set before torch is imported so children inherit it too;
@@ -23,8 +34,13 @@ torch.set_num_threads(min(2, int(os.environ["OMP_NUM_THREADS"])))
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
-    """Every test gets its own state folder, so nothing leaks into the checkout's .unmask/."""
+    """Every test gets its own state folder, so nothing leaks into the checkout's .unmask/, and the same terminal
+    and locale (TERMINAL_CLEARED, TERMINAL_SET), whatever the one before it set."""
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path_factory.mktemp("unmask_home")))
+    for name in TERMINAL_CLEARED:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in TERMINAL_SET.items():
+        monkeypatch.setenv(name, value)
 
 
 # --- Prefect flow tests (tests/prefect_fixtures.py): the session's one test harness -------------

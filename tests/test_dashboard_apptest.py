@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 import registry.read as read
 from dashboard_fixtures import env, filled, free_port, stop, wait_healthy  # noqa: F401 - env, filled: fixtures
-from flows.commands.next_steps import names_version, next_steps
+from gates.next_steps import names_version, next_steps
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
 from gates.policy import POLICY_PATH, load_policy

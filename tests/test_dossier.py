@@ -308,7 +308,7 @@ def test_on_a_tracking_server_every_run_it_names_is_a_link_to_the_mlflow_ui(env)
 
     content = dossier_content(Registry(env.tracking_uri), env.candidate, env.candidate_version, "poc")
     assert content["run_url"] == ""  # the embedded store has no UI to link to: runs are named
-    content["run_url"] = "http://127.0.0.1:5000/#/runs/"  # as `_run_url_base` gives for http://127.0.0.1:5000
+    content["run_url"] = "http://127.0.0.1:5000/#/runs/"  # as `registry.links.run_url_base` gives for http://127.0.0.1:5000
     html = render_html(content)
     linked = set(re.findall(r'href="http://127\.0\.0\.1:5000/#/runs/([0-9a-f]{32})"', html))
     named = {r["run_id"] for r in content["evaluation"]["records"]} | {content["evidence_run_id"]}

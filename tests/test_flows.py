@@ -286,7 +286,8 @@ def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
 
 
 def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the_outcome():
-    from flows.evaluate import gate_rows, qualified_stage, summary_markdown
+    from flows.evaluate import gate_rows, summary_markdown
+    from gates.stages import qualified_stage
     from gates import STAGES, GateResult, load_policy
     from gates.promotion import decide_promotion
     from tests.gate_fixtures import evidence, signoffs

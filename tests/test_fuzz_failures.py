@@ -214,13 +214,13 @@ def test_train_writes_to_the_state_folder_by_default_and_prints_its_threads(tmp_
 
 
 def test_the_thread_rule_is_one_rule():
-    from flows.commands.options import threads_rule
+    from flows.commands.options import max_threads, threads_rule
 
     assert threads_rule(3, 2) == (3, "--threads")
     assert threads_rule(None, 2) == (2, "the sweep's threads")
-    os.environ["UNMASK_THREADS"] = "4"
+    os.environ["UNMASK_THREADS"] = str(max_threads())  # more than the machine's cores is refused (issue 36)
     try:
-        assert threads_rule(None) == (4, "$UNMASK_THREADS")
+        assert threads_rule(None) == (max_threads(), "$UNMASK_THREADS")
     finally:
         del os.environ["UNMASK_THREADS"]
     assert threads_rule(None)[0] == 1

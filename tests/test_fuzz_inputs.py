@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fuzz_fixtures import refused, row_counts, store_path
@@ -464,6 +464,7 @@ def test_pull_refuses_a_source_outside_the_catalog(tmp_path, what, entry, named)
 @given(entry=st.dictionaries(st.sampled_from(sorted(GOOD_ENTRY) + ["sha256", "decoding", "pinned", "x"]),
                              st.one_of(st.text(max_size=8), st.integers(), st.booleans(), st.none(),
                                        st.lists(st.text(max_size=3), max_size=2)), max_size=9))
+@example(entry={"license": "\x1b"})  # license-expression's validate() raised AttributeError on it
 def test_any_entry_is_an_entry_or_a_catalog_error_naming_the_file(tmp_path_factory, entry):
     from models.catalog import CatalogError, load_catalog
 

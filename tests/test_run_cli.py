@@ -34,7 +34,7 @@ def test_the_scorecard_shows_what_the_evidence_cannot_judge_yet_and_how_many_ite
     from rich.console import Console
 
     from flows.commands.run import scorecard_table
-    from flows.evaluate import qualified_stage
+    from gates.stages import qualified_stage
     from flows.review import scorecard_row
     from gates import STAGES, load_policy
     from gates.promotion import decide_promotion

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gates import evaluate_gates, load_policy
-from gates.scoring import Alternative, alternative, pareto_front, rank, score_survivors, sensitivity
+from gates.scoring import Alternative, alternative, rank, score_survivors, sensitivity, undominated
 from tests.gate_fixtures import evidence, fast_llada, record, signoffs
 
 POLICY = load_policy()
@@ -40,7 +40,7 @@ def test_degenerate_inputs_tie_instead_of_nan():
 
 
 def test_pareto_front():
-    assert pareto_front([A, B, C]) == [True, True, False]
+    assert undominated([A, B, C]) == [True, True, False]
 
 
 def test_sensitivity_table_moves_each_weight_by_20_percent():

@@ -19,7 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gates.serving_policy import RequestFacts, ServingPolicyError, load_serving_policy, parse_serving_policy
-from gates.weights import apply_overlay, read_weights, weights_sha256, write_weights
+from gates.weights import apply_overlay, weights_sha256
+from serving.weights_file import read_weights, write_weights
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.metrics import ServingMetrics
 from serving.request_log import RequestLog, read_rows, row
@@ -88,7 +89,7 @@ def test_shadow_share_is_sticky_and_near_its_share():
     ({"default": {"arm": "production", "fallback": ""}}, r"default\.fallback: expected an arm name"),
     ({"default": {"arm": "production", "shadow": {"arm": "x", "share": 101}}}, r"default\.shadow\.share"),
     ({"default": {"arm": "production", "shadow": "staging"}}, r"default\.shadow: expected \{arm"),
-    ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, rollout"),
+    ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, limits, rollout"),
 ])
 def test_bad_arms_are_refused_naming_the_key(tmp_path, top, where):
     path = tmp_path / "serving.yaml"

@@ -10,7 +10,7 @@ import yaml
 
 from eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model
 from evals import sweep as sweep_module
-from evals.plots import pareto_front, plot_quality_latency
+from evals.plots import plot_quality_latency, quality_latency_front
 from evals.store import load_records
 from evals.sweep import SweepError, default_sweep_path, valid_points, load_sweep, parse_sweep, run_sweep
 from sampler.block_diffusion import BlockDiffusionConfig
@@ -139,7 +139,7 @@ def test_task_file_sweep(models, tmp_path):
 
 def test_pareto_front():
     points = [(1.0, 0.2), (2.0, 0.5), (1.5, 0.1), (3.0, 0.5), (4.0, 0.9)]
-    assert pareto_front(points) == [0, 1, 4]
+    assert quality_latency_front(points) == [0, 1, 4]
 
 
 def test_a_broken_validator_marks_records_invalid_and_keeps_them(models, tmp_path, monkeypatch):

@@ -15,12 +15,14 @@ from checklists import STAGES, ChecklistError, load_checklist
 from dashboards.dossier.decision import decision_part
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.evaluate import GateResult, wilson_interval
+from gates.evaluate import GateResult
+from gates.intervals import wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from models.catalog import CatalogError, load_catalog
 from registry import audit
 from registry.connection import RegistryError
-from registry.promotion import fallback_holder
+from registry.links import run_url_base
+from registry.state import fallback_holder
 from registry.store import Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, evidence_run_id, load_evidence, load_gate_report
 
@@ -73,7 +75,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     gates = {s: _gates(r) for s, r in reports.items() if r}
     content = {
         "model": model, "version": version, "stages": stages, "tracking_uri": registry.tracking_uri,
-        "run_url": _run_url_base(registry.tracking_uri),
+        "run_url": run_url_base(registry.tracking_uri),
         "evidence_run_id": tags[model_tag("evidence_run")], "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
         "aliases": sorted(a for a, v in registry.aliases_of(model).items() if v == version),
         "identity": _identity(registry, evidence, model, version),
@@ -93,11 +95,6 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         content["limitations"].append({"kind": "model card", "text": f"{name}: not stated in the model card",
                                        "run_id": content["evidence_run_id"]})
     return content
-
-
-def _run_url_base(tracking_uri: str) -> str:
-    """Where the MLflow UI opens a run by id alone (its `/runs/<id>` route), on a tracking server; else ""."""
-    return f"{tracking_uri.rstrip('/')}/#/runs/" if tracking_uri.startswith(("http://", "https://")) else ""
 
 
 # identity ------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from evals.tasks.base import TaskItem
 from evals.tasks.scoring import normalise_number, strict_match
+from models.unique_keys import DuplicateJSONKeyError, load_json
 
 
 MAX_LINE_BYTES = 256 * 1024  # a GSM8K line is about 1 KiB; a 5 MB line grew a run to 24 GB before this cap
@@ -38,7 +39,9 @@ def load_gsm8k(path: str | Path, split: str = "test", limit: int | None = None) 
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = load_json(line)
+            except DuplicateJSONKeyError as e:
+                raise ValueError(f"{path}:{lineno}: {e}; each field once") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
             if not isinstance(row, dict):

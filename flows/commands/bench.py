@@ -106,12 +106,12 @@ def bench_command(
     prompts: int = typer.Option(4, "--prompts", callback=options.positive, help="Held-out test prompts per task."),
     reps: int = typer.Option(3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."),
     warmup: int = typer.Option(1, "--warmup", callback=options.non_negative, help="Untimed warm-up passes per row."),
-    threads: int = typer.Option(None, "--threads", callback=options.positive,
+    threads: int = typer.Option(None, "--threads", callback=options.threads,
                                 help="torch (and onnxruntime) threads (default: $UNMASK_THREADS, else 1)."),
     seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
     configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
     device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
-    json_path: Path = typer.Option(None, "--json", help='Also write the rows as JSON here, rewritten after each '
+    json_path: Path = typer.Option(None, "--json", callback=options.output_path, help='Also write the rows as JSON here, rewritten after each '
                                    'finished row ("complete": false until the end).'),
     plot: Path = typer.Option(None, "--plot", help="Also draw accuracy vs text tokens/s per config, the AR twin as a "
                               "star, one panel per generation length, as a PNG here."),

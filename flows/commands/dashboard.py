@@ -38,7 +38,15 @@ def dashboard_command(
         if not policy.is_file():
             print_error(console, f"--policy {policy}: file not found")
             raise typer.Exit(2)
+        from gates import PolicyError, load_policy
+
+        try:
+            load_policy(policy)  # the board would show the error on every page; refuse it here, in one line
+        except PolicyError as e:
+            print_error(console, f"--policy: {e}")
+            raise typer.Exit(2) from None
         env["UNMASK_POLICY"] = str(policy.resolve())
+    options.port_free(address, port)  # a busy port is one line here, not streamlit's traceback
     console.print(f"registry: {env['MLFLOW_TRACKING_URI']}\ndashboard: http://{address}:{port}  (Ctrl+C stops it)")
     sys.stdout.flush()
     command = streamlit_command(port, address)

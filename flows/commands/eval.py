@@ -23,14 +23,14 @@ def eval_command(
     gen_length: int = typer.Option(None, "--gen-length", callback=options.positive, help="With --tasks and no --sweep: positions to generate."),
     block_length: int = typer.Option(None, "--block-length", callback=options.positive, help="With --tasks and no --sweep: block width."),
     batch_size: int = typer.Option(None, "--batch-size", callback=options.positive, help="Batch size for the throughput pass."),
-    threads: int = typer.Option(None, "--threads", callback=options.positive, help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
+    threads: int = typer.Option(None, "--threads", callback=options.threads, help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
 ) -> None:
     """Evaluate models under a sweep of decoding settings; records are validated and saved as they finish."""
-    from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, default_sweep_path, load_sweep,
-                             timestamped_folder)
+    from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, check_model_ref, default_sweep_path,
+                             load_sweep, timestamped_folder)
     from evals.validation import TaskDataError
     from models.state import state_dir
 
@@ -53,6 +53,8 @@ def eval_command(
             spec.tasks = [TaskSpec(file=str(tasks), limit=limit)]
         if model:
             spec.models = list(model)
+        for ref in model or []:
+            check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
         if batch_size:
             spec.measure["batch_size"] = batch_size
         spec.threads, threads_from = options.threads_rule(threads, spec.threads)

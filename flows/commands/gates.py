@@ -6,7 +6,8 @@ import typer
 from rich.markup import escape
 
 from checklists import STAGES, ChecklistError, load_checklist
-from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 from gates.readable import gate_threshold, gate_value
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
@@ -27,6 +28,7 @@ def gates_command(
 ) -> None:
     """Judge MODEL's gates afresh on its stored evidence and print them; --store records them for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
+    from gates.promotion import require_checklists_match
     from registry import Registry, RegistryError, judge, latest_registration
     from registry.integrity import alias_drift
 
@@ -37,6 +39,7 @@ def gates_command(
         policy = load_policy(policy_path)
         for name in [stage] if stage else STAGES:  # a broken checklist is refused before the store is opened
             load_checklist(name)
+        require_checklists_match(policy, [stage] if stage else STAGES)
         reg = Registry()
         held = reg.aliases_of(model)
         version = version or latest_registration(held)

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import typer
 
+from flows.commands import options
 from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 
@@ -40,10 +41,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
                  max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
-                 timeout_s: float = 600.0, max_tokens: int = 256) -> Iterator[str]:
+                 timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[str]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
 
-    Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...).
+    Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...),
+    or when `asked_tokens` (--max-tokens) does not fit a served model's context: before a request is sent.
     """
     import asyncio
     import socket
@@ -74,6 +76,11 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
             if not thread.is_alive():
                 raise LoadTestError(f"the local server for {', '.join(names)} stopped before it was ready")
             time.sleep(0.1)
+        for name in names if asked_tokens else ():
+            context = pool.route(name).loaded.context
+            if context and asked_tokens >= context:
+                raise LoadTestError(f"--max-tokens {asked_tokens}: does not fit {name}'s context of {context} tokens "
+                                    f"(prompt included); ask for fewer")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.should_exit = True
@@ -95,10 +102,11 @@ def loadtest_command(
     task: str = typer.Option("arith", "--task", help="Task suite the prompts come from (evals/tasks)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Answer length (default: the served operating point)."),
     endpoint: str = typer.Option(None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."),
-    max_batch: int = typer.Option(16, "--max-batch", help="Without --url: the local server's largest batch."),
+    max_batch: int = typer.Option(16, "--max-batch", callback=options.positive,
+                                  help="Without --url: the local server's largest batch."),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
-    json_path: Path = typer.Option(None, "--json", help="Write the records and notes to this JSON file."),
+    json_path: Path = typer.Option(None, "--json", callback=options.output_path, help="Write records, notes here."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
                              "registered version that answered."),
 ) -> None:
@@ -122,13 +130,12 @@ def loadtest_command(
                         max_tokens=max_tokens, endpoint=endpoint or ("chat" if entry else "completions"),
                         timeout_s=timeout_s, stream=stream, api_key=key)
         check_spec(spec)
-        if max_batch < 1:
-            raise LoadTestError(f"--max-batch: {max_batch!r} is not a positive integer")
         try:
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
-        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0))
+        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
+                                  asked_tokens=max_tokens)
         with contextlib.nullcontext(spec.base_url) if url else serve_here as base:
             from dataclasses import replace
 

@@ -9,12 +9,30 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from typing import Any
 
 import typer
 
 THREADS_ENV = "UNMASK_THREADS"
-DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def max_threads() -> int:
+    """The most torch threads a command may ask for: the cores this process may run on (more only oversubscribes
+    them, and `bench --threads 10000` once crashed torch's thread pool)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """--threads: 1 up to this machine's cores (`max_threads`)."""
+    positive(ctx, param, value)
+    if value is not None and value > max_threads():
+        raise typer.BadParameter(f"must be at most {max_threads()} (the cores this machine gives unmask), got "
+                                 f"{value!r}", ctx=ctx, param=param)
+    return value
 
 
 def _name(param: Any) -> str:
@@ -46,6 +64,8 @@ def port(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
 
 def device(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """A torch device name: cpu, cuda, cuda:N or mps (whether it exists here is the loader's question)."""
+    from models.loading import DEVICE_PATTERN
+
     if value is not None and not DEVICE_PATTERN.match(str(value)):
         raise typer.BadParameter(f"must be cpu, cuda, cuda:N or mps, got {value!r}", ctx=ctx, param=param)
     return value
@@ -81,8 +101,9 @@ def threads_rule(given: int | None, configured: int | None = None) -> tuple[int,
         return configured, "the sweep's threads"
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
-            raise typer.BadParameter(f"${THREADS_ENV} must be a positive integer, got {env!r}")
+        if not env.isdigit() or not 1 <= int(env) <= max_threads():
+            raise typer.BadParameter(f"${THREADS_ENV} must be an integer from 1 to {max_threads()} (this machine's "
+                                     f"cores), got {env!r}")
         return int(env), f"${THREADS_ENV}"
     return 1, f"default; --threads or ${THREADS_ENV} to change"
 
@@ -94,3 +115,109 @@ def apply_threads(given: int | None, configured: int | None = None) -> tuple[int
     threads, why = threads_rule(given, configured)
     torch.set_num_threads(threads)
     return threads, why
+
+
+def port_free(host: str, port: int, option: str = "--port") -> None:
+    """Refuse (usage error, one line) a port another process listens on, before a server loads anything."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise typer.BadParameter(f"--host {host!r}: cannot be resolved ({e.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise typer.BadParameter(f"{host}:{port} cannot be bound ({e.strerror}); another server may hold it, "
+                                     f"pick another with {option}", param_hint=option) from None
+
+
+def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An id (a rollout's, a run's): letters, digits, '.', '_', '-'; never a path such as ../x."""
+    from models.state import check_token
+
+    if value is not None:
+        try:
+            check_token(value, "id")
+        except ValueError:
+            raise typer.BadParameter(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
+                                     ctx=ctx, param=param) from None
+    return value
+
+
+def output_path(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An output file (--json): not a folder, and its folder can be created and written; checked before the work."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    if value is not None:
+        path = Path(value).expanduser()
+        why = f"{path} is a folder, not a file" if path.is_dir() else unusable_folder(path.parent)
+        if why:
+            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+    return value
+
+
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """An output folder (--out): a folder, or one that can be created, and writable; checked before the work."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    if value is not None:
+        why = unusable_folder(Path(value).expanduser())
+        if why:
+            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+    return value
+
+
+# Environment variables unmask reads, and what each must name; checked before any command runs.
+FILE_VARIABLES = ("UNMASK_CATALOG", "UNMASK_ROLES", "UNMASK_POLICY", "UNMASK_CHROMIUM")
+FOLDER_VARIABLES = ("UNMASK_CHECKLISTS",)
+WRITABLE_VARIABLES = ("UNMASK_HOME", "UNMASK_MODEL_STORE")
+
+
+def check_environment(environ: Any = None) -> None:
+    """typer.BadParameter (one line, naming the variable and its value) for the first unusable variable."""
+    from pathlib import Path
+
+    from models.state import unusable_folder
+
+    environ = os.environ if environ is None else environ
+
+    def bad(name: str, why: str) -> typer.BadParameter:
+        return typer.BadParameter(f"${name}={environ[name]!r}: {why}", param_hint=f"${name}")
+
+    for name in FILE_VARIABLES:
+        if environ.get(name) and not Path(environ[name]).expanduser().is_file():
+            raise bad(name, "no such file")
+    for name in FOLDER_VARIABLES:
+        if environ.get(name) and not Path(environ[name]).expanduser().is_dir():
+            raise bad(name, "no such folder")
+    for name in WRITABLE_VARIABLES:
+        if environ.get(name):
+            why = unusable_folder(Path(environ[name]).expanduser())
+            if why:
+                raise bad(name, f"{why}; point it at a writable folder")
+    if environ.get("UNMASK_ROLES"):  # who may act: refused as a whole now, not as "nobody holds poc" later
+        from gates.roles import RolesError, load_roles
+
+        try:
+            load_roles(environ["UNMASK_ROLES"])
+        except RolesError as e:
+            raise typer.BadParameter(str(e), param_hint="$UNMASK_ROLES") from None
+    if environ.get(THREADS_ENV, "").strip():
+        value = environ[THREADS_ENV].strip()
+        if not value.isdigit() or not 1 <= int(value) <= max_threads():
+            raise bad(THREADS_ENV, f"expected an integer from 1 to {max_threads()} (this machine's cores)")
+
+
+def alias_name(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """A stage or registry alias (candidate, poc, staging, production, fallback)."""
+    from registry.store import ALIASES
+
+    if value is not None and value not in ALIASES:
+        raise typer.BadParameter(f"expected one of {', '.join(ALIASES)}, got {value!r}", ctx=ctx, param=param)
+    return value

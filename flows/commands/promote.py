@@ -32,12 +32,15 @@ def promote_command(
 ) -> None:
     """Request the move of the TO alias to MODEL; it moves when its gates pass, its checklist is complete and the
     stage's approvals (by others than you, for staging and production) are recorded."""
+    from checklists import STAGES, ChecklistError
     from gates import PolicyError, RolesError, load_policy
+    from gates.promotion import require_checklists_match
     from registry import PromotionRefused, Registry, RegistryError, promote
     from registry.identity import claimed_actor, server_permissions
 
     try:
         policy = load_policy(policy_path)
+        require_checklists_match(policy, [to] if to in STAGES else [])
         reg = Registry()
         with server_permissions(reg.tracking_uri, model, f"promotion to {to}"):
             me = claimed_actor(reg, approver, "--approver", f"promotion of {model} to {to}", to, model)
@@ -45,7 +48,7 @@ def promote_command(
                            policy=policy, registry=reg, actor=me)
     except PromotionRefused as e:
         _refused(e)
-    except (PolicyError, RolesError, RegistryError) as e:
+    except (PolicyError, RolesError, RegistryError, ChecklistError) as e:
         _fail(e)
     before = "@".join(move.from_holder) if move.from_holder else "nobody"
     approvers = ", ".join(a["by"] for a in move.evidence.get("approvals", [])) or "nobody"
@@ -119,7 +122,7 @@ def sign_off_command(
 
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
-    stage: str = typer.Option(None, "--stage", help="Only events of this stage."),
+    stage: str = typer.Option(None, "--stage", callback=options.alias_name, help="Only events of this stage."),
     limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
     verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
                                                         "entry edited, removed, reordered or inserted (exit 1 if so)."),

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from checklists import STAGES
+from flows.commands import options
 from flows.failures import print_error
 
 console = Console()
@@ -16,7 +17,7 @@ console = Console()
 
 def report_command(
     model: str = typer.Argument(..., help="Registered model, e.g. tiny-llada."),
-    out: Path = typer.Option(..., "--out", help="Folder to write the HTML and PDF into (created if missing)."),
+    out: Path = typer.Option(..., "--out", callback=options.output_folder, help="Folder to write the HTML and PDF into (created if missing)."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     stage: str = typer.Option(None, "--stage", "-s", help="Only this stage's gates and checklist (default: all)."),
     pdf: bool = typer.Option(True, "--pdf/--no-pdf", help="Print the PDF with headless Chromium (default: yes)."),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from flows.commands import options
 from flows.commands.table import Column, FittedTable, table_console
 
 console = table_console(200)
@@ -46,7 +47,17 @@ def start_command(
     from gates.serving_policy import ServingPolicyError
     from registry import RegistryError
 
+    from checklists import STAGES
+    from gates import load_policy
+    from gates.rollout_policy import load_rollout_policy
+    from gates.serving_policy import load_serving_policy
+
     try:
+        if to not in STAGES:
+            raise RolloutRefused(f"rollout to {to!r}", [f"--to: expected one of {', '.join(STAGES)}, got {to!r}"])
+        load_policy(policy_path)  # every file the rollout reads, refused before the store is opened
+        load_serving_policy(routes)
+        load_rollout_policy(routes)
         state = plan_rollout(model, route, to, routes, policy_path)
     except (RolloutRefused, PolicyError, RolloutPolicyError, ServingPolicyError, RegistryError) as e:
         _refused(e)
@@ -57,7 +68,7 @@ def start_command(
 
 @rollout_app.command("resume")
 def resume_command(
-    rollout_id: str = typer.Argument(..., help="The rollout's id (`unmask rollout status`)."),
+    rollout_id: str = typer.Argument(..., help="The rollout's id (`unmask rollout status`).", callback=options.token),
     flush_grace_s: float = typer.Option(2.5, "--flush-grace", min=0, help="As for start."),
 ) -> None:
     """Continue a paused rollout, or one whose controller stopped, at its recorded step."""
@@ -76,7 +87,7 @@ def resume_command(
 
 @rollout_app.command("abort")
 def abort_command(
-    rollout_id: str = typer.Argument(..., help="The rollout's id."),
+    rollout_id: str = typer.Argument(..., help="The rollout's id.", callback=options.token),
     comment: str = typer.Option("", "--comment", help="Why (recorded in the audit trail)."),
 ) -> None:
     """Roll a running or paused rollout back: the candidate's weight to 0, audited by you."""
@@ -93,7 +104,8 @@ def abort_command(
 
 
 @rollout_app.command("status")
-def status_command(rollout_id: str = typer.Argument(None, help="One rollout (default: all).")) -> None:
+def status_command(rollout_id: str = typer.Argument(None, help="One rollout (default: all).",
+                                                   callback=options.token)) -> None:
     """The rollouts, their step, weight, status and last analysis."""
     from flows.rollout_state import RolloutNotFound, all_states, load_state
 

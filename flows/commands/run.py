@@ -13,8 +13,10 @@ from pathlib import Path
 
 import typer
 
-from flows.commands.next_steps import names_version, next_stage_for, next_steps
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 from flows.commands.options import positive, threads_rule
+from flows.commands.options import threads as threads_option
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 
@@ -32,7 +34,7 @@ def run_command(
     items: int = typer.Option(None, "--items", min=1, help="Measure every task on at least N items (the sweep's "
                               "`n` raised; what settles an inconclusive data_validity gate)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
-    threads: int = typer.Option(None, "--threads", callback=positive,
+    threads: int = typer.Option(None, "--threads", callback=threads_option,
                                 help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
     demo: bool = typer.Option(False, "--demo", help="A demonstration: the demo sweep and policy (unless given) and "
                               "the registry marked as a demo, so the demo policy may move its production."),
@@ -40,10 +42,10 @@ def run_command(
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
-    from evals.sweep import SweepError, default_sweep_path, load_sweep, with_items
+    from evals.sweep import SweepError, check_model_ref, default_sweep_path, load_sweep, with_items
     from flows.evaluate import EvaluationOptions
     from gates import load_policy
-    from registry.views import mlflow_ui_command
+    from registry.links import mlflow_ui_command
     from models.state import state_dir
     from flows.runners import make_task_runner
 
@@ -55,6 +57,8 @@ def run_command(
         if task_runner not in ("threads", "dask"):
             raise ValueError(f"--task-runner is {task_runner!r}; expected threads or dask")
         spec = load_sweep(sweep_path)
+        for ref in model or []:
+            check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
         load_policy(policy)  # a broken policy (or checklist) is refused now, not after the measuring
         threads, threads_from = threads_rule(threads, spec.threads)
         if items:
@@ -90,6 +94,9 @@ def run_command(
     print_next_steps(result["outcomes"], result["tracking_uri"], options.policy)
     console.print("see: [bold]unmask dashboard[/bold] (gates and scores), "
                   f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)", highlight=False)
+    if not points:
+        print_error(console, f"nothing was measured: no sweep point of {', '.join(models)} could run (see above)")
+        raise typer.Exit(1)
     if rows and all(r["qualifies"] == "failed" for r in rows):
         raise typer.Exit(1)
 

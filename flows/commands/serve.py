@@ -58,7 +58,7 @@ def serve_command(
                                       "(default: <state folder>/rollouts/weights.json); with --routes."),
     max_shadows: int = typer.Option(4, "--max-shadows", min=0, help="Shadow copies in flight at once (routes' "
                                     "`shadow:`); more are dropped and counted."),
-    threads: int = typer.Option(None, "--threads", callback=options.positive,
+    threads: int = typer.Option(None, "--threads", callback=options.threads,
                                 help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
 ) -> None:
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
@@ -72,17 +72,23 @@ def serve_command(
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
     from gates.serving_policy import ServingPolicyError, load_serving_policy
 
+    from gates.request_limits import RequestLimits
+
+    compute = RequestLimits()
     if routes is not None:
         try:
-            names = list(dict.fromkeys([*names, *load_serving_policy(routes).aliases()]))  # what the routes need
+            policy = load_serving_policy(routes)
         except ServingPolicyError as e:
             typer.echo(f"error: --routes: {e}", err=True)
             raise typer.Exit(2) from None
+        names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
+        compute = policy.limits
+    options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
                         max_pending=max_pending)
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
-                             request_timeout_s=timeout_s,
+                             request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
                              routes_path=routes, weights_path=weights_file,
                              max_shadows=max_shadows)

@@ -23,7 +23,7 @@ def train_command(
     force: bool = typer.Option(False, "--force", help="Overwrite a checkpoint already in --out (the bundled ones too)."),
     state_dir: Path = typer.Option(None, "--state-dir", help="Resumable checkpoints (default: <state>/train/<model>)."),
     seed: int = typer.Option(None, help="Seed for initialisation, batches and masking (default: the recipe's)."),
-    threads: int = typer.Option(None, callback=options.positive, help="torch CPU threads (default: $UNMASK_THREADS, else 1)."),
+    threads: int = typer.Option(None, callback=options.threads, help="torch CPU threads (default: $UNMASK_THREADS, else 1)."),
     lr: float = typer.Option(None, help="Peak learning rate (default: the recipe's)."),
     mixture: str = typer.Option(None, help="Data schedule from evals/tasks/mixture.py (default: the recipe's)."),
     restart: list[int] = typer.Option(None, "--restart", help="Step where the cosine starts again (repeatable)."),

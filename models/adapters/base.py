@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from models import checkpoint
 from models.checkpoint import CheckpointError, weight_files
+from models.llada import LLaDAModelLM
 
 
 class AdapterError(CheckpointError):
@@ -58,6 +59,28 @@ class ModelHandle(TextCodec):
     @property
     def causal(self) -> bool:
         return self.kind == "autoregressive"
+
+    @property
+    def masked_diffusion(self) -> bool:
+        """LLaDA-style: masked positions filled block by block with the model's `mask_id`."""
+        return self.kind == "masked-diffusion"
+
+    @property
+    def block_diffusion(self) -> bool:
+        """DiffusionGemma-style uniform-state block diffusion."""
+        return self.kind == "block-diffusion"
+
+    @property
+    def native(self) -> bool:
+        """Whether the network is unmask's own LLaDA layout (models/llada.py), which unmask's decoders drive
+        directly (a causal one with its own KV cache); else a Hugging Face model (transformers' generate)."""
+        return isinstance(self.model, LLaDAModelLM)
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest canvas (prompt + generated positions) the model was trained on; None when it does not say."""
+        config = getattr(self.model, "config", None)
+        return getattr(config, "max_sequence_length", None) or getattr(config, "max_position_embeddings", None)
 
     @property
     def eos_id(self) -> int | None:

@@ -24,10 +24,9 @@ import time
 import torch
 
 import models
-from evals.quality import left_pad, padding_id
 from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
-from sampler.decode import decode
+from sampler.decode import decode, left_pad, padding_id
 
 # name -> settings on top of vanilla (one token per step, steps = gen_length, block 32).
 DUAL_PARALLEL_EXIT = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9, "early_exit": "eos_decided"}

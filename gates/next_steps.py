@@ -13,22 +13,16 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from checklists import STAGES
-from gates import ReasonKind
 from gates.evaluate import SIGNED_KINDS
 from gates.policy import StagePolicy
-from gates.promotion import PromotionDecision
+from gates.promotion import PromotionDecision, ReasonKind
+from gates.verdict import Verdict
 
 
 @dataclass(frozen=True)
 class NextStep:
     why: str
     command: str
-
-
-def next_stage_for(held: dict[str, str], version: str) -> str | None:
-    """The first stage this version does not hold yet (its next promotion); None once it holds them all."""
-    return next((stage for stage in STAGES if held.get(stage) != version), None)
 
 
 def names_version(held: dict[str, str], version: str) -> bool:
@@ -49,7 +43,7 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     if decision.allowed:
         return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}{judged}")]
     specs = {g.name: g for g in stage_policy.gates}
-    failed = [specs[r.gate] for r in decision.gate_results if r.verdict == "fail" and r.gate in specs]
+    failed = [specs[r.gate] for r in decision.gate_results if r.verdict == Verdict.FAIL and r.gate in specs]
     undecided = [r for r in decision.gate_results if r.inconclusive]
     measured = [g.name for g in failed if g.kind not in SIGNED_KINDS]
     undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
