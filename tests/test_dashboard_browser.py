@@ -195,8 +195,9 @@ import streamlit as st
 
 st.title("Defects")
 st.table(pd.DataFrame({"gate": ["quality"], "required": [">= 30%"]}).set_index("gate"))  # the operator eaten
-st.table(pd.DataFrame({f"next command {i}": ["unmask-sign-off-tiny-llada--stage-production--item-monitoring-plan"]
-                       for i in range(4)}))  # unbreakable cells: too wide for 800 px
+st.html("<div data-testid='stTable' style='overflow-x: auto; width: 300px'><table><tr>" +
+        "".join(f"<td style='white-space: nowrap'>unmask sign-off tiny-llada --stage production {i}</td>" for i in range(4)) +
+        "</tr></table></div>")  # a table wider than its box, as st.table draws one that does not fit
 rates = pd.DataFrame({"step": [1, 2, 3], "error rate": [0.0, 0.0, 0.0]})
 st.altair_chart(alt.Chart(rates).mark_line().encode(x="step:Q", y=alt.Y("error rate:Q", axis=alt.Axis(format="%"))))
 """

@@ -66,7 +66,7 @@ else:
     shown["n"] = range(1, len(shown) + 1)  # oldest first, evenly spaced: events seconds apart stay apart
     shown["label"] = [f"{m} v{v}" if m and keep else "" for m, v, keep in
                       zip(shown.model, shown.version, labelled(shown.kind, shown["stage "]))]
-    width_px = 1100 / max(len(shown), 1)  # the chart's width per event, near enough at 1280 px
+    width_px = 440 / max(len(shown), 1)  # the chart's width per event in an 800 px window (sidebar open)
     limit = int(max(24, min(LABEL_LIMIT_PX, 2 * width_px - 6)))
     plotted = shown[["n", "when", "kind", "who", "stage ", "what", "label", "comment", "status"]]
     stages = ["production", "staging", "poc", "—"]
@@ -78,9 +78,9 @@ else:
     present = [k for k in MARKS if k in set(shown.kind)]
     marks = base.mark_point(size=260, filled=True, opacity=0.9).encode(
         shape=alt.Shape("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][0] for k in present]),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", columns=3)),
         color=alt.Color("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][1] for k in present]),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", columns=3)),
         tooltip=[alt.Tooltip("when:N", title="when (UTC)"), alt.Tooltip("kind:N", title="event"), alt.Tooltip("who:N"),
                  alt.Tooltip("stage :N", title="stage"), alt.Tooltip("what:N"), alt.Tooltip("comment:N"),
                  alt.Tooltip("status:N")])
