@@ -66,7 +66,7 @@ class GateReportTampered(EvidenceTampered):
         self.expected, self.found, self.run_id = expected, found, run_id
         RegistryError.__init__(self, f"{model} version {version}: gate report {artifact} (run {run_id}) was changed "
                                f"after it was written: recorded sha256 {expected or 'removed'}, found {found}; no "
-                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version}` "
+                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version} --store` "
                                "to write a fresh one)")
 
 

@@ -32,6 +32,7 @@ from registry.approvals import (ApprovalRefused, approval_of, approvals_of, appr
 from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
+from registry.demo import demo_refusal
 from registry.integrity import alias_drift, record_finding, trusted_chain
 from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
 # judge and the stage and version reads are re-exported: callers have imported them from here
@@ -174,6 +175,9 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
     judged_evaluation = evaluated_at(registry, model, version)
     _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
     _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
+    demo = demo_refusal(registry, stage, [f.path or f.source for f in (policy or load_policy(), roles) if f.demo])
+    if demo:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action, [demo], {})
     expire_old(registry, model, version, stage, mover, roles)
     request = request_promotion(registry, model, version, stage, mover)
     typed, prefer = None, ""

@@ -80,6 +80,7 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     for stage in STAGE_ALIASES:
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
+        ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable, not only ranked on evidence
         if ranking.empty:
             assert verdict.loc[stage, "recommended"] == "none passes" and verdict.loc[stage, "score"] == "—"
             subject = (env.candidate, env.candidate_version)
@@ -111,6 +112,32 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     unsettled = set(read.gate_results(registry=reg).query("verdict == 'inconclusive'").stage)
     assert unsettled and {w.value.split(":")[0].strip("*") for w in at.warning} == unsettled
     assert all(": inconclusive.**" in w.value for w in at.warning)
+
+
+def test_the_verdict_page_leads_with_the_decision_line_against_the_fallback(reg, env):
+    from gates.decision import ratio_text
+    from registry.decision import decision_lines
+
+    at = page()
+    shown = at.dataframe[0].value  # the first table on the page: the decision, before the stage verdicts
+    lines = decision_lines(reg, dashboard_policy())
+    assert len(shown) == len(lines) == 3 * len({d.model for d in lines}) and len(lines)
+    for row, d in zip(shown.itertuples(), lines):
+        assert (row.candidate, row.stage) == (f"{d.model} v{d.version}", d.stage)
+        assert row._3.startswith(percent(d.accuracy)) and f"n={d.n_items}" in row._3
+        assert row._4.startswith(ratio_text(d.p95_ratio, True)) and d.p95_ratio is not None
+        assert row._5.startswith(ratio_text(d.tokens_per_s_ratio, False)) and d.tokens_per_s_ratio is not None
+        assert row.verdict.startswith(d.verdict)
+        assert row._7 == ("; ".join(d.blocks) or "nothing")
+
+
+def test_the_demo_banner_is_on_every_page_under_demo_roles_and_on_none_without(reg, env, monkeypatch):
+    for path in [None, *PAGES, "views/rollout.py"]:
+        assert not [e for e in texts(page(path), "error") if "DEMO" in e], path
+    monkeypatch.setenv("UNMASK_ROLES", str(Path(__file__).resolve().parents[1] / "gates" / "demo-roles.yaml"))
+    for path in [None, *PAGES, "views/rollout.py"]:
+        banners = [e for e in texts(page(path), "error") if e.startswith("**DEMO — not a decision.**")]
+        assert len(banners) == 1 and "demo-roles.yaml" in banners[0], path
 
 
 def test_every_verdict_page_names_the_policy_file_and_sha256_that_judged_it(reg, env):

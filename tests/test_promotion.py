@@ -302,7 +302,9 @@ def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg)
     assert "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off" in reasons
     status = read.version_status("tiny-llada", v, registry=reg)
     assert status["approvals"]["poc"]["stale"] and all(s["stale"] for s in status["signoffs"]["poc"].values())
-    assert "tiny-llada" not in read.scores("poc", registry=reg)["ranking"]["candidate"].tolist()  # its tooling gate fails
+    ranking = read.scores("poc", registry=reg)["ranking"].set_index("candidate")
+    # ranked on its evidence still, but not promotable: its stale tooling sign-off is open again
+    assert ranking.loc["tiny-llada", "open_signoffs"] == "tooling_maturity"
 
     approve(reg, "tiny-llada", v, "poc", "grace", OK)  # a new approval alone is not enough
     with pytest.raises(PromotionRefused) as e:

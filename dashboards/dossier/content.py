@@ -12,6 +12,7 @@ from typing import Any
 
 import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
+from dashboards.dossier.decision import decision_part
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
 from gates.evaluate import GateResult
@@ -25,8 +26,8 @@ from registry.state import fallback_holder
 from registry.store import Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, evidence_run_id, load_evidence, load_gate_report
 
-SECTIONS = ("identity", "evaluation", "operating-point", "reproducibility", "gates", "checklists", "decisions",
-            "limitations")
+SECTIONS = ("recommendation", "identity", "evaluation", "operating-point", "reproducibility", "gates", "checklists",
+            "decisions", "rollouts", "limitations", "annex-iv", "signatures")
 WEAK_BELOW = 0.5  # a task whose best measured (or card-reported) score is below this is called weak
 LONG_CONTEXT = 1024  # generation lengths from here on count as long context
 DECISION_EVENTS = ("approval", "signoff", "alias_move", "promotion_refused", "rollback_refused", "integrity_finding")
@@ -72,7 +73,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     if not any(reports.values()):
         which = f"stage {stage}" if stage else "any stage"
         raise DossierError(f"{model} version {version} has evaluation records but no gate report for {which}; "
-                           f"judge it first (unmask gates {model} --version {version}"
+                           f"judge it first (unmask gates {model} --version {version} --store"
                            + (f" --stage {stage})" if stage else ")"))
     fallback = _fallback(registry, model)
     gates = {s: _gates(r) for s, r in reports.items() if r}
@@ -91,6 +92,12 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         "decisions": _decisions(registry, model, version, chain),
     }
     content["limitations"] = _limitations(content, evidence)
+    judged = next((pol for r in reports.values() if r and (pol := _judged_policy(r)[0]) is not None), None)
+    content.update(decision_part(registry, model, version, judged or load_policy(),
+                                 _card_markdown(registry, model, version), content))
+    for name in [n for n, text in content["model_card"].items() if text == ""]:
+        content["limitations"].append({"kind": "model card", "text": f"{name}: not stated in the model card",
+                                       "run_id": content["evidence_run_id"]})
     return content
 
 
@@ -98,11 +105,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
 def _identity(registry: Registry, evidence: CandidateEvidence, model: str, version: str) -> dict[str, Any]:
     card = dict(evidence.card)
     entry = _catalog_entry(model)
-    card_path = "evidence/model_card.md"
-    try:
-        card_md = registry.load_artifact_bytes(evidence_run_id(registry, model, version), card_path).decode()
-    except RegistryError:
-        card_md = ""
+    card_md = _card_markdown(registry, model, version)
     return {"role": evidence.role, "kind": evidence.kind, "revision": evidence.model_revision or "local",
             "weights_sha256": evidence.weights_sha256, "files": dict(sorted((card.get("sha256") or {}).items())),
             "parameters": card.get("parameters") or (entry or {}).get("parameters"),
@@ -110,6 +113,14 @@ def _identity(registry: Registry, evidence: CandidateEvidence, model: str, versi
             "card": {k: v for k, v in card.items() if k not in ("sha256", "heldout_test")},
             "heldout_test": card.get("heldout_test") or {}, "card_excerpt": _excerpt(card_md),
             "failures": list(evidence.failures), "integrity": evidence_integrity(registry, model, version)}
+
+
+def _card_markdown(registry: Registry, model: str, version: str) -> str:
+    """The model card logged with the evidence ("" when none was)."""
+    try:
+        return registry.load_artifact_bytes(evidence_run_id(registry, model, version), "evidence/model_card.md").decode()
+    except RegistryError:
+        return ""
 
 
 def _catalog_entry(model: str) -> dict[str, Any] | None:
