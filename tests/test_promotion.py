@@ -391,7 +391,7 @@ def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
 
 @pytest.mark.parametrize("args, why", [
     (["audit", "--model", "x' or '1'='1"], "cannot be searched for in the registry"),
-    (["audit", "--stage", 'poc" or "1"="1'], "cannot be searched for in the registry"),
+    (["audit", "--stage", 'poc" or "1"="1'], "expected one of candidate, poc"),  # refused before any query
     (["gates", "x' or '1'='1"], "no registered model"),
 ])
 def test_a_name_that_would_rewrite_a_registry_query_is_refused_by_name(reg, monkeypatch, args, why):
