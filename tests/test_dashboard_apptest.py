@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 import registry.read as read
 from dashboard_fixtures import env, filled, free_port, stop, wait_healthy  # noqa: F401 - env, filled: fixtures
 from gates.next_steps import names_version, next_steps
+from dashboards.cells import value_text
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
 from gates.policy import POLICY_PATH, load_policy
@@ -239,8 +240,8 @@ def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshol
         assert shown.loc[gate, "why"] == row.reason
         # in the gate's unit, 3 significant digits, thresholds as a person writes them
         assert shown.loc[gate, "measured"] == gate_value(specs[gate].kind, row.value)
-        assert shown.loc[gate, "required"] == gate_threshold(specs[gate], row.threshold)
-    assert shown.loc["latency", "required"].startswith("<= ") and shown.loc["latency", "measured"].endswith(" ms")
+        assert shown.loc[gate, "required"] == value_text(gate_threshold(specs[gate], row.threshold))  # ">=" as "≥"
+    assert shown.loc["latency", "required"].startswith("≤ ") and shown.loc["latency", "measured"].endswith(" ms")
     assert shown.loc["quality", "measured"].endswith("%")
     assert "reproducibility" in staging[0].label  # a failed gate is named without opening the row
 
@@ -421,8 +422,11 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     # the timeline: one mark per event, each kind its own shape and colour, labelled with model and version
     (spec, drawn), = charts(at)
     assert len(drawn) == len(events)
-    assert {"promote", "rollback", "sign-off", "approval", "decline", "nightly finding"} <= set(drawn.kind)
-    assert list(drawn.label) == [f"{m} v{v}" if m else "" for m, v in zip(events.model, events.version)]
+    # a refusal (the rules said no) has its own mark, apart from a decline (a person said no)
+    assert {"promote", "rollback", "sign-off", "approval", "refusal", "nightly finding"} <= set(drawn.kind)
+    # only alias moves carry a label ("model vN"); the other marks say who and what on hover
+    assert all(label in ("", f"{m} v{v}") for label, m, v in zip(drawn.label, events.model, events.version))
+    assert set(drawn[drawn.label != ""].kind) == {"promote", "rollback"}
     point, text, more_text = marks(spec)
     assert more_text["mark"]["type"] == "text" and more_text["encoding"]["text"]["field"] == "label"
     shapes, colours = point["encoding"]["shape"]["scale"], point["encoding"]["color"]["scale"]
