@@ -21,6 +21,7 @@ import registry.read as read
 from dashboard_fixtures import env, filled, free_port, stop, wait_healthy  # noqa: F401 - env, filled: fixtures
 from gates.next_steps import names_version, next_steps
 from dashboards.cells import value_text
+from registry import signing
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
 from gates.policy import POLICY_PATH, load_policy
@@ -494,6 +495,9 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
             env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", server, log)
+        # the evidence was signed with the key ring beside the SQLite file; a client of the server verifies with
+        # that same ring (docs/integrity.md: every host that reads a shared store holds its key ring)
+        monkeypatch.setenv(signing.KEY_FILE_ENV, str(signing.ring_path(env.tracking_uri)))
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
         served = page("views/gate_board.py")
         assert served.table[1].value.equals(embedded.table[1].value)
