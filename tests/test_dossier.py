@@ -242,8 +242,9 @@ def test_the_pdf_printed_by_chromium_opens_with_every_page_and_a_first_page_that
     assert pages >= 4  # the identity, evaluation and gates sections each start a page
     text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
     first, *_, last = text.split("\f")[:pages]
-    assert f"{env.candidate} v{env.candidate_version}" in first and "1. Identity" in first
-    for heading in ("2. Evaluation", "3. Operating point", "5. Gates per stage", "8. Limitations and open risks"):
+    # page 1 is the decision: the version, the recommendation; the evidence sections follow
+    assert f"{env.candidate} v{env.candidate_version}" in first and "Recommendation:" in first
+    for heading in ("1. Identity", "2. Evaluation", "3. Operating point", "5. Gates per stage", "8. Limitations and open risks"):
         assert heading in text
     assert "Content sha256" in last or "Content sha256" in text.split("\f")[pages - 1]
     subprocess.run(["pdftoppm", "-png", "-r", "80", "-f", "1", "-l", "1", "-singlefile", str(pdf),
