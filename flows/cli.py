@@ -109,6 +109,7 @@ COMMAND_MODULES = [
     "flows.commands.loadtest",
     "flows.commands.report",
     "flows.commands.rollout",
+    "flows.commands.deploy",
 ]
 
 
