@@ -23,7 +23,8 @@ setup: $(VENV)/.installed
 run: setup
 	$(VENV)/bin/unmask run
 
-demo: run
+demo: setup
+	$(VENV)/bin/unmask run --demo
 
 browser-deps:
 	@if [ -x $(CHROMIUM) ] && command -v pdftoppm >/dev/null; then exit 0; fi; \

@@ -11,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboards import source
+from dashboards.policy_note import show_demo
 from registry import RegistryError
 
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
@@ -32,6 +33,7 @@ with st.sidebar:
     st.caption("Read-only: promotions go through `unmask promote`, behind gates and an approval.")
     if st.button("Refresh", icon=":material/refresh:"):
         source.refresh()
+show_demo(source.tracking_uri())  # above every page's title: a demo never reads as a decision
 try:
     page.run()
 except RegistryError as e:  # e.g. a forged baseline's evidence: explained, not a traceback

@@ -3,10 +3,13 @@ were judged under another one."""
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from dashboards import source
 from dashboards.cells import policy_label
+from gates.roles import ROLES_ENV
 
 
 def show_policy(uri: str) -> None:
@@ -24,4 +27,13 @@ def show_policy(uri: str) -> None:
                                                           zip(group.model, group.version, group.stage))
              for (path, sha), group in others.groupby(["policy_path", "policy_sha256"], sort=False)]
     st.warning("**Verdicts judged under a different policy** than this page's, so they may no longer hold "
-               "(judge again with `unmask gates MODEL`):\n" + "\n".join(lines), icon=":material/policy:")
+               "(judge again and record with `unmask gates MODEL --store`):\n" + "\n".join(lines), icon=":material/policy:")
+
+
+def show_demo(uri: str) -> None:
+    """The DEMO banner, on every page, while the policy, the roles or the registry is a demonstration."""
+    marks = source.demo_marks(uri, source.policy_source(), os.environ.get(ROLES_ENV, ""))
+    if marks:
+        st.error(f"**DEMO — not a decision.** {'; '.join(marks)}: thresholds relaxed and people made up to show "
+                 "the mechanics. A demo policy cannot move production on a real registry.",
+                 icon=":material/science:")

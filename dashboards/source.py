@@ -11,12 +11,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+import registry.decision as decision
 import registry.read as read
 import registry.links as links
 import registry.views as views
 from dashboards import verdict
+from gates.roles import RolesError, load_roles
 from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
 from registry.connection import check_reachable
+from registry.demo import is_demo_registry
 
 TTL_S = 30  # new evaluations show up within this, or at once with "Refresh"
 
@@ -173,3 +176,38 @@ def gate_specs(policy: str) -> dict[tuple[str, str], Any]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def rollout_board(uri: str) -> dict[str, pd.DataFrame]:
     return views.rollout_board(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def failed_rollouts(uri: str) -> pd.DataFrame:
+    return views.failed_rollouts(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def decision_lines(uri: str, policy: str) -> list[Any]:
+    """Every candidate's decision line per stage (`registry.decision`), judged afresh under the page's policy."""
+    return decision.decision_lines(_registry(uri), views.dashboard_policy(policy or None))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def demo_marks(uri: str, policy: str, roles_file: str) -> list[str]:
+    """What makes this dashboard a demonstration: a `demo: true` policy or roles file (`roles_file`: $UNMASK_ROLES,
+    "" for the bundled one; part of the cache key), a registry marked demo."""
+    found = []
+    cited = views.dashboard_policy(policy or None)
+    if cited.demo:
+        found.append(f"policy `{cited.path or cited.source}` is marked `demo: true`")
+    try:
+        roles = load_roles(roles_file or None)
+    except RolesError:
+        roles = None
+    if roles is not None and roles.demo:
+        found.append(f"roles `{roles.path}` are marked `demo: true`")
+    try:
+        check_reachable(uri)
+        marked = is_demo_registry(_registry(uri))
+    except RegistryError:  # the page's own stop explains an unreachable registry
+        marked = False
+    if marked:
+        found.append(f"the registry `{uri}` is marked as a demo (`unmask run --demo`)")
+    return found

@@ -42,6 +42,7 @@ class StageVerdict:
     more_steps: tuple[str, ...] = ()  # the commands after `command`, in order
     stale: tuple[str, ...] = ()  # why the evidence behind this line may be out of date
     inconclusive: tuple[str, ...] = ()  # gates whose verdict is neither pass nor fail
+    pending: tuple[str, ...] = ()  # ranked on evidence, not yet promotable: "tiny-llada v1 (tooling_maturity)"
 
 
 def _label(holder: tuple[str, str] | None) -> str:
@@ -71,6 +72,10 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
         recommended, score, score_iv, quality, quality_iv, n = None, None, None, None, None, 0
+        waiting = ranking[ranking.open_signoffs != ""]
+        pending = tuple(f"{_label((r.candidate, views.current_version(reg, r.candidate)))} ({r.open_signoffs})"
+                        for r in waiting.itertuples())
+        ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable on every gate, sign-offs too
         if len(ranking):
             best = ranking.iloc[0]
             recommended = (best.candidate, views.current_version(reg, best.candidate))
@@ -87,7 +92,7 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
             stage, holder, tuple(mine.gate[mine.verdict == "fail"]), tuple(mine.gate[mine.verdict == "inconclusive"]),
             bool(len(mine)), recommended, score, score_iv, quality, quality_iv, n, subject, blocker, command, more,
             stale, tuple(sorted({f"{_label((r.model, r.version))}: {r.gate}"
-                                 for r in shown[shown.verdict == "inconclusive"].itertuples()}))))
+                                 for r in shown[shown.verdict == "inconclusive"].itertuples()})), pending))
     return lines
 
 
@@ -125,7 +130,7 @@ def _stale(reg: Registry, judged: pd.DataFrame, policy: Policy, versions: list[t
         if len(mine) and mine.policy_sha256.iloc[0] != policy.sha256:
             found.append(f"{model} v{version} was judged at {stage} under another policy (sha256 "
                          f"{mine.policy_sha256.iloc[0][:12] or 'unrecorded'}, this page: {policy.sha256[:12]}): "
-                         f"judge again with `unmask gates {model} --stage {stage}`")
+                         f"judge again and record with `unmask gates {model} --stage {stage} --store`")
         status = read.version_status(model, version, reg)
         signed = sorted(i for i, s in status["signoffs"].get(stage, {}).items() if s["stale"])
         if signed:

@@ -22,6 +22,7 @@ class UnmaskGroup(TyperGroup):
     kept in the state folder's log, or shown with --debug."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        plain_help_types(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -109,8 +110,21 @@ COMMAND_MODULES = [
     "flows.commands.loadtest",
     "flows.commands.report",
     "flows.commands.rollout",
+    "flows.commands.analysis",
     "flows.commands.deploy",
 ]
+
+
+# `unmask --help` groups the commands by task, in the order a newcomer meets them.
+HELP_PANELS = {
+    "evaluate": ["run", "eval", "bench", "generate", "models", "pull", "train"],
+    "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
+    "serve": ["serve", "loadtest"],
+    "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
+    "audit": ["audit", "nightly"],
+}
+PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
+ORDER = [name for names in HELP_PANELS.values() for name in names]
 
 
 def _register_all() -> None:
@@ -118,6 +132,46 @@ def _register_all() -> None:
         return
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
+    for info in [*app.registered_commands, *app.registered_groups]:
+        name = info.name or getattr(info.callback, "__name__", "")
+        info.rich_help_panel = PANEL_OF.get(name, "more")
+    app.registered_commands.sort(key=lambda i: ORDER.index(i.name) if i.name in ORDER else len(ORDER))
+
+
+PLAIN_TYPES = {"str": "TEXT", "list[str]": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float": "NUMBER",
+               "float range": "NUMBER", "path": "PATH", "list[path]": "PATH", "file": "FILE", "directory": "DIR"}
+
+
+def plain_help_types(command) -> None:
+    """Help shows a flag with no type and a value as TEXT / INTEGER / PATH (typer writes `<bool>`, `<str>`); only
+    the help column changes, so usage errors still name the option itself."""
+    if not getattr(command, "_plain_help", False) and hasattr(command, "get_help_option"):
+        made = command.get_help_option
+
+        def help_option(ctx, made=made):
+            option = made(ctx)
+            if option is not None:
+                option.display_type_rich = lambda ctx: None  # --help is a flag
+            return option
+
+        command.get_help_option = help_option
+        command._plain_help = True
+    for param in getattr(command, "params", []):
+        shown = getattr(param, "display_type_rich", None)
+        if shown is None or getattr(param, "_plain_help", False):
+            continue
+
+        def plain(ctx, param=param, shown=shown):
+            if getattr(param, "is_flag", False) or getattr(param, "count", False):
+                return None
+            label = shown(ctx)
+            bare = (label or "").strip("<>").removesuffix("...")
+            return PLAIN_TYPES.get(bare, bare.upper() if bare.isidentifier() else bare) if label else label
+
+        param.display_type_rich = plain
+        param._plain_help = True
+    for sub in getattr(command, "commands", {}).values():
+        plain_help_types(sub)
 
 
 def stop_on_sigterm() -> None:

@@ -29,9 +29,9 @@ from gates.evaluate import SIGNED_KINDS
 from gates.regression import EvidenceLevel, ProductionVerdict
 from registry import (EvidenceTampered, PromotionRefused, Registry, RegistryError, audit_events, judge,
                       latest_registration, load_evidence, rollback)
-from registry.audit import last_settled_move
+from registry.audit import last_settled_move, verify
 from registry.connection import resolve_tracking_uri
-from registry.integrity import alias_drift, chain_broken, record_finding
+from registry.integrity import ChainBroken, alias_drift, chain_broken, record_finding
 from registry.state import fallback_holder, stage_holder
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
@@ -145,11 +145,18 @@ def verify_audit_chain(tracking_uri: str) -> str | None:
     return str(broken)
 
 
+@task(name="signed-chain-head", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
+def signed_chain_head(tracking_uri: str) -> str:
+    """The audit chain's signed head after tonight's writes ("" when the chain is broken or unsigned): kept in the
+    nightly's report, outside the store, so `unmask audit --verify --anchor` can check the chain against it."""
+    report = verify(Registry(tracking_uri))
+    return report.anchor if report.ok else ""
+
+
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
                       policy_path: str | None = None) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
-
     registry = Registry(tracking_uri)
     failed = audit_events.regression_words(verdict)
     audit_events.record_regression(registry, verdict)
@@ -160,6 +167,8 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
                         policy=load_policy(policy_path))
     except PromotionRefused as e:
         return {"rolled_back": False, "refused": e.reasons}
+    except ChainBroken as e:  # nothing rolls back on a forged trail: its "previous holder" may never have held it
+        return {"rolled_back": False, "refused": [str(e)]}
     return {"rolled_back": True, "move": move.to_dict()}
 
 
@@ -183,15 +192,16 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
         finding, status = record_regression(verdict, tracking_uri, rollback_on_regression, options.policy), "regression"
     elif verdict and verdict.undecided:
         finding, status = record_inconclusive(verdict, tracking_uri), "inconclusive"
-    publish_nightly(comparison, verdict, finding, watched["drift"], chain)
+    anchor = signed_chain_head(tracking_uri)
+    publish_nightly(comparison, verdict, finding, watched["drift"], chain, anchor)
     return {"status": status, "production": verdict.to_dict() if verdict else None, "finding": finding,
             "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"],
             "sweep": night_sweep, "evidence_level": {"min_items": level.min_items, "tasks": level.tasks},
-            "audit_chain": chain}
+            "audit_chain": chain, "chain_anchor": anchor}
 
 
 def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
-                    drift: dict[str, str] | None = None, chain: str | None = None) -> None:
+                    drift: dict[str, str] | None = None, chain: str | None = None, anchor: str = "") -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
@@ -216,6 +226,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
         text = "\n".join(lines)
     text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
     text += f"\n\n**Audit chain**: {chain}" if chain else "\n\nAudit chain: verified."
+    text += f"\n\nSigned chain head: `{anchor}`" if anchor else ""
     create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
                              description="Nightly: production regression check")
 

@@ -48,10 +48,10 @@ class CandidateOutcome:
         """The gate result dicts of `stage` (none for a stage not judged, or a failed evaluation)."""
         return list(self.verdicts.get(stage, {}).get("gates", []))
 
-    def passed(self, stage: str) -> bool:
-        """Whether every gate of `stage` passed (a failed evaluation passes nothing)."""
+    def passed(self, stage: str, ignore: set[str] | frozenset[str] = frozenset()) -> bool:
+        """Whether every gate of `stage` (but those named in `ignore`) passed (a failed evaluation passes nothing)."""
         gates = [] if self.error else self.gates(stage)
-        return bool(gates) and all(g["passed"] for g in gates)
+        return bool(gates) and all(g["passed"] for g in gates if g["gate"] not in ignore)
 
     def to_dict(self) -> dict[str, Any]:
         if self.error:

@@ -16,11 +16,13 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.flow_runs import pause_flow_run
+from prefect.runtime import flow_run
 from prefect.input import RunInput
 from pydantic import Field
 
 from flows.dossier import attach_to_move, dossier_for_approval
 from flows.evaluate import slug
+from flows.waiting import mark_waiting
 from gates import load_policy
 from gates.promotion import SETTLED_BY_AN_APPROVER
 from registry import CANDIDATE_ALIAS, Registry, judge, promote
@@ -114,10 +116,14 @@ def promote_flow(model_id: str, stage: str, version: str | None = None, timeout_
         + (f"\nAdoption dossier: {dossier['location']}\n" if "location" in dossier else ""),
         key=f"promotion-{slug(model_id)}-{stage}", description="A promotion waiting for its approval")
     try:
-        decision = pause_flow_run(
-            wait_for_input=PromotionApproval.with_initial_data(
-                description=f"Approve promoting {model_id} v{check['version']} to {stage}?", approve=True),
-            timeout=timeout_s, poll_interval=poll_interval_s, key=f"approval-{stage}")
+        mark_waiting(tracking_uri, model_id, check["version"], stage, str(flow_run.id))
+        try:
+            decision = pause_flow_run(
+                wait_for_input=PromotionApproval.with_initial_data(
+                    description=f"Approve promoting {model_id} v{check['version']} to {stage}?", approve=True),
+                timeout=timeout_s, poll_interval=poll_interval_s, key=f"approval-{stage}")
+        finally:
+            mark_waiting(tracking_uri, model_id, check["version"], stage, "")
     except Exception as e:  # Prefect fails the run with its own words ("never resumed"); leave ours beside it
         message = f"no approval for {model_id} v{check['version']} to {stage} within {timeout_s} s; nothing moved"
         create_markdown_artifact(f"# {model_id} v{check['version']} to {stage}: {message}\n",

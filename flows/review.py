@@ -88,9 +88,11 @@ def verdict_of(gate: dict[str, Any]) -> str:
     return gate.get("verdict") or ("pass" if gate["passed"] else "fail")
 
 
-def passed_stage(outcome: CandidateOutcome | Mapping[str, Any], stage: str) -> bool:
-    """Whether every gate of `stage` passed in this outcome (a failed evaluation passes nothing)."""
-    return CandidateOutcome.of(outcome).passed(stage)
+def passed_stage(outcome: CandidateOutcome | Mapping[str, Any], stage: str,
+                 ignore: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether every gate of `stage` (but those named in `ignore`) passed in this outcome (a failed evaluation
+    passes nothing)."""
+    return CandidateOutcome.of(outcome).passed(stage, ignore)
 
 
 def failed_outcome(model_id: str, state: Any) -> CandidateOutcome:
@@ -116,8 +118,13 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
         if outcome.error:
             report("failure", candidate=model_id, message=outcome.error)
         outcomes.append(outcome)
-    # Hard gates filter first; scores rank only the models that passed every gate of the stage.
-    versions = {o.candidate: o.version for o in outcomes if o.passed(score_stage)}
+    # Hard gates filter first; scores rank the models that passed every measured gate of the stage (open
+    # sign-offs keep a model from promotion, not from the ranking: "ranked on evidence").
+    from gates import load_policy
+    from gates.evaluate import SIGNED_KINDS
+
+    signed = {g.name for g in load_policy(options.policy).stage(score_stage).gates if g.kind in SIGNED_KINDS}
+    versions = {o.candidate: o.version for o in outcomes if o.passed(score_stage, signed)}
     scores = score_candidates(versions, tracking_uri, score_stage, options.policy) if versions else {}
     rows = [scorecard_row(o, scores) for o in outcomes]
     publish_review(rows, tracking_uri, score_stage)

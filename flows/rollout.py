@@ -30,10 +30,17 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evals.canary_probes import read_probe_results
 from flows.evaluate import slug
+from flows.rollout_preflight import preflight_problems
+from flows.rollout_probes import probes_for
 from gates.stages import previous_stage
 from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
                                  set_route_weights)
+from gates.promotion import ReasonKind
+from registry.approvals import approvals_of, close
+from registry.serving import holder as alias_holder
+from registry.store import model_tag
 
 ROLLOUT_FLOW = "rollout"
 FLUSH_GRACE_S = 2.5  # the request log flushes every 2 s: rows of an interval's last moments land this late
@@ -52,24 +59,27 @@ def canary_gates(policy: Any, stage: str) -> set[str]:
 
 
 def start_problems(decision: Any, canary: set[str]) -> list[str]:
-    """The reasons a promotion decision gives, less those of the `canary` gates (what a rollout settles)."""
-    return [r.text for r in decision.reasons if r.gate not in canary]
+    """The reasons a promotion decision gives, less those of the `canary` gates and an earlier failed rollout
+    (what a new rollout settles; the approvals it needs anew still count)."""
+    return [r.text for r in decision.reasons if r.kind != ReasonKind.ROLLOUT and r.gate not in canary]
 
 
 # starting -----------------------------------------------------------------------------------------------
 def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, gates_policy: str | None = None,
-                 tracking_uri: str | None = None) -> RolloutState:
+                 tracking_uri: str | None = None, server_url: str | None = None) -> RolloutState:
     """Check that `model` may be rolled out to `stage` on `route` and record the rollout (state, MLflow, audit);
-    RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs."""
+    RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs. With
+    `server_url` the live server must serve both arms (route, aliases, versions, weights) first, and the
+    policy's probes are sent there."""
     from gates import load_policy
     from gates.rollout_policy import load_rollout_policy
     from gates.serving_policy import load_serving_policy
     from registry import Registry, judge, stage_holder
-    from registry import audit
+    from registry import audit_events
     from registry.approvals import duties_for, open_request
     from registry.identity import actor_for
     from registry.rollouts import start_rollout_run
-    from registry.store import FALLBACK_ALIAS, now_iso
+    from registry.store import FALLBACK_ALIAS
 
     action = f"rollout of {model} to {stage} on route {route}"
     serving = load_serving_policy(routes_path)
@@ -99,19 +109,37 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     if problems:
         raise RolloutRefused(action, problems)
     baseline = stage if holder else FALLBACK_ALIAS
+    if server_url:
+        problems = preflight_problems(server_url, route, _expected_arms(registry, model, version, candidate,
+                                                                         baseline))
+        if problems:
+            raise RolloutRefused(action, problems)
+    if rollout_policy.probes and not server_url:
+        raise RolloutRefused(action, [f"{routes_path}: rollout.probes needs the server's URL to send them to "
+                                      "(--server URL)"])
     rollout_id = f"{slug(route)}-{uuid.uuid4().hex[:8]}"
     run_id = start_rollout_run(registry, rollout_id, model, version, route, stage, candidate, baseline,
                                rollout_policy.to_dict())
     state = RolloutState(rollout_id, model, version, route, stage, candidate, baseline, list(rollout_policy.steps),
                          rollout_policy.to_dict(), gates_policy=str(Path(gates_policy).resolve()) if gates_policy else "",
-                         run_id=run_id)
+                         run_id=run_id, server_url=server_url or "")
     state.event("started", by=actor.name, baseline_holder="@".join(holder) if holder else "")
-    audit.append(registry, audit.AuditEvent(
-        "rollout_start", actor.name, now_iso(), stage, model, version, comment=(
-            f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
-            f"steps {rollout_policy.steps}"), evidence={"rollout": rollout_id, "run_id": run_id,
-                                                        "policy": rollout_policy.to_dict(), "actor": actor.to_dict()}))
+    audit_events.record_rollout_start(registry, actor, stage, model, version, rollout_id, route, candidate, baseline,
+                                      rollout_policy.steps, rollout_policy.to_dict(), run_id)
     return state
+
+
+def _expected_arms(registry: Any, model: str, version: str, candidate: str,
+                   baseline: str) -> dict[str, tuple[str, str, str]]:
+    """What each arm must serve: the candidate the rollout's version, the baseline its alias's holder."""
+    def weights(m: str, v: str) -> str:
+        return registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
+
+    expected = {candidate: (model, version, weights(model, version))}
+    held = alias_holder(registry, baseline)
+    if held:
+        expected[baseline] = (*held, weights(*held))
+    return expected
 
 
 # the tasks ----------------------------------------------------------------------------------------------
@@ -128,10 +156,12 @@ def set_weights(rollout_id: str, weight: int) -> dict[str, int]:
 
 @task(name="wait-interval", cache_policy=NO_CACHE, persist_result=False)
 def wait_interval(rollout_id: str, seconds: float) -> None:
-    """Let the step serve; wakes early when an abort is asked for."""
+    """Let the step serve, the policy's probes mixed into its traffic; wakes early when an abort is asked for."""
+    state = load_state(rollout_id)
     end = time.monotonic() + seconds
-    while time.monotonic() < end and not abort_requested(rollout_id):
-        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    with probes_for(state):
+        while time.monotonic() < end and not abort_requested(rollout_id):
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
 
 @task(name="analyse-step", cache_policy=NO_CACHE, persist_result=False)
@@ -147,12 +177,16 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     end = datetime.fromisoformat(until)
     rows = [r for r in request_rows(since=since) if r.get("route") == state.route
             and datetime.fromisoformat(r["time"]) < end]
-    analysis = analyse([Observation.from_row(r) for r in rows], state.candidate, state.baseline, policy).to_dict()
+    probed = read_probe_results(state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S))
+    observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
+    analysis = analyse(observations, state.candidate, state.baseline, policy,
+                       look=len(state.analyses) + 1).to_dict()  # every look of the rollout spends its budget
     run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
     state.analyses.append({"step": state.step_index, "weight": state.weight, "verdict": analysis["verdict"],
                            "reason": analysis["reason"], "run_id": run_id, "since": since, "until": until,
-                           "arms": analysis["arms"],
-                           "metrics": [{k: m[k] for k in ("metric", "verdict", "value", "reason")}
+                           "arms": analysis["arms"], "look": analysis["look"], "confidence": analysis["confidence"],
+                           "metrics": [{k: m.get(k) for k in ("metric", "verdict", "value", "reason", "interval",
+                                                              "confidence", "n", "needed")}
                                        for m in analysis["metrics"]]})
     state.event("analysis", step=state.step_index, weight=state.weight, verdict=analysis["verdict"], run_id=run_id)
     create_markdown_artifact(_analysis_markdown(state, analysis), key=f"rollout-{slug(rollout_id)}",
@@ -179,9 +213,8 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
     """Candidate weight to 0 first, then the audit entry with the analysis that led here; the stage alias never
     moved (it moves only at the end), so it stays on the last known good version."""
     from registry import Registry, stage_holder
-    from registry import audit
+    from registry import audit_events
     from registry.identity import actor_for
-    from registry.store import now_iso
 
     state = load_state(rollout_id)
     set_route_weights(state.route, {state.candidate: 0, state.baseline: 100})
@@ -189,15 +222,27 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
     actor = actor_for(registry.tracking_uri, None)
     holder = stage_holder(registry, state.stage)
     last = state.analyses[-1] if state.analyses else {}
-    entry = audit.append(registry, audit.AuditEvent(
-        event, actor.name, now_iso(), state.stage, state.model, state.version,
-        to_ref="@".join(holder) if holder else "",
-        comment=f"rollout {rollout_id} of {state.model} v{state.version} on route {state.route}: {reason}",
-        evidence={"rollout": rollout_id, "run_id": state.run_id, "step": state.step_index, "weight": state.weight,
-                  "analysis": last, "actor": actor.to_dict(), "stage_holder": "@".join(holder) if holder else ""}))
+    entry = audit_events.record_rollout_end(registry, event, actor, state.stage, state.model, state.version, rollout_id,
+                                            state.route, reason, holder, state.run_id, state.step_index, state.weight,
+                                            last)
     status = "rolled_back" if event == "rollout_rollback" else "aborted"
     _finish(state, status, reason, tracking_uri, audit_run_id=entry.run_id)
-    return {"status": status, "audit_run_id": entry.run_id, "stage_holder": holder}
+    voided = void_approvals(registry, state, status, actor)
+    return {"status": status, "audit_run_id": entry.run_id, "stage_holder": holder, "voided_approvals": voided}
+
+
+def void_approvals(registry: Any, state: RolloutState, status: str, actor: Any) -> list[str]:
+    """A failed or aborted rollout is a finding on the version: the open approvals of its stage are void (each
+    audited as `approval_void`, citing the rollout), so a new rollout or promotion needs new ones."""
+    voided = []
+    for approval in approvals_of(registry, state.model, state.version, state.stage):
+        if approval.status == "open":
+            close(registry, state.model, state.version, approval, "void", actor,
+                  f"rollout {state.id} was {status}: approvals given before it no longer stand")
+            voided.append(approval.id)
+    if voided:
+        state.event("approvals_voided", approvals=voided)
+    return voided
 
 
 def _finish(state: RolloutState, status: str, reason: str, tracking_uri: str, **details: Any) -> None:

@@ -90,6 +90,7 @@ class RolloutState:
     reason: str = ""
     analyses: list[dict[str, Any]] = field(default_factory=list)  # {step, weight, verdict, reason, run_id, at}
     events: list[dict[str, Any]] = field(default_factory=list)  # {at, what, ...}
+    server_url: str = ""  # the live server the preflight checked and the probes go to ("" : none given)
 
     def path(self) -> Path:
         return rollouts_dir() / f"{self.id}.json"

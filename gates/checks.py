@@ -349,7 +349,9 @@ class CanaryGate:
         name, stage = ctx.evidence.candidate, ctx.stage.stage
         command = f"unmask rollout start {name} --route ROUTE --to {stage}"
         settle = f"run {command}"
-        rollouts = list(ctx.evidence.canary)
+        rollouts = [r for r in ctx.evidence.canary if r.get("stage", stage) == stage]
+        failed = [i for i, r in enumerate(rollouts) if r.get("status") in ("rolled_back", "aborted")]
+        rollouts = rollouts[failed[-1]:] if failed else rollouts  # a failed rollout stands until a later one passes
         if not rollouts:
             return _missing_evidence(ctx, spec, need, f"no rollout of {name} yet", settle, command)
         for rollout in rollouts:

@@ -119,6 +119,10 @@ class Policy:
     source: str = "<memory>"
     path: str = ""  # the file's absolute path; "" for a policy given as data
     sha256: str = ""  # of the file's bytes, else of the data as canonical JSON: which rules a verdict applied
+    # `demo: true` at the top of a policy file: thresholds relaxed to show the mechanics (gates/demo-policy.yaml).
+    # Every page, CLI verdict and dossier judged under it says DEMO, and it cannot move production on a registry
+    # not marked as a demo (`registry.demo`, set by `unmask run --demo`).
+    demo: bool = False
 
     def cited(self) -> dict[str, str]:
         """What a verdict or an alias move records of the policy behind it."""
@@ -177,8 +181,11 @@ def parse_policy(data: Any, source: str = "<memory>") -> Policy:
         if stage not in data["stages"]:
             raise PolicyError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs gates")
         stages[stage] = _parse_stage(data["stages"][stage], stage, source)
+    demo = data.get("demo", False)
+    if not isinstance(demo, bool):
+        raise PolicyError(f"{source}: demo: expected true or false, got {demo!r}")
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
-    return Policy(stages=stages, source=source, sha256=hashlib.sha256(canonical).hexdigest())
+    return Policy(stages=stages, source=source, sha256=hashlib.sha256(canonical).hexdigest(), demo=demo)
 
 
 def _parse_stage(data: Any, stage: str, source: str) -> StagePolicy:

@@ -29,6 +29,7 @@ from evals.records import CandidateEvidence, EvalRecord
 from gates.evaluate import GateResult, evaluate_gates
 from gates.policy import Policy
 from gates.roles import Roles, StageRoles, load_roles
+from gates.rollout_findings import failed_rollout, finding_text
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
 
@@ -45,6 +46,7 @@ class ReasonKind(str, Enum):
     DUTY = "separation of duties"  # the approver requested, registered the evidence, signed tooling, or approved twice
     ROLE = "role"  # the approver does not hold the stage's approve role
     DECLINED = "declined"  # the version was declined for the stage; terminal until new evidence is registered
+    ROLLOUT = "rollout"  # its last rollout to the stage was rolled back or aborted (gates/rollout_findings.py)
 
 
 SETTLED_BY_AN_APPROVER = (ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE)
@@ -205,6 +207,7 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     roles = roles or load_roles()
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
+    reasons += rollout_problems(evidence.canary, stage, evaluated_at)
     tooling = signoffs.get(TOOLING_ITEM, {}).get("by", "")
     problems, counted = approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at,
                                           roles.stage(stage), duties, tooling_signer=tooling, roles=roles,
@@ -225,6 +228,14 @@ def declined_problems(declined: Decline | None, stage: str, evaluated_at: str) -
     return [PromotionReason(ReasonKind.DECLINED, (
         f"{declined.by} declined {stage} at {declined.at} ({declined.comment}); a decline is final until new "
         "evidence is registered"))]
+
+
+def rollout_problems(canary: Sequence[Mapping[str, Any]], stage: str, evaluated_at: str) -> list[PromotionReason]:
+    """A rolled-back or aborted last rollout to `stage` stands, unless evidence was registered after it ended."""
+    failed = failed_rollout(canary, stage)
+    if failed is None or (evaluated_at and predates(failed.get("updated"), evaluated_at)):
+        return []
+    return [PromotionReason(ReasonKind.ROLLOUT, finding_text(failed, stage))]
 
 
 def predates(at: str | None, evaluated_at: str) -> bool:

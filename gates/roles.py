@@ -53,6 +53,7 @@ class Roles:
     source: str = "<memory>"
     path: str = ""
     sha256: str = ""
+    demo: bool = False  # `demo: true`: people made up to show the rules (gates/demo-roles.yaml); pages say DEMO
 
     def cited(self) -> dict[str, str]:
         """What a decision records of the roles behind it."""
@@ -101,9 +102,11 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
     """Validate roles given as plain data (what `yaml.safe_load` returns)."""
     if not isinstance(data, dict):
         raise RolesError(f"{source}: expected a mapping with users, groups and stages")
-    unknown = sorted(set(data) - {"users", "groups", "stages"})
+    unknown = sorted(set(data) - {"users", "groups", "stages", "demo"})
     if unknown:
-        raise RolesError(f"{source}: {unknown[0]}: unknown key; expected users, groups, stages")
+        raise RolesError(f"{source}: {unknown[0]}: unknown key; expected users, groups, stages, demo")
+    if not isinstance(data.get("demo", False), bool):
+        raise RolesError(f"{source}: demo: expected true or false, got {data['demo']!r}")
     users = _names(data.get("users"), f"{source}: users")
     if not users:
         raise RolesError(f"{source}: users: expected a non-empty list of user names (or \"*\" for anyone)")
@@ -132,7 +135,8 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
             raise RolesError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs its rules")
         stages[stage] = _parse_stage(stages_data[stage], stage, f"{source}: stages.{stage}", users, groups)
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
-    return Roles(users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest())
+    return Roles(users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest(),
+                 demo=data.get("demo", False))
 
 
 def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],

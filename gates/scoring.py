@@ -28,7 +28,7 @@ from pymcdm.methods import TOPSIS, WSM
 from pymcdm.normalizations import minmax_normalization
 
 from evals.records import CandidateEvidence
-from gates.evaluate import GateResult, all_passed, operating_records
+from gates.evaluate import SIGNED_KINDS, GateResult, operating_records
 from gates.policy import CRITERIA, LICENSE_TIERS, StagePolicy
 
 TIER_SCORE = {tier: len(LICENSE_TIERS) - 1 - i for i, tier in enumerate(LICENSE_TIERS)}  # permitted 3 .. unknown 0
@@ -144,15 +144,24 @@ def _top(frame: pd.DataFrame, column: str) -> str | None:
 
 def score_survivors(candidates: list[CandidateEvidence], gate_results: dict[str, list[GateResult]],
                     stage: StagePolicy) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Hard gates filter, scores rank: (ranking of survivors, sensitivity table, who was filtered and why)."""
-    survivors, filtered = [], []
+    """Hard gates filter, scores rank: (ranking of survivors, sensitivity table, who was filtered and why).
+
+    The gates that judge a measurement filter; a sign-off gate (`SIGNED_KINDS`) still open does not: the version
+    is ranked on its evidence, its `open_signoffs` column names what keeps it from being promotable ("" when
+    nothing does)."""
+    signed = {g.name for g in stage.gates if g.kind in SIGNED_KINDS}
+    survivors, filtered, pending = [], [], {}
     for evidence in candidates:
         results = gate_results.get(evidence.candidate, [])
         alt = alternative(evidence, stage)
-        if all_passed(results) and alt is not None:
+        measured = [r for r in results if r.gate not in signed]
+        if results and all(r.passed for r in measured) and alt is not None:
             survivors.append(alt)
+            pending[evidence.candidate] = ", ".join(r.gate for r in results if r.gate in signed and not r.passed)
         else:
             failed = [f"{r.gate}: {r.reason}" for r in results if not r.passed] or ["no gate results"]
             filtered.append({"candidate": evidence.candidate, "failed_gates": failed})
     filtered_frame = pd.DataFrame(filtered, columns=["candidate", "failed_gates"])
-    return rank(survivors, stage.weights), sensitivity(survivors, stage.weights), filtered_frame
+    ranking = rank(survivors, stage.weights)
+    ranking["open_signoffs"] = [pending.get(c, "") for c in ranking.candidate]
+    return ranking, sensitivity(survivors, stage.weights), filtered_frame

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ARM_KEYS = ("upstream", "model", "api_key_env", "timeout_s", "alias", "faults")
-FAULT_KEYS = ("delay_s", "abort_share", "nan_share")
+FAULT_KEYS = ("delay_s", "abort_share", "nan_share", "corrupt_share")
 HEALTH_KEYS = ("failures", "cooldown_s")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -39,6 +39,7 @@ class FaultSpec:
     delay_s: float = 0.0
     abort_share: int = 0  # percent of the arm's requests answered 500 before it runs
     nan_share: int = 0  # percent of its answers turned into a decode failure (counted as NaN logits)
+    corrupt_share: int = 0  # percent of its answers whose text is garbled: fast, status 200, and wrong
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _parse_arm(name: str, spec: Any, where: str) -> ArmSpec:
 
 def _parse_faults(value: Any, where: str) -> FaultSpec:
     if not isinstance(value, dict):
-        raise ServingPolicyError(f"{where}: expected {{delay_s, abort_share, nan_share}}, got {value!r}")
+        raise ServingPolicyError(f"{where}: expected {{{', '.join(FAULT_KEYS)}}}, got {value!r}")
     unknown = sorted(set(value) - set(FAULT_KEYS))
     if unknown:
         raise ServingPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(FAULT_KEYS)}")
@@ -121,7 +122,7 @@ def _parse_faults(value: Any, where: str) -> FaultSpec:
     if not _is_number(delay) or not 0 <= delay <= 600:
         raise ServingPolicyError(f"{where}.delay_s: expected seconds in 0..600, got {delay!r}")
     shares = {}
-    for key in ("abort_share", "nan_share"):
+    for key in ("abort_share", "nan_share", "corrupt_share"):
         share = value.get(key, 0)
         if not _is_int(share) or not 0 <= share <= 100:
             raise ServingPolicyError(f"{where}.{key}: expected an integer percent in 0..100, got {share!r}")

@@ -26,6 +26,7 @@ from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for
+from registry.integrity import trusted_chain
 # the tag readers are re-exported: callers have imported them from here
 from registry.state import approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
@@ -99,7 +100,8 @@ def request_promotion(registry: Registry, model: str, version: str, stage: str, 
         request = replace(request, by=actor.name, host=actor.host)
     else:
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
-    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    _write(registry, model, version, f"requests.{stage}.{request.id}",
+           request.to_dict() | {"account": actor.account})  # the OS account behind the name (four eyes)
     _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
            {"request": request.to_dict()})
     return request
@@ -122,6 +124,7 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
     actor = actor_for(registry.tracking_uri, approver)
     checked_evidence(registry, model, version, actor.name)  # nobody approves forged evidence (a finding)
+    trusted_chain(registry, f"approval of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     roles = roles or load_roles()
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -149,7 +152,8 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
                         actor.host, actor.source)
-    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
+    _write(registry, model, version, f"approvals.{stage}.{approval.id}",
+           approval.to_dict() | {"account": actor.account})
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
@@ -193,6 +197,7 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
     """Decline promoting `model` `version` to `stage`: final until new evidence is registered (audited)."""
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # a decision on forged evidence is no decision
+    trusted_chain(registry, f"decline of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     roles = roles or load_roles()
     action = f"decline of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
@@ -225,6 +230,8 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
         raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # nobody signs off forged evidence (a finding)
+    trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on a forged
+    # audit trail
     if not (comment or "").strip():
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()

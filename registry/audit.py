@@ -27,8 +27,10 @@ from typing import Any, Mapping
 
 from mlflow.entities import Run, ViewType
 
+from registry import signing
 from registry.chain_lock import chain_locked
-from registry.connection import AUDIT_EXPERIMENT
+from registry.connection import AUDIT_EXPERIMENT, RegistryError
+from registry.signing import Anchor
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
 
 EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
@@ -80,6 +82,7 @@ def parse_ref(text: str) -> tuple[str, str] | None:
 SEQ, PREV, SHA = model_tag("chain.seq"), model_tag("chain.prev"), model_tag("chain.sha256")
 SETTLED, SETTLED_SHA = model_tag("chain.settled"), model_tag("chain.settled_sha256")
 HEAD = model_tag("chain.head")  # "seq:sha256" of the newest entry: a removed tail shows against it
+SIG = model_tag("chain.sig")  # "<key id>:<hmac>" of "seq:sha256" under the signing key (registry/signing.py)
 GENESIS = "0" * 64  # the previous hash of the first entry of a store that had no events before the chain
 FIELDS = {"actor": "who", "event": "event", "model": "model", "version": "version", "stage": "stage", "from": "from",
           "to": "to", "comment": "comment", "evidence": "evidence", "time": "when"}  # hashed name -> tag key
@@ -135,10 +138,12 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             seq, prev = int(last.data.tags[SEQ]) + 1, last.data.tags[SHA]
             start = max(start, last.info.start_time + 1)
         sha = entry_sha256(tags, seq, prev)
-        tags |= {SEQ: str(seq), PREV: prev, SHA: sha}
+        signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
+        tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
         run = retry_busy(registry.client.create_run, experiment, start_time=start, tags=tags,
                          run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip())
         retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
+        signing.remember(registry.tracking_uri, Anchor(seq, sha, signed))
     if not open_intent:
         retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")
     status = "RUNNING" if open_intent else "FINISHED"
@@ -205,6 +210,7 @@ def pending_moves(registry: Registry, stage: str | None = None) -> list[AuditEve
 
 # verification ------------------------------------------------------------------------------------------
 EDITED, REMOVED, REORDERED, INSERTED = "edited", "removed", "reordered", "inserted"
+FORGED, TRUNCATED, REWRITTEN = "forged", "truncated", "rewritten"  # against the key ring and signed heads
 INTACT, BROKEN, EMPTY, UNCHAINED = "intact", "broken", "empty", "unchained"
 
 
@@ -212,7 +218,7 @@ INTACT, BROKEN, EMPTY, UNCHAINED = "intact", "broken", "empty", "unchained"
 class ChainBreak:
     """The first place the chain does not hold: what happened there and to which entry."""
 
-    kind: str  # edited | removed | reordered | inserted
+    kind: str  # edited | removed | reordered | inserted | forged (signature) | truncated | rewritten (anchor)
     position: int  # 1-based place in the store's order (by start time) of the entry named
     run_id: str
     seq: int | None  # the chain number the entry carries (None: it carries none)
@@ -238,6 +244,7 @@ class ChainReport:
     head_sha256: str
     starts_at: dict[str, Any] | None = None  # the first chained entry: position, run_id, when
     first_break: ChainBreak | None = None
+    anchor: str = ""  # the signed head ("unmask-chain-anchor:seq:sha256:key:mac"), "" when the head is unsigned
 
     @property
     def ok(self) -> bool:
@@ -264,21 +271,34 @@ class ChainReport:
         return data
 
 
-def verify(registry: Registry) -> ChainReport:
+def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     """Recompute the audit chain over the store's active audit runs, in the store's order, and name the first
-    entry that was edited, removed, reordered or inserted (through the MLflow client or in the store itself)."""
+    entry that was edited, removed, reordered or inserted (through the MLflow client or in the store itself),
+    or signed by no key of the ring (forged), then check it against this machine's signed head and `anchor`
+    (one kept outside the store): an entry of theirs missing is a truncation, a different hash a rewrite."""
     runs = sorted(registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id))
     chained = [r for r in runs if SHA in r.data.tags]
     first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), None)
+    anchors = [a for a in (signing.local_anchor(registry.tracking_uri), anchor) if a is not None]
+    if first is None and anchors:  # every chained entry gone, though a signed head of the chain was kept
+        gone = ChainBreak(TRUNCATED, len(runs), runs[-1].info.run_id if runs else "", None, "", "",
+                          f"the store holds no chained entry, but the signed head in {anchors[0].where or 'the anchor'}"
+                          f" is #{anchors[0].seq} ({anchors[0].sha256[:16]}): the chain was removed")
+        return ChainReport(BROKEN, len(runs), 0, len(runs), 0, "", None, gone)
     if first is None:
         return ChainReport(EMPTY if not runs else UNCHAINED, len(runs), 0, len(runs), 0, "")
     start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
         model_tag("when"), "")}
     head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
-    found = _first_break(runs, first, head_tag)
+    ring = signing.key_ring(registry.tracking_uri)
+    found = _first_break(runs, first, head_tag, ring, anchors)
+    found = found or _anchor_break(runs, chained, anchors, ring)
     last = chained[-1].data.tags
+    head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, "")) if last.get(SIG) else None
+    if head is not None and found is None:
+        signing.remember(registry.tracking_uri, head)  # what this machine has seen verify: a later truncation shows
     return ChainReport(BROKEN if found else INTACT, len(runs), len(chained), first, _seq(chained[-1]) or 0,
-                       last.get(SHA, ""), start, found)
+                       last.get(SHA, ""), start, found, str(head) if head else "")
 
 
 def _seq(run: Run) -> int | None:
@@ -286,14 +306,21 @@ def _seq(run: Run) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _first_break(runs: list[Run], first: int, head_tag: str) -> ChainBreak | None:
+def _named(runs: list[Run], kind: str, i: int, detail: str) -> ChainBreak:
+    r = runs[i]
+    return ChainBreak(kind, i + 1, r.info.run_id, _seq(r), r.data.tags.get(model_tag("event"), ""),
+                      r.data.tags.get(model_tag("when"), ""), detail)
+
+
+def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRing,
+                 anchors: list[Anchor]) -> ChainBreak | None:
     def named(kind: str, i: int, detail: str) -> ChainBreak:
-        r = runs[i]
-        return ChainBreak(kind, i + 1, r.info.run_id, _seq(r), r.data.tags.get(model_tag("event"), ""),
-                          r.data.tags.get(model_tag("when"), ""), detail)
+        return _named(runs, kind, i, detail)
 
     expected_prev, expected_seq = seal(runs[:first]), 1
     seen: set[int] = set()
+    # signing was on from the first signed entry, and at least from any signed head kept outside the store
+    signed_from = min((a.seq for a in anchors), default=None)
     for i in range(first, len(runs)):
         tags = runs[i].data.tags
         seq = _seq(runs[i])
@@ -316,6 +343,16 @@ def _first_break(runs: list[Run], first: int, head_tag: str) -> ChainBreak | Non
                                         "its previous hash is not the chain's start (an entry was put before it)")
             return named(EDITED, i - 1, f"#{seq} chained onto a different sha256 than this entry has: it was "
                                         "replaced (its content and hash rewritten)")
+        signature = tags.get(SIG, "")
+        if signature:
+            problem = ring.problem(signing.head_message(seq, tags[SHA]), signature)
+            if problem:
+                return named(FORGED, i, f"its signature {problem}: it was written or rewritten by someone without "
+                                        "the signing key")
+            signed_from = seq if signed_from is None else min(signed_from, seq)
+        elif signed_from is not None and seq >= signed_from:
+            return named(FORGED, i, f"it carries no signature, yet the chain is signed from #{signed_from} on: it was "
+                                    "written or rewritten by someone without the signing key")
         status = runs[i].info.status
         settled = tags.get(SETTLED)
         if tags.get(model_tag("event")) == MOVE:
@@ -334,4 +371,27 @@ def _first_break(runs: list[Run], first: int, head_tag: str) -> ChainBreak | Non
         last = len(runs) - 1
         gap = f"#{expected_seq}" if int(head_seq) == expected_seq else f"#{expected_seq} to #{head_seq}"
         return named(REMOVED, last, f"entry {gap} after it is missing: the chain's head is #{head_seq}")
+    return None
+
+
+def _anchor_break(runs: list[Run], chained: list[Run], anchors: list[Anchor], ring: signing.KeyRing
+                  ) -> ChainBreak | None:
+    """The chain against signed heads kept outside the store: each one's entry must still be there, unchanged."""
+    by_seq = {_seq(r): r for r in chained}
+    for anchor in anchors:
+        problem = ring.problem(signing.head_message(anchor.seq, anchor.sha256), anchor.signature)
+        if problem:
+            raise RegistryError(f"the signed chain head in {anchor.where or 'the anchor'} is not signed by the key ring: "
+                                f"its signature {problem}")
+        entry = by_seq.get(anchor.seq)
+        if entry is None:
+            last = runs.index(chained[-1])
+            return _named(runs, TRUNCATED, last, f"the chain ends at #{_seq(chained[-1])}, but the signed head in "
+                                                 f"{anchor.where or 'the anchor'} is #{anchor.seq} "
+                                                 f"({anchor.sha256[:16]}): entries after it were removed and the head "
+                                                 "reset")
+        if entry.data.tags.get(SHA) != anchor.sha256:
+            return _named(runs, REWRITTEN, runs.index(entry), f"its sha256 is not the one signed in "
+                                                              f"{anchor.where or 'the anchor'} ({anchor.sha256[:16]}): "
+                                                              "the chain was rewritten up to here")
     return None

@@ -1,10 +1,14 @@
-"""Audit records of what the nightly re-evaluation found about production: a regression (before any rollback it
-leads to) or a night that could not judge it. The flows decide when; these write the entry (`registry.audit`)."""
+"""Audit records the flows write: what the nightly re-evaluation found about production (a regression, before any
+rollback it leads to, or a night that could not judge it), and a rollout's start and its end without a promotion.
+The flows decide when; these write the entry (`registry.audit`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gates.regression import ProductionVerdict
 from registry.audit import AuditEvent, append
+from registry.identity import Actor
 from registry.store import Registry, now_iso
 
 NIGHTLY = "nightly"  # who writes them
@@ -36,3 +40,27 @@ def record_inconclusive(registry: Registry, verdict: ProductionVerdict) -> Audit
                 f"{inconclusive_words(verdict)}",
         evidence={"kind": "inconclusive", **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
                   "policy": verdict.decision.evidence.get("policy")}))
+
+
+def record_rollout_start(registry: Registry, actor: Actor, stage: str, model: str, version: str, rollout_id: str,
+                         route: str, candidate: str, baseline: str, steps: Any, policy: dict[str, Any],
+                         run_id: str) -> AuditEvent:
+    """That a rollout of `model` `version` to `stage` started on `route` (`rollout_start`); `steps` as the
+    rollout policy holds them (worded as they are)."""
+    return append(registry, AuditEvent(
+        "rollout_start", actor.name, now_iso(), stage, model, version, comment=(
+            f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
+            f"steps {steps}"), evidence={"rollout": rollout_id, "run_id": run_id,
+                                                   "policy": policy, "actor": actor.to_dict()}))
+
+
+def record_rollout_end(registry: Registry, event: str, actor: Actor, stage: str, model: str, version: str,
+                       rollout_id: str, route: str, reason: str, holder: tuple[str, str] | None, run_id: str,
+                       step: int, weight: int, analysis: dict[str, Any]) -> AuditEvent:
+    """That a rollout ended without a promotion (`rollout_rollback` or `rollout_abort`), and who holds the stage."""
+    held = "@".join(holder) if holder else ""
+    return append(registry, AuditEvent(
+        event, actor.name, now_iso(), stage, model, version, to_ref=held,
+        comment=f"rollout {rollout_id} of {model} v{version} on route {route}: {reason}",
+        evidence={"rollout": rollout_id, "run_id": run_id, "step": step, "weight": weight,
+                  "analysis": analysis, "actor": actor.to_dict(), "stage_holder": held}))

@@ -1,4 +1,4 @@
-"""Who acts: the authenticated MLflow user on a basic-auth server, else the operating-system user.
+"""Who acts: the authenticated MLflow user on a basic-auth server, else the operating-system account.
 
 Every sign-off, approval, decline, promotion and rollback records an `Actor` (name, host, where the
 name came from) beside its time. A name typed on the command line (`--by`, `--approver`) is a claim:
@@ -7,14 +7,21 @@ it must equal the identity, and a mismatch is refused and audited (`refuse_claim
 Code that calls the registry directly (flows, tests, fixtures) may name the actor; on an authenticated
 server that name must still be the authenticated user, because the server checks the password behind
 it. On the embedded SQLite store there is no password to check: whoever can run unmask can write the
-file, so the OS user is the identity and a named actor is taken as given.
+file, so the OS user is the identity and a named actor is taken as given; every actor also records the
+OS account of the real uid behind it (`Actor.account`, from the password database). A user name is recorded as `mlflow-basic-auth` only when the server really
+authenticated it (its basic-auth `users/current` endpoint answered with that user).
 """
 
 from __future__ import annotations
 
+import base64
 import getpass
+import json
 import os
+import pwd
 import socket
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,23 +50,57 @@ class Actor:
     name: str
     host: str
     source: str
+    account: str = ""  # the OS account of the process that acted ("" in data from before it was recorded)
 
     def to_dict(self) -> dict[str, str]:
-        return {"by": self.name, "host": self.host, "identity": self.source}
+        return {"by": self.name, "host": self.host, "identity": self.source, "account": self.account or self.name}
+
+
+def os_account() -> str:
+    """The name of the real uid in the password database: what no environment variable can change."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container's arbitrary uid)
+        return f"uid-{os.getuid()}"
+
+
+_authenticated: dict[tuple[str, str, str], bool] = {}  # (server, user, password hash) -> the server said so
+
+
+def server_authenticated(tracking_uri: str, user: str, password: str, timeout_s: float = 10.0) -> bool:
+    """Whether the server checks credentials and took these: its basic-auth `users/current` answers with `user`.
+
+    A server without authentication has no such endpoint (404) and would accept any name, so a name set in
+    MLFLOW_TRACKING_USERNAME for it is not an identity. Asked once per process, server and credentials.
+    """
+    key = (tracking_uri.rstrip("/"), user, base64.b64encode(password.encode()).decode())
+    if key not in _authenticated:
+        request = urllib.request.Request(f"{key[0]}/api/2.0/mlflow/users/current", headers={
+            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+                said = json.loads(answer.read() or b"{}")
+            _authenticated[key] = (said.get("user") or {}).get("username") == user
+        except (urllib.error.URLError, OSError, ValueError):  # 404 (no auth), 401 (wrong password), unreachable
+            _authenticated[key] = False
+    return _authenticated[key]
 
 
 def authenticated_user(tracking_uri: str) -> str | None:
-    """The MLflow user the client authenticates as: an http(s) server with MLFLOW_TRACKING_USERNAME set."""
+    """The MLflow user the client authenticates as: an http(s) server that checked MLFLOW_TRACKING_USERNAME's
+    password (`server_authenticated`), else None."""
     user = os.environ.get("MLFLOW_TRACKING_USERNAME", "").strip()
-    return user if user and tracking_uri.startswith(("http://", "https://")) else None
+    if not user or not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return user if server_authenticated(tracking_uri, user, os.environ.get("MLFLOW_TRACKING_PASSWORD", "")) else None
 
 
 def current_actor(tracking_uri: str) -> Actor:
     """The identity of this process against this store."""
     user = authenticated_user(tracking_uri)
     if user:
-        return Actor(user, socket.gethostname(), MLFLOW_USER)
-    return Actor(getpass.getuser(), socket.gethostname(), OS_USER)
+        return Actor(user, socket.gethostname(), MLFLOW_USER, os_account())
+    return Actor(getpass.getuser(), socket.gethostname(), OS_USER, os_account())
 
 
 def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
@@ -75,7 +116,7 @@ def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
                                "an action is recorded under the identity that performs it")
     if isinstance(who, Actor):
         return who
-    return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED)
+    return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED, os_account())
 
 
 def claimed_actor(registry: "Registry", claimed: str | None, flag: str, action: str, stage: str = "", model: str = "",

@@ -23,12 +23,13 @@ import hashlib
 import logging
 from typing import Any, Mapping
 
-from registry import audit
+from registry import audit, signing
 from registry.audit import AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.store import Registry, model_tag, now_iso
 
 DIGEST_PREFIX = model_tag("sha256.")
+SIGNATURE_PREFIX = model_tag("sig.")  # "<key id>:<hmac>" of each artifact's sha256 under the signing key
 EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")
 FINDING = "integrity_finding"
 VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
@@ -65,16 +66,18 @@ class GateReportTampered(EvidenceTampered):
         self.expected, self.found, self.run_id = expected, found, run_id
         RegistryError.__init__(self, f"{model} version {version}: gate report {artifact} (run {run_id}) was changed "
                                f"after it was written: recorded sha256 {expected or 'removed'}, found {found}; no "
-                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version}` "
+                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version} --store` "
                                "to write a fresh one)")
 
 
 class ChainBroken(RegistryError):
     """The audit trail's hash chain does not verify; the message names the first entry that was tampered with."""
 
-    def __init__(self, report: audit.ChainReport):
+    def __init__(self, report: audit.ChainReport, action: str = ""):
         self.report = report
-        super().__init__(f"{report.summary()}; the audit trail was changed outside unmask (see docs/integrity.md)")
+        refused = f"{action} refused: nothing acts on an audit trail that does not verify; " if action else ""
+        super().__init__(f"{refused}{report.summary()}; the audit trail was changed outside unmask (see "
+                         "docs/integrity.md)")
 
     def finding(self) -> dict[str, Any]:
         found = self.report.first_break
@@ -86,6 +89,17 @@ def chain_broken(registry: Registry) -> ChainBroken | None:
     """The audit chain's first break now, or None when it verifies (or has not started)."""
     report = audit.verify(registry)
     return None if report.ok else ChainBroken(report)
+
+
+def trusted_chain(registry: Registry, action: str, who: str = "unmask") -> audit.ChainReport:
+    """The verified chain before `action` acts on the trail (rollback, promotion, approval, sign-off, recovery);
+    a break is recorded once as a finding and raised as one `ChainBroken` line naming the first bad entry."""
+    report = audit.verify(registry)
+    if not report.ok:
+        problem = ChainBroken(report, action)
+        record_finding(registry, problem, who)
+        raise problem
+    return report
 
 
 class AliasDrift(RegistryError):
@@ -109,9 +123,17 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest_tags(contents: Mapping[str, bytes]) -> dict[str, str]:
-    """The run tags that vouch for artifacts {path: content} as registered."""
-    return {DIGEST_PREFIX + path: sha256_hex(data) for path, data in contents.items()}
+def digest_tags(contents: Mapping[str, bytes], run_id: str, tracking_uri: str = "") -> dict[str, str]:
+    """The run tags that vouch for artifacts {path: content} of run `run_id` as registered: each sha256, and with
+    `tracking_uri` its signature under the store's signing key (which the store does not hold)."""
+    ring = signing.key_ring(tracking_uri) if tracking_uri else None
+    tags = {}
+    for path, data in contents.items():
+        digest = sha256_hex(data)
+        tags[DIGEST_PREFIX + path] = digest
+        if ring is not None:
+            tags[SIGNATURE_PREFIX + path] = ring.sign(signing.artifact_message(run_id, path, digest))
+    return tags
 
 
 def seal_run(client: Any, run_id: str, metrics: list, path: str, data: bytes) -> None:
@@ -120,7 +142,7 @@ def seal_run(client: Any, run_id: str, metrics: list, path: str, data: bytes) ->
     try:
         client.log_batch(run_id, metrics=metrics)
         client.log_text(run_id, data.decode(), path)
-        for key, digest in digest_tags({path: data}).items():
+        for key, digest in digest_tags({path: data}, run_id).items():
             client.set_tag(run_id, key, digest)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:
@@ -134,15 +156,24 @@ def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
-                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered) -> str:
-    """VERIFIED or UNVERIFIED (registered before hashes were recorded); raise `tampered` (EvidenceTampered) on a
-    mismatch."""
+                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered, tracking_uri: str = "") -> str:
+    """VERIFIED, or UNVERIFIED (registered before hashes, or before their signatures, were recorded); raise
+    `tampered` (EvidenceTampered) on a mismatch, or when the sha256 tag's signature does not verify (the
+    artifact and its hash rewritten together by someone without the signing key)."""
     expected = run_tags.get(DIGEST_PREFIX + path)
     if expected is None and not any(k.startswith(DIGEST_PREFIX) for k in run_tags):
         return UNVERIFIED
     found = sha256_hex(data)
     if expected != found:
         raise tampered(model, version, path, expected or "", found, run_id)
+    signature = run_tags.get(SIGNATURE_PREFIX + path)
+    if signature is None:
+        if any(k.startswith(SIGNATURE_PREFIX) for k in run_tags):  # the others are signed: this one was stripped
+            raise tampered(model, version, path, "unsigned (its signature was removed)", found, run_id)
+        return UNVERIFIED
+    problem = signing.key_ring(tracking_uri).problem(signing.artifact_message(run_id, path, expected), signature)
+    if problem:
+        raise tampered(model, version, path, f"{expected[:16]}… whose signature {problem}", found, run_id)
     return VERIFIED
 
 

@@ -32,7 +32,8 @@ from registry.approvals import (ApprovalRefused, approval_of, approvals_of, appr
 from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
-from registry.integrity import alias_drift, record_finding
+from registry.demo import demo_refusal
+from registry.integrity import alias_drift, record_finding, trusted_chain
 from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
 # judge and the stage and version reads are re-exported: callers have imported them from here
 from registry.judging import judge  # noqa: F401
@@ -91,10 +92,14 @@ def _move(registry: Registry, stage: str, previous: Holder, target: Holder, who:
 def recover(registry: Registry, stage: str | None = None) -> list[dict[str, Any]]:
     """Settle moves a crash left unsettled: finish those whose alias moved, mark the others FAILED.
 
-    Call it only while holding the stage's lock (promote and rollback do), or when no promotion runs.
+    Call it only while holding the stage's lock (promote and rollback do), or when no promotion runs. Only
+    intents whose chain entries verify are settled: on a broken chain (a forged intent, say) it refuses.
     """
     settled = []
-    for event in audit.pending_moves(registry, stage):
+    pending = audit.pending_moves(registry, stage)
+    if pending:
+        trusted_chain(registry, f"recovery of {stage or 'every stage'}")
+    for event in pending:
         target, previous = parse_ref(event.to_ref), parse_ref(event.from_ref)
         moved = target is not None and registry.aliases_of(target[0]).get(event.stage) == target[1]
         if moved:
@@ -165,10 +170,14 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
         raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
     action = f"promotion of {model} v{version} to {stage}"
     who = mover.name
+    chain = trusted_chain(registry, action, who)  # nothing acts on a trail that does not verify
     expected = stage_holder(registry, stage)
     judged_evaluation = evaluated_at(registry, model, version)
     _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
     _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
+    demo = demo_refusal(registry, stage, [f.path or f.source for f in (policy or load_policy(), roles) if f.demo])
+    if demo:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action, [demo], {})
     expire_old(registry, model, version, stage, mover, roles)
     request = request_promotion(registry, model, version, stage, mover)
     typed, prefer = None, ""
@@ -209,7 +218,8 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
             used = _approvals_to_consume(registry, model, version, stage, policy, roles, duties, action, who,
                                          decision.evidence, prefer)
             evidence = decision.evidence | {"kind": "promotion", "request": request.to_dict(),
-                                            "approvals": [a.to_dict() for a in used], "actor": mover.to_dict()}
+                                            "approvals": [a.to_dict() for a in used], "actor": mover.to_dict(),
+                                            "chain_head": chain.anchor}  # the signed head it was judged on
             if used:
                 evidence["approval"] = used[0].to_dict()  # the first, as before requests
             move = _move(registry, stage, current, (model, version), who, comment, evidence)
@@ -275,6 +285,7 @@ def rollback(stage: str, who: str | Actor | None = None, comment: str = "", regi
     action = f"{'reconciliation' if reconcile else 'rollback'} of {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
+    trusted_chain(registry, action, who)  # a rollback target read from a forged trail never held the stage
     if not roles.may(who, stage, "emergency_rollback"):
         _refuse(registry, "rollback_refused", who, stage, "", "", action,
                 [f"{who} may not roll back {stage}: the emergency_rollback role is held by "

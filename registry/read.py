@@ -20,6 +20,7 @@ from registry import audit
 from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered
 from registry.judging import judge
 from registry.state import approvals_from_tags, fallback_holder, stage_holder, version_state
+from registry.signing import Anchor
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -147,11 +148,12 @@ def records(model: str | None = None, version: str | None = None, registry: Regi
     return pd.DataFrame(rows)
 
 
-def audit_chain(registry: Registry | None = None) -> dict[str, Any]:
+def audit_chain(registry: Registry | None = None, anchor: Anchor | None = None) -> dict[str, Any]:
     """Whether the audit trail's hash chain verifies (`registry.audit.verify`), as plain data: status (intact,
     broken, empty, unchained), ok, summary (one line), entries, chained, legacy, head_seq, head_sha256,
-    starts_at, first_break ({kind, position, run_id, seq, event, when, detail, text} or None)."""
-    return audit.verify(_reg(registry)).to_dict()
+    starts_at, first_break ({kind, position, run_id, seq, event, when, detail, text} or None), anchor (the signed
+    head). `anchor`: a signed head kept outside the store, checked too."""
+    return audit.verify(_reg(registry), anchor).to_dict()
 
 
 def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,

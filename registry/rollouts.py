@@ -26,7 +26,7 @@ from registry.store import Registry, filter_literal, model_tag, now_iso, retry_b
 
 ROLLOUTS_EXPERIMENT = "unmask-rollouts"
 ARTIFACT = "analysis.json"
-ARM_METRICS = ("requests", "p95_s", "error_rate", "decode_failure_rate", "agreement")
+ARM_METRICS = ("requests", "p95_s", "error_rate", "decode_failure_rate", "agreement", "probe_accuracy", "probes")
 STATUSES = ("running", "paused", "rolled_back", "completed", "aborted")
 TERMINAL = {"rolled_back": "FAILED", "aborted": "KILLED", "completed": "FINISHED"}
 
@@ -194,7 +194,8 @@ def analyses(registry: Registry, rollout_id: str) -> list[AnalysisRecord]:
 
 def canary_evidence(registry: Registry, model: str, version: str) -> list[dict[str, Any]]:
     """What the `canary` gate reads of a version: per rollout, its id, status and its analyses' (weight, verdict)."""
-    return [{"id": r.id, "status": r.status, "route": r.route, "stage": r.stage,
+    return [{"id": r.id, "status": r.status, "route": r.route, "stage": r.stage, "updated": r.updated,
+             "reason": r.reason,
              "analyses": [{"weight": a.weight, "verdict": a.verdict, "run_id": a.run_id}
                           for a in analyses(registry, r.id)]}
             for r in rollouts(registry, model, version)]

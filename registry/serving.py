@@ -3,6 +3,11 @@
 A served name is an alias (`production`, `fallback`, `staging`, `poc`, `candidate`) or a registered
 model's name (its current version: `candidate`, else `fallback`, else the latest). Read-only, like
 `registry.read`: nothing here writes to MLflow.
+
+The server never serves what the registry did not move: a stage alias is read only on an audit chain that
+verifies (`ChainBroken` otherwise: the server keeps serving what it serves), and an alias moved outside unmask
+(drift: no recorded, verified move put it there) is not followed: the holder the audit trail's last settled
+move left keeps serving, and an alert is logged (once per drift and process).
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from typing import Any
 
 from gates.evaluate import operating_records
 from gates.policy import Policy
+from registry import audit
 from registry.connection import RegistryError
+from registry.integrity import ChainBroken, alias_drift, log
 from registry.state import stage_holder
 from registry.store import ALIASES, STAGE_ALIASES, Registry, model_tag
 from registry.tracking import load_evidence
@@ -43,14 +50,20 @@ class ServedVersion:
         return f"{self.model}/{self.version}"
 
 
-def holder(registry: Registry, name: str) -> tuple[str, str] | None:
+_alerted: set[str] = set()  # drift alerts this process raised already (a server polls every few seconds)
+
+
+def holder(registry: Registry, name: str, verified: bool = False) -> tuple[str, str] | None:
     """The (model, version) a served name points at now; None when nobody holds that alias.
 
-    Stage aliases read through a move in flight (old holder until the move commits). A non-stage alias
-    held by several models (`candidate` usually is) is ambiguous: ask for the model by name instead.
+    Stage aliases read through a move in flight (old holder until the move commits), on a chain that verifies
+    (`verified`: the caller checked it just now), and never follow a drifted alias (see the module's note). A
+    non-stage alias held by several models (`candidate` usually is) is ambiguous: ask for the model by name.
     """
     if name in STAGE_ALIASES:
-        return stage_holder(registry, name)
+        if not verified:
+            _verified_chain(registry)
+        return _moved_holder(registry, name)
     if name in ALIASES:
         held = registry.holders(name)
         if len(held) > 1:
@@ -65,8 +78,29 @@ def holder(registry: Registry, name: str) -> tuple[str, str] | None:
 
 
 def holders(registry: Registry, names: list[str]) -> dict[str, tuple[str, str] | None]:
-    """`holder` of each name; what the server polls to notice an alias move."""
-    return {name: holder(registry, name) for name in names}
+    """`holder` of each name (the chain verified once); what the server polls to notice an alias move."""
+    if any(name in STAGE_ALIASES for name in names):
+        _verified_chain(registry)
+    return {name: holder(registry, name, verified=True) for name in names}
+
+
+def _verified_chain(registry: Registry) -> None:
+    report = audit.verify(registry)
+    if not report.ok:
+        raise ChainBroken(report, "following the registry's aliases")
+
+
+def _moved_holder(registry: Registry, stage: str) -> tuple[str, str] | None:
+    """The stage's holder as the audit trail moved it: on drift, the last settled move's holder, with an alert."""
+    found = stage_holder(registry, stage)
+    drift = alias_drift(registry, stage)
+    if drift is None:
+        return found
+    if str(drift) not in _alerted:
+        _alerted.add(str(drift))
+        kept = f"{drift.expected[0]}/{drift.expected[1]}" if drift.expected else "nothing new"
+        log.error("alert: %s; the server does not follow it and keeps serving %s", drift, kept)
+    return drift.expected
 
 
 def served_version(registry: Registry, name: str, at: tuple[str, str] | None = None,

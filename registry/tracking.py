@@ -30,9 +30,9 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
-from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, TAMPERED, UNVERIFIED, VERIFIED, EvidenceTampered,
-                                GateReportTampered, digest_tags, record_finding, recorded_digests, sha256_hex,
-                                verify_artifact)
+from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, SIGNATURE_PREFIX, TAMPERED, UNVERIFIED, VERIFIED,
+                                EvidenceTampered, GateReportTampered, digest_tags, record_finding, recorded_digests,
+                                sha256_hex, verify_artifact)
 from registry.loadtests import log_serving_record, serving_records
 from registry.rollouts import canary_evidence
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
@@ -117,7 +117,7 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
                     "evidence/model_card.md": (model_card_md or _model_card(logged)).encode()}
         for path, data in contents.items():
             client.log_text(run_id, data.decode(), path)
-        for key, digest in digest_tags(contents).items():
+        for key, digest in digest_tags(contents, run_id, registry.tracking_uri).items():
             client.set_tag(run_id, key, digest)
         ms = int(time.time() * 1000)  # AUP per task and length, for MLflow's own charts
         client.log_batch(run_id, metrics=[Metric(f"aup/{c['task']}/{c['gen_length']}", float(c["aup"]), ms, 0)
@@ -145,7 +145,8 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
             raise
     registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
     tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso(),
-            model_tag("evaluated_by"): registrant.name, model_tag("evaluated_from"): registrant.host}
+            model_tag("evaluated_by"): registrant.name, model_tag("evaluated_from"): registrant.host,
+            model_tag("evaluated_account"): registrant.account}
     existing = registry.version_of_weights(model, evidence.weights_sha256)
     if existing is not None:
         registry.set_version_tags(model, existing, tags)
@@ -247,7 +248,8 @@ def verified_evidence(registry: Registry, model: str, version: str, tags: Mappin
     statuses, loaded = set(), {}
     for path in ("evidence/evidence.json", "evidence/records.json"):
         data = registry.load_artifact_bytes(run_id, path)
-        statuses.add(verify_artifact(run_tags, model, version, run_id, path, data))
+        statuses.add(verify_artifact(run_tags, model, version, run_id, path, data,
+                                    tracking_uri=registry.tracking_uri))
         loaded[path] = json.loads(data)
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
@@ -280,7 +282,7 @@ def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str
     try:
         for path in EVIDENCE_ARTIFACTS:
             statuses.add(verify_artifact(run_tags, model, version, run_id, path,
-                                         registry.load_artifact_bytes(run_id, path)))
+                                         registry.load_artifact_bytes(run_id, path), tracking_uri=registry.tracking_uri))
     except EvidenceTampered as e:
         return {"status": TAMPERED, "detail": str(e), "sha256": {e.artifact: e.expected}}
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
@@ -335,6 +337,7 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
     registry.client.log_text(run_id, report, gate_report_path(stage))
     registry.client.log_text(run_id, markdown, f"gates/{stage}.md")
     failed = [r.gate for r in results if not r.passed]
+    signed = digest_tags({gate_report_path(stage): report.encode()}, run_id, registry.tracking_uri)
     registry.set_version_tags(model, version, {
         model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
         model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at,
@@ -343,6 +346,7 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
         model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
         model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", ""),
         model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
+        model_tag(f"gates.{stage}.sig"): signed[SIGNATURE_PREFIX + gate_report_path(stage)],
         model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode())})
 
 
@@ -365,7 +369,10 @@ def load_gate_report(registry: Registry, model: str, version: str, stage: str,
         return None
     recorded = tags.get(model_tag(f"gates.{stage}.sha256"))
     vouched = {DIGEST_PREFIX + path: recorded} if recorded is not None else {}
-    status = verify_artifact(vouched, model, version, run_id, path, data, tampered=GateReportTampered)
+    if model_tag(f"gates.{stage}.sig") in tags:  # its signature: a report rewritten with its hash does not verify
+        vouched[SIGNATURE_PREFIX + path] = tags[model_tag(f"gates.{stage}.sig")]
+    status = verify_artifact(vouched, model, version, run_id, path, data, tampered=GateReportTampered,
+                             tracking_uri=registry.tracking_uri)
     try:
         report = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # only an unhashed (old) report gets here

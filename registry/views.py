@@ -20,11 +20,14 @@ from evals.parallelism import aup
 from evals.plots import point_label, quality_latency_front
 from gates.evaluate import operating_records
 from gates.policy import Policy, load_policy
+from gates.promotion import predates
+from gates.rollout_findings import FAILED_ROLLOUT, failed_rollout, finding_text
 from registry import audit
+from registry.state import evaluated_at
 from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
 from registry.links import run_url
-from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, rollouts
+from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, canary_evidence, rollouts
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -249,7 +252,8 @@ def decisions(registry: Registry) -> pd.DataFrame:
 ROLLOUT_COLUMNS = ["id", "model", "version", "route", "stage", "status", "candidate", "baseline", "weight", "steps",
                    "analyses", "started", "updated", "reason", "run_id", "url"]
 ANALYSIS_COLUMNS = ["rollout", "step", "weight", "verdict", "reason", "at", "arm", "role", "requests", "p95_s",
-                    "error_rate", "decode_failure_rate", "agreement", "run_id", "url"]
+                    "error_rate", "decode_failure_rate", "agreement", "probe_accuracy", "probes", "confidence",
+                    "run_id", "url"]
 ROLLOUT_EVENT_COLUMNS = ["when", "rollout", "event", "who", "stage", "model", "version", "comment", "audit_run_id",
                          "seq"]
 
@@ -268,8 +272,9 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
                 role = "candidate" if arm == r.candidate else "baseline" if arm == r.baseline else ""
                 analysis_rows.append({"rollout": r.id, "step": a.step, "weight": a.weight, "verdict": a.verdict,
                                       "reason": a.reason, "at": a.at, "arm": arm, "role": role,
-                                      **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:13]},
-                                      "run_id": a.run_id, "url": run_url(registry.tracking_uri, experiment, a.run_id)})
+                                      **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:15]},
+                                      "confidence": a.analysis.get("confidence"), "run_id": a.run_id,
+                                      "url": run_url(registry.tracking_uri, experiment, a.run_id)})
         live = r.weight if r.weight is not None else (steps[-1].weight if steps else 0)
         weight = 0 if r.status in ("rolled_back", "aborted") else live
         policy = _policy_of(registry, r.run_id)
@@ -286,6 +291,37 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
     return {"rollouts": board.iloc[::-1].reset_index(drop=True),
             "analyses": pd.DataFrame(analysis_rows, columns=ANALYSIS_COLUMNS),
             "events": pd.DataFrame(events, columns=ROLLOUT_EVENT_COLUMNS)}
+
+
+FAILED_ROLLOUT_COLUMNS = ["when", "model", "version", "stage", "rollout", "status", "route", "reason",
+                          "voided_approvals", "stands", "advice", "audit_run_id"]
+
+
+def failed_rollouts(registry: Registry) -> pd.DataFrame:
+    """Every rolled-back or aborted rollout, newest first (FAILED_ROLLOUT_COLUMNS): a finding on its version.
+    `stands` is whether it still blocks the stage (the version's last rollout there, no evidence registered since:
+    gates/rollout_findings.py); `voided_approvals` the approvals it voided (audited `approval_void`)."""
+    voids = audit.events(registry, event="approval_void")
+    ends = {e.evidence.get("rollout"): e for e in audit.events(registry) if e.event in ("rollout_rollback",
+                                                                                      "rollout_abort")}
+    rows, standing = [], {}
+    for r in rollouts(registry):
+        if r.status not in FAILED_ROLLOUT:
+            continue
+        key = (r.model, r.version, r.stage)
+        if key not in standing:
+            last = failed_rollout(canary_evidence(registry, r.model, r.version), r.stage)
+            standing[key] = (last or {}).get("id") if last and not predates(
+                last.get("updated"), evaluated_at(registry, r.model, r.version)) else None
+        entry = ends.get(r.id)
+        rows.append({"when": r.updated or r.started, "model": r.model, "version": r.version, "stage": r.stage,
+                     "rollout": r.id, "status": r.status, "route": r.route, "reason": r.reason,
+                     "voided_approvals": [e.evidence.get("approval") for e in voids if r.id in e.comment],
+                     "stands": standing[key] == r.id,
+                     "advice": finding_text({"id": r.id, "status": r.status, "reason": ""}, r.stage),
+                     "audit_run_id": entry.run_id if entry else ""})
+    frame = pd.DataFrame(rows, columns=FAILED_ROLLOUT_COLUMNS)
+    return frame.sort_values("when", ascending=False).reset_index(drop=True)
 
 
 def _policy_of(registry: Registry, run_id: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from gates.weights import WEIGHTS_FILE
 from models.state import state_dir
 from sampler.decode import row_seeded
 from serving import errors
+from serving.analysis_api import router as analysis_router
 from serving.attempt import Attempt
 from serving.decoding import Limits, RequestError
 from serving.dispatch import Dispatch
@@ -88,6 +89,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     errors.install(app, count_refusal)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes, count=count_refusal)
     add_routes(app, settings, pool, routes, dispatch, local, metrics)
+    app.include_router(analysis_router)  # GET /v1/unmask/analysis, POST .../flagger (serving/analysis_api.py)
     return app
 
 

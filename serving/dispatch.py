@@ -26,6 +26,7 @@ from serving.arm_health import ArmHealth, FaultDrill
 from serving.arms import ArmFailure, LocalArm, UpstreamArm, UpstreamRefused
 from serving.attempt import Attempt
 from serving.decoding import RequestError
+from serving.drill_corrupt import corrupt_answer
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
 from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts
@@ -190,6 +191,9 @@ class Dispatch:
             answered, facts = await self.local.answer(arm, attempt)
         if nan and not isinstance(answered, StreamingResponse):
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
+        if (faults and not isinstance(answered, StreamingResponse)
+                and self.drill.fires(arm.name, "corrupt", faults.corrupt_share)):
+            answered = corrupt_answer(answered)  # the drill `corrupt_share`: fast, 200, and wrong
         return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
 
     async def ask_upstream(self, arm: UpstreamArm, attempt: Attempt):

@@ -12,7 +12,9 @@ CANDIDATE, BASELINE = "staging", "production"
 POLICY = {"steps": [5, 25, 50, 100], "interval_s": 2, "min_requests": 10, "failure_limit": 1,
           "inconclusive": "pause",
           "analysis": {"p95_latency_s": {"max": 1.0}, "error_rate": {"max": 0.1}, "decode_failure_rate": {"max": 0.1},
-                       "agreement": {"min": 0.5}, "p95_ratio_vs_baseline": {"max": 3.0}}}
+                       "agreement": {"min": 0.5}, "p95_ratio_vs_baseline": {"max": 3.0},
+                       "probe_accuracy": {"min": 0.5}}}
+N = 200  # enough requests for every metric's bounds to settle at a rollout's first look
 
 
 def observations(arm: str, n: int, latency: float = 0.2, **fields) -> list[Observation]:
@@ -20,18 +22,20 @@ def observations(arm: str, n: int, latency: float = 0.2, **fields) -> list[Obser
 
 
 def healthy() -> list[Observation]:
-    return (observations(CANDIDATE, 20, agrees=True) + observations(BASELINE, 20))
+    return (observations(CANDIDATE, N, agrees=True, correct=True) + observations(BASELINE, N, correct=True))
 
 
 # what each metric must say, on data built to pass, to fail, and to leave it undecided
 CASES = {
     "p95_latency_s": (healthy(), observations(CANDIDATE, 20, latency=5.0) + observations(BASELINE, 20),
                       observations(CANDIDATE, 19, latency=0.5) + observations(CANDIDATE, 1, latency=3.0)),
+    "probe_accuracy": (healthy(), observations(CANDIDATE, 20, correct=False) + observations(BASELINE, 20, correct=True),
+                       observations(CANDIDATE, 20)),
     "error_rate": (healthy(), observations(CANDIDATE, 10, status=500) + observations(CANDIDATE, 10),
                    observations(CANDIDATE, 20, status=500)[:0]),
     "decode_failure_rate": (healthy(), observations(CANDIDATE, 20, decode_failure=True), []),
     "agreement": (healthy(), observations(CANDIDATE, 20, agrees=False), observations(CANDIDATE, 20)),
-    "p95_ratio_vs_baseline": (healthy(), observations(CANDIDATE, 20, latency=2.0) + observations(BASELINE, 20, 0.1),
+    "p95_ratio_vs_baseline": (healthy(), observations(CANDIDATE, N, latency=2.0) + observations(BASELINE, N, 0.1),
                               observations(CANDIDATE, 20)),
 }
 
@@ -53,20 +57,24 @@ def test_every_metric_passes_fails_and_says_when_it_cannot_judge(name):
 
 def test_a_retried_candidate_failure_is_the_candidates_error():
     policy = parse_rollout_policy(POLICY | {"analysis": {"error_rate": {"max": 0.1}}})
-    rows = (observations(CANDIDATE, 15) + observations(CANDIDATE, 5, retried=True, status=503)
-            + observations(BASELINE, 5, retry_of=CANDIDATE) + observations(BASELINE, 20))  # the retries' answers
+    rows = (observations(CANDIDATE, 10) + observations(CANDIDATE, 10, retried=True, status=503)
+            + observations(BASELINE, 10, retry_of=CANDIDATE) + observations(BASELINE, 20))  # the retries' answers
     result = analyse(rows, CANDIDATE, BASELINE, policy)
-    assert result.verdict == FAIL and "5/20" in result.reason
-    assert result.arms[CANDIDATE]["error_rate"] == 0.25 and result.arms[BASELINE]["error_rate"] == 0.0
+    assert result.verdict == FAIL and "10/20" in result.reason
+    assert result.arms[CANDIDATE]["error_rate"] == 0.5 and result.arms[BASELINE]["error_rate"] == 0.0
     assert result.arms[BASELINE]["requests"] == 20  # the fallback's own traffic only
 
 
 def test_too_few_requests_is_inconclusive_and_names_the_count():
     policy = parse_rollout_policy(POLICY)
-    result = analyse(observations(CANDIDATE, 4, latency=9.0) + observations(BASELINE, 30), CANDIDATE, BASELINE, policy)
+    result = analyse(observations(CANDIDATE, 4, correct=True, agrees=True) + observations(BASELINE, 30),
+                     CANDIDATE, BASELINE, policy)
     assert result.verdict == INCONCLUSIVE
     assert result.reason == "4 requests on staging, 10 needed"
-    assert all(m.verdict == INCONCLUSIVE for m in result.metrics)  # nothing judged on a handful, not even a slow one
+    assert all(m.verdict == INCONCLUSIVE for m in result.metrics)  # never a pass on a handful
+    # but the exact bounds hold at any count: four answers of 9 s already show a p95 above 1 s
+    slow = analyse(observations(CANDIDATE, 4, latency=9.0) + observations(BASELINE, 30), CANDIDATE, BASELINE, policy)
+    assert slow.verdict == FAIL and "p95_latency_s" in slow.reason
 
 
 def test_a_healthy_interval_passes_and_round_trips():
@@ -74,14 +82,15 @@ def test_a_healthy_interval_passes_and_round_trips():
     result = analyse(healthy(), CANDIDATE, BASELINE, policy)
     assert result.verdict == PASS, result.reason
     assert CanaryAnalysis.from_dict(result.to_dict()) == result
-    assert result.arms[CANDIDATE]["requests"] == 20 and result.arms[CANDIDATE]["agreement"] == 1.0
+    assert result.arms[CANDIDATE]["requests"] == N and result.arms[CANDIDATE]["agreement"] == 1.0
+    assert result.arms[CANDIDATE]["probe_accuracy"] == 1.0 and result.arms[BASELINE]["probes"] == N
 
 
 def test_at_full_weight_the_baseline_needs_no_traffic_but_a_ratio_does():
     policy = parse_rollout_policy(POLICY | {"analysis": {"p95_latency_s": {"max": 1.0}}})
-    assert analyse(observations(CANDIDATE, 20), CANDIDATE, BASELINE, policy).verdict == PASS
+    assert analyse(observations(CANDIDATE, N), CANDIDATE, BASELINE, policy).verdict == PASS
     ratio = parse_rollout_policy(POLICY | {"analysis": {"p95_ratio_vs_baseline": {"max": 2.0}}})
-    result = analyse(observations(CANDIDATE, 20), CANDIDATE, BASELINE, ratio)
+    result = analyse(observations(CANDIDATE, N), CANDIDATE, BASELINE, ratio)
     assert result.verdict == INCONCLUSIVE and "0 requests on production" in result.reason
 
 
@@ -162,7 +171,7 @@ def test_rollout_evidence_round_trips_through_mlflow_and_a_forged_analysis_is_re
     assert (analysis.step, analysis.weight, analysis.verdict) == (0, 5, PASS)
     assert CanaryAnalysis.from_dict(analysis.analysis) == result
     metrics = reg.client.get_run(child).data.metrics
-    assert metrics["staging.requests"] == 20 and metrics["production.error_rate"] == 0.0
+    assert metrics["staging.requests"] == N and metrics["production.error_rate"] == 0.0
     reg.client.log_text(child, '{"verdict": "pass", "forged": true}', "analysis.json")
     with pytest.raises(EvidenceTampered):
         analyses(reg, "r1")

@@ -20,6 +20,8 @@ from streamlit.testing.v1 import AppTest
 import registry.read as read
 from dashboard_fixtures import env, filled, free_port, stop, wait_healthy  # noqa: F401 - env, filled: fixtures
 from gates.next_steps import names_version, next_steps
+from dashboards.cells import value_text
+from registry import signing
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.evaluate import GateResult
 from gates.policy import POLICY_PATH, load_policy
@@ -80,6 +82,7 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     for stage in STAGE_ALIASES:
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
+        ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable, not only ranked on evidence
         if ranking.empty:
             assert verdict.loc[stage, "recommended"] == "none passes" and verdict.loc[stage, "score"] == "—"
             subject = (env.candidate, env.candidate_version)
@@ -111,6 +114,32 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     unsettled = set(read.gate_results(registry=reg).query("verdict == 'inconclusive'").stage)
     assert unsettled and {w.value.split(":")[0].strip("*") for w in at.warning} == unsettled
     assert all(": inconclusive.**" in w.value for w in at.warning)
+
+
+def test_the_verdict_page_leads_with_the_decision_line_against_the_fallback(reg, env):
+    from gates.decision import ratio_text
+    from registry.decision import decision_lines
+
+    at = page()
+    shown = at.dataframe[0].value  # the first table on the page: the decision, before the stage verdicts
+    lines = decision_lines(reg, dashboard_policy())
+    assert len(shown) == len(lines) == 3 * len({d.model for d in lines}) and len(lines)
+    for row, d in zip(shown.itertuples(), lines):
+        assert (row.candidate, row.stage) == (f"{d.model} v{d.version}", d.stage)
+        assert row._3.startswith(percent(d.accuracy)) and f"n={d.n_items}" in row._3
+        assert row._4.startswith(ratio_text(d.p95_ratio, True)) and d.p95_ratio is not None
+        assert row._5.startswith(ratio_text(d.tokens_per_s_ratio, False)) and d.tokens_per_s_ratio is not None
+        assert row.verdict.startswith(d.verdict)
+        assert row._7 == ("; ".join(d.blocks) or "nothing")
+
+
+def test_the_demo_banner_is_on_every_page_under_demo_roles_and_on_none_without(reg, env, monkeypatch):
+    for path in [None, *PAGES, "views/rollout.py"]:
+        assert not [e for e in texts(page(path), "error") if "DEMO" in e], path
+    monkeypatch.setenv("UNMASK_ROLES", str(Path(__file__).resolve().parents[1] / "gates" / "demo-roles.yaml"))
+    for path in [None, *PAGES, "views/rollout.py"]:
+        banners = [e for e in texts(page(path), "error") if e.startswith("**DEMO — not a decision.**")]
+        assert len(banners) == 1 and "demo-roles.yaml" in banners[0], path
 
 
 def test_every_verdict_page_names_the_policy_file_and_sha256_that_judged_it(reg, env):
@@ -212,8 +241,8 @@ def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshol
         assert shown.loc[gate, "why"] == row.reason
         # in the gate's unit, 3 significant digits, thresholds as a person writes them
         assert shown.loc[gate, "measured"] == gate_value(specs[gate].kind, row.value)
-        assert shown.loc[gate, "required"] == gate_threshold(specs[gate], row.threshold)
-    assert shown.loc["latency", "required"].startswith("<= ") and shown.loc["latency", "measured"].endswith(" ms")
+        assert shown.loc[gate, "required"] == value_text(gate_threshold(specs[gate], row.threshold))  # ">=" as "≥"
+    assert shown.loc["latency", "required"].startswith("≤ ") and shown.loc["latency", "measured"].endswith(" ms")
     assert shown.loc["quality", "measured"].endswith("%")
     assert "reproducibility" in staging[0].label  # a failed gate is named without opening the row
 
@@ -394,8 +423,11 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     # the timeline: one mark per event, each kind its own shape and colour, labelled with model and version
     (spec, drawn), = charts(at)
     assert len(drawn) == len(events)
-    assert {"promote", "rollback", "sign-off", "approval", "decline", "nightly finding"} <= set(drawn.kind)
-    assert list(drawn.label) == [f"{m} v{v}" if m else "" for m, v in zip(events.model, events.version)]
+    # a refusal (the rules said no) has its own mark, apart from a decline (a person said no)
+    assert {"promote", "rollback", "sign-off", "approval", "refusal", "nightly finding"} <= set(drawn.kind)
+    # only alias moves carry a label ("model vN"); the other marks say who and what on hover
+    assert all(label in ("", f"{m} v{v}") for label, m, v in zip(drawn.label, events.model, events.version))
+    assert set(drawn[drawn.label != ""].kind) == {"promote", "rollback"}
     point, text, more_text = marks(spec)
     assert more_text["mark"]["type"] == "text" and more_text["encoding"]["text"]["field"] == "label"
     shapes, colours = point["encoding"]["shape"]["scale"], point["encoding"]["color"]["scale"]
@@ -463,6 +495,9 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
             env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", server, log)
+        # the evidence was signed with the key ring beside the SQLite file; a client of the server verifies with
+        # that same ring (docs/integrity.md: every host that reads a shared store holds its key ring)
+        monkeypatch.setenv(signing.KEY_FILE_ENV, str(signing.ring_path(env.tracking_uri)))
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
         served = page("views/gate_board.py")
         assert served.table[1].value.equals(embedded.table[1].value)

@@ -27,6 +27,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "docs" / "landing.png"
 WIDTH, HEIGHT = 1280, 800
+NARROW = 800
 # (url path, heading, Vega-Lite charts the page draws; quality-latency: one more for the AUP curves, if any)
 PAGES = [("", "Verdict", 0), ("gate-board", "Gate board", 0), ("scores", "Scores", 2),
          ("quality-latency", "Quality vs latency", 1), ("candidate", "Candidate", 0), ("promotions", "Promotions", 1),
@@ -67,6 +68,39 @@ OVERFLOW_JS = """
         if (ra.left < rb.right - 1 && rb.left < ra.right - 1 && ra.top < rb.bottom - 1 && rb.top < ra.bottom - 1)
           found.push(`chart labels overlap: ${a} / ${b}`);
       }
+  }
+  return found;
+}
+"""
+
+
+# The defects seen in review, each a class the pages must not show again (JavaScript run in the page):
+# a threshold cell whose operator Markdown ate (">= 30%" rendered as a quote, read "= 30%"); a table cut off
+# by its box (the "next command" column at 800 px); chart axis labels beyond the data's range (an error
+# rate axis from -1 to 1 when every value is in [0, 1]: a negative percentage or rate label).
+DEFECTS_JS = """
+() => {
+  const found = [];
+  const main = document.querySelector('[data-testid="stMain"]') || document.body;
+  for (const td of main.querySelectorAll('[data-testid="stTable"] td, [data-testid="stTable"] th')) {
+    const text = (td.innerText || '').trim();
+    if (/^=\\s*[0-9]/.test(text) || td.querySelector('blockquote'))
+      found.push(`threshold without its operator: ${text.slice(0, 60)}`);
+  }
+  for (const box of main.querySelectorAll('[data-testid="stTable"]')) {
+    if (box.getClientRects().length === 0) continue;
+    const inner = box.querySelector('table');
+    const right = box.getBoundingClientRect().right;
+    const clipped = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== 'visible';
+    if (inner && (inner.getBoundingClientRect().right > window.innerWidth + 1 || clipped))
+      found.push(`table cut off: ${inner.getBoundingClientRect().right | 0} > ${right | 0} px: ` +
+                 (box.innerText || '').trim().slice(0, 60));
+  }
+  for (const svg of main.querySelectorAll('.vega-embed svg')) {
+    for (const t of svg.querySelectorAll('.role-axis-label text')) {
+      if (/^[-\u2212]\\d/.test(t.textContent.trim()) && /rate/i.test(svg.textContent))
+        found.push(`axis label below the data's range: ${t.textContent}`);
+    }
   }
   return found;
 }
@@ -133,11 +167,74 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
                 page.screenshot(path=str(shot))  # the 1280x800 window, as a reader first sees the page
                 page.screenshot(path=str(tmp_path / f"{path or 'verdict'}-full.png"), full_page=True)
                 shots[heading] = shot
-                overflowing[heading] = page.evaluate(OVERFLOW_JS)
+                overflowing[heading] = page.evaluate(OVERFLOW_JS) + page.evaluate(DEFECTS_JS)
+                if path == "gate-board":  # the operator of a threshold is the policy's (>= shown as ≥)
+                    expect(row).to_contain_text("≥")
+            narrow = browser.new_page()
+            narrow.set_viewport_size({"width": NARROW, "height": HEIGHT})
+            for path, heading, _ in PAGES:  # at 800 px nothing is cut off either
+                narrow.goto(f"{url}/{path}", timeout=60_000)
+                expect(narrow.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
+                expect(narrow.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
+                narrow.wait_for_timeout(500)
+                narrow.screenshot(path=str(tmp_path / f"{path or 'verdict'}-{NARROW}.png"), full_page=True)
+                overflowing[f"{heading} at {NARROW} px"] = narrow.evaluate(OVERFLOW_JS) + narrow.evaluate(DEFECTS_JS)
         finally:
             browser.close()
-    assert overflowing == {heading: [] for _, heading, _ in PAGES}
+    assert overflowing == {key: [] for key in overflowing}
     for heading, shot in shots.items():
         assert shot.stat().st_size > 10_000, heading
     if os.environ.get("UNMASK_UPDATE_SCREENSHOT") == "1":
         shutil.copy(shots["Verdict"], SCREENSHOT)
+
+
+DEFECTS_APP = """
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+st.title("Defects")
+st.table(pd.DataFrame({"gate": ["quality"], "required": [">= 30%"]}).set_index("gate"))  # the operator eaten
+st.html("<div data-testid='stTable' style='overflow-x: auto; width: 300px'><table><tr>" +
+        "".join(f"<td style='white-space: nowrap'>unmask sign-off tiny-llada --stage production {i}</td>" for i in range(4)) +
+        "</tr></table></div>")  # a table wider than its box, as st.table draws one that does not fit
+rates = pd.DataFrame({"step": [1, 2, 3], "error rate": [0.0, 0.0, 0.0]})
+st.altair_chart(alt.Chart(rates).mark_line().encode(x="step:Q", y=alt.Y("error rate:Q", axis=alt.Axis(format="%"))))
+"""
+
+
+def test_the_defect_checks_catch_each_defect_when_it_is_reintroduced(tmp_path):
+    """A page with the three defects put back: the Markdown-eaten `>=`, a table cut off at 800 px, an error-rate axis
+    running below 0 (Vega's default domain for a constant 0 series is [-1, 1]). DEFECTS_JS names each one."""
+    from playwright.sync_api import expect, sync_playwright
+
+    app = tmp_path / "defects.py"
+    app.write_text(DEFECTS_APP)
+    port = free_port()
+    log = tmp_path / "streamlit.log"
+    command = streamlit_command(port, "127.0.0.1")
+    command[command.index("run") + 1] = str(app)
+    with log.open("w") as out:
+        server = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ) | QUIET_DEFAULTS, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": NARROW, "height": HEIGHT})
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
+                expect(page.get_by_role("heading", name="Defects", exact=True)).to_be_visible(timeout=90_000)
+                expect(page.locator(".vega-embed svg")).to_have_count(1, timeout=60_000)
+                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
+                page.wait_for_timeout(500)
+                found = page.evaluate(DEFECTS_JS)
+            finally:
+                browser.close()
+    finally:
+        stop(server)
+    assert any(f.startswith("threshold without its operator") for f in found), found
+    assert any(f.startswith("table cut off") for f in found), found
+    assert any(f.startswith("axis label below the data's range") for f in found), found

@@ -35,7 +35,7 @@ def filled(tmp_path_factory):
     # route "latency": passes 5%, fails 25% (slow, erroring), rolled back and audited
     failed = start_rollout_run(reg, "latency-1", "tiny-llada", "2", "latency", "production", "staging", "production",
                                POLICY.to_dict())
-    passed = analyse(interval(0.1, 0), "staging", "production", POLICY).to_dict()
+    passed = analyse(interval(0.1, 0, n=100), "staging", "production", POLICY).to_dict()  # enough to pass
     breach = analyse(interval(0.9, 3), "staging", "production", POLICY).to_dict()
     log_analysis(reg, failed, "latency-1", 0, 5, passed)
     log_analysis(reg, failed, "latency-1", 1, 25, breach)
@@ -52,9 +52,12 @@ def filled(tmp_path_factory):
     # route "chat": running, passed 25%, the controller has just moved it to 50%
     running = start_rollout_run(reg, "chat-1", "tiny-llada", "2", "chat", "production", "staging", "production",
                                 POLICY.to_dict())
-    log_analysis(reg, running, "chat-1", 1, 25, passed)
+    probes = ([Observation("staging", shadow=True, correct=i < 40) for i in range(50)]
+              + [Observation("production", shadow=True, correct=i < 45) for i in range(50)])
+    probed = analyse(interval(0.1, 0, n=100) + probes, "staging", "production", POLICY).to_dict()
+    log_analysis(reg, running, "chat-1", 1, 25, probed)
     set_rollout_weight(reg, running, 50)
-    return reg, {"passed": passed, "breach": breach, "quiet": quiet, "entry": entry}
+    return reg, {"passed": passed, "breach": breach, "quiet": quiet, "entry": entry, "probed": probed}
 
 
 @pytest.fixture
@@ -95,6 +98,9 @@ def test_a_rollback_is_red_with_its_audit_entry_and_a_paused_rollout_names_resum
     _, made = filled
     [error] = [e.value for e in at.error]
     assert "latency-1" in error and f"audit entry {made['entry'].seq}" in error and made["entry"].run_id in error
+    # the advice fits an emergency rollback: nothing moved, so nothing to put back; investigate, new evidence
+    assert "Nothing to undo" in error and "Investigate the failed analysis" in error and "new evidence" in error
+    assert "new approvals" in error and "unmask rollback" not in error
     [warning] = [w.value for w in at.warning]
     assert "default-1" in warning and "paused at 5%" in warning and made["quiet"]["reason"] in warning
     assert "unmask rollout resume default-1" in warning and "unmask rollout abort default-1" in warning
@@ -113,7 +119,39 @@ def test_without_rollouts_the_page_says_how_to_start_one(tmp_path, monkeypatch):
     assert any("unmask rollout start" in i.value for i in app.info)
 
 
-def test_a_running_rollout_shows_the_weight_the_controller_set_last(at):
+def test_a_running_rollout_shows_the_weight_the_controller_set_last(at, filled):
     at.selectbox(key="rollout_route").set_value("chat").run()
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {"status": "running", "candidate · staging": "50%", "baseline · production": "50%"}
+    # the probe accuracy per arm, charted and in the table, and each step's confidence
+    _, made = filled
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    accuracy = {t["name"]: t["y"] for t in figures[-1]["data"]}
+    assert len(figures) == 3 and accuracy == {"staging (candidate)": [0.8], "production (baseline)": [0.9]}
+    table = at.dataframe[0]  # no audit entries for a running rollout here: one table
+    assert set(table.value["probe accuracy"].iloc[0].split(", ")) == {"staging 0.800 (50)", "production 0.900 (50)"}
+    assert table.value.confidence.iloc[0] == pytest.approx(made["probed"]["confidence"])
+    assert 0.96 < made["probed"]["confidence"] < 0.97  # the first look's share of a 95% rollout
+
+
+def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tmp_path, monkeypatch):
+    from tests.gate_fixtures import fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path)
+    register_pair(reg)
+    run = start_rollout_run(reg, "default-9", "tiny-llada", "1", "default", "production", "staging", "production",
+                            POLICY.to_dict())
+    breach = analyse(interval(0.9, 3), "staging", "production", POLICY).to_dict()
+    log_analysis(reg, run, "default-9", 0, 5, breach)
+    set_rollout_status(reg, run, "rolled_back", "p95_latency_s breached")
+    from registry.views import failed_rollouts
+
+    [finding] = failed_rollouts(reg).itertuples()
+    assert finding.rollout == "default-9" and finding.stands and finding.status == "rolled_back"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    app.switch_page("views/verdict.py").run()
+    assert not app.exception, app.exception
+    shown = [e.value for e in app.error if "default-9" in e.value]
+    assert shown and "may not be promoted" in shown[0] and "new approvals" in shown[0], [e.value for e in app.error]

@@ -173,7 +173,7 @@ def test_a_version_evaluated_but_never_judged_is_refused(tmp_path, monkeypatch):
     done = report("tiny-llada", "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
     assert (f"tiny-llada version {version} has evaluation records but no gate report for any stage; judge it "
-            f"first (unmask gates tiny-llada --version {version})") in done.output
+            f"first (unmask gates tiny-llada --version {version} --store)") in done.output
 
 
 def test_the_load_test_section_holds_the_serving_records_of_the_version_and_of_the_fallback(tmp_path, monkeypatch):
@@ -314,3 +314,66 @@ def test_on_a_tracking_server_every_run_it_names_is_a_link_to_the_mlflow_ui(env)
     named = {r["run_id"] for r in content["evaluation"]["records"]} | {content["evidence_run_id"]}
     named |= {g["run_id"] for g in content["gates"]["poc"]["results"] if g["run_id"]}
     assert named <= linked and verify_html(html)
+
+
+class Headings(HTMLParser):
+    """Every element id in a dossier, the text of its headings, and the signature block's lines."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.headings: list[str] = []
+        self.signature_lines: list[dict[str, str]] = []
+        self._in_heading = False
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if "signature-line" in (attrs.get("class") or ""):
+            self.signature_lines.append(attrs)
+        self._in_heading = tag in ("h2", "h3")
+        if self._in_heading:
+            self.headings.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("h2", "h3"):
+            self._in_heading = False
+
+    def handle_data(self, data):
+        if self._in_heading:
+            self.headings[-1] += data
+
+
+def test_the_dossier_is_signable_recommendation_annex_iv_model_card_and_a_signature_line_per_approval(env, tmp_path,
+                                                                                                      monkeypatch):
+    from dashboards.dossier.decision import ANNEX_IV, MODEL_CARD
+    from gates.roles import load_roles
+
+    done = report(env.candidate, "--version", env.candidate_version, "--out", str(tmp_path), "--no-pdf")
+    assert done.exit_code == 0, done.output
+    html = (tmp_path / f"{env.candidate}-v{env.candidate_version}-dossier.html").read_text()
+    page = Headings(html)
+    headings = [h.strip() for h in page.headings]
+    for anchor, title in ANNEX_IV:
+        assert anchor in page.ids and title in headings, title
+    for title in MODEL_CARD:
+        assert title in headings or title == "Metrics and why they fit" and "Metrics and why they fit" in headings, title
+    assert {"Recommendation", "Signatures", "Staged rollouts"} <= set(headings)
+    assert "recommendation-verdict" in page.ids and "decision-line" in page.ids
+    verdict = html.split('id="recommendation-verdict">', 1)[1].split("<", 1)[0]
+    assert verdict in ("adopt", "do not adopt") or verdict.startswith("adopt for route ")
+    roles = load_roles()
+    for stage in ("poc", "staging", "production"):
+        lines = [s for s in page.signature_lines if s["data-stage"] == stage]
+        assert len(lines) >= roles.stage(stage).approvals_count, stage
+    # the fixture approved poc (and staging): those lines are signed with the recorded approver
+    assert any(s["data-signed"] == "yes" for s in page.signature_lines if s["data-stage"] == "poc")
+    assert "demo-banner" not in page.ids and "demo-mark" not in page.ids  # the bundled roles, a fixture policy
+
+    monkeypatch.setenv("UNMASK_ROLES", str(REPO / "gates" / "demo-roles.yaml"))
+    done = report(env.candidate, "--version", env.candidate_version, "--out", str(tmp_path / "demo"), "--no-pdf")
+    assert done.exit_code == 0, done.output
+    demo = Headings((tmp_path / "demo" / f"{env.candidate}-v{env.candidate_version}-dossier.html").read_text())
+    assert {"demo-banner", "demo-mark"} <= demo.ids  # the mark is position: fixed, printed on every PDF page

@@ -119,12 +119,15 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     deadline = time.monotonic() + 90
     while not waiting_promotions(CANDIDATE, "poc") and time.monotonic() < deadline:
         time.sleep(0.5)
+    # the paused run said so in the registry: `unmask approve` asks Prefect only when one may be waiting
+    assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == str(waiting_promotions(CANDIDATE, "poc")[0].id)
     approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
                                                        "--comment", "PoC evidence reviewed"],
                                   env={"LOGNAME": "grace"})  # the OS user is the approver's identity
     assert approved.exit_code == 0, approved.output
     thread.join(120)
     assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
+    assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == ""  # no longer waiting
     approvals = audit_events(model=CANDIDATE, event="approval", registry=registry)
     assert list(approvals["who"]) == ["grace"]
 

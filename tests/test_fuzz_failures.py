@@ -52,7 +52,7 @@ def test_a_locked_store_is_one_line_saying_who_to_wait_for(registered):
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # what a second writer, or an open sqlite3 shell, holds
     try:
-        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc"], str(db), "locked", "wait")
+        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "locked", "wait")
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -68,7 +68,7 @@ def test_a_read_only_store_is_one_line_and_the_traceback_goes_to_the_log(registe
     before = row_counts(db)
     _immutable(db, True)  # read-only even for root, as a read-only mount or a locked-down share is
     try:
-        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc"], str(db), "read-only", "writable")
+        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "read-only", "writable")
     finally:
         _immutable(db, False)
     assert code == 1 and row_counts(db) == before

@@ -305,7 +305,7 @@ ROLLOUT_CASES = [  # (what, key under rollout, value, named)
     ("unknown key", "rollback", True, "rollback"),
     ("steps missing", "steps", DELETE, "rollout.steps"),
     ("interval missing", "interval_s", DELETE, "rollout.interval_s"),
-    ("min requests missing", "min_requests", DELETE, "rollout.min_requests"),
+    ("confidence of 1", "confidence", 1.0, "rollout.confidence"),  # a missing min_requests is derived instead
     ("analysis missing", "analysis", DELETE, "rollout.analysis"),
 ]
 
@@ -318,6 +318,13 @@ def test_rollout_policy_is_refused_by_file_key_and_value(tmp_path, what, key, va
     with pytest.raises(RolloutPolicyError) as e:
         load_rollout_policy(path)
     one_line(e.value, path, "rollout", named)
+
+
+def test_a_missing_min_requests_is_derived_from_the_analysis(tmp_path):
+    from gates.rollout_policy import parse_rollout_policy, requests_to_pass
+
+    policy = parse_rollout_policy({k: v for k, v in ROLLOUT.items() if k != "min_requests"}, "serving.yaml")
+    assert policy.min_requests == max(requests_to_pass(b) for b in policy.analysis) >= 34
 
 
 def test_the_bundled_rollout_policy_still_loads():

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.slow
 MODELS = ("tiny-llada", "tiny-ar")
 OK = "evidence reviewed, gates and checklist are green"
 USERS = {"vera": "READ", "eve": "EDIT", "grace": "MANAGE", "linus": "MANAGE"}
+# every client of a shared server signs with the same key (docs/integrity.md): here, the whole module's
+SIGNING_KEY = f"srv:{secrets.token_hex(32)}"
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -64,6 +66,7 @@ def act_as(monkeypatch, url, user, password=None):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password or f"{user}-password-{len(user)}x")
+    monkeypatch.setenv("UNMASK_SIGNING_KEY", SIGNING_KEY)
     monkeypatch.delenv("UNMASK_ROLES", raising=False)  # the bundled roles: anyone may; the four-eyes rules hold
 
 
@@ -166,3 +169,16 @@ def test_the_registrant_cannot_approve_production_and_two_other_approvers_promot
     assert move["who"] == "eve" and move["evidence"]["actor"]["identity"] == "mlflow-basic-auth"
     refused = audit_events(event="approval_refused", registry=reg)
     assert refused["who"].tolist() == ["eve", "eve"]
+
+
+def test_a_name_is_an_mlflow_identity_only_when_the_server_authenticated_it(governed, monkeypatch):
+    from registry import current_actor
+    from registry.identity import MLFLOW_USER, OS_USER, os_account, server_authenticated
+
+    act_as(monkeypatch, governed, "grace")
+    assert server_authenticated(governed, "grace", "grace-password-5x")
+    assert current_actor(governed).source == MLFLOW_USER
+    act_as(monkeypatch, governed, "grace", password="not-her-password")  # the server refuses it: no identity
+    assert not server_authenticated(governed, "grace", "not-her-password")
+    assert (current_actor(governed).name, current_actor(governed).source) == (os_account(), OS_USER)
+

@@ -166,7 +166,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
-    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
+    result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
@@ -303,3 +303,39 @@ def test_an_inconclusive_gate_that_a_load_test_settles_names_the_load_test_not_a
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
     assert "next: unmask loadtest --model tiny-llada --concurrency 16" in steps, text
     assert not any(s.startswith(("next: unmask run", "then: unmask run")) for s in steps), steps
+
+
+def test_unmask_gates_records_nothing_unless_asked_to_store(tmp_path, monkeypatch):
+    from registry.read import gate_results
+
+    reg = fresh_registry(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
+    shown = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
+    assert shown.exit_code == 0, shown.output
+    assert "recorded nowhere" in shown.output
+    assert gate_results("tiny-llada", "1", "staging", registry=reg).empty  # the dashboard's verdicts untouched
+    stored = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
+    assert stored.exit_code == 0, stored.output
+    assert not gate_results("tiny-llada", "1", "staging", registry=reg).empty
+
+
+def test_help_groups_the_commands_by_task_with_plain_flag_types():
+    from flows.cli import HELP_PANELS, _register_all, app
+
+    _register_all()
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    text = shown.output
+    starts = [text.index(f"─ {panel} ─") for panel in HELP_PANELS]
+    assert starts == sorted(starts)  # evaluate, decide, serve, roll out, audit
+    for panel, names in HELP_PANELS.items():
+        block = text[text.index(f"─ {panel} ─"):].split("╰", 1)[0]
+        rows = [line[2:].split(" ", 1)[0] for line in block.splitlines()[1:]
+                if line.startswith("│ ") and line[2:3].strip()]  # not a wrapped description's next line
+        assert [r for r in rows if r] == [n for n in names if n in rows], panel
+        assert set(names) <= set(rows), panel
+    for command in (["--help"], ["run", "--help"], ["gates", "--help"], ["rollout", "start", "--help"]):
+        out = CliRunner().invoke(app, command, env={"COLUMNS": "160"}).output
+        assert "<bool>" not in out and "<str>" not in out and "<path>" not in out, command
+    assert "PATH" in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "160"}).output

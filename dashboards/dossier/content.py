@@ -12,6 +12,7 @@ from typing import Any
 
 import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
+from dashboards.dossier.decision import decision_part
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
 from gates.evaluate import GateResult
@@ -25,8 +26,8 @@ from registry.state import fallback_holder
 from registry.store import Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, evidence_run_id, load_evidence, load_gate_report
 
-SECTIONS = ("identity", "evaluation", "operating-point", "reproducibility", "gates", "checklists", "decisions",
-            "limitations")
+SECTIONS = ("recommendation", "identity", "evaluation", "operating-point", "reproducibility", "gates", "checklists",
+            "decisions", "rollouts", "limitations", "annex-iv", "signatures")
 WEAK_BELOW = 0.5  # a task whose best measured (or card-reported) score is below this is called weak
 LONG_CONTEXT = 1024  # generation lengths from here on count as long context
 DECISION_EVENTS = ("approval", "signoff", "alias_move", "promotion_refused", "rollback_refused", "integrity_finding")
@@ -59,6 +60,10 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         raise DossierError(f"{model} version {version} has no evaluation yet: no evidence run "
                            f"({model_tag('evidence_run')} tag), so there are no records, gates or checklists to "
                            f"report; evaluate it first (unmask run, or unmask eval --model {model})")
+    chain = audit.verify(registry)  # a dossier is decision material: never built on a trail that does not verify
+    if not chain.ok:
+        raise DossierError(f"{model} version {version}: no dossier is built on an audit trail that does not verify: "
+                           f"{chain.summary()}")
     evidence = load_evidence(registry, model, version)  # EvidenceTampered (a RegistryError) on forged evidence
     if not evidence.records:
         raise DossierError(f"{model} version {version} has no evaluation records in its evidence run "
@@ -68,7 +73,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
     if not any(reports.values()):
         which = f"stage {stage}" if stage else "any stage"
         raise DossierError(f"{model} version {version} has evaluation records but no gate report for {which}; "
-                           f"judge it first (unmask gates {model} --version {version}"
+                           f"judge it first (unmask gates {model} --version {version} --store"
                            + (f" --stage {stage})" if stage else ")"))
     fallback = _fallback(registry, model)
     gates = {s: _gates(r) for s, r in reports.items() if r}
@@ -84,9 +89,15 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
         "gates": gates,
         "not_judged": [s for s, r in reports.items() if not r],
         "checklists": {s: _checklist(registry, model, version, s, r) for s, r in reports.items() if r},
-        "decisions": _decisions(registry, model, version),
+        "decisions": _decisions(registry, model, version, chain),
     }
     content["limitations"] = _limitations(content, evidence)
+    judged = next((pol for r in reports.values() if r and (pol := _judged_policy(r)[0]) is not None), None)
+    content.update(decision_part(registry, model, version, judged or load_policy(),
+                                 _card_markdown(registry, model, version), content))
+    for name in [n for n, text in content["model_card"].items() if text == ""]:
+        content["limitations"].append({"kind": "model card", "text": f"{name}: not stated in the model card",
+                                       "run_id": content["evidence_run_id"]})
     return content
 
 
@@ -94,11 +105,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
 def _identity(registry: Registry, evidence: CandidateEvidence, model: str, version: str) -> dict[str, Any]:
     card = dict(evidence.card)
     entry = _catalog_entry(model)
-    card_path = "evidence/model_card.md"
-    try:
-        card_md = registry.load_artifact_bytes(evidence_run_id(registry, model, version), card_path).decode()
-    except RegistryError:
-        card_md = ""
+    card_md = _card_markdown(registry, model, version)
     return {"role": evidence.role, "kind": evidence.kind, "revision": evidence.model_revision or "local",
             "weights_sha256": evidence.weights_sha256, "files": dict(sorted((card.get("sha256") or {}).items())),
             "parameters": card.get("parameters") or (entry or {}).get("parameters"),
@@ -106,6 +113,14 @@ def _identity(registry: Registry, evidence: CandidateEvidence, model: str, versi
             "card": {k: v for k, v in card.items() if k not in ("sha256", "heldout_test")},
             "heldout_test": card.get("heldout_test") or {}, "card_excerpt": _excerpt(card_md),
             "failures": list(evidence.failures), "integrity": evidence_integrity(registry, model, version)}
+
+
+def _card_markdown(registry: Registry, model: str, version: str) -> str:
+    """The model card logged with the evidence ("" when none was)."""
+    try:
+        return registry.load_artifact_bytes(evidence_run_id(registry, model, version), "evidence/model_card.md").decode()
+    except RegistryError:
+        return ""
 
 
 def _catalog_entry(model: str) -> dict[str, Any] | None:
@@ -268,13 +283,11 @@ def _checklist(registry: Registry, model: str, version: str, stage: str, report:
 
 
 # decisions -----------------------------------------------------------------------------------------------
-def _decisions(registry: Registry, model: str, version: str) -> dict[str, Any]:
+def _decisions(registry: Registry, model: str, version: str, chain: audit.ChainReport) -> dict[str, Any]:
     events = [e for e in audit.events(registry, model=model) if e.event in DECISION_EVENTS]
-    try:
-        report = audit.verify(registry)
-        verification = {"status": report.status, "detail": report.summary()}
-    except Exception as e:  # noqa: BLE001 - whatever the check raises is the status the board must see
-        verification = {"status": "verification failed", "detail": f"{type(e).__name__}: {e}"}
+    verification = {"status": chain.status, "detail": chain.summary(),
+                    # the signed chain head this dossier was built on: `unmask audit --verify --anchor DOSSIER`
+                    "anchor": chain.anchor}
     return {"events": [e.to_dict() | {"this_version": e.version == version or e.to_ref == f"{model}@{version}"
                                       or e.from_ref == f"{model}@{version}"} for e in events],
             "verification": verification}

@@ -21,6 +21,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from evals.plots import plot_quality_latency
+from gates.decision import ratio_text
 
 TEMPLATE = "dossier.html.j2"
 PLACEHOLDER = "0" * 64
@@ -70,6 +71,7 @@ def _environment() -> Environment:
     env.filters["num"] = _num
     env.filters["ms"] = lambda v: "-" if v is None else _num(v * 1000)
     env.filters["short"] = lambda v, n=8: (v or "")[:n]
+    env.filters["ratio"] = lambda v, faster_below_one: ratio_text(v, faster_below_one).replace("—", "-")
     return env
 
 

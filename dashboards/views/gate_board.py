@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import source
-from dashboards.cells import holder_text, policy_short, verdict_text, version_label
+from dashboards.cells import holder_text, policy_short, value_text, verdict_text, version_label
 from dashboards.alerts import show_drift, show_tampered
 from dashboards.policy_note import show_policy
 from gates.readable import gate_threshold, gate_value
@@ -67,7 +67,9 @@ for row in board.itertuples():
         st.table(pd.DataFrame({
             "gate": mine.gate, "result": mine.verdict.map(RESULT_WORDS),
             "measured": [gate_value(getattr(spec, "kind", None), v) for spec, v in zip(specs, mine.value)],
-            "required": [gate_threshold(spec, t) for spec, t in zip(specs, mine.threshold)], "why": mine.reason,
+            # through value_text: a cell starting ">=" is a Markdown quote in st.table, read as "= 30%"
+            "required": [value_text(gate_threshold(spec, t)) for spec, t in zip(specs, mine.threshold)],
+            "why": mine.reason,
         }).set_index("gate").style.map(_colour, subset=["result"]))
         cited = mine.iloc[0] if len(mine) else None
         st.caption(f"judged at {row.evaluated_at}" + (f" under {policy_short(cited.policy_path, cited.policy_sha256)}"

@@ -19,14 +19,34 @@ uri = reg.tracking_uri
 # what each audit event is to a reader, and how it is drawn: (name, shape, colour)
 MARKS = {"promote": ("triangle-up", "#1a7f37"), "rollback": ("triangle-down", "#cf222e"),
          "sign-off": ("diamond", "#0969da"), "approval": ("square", "#8250df"), "decline": ("cross", "#57606a"),
+         "refusal": ("triangle-right", "#d4a72c"), "rollout": ("wedge", "#1f6feb"),
          "nightly finding": ("circle", "#bc4c00"), "other": ("stroke", "#6e7781")}
+LABELLED = ("promote", "rollback")  # the alias moves carry a label; the rest say who and what on hover
+LABEL_LIMIT_PX = 110
 
 
 def kind_of(event: str, evidence: dict) -> str:
+    """What an audit event is on the timeline: a refusal (the rules said no) is not a decline (a person said no)."""
     if event == "alias_move":
         return {"promotion": "promote", "rollback": "rollback"}.get((evidence or {}).get("kind"), "other")
-    return {"signoff": "sign-off", "approval": "approval", "promotion_refused": "decline",
+    if event.startswith("rollout_"):
+        return "rollout"
+    if event.endswith("_refused"):
+        return "refusal"
+    return {"signoff": "sign-off", "approval": "approval", "decline": "decline",
             "gate_evaluation": "nightly finding"}.get(event, "other")
+
+
+def labelled(kinds: pd.Series, rows: pd.Series) -> list[bool]:
+    """Which events get a text label: alias moves, and on each row only every other one of them at most, so two
+    labels (LABEL_LIMIT_PX wide, alternating above and below) never share the space between two marks."""
+    keep, last = [], {}
+    for n, (kind, row) in enumerate(zip(kinds, rows)):
+        ok = kind in LABELLED and n - last.get(row, -99) >= 2
+        if ok:
+            last[row] = n
+        keep.append(ok)
+    return keep
 
 
 st.title("Promotions")
@@ -42,9 +62,12 @@ else:
     shown = events[events.kind.isin(chosen)].copy()
     shown["what"] = [f"{f or 'nobody'} → {t}" if e == "alias_move" else (f"{m} v{v}" if m else "")
                      for e, f, t, m, v in zip(shown.event, shown["from"], shown["to"], shown.model, shown.version)]
-    shown["label"] = [f"{m} v{v}" if m else "" for m, v in zip(shown.model, shown.version)]
     shown["stage "] = shown.stage.replace("", "—")
     shown["n"] = range(1, len(shown) + 1)  # oldest first, evenly spaced: events seconds apart stay apart
+    shown["label"] = [f"{m} v{v}" if m and keep else "" for m, v, keep in
+                      zip(shown.model, shown.version, labelled(shown.kind, shown["stage "]))]
+    width_px = 440 / max(len(shown), 1)  # the chart's width per event in an 800 px window (sidebar open)
+    limit = int(max(24, min(LABEL_LIMIT_PX, 2 * width_px - 6)))
     plotted = shown[["n", "when", "kind", "who", "stage ", "what", "label", "comment", "status"]]
     stages = ["production", "staging", "poc", "—"]
     x = alt.X("n:Q", title="audit events, oldest first (hover for the time)", axis=alt.Axis(tickMinStep=1),
@@ -55,15 +78,17 @@ else:
     present = [k for k in MARKS if k in set(shown.kind)]
     marks = base.mark_point(size=260, filled=True, opacity=0.9).encode(
         shape=alt.Shape("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][0] for k in present]),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", columns=3)),
         color=alt.Color("kind:N", title="event", scale=alt.Scale(domain=present, range=[MARKS[k][1] for k in present]),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", columns=3)),
         tooltip=[alt.Tooltip("when:N", title="when (UTC)"), alt.Tooltip("kind:N", title="event"), alt.Tooltip("who:N"),
                  alt.Tooltip("stage :N", title="stage"), alt.Tooltip("what:N"), alt.Tooltip("comment:N"),
                  alt.Tooltip("status:N")])
     # labels alternate above and below their marks, so neighbours on a row stay twice as far apart
-    above = base.transform_filter("datum.n % 2 == 1").mark_text(dy=-17, fontSize=11, limit=110).encode(text="label:N")
-    below = base.transform_filter("datum.n % 2 == 0").mark_text(dy=19, fontSize=11, limit=110).encode(text="label:N")
+    above = base.transform_filter("datum.n % 2 == 1 && datum.label != ''").mark_text(
+        dy=-17, fontSize=11, limit=limit).encode(text="label:N")
+    below = base.transform_filter("datum.n % 2 == 0 && datum.label != ''").mark_text(
+        dy=19, fontSize=11, limit=limit).encode(text="label:N")
     st.altair_chart(alt.layer(marks, above, below).properties(height=160 + 80 * len(set(shown["stage "])),
                                                      padding=CHART_PADDING), width="stretch",
                     key="audit_timeline")

@@ -59,14 +59,14 @@ low, high = float(plotted.accuracy.min()), float(plotted.accuracy.max())
 pad = max(0.02, 0.1 * (high - low))  # fitted to the data, never the whole 0-1 when every point sits high
 y = alt.Y("accuracy:Q", title=f"accuracy on {task}", axis=alt.Axis(format="%"),
           scale=alt.Scale(domain=[max(0.0, low - pad), min(1.0, high + pad)], nice=False, zero=False))
-x = alt.X("x:Q", title=title, scale=alt.Scale(zero=False, nice=True))
+x = alt.X("x:Q", title=title, scale=alt.Scale(zero=False, nice=True), axis=alt.Axis(tickCount=5))  # 4-digit ms labels collide at 10
 STAR = "M0,-1L0.24,-0.32L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31L-0.24,-0.32Z"
 tooltip = [alt.Tooltip("series:N", title="version"), alt.Tooltip("settings:N"), alt.Tooltip("accuracy shown:N",
            title="accuracy"), alt.Tooltip("p95 (ms):N"), alt.Tooltip("p50 (ms):N"), alt.Tooltip("steps:N"),
            alt.Tooltip("tokens per forward:N"), alt.Tooltip("tokens/s:N"), alt.Tooltip("operating for:N"),
            alt.Tooltip("point:N", title="record"), alt.Tooltip("config:N")]
 base = alt.Chart(plotted).encode(x=x, y=y)
-legend = alt.Legend(orient="bottom", columns=2, labelLimit=400)
+legend = alt.Legend(orient="bottom", columns=1, labelLimit=400)  # two columns spill out of the chart at 800 px
 series = list(dict.fromkeys(plotted.series))
 PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]  # candidates; the fallback is orange
 colours = alt.Scale(domain=series, range=[(PALETTE[i % len(PALETTE)] if not name.startswith("AR fallback")

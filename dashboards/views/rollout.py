@@ -15,7 +15,8 @@ uri = reg.tracking_uri
 
 VERDICT_COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "inconclusive": "#bf8700"}
 ROLE_DASH = {"candidate": "solid", "baseline": "dot"}
-SERIES = {"p95_s": ("p95 latency", "seconds"), "error_rate": ("error rate", "share of requests")}
+SERIES = {"p95_s": ("p95 latency", "seconds"), "error_rate": ("error rate", "share of requests"),
+          "probe_accuracy": ("probe accuracy (exact match on held-out prompts)", "share of probes right")}
 
 st.title("Rollout")
 st.caption("Staged rollouts on live traffic: each step moves the candidate arm's weight, a canary analysis of the "
@@ -33,11 +34,20 @@ for r in rollouts[rollouts.status == "paused"].itertuples():
     st.warning(f"**Rollout {r.id} on route {r.route} is paused at {r.weight}%, waiting for a human**: {r.reason}  \n"
                f"`unmask rollout resume {r.id}` runs the step again; `unmask rollout abort {r.id}` rolls it back.",
                icon=":material/pause_circle:")
-for r in rollouts[rollouts.status == "rolled_back"].itertuples():
-    entry = events[(events.rollout == r.id) & (events.event == "rollout_rollback")]
+failed = source.failed_rollouts(uri)
+for r in rollouts[rollouts.status.isin(["rolled_back", "aborted"])].itertuples():
+    event = "rollout_rollback" if r.status == "rolled_back" else "rollout_abort"
+    entry = events[(events.rollout == r.id) & (events.event == event)]
     where = f" (audit entry {entry.iloc[-1].seq}, run `{entry.iloc[-1].audit_run_id}`)" if not entry.empty else ""
-    st.error(f"**Rollout {r.id} of {r.model} v{r.version} on route {r.route} was rolled back**{where}: {r.reason}",
-             icon=":material/undo:")
+    finding = failed[failed.rollout == r.id]
+    voided = len(finding.iloc[0].voided_approvals) if not finding.empty else 0
+    how = "was rolled back by its canary analysis" if r.status == "rolled_back" else "was aborted"
+    # nothing moved: the stage alias moves only at the end, so there is no previous holder to put back
+    st.error(f"**Rollout {r.id} of {r.model} v{r.version} on route {r.route} {how}**{where}: {r.reason}  \n"
+             f"Nothing to undo: the candidate's weight is 0 and {r.stage} never moved. Investigate the failed "
+             f"analysis below, re-evaluate and register new evidence, or start a new rollout with new approvals "
+             f"(this one voided {voided} approval{'' if voided == 1 else 's'}); until then "
+             f"`unmask gates {r.model} --stage {r.stage}` fails citing {r.id}.", icon=":material/undo:")
 
 routes = list(dict.fromkeys(rollouts.route))
 route = st.selectbox("Route", routes, key="rollout_route")
@@ -59,6 +69,8 @@ if steps.empty:
     st.info("No analysis yet: the first one is made at the end of the first interval.")
 else:
     for column, (title, unit) in SERIES.items():
+        if steps[column].isna().all():
+            continue  # e.g. no probes in this rollout's policy
         figure = go.Figure()
         for arm, rows in steps.groupby("arm", sort=False):
             rows = rows.sort_values("at")
@@ -74,12 +86,19 @@ else:
                              xaxis_title="analysis time", yaxis_title=unit, height=320,
                              margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h"})
         st.plotly_chart(figure, key=f"rollout_{column}")
-    per_step = steps.drop_duplicates("run_id")[["step", "weight", "verdict", "reason", "at", "run_id"]].copy()
+    per_step = steps.drop_duplicates("run_id")[["step", "weight", "verdict", "confidence", "reason", "at",
+                                                "run_id"]].copy()
     per_step["step"] = per_step.step + 1
+    per_step["probe accuracy"] = [
+        ", ".join(f"{a} {value_text(p)} ({value_text(n)})" for a, p, n in zip(g.arm, g.probe_accuracy, g.probes)
+                  if n == n and n) or "no probes" for _, g in steps.groupby("run_id", sort=False)]
     per_step["requests"] = [", ".join(f"{a} {value_text(n)}" for a, n in zip(g.arm, g.requests))
                             for _, g in steps.groupby("run_id", sort=False)]
     st.subheader("Analyses")
-    st.dataframe(per_step, hide_index=True, column_config={"weight": st.column_config.NumberColumn(format="%d%%")})
+    st.caption("confidence: each metric's bounds at that look; a rollout's looks together spend 1 - its policy's "
+               "`confidence` (docs/rollout.md, the statistics).")
+    st.dataframe(per_step, hide_index=True, column_config={"weight": st.column_config.NumberColumn(format="%d%%"),
+                                                           "confidence": st.column_config.NumberColumn(format="%.4f")})
 
 mine_events = events[events.rollout == chosen]
 st.subheader("Audit entries")

@@ -46,9 +46,15 @@ intervals = scored["intervals"].set_index("candidate")
 TIERS = {score: tier for tier, score in TIER_SCORE.items()}
 
 st.subheader(f"Ranking at {stage}")
+waiting = ranking[ranking.open_signoffs != ""] if not ranking.empty else ranking
 if ranking.empty:
-    st.info(f"No version passes every {stage} gate, so nothing is ranked. See who was filtered and why below.")
+    st.info(f"No version passes every measured {stage} gate, so nothing is ranked. See who was filtered and why below.")
 else:
+    if len(waiting):
+        st.info("**Ranked on evidence; not yet promotable:** " + ", ".join(
+            f"{c} (open: {o})" for c, o in zip(waiting.candidate, waiting.open_signoffs)) +
+            f". Every measured {stage} gate passes; the open sign-offs keep them from promotion.",
+            icon=":material/pending_actions:")
     bars = pd.DataFrame([{"candidate": r.candidate, "method": method, "score": getattr(r, column),
                           "low": intervals.loc[r.candidate, f"{column}_low"],
                           "high": intervals.loc[r.candidate, f"{column}_high"],
@@ -82,6 +88,7 @@ else:
         "weighted sum": ranking.weighted_sum.map(significant), "TOPSIS": ranking.topsis.map(significant),
         "rank (weighted sum)": ranking.rank_weighted_sum, "rank (TOPSIS)": ranking.rank_topsis,
         "on the Pareto front": ranking.pareto.map({True: "yes", False: "no"}),
+        "promotable": ranking.open_signoffs.map(lambda o: f"not yet: {o}" if o else "yes"),
     }), hide_index=True, width="stretch")
 
 st.subheader("Sensitivity")

@@ -9,6 +9,7 @@ from dashboards import source
 from dashboards.alerts import show_chain_broken, show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
+from gates.decision import ratio_text
 from gates.readable import percent, significant
 
 reg = source.registry_or_stop()
@@ -20,6 +21,41 @@ show_chain_broken(uri)
 show_drift(uri)
 show_tampered(uri)
 lines = source.stage_verdicts(uri, source.policy_source())
+decided = source.decision_lines(uri, source.policy_source())
+
+
+def accuracy_cell(line) -> str:
+    if line.accuracy is None:
+        return "—"
+    low, high = line.accuracy_interval
+    return f"{percent(line.accuracy)} ({percent(low)} to {percent(high)}, n={line.n_items})"
+
+
+def versus(ratio_text_: str, line) -> str:
+    return ratio_text_ + (f" at {line.concurrency} in flight" if line.concurrency > 1 else "")
+
+
+if decided:
+    st.subheader("The decision, against the AR fallback")
+    st.caption(f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
+               f"tokens/s as ratios to the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
+               "concurrency (solo on the sweep, or the serving gate's load test where both have one), the verdict "
+               "on the gates judged afresh, and what blocks it.")
+    st.dataframe(pd.DataFrame({
+        "candidate": [f"{d.model} v{d.version}" for d in decided], "stage": [d.stage for d in decided],
+        "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
+        "p95 vs AR": [versus(ratio_text(d.p95_ratio, True), d) for d in decided],
+        "tokens/s vs AR": [versus(ratio_text(d.tokens_per_s_ratio, False), d) for d in decided],
+        "verdict": [d.verdict + (" (ranked on evidence)" if d.measured_pass and not d.promotable else "")
+                    for d in decided],
+        "what blocks it": ["; ".join(d.blocks) or "nothing" for d in decided],
+    }), hide_index=True, width="stretch", key="decision_table",
+        column_config={"what blocks it": st.column_config.TextColumn(width="large")})
+pending = [f"{line.stage}: {', '.join(line.pending)}" for line in lines if line.pending]
+if pending:
+    st.info("**Ranked on evidence; not yet promotable:** " + "; ".join(pending) + ". Their measured gates pass; "
+            "the open sign-offs in brackets keep them from promotion (Scores has the ranking).",
+            icon=":material/pending_actions:")
 
 
 def label(holder) -> str:
@@ -38,6 +74,14 @@ for line in lines:
     if line.inconclusive:
         st.warning(f"**{line.stage}: inconclusive.** Neither pass nor fail yet (more items would settle it): "
                    f"{'; '.join(line.inconclusive)}.", icon=":material/help:")
+
+# -- failed rollouts: a finding on the version (registry.views.failed_rollouts; docs/rollout.md) --------------
+for f in source.failed_rollouts(uri).itertuples():
+    if f.stands:
+        st.error(f"**{f.stage}: {label((f.model, f.version))} may not be promoted: rollout {f.rollout} was "
+                 f"{f.status.replace('_', ' ')}** ({f.reason}). {f.advice[0].upper() + f.advice[1:]}.",
+                 icon=":material/undo:")
+# -- end of failed rollouts ------------------------------------------------------------------------------------
 
 
 def score_text(line) -> str:

@@ -22,7 +22,7 @@ console = Console()
 
 
 def _decide(model: str, stage: str, by: str | None, comment: str, version: str | None, reject: bool) -> None:
-    from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+    from flows.waiting import may_be_waiting
     from gates import RolesError
     from registry import CANDIDATE_ALIAS, ApprovalRefused, Registry, RegistryError, approve, decline
     from registry.identity import claimed_actor, server_permissions
@@ -43,7 +43,11 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
     except (RolesError, RegistryError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
-    waiting = waiting_promotions(model, stage)
+    waiting = []
+    if may_be_waiting(registry, model, version, stage):  # else no Prefect (and no temporary server) at all
+        from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+
+        waiting = waiting_promotions(model, stage)
     if waiting:
         run = waiting[0]
         resume_with_approval(run.id, PromotionApproval(approver=me.name, comment=comment, approve=not reject,

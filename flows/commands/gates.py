@@ -23,8 +23,10 @@ def gates_command(
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
     stored: bool = typer.Option(False, "--stored", help="Show the gate reports last stored, without re-judging "
                                                         "(each checked against the sha256 recorded with it)."),
+    store: bool = typer.Option(False, "--store", help="Record the verdicts in MLflow, replacing the stored ones "
+                                                      "the dashboard and the dossier show (default: only print)."),
 ) -> None:
-    """Evaluate MODEL's gates on its stored evidence; the results are kept in MLflow for the dashboard."""
+    """Judge MODEL's gates afresh on its stored evidence and print them; --store records them for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
     from gates.promotion import require_checklists_match
     from registry import Registry, RegistryError, judge, latest_registration
@@ -50,7 +52,7 @@ def gates_command(
         for name in [stage] if stage else STAGES:
             if drift := alias_drift(reg, name):
                 console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
-            decision = judge(reg, model, version, name, policy)
+            decision = judge(reg, model, version, name, policy, record=store)
             stage_policy = policy.stage(name)
             console.print(_table(model, version, name, decision.gate_results, stage_policy))
             if decision.evidence.get("evidence_status") == "unverified":
@@ -71,6 +73,9 @@ def gates_command(
                     console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
                                   soft_wrap=True)
             console.print()
+        if not store:
+            console.print(f"judged afresh, recorded nowhere (the stored verdicts stand; `unmask gates {model} "
+                          "--store` records these)", style="dim", highlight=False, markup=False)
     except (PolicyError, ChecklistError, RegistryError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None

@@ -126,18 +126,27 @@ def audit_command(
     limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
     verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
                                                         "entry edited, removed, reordered or inserted (exit 1 if so)."),
+    anchor: str = typer.Option(None, "--anchor", metavar="FILE|DOSSIER",
+                               help="With --verify: also check the chain against the signed head kept in FILE (a "
+                                    "dossier, a nightly report, a saved verify line): a truncation or consistent "
+                                    "rewrite after it is named."),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
     from registry.read import audit_chain, audit_events
+    from registry.signing import anchor_from_file
 
+    if anchor is not None and not verify:
+        _fail(RegistryError("--anchor checks the chain: give it with --verify"))
     if verify:
         try:
-            chain = audit_chain()
+            chain = audit_chain(anchor=anchor_from_file(anchor) if anchor is not None else None)
         except RegistryError as e:
             _fail(e)
         console.print(chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False,
                       soft_wrap=True)
+        if chain["ok"] and chain.get("anchor"):  # keep it outside the store: `--anchor` checks against it later
+            console.print(f"signed head: {chain['anchor']}", markup=False, highlight=False, soft_wrap=True)
         if not chain["ok"]:
             raise typer.Exit(1)
         return

@@ -38,6 +38,8 @@ def start_command(
     policy_path: str = typer.Option(None, "--policy", help="Stage policy the promotion applies (default: bundled)."),
     flush_grace_s: float = typer.Option(2.5, "--flush-grace", min=0, help="Seconds to let the request log catch "
                                         "up after each interval."),
+    server: str = typer.Option("http://127.0.0.1:8000", "--server", help="The live `unmask serve` that serves the "
+                               "route: checked to serve both arms before any traffic moves; probes go there."),
 ) -> None:
     """Start a rollout (refused unless the version passes the stage's gates and approvals, the canary aside) and
     drive it: it ends completed, rolled back, or paused for `resume` / `abort`."""
@@ -58,7 +60,7 @@ def start_command(
         load_policy(policy_path)  # every file the rollout reads, refused before the store is opened
         load_serving_policy(routes)
         load_rollout_policy(routes)
-        state = plan_rollout(model, route, to, routes, policy_path)
+        state = plan_rollout(model, route, to, routes, policy_path, server_url=server)
     except (RolloutRefused, PolicyError, RolloutPolicyError, ServingPolicyError, RegistryError) as e:
         _refused(e)
     typer.echo(f"rollout {state.id}: {state.model} v{state.version} ({state.candidate}) against {state.baseline} on "

@@ -41,6 +41,8 @@ def run_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
     threads: int = typer.Option(None, "--threads", callback=threads_option,
                                 help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
+    demo: bool = typer.Option(False, "--demo", help="A demonstration: the demo sweep and policy (unless given) and "
+                              "the registry marked as a demo, so the demo policy may move its production."),
 ) -> None:
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
@@ -52,6 +54,9 @@ def run_command(
     from models.state import state_dir
     from flows.runners import EXECUTORS, make_task_runner
 
+    if demo:
+        sweep = sweep or default_sweep_path().with_name("demo.yaml")
+        policy = policy or Path(__file__).resolve().parents[2] / "gates" / "demo-policy.yaml"
     sweep_path = sweep or default_sweep_path()
     try:
         if task_runner not in EXECUTORS:
@@ -77,10 +82,14 @@ def run_command(
                   highlight=False)
     if items:
         console.print(f"every task on at least {items} items (sweep: {sweep_path})", highlight=False)
+    if demo:
+        mark_demo(console)
     started = time.perf_counter()
     result = review_with_progress(models, str(sweep_path), options)
     elapsed = time.perf_counter() - started
     rows = result["scorecard"]
+    print_demo_banner(console, options.policy)
+    print_decision(result["tracking_uri"], options.policy, [r["candidate"] for r in rows if r.get("role") == "candidate"])
     console.print(scorecard_table(rows, result["score_stage"]))
     points = sum(o.get("points", 0) for o in result["outcomes"])
     cached = sum(o.get("cached", 0) for o in result["outcomes"])
@@ -145,7 +154,8 @@ def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
     table = FittedTable("scorecard", [
         Column("candidate"), Column("qualifies for"), Column("gates passed", "right", wrap=True),
         Column("failed gates: reasons", wrap=True), Column(f"score ({score_stage})", "right", wrap=True)],
-        caption=f"scores rank only the models that pass every {score_stage} gate", show_lines=True)
+        caption=f"scores rank the models that pass every measured {score_stage} gate (ranked on evidence; an open "
+                "sign-off keeps a model from promotion, not from the ranking)", show_lines=True)
     for r in rows:
         stage = {"none": "[yellow]none yet[/yellow]", "failed": "[red]failed[/red]"}.get(
             r["qualifies"], f"[green]{r['qualifies']}[/green]")
@@ -154,10 +164,93 @@ def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
         if r.get("open"):
             gates += f", [yellow]{r['open']} inconclusive[/yellow]"
         score = f"{r['score']:.3f} (#{r['rank']})" if r["score"] is not None else "[dim]filtered by gates[/dim]"
+        if r["score"] is not None and r["qualifies"] != score_stage and r["judged_at"] == score_stage:
+            score += "\n[yellow]not yet promotable[/yellow]"
         name = f"{r['candidate']}\n[dim]{r['role']}[/dim]" if r["role"] else r["candidate"]
         undecided = [f"[yellow]inconclusive[/yellow] {escape(why)}" for why in r.get("inconclusive", [])]
         table.add_row(name, stage, gates, "\n".join([escape(x) for x in r["reasons"]] + undecided) or "-", score)
     return table
+
+
+def mark_demo(out) -> None:
+    """Mark the registry `unmask run --demo` evaluates into as a demonstration (refused once production moved)."""
+    from registry import Registry, RegistryError
+    from registry.demo import mark_demo_registry
+
+    try:
+        mark_demo_registry(Registry())
+    except RegistryError as e:
+        print_error(out, f"--demo: {e}")
+        raise typer.Exit(2) from None
+    out.print("[bold red]DEMO[/bold red]: this registry is marked as a demo (demo sweep and policy; never a real "
+              "decision)", highlight=False)
+
+
+def print_demo_banner(out, policy_path: str | None) -> None:
+    """`DEMO — not a decision` above a verdict judged under a `demo: true` policy or roles file, or on a demo registry."""
+    from gates import PolicyError, load_policy
+    from gates.roles import RolesError, load_roles
+    from registry import Registry, RegistryError
+    from registry.demo import is_demo_registry
+
+    marks = []
+    try:
+        if load_policy(policy_path).demo:
+            marks.append(f"policy {policy_path} is marked demo: true")
+        roles = load_roles()
+        if roles.demo:
+            marks.append(f"roles {roles.path} are marked demo: true")
+        if is_demo_registry(Registry()):
+            marks.append("the registry is marked as a demo")
+    except (PolicyError, RolesError, RegistryError):
+        pass
+    if marks:
+        out.print(f"[bold white on red] DEMO — not a decision [/bold white on red] {'; '.join(marks)}: thresholds "
+                  "relaxed, people made up; production cannot move on a real registry under it", highlight=False)
+
+
+def decision_table(lines: list) -> FittedTable:
+    """The decision line per candidate and stage: accuracy with interval, p95 and text tokens/s against the AR
+    fallback at the same concurrency, the verdict, what blocks it."""
+    from rich.markup import escape
+
+    from gates.decision import ratio_text
+    from gates.readable import percent
+
+    table = FittedTable("decision", [
+        Column("candidate"), Column("stage"), Column("accuracy (95% CI)", wrap=True),
+        Column("p95 vs AR", "right", wrap=True), Column("tokens/s vs AR", "right", wrap=True),
+        Column("verdict"), Column("what blocks it", wrap=True)],
+        caption="ratios: candidate / AR fallback at the same concurrency (solo on the sweep, or the serving gate's "
+                "load test where both have one)")
+    colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+    for line in lines:
+        accuracy = "—" if line.accuracy is None else (
+            f"{percent(line.accuracy)} ({percent(line.accuracy_interval[0])}–{percent(line.accuracy_interval[1])}, "
+            f"n={line.n_items})")
+        at = f" @{line.concurrency}" if line.concurrency > 1 else ""
+        verdict = f"[{colour.get(line.verdict, 'white')}]{line.verdict}[/]"
+        if line.measured_pass and not line.promotable:
+            verdict += "\n[dim]ranked on evidence[/dim]"
+        table.add_row(f"{line.model} v{line.version}", line.stage, accuracy,
+                      ratio_text(line.p95_ratio, True) + at, ratio_text(line.tokens_per_s_ratio, False) + at,
+                      verdict, escape("; ".join(line.blocks)) or "nothing")
+    return table
+
+
+def print_decision(tracking_uri: str, policy_path: str | None, candidates: list[str]) -> None:
+    """The decision table, judged afresh from the registry, first thing under the progress bars."""
+    from gates import PolicyError, load_policy
+    from registry import Registry, RegistryError
+    from registry.decision import decision_lines
+
+    try:
+        lines = decision_lines(Registry(tracking_uri), load_policy(policy_path), candidates or None)
+    except (PolicyError, RegistryError) as e:  # the scorecard stands; only the summary is missing
+        console.print(f"[yellow]no decision table: {e}[/yellow]", highlight=False)
+        return
+    if lines:
+        console.print(decision_table(lines))
 
 
 def print_next_steps(outcomes: list[dict], tracking_uri: str, policy_path: str | None) -> None:

@@ -1,0 +1,153 @@
+"""Probe prompts with known answers, mixed into a route's live traffic during a rollout, and their log.
+
+A rollout's analysis sees latency and errors in the request log; a candidate that answers fast and wrong
+passes those. Probes give it the quality side: items of a task's `validation` split (held out from the
+sweep, which measures `test`, and from training) are sent through the route under user keys the sticky
+split places on each arm, so the candidate arm answers with its live settings and faults, and each item's
+two answers are graded exact-match against the known answer and compared with each other (agreement).
+
+Each graded answer is a line of `<state>/serving/probes/<route>.jsonl`:
+`{"time", "route", "arm", "key", "correct", "agrees", "latency_s", "status"}`; the rollout's analysis and
+the analysis endpoint read them (`read_probe_results`) beside the request log.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from evals.tasks import TaskItem, get_task, make_split, score
+from models.state import state_dir
+
+PROBE_SPLIT = "validation"  # held out: the sweep measures `test`, training never sees either
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One arm's graded answer to one probe item."""
+
+    time: str
+    route: str
+    arm: str  # the arm that answered (from the answer's `unmask.arm`)
+    key: str  # the item's problem key
+    correct: bool | None  # exact match with the known answer; None when the arm gave no answer
+    agrees: bool | None = None  # equal to the other arm's answer to the same item (None: not compared)
+    latency_s: float | None = None
+    status: int = 200
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def probe_items(task: str, n: int, seed: int = 0) -> list[TaskItem]:
+    """`n` held-out items of `task` to probe with."""
+    return make_split(get_task(task), PROBE_SPLIT, n, seed=seed)
+
+
+def grade(task: str, text: str | None, item: TaskItem) -> bool | None:
+    """Exact match of an answer with the item's known answer, by the task's first metric."""
+    if text is None:
+        return None
+    return bool(score(get_task(task).metrics[0], text, item.target))
+
+
+def probe_log_path(route: str) -> Path:
+    return state_dir() / "serving" / "probes" / f"{route}.jsonl"
+
+
+def append_probe_results(route: str, results: list[ProbeResult]) -> None:
+    path = probe_log_path(route)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for r in results:
+            f.write(json.dumps(r.to_dict()) + "\n")
+
+
+def read_probe_results(route: str, since: datetime | None = None, until: datetime | None = None) -> list[dict]:
+    """The probe log's lines of `route` logged in [since, until) (a torn last line is skipped)."""
+    path = probe_log_path(route)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            when = datetime.fromisoformat(row["time"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if (since is None or when >= since) and (until is None or when < until):
+            rows.append(row)
+    return rows
+
+
+def ask(client: httpx.Client, base_url: str, route: str, item: TaskItem, user: str, max_tokens: int,
+        direct: str | None = None) -> tuple[str | None, str, float, int]:
+    """(answer text, answering arm, latency, status) of one probe request through `route` (or straight to the
+    alias `direct`)."""
+    started = time.monotonic()
+    try:
+        response = client.post(f"{base_url.rstrip('/')}/v1/completions", json={
+            "model": direct or route, "prompt": item.prompt, "max_tokens": max_tokens, "user": user})
+    except httpx.HTTPError:
+        return None, direct or "", time.monotonic() - started, 599
+    elapsed = time.monotonic() - started
+    if response.status_code != 200:
+        return None, direct or "", elapsed, response.status_code
+    body = response.json()
+    arm = (body.get("unmask") or {}).get("arm") or direct or ""
+    choices = body.get("choices") or [{}]
+    return choices[0].get("text"), arm, elapsed, 200
+
+
+class ProbeSender:
+    """Sends probe items at `per_s` through a route until stopped: each item once under a key placed on each
+    arm (`key_for(arm, i)`, or None: that arm gets it straight by its alias), graded and logged."""
+
+    def __init__(self, base_url: str, route: str, task: str, arms: tuple[str, str], per_s: float,
+                 key_for: Callable[[str, int], str | None], max_tokens: int | None = None, seed: int = 0,
+                 timeout_s: float = 60.0):
+        self.base_url, self.route, self.task, self.arms, self.per_s = base_url, route, task, arms, per_s
+        self.key_for, self.seed, self.timeout_s = key_for, seed, timeout_s
+        self.max_tokens = max_tokens or get_task(task).gen_length
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"probes-{route}")
+
+    def probe(self, client: httpx.Client, item: TaskItem, i: int) -> list[ProbeResult]:
+        """One item to both arms: two graded results, each marked whether it agrees with the other."""
+        answers = []
+        for arm in self.arms:
+            key = self.key_for(arm, i)
+            text, answered_by, latency, status = ask(client, self.base_url, self.route, item,
+                                                     key or f"probe-{i}", self.max_tokens, None if key else arm)
+            answers.append((arm if not answered_by else answered_by, text, latency, status))
+        (arm_a, text_a, lat_a, st_a), (arm_b, text_b, lat_b, st_b) = answers
+        agrees = None if text_a is None or text_b is None else text_a == text_b
+        now = datetime.now(timezone.utc).isoformat()
+        return [ProbeResult(now, self.route, arm_a, item.key, grade(self.task, text_a, item), agrees, lat_a, st_a),
+                ProbeResult(now, self.route, arm_b, item.key, grade(self.task, text_b, item), agrees, lat_b, st_b)]
+
+    def _run(self) -> None:
+        items = probe_items(self.task, 200, self.seed)
+        with httpx.Client(timeout=self.timeout_s) as client:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                item = items[self.sent % len(items)]
+                append_probe_results(self.route, self.probe(client, item, self.sent))
+                self.sent += 1
+                self.stop.wait(max(0.0, 1.0 / self.per_s - (time.monotonic() - started)))
+
+    def __enter__(self) -> "ProbeSender":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(self.timeout_s * 2 + 5)

@@ -1,0 +1,212 @@
+"""The canary analysis for outside controllers (Argo Rollouts, Flagger, a KServe pipeline): one `APIRouter`.
+
+`unmask serve` includes it; `unmask analysis serve` runs it alone beside a server's request log. Either way it
+judges a route's recent requests (the request log, `<state>/serving/requests/`, and the probe log,
+`<state>/serving/probes/`) with `gates.canary.analyse` under the `rollout:` policy of the routes file:
+
+- `GET /v1/unmask/analysis?route=R[&candidate=ARM][&baseline=ARM][&window_s=S]` answers 200 with
+  `{"verdict": "pass"|"fail"|"inconclusive", "route", "candidate", "baseline", "window_s", "look",
+  "confidence", "reason", "metrics": [{"name", "verdict", "value", "lower", "upper", "confidence", "n",
+  "reason"}]}`: Argo Rollouts' web provider reads it with `jsonPath: "{$.verdict}"`,
+  `successCondition: result == "pass"`, `failureCondition: result == "fail"` (anything else is
+  Inconclusive there too). A bad query is a 4xx naming the parameter.
+- `POST /v1/unmask/analysis/flagger` takes Flagger's webhook body (`name`, `namespace`, `phase`, `metadata`
+  with `route` and optionally `candidate`, `baseline`, `window_s`) and answers 200 on a pass, 412 on a fail
+  or an inconclusive (Flagger counts a non-2xx rollout hook as a failed check and holds a confirm-promotion).
+- `POST /v1/unmask/analysis/flagger/rollback` is the inverse for Flagger's `rollback` hook type (a 2xx there
+  rolls the canary back): 200 on a fail only, 409 otherwise.
+
+Every call is a look: each (route, candidate, baseline) counts its looks in this process, and look k spends
+`look_alpha(1 - confidence, k)` (gates/sequential.py), so a controller polling every minute does not inflate
+the false-pass rate. Without `candidate`/`baseline` the route's split in force names them (the smaller live
+weight is the candidate).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from evals.canary_probes import read_probe_results
+from gates.canary import FAIL, PASS, Observation, analyse
+from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout_policy
+from gates.serving_policy import load_serving_policy
+from models.state import state_dir
+from serving.request_log import read_rows
+
+router = APIRouter(tags=["analysis"])
+DEFAULT_WINDOW_S = 60.0
+
+
+@dataclass
+class AnalysisSource:
+    """Where the analysis reads: the routes file (its `rollout:` policy and splits) and the request log."""
+
+    routes_path: Path | None = None
+    log_dir: Path | None = None
+    looks: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def look(self, key: tuple[str, str, str]) -> int:
+        with self.lock:
+            self.looks[key] = self.looks.get(key, 0) + 1
+            return self.looks[key]
+
+
+class AnalysisRefused(ValueError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _source(request: Request) -> AnalysisSource:
+    """The app's source: set by `unmask analysis serve`, else made once from `unmask serve`'s own state."""
+    state = request.app.state
+    source = getattr(state, "analysis_source", None)
+    if source is None:
+        routes = getattr(state, "routes", None)
+        log = getattr(state, "request_log", None)
+        source = AnalysisSource(Path(routes.path) if routes is not None else None,
+                                Path(log.folder) if log is not None else None)
+        state.analysis_source = source
+    return source
+
+
+def _policy(source: AnalysisSource) -> RolloutPolicy:
+    if source.routes_path is None:
+        raise AnalysisRefused(404, "this server has no routes file, so no rollout analysis policy (start it with "
+                                   "--routes FILE holding a `rollout:` key)")
+    try:
+        return load_rollout_policy(source.routes_path)
+    except RolloutPolicyError as e:
+        raise AnalysisRefused(409, str(e)) from None
+
+
+def _arms(request: Request, route: str, candidate: str | None, baseline: str | None) -> tuple[str, str]:
+    """The candidate and baseline arms: as given, else the route's live split (the smaller weight is the canary)."""
+    if candidate and baseline:
+        return candidate, baseline
+    routes = getattr(request.app.state, "routes", None)
+    path = _source(request).routes_path
+    policy = routes.policy if routes is not None else (load_serving_policy(path) if path else None)
+    spec = policy.named(route) if policy is not None else None
+    live = [(arm, w) for arm, w in (spec.split if spec else ()) if w > 0 or arm in (candidate, baseline)]
+    if len(live) < 2 and not (candidate or baseline):
+        raise AnalysisRefused(422, f"route {route!r}: give candidate=ARM and baseline=ARM (the route's split in "
+                                   f"force names {len(live)} live arm(s), not a canary and its baseline)")
+    ordered = [arm for arm, _ in sorted(live, key=lambda aw: aw[1])]
+    candidate = candidate or next((a for a in ordered if a != baseline), None)
+    baseline = baseline or next((a for a in reversed(ordered) if a != candidate), None)
+    if not candidate or not baseline:
+        raise AnalysisRefused(422, f"route {route!r}: give both candidate=ARM and baseline=ARM")
+    return candidate, baseline
+
+
+def judge_route(request: Request, route: str, candidate: str | None, baseline: str | None,
+                window_s: float | None) -> dict[str, Any]:
+    """The analysis of `route`'s last `window_s` seconds as the endpoint's JSON body."""
+    source = _source(request)
+    policy = _policy(source)
+    if not route:
+        raise AnalysisRefused(422, "route: required, e.g. ?route=default")
+    if window_s is None:
+        window_s = policy.interval_s or DEFAULT_WINDOW_S
+    candidate, baseline = _arms(request, route, candidate, baseline)
+    if candidate == baseline:
+        raise AnalysisRefused(422, f"candidate and baseline are both {candidate!r}")
+    since = datetime.now(timezone.utc) - timedelta(seconds=window_s)
+    folder = source.log_dir or state_dir() / "serving" / "requests"
+    rows = [r for r in read_rows(folder, since) if r.get("route") == route]
+    observations = ([Observation.from_row(r) for r in rows]
+                    + [Observation.from_probe(p) for p in read_probe_results(route, since)])
+    look = source.look((route, candidate, baseline))
+    result = analyse(observations, candidate, baseline, policy, look=look)
+    return {"verdict": result.verdict, "route": route, "candidate": candidate, "baseline": baseline,
+            "window_s": window_s, "look": look, "confidence": result.confidence, "reason": result.reason,
+            "arms": result.arms,
+            "metrics": [{"name": m.metric, "verdict": m.verdict, "value": m.value,
+                         "lower": m.interval[0] if m.interval else None,
+                         "upper": m.interval[1] if m.interval else None,
+                         "confidence": m.confidence, "n": m.n, "reason": m.reason} for m in result.metrics]}
+
+
+def _refused(e: AnalysisRefused) -> JSONResponse:
+    return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error"}}, status_code=e.status)
+
+
+@router.get("/v1/unmask/analysis")
+def analysis(request: Request, route: str = Query(..., min_length=1, max_length=200),
+             candidate: str | None = Query(None, min_length=1, max_length=200),
+             baseline: str | None = Query(None, min_length=1, max_length=200),
+             window_s: float | None = Query(None, gt=0, le=86_400)) -> JSONResponse:
+    """The three-valued analysis of a route's recent traffic (Argo Rollouts' web metric provider reads it)."""
+    try:
+        return JSONResponse(judge_route(request, route, candidate, baseline, window_s))
+    except AnalysisRefused as e:
+        return _refused(e)
+
+
+class FlaggerWebhook(BaseModel):
+    """Flagger's webhook payload (CanaryWebhookPayload): the canary, its phase, the hook's metadata strings."""
+
+    name: str = Field(..., max_length=253)
+    namespace: str = Field(..., max_length=253)
+    phase: str = Field("", max_length=64)
+    checksum: str | None = Field(None, max_length=200)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+def _flagger(request: Request, hook: FlaggerWebhook) -> dict[str, Any]:
+    meta = hook.metadata
+    if not meta.get("route"):
+        raise AnalysisRefused(422, f"canary {hook.namespace}/{hook.name}: metadata.route: required (the unmask "
+                                   "route this canary's traffic goes through)")
+    window = meta.get("window_s")
+    try:
+        window_s = float(window) if window else None
+    except ValueError:
+        raise AnalysisRefused(422, f"metadata.window_s: expected seconds, got {window!r}") from None
+    if window_s is not None and not 0 < window_s <= 86_400:
+        raise AnalysisRefused(422, f"metadata.window_s: expected seconds in (0, 86400], got {window!r}")
+    body = judge_route(request, meta["route"], meta.get("candidate"), meta.get("baseline"), window_s)
+    return body | {"canary": f"{hook.namespace}/{hook.name}", "phase": hook.phase}
+
+
+@router.post("/v1/unmask/analysis/flagger")
+def flagger_gate(request: Request, hook: FlaggerWebhook) -> JSONResponse:
+    """Flagger rollout / confirm-promotion hook: 200 on a pass, 412 on a fail or an inconclusive."""
+    try:
+        body = _flagger(request, hook)
+    except AnalysisRefused as e:
+        return _refused(e)
+    return JSONResponse(body, status_code=200 if body["verdict"] == PASS else 412)
+
+
+@router.post("/v1/unmask/analysis/flagger/rollback")
+def flagger_rollback(request: Request, hook: FlaggerWebhook) -> JSONResponse:
+    """Flagger rollback hook (a 2xx rolls the canary back): 200 on a fail only, 409 otherwise."""
+    try:
+        body = _flagger(request, hook)
+    except AnalysisRefused as e:
+        return _refused(e)
+    return JSONResponse(body, status_code=200 if body["verdict"] == FAIL else 409)
+
+
+def standalone_app(routes_path: Path, log_dir: Path | None = None):
+    """`unmask analysis serve`: the router alone, reading a server's routes file and request log."""
+    app = FastAPI(title="unmask analysis", version="1")
+    app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None)
+    app.include_router(router)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ready", "routes": str(routes_path)}
+
+    return app
