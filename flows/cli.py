@@ -111,6 +111,7 @@ COMMAND_MODULES = [
     "flows.commands.report",
     "flows.commands.rollout",
     "flows.commands.analysis",
+    "flows.commands.deploy",
 ]
 
 

@@ -1,0 +1,88 @@
+"""`unmask deploy render --target kserve|argo-rollouts|k8s`: manifests for a route's arms (serving/manifests.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+
+from serving.manifests import TARGETS, render
+
+deploy_app = typer.Typer(help="Manifests for serving fleets (KServe, Argo Rollouts, Kubernetes).", no_args_is_help=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@deploy_app.command("render")
+def render_command(
+    target: str = typer.Option(..., "--target", help="kserve, argo-rollouts or k8s."),
+    route: str = typer.Option("default", "--route", help="The serving policy's route."),
+    routes: Path = typer.Option(None, "--routes", help="Serving policy (default: gates/serving.yaml)."),
+    image: str = typer.Option("unmask:0.1.0", "--image", help="The image built from the repo's Dockerfile."),
+    cpu: str = typer.Option("2", "--cpu"), memory: str = typer.Option("8Gi", "--memory"),
+    gpus: int = typer.Option(0, "--gpus", min=0),
+    analysis_url: str = typer.Option("http://unmask-default-router/v1/unmask/analysis", "--analysis-url"),
+    out: Path = typer.Option(None, "--out", help="Folder for <kind>-<name>.yaml (default: stdout)."),
+) -> None:
+    """Write the manifests for one route's arms, from the serving policy and the registry."""
+    from flows.rollout_state import all_states
+    from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
+    from gates.serving_policy import SERVING_POLICY_PATH, ServingPolicyError, load_serving_policy
+    from registry import RegistryError
+    from registry.serving import holder
+    from registry.store import Registry, model_tag
+
+    if target not in TARGETS:
+        _fail(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    path = routes or SERVING_POLICY_PATH
+    try:
+        policy = load_serving_policy(path)
+        rollout = load_rollout_policy(path)
+    except (ServingPolicyError, RolloutPolicyError) as e:
+        _fail(str(e))
+    spec_route = policy.named(route)
+    if spec_route is None:
+        _fail(f"--route {route!r}: no such route in {path}; routes: {', '.join(policy.names())}")
+    active = [s for s in all_states() if s.route == route and s.active]
+    if active:
+        names, weight = [active[-1].candidate, active[-1].baseline], active[-1].weight
+    else:
+        names, weight = [max(spec_route.split, key=lambda aw: aw[1])[0]], 100
+    registry = Registry()
+    arms = []
+    for name in names:
+        alias = policy.declared[name].alias if name in policy.declared and policy.declared[name].alias else name
+        try:
+            at = holder(registry, alias)
+        except RegistryError as e:
+            _fail(f"route {route!r} arm {name!r}: {e}")
+        if at is None:
+            _fail(f"route {route!r} arm {name!r}: no version holds the alias {alias!r}")
+        model, version = at
+        tags = registry.version_tags(model, version)
+        source = registry.client.get_model_version(model, version).source
+        arms.append({"name": name, "alias": alias, "model": model, "version": version, "source": source,
+                     "weights_sha256": tags.get(model_tag("weights_sha256"), "")})
+    resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+    if gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(gpus)
+    spec = {"route": route, "image": image, "resources": resources, "weight": weight, "arms": arms,
+            "steps": list(rollout.steps), "interval_s": rollout.interval_s, "analysis_url": analysis_url,
+            "routes_file": str(path)}
+    manifests = render(target, spec)
+    if out is None:
+        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for m in manifests:
+        file = out / f"{m['kind'].lower()}-{m['metadata']['name']}.yaml"
+        file.write_text(yaml.safe_dump(m, sort_keys=False))
+        typer.echo(str(file))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(deploy_app, name="deploy")

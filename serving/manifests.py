@@ -1,0 +1,104 @@
+"""Manifests for serving fleets, rendered from a route's arms: KServe, Argo Rollouts, plain Kubernetes.
+
+Pure: `render(target, spec)` takes a plain `spec` dict and returns a list of manifest dicts; no I/O. `spec`:
+route, image, resources ({requests, limits}), weight (the candidate's % at the current rollout step),
+steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_file,
+and arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the
+baseline second when a rollout is in flight (else the route's one serving arm).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+from urllib.parse import urlencode
+
+TARGETS = ("kserve", "argo-rollouts", "k8s")
+PORT = 8000
+
+
+def _name(route: str) -> str:
+    return f"unmask-{route}".lower().replace("_", "-")
+
+
+def _annotations(arm: dict[str, Any]) -> dict[str, str]:
+    return {"unmask.dev/model": str(arm["model"]), "unmask.dev/version": str(arm["version"]),
+            "unmask.dev/source": str(arm["source"]), "unmask.dev/weights-sha256": str(arm["weights_sha256"])}
+
+
+def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> dict[str, Any]:
+    return {"name": name, "image": spec["image"], "args": args,
+            "ports": [{"containerPort": PORT, "protocol": "TCP"}],
+            "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec.get("tracking_uri", "")}],
+            "resources": spec["resources"]}
+
+
+def _serve_args(alias: str) -> list[str]:
+    return ["unmask", "serve", "--alias", alias, "--host", "0.0.0.0", "--port", str(PORT)]
+
+
+def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One InferenceService: the predictor serves the candidate; KServe keeps the last revision for the rest."""
+    arm = spec["arms"][0]
+    predictor: dict[str, Any] = {"containers": [_container(spec, _serve_args(arm["alias"]), "kserve-container")]}
+    if len(spec["arms"]) > 1:
+        predictor["canaryTrafficPercent"] = int(spec["weight"])
+    return [{"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+             "metadata": {"name": _name(spec["route"]), "annotations": _annotations(arm)},
+             "spec": {"predictor": predictor}}]
+
+
+def _analysis_url(spec: dict[str, Any]) -> str:
+    query = {"route": spec["route"]}
+    if len(spec["arms"]) > 1:
+        query.update(candidate=spec["arms"][0]["name"], baseline=spec["arms"][1]["name"])
+    query["window_s"] = str(int(spec["interval_s"]))
+    return f"{spec['analysis_url']}?{urlencode(query)}"
+
+
+def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Rollout stepping through the policy's weights, each step judged by unmask's analysis endpoint."""
+    name, arm = _name(spec["route"]), spec["arms"][0]
+    labels = {"app": name}
+    steps: list[dict[str, Any]] = []
+    for weight in spec["steps"]:
+        steps.append({"setWeight": int(weight)})
+        steps.append({"pause": {"duration": f"{int(spec['interval_s'])}s"}})
+        steps.append({"analysis": {"templates": [{"templateName": f"{name}-analysis"}]}})
+    rollout = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+               "metadata": {"name": name, "annotations": _annotations(arm)},
+               "spec": {"replicas": int(spec.get("replicas", 1)), "selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels},
+                                     "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))]}},
+                        "strategy": {"canary": {"steps": steps}}}}
+    template = {"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
+                "metadata": {"name": f"{name}-analysis"},
+                "spec": {"metrics": [{"name": "unmask-verdict", "count": 1,
+                                      "successCondition": 'result == "pass"',
+                                      "failureCondition": 'result == "fail"',
+                                      "provider": {"web": {"url": _analysis_url(spec),
+                                                           "jsonPath": "{$.verdict}"}}}]}}
+    return [rollout, template]
+
+
+def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The unmask router (`unmask serve --routes`) as a Deployment and a Service."""
+    name = _name(spec["route"]) + "-router"
+    labels = {"app": name}
+    args = ["unmask", "serve", "--routes", spec["routes_file"], "--host", "0.0.0.0", "--port", str(PORT)]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                  "spec": {"replicas": int(spec.get("replicas", 1)), "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
+                                        "spec": {"containers": [_container(spec, args)]}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+               "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]}}
+    return [deployment, service]
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
+    "kserve": kserve, "argo-rollouts": argo_rollouts, "k8s": k8s}
+
+
+def render(target: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    if target not in RENDERERS:
+        raise ValueError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    return RENDERERS[target](spec)
