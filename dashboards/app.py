@@ -15,6 +15,9 @@ from dashboards.policy_note import show_demo
 from registry import RegistryError
 
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
+# a table cell may break inside a long word (a path, a command's flag): at 800 px a table fits its box instead of
+# hiding its last columns behind a scroll bar
+st.html("<style>[data-testid='stTable'] :is(td, th) { overflow-wrap: anywhere; }</style>")
 
 PAGES = [
     st.Page("views/verdict.py", title="Verdict", icon=":material/verified:", default=True),  # at /

@@ -88,7 +88,8 @@ DEFECTS_JS = """
       found.push(`threshold without its operator: ${text.slice(0, 60)}`);
   }
   for (const box of main.querySelectorAll('[data-testid="stTable"]')) {
-    if (box.getClientRects().length === 0) continue;
+    // a table inside a closed expander is not on the screen (open it, and it is checked like the others)
+    if (box.getClientRects().length === 0 || box.closest('details:not([open])') || !(box.innerText || '').trim()) continue;
     const inner = box.querySelector('table');
     const right = box.getBoundingClientRect().right;
     const clipped = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== 'visible';
@@ -96,9 +97,10 @@ DEFECTS_JS = """
       found.push(`table cut off: ${inner.getBoundingClientRect().right | 0} > ${right | 0} px: ` +
                  (box.innerText || '').trim().slice(0, 60));
   }
-  for (const svg of main.querySelectorAll('.vega-embed svg')) {
-    for (const t of svg.querySelectorAll('.role-axis-label text')) {
-      if (/^[-\u2212]\\d/.test(t.textContent.trim()) && /rate/i.test(svg.textContent))
+  // Vega-Lite (st.altair_chart) axis labels, and Plotly's (st.plotly_chart: its default range for a constant 0 is -1..1)
+  for (const chart of main.querySelectorAll('.vega-embed svg, .js-plotly-plot')) {
+    for (const t of chart.querySelectorAll('.role-axis-label text, .ytick text, .xtick text')) {
+      if (/^[-\u2212]\\d/.test(t.textContent.trim()) && /rate|share/i.test(chart.textContent))
         found.push(`axis label below the data's range: ${t.textContent}`);
     }
   }
@@ -189,8 +191,8 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
 
 
 DEFECTS_APP = """
-import altair as alt
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 st.title("Defects")
@@ -198,14 +200,15 @@ st.table(pd.DataFrame({"gate": ["quality"], "required": [">= 30%"]}).set_index("
 st.html("<div data-testid='stTable' style='overflow-x: auto; width: 300px'><table><tr>" +
         "".join(f"<td style='white-space: nowrap'>unmask sign-off tiny-llada --stage production {i}</td>" for i in range(4)) +
         "</tr></table></div>")  # a table wider than its box, as st.table draws one that does not fit
-rates = pd.DataFrame({"step": [1, 2, 3], "error rate": [0.0, 0.0, 0.0]})
-st.altair_chart(alt.Chart(rates).mark_line().encode(x="step:Q", y=alt.Y("error rate:Q", axis=alt.Axis(format="%"))))
+figure = go.Figure(go.Scatter(x=[1, 2, 3], y=[0.0, 0.0, 0.0], name="candidate"))  # Plotly's default: -1..1
+figure.update_layout(title="error rate per arm", yaxis_title="share of requests")
+st.plotly_chart(figure)
 """
 
 
 def test_the_defect_checks_catch_each_defect_when_it_is_reintroduced(tmp_path):
     """A page with the three defects put back: the Markdown-eaten `>=`, a table cut off at 800 px, an error-rate axis
-    running below 0 (Vega's default domain for a constant 0 series is [-1, 1]). DEFECTS_JS names each one."""
+    running below 0 (Plotly's default range for a constant 0 series is [-1, 1]). DEFECTS_JS names each one."""
     from playwright.sync_api import expect, sync_playwright
 
     app = tmp_path / "defects.py"
@@ -227,7 +230,7 @@ def test_the_defect_checks_catch_each_defect_when_it_is_reintroduced(tmp_path):
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
                 expect(page.get_by_role("heading", name="Defects", exact=True)).to_be_visible(timeout=90_000)
-                expect(page.locator(".vega-embed svg")).to_have_count(1, timeout=60_000)
+                expect(page.locator(".js-plotly-plot .ytick text").first).to_be_visible(timeout=60_000)
                 expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
                 page.wait_for_timeout(500)
                 found = page.evaluate(DEFECTS_JS)

@@ -64,10 +64,13 @@ else:
                      for e, f, t, m, v in zip(shown.event, shown["from"], shown["to"], shown.model, shown.version)]
     shown["stage "] = shown.stage.replace("", "—")
     shown["n"] = range(1, len(shown) + 1)  # oldest first, evenly spaced: events seconds apart stay apart
-    shown["label"] = [f"{m} v{v}" if m and keep else "" for m, v, keep in
+    # the plot's width per event in an 800 px window with the sidebar open (axis title and labels take the rest);
+    # two labels on a row are two events apart, so a label may be nearly twice that wide
+    width_px = 320 / max(len(shown), 1)
+    limit = int(min(LABEL_LIMIT_PX, 2 * width_px - 6))
+    legible = limit >= 24  # narrower than that, a label is an ellipsis: the marks say it on hover instead
+    shown["label"] = [f"{m} v{v}" if m and keep and legible else "" for m, v, keep in
                       zip(shown.model, shown.version, labelled(shown.kind, shown["stage "]))]
-    width_px = 440 / max(len(shown), 1)  # the chart's width per event in an 800 px window (sidebar open)
-    limit = int(max(24, min(LABEL_LIMIT_PX, 2 * width_px - 6)))
     plotted = shown[["n", "when", "kind", "who", "stage ", "what", "label", "comment", "status"]]
     stages = ["production", "staging", "poc", "—"]
     x = alt.X("n:Q", title="audit events, oldest first (hover for the time)", axis=alt.Axis(tickMinStep=1),

@@ -85,6 +85,7 @@ else:
         figure.update_layout(title=f"{title} per arm at each analysis (marker: the step's verdict)",
                              xaxis_title="analysis time", yaxis_title=unit, height=320,
                              margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h"})
+        figure.update_yaxes(rangemode="nonnegative")  # latencies and shares are never negative (a constant 0 drew -1..1)
         st.plotly_chart(figure, key=f"rollout_{column}")
     per_step = steps.drop_duplicates("run_id")[["step", "weight", "verdict", "confidence", "reason", "at",
                                                 "run_id"]].copy()
