@@ -102,7 +102,7 @@ def _judged(tmp_path) -> dict:
                       "checklist": decision.checklist.to_dicts() if decision.checklist else [],
                       "evidence_keys": sorted(decision.evidence), "stored": stored,
                       "tags": {k: t for k, t in reg.version_tags("tiny-llada", v).items()
-                               if k.startswith(f"unmask.gates.{stage}") and not k.endswith("sha256")}}
+                               if k.startswith(f"unmask.gates.{stage}") and not k.endswith(("sha256", ".sig"))}}  # digest, signature vary
     return _normalised(out)
 
 
