@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sampler", "models", "evals", "gates", "registry", "flows", "serving", "dashboards", "checklists")
 EXEMPT = ("flows/commands/",)
-GOAL, BOUND = 40, 114
+GOAL, BOUND = 40, 116
 
 
 def in_function_imports() -> list[str]:

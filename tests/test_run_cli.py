@@ -63,7 +63,7 @@ def test_run_items_must_be_positive_and_raise_every_task_of_the_sweep(tmp_path, 
     result = CliRunner().invoke(cli_app("run"), ["run", "--items", "0"])
     assert result.exit_code == 2 and "--items" in result.output
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
-    sweep = write_sweep(tmp_path / "tiny.yaml", ["a", "b"], n=3)
+    sweep = write_sweep(tmp_path / "tiny.yaml", ["tiny-llada", "tiny-ar"], n=3)  # models a sweep may name
     raised = with_items(sweep, lambda task: 50)
     assert [t.n for t in load_sweep(raised).tasks] == [50] and raised.startswith(str(tmp_path / "home" / "sweeps"))
     assert with_items(raised, lambda task: 20) == raised  # enough already: the file as it is
