@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,16 @@ from registry import Registry, RegistryUnavailable, load_evidence, promote, roll
 from tests.gate_fixtures import register_pair
 
 pytestmark = pytest.mark.slow
+TEAM_KEY = f"team:{secrets.token_hex(32)}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_key_ring_for_every_host():
+    """The hosts of a team share the store's signing key (docs/integrity.md); their processes inherit it. Module
+    scoped and autouse, so it is set before the module's servers and stores write their first signed entry."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("UNMASK_SIGNING_KEY", TEAM_KEY)
+        yield
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -21,6 +22,18 @@ from tests.test_mlflow_server import _stop, launch_mlflow_server
 from team_writer import APPENDS
 
 pytestmark = pytest.mark.slow
+TEAM_KEY = f"team:{secrets.token_hex(32)}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_key_ring_for_every_host():
+    """The hosts of a team share the store's signing key (docs/integrity.md); their processes inherit it. Module
+    scoped and autouse, so it is set before the module's servers and stores write their first signed entry."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("UNMASK_SIGNING_KEY", TEAM_KEY)
+        yield
+
+
 TESTS = Path(__file__).resolve().parent
 
 

@@ -92,7 +92,7 @@ def shows(output: str, line: str) -> bool:
 def test_the_page_is_well_formed_and_labels_its_demo_files():
     steps = parse(DOC.read_text())
     commands = [c for s in steps for c, _ in s.commands]
-    assert commands[0].startswith("LOGNAME=eve unmask run --sweep evals/sweeps/demo.yaml --policy gates/demo-policy.yaml")
+    assert commands[0].startswith("LOGNAME=eve unmask run --demo")  # the demo sweep and policy; the registry marked
     for needed in ("unmask sign-off", "--to poc", "unmask loadtest", "--to staging", "--to production",
                    "unmask report", "unmask audit --verify", "unmask rollback"):
         assert any(needed in c for c in commands), needed
