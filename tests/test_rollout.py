@@ -42,6 +42,7 @@ def write_routes(path: Path, rollout: dict) -> Path:
 def write_policy(path: Path) -> Path:
     """The demo policy, production without the load-test gate (no load test here) and with a canary at 100%."""
     data = yaml.safe_load((REPO / "gates" / "demo-policy.yaml").read_text())
+    data.pop("demo", None)  # this test's own policy, not the demo: a demo policy may not move production here
     production = data["stages"]["production"]["gates"]
     production.pop("serving")
     production["canary"] = {"min_weight": 100}

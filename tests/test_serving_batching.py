@@ -153,17 +153,15 @@ def test_an_alias_move_is_served_within_a_poll_with_no_failed_request_and_bad_we
             time.sleep(0.1)
         assert ("tiny-llada", registry.versions["tiny-llada"]) not in server.pool.loaded  # drained and unloaded
 
-        # production moves to weights the registry does not vouch for: refused, the last good version keeps serving
+        # production moved behind unmask's back (no recorded move), and to weights the registry does not vouch for:
+        # the server does not follow a move the audit trail lacks, so the last good holder keeps serving
         reg.client.set_registered_model_alias("tiny-llada", "production", bad_version)
         reg.client.delete_registered_model_alias("tiny-ar", "production")
-        deadline = time.monotonic() + 30
-        while "unmask_alias_swap_failures_total{alias=\"production\"} 1.0" not in \
-                httpx.get(server.base_url + "/metrics", timeout=10).text and time.monotonic() < deadline:
-            time.sleep(0.2)
+        time.sleep(2)  # several polls (0.3 s apart): each sees the drift and keeps the audited holder
         r = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[0]},
                        timeout=60).json()
         assert r["model"] == "tiny-ar" and r["unmask"]["weights_sha256"] == digest("tiny-ar")
-        assert 'unmask_alias_swap_failures_total{alias="production"} 1.0' in httpx.get(server.base_url + "/metrics").text
+        assert ("tiny-llada", bad_version) not in server.pool.loaded  # the unvouched weights were never loaded
 
 
 def test_unmask_serve_refuses_a_folder_whose_weights_differ_from_the_registered_version(tmp_path):
