@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -18,22 +17,10 @@ from postgres_fixtures import database_name
 from registry import Registry, audit, load_evidence, sign_off, stage_holder
 from registry.connection import EVALUATIONS_EXPERIMENT
 from tests.gate_fixtures import register_pair
-from tests.test_mlflow_server import _stop, launch_mlflow_server
+from tests.test_mlflow_server import _stop, launch_mlflow_server, one_key_ring_for_every_host  # noqa: F401 (autouse)
 from team_writer import APPENDS
 
 pytestmark = pytest.mark.slow
-TEAM_KEY = f"team:{secrets.token_hex(32)}"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_key_ring_for_every_host():
-    """The hosts of a team share the store's signing key (docs/integrity.md); their processes inherit it. Module
-    scoped and autouse, so it is set before the module's servers and stores write their first signed entry."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("UNMASK_SIGNING_KEY", TEAM_KEY)
-        yield
-
-
 TESTS = Path(__file__).resolve().parent
 
 
