@@ -8,12 +8,17 @@ that fails is marked `valid=False` with its failed expectations; gates refuse it
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from evals.records import EvalRecord, records_to_frame
+from evals.store import write_atomic
+from models.state import state_dir
 
 REQUIRED_RECORD_FIELDS = (
     "candidate", "role", "kind", "task", "split", "config_hash", "backend", "device", "n_items", "accuracy",
@@ -50,9 +55,7 @@ class ValidationOutcome:
 
 
 def gx_version() -> str:
-    import great_expectations as gx
-
-    return gx.__version__
+    return metadata.version("great_expectations")  # the installed release, without importing it
 
 
 @lru_cache(maxsize=1)
@@ -139,9 +142,36 @@ def validate_task(task: Any, expected_size: int | None = None) -> ValidationOutc
     return run_suite(f"task-data-{task.name}-{task.split}", frame, task_expectations(task, expected_size), html=False)
 
 
-def check_task(task: Any, expected_size: int | None = None) -> ValidationOutcome:
-    """Raise TaskDataError listing the failed expectations of a task split; else return the outcome."""
+def task_validation_key(task: Any, expected_size: int | None = None) -> str:
+    """What a task split's validation depends on: its items' content hash, the fields its expectations read, the
+    expected size, the Great Expectations release and these rules (this file's bytes)."""
+    parts = {"dataset": task.hash, "name": task.name, "split": task.split, "metrics": list(task.metrics),
+             "train_keys": hashlib.sha256("\n".join(sorted(task.train_keys)).encode()).hexdigest(),
+             "leak_column": task.leak_column, "expected_size": expected_size,
+             "great_expectations": metadata.version("great_expectations"),
+             "rules": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def validated_task(task: Any, expected_size: int | None = None, cache: Path | None = None) -> ValidationOutcome:
+    """`validate_task`, its outcome kept by content (`task_validation_key`) under `<state>/validation/`: the same
+    items validated once are not validated again, and a cached run never imports Great Expectations."""
+    path = (cache or state_dir() / "validation") / f"task-{task_validation_key(task, expected_size)}.json"
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        return ValidationOutcome(success=kept["success"], failed=kept["failed"], result=kept["result"])
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: validate again
+        pass
     outcome = validate_task(task, expected_size)
+    kept = {"success": outcome.success, "failed": outcome.failed, "result": outcome.result}
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(kept, sort_keys=True), encoding="utf-8"))
+    return outcome
+
+
+def check_task(task: Any, expected_size: int | None = None, cache: Path | None = None) -> ValidationOutcome:
+    """Raise TaskDataError listing the failed expectations of a task split; else return the outcome (kept by
+    content: `validated_task`)."""
+    outcome = validated_task(task, expected_size, cache)
     if not outcome.success:
         raise TaskDataError(f"task data {task.source or task.name} ({task.split}) failed validation: "
                             + "; ".join(outcome.messages()))

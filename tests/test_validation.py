@@ -92,3 +92,24 @@ def test_bad_task_data_fails_with_the_expectation_named(items, size, expectation
     assert expectation in {f["expectation"] for f in outcome.failed}
     with pytest.raises(TaskDataError, match=expectation):
         check_task(task, expected_size=size)
+
+
+def test_a_task_split_validated_once_is_read_back_by_content_without_great_expectations(tmp_path):
+    import subprocess
+    import sys
+
+    task = load_task("arith", n=12)
+    first = check_task(task, expected_size=12, cache=tmp_path)
+    assert len(list(tmp_path.glob("task-*.json"))) == 1
+    code = ("import sys; from pathlib import Path; from evals.evaluate import load_task; "
+            "from evals.validation import check_task; "
+            "o = check_task(load_task('arith', n=12), expected_size=12, cache=Path(sys.argv[1])); "
+            "print(o.success, o.summary()['evaluated'], 'great_expectations' in sys.modules)")
+    again = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert again.stdout.split() == ["True", str(first.summary()["evaluated"]), "False"], again.stderr[-2000:]
+    task.items = task.items[:-1] + [task.items[0]]  # new content: validated afresh, and it fails
+    with pytest.raises(TaskDataError, match="expect_column_values_to_be_unique"):
+        check_task(task, expected_size=12, cache=tmp_path)
+    assert len(list(tmp_path.glob("task-*.json"))) == 2
+    with pytest.raises(TaskDataError, match="expect_column_values_to_be_unique"):  # a kept failure still fails
+        check_task(task, expected_size=12, cache=tmp_path)
