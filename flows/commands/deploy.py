@@ -7,8 +7,6 @@ from pathlib import Path
 import typer
 import yaml
 
-from serving.manifests import TARGETS, render
-
 deploy_app = typer.Typer(help="Manifests for serving fleets (KServe, Argo Rollouts, Kubernetes).", no_args_is_help=True)
 
 
@@ -30,6 +28,7 @@ def render_command(
 ) -> None:
     """Write the manifests for one route's arms, from the serving policy and the registry."""
     from flows.rollout_state import all_states
+    from serving.manifests import TARGETS, render
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
     from gates.serving_policy import SERVING_POLICY_PATH, ServingPolicyError, load_serving_policy
     from registry import RegistryError
