@@ -7,6 +7,8 @@ a demo's relaxed thresholds and made-up people never decide a real production.
 
 from __future__ import annotations
 
+from gates.policy import Policy
+from gates.roles import Roles
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.store import Registry, model_tag, retry_busy
 
@@ -38,3 +40,16 @@ def demo_refusal(registry: Registry, stage: str, demo_files: list[str]) -> str:
     return (f"{' and '.join(demo_files)} {'is' if len(demo_files) == 1 else 'are'} marked `demo: true` and cannot "
             f"move production on {registry.tracking_uri}, which is not a demo registry (`unmask run --demo` marks a "
             "fresh one); judge with a real policy and roles file")
+
+
+def demo_marks(registry: Registry | None, policy: Policy | None, roles: Roles | None) -> list[str]:
+    """What makes a verdict a demonstration, in words: a `demo: true` policy or roles file, a registry marked demo
+    (each part None when unknown: not read, or not readable)."""
+    marks = []
+    if policy is not None and policy.demo:
+        marks.append(f"policy {policy.path or policy.source} is marked demo: true")
+    if roles is not None and roles.demo:
+        marks.append(f"roles {roles.path or roles.source} are marked demo: true")
+    if registry is not None and is_demo_registry(registry):
+        marks.append(f"the registry {registry.tracking_uri} is marked as a demo")
+    return marks

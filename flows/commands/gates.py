@@ -9,6 +9,7 @@ from checklists import STAGES, ChecklistError, load_checklist
 from gates.next_steps import names_version, next_steps
 from gates.stages import next_stage_for
 from gates.readable import gate_threshold, gate_value
+from flows.commands.banner import print_demo_banner
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 
@@ -45,6 +46,7 @@ def gates_command(
         version = version or latest_registration(held)
         if not version:
             raise RegistryError(f"{model} has no `candidate` or `fallback` version; register its evidence first")
+        print_demo_banner(console, policy, reg)
         if stored:
             _show_stored(reg, model, version, [stage] if stage else list(STAGES), policy)
             return

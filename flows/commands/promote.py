@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.commands import options
+from flows.commands.banner import print_demo_banner
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 
@@ -42,6 +43,7 @@ def promote_command(
         policy = load_policy(policy_path)
         require_checklists_match(policy, [to] if to in STAGES else [])
         reg = Registry()
+        print_demo_banner(console, policy, reg)
         with server_permissions(reg.tracking_uri, model, f"promotion to {to}"):
             me = claimed_actor(reg, approver, "--approver", f"promotion of {model} to {to}", to, model)
             move = promote(model, to, approver=me if approver else None, comment=comment, version=version,

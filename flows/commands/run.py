@@ -15,6 +15,7 @@ import typer
 
 from gates.next_steps import names_version, next_steps
 from gates.stages import next_stage_for
+from flows.commands.banner import print_demo_banner
 from flows.commands.options import positive, threads_rule
 from flows.commands.options import threads as threads_option
 from flows.commands.table import Column, FittedTable, table_console
@@ -184,29 +185,6 @@ def mark_demo(out) -> None:
         raise typer.Exit(2) from None
     out.print("[bold red]DEMO[/bold red]: this registry is marked as a demo (demo sweep and policy; never a real "
               "decision)", highlight=False)
-
-
-def print_demo_banner(out, policy_path: str | None) -> None:
-    """`DEMO — not a decision` above a verdict judged under a `demo: true` policy or roles file, or on a demo registry."""
-    from gates import PolicyError, load_policy
-    from gates.roles import RolesError, load_roles
-    from registry import Registry, RegistryError
-    from registry.demo import is_demo_registry
-
-    marks = []
-    try:
-        if load_policy(policy_path).demo:
-            marks.append(f"policy {policy_path} is marked demo: true")
-        roles = load_roles()
-        if roles.demo:
-            marks.append(f"roles {roles.path} are marked demo: true")
-        if is_demo_registry(Registry()):
-            marks.append("the registry is marked as a demo")
-    except (PolicyError, RolesError, RegistryError):
-        pass
-    if marks:
-        out.print(f"[bold white on red] DEMO — not a decision [/bold white on red] {'; '.join(marks)}: thresholds "
-                  "relaxed, people made up; production cannot move on a real registry under it", highlight=False)
 
 
 def decision_table(lines: list) -> FittedTable:
