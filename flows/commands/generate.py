@@ -3,7 +3,9 @@ autoregressive model) and print text, NFE and time."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -18,12 +20,18 @@ console = Console()
 def generate_command(
     prompt: str = typer.Argument(..., help="Prompt text."),
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Model folder, or a bundled/catalog id."),
-    steps: int = typer.Option(None, callback=options.positive, help="Sampling steps (default: gen_length)."),
-    gen_length: int = typer.Option(64, "--gen-length", callback=options.positive, help="Positions to generate."),
-    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
-    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 = Gumbel-max sampling."),
+    steps: int = typer.Option(None, callback=options.positive, help="Sampling steps (default: the operating point's; "
+                              "with --exact, gen_length)."),
+    gen_length: int = typer.Option(None, "--gen-length", callback=options.positive,
+                                   help="Positions to generate (default: the operating point's; 64 with --exact)."),
+    block_length: int = typer.Option(None, "--block-length", callback=options.positive,
+                                     help="Semi-autoregressive block width (default: the operating point's; 32 with --exact)."),
+    temperature: float = typer.Option(None, help="0 = greedy; > 0 = Gumbel-max sampling (default: the operating point's)."),
     cfg_scale: float = typer.Option(0.0, "--cfg-scale", help="Classifier-free guidance scale."),
-    remasking: str = typer.Option("low_confidence", help="low_confidence, random, margin (top-2 probability gap) or entropy."),
+    remasking: str = typer.Option(None, help="low_confidence, random, margin (top-2 probability gap) or entropy "
+                                  "(default: the operating point's)."),
+    exact: bool = typer.Option(False, "--exact", help="The reference decode: one position committed per step "
+                               "(steps = gen_length), instead of the model's operating point."),
     seed: int = typer.Option(0, help="Random seed."),
     device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
@@ -42,14 +50,18 @@ def generate_command(
     except (CheckpointError, ValueError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
+    base, source = ({}, "exact: one position per step (--exact)") if exact else operating_point(model, loaded)
+    given = {"steps": steps, "gen_length": gen_length, "block_length": block_length, "temperature": temperature,
+             "remasking": remasking}
+    settings = EXACT | {k: v for k, v in base.items() if k in SETTINGS} | {k: v for k, v in given.items() if v is not None}
+    if exact:
+        settings["steps"] = steps or settings["gen_length"]  # the reference: one committed position per step
+    elif steps is None and gen_length is not None and base.get("gen_length"):  # the operating point's pace kept
+        settings["steps"] = max(1, round(base["steps"] * gen_length / base["gen_length"]))
     try:
         config = SamplerConfig(
-            steps=steps or gen_length,
-            gen_length=gen_length,
-            block_length=min(block_length, gen_length),
-            temperature=temperature,
+            **settings | {"block_length": min(settings["block_length"], settings["gen_length"])},
             cfg_scale=cfg_scale,
-            remasking=remasking,
             seed=seed,
             **loaded.sampler_ids(),
         )
@@ -91,8 +103,42 @@ def generate_command(
     table.add_row("model", str(loaded.path))
     table.add_row("NFE", str(out.nfe))
     table.add_row("time", f"{elapsed:.3f} s")
+    table.add_row("decoded with", source + ("; flags given override it" if any(v is not None for v in given.values())
+                                            else ""))
     table.add_row("config", config.to_json())
     console.print(table)
+
+
+# The reference decode (--exact): every setting generate reads, one committed position per step (steps = gen_length).
+EXACT = {"gen_length": 64, "block_length": 32, "temperature": 0.0, "remasking": "low_confidence"}
+SETTINGS = ("steps", "gen_length", "block_length", "temperature", "remasking")
+
+
+def operating_point(model: str, loaded) -> tuple[dict, str]:
+    """The settings MODEL decodes with by default, and where they came from: the gate-chosen config recorded with
+    its latest registered version (what `unmask serve` decodes with), else the catalog's decoding defaults. The
+    registry is read only where one exists: generate never creates a store."""
+    from registry import Registry, RegistryError, latest_registration
+    from models.state import state_dir
+    from registry.serving import served_version
+    from serving.decoding import operating_config
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir(create=False) / 'mlflow' / 'mlflow.db'}"
+    recorded, where = None, ""
+    name = getattr(loaded, "entry_id", "") or model
+    if not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).is_file():
+        try:
+            registry = Registry(uri)
+            version = latest_registration(registry.aliases_of(name))
+            if version:
+                served = served_version(registry, name, at=(name, version))
+                recorded, where = served.operating_config, f" of {name} v{version} ({served.stage} gates)"
+        except (RegistryError, ValueError, KeyError):  # no such model, or evidence unreadable: the catalog decides
+            recorded = None
+    config, source = operating_config(loaded, recorded)
+    if recorded is None:
+        source = "the catalog's decoding defaults (no registered operating point; `unmask run` records one)"
+    return {k: getattr(config, k) for k in SETTINGS}, source + where
 
 
 END, MASKED = "·", "_"
