@@ -28,7 +28,7 @@ def serve(name: str, home: Path, tracking_uri: str, port: int, *args: str) -> su
     env = dict(os.environ, UNMASK_HOME=str(home), MLFLOW_TRACKING_URI=tracking_uri, UNMASK_THREADS="1")
     log = open(home.parent / f"{name}.log", "wb")
     return subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "serve", "--port", str(port),
-                             "--poll", "1", "--max-tokens", "16", *args], env=env, stdout=log,
+                             "--poll", "1", *args], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
