@@ -38,6 +38,7 @@ class Extension(BaseModel):
     seed: int | None = None  # choice 0's seed (None: greedy, nothing drawn); send it back to get that answer again
     seeds: list[int | None] | None = None  # each choice's seed, in choice order
     chat_dropped: list[dict[str, Any]] | None = None  # chat: messages ({index, role}) the template left out
+    ignored: list[str] | None = None  # request settings the model does not read (AR: the `unmask.*` ones)
 
 
 class CompletionChoice(BaseModel):
