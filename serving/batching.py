@@ -198,7 +198,7 @@ class Batcher:
             self._depth_changed()
             started = time.monotonic()
             config = group[0].config
-            seeds = None if group[0].key is None or is_deterministic(config) else [j.config.seed for j in group]
+            seeds = None if group[0].key is None or is_deterministic(config, self.handle.kind) else [j.config.seed for j in group]
             try:
                 rows, nfe = await loop.run_in_executor(
                     self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],

@@ -163,7 +163,7 @@ class LocalServing:
         endpoint, body = attempt.endpoint, attempt.body
         prompt = attempt.prompt_of(route)
         parsed = self.parse(route, endpoint, prompt, attempt)
-        key = batch_key(parsed.config, row_seeded(route.loaded.handle))
+        key = batch_key(parsed.config, row_seeded(route.loaded.handle), route.loaded.handle.kind)
         feed = RowFeed() if body.stream else None
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             future = route.loaded.batcher.submit(parsed.ids, parsed.config, key, on_tokens=feed.put if feed else None)
