@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+
+from models.tokenizer_build import special_ids
 
 NOISE_EPS = 1e-3  # floor on the corruption level: every canvas sees some noise
 
@@ -169,8 +172,6 @@ class DiffusionGemmaObjective:
                                    max_positions=cfg.max_sequence_length)
 
     def build(self, cfg, tokenizer: Tokenizer):
-        from models.tokenizer_build import special_ids
-
         return build_diffusion_gemma(self.shape(cfg), tokenizer, special_ids(tokenizer), cfg.seed)
 
     def loss(self, cfg, model, batch, tokenizer, ids, generator):
@@ -181,8 +182,6 @@ class DiffusionGemmaObjective:
 
     def write(self, model, folder, tokenizer, extra: dict) -> None:
         """transformers' own layout (config.json, model.safetensors, generation_config.json) plus tokenizer.json."""
-        from pathlib import Path
-
         folder = Path(folder)
         for key, value in extra.items():
             setattr(model.config, key, value)

@@ -24,6 +24,7 @@ from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
 from sampler.handle import Handle
+from sampler.memory import footprint, mib
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
@@ -56,6 +57,7 @@ class Parsed:
     ids: list[int]
     config: SamplerConfig
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
+    peak: int = 0  # bytes its row needs at the decode's peak
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,13 @@ class LocalServing:
         if not fits_context(context, len(ids), config.gen_length):
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
                                f"{route.version.model}'s context of {context}")
-        return Parsed(ids, config, keep)
+        peak = footprint(handle, len(ids), config).per_row
+        budget = route.loaded.batcher.memory_budget
+        if budget is not None and peak > budget:
+            raise RequestError(None, f"decoding {len(ids)} prompt tokens + {config.gen_length} needs {mib(peak)} at its "
+                               f"peak, above this server's memory budget of {mib(budget)} (--memory-budget)",
+                               503, "insufficient_memory")
+        return Parsed(ids, config, keep, peak)
 
     def submit(self, route: Route, attempt: Attempt) -> Submitted:
         """Parse the request for `route` and queue it on the route's batcher."""
@@ -166,7 +174,8 @@ class LocalServing:
         key = batch_key(parsed.config, row_seeded(route.loaded.handle), route.loaded.handle.kind)
         feed = RowFeed() if body.stream else None
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
-            future = route.loaded.batcher.submit(parsed.ids, parsed.config, key, on_tokens=feed.put if feed else None)
+            future = route.loaded.batcher.submit(parsed.ids, parsed.config, key, on_tokens=feed.put if feed else None,
+                                                 peak=parsed.peak)
         except Draining:
             raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
         except QueueFull as e:
