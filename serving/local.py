@@ -25,6 +25,7 @@ from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
 from sampler.handle import Handle
+from sampler.memory import footprint, mib
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
@@ -61,6 +62,7 @@ class Parsed:
     config: SamplerConfig
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
     ignored: list[str]  # request settings this model does not read (an AR model: the diffusion ones)
+    peak: int = 0  # bytes its row needs at the decode's peak
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,13 @@ class LocalServing:
         if not fits_context(context, len(ids), config.gen_length):
             raise RequestError("max_tokens", f"max_tokens={keep}: {len(ids)} prompt tokens + {config.gen_length} to "
                                f"decode exceed {route.version.model}'s context of {context}")
-        return Parsed(ids, config, keep, ignored)
+        peak = footprint(handle, len(ids), config).per_row
+        budget = route.loaded.batcher.memory_budget
+        if budget is not None and peak > budget:
+            raise RequestError(None, f"decoding {len(ids)} prompt tokens + {config.gen_length} needs {mib(peak)} at its "
+                               f"peak, above this server's memory budget of {mib(budget)} (--memory-budget)",
+                               503, "insufficient_memory")
+        return Parsed(ids, config, keep, ignored, peak)
 
     def prompt_ids(self, route: Route, field: str, prompt: str | list[int]) -> list[int]:
         """A prompt's token ids: a text tokenized, or ids checked against the vocabulary."""
@@ -232,9 +240,10 @@ class LocalServing:
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             for i, p, config in planned:
-                key = batch_key(config, row_seeded(handle))
+                key = batch_key(config, row_seeded(handle), handle.kind)
                 feed = RowFeed() if body.stream else None
-                future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None)
+                future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None,
+                                                     peak=p.peak)
                 if feed:
                     feed.future = future
                 echo = asked.prompts[i] if getattr(body, "echo", False) else ""
