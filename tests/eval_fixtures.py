@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import save_checkpoint
+from models.loading import WEIGHTS_DIR
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import build_char_tokenizer, special_ids
 
@@ -87,5 +88,7 @@ def write_diffusion_gemma(folder: Path, seed: int = 0) -> Path:
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0  # the tokenizer's EOS and pad
     model.save_pretrained(folder)
     build_char_tokenizer("").save(str(folder / "tokenizer.json"))
+    # the bundled models' chat template (single-turn: the last user message is the prompt), as random_weights does
+    shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny block-diffusion test model\n")
     return folder
