@@ -27,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from models.checkpoint import resolve_device, save_checkpoint
+from models.checkpoint import read_tensors, resolve_device, save_checkpoint
+from models.digest import weights_sha256
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import special_ids
 
@@ -225,8 +226,6 @@ def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg:
 
 def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> tuple[TrainConfig, TrainState]:
     """Restore weights, optimizer moments and the step counter from `folder/last` (or `folder`)."""
-    from models.checkpoint import read_tensors
-
     folder = folder / "last" if (folder / "last").is_dir() else folder
     meta_path = folder / "trainer_state.json"
     if not meta_path.is_file():
@@ -270,8 +269,6 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
     """Load `cfg.init_from` (relative paths under `base`, the state folder) into `model`; its weights' sha256."""
     if not cfg.init_from:
         return None
-    from models.checkpoint import read_tensors
-    from models.digest import weights_sha256
 
     folder = Path(cfg.init_from)
     if not folder.is_absolute() and base is not None:
