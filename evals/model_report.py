@@ -19,6 +19,7 @@ from evals.bench import VARIANTS
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
+from models import load
 from models.checkpoint import load_checkpoint, resolve_device
 from models.pull import sha256_of
 from sampler import SamplerConfig
@@ -158,7 +159,6 @@ def main() -> None:
         device = resolve_device(args.device)
     except ValueError as exc:
         parser.error(f"--device: {exc}")
-    from models import load
 
     loaded = load(args.model, device=device)
     gen_lengths = {k: int(v) for k, v in (g.split("=") for g in args.gen_length)}
