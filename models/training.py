@@ -304,6 +304,52 @@ def train(
     """
     console = console or Console()
     ids = special_ids(tokenizer)
+    cfg, model, optimizer, state, init_sha = start_training(cfg, tokenizer, state_dir, resume, console, device,
+                                                            init_base)
+    model.train()
+    start_wall = time.perf_counter() - state.wall_seconds
+    window = _LogWindow()
+    last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
+    progress = Progress(
+        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+    )
+    window.start = time.perf_counter()
+    with progress:
+        bar = progress.add_task("train", total=cfg.steps, completed=state.step, info="")
+        while state.step < last_step:
+            step = state.step
+            loss, tokens = step_loss(cfg, model, tokenizer, source.batch(step), ids, step)
+            optimizer_step(cfg, model, optimizer, loss, step)
+            value = loss.item()
+            state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
+            state.step += 1
+            window.add(tokens.numel(), value)
+            state.wall_seconds = time.perf_counter() - start_wall
+            progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
+            if state.step % cfg.log_every == 0 or state.step == last_step:
+                entry = window.entry(state, learning_rate(cfg, step))
+                state.history.append(entry)
+                progress.console.print(json.dumps(entry), highlight=False, markup=False, soft_wrap=True)
+                if on_log:
+                    on_log(entry)
+                window.reset()
+            if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
+                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer)
+    model.eval()
+    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
+                                                           "wall_seconds": round(state.wall_seconds, 1),
+                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4),
+                                                           **({"init_sha256": init_sha} if init_sha else {})}}
+    save_checkpoint(model, out_dir, tokenizer=tokenizer, extra_config=extra)
+    return model, state
+
+
+def start_training(cfg: TrainConfig, tokenizer: Tokenizer, state_dir: Path, resume: bool, console: Console,
+                   device: str, init_base: Path | None,
+                   ) -> tuple[TrainConfig, LLaDAModelLM, torch.optim.Optimizer, TrainState, str | None]:
+    """The seeded model and optimizer, the initial weights loaded, and with `resume` the saved state (whose
+    recipe wins, the schedule fields aside): (cfg, model, optimizer, state, initial weights' sha256)."""
     torch.manual_seed(cfg.seed)
     model = init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed).to(resolve_device(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
@@ -315,57 +361,47 @@ def train(
         if replace(saved_cfg, **schedule) != cfg:
             console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)")
         cfg = replace(saved_cfg, **schedule)
-    model.train()
-    start_wall = time.perf_counter() - state.wall_seconds
-    tokens_seen, window_loss, window_steps = 0, 0.0, 0
-    last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
-    progress = Progress(
-        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-    )
-    window_start = time.perf_counter()
-    with progress:
-        bar = progress.add_task("train", total=cfg.steps, completed=state.step, info="")
-        while state.step < last_step:
-            step = state.step
-            batch = source.batch(step)
-            generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            if cfg.causal:
-                tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
-                loss = autoregressive_loss(model, tokens, attention, target)
-            else:
-                canvas = draw_canvas(cfg, batch.gen_length, generator)
-                batch = trim_rows(cfg, batch, canvas, tokenizer)
-                tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
-                loss = diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(cfg, step)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            value = loss.item()
-            state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
-            state.step += 1
-            tokens_seen += tokens.numel()
-            window_loss, window_steps = window_loss + value, window_steps + 1
-            state.wall_seconds = time.perf_counter() - start_wall
-            progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
-            if state.step % cfg.log_every == 0 or state.step == last_step:
-                elapsed = time.perf_counter() - window_start
-                entry = {"step": state.step, "loss": round(window_loss / window_steps, 4), "loss_ema": round(state.loss_ema, 4), "lr": learning_rate(cfg, step),
-                         "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
-                state.history.append(entry)
-                progress.console.print(json.dumps(entry), highlight=False, markup=False, soft_wrap=True)
-                if on_log:
-                    on_log(entry)
-                tokens_seen, window_loss, window_steps, window_start = 0, 0.0, 0, time.perf_counter()
-            if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
-                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer)
-    model.eval()
-    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
-                                                           "wall_seconds": round(state.wall_seconds, 1),
-                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4),
-                                                           **({"init_sha256": init_sha} if init_sha else {})}}
-    save_checkpoint(model, out_dir, tokenizer=tokenizer, extra_config=extra)
-    return model, state
+    return cfg, model, optimizer, state, init_sha
+
+
+def step_loss(cfg: TrainConfig, model: LLaDAModelLM, tokenizer: Tokenizer, batch: Batch, ids: dict,
+              step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's loss on `batch` and the tokens it read; the masking noise is seeded by (cfg.seed, step)."""
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    if cfg.causal:
+        tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
+        return autoregressive_loss(model, tokens, attention, target), tokens
+    canvas = draw_canvas(cfg, batch.gen_length, generator)
+    batch = trim_rows(cfg, batch, canvas, tokenizer)
+    tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
+    return diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator), tokens
+
+
+def optimizer_step(cfg: TrainConfig, model: LLaDAModelLM, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                   step: int) -> None:
+    """Backward, clip and step at the schedule's learning rate for `step`."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(cfg, step)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+
+
+class _LogWindow:
+    """The steps since the last log line: their tokens and losses, and when the window started."""
+
+    def __init__(self) -> None:
+        self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, 0.0
+
+    def add(self, tokens: int, loss: float) -> None:
+        self.tokens += tokens
+        self.loss, self.steps = self.loss + loss, self.steps + 1
+
+    def entry(self, state: TrainState, lr: float) -> dict:
+        elapsed = time.perf_counter() - self.start
+        return {"step": state.step, "loss": round(self.loss / self.steps, 4), "loss_ema": round(state.loss_ema, 4),
+                "lr": lr, "tokens_per_s": round(self.tokens / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
+
+    def reset(self) -> None:
+        self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, time.perf_counter()
