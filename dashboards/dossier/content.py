@@ -14,7 +14,7 @@ from checklists import STAGES, ChecklistError, load_checklist
 from dashboards.dossier.decision import decision_part
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.evaluate import GateResult
+from gates.results import GateResult
 from gates.intervals import wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from gates.readable import gate_threshold, gate_value
