@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from evals.bench_summary import length_aup, summary_notes, verdicts
 from evals.measure import PeakMemory
 from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
@@ -283,8 +284,6 @@ class VariantRun:
 def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
                  complete: bool = True) -> BenchReport:
     """The report of the rows measured so far (`complete=False` for a partial one): notes, verdicts, AUP."""
-    from evals.bench_summary import length_aup, summary_notes, verdicts  # the lines read rows, never this module
-
     notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
     device = str(next(loaded.model.parameters()).device)
     return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=list(rows),

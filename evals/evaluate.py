@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from evals import tasks as t
 from evals.fingerprint import dataset_hash, environment_fingerprint
-from evals.measure import RequestResult, measure
+from evals.measure import RequestResult, measure, measure_endpoint
 from evals.records import EvalRecord
+from evals.tasks import mean_score
 
 
 @dataclass
@@ -32,8 +34,6 @@ class TaskData:
 def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: int = 0, file: str | None = None,
               limit: int | None = None, train_file: str | None = None, train_sample: int = 2000) -> TaskData:
     """A generated task split, or a GSM8K-format JSONL file (ValueError names the file and line)."""
-    from evals import tasks as t
-
     if file:
         items = t.load_gsm8k(file, split=split, limit=limit)
         if not items:
@@ -50,8 +50,6 @@ def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: i
 
 def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> dict[str, float | None]:
     """accuracy (the first metric), and strict / flexible for GSM8K-format tasks; a failed item is wrong."""
-    from evals.tasks import mean_score
-
     out: dict[str, float | None] = {"accuracy": mean_score(metrics[0], responses, targets),
                                     "accuracy_strict": None, "accuracy_flexible": None}
     if "strict-match" in metrics:
@@ -90,7 +88,6 @@ def evaluate_point(
     """Measure and score one point under its effective config; the record is not yet validated (see evals.validation)."""
     loaded = candidate.loaded
     if loaded.kind == "api":  # text in, text out, through the endpoint: no token ids, no local decoder
-        from evals.measure import measure_endpoint
 
         def heard(answer: Any) -> None:
             if on_request is not None:

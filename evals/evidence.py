@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from evals.pipeline import EvidenceFiles, assemble_evidence, check_license, probe_point
+from evals.plots import plot_quality_latency
 from evals.records import CandidateEvidence
 
 
@@ -33,14 +35,10 @@ def gather_evidence(
     spec, result: evals.sweep.SweepSpec and SweepResult. on_result(kind, value) is told each
     LicenseResult ("license") and ReproducibilityResult ("reproducibility") as it is made.
     """
-    from evals.pipeline import EvidenceFiles, assemble_evidence, check_license, probe_point
-
     notify = on_result or (lambda kind, value: None)
     files = EvidenceFiles(Path(result.folder))
     evidence = SweepEvidence(candidates=[])
     if plots and result.records:
-        from evals.plots import plot_quality_latency
-
         evidence.plots = plot_quality_latency(result.records, result.folder)
     for prepared in result.candidates:
         plan = result.plans[prepared.candidate]

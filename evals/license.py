@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from evals.records import LicenseResult
+from models.catalog import load_catalog
 from models.unique_keys import load_yaml
 
 POLICY_PATH = Path(__file__).resolve().parent / "license_policy.yaml"
@@ -194,8 +195,6 @@ def license_for_entry(entry: Any, card: dict[str, Any] | None = None, policy: Li
 def license_for_model(ref: str, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None) -> LicenseResult:
     """The catalog entry's license checked against `card`; a model outside the catalog is judged by its card."""
     try:
-        from models.catalog import load_catalog
-
         catalog = load_catalog()
     except Exception as e:  # a broken catalog is itself worth a finding, not a crash
         catalog, reason = None, f"catalog unreadable: {e}"

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from evals.fingerprint import output_hash
+from evals.loadtest import LoadSpec, run_load
 from sampler.decode import decode_prompts
 
 MAX_ERROR_MESSAGES = 5
@@ -237,8 +238,6 @@ def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
     and memory are not measurable through an API: None, not zero.
     """
     import hashlib
-
-    from evals.loadtest import LoadSpec, run_load
 
     spec = LoadSpec(base_url=adapter.base_url, models=(adapter.api_model,), concurrency=(1,), requests=len(prompts),
                     max_tokens=config.gen_length, temperature=config.temperature, endpoint="chat",

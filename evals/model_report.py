@@ -19,6 +19,7 @@ from evals.bench import VARIANTS
 from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
+from models import load
 from models.checkpoint import load_checkpoint, resolve_device
 from models.pull import sha256_of
 from sampler import SamplerConfig
@@ -158,7 +159,6 @@ def main() -> None:
         device = resolve_device(args.device)
     except ValueError as exc:
         parser.error(f"--device: {exc}")
-    from models import load
 
     loaded = load(args.model, device=device)
     gen_lengths = {k: int(v) for k, v in (g.split("=") for g in args.gen_length)}
@@ -238,20 +238,31 @@ def reproduce_training(model_id: str, recipe: dict, training: dict) -> str:
 def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = None, notes: str = "",
                reproduce: list[str] | None = None) -> Path:
     """Write `folder/MODEL_CARD.md` from config.json's training record and the measured rows."""
+    import yaml
+
     config = json.loads((folder / "config.json").read_text())
-    training = config.get("unmask_training", {})
-    recipe = training.get("recipe", {})
-    causal = bool(config.get("causal"))
-    model_id = recipe.get("model_id", folder.name)
+    model_id = config.get("unmask_training", {}).get("recipe", {}).get("model_id", folder.name)
     params = sum(v.numel() for v in load_checkpoint(folder).model.parameters())
     sha = sha256_of(folder / "model.safetensors")
+    header = card_header(folder, config, model_id, rows, params, sha)
+    reproduce = reproduce or [f"python -m evals.model_report models/weights/{model_id} --split test"]
+    body = card_body(config, model_id, rows, params, sha, reproduce)
+    body += card_sections(rows, peer_rows, notes, causal=bool(config.get("causal")))
+    path = folder / "MODEL_CARD.md"
+    path.write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n" + body)
+    return path
+
+
+def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], params: int, sha: str) -> dict:
+    """The card's YAML front matter: identity, digests, training figures and the best held-out scores."""
+    training = config.get("unmask_training", {})
     best = {r["task"]: r["accuracy"] for r in rows if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length
             and r.get("mode", "vanilla") == "vanilla"}
-    header = {
+    return {
         "license": "Apache-2.0",
         "model_id": model_id,
         "family": "llada",
-        "kind": "autoregressive" if causal else "masked-diffusion",
+        "kind": "autoregressive" if config.get("causal") else "masked-diffusion",
         "parameters": params,
         "languages": ["en", "ko"],
         "tasks": list(TASKS),
@@ -262,8 +273,13 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
         "final_loss_ema": training.get("final_loss_ema"),
         "heldout_test": {t: {m: round(v, 4) for m, v in acc.items()} for t, acc in best.items()},
     }
-    import yaml
 
+
+def card_body(config: dict, model_id: str, rows: list[dict], params: int, sha: str, reproduce: list[str]) -> str:
+    """The card's text through the held-out scores: architecture, training data, training, scores table."""
+    training = config.get("unmask_training", {})
+    recipe = training.get("recipe", {})
+    causal = bool(config.get("causal"))
     decoding = ("greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens"
                 if causal else "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking")
     objective = ("next-token cross-entropy on the response and one closing EOS (causal mask)" if causal else
@@ -271,8 +287,7 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
                  "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
                  "never masked; the response is padded with EOS to the canvas length and the padding is trained")
     sizes = ", ".join(f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items())
-    reproduce = reproduce or [f"python -m evals.model_report models/weights/{model_id} --split test"]
-    body = f"""# {model_id}
+    return f"""# {model_id}
 
 A {'causal (autoregressive)' if causal else 'masked-diffusion'} model in the native LLaDA layout
 ({recipe.get('n_layers')} layers, d_model {recipe.get('d_model')}, {recipe.get('n_heads')} heads, SwiGLU
@@ -307,6 +322,11 @@ Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
 
 {scores_table(rows)}
 """
+
+
+def card_sections(rows: list[dict], peer_rows: list[dict] | None, notes: str, causal: bool) -> str:
+    """The card's closing sections: the ratio columns' note, modes, sort bands, the twin and the notes."""
+    body = ""
     if not causal:
         body += """
 Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length / ratio).
@@ -324,9 +344,7 @@ Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length
         body += "\n## The twin, for comparison\n\n" + scores_table(peer_rows) + "\n"
     if notes:
         body += "\n## Notes\n\n" + notes.strip() + "\n"
-    path = folder / "MODEL_CARD.md"
-    path.write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n" + body)
-    return path
+    return body
 
 
 if __name__ == "__main__":

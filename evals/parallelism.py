@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+from evals.plots import point_label
 
 ALPHA = 3.0  # the paper's penalty for accuracy below y_max
 MAX_DROP = 0.05  # points more than 5 accuracy points below the least parallel one are not on the curve
@@ -88,8 +89,6 @@ def record_curves(records: Iterable[Any]) -> dict[tuple[str, str, int], AUPResul
     """{(candidate, task, gen_length): AUPResult} over validated records that measured TPF (one point per config).
 
     Records with `valid` other than True, or without a tokens-per-forward (an API model), are not on a curve."""
-    from evals.plots import point_label
-
     groups: dict[tuple[str, str, int], list[Any]] = {}
     for r in records:
         if r.valid is True and r.tokens_per_forward:

@@ -17,10 +17,25 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from evals import validation
 from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
 from evals.fingerprint import package_version
+from evals.license import license_for_model
 from evals.measure import RequestResult
+from evals.parallelism import parallelism_summary
+from evals.plots import plot_quality_latency
+from evals.points import build_config, point_problems, valid_points
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from evals.reproducibility import probe
+from evals.store import RecordStore
+from evals.validation import TaskDataError, check_task
+from models import load
+from models.catalog import load_catalog
+from models.digest import weight_files
+from models.loading import catalog_decoding, catalog_entry, resolve_model_path
+from models.pull import pull, pulled_path
+from sampler.decode import DecodeError, check_fits, check_prompt_text
+from sampler.effective import config_from_dict, effective_config
 
 UNMASK_VERSION = package_version("unmask") or "0+unknown"
 PROBE_PROMPTS = 4  # prompts of the first point that the reproducibility probe decodes
@@ -91,34 +106,24 @@ _load_lock = threading.Lock()
 
 def weights_signature(path: Path) -> tuple:
     """Names, sizes and mtimes of the weight files: a changed file reloads, without hashing it."""
-    from models.digest import weight_files
-
     files = weight_files(path) if path.is_dir() else []
     return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file())
 
 
 @functools.lru_cache(maxsize=2)
 def _handle(ref: str, device: str, dtype: str, signature: tuple, decoding: str):
-    from models import load
-
     return load(ref, device=device, dtype=dtype)
 
 
 def api_entry(ref: str):
     """The catalog entry of `ref` when it is an API model (text in, text out), else None."""
-    from models.loading import catalog_entry
-
     entry = catalog_entry(ref)
     return entry if entry is not None and entry.is_api else None
 
 
 def handle_for(ref: str, device: str = "cpu", dtype: str = "float32"):
     """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point)."""
-    from models.loading import catalog_decoding, resolve_model_path
-
     if api_entry(ref) is not None:  # nothing to load: the adapter holds the endpoint
-        from models import load
-
         return load(ref)
     path = resolve_model_path(ref)
     decoding = json.dumps(catalog_decoding(ref), sort_keys=True, default=str)
@@ -140,10 +145,6 @@ def task_data(task_fields: dict[str, Any]) -> TaskData:
 
 def model_folder(ref: str) -> Path:
     """The model's folder; a catalog entry from the Hub that is not pulled yet is pulled and verified."""
-    from models.catalog import load_catalog
-    from models.loading import resolve_model_path
-    from models.pull import pull, pulled_path
-
     if not Path(ref).expanduser().is_dir():
         catalog = load_catalog()
         if ref in catalog:
@@ -158,8 +159,6 @@ def identity(ref: str, handle: Any) -> tuple[str, str, str]:
     kind = handle.kind
     role, revision = ("fallback" if kind == "autoregressive" else "candidate"), ""
     try:
-        from models.catalog import load_catalog
-
         catalog = load_catalog()
         if ref in catalog:
             entry = catalog.get(ref)
@@ -193,11 +192,6 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     """The sweep's valid points for this candidate, each with its effective config and the hashes
     that key its cache; the task data is validated first (TaskDataError says what is wrong)."""
     from dataclasses import asdict
-
-    from evals.points import build_config, point_problems, valid_points
-    from evals.validation import TaskDataError, check_task
-    from sampler.decode import DecodeError, check_fits, check_prompt_text
-    from sampler.effective import effective_config
 
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
     points, skipped, checked = [], [], {}
@@ -244,9 +238,6 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
 
     on_request hears each timed request's result; on_item hears (done, total) after each of the point's
     items, 1..n for an n-item point (the progress inside a long point)."""
-    from evals.validation import validate_record
-    from sampler.effective import config_from_dict
-
     if plan.threads:  # on a shared CPU, more threads than free cores makes every forward much slower
         import torch
 
@@ -271,7 +262,7 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
                             batch_size=m.get("batch_size", 1), throughput_items=m.get("throughput_items"),
                             sweep=plan.name, on_request=heard)
     try:
-        outcome = validate_record(record, html=html)
+        outcome = validation.validate_record(record, html=html)  # looked up now: a test breaks the validator
     except Exception as e:
         record.valid = False
         record.validation = {"success": False, "failed": [], "error": f"validation could not run: {e}"}
@@ -281,9 +272,6 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
 
 def probe_point(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) -> ReproducibilityResult:
     """Same-process, fresh-process and batch-invariance probe of a point (the candidate's first)."""
-    from evals.reproducibility import probe
-    from sampler.effective import config_from_dict
-
     handle = handle_for(point.ref, plan.device, plan.dtype)
     prompts = [handle.encode(item.prompt) for item in task_data(point.task).items[:PROBE_PROMPTS]]
     return probe(handle, config_from_dict(point.config), prompts, candidate=point.candidate, device=plan.device,
@@ -292,8 +280,6 @@ def probe_point(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) 
 
 def check_license(prepared: PreparedCandidate) -> LicenseResult:
     """The catalog license checked against the model card (evals.license)."""
-    from evals.license import license_for_model
-
     card = {k: v for k, v in prepared.card.items() if k != "source"}
     result = license_for_model(prepared.ref, card or None)
     result.candidate = prepared.candidate
@@ -323,8 +309,6 @@ class EvidenceFiles:
     problems: list[str] = field(default_factory=list)
 
     def write_plan(self, plans: list[SweepPlan], spec: Any) -> None:
-        from evals.store import RecordStore
-
         store = RecordStore(self.folder)
         for plan in plans:
             for name, summary in plan.task_validation.items():
@@ -336,9 +320,6 @@ class EvidenceFiles:
 
     def write_evidence(self, failures: list[str], plots: list[Path] | None = None,
                        records: list[EvalRecord] | None = None) -> None:
-        from evals.parallelism import parallelism_summary
-        from evals.store import RecordStore
-
         store = RecordStore(self.folder)
         store.write_json("license.json", self.licenses)
         if records:
@@ -364,8 +345,6 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
     """One candidate's evaluation folder, as `unmask eval` leaves it: the plan's task checks and
     sweep.json, records (JSONL, Parquet, CSV) with their validation results and Data Docs pages,
     quality-latency plots, license.json, reproducibility.json and failures.json."""
-    from evals.store import RecordStore
-
     store = RecordStore(folder)
     files = EvidenceFiles(store.folder, licenses=[license.to_dict()],
                           reproducibility=[reproducibility.to_dict()] if reproducibility else [])
@@ -373,8 +352,6 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
     for point in measured:
         store_measured(store, point)
     if store.records:
-        from evals.plots import plot_quality_latency
-
         plot_quality_latency(store.records, store.folder)
     files.write_evidence(failures, records=store.records)
     return store.folder

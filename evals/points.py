@@ -9,6 +9,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import fields as dc_fields
 from typing import Any
+from evals.tasks import GSM8KTask, get_task
+from sampler import SamplerConfig
+from sampler.effective import settings_read
 
 DEFAULT_BACKEND = "torch"
 
@@ -26,8 +29,6 @@ def settings_for(spec: Any, point: dict[str, Any], gen_length: int, kind: str = 
     """The full settings of a point: base, then the point, keeping what a model of `kind` reads
     (sampler.effective.settings_read). An AR point keeps the base's block width for its first-block
     clock; a block-diffusion point's block is the model's canvas."""
-    from sampler.effective import settings_read
-
     settings = {"gen_length": gen_length} | spec.base | point
     read = settings_read(kind)
     if read is not None:
@@ -47,8 +48,6 @@ def settings_for(spec: Any, point: dict[str, Any], gen_length: int, kind: str = 
 
 def build_config(settings: dict[str, Any], ids: dict[str, Any] | None = None):
     """(SamplerConfig, backend) from point settings; ValueError says which setting is wrong."""
-    from sampler import SamplerConfig
-
     settings = dict(settings)
     backend = settings.get("backend", DEFAULT_BACKEND)
     if "backend" not in {f.name for f in dc_fields(SamplerConfig)}:
@@ -87,9 +86,6 @@ def valid_points(spec: Any, task: Any, kind: str = "masked-diffusion") -> list[d
 
 def task_gen_length(task: Any) -> int:
     if task.file:
-        from evals.tasks import GSM8KTask
-
         return GSM8KTask().gen_length
-    from evals.tasks import get_task
 
     return get_task(task.task).gen_length

@@ -20,8 +20,11 @@ import torch
 
 from evals.fingerprint import environment_fingerprint, output_hash
 from evals.measure import describe_error
+from evals.points import build_config
 from evals.records import ReproducibilityResult
+from models import load
 from sampler.decode import decode_prompts
+from sampler.effective import config_from_dict, effective_config
 
 # Fingerprint keys that may differ between two processes without saying anything about the output.
 VOLATILE_KEYS = {"executable"}
@@ -159,8 +162,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from models import load
-    from sampler.effective import config_from_dict
 
     loaded = load(args.model, device=args.device, dtype=args.dtype)
     config = config_from_dict(json.loads(args.config))
@@ -174,10 +175,6 @@ def main(argv: list[str] | None = None) -> None:
 def probe_model(ref: str, settings: dict[str, Any], prompts: list[str], *, device: str = "cpu",
                 dtype: str = "float32", fresh_process: bool = True) -> ReproducibilityResult:
     """Load `ref`, build its effective config from sweep `settings` and probe it on text prompts."""
-    from evals.points import build_config
-    from models import load
-    from sampler.effective import effective_config
-
     loaded = load(ref, device=device, dtype=dtype)
     config = effective_config(loaded, build_config(settings, loaded.sampler_ids())[0])
     ids = [loaded.encode(p) for p in prompts]

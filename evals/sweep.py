@@ -27,14 +27,17 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from evals.pipeline import PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points, task_data
+from evals.pipeline import (EvidenceFiles, PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points,
+                            prepare_candidate, store_measured, task_data)
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
+from evals.store import RecordStore
+from evals.tasks import SPLITS, TASKS
 from models.catalog import CatalogError, load_catalog
-from models.loading import DEVICE_PATTERN, DTYPES, WEIGHTS_DIR
-from sampler.config import SamplerConfig
-from models.state import TOKEN
+from models.loading import DEVICE_PATTERN, DTYPES, WEIGHTS_DIR, model_kind
+from models.state import TOKEN, state_dir
 from models.unique_keys import DuplicateKeyError, load_yaml
+from sampler.config import SamplerConfig
 
 TOP_KEYS = {"name", "models", "tasks", "base", "grid", "measure", "device", "dtype", "threads", "description"}
 TASK_KEYS = {"task", "split", "n", "seed", "file", "limit", "train_file"}
@@ -78,8 +81,6 @@ class SweepSpec:
 
 def sampler_keys() -> set[str]:
     """Settings a sweep may set: the SamplerConfig fields of this checkout, plus `backend`."""
-    from sampler import SamplerConfig
-
     return {f.name for f in dc_fields(SamplerConfig)} | {"backend"}
 
 
@@ -216,8 +217,6 @@ def parse_task(raw: Any, index: int, fail) -> TaskSpec:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "seed" else 1)):
             raise fail(f"{where}.{key}", f"must be a positive integer, got {value!r}")
     if raw.get("task"):
-        from evals.tasks import SPLITS, TASKS
-
         if raw["task"] not in TASKS:
             raise fail(f"{where}.task", f"is {raw['task']!r}; known tasks: {', '.join(TASKS)}")
         if raw.get("split", "test") not in SPLITS:
@@ -242,8 +241,6 @@ class SweepResult:
 
 def model_is_causal(ref: str) -> bool:
     """Whether a model is the autoregressive kind, from its config.json (no weights read)."""
-    from models.loading import model_kind
-
     return model_kind(ref) == "autoregressive"
 
 
@@ -263,9 +260,6 @@ def run_sweep(
     measure_cells(plans), when given, measures the planned cells elsewhere (a cluster: flows.cells.fan_out) and
     yields (point, MeasuredPoint or the error in words) per cell; each is validated and saved here as it comes.
     """
-    from evals.pipeline import EvidenceFiles, prepare_candidate, store_measured
-    from evals.store import RecordStore
-
     notify = on_event or (lambda kind, info: None)
     store = RecordStore(folder)
     result = SweepResult(records=store.records, failures=[], skipped=[], folder=store.folder)
@@ -316,8 +310,6 @@ def run_sweep(
 def catalog_settings(ref: str) -> dict[str, Any]:
     """The catalog's decoding defaults of `ref` that are SamplerConfig settings (empty outside the catalog)."""
     try:
-        from models.catalog import load_catalog
-
         catalog = load_catalog()
     except Exception:  # no usable catalog: no defaults
         return {}
@@ -332,8 +324,6 @@ def with_items(sweep: str | Path, items: Callable[[str], int]) -> str:
     of a task file that has one); the file itself when it asks enough already. A raised copy is written to
     `<state>/sweeps/<name>-<sha>.yaml` (its own sweep, so its points are cached apart)."""
     import hashlib
-
-    from models.state import state_dir
 
     load_sweep(sweep)  # a broken sweep is named as the file it is, not as the copy
     data = load_yaml(Path(sweep).read_text(encoding="utf-8"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from models.state import state_dir
 
 # Offline-friendly defaults; a user's own environment always wins (setdefault).
 QUIET_DEFAULTS = {
@@ -26,7 +27,6 @@ def configure_environment() -> Path:
     for key, value in QUIET_DEFAULTS.items():
         os.environ.setdefault(key, value)
     # only now: importing `models` loads torch and tokenizers, which should start with the defaults in place
-    from models.state import state_dir
 
     state = state_dir()
     os.environ.setdefault("PREFECT_HOME", str(state / "prefect"))

@@ -19,11 +19,14 @@ from pydantic import BaseModel, Field
 
 from evals.sweep import default_sweep_path
 from flows import tasks
+from flows.outbox import outbox_dir
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from flows.runners import RunnerKind, cell_resources, check_cell_resources, make_task_runner, runner_kind
+from gates.evaluate import gate_report_markdown
 from gates.promotion import PromotionDecision
 from gates.stages import qualified_stage
+from registry.connection import resolve_tracking_uri
 from registry.links import mlflow_ui_command, run_link
 
 class EvaluationOptions(BaseModel):
@@ -90,8 +93,6 @@ def measure_all(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
 def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
                        options: EvaluationOptions = EvaluationOptions()) -> dict[str, Any]:
     """Pull and verify, load, measure every sweep point (cached), probe, check the license, log and judge."""
-    from registry.connection import resolve_tracking_uri
-
     tracking_uri = resolve_tracking_uri()
     prepared = tasks.prepare_candidate(model_id)
     report("stage", candidate=prepared.candidate, step="planning the sweep")
@@ -141,8 +142,6 @@ def evaluate_on(options: EvaluationOptions):
 
 def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:
     """Log to MLflow with retries; when that fails, say so clearly, keeping the evidence in the outbox."""
-    from flows.outbox import outbox_dir
-
     log = tasks.log_evidence.with_options(retries=options.mlflow_retries,
                                           retry_delay_seconds=options.mlflow_retry_delay_s)
     state = log(evidence, tracking_uri, return_state=True)
@@ -163,8 +162,6 @@ def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]
 
 
 def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
-    from gates.evaluate import gate_report_markdown
-
     outcome = CandidateOutcome.of(outcome)
     lines = [f"# {outcome.candidate} v{outcome.version}", "",
              f"- qualifies for: **{outcome.qualified or 'no stage yet'}**",

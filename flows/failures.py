@@ -13,6 +13,7 @@ import os
 import sqlite3
 import traceback
 from pathlib import Path
+from models.state import state_dir
 
 DEBUG_ENV = "UNMASK_DEBUG"
 LOG_NAME = "errors.log"
@@ -31,7 +32,6 @@ def _store() -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    from models.state import state_dir
 
     return str(state_dir(create=False) / "mlflow" / "mlflow.db")
 
@@ -113,8 +113,6 @@ def _first_line(exc: BaseException) -> str:
 def log_traceback(exc: BaseException, command: str) -> Path | None:
     """Append the traceback to <state>/logs/errors.log; None when even that cannot be written."""
     try:
-        from models.state import state_dir
-
         folder = state_dir(create=False) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOG_NAME

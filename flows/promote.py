@@ -27,7 +27,7 @@ from gates import load_policy
 from gates.promotion import SETTLED_BY_AN_APPROVER
 from registry import CANDIDATE_ALIAS, Registry, judge, promote
 from registry.connection import resolve_tracking_uri
-from registry.promotion import approval_of
+from registry.approvals import approval_of
 
 PROMOTE_FLOW = "promote"
 

@@ -19,6 +19,7 @@ from flows.evaluate import EvaluationOptions, evaluate_on
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from gates import load_policy
+from gates.evaluate import SIGNED_KINDS
 from gates.scoring import alternative, rank
 from gates.stages import next_stage
 from models.catalog import load_catalog
@@ -118,8 +119,6 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
         outcomes.append(outcome)
     # Hard gates filter first; scores rank the models that passed every measured gate of the stage (open
     # sign-offs keep a model from promotion, not from the ranking: "ranked on evidence").
-    from gates import load_policy
-    from gates.evaluate import SIGNED_KINDS
 
     signed = {g.name for g in load_policy(options.policy).stage(score_stage).gates if g.kind in SIGNED_KINDS}
     versions = {o.candidate: o.version for o in outcomes if o.passed(score_stage, signed)}

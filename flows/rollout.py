@@ -34,13 +34,22 @@ from evals.canary_probes import read_probe_results
 from flows.evaluate import slug
 from flows.rollout_preflight import preflight_problems
 from flows.rollout_probes import probes_for
-from gates.stages import previous_stage
 from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
                                  set_route_weights)
+from gates import load_policy
+from gates.canary import Observation, analyse
 from gates.promotion import ReasonKind
-from registry.approvals import approvals_of, close
+from gates.rollout_policy import ADVANCE, COMPLETE, PAUSE, REPEAT, RolloutPolicy, decide_step, load_rollout_policy
+from gates.serving_policy import load_serving_policy
+from gates.stages import previous_stage
+from registry import Registry, audit_events, judge, promote, recover, stage_holder
+from registry.approvals import approvals_of, close, duties_for, open_request
+from registry.connection import resolve_tracking_uri
+from registry.identity import actor_for
+from registry.promotion import PromotionRefused
+from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.serving import holder as alias_holder
-from registry.store import model_tag
+from registry.store import FALLBACK_ALIAS, model_tag
 
 ROLLOUT_FLOW = "rollout"
 FLUSH_GRACE_S = 2.5  # the request log flushes every 2 s: rows of an interval's last moments land this late
@@ -71,16 +80,6 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs. With
     `server_url` the live server must serve both arms (route, aliases, versions, weights) first, and the
     policy's probes are sent there."""
-    from gates import load_policy
-    from gates.rollout_policy import load_rollout_policy
-    from gates.serving_policy import load_serving_policy
-    from registry import Registry, judge, stage_holder
-    from registry import audit_events
-    from registry.approvals import duties_for, open_request
-    from registry.identity import actor_for
-    from registry.rollouts import start_rollout_run
-    from registry.store import FALLBACK_ALIAS
-
     action = f"rollout of {model} to {stage} on route {route}"
     serving = load_serving_policy(routes_path)
     rollout_policy = load_rollout_policy(routes_path)
@@ -167,11 +166,6 @@ def wait_interval(rollout_id: str, seconds: float) -> None:
 @task(name="analyse-step", cache_policy=NO_CACHE, persist_result=False)
 def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> dict[str, Any]:
     """The canary analysis of the route's requests in [since, until), logged to MLflow and the state."""
-    from gates.canary import Observation, analyse
-    from gates.rollout_policy import RolloutPolicy
-    from registry import Registry
-    from registry.rollouts import log_analysis
-
     state = load_state(rollout_id)
     policy = RolloutPolicy.from_dict(state.policy)
     end = datetime.fromisoformat(until)
@@ -197,9 +191,6 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
 @task(name="promote-version", cache_policy=NO_CACHE, persist_result=False)
 def promote_version(rollout_id: str, tracking_uri: str) -> dict[str, Any]:
     """At 100% and a pass: the version takes the stage through the promotion rules; the overlay entry goes."""
-    from gates import load_policy
-    from registry import Registry, promote
-
     state = load_state(rollout_id)
     move = promote(state.model, state.stage, version=state.version, registry=Registry(tracking_uri),
                    policy=load_policy(state.gates_policy or None),
@@ -212,10 +203,6 @@ def promote_version(rollout_id: str, tracking_uri: str) -> dict[str, Any]:
 def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rollout_rollback") -> dict[str, Any]:
     """Candidate weight to 0 first, then the audit entry with the analysis that led here; the stage alias never
     moved (it moves only at the end), so it stays on the last known good version."""
-    from registry import Registry, stage_holder
-    from registry import audit_events
-    from registry.identity import actor_for
-
     state = load_state(rollout_id)
     set_route_weights(state.route, {state.candidate: 0, state.baseline: 100})
     registry = Registry(tracking_uri)
@@ -246,9 +233,6 @@ def void_approvals(registry: Any, state: RolloutState, status: str, actor: Any) 
 
 
 def _finish(state: RolloutState, status: str, reason: str, tracking_uri: str, **details: Any) -> None:
-    from registry import Registry
-    from registry.rollouts import set_rollout_status
-
     state.status, state.reason = status, reason
     state.event(status, reason=reason, **details)
     set_rollout_status(Registry(tracking_uri), state.run_id, status, reason)
@@ -285,12 +269,6 @@ class Outcome:
 @flow(name=ROLLOUT_FLOW, flow_run_name="rollout {rollout_id}")
 def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[str, str]:
     """Drive a recorded rollout from its current step until it completes, rolls back, pauses or is aborted."""
-    from gates.rollout_policy import ADVANCE, COMPLETE, PAUSE, REPEAT, RolloutPolicy, decide_step
-    from registry.connection import resolve_tracking_uri
-    from registry import Registry
-    from registry.promotion import PromotionRefused
-    from registry.rollouts import set_rollout_weight
-
     tracking_uri = resolve_tracking_uri()
     state = load_state(rollout_id)
     log = get_run_logger()
@@ -356,8 +334,6 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
 # resume, abort, status ---------------------------------------------------------------------------------
 def prepare_resume(rollout_id: str, tracking_uri: str | None = None) -> RolloutState:
     """Make a paused rollout, or one whose controller died, ready to run again at its recorded step."""
-    from registry import Registry, recover, stage_holder
-
     state = load_state(rollout_id)
     action = f"resume of rollout {rollout_id}"
     if not state.active:
@@ -377,7 +353,6 @@ def prepare_resume(rollout_id: str, tracking_uri: str | None = None) -> RolloutS
             return state
         state.status, state.reason = "running", ""
         state.event("resumed", step=state.step_index, recovered=settled)
-        from registry.rollouts import set_rollout_status
 
         set_rollout_status(registry, state.run_id, "running", f"resumed at step {state.step_index + 1}")
     finally:
@@ -388,8 +363,6 @@ def prepare_resume(rollout_id: str, tracking_uri: str | None = None) -> RolloutS
 def abort_rollout(rollout_id: str, comment: str = "", tracking_uri: str | None = None,
                   wait_s: float = 600.0) -> dict[str, Any]:
     """Roll a running or paused rollout back: weight to 0 at once, audited (`rollout_abort`) by the identity."""
-    from registry.connection import resolve_tracking_uri
-
     state = load_state(rollout_id)
     if not state.active:
         raise RolloutRefused(f"abort of rollout {rollout_id}", [f"rollout {rollout_id} is {state.status}"])

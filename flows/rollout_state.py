@@ -22,6 +22,7 @@ from filelock import FileLock
 from evals.store import write_json_atomic
 from gates.weights import WEIGHTS_FILE
 from models.state import check_token, state_dir
+from registry.store import now_iso
 from serving.request_log import read_rows
 from serving.weights_file import read_weights as read_overlay
 from serving.weights_file import write_weights
@@ -99,8 +100,6 @@ class RolloutState:
         write_json_atomic(self.path(), asdict(self))
 
     def event(self, what: str, **details: Any) -> None:
-        from registry.store import now_iso
-
         self.events.append({"at": now_iso(), "what": what, **details})
         self.save()
 

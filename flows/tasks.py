@@ -19,7 +19,15 @@ from prefect.filesystems import LocalFileSystem
 
 from evals import pipeline
 from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
+from evals.records import EvalRecord, LicenseResult, ReproducibilityResult
+from evals.sweep import load_sweep, timestamped_folder
+from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
+from flows.progress import report
+from gates import STAGES, load_policy
 from models.state import state_dir
+from registry import Registry, judge, register_or_reuse
+from registry.connection import EVALUATIONS_EXPERIMENT
+from registry.tracking import evidence_run_id
 
 
 def result_storage() -> LocalFileSystem:
@@ -64,8 +72,6 @@ def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32"
 @task(name="plan-sweep", cache_policy=NO_CACHE, persist_result=False, task_run_name="plan {prepared.candidate}")
 def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
     """The sweep's valid points for this candidate (evals.pipeline.plan_points)."""
-    from evals.sweep import load_sweep
-
     return pipeline.plan_points(prepared, load_sweep(sweep_path))
 
 
@@ -74,8 +80,6 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
 def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
     """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache.
     Each item measured is reported ("item": done of total) to the process's progress reporter, if any."""
-    from flows.progress import report
-
     def on_item(done: int, total: int) -> None:
         report("item", candidate=point.candidate, label=point.label, done=done, total=total)
 
@@ -100,9 +104,6 @@ def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
 def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]], reproducibility: dict | None,
                       license: dict[str, Any], failures: list[str]) -> dict[str, Any]:
     """The candidate's CandidateEvidence (evals.pipeline), kept in the local outbox until the registry has it."""
-    from evals.records import EvalRecord, LicenseResult, ReproducibilityResult
-    from flows.outbox import evidence_to_dict, hold
-
     evidence = pipeline.assemble_evidence(
         prepared, [EvalRecord.from_dict(r) for r in records],
         ReproducibilityResult(**reproducibility) if reproducibility else None, LicenseResult(**license), failures)
@@ -115,9 +116,6 @@ def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]]
 def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, measured: list[dict[str, Any]],
                 license: dict[str, Any], reproducibility: dict | None, failures: list[str]) -> str:
     """The candidate's evaluation folder under `<state>/evals/`, the same files `unmask eval` writes."""
-    from evals.records import LicenseResult, ReproducibilityResult
-    from evals.sweep import load_sweep, timestamped_folder
-
     folder = timestamped_folder(state_dir() / "evals", f"{plan.name}-{prepared.candidate}")
     return str(pipeline.write_candidate_files(
         folder, load_sweep(sweep_path), plan, [pipeline.MeasuredPoint(**m) for m in measured],
@@ -129,11 +127,6 @@ def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, m
 def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     """Register the evidence unless the registry already holds exactly it (registry.register_or_reuse); on
     success it leaves the outbox."""
-    from flows.outbox import evidence_from_dict, release
-    from registry import Registry, register_or_reuse
-    from registry.connection import EVALUATIONS_EXPERIMENT
-    from registry.tracking import evidence_run_id
-
     registry = Registry(tracking_uri)
     ev = evidence_from_dict(evidence)
     version, reused = register_or_reuse(registry, ev)
@@ -145,9 +138,6 @@ def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
 @task(name="flush-outbox", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def flush_outbox(tracking_uri: str) -> list[str]:
     """Log evidence an earlier run kept locally because the registry was unreachable."""
-    from flows.outbox import pending
-    from registry import Registry, register_or_reuse
-
     done = []
     found = pending()
     if not found:
@@ -167,9 +157,6 @@ def flush_outbox(tracking_uri: str) -> list[str]:
 def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
     """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
     (registry.judge records each report)."""
-    from gates import STAGES, load_policy
-    from registry import Registry, judge
-
     registry = Registry(tracking_uri)
     policy = load_policy(policy_path)
     return {stage: judge(registry, model, version, stage, policy, record=True) for stage in STAGES}

@@ -1,8 +1,9 @@
 """Stage policies, gate evaluation, multi-criteria scoring and promotion rules; pure functions, no I/O but reading policy YAML."""
 
-from gates.evaluate import GateResult, all_passed, evaluate_gates, gate_report_markdown, operating_records
+from gates.evaluate import all_passed, evaluate_gates, gate_report_markdown
 from gates.policy import STAGES, MetricThreshold, Policy, PolicyError, load_policy, parse_policy
 from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
+from gates.results import GateResult, operating_records
 from gates.roles import Roles, RolesError, load_roles, parse_roles
 
 __all__ = ["STAGES", "Approval", "GateResult", "MetricThreshold", "Policy", "PolicyError", "PromotionDecision",

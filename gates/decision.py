@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.evaluate import SIGNED_KINDS, GateResult, operating_records, stage_verdict
+from gates.evaluate import SIGNED_KINDS, stage_verdict
 from gates.intervals import wilson_interval
 from gates.policy import StagePolicy
+from gates.results import GateResult, operating_records
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ from typing import Any, Mapping
 from evals.records import CandidateEvidence, EvalRecord
 from gates.checks import GATE_CHECKS, GateContext
 from gates.policy import Policy
-# the result type and the operating point are re-exported: callers have imported them from here
-from gates.results import Baseline, GateResult, as_evidence, operating_records, primary_record  # noqa: F401
-from gates.verdict import FAIL, INCONCLUSIVE, PASS, VERDICTS, Verdict  # noqa: F401 - VERDICTS: re-exported
+from gates.results import Baseline, GateResult, as_evidence, operating_records, primary_record
+from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
 
 SIGNED_KINDS = frozenset({"tooling_maturity"})  # gate kinds a checklist sign-off decides, not a measurement
 

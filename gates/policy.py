@@ -17,6 +17,7 @@ from checklists.yaml_file import read_yaml_file
 
 from checklists import STAGES, load_checklist
 from gates.readable import significant
+from evals.tasks import TASKS
 
 POLICY_PATH = Path(__file__).resolve().parent / "policy.yaml"
 LICENSE_TIERS = ("permitted", "caution", "restricted", "unknown")  # best first
@@ -306,8 +307,6 @@ def _check_values(spec: dict[str, Any], where: str) -> None:
 
 
 def _check_task(task: str, where: str) -> None:
-    from evals.tasks import TASKS  # gates sit above evals; imported here so a policy parse stays cheap
-
     known = [*TASKS, "gsm8k"]
     if task not in known:
         raise PolicyError(f"{where}: unknown task {task!r}; expected one of {', '.join(known)}")

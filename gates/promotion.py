@@ -26,9 +26,10 @@ from typing import Any, Mapping, Sequence
 
 from checklists import STAGES, Checklist, ChecklistError, ChecklistStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence, EvalRecord
-from gates.evaluate import GateResult, evaluate_gates
+from gates.evaluate import evaluate_gates
 from gates.policy import Policy
 from gates.roles import Roles, StageRoles, load_roles
+from gates.results import GateResult
 from gates.rollout_findings import failed_rollout, finding_text
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration

@@ -28,8 +28,9 @@ from pymcdm.methods import TOPSIS, WSM
 from pymcdm.normalizations import minmax_normalization
 
 from evals.records import CandidateEvidence
-from gates.evaluate import SIGNED_KINDS, GateResult, operating_records
+from gates.evaluate import SIGNED_KINDS
 from gates.policy import CRITERIA, LICENSE_TIERS, StagePolicy
+from gates.results import GateResult, operating_records
 
 TIER_SCORE = {tier: len(LICENSE_TIERS) - 1 - i for i, tier in enumerate(LICENSE_TIERS)}  # permitted 3 .. unknown 0
 CRITERION_TYPES = {"quality": 1, "latency": -1, "memory": -1, "license": 1}  # 1 benefit, -1 cost

@@ -12,6 +12,12 @@ from pathlib import Path
 
 import torch
 
+from models.adapters.llada import LLaDAAdapter
+from models.checkpoint import LoadedModel, save_checkpoint
+from models.llada import LLaDAConfig, LLaDAModelLM
+from models.loading import WEIGHTS_DIR, resolve_dtype
+from models.tokenizer_build import special_ids
+
 LLADA_8B = {"d_model": 4096, "n_heads": 32, "n_layers": 32, "mlp_hidden_size": 12288, "vocab_size": 126464,
             "rope_theta": 500000.0, "max_sequence_length": 4096}
 SMOKE = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp_hidden_size": 128, "vocab_size": 512,
@@ -22,10 +28,6 @@ def random_llada(shape: dict, device: str, dtype: str, causal: bool = False, see
     """(model, tokenizer, special ids): a LLaDA-layout network of `shape` built on `device` in `dtype` (bf16 on a
     GPU: LLaDA-8B is 16 GB built there, never 32 GB of float32 first), normal(0, 0.02) weights, norms at 1."""
     from tokenizers import Tokenizer
-
-    from models.llada import LLaDAConfig, LLaDAModelLM
-    from models.loading import WEIGHTS_DIR, resolve_dtype
-    from models.tokenizer_build import special_ids
 
     tokenizer = Tokenizer.from_file(str(WEIGHTS_DIR / "tiny-llada" / "tokenizer.json"))
     ids = special_ids(tokenizer)
@@ -48,9 +50,6 @@ def random_llada(shape: dict, device: str, dtype: str, causal: bool = False, see
 
 def random_handle(shape: dict, device: str, dtype: str, causal: bool = False, name: str = "llada-8b-random"):
     """A model handle (what `models.load` returns) over a random network of `shape`, kept in memory."""
-    from models.adapters.llada import LLaDAAdapter
-    from models.checkpoint import LoadedModel
-
     model, tokenizer, ids = random_llada(shape, device, dtype, causal=causal, seed=1 if causal else 0)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, mask_id=ids["mask_token_id"], eos_id=ids["eos_token_id"],
                          eot_id=ids["eot_token_id"], pad_id=ids["pad_token_id"], path=Path(name), config=model.config,
@@ -60,9 +59,6 @@ def random_handle(shape: dict, device: str, dtype: str, causal: bool = False, na
 
 def write_random_llada(folder: Path, shape: dict, device: str, dtype: str) -> Path:
     """`random_llada` saved as a checkpoint folder (safetensors shards of at most 4 GiB, the tiny tokenizer)."""
-    from models.checkpoint import save_checkpoint
-    from models.loading import WEIGHTS_DIR
-
     model, tokenizer, ids = random_llada(shape, device, dtype)
     save_checkpoint(model, folder, tokenizer=tokenizer, max_shard_bytes=4 * 2**30,
                     extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})

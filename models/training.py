@@ -28,7 +28,8 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from models.block_training import DiffusionGemmaObjective
-from models.checkpoint import resolve_device, save_checkpoint
+from models.checkpoint import read_tensors, resolve_device, save_checkpoint
+from models.digest import weights_sha256
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import special_ids
 
@@ -279,7 +280,6 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
     """Load `cfg.init_from` (relative paths under `base`, the state folder) into `model`; its weights' sha256."""
     if not cfg.init_from:
         return None
-    from models.digest import weights_sha256
 
     folder = Path(cfg.init_from)
     if not folder.is_absolute() and base is not None:
@@ -329,8 +329,6 @@ class LLaDAObjective:
         save_checkpoint(model, folder, tokenizer=tokenizer, extra_config=extra)
 
     def read(self, model, folder):
-        from models.checkpoint import read_tensors
-
         model.load_state_dict(read_tensors(folder))
 
 
@@ -365,8 +363,56 @@ def train(
     """
     console = console or Console()
     ids = special_ids(tokenizer)
-    torch.manual_seed(cfg.seed)
     objective = objective_for(cfg)
+    cfg, model, optimizer, state, init_sha = start_training(cfg, objective, tokenizer, state_dir, resume, console,
+                                                            device, init_base)
+    model.train()
+    start_wall = time.perf_counter() - state.wall_seconds
+    window = _LogWindow()
+    last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
+    progress = Progress(
+        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+    )
+    window.start = time.perf_counter()
+    with progress:
+        bar = progress.add_task("train", total=cfg.steps, completed=state.step, info="")
+        while state.step < last_step:
+            step = state.step
+            batch = source.batch(step)
+            generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+            loss, positions = objective.loss(cfg, model, batch, tokenizer, ids, generator)
+            optimizer_step(cfg, model, optimizer, loss, step)
+            value = loss.item()
+            state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
+            state.step += 1
+            window.add(positions, value)
+            state.wall_seconds = time.perf_counter() - start_wall
+            progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
+            if state.step % cfg.log_every == 0 or state.step == last_step:
+                entry = window.entry(state, learning_rate(cfg, step))
+                state.history.append(entry)
+                progress.console.print(json.dumps(entry), highlight=False, markup=False, soft_wrap=True)
+                if on_log:
+                    on_log(entry)
+                window.reset()
+            if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
+                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer, objective)
+    model.eval()
+    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
+                                                           "wall_seconds": round(state.wall_seconds, 1),
+                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4),
+                                                           **({"init_sha256": init_sha} if init_sha else {})}}
+    objective.write(model, out_dir, tokenizer, extra)
+    return model, state
+
+
+def start_training(cfg: TrainConfig, objective: Objective, tokenizer: Tokenizer, state_dir: Path, resume: bool,
+                   console: Console, device: str, init_base: Path | None,
+                   ) -> tuple[TrainConfig, torch.nn.Module, torch.optim.Optimizer, TrainState, str | None]:
+    """The seeded model and optimizer, the initial weights loaded, and with `resume` the saved state (whose
+    recipe wins, the schedule fields aside): (cfg, model, optimizer, state, initial weights' sha256)."""
+    torch.manual_seed(cfg.seed)
     model = objective.build(cfg, tokenizer).to(resolve_device(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     state = TrainState()
@@ -377,50 +423,34 @@ def train(
         if replace(saved_cfg, **schedule) != cfg:
             console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)")
         cfg = replace(saved_cfg, **schedule)
-    model.train()
-    start_wall = time.perf_counter() - state.wall_seconds
-    tokens_seen, window_loss, window_steps = 0, 0.0, 0
-    last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
-    progress = Progress(
-        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-    )
-    window_start = time.perf_counter()
-    with progress:
-        bar = progress.add_task("train", total=cfg.steps, completed=state.step, info="")
-        while state.step < last_step:
-            step = state.step
-            batch = source.batch(step)
-            generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            loss, positions = objective.loss(cfg, model, batch, tokenizer, ids, generator)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(cfg, step)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            value = loss.item()
-            state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
-            state.step += 1
-            tokens_seen += positions
-            window_loss, window_steps = window_loss + value, window_steps + 1
-            state.wall_seconds = time.perf_counter() - start_wall
-            progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
-            if state.step % cfg.log_every == 0 or state.step == last_step:
-                elapsed = time.perf_counter() - window_start
-                entry = {"step": state.step, "loss": round(window_loss / window_steps, 4), "loss_ema": round(state.loss_ema, 4), "lr": learning_rate(cfg, step),
-                         "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
-                state.history.append(entry)
-                progress.console.print(json.dumps(entry), highlight=False, markup=False, soft_wrap=True)
-                if on_log:
-                    on_log(entry)
-                tokens_seen, window_loss, window_steps, window_start = 0, 0.0, 0, time.perf_counter()
-            if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
-                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer, objective)
-    model.eval()
-    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
-                                                           "wall_seconds": round(state.wall_seconds, 1),
-                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4),
-                                                           **({"init_sha256": init_sha} if init_sha else {})}}
-    objective.write(model, out_dir, tokenizer, extra)
-    return model, state
+    return cfg, model, optimizer, state, init_sha
+
+
+def optimizer_step(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                   step: int) -> None:
+    """Backward, clip and step at the schedule's learning rate for `step`."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(cfg, step)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+
+
+class _LogWindow:
+    """The steps since the last log line: their positions and losses, and when the window started."""
+
+    def __init__(self) -> None:
+        self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, 0.0
+
+    def add(self, tokens: int, loss: float) -> None:
+        self.tokens += tokens
+        self.loss, self.steps = self.loss + loss, self.steps + 1
+
+    def entry(self, state: TrainState, lr: float) -> dict:
+        elapsed = time.perf_counter() - self.start
+        return {"step": state.step, "loss": round(self.loss / self.steps, 4), "loss_ema": round(state.loss_ema, 4),
+                "lr": lr, "tokens_per_s": round(self.tokens / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
+
+    def reset(self) -> None:
+        self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, time.perf_counter()

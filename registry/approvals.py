@@ -27,8 +27,7 @@ from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for
 from registry.integrity import trusted_chain
-# the tag readers are re-exported: callers have imported them from here
-from registry.state import approvals_from_tags, signoffs_from_tags, version_state  # noqa: F401
+from registry.state import approvals_from_tags, signoffs_from_tags, version_state
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 

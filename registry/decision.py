@@ -11,7 +11,7 @@ from gates.evaluate import evaluate_gates
 from gates.policy import Policy
 from gates.promotion import current_signoffs
 from registry.integrity import EvidenceTampered
-from registry.promotion import evaluated_at, fallback_holder, signoffs_of, stage_holder
+from registry.state import fallback_holder, stage_holder, version_state
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import load_evidence
 
@@ -34,9 +34,9 @@ def decision_lines(registry: Registry, policy: Policy, models: list[str] | None 
         evidence = _evidence(registry, model, version) if version else None
         if evidence is None:
             continue
+        state = version_state(registry, model, version)  # one read of the version for every stage
         for stage in stages:
-            signoffs, _ = current_signoffs(signoffs_of(registry, model, version, stage),
-                                           evaluated_at(registry, model, version))
+            signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
             results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
             lines.append(decision_line(evidence, version, policy.stage(stage), results,
                                        fallback_evidence if fallback and fallback[0] != model else None,

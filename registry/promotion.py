@@ -23,22 +23,20 @@ from typing import Any, Iterable
 from filelock import FileLock, Timeout
 
 from gates.policy import Policy, load_policy
-from gates.promotion import TOOLING_ITEM, Duties, PromotionReason, approval_problems, current_signoffs
+from gates.promotion import (TOOLING_ITEM, Approval, Duties, PromotionReason, PromotionRequest, approval_problems,
+                             current_signoffs)
 from gates.roles import Roles, load_roles
 from registry import audit
-# approval_of, decline and sign_off are re-exported: callers have imported them from here
-from registry.approvals import (ApprovalRefused, approval_of, approvals_of, approve, close, consume, decline,  # noqa: F401
-                                duties_for, expire_old, request_promotion, sign_off, signoffs_of)
+from registry.approvals import (ApprovalRefused, approvals_of, approve, close, consume, duties_for, expire_old,
+                                request_promotion)
 from registry.identity import Actor, actor_for
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.demo import demo_refusal
 from registry.integrity import alias_drift, record_finding, trusted_chain
 from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
-# judge and the stage and version reads are re-exported: callers have imported them from here
-from registry.judging import judge  # noqa: F401
-from registry.state import (Holder, evaluated_at, fallback_holder, reached_stages, stage_holder,  # noqa: F401
-                            version_state)
+from registry.judging import judge  # looked up when promote runs: tests pause a promotion inside it
+from registry.state import Holder, evaluated_at, fallback_holder, stage_holder, version_state
 from registry.tracking import checked_evidence
 
 
@@ -161,38 +159,16 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
     registry = registry or Registry()
     roles = roles or load_roles()
     mover = actor_for(registry.tracking_uri, actor)
-    action = f"promotion of {model} to {stage}"
-    if stage not in STAGE_ALIASES:
-        raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
-    held = registry.aliases_of(model)
-    version = version or latest_registration(held)
-    if not version:
-        raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
+    version = _version_to_promote(registry, model, stage, version)
     action = f"promotion of {model} v{version} to {stage}"
     who = mover.name
     chain = trusted_chain(registry, action, who)  # nothing acts on a trail that does not verify
     expected = stage_holder(registry, stage)
     judged_evaluation = evaluated_at(registry, model, version)
-    _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
-    _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
-    demo = demo_refusal(registry, stage, [f.path or f.source for f in (policy or load_policy(), roles) if f.demo])
-    if demo:
-        _refuse(registry, "promotion_refused", who, stage, model, version, action, [demo], {})
+    _check_before_request(registry, model, version, stage, action, who, policy, roles)
     expire_old(registry, model, version, stage, mover, roles)
     request = request_promotion(registry, model, version, stage, mover)
-    typed, prefer = None, ""
-    if approver is not None:
-        name = actor_for(registry.tracking_uri, approver).name
-        given = next((a for a in approvals_of(registry, model, version, stage)
-                      if a.by == name and a.status == "open" and a.request == request.id), None)
-        if given is not None:  # approved already (`unmask approve`): that one is used, not a second
-            prefer = given.id
-        else:
-            try:
-                typed = approve(registry, model, version, stage, approver, comment, roles=roles, request=request)
-            except ApprovalRefused as e:
-                raise PromotionRefused(action, e.reasons) from None
-            prefer = typed.id
+    typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
     try:
         duties = duties_for(registry, model, version, stage, request, mover.name)
         decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
@@ -204,17 +180,8 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
                     decision.evidence | {"request": request.id})
         with _StageLock(registry, stage, lock_timeout_s, action):
             recover(registry, stage)
-            current = stage_holder(registry, stage)
-            if current != expected:
-                _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                        [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
-                         f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
-                         "judge again against the new holder"], decision.evidence)
-            if evaluated_at(registry, model, version) != judged_evaluation:
-                _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                        [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
-                        decision.evidence)
-            _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, decision.evidence)
+            current = _holder_unchanged(registry, model, version, stage, action, who, expected, judged_evaluation,
+                                        decision.evidence)
             used = _approvals_to_consume(registry, model, version, stage, policy, roles, duties, action, who,
                                          decision.evidence, prefer)
             evidence = decision.evidence | {"kind": "promotion", "request": request.to_dict(),
@@ -229,6 +196,63 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
         if typed is not None:
             close(registry, model, version, typed, "void", mover, f"typed into a refused {action}")
         raise
+
+
+def _version_to_promote(registry: Registry, model: str, stage: str, version: str | None) -> str:
+    """The version a promotion moves: the one given, else the model's `candidate` (then `fallback`) version."""
+    action = f"promotion of {model} to {stage}"
+    if stage not in STAGE_ALIASES:
+        raise PromotionRefused(action, [f"unknown stage {stage!r}; promotions go to {', '.join(STAGE_ALIASES)}"])
+    held = registry.aliases_of(model)
+    version = version or latest_registration(held)
+    if not version:
+        raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
+    return version
+
+
+def _check_before_request(registry: Registry, model: str, version: str, stage: str, action: str, who: str,
+                          policy: Policy | None, roles: Roles) -> None:
+    """Refuse before any request or approval is recorded: forged evidence, a drifted alias, a demo policy."""
+    _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
+    _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
+    demo = demo_refusal(registry, stage, [f.path or f.source for f in (policy or load_policy(), roles) if f.demo])
+    if demo:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action, [demo], {})
+
+
+def _typed_approval(registry: Registry, model: str, version: str, stage: str, approver: str | Actor | None,
+                    comment: str, roles: Roles, request: PromotionRequest, action: str) -> tuple[Approval | None, str]:
+    """The approval typed into this promote (recorded now, or None) and the id of the one the move prefers."""
+    if approver is None:
+        return None, ""
+    name = actor_for(registry.tracking_uri, approver).name
+    given = next((a for a in approvals_of(registry, model, version, stage)
+                  if a.by == name and a.status == "open" and a.request == request.id), None)
+    if given is not None:  # approved already (`unmask approve`): that one is used, not a second
+        return None, given.id
+    try:
+        typed = approve(registry, model, version, stage, approver, comment, roles=roles, request=request)
+    except ApprovalRefused as e:
+        raise PromotionRefused(action, e.reasons) from None
+    return typed, typed.id
+
+
+def _holder_unchanged(registry: Registry, model: str, version: str, stage: str, action: str, who: str,
+                      expected: Holder, judged_evaluation: str, evidence: dict[str, Any]) -> Holder:
+    """Under the stage lock: the stage's holder, refused unless it and the version's evaluation are as judged
+    and the alias is where the audit trail left it."""
+    current = stage_holder(registry, stage)
+    if current != expected:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
+                 f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
+                 "judge again against the new holder"], evidence)
+    if evaluated_at(registry, model, version) != judged_evaluation:
+        _refuse(registry, "promotion_refused", who, stage, model, version, action,
+                [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
+                evidence)
+    _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, evidence)
+    return current
 
 
 def _approvals_to_consume(registry: Registry, model: str, version: str, stage: str, policy: Policy | None,

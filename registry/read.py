@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from gates.evaluate import GateResult, evaluate_gates
+from gates.evaluate import evaluate_gates
 from gates.intervals import wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
+from gates.results import GateResult
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
 from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered

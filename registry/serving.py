@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.evaluate import operating_records
+from gates.results import operating_records
 from gates.policy import Policy
 from registry import audit
 from registry.connection import RegistryError

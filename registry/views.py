@@ -18,7 +18,7 @@ import pandas as pd
 import registry.read as read
 from evals.parallelism import aup
 from evals.plots import point_label, quality_latency_front
-from gates.evaluate import operating_records
+from gates.results import operating_records
 from gates.policy import Policy, load_policy
 from gates.promotion import predates
 from gates.rollout_findings import FAILED_ROLLOUT, failed_rollout, finding_text

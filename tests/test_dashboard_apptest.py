@@ -23,7 +23,7 @@ from gates.next_steps import names_version, next_steps
 from dashboards.cells import value_text
 from registry import signing
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
-from gates.evaluate import GateResult
+from gates.results import GateResult
 from gates.policy import POLICY_PATH, load_policy
 from registry import STAGE_ALIASES, Registry
 from registry.views import current_version, dashboard_policy

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import registry.read as read
 from dashboard_fixtures import env, filled  # noqa: F401 - fixtures
 from dashboards.dossier import SECTIONS, content_sha256, stated_sha256, verify_html
-from gates.evaluate import GateResult
+from gates.results import GateResult
 from flow_fixtures import cli_app, seed_registry
 from registry import Registry, RegistryError
 from registry.dossiers import DOSSIER_TAG, attach_dossier, latest_dossier, log_dossier

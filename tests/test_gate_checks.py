@@ -8,7 +8,8 @@ import json
 import pytest
 
 from gates.checks import GATE_CHECKS
-from gates.evaluate import SIGNED_KINDS, GateResult, evaluate_gates
+from gates.evaluate import SIGNED_KINDS, evaluate_gates
+from gates.results import GateResult
 from gates.policy import parse_policy
 from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
 from tests.gate_fixtures import evidence, fast_llada, record, serving_record, signoffs

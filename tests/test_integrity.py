@@ -19,7 +19,7 @@ from gates.policy import POLICY_PATH, load_policy
 from registry import (EvidenceTampered, PromotionRefused, alias_drift, evidence_integrity, judge, load_evidence,
                       promote, rollback, sign_off, stage_holder)
 from registry.integrity import DIGEST_PREFIX
-from registry.promotion import approval_of
+from registry.approvals import approval_of
 from tests.gate_fixtures import fresh_registry, register_pair
 
 OK = "evidence reviewed, gates and checklist are green"

@@ -31,7 +31,7 @@ def test_bundled_policy_has_every_gate_kind_at_every_stage():
 
 
 def test_every_gate_kind_has_its_check_and_every_opt_in_kind_is_shown_by_the_demo_policy():
-    from gates.evaluate import GATE_CHECKS
+    from gates.checks import GATE_CHECKS
 
     assert set(GATE_CHECKS) == set(GATE_KINDS)  # a kind declared is a kind judged, and the other way round
     demo = load_policy(POLICY_PATH.parent / "demo-policy.yaml")

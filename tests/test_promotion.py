@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+import registry.approvals as approvals
 import registry.promotion as promotion
 import registry.read as read
 from registry.identity import os_account
@@ -67,7 +68,7 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
     assert move.to_holder == ("tiny-llada", v) and move.from_holder is None
     assert reg.aliases_of("tiny-llada") == {"candidate": v, "poc": v}
     tags = reg.version_tags("tiny-llada", v)
-    approval = promotion.approval_of(reg, "tiny-llada", v, "poc")
+    approval = approvals.approval_of(reg, "tiny-llada", v, "poc")
     assert (approval.by, approval.comment, approval.status) == ("grace", OK, "consumed") and approval.at
     assert approval.host and approval.closed_by == move.audit_run_id
     assert "unmask.reached.poc" in tags and tags["unmask.gates.poc"] == "passed"
@@ -178,7 +179,7 @@ def test_two_promotions_racing_for_one_alias_exactly_one_wins(reg, monkeypatch):
     assert "poc moved from nobody to tiny-llada@1 while this promotion was being judged" in losses[0].reasons[0]
     moves = read.audit_events(stage="poc", event="alias_move", registry=reg)
     assert len(moves) == 1 and [a["by"] for a in moves["evidence"][0]["approvals"]] == wins[0:1]  # the one it used
-    status = {a.by: a.status for a in promotion.approvals_of(reg, "tiny-llada", v, "poc")}
+    status = {a.by: a.status for a in approvals.approvals_of(reg, "tiny-llada", v, "poc")}
     assert status == {wins[0]: "consumed", ({"grace", "linus"} - set(wins)).pop(): "void"}  # the loser's is not left
 
 
@@ -368,7 +369,7 @@ def test_a_promotion_that_cannot_get_the_stage_lock_is_refused(reg):
         with pytest.raises(PromotionRefused, match="another promotion or rollback of poc holds"):
             promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg, lock_timeout_s=0.2)
     assert stage_holder(reg, "poc") is None
-    assert promotion.approval_of(reg, "tiny-llada", v, "poc").status == "void"  # typed into a refused promote
+    assert approvals.approval_of(reg, "tiny-llada", v, "poc").status == "void"  # typed into a refused promote
     with pytest.raises(PromotionRefused, match="is void"):
         promote("tiny-llada", "poc", registry=reg)
     assert promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg).to_holder == ("tiny-llada", v)

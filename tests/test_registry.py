@@ -10,7 +10,8 @@ import pytest
 import registry.read as read
 from registry import Registry, RegistryUnavailable, load_evidence, log_record, register_evidence
 from registry.connection import default_tracking_uri
-from registry.promotion import judge, sign_off
+from registry.approvals import sign_off
+from registry.judging import judge
 from tests.gate_fixtures import evidence, fresh_registry, record, register_pair
 
 

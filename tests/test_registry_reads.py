@@ -12,7 +12,9 @@ from registry import judge
 from registry.approvals import sign_off
 from tests.gate_fixtures import evidence, fresh_registry, register_pair
 
-VERSION_READS = ("get_model_version",)
+# every MlflowClient method that returns a model version's tags or aliases, and the read of an evidence run
+VERSION_READS = ("get_model_version", "get_model_version_by_alias", "search_model_versions", "get_latest_versions")
+RUN_READS = ("get_run",)
 
 
 def counted(reg) -> collections.Counter:
@@ -29,6 +31,8 @@ def counted(reg) -> collections.Counter:
             calls[_name] += 1
             if _name in VERSION_READS:
                 calls[("version", *map(str, args[:2]))] += 1
+            if _name in RUN_READS:
+                calls[("run", str(args[0]))] += 1
             return _real(*args, **kwargs)
 
         setattr(client, name, wrapper)
@@ -42,12 +46,14 @@ def test_judge_reads_each_version_once(tmp_path):
     calls = counted(reg)
     decision = judge(reg, "tiny-llada", v, "poc", record=False)
     assert decision.gate_results  # it judged
-    reads = {key: n for key, n in calls.items() if isinstance(key, tuple)}
+    reads = {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "version"}
     print("MLflow calls of one judge():", sum(n for k, n in calls.items() if isinstance(k, str)), dict(calls))
     assert reads == {("version", "tiny-llada", v): 1, ("version", "tiny-ar", v_ar): 1}
+    runs = {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "run"}
+    assert len(runs) == 2 and set(runs.values()) == {1}  # each version's evidence run, once
     calls.clear()
     judge(reg, "tiny-llada", v, "poc")  # recording the gate report reads no version again
-    assert {key: n for key, n in calls.items() if isinstance(key, tuple)} == reads
+    assert {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "version"} == reads
 
 
 def test_the_readers_never_load_the_module_that_moves_aliases():

@@ -87,7 +87,7 @@ def test_unmask_run_resolves_the_bundled_models_by_id(prefect_harness, tmp_path,
 
 def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_registry(prefect_harness, tmp_path,
                                                                                       monkeypatch):
-    from registry.promotion import approval_of
+    from registry.approvals import approval_of
     from tests.gate_fixtures import fresh_registry, register_pair
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))

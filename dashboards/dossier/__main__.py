@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dashboards.dossier import DossierError, PdfError, build
+from registry import Registry, RegistryError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage")
     parser.add_argument("--no-pdf", action="store_true")
     args = parser.parse_args(argv)
-
-    from dashboards.dossier import DossierError, PdfError, build
-    from registry import Registry, RegistryError
 
     try:
         built = build(Registry(), args.model, args.out, args.version, args.stage, pdf=not args.no_pdf)

@@ -10,18 +10,19 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
 from dashboards.dossier.decision import decision_part
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.evaluate import GateResult
+from gates.results import GateResult
 from gates.intervals import wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
+from gates.readable import gate_threshold, gate_value
 from models.catalog import CatalogError, load_catalog
 from registry import audit
 from registry.connection import RegistryError
 from registry.links import run_url_base
+import registry.read as read
 from registry.state import fallback_holder
 from registry.store import Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, evidence_run_id, load_evidence, load_gate_report
@@ -242,8 +243,6 @@ def _judged_policy(report: dict[str, Any]) -> tuple[Policy | None, str]:
 
 
 def _gates(report: dict[str, Any]) -> dict[str, Any]:
-    from gates.readable import gate_threshold, gate_value
-
     policy, note = _judged_policy(report)
     specs = {}
     if policy is not None and report["stage"] in policy.stages:

@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from evals.plots import plot_quality_latency
 from gates.decision import ratio_text
+from gates.readable import significant
 
 TEMPLATE = "dossier.html.j2"
 PLACEHOLDER = "0" * 64
@@ -76,8 +77,6 @@ def _environment() -> Environment:
 
 
 def _num(value: Any, digits: int = 3) -> str:
-    from gates.readable import significant
-
     return significant(value, digits) if isinstance(value, (int, float)) else ("-" if value is None else str(value))
 
 

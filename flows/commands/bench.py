@@ -117,32 +117,12 @@ def bench_command(
                               "star, one panel per generation length, as a PNG here."),
 ) -> None:
     """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
-    from evals.bench import BenchSetup, bench_report, planned_rows, row_groups, run_bench, variants_named
-    from evals.bench_summary import report_lines
-    from models import CheckpointError, load
-    from sampler.decode import check_fits
+    from evals.bench import bench_report, planned_rows, row_groups, run_bench
 
-    try:
-        variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
-        threads, threads_from = options.threads_rule(threads)
-        setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
-                           reps=reps, warmup=warmup, threads=threads, seed=seed,
-                           batch_sizes=_ints(batch, "--batch") if batch else (), tolerance=tolerance / 100)
-        setup.check()
-        if plot is not None and plot.suffix.lower() != ".png":
-            raise ValueError(f"--plot {plot}: the plot is written as PNG; give a path ending in .png")
-        loaded = load(model, device=device)
-        check_fits(loaded, 0, max(setup.gen_lengths))  # refused now, not after the shorter lengths ran
-    except (CheckpointError, ValueError) as e:
-        print_error(console, f"{e}")
-        raise typer.Exit(2) from None
-    console.print(f"torch threads: {threads} ({threads_from})", highlight=False)
-    ar_loaded = None
-    if ar_model and any(v.kind == "ar" for v in variants):
-        try:
-            ar_loaded = load(ar_model, device=device)
-        except (CheckpointError, ValueError) as e:
-            console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
+    variants, setup, threads_from, loaded = _prepared(model, gen_lengths, batch, tolerance, block_length, prompts,
+                                                      reps, warmup, threads, seed, configs, device, plot)
+    console.print(f"torch threads: {setup.threads} ({threads_from})", highlight=False)
+    ar_loaded = _ar_reference(ar_model, variants, device)
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     runs = sum(len(group) for group in row_groups(runnable, setup))
     passes = len(setup.gen_lengths) * runs * (setup.warmup + setup.reps)
@@ -168,6 +148,51 @@ def bench_command(
                 "; nothing was written" if json_path is not None else "")
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
+    _publish(report, json_path, plot)
+
+
+def _prepared(model: str, gen_lengths: str, batch: str | None, tolerance: float, block_length: int, prompts: int,
+              reps: int, warmup: int, threads: int | None, seed: int, configs: str, device: str, plot: Path | None):
+    """The rows asked for, the checked setup, where its thread count came from and the loaded model; exit 2 with
+    the reason when any of them is wrong."""
+    from evals.bench import BenchSetup, variants_named
+    from models import CheckpointError, load
+    from sampler.decode import check_fits
+
+    try:
+        variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
+        threads, threads_from = options.threads_rule(threads)
+        setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
+                           reps=reps, warmup=warmup, threads=threads, seed=seed,
+                           batch_sizes=_ints(batch, "--batch") if batch else (), tolerance=tolerance / 100)
+        setup.check()
+        if plot is not None and plot.suffix.lower() != ".png":
+            raise ValueError(f"--plot {plot}: the plot is written as PNG; give a path ending in .png")
+        loaded = load(model, device=device)
+        check_fits(loaded, 0, max(setup.gen_lengths))  # refused now, not after the shorter lengths ran
+    except (CheckpointError, ValueError) as e:
+        print_error(console, f"{e}")
+        raise typer.Exit(2) from None
+    return variants, setup, threads_from, loaded
+
+
+def _ar_reference(ar_model: str, variants: list, device: str):
+    """The AR twin the `ar` row decodes with, or None (not asked for, or it does not load: a note says why)."""
+    from models import CheckpointError, load
+
+    if not ar_model or not any(v.kind == "ar" for v in variants):
+        return None
+    try:
+        return load(ar_model, device=device)
+    except (CheckpointError, ValueError) as e:
+        console.print(f"[yellow]note:[/yellow] AR row skipped ({e})")
+        return None
+
+
+def _publish(report, json_path: Path | None, plot: Path | None) -> None:
+    """The table, the one-line summaries, and the JSON and plot when asked for."""
+    from evals.bench_summary import report_lines
+
     console.print(render(report))
     for line in report_lines(report):  # one line each, however long: a log or a grep reads it whole
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -85,7 +85,7 @@ def gates_command(
 
 def _show_stored(reg, model: str, version: str, stages: list[str], policy) -> None:
     """The stored gate reports as they are (a forged one is refused, and recorded as a finding)."""
-    from gates.evaluate import GateResult
+    from gates.results import GateResult
     from registry.integrity import GateReportTampered, record_finding
     from registry.tracking import load_gate_report
 

@@ -48,17 +48,38 @@ def run_command(
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
-    from evals.sweep import SweepError, check_model_ref, default_sweep_path, load_sweep, with_items
-    from flows.evaluate import EvaluationOptions
-    from gates import load_policy
-    from registry.links import mlflow_ui_command
+    from evals.sweep import default_sweep_path
     from models.state import state_dir
-    from flows.runners import EXECUTORS, make_task_runner
 
     if demo:
         sweep = sweep or default_sweep_path().with_name("demo.yaml")
         policy = policy or Path(__file__).resolve().parents[2] / "gates" / "demo-policy.yaml"
-    sweep_path = sweep or default_sweep_path()
+    spec, sweep_path, options, threads_from = _checked_options(
+        sweep or default_sweep_path(), model, task_runner, dask_address, gpus_per_cell, policy, reproducibility,
+        remeasure, items, threads)
+    models = list(model or spec.models)
+    console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
+                  f"(state: {state_dir()}, task runner: {options.task_runner}, torch threads: {options.threads} "
+                  f"from {threads_from})", highlight=False)
+    if items:
+        console.print(f"every task on at least {items} items (sweep: {sweep_path})", highlight=False)
+    if demo:
+        mark_demo(console)
+    started = time.perf_counter()
+    result = review_with_progress(models, str(sweep_path), options)
+    _print_summary(result, options, models, time.perf_counter() - started)
+
+
+def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str, dask_address: str | None,
+                     gpus_per_cell: float, policy: Path | None, reproducibility: bool, remeasure: bool,
+                     items: int | None, threads: int | None):
+    """The sweep, its path (with `items`, a copy with `n` raised), the evaluation options and where the thread
+    count came from; exit 2 naming what is wrong, before anything is measured."""
+    from evals.sweep import SweepError, check_model_ref, load_sweep, with_items
+    from flows.evaluate import EvaluationOptions
+    from flows.runners import EXECUTORS, make_task_runner
+    from gates import load_policy
+
     try:
         if task_runner not in EXECUTORS:
             raise ValueError(f"--executor is {task_runner!r}; expected one of {', '.join(EXECUTORS)}")
@@ -77,17 +98,15 @@ def run_command(
     except (SweepError, ValueError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
-    models = list(model or spec.models)
-    console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
-                  f"(state: {state_dir()}, task runner: {task_runner}, torch threads: {threads} from {threads_from})",
-                  highlight=False)
-    if items:
-        console.print(f"every task on at least {items} items (sweep: {sweep_path})", highlight=False)
-    if demo:
-        mark_demo(console)
-    started = time.perf_counter()
-    result = review_with_progress(models, str(sweep_path), options)
-    elapsed = time.perf_counter() - started
+    return spec, sweep_path, options, threads_from
+
+
+def _print_summary(result: dict, options, models: list[str], elapsed: float) -> None:
+    """The decision, the scorecard, what was reused and what to do next; exit 1 when nothing was measured or
+    every candidate failed."""
+    from models.state import state_dir
+    from registry.links import mlflow_ui_command
+
     rows = result["scorecard"]
     print_demo_banner(console, options.policy)
     print_decision(result["tracking_uri"], options.policy, [r["candidate"] for r in rows if r.get("role") == "candidate"])

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from models import checkpoint
 from models.checkpoint import CheckpointError, weight_files
+from models.digest import weights_sha256
 from models.llada import LLaDAModelLM
 
 
@@ -98,8 +99,6 @@ class ModelHandle(TextCodec):
     @functools.cached_property
     def weights_sha256(self) -> str:
         """The digest of the weights this handle was loaded from, computed once per handle."""
-        from models.digest import weights_sha256
-
         return weights_sha256(self.path) if self.path is not None else ""
 
     def sampler_ids(self) -> dict[str, int | None]:
