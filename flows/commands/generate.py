@@ -42,7 +42,7 @@ def generate_command(
     import torch
 
     from models import CheckpointError, load
-    from sampler import CommitTrace, SamplerConfig
+    from sampler import CommitTrace
     from sampler.decode import DecodeError, check_fits, check_prompt_text, decode
 
     try:
@@ -50,21 +50,10 @@ def generate_command(
     except (CheckpointError, ValueError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
-    base, source = ({}, "exact: one position per step (--exact)") if exact else operating_point(model, loaded)
     given = {"steps": steps, "gen_length": gen_length, "block_length": block_length, "temperature": temperature,
              "remasking": remasking}
-    settings = EXACT | {k: v for k, v in base.items() if k in SETTINGS} | {k: v for k, v in given.items() if v is not None}
-    if exact:
-        settings["steps"] = steps or settings["gen_length"]  # the reference: one committed position per step
-    elif steps is None and gen_length is not None and base.get("gen_length"):  # the operating point's pace kept
-        settings["steps"] = max(1, round(base["steps"] * gen_length / base["gen_length"]))
     try:
-        config = SamplerConfig(
-            **settings | {"block_length": min(settings["block_length"], settings["gen_length"])},
-            cfg_scale=cfg_scale,
-            seed=seed,
-            **loaded.sampler_ids(),
-        )
+        config, source = generate_config(model, loaded, given, exact, cfg_scale, seed)
     except ValueError as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
@@ -99,6 +88,27 @@ def generate_command(
         lines, summary = commit_timeline(pieces, commits.generated(out.prompt_length)[0])
         console.print("\n".join(lines), markup=False, highlight=False)
         console.print(summary, markup=False, highlight=False)
+    console.print(facts_table(loaded, out, elapsed, source, given, config))
+
+
+def generate_config(model: str, loaded, given: dict, exact: bool, cfg_scale: float, seed: int):
+    """The SamplerConfig generate decodes with, and where its settings came from: the reference (`--exact`) or the
+    model's operating point, with the flags given on top. ValueError names a setting the sampler refuses."""
+    from sampler import SamplerConfig
+
+    base, source = ({}, "exact: one position per step (--exact)") if exact else operating_point(model, loaded)
+    settings = EXACT | {k: v for k, v in base.items() if k in SETTINGS} | {k: v for k, v in given.items() if v is not None}
+    if exact:
+        settings["steps"] = given["steps"] or settings["gen_length"]  # the reference: one committed position per step
+    elif given["steps"] is None and given["gen_length"] is not None and base.get("gen_length"):  # the pace kept
+        settings["steps"] = max(1, round(base["steps"] * given["gen_length"] / base["gen_length"]))
+    config = SamplerConfig(**settings | {"block_length": min(settings["block_length"], settings["gen_length"])},
+                           cfg_scale=cfg_scale, seed=seed, **loaded.sampler_ids())
+    return config, source
+
+
+def facts_table(loaded, out, elapsed: float, source: str, given: dict, config) -> Table:
+    """What generate prints under the text: the model, NFE, time, where the settings came from, the config."""
     table = Table(show_header=False, box=None)
     table.add_row("model", str(loaded.path))
     table.add_row("NFE", str(out.nfe))
@@ -106,7 +116,7 @@ def generate_command(
     table.add_row("decoded with", source + ("; flags given override it" if any(v is not None for v in given.values())
                                             else ""))
     table.add_row("config", config.to_json())
-    console.print(table)
+    return table
 
 
 # The reference decode (--exact): every setting generate reads, one committed position per step (steps = gen_length).

@@ -70,36 +70,13 @@ def serve_command(
     import uvicorn
 
     from flows.environment import configure_environment
-    from serving import ApiKeyError, Limits, PoolSettings, ServeSettings, create_app, load_api_keys
+    from gates.serving_policy import ServingPolicyError
+    from serving import Limits, PoolSettings, ServeSettings, create_app
 
     state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
-    from gates.serving_policy import ServingPolicyError, load_serving_policy
-
-    from gates.request_limits import RequestLimits
-
-    compute = RequestLimits()
-    if routes is not None:
-        try:
-            policy = load_serving_policy(routes)
-        except ServingPolicyError as e:
-            typer.echo(f"error: --routes: {e}", err=True)
-            raise typer.Exit(2) from None
-        names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
-        compute = policy.limits
-    try:
-        api_keys = load_api_keys(api_key_file)
-    except ApiKeyError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    from sampler.memory import parse_bytes
-
-    try:
-        budget = parse_bytes(memory_budget) if memory_budget is not None else None
-    except ValueError as e:
-        typer.echo(f"error: --memory-budget: {e}", err=True)
-        raise typer.Exit(2) from None
+    names, compute, api_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
@@ -132,6 +109,36 @@ def serve_command(
     if app.state.pool.error:
         typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable
         raise typer.Exit(2)
+
+
+def checked_inputs(names: list[str], routes: Path | None, api_key_file: Path | None, memory_budget: str | None):
+    """The names to serve (with what the routes need), the compute limits, the API keys and the memory budget, each
+    checked before any model loads: a bad one is one `error:` line naming its flag (exit 2)."""
+    from gates.request_limits import RequestLimits
+    from gates.serving_policy import ServingPolicyError, load_serving_policy
+    from sampler.memory import parse_bytes
+    from serving import ApiKeyError, load_api_keys
+
+    compute = RequestLimits()
+    if routes is not None:
+        try:
+            policy = load_serving_policy(routes)
+        except ServingPolicyError as e:
+            typer.echo(f"error: --routes: {e}", err=True)
+            raise typer.Exit(2) from None
+        names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
+        compute = policy.limits
+    try:
+        api_keys = load_api_keys(api_key_file)
+    except ApiKeyError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    except ValueError as e:
+        typer.echo(f"error: --memory-budget: {e}", err=True)
+        raise typer.Exit(2) from None
+    return names, compute, api_keys, budget
 
 
 def register(app: typer.Typer) -> None:
