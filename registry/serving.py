@@ -44,6 +44,7 @@ class ServedVersion:
     operating_config: dict[str, Any] | None = None  # the gate-chosen effective config, None: none recorded
     operating_config_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    created: int = 0  # when the version was registered (Unix seconds)
 
     @property
     def ref(self) -> str:
@@ -128,5 +129,6 @@ def served_version(registry: Registry, name: str, at: tuple[str, str] | None = N
         name=name, model=model, version=version, weights_sha256=weights,
         source=tags.get(model_tag("model")) or evidence.candidate, kind=evidence.kind, stage=stage,
         operating_config=dict(primary.config) if primary else None,
+        created=registry.version_created(model, version),
         operating_config_hash=primary.config_hash if primary else "",
         extra={"aliases": sorted(aliases), "revision": evidence.model_revision})

@@ -153,6 +153,13 @@ class Registry:
         except MlflowException as e:
             raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
 
+    def version_created(self, model: str, version: str) -> int:
+        """When a version was registered, in Unix seconds."""
+        try:
+            return int(self.client.get_model_version(model, version).creation_timestamp or 0) // 1000
+        except MlflowException as e:
+            raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+
     def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:
         for key, value in tags.items():
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)

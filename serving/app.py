@@ -27,8 +27,9 @@ from gates.weights import WEIGHTS_FILE
 from models.state import state_dir
 from sampler.decode import row_seeded
 from serving import errors
+from serving.access import Access
 from serving.analysis_api import router as analysis_router
-from serving.attempt import Attempt
+from serving.attempt import Attempt, Prompt
 from serving.decoding import Limits, RequestError
 from serving.dispatch import Dispatch
 from serving.local import LocalServing
@@ -37,7 +38,7 @@ from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
 from serving.responses import Batching, ModelCard, ModelFacts, TokenLimits
 from serving.routing import RouteTable
-from serving.schemas import ChatCompletionRequest, CompletionRequest
+from serving.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 
 log = logging.getLogger("unmask.serve")
 
@@ -63,6 +64,7 @@ class ServeSettings:
     weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
     compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
+    api_keys: frozenset[str] = frozenset()  # empty: the API is open (serving/access.py)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -88,6 +90,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     errors.install(app, count_refusal)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes, count=count_refusal)
+    app.add_middleware(Access, keys=settings.api_keys, count=count_refusal)  # outermost: before the body is read
     add_routes(app, settings, pool, routes, dispatch, local, metrics)
     app.include_router(analysis_router)  # GET /v1/unmask/analysis, POST .../flagger (serving/analysis_api.py)
     return app
@@ -159,13 +162,24 @@ def add_routes(app: FastAPI, settings: ServeSettings, pool: ModelPool, routes: R
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await dispatch.answer(Attempt(request, "completions", body, lambda route: body.prompt, body.max_tokens))
+        prompts = Prompt(body.prompts())
+        return await dispatch.answer(Attempt(request, "completions", body, lambda route: prompts, body.max_tokens))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return await dispatch.answer(Attempt(request, "chat", body, lambda route: route.loaded.chat.render(messages),
-                                             body.requested_tokens()))
+        messages = [template_message(m) for m in body.messages]
+
+        def rendered(route: Route) -> Prompt:
+            chat = route.loaded.chat.render_chat(messages)
+            return Prompt([chat.text], chat.dropped)
+
+        return await dispatch.answer(Attempt(request, "chat", body, rendered, body.requested_tokens()))
+
+
+def template_message(message: ChatMessage) -> dict[str, Any]:
+    """A message as a chat template reads it: role, its text as `content`, and the fields templates know."""
+    return {"role": message.role, "content": message.text()} | message.model_dump(
+        include={"name", "tool_calls", "tool_call_id"}, exclude_none=True)
 
 
 def default_weights_path() -> Path:
@@ -177,7 +191,7 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
     """One `/v1/models` entry: the served name, and under `unmask` what it points at and how it decodes."""
     v, pool, limits = route.version, settings.pool, settings.limits
     batched = BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else "")
-    return ModelCard(id=route.name, unmask=ModelFacts(
+    return ModelCard(id=route.name, created=v.created, unmask=ModelFacts(
         model=v.model, version=v.version, weights_sha256=v.weights_sha256, kind=route.loaded.handle.kind,
         stage=v.stage, config=route.base.to_dict(), config_hash=route.base.hash(), config_source=route.base_source,
         operating_config_hash=v.operating_config_hash, chat_template=route.loaded.chat.source, streaming=STREAMING,

@@ -83,7 +83,7 @@ class UpstreamArm:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        body = payload | {"model": self.model, "stream": stream}
+        body = payload | {"model": self.model} | ({"stream": True} if stream else {})  # nothing the client did not ask
         return client.build_request("POST", self.upstream + PATHS[endpoint], json=body, headers=headers,
                                     timeout=httpx.Timeout(timeout_s))
 

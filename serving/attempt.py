@@ -6,7 +6,7 @@ answers (`LocalServing` for this server's own models, an upstream over HTTP) rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import Request
@@ -16,13 +16,22 @@ from serving.schemas import Sampling
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """What a local arm decodes for a request: its prompts (text, or token ids), and the chat messages
+    ({index, role}) that the model's template left out."""
+
+    prompts: list[str | list[int]]
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One request as one arm sees it: the parsed body, how its prompt reads, its accounting and its clock."""
 
     request: Request | None  # None: a shadow copy, which has no client to hang up
     endpoint: str  # "completions" or "chat"
     body: Sampling
-    prompt_of: Callable[[Any], str]  # the prompt text for the route that answers (chat renders its template)
+    prompt_of: Callable[[Any], Prompt]  # the prompts for the route that answers (chat renders its template)
     max_tokens: int | None
     outcome: Outcome | None = None  # this attempt's log row and metrics; set per attempt
     limit_s: float = 0.0  # the arm's timeout within the server's, from the request's arrival

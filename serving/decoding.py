@@ -35,7 +35,7 @@ class RequestError(ValueError):
 class Limits:
     """What one request may ask for."""
 
-    max_tokens: int = 256  # the largest max_tokens (and operating-point canvas) a request may decode
+    max_tokens: int | None = None  # the largest max_tokens (and canvas) a request may decode; None: the context's room
     max_prompt_tokens: int = 384
     max_prompt_chars: int = 16_384  # checked before tokenizing, so a huge body costs nothing
 

@@ -22,6 +22,7 @@ from fastapi import Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serving import errors
+from serving.access import request_id_of
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.arms import ArmFailure, LocalArm, UpstreamArm, UpstreamRefused
 from serving.attempt import Attempt
@@ -94,6 +95,7 @@ class Dispatch:
         `asked` is the request as parsed (request, endpoint, body, prompt_of, max_tokens); each arm tried gets
         its own copy with its outcome, routing and clock."""
         request, endpoint, body = asked.request, asked.endpoint, asked.body
+        rid = request_id_of(request)
         decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, asked.max_tokens),
                                       *request_key(body.user, request)) if self.routes else None
         arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
@@ -105,7 +107,7 @@ class Dispatch:
             # log says it could not serve (a rollout's analysis counts that against it), then the fallback answers.
             failed = ArmFailure(503, "arm_unhealthy", f"{arm.name} is unhealthy ({self.health.report(arm.name)['reason']}); "
                                 f"the fallback {fallback.name} answers", "unhealthy")
-            skipped = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream)
+            skipped = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream, request_id=rid)
             skipped.routed(decision.route, arm.name)
             skipped.failed(failed.status, failed.code, failed.message, retried=True)
             skipped.close()
@@ -113,7 +115,7 @@ class Dispatch:
         for current in attempts:
             if current is None:
                 break
-            outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream)
+            outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, body.stream, request_id=rid)
             if decision:
                 outcome.routed(decision.route, current.name)
             if failed:
@@ -199,7 +201,7 @@ class Dispatch:
     async def ask_upstream(self, arm: UpstreamArm, attempt: Attempt):
         outcome, body, limit = attempt.outcome, attempt.body, attempt.limit_s
         outcome.upstream(arm)
-        payload = body.model_dump(exclude_none=True, exclude={"unmask", "model", "stream"})
+        payload = body.model_dump(exclude_unset=True, exclude={"model"})  # what the client sent, no more
         stamp = attempt.stamp() | {"upstream": arm.upstream}
         left = max(limit - outcome.elapsed(), 0.001)
         if body.stream:

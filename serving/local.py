@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -29,14 +30,17 @@ from serving import errors
 from serving.arms import ArmFailure, LocalArm
 from serving.attempt import Attempt
 from serving.batching import Decoded, Draining, QueueFull
-from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
+from serving.decoding import Limits, RequestError, batch_key, choice_of, is_deterministic, request_config
 from serving.limits import check_compute
+from serving.chat import ChatTemplateError
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
 from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
                                CompletionResponse, Extension, Usage)
-from serving.schemas import StreamOptions
 from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
+from serving.surface import Served, check_surface
+
+SEED_SPACE = 2**63  # OpenAI's seed is a signed 64-bit integer; drawn seeds stay non-negative
 
 log = logging.getLogger("unmask.serve")
 
@@ -59,30 +63,58 @@ class Parsed:
 
 
 @dataclass(frozen=True)
+class Row:
+    """One choice of a request: its prompt, the config (with its own seed) that decodes it, where it arrives."""
+
+    prompt: int  # which of the request's prompts
+    ids: list[int]
+    echo: str  # the prompt when the request asked for it back (completions' `echo`), else ''
+    config: SamplerConfig
+    key: str | None  # the batch key; None: decoded alone
+    future: asyncio.Future
+    feed: RowFeed | None  # streamed requests only
+
+
+@dataclass(frozen=True)
 class Submitted:
-    """A queued request: what decodes it, how its answer is cut, and where its final tokens arrive."""
+    """A queued request: its rows (prompts x n), how its answers are cut, and what its answer reports."""
 
     endpoint: str
     route: Route
-    prompt: str
-    echo: str  # the prompt when the request asked for it back (completions' `echo`), else ''
-    ids: list[int]
-    config: SamplerConfig
+    rows: list[Row]
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
-    key: str | None  # the batch key; None: decoded alone
     stops: list[str]
-    future: asyncio.Future
-    feed: RowFeed | None  # streamed requests only
-    stream_options: StreamOptions | None = None
+    include_usage: bool = False
     routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
     on_text: Any = None  # streamed: called with the whole answer text once it is complete (a shadow compares it)
+    retry_of: str | None = None  # the arm that failed, when this answers for it
+    dropped: list[dict[str, Any]] | None = None  # chat: messages the template left out
+
+    @property
+    def row(self) -> Row:
+        """The one row of a streamed request."""
+        return self.rows[0]
+
+    @property
+    def future(self) -> asyncio.Future:
+        """Done when every row is: a request's one future, as a waiter or a canceller sees it."""
+        return self.rows[0].future if len(self.rows) == 1 else _gathered(self.rows)
+
+    def cancel(self) -> None:
+        for r in self.rows:
+            if not r.future.done():
+                r.future.cancel()
+
+
+def _gathered(rows: list[Row]) -> asyncio.Future:
+    return asyncio.gather(*(r.future for r in rows))
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A decoded request: its choice (text, finish_reason, completion_tokens), usage, extension, log facts."""
+    """A decoded request: its choices (text, finish_reason, completion_tokens), usage, extension, log facts."""
 
-    choice: dict[str, Any]
+    choices: list[dict[str, Any]]
     usage: Usage
     extension: Extension
     facts: dict[str, Any]
@@ -112,11 +144,13 @@ class LocalServing:
         route = self.resolve(arm.served)
         outcome, limit = attempt.outcome, attempt.limit_s
         outcome.resolved(route)
-        job = replace(self.submit(route, attempt), routed=attempt.routed, on_text=attempt.on_text)
+        job = replace(self.submit(route, attempt), routed=attempt.routed, on_text=attempt.on_text,
+                      retry_of=attempt.retry_of)
         try:
             if attempt.body.stream:
                 return await self.start_stream(attempt.request, job, outcome, limit), None
-            decoded = await until(attempt.request, job.future, job.future, limit - outcome.elapsed(), limit)
+            decoded = await until(attempt.request, job.future, job, limit - outcome.elapsed(), limit)
+            decoded = decoded if isinstance(decoded, list) else [decoded]
         except RequestError as e:
             if e.status == 504:
                 raise ArmFailure(504, "timeout", f"{arm.name}: {e.message}", "timeout") from None
@@ -128,14 +162,46 @@ class LocalServing:
             raise ArmFailure(500, "server_error", f"{type(e).__name__}: {e}", "error",
                              public=f"the server failed on this request ({type(e).__name__}); it keeps serving") from e
         done = finished(job, decoded, ttfb_s=outcome.elapsed())
-        if attempt.retry_of:
-            done = replace(done, extension=done.extension.model_copy(update={"retry_of": attempt.retry_of}))
         return response_body(job, done).model_dump(), done.facts
 
-    def parse(self, route: Route, endpoint: str, prompt: str, attempt: Attempt) -> Parsed:
-        """Check the prompt and settings against the limits and the model; RequestError names the field."""
+    def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt,
+              prompts: int = 1) -> Parsed:
+        """Check one prompt (text, or token ids) and the request's settings against the limits and the model;
+        RequestError names the field. `prompts`: how many prompts the request has (the surface check reads it)."""
         field = "prompt" if endpoint == "completions" else "messages"
         limits, handle, body = self.settings.limits, route.loaded.handle, attempt.body
+        ids = self.prompt_ids(route, field, prompt)
+        if len(ids) > limits.max_prompt_tokens:
+            raise RequestError(field, f"{field}: {len(ids)} tokens, above this server's limit of "
+                               f"{limits.max_prompt_tokens}")
+        unmask = body.unmask.overrides() if body.unmask else {}
+        if unmask and handle.kind == "autoregressive":
+            raise RequestError("unmask", f"unmask settings {', '.join(sorted(unmask))} are diffusion settings; "
+                               f"{route.version.model} is autoregressive and would ignore them")
+        context = route.loaded.context
+        room = None if context is None else context - len(ids)
+        if attempt.max_tokens is not None and room is not None and attempt.max_tokens > room:
+            raise RequestError("max_tokens", f"max_tokens={attempt.max_tokens}: {len(ids)} prompt tokens + "
+                               f"{attempt.max_tokens} exceed {route.version.model}'s context of {context}")
+        config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
+                                      unmask, replace(limits, max_tokens=bounded(limits.max_tokens, room)))
+        check_surface(body, endpoint, Served(config, handle.kind, route.loaded.chat.reads_tools, prompts))
+        check_compute(config, len(ids), handle.kind, self.settings.compute)
+        if not fits_context(context, len(ids), config.gen_length):
+            raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
+                               f"{route.version.model}'s context of {context}")
+        return Parsed(ids, config, keep)
+
+    def prompt_ids(self, route: Route, field: str, prompt: str | list[int]) -> list[int]:
+        """A prompt's token ids: a text tokenized, or ids checked against the vocabulary."""
+        limits, handle = self.settings.limits, route.loaded.handle
+        if isinstance(prompt, list):
+            vocab = getattr(handle, "vocab_size", None)
+            bad = [t for t in prompt if vocab is not None and t >= vocab]
+            if bad:
+                raise RequestError(field, f"{field}: token id {bad[0]} is outside {route.version.model}'s "
+                                   f"vocabulary of {vocab}")
+            return list(prompt)
         if len(prompt) > limits.max_prompt_chars:
             raise RequestError(field, f"{field}: {len(prompt)} characters, above this server's limit of "
                                f"{limits.max_prompt_chars}")
@@ -145,44 +211,45 @@ class LocalServing:
             raise RequestError(field, f"{field}: cannot be tokenized: {e}") from None
         if not ids or set(ids) <= {unknown_id(handle)}:
             raise RequestError(field, f"{field}: none of its characters is in {route.version.model}'s vocabulary")
-        if len(ids) > limits.max_prompt_tokens:
-            raise RequestError(field, f"{field}: {len(ids)} tokens, above this server's limit of "
-                               f"{limits.max_prompt_tokens}")
-        unmask = body.unmask.overrides() if body.unmask else {}
-        config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
-                                      unmask, limits)
-        check_compute(config, len(ids), handle.kind, self.settings.compute)
-        context = route.loaded.context
-        if not fits_context(context, len(ids), config.gen_length):
-            raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
-                               f"{route.version.model}'s context of {context}")
-        return Parsed(ids, config, keep)
+        return ids
 
     def submit(self, route: Route, attempt: Attempt) -> Submitted:
-        """Parse the request for `route` and queue it on the route's batcher."""
+        """Parse the request for `route` and queue its rows (each prompt, `n` times) on the route's batcher."""
         endpoint, body = attempt.endpoint, attempt.body
-        prompt = attempt.prompt_of(route)
-        parsed = self.parse(route, endpoint, prompt, attempt)
-        key = batch_key(parsed.config, row_seeded(route.loaded.handle))
-        feed = RowFeed() if body.stream else None
+        try:
+            asked = attempt.prompt_of(route)
+        except ChatTemplateError as e:
+            raise RequestError("messages", str(e)) from None
+        parsed = [self.parse(route, endpoint, p, attempt, len(asked.prompts)) for p in asked.prompts]
+        n, handle = body.choices_per_prompt(), route.loaded.handle
+        planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
+        rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
-            future = route.loaded.batcher.submit(parsed.ids, parsed.config, key, on_tokens=feed.put if feed else None)
-        except Draining:
-            raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
-        except QueueFull as e:
+            for i, p, config in planned:
+                key = batch_key(config, row_seeded(handle))
+                feed = RowFeed() if body.stream else None
+                future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None)
+                if feed:
+                    feed.future = future
+                echo = asked.prompts[i] if getattr(body, "echo", False) else ""
+                rows.append(Row(i, p.ids, echo if isinstance(echo, str) else handle.decode(echo), config, key,
+                                future, feed))
+        except (Draining, QueueFull) as e:
+            for r in rows:  # a request is queued whole or not at all
+                r.future.cancel()
+            if isinstance(e, Draining):
+                raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        if feed:
-            feed.future = future
-        echo = prompt if getattr(body, "echo", False) else ""
-        return Submitted(endpoint, route, prompt, echo, parsed.ids, parsed.config, parsed.keep, key, body.stops(),
-                         future, feed, body.stream_options)
+        return Submitted(endpoint, route, rows, parsed[0].keep, body.stops(), body.include_usage(),
+                         dropped=asked.dropped or None)
 
     async def start_stream(self, request: Request, job: Submitted, outcome: Outcome,
                            limit_s: float) -> StreamingResponse:
         """Wait for the first final tokens (until then every failure is a plain JSON error), then stream."""
-        first = await until(request, job.feed.next(), job.future, limit_s - outcome.elapsed(), limit_s)
-        if first is None and job.future.exception() is not None:
-            raise job.future.exception()  # the model failed before a byte went out: a JSON 500
+        row = job.row
+        first = await until(request, row.feed.next(), job, limit_s - outcome.elapsed(), limit_s)
+        if first is None and row.future.exception() is not None:
+            raise row.future.exception()  # the model failed before a byte went out: a JSON 500
         return StreamingResponse(self.events(job, outcome, first), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -192,27 +259,28 @@ class LocalServing:
         chunks = Chunks(job.endpoint, f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
                         int(time.time()), v.model, fingerprint(v))
         text = CommittedText(job.route.loaded.handle, job.keep, job.stops)
-        include_usage = bool(job.stream_options and job.stream_options.include_usage)
+        include_usage, row = job.include_usage, job.row
         try:
             outcome.first_byte()
             yield event(chunks.opening())
-            if job.echo:
-                yield event(chunks.text(job.echo))
+            if row.echo:
+                yield event(chunks.text(row.echo))
             tokens = first
             while tokens is not None:
                 delta = text.add(tokens)
                 if delta:
                     yield event(chunks.text(delta))
                 left = self.settings.request_timeout_s - outcome.elapsed()
-                tokens = await asyncio.wait_for(job.feed.next(), max(left, 0.0))
-            done = finished(job, job.future.result(), ttfb_s=outcome.ttfb_s)
-            rest = text.finish(done.choice["text"])
+                tokens = await asyncio.wait_for(row.feed.next(), max(left, 0.0))
+            done = finished(job, [row.future.result()], ttfb_s=outcome.ttfb_s)
+            rest = text.finish(done.choices[0]["text"])
             outcome.answered(done.facts)  # complete: a client that leaves during the last sends is not a 499
+            choice = done.choices[0]
             if job.on_text:  # the route's shadow copy goes now, to be compared with this text
-                job.on_text(job.echo + done.choice["text"])
+                job.on_text(row.echo + choice["text"])
             if rest:
                 yield event(chunks.text(rest))
-            yield event(chunks.finish(done.choice["finish_reason"], done.extension.model_dump()))
+            yield event(chunks.finish(choice["finish_reason"], done.extension.model_dump()))
             if include_usage:
                 yield event(chunks.usage(done.usage.model_dump()))
             yield DONE
@@ -229,47 +297,74 @@ class LocalServing:
                                                "streaming began; it keeps serving", None, "server_error"))
             yield DONE
         finally:
-            if not job.future.done():  # hung up or failed mid-stream: free the slot (a lone batch stops)
-                job.future.cancel()
+            job.cancel()  # hung up or failed mid-stream: free the slot (a lone batch stops)
             if not outcome.recorded:
                 outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
 
 
-def finished(job: Submitted, decoded: Decoded, ttfb_s: float) -> Finished:
-    """The choice, usage, `unmask` extension and log facts of a decoded request."""
-    v = job.route.version
-    choice = choice_of(job.route.loaded.handle, decoded.generated, job.keep, job.stops)
-    usage = Usage(prompt_tokens=len(job.ids), completion_tokens=choice["completion_tokens"],
-                  total_tokens=len(job.ids) + choice["completion_tokens"])
-    first_block = None if decoded.first_block_s is None else round(decoded.first_block_s, 6)
-    facts = {"config_hash": job.config.hash(), "queue_s": decoded.queue_s, "prompt_tokens": len(job.ids),
-             "completion_tokens": choice["completion_tokens"], "nfe": decoded.nfe,
-             "batch_size": decoded.batch_size, "first_block_s": decoded.first_block_s}
+def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
+    """The choices, usage, `unmask` extension and log facts of a decoded request (one `Decoded` per row)."""
+    v, handle = job.route.version, job.route.loaded.handle
+    choices = [choice_of(handle, d.generated, job.keep, job.stops) for d in decoded]
+    prompt_tokens = sum({r.prompt: len(r.ids) for r in job.rows}.values())  # each prompt once, however many choices
+    completion_tokens = sum(c["completion_tokens"] for c in choices)
+    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                  total_tokens=prompt_tokens + completion_tokens)
+    blocks = [d.first_block_s for d in decoded if d.first_block_s is not None]
+    first_block = round(min(blocks), 6) if blocks else None
+    config = job.row.config
+    nfe, batch_size = sum(d.nfe for d in decoded), max(d.batch_size for d in decoded)
+    queue_s, decode_s = max(d.queue_s for d in decoded), max(d.decode_s for d in decoded)
+    seeds = [None if is_deterministic(r.config) else r.config.seed for r in job.rows]
+    facts = {"config_hash": config.hash(), "queue_s": queue_s, "prompt_tokens": prompt_tokens,
+             "completion_tokens": completion_tokens, "nfe": nfe, "batch_size": batch_size,
+             "first_block_s": min(blocks) if blocks else None}
     extension = Extension(
         alias=job.route.name, model=v.model, version=v.version, weights_sha256=v.weights_sha256,
-        config_hash=job.config.hash(), config_source=job.route.base_source, batched=job.key is not None,
-        batch_size=decoded.batch_size, nfe=decoded.nfe, queue_s=round(decoded.queue_s, 6),
-        decode_s=round(decoded.decode_s, 6), ttfb_s=round(ttfb_s, 6), first_block_s=first_block,
-        stream=job.feed is not None, route=job.routed[0] if job.routed else None,
-        arm=job.routed[1] if job.routed else None)
-    return Finished(choice, usage, extension, facts)
+        config_hash=config.hash(), config_source=job.route.base_source, batched=job.row.key is not None,
+        batch_size=batch_size, nfe=nfe, queue_s=round(queue_s, 6),
+        decode_s=round(decode_s, 6), ttfb_s=round(ttfb_s, 6), first_block_s=first_block,
+        stream=job.row.feed is not None, route=job.routed[0] if job.routed else None,
+        arm=job.routed[1] if job.routed else None, retry_of=job.retry_of, seed=seeds[0], seeds=seeds,
+        chat_dropped=job.dropped)
+    return Finished(choices, usage, extension, facts)
 
 
 def response_body(job: Submitted, done: Finished) -> CompletionResponse | ChatCompletionResponse:
-    """The non-streamed answer of a finished request, in the shape of its endpoint."""
-    v, choice = job.route.version, done.choice
+    """The non-streamed answer of a finished request, in the shape of its endpoint; choice i is row i."""
+    v = job.route.version
     common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
               "usage": done.usage, "unmask": done.extension}
     if job.endpoint == "completions":
         return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", **common, choices=[
-            CompletionChoice(text=job.echo + choice["text"], finish_reason=choice["finish_reason"])])
+            CompletionChoice(index=i, text=row.echo + c["text"], finish_reason=c["finish_reason"])
+            for i, (row, c) in enumerate(zip(job.rows, done.choices))])
     return ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", **common, choices=[
-        ChatChoice(message=AssistantMessage(content=choice["text"]), finish_reason=choice["finish_reason"])])
+        ChatChoice(index=i, message=AssistantMessage(content=c["text"]), finish_reason=c["finish_reason"])
+        for i, c in enumerate(done.choices)])
 
 
-async def until(request: Request | None, awaitable, future: asyncio.Future, timeout_s: float, limit_s: float):
+def seeded(config: SamplerConfig, seed: int | None, n: int) -> list[SamplerConfig]:
+    """The config of each of a prompt's `n` choices. Sampled decoding gives choice k the seed `seed + k`, or,
+    without a seed, one drawn from the OS, so unseeded answers differ and each can be reproduced from the seed
+    its answer reports; a greedy decode reads no seed and all choices are one config."""
+    if is_deterministic(config):
+        return [config] * n
+    first = seed if seed is not None else None
+    return [config.with_(seed=(first + k) % SEED_SPACE if first is not None else secrets.randbelow(SEED_SPACE))
+            for k in range(n)]
+
+
+def bounded(limit: int | None, room: int | None) -> int:
+    """The largest max_tokens (and canvas) a request may ask for: the server's --max-tokens if set, else the room
+    the model's context leaves after the prompt (a model that names no context: 4096)."""
+    bounds = [b for b in (limit, room) if b is not None]
+    return max(min(bounds), 1) if bounds else 4096
+
+
+async def until(request: Request | None, awaitable, job: Submitted, timeout_s: float, limit_s: float):
     """`awaitable`'s result; a client that hangs up, or `timeout_s` (what is left of the request's `limit_s`)
-    passing, cancels the request (`future`) and frees its slot. A shadow copy has no client (`request` None)."""
+    passing, cancels the request's rows (`job`) and frees their slots. A shadow copy has no client (`request` None)."""
     async def hung_up() -> None:
         if request is None:
             await asyncio.Event().wait()  # nobody to hang up
@@ -286,7 +381,7 @@ async def until(request: Request | None, awaitable, future: asyncio.Future, time
     if waited in done:
         return waited.result()
     waited.cancel()
-    future.cancel()  # still queued: the batcher skips it; already decoding: its row is dropped (a lone batch stops)
+    job.cancel()  # still queued: the batcher skips it; already decoding: its row is dropped (a lone batch stops)
     if watcher in done:
         raise RequestError(None, "the client closed the connection before the answer", 499, "client_closed")
     raise RequestError(None, f"no answer within {limit_s:g} s", 504, "timeout")

@@ -21,12 +21,12 @@ class Outcome:
     """One request's accounting, from its arrival to the last byte of its answer."""
 
     def __init__(self, metrics: ServingMetrics, requests_log: RequestLog | None, endpoint: str, alias: str,
-                 stream: bool, shadow: bool = False):
+                 stream: bool, shadow: bool = False, request_id: str | None = None):
         self.metrics, self.requests_log = metrics, requests_log
         self.arrived = time.monotonic()
         self.endpoint, self.stream = endpoint, stream
         self.entry: dict[str, Any] = {"endpoint": endpoint, "alias": alias, "stream": stream, "shadow": shadow,
-                                      "retried": False, "decode_failure": False}
+                                      "retried": False, "decode_failure": False, "request_id": request_id}
         self.shadow = shadow
         self.alias, self.labels = "unknown", None  # (alias, model, version) once resolved
         self.ttfb_s: float | None = None

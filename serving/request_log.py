@@ -33,6 +33,8 @@ SCHEMA = pa.schema([
     # shadow copies (`shadow`, `agrees`: its text equals the primary's), NaN/decode failures, the upstream's URL
     ("retried", pa.bool_()), ("retry_of", pa.string()), ("shadow", pa.bool_()), ("agrees", pa.bool_()),
     ("decode_failure", pa.bool_()), ("upstream", pa.string()),
+    # the client's X-Request-Id (or the one the server made), as echoed on the response
+    ("request_id", pa.string()),
 ])
 
 

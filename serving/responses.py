@@ -35,6 +35,9 @@ class Extension(BaseModel):
     route: str | None
     arm: str | None
     retry_of: str | None = None  # the arm that failed, when the route's fallback answers for it
+    seed: int | None = None  # choice 0's seed (None: greedy, nothing drawn); send it back to get that answer again
+    seeds: list[int | None] | None = None  # each choice's seed, in choice order
+    chat_dropped: list[dict[str, Any]] | None = None  # chat: messages ({index, role}) the template left out
 
 
 class CompletionChoice(BaseModel):
@@ -86,7 +89,7 @@ class Batching(BaseModel):
 
 
 class TokenLimits(BaseModel):
-    max_tokens: int
+    max_tokens: int | None  # None: bounded by the model's context only
     max_prompt_tokens: int
     context: int | None  # the model's context, when its config says
 
@@ -112,6 +115,6 @@ class ModelFacts(BaseModel):
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
-    created: int = 0
+    created: int  # when the served version was registered (Unix seconds)
     owned_by: str = "unmask"
     unmask: ModelFacts

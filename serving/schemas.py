@@ -1,20 +1,25 @@
 """The OpenAI-compatible request bodies the server accepts, as strict pydantic models.
 
-Every field a request may carry is listed; anything else is a 400 naming the field (`extra="forbid"`),
-and a value of the wrong type or out of range is a 400 naming it too, never a 500. Diffusion settings
-travel under the `unmask` extension object, which OpenAI clients send through `extra_body`.
+Every documented parameter of OpenAI's completions and chat completions is listed, with its type; an
+unknown field is a 400 naming it (`extra="forbid"`), and a value of the wrong type or out of range is a 400
+naming it too, never a 500. Whether a local model honours a parameter's value is decided in one place,
+`serving.surface` (called from `LocalServing.parse`), so an upstream arm still receives what the client sent.
+Diffusion settings travel under the `unmask` extension object, which OpenAI clients send through `extra_body`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
+                      field_validator)
 
 from sampler.commit import COMMIT_RULES
 from sampler.remasking import REMASKING_POLICIES
 
 MAX_STOP = 4  # OpenAI's own limit on stop sequences
+MAX_CHOICES = 16  # n (and best_of): one request may not take over the batcher
+MAX_PROMPTS = 32  # prompts in one completions request
 
 
 def _int_as_float(value):
@@ -23,6 +28,7 @@ def _int_as_float(value):
 
 
 Real = Annotated[float, BeforeValidator(_int_as_float)]
+Json = dict[str, Any]  # an OpenAI object whose inside only `serving.surface` reads
 
 
 class Strict(BaseModel):
@@ -55,7 +61,8 @@ class UnmaskOptions(Strict):
 
 
 class StreamOptions(Strict):
-    include_usage: StrictBool = False  # a last chunk, before [DONE], with the usage and no choices
+    include_usage: StrictBool | None = None  # a last chunk, before [DONE], with the usage and no choices
+    include_obfuscation: StrictBool | None = None  # accepted; unmask pads no chunk (see docs/serving.md)
 
 
 class Sampling(Strict):
@@ -64,11 +71,15 @@ class Sampling(Strict):
     model: str = Field(min_length=1, max_length=256)
     max_tokens: StrictInt | None = Field(None, ge=1)
     temperature: Real | None = Field(None, ge=0.0, le=2.0)
+    top_p: Real | None = Field(None, ge=0.0, le=1.0)
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
     stop: str | list[str] | None = None
-    n: StrictInt = Field(1, ge=1, le=1)  # one choice per request: batching is the server's job, not the client's
-    stream: StrictBool = False  # server-sent events: committed text as it becomes final (serving/streaming.py)
-    stream_options: StreamOptions | None = None
+    n: StrictInt | None = Field(None, ge=1, le=MAX_CHOICES)
+    frequency_penalty: Real | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Real | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Real] | None = None
+    stream: StrictBool | None = False  # server-sent events: committed text as it becomes final (serving/streaming.py)
+    stream_options: StreamOptions | None = None  # read only when streaming, as OpenAI does
     user: str | None = Field(None, max_length=256)
     metadata: dict[str, str] | None = Field(None, max_length=16)  # OpenAI's key/value tags; routes may match them
     unmask: UnmaskOptions | None = None
@@ -81,17 +92,16 @@ class Sampling(Strict):
             raise ValueError(f"at most {MAX_STOP} stop sequences, got {len(stops)}")
         if any(not s for s in stops):
             raise ValueError("stop sequences must not be empty")
-        return stops
-
-    @field_validator("stream_options")
-    @classmethod
-    def _only_when_streaming(cls, value, info):
-        if value is not None and not info.data.get("stream"):
-            raise ValueError("stream_options is only read when stream is true")
         return value
 
     def stops(self) -> list[str]:
-        return list(self.stop or [])
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def choices_per_prompt(self) -> int:
+        return self.n or 1
+
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
 def _known(value: str | None, known: dict) -> str | None:
@@ -100,27 +110,67 @@ def _known(value: str | None, known: dict) -> str | None:
     return value
 
 
-class CompletionRequest(Sampling):
-    """`POST /v1/completions`: one text prompt (or a list of one)."""
+TokenIds = list[Annotated[int, Field(ge=0)]]
 
-    prompt: str | list[str]
-    echo: StrictBool = False
+
+class CompletionRequest(Sampling):
+    """`POST /v1/completions`: a prompt, or a batch of them (strings or token ids), each answered `n` times."""
+
+    prompt: str | TokenIds | list[str] | list[TokenIds]
+    echo: StrictBool | None = False
+    best_of: StrictInt | None = Field(None, ge=1, le=MAX_CHOICES)
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | StrictBool | None = None  # the likelihood work reads it
+    suffix: str | None = None
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value):
-        prompts = [value] if isinstance(value, str) else value
-        if len(prompts) != 1:
-            raise ValueError(f"exactly one prompt per request, got {len(prompts)}")
-        if not prompts[0].strip():
-            raise ValueError("prompt is empty")
-        return prompts[0]
+    def _prompts(cls, value):
+        prompts = as_prompts(value)
+        if not prompts:
+            raise ValueError("no prompt")
+        if len(prompts) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request, got {len(prompts)}")
+        for i, p in enumerate(prompts):
+            if not (p.strip() if isinstance(p, str) else p):
+                raise ValueError("prompt is empty" if len(prompts) == 1 else f"prompt {i} is empty")
+        return value
+
+    def prompts(self) -> list[str | list[int]]:
+        return as_prompts(self.prompt)
+
+
+def as_prompts(value) -> list[str | list[int]]:
+    """A completions `prompt` as a list of prompts: a string, token ids, or a list of either."""
+    if isinstance(value, str):
+        return [value]
+    if value and all(isinstance(v, int) for v in value):
+        return [list(value)]
+    return list(value)
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content: `{"type": "text", "text": ...}`; other types are named and refused."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: StrictStr
+    text: str | None = None
 
 
 class ChatMessage(Strict):
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(max_length=1_000_000)
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = Field(None, max_length=1_000_000)
     name: str | None = None
+    tool_calls: list[Json] | None = None  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a tool turn: the call it answers
+    function_call: Json | None = None  # the deprecated form of tool_calls
+    refusal: str | None = None
+    audio: Json | None = None
+
+    def text(self) -> str:
+        """The message's text: its string, or its text parts joined (other parts are refused in serving.surface)."""
+        if isinstance(self.content, list):
+            return "".join(p.text or "" for p in self.content if p.type == "text")
+        return self.content or ""
 
 
 class ChatCompletionRequest(Sampling):
@@ -128,11 +178,32 @@ class ChatCompletionRequest(Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=64)
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool | None = None  # the likelihood work reads it
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    response_format: Json | None = None
+    tools: list[Json] | None = None
+    tool_choice: StrictStr | Json | None = None
+    parallel_tool_calls: StrictBool | None = None
+    functions: list[Json] | None = None
+    function_call: StrictStr | Json | None = None
+    modalities: list[StrictStr] | None = None
+    audio: Json | None = None
+    prediction: Json | None = None
+    web_search_options: Json | None = None
+    reasoning_effort: StrictStr | None = None
+    verbosity: StrictStr | None = None
+    moderation: Json | None = None
+    store: StrictBool | None = None
+    service_tier: StrictStr | None = None
+    safety_identifier: str | None = Field(None, max_length=256)
+    prompt_cache_key: str | None = Field(None, max_length=1024)
+    prompt_cache_retention: StrictStr | None = None
+    prompt_cache_options: Json | None = None
 
     @field_validator("messages")
     @classmethod
     def _a_user_turn(cls, value):
-        if not any(m.role == "user" and m.content.strip() for m in value):
+        if not any(m.role == "user" and m.text().strip() for m in value):
             raise ValueError("no user message with content")
         return value
 

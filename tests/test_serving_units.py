@@ -137,7 +137,9 @@ def test_chat_templates_render_in_a_sandbox(tmp_path):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "  2+2?  "}]
     bundled = chat_template(models.load("tiny-ar").path)
     assert bundled.source.endswith("tokenizer_config.json") and bundled.render(messages) == "2+2?"
-    assert chat_template(tmp_path).source == "default"
+    assert chat_template(tmp_path).source == "none"  # no template: chat is refused, not guessed
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        chat_template(tmp_path).render(messages)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}))
     with pytest.raises(ChatTemplateError, match="tokenizer_config.json"):

@@ -48,7 +48,10 @@ def serve_command(
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
     max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
     timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Largest max_tokens a request may ask for."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Largest max_tokens a request may ask for "
+                                   "(default: what the model's context leaves after the prompt)."),
+    api_key_file: Path = typer.Option(None, "--api-key-file", help="API keys, one a line (also $UNMASK_API_KEYS, "
+                                      "comma-separated); when set, /v1/ requests need one (else 401)."),
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
@@ -65,7 +68,7 @@ def serve_command(
     import uvicorn
 
     from flows.environment import configure_environment
-    from serving import Limits, PoolSettings, ServeSettings, create_app
+    from serving import ApiKeyError, Limits, PoolSettings, ServeSettings, create_app, load_api_keys
 
     state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
@@ -83,6 +86,11 @@ def serve_command(
             raise typer.Exit(2) from None
         names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
         compute = policy.limits
+    try:
+        api_keys = load_api_keys(api_key_file)
+    except ApiKeyError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
@@ -91,7 +99,7 @@ def serve_command(
                              request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
                              routes_path=routes, weights_path=weights_file,
-                             max_shadows=max_shadows)
+                             max_shadows=max_shadows, api_keys=api_keys)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)

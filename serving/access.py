@@ -1,0 +1,88 @@
+"""Who may call the API and what each call is named: API keys and request ids, as ASGI middleware.
+
+Keys come from a file (`--api-key-file`: one key a line, `#` comments and blank lines skipped) and/or
+`$UNMASK_API_KEYS` (comma-separated). When any is configured, every `/v1/...` request needs
+`Authorization: Bearer <key>` (else 401, OpenAI's `invalid_api_key`); `/health` and `/metrics` stay open
+for probes and scrapers. A key is compared in constant time and never logged or echoed.
+
+`X-Request-Id` is accepted (printable, up to 128 characters), else one is made; it is echoed on the
+response and written to the request log row.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from serving import errors
+
+KEYS_ENV = "UNMASK_API_KEYS"
+REQUEST_ID = b"x-request-id"
+_GOOD_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+
+
+class ApiKeyError(ValueError):
+    """Keys that cannot be read; the message names the file or variable, never a key."""
+
+
+def load_api_keys(path: Path | None, environ: dict[str, str] | None = None) -> frozenset[str]:
+    """The configured keys: those in `path` and in $UNMASK_API_KEYS; empty: the API is open."""
+    environ = os.environ if environ is None else environ
+    keys = {k.strip() for k in environ.get(KEYS_ENV, "").split(",") if k.strip()}
+    if path is not None:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as e:
+            raise ApiKeyError(f"--api-key-file {path}: cannot be read ({e.strerror or type(e).__name__})") from None
+        found = {line.strip() for line in lines if line.strip() and not line.strip().startswith("#")}
+        if not found:
+            raise ApiKeyError(f"--api-key-file {path}: no key in it (one key a line)")
+        keys |= found
+    if any(len(k) < 8 or any(c.isspace() for c in k) for k in keys):
+        raise ApiKeyError(f"an API key (from {path or KEYS_ENV}) is shorter than 8 characters or holds whitespace")
+    return frozenset(keys)
+
+
+def request_id_of(request) -> str | None:
+    """The id the middleware gave this request (None for a shadow copy, which has no request)."""
+    return None if request is None else request.scope.get("state", {}).get("request_id")
+
+
+class Access:
+    """ASGI middleware: the request id on every HTTP request; with keys configured, a key on every /v1/ path."""
+
+    def __init__(self, app, keys: frozenset[str], count: Callable[[str, int, str, str], None]):
+        self.app, self.keys, self.count = app, [k.encode() for k in keys], count
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(REQUEST_ID, b"").decode("latin-1")
+        rid = given if _GOOD_ID.match(given) else f"req-{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def named(message):
+            if message["type"] == "http.response.start":
+                message = message | {"headers": [*message.get("headers", []), (REQUEST_ID, rid.encode())]}
+            await send(message)
+
+        if self.keys and scope.get("path", "").startswith("/v1/") and not self._admitted(headers):
+            message = "a valid API key is required: send Authorization: Bearer <key>"
+            self.count(scope.get("path", ""), 401, "invalid_api_key", message)
+            response = errors.error_response(401, message, None, "invalid_api_key",
+                                             headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, named)
+        await self.app(scope, receive, named)
+
+    def _admitted(self, headers: dict[bytes, bytes]) -> bool:
+        scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        key = key.strip()
+        matches = [hmac.compare_digest(key, k) for k in self.keys]  # every key compared: no early exit on a match
+        return any(matches)
