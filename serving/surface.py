@@ -54,16 +54,6 @@ def _logit_bias(value, body, served):
     return None if not value else "logit bias is not implemented by unmask's sampler; send none"
 
 
-def _logprobs(value, body, served):
-    if value is None or value is False:
-        return None
-    return "log-probabilities are not supported yet"
-
-
-def _top_logprobs(value, body, served):
-    return None if not value else "log-probabilities are not supported yet"
-
-
 def _best_of(value, body, served):
     n = body.choices_per_prompt()
     if value is None or value == n:
@@ -147,9 +137,11 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("stream", BOTH, "server-sent events of final text only (one choice)"),
     Parameter("stream_options", BOTH, "include_usage adds the usage chunk; include_obfuscation is accepted and "
               "no padding is added; ignored when not streaming"),
-    Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer"),
-    Parameter("logprobs", BOTH, "null or false; log-probabilities are not supported yet (400)", _logprobs),
-    Parameter("top_logprobs", CHAT, "null or 0 (400 otherwise, as logprobs)", _top_logprobs),
+    Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer; with logprobs its tokens are scored "
+              "(max_tokens 0: scored only), see Log-probabilities"),
+    Parameter("logprobs", BOTH, "completions: alternatives per token (0-20); chat: true or false; each token's "
+              "log-probability, see Log-probabilities (not with stream)"),
+    Parameter("top_logprobs", CHAT, "alternatives per token (0-20), with logprobs true"),
     Parameter("frequency_penalty", BOTH, "0 or unset; else 400 (no penalties in unmask's sampler)", _penalty),
     Parameter("presence_penalty", BOTH, "0 or unset; else 400", _penalty),
     Parameter("logit_bias", BOTH, "empty or unset; else 400", _logit_bias),
