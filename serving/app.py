@@ -49,8 +49,9 @@ STREAMING = ("stream=true sends server-sent events in OpenAI's chunk format; mas
 BATCHED = "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by effective config"
 SAMPLED_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
                    "row, seeded by its request's seed, so each row draws what it would draw alone")
-NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate), or "
-               "without a seed, is decoded alone: a row's draws would depend on its neighbours")
+NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate) is "
+               "decoded alone: a row's draws would depend on its neighbours. A sampled request without a seed gets "
+               "one drawn from the OS (reported in unmask.seeds), so it batches like a seeded one")
 
 
 @dataclass

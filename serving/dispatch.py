@@ -30,7 +30,7 @@ from serving.decoding import RequestError
 from serving.drill_corrupt import corrupt_answer
 from serving.metrics import ServingMetrics
 from serving.outcome import Outcome
-from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts
+from serving.relay import ShadowCopies, answer_text, relay_stream, stamped, upstream_facts, upstream_payload
 from serving.request_log import RequestLog
 from serving.routing import Decision, RouteTable, facts_of, request_key
 
@@ -201,7 +201,7 @@ class Dispatch:
     async def ask_upstream(self, arm: UpstreamArm, attempt: Attempt):
         outcome, body, limit = attempt.outcome, attempt.body, attempt.limit_s
         outcome.upstream(arm)
-        payload = body.model_dump(exclude_unset=True, exclude={"model"})  # what the client sent, no more
+        payload = upstream_payload(body)
         stamp = attempt.stamp() | {"upstream": arm.upstream}
         left = max(limit - outcome.elapsed(), 0.001)
         if body.stream:

@@ -214,11 +214,11 @@ class LocalServing:
         """A prompt's token ids: a text tokenized, or ids checked against the vocabulary."""
         limits, handle = self.settings.limits, route.loaded.handle
         if isinstance(prompt, list):
-            vocab = getattr(handle, "vocab_size", None)
-            bad = [t for t in prompt if vocab is not None and t >= vocab]
+            vocab = vocabulary_size(handle)
+            bad = [t for t in prompt if (vocab is not None and t >= vocab) or t == handle.mask_id]
             if bad:
-                raise RequestError(field, f"{field}: token id {bad[0]} is outside {route.version.model}'s "
-                                   f"vocabulary of {vocab}")
+                why = "the mask token" if bad[0] == handle.mask_id else f"outside the vocabulary of {vocab}"
+                raise RequestError(field, f"{field}: token id {bad[0]} is {why} of {route.version.model}")
             return list(prompt)
         if len(prompt) > limits.max_prompt_chars:
             raise RequestError(field, f"{field}: {len(prompt)} characters, above this server's limit of "
@@ -430,6 +430,14 @@ async def until(request: Request | None, awaitable, job: Submitted, timeout_s: f
 
 def fingerprint(v) -> str:
     return f"{v.model}/{v.version}@{v.weights_sha256[:12]}"
+
+
+def vocabulary_size(handle: Handle) -> int | None:
+    """How many token ids the tokenizer knows (a prompt of ids must stay below it), when it says."""
+    tokenizer = getattr(handle, "tokenizer", None)
+    if tokenizer is not None and hasattr(tokenizer, "get_vocab_size"):
+        return tokenizer.get_vocab_size(with_added_tokens=True)
+    return getattr(getattr(getattr(handle, "model", None), "config", None), "vocab_size", None)
 
 
 def unknown_id(handle: Handle) -> int | None:

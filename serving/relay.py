@@ -14,6 +14,7 @@ import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from serving import errors
 from serving.outcome import Outcome
@@ -29,6 +30,12 @@ def answer_text(body: dict[str, Any]) -> str | None:
     if "message" in first:
         return (first.get("message") or {}).get("content")
     return first.get("text")
+
+
+def upstream_payload(body: BaseModel) -> dict[str, Any]:
+    """What an upstream is sent: the fields the client set, `unmask` settings included, and nothing more (the
+    arm adds its own `model`); a default the client left out is the upstream's to choose."""
+    return body.model_dump(exclude_unset=True, exclude={"model"})
 
 
 def stamped(body: dict[str, Any], stamp: dict[str, Any]) -> dict[str, Any]:

@@ -167,13 +167,21 @@ class ContentPart(BaseModel):
 
 class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = Field(None, max_length=1_000_000)
+    content: str | list[ContentPart] | None = Field(None, max_length=1_000_000, validate_default=True)
     name: str | None = None
     tool_calls: list[Json] | None = None  # an assistant turn that called tools
     tool_call_id: str | None = None  # a tool turn: the call it answers
     function_call: Json | None = None  # the deprecated form of tool_calls
     refusal: str | None = None
     audio: Json | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content_unless_a_call(cls, value, info):
+        if value is None and info.data.get("role") not in ("assistant", "function"):
+            raise ValueError(f"content is required in a {info.data.get('role', '')} message (only an assistant's "
+                             "may be null)")
+        return value
 
     def text(self) -> str:
         """The message's text: its string, or its text parts joined (other parts are refused in serving.surface)."""

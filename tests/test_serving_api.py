@@ -6,7 +6,9 @@ the server resolves `production` (tiny-llada) and `fallback` (tiny-ar) through i
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -61,12 +63,15 @@ def test_a_registered_model_name_routes_to_the_version_an_alias_serves(client):
 
 
 def test_models_lists_served_names_with_operating_config_and_batching_rules(client):
-    cards = {m.id: m.model_extra["unmask"] for m in client.models.list().data}
+    listed = client.models.list().data
+    cards = {m.id: m.model_extra["unmask"] for m in listed}
     assert set(cards) == {"production", "fallback"}
+    assert all(m.created > 1_600_000_000 for m in listed)  # when the version was registered, not 0
+    assert str(Path(__file__).parent.parent) not in json.dumps([m.model_dump() for m in listed])  # no local paths
     assert cards["production"]["config"]["steps"] == 16 and cards["production"]["kind"] == "masked-diffusion"
     assert "decoded alone" in cards["production"]["batching"]["not_batched"]
     assert "one random generator per row" in cards["production"]["batching"]["batched"]
-    assert cards["fallback"]["chat_template"].endswith("tiny-ar/tokenizer_config.json")
+    assert cards["fallback"]["chat_template"] == "tokenizer_config.json"
     one = client.models.retrieve("tiny-ar")  # a registered model name reaches the alias that serves it
     assert one.id == "tiny-ar" and one.model_extra["unmask"]["version"] == cards["fallback"]["version"]
     with pytest.raises(openai.NotFoundError):
@@ -96,8 +101,8 @@ def test_client_errors_are_4xx_naming_the_field(client):
         client.completions.create(model="staging", prompt=PROMPTS[0])
     assert e.value.body["param"] == "model" and "production" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="production", prompt=PROMPTS[0], top_p=0.5)
-    assert e.value.body["param"] == "top_p"
+        client.completions.create(model="production", prompt=PROMPTS[0], top_p=0.5, temperature=0.7)
+    assert e.value.body["param"] == "top_p" and "nucleus" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:  # 32 tokens are 1 block; 3 blocks of 8 cannot take 16 steps
         client.completions.create(model="production", prompt=PROMPTS[0], max_tokens=24,
                                   extra_body={"unmask": {"steps": 16, "block_length": 8}})
@@ -112,8 +117,9 @@ MALFORMED = [
     (b"{", "body"), (b"not json", "body"), (b"[]", "body"), (b"null", "body"), (b'"text"', "body"), (b"", "body"),
     ({}, "model"), ({"model": "production"}, "prompt"), ({"prompt": "hi"}, "model"),
     ({"model": "production", "prompt": ""}, "prompt"), ({"model": "production", "prompt": "   "}, "prompt"),
-    ({"model": "production", "prompt": 12}, "prompt"), ({"model": "production", "prompt": [1, 2, 3]}, "prompt"),
-    ({"model": "production", "prompt": ["a", "b"]}, "prompt"), ({"model": "production", "prompt": None}, "prompt"),
+    ({"model": "production", "prompt": 12}, "prompt"), ({"model": "production", "prompt": [1, -2, 3]}, "prompt"),
+    ({"model": "production", "prompt": ["a", " "]}, "prompt"), ({"model": "production", "prompt": [[]]}, "prompt"),
+    ({"model": "production", "prompt": [10**9]}, "prompt"), ({"model": "production", "prompt": ["a"] * 33}, "prompt"), ({"model": "production", "prompt": None}, "prompt"),
     ({"model": 7, "prompt": "hi"}, "model"), ({"model": "", "prompt": "hi"}, "model"),
     ({"model": "no-such-model", "prompt": "hi"}, "model"),
     ({"model": "production", "prompt": "hi", "max_tokens": 0}, "max_tokens"),
@@ -129,9 +135,19 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"model": "production", "prompt": "hi", "stop": [""]}, "stop"),
     ({"model": "production", "prompt": "hi", "stop": 5}, "stop"),
-    ({"model": "production", "prompt": "hi", "n": 2}, "n"),
+    ({"model": "production", "prompt": "hi", "n": 0}, "n"), ({"model": "production", "prompt": "hi", "n": 99}, "n"),
+    ({"model": "production", "prompt": "hi", "n": 2, "stream": True}, "n"),
+    ({"model": "production", "prompt": "hi", "best_of": 3}, "best_of"),
+    ({"model": "production", "prompt": "hi", "n": 2, "best_of": 1}, "best_of"),
+    ({"model": "production", "prompt": "hi", "temperature": 0.7, "top_p": 0.9}, "top_p"),
+    ({"model": "production", "prompt": "hi", "frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"model": "production", "prompt": "hi", "presence_penalty": -1}, "presence_penalty"),
+    ({"model": "production", "prompt": "hi", "logprobs": 2}, "logprobs"),
+    ({"model": "production", "prompt": "hi", "suffix": "!"}, "suffix"),
+    ({"model": "fallback", "prompt": "hi", "unmask": {"steps": 8}}, "unmask"),
     ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
-    ({"model": "production", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"include_usage": 1}},
+     "stream_options.include_usage"),
     ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"usage": True}}, "stream_options.usage"),
     ({"model": "production", "prompt": "hi", "logit_bias": {"1": 5}}, "logit_bias"),
     ({"model": "production", "prompt": "hi", "unmask": {"steps": 0}}, "unmask.steps"),
@@ -154,6 +170,18 @@ MALFORMED_CHAT = [
     ({"model": "fallback", "messages": [{"role": "system", "content": "only a system turn"}]}, "messages"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
      "max_completion_tokens"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                                        {"role": "user", "content": "hi"}]}, "messages.0.content.0"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+     "response_format"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, "tool_choice"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "store": True}, "store"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]},
+     "modalities"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "verbosity": "high"}, "verbosity"),
 ]
 
 
