@@ -34,8 +34,8 @@ from serving.decoding import Limits, RequestError, batch_key, choice_of, is_dete
 from sampler.likelihood import PromptScores, prompt_scores
 from serving.limits import check_compute
 from serving.chat import ChatTemplateError
-from serving.logprobs import (Asked, asked_logprobs, chat_logprobs, check_asked, completion_logprobs, kept_tokens,
-                              likelihood_settings, prompt_extension)
+from serving.logprobs import (Asked, asked_logprobs, chat_logprobs, check_asked, check_scoring_cost,
+                              completion_logprobs, kept_tokens, likelihood_settings, prompt_extension)
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
 from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
@@ -247,6 +247,9 @@ class LocalServing:
         checked = replace(attempt, max_tokens=1) if scoring_only else attempt
         parsed = [self.parse(route, endpoint, p, checked, len(asked.prompts)) for p in asked.prompts]
         n = body.choices_per_prompt()
+        likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
+        for p in parsed if likelihood else []:  # before anything is queued
+            check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
         planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
@@ -270,7 +273,6 @@ class LocalServing:
             if isinstance(e, Draining):
                 raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
         return Submitted(endpoint, route, rows, 0 if scoring_only else parsed[0].keep, body.stops(),
                          body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood)
 

@@ -74,6 +74,18 @@ def likelihood_settings(body, default_samples: int) -> tuple[int, int, str]:
     return samples, seed, estimator
 
 
+def check_scoring_cost(prompt_tokens: int, samples: int, kind: str, max_token_forwards: int) -> None:
+    """RequestError when scoring a masked-diffusion prompt would cost more token-forwards than one request may:
+    every split is estimated, (prompt_tokens - 1) * samples canvases of prompt_tokens each."""
+    if kind != "masked-diffusion":
+        return  # an autoregressive model scores a prompt in one forward
+    cost = (prompt_tokens - 1) * samples * prompt_tokens
+    if cost > max_token_forwards:
+        raise RequestError("unmask.likelihood.samples", f"scoring {prompt_tokens} prompt tokens with {samples} samples "
+                           f"per split is {cost} token-forwards, above this server's limit of {max_token_forwards} per "
+                           "request; lower unmask.likelihood.samples or shorten the prompt")
+
+
 def token_text(handle: Handle, token: int) -> str:
     """A token as OpenAI lists it: its text, or its name where it decodes to nothing (EOS: `<|endoftext|>`)."""
     text = handle.decode([token])

@@ -60,7 +60,7 @@ def _best_of(value, body, served):
         return None
     if value < n:
         return f"best_of must be at least n ({n})"
-    return "choosing the best of several samples ranks them by log-probability, which is not supported yet; use n"
+    return "choosing the best of several samples (ranking them by log-likelihood) is not implemented; use n"
 
 
 def _n(value, body, served):
@@ -132,7 +132,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("seed", BOTH, "seeds each choice's own generator; unset and sampled: a fresh seed from the OS, "
               "reported in unmask.seeds"),
     Parameter("n", BOTH, "choices per prompt (up to 16); choice k of seed s decodes with seed s + k", _n),
-    Parameter("best_of", COMPLETIONS, "unset or equal to n; larger needs log-probabilities (400 until then)", _best_of),
+    Parameter("best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of),
     Parameter("stop", BOTH, "up to 4 strings; the answer ends before the first one"),
     Parameter("stream", BOTH, "server-sent events of final text only (one choice)"),
     Parameter("stream_options", BOTH, "include_usage adds the usage chunk; include_obfuscation is accepted and "

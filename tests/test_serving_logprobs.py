@@ -101,6 +101,8 @@ def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
       "unmask": {"likelihood": {"estimator": "nope"}}}, "unmask.likelihood.estimator"),
     ({"model": "production", "prompt": SHORT, "max_tokens": 4, "unmask": {"likelihood": {"samples": 4}}},
      "unmask.likelihood"),
+    ({"model": "production", "prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 1,
+      "unmask": {"likelihood": {"samples": 1024}}}, "unmask.likelihood.samples"),  # the compute cap
 ])
 def test_what_cannot_be_answered_is_a_400_naming_it(server, client, body, param):
     with pytest.raises(openai.BadRequestError) as e:

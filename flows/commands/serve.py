@@ -53,7 +53,7 @@ def serve_command(
     api_key_file: Path = typer.Option(None, "--api-key-file", help="API keys, one a line (also $UNMASK_API_KEYS, "
                                       "comma-separated); when set, /v1/ requests need one (else 401)."),
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
-    likelihood_samples: int = typer.Option(32, "--likelihood-samples", min=1, max=1024, help="Monte Carlo samples "
+    likelihood_samples: int = typer.Option(8, "--likelihood-samples", min=1, max=1024, help="Monte Carlo samples "
                                            "a masked-diffusion model scores an echoed prompt with (unmask.likelihood "
                                            "overrides it per request)."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
