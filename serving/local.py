@@ -239,7 +239,7 @@ class LocalServing:
         except ChatTemplateError as e:
             raise RequestError("messages", str(e)) from None
         ask, handle = asked_logprobs(endpoint, body), route.loaded.handle
-        check_asked(ask, body, endpoint, handle.kind)
+        check_asked(ask, body, endpoint, handle)
         scoring_only = attempt.max_tokens == 0  # completions scoring an echoed prompt: nothing to decode
         if scoring_only and not ask.echo:
             raise RequestError("max_tokens", "max_tokens=0 decodes nothing: it needs echo and logprobs (scoring the "

@@ -45,10 +45,15 @@ def asked_logprobs(endpoint: str, body) -> Asked:
     return Asked(int(getattr(body, "top_logprobs", None) or 0), False)
 
 
-def check_asked(ask: Asked, body, endpoint: str, kind: str) -> None:
-    """RequestError for what cannot be answered: a stream, or a scored prompt of a kind with no likelihood."""
+def check_asked(ask: Asked, body, endpoint: str, handle: Handle) -> None:
+    """RequestError for what cannot be answered: a stream, a decoder that shows no logits, or a scored prompt of a
+    kind with no likelihood."""
+    kind = handle.kind
     if ask.top is not None and getattr(body, "stream", False):
         raise RequestError("logprobs", "logprobs with stream: true are not supported yet; use stream false")
+    if ask.top is not None and not (handle.masked_diffusion or (handle.causal and handle.native)):
+        raise RequestError("logprobs", f"{handle.entry_id} decodes through transformers' generate, which shows no "
+                           "logits to unmask; logprobs need unmask's own decoders")
     if ask.echo and kind not in ("autoregressive", "masked-diffusion"):
         raise RequestError("echo", f"{kind} models cannot score a prompt")
     options = getattr(getattr(body, "unmask", None), "likelihood", None)
