@@ -35,7 +35,8 @@ from sampler.likelihood import PromptScores, prompt_scores
 from serving.limits import check_compute
 from serving.chat import ChatTemplateError
 from serving.logprobs import (Asked, asked_logprobs, chat_logprobs, check_asked, check_scoring_cost,
-                              completion_logprobs, kept_tokens, likelihood_settings, prompt_extension)
+                              completion_logprobs, kept_tokens, likelihood_settings, prompt_extension,
+                              unread_likelihood)
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
 from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
@@ -64,6 +65,7 @@ class Parsed:
     ids: list[int]
     config: SamplerConfig
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
+    ignored: list[str]  # request settings this model does not read (an AR model: the diffusion ones)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Submitted:
     ask: Asked = Asked(None, False)  # log-probabilities asked for (serving/logprobs.py)
     likelihood: tuple[int, int, str] | None = None  # (samples, seed, estimator) when the prompt is scored
     scores: dict[int, PromptScores] | None = None  # per prompt, its scored tokens (echo with logprobs)
+    ignored: list[str] | None = None  # settings the model does not read
 
     @property
     def row(self) -> Row:
@@ -193,9 +196,9 @@ class LocalServing:
             raise RequestError(field, f"{field}: {len(ids)} tokens, above this server's limit of "
                                f"{limits.max_prompt_tokens}")
         unmask = body.unmask.overrides() if body.unmask else {}
-        if unmask and handle.kind == "autoregressive":
-            raise RequestError("unmask", f"unmask settings {', '.join(sorted(unmask))} are diffusion settings; "
-                               f"{route.version.model} is autoregressive and would ignore them")
+        # an autoregressive model reads none of the diffusion settings; the answer names them (`unmask.ignored`),
+        # not a 400, so a request a diffusion arm would take is still answered by an AR fallback
+        ignored = sorted(f"unmask.{k}" for k in unmask) if handle.kind == "autoregressive" else []
         context = route.loaded.context
         room = None if context is None else context - len(ids)
         if attempt.max_tokens is not None and room is not None and attempt.max_tokens > room:
@@ -208,7 +211,7 @@ class LocalServing:
         if not fits_context(context, len(ids), config.gen_length):
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
                                f"{route.version.model}'s context of {context}")
-        return Parsed(ids, config, keep)
+        return Parsed(ids, config, keep, ignored)
 
     def prompt_ids(self, route: Route, field: str, prompt: str | list[int]) -> list[int]:
         """A prompt's token ids: a text tokenized, or ids checked against the vocabulary."""
@@ -274,7 +277,8 @@ class LocalServing:
                 raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
         return Submitted(endpoint, route, rows, 0 if scoring_only else parsed[0].keep, body.stops(),
-                         body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood)
+                         body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood,
+                         ignored=(parsed[0].ignored + unread_likelihood(body, handle)) or None)
 
     async def start_stream(self, request: Request, job: Submitted, outcome: Outcome,
                            limit_s: float) -> StreamingResponse:
@@ -366,7 +370,7 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
         decode_s=round(decode_s, 6), ttfb_s=round(ttfb_s, 6), first_block_s=first_block,
         stream=job.row.feed is not None, route=job.routed[0] if job.routed else None,
         arm=job.routed[1] if job.routed else None, retry_of=job.retry_of, seed=seeds[0], seeds=seeds,
-        chat_dropped=job.dropped,
+        chat_dropped=job.dropped, ignored=job.ignored,
         likelihood=[prompt_extension(job.scores[r.prompt]) for r in job.rows] if job.scores else None)
     return Finished(choices, usage, extension, facts)
 

@@ -60,11 +60,15 @@ def check_asked(ask: Asked, body, endpoint: str, handle: Handle) -> None:
     if options is not None and not ask.echo:
         raise RequestError("unmask.likelihood", "unmask.likelihood is read only when echo and logprobs score the "
                            "prompt (completions)")
-    if options is not None and kind == "autoregressive":
-        raise RequestError("unmask.likelihood", "an autoregressive model's likelihood is exact: no samples to set")
     if endpoint == "chat" and getattr(body, "max_tokens", None) == 0:
         raise RequestError("max_tokens", "max_tokens=0 decodes nothing; only completions with echo and logprobs "
                            "(scoring the prompt) accept it")
+
+
+def unread_likelihood(body, handle: Handle) -> list[str]:
+    """["unmask.likelihood"] when an autoregressive model is sent it: its likelihood is exact, nothing to sample."""
+    options = getattr(getattr(body, "unmask", None), "likelihood", None)
+    return ["unmask.likelihood"] if options is not None and handle.causal else []
 
 
 def likelihood_settings(body, default_samples: int) -> tuple[int, int, str]:

@@ -39,6 +39,7 @@ class Extension(BaseModel):
     seeds: list[int | None] | None = None  # each choice's seed, in choice order
     chat_dropped: list[dict[str, Any]] | None = None  # chat: messages ({index, role}) the template left out
     likelihood: list[dict[str, Any]] | None = None  # echo with logprobs: how each choice's prompt was scored
+    ignored: list[str] | None = None  # request settings the model does not read (AR: the `unmask.*` ones)
 
 
 class CompletionChoice(BaseModel):

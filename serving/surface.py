@@ -192,6 +192,14 @@ def check_surface(body, endpoint: str, served: Served) -> None:
                                        "not supported; the models read text", code="unsupported_value")
 
 
+def parameter_table() -> str:
+    """The markdown table of docs/serving.md: each parameter, the endpoints that take it, what unmask does."""
+    names = {COMPLETIONS: "completions", CHAT: "chat", BOTH: "both"}
+    lines = ["| parameter | endpoint | what unmask does |", "|---|---|---|"]
+    lines += [f"| `{p.name}` | {names[p.endpoints]} | {p.does} |" for p in PARAMETERS]
+    return "\n".join(lines) + "\n"
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

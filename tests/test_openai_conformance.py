@@ -83,6 +83,11 @@ def test_chat_accepts_every_parameter_at_its_neutral_value(client):
         stream=False)
     assert full.choices[0].message.content == plain.choices[0].message.content
     assert full.choices[0].message.role == "assistant" and full.choices[0].finish_reason in ("stop", "length")
+    assert ext(full)["ignored"] is None
+    told = client.chat.completions.create(model="fallback", messages=messages, max_tokens=16,
+                                          extra_body={"unmask": {"steps": 8, "block_length": 8}})
+    assert ext(told)["ignored"] == ["unmask.block_length", "unmask.steps"]  # the AR twin reads neither, and says so
+    assert told.choices[0].message.content == plain.choices[0].message.content
 
 
 def test_a_value_that_cannot_be_honoured_is_a_400_naming_the_parameter_and_why(client):

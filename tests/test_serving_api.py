@@ -144,7 +144,6 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "presence_penalty": -1}, "presence_penalty"),
     ({"model": "production", "prompt": "hi", "logprobs": 2, "stream": True}, "logprobs"),
     ({"model": "production", "prompt": "hi", "suffix": "!"}, "suffix"),
-    ({"model": "fallback", "prompt": "hi", "unmask": {"steps": 8}}, "unmask"),
     ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
     ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"include_usage": 1}},
      "stream_options.include_usage"),

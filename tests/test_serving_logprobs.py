@@ -52,6 +52,9 @@ def test_autoregressive_echo_scores_the_prompt_exactly(server, client):
         assert all(len(t) == 1 for t in lp.top_logprobs[1:])
         assert lp.text_offset[:3] == [0, 1, 2]
     assert r.model_extra["unmask"]["likelihood"][0]["exact"] is True
+    sampled = client.completions.create(model="fallback", prompt=context, max_tokens=0, echo=True, logprobs=1,
+                                        extra_body={"unmask": {"likelihood": {"samples": 4}}})
+    assert sampled.model_extra["unmask"]["ignored"] == ["unmask.likelihood"]  # exact: nothing to sample, and said so
 
 
 def test_masked_diffusion_echo_is_the_monte_carlo_bound_with_its_settings_and_errors(server, client):
@@ -95,8 +98,6 @@ def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
 @pytest.mark.parametrize("body, param", [
     ({"model": "production", "prompt": SHORT, "max_tokens": 0}, "max_tokens"),
     ({"model": "production", "prompt": SHORT, "max_tokens": 4, "logprobs": 1, "stream": True}, "logprobs"),
-    ({"model": "fallback", "prompt": SHORT, "max_tokens": 0, "echo": True, "logprobs": 1,
-      "unmask": {"likelihood": {"samples": 4}}}, "unmask.likelihood"),
     ({"model": "production", "prompt": SHORT, "max_tokens": 0, "echo": True, "logprobs": 1,
       "unmask": {"likelihood": {"estimator": "nope"}}}, "unmask.likelihood.estimator"),
     ({"model": "production", "prompt": SHORT, "max_tokens": 4, "unmask": {"likelihood": {"samples": 4}}},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,7 +14,12 @@ import pytest
 import models
 from sampler.config import SamplerConfig
 from serving.batching import Batcher, QueueFull
+from serving.access import ApiKeyError, load_api_keys
 from serving.chat import ChatTemplateError, chat_template
+from serving.local import seeded
+from serving.relay import upstream_payload
+from serving.schemas import ChatCompletionRequest, CompletionRequest
+from serving.surface import parameter_table, parameters
 from serving.decoding import Limits, RequestError, batch_key, cut_at_stop, operating_config, request_config
 from serving.request_log import RequestLog, row
 from serving.schemas import CompletionRequest
@@ -197,3 +203,59 @@ def test_weights_override_loads_a_copy_that_hashes_right_and_refuses_one_that_do
     with pytest.raises(WeightsMismatch) as e:
         load_checked(version, {"tiny-llada": str(resolve_model_path("tiny-ar"))}, "cpu", "float32")
     assert digest("tiny-ar") in str(e.value) and digest("tiny-llada") in str(e.value) and "tiny-llada/3" in str(e.value)
+
+
+def test_the_parameter_table_in_the_docs_is_the_surface_and_covers_every_request_field():
+
+    docs = (Path(__file__).parent.parent / "docs" / "serving.md").read_text()
+    assert parameter_table() in docs  # the docs' table is generated from serving.surface.PARAMETERS
+    for endpoint, schema in (("completions", CompletionRequest), ("chat", ChatCompletionRequest)):
+        assert set(schema.model_fields) == set(parameters(endpoint)), endpoint  # one entry per accepted field
+
+
+def test_the_relay_sends_upstream_only_what_the_client_set():
+
+    bare = CompletionRequest.model_validate({"model": "auto", "prompt": "2+2"})
+    assert upstream_payload(bare) == {"prompt": "2+2"}  # no injected n, echo, stream or best_of
+    tuned = CompletionRequest.model_validate({"model": "auto", "prompt": ["a", "b"], "n": 1, "top_p": 0.9,
+                                              "unmask": {"steps": 8}})
+    assert upstream_payload(tuned) == {"prompt": ["a", "b"], "n": 1, "top_p": 0.9, "unmask": {"steps": 8}}
+    chat = ChatCompletionRequest.model_validate({"model": "auto", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+    assert upstream_payload(chat) == {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+
+
+def test_unseeded_sampled_choices_draw_distinct_seeds_and_a_seed_s_gives_s_plus_k():
+
+    sampled, greedy = SamplerConfig(temperature=1.0), SamplerConfig(temperature=0.0)
+    drawn = [c.seed for c in seeded(sampled, None, 8)]
+    assert len(set(drawn)) == 8 and all(0 <= s < 2**63 for s in drawn)
+    assert [c.seed for c in seeded(sampled, None, 1)] != [c.seed for c in seeded(sampled, None, 1)]
+    assert [c.seed for c in seeded(sampled, 2**63 - 1, 2)] == [2**63 - 1, 0]
+    assert seeded(greedy, None, 3) == [greedy] * 3  # nothing drawn: one config, one batch key
+
+
+def test_api_keys_come_from_a_file_and_the_environment_and_bad_ones_are_named(tmp_path):
+
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nsk-alpha-0001\n\n  sk-beta-00002  \n")
+    assert load_api_keys(keys, {"UNMASK_API_KEYS": "sk-gamma-003,"}) == {"sk-alpha-0001", "sk-beta-00002",
+                                                                        "sk-gamma-003"}
+    assert load_api_keys(None, {}) == frozenset()
+    with pytest.raises(ApiKeyError, match="cannot be read"):
+        load_api_keys(tmp_path / "missing", {})
+    (tmp_path / "empty").write_text("# nothing\n")
+    with pytest.raises(ApiKeyError, match="no key in it"):
+        load_api_keys(tmp_path / "empty", {})
+    with pytest.raises(ApiKeyError, match="shorter than 8") as e:
+        load_api_keys(None, {"UNMASK_API_KEYS": "abc"})
+    assert "abc" not in str(e.value)  # a key is never in a message
+
+
+def test_a_chat_template_that_leaves_messages_out_says_which():
+    bundled = chat_template(models.load("tiny-ar").path)
+    messages = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "1+1?"},
+                {"role": "assistant", "content": ""}, {"role": "user", "content": "2+2?"}]
+    rendered = bundled.render_chat(messages)
+    assert rendered.text == "2+2?"
+    assert rendered.dropped == [{"index": 0, "role": "developer"}, {"index": 1, "role": "user"}]
