@@ -185,10 +185,9 @@ class LocalServing:
         return {i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
                 for i, ids in prompts.items()}
 
-    def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt,
-              prompts: int = 1) -> Parsed:
+    def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt) -> Parsed:
         """Check one prompt (text, or token ids) and the request's settings against the limits and the model;
-        RequestError names the field. `prompts`: how many prompts the request has (the surface check reads it)."""
+        RequestError names the field."""
         field = "prompt" if endpoint == "completions" else "messages"
         limits, handle, body = self.settings.limits, route.loaded.handle, attempt.body
         ids = self.prompt_ids(route, field, prompt)
@@ -201,12 +200,14 @@ class LocalServing:
         ignored = sorted(f"unmask.{k}" for k in unmask) if handle.kind == "autoregressive" else []
         context = route.loaded.context
         room = None if context is None else context - len(ids)
-        if attempt.max_tokens is not None and room is not None and attempt.max_tokens > room:
+        asked = attempt.max_tokens
+        if asked is not None and room is not None and asked > room and (limits.max_tokens is None
+                                                                         or asked <= limits.max_tokens):
             raise RequestError("max_tokens", f"max_tokens={attempt.max_tokens}: {len(ids)} prompt tokens + "
                                f"{attempt.max_tokens} exceed {route.version.model}'s context of {context}")
         config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
                                       unmask, replace(limits, max_tokens=bounded(limits.max_tokens, room)))
-        check_surface(body, endpoint, Served(config, handle.kind, route.loaded.chat.reads_tools, prompts))
+        check_surface(body, endpoint, Served(config, handle.kind, route.loaded.chat.reads_tools))
         check_compute(config, len(ids), handle.kind, self.settings.compute)
         if not fits_context(context, len(ids), config.gen_length):
             raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
@@ -248,12 +249,16 @@ class LocalServing:
             raise RequestError("max_tokens", "max_tokens=0 decodes nothing: it needs echo and logprobs (scoring the "
                                "prompt)")
         checked = replace(attempt, max_tokens=1) if scoring_only else attempt
-        parsed = [self.parse(route, endpoint, p, checked, len(asked.prompts)) for p in asked.prompts]
+        parsed = [self.parse(route, endpoint, p, checked) for p in asked.prompts]
         n = body.choices_per_prompt()
         likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
         for p in parsed if likelihood else []:  # before anything is queued
             check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
         planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
+        room = self.pool.settings.max_pending
+        if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
+            raise RequestError("n", f"{len(asked.prompts)} prompt(s) x n={n} are {len(planned)} choices, above the "
+                               f"{room} requests this server queues per model")
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             for i, p, config in planned:
@@ -295,30 +300,29 @@ class LocalServing:
         v = job.route.version
         chunks = Chunks(job.endpoint, f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
                         int(time.time()), v.model, fingerprint(v))
-        text = CommittedText(job.route.loaded.handle, job.keep, job.stops)
-        include_usage, row = job.include_usage, job.row
+        texts = [CommittedText(job.route.loaded.handle, job.keep, job.stops) for _ in job.rows]
         try:
             outcome.first_byte()
-            yield event(chunks.opening())
-            if row.echo:
-                yield event(chunks.text(row.echo))
-            tokens = first
-            while tokens is not None:
-                delta = text.add(tokens)
+            for i, row in enumerate(job.rows):
+                yield event(chunks.opening(i))
+                if row.echo:
+                    yield event(chunks.text(row.echo, i))
+            left = lambda: max(self.settings.request_timeout_s - outcome.elapsed(), 0.0)  # noqa: E731
+            async for i, tokens in arrivals(job.rows, first, left):
+                delta = texts[i].add(tokens)
                 if delta:
-                    yield event(chunks.text(delta))
-                left = self.settings.request_timeout_s - outcome.elapsed()
-                tokens = await asyncio.wait_for(row.feed.next(), max(left, 0.0))
-            done = finished(job, [row.future.result()], ttfb_s=outcome.ttfb_s)
-            rest = text.finish(done.choices[0]["text"])
+                    yield event(chunks.text(delta, i))
+            done = finished(job, [r.future.result() for r in job.rows], ttfb_s=outcome.ttfb_s)
+            rests = [text.finish(choice["text"]) for text, choice in zip(texts, done.choices)]
             outcome.answered(done.facts)  # complete: a client that leaves during the last sends is not a 499
-            choice = done.choices[0]
             if job.on_text:  # the route's shadow copy goes now, to be compared with this text
-                job.on_text(row.echo + choice["text"])
-            if rest:
-                yield event(chunks.text(rest))
-            yield event(chunks.finish(choice["finish_reason"], done.extension.model_dump()))
-            if include_usage:
+                job.on_text(job.row.echo + done.choices[0]["text"])
+            for i, (rest, choice) in enumerate(zip(rests, done.choices)):
+                if rest:
+                    yield event(chunks.text(rest, i))
+                last = i == len(done.choices) - 1  # the `unmask` object rides on the last finish chunk
+                yield event(chunks.finish(choice["finish_reason"], done.extension.model_dump() if last else None, i))
+            if job.include_usage:
                 yield event(chunks.usage(done.usage.model_dump()))
             yield DONE
         except asyncio.TimeoutError:
@@ -337,6 +341,31 @@ class LocalServing:
             job.cancel()  # hung up or failed mid-stream: free the slot (a lone batch stops)
             if not outcome.recorded:
                 outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
+
+
+async def arrivals(rows: list[Row], first: list[int] | None, left):
+    """(row index, final tokens) as any streamed row's arrive, row 0's `first` first; ends when every row's
+    decode is over. asyncio.TimeoutError when `left()` seconds pass with nothing new."""
+    if first is not None:
+        yield 0, first
+    waiting = {i: asyncio.ensure_future(r.feed.next()) for i, r in enumerate(rows) if i or first is not None}
+    try:
+        while waiting:
+            done, _ = await asyncio.wait(waiting.values(), timeout=left(), return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise asyncio.TimeoutError
+            for i, task in sorted(waiting.items()):
+                if task not in done:
+                    continue
+                tokens = task.result()
+                if tokens is None:
+                    del waiting[i]
+                    continue
+                waiting[i] = asyncio.ensure_future(rows[i].feed.next())
+                yield i, tokens
+    finally:
+        for task in waiting.values():
+            task.cancel()
 
 
 def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:

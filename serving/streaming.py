@@ -110,21 +110,23 @@ class Chunks:
         self.head = {"id": request_id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                      "created": created, "model": model, "system_fingerprint": fingerprint}
 
-    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+    def _choice(self, text: str | None, finish_reason: str | None, index: int, role: bool = False) -> dict[str, Any]:
         if self.chat:
             delta = ({"role": "assistant", "content": ""} if role else {}) | ({"content": text} if text else {})
-            return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+            return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return {"index": index, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
 
-    def opening(self) -> dict[str, Any]:
-        """Chat: the first delta, carrying the role. Completions: an empty text."""
-        return self.head | {"choices": [self._choice(None, None, role=self.chat)]}
+    def opening(self, index: int = 0) -> dict[str, Any]:
+        """Chat: the first delta of a choice, carrying the role. Completions: an empty text."""
+        return self.head | {"choices": [self._choice(None, None, index, role=self.chat)]}
 
-    def text(self, text: str) -> dict[str, Any]:
-        return self.head | {"choices": [self._choice(text, None)]}
+    def text(self, text: str, index: int = 0) -> dict[str, Any]:
+        return self.head | {"choices": [self._choice(text, None, index)]}
 
-    def finish(self, finish_reason: str, extension: dict[str, Any]) -> dict[str, Any]:
-        return self.head | {"choices": [self._choice(None, finish_reason)], "unmask": extension}
+    def finish(self, finish_reason: str, extension: dict[str, Any] | None, index: int = 0) -> dict[str, Any]:
+        """A choice's last chunk; the request's last one also carries the `unmask` object."""
+        body = self.head | {"choices": [self._choice(None, finish_reason, index)]}
+        return body | {"unmask": extension} if extension is not None else body
 
     def usage(self, usage: dict[str, int]) -> dict[str, Any]:
         """`stream_options.include_usage`: the last chunk, no choices, the request's usage."""

@@ -24,7 +24,6 @@ class Served:
     config: SamplerConfig
     kind: str
     template_reads_tools: bool
-    prompts: int  # prompts in the request (completions may batch several)
 
 
 Check = Callable[[Any, Any, Served], "str | None"]  # (value, body, served) -> why it cannot be honoured, or None
@@ -63,13 +62,8 @@ def _best_of(value, body, served):
     return "choosing the best of several samples (ranking them by log-likelihood) is not implemented; use n"
 
 
-def _n(value, body, served):
-    return "streaming several choices is not supported yet; use stream false" if body.stream and (value or 1) > 1 else None
-
-
-def _prompt(value, body, served):
-    return ("streaming several prompts is not supported yet; use stream false"
-            if body.stream and served.prompts > 1 else None)
+def _stream_options(value, body, served):
+    return None if value is None or body.stream else "stream_options is only read when stream is true (as OpenAI says)"
 
 
 def _suffix(value, body, served):
@@ -121,7 +115,7 @@ BOTH, COMPLETIONS, CHAT = ("completions", "chat"), ("completions",), ("chat",)
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("model", BOTH, "the served name (an alias, a registered model, or a route)"),
     Parameter("prompt", COMPLETIONS, "a string, token ids, or a list of either (up to 32): one choice each (times n), "
-              "decoded as a batch", _prompt),
+              "decoded as a batch"),
     Parameter("messages", CHAT, "rendered by the model's chat template; text content parts, roles system, developer "
               "(rendered as system), user, assistant (content may be null), tool, function; what the template leaves "
               "out is named in unmask.chat_dropped"),
@@ -131,12 +125,12 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("top_p", BOTH, "1, or any value at temperature 0 (the argmax is in every nucleus); else 400", _top_p),
     Parameter("seed", BOTH, "seeds each choice's own generator; unset and sampled: a fresh seed from the OS, "
               "reported in unmask.seeds"),
-    Parameter("n", BOTH, "choices per prompt (up to 16); choice k of seed s decodes with seed s + k", _n),
+    Parameter("n", BOTH, "choices per prompt (up to 16); choice k of seed s decodes with seed s + k"),
     Parameter("best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of),
     Parameter("stop", BOTH, "up to 4 strings; the answer ends before the first one"),
-    Parameter("stream", BOTH, "server-sent events of final text only (one choice)"),
-    Parameter("stream_options", BOTH, "include_usage adds the usage chunk; include_obfuscation is accepted and "
-              "no padding is added; ignored when not streaming"),
+    Parameter("stream", BOTH, "server-sent events of final text only; several choices stream side by side, each chunk naming its index"),
+    Parameter("stream_options", BOTH, "with stream only (as OpenAI); include_usage adds the usage chunk; "
+              "include_obfuscation is accepted and no padding is added", _stream_options),
     Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer; with logprobs its tokens are scored "
               "(max_tokens 0: scored only), see Log-probabilities"),
     Parameter("logprobs", BOTH, "completions: alternatives per token (0-20); chat: true or false; each token's "

@@ -81,6 +81,7 @@ CLI_CASES = [
     (["eval", "--bogus"], "--bogus"),
     (["serve", "--weights", "tiny-llada"], "--weights", "NAME=FOLDER"),
     (["serve", "--weights", "tiny-llada=/nonexistent/folder"], "--weights", "/nonexistent/folder"),
+    (["serve", "--api-key-file", "/nonexistent/keys"], "--api-key-file", "/nonexistent/keys", "cannot be read"),
     (["sign-off", "tiny-llada", "--stage", "canary", "--item", "x", "--by", "a", "--comment", "c"], "'canary'"),
     (["approve", "tiny-llada", "poc"], "--comment"),
     (["eval", "--tasks", "/nonexistent/tasks.jsonl"], "/nonexistent/tasks.jsonl", "not found"),

@@ -125,6 +125,31 @@ def test_batched_prompts_of_text_and_token_ids_each_answer_as_they_would_alone(c
 
 
 @pytest.mark.parametrize("alias", ["production", "fallback"])
+def test_several_prompts_and_choices_stream_side_by_side_each_exactly_its_plain_text(client, alias):
+    asked = dict(model=alias, prompt=PROMPTS[:2], max_tokens=16, temperature=1.0, seed=5, n=2,
+                 extra_body={"unmask": {"block_length": 8}} if alias == "production" else None)
+    plain = client.completions.create(**asked)
+    chunks = list(client.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    streamed: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    assert streamed == {c.index: c.text for c in plain.choices} and len(streamed) == 4
+    finishes = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert sorted(c.choices[0].index for c in finishes) == [0, 1, 2, 3]
+    assert [bool(c.model_extra.get("unmask")) for c in finishes] == [False, False, False, True]
+    assert ext(finishes[-1])["seeds"] == [5, 6, 5, 6] and chunks[-1].usage == plain.usage
+    chat = dict(model=alias, messages=[{"role": "user", "content": PROMPTS[3]}], max_tokens=16, n=3,
+                temperature=1.0, seed=9)
+    whole = client.chat.completions.create(**chat)
+    pieces: dict[int, str] = {}
+    for chunk in client.chat.completions.create(**chat, stream=True):
+        for choice in chunk.choices:
+            pieces[choice.index] = pieces.get(choice.index, "") + (choice.delta.content or "")
+    assert pieces == {c.index: c.message.content for c in whole.choices}
+
+
+@pytest.mark.parametrize("alias", ["production", "fallback"])
 def test_unseeded_sampling_draws_fresh_seeds_reports_them_and_each_answer_reproduces(client, alias):
     # the tiny models are sure of their arith answers even at 1.5 (tiny-ar: 6 seeds, 1 text); of other text not
     prompt, heat = "hello there", 1.5

@@ -118,11 +118,12 @@ def normalised(value, tmp: str):
 
 
 def random_id(key: str, value) -> bool:
-    return key == "id" and isinstance(value, str) and value.startswith(("cmpl-", "chatcmpl-"))
+    return (key == "id" and isinstance(value, str) and value.startswith(("cmpl-", "chatcmpl-"))) or (
+        key == "request_id" and isinstance(value, str) and value.startswith("req-"))  # one the server made
 
 
 def clock(key: str, value) -> bool:
-    return key == "created" and value != 0  # a model card's `created` is a constant 0
+    return key == "created" and value != 0  # an answer's time, or when a model card's version was registered
 
 
 def send(client: httpx.Client, method: str, path: str, body, headers: dict, streamed: bool) -> dict:
