@@ -15,9 +15,12 @@ from dashboards.policy_note import show_demo
 from registry import RegistryError
 
 st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rule:", layout="wide")
-# a table cell may break inside a long word (a path, a command's flag): at 800 px a table fits its box instead of
-# hiding its last columns behind a scroll bar
-st.html("<style>[data-testid='stTable'] :is(td, th) { overflow-wrap: anywhere; }</style>")
+# A table cell may break inside a long word (a path, a command's flag): the rule is on the Markdown paragraph
+# inside the cell too, whose own style (normal) wins without !important. On a narrow window the columns share the
+# table's box evenly (Streamlit's auto layout let a 7-column table run 60 px past an 800 px window): it fits instead
+# of hiding its last columns off screen.
+st.html("<style>[data-testid='stTable'] :is(td, th, td *, th *) { overflow-wrap: anywhere !important; }"
+        "@media (max-width: 1100px) { [data-testid='stTable'] table { table-layout: fixed; width: 100%; } }</style>")
 
 PAGES = [
     st.Page("views/verdict.py", title="Verdict", icon=":material/verified:", default=True),  # at /

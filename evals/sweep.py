@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field, fields as dc_fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -252,12 +252,16 @@ def run_sweep(
     folder: str | Path,
     *,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    measure_cells: Callable[[list[SweepPlan]], Iterable[tuple[SweepPoint, Any]]] | None = None,
 ) -> SweepResult:
     """Run every point through the pipeline (evals.pipeline); each record is validated and saved to
     `folder` as soon as it is finished.
 
     on_event(kind, info) is told: "plan" (total), "point" (start of one), "request" (one prompt
     done), "item" (done and total items inside the point), "record" (a saved record), "failure" (a model or point that could not run).
+
+    measure_cells(plans), when given, measures the planned cells elsewhere (a cluster: flows.cells.fan_out) and
+    yields (point, MeasuredPoint or the error in words) per cell; each is validated and saved here as it comes.
     """
     from evals.pipeline import EvidenceFiles, prepare_candidate, store_measured
     from evals.store import RecordStore
@@ -287,16 +291,23 @@ def run_sweep(
                     "items": sum(len(task_data(p.task).items) for p in result.plan)})
     files = EvidenceFiles(store.folder)
     files.write_plan(list(result.plans.values()), spec)
-    for point in result.plan:
-        plan = result.plans[point.candidate]
-        notify("point", {"model": point.ref, "task": task_data(point.task).name, "settings": point.settings})
-        try:
-            measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}),
-                                     on_item=lambda done, total: notify("item", {"done": done, "total": total}))
-        except Exception as e:  # this point is lost, the finished ones are already on disk
-            fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}", point.candidate)
-            continue
-        notify("record", {"record": store_measured(store, measured)})
+    if measure_cells is not None:
+        for point, measured in measure_cells(list(result.plans.values())):
+            if isinstance(measured, str):
+                fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {measured}", point.candidate)
+            else:
+                notify("record", {"record": store_measured(store, measured)})
+    else:
+        for point in result.plan:
+            plan = result.plans[point.candidate]
+            notify("point", {"model": point.ref, "task": task_data(point.task).name, "settings": point.settings})
+            try:
+                measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}),
+                                         on_item=lambda done, total: notify("item", {"done": done, "total": total}))
+            except Exception as e:  # this point is lost, the finished ones are already on disk
+                fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}", point.candidate)
+                continue
+            notify("record", {"record": store_measured(store, measured)})
     if result.failures:
         store.write_json("failures.json", result.failures)
     return result

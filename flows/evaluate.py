@@ -8,9 +8,11 @@ in the Prefect UI is the candidate's history.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from prefect import flow
+from prefect.client.schemas.objects import State
+from prefect.context import FlowRunContext
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
@@ -19,7 +21,7 @@ from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.outcome import CandidateOutcome
 from flows.progress import report
-from flows.runners import RunnerKind, cell_resources, make_task_runner
+from flows.runners import RunnerKind, cell_resources, check_cell_resources, make_task_runner, runner_kind
 from gates.promotion import PromotionDecision
 from gates.stages import qualified_stage
 from registry.links import mlflow_ui_command, run_link
@@ -49,18 +51,29 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
 
 
-def measure_all(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
-                gpus_per_cell: float = 0) -> tuple[list[dict], list[str], int]:
-    """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
+def measured_cells(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
+                   gpus_per_cell: float = 0) -> Iterator[tuple[tasks.SweepPoint, State, Any]]:
+    """Submit every point (cell) of `plan` to the flow's task runner; yield (point, final state, value) as each
+    settles. A GPU request the cluster cannot meet is refused before anything is submitted."""
+    task_runner = FlowRunContext.get().task_runner
+    if runner_kind(task_runner) != runner:  # else the options say a cluster while the cells run here
+        raise ValueError(f"cells asked to run on {runner!r}, but this flow runs on {runner_kind(task_runner)!r}: "
+                         "start it through flows.evaluate.evaluate_on(options)")
+    check_cell_resources(runner, gpus_per_cell, task_runner)
     storage = tasks.result_storage()
     measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
     with cell_resources(runner, gpus_per_cell):
         futures = {measure.submit(p, plan): p for p in plan.points}
-    measured, failures, cached = [], [], 0
     for future in as_completed(list(futures)):
-        point = futures[future]
         value = future.result(raise_on_failure=False)  # settles the future's final state
-        state = future.state
+        yield futures[future], future.state, value
+
+
+def measure_all(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
+                gpus_per_cell: float = 0) -> tuple[list[dict], list[str], int]:
+    """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
+    measured, failures, cached = [], [], 0
+    for point, state, value in measured_cells(plan, remeasure, runner, gpus_per_cell):
         if state.is_completed():
             measured.append(value)
             cached += state.name == "Cached"
@@ -117,6 +130,13 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
         files=files)
     publish_candidate(outcome, verdicts)
     return outcome.to_dict()  # plain data across the flow boundary
+
+
+def evaluate_on(options: EvaluationOptions):
+    """`evaluate_candidate` on the task runner `options` names (threads, or a Dask or Ray cluster): the one way a
+    caller picks where the cells run (the flow's own runner is threads)."""
+    runner = make_task_runner(options.task_runner, options.dask_address, options.dask_workers)
+    return evaluate_candidate.with_options(task_runner=runner)
 
 
 def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:

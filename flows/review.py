@@ -15,10 +15,9 @@ from prefect.cache_policies import NO_CACHE
 
 from evals.sweep import default_sweep_path, load_sweep, model_is_causal
 from flows import tasks
-from flows.evaluate import EvaluationOptions, evaluate_candidate
+from flows.evaluate import EvaluationOptions, evaluate_on
 from flows.outcome import CandidateOutcome
 from flows.progress import report
-from flows.runners import make_task_runner
 from gates import load_policy
 from gates.scoring import alternative, rank
 from gates.stages import next_stage
@@ -108,8 +107,7 @@ def gate_review(models: list[str] | None = None, sweep: str = str(default_sweep_
     tracking_uri = resolve_tracking_uri()
     flushed = flush_kept_evidence(tracking_uri)
     models = list(models or load_sweep(sweep).models)
-    runner = make_task_runner(options.task_runner, options.dask_address, options.dask_workers)
-    evaluate = evaluate_candidate.with_options(task_runner=runner)
+    evaluate = evaluate_on(options)
     outcomes = []
     for model_id in fallback_first(models):
         report("candidate", candidate=model_id)

@@ -63,3 +63,37 @@ def cell_resources(kind: str, gpus_per_cell: float):
 
         return remote_options(num_gpus=gpus_per_cell)
     raise ValueError(f"task runner {kind!r}; expected 'threads', 'dask' or 'ray'")
+
+
+def runner_kind(task_runner) -> str:
+    """The kind of a Prefect task runner: threads, dask or ray (else its class name)."""
+    name = type(task_runner).__name__
+    return {"ThreadPoolTaskRunner": "threads", "DaskTaskRunner": "dask", "RayTaskRunner": "ray"}.get(name, name)
+
+
+def gpus_offered(kind: str, runner) -> dict[str, float]:
+    """GPUs each worker (Dask) or node (Ray) of the started `runner`'s cluster offers, by its address."""
+    if kind == "dask":
+        workers = runner.client.scheduler_info(n_workers=-1)["workers"]
+        return {address: float(info.get("resources", {}).get("GPU", 0)) for address, info in workers.items()}
+    if kind == "ray":
+        import ray
+
+        return {node["NodeManagerAddress"]: float(node["Resources"].get("GPU", 0))
+                for node in ray.nodes() if node["Alive"]}
+    return {}
+
+
+def check_cell_resources(kind: str, gpus_per_cell: float, runner) -> None:
+    """Refuse, before any cell is submitted, a GPU request no worker of the cluster can meet: Dask and Ray would
+    hold such a cell forever, waiting for a worker that has the resource."""
+    if not gpus_per_cell or kind == "threads":
+        return
+    offered = gpus_offered(kind, runner)
+    if max(offered.values(), default=0) >= gpus_per_cell:
+        return
+    where = ", ".join(f"{address}: {gpus:g}" for address, gpus in sorted(offered.items())) or "no workers"
+    how = ("start its workers with `dask worker ADDRESS --resources GPU=N`" if kind == "dask"
+           else "start its nodes with `ray start --num-gpus N`")
+    raise ValueError(f"--gpus-per-cell {gpus_per_cell:g}: no {kind} worker offers that many GPUs (GPUs per worker: "
+                     f"{where}); {how}, or ask for fewer")

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from models.block_training import DiffusionGemmaObjective
 from models.checkpoint import resolve_device, save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.tokenizer_build import special_ids
@@ -65,6 +66,10 @@ class TrainConfig:
     restart_lr: float = 1e-3  # peak learning rate of the segments after a restart
     checkpoint_every: int = 500  # steps between resumable checkpoints
     log_every: int = 100  # steps between printed log lines
+    architecture: str = "llada"  # the model and objective: a name in OBJECTIVES
+    canvas_length: int = 32  # block diffusion: positions denoised together
+    self_conditioning_p: float = 0.5  # block diffusion: share of rows trained with a self-conditioning signal
+    encoder_loss_weight: float = 1.0  # block diffusion: weight of the encoder's next-token loss
 
     def model_config(self, tokenizer: Tokenizer) -> LLaDAConfig:
         ids = special_ids(tokenizer)
@@ -94,6 +99,10 @@ RECIPES = {
                               canvas_mix=LONG_CANVAS_MIX, canvas_tokens=3000, max_sequence_length=640,
                               init_from="trained/tiny-llada-base"),
     "tiny-ar": TrainConfig(model_id="tiny-ar", causal=True),
+    # transformers' DiffusionGemmaForBlockDiffusion trained with DiffusionGemma's objective (uniform-state
+    # corruption of one 32-position canvas, self-conditioning, encoder next-token loss; models/block_training.py).
+    "tiny-dgemma": TrainConfig(model_id="tiny-dgemma", architecture="diffusion-gemma", steps=3000, warmup=100, mixture="block-diffusion",
+                               max_sequence_length=1024, checkpoint_every=100),
 }
 
 
@@ -201,11 +210,12 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
     return peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: TrainState, tokenizer) -> None:
+def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: TrainState, tokenizer,
+                     objective: "Objective | None" = None) -> None:
     """Write a resumable checkpoint: weights, AdamW moments (safetensors) and trainer state (JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "partial"
-    save_checkpoint(model, tmp, tokenizer=tokenizer, extra_config=special_ids(tokenizer))
+    (objective or objective_for(cfg)).write(model, tmp, tokenizer, special_ids(tokenizer))
     opt = optimizer.state_dict()
     tensors = {f"{idx}.{name}": v.detach().cpu().clone().contiguous() for idx, s in opt["state"].items() for name, v in s.items()}
     save_file(tensors, str(tmp / "optimizer.safetensors"))
@@ -223,16 +233,15 @@ def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg:
         tmp.rename(final)
 
 
-def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer) -> tuple[TrainConfig, TrainState]:
+def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer,
+                     objective: "Objective | None" = None) -> tuple[TrainConfig, TrainState]:
     """Restore weights, optimizer moments and the step counter from `folder/last` (or `folder`)."""
-    from models.checkpoint import read_tensors
-
     folder = folder / "last" if (folder / "last").is_dir() else folder
     meta_path = folder / "trainer_state.json"
     if not meta_path.is_file():
         raise FileNotFoundError(f"{meta_path}: no trainer state to resume from")
     meta = json.loads(meta_path.read_text())
-    model.load_state_dict(read_tensors(folder))
+    (objective or LLaDAObjective()).read(model, folder)
     flat = load_file(str(folder / "optimizer.safetensors"))
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in flat.items():
@@ -270,7 +279,6 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
     """Load `cfg.init_from` (relative paths under `base`, the state folder) into `model`; its weights' sha256."""
     if not cfg.init_from:
         return None
-    from models.checkpoint import read_tensors
     from models.digest import weights_sha256
 
     folder = Path(cfg.init_from)
@@ -281,8 +289,58 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
             else "the base recipe"
         raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from; train {base} first, or "
                                 f"pass --init-from FOLDER (e.g. models/weights/{cfg.model_id} to fine-tune the bundled one)")
-    model.load_state_dict(read_tensors(folder))
+    objective_for(cfg).read(model, folder)
     return weights_sha256(folder)
+
+
+class Objective(Protocol):
+    """A model family and its training objective: how `unmask train` builds, scores, writes and reads it."""
+
+    def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> torch.nn.Module:
+        """A freshly initialised model, seeded by `cfg.seed`."""
+
+    def loss(self, cfg: TrainConfig, model, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
+             generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """(the loss of `batch`, positions it read); noise comes from `generator` only."""
+
+    def write(self, model, folder: Path, tokenizer: Tokenizer, extra: dict) -> None:
+        """Save the model (safetensors), its tokenizer and `extra` config keys to `folder`."""
+
+    def read(self, model, folder: Path) -> None:
+        """Load the weights saved by `write` into `model`."""
+
+
+class LLaDAObjective:
+    """The native LLaDA model: masked-diffusion SFT, or next-token prediction when `cfg.causal`."""
+
+    def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> LLaDAModelLM:
+        return init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed)
+
+    def loss(self, cfg, model, batch, tokenizer, ids, generator):
+        if cfg.causal:
+            tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
+            return autoregressive_loss(model, tokens, attention, target), tokens.numel()
+        canvas = draw_canvas(cfg, batch.gen_length, generator)
+        batch = trim_rows(cfg, batch, canvas, tokenizer)
+        tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
+        return diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator), tokens.numel()
+
+    def write(self, model, folder, tokenizer, extra):
+        save_checkpoint(model, folder, tokenizer=tokenizer, extra_config=extra)
+
+    def read(self, model, folder):
+        from models.checkpoint import read_tensors
+
+        model.load_state_dict(read_tensors(folder))
+
+
+OBJECTIVES: dict[str, Objective] = {"llada": LLaDAObjective(), "diffusion-gemma": DiffusionGemmaObjective()}
+
+
+def objective_for(cfg: TrainConfig) -> Objective:
+    if cfg.architecture not in OBJECTIVES:
+        raise ValueError(f"TrainConfig.architecture {cfg.architecture!r}; known: {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[cfg.architecture]
 
 
 def train(
@@ -297,7 +355,7 @@ def train(
     on_log: Callable[[dict], None] | None = None,
     device: str = "cpu",
     init_base: Path | None = None,
-) -> tuple[LLaDAModelLM, TrainState]:
+) -> tuple[torch.nn.Module, TrainState]:
     """Train `cfg.steps` steps on `source`; write the model to `out_dir` and resumable state under `state_dir`.
 
     `stop_after` ends this session at that step (checkpointed), so a long run can span sessions.
@@ -308,12 +366,13 @@ def train(
     console = console or Console()
     ids = special_ids(tokenizer)
     torch.manual_seed(cfg.seed)
-    model = init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed).to(resolve_device(device))
+    objective = objective_for(cfg)
+    model = objective.build(cfg, tokenizer).to(resolve_device(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     state = TrainState()
     init_sha = load_initial_weights(model, cfg, init_base)
     if resume:
-        saved_cfg, state = load_train_state(state_dir, model, optimizer)
+        saved_cfg, state = load_train_state(state_dir, model, optimizer, objective)
         schedule = {name: getattr(cfg, name) for name in SCHEDULE_FIELDS}
         if replace(saved_cfg, **schedule) != cfg:
             console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)")
@@ -333,14 +392,7 @@ def train(
             step = state.step
             batch = source.batch(step)
             generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            if cfg.causal:
-                tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
-                loss = autoregressive_loss(model, tokens, attention, target)
-            else:
-                canvas = draw_canvas(cfg, batch.gen_length, generator)
-                batch = trim_rows(cfg, batch, canvas, tokenizer)
-                tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
-                loss = diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator)
+            loss, positions = objective.loss(cfg, model, batch, tokenizer, ids, generator)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(cfg, step)
             optimizer.zero_grad(set_to_none=True)
@@ -350,7 +402,7 @@ def train(
             value = loss.item()
             state.loss_ema = value if state.loss_ema is None else 0.98 * state.loss_ema + 0.02 * value
             state.step += 1
-            tokens_seen += tokens.numel()
+            tokens_seen += positions
             window_loss, window_steps = window_loss + value, window_steps + 1
             state.wall_seconds = time.perf_counter() - start_wall
             progress.update(bar, advance=1, info=f"loss {state.loss_ema:.3f}")
@@ -364,11 +416,11 @@ def train(
                     on_log(entry)
                 tokens_seen, window_loss, window_steps, window_start = 0, 0.0, 0, time.perf_counter()
             if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
-                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer)
+                save_train_state(state_dir, model, optimizer, cfg, state, tokenizer, objective)
     model.eval()
     extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
                                                            "wall_seconds": round(state.wall_seconds, 1),
                                                            "final_loss_ema": round(state.loss_ema or 0.0, 4),
                                                            **({"init_sha256": init_sha} if init_sha else {})}}
-    save_checkpoint(model, out_dir, tokenizer=tokenizer, extra_config=extra)
+    objective.write(model, out_dir, tokenizer, extra)
     return model, state

@@ -117,17 +117,55 @@ class EntropyBoundAcceptance:
         return torch.scatter(torch.zeros_like(keep), -1, order, keep)  # (B, L) bool, back in canvas order
 
 
+class BatchDraws:
+    """The reference's random draws: one generator (None: torch's global one) over the whole `(batch, ...)` tensor."""
+
+    def __init__(self, generator: torch.Generator | None):
+        self.generator = generator
+
+    def tokens(self, shape: tuple[int, int], high: int, device, live: torch.Tensor) -> torch.Tensor:
+        return torch.randint(0, high, shape, device=device, generator=self.generator)
+
+    def categorical(self, probs: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """One draw per position of `probs` `(batch, L, vocab)`: ids `(batch, L)`."""
+        B, L, V = probs.shape
+        return torch.multinomial(probs.view(-1, V), 1, generator=self.generator).view(B, L)
+
+
+class RowDraws:
+    """One generator per row, drawing only for `live` rows: a row draws what it would draw decoded alone.
+
+    A row whose canvas (or whole answer) is finished waits for the batch without drawing, as it would
+    have stopped there alone; its slots hold zeros, which the loop never reads.
+    """
+
+    def __init__(self, seeds: list[int], device):
+        self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+
+    def tokens(self, shape: tuple[int, int], high: int, device, live: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(shape, dtype=torch.long, device=device)
+        for row in live.nonzero().flatten().tolist():
+            out[row] = torch.randint(0, high, shape[1:], device=device, generator=self.generators[row])
+        return out
+
+    def categorical(self, probs: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(probs.shape[:2], dtype=torch.long, device=probs.device)
+        for row in live.nonzero().flatten().tolist():
+            out[row] = torch.multinomial(probs[row], 1, generator=self.generators[row]).view(-1)
+        return out
+
+
 class UniformNoise:
     """Uniform random tokens: the starting canvas and the re-noising of rejected positions."""
 
     def __init__(self, vocab_size: int, canvas_length: int):
         self.vocab_size, self.canvas_length = vocab_size, canvas_length
 
-    def sample(self, batch: int, device, generator) -> torch.Tensor:
-        return torch.randint(0, self.vocab_size, (batch, self.canvas_length), device=device, generator=generator)
+    def sample(self, live: torch.Tensor, draws: BatchDraws | RowDraws) -> torch.Tensor:
+        return draws.tokens((live.shape[0], self.canvas_length), self.vocab_size, live.device, live)
 
-    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, generator) -> torch.Tensor:
-        return torch.where(accepted, canvas, self.sample(canvas.shape[0], canvas.device, generator))
+    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, draws, live: torch.Tensor) -> torch.Tensor:
+        return torch.where(accepted, canvas, self.sample(live, draws))
 
 
 class StableAndConfidentStop:
@@ -158,6 +196,7 @@ def generate_block_diffusion(
     config: BlockDiffusionConfig,
     attention_mask: torch.Tensor | None = None,
     on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
 ) -> GenerateOutput:
     """Append whole canvases after `input_ids` `(batch, prompt_len)`; report tokens per forward.
 
@@ -165,17 +204,25 @@ def generate_block_diffusion(
     (the batch's), and `block_diffusion.row_tokens_per_forward` per row counts non-pad generated
     tokens over the decoder calls that row needed, as transformers does. `on_step` receives a
     StepInfo per decoder call: a canvas is committed whole, at its last call.
+
+    `row_seeds`: each row draws from its own generator and counts its positions from its first
+    prompt token (left padding skipped), so every row decodes exactly as it would alone (what a
+    served batch needs); without it, one generator and shared positions, as transformers' generate.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, prompt_len), got {tuple(input_ids.shape)}")
     device, (B, P), L = input_ids.device, input_ids.shape, model.canvas_length
-    generator = make_generator(config.seed, device)
+    if row_seeds is not None and len(row_seeds) != B:
+        raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {B} rows")
+    draws = BatchDraws(make_generator(config.seed, device)) if row_seeds is None else RowDraws(row_seeds, device)
     rules = CanvasRules.of(config, model.vocab_size, L)
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
 
     mask = torch.ones(B, P, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
     sequences, new_tokens = input_ids, input_ids  # new_tokens: what the encoder has not cached yet
-    enc_pos = torch.arange(0, P, dtype=torch.int32, device=device)[None]
+    # (1, P) shared positions as the reference; (B, P) counted from each row's first token with row seeds
+    pads = (~mask).long().cumprod(dim=1).sum(dim=1, keepdim=True) if row_seeds is not None else 0
+    enc_pos = (torch.arange(0, P, device=device)[None] - pads).clamp(min=0).to(torch.int32)
     row_done = torch.zeros(B, dtype=torch.bool, device=device)
     forwards = torch.zeros(B, dtype=torch.int, device=device)
     cache, nfe, canvases = model.new_cache(), 0, 0
@@ -183,11 +230,11 @@ def generate_block_diffusion(
     for _ in range(math.ceil(config.max_new_tokens / L)):
         cur = sequences.shape[1]
         cache = model.encode_prefix(new_tokens, mask, enc_pos, cache)
-        dec_pos = torch.arange(cur, cur + L, dtype=torch.int32, device=device)[None]
+        dec_pos = (torch.arange(cur, cur + L, device=device)[None] - pads).to(torch.int32)
         dec_mask = torch.nn.functional.pad(mask, (0, L), value=True)
         report = None if on_step is None else functools.partial(_report_step, on_step, sequences, canvases)
         argmax, nfe = denoise_canvas(model, rules, config, cache, dec_mask, dec_pos, row_done, forwards, nfe,
-                                     generator, report)
+                                     draws, report)
         sequences = torch.cat([sequences, argmax], dim=-1)
         canvases += 1
         block_nfe.append(nfe - sum(block_nfe))
@@ -235,28 +282,28 @@ def _report_step(on_step: StepCallback, sequences: torch.Tensor, canvas: int, nf
 
 
 def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffusionConfig, cache, dec_mask, dec_pos,
-                   row_done: torch.Tensor, forwards: torch.Tensor, nfe: int, generator,
+                   row_done: torch.Tensor, forwards: torch.Tensor, nfe: int, draws: BatchDraws | RowDraws,
                    report: Callable[[int], None] | None) -> tuple[torch.Tensor, int]:
     """Denoise one fresh canvas `(batch, L)` until every row stops or the steps run out; (its argmax, nfe so far).
 
     `forwards` `(batch,)` counts, in place, the decoder calls each live row needed; `report(nfe)` hears each
     call but the last (the caller reports that one once the canvas is committed)."""
-    B, L = row_done.shape[0], rules.noise.canvas_length
     schedule, acceptance, noise, stop = rules.schedule, rules.acceptance, rules.noise, rules.stop
-    canvas = noise.sample(B, row_done.device, generator)
+    canvas = noise.sample(~row_done, draws)
     argmax, self_cond = canvas, None
-    canvas_done = torch.zeros(B, dtype=torch.bool, device=row_done.device)
+    canvas_done = torch.zeros_like(row_done)
     if stop is not None:
         stop.reset()
     for remaining in range(config.max_denoising_steps, 0, -1):
-        forwards += ~(canvas_done | row_done)
+        live = ~(canvas_done | row_done)  # rows still denoising this canvas
+        forwards += live
         logits = schedule.apply(model.denoise(canvas, self_cond, cache, dec_mask, dec_pos), remaining)
         nfe += 1
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(B, L)
+        sampled = draws.categorical(probs, live)
         new_argmax = logits.argmax(dim=-1)
         accepted = acceptance.accepted(logits)
-        new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, generator)
+        new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, draws, live)
         if stop is not None:
             if canvas_done.any():  # finished rows keep their canvas, argmax and self-conditioning
                 new_argmax = torch.where(canvas_done[:, None], argmax, new_argmax)

@@ -40,10 +40,10 @@ def decode_masked_diffusion(handle: Handle, input_ids, config: SamplerConfig, at
 
 
 def decode_block_diffusion(adapter: Handle, input_ids, config, attention_mask=None,
-                           on_step: StepCallback | None = None) -> GenerateOutput:
+                           on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config."""
     return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask,
-                                    on_step=on_step)
+                                    on_step=on_step, row_seeds=row_seeds)
 
 
 def decode_autoregressive(handle: Handle, input_ids, config: SamplerConfig, attention_mask=None,
@@ -139,7 +139,7 @@ DECODERS: dict[str, Callable[..., GenerateOutput]] = {
 
 def row_seeded(handle: Handle) -> bool:
     """Whether `decode(..., row_seeds=...)` can give each row of a batch of `handle` its own generator."""
-    return handle.masked_diffusion or (handle.causal and handle.native)
+    return handle.masked_diffusion or handle.block_diffusion or (handle.causal and handle.native)
 
 
 def decode(handle: Handle, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,

@@ -58,6 +58,7 @@ class Job:
     on_tokens: Callable[[list[int]], None] | None = None  # streamed: hears its newly final tokens, on the loop
     first_block: float | None = None  # monotonic time its first block (AR: token) was final
     logprobs: int | None = None  # wants each generated token's log-probability and this many alternatives
+    peak: int = 0  # bytes its row needs at the decode's peak (sampler/memory.py), at its own prompt length
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,12 @@ class Batcher:
 
     def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
                  on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
-                 name: str = "model"):
+                 name: str = "model", memory_budget: int | None = None):
         if max_batch < 1 or max_pending < 1 or window_s < 0:
             raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
                              f"window_s={window_s} >= 0")
         self.handle, self.max_batch, self.window_s, self.max_pending = handle, max_batch, window_s, max_pending
+        self.memory_budget = memory_budget  # a batch's rows x its largest row's peak stay within it; None: no cap
         self._on_batch = on_batch or (lambda size: None)
         self._on_depth = on_depth or (lambda depth: None)
         # torch releases the GIL in its kernels; one thread per version keeps its batches in order
@@ -157,7 +159,8 @@ class Batcher:
 
     # the request side -------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
-               on_tokens: Callable[[list[int]], None] | None = None, logprobs: int | None = None) -> asyncio.Future:
+               on_tokens: Callable[[list[int]], None] | None = None, peak: int = 0,
+               logprobs: int | None = None) -> asyncio.Future:
         """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
 
         `on_tokens` (a streamed request) hears, on the event loop, each run of its tokens that became final.
@@ -172,7 +175,7 @@ class Batcher:
             self._task = asyncio.get_running_loop().create_task(self._work())
             self._task.add_done_callback(_report_crash)
         job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens,
-                  logprobs=logprobs)
+                  peak=peak, logprobs=logprobs)
         self._pending.append(job)
         self._depth_changed()
         self._wake.set()
@@ -223,7 +226,7 @@ class Batcher:
             self._depth_changed()
             started = time.monotonic()
             config = group[0].config
-            seeds = None if group[0].key is None or is_deterministic(config) else [j.config.seed for j in group]
+            seeds = None if group[0].key is None or is_deterministic(config, self.handle.kind) else [j.config.seed for j in group]
             tops = [j.logprobs for j in group if j.logprobs is not None]
             recorder = CommitLogprobs(top=max(tops)) if tops else None
             try:
@@ -273,10 +276,17 @@ class Batcher:
         for job in self._pending:
             if job.future.done():
                 continue
-            fits = not group or (group[0].key is not None and job.key == group[0].key and len(group) < self.max_batch)
+            fits = not group or (group[0].key is not None and job.key == group[0].key and len(group) < self.max_batch
+                                 and self._within_budget(group, job))
             (group if fits else kept).append(job)
         self._pending = kept
         return group
+
+    def _within_budget(self, group: list[Job], job: Job) -> bool:
+        """Whether `job` may join `group`: rows are left-padded to the longest prompt, so each costs the largest peak."""
+        if self.memory_budget is None:
+            return True
+        return (len(group) + 1) * max(job.peak, *(j.peak for j in group)) <= self.memory_budget
 
     def _drop_abandoned(self) -> None:
         if any(j.future.done() for j in self._pending):  # timed out or cancelled while queued: free the slot

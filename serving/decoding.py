@@ -5,6 +5,12 @@ The alias's operating point (the gate-chosen config) is the base; a request may 
 model keeps the operating point's steps per block when only `max_tokens` changes, and decodes whole
 blocks: the canvas is `max_tokens` rounded up to the block length, and the answer is cut at
 `max_tokens` tokens. An autoregressive model reads only the length, temperature and seed.
+
+A block-diffusion model (DiffusionGemma) is served through the same SamplerConfig with its canvas as
+the block: `max_tokens` rounds up to whole canvases, the operating point's denoising steps per canvas
+hold, and `seed` seeds the row's own generator. It always samples (its temperature schedule is the
+model's `t_min`..`t_max`), so a request's `temperature` is not read, and of the `unmask` settings
+only `steps` is; the effective BlockDiffusionConfig is derived from the config as in evaluation.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sampler.config import SamplerConfig
-from sampler.effective import config_from_dict
+from sampler.block_diffusion import BlockDiffusionConfig
+from sampler.effective import block_config_for, config_from_dict
 from sampler.handle import Handle
 
-# The kinds this server decodes; block diffusion (DiffusionGemma) needs its own request mapping.
-SERVED_KINDS = ("masked-diffusion", "autoregressive")
+# The kinds this server decodes.
+SERVED_KINDS = ("masked-diffusion", "autoregressive", "block-diffusion")
+BLOCK = "block-diffusion"
+# What a block-diffusion request may set under `unmask` (the rest is the model's own decoding defaults).
+_BLOCK_SETTINGS = ("steps",)
 # Settings a greedy decode never reads: two greedy requests that differ only here decode alike.
 _UNREAD_WHEN_GREEDY = ("seed",)
 
@@ -45,8 +55,8 @@ def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[S
     with the model's own mask/EOS/EoT ids. Returns (config, where it came from)."""
     if recorded:
         config = config_from_dict(recorded)
-        if not isinstance(config, SamplerConfig):
-            raise ValueError(f"operating config {recorded!r} is not a SamplerConfig; {handle.kind} is not served yet")
+        if isinstance(config, BlockDiffusionConfig):
+            config = block_operating(handle, config)
         source = "operating point"
     else:
         known = {"gen_length", "block_length", "steps", "temperature", "remasking"}
@@ -55,7 +65,27 @@ def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[S
     config = config.with_(**handle.sampler_ids())
     if handle.causal:
         config = autoregressive(config, config.gen_length)
+    if handle.kind == BLOCK and config.block_length != handle.canvas_length:
+        L = handle.canvas_length  # the canvas is the block; keep the steps per token
+        canvases = math.ceil(config.gen_length / L)
+        config = config.with_(gen_length=canvases * L, block_length=L,
+                              steps=canvases * max(1, config.steps_per_block * L // config.block_length))
     return config, source
+
+
+def block_operating(handle: Handle, recorded: BlockDiffusionConfig) -> SamplerConfig:
+    """The SamplerConfig whose effective block config is the recorded one; ValueError when none is (settings
+    the request surface cannot carry, such as an entropy bound other than the model's default)."""
+    L = handle.canvas_length
+    canvases = math.ceil(recorded.max_new_tokens / L)
+    config = SamplerConfig(gen_length=canvases * L, block_length=L, steps=canvases * recorded.max_denoising_steps,
+                           seed=recorded.seed).with_(**handle.sampler_ids())
+    derived = block_config_for(handle, config)
+    if derived.to_dict() | {"max_new_tokens": recorded.max_new_tokens} != recorded.to_dict():
+        differs = sorted(k for k, v in recorded.to_dict().items() if derived.to_dict()[k] != v and k != "max_new_tokens")
+        raise ValueError(f"operating config {recorded.to_dict()!r}: {', '.join(differs)} differ from "
+                         f"{handle.entry_id}'s decoding defaults; the server cannot decode it as recorded")
+    return config
 
 
 def autoregressive(config: SamplerConfig, gen_length: int) -> SamplerConfig:
@@ -76,12 +106,19 @@ def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, tempe
     if kind == "autoregressive":
         keep = max_tokens or base.gen_length
         config = autoregressive(base.with_(**changes), keep)
+    elif kind == BLOCK:
+        unread = sorted(set(unmask) - set(_BLOCK_SETTINGS))
+        if unread:
+            raise RequestError(f"unmask.{unread[0]}", f"unmask.{unread[0]} is not read by block diffusion; of the "
+                               f"unmask settings it reads only {', '.join(_BLOCK_SETTINGS)}")
+        changes.pop("temperature", None)  # the model's own temperature schedule decodes
+        config, keep = _diffusion(base, max_tokens, changes | unmask)
     else:
         config, keep = _diffusion(base, max_tokens, changes | unmask)
     if config.gen_length > limits.max_tokens:
         raise RequestError("max_tokens", f"decoding {keep} tokens needs a canvas of {config.gen_length} "
                            f"(whole blocks of {config.block_length}), above this server's limit of {limits.max_tokens}")
-    if is_deterministic(config):
+    if is_deterministic(config, kind):
         config = config.with_(**{k: getattr(base, k) for k in _UNREAD_WHEN_GREEDY})
     return config, keep
 
@@ -106,12 +143,13 @@ def _diffusion(base: SamplerConfig, max_tokens: int | None, changes: dict[str, A
         raise RequestError(f"unmask.{field}" if field in changes else None, str(e)) from None
 
 
-def is_deterministic(config: SamplerConfig) -> bool:
-    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking."""
-    return config.temperature == 0 and config.remasking != "random"
+def is_deterministic(config: SamplerConfig, kind: str = "masked-diffusion") -> bool:
+    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking.
+    Block diffusion always draws (uniform noise, sampled canvases), whatever `temperature` says."""
+    return kind != BLOCK and config.temperature == 0 and config.remasking != "random"
 
 
-def batch_key(config: SamplerConfig, row_seeded: bool = False) -> str | None:
+def batch_key(config: SamplerConfig, row_seeded: bool = False, kind: str = "masked-diffusion") -> str | None:
     """Requests with equal keys may share a batch; None: decode alone.
 
     A sampled decode shares a batch only where the decoder gives each row its own generator
@@ -119,7 +157,7 @@ def batch_key(config: SamplerConfig, row_seeded: bool = False) -> str | None:
     each row drawing from its own seed as it would alone. Otherwise one generator serves the whole
     batch, a row's draws would depend on its neighbours, and a sampled request decodes alone.
     """
-    if is_deterministic(config):
+    if is_deterministic(config, kind):
         return config.hash()
     if row_seeded and config.seed is not None:
         return "row-seeded-" + config.with_(seed=0).hash()

@@ -12,7 +12,7 @@ def check_compute(config: SamplerConfig, prompt_tokens: int, kind: str, limits: 
     """RequestError (400, naming the field) when the decode would cost more than one request may."""
     if kind == "autoregressive":  # one forward a token; max_tokens and the context bound it already
         return
-    if config.steps > config.gen_length:
+    if config.steps > config.gen_length and kind != "block-diffusion":  # block diffusion re-noises: steps may exceed it
         raise RequestError("unmask.steps", f"unmask.steps={config.steps} is above the canvas of {config.gen_length} "
                            f"tokens; a step unmasks at least one token")
     if config.steps > limits.max_steps:

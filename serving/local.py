@@ -25,6 +25,7 @@ from models.adapters.base import AdapterError
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
 from sampler.handle import Handle
+from sampler.memory import footprint, mib
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
@@ -66,6 +67,7 @@ class Parsed:
     config: SamplerConfig
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
     ignored: list[str]  # request settings this model does not read (an AR model: the diffusion ones)
+    peak: int = 0  # bytes its row needs at the decode's peak
 
 
 @dataclass(frozen=True)
@@ -199,20 +201,25 @@ class LocalServing:
         # not a 400, so a request a diffusion arm would take is still answered by an AR fallback
         ignored = sorted(f"unmask.{k}" for k in unmask) if handle.kind == "autoregressive" else []
         context = route.loaded.context
-        room = None if context is None else context - len(ids)
-        asked = attempt.max_tokens
-        if asked is not None and room is not None and asked > room and (limits.max_tokens is None
-                                                                         or asked <= limits.max_tokens):
-            raise RequestError("max_tokens", f"max_tokens={attempt.max_tokens}: {len(ids)} prompt tokens + "
-                               f"{attempt.max_tokens} exceed {route.version.model}'s context of {context}")
+        # without --max-tokens the bound is the model's context (not a fixed 256); the prompt's share of it is
+        # checked below, after the compute caps, which name the setting that made a request too costly
+        if limits.max_tokens is None and context is not None and (attempt.max_tokens or 0) > context:
+            raise RequestError("max_tokens", f"max_tokens={attempt.max_tokens} is above {route.version.model}'s "
+                               f"context of {context}")
         config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
-                                      unmask, replace(limits, max_tokens=bounded(limits.max_tokens, room)))
+                                      unmask, replace(limits, max_tokens=bounded(limits.max_tokens, context)))
         check_surface(body, endpoint, Served(config, handle.kind, route.loaded.chat.reads_tools))
         check_compute(config, len(ids), handle.kind, self.settings.compute)
         if not fits_context(context, len(ids), config.gen_length):
-            raise RequestError("max_tokens", f"{len(ids)} prompt tokens + {config.gen_length} to decode exceed "
-                               f"{route.version.model}'s context of {context}")
-        return Parsed(ids, config, keep, ignored)
+            raise RequestError("max_tokens", f"max_tokens={keep}: {len(ids)} prompt tokens + {config.gen_length} to "
+                               f"decode exceed {route.version.model}'s context of {context}")
+        peak = footprint(handle, len(ids), config).per_row
+        budget = route.loaded.batcher.memory_budget
+        if budget is not None and peak > budget:
+            raise RequestError(None, f"decoding {len(ids)} prompt tokens + {config.gen_length} needs {mib(peak)} at its "
+                               f"peak, above this server's memory budget of {mib(budget)} (--memory-budget)",
+                               503, "insufficient_memory")
+        return Parsed(ids, config, keep, ignored, peak)
 
     def prompt_ids(self, route: Route, field: str, prompt: str | list[int]) -> list[int]:
         """A prompt's token ids: a text tokenized, or ids checked against the vocabulary."""
@@ -262,14 +269,14 @@ class LocalServing:
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             for i, p, config in planned:
-                key = batch_key(config, row_seeded(handle))
+                key = batch_key(config, row_seeded(handle), handle.kind)
                 feed = RowFeed() if body.stream else None
                 if scoring_only:
                     future = asyncio.get_running_loop().create_future()
                     future.set_result(Decoded([], 0, 0, 0.0, 0.0, None, [] if ask.top is not None else None))
                 else:
                     future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None,
-                                                         logprobs=ask.top)
+                                                         peak=p.peak, logprobs=ask.top)
                 if feed:
                     feed.future = future
                 echo = asked.prompts[i] if getattr(body, "echo", False) else ""
@@ -431,11 +438,10 @@ def seeded(config: SamplerConfig, seed: int | None, n: int) -> list[SamplerConfi
             for k in range(n)]
 
 
-def bounded(limit: int | None, room: int | None) -> int:
-    """The largest max_tokens (and canvas) a request may ask for: the server's --max-tokens if set, else the room
-    the model's context leaves after the prompt (a model that names no context: 4096)."""
-    bounds = [b for b in (limit, room) if b is not None]
-    return max(min(bounds), 1) if bounds else 4096
+def bounded(limit: int | None, context: int | None) -> int:
+    """The largest max_tokens (and canvas) a request may ask for: the server's --max-tokens if set, else the
+    model's context (a model that names no context: 4096); the prompt must fit beside it too (`fits_context`)."""
+    return limit if limit is not None else (context or 4096)
 
 
 async def until(request: Request | None, awaitable, job: Submitted, timeout_s: float, limit_s: float):

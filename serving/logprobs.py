@@ -52,8 +52,8 @@ def check_asked(ask: Asked, body, endpoint: str, handle: Handle) -> None:
     if ask.top is not None and getattr(body, "stream", False):
         raise RequestError("logprobs", "logprobs with stream: true are not supported yet; use stream false")
     if ask.top is not None and not (handle.masked_diffusion or (handle.causal and handle.native)):
-        raise RequestError("logprobs", f"{handle.entry_id} decodes through transformers' generate, which shows no "
-                           "logits to unmask; logprobs need unmask's own decoders")
+        raise RequestError("logprobs", f"{handle.entry_id} ({kind}) decodes without showing unmask the logits of "
+                           "each step; logprobs need unmask's masked-diffusion or native autoregressive decoder")
     if ask.echo and kind not in ("autoregressive", "masked-diffusion"):
         raise RequestError("echo", f"{kind} models cannot score a prompt")
     options = getattr(getattr(body, "unmask", None), "likelihood", None)

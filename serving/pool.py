@@ -25,6 +25,7 @@ from sampler.config import SamplerConfig
 from sampler.handle import Handle
 from serving.batching import Batcher, decode_rows
 from serving.chat import ChatTemplate, chat_template
+from sampler.memory import available_bytes
 from serving.decoding import SERVED_KINDS, operating_config
 
 log = logging.getLogger("unmask.serve")
@@ -95,6 +96,7 @@ class PoolSettings:
     max_batch: int = 16
     batch_window_s: float = 0.01
     max_pending: int = 64
+    memory_budget: int | None = None  # bytes a batch's decode may use at its peak; None: what the device has free
 
 
 class ModelPool:
@@ -188,8 +190,9 @@ class ModelPool:
             batches[0].observe(size)
             batches[1].inc()
 
+        budget = s.memory_budget or available_bytes(s.device)  # measured once the weights are resident
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
-                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}")
+                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget)
         loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded

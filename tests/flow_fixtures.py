@@ -11,6 +11,10 @@ from eval_fixtures import write_model
 from gates.policy import POLICY_PATH
 
 CANDIDATE, FALLBACK = "dllm", "arlm"  # folder names, hence candidate ids and registered model names
+# what a clock or the host decides in a record: left out when a cluster's records are compared with a local run's
+CLOCKS = {"latency_p50_s", "latency_p95_s", "latency_p99_s", "tokens_per_s", "tokens_per_s_with_padding",
+          "peak_mem_mb", "created_at", "fingerprint", "record_id", "run_id", "measured_s", "ttft_p50_s",
+          "ttft_p95_s", "time_to_first_block_s", "throughput_items_per_s"}
 
 
 def tiny_models(root: Path) -> dict[str, str]:
@@ -97,3 +101,11 @@ def cli_app(*commands: str):
     for name in commands:
         importlib.import_module(f"flows.commands.{name}").register(app)
     return app
+
+
+def records_without_clocks(outcome_files: str) -> list[dict]:
+    """The records an evaluation folder holds (records.jsonl), each without what a clock or the host decides."""
+    from evals.store import load_records
+
+    return sorted(({k: v for k, v in r.to_dict().items() if k not in CLOCKS} for r in load_records(outcome_files)),
+                  key=lambda r: r["config_hash"])

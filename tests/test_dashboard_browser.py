@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from dashboard_fixtures import free_port, shared_dashboard_registry, stop, wait_
 from flows.commands.dashboard import streamlit_command
 from flows.environment import QUIET_DEFAULTS
 from registry import Registry
+from test_dashboard_rollout import rolled_back_registry
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -74,6 +76,14 @@ OVERFLOW_JS = """
 """
 
 
+# Every table on the screen has been drawn: Streamlit first paints an empty box, and an empty box cannot overflow.
+TABLES_DRAWN_JS = """
+() => [...document.querySelectorAll('[data-testid="stTable"]')]
+  .filter(box => box.getClientRects().length && !box.closest('details:not([open])'))
+  .every(box => box.querySelector('td'))
+"""
+
+
 # The defects seen in review, each a class the pages must not show again (JavaScript run in the page):
 # a threshold cell whose operator Markdown ate (">= 30%" rendered as a quote, read "= 30%"); a table cut off
 # by its box (the "next command" column at 800 px); chart axis labels beyond the data's range (an error
@@ -109,21 +119,26 @@ DEFECTS_JS = """
 """
 
 
+@contextmanager
+def dashboard_server(env: dict[str, str], log: Path):
+    """`streamlit run` of the dashboard on a free loopback port with `env` added; yields its URL, stops it after."""
+    port = free_port()
+    with log.open("w") as out:
+        server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO,
+                                  env=dict(os.environ) | QUIET_DEFAULTS | env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(server)
+
+
 @pytest.fixture
 def dashboard_url(tmp_path):
     """A dashboard server on the filled registry; stopped by its pid afterwards."""
     filled = shared_dashboard_registry()
-    port = free_port()
-    log = tmp_path / "streamlit.log"
-    env = dict(os.environ) | QUIET_DEFAULTS | filled.env()
-    with log.open("w") as out:
-        server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
-        yield f"http://127.0.0.1:{port}", filled
-    finally:
-        stop(server)
+    with dashboard_server(filled.env(), tmp_path / "streamlit.log") as url:
+        yield url, filled
 
 
 def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(dashboard_url, tmp_path):
@@ -178,6 +193,9 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
                 narrow.goto(f"{url}/{path}", timeout=60_000)
                 expect(narrow.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
                 expect(narrow.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
+                if path == "":  # the verdict's tables are there (a check before they are drawn finds nothing)
+                    narrow.wait_for_selector("[data-testid='stTable'] td", timeout=60_000)
+                narrow.wait_for_function(TABLES_DRAWN_JS, timeout=60_000)  # a table is checked once it has its text
                 narrow.wait_for_timeout(500)
                 narrow.screenshot(path=str(tmp_path / f"{path or 'verdict'}-{NARROW}.png"), full_page=True)
                 overflowing[f"{heading} at {NARROW} px"] = narrow.evaluate(OVERFLOW_JS) + narrow.evaluate(DEFECTS_JS)
@@ -188,6 +206,41 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
         assert shot.stat().st_size > 10_000, heading
     if os.environ.get("UNMASK_UPDATE_SCREENSHOT") == "1":
         shutil.copy(shots["Verdict"], SCREENSHOT)
+
+
+def test_a_rolled_back_rollout_stands_against_its_version_on_the_verdict_page_in_chromium(tmp_path):
+    """After a rollback the Verdict page's red block names the rollout, says the version may not be promoted and
+    that a new rollout needs new approvals, read in the browser at 1280 and 800 px, with nothing cut off."""
+    from playwright.sync_api import expect, sync_playwright
+
+    reg = rolled_back_registry(tmp_path / "registry")
+    env = {"MLFLOW_TRACKING_URI": reg.tracking_uri, "UNMASK_HOME": str(tmp_path / "home")}
+    found = {}
+    with dashboard_server(env, tmp_path / "streamlit.log") as url, sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": WIDTH, "height": HEIGHT})
+        try:
+            page = browser.new_page()
+            for width in (WIDTH, NARROW):
+                page.set_viewport_size({"width": width, "height": HEIGHT})
+                page.goto(url, timeout=60_000)
+                expect(page.get_by_role("heading", name="Verdict", exact=True)).to_be_visible(timeout=90_000)
+                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
+                block = page.get_by_test_id("stAlert").filter(has_text="default-9")
+                expect(block).to_have_count(1, timeout=60_000)
+                expect(block).to_be_visible()
+                for said in ("tiny-llada v1", "was rolled back", "may not be promoted", "new approvals"):
+                    expect(block).to_contain_text(said)
+                expect(block).not_to_contain_text("unmask rollback")  # the advice never undoes the rollback it reports
+                page.wait_for_selector("[data-testid='stTable'] td", timeout=60_000)
+                page.wait_for_function(TABLES_DRAWN_JS, timeout=60_000)
+                page.wait_for_timeout(500)
+                page.screenshot(path=str(tmp_path / f"verdict-rolled-back-{width}.png"), full_page=True)
+                found[width] = page.evaluate(OVERFLOW_JS) + page.evaluate(DEFECTS_JS)
+        finally:
+            browser.close()
+    assert found == {WIDTH: [], NARROW: []}
 
 
 DEFECTS_APP = """

@@ -134,16 +134,22 @@ def test_a_running_rollout_shows_the_weight_the_controller_set_last(at, filled):
     assert 0.96 < made["probed"]["confidence"] < 0.97  # the first look's share of a 95% rollout
 
 
-def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tmp_path, monkeypatch):
+def rolled_back_registry(folder):
+    """A registry whose tiny-llada v1 was rolled back by rollout `default-9` (its p95 breached at 5%)."""
     from tests.gate_fixtures import fresh_registry, register_pair
 
-    reg = fresh_registry(tmp_path)
+    reg = fresh_registry(folder)
     register_pair(reg)
     run = start_rollout_run(reg, "default-9", "tiny-llada", "1", "default", "production", "staging", "production",
                             POLICY.to_dict())
     breach = analyse(interval(0.9, 3), "staging", "production", POLICY).to_dict()
     log_analysis(reg, run, "default-9", 0, 5, breach)
     set_rollout_status(reg, run, "rolled_back", "p95_latency_s breached")
+    return reg
+
+
+def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tmp_path, monkeypatch):
+    reg = rolled_back_registry(tmp_path)
     from registry.views import failed_rollouts
 
     [finding] = failed_rollouts(reg).itertuples()

@@ -13,16 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from distributed import get_task_stream
 
 from dashboard_fixtures import free_port
-from flow_fixtures import CANDIDATE, seed_registry, tiny_models, write_sweep
-from flows.evaluate import EvaluationOptions, evaluate_candidate
+from flow_fixtures import CANDIDATE, records_without_clocks, seed_registry, tiny_models, write_sweep
+from flows.evaluate import EvaluationOptions, evaluate_candidate, evaluate_on
 from tests.test_mlflow_server import _stop
 
 pytestmark = pytest.mark.slow
-CLOCKS = {"latency_p50_s", "latency_p95_s", "latency_p99_s", "tokens_per_s", "tokens_per_s_with_padding",
-          "peak_mem_mb", "created_at", "fingerprint", "record_id", "run_id", "measured_s", "ttft_p50_s",
-          "ttft_p95_s", "time_to_first_block_s", "throughput_items_per_s"}
 STEPS = (2, 4, 6, 8)  # gen_length 8 in two blocks: an even step count per block
 
 
@@ -60,14 +58,6 @@ def cluster(tmp_path):
             _stop(proc)
 
 
-def records_without_clocks(outcome_files: str) -> list[dict]:
-    """The records an evaluation folder holds (records.jsonl), each without what a clock or the host decides."""
-    from evals.store import load_records
-
-    return sorted(({k: v for k, v in r.to_dict().items() if k not in CLOCKS} for r in load_records(outcome_files)),
-                  key=lambda r: r["config_hash"])
-
-
 def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_worker(
         prefect_harness, cluster, tmp_path, monkeypatch):
     address, client, workers = cluster
@@ -99,14 +89,18 @@ def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_wo
 
     killer = threading.Thread(target=kill_a_worker_mid_sweep, daemon=True)
     killer.start()
-    on_cluster = evaluate_candidate(models[CANDIDATE], sweep, base.model_copy(update={
-        "task_runner": "dask", "dask_address": address, "gpus_per_cell": 1}))
+    on_cluster_options = base.model_copy(update={
+        "task_runner": "dask", "dask_address": address, "gpus_per_cell": 1})
+    names = {address: info["name"] for address, info in client.scheduler_info(n_workers=-1)["workers"].items()}
+    with get_task_stream(client) as stream:
+        on_cluster = evaluate_on(on_cluster_options)(models[CANDIDATE], sweep, on_cluster_options)
     killer.join(5)
 
     assert killed, "no cell was stored: the kill never happened"
     assert workers[killed["name"]].wait(10) == -signal.SIGKILL
     assert killed["done_before"] < len(STEPS)  # it died mid-sweep
     assert (on_cluster["points"], on_cluster["cached"], on_cluster["failures"]) == (len(STEPS), 0, [])
+    assert "w2" in {names.get(task["worker"]) for task in stream.data}  # the cluster's survivor measured cells
     cluster_records = records_without_clocks(on_cluster["files"])
     assert len({r["config_hash"] for r in cluster_records}) == len(cluster_records) == len(STEPS)  # none twice
     assert cluster_records == records_without_clocks(local["files"])  # the same measurements, clocks aside

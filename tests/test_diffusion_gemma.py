@@ -129,3 +129,20 @@ def test_config_rejects_impossible_settings():
     with pytest.raises(ValueError, match="t_min < t_max"):
         BlockDiffusionConfig(t_min=0.9, t_max=0.8)
     assert BlockDiffusionConfig().hash() == BlockDiffusionConfig().hash() != BlockDiffusionConfig(seed=1).hash()
+
+
+def test_with_row_seeds_each_row_of_a_left_padded_batch_decodes_as_it_does_alone(model):
+    """What serving's dynamic batching relies on: one generator per row, positions from each row's first token."""
+    from sampler.decode import decode_prompts
+
+    adapter = DiffusionGemmaAdapter(model)
+    adapter.eos_ids, adapter.pad_id = (23,), 0
+    prompts = [[2, 5, 6, 7, 8, 9, 10], [2, 9], [2, 30, 31, 32], [2, 40, 41, 42, 43, 44]]
+    config = SamplerConfig(steps=12, gen_length=24, block_length=8, seed=0)
+    seeds = [3, 1, 4, 1]
+    batch = decode_prompts(adapter, prompts, config, row_seeds=seeds).generated
+    for row, (prompt, seed) in enumerate(zip(prompts, seeds)):
+        alone = decode_prompts(adapter, [prompt], config.with_(seed=seed)).generated[0]
+        assert torch.equal(batch[row, : len(alone)], alone), row
+        assert (batch[row, len(alone):] == 0).all()  # a row that ended early holds padding while the batch goes on
+    assert len({tuple(r.tolist()) for r in batch}) == 4

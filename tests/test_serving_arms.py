@@ -340,13 +340,19 @@ def test_an_upstream_arm_answers_plain_streamed_and_chat(servers, client):
     assert "".join(c.choices[0].text for c in chunks if c.choices) == direct.choices[0].text
     assert [ext(c)["arm"] for c in chunks if c.model_extra.get("unmask")] == ["vllm-a"]  # on the finish chunk
     assert chunks[-1].usage.completion_tokens == direct.usage.completion_tokens
+    # the unmask settings travel upstream: the upstream decodes with them, as it would asked directly
+    tuned = dict(prompt=PROMPT, max_tokens=8, extra_body={"unmask": {"block_length": 4}})
+    relayed = client.completions.create(model="up", **tuned)
+    asked = up.completions.create(model="production", **tuned)
+    assert ext(relayed)["config_hash"] == ext(asked)["config_hash"] != ext(direct)["config_hash"]
+    assert relayed.choices[0].text == asked.choices[0].text
     # an upstream 4xx is the request's own fault, passed back as it is
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
         client.completions.create(model="up", prompt=PROMPT, max_tokens=100_000)
-    rows = logged(servers, lambda rows: sum(r["arm"] == "vllm-a" for r in rows) >= 4)
+    rows = logged(servers, lambda rows: sum(r["arm"] == "vllm-a" for r in rows) >= 5)
     mine = [r for r in rows if r["arm"] == "vllm-a" and not r["shadow"]]
     assert {r["upstream"] for r in mine} == {servers.up.base_url + "/v1"}
-    assert sorted(r["status"] for r in mine) == [200, 200, 200, 400]  # a stream read to its end is a 200
+    assert sorted(r["status"] for r in mine) == [200, 200, 200, 200, 400]  # a stream read to its end is a 200
     assert all(r["model"] == "tiny-llada" for r in mine if r["status"] == 200 and not r["stream"])
     # the key travels to the upstream, but never into a log, the health or the routes view
     everything = json.dumps(rows, default=str) + httpx.get(servers.base_url + "/health").text + \

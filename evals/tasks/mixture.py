@@ -89,11 +89,16 @@ SORT_CURRICULUM_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short128": 38, "sort-
 # positions, sort kept at a small share (the finding that it is not learned at this budget stands).
 LONG_CANVAS_WEIGHTS = {"arith": 0.3, "arith-ko": 0.3, "infill": 0.25, "sort": 0.15}
 
+# The block-diffusion recipe (RECIPES["tiny-dgemma"]): arithmetic first, sort (four canvases of 32 for one
+# answer) at a small share, so the two-core budget goes to the tasks the accuracy targets name.
+BLOCK_DIFFUSION_WEIGHTS = {"arith": 0.35, "arith-ko": 0.35, "infill": 0.2, "sort": 0.1}
+
 MIXTURES = {  # the data schedules a recipe can name (`TrainConfig.mixture`), by seed
     "default": lambda seed: TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "sort-focus": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
                                                phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),)),
     "long-canvas": lambda seed: TrainingMixture(TASKS, LONG_CANVAS_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
+    "block-diffusion": lambda seed: TrainingMixture(TASKS, BLOCK_DIFFUSION_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "sort-curriculum": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_CURRICULUM_BATCH_SIZES,
                                                     seed=seed, phases=SORT_CURRICULUM_PHASES),
 }

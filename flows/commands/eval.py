@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -27,6 +28,12 @@ def eval_command(
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: <state>/evals/<sweep>-<time>)."),
     repro: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe per model."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write quality-vs-latency plots."),
+    executor: str = typer.Option("local", "--executor", callback=options.executor,
+                                 help="Where the sweep's cells run: local (this process), dask (prefect-dask) or ray (prefect-ray)."),
+    executor_address: str = typer.Option(None, "--executor-address", help="The cluster: a Dask scheduler "
+                                         "(tcp://host:8786) or a Ray head (host:6379, ray://head:10001); default: a local one."),
+    gpus_per_cell: float = typer.Option(0, "--gpus-per-cell", min=0,
+                                        help="GPUs each cell asks its executor for (Dask worker resource GPU, Ray num_gpus)."),
 ) -> None:
     """Evaluate models under a sweep of decoding settings; records are validated and saved as they finish."""
     from evals.sweep import (SweepError, SweepSpec, TaskSpec, catalog_settings, check_model_ref, default_sweep_path,
@@ -58,13 +65,21 @@ def eval_command(
         if batch_size:
             spec.measure["batch_size"] = batch_size
         spec.threads, threads_from = options.threads_rule(threads, spec.threads)
+        measure_cells = None
+        if executor not in ("local", "threads"):  # the cells go to a cluster through a Prefect flow
+            os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")  # before Prefect is imported
+            from flows.cells import fan_out
+
+            measure_cells = fan_out(executor, executor_address, gpus_per_cell)
     except (SweepError, ValueError, typer.BadParameter) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
     console.print(f"torch threads: {spec.threads} ({threads_from})", highlight=False)
+    if measure_cells is not None:
+        console.print(f"cells run on: {executor} ({executor_address or 'a local cluster'})", highlight=False)
     folder = out or timestamped_folder(state_dir() / "evals", spec.name)
     try:
-        result = run_with_progress(spec, folder)
+        result = run_with_progress(spec, folder, measure_cells)
     except (SweepError, TaskDataError, ValueError, OSError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
@@ -80,7 +95,7 @@ def eval_command(
         raise typer.Exit(1)
 
 
-def run_with_progress(spec, folder: Path):
+def run_with_progress(spec, folder: Path, measure_cells=None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from evals.sweep import run_sweep
@@ -104,7 +119,7 @@ def run_with_progress(spec, folder: Path):
             elif kind == "failure":
                 progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False)
 
-        return run_sweep(spec, folder, on_event=on_event)
+        return run_sweep(spec, folder, on_event=on_event, measure_cells=measure_cells)
 
 
 def finish(spec, result, repro: bool, plot: bool) -> None:

@@ -48,6 +48,17 @@ def positive(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     return value
 
 
+def executor(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """--executor: one of flows.runners.EXECUTORS (local, dask, ray)."""
+    if value in (None, "local"):  # the default: no need to import Prefect to know it
+        return value
+    from flows.runners import EXECUTORS
+
+    if value not in EXECUTORS:
+        raise typer.BadParameter(f"expected one of {', '.join(EXECUTORS)}, got {value!r}", ctx=ctx, param=param)
+    return value
+
+
 def non_negative(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """A count that may be 0 (--warmup, --seed)."""
     if value is not None and value < 0:

@@ -47,6 +47,8 @@ def serve_command(
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
     max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a batch may use, e.g. 8GiB "
+                                      "(default: the device's free memory once the models are loaded)."),
     timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Largest max_tokens a request may ask for "
                                    "(default: what the model's context leaves after the prompt)."),
@@ -94,10 +96,17 @@ def serve_command(
     except ApiKeyError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    from sampler.memory import parse_bytes
+
+    try:
+        budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    except ValueError as e:
+        typer.echo(f"error: --memory-budget: {e}", err=True)
+        raise typer.Exit(2) from None
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
-                        max_pending=max_pending)
+                        max_pending=max_pending, memory_budget=budget)
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
                              request_log_dir=state / "serving" / "requests" if request_log else None,

@@ -1,0 +1,167 @@
+"""Memory admission: the peak a decode needs per row, computed from the model's config, and the rows a budget admits.
+
+The peak of a diffusion decode is set by its `(canvas, vocabulary)` float32 temporaries, not by the
+weights: each denoising step holds the step's logits, their softmax, the previous step's logits (block
+diffusion's self-conditioning) and the entropy's intermediates (normalised logits, probabilities, the
+clamped logits and p log p) at once. For a real DiffusionGemma (canvas 256, vocabulary 262,144) that
+is about 7 x 256 MiB, some 1.9 GiB a row, the order of what engines that serve it were seen to run
+out of memory on (about 2.1 GiB a sequence). Beside it: the KV cache of the prompt and every
+committed canvas, and the encoder's activations over the prompt.
+
+`peak_bytes(fn)` measures what a call really allocated at its peak, from the CPU allocator's own
+running total as torch's profiler reports it (each allocation event carries `total_allocated`), so a
+test can hold the computed figure against the measured one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from sampler.effective import effective_config
+
+F32 = 4
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """The peak bytes one decode needs: `per_row` for each row of the batch (weights already resident)."""
+
+    per_row: int
+    terms: dict[str, int]  # what per_row is made of, bytes per row
+
+    def batch(self, rows: int) -> int:
+        return rows * self.per_row
+
+    def rows_within(self, budget: int) -> int:
+        """How many rows fit `budget` bytes (0: not even one)."""
+        return max(0, budget // max(1, self.per_row))
+
+
+def peak_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """(fn's result, the most bytes allocated at once above what was allocated when it began), CPU allocator."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    allocations: list[tuple[int, int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            allocations.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.total_allocated))
+        stack.extend(node.children)
+    if not allocations:
+        return result, 0
+    allocations.sort()
+    base = allocations[0][2] - allocations[0][1]  # allocated before the first event
+    return result, max(total for _, _, total in allocations) - base
+
+
+def _dtype_bytes(model) -> int:
+    return next(model.parameters()).element_size()
+
+
+def block_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
+    """DiffusionGemma: the denoising step's `(canvas, vocab)` temporaries, or the encoder's pass over the prompt
+    if larger, plus the KV cache of the prompt and every committed canvas.
+
+    Per denoising step a row holds seven `(L, V)` tensors at its peak (measured on CPU in float32): the
+    self-conditioning logits of the previous step, the step's tempered logits and their softmax, and
+    Categorical's normalised logits, probabilities, clamped logits and p log p inside the entropy."""
+    block = effective_config(handle, config)
+    text = handle.model.config.get_text_config(decoder=True)
+    L, V, dtype = handle.canvas_length, int(text.vocab_size), _dtype_bytes(handle.model)
+    canvases = -(-block.max_new_tokens // L)
+    positions = prompt_tokens + canvases * L
+    per_layer = getattr(text, "per_layer_config", None)  # Gemma 4: head sizes may differ layer by layer
+    layers = [per_layer[i] if per_layer is not None else text for i in range(len(text.layer_types))]
+    kv = 0
+    for layer, kind in zip(layers, text.layer_types):
+        kept = min(positions, text.sliding_window) if kind == "sliding_attention" else positions
+        kv += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype
+    denoise = 6 * L * V * F32 + L * V * dtype  # the self-conditioning copy is in the model's dtype
+    # the encoder's pass: residual, norms and queries/keys/values/attention output, the MLP and the routed experts
+    attention = max((2 * layer.num_attention_heads + 2 * layer.num_key_value_heads) * layer.head_dim for layer in layers)
+    width = text.hidden_size * 4 + attention + text.intermediate_size * 3 \
+        + (text.moe_intermediate_size or 0) * 3 * (text.top_k_experts or 0)
+    encoder = prompt_tokens * width * dtype
+    return Footprint(per_row=max(denoise, encoder) + kv,
+                     terms={"canvas_x_vocab": denoise, "encoder_activations": encoder, "kv_cache": kv})
+
+
+def masked_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
+    """LLaDA (the native layout): one forward over the prompt and canvas, per position: the residual and its
+    norm (2d), SwiGLU's four hidden-width tensors (4I), every layer's keys and values, RoPE's cos and sin,
+    and the sampler's logits (V) held across the forward."""
+    cfg = handle.model.config
+    T = prompt_tokens + config.gen_length
+    per_position = 2 * cfg.d_model + 4 * cfg.hidden_size + 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers \
+        + 2 * cfg.head_dim + cfg.vocab_size
+    if getattr(config, "cache", "none") != "none":  # cached keys/values of the positions outside the block
+        per_position += 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers
+    activations = T * (per_position - cfg.vocab_size) * F32
+    logits = T * cfg.vocab_size * F32
+    return Footprint(per_row=activations + logits, terms={"canvas_x_vocab": logits, "activations": activations})
+
+
+def generic_footprint(handle, prompt_tokens: int, config) -> Footprint:
+    """A Hugging Face causal LM: logits and a few hidden-width tensors per position, plus its KV cache."""
+    cfg = handle.model.config
+    T = prompt_tokens + config.gen_length
+    hidden = getattr(cfg, "hidden_size", 0)
+    width = 4 * hidden + 4 * getattr(cfg, "intermediate_size", 4 * hidden)
+    kv = 2 * hidden * getattr(cfg, "num_hidden_layers", 1)
+    logits = 2 * T * getattr(cfg, "vocab_size", 0) * F32
+    return Footprint(per_row=logits + T * (width + kv) * F32, terms={"canvas_x_vocab": logits})
+
+
+def footprint(handle, prompt_tokens: int, config) -> Footprint:
+    """The peak bytes per row of decoding `prompt_tokens` + `config.gen_length` on `handle`'s model."""
+    if handle.kind == "block-diffusion":
+        return block_diffusion_footprint(handle, prompt_tokens, config)
+    if getattr(handle, "native", False):
+        return masked_diffusion_footprint(handle, prompt_tokens, config)
+    return generic_footprint(handle, prompt_tokens, config)
+
+
+def available_bytes(device: str | torch.device = "cpu") -> int:
+    """Memory a decode may use now: CUDA's free memory on that device, else the host's MemAvailable."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'8GiB', '512MiB', '2.5GB', '1000000' -> bytes; ValueError naming what was expected."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in UNITS:
+        raise ValueError(f"{text!r} is not a size; expected a number with an optional unit "
+                         f"(B, KB, MB, GB, KiB, MiB, GiB, TiB), e.g. 8GiB")
+    value = int(float(match.group(1)) * UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"{text!r}: a memory budget must be above 0 bytes")
+    return value
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
