@@ -17,16 +17,19 @@ from sampler.proposal import add_gumbel_noise, check_logits
 from sampler.rng import RowGenerators
 
 
-def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_length: int, last: bool) -> StepInfo:
+def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_length: int, last: bool,
+               logits: torch.Tensor | None = None) -> StepInfo:
     """The StepInfo of new token `step`, the last column of `sequences` `(batch, prompt_len + step + 1)`.
 
     live (`(batch,)` bool): rows that had not ended before it (the others only pad). `last`: every row
     has ended, which finishes every block at once, as an early exit does in the diffusion sampler.
+    logits (`(batch, vocab)`): the next-token logits the token was drawn from, when the decoder has them.
     """
     committed = torch.zeros_like(sequences, dtype=torch.bool)
     committed[:, -1] = live
     return StepInfo(step=step, block=step // block_length, block_done=last or (step + 1) % block_length == 0,
-                    sequences=sequences, committed=committed)
+                    sequences=sequences, committed=committed, logits=None if logits is None else logits[:, None],
+                    logits_lo=sequences.shape[1] - 1)
 
 
 def causal_output(sequences: torch.Tensor, prompt_length: int, forwards: int, config: SamplerConfig) -> GenerateOutput:
@@ -80,7 +83,8 @@ def generate_autoregressive(
         done |= torch.isin(token, stop_ids)
         finished = bool(done.all())
         if on_step is not None:
-            on_step(token_step(i, torch.cat([input_ids, out[:, : i + 1]], dim=1), live, config.block_length, finished))
+            on_step(token_step(i, torch.cat([input_ids, out[:, : i + 1]], dim=1), live, config.block_length, finished,
+                               logits))
         if finished:
             break
         step_input = token[:, None]  # (B, 1)

@@ -64,6 +64,7 @@ class DecodeState:
     # `(batch,)` steps each row has taken in the block when rows advance on their own (per-row
     # speculative rounds); None: every row has taken `step`.
     row_steps: torch.Tensor | None = None
+    window: Window | None = None  # the logits the step that led here read (what `on_step` reports)
 
     def same_as(self, other: "DecodeState") -> bool:
         return self.block == other.block and self.step == other.step and torch.equal(self.x, other.x)
@@ -113,6 +114,11 @@ class BlockDecoder:
 
     def advance(self, state: DecodeState, window: Window) -> DecodeState:
         """Commit one step from `window` (logits of positions `[lo, lo + W)` of `state.x`)."""
+        edits = self.config.logits_eos_inf or self.config.confidence_eos_eot_inf  # `propose` writes into the logits
+        read = Window(window.logits.clone(), window.lo) if edits and self.on_step is not None else window
+        return replace(self._advance(state, window), window=read)
+
+    def _advance(self, state: DecodeState, window: Window) -> DecodeState:
         cfg, x = self.config, state.x
         start, end = self.bounds(state.block)
         check_logits(window.logits, f"block {state.block} step {state.step}")
@@ -165,8 +171,11 @@ class BlockDecoder:
     def report(self, state: DecodeState, after: DecodeState) -> None:
         """Tell `on_step` of a kept transition from `state` to `after`."""
         if self.on_step is not None:
+            window = after.window
             self.on_step(StepInfo(step=state.steps_done, block=state.block, block_done=after.block != state.block,
-                                  sequences=after.x, committed=after.committed))
+                                  sequences=after.x, committed=after.committed,
+                                  logits=None if window is None else window.logits,
+                                  logits_lo=0 if window is None else window.lo))
         return after
 
     @staticmethod

@@ -22,6 +22,9 @@ class StepInfo:
     canvas `prompt_len + gen_length` for masked diffusion, the tokens so far for the autoregressive
     and block decoders (transformers hands them over on the CPU). Read-only: the decoder goes on from it.
     committed (`torch.BoolTensor` of shape `(batch, seq)`): the positions this step committed.
+    logits (`torch.FloatTensor` of shape `(batch, W, vocab)`): what the step read, for sequence positions
+    `[logits_lo, logits_lo + W)`, before any sampling noise (None where the decoder does not expose them:
+    transformers' generate, block diffusion). Read-only.
     """
 
     step: int  # kept steps before this one, counted over the whole generation
@@ -29,6 +32,8 @@ class StepInfo:
     block_done: bool  # the step finished `block` (an early exit, or every AR row ending, finishes all at once)
     sequences: torch.Tensor
     committed: torch.Tensor
+    logits: torch.Tensor | None = None
+    logits_lo: int = 0
 
 
 StepCallback = Callable[[StepInfo], None]

@@ -26,6 +26,7 @@ from gates.request_limits import RequestLimits
 from gates.weights import WEIGHTS_FILE
 from models.state import state_dir
 from sampler.decode import row_seeded
+from sampler.likelihood import DEFAULT_SAMPLES
 from serving import errors
 from serving.access import Access
 from serving.analysis_api import router as analysis_router
@@ -66,6 +67,7 @@ class ServeSettings:
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
     compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
     api_keys: frozenset[str] = frozenset()  # empty: the API is open (serving/access.py)
+    likelihood_samples: int = DEFAULT_SAMPLES  # masked diffusion scoring an echoed prompt (sampler/likelihood.py)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:

@@ -28,6 +28,7 @@ import torch
 from sampler.config import SamplerConfig
 from sampler.decode import decode_prompts
 from sampler.handle import Handle
+from sampler.likelihood import CommitLogprobs
 from sampler.output import FinalPrefix, StepCallback, StepInfo
 from serving.decoding import is_deterministic
 
@@ -56,6 +57,7 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)
     on_tokens: Callable[[list[int]], None] | None = None  # streamed: hears its newly final tokens, on the loop
     first_block: float | None = None  # monotonic time its first block (AR: token) was final
+    logprobs: int | None = None  # wants each generated token's log-probability and this many alternatives
     peak: int = 0  # bytes its row needs at the decode's peak (sampler/memory.py), at its own prompt length
 
 
@@ -69,17 +71,31 @@ class Decoded:
     queue_s: float
     decode_s: float
     first_block_s: float | None = None  # from arrival until its first block (AR: first token) was final
+    # per generated position: (log-probability at the step that committed it, or None; {top id: log-probability}),
+    # when the request asked for log-probabilities (sampler.likelihood.CommitLogprobs)
+    logprobs: list[tuple[float | None, dict[int, float]]] | None = None
 
 
 def decode_rows(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
-                on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> tuple[list[list[int]], int]:
+                on_step: StepCallback | None = None, row_seeds: list[int] | None = None,
+                logprobs: CommitLogprobs | None = None) -> tuple[list[list[int]], int]:
     """`decode_prompts` in inference mode; (generated ids per row, NFE of the batch).
 
     `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
+    `logprobs`: told every step too (it records each committed token's log-probability).
     """
+    steps = on_step if logprobs is None else _both(on_step, logprobs)
     with torch.inference_mode():
-        out = decode_prompts(handle, prompts, config, on_step=on_step, row_seeds=row_seeds)
+        out = decode_prompts(handle, prompts, config, on_step=steps, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
+
+
+def _both(first: StepCallback | None, second: StepCallback) -> StepCallback:
+    def on_step(info: StepInfo) -> None:
+        if first is not None:
+            first(info)
+        second(info)
+    return on_step
 
 
 def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop) -> StepCallback:
@@ -143,10 +159,13 @@ class Batcher:
 
     # the request side -------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
-               on_tokens: Callable[[list[int]], None] | None = None, peak: int = 0) -> asyncio.Future:
+               on_tokens: Callable[[list[int]], None] | None = None, peak: int = 0,
+               logprobs: int | None = None) -> asyncio.Future:
         """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
 
         `on_tokens` (a streamed request) hears, on the event loop, each run of its tokens that became final.
+        `logprobs` (top alternatives, 0 for none): the `Decoded` carries each generated token's log-probability;
+        it changes no token, so such a request batches with others.
         """
         if self._closing:
             raise Draining("this version is draining")
@@ -155,7 +174,8 @@ class Batcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._work())
             self._task.add_done_callback(_report_crash)
-        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens, peak=peak)
+        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens,
+                  peak=peak, logprobs=logprobs)
         self._pending.append(job)
         self._depth_changed()
         self._wake.set()
@@ -170,6 +190,12 @@ class Batcher:
     def running(self) -> int:
         """Requests in the batch being decoded now."""
         return self._running
+
+    async def run(self, fn: Callable, *args):
+        """`fn(*args)` in this version's decode thread, between batches (scoring a prompt needs the model too)."""
+        if self._closing:
+            raise Draining("this version is draining")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def drain(self) -> None:
         """Take no new requests, answer every queued one, then stop the worker and its thread."""
@@ -201,10 +227,12 @@ class Batcher:
             started = time.monotonic()
             config = group[0].config
             seeds = None if group[0].key is None or is_deterministic(config, self.handle.kind) else [j.config.seed for j in group]
+            tops = [j.logprobs for j in group if j.logprobs is not None]
+            recorder = CommitLogprobs(top=max(tops)) if tops else None
             try:
                 rows, nfe = await loop.run_in_executor(
                     self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],
-                    watch_rows(self.handle, config, group, loop), seeds)
+                    watch_rows(self.handle, config, group, loop), seeds, recorder)
             except Abandoned as e:
                 log.info("stopped a batch early: %s", e)
             except Exception as e:  # the model failed on this batch: each of its requests hears why
@@ -213,10 +241,13 @@ class Batcher:
                         job.future.set_exception(e)
             else:
                 took = time.monotonic() - started
-                for job, generated in zip(group, rows):
+                width = max(len(job.prompt_ids) for job in group)  # left padding: generation starts here in every row
+                scored = recorder.generated(width) if recorder is not None else [None] * len(group)
+                for job, generated, logprobs in zip(group, rows, scored):
                     if not job.future.done():  # a request that timed out meanwhile is not answered
                         first = None if job.first_block is None else job.first_block - job.arrived
-                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took, first))
+                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took, first,
+                                                      logprobs if job.logprobs is not None else None))
                 self._on_batch(len(group))
             finally:
                 self._running = 0

@@ -32,8 +32,12 @@ from serving.arms import ArmFailure, LocalArm
 from serving.attempt import Attempt
 from serving.batching import Decoded, Draining, QueueFull
 from serving.decoding import Limits, RequestError, batch_key, choice_of, is_deterministic, request_config
+from sampler.likelihood import PromptScores, prompt_scores
 from serving.limits import check_compute
 from serving.chat import ChatTemplateError
+from serving.logprobs import (Asked, asked_logprobs, chat_logprobs, check_asked, check_scoring_cost,
+                              completion_logprobs, kept_tokens, likelihood_settings, prompt_extension,
+                              unread_likelihood)
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
 from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
@@ -52,6 +56,7 @@ class ServingLimits(Protocol):
     limits: Limits
     request_timeout_s: float
     compute: RequestLimits  # per-request compute caps (serving policy `limits:`, serving/limits.py)
+    likelihood_samples: int  # Monte Carlo samples when a masked-diffusion model scores a prompt (echo + logprobs)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,9 @@ class Submitted:
     on_text: Any = None  # streamed: called with the whole answer text once it is complete (a shadow compares it)
     retry_of: str | None = None  # the arm that failed, when this answers for it
     dropped: list[dict[str, Any]] | None = None  # chat: messages the template left out
+    ask: Asked = Asked(None, False)  # log-probabilities asked for (serving/logprobs.py)
+    likelihood: tuple[int, int, str] | None = None  # (samples, seed, estimator) when the prompt is scored
+    scores: dict[int, PromptScores] | None = None  # per prompt, its scored tokens (echo with logprobs)
     ignored: list[str] | None = None  # settings the model does not read
 
     @property
@@ -155,6 +163,9 @@ class LocalServing:
                 return await self.start_stream(attempt.request, job, outcome, limit), None
             decoded = await until(attempt.request, job.future, job, limit - outcome.elapsed(), limit)
             decoded = decoded if isinstance(decoded, list) else [decoded]
+            if job.ask.echo:
+                job = replace(job, scores=await until(attempt.request, self.score(job), job,
+                                                      limit - outcome.elapsed(), limit))
         except RequestError as e:
             if e.status == 504:
                 raise ArmFailure(504, "timeout", f"{arm.name}: {e.message}", "timeout") from None
@@ -167,6 +178,14 @@ class LocalServing:
                              public=f"the server failed on this request ({type(e).__name__}); it keeps serving") from e
         done = finished(job, decoded, ttfb_s=outcome.elapsed())
         return response_body(job, done).model_dump(), done.facts
+
+    async def score(self, job: Submitted) -> dict[int, PromptScores]:
+        """Each prompt's tokens scored (echo with logprobs), in the version's decode thread."""
+        handle, batcher = job.route.loaded.handle, job.route.loaded.batcher
+        samples, seed, estimator = job.likelihood
+        prompts = {r.prompt: r.ids for r in job.rows}
+        return {i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
+                for i, ids in prompts.items()}
 
     def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt) -> Parsed:
         """Check one prompt (text, or token ids) and the request's settings against the limits and the model;
@@ -230,8 +249,18 @@ class LocalServing:
             asked = attempt.prompt_of(route)
         except ChatTemplateError as e:
             raise RequestError("messages", str(e)) from None
-        parsed = [self.parse(route, endpoint, p, attempt) for p in asked.prompts]
-        n, handle = body.choices_per_prompt(), route.loaded.handle
+        ask, handle = asked_logprobs(endpoint, body), route.loaded.handle
+        check_asked(ask, body, endpoint, handle)
+        scoring_only = attempt.max_tokens == 0  # completions scoring an echoed prompt: nothing to decode
+        if scoring_only and not ask.echo:
+            raise RequestError("max_tokens", "max_tokens=0 decodes nothing: it needs echo and logprobs (scoring the "
+                               "prompt)")
+        checked = replace(attempt, max_tokens=1) if scoring_only else attempt
+        parsed = [self.parse(route, endpoint, p, checked) for p in asked.prompts]
+        n = body.choices_per_prompt()
+        likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
+        for p in parsed if likelihood else []:  # before anything is queued
+            check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
         planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
         room = self.pool.settings.max_pending
         if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
@@ -242,8 +271,12 @@ class LocalServing:
             for i, p, config in planned:
                 key = batch_key(config, row_seeded(handle), handle.kind)
                 feed = RowFeed() if body.stream else None
-                future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None,
-                                                     peak=p.peak)
+                if scoring_only:
+                    future = asyncio.get_running_loop().create_future()
+                    future.set_result(Decoded([], 0, 0, 0.0, 0.0, None, [] if ask.top is not None else None))
+                else:
+                    future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None,
+                                                         peak=p.peak, logprobs=ask.top)
                 if feed:
                     feed.future = future
                 echo = asked.prompts[i] if getattr(body, "echo", False) else ""
@@ -255,8 +288,9 @@ class LocalServing:
             if isinstance(e, Draining):
                 raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        return Submitted(endpoint, route, rows, parsed[0].keep, body.stops(), body.include_usage(),
-                         dropped=asked.dropped or None, ignored=parsed[0].ignored or None)
+        return Submitted(endpoint, route, rows, 0 if scoring_only else parsed[0].keep, body.stops(),
+                         body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood,
+                         ignored=(parsed[0].ignored + unread_likelihood(body, handle)) or None)
 
     async def start_stream(self, request: Request, job: Submitted, outcome: Outcome,
                            limit_s: float) -> StreamingResponse:
@@ -345,6 +379,13 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
     """The choices, usage, `unmask` extension and log facts of a decoded request (one `Decoded` per row)."""
     v, handle = job.route.version, job.route.loaded.handle
     choices = [choice_of(handle, d.generated, job.keep, job.stops) for d in decoded]
+    if job.ask.top is not None:
+        for row, d, c in zip(job.rows, decoded, choices):
+            n = kept_tokens(handle, d.generated, job.keep, c["text"]) if d.generated else 0
+            c["logprobs"] = (chat_logprobs(handle, d.generated, d.logprobs or [], n, job.ask.top)
+                             if job.endpoint == "chat" else
+                             completion_logprobs(handle, d.generated, d.logprobs or [], n, job.ask.top,
+                                                 (job.scores or {}).get(row.prompt)))
     prompt_tokens = sum({r.prompt: len(r.ids) for r in job.rows}.values())  # each prompt once, however many choices
     completion_tokens = sum(c["completion_tokens"] for c in choices)
     usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
@@ -365,7 +406,8 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
         decode_s=round(decode_s, 6), ttfb_s=round(ttfb_s, 6), first_block_s=first_block,
         stream=job.row.feed is not None, route=job.routed[0] if job.routed else None,
         arm=job.routed[1] if job.routed else None, retry_of=job.retry_of, seed=seeds[0], seeds=seeds,
-        chat_dropped=job.dropped, ignored=job.ignored)
+        chat_dropped=job.dropped, ignored=job.ignored,
+        likelihood=[prompt_extension(job.scores[r.prompt]) for r in job.rows] if job.scores else None)
     return Finished(choices, usage, extension, facts)
 
 
@@ -376,10 +418,12 @@ def response_body(job: Submitted, done: Finished) -> CompletionResponse | ChatCo
               "usage": done.usage, "unmask": done.extension}
     if job.endpoint == "completions":
         return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", **common, choices=[
-            CompletionChoice(index=i, text=row.echo + c["text"], finish_reason=c["finish_reason"])
+            CompletionChoice(index=i, text=row.echo + c["text"], finish_reason=c["finish_reason"],
+                             logprobs=c.get("logprobs"))
             for i, (row, c) in enumerate(zip(job.rows, done.choices))])
     return ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", **common, choices=[
-        ChatChoice(index=i, message=AssistantMessage(content=c["text"]), finish_reason=c["finish_reason"])
+        ChatChoice(index=i, message=AssistantMessage(content=c["text"]), finish_reason=c["finish_reason"],
+                   logprobs=c.get("logprobs"))
         for i, c in enumerate(done.choices)])
 
 

@@ -38,6 +38,7 @@ class Extension(BaseModel):
     seed: int | None = None  # choice 0's seed (None: greedy, nothing drawn); send it back to get that answer again
     seeds: list[int | None] | None = None  # each choice's seed, in choice order
     chat_dropped: list[dict[str, Any]] | None = None  # chat: messages ({index, role}) the template left out
+    likelihood: list[dict[str, Any]] | None = None  # echo with logprobs: how each choice's prompt was scored
     ignored: list[str] | None = None  # request settings the model does not read (AR: the `unmask.*` ones)
 
 
@@ -45,7 +46,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None  # tokens, token_logprobs, top_logprobs, text_offset (serving/logprobs.py)
 
 
 class AssistantMessage(BaseModel):
@@ -57,7 +58,7 @@ class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None  # {"content": [...], "refusal": null} (serving/logprobs.py)
 
 
 class CompletionResponse(BaseModel):

@@ -35,6 +35,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+class LikelihoodOptions(Strict):
+    """How a masked-diffusion model scores an echoed prompt (sampler/likelihood.py); unset: the server's."""
+
+    samples: StrictInt | None = Field(None, ge=1, le=1024)  # Monte Carlo mask samples per estimate
+    seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)  # the samples' generator (default 0)
+    estimator: str | None = None  # count (LLaDA's, the default) or ratio
+
+
 class UnmaskOptions(Strict):
     """Diffusion settings a request may override; the alias's operating point supplies the rest."""
 
@@ -45,6 +53,7 @@ class UnmaskOptions(Strict):
     parallel_factor: Real | None = Field(None, gt=0.0, le=100.0)
     remasking: str | None = None
     cfg_scale: Real | None = Field(None, ge=0.0, le=100.0)
+    likelihood: LikelihoodOptions | None = None  # scoring, not decoding: never part of the SamplerConfig
 
     @field_validator("parallel")
     @classmethod
@@ -57,7 +66,7 @@ class UnmaskOptions(Strict):
         return _known(value, REMASKING_POLICIES)
 
     def overrides(self) -> dict:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        return {k: v for k, v in self.model_dump(exclude={"likelihood"}).items() if v is not None}
 
 
 class StreamOptions(Strict):
@@ -69,7 +78,7 @@ class Sampling(Strict):
     """Fields both endpoints share."""
 
     model: str = Field(min_length=1, max_length=256)
-    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=0)  # 0: completions scoring an echoed prompt only
     temperature: Real | None = Field(None, ge=0.0, le=2.0)
     top_p: Real | None = Field(None, ge=0.0, le=1.0)
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)

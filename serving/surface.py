@@ -53,23 +53,13 @@ def _logit_bias(value, body, served):
     return None if not value else "logit bias is not implemented by unmask's sampler; send none"
 
 
-def _logprobs(value, body, served):
-    if value is None or value is False:
-        return None
-    return "log-probabilities are not supported yet"
-
-
-def _top_logprobs(value, body, served):
-    return None if not value else "log-probabilities are not supported yet"
-
-
 def _best_of(value, body, served):
     n = body.choices_per_prompt()
     if value is None or value == n:
         return None
     if value < n:
         return f"best_of must be at least n ({n})"
-    return "choosing the best of several samples ranks them by log-probability, which is not supported yet; use n"
+    return "choosing the best of several samples (ranking them by log-likelihood) is not implemented; use n"
 
 
 def _stream_options(value, body, served):
@@ -136,14 +126,16 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("seed", BOTH, "seeds each choice's own generator; unset and sampled: a fresh seed from the OS, "
               "reported in unmask.seeds"),
     Parameter("n", BOTH, "choices per prompt (up to 16); choice k of seed s decodes with seed s + k"),
-    Parameter("best_of", COMPLETIONS, "unset or equal to n; larger needs log-probabilities (400 until then)", _best_of),
+    Parameter("best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of),
     Parameter("stop", BOTH, "up to 4 strings; the answer ends before the first one"),
     Parameter("stream", BOTH, "server-sent events of final text only; several choices stream side by side, each chunk naming its index"),
     Parameter("stream_options", BOTH, "with stream only (as OpenAI); include_usage adds the usage chunk; "
               "include_obfuscation is accepted and no padding is added", _stream_options),
-    Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer"),
-    Parameter("logprobs", BOTH, "null or false; log-probabilities are not supported yet (400)", _logprobs),
-    Parameter("top_logprobs", CHAT, "null or 0 (400 otherwise, as logprobs)", _top_logprobs),
+    Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer; with logprobs its tokens are scored "
+              "(max_tokens 0: scored only), see Log-probabilities"),
+    Parameter("logprobs", BOTH, "completions: alternatives per token (0-20); chat: true or false; each token's "
+              "log-probability, see Log-probabilities (not with stream)"),
+    Parameter("top_logprobs", CHAT, "alternatives per token (0-20), with logprobs true"),
     Parameter("frequency_penalty", BOTH, "0 or unset; else 400 (no penalties in unmask's sampler)", _penalty),
     Parameter("presence_penalty", BOTH, "0 or unset; else 400", _penalty),
     Parameter("logit_bias", BOTH, "empty or unset; else 400", _logit_bias),

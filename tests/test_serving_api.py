@@ -141,7 +141,7 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "temperature": 0.7, "top_p": 0.9}, "top_p"),
     ({"model": "production", "prompt": "hi", "frequency_penalty": 0.5}, "frequency_penalty"),
     ({"model": "production", "prompt": "hi", "presence_penalty": -1}, "presence_penalty"),
-    ({"model": "production", "prompt": "hi", "logprobs": 2}, "logprobs"),
+    ({"model": "production", "prompt": "hi", "logprobs": 2, "stream": True}, "logprobs"),
     ({"model": "production", "prompt": "hi", "suffix": "!"}, "suffix"),
     ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
     ({"model": "production", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
@@ -177,7 +177,7 @@ MALFORMED_CHAT = [
       "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, "tool_choice"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "store": True}, "store"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]},
      "modalities"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "verbosity": "high"}, "verbosity"),
@@ -210,7 +210,7 @@ def test_malformed_requests_are_4xx_naming_the_field_and_the_server_keeps_servin
 def test_metrics_count_requests_errors_batches_and_tokens_per_model_and_alias(server, client):
     client.completions.create(model="fallback", prompt=PROMPTS[0])
     with pytest.raises(openai.BadRequestError):
-        client.completions.create(model="fallback", prompt=PROMPTS[0], max_tokens=0)
+        client.completions.create(model="fallback", prompt=PROMPTS[0], max_tokens=-1)
     text = httpx.get(server.base_url + "/metrics", timeout=10).text
     tiny_ar = 'alias="fallback",endpoint="completions",model="tiny-ar",status="200",version="1"'
     assert f"unmask_requests_total{{{tiny_ar}}}" in text
@@ -230,7 +230,7 @@ def test_every_request_gets_a_row_in_the_parquet_request_log(server, client):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="not-served", prompt=PROMPTS[1])
     with pytest.raises(openai.BadRequestError):  # refused by the schema, before any handler runs
-        client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=0)
+        client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=-1)
     deadline = time.monotonic() + 20
     while True:  # the log is written off the request path, every couple of seconds
         files = sorted(server.log_dir.glob("requests-*.parquet"))
@@ -245,4 +245,4 @@ def test_every_request_gets_a_row_in_the_parquet_request_log(server, client):
     missing = rows[rows.alias == "not-served"]
     assert list(missing.status) == [404] and missing.model.isna().all()
     refused = rows[(rows.status == 400) & (rows.alias == "unknown")]
-    assert refused.error.str.contains("max_tokens: Input should be greater than or equal to 1").any()
+    assert refused.error.str.contains("max_tokens: Input should be greater than or equal to 0").any()

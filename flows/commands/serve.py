@@ -55,6 +55,9 @@ def serve_command(
     api_key_file: Path = typer.Option(None, "--api-key-file", help="API keys, one a line (also $UNMASK_API_KEYS, "
                                       "comma-separated); when set, /v1/ requests need one (else 401)."),
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
+    likelihood_samples: int = typer.Option(8, "--likelihood-samples", min=1, max=1024, help="Monte Carlo samples "
+                                           "a masked-diffusion model scores an echoed prompt with (unmask.likelihood "
+                                           "overrides it per request)."),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
     routes: Path = typer.Option(None, "--routes", help="Serving policy (e.g. gates/serving.yaml): route "
@@ -85,7 +88,7 @@ def serve_command(
                              request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
                              routes_path=routes, weights_path=weights_file,
-                             max_shadows=max_shadows, api_keys=api_keys)
+                             max_shadows=max_shadows, api_keys=api_keys, likelihood_samples=likelihood_samples)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)
