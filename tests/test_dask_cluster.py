@@ -99,7 +99,10 @@ def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_wo
     assert killed, "no cell was stored: the kill never happened"
     assert workers[killed["name"]].wait(10) == -signal.SIGKILL
     assert killed["done_before"] < len(STEPS)  # it died mid-sweep
-    assert (on_cluster["points"], on_cluster["cached"], on_cluster["failures"]) == (len(STEPS), 0, [])
+    assert (on_cluster["points"], on_cluster["failures"]) == (len(STEPS), [])
+    # a cell the killed worker stored but died before reporting is run again elsewhere and found stored: reused,
+    # not measured twice (seen once on a loaded machine); only such cells may be reused in this fresh home
+    assert on_cluster["cached"] <= killed["done_before"]
     assert "w2" in {names.get(task["worker"]) for task in stream.data}  # the cluster's survivor measured cells
     cluster_records = records_without_clocks(on_cluster["files"])
     assert len({r["config_hash"] for r in cluster_records}) == len(cluster_records) == len(STEPS)  # none twice

@@ -153,11 +153,12 @@ def test_several_prompts_and_choices_stream_side_by_side_each_exactly_its_plain_
 def test_unseeded_sampling_draws_fresh_seeds_reports_them_and_each_answer_reproduces(client, alias):
     # the tiny models are sure of their arith answers even at 1.5 (tiny-ar: 6 seeds, 1 text); of other text not
     prompt, heat = "hello there", 1.5
+    # twelve draws: tiny-llada's commonest answer to this prompt is likely, so five could agree by chance (seen once)
     answers = [client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat)
-               for _ in range(5)]
+               for _ in range(12)]
     seeds = [ext(a)["seed"] for a in answers]
-    assert len({a.choices[0].text for a in answers}) >= 2  # not the seed-0 answer five times
-    assert len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
+    assert len({a.choices[0].text for a in answers}) >= 2  # not the seed-0 answer every time
+    assert len(set(seeds)) == 12 and all(isinstance(s, int) for s in seeds)
     again = client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat, seed=seeds[3])
     assert again.choices[0].text == answers[3].choices[0].text and ext(again)["seed"] == seeds[3]
     # n samples in one request: each its own drawn seed, each reproducible alone

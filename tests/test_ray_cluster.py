@@ -156,7 +156,10 @@ def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worke
     assert not psutil.pid_exists(killed["pid"]) or psutil.Process(killed["pid"]).status() == psutil.STATUS_ZOMBIE
     assert killed["done_before"] < len(STEPS)  # it died mid-sweep
     assert "ray::measure-point" in seen and head.poll() is None  # Ray's workers measured the cells; still up
-    assert (on_cluster["points"], on_cluster["cached"], on_cluster["failures"]) == (len(STEPS), 0, [])
+    assert (on_cluster["points"], on_cluster["failures"]) == (len(STEPS), [])
+    # a cell the killed worker stored but died before reporting is run again elsewhere and found stored: reused,
+    # not measured twice (seen once on a loaded machine); only such cells may be reused in this fresh home
+    assert on_cluster["cached"] <= killed["done_before"]
     cluster_records = records_without_clocks(on_cluster["files"])
     assert len({r["config_hash"] for r in cluster_records}) == len(cluster_records) == len(STEPS)  # none twice
     assert cluster_records == records_without_clocks(local["files"])  # the same measurements, clocks aside
