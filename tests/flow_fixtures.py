@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from eval_fixtures import write_model
+from flows.evaluate import EvaluationOptions, evaluate_candidate
 from gates.policy import POLICY_PATH
 
 CANDIDATE, FALLBACK = "dllm", "arlm"  # folder names, hence candidate ids and registered model names
@@ -109,3 +111,26 @@ def records_without_clocks(outcome_files: str) -> list[dict]:
 
     return sorted(({k: v for k, v in r.to_dict().items() if k not in CLOCKS} for r in load_records(outcome_files)),
                   key=lambda r: r["config_hash"])
+
+
+@dataclass
+class ClusterSweep:
+    """A 4-cell sweep of the candidate measured locally (the reference), and the fresh home a cluster run uses."""
+
+    model: str
+    sweep: str
+    local: dict  # the local run's outcome
+    home: Path  # UNMASK_HOME of the cluster run, seeded, set in the environment
+
+
+def local_reference_then_cluster_home(tmp_path: Path, monkeypatch, steps: tuple[int, ...]) -> ClusterSweep:
+    """Measure the sweep locally under one home, then point UNMASK_HOME at a fresh seeded home for the cluster."""
+    models = tiny_models(tmp_path / "models")
+    sweep = write_sweep(tmp_path / "four.yaml", [models[CANDIDATE]], steps=steps, n=6)
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "local"))
+    seed_registry(tmp_path / "local")
+    local = evaluate_candidate(models[CANDIDATE], sweep, EvaluationOptions(reproducibility=False))
+    home = tmp_path / "cluster"
+    monkeypatch.setenv("UNMASK_HOME", str(home))
+    seed_registry(home)
+    return ClusterSweep(models[CANDIDATE], sweep, local, home)

@@ -16,8 +16,8 @@ import pytest
 from distributed import get_task_stream
 
 from dashboard_fixtures import free_port
-from flow_fixtures import CANDIDATE, records_without_clocks, seed_registry, tiny_models, write_sweep
-from flows.evaluate import EvaluationOptions, evaluate_candidate, evaluate_on
+from flow_fixtures import local_reference_then_cluster_home, records_without_clocks
+from flows.evaluate import EvaluationOptions, evaluate_on
 from tests.test_mlflow_server import _stop
 
 pytestmark = pytest.mark.slow
@@ -61,17 +61,9 @@ def cluster(tmp_path):
 def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_worker(
         prefect_harness, cluster, tmp_path, monkeypatch):
     address, client, workers = cluster
-    models = tiny_models(tmp_path / "models")
-    sweep = write_sweep(tmp_path / "four.yaml", [models[CANDIDATE]], steps=STEPS, n=6)
+    made = local_reference_then_cluster_home(tmp_path, monkeypatch, STEPS)
+    model, sweep, local, home = made.model, made.sweep, made.local, made.home
     base = EvaluationOptions(reproducibility=False)
-
-    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "local"))
-    seed_registry(tmp_path / "local")
-    local = evaluate_candidate(models[CANDIDATE], sweep, base)
-
-    home = tmp_path / "cluster"
-    monkeypatch.setenv("UNMASK_HOME", str(home))
-    seed_registry(home)
     killed: dict = {}
 
     def kill_a_worker_mid_sweep():
@@ -93,7 +85,7 @@ def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_wo
         "task_runner": "dask", "dask_address": address, "gpus_per_cell": 1})
     names = {address: info["name"] for address, info in client.scheduler_info(n_workers=-1)["workers"].items()}
     with get_task_stream(client) as stream:
-        on_cluster = evaluate_on(on_cluster_options)(models[CANDIDATE], sweep, on_cluster_options)
+        on_cluster = evaluate_on(on_cluster_options)(model, sweep, on_cluster_options)
     killer.join(5)
 
     assert killed, "no cell was stored: the kill never happened"

@@ -30,8 +30,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before anythi
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from dashboard_fixtures import free_port  # noqa: E402
-from flow_fixtures import CANDIDATE, records_without_clocks, seed_registry, tiny_models, write_sweep  # noqa: E402
-from flows.evaluate import EvaluationOptions, evaluate_candidate, evaluate_on  # noqa: E402
+from flow_fixtures import local_reference_then_cluster_home, records_without_clocks  # noqa: E402
+from flows.evaluate import EvaluationOptions, evaluate_on  # noqa: E402
 
 pytestmark = pytest.mark.slow
 STEPS = (2, 4, 6, 8)  # gen_length 8 in two blocks: an even step count per block
@@ -117,17 +117,9 @@ def ray_processes(head: subprocess.Popen) -> dict[int, str]:
 def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worker(
         prefect_harness, ray_cluster, tmp_path, monkeypatch):
     address, head = ray_cluster
-    models = tiny_models(tmp_path / "models")
-    sweep = write_sweep(tmp_path / "four.yaml", [models[CANDIDATE]], steps=STEPS, n=6)
+    made = local_reference_then_cluster_home(tmp_path, monkeypatch, STEPS)
+    model, sweep, local, home = made.model, made.sweep, made.local, made.home
     base = EvaluationOptions(reproducibility=False)
-
-    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "local"))
-    seed_registry(tmp_path / "local")
-    local = evaluate_candidate(models[CANDIDATE], sweep, base)
-
-    home = tmp_path / "cluster"
-    monkeypatch.setenv("UNMASK_HOME", str(home))
-    seed_registry(home)
     killed: dict = {}
     seen: set[str] = set()
 
@@ -149,7 +141,7 @@ def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worke
     killer.start()
     on_cluster_options = base.model_copy(update={
         "task_runner": "ray", "dask_address": address})
-    on_cluster = evaluate_on(on_cluster_options)(models[CANDIDATE], sweep, on_cluster_options)
+    on_cluster = evaluate_on(on_cluster_options)(model, sweep, on_cluster_options)
     killer.join(5)
 
     assert killed, f"no cell was stored while another was measured: the kill never happened (seen: {seen})"
@@ -168,4 +160,4 @@ def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worke
     gpu = on_cluster_options.model_copy(update={"gpus_per_cell": 1})
     with pytest.raises(ValueError, match=r"--gpus-per-cell 1: no ray worker offers that many GPUs \(GPUs per "
                                          r"worker: 127\.0\.0\.1: 0\); start its nodes with `ray start --num-gpus N`"):
-        evaluate_on(gpu)(models[CANDIDATE], sweep, gpu)  # this cluster has no GPU: refused, not left waiting
+        evaluate_on(gpu)(model, sweep, gpu)  # this cluster has no GPU: refused, not left waiting
