@@ -276,10 +276,14 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     entry that was edited, removed, reordered or inserted (through the MLflow client or in the store itself),
     or signed by no key of the ring (forged), then check it against this machine's signed head and `anchor`
     (one kept outside the store): an entry of theirs missing is a truncation, a different hash a rewrite."""
+    # Read in the reverse of the order `append` writes (entry, then the head tag, then this machine's anchor): the
+    # entries read last hold every one a head or anchor read before them names, so an append under way is never
+    # mistaken for a removed entry (the head naming #n before the runs read show it).
+    anchors = [a for a in (signing.local_anchor(registry.tracking_uri), anchor) if a is not None]
+    head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
     runs = sorted(registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id))
     chained = [r for r in runs if SHA in r.data.tags]
     first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), None)
-    anchors = [a for a in (signing.local_anchor(registry.tracking_uri), anchor) if a is not None]
     if first is None and anchors:  # every chained entry gone, though a signed head of the chain was kept
         gone = ChainBreak(TRUNCATED, len(runs), runs[-1].info.run_id if runs else "", None, "", "",
                           f"the store holds no chained entry, but the signed head in {anchors[0].where or 'the anchor'}"
@@ -289,7 +293,6 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         return ChainReport(EMPTY if not runs else UNCHAINED, len(runs), 0, len(runs), 0, "")
     start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
         model_tag("when"), "")}
-    head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
     ring = signing.key_ring(registry.tracking_uri)
     found = _first_break(runs, first, head_tag, ring, anchors)
     found = found or _anchor_break(runs, chained, anchors, ring)

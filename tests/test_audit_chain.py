@@ -236,3 +236,28 @@ def test_the_nightly_records_a_broken_chain_as_a_finding_once(reg):
     assert len(recorded) == 1 and recorded.evidence.iloc[0] == {"kind": "audit_chain", "break": "edited",
                                                                "run_id": written[0].run_id, "seq": 1, "position": 1}
     assert list(recorded.who) == ["nightly"]
+
+
+def test_a_chain_read_while_another_writer_appends_is_never_broken(reg):
+    """verify reads this machine's anchor, then the head tag, then the entries: the reverse of the order append
+    writes them, so an append under way is never taken for a removed entry. Read the other way round, 22 of a
+    reader's looks during 40 appends said "entry #n after it is missing: the chain's head is #n"."""
+    done, breaks = threading.Event(), []
+
+    def reader():
+        looking = Registry(reg.tracking_uri)
+        while not done.is_set():
+            report = audit.verify(looking)
+            if not report.ok:
+                breaks.append(report.first_break.detail)
+
+    looks = threading.Thread(target=reader)
+    looks.start()
+    try:
+        writing = Registry(reg.tracking_uri)
+        for i in range(20):
+            audit.append(writing, AuditEvent("promotion_request", "ada", "", "poc", "tiny-llada", "1", comment=f"{i}"))
+    finally:
+        done.set()
+        looks.join(60)
+    assert breaks == [] and audit.verify(reg).ok
