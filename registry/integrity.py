@@ -37,7 +37,7 @@ VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
 log = logging.getLogger("unmask.registry")
 log.addHandler(logging.NullHandler())  # a library's warning: shown where the app configures logging (serve, Prefect),
 # not doubled on the CLI's stderr beside the line the command prints itself
-_reported: set[str] = set()  # drift already logged by this process; a server polling holders logs it once
+_reported: set[tuple[str, str]] = set()  # (store, drift) already logged by this process; a server polling holders logs it once
 
 Holder = tuple[str, str] | None
 
@@ -214,8 +214,9 @@ def alias_drift(registry: Registry, stage: str, holders: list[tuple[str, str]] |
     return AliasDrift(stage, expected, found)
 
 
-def report_drift(drift: AliasDrift | None) -> None:
-    """Log a drift once per process (readers report; only promote and rollback refuse)."""
-    if drift is not None and str(drift) not in _reported:
-        _reported.add(str(drift))
+def report_drift(drift: AliasDrift | None, where: str = "") -> None:
+    """Log a drift once per process and store (`where`: its tracking URI; the same words on two stores are two
+    drifts). Readers report; only promote and rollback refuse."""
+    if drift is not None and (where, str(drift)) not in _reported:
+        _reported.add((where, str(drift)))
         log.warning("%s", drift)

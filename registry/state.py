@@ -152,7 +152,7 @@ def stage_holder(registry: Registry, stage: str, everything: Mapping[str, Mappin
     if len(holders) > 1:
         raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
                             "flight; the registry was edited outside unmask")
-    report_drift(alias_drift(registry, stage, holders, pending))
+    report_drift(alias_drift(registry, stage, holders, pending), registry.tracking_uri)
     return holders[0] if holders else None
 
 
