@@ -111,7 +111,7 @@ def served_version(registry: Registry, name: str, at: tuple[str, str] | None = N
     if at is None:
         raise RegistryError(f"no version holds {name!r}")
     model, version = at
-    tags = registry.version_tags(model, version)
+    tags, created = registry.version_facts(model, version)  # one read: the digest, the config, when registered
     weights = tags.get(model_tag("weights_sha256"), "")
     if not weights:
         raise RegistryError(f"{model} version {version} has no {model_tag('weights_sha256')} tag: its weights "
@@ -129,6 +129,6 @@ def served_version(registry: Registry, name: str, at: tuple[str, str] | None = N
         name=name, model=model, version=version, weights_sha256=weights,
         source=tags.get(model_tag("model")) or evidence.candidate, kind=evidence.kind, stage=stage,
         operating_config=dict(primary.config) if primary else None,
-        created=registry.version_created(model, version),
+        created=created,
         operating_config_hash=primary.config_hash if primary else "",
         extra={"aliases": sorted(aliases), "revision": evidence.model_revision})

@@ -148,17 +148,15 @@ class Registry:
         return holders_of(self.all_aliases(), alias)
 
     def version_tags(self, model: str, version: str) -> dict[str, str]:
-        try:
-            return dict(self.client.get_model_version(model, version).tags)
-        except MlflowException as e:
-            raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+        return self.version_facts(model, version)[0]
 
-    def version_created(self, model: str, version: str) -> int:
-        """When a version was registered, in Unix seconds."""
+    def version_facts(self, model: str, version: str) -> tuple[dict[str, str], int]:
+        """A version's tags and when it was registered (Unix seconds), in one read."""
         try:
-            return int(self.client.get_model_version(model, version).creation_timestamp or 0) // 1000
+            found = self.client.get_model_version(model, version)
         except MlflowException as e:
             raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+        return dict(found.tags), int(found.creation_timestamp or 0) // 1000
 
     def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:
         for key, value in tags.items():
