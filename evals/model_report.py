@@ -20,7 +20,7 @@ from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
 from models import load
-from models.checkpoint import load_checkpoint, resolve_device
+from models.checkpoint import resolve_device
 from models.pull import sha256_of
 from sampler import SamplerConfig
 
@@ -242,12 +242,12 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
 
     config = json.loads((folder / "config.json").read_text())
     model_id = config.get("unmask_training", {}).get("recipe", {}).get("model_id", folder.name)
-    params = sum(v.numel() for v in load_checkpoint(folder).model.parameters())
+    params = sum(v.numel() for v in load(folder).model.parameters())
     sha = sha256_of(folder / "model.safetensors")
     header = card_header(folder, config, model_id, rows, params, sha)
     reproduce = reproduce or [f"python -m evals.model_report models/weights/{model_id} --split test"]
     body = card_body(config, model_id, rows, params, sha, reproduce)
-    body += card_sections(rows, peer_rows, notes, causal=bool(config.get("causal")))
+    body += card_sections(rows, peer_rows, notes, causal=bool(config.get("causal")), block=_block(config))
     path = folder / "MODEL_CARD.md"
     path.write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n" + body)
     return path
@@ -261,8 +261,8 @@ def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], par
     return {
         "license": "Apache-2.0",
         "model_id": model_id,
-        "family": "llada",
-        "kind": "autoregressive" if config.get("causal") else "masked-diffusion",
+        "family": "diffusion-gemma" if _block(config) else "llada",
+        "kind": _kind(config),
         "parameters": params,
         "languages": ["en", "ko"],
         "tasks": list(TASKS),
@@ -275,24 +275,62 @@ def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], par
     }
 
 
+def _block(config: dict) -> bool:
+    return config.get("model_type") == "diffusion_gemma"
+
+
+def _kind(config: dict) -> str:
+    return "block-diffusion" if _block(config) else "autoregressive" if config.get("causal") else "masked-diffusion"
+
+
+DECODING = {
+    "autoregressive": "greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens",
+    "masked-diffusion": "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking",
+    "block-diffusion": "DiffusionGemma's block decoding (sampler/block_diffusion.py): one canvas of 32 positions after "
+                       "another, at most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
+                       "linear temperature schedule 0.8 -> 0.4, a canvas stops once stable and confident, seed 0",
+}
+OBJECTIVE = {
+    "autoregressive": "next-token cross-entropy on the response and one closing EOS (causal mask)",
+    "masked-diffusion": "LLaDA SFT masked diffusion: t ~ U(0, 1], each response token masked with probability t, "
+                        "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
+                        "never masked; the response is padded with EOS to the canvas length and the padding is trained",
+    "block-diffusion": "DiffusionGemma's block-diffusion SFT (models/block_training.py): per step one 32-position "
+                       "canvas of the EOS-padded response; the causal encoder reads the clean prompt and response up "
+                       "to that canvas; the decoder denoises the canvas under uniform-state corruption (t ~ U(eps, 1] "
+                       "per row, each position replaced by a uniform random token with probability t), with "
+                       "self-conditioning (two passes, p 0.5); flat cross-entropy on every canvas position plus the "
+                       "encoder's next-token cross-entropy on the response",
+}
+
+
+def _architecture(config: dict, recipe: dict, params: int) -> str:
+    """The card's first paragraph: the layout, sizes and vocabulary of the model."""
+    if _block(config):
+        text = config.get("text_config", {})
+        return (f"A block-diffusion model in transformers' DiffusionGemma layout (`DiffusionGemmaForBlockDiffusion`: a "
+                f"causal encoder and a bidirectional decoder sharing weights; {text.get('num_hidden_layers')} layers, "
+                f"hidden {text.get('hidden_size')}, {text.get('num_attention_heads')} heads "
+                f"({text.get('num_key_value_heads')} KV), head dim {text.get('head_dim')}, MLP "
+                f"{text.get('intermediate_size')}, canvas {config.get('canvas_length')}, character-level vocabulary "
+                f"of {text.get('vocab_size')} tokens), {params:,} parameters, fp32 safetensors.")
+    causal = bool(config.get("causal"))
+    return f"""A {'causal (autoregressive)' if causal else 'masked-diffusion'} model in the native LLaDA layout
+({recipe.get('n_layers')} layers, d_model {recipe.get('d_model')}, {recipe.get('n_heads')} heads, SwiGLU
+{recipe.get('mlp_hidden')}, RoPE, character-level vocabulary of {config.get('vocab_size')} tokens incl.
+`<|mdm_mask|>`, `<|endoftext|>` (EOS), `<|eot_id|>`, `<|pad|>`), {params:,} parameters, fp32 safetensors."""
+
+
 def card_body(config: dict, model_id: str, rows: list[dict], params: int, sha: str, reproduce: list[str]) -> str:
     """The card's text through the held-out scores: architecture, training data, training, scores table."""
     training = config.get("unmask_training", {})
     recipe = training.get("recipe", {})
-    causal = bool(config.get("causal"))
-    decoding = ("greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens"
-                if causal else "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking")
-    objective = ("next-token cross-entropy on the response and one closing EOS (causal mask)" if causal else
-                 "LLaDA SFT masked diffusion: t ~ U(0, 1], each response token masked with probability t, "
-                 "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
-                 "never masked; the response is padded with EOS to the canvas length and the padding is trained")
+    kind = _kind(config)
+    decoding, objective = DECODING[kind], OBJECTIVE[kind]
     sizes = ", ".join(f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items())
     return f"""# {model_id}
 
-A {'causal (autoregressive)' if causal else 'masked-diffusion'} model in the native LLaDA layout
-({recipe.get('n_layers')} layers, d_model {recipe.get('d_model')}, {recipe.get('n_heads')} heads, SwiGLU
-{recipe.get('mlp_hidden')}, RoPE, character-level vocabulary of {config.get('vocab_size')} tokens incl.
-`<|mdm_mask|>`, `<|endoftext|>` (EOS), `<|eot_id|>`, `<|pad|>`), {params:,} parameters, fp32 safetensors.
+{_architecture(config, recipe, params)}
 Trained by unmask itself on its generated task suite; a test and demo model, not a language model.
 
 License: Apache-2.0 (the project's). Weights sha256 (model.safetensors): `{sha}`.
@@ -324,14 +362,19 @@ Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
 """
 
 
-def card_sections(rows: list[dict], peer_rows: list[dict] | None, notes: str, causal: bool) -> str:
+def card_sections(rows: list[dict], peer_rows: list[dict] | None, notes: str, causal: bool, block: bool = False) -> str:
     """The card's closing sections: the ratio columns' note, modes, sort bands, the twin and the notes."""
     body = ""
-    if not causal:
+    if block:
+        body += """
+Columns right of the first cut the denoising steps per canvas (steps = gen_length / ratio, spread over the
+canvases; the first column allows one step per canvas position). Block diffusion reads no LLaDA decoding mode.
+"""
+    elif not causal:
         body += """
 Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length / ratio).
 """
-    modes = modes_table(rows)
+    modes = "" if block else modes_table(rows)
     if modes:
         body += ("\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls per batch of "
                  "50 (fwd); every mode at steps = gen_length. Modes (`evals/model_report.py` MODE_SETTINGS): "

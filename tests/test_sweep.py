@@ -65,10 +65,13 @@ def test_unreadable_sweep_files(tmp_path):
 
 def test_default_sweep_is_valid_and_small():
     spec = load_sweep(default_sweep_path())
-    assert spec.models == ["tiny-llada", "tiny-ar"]
+    assert spec.models == ["tiny-llada", "tiny-dgemma", "tiny-ar"]  # both diffusion families and the AR fallback
     points = valid_points(spec, spec.tasks[0])
     assert 3 <= len(points) <= 12
     assert len(valid_points(spec, spec.tasks[0], kind="autoregressive")) == 1  # the AR reference point
+    # block diffusion reads only the step budget: the steps curve, one point per distinct budget, down to one
+    # step per canvas (where tiny-dgemma's quality falls)
+    assert [p["steps"] for p in valid_points(spec, spec.tasks[0], kind="block-diffusion")] == [1, 2, 4, 8, 16, 32]
 
 
 @pytest.mark.slow  # about 8 s alone on two cores; GX and matplotlib imports, three decoding points

@@ -15,7 +15,7 @@ console = Console(soft_wrap=True)
 
 
 def train_command(
-    model: str = typer.Option("tiny-llada", "--model", "-m", help="Recipe: tiny-llada (diffusion) or tiny-ar (causal twin)."),
+    model: str = typer.Option("tiny-llada", "--model", "-m", help="Recipe: tiny-llada (masked diffusion), tiny-dgemma (block diffusion) or tiny-ar (causal twin)."),
     steps: int = typer.Option(None, callback=options.positive, help="Optimizer steps (default: the recipe's)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last resumable checkpoint in --state-dir."),
     stop_after: int = typer.Option(None, "--stop-after", callback=options.positive, help="End this session at that step (checkpointed); --resume later."),
