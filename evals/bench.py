@@ -434,9 +434,9 @@ def memory_admission(runs: list["VariantRun"], budget: int) -> None:
     peak = worst.computed_peak()
     if peak > budget:
         raise MemoryAdmissionError(
-            f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} at its peak "
-            f"({mib(peak // worst.batch)} a row, sampler/memory.footprint), above the memory budget of {mib(budget)}; "
-            f"lower --batch or --gen-lengths, or raise --memory-budget")
+            f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} ({peak} bytes) "
+            f"at its peak ({mib(peak // worst.batch)} a row, sampler/memory.footprint), above the memory budget of "
+            f"{mib(budget)} ({budget} bytes); lower --batch or --gen-lengths, or raise --memory-budget")
 
 
 def row_groups(variants: list[Variant], setup: BenchSetup) -> list[list[tuple[Variant, int]]]:
