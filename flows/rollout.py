@@ -102,7 +102,7 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
     policy = load_policy(gates_policy)
     actor = actor_for(registry.tracking_uri, None)
     # judged as the promotion at 100% will be: with the open request, and whoever starts the rollout as its mover
-    duties = duties_for(registry, model, version, stage, open_request(registry, model, version, stage), actor.name)
+    duties = duties_for(registry, model, version, stage, open_request(registry, model, version, stage), actor)
     decision = judge(registry, model, version, stage, policy, record=False, duties=duties)
     problems = start_problems(decision, canary_gates(policy, stage))
     if problems:

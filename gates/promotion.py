@@ -12,7 +12,9 @@ approver can), nothing else.
 Separation of duties (roles in `gates/roles.yaml`): an approval counts only when its author holds the
 stage's approve role, is not the one who requested the promotion (unless the stage allows
 self-approval), and, for staging and production, neither registered the version's evidence nor signed
-off its tooling-maturity item; a stage needing N approvals needs N different people. An approval is
+off its tooling-maturity item; a stage needing N approvals needs N different people. A person is the
+authenticated MLflow user where a server checked the password behind the name, else the OS account that
+acted (`person`): names typed by one OS account are one person, so they never satisfy four eyes. An approval is
 for one promotion request, is used up by the move it allows, and expires after the stage's TTL. A
 decline is terminal for the version and stage until new evidence is registered.
 """
@@ -51,8 +53,22 @@ class ReasonKind(str, Enum):
 
 
 SETTLED_BY_AN_APPROVER = (ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE)
+AUTHENTICATED = "mlflow-basic-auth"  # the identity source of a name a tracking server authenticated (registry.identity)
 FOUR_EYES_STAGES = ("staging", "production")  # where approver != registrant and != tooling signer
 TOOLING_ITEM = "tooling-maturity"
+
+
+def person(name: str, identity: str = "", account: str = "") -> str:
+    """Who someone is for the four-eyes rules: the name a server authenticated, else the OS account that acted
+    (`os:<account>`: whatever names it types, one account is one person); the name in data recorded without one."""
+    return name if identity == AUTHENTICATED or not account else f"os:{account}"
+
+
+def one_account(stage: str, by: str, account: str, already: str) -> str:
+    """The refusal of a second role taken by one OS account where `stage` needs distinct people."""
+    return (f"{stage} needs distinct people, and {by} is OS account {account!r}, which already {already}: without "
+            "an authenticated server one OS account is one person, so four eyes need `mlflow server --app-name "
+            "basic-auth` (docs/governance.md)")
 
 
 @dataclass(frozen=True)
@@ -86,11 +102,16 @@ class Approval:
     identity: str = ""  # how the name was known (registry.identity: os-user, mlflow-basic-auth, ...)
     status: str = "open"  # open | consumed (by a move) | expired | void (typed into a refused promote)
     closed_by: str = ""  # the audit run that closed it (the move that consumed it)
+    account: str = ""  # the OS account that gave it ("" in data from before it was recorded)
+
+    @property
+    def person(self) -> str:
+        return person(self.by, self.identity, self.account)
 
     def to_dict(self) -> dict[str, str]:
         return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment, "id": self.id,
                 "request": self.request, "host": self.host, "identity": self.identity, "status": self.status,
-                "closed_by": self.closed_by}
+                "closed_by": self.closed_by, "account": self.account}
 
 
 @dataclass(frozen=True)
@@ -104,10 +125,16 @@ class PromotionRequest:
     evaluated_at: str  # the evidence it was asked on
     host: str = ""
     status: str = "open"  # open | done (moved) | declined
+    account: str = ""  # the OS account of the requester
+    identity: str = ""  # how the requester's name was known
+
+    @property
+    def person(self) -> str:
+        return person(self.by, self.identity, self.account) if self.by else ""
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "stage": self.stage, "by": self.by, "at": self.at, "evaluated_at": self.evaluated_at,
-                "host": self.host, "status": self.status}
+                "host": self.host, "status": self.status, "account": self.account, "identity": self.identity}
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,10 @@ class Duties:
     requester: str = ""  # of the promotion request
     mover: str = ""  # who runs the promotion now (also a requester)
     registered_by: str = ""  # who registered the version's current evidence
+    # the same three as persons (`person`: the authenticated user, else the OS account); "" where unknown
+    requester_person: str = ""
+    mover_person: str = ""
+    registered_person: str = ""
     request_id: str = ""  # the request approvals must answer ("" = any)
     declined: Decline | None = None
     now: str = ""  # ISO time the decision is made at (expiry); "" skips expiry
@@ -275,11 +306,15 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     for a in approvals:
         problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
                                     roles)
+        twin = next((v for v in valid if v.by == a.by or v.person == a.person), None)
         if problem is not None:
             reasons.append(problem)
-        elif any(v.by == a.by for v in valid):
+        elif twin is not None and twin.by == a.by:
             reasons.append(PromotionReason(ReasonKind.DUTY, (
                 f"{a.by} approved this promotion twice; a second approval must come from someone else")))
+        elif twin is not None:  # two names, one OS account: one approval
+            reasons.append(PromotionReason(ReasonKind.DUTY, one_account(stage, a.by, a.account,
+                                                                        f"approved it as {twin.by}")))
         else:
             valid.append(a)
     need = stage_roles.approvals_count
@@ -332,6 +367,11 @@ def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_
     if not stage_roles.self_approval and a.by in requesters:
         return problem(f"{a.by} requested this promotion and cannot approve it (requester != approver)",
                        ReasonKind.DUTY)
+    me = a.person
+    if stage in FOUR_EYES_STAGES and duties.registered_person == me:
+        return problem(one_account(stage, a.by, a.account, "registered the evidence of this version"), ReasonKind.DUTY)
+    if not stage_roles.self_approval and me in {duties.requester_person, duties.mover_person}:
+        return problem(one_account(stage, a.by, a.account, "requested this promotion"), ReasonKind.DUTY)
     return None
 
 

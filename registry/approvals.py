@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
-                             current_signoffs, declined_problems, expired)
+                             current_signoffs, declined_problems, expired, one_account, person)
 from checklists import load_checklist
 from gates.roles import Roles, load_roles
 from registry import audit
@@ -66,9 +66,13 @@ def declined_of(registry: Registry, model: str, version: str, stage: str) -> Dec
 
 
 def duties_for(registry: Registry, model: str, version: str, stage: str, request: PromotionRequest | None,
-               mover: str = "") -> Duties:
-    """Who did what for the version: what the four-eyes rules of `gates.promotion` read."""
-    return version_state(registry, model, version).duties(stage, request, mover)
+               mover: Actor | None = None) -> Duties:
+    """Who did what for the version: what the four-eyes rules of `gates.promotion` read (`mover`: who runs the
+    promotion now)."""
+    if mover is None:
+        return version_state(registry, model, version).duties(stage, request)
+    return version_state(registry, model, version).duties(stage, request, mover.name,
+                                                          person(mover.name, mover.source, mover.account))
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -99,8 +103,8 @@ def request_promotion(registry: Registry, model: str, version: str, stage: str, 
         request = replace(request, by=actor.name, host=actor.host)
     else:
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
-    _write(registry, model, version, f"requests.{stage}.{request.id}",
-           request.to_dict() | {"account": actor.account})  # the OS account behind the name (four eyes)
+    request = replace(request, account=actor.account, identity=actor.source)  # the person behind the name (four eyes)
+    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
            {"request": request.to_dict()})
     return request
@@ -135,14 +139,18 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
     tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated)[0].get(TOOLING_ITEM, {}).get("by", "")
-    candidate = Approval(stage, actor.name, now_iso(), comment or "-", request=request.id if request else "")
+    candidate = Approval(stage, actor.name, now_iso(), comment or "-", request=request.id if request else "",
+                         identity=actor.source, account=actor.account)
     problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
     if problem is not None:
         reasons.append(problem.text)
-    if request is not None and any(a.by == actor.name and a.status == "open" and a.request == request.id
-                                   for a in approvals_from_tags(tags, stage)):
+    given = [a for a in approvals_from_tags(tags, stage) if request is not None and a.status == "open"
+             and a.request == request.id and a.person == candidate.person]
+    if any(a.by == actor.name for a in given):
         reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
                        "from someone else")
+    elif given and roles.stage(stage).approvals_count > 1:  # another name, the same OS account: counts once
+        reasons.append(one_account(stage, actor.name, actor.account, f"approved it as {given[0].by}"))
     if reasons:
         _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons,
                 {"request": request.id if request else ""})
@@ -150,9 +158,8 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
         request = _new_request(registry, model, version, stage, "", "")
         _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
-                        actor.host, actor.source)
-    _write(registry, model, version, f"approvals.{stage}.{approval.id}",
-           approval.to_dict() | {"account": actor.account})
+                        actor.host, actor.source, account=actor.account)
+    _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
     _event(registry, "approval", actor, stage, model, version, approval.comment,
            {"approval": approval.id, "request": request.id})
     return approval
@@ -241,7 +248,7 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
                                           comment=reason, evidence={"item": item, "actor": actor.to_dict()}))
         raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
     signoff = {"by": actor.name, "at": now_iso(), "comment": comment.strip(), "host": actor.host,
-               "identity": actor.source}
+               "identity": actor.source, "account": actor.account}
     registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
     audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
                                       comment=signoff["comment"], evidence={"item": item, "actor": actor.to_dict()}))

@@ -294,7 +294,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
         model_tag("when"), "")}
     ring = signing.key_ring(registry.tracking_uri)
-    found = _first_break(runs, first, head_tag, ring, anchors)
+    found = _first_break(runs, first, head_tag, ring, anchors, signing.signed_since(registry.tracking_uri))
     found = found or _anchor_break(runs, chained, anchors, ring)
     last = chained[-1].data.tags
     head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, "")) if last.get(SIG) else None
@@ -316,14 +316,15 @@ def _named(runs: list[Run], kind: str, i: int, detail: str) -> ChainBreak:
 
 
 def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRing,
-                 anchors: list[Anchor]) -> ChainBreak | None:
+                 anchors: list[Anchor], signed_since: int | None = None) -> ChainBreak | None:
     def named(kind: str, i: int, detail: str) -> ChainBreak:
         return _named(runs, kind, i, detail)
 
     expected_prev, expected_seq = seal(runs[:first]), 1
     seen: set[int] = set()
-    # signing was on from the first signed entry, and at least from any signed head kept outside the store
-    signed_from = min((a.seq for a in anchors), default=None)
+    # signing was on from the first signed entry, at least from any signed head kept outside the store, and from
+    # the first entry this machine saw signed (`signing.signed_since`)
+    signed_from = min([a.seq for a in anchors] + ([signed_since] if signed_since is not None else []), default=None)
     for i in range(first, len(runs)):
         tags = runs[i].data.tags
         seq = _seq(runs[i])

@@ -4,18 +4,21 @@ Every sign-off, approval, decline, promotion and rollback records an `Actor` (na
 name came from) beside its time. A name typed on the command line (`--by`, `--approver`) is a claim:
 it must equal the identity, and a mismatch is refused and audited (`refuse_claim`).
 
-Code that calls the registry directly (flows, tests, fixtures) may name the actor; on an authenticated
-server that name must still be the authenticated user, because the server checks the password behind
-it. On the embedded SQLite store there is no password to check: whoever can run unmask can write the
-file, so the OS user is the identity and a named actor is taken as given; every actor also records the
-OS account of the real uid behind it (`Actor.account`, from the password database). A user name is recorded as `mlflow-basic-auth` only when the server really
-authenticated it (its basic-auth `users/current` endpoint answered with that user).
+This module is the one place an identity is resolved. On the embedded SQLite store (or a server that does
+not authenticate) the identity is the OS account of the real uid, read from the password database
+(`os_account`): `$LOGNAME`, `$USER` or a flag change nothing. Code that calls the registry directly (flows,
+tests, fixtures) may name the actor; on an authenticated server that name must still be the authenticated
+user, because the server checks the password behind it; elsewhere the name is only a label, recorded with the
+OS account that typed it (`Actor.account`). Where roles need distinct people (four eyes), the person is the
+authenticated user, else that OS account (`gates.promotion.person`): one OS account is one person whatever
+names it types, so staging and production need an authenticated server. A user name is recorded as
+`mlflow-basic-auth` only when the server really authenticated it (its basic-auth `users/current` endpoint
+answered with that user).
 """
 
 from __future__ import annotations
 
 import base64
-import getpass
 import json
 import os
 import pwd
@@ -26,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gates.promotion import AUTHENTICATED
 from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from registry.store import Registry
 
 OS_USER = "os-user"
-MLFLOW_USER = "mlflow-basic-auth"
+MLFLOW_USER = AUTHENTICATED  # a name the tracking server authenticated (users/current answered with it)
 NAMED = "named-by-caller"
 
 
@@ -100,7 +104,8 @@ def current_actor(tracking_uri: str) -> Actor:
     user = authenticated_user(tracking_uri)
     if user:
         return Actor(user, socket.gethostname(), MLFLOW_USER, os_account())
-    return Actor(getpass.getuser(), socket.gethostname(), OS_USER, os_account())
+    account = os_account()
+    return Actor(account, socket.gethostname(), OS_USER, account)
 
 
 def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
@@ -114,7 +119,11 @@ def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
     if user and name != user:
         raise IdentityMismatch(f"{name!r} is not the authenticated MLflow user {user!r}; "
                                "an action is recorded under the identity that performs it")
-    if isinstance(who, Actor):
+    if isinstance(who, Actor):  # built by this module in this process, or refused: no identity is typed in
+        if (who.source == MLFLOW_USER) != bool(user) or who.account != os_account():
+            here = f"MLflow user {user!r}" if user else "no server authenticated a user"
+            raise IdentityMismatch(f"actor {who.name!r} ({who.source}, OS account {who.account!r}) is not who acts "
+                                   f"here ({here}; OS account {os_account()!r})")
         return who
     return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED, os_account())
 

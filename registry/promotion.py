@@ -170,7 +170,7 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
     request = request_promotion(registry, model, version, stage, mover)
     typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
     try:
-        duties = duties_for(registry, model, version, stage, request, mover.name)
+        duties = duties_for(registry, model, version, stage, request, mover)
         decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
         reasons = list(decision.reasons)
         if expected == (model, version):

@@ -205,9 +205,23 @@ def local_anchor(tracking_uri: str) -> Anchor | None:
 
 
 def remember(tracking_uri: str, anchor: Anchor) -> None:
-    """Keep `anchor` as this machine's signed head of the store, unless it already knows a newer one."""
+    """Keep `anchor` as this machine's signed head of the store, unless it already knows a newer one, and the
+    first seq it saw signed (`signed_since`), which a newer head never raises."""
     known = local_anchor(tracking_uri)
     if known is not None and known.seq >= anchor.seq:
         return
+    since = signed_since(tracking_uri)
     write_json_atomic(local_anchor_path(tracking_uri), {"seq": anchor.seq, "sha256": anchor.sha256,
-                                                        "signature": anchor.signature, "tracking_uri": tracking_uri})
+                                                        "signature": anchor.signature, "tracking_uri": tracking_uri,
+                                                        "signed_since": anchor.seq if since is None else since})
+
+
+def signed_since(tracking_uri: str) -> int | None:
+    """The first chain entry this machine saw signed: every entry from it on must carry a signature, so one
+    stripped of it (or every one stripped) is forged, never unsigned. None before this machine saw one."""
+    known = local_anchor(tracking_uri)
+    if known is None:
+        return None
+    data = json.loads(local_anchor_path(tracking_uri).read_text())
+    since = data.get("signed_since", known.seq)  # an anchor from before this was kept: its own head
+    return since if isinstance(since, int) and 0 < since <= known.seq else known.seq

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from mlflow.exceptions import MlflowException
 
-from gates.promotion import Approval, Decline, Duties, PromotionRequest
+from gates.promotion import Approval, Decline, Duties, PromotionRequest, person
 from registry import audit
 from registry.audit import parse_ref, ref
 from registry.connection import RegistryError
@@ -110,10 +110,14 @@ class VersionState:
     def signoffs(self, stage: str) -> dict[str, dict[str, str]]:
         return signoffs_from_tags(self.tags, stage)
 
-    def duties(self, stage: str, request: PromotionRequest | None, mover: str = "") -> Duties:
-        """Who did what for the version: what the four-eyes rules of `gates.promotion` read."""
-        return Duties(requester=request.by if request else "", mover=mover,
-                      registered_by=self.tags.get(model_tag("evaluated_by"), ""),
+    def duties(self, stage: str, request: PromotionRequest | None, mover: str = "", mover_person: str = "") -> Duties:
+        """Who did what for the version: what the four-eyes rules of `gates.promotion` read (names, and the
+        persons behind them: `gates.promotion.person`)."""
+        registrant = self.tags.get(model_tag("evaluated_by"), "")
+        return Duties(requester=request.by if request else "", mover=mover, registered_by=registrant,
+                      requester_person=request.person if request else "", mover_person=mover_person,
+                      registered_person=person(registrant, self.tags.get(model_tag("evaluated_identity"), ""),
+                                               self.tags.get(model_tag("evaluated_account"), "")) if registrant else "",
                       request_id=request.id if request else "", declined=self.declined(stage), now=now_iso())
 
 

@@ -146,7 +146,7 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
     registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
     tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso(),
             model_tag("evaluated_by"): registrant.name, model_tag("evaluated_from"): registrant.host,
-            model_tag("evaluated_account"): registrant.account}
+            model_tag("evaluated_account"): registrant.account, model_tag("evaluated_identity"): registrant.source}
     existing = registry.version_of_weights(model, evidence.weights_sha256)
     if existing is not None:
         registry.set_version_tags(model, existing, tags)

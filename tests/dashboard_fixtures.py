@@ -142,7 +142,8 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     promote(name, "poc", approver=APPROVER, comment=comment, registry=reg, policy=policy)
     rollback("poc", who=ONCALL, comment="back to the AR fallback while the PoC is reviewed", registry=reg)
     promote(name, "poc", approver=APPROVER, comment=comment + ", again", registry=reg, policy=policy)
-    try:  # staging needs a fresh-process reproducibility check this fixture did not run: a real refusal
+    judge(reg, name, candidate_version, "staging", policy)  # as `unmask run` judges every stage it registers
+    try:  # a real refusal: staging's four eyes, and the fresh-process reproducibility check this fixture did not run
         promote(name, "staging", approver=APPROVER, comment="staging requested from the fixture",
                 registry=reg, policy=policy)
     except PromotionRefused:

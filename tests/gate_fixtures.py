@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import registry.identity as identity
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, ServingRecord
 
 WEIGHTS = {"tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
@@ -130,3 +131,27 @@ def register_pair(reg, candidate: CandidateEvidence | None = None) -> tuple[str,
     v_ar, _ = register_evidence(reg, evidence("tiny-ar"))
     v, _ = register_evidence(reg, candidate or evidence())
     return v_ar, v
+
+
+def login(monkeypatch, account: str) -> None:
+    """From here on the test acts as another OS account sharing the state folder, as that account's own login would.
+
+    On the embedded store the identity is the real uid's account (`registry.identity.os_account`; no environment
+    variable changes it), and a test process is one uid: it cannot be a second person without root and a second
+    login. So the tests of promotion mechanics that need four eyes stand in for one here. The identity itself is
+    tested unpatched: one OS account is refused (test_governance), authenticated users act on a real basic-auth
+    server (test_governance_server), and docs/walkthrough.md takes staging and production through one.
+    """
+    monkeypatch.setattr(identity, "os_account", lambda: account)
+
+
+def approve_as(reg, model: str, version: str, stage: str, comment: str, *people: str) -> None:
+    """Each of `people` approves from their own OS account (`login`); the test's own account is restored after."""
+    import pytest
+
+    from registry import approve
+
+    for person in people:
+        with pytest.MonkeyPatch.context() as mp:
+            login(mp, person)
+            approve(reg, model, version, stage, person, comment)

@@ -59,7 +59,7 @@ def test_every_cli_verdict_under_a_demo_policy_opens_with_the_banner_and_none_un
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     run = CliRunner().invoke
     app = cli_app("gates", "promote")
-    env = {"COLUMNS": "200", "LOGNAME": "bob"}
+    env = {"COLUMNS": "200"}
     for args in (["gates", "tiny-llada", "--stage", "poc"], ["gates", "tiny-llada", "--stage", "poc", "--stored"],
                  ["promote", "tiny-llada", "--to", "staging", "--comment", OK]):
         demo = run(app, [*args, "--policy", str(DEMO_POLICY)], env=env)

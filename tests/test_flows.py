@@ -90,7 +90,8 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     from flows.nightly import nightly
     from gates import load_policy
     from flows.promote import promote_flow, waiting_promotions
-    from registry import Registry, approve, promote, sign_off, stage_holder
+    from registry import Registry, promote, sign_off, stage_holder
+    from tests.gate_fixtures import approve_as, login
     from registry.read import audit_events
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
@@ -121,9 +122,10 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
         time.sleep(0.5)
     # the paused run said so in the registry: `unmask approve` asks Prefect only when one may be waiting
     assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == str(waiting_promotions(CANDIDATE, "poc")[0].id)
-    approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
-                                                       "--comment", "PoC evidence reviewed"],
-                                  env={"LOGNAME": "grace"})  # the OS user is the approver's identity
+    with pytest.MonkeyPatch.context() as as_grace:  # grace approves from her own OS account (gate_fixtures.login)
+        login(as_grace, "grace")
+        approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
+                                                           "--comment", "PoC evidence reviewed"])
     assert approved.exit_code == 0, approved.output
     thread.join(120)
     assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
@@ -131,11 +133,10 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     approvals = audit_events(model=CANDIDATE, event="approval", registry=registry)
     assert list(approvals["who"]) == ["grace"]
 
-    for stage in ("staging", "production"):
-        if stage == "production":  # two different approvers
-            approve(registry, CANDIDATE, "1", stage, "linus", "production evidence reviewed, all green")
-        promote(CANDIDATE, stage, approver="grace", comment=f"{stage} evidence reviewed, all green",
-                policy=load_policy(loose), registry=registry)
+    for stage in ("staging", "production"):  # four eyes: approvers from OS accounts of their own
+        approve_as(registry, CANDIDATE, "1", stage, f"{stage} evidence reviewed, all green",
+                   *(("grace", "linus") if stage == "production" else ("grace",)))
+        promote(CANDIDATE, stage, policy=load_policy(loose), registry=registry)
     assert stage_holder(registry, "production") == (CANDIDATE, "1")
 
     # tonight the policy asks for more quality than production has: a finding, and back to the fallback

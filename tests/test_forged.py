@@ -18,7 +18,7 @@ from registry.integrity import GateReportTampered
 from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.flow_fixtures import cli_app
-from tests.gate_fixtures import fresh_registry, register_pair
+from tests.gate_fixtures import fresh_registry, login, register_pair
 from tests.test_integrity import artifact_file, findings, forge_records
 
 OK = "evidence reviewed, gates and checklist are green"
@@ -95,8 +95,7 @@ def test_untouched_evidence_is_approved_signed_and_declined_as_before(reg):
 
 def _cli(reg, monkeypatch, user: str, args: list[str]):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    monkeypatch.setenv("LOGNAME", user)
-    monkeypatch.setenv("USER", user)
+    login(monkeypatch, user)  # `user`'s own OS account (no environment variable names an identity)
     return CliRunner().invoke(cli_app("approve", "promote", "gates"), args, env={"COLUMNS": "400"})
 
 

@@ -51,7 +51,37 @@ def _set(data: dict, dotted: str, value) -> dict:
 DELETE = object()
 
 # --- roles: gates/roles.py ---------------------------------------------------------------------------------------
-DEMO_ROLES = yaml.safe_load((REPO / "gates" / "demo-roles.yaml").read_text())
+# a team's roles file with named people (what an authenticated server's users would be): its groups, users and
+# counts are what the validation reads; the bundled demo file lets anyone ("*") and is checked below too
+TEAM_ROLES = yaml.safe_load("""
+users: [ada, bob, eve, grace, linus, olga]
+groups:
+  architects: [ada]
+  approvers: [bob, eve, grace, linus]
+  oncall: [olga]
+stages:
+  poc:
+    sign_off: {"*": [architects]}
+    approve: [approvers]
+    emergency_rollback: [oncall]
+    approvals: {count: 1, distinct: true}
+    approval_ttl_hours: 168
+    self_approval: true
+  staging:
+    sign_off: {"*": [architects]}
+    approve: [approvers]
+    emergency_rollback: [oncall]
+    approvals: {count: 1, distinct: true}
+    approval_ttl_hours: 72
+    self_approval: false
+  production:
+    sign_off: {"*": [architects]}
+    approve: [approvers]
+    emergency_rollback: [oncall]
+    approvals: {count: 2, distinct: true}
+    approval_ttl_hours: 24
+    self_approval: false
+""")
 ANYONE_ROLES = yaml.safe_load((REPO / "gates" / "roles.yaml").read_text())
 
 ROLES_STAGE_EDITS = [  # (what, key under stages.<stage>, value, named beside the key)
@@ -108,7 +138,7 @@ def _write(tmp_path: Path, name: str, data) -> Path:
 def test_roles_file_is_refused_by_file_key_and_value(tmp_path, what, key, value, named):
     from gates.roles import RolesError, load_roles
 
-    path = _write(tmp_path, "roles.yaml", _set(DEMO_ROLES, key, value))
+    path = _write(tmp_path, "roles.yaml", _set(TEAM_ROLES, key, value))
     with pytest.raises(RolesError) as e:
         load_roles(path)
     one_line(e.value, path, *named)
@@ -145,7 +175,7 @@ def test_the_bundled_roles_still_load():
 @pytest.mark.parametrize("what, key, value, named", [ROLES_CASES[0], ROLES_CASES[1], ROLES_CASES[8]],
                          ids=["a thousand", "more than approvers", "misspelled group"])
 def test_a_refused_roles_file_is_one_line_from_the_cli(tmp_path, what, key, value, named):
-    path = _write(tmp_path, "roles.yaml", _set(DEMO_ROLES, key, value))
+    path = _write(tmp_path, "roles.yaml", _set(TEAM_ROLES, key, value))
     refused(["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--comment", "ok"],
             str(path), *named, env={"UNMASK_ROLES": str(path)})
 
@@ -641,7 +671,7 @@ def test_any_approval_count_can_be_met_or_is_refused(value, stage):
     from gates.roles import RolesError, parse_roles
 
     try:
-        roles = parse_roles(_set(DEMO_ROLES, f"stages.{stage}.approvals.count", value), "roles.yaml")
+        roles = parse_roles(_set(TEAM_ROLES, f"stages.{stage}.approvals.count", value), "roles.yaml")
     except RolesError as e:
         one_line(e, "roles.yaml", f"stages.{stage}.approvals.count")
         return

@@ -20,7 +20,7 @@ from registry import (EvidenceTampered, PromotionRefused, alias_drift, evidence_
                       promote, rollback, sign_off, stage_holder)
 from registry.integrity import DIGEST_PREFIX
 from registry.approvals import approval_of
-from tests.gate_fixtures import fresh_registry, register_pair
+from tests.gate_fixtures import fresh_registry, login, register_pair
 
 OK = "evidence reviewed, gates and checklist are green"
 
@@ -116,7 +116,7 @@ def test_a_forged_baseline_is_refused_too(reg):
 def test_cli_gates_and_promote_refuse_forged_evidence_with_one_line(reg, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("LOGNAME", "grace")  # the identity that approves (--approver may only repeat it)
+    login(monkeypatch, "grace")  # the OS account that approves (--approver may only repeat it)
     register_pair(reg)
     forge_records(reg)
     app = cli()
@@ -251,7 +251,7 @@ def test_the_nightly_reports_drift_and_its_rollback_refuses_it(reg):
 def test_cli_reports_drift_and_reconciles(reg, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("LOGNAME", "oncall")  # the identity that reconciles (--by may only repeat it)
+    login(monkeypatch, "oncall")  # the OS account that reconciles (--by may only repeat it)
     _poc_held_by_llada(reg)
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")
     reg.client.delete_registered_model_alias("tiny-llada", "poc")

@@ -195,3 +195,25 @@ def test_a_stopped_server_is_unreachable(server):
     _stop(proc)
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         Registry(url)
+
+
+def test_a_server_without_authentication_yields_no_mlflow_identity(server, monkeypatch):
+    """MLFLOW_TRACKING_USERNAME against a server that checks nothing is a typed name: the identity stays the OS
+    account, and an approval or a move records `os-user` / `named-by-caller`, never `mlflow-basic-auth`."""
+    from registry import approve, current_actor
+    from registry.identity import OS_USER, os_account, server_authenticated
+
+    url, _ = server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "grace")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "anything")
+    assert not server_authenticated(url, "grace", "anything")  # no users/current there: nobody was authenticated
+    actor = current_actor(url)
+    assert (actor.name, actor.source, actor.account) == (os_account(), OS_USER, os_account())
+    reg = Registry(url)
+    if "tiny-llada" not in reg.model_names():
+        register_pair(reg)
+    approval = approve(reg, "tiny-llada", "1", "poc", None, "PoC evidence reviewed on a server without auth")
+    assert (approval.by, approval.identity) == (os_account(), OS_USER)
+    recorded = read.audit_events(event="approval", registry=reg).iloc[-1]["evidence"]["actor"]
+    assert recorded["identity"] == OS_USER and recorded["by"] == os_account()

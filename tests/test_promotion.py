@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import socket
 import threading
 
@@ -13,7 +12,7 @@ import registry.promotion as promotion
 import registry.read as read
 from registry.identity import os_account
 from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, sign_off, stage_holder
-from tests.gate_fixtures import evidence, fast_llada, fresh_registry, record, register_pair
+from tests.gate_fixtures import approve_as, evidence, fast_llada, fresh_registry, login, record, register_pair
 
 OK = "evidence reviewed, gates and checklist are green"
 
@@ -76,7 +75,7 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
     assert list(events["event"]) == ["signoff", "signoff", "promotion_request", "approval", "alias_move",
                                      "approval_consumed"]
     last = events.iloc[-2]
-    mover = getpass.getuser()  # the identity requests and moves; grace approved in the same call
+    mover = os_account()  # the identity requests and moves; grace approved in the same call
     assert (last["who"], last["from"], last["to"], last["status"]) == (mover, "", "tiny-llada@1", "FINISHED")
     assert [a["by"] for a in last["evidence"]["approvals"]] == ["grace"]
     assert last["evidence"]["actor"]["host"] == socket.gethostname()
@@ -90,18 +89,22 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     _, v = register_pair(reg)
     sign_all(reg, "tiny-llada", v, "poc", "staging", "production")
     with pytest.raises(PromotionRefused, match="requires the version to have reached poc first"):
-        promote("tiny-llada", "staging", approver="grace", comment=OK, registry=reg)
+        promote("tiny-llada", "staging", registry=reg)
     promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    promote("tiny-llada", "staging", approver="grace", comment=OK, registry=reg)
+    with pytest.raises(PromotionRefused, match="without an authenticated server one OS account is one person"):
+        promote("tiny-llada", "staging", approver="grace", comment=OK, registry=reg)  # grace typed by the mover
+    approve_as(reg, "tiny-llada", v, "staging", OK, "grace")  # from her own OS account
+    promote("tiny-llada", "staging", registry=reg)
+    approve_as(reg, "tiny-llada", v, "production", OK, "grace")
     with pytest.raises(PromotionRefused) as e:
-        promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
+        promote("tiny-llada", "production", registry=reg)
     assert [r for r in e.value.reasons if r.startswith("gate")] == [
         "gate speedup failed: speedup over fallback 0.500x (p95 90.0 ms / 180 ms) < 1x"]
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
-    approve(reg, "tiny-llada", v, "production", "linus", OK)  # production needs two different approvers
-    move = promote("tiny-llada", "production", approver="grace", comment=OK, registry=reg)
+    approve_as(reg, "tiny-llada", v, "production", OK, "grace", "linus")  # two approvers, two OS accounts
+    move = promote("tiny-llada", "production", registry=reg)
     assert move.to_holder == ("tiny-llada", v)
     assert read.aliases(reg)["production"] == {"model": "tiny-llada", "version": v}
 
@@ -110,10 +113,9 @@ def _to_production(reg, candidate=None):
     """Put tiny-llada (or `candidate`) through poc, staging and production."""
     v = register_evidence(reg, candidate or fast_llada())[0]
     sign_all(reg, "tiny-llada", v, "poc", "staging", "production")
-    for stage in ("poc", "staging", "production"):
-        if stage == "production":  # two different approvers
-            approve(reg, "tiny-llada", v, stage, "linus", OK)
-        promote("tiny-llada", stage, approver="grace", comment=OK, version=v, registry=reg)
+    for stage in ("poc", "staging", "production"):  # four eyes: approvers with OS accounts of their own
+        approve_as(reg, "tiny-llada", v, stage, OK, *(("grace", "linus") if stage == "production" else ("grace",)))
+        promote("tiny-llada", stage, version=v, registry=reg)
     return v
 
 
@@ -258,21 +260,21 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
-    monkeypatch.setenv("LOGNAME", "grace")  # the OS user is the identity on the embedded store
+    login(monkeypatch, "grace")  # the OS account is the identity on the embedded store
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
     impostor = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
                          "--comment", "ok"])  # grace typing another name
     assert impostor.exit_code == 2 and "--by 'ada' is not you: you are 'grace'" in impostor.output
-    monkeypatch.setenv("LOGNAME", "ada")
+    login(monkeypatch, "ada")
     for item in ("fallback-plan", "tooling-maturity"):
         signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--comment", "ok"])
         assert signed.exit_code == 0 and "signed off for tiny-llada v1 by ada" in signed.output, signed.output
-    monkeypatch.setenv("LOGNAME", "grace")
+    login(monkeypatch, "grace")
     moved = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert moved.exit_code == 0 and "poc now points at tiny-llada v1 (was nobody)" in moved.output
     assert "requested by grace, approved by grace" in moved.output  # poc allows self-approval (gates/roles.yaml)
-    monkeypatch.setenv("LOGNAME", "oncall")
+    login(monkeypatch, "oncall")
     back = run(app, ["rollback", "--stage", "poc", "--by", "oncall"])
     assert back.exit_code == 0 and "rolled back from tiny-llada@1 to tiny-ar@1 (fallback)" in back.output
     refused_claims = read.audit_events(event="identity_refused", registry=reg)

@@ -51,10 +51,9 @@ def write_policy(path: Path) -> Path:
 
 
 def approve_production(reg, version: str) -> None:
-    from registry import approve
+    from tests.gate_fixtures import approve_as
 
-    approve(reg, "tiny-llada", version, "production", "linus", OK)
-    approve(reg, "tiny-llada", version, "production", "grace", OK)
+    approve_as(reg, "tiny-llada", version, "production", OK, "linus", "grace")  # two OS accounts: four eyes
 
 
 class Load:

@@ -88,12 +88,13 @@ def test_unmask_run_resolves_the_bundled_models_by_id(prefect_harness, tmp_path,
 def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_registry(prefect_harness, tmp_path,
                                                                                       monkeypatch):
     from registry.approvals import approval_of
-    from tests.gate_fixtures import fresh_registry, register_pair
+    from tests.gate_fixtures import fresh_registry, login, register_pair
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     registry = fresh_registry(tmp_path)  # the state folder's own embedded store
     _, version = register_pair(registry)
-    as_grace = {"COLUMNS": "200", "LOGNAME": "grace"}  # the OS user is the identity on the embedded store
+    login(monkeypatch, "grace")  # grace's own OS account: the identity on the embedded store
+    as_grace = {"COLUMNS": "200"}
     result = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--by", "grace",
                                                      "--comment", "PoC evidence reviewed"], env=as_grace)
     assert result.exit_code == 0, result.output

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from eval_fixtures import write_model
 from flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_policy, write_sweep
-from tests.gate_fixtures import evidence, fresh_registry, record, register_pair
+from tests.gate_fixtures import evidence, fresh_registry, login, record, register_pair
 
 NARROW = {"COLUMNS": "80"}
 RAW_FLOAT = re.compile(r"\d\.\d{5,}")  # 0.02230288574997985: more digits than any measurement here supports
@@ -186,15 +186,16 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     assert tags["unmask.gates.staging"] == "failed" and tags["unmask.gates.staging.inconclusive"] == "data_validity"
 
 
-def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered):
+def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered, monkeypatch):
     run = CliRunner().invoke
     app = cli_app("promote")
+    login(monkeypatch, "ada")  # each from their own OS account (gate_fixtures.login)
     signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
-                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW | {"LOGNAME": "ada"})
+                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW)
     assert signed.exit_code == 0, signed.output
+    login(monkeypatch, "grace")
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace",
-                        "--comment", "evidence reviewed, gates and checklist are green"],
-                  env=NARROW | {"LOGNAME": "grace"})
+                        "--comment", "evidence reviewed, gates and checklist are green"], env=NARROW)
     assert refused.exit_code == 1
     trail = run(app, ["audit"], env=NARROW)
     assert trail.exit_code == 0, trail.output

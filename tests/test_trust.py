@@ -123,6 +123,26 @@ def test_a_consistent_rewrite_with_the_head_tag_is_caught_by_its_signatures(poc_
     assert audit.verify(reg).first_break.run_id == runs[at].info.run_id
 
 
+@pytest.mark.parametrize("stripped", ["one entry", "every entry"])
+def test_a_signature_stripped_once_entries_are_signed_is_tampering_not_unverified(poc_held, monkeypatch, stripped):
+    """With a signing key configured, an entry without its signature after signed ones is forged: `audit --verify`
+    says BROKEN (exit 1) and nothing acts on it. Stripping every signature is caught at the signed head this
+    machine kept outside the store."""
+    reg = poc_held
+    move = the_move(reg)
+    for run in [move] if stripped == "one entry" else chain(reg):
+        reg.client.delete_tag(run.info.run_id, SIG)
+    report = audit.verify(reg)
+    assert not report.ok and report.first_break.kind == "forged" and "carries no signature" in report.summary()
+    if stripped == "one entry":
+        assert report.first_break.run_id == move.info.run_id
+    refuses_to_act(reg, "forged")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    done = CliRunner().invoke(cli_app("promote"), ["audit", "--verify"], env={"COLUMNS": "400"})
+    assert done.exit_code == 1 and "BROKEN" in done.output and "carries no signature" in done.output, done.output
+    assert "unverified" not in done.output
+
+
 def test_an_entry_appended_with_unmasks_own_append_by_a_writer_without_the_key_is_caught(poc_held, monkeypatch,
                                                                                        tmp_path):
     reg = poc_held

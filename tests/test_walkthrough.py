@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from dashboard_fixtures import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "walkthrough.md"
@@ -92,7 +95,12 @@ def shows(output: str, line: str) -> bool:
 def test_the_page_is_well_formed_and_labels_its_demo_files():
     steps = parse(DOC.read_text())
     commands = [c for s in steps for c, _ in s.commands]
-    assert commands[0].startswith("LOGNAME=eve unmask run --demo")  # the demo sweep and policy; the registry marked
+    assert commands[0].startswith("unmask run --demo")  # the demo sweep and policy; the registry marked
+    # one person (the OS account) up to poc; staging and production only through an authenticated server
+    server = next(n for n, c in enumerate(commands) if "mlflow server --app-name basic-auth" in c)
+    assert all(n > server for n, c in enumerate(commands) if re.search(r"approve tiny-llada (staging|production)", c)
+               and "LOGNAME" not in c)
+    assert not any("LOGNAME" in c for c in commands[server:]) and "one person" in DOC.read_text()
     for needed in ("unmask sign-off", "--to poc", "unmask loadtest", "--to staging", "--to production",
                    "unmask report", "unmask audit --verify", "unmask rollback"):
         assert any(needed in c for c in commands), needed
@@ -100,7 +108,8 @@ def test_the_page_is_well_formed_and_labels_its_demo_files():
     shots = [p for s in steps for p in s.screenshots]
     assert len(shots) >= 5 and all(page_of(p) for p in shots), shots
     assert all((REPO / "docs" / p).is_file() for p in shots), "every screenshot the page shows is committed"
-    for path in ("gates/demo-policy.yaml", "gates/demo-roles.yaml", "evals/sweeps/demo.yaml"):
+    for path in ("gates/demo-policy.yaml", "gates/demo-roles.yaml", "evals/sweeps/demo.yaml",
+                 "docs/walkthrough/basic_auth.ini"):
         assert "DEMO ONLY" in (REPO / path).read_text().splitlines()[0], path
     assert "[walk-through](docs/walkthrough.md)" in (REPO / "README.md").read_text()
 
@@ -126,8 +135,9 @@ def test_the_demo_policy_relaxes_thresholds_only_and_the_demo_sweep_meets_it():
     load_roles(REPO / "gates" / "demo-roles.yaml")  # valid, or RolesError naming the key
     assert roles["stages"]["staging"]["self_approval"] is False
     assert roles["stages"]["production"]["approvals"] == {"count": 2, "distinct": True}
-    people = {"eve", "ada", "bob", "grace", "linus", "olga"}
-    assert set(roles["users"]) == people and "eve" in roles["groups"]["approvers"]  # refused by four eyes, not by role
+    # anyone may approve: what refuses the one person past poc is four eyes, not a role; olga alone rolls back
+    assert roles["users"] == ["*"] and roles["groups"] == {"oncall": ["olga"]}
+    assert all(roles["stages"][s]["approve"] == ["*"] for s in ("poc", "staging", "production"))
 
 
 def run_line(command: str, env: dict[str, str]) -> tuple[int, str]:
@@ -215,12 +225,31 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     launcher = bin_dir / "unmask"
     launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from flows.cli import main; main()' \"$@\"\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    mlflow = bin_dir / "mlflow"  # and `mlflow` (the demo's basic-auth server) from this environment
+    mlflow.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mlflow \"$@\"\n")
+    mlflow.chmod(mlflow.stat().st_mode | stat.S_IEXEC)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UNMASK_", "MLFLOW_", "PREFECT_API"))}
     env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": f"{REPO}{os.pathsep}"
-            f"{env.get('PYTHONPATH', '')}", "UNMASK_HOME": str(home), "COLUMNS": "200", "LOGNAME": "walkthrough"}
+            f"{env.get('PYTHONPATH', '')}", "UNMASK_HOME": str(home), "COLUMNS": "200",
+            "MLFLOW_PORT": str(free_port()), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true"}
     update = os.environ.get("UNMASK_UPDATE_SCREENSHOTS") == "1"
+    try:
+        walk(env, update, tmp_path)
+    finally:  # the page stops its server; if a step failed before that, stop it here (its own process group)
+        pid_file = home / "mlflow-server.pid"
+        if pid_file.is_file():
+            try:
+                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
     for number, step in enumerate(parse(DOC.read_text()), 1):
-        env |= {k: v for k, v in step.exports.items() if k != "UNMASK_HOME"}  # the test's own state folder
+        for key, value in step.exports.items():  # the test's own state folder and port; $NAME as a shell would
+            if key not in ("UNMASK_HOME", "MLFLOW_PORT"):
+                env[key] = VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
         printed = ""
         for command, expected in step.commands:
             code, output = run_line(command, env)
