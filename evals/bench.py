@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -21,6 +21,8 @@ from evals.measure import PeakMemory
 from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
 from sampler.decode import decode_prompts
+from sampler.effective import effective_config
+from sampler.memory import footprint, mib
 
 BENCH_TASKS = ("arith", "sort")  # the short task and the long one
 # The metric reported per task: graded where the task has a graded one, so a small loss shows.
@@ -49,6 +51,39 @@ class Variant:
         exact = {"parallel": "top_k", "cache": "none", "future_window": 0, "eot_predict": "none"}  # lossy otherwise
         return self.kind == "diffusion" and self.tokens_per_step == 1 and not any(
             k in exact and v != exact[k] for k, v in self.settings.items())
+
+    def config(self, loaded: Any, gen_length: int, setup: "BenchSetup") -> Any:
+        """The config this row decodes with at `gen_length`."""
+        return config_for(loaded, self, gen_length, setup)
+
+    def decode(self, loaded: Any, prompts: list[list[int]], config: Any) -> Any:
+        """One decode call over `prompts` (token ids, unpadded)."""
+        return decode_prompts(loaded, prompts, config)
+
+
+# The most exact block-diffusion setting: DiffusionGemma's published step budget and entropy bound, and every
+# canvas denoised for all its steps (no early stop). The other block rows are measured against it.
+BLOCK_EXACT = {"max_denoising_steps": 48, "entropy_bound": 0.1, "confidence_threshold": None}
+
+
+@dataclass(frozen=True)
+class BlockVariant(Variant):
+    """A block-diffusion row: `settings` are BlockDiffusionConfig fields over the model's effective config.
+
+    Each row of a decode call draws from its own generator seeded with the bench seed (`row_seeds`), so a
+    prompt decodes to the same text at every batch size (what serving does), and batch rows compare speed alone."""
+
+    @property
+    def lossless(self) -> bool:
+        return self.kind == "diffusion" and self.settings == BLOCK_EXACT
+
+    def config(self, loaded: Any, gen_length: int, setup: "BenchSetup") -> Any:
+        requested = SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length,
+                                  seed=setup.seed, **loaded.sampler_ids())
+        return replace(effective_config(loaded, requested), **self.settings)
+
+    def decode(self, loaded: Any, prompts: list[list[int]], config: Any) -> Any:
+        return decode_prompts(loaded, prompts, config, row_seeds=[config.seed] * len(prompts))
 
 
 DUAL_PARALLEL = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9}
@@ -83,15 +118,79 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 
-def variants_named(names: list[str] | None) -> list[Variant]:
-    """The variants to run, in the table's order; ValueError names an unknown one."""
-    if not names:
-        return [v for v in VARIANTS if v.default]
-    known = {v.name: v for v in VARIANTS}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown bench config {unknown[0]!r}; known: {', '.join(known)}")
-    return [v for v in VARIANTS if v.name in names]
+BLOCK_REFERENCE = "exact-48 (reference)"
+BLOCK_VARIANTS: tuple[Variant, ...] = (
+    BlockVariant(BLOCK_REFERENCE, BLOCK_EXACT),
+    # DiffusionGemma's defaults (early stop once a canvas's argmax is stable and its mean entropy under 0.005),
+    # with the step budget cut: the quality/speed curve
+    BlockVariant("steps-48", {"max_denoising_steps": 48}),
+    BlockVariant("steps-16", {"max_denoising_steps": 16}),
+    BlockVariant("steps-8", {"max_denoising_steps": 8}),
+    BlockVariant("steps-4", {"max_denoising_steps": 4}),
+    BlockVariant("steps-16 no-stop", {"max_denoising_steps": 16, "confidence_threshold": None}),
+    # a larger entropy bound accepts more positions per step
+    BlockVariant("steps-48 bound-1", {"max_denoising_steps": 48, "entropy_bound": 1.0}),
+    BlockVariant("steps-16 bound-1", {"max_denoising_steps": 16, "entropy_bound": 1.0}),
+    BlockVariant("steps-16 bound-4", {"max_denoising_steps": 16, "entropy_bound": 4.0}, default=False),
+    Variant("tiny-ar", kind="ar"),
+)
+
+
+@dataclass(frozen=True)
+class RowSet:
+    """The bench rows of one model kind, and the row the others are measured against (speedup, same text)."""
+
+    variants: tuple[Variant, ...]
+    reference: str
+
+    def named(self, names: list[str] | None) -> list[Variant]:
+        """The variants to run, in the table's order; ValueError names an unknown one."""
+        if not names:
+            return [v for v in self.variants if v.default]
+        known = {v.name: v for v in self.variants}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown bench config {unknown[0]!r}; known: {', '.join(known)}")
+        return [v for v in self.variants if v.name in names]
+
+    def fitted(self, loaded: Any, setup: "BenchSetup") -> "BenchSetup":
+        """The setup as this kind decodes it (masked diffusion: as asked)."""
+        return setup
+
+    def shape(self, loaded: Any, setup: "BenchSetup") -> str:
+        return f"block {setup.block_length}"
+
+
+class BlockRowSet(RowSet):
+    """Block diffusion decodes whole canvases of the model's own length: that is the bench's block length."""
+
+    def fitted(self, loaded: Any, setup: "BenchSetup") -> "BenchSetup":
+        canvas = loaded.canvas_length
+        for n in setup.gen_lengths:
+            if n % canvas:
+                raise ValueError(f"bench gen_length {n} must be a multiple of {getattr(loaded, 'entry_id', 'the model')}'s "
+                                 f"canvas length {canvas} (block diffusion decodes whole canvases)")
+        return replace(setup, block_length=canvas)
+
+    def shape(self, loaded: Any, setup: "BenchSetup") -> str:
+        return f"canvas {loaded.canvas_length}"
+
+
+# One row set per model kind; a kind not listed (masked diffusion) gets the LLaDA rows.
+ROW_SETS: dict[str, RowSet] = {
+    "masked-diffusion": RowSet(VARIANTS, "vanilla"),
+    "block-diffusion": BlockRowSet(BLOCK_VARIANTS, BLOCK_REFERENCE),
+}
+
+
+def row_set(kind: str) -> RowSet:
+    """The bench rows for a model of `kind` (`Handle.kind`)."""
+    return ROW_SETS.get(kind, ROW_SETS["masked-diffusion"])
+
+
+def variants_named(names: list[str] | None, kind: str = "masked-diffusion") -> list[Variant]:
+    """The variants of `kind`'s row set to run, in the table's order; ValueError names an unknown one."""
+    return row_set(kind).named(names)
 
 
 @dataclass
@@ -109,6 +208,7 @@ class BenchSetup:
     # prompts per decode call, one set of rows each; empty: each task's prompts in one call
     batch_sizes: tuple[int, ...] = ()
     tolerance: float = 0.01  # the verdict's "within the accuracy tolerance of vanilla", as a share
+    memory_budget: int | None = None  # bytes a row's decode may use at its peak (`memory_admission`); None: no check
 
     def check(self) -> None:
         for name in ("prompts", "reps", "threads", "block_length"):
@@ -129,6 +229,8 @@ class BenchSetup:
             raise ValueError(f"bench batch sizes repeat: {','.join(map(str, self.batch_sizes))}")
         if not 0.0 <= self.tolerance <= 1.0:
             raise ValueError(f"bench tolerance must be between 0 and 100 accuracy points, got {100 * self.tolerance:g}")
+        if self.memory_budget is not None and self.memory_budget <= 0:
+            raise ValueError(f"bench memory budget must be above 0 bytes, got {self.memory_budget}")
 
     @property
     def batches(self) -> tuple[int, ...]:
@@ -160,6 +262,7 @@ class BenchRow:
     batch: int = 0  # prompts per decode call (the variant's own size where it has one)
     kind: str = "diffusion"  # or "ar": the AR twin's row
     lossless: bool = False  # the text equals vanilla's by construction (Variant.lossless)
+    computed_peak_mb: float | None = None  # sampler.memory.footprint x batch at the run's longest prompt
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,17 +278,21 @@ class BenchReport:
     complete: bool = True  # False while rows are still being measured, or when the run was stopped
     verdicts: list[str] = field(default_factory=list)  # one line per generation length (evals.bench_summary)
     aup: dict[int, Any] = field(default_factory=dict)  # gen_length -> evals.parallelism.AUPResult
+    reference: str = "vanilla"  # the row speedups and same-text shares compare to (RowSet.reference)
+    shape: str = ""  # how a canvas is cut: "block 32" (masked diffusion), "canvas 32" (block diffusion)
 
     @property
     def title(self) -> str:
         s = self.setup
         tasks = ", ".join(f"{t} {bench_metric(t)}" for t in s.tasks)
-        return (f"unmask bench: {self.model} on {self.device}, block {s.block_length}, {s.prompts} held-out prompts "
+        shape = self.shape or f"block {s.block_length}"
+        return (f"unmask bench: {self.model} on {self.device}, {shape}, {s.prompts} held-out prompts "
                 f"per task ({tasks}), median of {s.reps} reps after {s.warmup} warm-up, "
                 f"torch threads {s.threads}, seed {s.seed}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "model": self.model, "device": self.device, "setup": asdict(self.setup),
+                "reference": self.reference,
                 "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "complete": self.complete,
                 "verdicts": self.verdicts, "aup": {str(n): a.to_dict() for n, a in self.aup.items()}}
 
@@ -222,7 +329,7 @@ class VariantRun:
                  batch: int | None = None):
         self.loaded, self.variant, self.gen_length, self.batches = loaded, variant, gen_length, batches
         self.batch = variant.batch_size or batch or setup.prompts  # prompts per decode call
-        self.config = config_for(loaded, variant, gen_length, setup)
+        self.config = variant.config(loaded, gen_length, setup)
         self.times: list[float] = []
         self.peak_mb = 0.0
         self.outputs: list = []
@@ -232,7 +339,7 @@ class VariantRun:
         outputs = []
         for b in self.batches:
             ids, size = b.ids[rows], self.batch
-            outputs.append([decode_prompts(self.loaded, ids[i : i + size], self.config)
+            outputs.append([self.variant.decode(self.loaded, ids[i : i + size], self.config)
                             for i in range(0, len(ids), size)])
         return outputs
 
@@ -277,8 +384,15 @@ class VariantRun:
             acceptance_rate=mean([out.speculative.acceptance_rate if out.speculative else None for out in outputs]),
             nfe_saved=mean([out.early_exit.nfe_saved if out.early_exit else None for out in outputs]),
             provider=outputs[0].provider, batch=self.batch, kind=self.variant.kind, lossless=self.variant.lossless,
+            computed_peak_mb=self.computed_peak() / 2**20,
         )
         return row, responses
+
+    def computed_peak(self) -> int:
+        """The peak bytes `sampler.memory.footprint` computes for one decode call of this run: its batch of rows
+        at the longest prompt of the run."""
+        longest = max(len(ids) for b in self.batches for ids in b.ids)
+        return footprint(self.loaded, longest, self.config).batch(self.batch)
 
 
 def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
@@ -286,9 +400,43 @@ def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skippe
     """The report of the rows measured so far (`complete=False` for a partial one): notes, verdicts, AUP."""
     notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
     device = str(next(loaded.model.parameters()).device)
+    rows_of = row_set(loaded.kind)
     return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=list(rows),
-                       notes=notes + summary_notes(rows), device=device, complete=complete,
-                       verdicts=verdicts(rows, setup.tolerance), aup=length_aup(rows))
+                       notes=notes + memory_notes(rows, setup) + summary_notes(rows), device=device, complete=complete,
+                       verdicts=verdicts(rows, setup.tolerance, rows_of.reference), aup=length_aup(rows),
+                       reference=rows_of.reference, shape=rows_of.shape(loaded, setup))
+
+
+def memory_notes(rows: list[BenchRow], setup: BenchSetup) -> list[str]:
+    """The largest computed peak against the budget it was admitted under, and what the two memory columns are."""
+    computed = [r for r in rows if r.computed_peak_mb is not None]
+    if not computed:
+        return []
+    top = max(computed, key=lambda r: r.computed_peak_mb)
+    budget = ("no memory budget was set" if setup.memory_budget is None else
+              f"within the memory budget of {mib(setup.memory_budget)}, checked before decoding")
+    return [f"memory admission: the largest computed peak is {top.computed_peak_mb:.1f} MiB ({top.config} at batch "
+            f"{top.batch}, gen length {top.gen_length}), {budget}; computed peak "
+            f"= sampler/memory.footprint per row x batch at the longest prompt (the decode's own tensors above the "
+            f"resident weights); peak memory = the process's resident set on CPU (weights and runtime included), "
+            f"peak allocated on CUDA"]
+
+
+class MemoryAdmissionError(ValueError):
+    """A bench row whose computed peak does not fit the memory budget; the message names the row and both figures."""
+
+
+def memory_admission(runs: list["VariantRun"], budget: int) -> None:
+    """Refuse, before anything decodes, the run whose computed peak (`VariantRun.computed_peak`) exceeds `budget`."""
+    if not runs:
+        return
+    worst = max(runs, key=lambda run: run.computed_peak())
+    peak = worst.computed_peak()
+    if peak > budget:
+        raise MemoryAdmissionError(
+            f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} ({peak} bytes) "
+            f"at its peak ({mib(peak // worst.batch)} a row, sampler/memory.footprint), above the memory budget of "
+            f"{mib(budget)} ({budget} bytes); lower --batch or --gen-lengths, or raise --memory-budget")
 
 
 def row_groups(variants: list[Variant], setup: BenchSetup) -> list[list[tuple[Variant, int]]]:
@@ -307,6 +455,38 @@ def row_groups(variants: list[Variant], setup: BenchSetup) -> list[list[tuple[Va
     return [g for g in groups if g]
 
 
+@dataclass
+class BenchModels:
+    """The diffusion model and the AR twin (None: no AR row), with each one's held-out prompts."""
+
+    loaded: Any
+    prompts: list[Prompts]
+    ar_loaded: Any = None
+    ar_prompts: list[Prompts] | None = None
+
+    def runs(self, variants: list[Variant], gen_length: int, setup: BenchSetup) -> list[list["VariantRun"]]:
+        """The runs of one generation length, one group per batch size (`row_groups`)."""
+        return [[VariantRun(self.ar_loaded, v, gen_length, self.ar_prompts, setup, batch=b) if v.kind == "ar" else
+                 VariantRun(self.loaded, v, gen_length, self.prompts, setup, batch=b) for v, b in group]
+                for group in row_groups(variants, setup)]
+
+
+def compared_rows(group: list["VariantRun"], reference: str) -> list[BenchRow]:
+    """The rows of one (length, batch) group, each with its speedup over `reference` and its same-text shares."""
+    rows, texts_of, reference_seconds = [], {}, None
+    for run in group:
+        row, texts = run.row()
+        if row.config == reference:
+            reference_seconds = row.seconds
+        if reference_seconds is not None:
+            row.speedup_vs_vanilla = reference_seconds / row.seconds
+        row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref) for name, ref in texts_of.items()}
+        row.same_text_as_vanilla = row.same_text_as.get(reference)
+        texts_of[row.config] = texts
+        rows.append(row)
+    return rows
+
+
 def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
               tick: Callable[[str], None] = lambda description: None,
               on_row: Callable[[BenchRow], None] = lambda row: None) -> BenchReport:
@@ -315,7 +495,9 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
     `on_row(row)` gets each finished row as soon as it is final: the rows of one generation length
     finish together, after that length's last repetition (speedups and same-text shares compare
     rows of one length and batch size). Repetitions are interleaved (rep 1 of every run, then rep 2,
-    ...) so that a change in machine load during the run falls on every row alike.
+    ...) so that a change in machine load during the run falls on every row alike. With
+    `setup.memory_budget`, every run at the longest generation length is admitted (`memory_admission`)
+    before anything decodes.
     """
     setup.check()
     torch.manual_seed(setup.seed)
@@ -323,18 +505,20 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
     torch.set_num_threads(setup.threads)
     rows: list[BenchRow] = []
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
+    reference = row_set(loaded.kind).reference
     several = len(setup.batches) > 1
 
     def label(run: VariantRun) -> str:
         return f"{run.variant.name} @ {run.gen_length}" + (f" batch {run.batch}" if several else "")
 
     try:
-        diffusion_batches = held_out_prompts(loaded, setup)
-        ar_batches = held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None
+        models = BenchModels(loaded, held_out_prompts(loaded, setup), ar_loaded,
+                             held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None)
+        if setup.memory_budget is not None:
+            longest = models.runs(runnable, max(setup.gen_lengths), setup)
+            memory_admission([run for group in longest for run in group], setup.memory_budget)
         for gen_length in setup.gen_lengths:
-            groups = [[VariantRun(*((ar_loaded, v, gen_length, ar_batches) if v.kind == "ar" else
-                                    (loaded, v, gen_length, diffusion_batches)), setup, batch=b) for v, b in group]
-                      for group in row_groups(runnable, setup)]
+            groups = models.runs(runnable, gen_length, setup)
             runs = [run for group in groups for run in group]
             for _ in range(setup.warmup):
                 for run in runs:
@@ -345,18 +529,7 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
                     run.timed_pass()
                     tick(f"rep {rep + 1}/{setup.reps} {label(run)}")
             for group in groups:
-                texts_of: dict[str, list[str]] = {}
-                vanilla_seconds = None
-                for run in group:
-                    row, texts = run.row()
-                    if row.config == "vanilla":
-                        vanilla_seconds = row.seconds
-                    if vanilla_seconds is not None:
-                        row.speedup_vs_vanilla = vanilla_seconds / row.seconds
-                    row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref)
-                                        for name, ref in texts_of.items()}
-                    row.same_text_as_vanilla = row.same_text_as.get("vanilla")
-                    texts_of[row.config] = texts
+                for row in compared_rows(group, reference):
                     rows.append(row)
                     on_row(row)
     finally:

@@ -34,10 +34,10 @@ def batch_groups(group: list[BenchRow]) -> dict[int, list[BenchRow]]:
     return out
 
 
-def _primary(group: list[BenchRow]) -> list[BenchRow]:
-    """The rows of the first batch size that has a vanilla row (else of the first batch size)."""
+def _primary(group: list[BenchRow], reference: str = "vanilla") -> list[BenchRow]:
+    """The rows of the first batch size that has a `reference` row (else of the first batch size)."""
     groups = batch_groups(group)
-    return next((g for g in groups.values() if any(r.config == "vanilla" for r in g)), next(iter(groups.values()), []))
+    return next((g for g in groups.values() if any(r.config == reference for r in g)), next(iter(groups.values()), []))
 
 
 def length_aup(rows: list[BenchRow]) -> dict[int, AUPResult]:
@@ -56,21 +56,22 @@ def _points(share: float) -> str:
     return f"{value:g} point" + ("" if value == 1 else "s")
 
 
-def verdicts(rows: list[BenchRow], tolerance: float = 0.01) -> list[str]:
-    """One line per generation length that has a vanilla row: the best config within `tolerance` of vanilla's
-    accuracy, its speedup and its text tokens/s ratio to the AR twin per batch size, and the length's AUP."""
+def verdicts(rows: list[BenchRow], tolerance: float = 0.01, reference: str = "vanilla") -> list[str]:
+    """One line per generation length that has a `reference` row (vanilla for masked diffusion): the best config
+    within `tolerance` of its accuracy, its speedup and its text tokens/s ratio to the AR twin per batch size, and
+    the length's AUP."""
     lines = []
     aups = length_aup(rows)
     for n, group in by_length(rows).items():
-        primary = _primary(group)
-        vanilla = next((r for r in primary if r.config == "vanilla"), None)
+        primary = _primary(group, reference)
+        vanilla = next((r for r in primary if r.config == reference), None)
         if vanilla is None:
             continue
-        within = [r for r in primary if r.kind != "ar" and r.config != "vanilla" and r.speedup_vs_vanilla
+        within = [r for r in primary if r.kind != "ar" and r.config != reference and r.speedup_vs_vanilla
                   and r.accuracy >= vanilla.accuracy - tolerance - 1e-12]
         head = f"gen {n}: "
         if not within:
-            line = head + f"no config within {_points(tolerance)} of vanilla ({100 * vanilla.accuracy:.1f}%)"
+            line = head + f"no config within {_points(tolerance)} of {reference} ({100 * vanilla.accuracy:.1f}%)"
         else:
             best = max(within, key=lambda r: r.speedup_vs_vanilla)
             speedups, ratios = [], []
@@ -83,11 +84,13 @@ def verdicts(rows: list[BenchRow], tolerance: float = 0.01) -> list[str]:
                     speedups.append(f"{mine.speedup_vs_vanilla:.1f}x at batch {b}")
                 if ar is not None and ar.text_tokens_per_s:
                     ratios.append(f"{mine.text_tokens_per_s / ar.text_tokens_per_s:.2f}x at batch {b}")
-            line = (head + f"best within {_points(tolerance)} of vanilla ({100 * vanilla.accuracy:.1f}%): {best.config} "
-                    f"({100 * best.accuracy:.1f}%), {', '.join(speedups)} vs vanilla; text tokens/s vs AR twin: "
+            line = (head + f"best within {_points(tolerance)} of {reference} ({100 * vanilla.accuracy:.1f}%): "
+                    f"{best.config} ({100 * best.accuracy:.1f}%), {', '.join(speedups)} vs {reference}; text tokens/s "
+                    f"vs AR twin: "
                     + (", ".join(ratios) or "no AR row"))
         if n in aups:
-            line += f"; AUP {aups[n].aup:.1f} over {len(aups[n].points)} configs (vanilla alone {100 * vanilla.accuracy:.1f})"
+            line += (f"; AUP {aups[n].aup:.1f} over {len(aups[n].points)} configs ({reference} alone "
+                     f"{100 * vanilla.accuracy:.1f})")
         lines.append(line)
     return lines
 

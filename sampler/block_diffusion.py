@@ -88,6 +88,9 @@ class BlockDenoiser(Protocol):
                 attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Float32 logits `(batch, canvas_length, vocab)` for `canvas`; the cache is read, not written."""
 
+    # Optional: `cache_rows(cache, rows)`, a cache of only the batch rows `rows` `(n,)` (the original untouched).
+    # With it, a denoising call computes only the rows still denoising (see `RowsToDenoise`).
+
 
 class LinearTemperatureSchedule:
     """t = t_min + (t_max - t_min) * remaining / total, in the reference's tensor arithmetic."""
@@ -120,6 +123,9 @@ class EntropyBoundAcceptance:
 class BatchDraws:
     """The reference's random draws: one generator (None: torch's global one) over the whole `(batch, ...)` tensor."""
 
+    # A finished row's stopping rule still decides when the batch's canvas ends (and so the next draws): it denoises.
+    rows_apart = False
+
     def __init__(self, generator: torch.Generator | None):
         self.generator = generator
 
@@ -138,6 +144,8 @@ class RowDraws:
     A row whose canvas (or whole answer) is finished waits for the batch without drawing, as it would
     have stopped there alone; its slots hold zeros, which the loop never reads.
     """
+
+    rows_apart = True  # a row draws nothing once finished, so nothing it computes then is ever read
 
     def __init__(self, seeds: list[int], device):
         self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
@@ -275,6 +283,37 @@ class CanvasRules:
                    EntropyBoundAcceptance(config.entropy_bound), UniformNoise(vocab_size, L), stop)
 
 
+class RowsToDenoise:
+    """Denoise only the rows whose result is read; the others get `filler` (their last logits), which nothing reads.
+
+    A row whose canvas stopped early keeps its canvas, argmax and self-conditioning (`denoise_canvas`), so its
+    new logits are never read; with row draws the same holds for a row that finished its answer. Its probabilities
+    still feed the batch's one multinomial draw with the reference's draws (the draw consumes the same random
+    numbers whatever the probabilities), so every other row's tokens are what the whole batch computes. Needs the
+    denoiser's optional `cache_rows`; the cache of a subset is made once per change of the subset."""
+
+    def __init__(self, model: BlockDenoiser, cache: Any):
+        self.model, self.cache = model, cache
+        self.select = getattr(model, "cache_rows", None)
+        self.key: tuple[int, ...] | None = None
+        self.rows_cache: Any = None
+
+    def logits(self, canvas: torch.Tensor, self_cond: torch.Tensor | None, dec_mask: torch.Tensor,
+               dec_pos: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits `(batch, L, vocab)`, computed for the rows where `rows` `(batch,)` is True."""
+        if self.select is None or self_cond is None or bool(rows.all()):
+            return self.model.denoise(canvas, self_cond, self.cache, dec_mask, dec_pos)
+        index = rows.nonzero().flatten()
+        key = tuple(index.tolist())
+        if key != self.key:
+            self.key, self.rows_cache = key, self.select(self.cache, index)
+        position = dec_pos if dec_pos.shape[0] == 1 else dec_pos[index]
+        computed = self.model.denoise(canvas[index], self_cond[index], self.rows_cache, dec_mask[index], position)
+        logits = self_cond.to(computed.dtype)  # a copy: self_cond stays as it was
+        logits[index] = computed
+        return logits
+
+
 def _report_step(on_step: StepCallback, sequences: torch.Tensor, canvas: int, nfe: int) -> None:
     """A decoder call that did not commit its canvas: nothing of `sequences` changed."""
     on_step(StepInfo(step=nfe - 1, block=canvas, block_done=False, sequences=sequences,
@@ -292,12 +331,14 @@ def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffus
     canvas = noise.sample(~row_done, draws)
     argmax, self_cond = canvas, None
     canvas_done = torch.zeros_like(row_done)
+    denoiser = RowsToDenoise(model, cache)
     if stop is not None:
         stop.reset()
     for remaining in range(config.max_denoising_steps, 0, -1):
         live = ~(canvas_done | row_done)  # rows still denoising this canvas
         forwards += live
-        logits = schedule.apply(model.denoise(canvas, self_cond, cache, dec_mask, dec_pos), remaining)
+        read = live if draws.rows_apart else ~canvas_done  # the rows whose new logits are read
+        logits = schedule.apply(denoiser.logits(canvas, self_cond, dec_mask, dec_pos, read), remaining)
         nfe += 1
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         sampled = draws.categorical(probs, live)
@@ -311,7 +352,9 @@ def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffus
                 logits = torch.where(canvas_done[:, None, None], self_cond, logits)
             canvas_done |= stop.done(new_argmax, logits)
         canvas, argmax, self_cond = new_canvas, new_argmax, logits.to(model.dtype)
-        last = bool(canvas_done.all()) or remaining == 1
+        # with row draws a finished row's canvas is padding whatever it holds: the canvas ends with the live rows'
+        settled = canvas_done | row_done if draws.rows_apart else canvas_done
+        last = bool(settled.all()) or remaining == 1
         if report is not None and not last:  # the last call is reported once the canvas is committed
             report(nfe)
         if last:

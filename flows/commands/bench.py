@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -36,7 +37,8 @@ def render(report) -> FittedTable:
         Column("tokens per forward", "right", drop=2), Column("tokens/s (padded)", "right", drop=6),
         Column("tokens/s (text)", "right", drop=5), Column("speedup", "right"),
         Column("peak memory (MB)", "right", drop=7), Column("draft acceptance", "right", drop=1),
-        Column("same text as vanilla", "right")], title_justify="left")
+        Column("computed peak (MB)", "right", drop=8), Column(f"same text as {report.reference}", "right")],
+        title_justify="left")
     for r in report.rows:
         same = None if r.same_text_as_vanilla is None else percent(r.same_text_as_vanilla)
         table.add_row(
@@ -46,7 +48,8 @@ def render(report) -> FittedTable:
             significant(r.nfe), significant(r.sequential_calls), significant(r.tokens_per_forward),
             significant(r.tokens_per_s), significant(r.text_tokens_per_s),
             NONE if r.speedup_vs_vanilla is None else f"{significant(r.speedup_vs_vanilla)}x",
-            significant(r.peak_mem_mb), percent(r.acceptance_rate), same or NONE,
+            significant(r.peak_mem_mb), percent(r.acceptance_rate),
+            NONE if r.computed_peak_mb is None else significant(r.computed_peak_mb), same or NONE,
         )
     return table
 
@@ -65,7 +68,7 @@ def _clock(start: float) -> str:
 
 
 @contextmanager
-def progress_reporter(total: int, rows: int = 0):
+def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"):
     """(`tick(label)` per pass, `row_done(row)` per finished row): rich's bar on a terminal; piped, one flushed
     line on stderr per pass and one per finished row (a bar that redraws in place shows nothing in a log, and
     a long run would look hung)."""
@@ -85,7 +88,7 @@ def progress_reporter(total: int, rows: int = 0):
     def row_done(row) -> None:
         nonlocal finished
         finished += 1
-        speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x vanilla"
+        speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x {reference}"
         print(f"bench row {finished}/{rows} [{_clock(start)}] {row.config} @ {row.gen_length} batch {row.batch}: "
               f"accuracy {percent(row.accuracy)}, {speedup}, {significant(row.text_tokens_per_s)} text tokens/s, "
               f"{significant(row.tokens_per_forward)} tokens per forward", file=sys.stderr, flush=True)
@@ -115,14 +118,23 @@ def bench_command(
                                    'finished row ("complete": false until the end).'),
     plot: Path = typer.Option(None, "--plot", help="Also draw accuracy vs text tokens/s per config, the AR twin as a "
                               "star, one panel per generation length, as a PNG here."),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a row's decode may use, e.g. 8GiB: a "
+                                      "row whose computed peak (sampler/memory.footprint, its batch at the longest "
+                                      "gen length) exceeds it is refused before anything decodes (default: the "
+                                      "device's free memory once the models are loaded)."),
 ) -> None:
-    """Measure vanilla, parallel, cached, speculative, early-exit, ONNX Runtime and AR decoding side by side."""
-    from evals.bench import bench_report, planned_rows, row_groups, run_bench
+    """Measure a diffusion model's decoding settings and the AR twin side by side: for masked diffusion (LLaDA)
+    vanilla, parallel, cached, speculative, early-exit and ONNX Runtime rows; for block diffusion (DiffusionGemma)
+    denoising steps, entropy bound and early stop against the most exact setting."""
+    from evals.bench import MemoryAdmissionError, bench_report, planned_rows, row_groups, row_set, run_bench
+    from sampler.memory import available_bytes
 
+    budget = _memory_budget(memory_budget)
     variants, setup, threads_from, loaded = _prepared(model, gen_lengths, batch, tolerance, block_length, prompts,
                                                       reps, warmup, threads, seed, configs, device, plot)
     console.print(f"torch threads: {setup.threads} ({threads_from})", highlight=False)
     ar_loaded = _ar_reference(ar_model, variants, device)
+    setup = replace(setup, memory_budget=budget if budget is not None else available_bytes(device))  # weights resident
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     runs = sum(len(group) for group in row_groups(runnable, setup))
     passes = len(setup.gen_lengths) * runs * (setup.warmup + setup.reps)
@@ -139,8 +151,11 @@ def bench_command(
         return keep
 
     try:
-        with progress_reporter(passes, total_rows) as (tick, row_done):
+        with progress_reporter(passes, total_rows, row_set(loaded.kind).reference) as (tick, row_done):
             report = run_bench(loaded, setup, variants, ar_loaded=ar_loaded, tick=tick, on_row=keeper(row_done))
+    except MemoryAdmissionError as e:  # raised before the first pass: nothing decoded, nothing written
+        print_error(console, f"--memory-budget: {e}")
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         if rows:
             console.print(render(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False)))
@@ -155,25 +170,39 @@ def _prepared(model: str, gen_lengths: str, batch: str | None, tolerance: float,
               reps: int, warmup: int, threads: int | None, seed: int, configs: str, device: str, plot: Path | None):
     """The rows asked for, the checked setup, where its thread count came from and the loaded model; exit 2 with
     the reason when any of them is wrong."""
-    from evals.bench import BenchSetup, variants_named
+    from evals.bench import BenchSetup, row_set
     from models import CheckpointError, load
     from sampler.decode import check_fits
 
     try:
-        variants = variants_named([c.strip() for c in configs.split(",") if c.strip()] or None)
         threads, threads_from = options.threads_rule(threads)
         setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
                            reps=reps, warmup=warmup, threads=threads, seed=seed,
                            batch_sizes=_ints(batch, "--batch") if batch else (), tolerance=tolerance / 100)
-        setup.check()
         if plot is not None and plot.suffix.lower() != ".png":
             raise ValueError(f"--plot {plot}: the plot is written as PNG; give a path ending in .png")
         loaded = load(model, device=device)
+        rows = row_set(loaded.kind)  # the rows of this model's kind, and how it cuts a canvas
+        variants = rows.named([c.strip() for c in configs.split(",") if c.strip()] or None)
+        setup = rows.fitted(loaded, setup)
+        setup.check()
         check_fits(loaded, 0, max(setup.gen_lengths))  # refused now, not after the shorter lengths ran
     except (CheckpointError, ValueError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
     return variants, setup, threads_from, loaded
+
+
+def _memory_budget(memory_budget: str | None) -> int | None:
+    """`--memory-budget` in bytes, parsed as `unmask serve` parses it (None: not given); exit 2 naming the flag when
+    it is not a size, before any model loads."""
+    from sampler.memory import parse_bytes
+
+    try:
+        return parse_bytes(memory_budget) if memory_budget is not None else None
+    except ValueError as e:
+        print_error(console, f"--memory-budget: {e}")
+        raise typer.Exit(2) from None
 
 
 def _ar_reference(ar_model: str, variants: list, device: str):

@@ -8,6 +8,7 @@ random draws, lives in sampler/block_diffusion.py.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,14 @@ class DiffusionGemmaAdapter(ModelHandle):
             position_ids=position_ids, mm_token_type_ids=None,
         )
         return encoder(input_ids=ids, attention_mask=masks, cache=cache, position_ids=position_ids).cache
+
+    def cache_rows(self, cache, rows: torch.Tensor):
+        """A cache of only the batch rows `rows` `(n,)` of `cache`, for a denoising call on them; `cache` is untouched
+        (its layers are copied, their keys and values indexed, never written)."""
+        subset = copy.copy(cache)
+        subset.layers = [copy.copy(layer) for layer in cache.layers]
+        subset.batch_select_indices(rows)
+        return subset
 
     def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor) -> torch.Tensor:
