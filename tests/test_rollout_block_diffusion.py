@@ -1,4 +1,5 @@
-"""A live canary rollout of the bundled DiffusionGemma candidate (tiny-dgemma) against the AR fallback (tiny-ar).
+"""The bundled DiffusionGemma candidate (tiny-dgemma) served live: a canary rollout against the AR fallback
+(tiny-ar), a shadow copy, and the serving contract on its trained weights.
 
 The steps of docs/rollout.md, on the real parts: a real MLflow SQLite registry (tiny-ar the fallback, tiny-dgemma at
 staging with production's sign-offs and two approvals from two OS accounts), uvicorn serving `auto` through the
@@ -9,6 +10,7 @@ its steps on tiny-dgemma's answers and promotes it to production, and the canary
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -90,3 +92,77 @@ def test_a_canary_of_tiny_dgemma_against_tiny_ar_walks_its_steps_and_promotes(st
     canary = [r for r in evaluate_gates(load_evidence(reg, MODEL, v), load_policy(stack["policy"]), "production")
               if r.gate == "canary"]
     assert canary[0].passed and canary[0].evidence["rollout"] == state.id
+
+
+def test_a_shadow_of_tiny_dgemma_is_recorded_and_compared_but_never_answers(stack, tmp_path):
+    """A route answered by the fallback that copies every request to tiny-dgemma (`shadow: share 100`): the
+    client gets tiny-ar's text, and the request log holds tiny-dgemma's copy with whether it agreed."""
+    import openai
+    import yaml
+
+    from serving.request_log import read_rows
+
+    routes = tmp_path / "shadow.yaml"
+    header = {"name": "X-Route", "value": "mirror"}
+    routes.write_text(yaml.safe_dump({
+        "routes": {"mirror": {"match": {"header": header}, "arm": "fallback", "shadow": {"arm": "candidate", "share": 100}},
+                   "direct": {"match": {"header": header | {"value": "direct"}}, "arm": "candidate"}},
+        "default": {"arm": "fallback"}}, sort_keys=False))
+    log_dir = tmp_path / "requests"
+    settings = replace(settings_for(stack["reg"].tracking_uri, names=("candidate", "fallback"), log_dir=log_dir),
+                       routes_path=routes)
+    prompt = "A box has 10 cups. Tom adds 14. How many in the box?"
+    with running_server(settings) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        mirrored = client.completions.create(model="auto", prompt=prompt, max_tokens=32,
+                                             extra_headers={"X-Route": "mirror"})
+        direct = client.completions.create(model="auto", prompt=prompt, max_tokens=32,
+                                           extra_headers={"X-Route": "direct"})
+        fallback = client.completions.create(model="fallback", prompt=prompt, max_tokens=32)
+        deadline = time.monotonic() + 30
+        while not [r for r in read_rows(log_dir) if r["shadow"]] and time.monotonic() < deadline:
+            time.sleep(0.3)  # the writer flushes every 2 s
+        rows = read_rows(log_dir)
+    assert mirrored.model_extra["unmask"]["arm"] == "fallback" and mirrored.choices[0].text == fallback.choices[0].text
+    assert direct.model_extra["unmask"]["arm"] == "candidate"  # tiny-dgemma's own answer, for the comparison
+    [shadow] = [r for r in rows if r["shadow"]]
+    assert (shadow["route"], shadow["arm"], shadow["status"]) == ("mirror", "candidate", 200)
+    assert shadow["agrees"] is (direct.choices[0].text == fallback.choices[0].text)
+
+
+def test_the_bundled_tiny_dgemma_answers_16_at_once_as_alone_and_streams_its_plain_answer(stack):
+    """The serving contract of block diffusion (tests/test_serving_block_diffusion.py, on a random fixture there)
+    on the trained weights: 16 concurrent answers byte-identical to the solo ones, seed by seed, and the
+    concatenated stream equal to the plain answer."""
+    import asyncio
+
+    import openai
+
+    from evals.tasks import TASKS, make_split
+
+    base = stack["server"].base_url + "/v1"
+    prompts = [item.prompt for item in make_split(TASKS["arith"], "test", 16)]
+    seeds = [i % 4 for i in range(16)]
+    client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
+    solo = []
+    for prompt, seed in zip(prompts, seeds):
+        r = client.completions.create(model="staging", prompt=prompt, seed=seed, max_tokens=32)
+        assert r.model_extra["unmask"]["batch_size"] == 1
+        solo.append(r.choices[0].text)
+
+    async def together() -> list[tuple[str, int]]:
+        async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120) as many:
+            async def one(prompt: str, seed: int):
+                r = await many.completions.create(model="staging", prompt=prompt, seed=seed, max_tokens=32)
+                return r.choices[0].text, r.model_extra["unmask"]["batch_size"]
+            return list(await asyncio.gather(*(one(p, s) for p, s in zip(prompts, seeds))))
+
+    answers = asyncio.run(together())
+    assert max(size for _, size in answers) >= 4  # it did batch, or this would prove nothing
+    assert [text for text, _ in answers] == solo
+    assert len(set(solo)) > 8 and sum("####" in text for text in solo) >= 12  # real, different answers
+    for prompt in prompts[:2]:
+        plain = client.completions.create(model="staging", prompt=prompt, seed=3, max_tokens=64).choices[0]
+        chunks = list(client.completions.create(model="staging", prompt=prompt, seed=3, max_tokens=64, stream=True))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == plain.text
+        assert chunks[-1].choices[0].finish_reason == plain.finish_reason
