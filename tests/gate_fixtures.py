@@ -70,6 +70,15 @@ def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = N
     return CandidateEvidence(**values)
 
 
+def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvidence:
+    """Evidence of a block-diffusion candidate `name` at its recorded BlockDiffusionConfig `config`: a diffusion
+    candidate's arith record and evidence, renamed, with its own weights digest and no serving records."""
+    rec = replace(record("tiny-llada", "arith"), candidate=name, kind="block-diffusion", config=config,
+                  weights_sha256=weights_sha256)
+    return replace(evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[]), candidate=name,
+                   kind="block-diffusion")
+
+
 def serving_record(candidate: str = "tiny-llada", concurrency: int = 16, **overrides) -> ServingRecord:
     """What `unmask loadtest` logs for one level: tiny-llada at 16 in flight p95 0.9 s, 1.2x the fallback's tokens/s."""
     ar = candidate == "tiny-ar"

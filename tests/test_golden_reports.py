@@ -19,6 +19,7 @@ from gates.evaluate import evaluate_gates, gate_report_markdown, stage_verdict
 from gates.policy import parse_policy
 from registry import judge
 from registry.approvals import sign_off
+from registry.identity import os_account
 from registry.tracking import load_gate_report
 from tests.gate_fixtures import (ALL_MANUAL, evidence, fast_llada, fresh_registry, record, register_pair,
                                  serving_record, signoffs)
@@ -83,8 +84,10 @@ _TIMES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?")
 
 
 def _normalised(value):
-    """MLflow run ids, request ids and clock times vary from run to run; everything else must not."""
+    """MLflow run ids, request ids, clock times and the OS account that runs the test vary from run to run and
+    machine to machine; everything else must not."""
     text = json.dumps(value, sort_keys=True, default=str).replace(str(_REPO), "<repo>")  # the checkout's folder
+    text = text.replace(f'"account": {json.dumps(os_account())}', '"account": "<account>"')
     return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", text)))
 
 

@@ -190,13 +190,6 @@ def test_two_hosts_appending_through_the_server_keep_one_audit_chain(server, mon
     assert "unmask-lock.audit-chain" not in locks  # released
 
 
-def test_a_stopped_server_is_unreachable(server):
-    url, proc = server
-    _stop(proc)
-    with pytest.raises(RegistryUnavailable, match="unreachable"):
-        Registry(url)
-
-
 def test_a_server_without_authentication_yields_no_mlflow_identity(server, monkeypatch):
     """MLFLOW_TRACKING_USERNAME against a server that checks nothing is a typed name: the identity stays the OS
     account, and an approval or a move records `os-user` / `named-by-caller`, never `mlflow-basic-auth`."""
@@ -217,3 +210,10 @@ def test_a_server_without_authentication_yields_no_mlflow_identity(server, monke
     assert (approval.by, approval.identity) == (os_account(), OS_USER)
     recorded = read.audit_events(event="approval", registry=reg).iloc[-1]["evidence"]["actor"]
     assert recorded["identity"] == OS_USER and recorded["by"] == os_account()
+
+
+def test_a_stopped_server_is_unreachable(server):  # last: it stops the module's server
+    url, proc = server
+    _stop(proc)
+    with pytest.raises(RegistryUnavailable, match="unreachable"):
+        Registry(url)

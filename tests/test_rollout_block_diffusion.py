@@ -9,13 +9,12 @@ its steps on tiny-dgemma's answers and promotes it to production, and the canary
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 
 import pytest
 
-from gate_fixtures import evidence, fresh_registry, record
+from gate_fixtures import block_evidence, evidence, fresh_registry, record
 from serving_fixtures import OPERATING, digest, running_server, settings_for
 from test_rollout import OK, STEPS_OK, Load, write_policy, write_routes
 
@@ -35,19 +34,14 @@ def stack(tmp_path_factory, prefect_harness):
 
     root = tmp_path_factory.mktemp("rollout-dgemma")
     home = root / "home"
-    saved = {k: os.environ.get(k) for k in ("UNMASK_HOME", "MLFLOW_TRACKING_URI")}
-    os.environ["UNMASK_HOME"] = str(home)
+    env = pytest.MonkeyPatch()  # the module's state folder and registry, restored after its last test
+    env.setenv("UNMASK_HOME", str(home))
     reg = fresh_registry(root)
-    os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
+    env.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     sha = digest("tiny-ar")
     rec = record("tiny-ar", "arith", config=OPERATING["tiny-ar"], weights_sha256=sha)
     register_evidence(reg, evidence("tiny-ar", [rec], weights_sha256=sha, serving=[]))
-    sha = digest(MODEL)
-    rec = replace(record("tiny-llada", "arith"), candidate=MODEL, kind="block-diffusion", config=BLOCK_OPERATING,
-                  weights_sha256=sha)
-    # gate_fixtures' evidence is shaped on a diffusion candidate's; renamed to this one, with its own weights digest
-    version, _ = register_evidence(reg, replace(evidence("tiny-llada", [rec], weights_sha256=sha, serving=[]),
-                                                candidate=MODEL, kind="block-diffusion"))
+    version, _ = register_evidence(reg, block_evidence(MODEL, BLOCK_OPERATING, digest(MODEL)))
     _move(reg, "staging", None, (MODEL, version), "fixture", "staging passed", {"kind": "promotion"})
     for item in load_checklist("production").manual_items():
         sign_off(reg, MODEL, version, "production", item, "ada", f"{item} checked for production")
@@ -58,11 +52,7 @@ def stack(tmp_path_factory, prefect_harness):
     with running_server(settings) as server:
         yield {"reg": reg, "version": version, "root": root, "server": server,
                "policy": write_policy(root / "policy.yaml")}
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    env.undo()
 
 
 def test_a_canary_of_tiny_dgemma_against_tiny_ar_walks_its_steps_and_promotes(stack, monkeypatch):

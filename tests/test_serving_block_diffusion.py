@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 import httpx
 import openai
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 
 from eval_fixtures import write_diffusion_gemma
-from gate_fixtures import evidence, fresh_registry, record
+from gate_fixtures import block_evidence, fresh_registry
 from serving_fixtures import PROMPTS, openai_client, running_server, settings_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -38,11 +37,7 @@ def server(tmp_path_factory):
     folder = write_diffusion_gemma(root / MODEL)
     sha = weights_sha256(folder)
     reg = fresh_registry(root)
-    rec = replace(record("tiny-llada", "arith"), candidate=MODEL, kind="block-diffusion", config=OPERATING,
-                  weights_sha256=sha)
-    # gate_fixtures' evidence knows the bundled names only; the record and the evidence are renamed to this model
-    version, _ = register_evidence(reg, replace(evidence("tiny-llada", [rec], weights_sha256=sha, serving=[]),
-                                                candidate=MODEL, kind="block-diffusion"))
+    version, _ = register_evidence(reg, block_evidence(MODEL, OPERATING, sha))
     _move(reg, "production", None, (MODEL, version), "serving-test", "block diffusion serving", {"kind": "promotion"})
     log_dir = root / "request-log"
     settings = settings_for(reg.tracking_uri, names=["production"], log_dir=log_dir, sources={MODEL: str(folder)},
