@@ -20,6 +20,7 @@ from evals.quality import evaluate_items, metric_means
 from evals.tasks import TASKS, make_split
 from evals.tasks.mixture import describe_mixture
 from models import load
+from models.adapters import folder_layout
 from models.checkpoint import resolve_device
 from models.pull import sha256_of
 from sampler import SamplerConfig
@@ -276,7 +277,7 @@ def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], par
 
 
 def _block(config: dict) -> bool:
-    return config.get("model_type") == "diffusion_gemma"
+    return folder_layout(config) == "diffusion-gemma"
 
 
 def _kind(config: dict) -> str:
@@ -286,8 +287,8 @@ def _kind(config: dict) -> str:
 DECODING = {
     "autoregressive": "greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens",
     "masked-diffusion": "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking",
-    "block-diffusion": "DiffusionGemma's block decoding (sampler/block_diffusion.py): one canvas of 32 positions after "
-                       "another, at most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
+    "block-diffusion": "DiffusionGemma's block decoding (sampler/block_diffusion.py): one canvas after another, at "
+                       "most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
                        "linear temperature schedule 0.8 -> 0.4, a canvas stops once stable and confident, seed 0",
 }
 OBJECTIVE = {

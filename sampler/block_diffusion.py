@@ -309,7 +309,7 @@ class RowsToDenoise:
             self.key, self.rows_cache = key, self.select(self.cache, index)
         position = dec_pos if dec_pos.shape[0] == 1 else dec_pos[index]
         computed = self.model.denoise(canvas[index], self_cond[index], self.rows_cache, dec_mask[index], position)
-        logits = self_cond.to(computed.dtype)  # a copy: self_cond stays as it was
+        logits = self_cond.to(computed.dtype, copy=True)  # a copy: self_cond stays as it was (`.to` alone may alias it)
         logits[index] = computed
         return logits
 

@@ -63,6 +63,14 @@ def test_the_estimate_is_seeded_and_prefers_the_right_answer():
     assert right.total > wrong.total
 
 
+def recorded_decode(h, context: list[int], config, top: int):
+    """One decode of `context` with its commit-step log-probabilities recorded: (output, per generated position
+    (logprob, top alternatives))."""
+    recorder = CommitLogprobs(top=top)
+    out = decode_prompts(h, [context], config, on_step=recorder)
+    return out, recorder.generated(len(context))[0]
+
+
 def test_autoregressive_likelihood_is_exact_and_matches_its_own_decoding():
     """The AR's log-likelihood is the sum of next-token log softmax; its decode's commit-step logprobs are the same
     numbers (KV-cached decoding and one full forward agree)."""
@@ -70,10 +78,8 @@ def test_autoregressive_likelihood_is_exact_and_matches_its_own_decoding():
     context = h.encode(PROMPT)
     config, _ = operating_config(h, None)
     config = config.with_(gen_length=12, block_length=12, steps=12)
-    recorder = CommitLogprobs(top=3)
-    out = decode_prompts(h, [context], config, on_step=recorder)
+    out, scored = recorded_decode(h, context, config, top=3)
     generated = out.generated[0].tolist()
-    scored = recorder.generated(len(context))[0]
     exact = causal_likelihood(h, context, generated)
     assert exact.exact and exact.stderr == 0.0 and likelihood(h, context, generated, samples=1).total == exact.total
     for value, (commit_value, top) in zip(exact.tokens, scored):
@@ -89,11 +95,9 @@ def test_masked_diffusion_commit_logprobs_are_the_committed_tokens_probabilities
     context = h.encode(PROMPT)
     config, _ = operating_config(h, None)
     config = config.with_(gen_length=32, block_length=32, steps=16)
-    recorder = CommitLogprobs(top=2)
-    out = decode_prompts(h, [context], config, on_step=recorder)
+    out, scored = recorded_decode(h, context, config, top=2)
     plain = decode_prompts(h, [context], config)
     assert torch.equal(out.sequences, plain.sequences)  # recording changes no token
-    scored = recorder.generated(len(context))[0]
     assert len(scored) == 32 and all(v is not None and v <= 0 for v, _ in scored)
     for value, top in scored:  # temperature 0, low confidence: each committed token was its step's argmax
         assert len(top) == 2 and max(top.values()) == pytest.approx(value, abs=1e-12)
