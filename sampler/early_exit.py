@@ -19,8 +19,9 @@ if TYPE_CHECKING:  # the config names these rules; the rules only read its field
 
 
 class EarlyExit(Protocol):
-    def apply(self, x: torch.Tensor, prompt_length: int) -> torch.Tensor:
-        """`x` `(batch, seq)` with the rows whose text is decided padded with EOS."""
+    def apply(self, x: torch.Tensor, prompt_length: int | torch.Tensor) -> torch.Tensor:
+        """`x` `(batch, seq)` with the rows whose text is decided padded with EOS; the generation starts at
+        `prompt_length` (one per row `(batch,)` where rows started at different positions)."""
         ...
 
     def all_decided(self, x: torch.Tensor) -> bool:
@@ -54,11 +55,14 @@ class EosDecidedExit:
     def __init__(self, config: SamplerConfig):
         self.mask_id, self.eos_id = config.mask_id, config.eos_id
 
-    def decided(self, x: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    def decided(self, x: torch.Tensor, prompt_length: int | torch.Tensor) -> torch.Tensor:
         """Boolean `(batch,)`: rows whose text before the first EOS is final."""
         no_mask_so_far = (x == self.mask_id).long().cumsum(dim=-1) == 0  # (B, T)
         eos = x == self.eos_id
-        eos[:, :prompt_length] = False
+        if isinstance(prompt_length, int):
+            eos[:, :prompt_length] = False
+        else:  # each row's own generation start
+            eos &= torch.arange(x.shape[1], device=x.device)[None, :] >= prompt_length[:, None]
         return (eos & no_mask_so_far).any(dim=-1)
 
     def apply(self, x, prompt_length):

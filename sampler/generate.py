@@ -84,8 +84,11 @@ class BlockDecoder:
     """
 
     def __init__(self, config: SamplerConfig, prompt_length: int, generator, exit_rule: EarlyExit,
-                 on_step: StepCallback | None = None):
+                 on_step: StepCallback | None = None, text_start: torch.Tensor | None = None):
         self.config, self.P, self.generator = config, prompt_length, generator
+        # where each row's generation starts, for the early-exit rule: `(batch,)` when rows began at
+        # different blocks (sampler/continuous.py), else the prompt length
+        self.text_start = prompt_length if text_start is None else text_start
         self.policy = remasking_policy(config.remasking)
         self.rule: CommitRule = commit_rule(config)
         self.exit_rule = exit_rule
@@ -146,7 +149,7 @@ class BlockDecoder:
         x = x.clone()
         x[commit] = x0[commit]
         x = self.end_rule.apply(x, seen, window.lo, (start, end), self.P)
-        x = self.exit_rule.apply(x, self.P)
+        x = self.exit_rule.apply(x, self.text_start)
         step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):
             return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)

@@ -11,6 +11,12 @@ alone; a request whose key is None (sampled decoding) always decodes alone.
 While a batch decodes, the sampler's `on_step` reports each step: the worker notes when each row's
 first block was final, hands a streamed request its row's newly final tokens (`Job.on_tokens`, on
 the event loop), and stops the decode once every request of the batch is gone (hung up, timed out).
+
+A deterministic masked-diffusion request instead joins a running batch (`sampler.continuous`): the
+worker decodes one block at a time over the rows running, and between two blocks a finished row
+(its last block, early exit, EOS padding decided) is answered and leaves while queued requests of the
+same key join, oldest first, as long as the oldest queued request is one of them (a request of another
+key waits for the running rows to finish, never longer). Each row still decodes as it would alone.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from typing import Callable
 import torch
 
 from sampler.config import SamplerConfig
-from sampler.decode import decode_prompts
+from sampler.continuous import Row, decode_block, joins_running_batch
+from sampler.decode import decode_prompts, padding_id
 from sampler.handle import Handle
 from sampler.likelihood import CommitLogprobs
 from sampler.output import FinalPrefix, StepCallback, StepInfo
@@ -59,6 +66,8 @@ class Job:
     first_block: float | None = None  # monotonic time its first block (AR: token) was final
     logprobs: int | None = None  # wants each generated token's log-probability and this many alternatives
     peak: int = 0  # bytes its row needs at the decode's peak (sampler/memory.py), at its own prompt length
+    started: float | None = None  # monotonic time its first block (a running batch) began
+    sent: int = 0  # generated ids handed to `on_tokens` so far (a running batch)
 
 
 @dataclass(frozen=True)
@@ -119,11 +128,22 @@ def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: 
                          on_final)
 
     def on_step(info: StepInfo) -> None:
-        if all(job.future.done() for job in group):  # every request hung up or timed out: stop computing for nobody
-            raise Abandoned(f"all {len(group)} requests of the batch are gone")
+        stop_when_gone(group)
         prefix(info)
 
     return on_step
+
+
+def stop_when_gone(group: list["Job"]) -> None:
+    """Raise Abandoned once every request of `group` hung up or timed out: stop computing for nobody."""
+    if all(job.future.done() for job in group):
+        raise Abandoned(f"all {len(group)} requests of the batch are gone")
+
+
+def decode_running(handle: Handle, config: SamplerConfig, rows: list[Row], group: list["Job"]) -> int:
+    """One block of every running row (`sampler.continuous.decode_block`) in inference mode; its NFE."""
+    with torch.inference_mode():
+        return decode_block(handle.model, rows, config, padding_id(handle), on_step=lambda info: stop_when_gone(group))
 
 
 def _deliver(deliveries: list[tuple[Callable[[list[int]], None], list[int]]]) -> None:
@@ -219,6 +239,9 @@ class Batcher:
             first = self._pending[0]
             if first.key is not None:
                 await self._gather(first)
+            if self._joins(first):
+                await self._decode_blocks(first.key)
+                continue
             group = self._take()
             if not group:
                 continue
@@ -253,6 +276,73 @@ class Batcher:
                 self._running = 0
                 self._depth_changed()
 
+    def _joins(self, job: Job) -> bool:
+        """Whether `job` decodes in a running batch, block by block (else in a static batch, or alone)."""
+        return (job.key is not None and job.logprobs is None and self.handle.masked_diffusion
+                and joins_running_batch(job.config))
+
+    async def _decode_blocks(self, key: str) -> None:
+        """Run batches of `key` block by block until no row is left: rows leave when done, queued ones join."""
+        loop, running = asyncio.get_running_loop(), []  # (job, row)
+        try:
+            while True:
+                running = [(job, row) for job, row in running if not job.future.done()]  # hung up: leave
+                running += [(job, Row(job.prompt_ids)) for job in self._join(key, [job for job, _ in running])]
+                if not running:
+                    return
+                self._running = len(running)
+                jobs, rows = [job for job, _ in running], [row for _, row in running]
+                started = time.monotonic()
+                for job in jobs:
+                    job.started = job.started or started
+                try:
+                    await loop.run_in_executor(self._executor, decode_running, self.handle, jobs[0].config, rows, jobs)
+                except Abandoned as e:
+                    log.info("stopped a batch early: %s", e)
+                    continue
+                except Exception as e:  # the model failed on this block: each of its requests hears why
+                    for job in jobs:
+                        if not job.future.done():
+                            job.future.set_exception(e)
+                    running = []
+                    continue
+                self._on_batch(len(rows))
+                for job, row in running:
+                    self._hand_over(job, row)
+                running = [(job, row) for job, row in running if not row.done]
+        finally:
+            self._running = 0
+            self._depth_changed()
+
+    def _join(self, key: str, running: list[Job]) -> list[Job]:
+        """Queued requests that join the running rows now: the oldest first, while the oldest is of `key`."""
+        joined: list[Job] = []
+        while self._pending and len(running) + len(joined) < self.max_batch:
+            head = self._pending[0]
+            if head.future.done():
+                self._pending.popleft()
+            elif head.key == key and self._joins(head) and self._within_budget(running + joined, head):
+                joined.append(self._pending.popleft())
+            else:
+                break
+        self._depth_changed()
+        return joined
+
+    def _hand_over(self, job: Job, row: Row) -> None:
+        """After a block: the request's newly final ids to its stream, and its answer once its row is done."""
+        now = time.monotonic()
+        if job.future.done():
+            return
+        if job.first_block is None:
+            job.first_block = now
+        final = row.final_length(job.config)
+        if job.on_tokens is not None and final > job.sent:
+            job.on_tokens(row.tokens[job.sent : final])
+            job.sent = final
+        if row.done:
+            job.future.set_result(Decoded(list(row.tokens), row.nfe, round(sum(row.batches) / len(row.batches)),
+                                          job.started - job.arrived, now - job.started, job.first_block - job.arrived))
+
     async def _gather(self, first: Job) -> None:
         """Wait until `max_batch` requests share `first`'s key, or its window closes."""
         deadline = first.arrived + self.window_s
@@ -284,7 +374,7 @@ class Batcher:
 
     def _within_budget(self, group: list[Job], job: Job) -> bool:
         """Whether `job` may join `group`: rows are left-padded to the longest prompt, so each costs the largest peak."""
-        if self.memory_budget is None:
+        if self.memory_budget is None or not group:
             return True
         return (len(group) + 1) * max(job.peak, *(j.peak for j in group)) <= self.memory_budget
 

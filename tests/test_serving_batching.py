@@ -62,6 +62,20 @@ def test_answers_at_16_concurrent_are_byte_identical_to_the_same_prompts_sent_so
     assert sum(text.count("####") for text, _ in solo) >= 16  # real answers, not empty strings
 
 
+def test_rows_that_join_a_running_batch_at_different_blocks_answer_as_they_do_solo():
+    prompts = arith_prompts(24)
+    options = [{"extra_body": {"unmask": {"block_length": 8}}}] * len(prompts)  # four blocks of 8 per answer
+    settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=8,
+                            batch_window_s=0.0)
+    with running_server(settings) as server:
+        solo = asyncio.run(complete_all(server, "production", prompts, concurrency=1, options=options))
+        # a closed loop of 8: each answer frees a slot that the next prompt takes at the next block boundary
+        together = asyncio.run(complete_all(server, "production", prompts, concurrency=8, options=options))
+    assert max(size for _, size in together) > 1
+    differing = [(p, a, b) for p, (a, _), (b, _) in zip(prompts, solo, together) if a != b]
+    assert not differing, differing[:3]
+
+
 @pytest.mark.parametrize("alias", ["production", "fallback"])
 def test_seeded_sampled_answers_batch_with_a_generator_per_row_and_equal_the_solo_answers(alias):
     prompts = arith_prompts(16)
@@ -198,7 +212,9 @@ def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded
         after = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[1]},
                            timeout=60)
         assert after.status_code == 200
-        assert batches(server) == 4  # the three ahead and the last; the abandoned one was never decoded
+        # one row at a time, each of its blocks a batch of its own (a running batch re-forms at every block):
+        # the three ahead decode 128 tokens in blocks of 32, the last one a block; the abandoned one never ran
+        assert batches(server) == 3 * (128 // 32) + 1
         assert server.pool.routes["production"].loaded.batcher.load == 0
 
 

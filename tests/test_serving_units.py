@@ -121,6 +121,35 @@ def test_the_batcher_groups_same_key_requests_and_decodes_each_row_as_if_alone(l
     assert [r.generated for r in results[:3]] == [r.generated for r in solo]
 
 
+def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_alone(llada):
+    config = BASE.with_(gen_length=32, block_length=8, steps=16)  # four blocks
+    texts = ("A box has 9 coins. Zoe takes 3. How many remain?", "Tom has 4 pens.", "12", "Sam buys 7 apples.")
+    prompts = [llada.encode(p) for p in texts]
+    sizes: list[int] = []
+
+    async def run():
+        batcher = Batcher(llada, max_batch=8, window_s=0.0, max_pending=8, on_batch=sizes.append)
+        late: list[asyncio.Future] = []
+        streamed: list[int] = []
+
+        def first_block_final(tokens: list[int]) -> None:  # the first request's first block is done: two arrive
+            streamed.extend(tokens)
+            if not late:
+                late.extend(batcher.submit(p, config, "k") for p in prompts[1:3])
+
+        first = await batcher.submit(prompts[0], config, "k", on_tokens=first_block_final)
+        joined = await asyncio.gather(*late)
+        solo = [await batcher.submit(p, config, "k") for p in prompts[:3]]
+        await batcher.drain()
+        return first, joined, solo, streamed
+
+    first, joined, solo, streamed = asyncio.run(run())
+    assert sizes[:2] == [1, 3]  # block 1 of the first request decoded beside block 0 of the two that arrived
+    assert [r.generated for r in (first, *joined)] == [r.generated for r in solo]
+    assert streamed == first.generated  # streamed block by block, nothing lost or repeated
+    assert first.batch_size > 1 and all(r.queue_s < first.decode_s for r in joined)  # they did not wait for it
+
+
 def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
     config = BASE.with_(gen_length=16, block_length=16, steps=2)
 

@@ -1,0 +1,89 @@
+"""Block-granular continuous batching (sampler/continuous.py): rows that join a running batch at different
+blocks, and leave it when done, decode exactly what `generate` gives each prompt alone.
+
+Real parts: the bundled tiny-llada's trained weights, held-out arith prompts of several lengths.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import models
+from evals.tasks import get_task, make_split
+from sampler.config import COMMIT_RULES, SamplerConfig
+from sampler.continuous import Row, decode_block, joins_running_batch
+from sampler.decode import padding_id
+from sampler.generate import generate
+
+ARRIVALS = [0, 0, 1, 2, 2, 3, 5]  # the block boundary at which each prompt joins
+
+
+@pytest.fixture(scope="module")
+def llada():
+    return models.load("tiny-llada")
+
+
+@pytest.fixture(scope="module")
+def prompts(llada):
+    rows = [llada.encode(item.prompt) for item in make_split(get_task("arith"), "test", len(ARRIVALS), seed=0)]
+    assert len(set(map(len, rows))) > 1  # rows need padding on the left as well as on the right
+    return rows
+
+
+def run_continuously(llada, prompts: list[list[int]], config: SamplerConfig) -> list[Row]:
+    """Rows join at their ARRIVALS boundary, decode a block per call, and leave when done."""
+    rows, running, boundary = [Row(p) for p in prompts], [], 0
+    while not all(row.done for row in rows):
+        running = [row for row in running if not row.done]
+        running += [row for row, at in zip(rows, ARRIVALS) if at == boundary]
+        if running:
+            decode_block(llada.model, running, config, padding_id(llada))
+        boundary += 1
+    return rows
+
+
+CONFIGS = [
+    {"gen_length": 32, "block_length": 8, "steps": 16},
+    {"gen_length": 32, "block_length": 8, "steps": 32, "parallel": "threshold", "cache": "dual",
+     "early_exit": "eos_decided"},
+    {"gen_length": 64, "block_length": 8, "steps": 32, "parallel": "threshold", "cache": "prefix",
+     "future_window": 16, "early_exit": "eos_decided"},
+    {"gen_length": 64, "block_length": 16, "steps": 64, "cache": "dual", "eot_predict": "eos_run",
+     "early_exit": "eos_decided"},
+    {"gen_length": 48, "block_length": 16, "steps": 24, "remasking": "low_confidence", "cache": "dual",
+     "cache_refresh": 2, "future_window": 8},
+] + [{"gen_length": 32, "block_length": 8, "steps": 32, "parallel": rule} for rule in COMMIT_RULES if rule != "none"]
+
+
+@pytest.mark.parametrize("settings", CONFIGS, ids=lambda s: "/".join(f"{k}={v}" for k, v in s.items()))
+def test_rows_joining_at_different_blocks_decode_what_they_decode_alone(llada, prompts, settings):
+    config = SamplerConfig(**settings, **llada.sampler_ids())
+    with torch.inference_mode():
+        alone = [generate(llada.model, torch.tensor([p]), config).sequences[0, len(p) :].tolist() for p in prompts]
+        rows = run_continuously(llada, prompts, config)
+    assert [row.tokens for row in rows] == alone
+    assert max(max(row.batches) for row in rows) >= 3  # they did share blocks, or this proves nothing
+    if config.early_exit != "none":
+        assert any(row.block < config.num_blocks for row in rows)  # some left early, the others kept going
+
+
+def test_a_row_streams_only_what_no_later_block_can_change(llada, prompts):
+    config = SamplerConfig(gen_length=32, block_length=8, steps=16, **llada.sampler_ids())
+    row = Row(prompts[0])
+    with torch.inference_mode():
+        decode_block(llada.model, [row], config, padding_id(llada))
+    assert not row.done and row.final_length(config) == 8 == len(row.tokens)
+    with pytest.raises(ValueError, match="finished row"):
+        while True:
+            decode_block(llada.model, [row], config, padding_id(llada))
+    assert row.done and row.final_length(config) == 32
+
+
+@pytest.mark.parametrize("change", [{"temperature": 0.7}, {"remasking": "random"}, {"speculative_draft": 4},
+                                    {"cfg_scale": 1.0}, {"backend": "onnxruntime"}])
+def test_configs_whose_rows_depend_on_the_batch_do_not_join_a_running_batch(llada, prompts, change):
+    config = SamplerConfig(gen_length=32, block_length=8, steps=16, **llada.sampler_ids()).with_(**change)
+    assert not joins_running_batch(config)
+    with pytest.raises(ValueError, match="cannot decode in a running batch"):
+        decode_block(llada.model, [Row(prompts[0])], config, padding_id(llada))
