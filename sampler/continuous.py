@@ -5,7 +5,8 @@ for all of it. Here every block is its own short decode over the rows running no
 lays each row's canvas (its prompt, its finished blocks, its current block of masks and its
 remaining masks) so that the current blocks of all rows share the columns `[s, s + L)`, runs that
 block exactly as `generate` would run it for the row alone, and hands each row its block. Between
-two calls rows whose decode is over leave and new rows join, each at its own block 0.
+two calls rows whose decode is over leave and new rows join, each at its own block 0. Rows may ask for
+different lengths (`Row.gen_length`): what they must share is the block and its steps (`running_key`).
 
 Why a row decodes as it would alone: a block's decode already starts with a full forward (every
 cache policy refreshes at a block start), so re-forming the batch costs no extra forward and no
@@ -34,6 +35,12 @@ from sampler.generate import BlockDecoder, CallCounter, make_generator
 from sampler.output import StepCallback
 
 
+def running_key(config: SamplerConfig) -> str:
+    """Rows whose configs have equal keys may share a running batch: all but the length (and the steps that
+    scale with it) equal, so every row decodes a block with the same rules in the same number of steps."""
+    return config.with_(gen_length=config.block_length, steps=config.steps_per_block).hash()
+
+
 def joins_running_batch(config: SamplerConfig) -> bool:
     """Whether a row under `config` decodes block by block in a running batch, exactly as alone."""
     return (config.temperature == 0 and config.remasking != "random" and not config.speculative_draft
@@ -45,6 +52,7 @@ class Row:
     """One prompt's place in a running batch: what is final so far and which block it decodes next."""
 
     prompt: list[int]
+    gen_length: int  # the positions it generates, a multiple of the block length
     tokens: list[int] = field(default_factory=list)  # generated ids of its finished blocks (and decided padding)
     block: int = 0
     done: bool = False
@@ -59,7 +67,7 @@ class Row:
         self.block += 1
         self.nfe += nfe
         self.batches.append(rows)
-        if self.block == config.num_blocks:
+        if self.block == self.gen_length // L:
             self.done = True
         elif config.mask_id not in after:  # early exit or EOS prediction decided the rest as padding
             self.tokens += after
@@ -82,7 +90,7 @@ def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int, device) ->
     """
     L, mask_id = config.block_length, config.mask_id
     prefixes = [row.prompt + row.tokens for row in rows]
-    rests = [config.gen_length - (row.block + 1) * L for row in rows]
+    rests = [row.gen_length - (row.block + 1) * L for row in rows]
     s = max(map(len, prefixes))
     x = torch.full((len(rows), s + L + max(rests)), mask_id, dtype=torch.long)
     keys = torch.zeros_like(x)
@@ -98,6 +106,7 @@ def decode_block(model, rows: list[Row], config: SamplerConfig, pad_id: int,
                  on_step: StepCallback | None = None) -> int:
     """Decode each row's current block in one batch and advance the rows; the NFE it took.
 
+    `config`: the rules every row decodes under (its length aside: each row's own `gen_length`).
     `on_step` hears every step (sequences are this block's canvas; its block index is 0).
     """
     if not joins_running_batch(config):
@@ -105,6 +114,8 @@ def decode_block(model, rows: list[Row], config: SamplerConfig, pad_id: int,
                          "guided or not torch)")
     if any(row.done for row in rows):
         raise ValueError("a finished row cannot decode another block")
+    if any(row.gen_length % config.block_length or row.gen_length < 1 for row in rows):
+        raise ValueError(f"every row's gen_length must be a positive multiple of block_length={config.block_length}")
     device = next(model.parameters()).device
     x, keys, s, rests = block_canvas(rows, config, pad_id, device)
     L = config.block_length

@@ -16,7 +16,8 @@ A deterministic masked-diffusion request instead joins a running batch (`sampler
 worker decodes one block at a time over the rows running, and between two blocks a finished row
 (its last block, early exit, EOS padding decided) is answered and leaves while queued requests of the
 same key join, oldest first, as long as the oldest queued request is one of them (a request of another
-key waits for the running rows to finish, never longer). Each row still decodes as it would alone.
+key waits for the running rows to finish, never longer). Requests that differ only in their length
+(`max_tokens`) share a running batch. Each row still decodes as it would alone.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Callable
 import torch
 
 from sampler.config import SamplerConfig
-from sampler.continuous import Row, decode_block, joins_running_batch
+from sampler.continuous import Row, decode_block, joins_running_batch, running_key
 from sampler.decode import decode_prompts, padding_id
 from sampler.handle import Handle
 from sampler.likelihood import CommitLogprobs
@@ -161,12 +162,13 @@ class Batcher:
 
     def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
                  on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
-                 name: str = "model", memory_budget: int | None = None):
+                 name: str = "model", memory_budget: int | None = None, continuous: bool = True):
         if max_batch < 1 or max_pending < 1 or window_s < 0:
             raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
                              f"window_s={window_s} >= 0")
         self.handle, self.max_batch, self.window_s, self.max_pending = handle, max_batch, window_s, max_pending
         self.memory_budget = memory_budget  # a batch's rows x its largest row's peak stay within it; None: no cap
+        self.continuous = continuous  # False: every batch static, start to finish (the comparison's baseline)
         self._on_batch = on_batch or (lambda size: None)
         self._on_depth = on_depth or (lambda depth: None)
         # torch releases the GIL in its kernels; one thread per version keeps its batches in order
@@ -240,7 +242,7 @@ class Batcher:
             if first.key is not None:
                 await self._gather(first)
             if self._joins(first):
-                await self._decode_blocks(first.key)
+                await self._decode_blocks(running_key(first.config))
                 continue
             group = self._take()
             if not group:
@@ -278,16 +280,18 @@ class Batcher:
 
     def _joins(self, job: Job) -> bool:
         """Whether `job` decodes in a running batch, block by block (else in a static batch, or alone)."""
-        return (job.key is not None and job.logprobs is None and self.handle.masked_diffusion
+        return (self.continuous and job.key is not None and job.logprobs is None and self.handle.masked_diffusion
                 and joins_running_batch(job.config))
 
     async def _decode_blocks(self, key: str) -> None:
-        """Run batches of `key` block by block until no row is left: rows leave when done, queued ones join."""
+        """Run batches of `key` (`sampler.continuous.running_key`: lengths may differ) block by block until no
+        row is left: rows leave when done, queued ones join."""
         loop, running = asyncio.get_running_loop(), []  # (job, row)
         try:
             while True:
                 running = [(job, row) for job, row in running if not job.future.done()]  # hung up: leave
-                running += [(job, Row(job.prompt_ids)) for job in self._join(key, [job for job, _ in running])]
+                running += [(job, Row(job.prompt_ids, job.config.gen_length))
+                            for job in self._join(key, [job for job, _ in running])]
                 if not running:
                     return
                 self._running = len(running)
@@ -321,7 +325,7 @@ class Batcher:
             head = self._pending[0]
             if head.future.done():
                 self._pending.popleft()
-            elif head.key == key and self._joins(head) and self._within_budget(running + joined, head):
+            elif self._joins(head) and running_key(head.config) == key and self._within_budget(running + joined, head):
                 joined.append(self._pending.popleft())
             else:
                 break

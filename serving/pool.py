@@ -96,6 +96,7 @@ class PoolSettings:
     max_batch: int = 16
     batch_window_s: float = 0.01
     max_pending: int = 64
+    continuous: bool = True  # deterministic masked-diffusion rows join a running batch at block boundaries
     memory_budget: int | None = None  # bytes a batch's decode may use at its peak; None: what the device has free
 
 
@@ -192,7 +193,8 @@ class ModelPool:
 
         budget = s.memory_budget or available_bytes(s.device)  # measured once the weights are resident
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
-                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget)
+                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget,
+                          continuous=s.continuous)
         loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded

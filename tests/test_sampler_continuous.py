@@ -12,7 +12,7 @@ import torch
 import models
 from evals.tasks import get_task, make_split
 from sampler.config import COMMIT_RULES, SamplerConfig
-from sampler.continuous import Row, decode_block, joins_running_batch
+from sampler.continuous import Row, decode_block, joins_running_batch, running_key
 from sampler.decode import padding_id
 from sampler.generate import generate
 
@@ -31,9 +31,9 @@ def prompts(llada):
     return rows
 
 
-def run_continuously(llada, prompts: list[list[int]], config: SamplerConfig) -> list[Row]:
-    """Rows join at their ARRIVALS boundary, decode a block per call, and leave when done."""
-    rows, running, boundary = [Row(p) for p in prompts], [], 0
+def run_continuously(llada, prompts: list[list[int]], config: SamplerConfig, lengths: list[int]) -> list[Row]:
+    """Rows (of `lengths`) join at their ARRIVALS boundary, decode a block per call, and leave when done."""
+    rows, running, boundary = [Row(p, n) for p, n in zip(prompts, lengths)], [], 0
     while not all(row.done for row in rows):
         running = [row for row in running if not row.done]
         running += [row for row, at in zip(rows, ARRIVALS) if at == boundary]
@@ -61,16 +61,28 @@ def test_rows_joining_at_different_blocks_decode_what_they_decode_alone(llada, p
     config = SamplerConfig(**settings, **llada.sampler_ids())
     with torch.inference_mode():
         alone = [generate(llada.model, torch.tensor([p]), config).sequences[0, len(p) :].tolist() for p in prompts]
-        rows = run_continuously(llada, prompts, config)
+        rows = run_continuously(llada, prompts, config, [config.gen_length] * len(prompts))
     assert [row.tokens for row in rows] == alone
     assert max(max(row.batches) for row in rows) >= 3  # they did share blocks, or this proves nothing
     if config.early_exit != "none":
         assert any(row.block < config.num_blocks for row in rows)  # some left early, the others kept going
 
 
+def test_rows_of_different_lengths_share_a_running_batch_and_decode_what_they_decode_alone(llada, prompts):
+    config = SamplerConfig(gen_length=32, block_length=8, steps=32, parallel="threshold", cache="dual",
+                           future_window=8, **llada.sampler_ids())
+    lengths = [8, 40, 16, 32, 24, 8, 48]  # max_tokens of seven requests, in whole blocks
+    own = [config.with_(gen_length=n, steps=n) for n in lengths]
+    assert len({running_key(c) for c in own}) == 1 and len({c.hash() for c in own}) == len(set(lengths))
+    with torch.inference_mode():
+        alone = [generate(llada.model, torch.tensor([p]), c).sequences[0, len(p) :].tolist() for p, c in zip(prompts, own)]
+        rows = run_continuously(llada, prompts, config, lengths)
+    assert [row.tokens for row in rows] == alone and [len(row.tokens) for row in rows] == lengths
+
+
 def test_a_row_streams_only_what_no_later_block_can_change(llada, prompts):
     config = SamplerConfig(gen_length=32, block_length=8, steps=16, **llada.sampler_ids())
-    row = Row(prompts[0])
+    row = Row(prompts[0], config.gen_length)
     with torch.inference_mode():
         decode_block(llada.model, [row], config, padding_id(llada))
     assert not row.done and row.final_length(config) == 8 == len(row.tokens)
@@ -86,4 +98,4 @@ def test_configs_whose_rows_depend_on_the_batch_do_not_join_a_running_batch(llad
     config = SamplerConfig(gen_length=32, block_length=8, steps=16, **llada.sampler_ids()).with_(**change)
     assert not joins_running_batch(config)
     with pytest.raises(ValueError, match="cannot decode in a running batch"):
-        decode_block(llada.model, [Row(prompts[0])], config, padding_id(llada))
+        decode_block(llada.model, [Row(prompts[0], 32)], config, padding_id(llada))

@@ -64,7 +64,8 @@ def test_answers_at_16_concurrent_are_byte_identical_to_the_same_prompts_sent_so
 
 def test_rows_that_join_a_running_batch_at_different_blocks_answer_as_they_do_solo():
     prompts = arith_prompts(24)
-    options = [{"extra_body": {"unmask": {"block_length": 8}}}] * len(prompts)  # four blocks of 8 per answer
+    # blocks of 8, and one to four of them per answer: lengths differ, and rows join at every block
+    options = [{"max_tokens": 8 * (1 + i % 4), "extra_body": {"unmask": {"block_length": 8}}} for i in range(len(prompts))]
     settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=8,
                             batch_window_s=0.0)
     with running_server(settings) as server:

@@ -123,6 +123,7 @@ def test_the_batcher_groups_same_key_requests_and_decodes_each_row_as_if_alone(l
 
 def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_alone(llada):
     config = BASE.with_(gen_length=32, block_length=8, steps=16)  # four blocks
+    later = [config.with_(gen_length=16, steps=8), config.with_(gen_length=48, steps=24)]  # other lengths join too
     texts = ("A box has 9 coins. Zoe takes 3. How many remain?", "Tom has 4 pens.", "12", "Sam buys 7 apples.")
     prompts = [llada.encode(p) for p in texts]
     sizes: list[int] = []
@@ -135,11 +136,11 @@ def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_
         def first_block_final(tokens: list[int]) -> None:  # the first request's first block is done: two arrive
             streamed.extend(tokens)
             if not late:
-                late.extend(batcher.submit(p, config, "k") for p in prompts[1:3])
+                late.extend(batcher.submit(p, c, c.hash()) for p, c in zip(prompts[1:3], later))
 
         first = await batcher.submit(prompts[0], config, "k", on_tokens=first_block_final)
         joined = await asyncio.gather(*late)
-        solo = [await batcher.submit(p, config, "k") for p in prompts[:3]]
+        solo = [await batcher.submit(p, c, c.hash()) for p, c in zip(prompts, [config, *later])]
         await batcher.drain()
         return first, joined, solo, streamed
 

@@ -41,6 +41,7 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
                  max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
+                 continuous: bool = True,
                  timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[str]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
 
@@ -60,7 +61,8 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
     app = create_app(ServeSettings(
         pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, sources=dict(sources or {}), device=device,
                           dtype=dtype,
-                          max_batch=max_batch, batch_window_s=batch_window_s, max_pending=max_pending),
+                          max_batch=max_batch, batch_window_s=batch_window_s, max_pending=max_pending,
+                          continuous=continuous),
         limits=Limits(max_tokens=max_tokens), request_timeout_s=timeout_s))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

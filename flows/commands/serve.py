@@ -47,6 +47,8 @@ def serve_command(
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
     max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
+    continuous: bool = typer.Option(True, "--continuous/--static-batches", help="Deterministic diffusion requests "
+                                    "join a running batch at its next block (else each batch runs start to finish)."),
     memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a batch may use, e.g. 8GiB "
                                       "(default: the device's free memory once the models are loaded)."),
     timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
@@ -83,7 +85,7 @@ def serve_command(
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
                         poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
-                        max_pending=max_pending, memory_budget=budget)
+                        max_pending=max_pending, memory_budget=budget, continuous=continuous)
     settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
                              request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
                              request_log_dir=state / "serving" / "requests" if request_log else None,
