@@ -19,6 +19,11 @@ and the norms, models.random_weights.matmul_parameters: 7.50e9 of LLaDA-8B's 8.0
 value products (4 x layers x d_model x keys per position: about 2% more at 512) are left out, so MFU is
 a slight under-estimate. MFU = 2 x P x positions per pass / (median seconds per pass x peak), the peak
 the device's dense bf16 tensor rate (H100/H200 989 TFLOPS; --peak-tflops for another device).
+
+ONNX Runtime: a smaller random model (ORT_SHAPE, float32: its single-file export stays under protobuf's
+2 GB) decodes the dual+parallel+exit row under torch and under `backend: onnxruntime`, whose session asks
+for CUDAExecutionProvider first; the row names the provider that actually ran (onnxruntime falls back to
+the CPU silently when onnxruntime-gpu or its CUDA libraries are missing: the summary says so).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# LLaDA-8B's head width at a tenth of its depth and width: about 170M parameters, 0.7 GB in float32
+ORT_SHAPE = {"d_model": 1024, "n_heads": 8, "n_layers": 8, "mlp_hidden_size": 2816, "vocab_size": 32000,
+             "rope_theta": 500000.0, "max_sequence_length": 4096}
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "L4": 121.0, "A10": 125.0}
 
 
@@ -44,6 +52,31 @@ def gpu_variants():
             Variant("dual-cache, 4 per step", {"cache": "dual"}, tokens_per_step=4),
             Variant("dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided"}),
             Variant("AR twin", kind="ar")]
+
+
+def onnx_variants():
+    from evals.bench import DUAL_PARALLEL, Variant
+
+    fast = DUAL_PARALLEL | {"early_exit": "eos_decided"}
+    return [Variant("torch, dual+parallel+exit", fast), Variant("onnxruntime, dual+parallel+exit", fast | {"backend": "onnxruntime"})]
+
+
+def onnx_section(smoke: bool, device: str, gen_length: int, reps: int) -> dict:
+    """The ONNX Runtime rows (torch beside it, same random model) and the provider that ran."""
+    from evals.bench import BenchSetup, run_bench
+    from models.random_weights import SMOKE, random_handle
+
+    handle = random_handle(SMOKE if smoke else ORT_SHAPE, device, "float32", name="ort-random")
+    setup = BenchSetup(gen_lengths=(gen_length,), block_length=min(32, gen_length), prompts=1, reps=reps, warmup=1,
+                       tasks=("arith",), batch_sizes=(1,))
+    report = run_bench(handle, setup, onnx_variants())
+    rows = [{"config": r.config, "gen_length": r.gen_length, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
+             "provider": r.provider} for r in report.rows]
+    ran = next((r["provider"] for r in rows if r["provider"]), None)
+    return {"shape": "smoke" if smoke else "ORT_SHAPE", "rows": rows, "provider": ran,
+            "cuda_provider_ran": ran == "CUDAExecutionProvider",
+            "note": None if ran == "CUDAExecutionProvider" or device == "cpu" else
+            f"onnxruntime ran on {ran}: install onnxruntime-gpu (make setup ONNX_FLAVOUR=gpu) for the CUDA provider"}
 
 
 class PositionCounter:
@@ -87,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense peak (default: by name)")
+    parser.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime rows")
     parser.add_argument("--out", type=Path, default=None, help="folder for gpu-bench.json (default $OUT, else temp)")
     args = parser.parse_args(argv)
     import torch
@@ -137,7 +171,13 @@ def main(argv: list[str] | None = None) -> dict:
         mfu = "-" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
         console.print(f"{row['config']:<24} {row['gen_length']:>4} {row['batch']:>5} {row['tokens_per_s']:>10.1f} "
                       f"{row['positions_per_pass']:>15.0f} {row['achieved_tflops']:>9.3g} {mfu:>7}", highlight=False)
-    summary = {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device, "dtype": dtype,
+    onnx = None if args.no_onnx else onnx_section(args.smoke, device, min(lengths), args.reps)
+    for row in onnx["rows"] if onnx else ():
+        console.print(f"{row['config']:<34} {row['gen_length']:>4} {row['tokens_per_s']:>10.1f} tokens/s "
+                      f"on {row['provider'] or device}", highlight=False)
+    if onnx and onnx["note"]:
+        console.print(f"note: {onnx['note']}", highlight=False)
+    summary = {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device, "dtype": dtype, "onnx": onnx,
                "device_name": torch.cuda.get_device_name(device) if device == "cuda" else "cpu",
                "peak_tflops": peak, "matmul_parameters": flops_per_position // 2, "build_s": round(built, 1),
                "total_s": round(time.perf_counter() - started, 1), "rows": rows, "bench": report.to_dict(),

@@ -35,6 +35,10 @@ def test_gpu_sh_smoke_runs_every_row_and_estimates_mfu_from_the_positions_it_cou
         flops = 2 * summary["matmul_parameters"] * r["positions_per_pass"] / r["seconds"]
         assert r["achieved_tflops"] == pytest.approx(flops / 1e12) and r["mfu"] == pytest.approx(flops / 0.5e12)
     assert "verdict gen 16: " in done.stdout and "MFU" in done.stdout
+    onnx = summary["onnx"]  # the ONNX Runtime rows beside torch's, and the provider that ran (the CPU's here)
+    assert [r["config"] for r in onnx["rows"]] == ["torch, dual+parallel+exit", "onnxruntime, dual+parallel+exit"]
+    assert onnx["provider"] == "CPUExecutionProvider" and not onnx["cuda_provider_ran"]
+    assert all(r["tokens_per_s"] > 0 for r in onnx["rows"])
 
 
 def test_matmul_parameters_of_a_shape_counts_what_each_position_is_multiplied_by():

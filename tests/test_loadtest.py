@@ -211,8 +211,10 @@ def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     summary = module.main(["--smoke", "--requests", "4", "--out", str(tmp_path)])
-    assert set(summary["tokens_per_s"]) == {"1", "16"} and all(v > 0 for v in summary["tokens_per_s"].values())
-    assert summary["errors"] == {"1": 0.0, "16": 0.0} and summary["same_answer_share_16"] == 1.0
+    assert set(summary["modes"]) == {"static", "continuous"} and summary["continuous_vs_static_16"] > 0
+    for mode in summary["modes"].values():
+        assert set(mode["tokens_per_s"]) == {"1", "16"} and all(v > 0 for v in mode["tokens_per_s"].values())
+        assert mode["errors"] == {"1": 0.0, "16": 0.0} and mode["same_answer_share_16"] == 1.0
     assert json.loads((tmp_path / "gpu-loadtest.json").read_text())["shape"] == "smoke"
 
 

@@ -1,4 +1,5 @@
-"""On a lent GPU: `unmask serve` over a random-weight model of LLaDA-8B's shape in bf16, tokens/s at 1 and 16 in flight.
+"""On a lent GPU: `unmask serve` over a random-weight model of LLaDA-8B's shape in bf16, tokens/s at 1 and 16 in flight,
+with static batches and with rows joining a running batch at every block.
 
     python3 docs/experiments/serving-batching/gpu.py              # on the GPU host: about 16 GB of weights
     .venv/bin/python docs/experiments/serving-batching/gpu.py --smoke   # the same path on the CPU, a tiny shape
@@ -9,7 +10,9 @@ to nothing; the throughput is counted in tokens from `usage.completion_tokens`).
 checkpoint (safetensors shards), registers it in a scratch SQLite registry (real `register_evidence`,
 its real weights digest), serves it with `unmask loadtest`'s own local server (`unmask serve`'s app
 on a free loopback port, dynamic batching up to 16) and loads it with `evals.loadtest` at
-concurrency 1 and 16. The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
+concurrency 1 and 16, twice: with static batches (`--static-batches`: a batch runs start to finish) and
+with continuous batching (the default: a request joins the running batch at its next block; GEN has
+four blocks). The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 NAME = "llada-8b-random"
-GEN = {"gen_length": 32, "block_length": 32, "steps": 32}  # the policy's operating point length: it decodes there
+# the policy's operating point length, in four blocks so that a request can join a running batch mid-answer
+GEN = {"gen_length": 32, "block_length": 8, "steps": 32}
+MODES = {"static": False, "continuous": True}  # PoolSettings.continuous
 
 
 def build(folder: Path, shape: dict, device: str, dtype: str) -> Path:
@@ -86,28 +91,36 @@ def main(argv: list[str] | None = None) -> dict:
         from evals.evaluate import load_task
 
         prompts = [item.prompt for item in load_task("arith", "test", requests).items]
-        with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
-                          max_tokens=GEN["gen_length"]) as url:
-            spec = LoadSpec(base_url=url, models=(NAME,), concurrency=(1, 16), requests=requests,
-                            max_tokens=GEN["gen_length"], timeout_s=600)
-            result = run_load(spec, prompts)
-        records = serving_records(result, environment_fingerprint(device, dtype, shape="smoke" if args.smoke else "LLaDA-8B"))
-        console = table_console(200)
-        console.print(results_table(result, records))
-        for note in result.notes:
-            console.print(f"note: {note}", highlight=False, markup=False)
-        solo, sixteen = records[0], records[-1]
-        ratio = sixteen.tokens_per_s / solo.tokens_per_s if solo.tokens_per_s and sixteen.tokens_per_s else None
-        summary = {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device, "dtype": dtype,
-                   "build_s": round(built, 1), "register_s": round(registered, 1),
-                   "tokens_per_s": {str(r.concurrency): r.tokens_per_s for r in records},
-                   "ratio_16_vs_1": ratio, "same_answer_share_16": sixteen.same_answer_share,
-                   "errors": {str(r.concurrency): r.error_rate for r in records},
-                   "records": [r.to_dict() for r in records], "notes": result.notes}
+        fingerprint = environment_fingerprint(device, dtype, shape="smoke" if args.smoke else "LLaDA-8B")
+        console, summary = table_console(200), {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device,
+                                                "dtype": dtype, "build_s": round(built, 1),
+                                                "register_s": round(registered, 1), "modes": {}}
+        for mode, continuous in MODES.items():
+            with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
+                              max_tokens=GEN["gen_length"], continuous=continuous) as url:
+                spec = LoadSpec(base_url=url, models=(NAME,), concurrency=(1, 16), requests=requests,
+                                max_tokens=GEN["gen_length"], timeout_s=600)
+                result = run_load(spec, prompts)
+            records = serving_records(result, fingerprint)
+            console.print(f"{mode} batching", highlight=False)
+            console.print(results_table(result, records))
+            for note in result.notes:
+                console.print(f"note: {note}", highlight=False, markup=False)
+            solo, sixteen = records[0], records[-1]
+            ratio = sixteen.tokens_per_s / solo.tokens_per_s if solo.tokens_per_s and sixteen.tokens_per_s else None
+            summary["modes"][mode] = {"tokens_per_s": {str(r.concurrency): r.tokens_per_s for r in records},
+                                      "ratio_16_vs_1": ratio, "same_answer_share_16": sixteen.same_answer_share,
+                                      "errors": {str(r.concurrency): r.error_rate for r in records},
+                                      "records": [r.to_dict() for r in records], "notes": result.notes}
+        static, running = (summary["modes"][m]["tokens_per_s"]["16"] for m in MODES)
+        summary["continuous_vs_static_16"] = running / static if static and running else None
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpu-loadtest.json").write_text(json.dumps(summary, indent=2))
-        print(f"tokens/s at 1: {solo.tokens_per_s}, at 16: {sixteen.tokens_per_s} (x{ratio}); "
-              f"same answers at 16: {sixteen.same_answer_share}; build {built:.0f} s; written {out / 'gpu-loadtest.json'}")
+        for mode, row in summary["modes"].items():
+            print(f"{mode}: tokens/s at 1: {row['tokens_per_s']['1']}, at 16: {row['tokens_per_s']['16']} "
+                  f"(x{row['ratio_16_vs_1']}); same answers at 16: {row['same_answer_share_16']}")
+        print(f"continuous / static at 16: {summary['continuous_vs_static_16']}; build {built:.0f} s; "
+              f"written {out / 'gpu-loadtest.json'}")
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)
