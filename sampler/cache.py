@@ -96,14 +96,15 @@ class ModelCall:
         mask = mask if reps == 1 or mask is None else mask.repeat(reps, 1)
         return self._run(x, 0, mask, **({"use_cache": True} if use_cache else {}))
 
-    def window(self, x: torch.Tensor, lo: int, key_order: torch.Tensor, past: KV) -> torch.Tensor:
-        """Logits of positions `[lo, lo + W)` given cached keys/values `past` of the positions `key_order`.
+    def window(self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV) -> torch.Tensor:
+        """Logits of positions `[lo, lo + W)` given cached keys/values `past`, of which `past_mask` `(batch, S)`
+        says which to attend to.
 
         x `(n * batch, W)`; past per layer `(n * batch [* 2 with CFG], kv_heads, S, head_dim)`.
         """
         reps = x.shape[0] // self.prompt_index.shape[0]
         hi = lo + x.shape[1]
-        keys = torch.cat([self.key_mask[:, key_order], self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)
+        keys = torch.cat([past_mask, self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)
         positions = self.position_ids[:, lo:hi].repeat(reps, 1)
         return self._run(x, lo, keys, position_ids=positions, past_key_values=past)[0]
 
@@ -146,7 +147,7 @@ class BlockCache:
         self.horizon = canvas_horizon(config, prompt_length)
         self.block: int | None = None  # the block whose cache is held
         self.past: KV | None = None
-        self.key_order: torch.Tensor | None = None
+        self.past_mask: torch.Tensor | None = None  # (B, S): the cached keys a window attends to
 
     def refresh_due(self, state) -> bool:
         k = self.config.cache_refresh
@@ -167,16 +168,18 @@ class BlockCache:
         past = self.past if n == 1 else [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in self.past]
         if n > 1 and self.config.cfg_scale > 0:  # cache rows are [cond B, uncond B]; repeat each half
             past = [(_repeat_halves(k, n), _repeat_halves(v, n)) for k, v in self.past]
-        logits = self.call.window(x, start, self.key_order, past)
+        logits = self.call.window(x, start, self.past_mask, past)
         return [Window(part, start) for part in torch.chunk(logits, n, dim=0)]
 
     def _refresh(self, state) -> Window:
         T = self.horizon.end(state.block)
         logits, kv = self.call.full(state.x[:, :T], use_cache=True)
         start, end, hi = self.region(state.block)
-        keep = torch.cat([torch.arange(0, start), torch.arange(hi, T)]).to(state.x.device)
-        self.past = [(k[:, :, keep], v[:, :, keep]) for k, v in kv]  # (B, nkv, S, hs)
-        self.key_order, self.block = keep, state.block
+        # every position's keys/values stay cached, the recomputed window's masked out: no copy of the cache
+        self.past = kv  # (B, nkv, T, hs)
+        self.past_mask = self.call.key_mask[:, :T].clone()
+        self.past_mask[:, start:hi] = 0
+        self.block = state.block
         return Window(logits, 0)
 
 
