@@ -364,16 +364,21 @@ class Batcher:
         return sum(1 for j in self._pending if j.key == key and not j.future.done())
 
     def _take(self) -> list[Job]:
-        """The oldest live job, and with it (same key, oldest first) up to `max_batch` in all."""
-        group: list[Job] = []
-        kept: deque[Job] = deque()
-        for job in self._pending:
-            if job.future.done():
-                continue
-            fits = not group or (group[0].key is not None and job.key == group[0].key and len(group) < self.max_batch
-                                 and self._within_budget(group, job))
-            (group if fits else kept).append(job)
-        self._pending = kept
+        """The oldest live job, and with it up to `max_batch` in all of the same key: when more are queued than
+        fit, those whose prompts are closest to its length (left padding to the longest is computed too),
+        the older of two as close. Every job left is then older than any that arrives: none waits forever."""
+        live = [job for job in self._pending if not job.future.done()]
+        if not live:
+            self._pending = deque()
+            return []
+        first, group = live[0], [live[0]]
+        if first.key is not None:
+            same = [job for job in live[1:] if job.key == first.key]
+            for job in sorted(same, key=lambda j: abs(len(j.prompt_ids) - len(first.prompt_ids))):  # stable: age breaks ties
+                if len(group) < self.max_batch and self._within_budget(group, job):
+                    group.append(job)
+        taken = {id(job) for job in group}
+        self._pending = deque(job for job in live if id(job) not in taken)
         return group
 
     def _within_budget(self, group: list[Job], job: Job) -> bool:

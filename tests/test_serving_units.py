@@ -151,6 +151,22 @@ def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_
     assert first.batch_size > 1 and all(r.queue_s < first.decode_s for r in joined)  # they did not wait for it
 
 
+def test_a_static_batch_takes_the_prompts_closest_in_length_to_the_oldest_and_the_rest_go_next(llada):
+    config = BASE.with_(gen_length=16, block_length=16, steps=4)
+    short, long = llada.encode("Tom has 4 pens."), llada.encode("A box has 9 coins. Zoe takes 3. How many remain? " * 3)
+
+    async def run():
+        batcher = Batcher(llada, max_batch=2, window_s=0.2, max_pending=8, continuous=False)
+        futures = [batcher.submit(p, config, "k") for p in (short, long, short[:-1])]
+        results = await asyncio.gather(*futures)
+        await batcher.drain()
+        return results
+
+    first, longest, close = asyncio.run(run())
+    assert (first.batch_size, close.batch_size, longest.batch_size) == (2, 2, 1)  # no row padded to the long prompt
+    assert longest.queue_s > first.queue_s  # it went next, not last
+
+
 def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
     config = BASE.with_(gen_length=16, block_length=16, steps=2)
 
