@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         prompts = [item.prompt for item in load_task("arith", "test", requests).items]
         with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
-                          max_tokens=GEN["gen_length"]) as url:
-            spec = LoadSpec(base_url=url, models=(NAME,), concurrency=(1, 16), requests=requests,
+                          max_tokens=GEN["gen_length"]) as server:
+            spec = LoadSpec(base_url=server.url, models=(NAME,), concurrency=(1, 16), requests=requests,
                             max_tokens=GEN["gen_length"], timeout_s=600)
             result = run_load(spec, prompts)
         records = serving_records(result, environment_fingerprint(device, dtype, shape="smoke" if args.smoke else "LLaDA-8B"))
