@@ -118,6 +118,11 @@ def quality_latency(uri: str, policy: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_curves(uri: str) -> pd.DataFrame:
+    return views.load_curves(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def candidate_view(uri: str, model: str, version: str) -> dict[str, Any]:
     return views.candidate_view(_registry(uri), model, version)
 

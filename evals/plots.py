@@ -1,10 +1,11 @@
-"""Quality-vs-latency plots: one panel per candidate, its Pareto front, the AR fallback as reference."""
+"""Quality-vs-latency plots (one panel per candidate, its Pareto front, the AR fallback as reference), the
+bench's accuracy-vs-throughput plot, and the load test's throughput-vs-latency curve."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evals.records import EvalRecord
+from evals.records import EvalRecord, ServingRecord
 
 # Settings worth showing in a point's label, when they differ from the vanilla sampler.
 LABEL_KEYS = {"steps": "s", "block_length": "b", "parallel": "", "parallel_threshold": "t", "parallel_factor": "f",
@@ -140,6 +141,37 @@ def plot_bench(report, path: str | Path) -> Path:
     import textwrap
 
     fig.suptitle(textwrap.fill(report.title, 110), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_load_curve(records: list[ServingRecord], path: str | Path) -> Path:
+    """`unmask loadtest --plot`: tokens/s against p95 latency, one line per served name through its concurrencies
+    (each point labelled with it), every model on one chart; cells without both measurements are left off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = [r for r in records if r.tokens_per_s is not None and r.latency_p95_s is not None]
+    if not drawn:
+        raise ValueError("plot_load_curve: no record has both tokens/s and a p95 latency to plot")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for name in dict.fromkeys(r.served_as or r.model for r in drawn):
+        mine = sorted((r for r in drawn if (r.served_as or r.model) == name), key=lambda r: r.concurrency)
+        xs, ys = [r.latency_p95_s * 1e3 for r in mine], [r.tokens_per_s for r in mine]
+        ax.plot(xs, ys, marker="o", label=f"{name} ({mine[0].model})" if mine[0].model != name else name)
+        for r, x, y in zip(mine, xs, ys):
+            ax.annotate(f"c={r.concurrency}", (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("p95 latency (ms per request)")
+    ax.set_ylabel("answer tokens/s (all requests in flight)")
+    ax.set_title("Throughput vs p95 latency under load")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

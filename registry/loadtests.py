@@ -6,13 +6,19 @@ evidence run: tags name the model, version, weights sha256 and concurrency (`unm
 run tag checked on every read (registry/integrity.py), exactly as evidence artifacts are.
 `serving_records(registry, model, version)` gives the latest record per concurrency for the weights
 the version holds; `registry.tracking.verified_evidence` attaches them to the evidence gates judge.
+
+A load test's throughput-vs-latency plot is one run of its own (`unmask.kind` = `serving-curve`) holding
+`serving/curve.png` and naming the record runs it was drawn from; its points are those records, not a copy.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from mlflow.entities import Metric
 
@@ -22,6 +28,7 @@ from registry.integrity import seal_run, verify_artifact
 from registry.store import Registry, filter_literal, model_tag
 
 ARTIFACT = "serving/record.json"
+CURVE_ARTIFACT = "serving/curve.png"
 METRICS = ("latency_p50_s", "latency_p95_s", "latency_p99_s", "ttfb_p50_s", "tokens_per_s", "requests_per_s",
            "error_rate", "same_answer_share", "requests", "concurrency")
 
@@ -47,6 +54,27 @@ def log_serving_record(registry: Registry, record: ServingRecord) -> ServingReco
     seal_run(client, run.info.run_id, [Metric(name, float(getattr(record, name)), ms, 0)
                                        for name in METRICS if getattr(record, name) is not None], ARTIFACT, data)
     return logged
+
+
+def log_load_curve(registry: Registry, records: list[ServingRecord], plot: Path) -> str:
+    """Log the PNG `plot` of logged `records` (each with its run id) as one `serving-curve` run; its run id."""
+    runs = [r.run_id for r in records if r.run_id]
+    if not runs:
+        raise RegistryError("log_load_curve: none of the records was logged; there is no curve to log against")
+    client = registry.client
+    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), run_name="load test curve", tags={
+        model_tag("kind"): "serving-curve", model_tag("serving_runs"): ",".join(runs),
+        model_tag("models"): ",".join(dict.fromkeys(f"{r.model}/{r.version}" for r in records if r.run_id))})
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            named = Path(folder) / Path(CURVE_ARTIFACT).name
+            shutil.copyfile(plot, named)
+            client.log_artifact(run.info.run_id, str(named), str(Path(CURVE_ARTIFACT).parent))
+        client.set_terminated(run.info.run_id, "FINISHED")
+    except BaseException:
+        client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    return run.info.run_id
 
 
 def serving_records(registry: Registry, model: str, version: str, weights_sha256: str | None = None) -> list[ServingRecord]:

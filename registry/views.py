@@ -132,6 +132,27 @@ def parallelism_curves(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+LOAD_CURVE_COLUMNS = ["model", "version", "role", "served_as", "concurrency", "tokens_per_s", "latency_p95_s",
+                      "requests", "error_rate", "when", "run_id"]
+
+
+def load_curves(registry: Registry) -> pd.DataFrame:
+    """The serving records (`unmask loadtest`) of each model's current version, one row per concurrency
+    (LOAD_CURVE_COLUMNS): the points of its throughput-vs-p95 curve under load."""
+    rows = []
+    for model in registry.model_names():
+        version = current_version(registry, model)
+        if version is None:
+            continue
+        try:
+            evidence = load_evidence(registry, model, version)
+        except EvidenceTampered:  # shown as tampered on the gate board; its records are not plotted
+            continue
+        rows += [{"model": model, "version": version, "role": evidence.role} | {
+                 c: getattr(r, c) for c in LOAD_CURVE_COLUMNS[3:]} for r in evidence.serving]
+    return pd.DataFrame(rows, columns=LOAD_CURVE_COLUMNS)
+
+
 # the x axes quality can be plotted against, and which way is better: the front of each is in `quality_latency`
 # as `pareto` (p95 latency) or `pareto_<axis>`
 QUALITY_AXES = {"latency_p95_s": "lower", "latency_p50_s": "lower", "steps": "lower", "tokens_per_forward": "higher"}

@@ -308,7 +308,8 @@ def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_th
     assert at.selectbox(key="ql_task").value == "arith"
     assert at.selectbox(key="ql_gen_length").value == gen_length
     assert at.radio(key="ql_x").value == "latency_p95_s"
-    (spec, drawn), _ = charts(at)  # the second: the AUP curve
+    (spec, drawn), _ = charts(at)  # the second: the AUP curve; no load test was logged, so no load chart
+    assert any(i.value.startswith("No load test logged yet") for i in at.info)
     here = records[records.gen_length == gen_length]
     # every record, x in ms; the fallback as its own marked series
     assert same_points(drawn.x, drawn.accuracy, here.latency_p95_s * 1e3, here.accuracy)

@@ -158,6 +158,17 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
 
 
+def test_a_remote_endpoint_is_loaded_but_its_batching_cap_is_said_to_be_unknown(served, tmp_path):
+    plot = tmp_path / "curve.png"
+    result = _cli("--url", served.base_url + "/v1", "--model", "fallback", "--concurrency", "1,2", "--requests", "2",
+                  "--max-tokens", "4", "--no-log", "--plot", str(plot), env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    assert "batching cap: unknown (the model behind --url is not in this process" in result.output
+    [row] = [line for line in result.output.splitlines() if line.startswith("│ fallback") and "unknown" in line]
+    assert row.split("│")[2].strip() == "2"
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
 def test_an_unreachable_url_exits_2_naming_it():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

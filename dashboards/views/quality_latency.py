@@ -1,6 +1,7 @@
 """Quality vs latency: each candidate's records across sampler settings, its Pareto front, the AR
-fallback as the reference point, and the operating point the stage gates judge; below, each version's
-accuracy under parallelism (AUP) on the task and length shown, with the curve it came from."""
+fallback as the reference point, and the operating point the stage gates judge; beside it, throughput vs p95
+latency under load from the logged load tests; below, each version's accuracy under parallelism (AUP) on the
+task and length shown, with the curve it came from."""
 
 from __future__ import annotations
 
@@ -92,6 +93,35 @@ if not shown.operating_for.map(bool).any():
     where = "; ".join(f"{t} at generation length {n}" for t, n in sorted(judged))
     st.warning(f"No operating point here: the stage gates judge {where}, and no validated record of these "
                "settings matches. Pick that task and length, or evaluate at it (`unmask run`).")
+
+st.subheader("Throughput vs p95 under load")
+load = source.load_curves(uri)
+if load.empty:
+    st.info("No load test logged yet. Run `unmask loadtest --concurrency 1,2,4,8,16,32` to serve the registry and "
+            "measure throughput and p95 latency at each concurrency.")
+else:
+    under = pd.DataFrame({
+        "series": [f"AR fallback ({m} v{v})" if role == "fallback" else f"{m} v{v}"
+                   for m, v, role in zip(load.model, load.version, load.role)],
+        "p95 (ms)": load.latency_p95_s * 1e3, "tokens/s": load.tokens_per_s, "concurrency": load.concurrency,
+        "label": load.concurrency.map(lambda c: f"c={c}"), "served as": load.served_as,
+        "errors": load.error_rate.map(percent), "when": load.when})
+    load_series = list(dict.fromkeys(under.series))
+    load_colours = alt.Scale(domain=load_series, range=[
+        "#ff7f0e" if name.startswith("AR fallback") else PALETTE[i % len(PALETTE)] for i, name in enumerate(load_series)])
+    load_base = alt.Chart(under).encode(
+        x=alt.X("p95 (ms):Q", title="p95 latency (ms per request, under load)", scale=alt.Scale(zero=False)),
+        y=alt.Y("tokens/s:Q", title="answer tokens/s (all requests in flight)"),
+        color=alt.Color("series:N", title="version", legend=legend, scale=load_colours))
+    load_line = load_base.mark_line(point=True).encode(order="concurrency:Q", tooltip=[
+        "series:N", "served as:N", "concurrency:Q", alt.Tooltip("tokens/s:Q", format=".1f"),
+        alt.Tooltip("p95 (ms):Q", format=".0f"), "errors:N", "when:N"])
+    load_labels = load_base.mark_text(dx=14, dy=-8, fontSize=11).encode(text="label:N")
+    st.altair_chart(alt.layer(load_line, load_labels).properties(height=360, padding=CHART_PADDING), width="stretch",
+                    key="load_curve_chart")
+    st.caption("Each point: one concurrency of the latest load test (`unmask loadtest`) against each model's current "
+               "version, at its served operating point (not the task and length chosen above); a line per version, "
+               "the AR fallback in orange. Up and to the left is better.")
 
 st.dataframe(pd.DataFrame({
     "model": shown.model, "version": shown.version, "role": shown.role, "settings": shown.label,

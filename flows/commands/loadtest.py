@@ -5,6 +5,10 @@ free 127.0.0.1 port, in this process) over the registry; with `--url` it loads a
 `unmask serve`, vLLM, SGLang, a hosted API). The measuring is `evals.loadtest`; each (model,
 concurrency) becomes a ServingRecord, logged against the registered version that answered
 (`registry.loadtests`), which the `serving` gate reads.
+
+Serving here, it also times each loaded model's forward at the row counts the load batches
+(`evals.batching_cap`) and prints the batching gain each level achieved against that cap; and every run
+plots tokens/s against p95 latency, one line per model (`--plot`), logged with the records.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import typer
 
@@ -37,13 +42,22 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return values
 
 
+@dataclass(frozen=True)
+class LocalServer:
+    """The app `local_server` runs: its /v1 URL, and its model pool (the loaded versions, in this process)."""
+
+    url: str
+    pool: Any  # serving.pool.ModelPool
+
+
 @contextlib.contextmanager
 def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
                  max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
                  continuous: bool = True,
-                 timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[str]:
-    """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL.
+                 timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[LocalServer]:
+    """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL
+    and its pool, whose loaded models the batching cap is measured on.
 
     Raises LoadTestError when the names cannot be served (the pool's own message: no holder, weights differ ...),
     or when `asked_tokens` (--max-tokens) does not fit a served model's context: before a request is sent.
@@ -79,11 +93,14 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
                 raise LoadTestError(f"the local server for {', '.join(names)} stopped before it was ready")
             time.sleep(0.1)
         for name in names if asked_tokens else ():
-            context = pool.route(name).loaded.context
+            try:
+                context = pool.route(name).loaded.context
+            except KeyError:  # nobody holds it yet: the server refuses its requests, and they are counted as errors
+                continue
             if context and asked_tokens >= context:
                 raise LoadTestError(f"--max-tokens {asked_tokens}: does not fit {name}'s context of {context} tokens "
                                     f"(prompt included); ask for fewer")
-        yield f"http://127.0.0.1:{port}/v1"
+        yield LocalServer(f"http://127.0.0.1:{port}/v1", pool)
     finally:
         server.should_exit = True
         thread.join(60)
@@ -109,6 +126,8 @@ def loadtest_command(
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
     json_path: Path = typer.Option(None, "--json", callback=options.output_path, help="Write records, notes here."),
+    plot: Path = typer.Option(None, "--plot", callback=options.output_path, help="Write the tokens/s vs p95 curve "
+                              "here (PNG; default: under $UNMASK_HOME/loadtests/)."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
                              "registered version that answered."),
 ) -> None:
@@ -138,30 +157,23 @@ def loadtest_command(
             raise LoadTestError(f"--task {task!r}: {e}") from None
         serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
                                   asked_tokens=max_tokens)
-        with contextlib.nullcontext(spec.base_url) if url else serve_here as base:
+        with contextlib.nullcontext() if url else serve_here as here:
             from dataclasses import replace
 
-            result = run_with_progress(replace(spec, base_url=base), prompts)
+            result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts)
     except LoadTestError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    from evals.batching_cap import cap_rows
     from evals.fingerprint import environment_fingerprint
-    from evals.loadtest import serving_records
+    from evals.loadtest import levels, serving_records
+
+    caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
 
     records = serving_records(result, environment_fingerprint("cpu", task=task,
                                                                served_by="url" if url else "local"))
-    console.print(results_table(result, records))
-    for note in result.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    for cell in result.cells:
-        for message in cell.error_messages():
-            console.print(f"[red]errors[/red] {cell.model} at {cell.concurrency}: {message}", highlight=False)
-    logged, skipped = log_records(records) if log else (records, [])
-    for why in skipped:
-        console.print(f"[yellow]not logged:[/yellow] {why}", highlight=False)
-    if log and any(r.run_id for r in logged):
-        console.print(f"logged {sum(bool(r.run_id) for r in logged)} serving record(s) to MLflow; the serving gate "
-                      "reads them (unmask gates)", highlight=False)
+    show_results(result, records, caps, max_batch)
+    logged = save_results(records, plot, log)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"base_url": result.spec.base_url if url else "local", "task": task,
@@ -169,6 +181,90 @@ def loadtest_command(
                                          "errors": {f"{c.model}@{c.concurrency}": c.error_messages()
                                                     for c in result.cells if c.errors}}, indent=2))
         console.print(f"records: {json_path}", highlight=False)
+
+
+def save_results(records, plot: Path | None, log: bool):
+    """Plot the curve and, with --log, log the records and the plot to MLflow; the records, with run ids where
+    logged."""
+    plotted = plot_curve(records, plot)
+    logged, skipped = log_records(records, plotted) if log else (records, [])
+    for why in skipped:
+        console.print(f"[yellow]not logged:[/yellow] {why}", highlight=False)
+    if log and any(r.run_id for r in logged):
+        console.print(f"logged {sum(bool(r.run_id) for r in logged)} serving record(s) to MLflow; the serving gate "
+                      "reads them (unmask gates)", highlight=False)
+    return logged
+
+
+def show_results(result, records, caps, max_batch: int) -> None:
+    """The results table (its model, in flight, tokens/s and p95 columns are the curve's points), the notes, the
+    errors, and the batching gain against the cap (`caps` None: a remote endpoint, whose model is not here)."""
+    from evals.batching_cap import gains_against_caps
+
+    console.print(results_table(result, records))
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    for cell in result.cells:
+        for message in cell.error_messages():
+            console.print(f"[red]errors[/red] {cell.model} at {cell.concurrency}: {message}", highlight=False)
+    gains = gains_against_caps(records, caps or {}, max_batch)
+    if gains:
+        console.print(cap_table(gains, max_batch))
+    if caps is None:
+        console.print("batching cap: unknown (the model behind --url is not in this process, so its forward cannot "
+                      "be timed; run without --url to measure it)", highlight=False)
+
+
+def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...]) -> dict[str, Any]:
+    """The batching cap (`evals.batching_cap`) of each served name's loaded model at its operating point; None for a
+    name with no holder or a kind it does not measure. Call it once the server has stopped: its threads waking
+    beside a forward slow it, a one-row forward most (a cap above n rows was measured beside a live server)."""
+    from evals.batching_cap import measure_cap
+
+    caps: dict[str, Any] = {}
+    for name in names:
+        try:
+            route = pool.route(name)
+        except KeyError:
+            caps[name] = None
+            continue
+        handle = route.loaded.handle
+        try:
+            caps[name] = measure_cap(handle, route.base, [handle.encode(p) for p in prompts[:max(rows)]], rows)
+        except ValueError as e:
+            console.print(f"[yellow]note:[/yellow] {name}: no batching cap ({e})", highlight=False)
+            caps[name] = None
+    return caps
+
+
+def cap_table(gains, max_batch: int) -> FittedTable:
+    """Per model and loaded level: tokens/s over solo (the gain), the cap at that many rows, and the gain's share."""
+    table = FittedTable("batching gain against the cap (n rows' forward vs one row's, timed in process)",
+                        [Column("model"), Column("in flight", "right"), Column("gain (tokens/s vs solo)", "right"),
+                         Column("cap", "right"), Column("gain / cap", "right")])
+    for g in gains:
+        rows = min(g.concurrency, max_batch)
+        cap = f"{significant(g.cap)}x at {rows} rows" if g.cap else "unknown"
+        table.add_row(g.served_as, str(g.concurrency), f"{significant(g.gain)}x" if g.gain is not None else NONE, cap,
+                      percent(g.share))
+    return table
+
+
+def plot_curve(records, plot: Path | None) -> Path | None:
+    """Tokens/s against p95 per model (`evals.plots.plot_load_curve`) at `plot`, else under the state folder;
+    None (and a note) when no cell has both measurements."""
+    from evals.plots import plot_load_curve
+    from evals.sweep import timestamped_folder
+    from models.state import state_dir
+
+    path = plot or timestamped_folder(state_dir() / "loadtests", "load") / "curve.png"
+    try:
+        plot_load_curve(records, path)
+    except ValueError as e:
+        console.print(f"[yellow]not plotted:[/yellow] {e}", highlight=False)
+        return None
+    console.print(f"throughput vs p95 plot: {path}", highlight=False)
+    return Path(path)
 
 
 def entry_endpoint(entry_id: str) -> tuple[str, str, str]:
@@ -213,11 +309,12 @@ def run_with_progress(spec, prompts):
             set_reporter(None)
 
 
-def log_records(records):
-    """Log each record naming a registered version to MLflow; (records with run ids where logged, reasons skipped)."""
+def log_records(records, plot: Path | None = None):
+    """Log each record naming a registered version to MLflow, and the curve `plot` drawn from them beside them;
+    (records with run ids where logged, reasons skipped)."""
     from registry import Registry
     from registry.connection import RegistryError
-    from registry.loadtests import log_serving_record
+    from registry.loadtests import log_load_curve, log_serving_record
 
     logged, skipped = [], []
     try:
@@ -234,6 +331,11 @@ def log_records(records):
         except RegistryError as e:
             skipped.append(f"{record.served_as} at {record.concurrency}: {e}")
             logged.append(record)
+    if plot is not None and any(r.run_id for r in logged):
+        try:
+            log_load_curve(registry, logged, plot)
+        except RegistryError as e:
+            skipped.append(f"the throughput vs p95 plot: {e}")
     return logged, skipped
 
 

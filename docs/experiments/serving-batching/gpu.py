@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                 "register_s": round(registered, 1), "modes": {}}
         for mode, continuous in MODES.items():
             with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
-                              max_tokens=GEN["gen_length"], continuous=continuous) as url:
-                spec = LoadSpec(base_url=url, models=(NAME,), concurrency=(1, 16), requests=requests,
+                              max_tokens=GEN["gen_length"], continuous=continuous) as server:
+                spec = LoadSpec(base_url=server.url, models=(NAME,), concurrency=(1, 16), requests=requests,
                                 max_tokens=GEN["gen_length"], timeout_s=600)
                 result = run_load(spec, prompts)
             records = serving_records(result, fingerprint)
