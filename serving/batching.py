@@ -42,6 +42,9 @@ from serving.decoding import is_deterministic
 
 
 log = logging.getLogger("unmask.serve")
+# How long a request seen arriving while another was queued or decoding keeps the batching window open: an
+# idle server, or one whose clients send one request at a time, does not make a request wait for company.
+COMPANY_MEMORY_S = 1.0
 
 
 class QueueFull(RuntimeError):
@@ -162,7 +165,8 @@ class Batcher:
 
     def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
                  on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
-                 name: str = "model", memory_budget: int | None = None, continuous: bool = True):
+                 name: str = "model", memory_budget: int | None = None, continuous: bool = True,
+                 executor: ThreadPoolExecutor | None = None):
         if max_batch < 1 or max_pending < 1 or window_s < 0:
             raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
                              f"window_s={window_s} >= 0")
@@ -171,13 +175,16 @@ class Batcher:
         self.continuous = continuous  # False: every batch static, start to finish (the comparison's baseline)
         self._on_batch = on_batch or (lambda size: None)
         self._on_depth = on_depth or (lambda depth: None)
-        # torch releases the GIL in its kernels; one thread per version keeps its batches in order
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decode-{name}")
+        # torch releases the GIL in its kernels; one thread keeps the batches in order. `executor`: a one-thread
+        # executor shared with other versions (serving.pool: one compute thread), not shut down by `drain`
+        self._own_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decode-{name}")
         self._pending: deque[Job] = deque()
         self._running = 0
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task | None = None
+        self._company_at = -COMPANY_MEMORY_S  # monotonic time a request last arrived while others were in
 
     # the request side -------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
@@ -198,6 +205,8 @@ class Batcher:
             self._task.add_done_callback(_report_crash)
         job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens,
                   peak=peak, logprobs=logprobs)
+        if self.load:
+            self._company_at = job.arrived
         self._pending.append(job)
         self._depth_changed()
         self._wake.set()
@@ -225,7 +234,8 @@ class Batcher:
         self._wake.set()
         if self._task is not None:
             await self._task
-        self._executor.shutdown(wait=True)
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
 
     # the worker ---------------------------------------------------------------------------------
     async def _work(self) -> None:
@@ -348,7 +358,10 @@ class Batcher:
                                           job.started - job.arrived, now - job.started, job.first_block - job.arrived))
 
     async def _gather(self, first: Job) -> None:
-        """Wait until `max_batch` requests share `first`'s key, or its window closes."""
+        """Wait until `max_batch` requests share `first`'s key, or its window closes; at once when no request has
+        arrived beside another for COMPANY_MEMORY_S (one request at a time: waiting would only add latency)."""
+        if time.monotonic() - self._company_at > COMPANY_MEMORY_S:
+            return
         deadline = first.arrived + self.window_s
         while not self._closing and self._count(first.key) < self.max_batch:
             left = deadline - time.monotonic()

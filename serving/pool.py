@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,10 @@ class ModelPool:
         self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
         self._orphaned: set[str] = set()  # names whose alias nobody holds any more (the last version serves on)
         self._draining: set[asyncio.Task] = set()
+        # Every torch call of the pool (loading, warm-up, each version's batches) runs on this one thread: each
+        # thread that runs a parallel torch op keeps its own OpenMP team, and on two cores two teams slow every
+        # decode 1.5-4.5x even while one of them idles (docs/experiments/serving-batching, "one compute thread").
+        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unmask-compute")
         metrics.expose_gateway_load(self.gateway_load)
         self._poll_problem: str | None = None
 
@@ -156,15 +161,16 @@ class ModelPool:
         """Route `name` to the version `at`, loading it first unless it is loaded already."""
         version = await asyncio.to_thread(registry_serving.served_version, self.registry, name, at)
         loaded = self.loaded.get(at)
-        handle = loaded.handle if loaded is not None else await asyncio.to_thread(
-            load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype)
+        loop = asyncio.get_running_loop()
+        handle = loaded.handle if loaded is not None else await loop.run_in_executor(
+            self.compute, load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype)
         try:
             base, source = operating_config(handle, version.operating_config)
         except ValueError as e:
             raise ServeError(f"{version.ref} ({name}): {e}") from None
         if loaded is None:
             try:
-                await asyncio.to_thread(warm, handle, base)
+                await loop.run_in_executor(self.compute, warm, handle, base)
             except Exception as e:  # noqa: BLE001 - any failure to decode means this version is not servable
                 raise ServeError(f"{version.ref} ({name}): warm-up decode failed: {type(e).__name__}: {e}") from None
             loaded = self._admit(at, handle)
@@ -194,7 +200,7 @@ class ModelPool:
         budget = s.memory_budget or available_bytes(s.device)  # measured once the weights are resident
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
                           on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget,
-                          continuous=s.continuous)
+                          continuous=s.continuous, executor=self.compute)
         loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded
@@ -258,3 +264,4 @@ class ModelPool:
             await loaded.batcher.drain()
         if self._draining:
             await asyncio.gather(*self._draining, return_exceptions=True)
+        self.compute.shutdown(wait=True)

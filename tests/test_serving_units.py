@@ -167,6 +167,22 @@ def test_a_static_batch_takes_the_prompts_closest_in_length_to_the_oldest_and_th
     assert longest.queue_s > first.queue_s  # it went next, not last
 
 
+def test_a_lone_request_does_not_wait_for_company_and_requests_that_overlap_do(llada):
+    config = BASE.with_(gen_length=16, block_length=16, steps=4)
+    prompt = llada.encode("Tom has 4 pens.")
+
+    async def run():
+        batcher = Batcher(llada, max_batch=8, window_s=0.5, max_pending=8, continuous=False)
+        lone = await batcher.submit(prompt, config, "k")  # one at a time: the half-second window would be waste
+        pair = await asyncio.gather(batcher.submit(prompt, config, "k"), batcher.submit(prompt, config, "k"))
+        await batcher.drain()
+        return lone, pair
+
+    lone, pair = asyncio.run(run())
+    assert lone.batch_size == 1 and lone.queue_s < 0.25
+    assert [r.batch_size for r in pair] == [2, 2]  # the second arrived beside the first: the window held it
+
+
 def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
     config = BASE.with_(gen_length=16, block_length=16, steps=2)
 
