@@ -155,20 +155,21 @@ def loadtest_command(
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
+        from evals.batching_cap import cap_rows
+        from evals.loadtest import levels
+
         serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
                                   asked_tokens=max_tokens)
         with contextlib.nullcontext() if url else serve_here as here:
             from dataclasses import replace
 
             result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts)
+            caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
     except LoadTestError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    from evals.batching_cap import cap_rows
     from evals.fingerprint import environment_fingerprint
-    from evals.loadtest import levels, serving_records
-
-    caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
+    from evals.loadtest import serving_records
 
     records = serving_records(result, environment_fingerprint("cpu", task=task,
                                                                served_by="url" if url else "local"))
@@ -217,8 +218,9 @@ def show_results(result, records, caps, max_batch: int) -> None:
 
 def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...]) -> dict[str, Any]:
     """The batching cap (`evals.batching_cap`) of each served name's loaded model at its operating point; None for a
-    name with no holder or a kind it does not measure. Call it once the server has stopped: its threads waking
-    beside a forward slow it, a one-row forward most (a cap above n rows was measured beside a live server)."""
+    name with no holder or a kind it does not measure. Call it after the load, while the server still runs: the
+    forwards are timed on the pool's compute thread, where its batches ran (a forward timed on another thread
+    competes with that thread's idle OpenMP team, a one-row forward most: serving.pool)."""
     from evals.batching_cap import measure_cap
 
     caps: dict[str, Any] = {}
@@ -230,7 +232,8 @@ def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...
             continue
         handle = route.loaded.handle
         try:
-            caps[name] = measure_cap(handle, route.base, [handle.encode(p) for p in prompts[:max(rows)]], rows)
+            caps[name] = pool.compute.submit(measure_cap, handle, route.base,
+                                             [handle.encode(p) for p in prompts[:max(rows)]], rows).result()
         except ValueError as e:
             console.print(f"[yellow]note:[/yellow] {name}: no batching cap ({e})", highlight=False)
             caps[name] = None
