@@ -97,7 +97,9 @@ class PoolSettings:
     max_batch: int = 16
     batch_window_s: float = 0.01
     max_pending: int = 64
-    continuous: bool = True  # deterministic masked-diffusion rows join a running batch at block boundaries
+    # deterministic masked-diffusion rows join a running batch at block boundaries; None: on a GPU only (on a CPU
+    # the forward is compute bound, and the padding that aligns rows at different blocks costs its full price)
+    continuous: bool | None = None
     memory_budget: int | None = None  # bytes a batch's decode may use at its peak; None: what the device has free
 
 
@@ -200,7 +202,8 @@ class ModelPool:
         budget = s.memory_budget or available_bytes(s.device)  # measured once the weights are resident
         batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
                           on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget,
-                          continuous=s.continuous, executor=self.compute)
+                          continuous=s.device != "cpu" if s.continuous is None else s.continuous,
+                          executor=self.compute)
         loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded

@@ -67,7 +67,7 @@ def test_rows_that_join_a_running_batch_at_different_blocks_answer_as_they_do_so
     # blocks of 8, and one to four of them per answer: lengths differ, and rows join at every block
     options = [{"max_tokens": 8 * (1 + i % 4), "extra_body": {"unmask": {"block_length": 8}}} for i in range(len(prompts))]
     settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=8,
-                            batch_window_s=0.0)
+                            batch_window_s=0.0, continuous=True)
     with running_server(settings) as server:
         solo = asyncio.run(complete_all(server, "production", prompts, concurrency=1, options=options))
         # a closed loop of 8: each answer frees a slot that the next prompt takes at the next block boundary
@@ -192,8 +192,10 @@ def test_unmask_serve_refuses_a_folder_whose_weights_differ_from_the_registered_
     assert digest("tiny-llada") in done.stderr  # what the folder really hashes to
 
 
-def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded():
-    settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=1, max_pending=4)
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded(continuous):
+    settings = settings_for(shared_serving_registry().tracking_uri, names=["production"], max_batch=1, max_pending=4,
+                            continuous=continuous)
     slow = {"model": "production", "prompt": PROMPTS[0], "max_tokens": 128, "unmask": {"steps": 128}}
 
     def batches(server) -> float:
@@ -213,9 +215,9 @@ def test_a_client_that_hangs_up_while_queued_frees_its_slot_and_is_never_decoded
         after = httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": PROMPTS[1]},
                            timeout=60)
         assert after.status_code == 200
-        # one row at a time, each of its blocks a batch of its own (a running batch re-forms at every block):
-        # the three ahead decode 128 tokens in blocks of 32, the last one a block; the abandoned one never ran
-        assert batches(server) == 3 * (128 // 32) + 1
+        # the three ahead and the last; the abandoned one never ran. A running batch re-forms at every block, so
+        # there each block is a batch: the three ahead decode 128 tokens in blocks of 32, the last one a block
+        assert batches(server) == (3 * (128 // 32) + 1 if continuous else 4)
         assert server.pool.routes["production"].loaded.batcher.load == 0
 
 

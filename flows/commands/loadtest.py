@@ -54,7 +54,7 @@ class LocalServer:
 def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
                  max_batch: int = 16,
                  batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
-                 continuous: bool = True,
+                 continuous: bool | None = None,
                  timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[LocalServer]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL
     and its pool, whose loaded models the batching cap is measured on.

@@ -47,8 +47,9 @@ def serve_command(
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
     max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
-    continuous: bool = typer.Option(True, "--continuous/--static-batches", help="Deterministic diffusion requests "
-                                    "join a running batch at its next block (else each batch runs start to finish)."),
+    continuous: bool = typer.Option(None, "--continuous/--static-batches", help="Deterministic diffusion requests "
+                                    "join a running batch at its next block, or each batch runs start to finish "
+                                    "(default: continuous on a GPU, static on the CPU)."),
     memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a batch may use, e.g. 8GiB "
                                       "(default: the device's free memory once the models are loaded)."),
     timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
