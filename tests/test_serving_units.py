@@ -172,15 +172,16 @@ def test_a_lone_request_does_not_wait_for_company_and_requests_that_overlap_do(l
     prompt = llada.encode("Tom has 4 pens.")
 
     async def run():
-        batcher = Batcher(llada, max_batch=8, window_s=0.5, max_pending=8, continuous=False)
-        lone = await batcher.submit(prompt, config, "k")  # one at a time: the half-second window would be waste
+        batcher = Batcher(llada, max_batch=8, window_s=2.0, max_pending=8, continuous=False)
+        lone = await batcher.submit(prompt, config, "k")
         pair = await asyncio.gather(batcher.submit(prompt, config, "k"), batcher.submit(prompt, config, "k"))
         await batcher.drain()
         return lone, pair
 
     lone, pair = asyncio.run(run())
-    assert lone.batch_size == 1 and lone.queue_s < 0.25
-    assert [r.batch_size for r in pair] == [2, 2]  # the second arrived beside the first: the window held it
+    assert lone.batch_size == 1 and lone.queue_s < 0.25  # one at a time: the two-second window would be waste
+    assert [r.batch_size for r in pair] == [2, 2]  # the second arrived beside the first: the window held it ...
+    assert all(0.4 < r.queue_s < 1.5 for r in pair)  # ... until a quarter of it passed with no one arriving
 
 
 def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
