@@ -74,20 +74,26 @@ def gate_board(registry: Registry) -> pd.DataFrame:
                                        "failed_gates", "evaluated_at"])
 
 
+def current_evidence(registry: Registry):
+    """(model, version, evidence) of each model's current version; a version whose evidence was tampered with is
+    left out (the gate board shows it as tampered; nothing of it is plotted)."""
+    for model in registry.model_names():
+        version = current_version(registry, model)
+        if version is None:
+            continue
+        try:
+            yield model, version, load_evidence(registry, model, version)
+        except EvidenceTampered:
+            continue
+
+
 def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.DataFrame:
     """Every record of each model's current version, with its settings label, sampling steps, Pareto membership
     per x axis of QUALITY_AXES (per model, task and generation length, validated records only) and the stages
     whose operating point it is."""
     policy = policy or dashboard_policy()
     frames = []
-    for model in registry.model_names():
-        version = current_version(registry, model)
-        if version is None:
-            continue
-        try:
-            evidence = load_evidence(registry, model, version)
-        except EvidenceTampered:  # shown as tampered on the gate board; its points are not plotted
-            continue
+    for model, version, evidence in current_evidence(registry):
         chosen = {stage: {r.config_hash for r in operating_records(evidence, policy.stage(stage))}
                   for stage in policy.stages}
         rows = [r.to_dict() | {"model": model, "version": version, "label": point_label(r),
@@ -140,14 +146,7 @@ def load_curves(registry: Registry) -> pd.DataFrame:
     """The serving records (`unmask loadtest`) of each model's current version, one row per concurrency
     (LOAD_CURVE_COLUMNS): the points of its throughput-vs-p95 curve under load."""
     rows = []
-    for model in registry.model_names():
-        version = current_version(registry, model)
-        if version is None:
-            continue
-        try:
-            evidence = load_evidence(registry, model, version)
-        except EvidenceTampered:  # shown as tampered on the gate board; its records are not plotted
-            continue
+    for model, version, evidence in current_evidence(registry):
         rows += [{"model": model, "version": version, "role": evidence.role} | {
                  c: getattr(r, c) for c in LOAD_CURVE_COLUMNS[3:]} for r in evidence.serving]
     return pd.DataFrame(rows, columns=LOAD_CURVE_COLUMNS)
