@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_walkthrough import DOC, parse  # noqa: E402 - the page's own parser: the same steps the test runs
+from test_walkthrough import DOC, VARIABLE, parse  # noqa: E402 - the page's own parser: the same steps the test runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = steps[:args.steps] if args.steps else steps
     times = []
     for number, step in enumerate(steps, 1):
-        env |= step.exports | ({"UNMASK_HOME": home} if "UNMASK_HOME" in step.exports else {})
+        for key, value in step.exports.items():  # $NAME expanded as a shell would; the state folder is ours
+            env[key] = home if key == "UNMASK_HOME" else VARIABLE.sub(
+                lambda m: env.get(m.group(1) or m.group(2), ""), value)
         started = time.perf_counter()
         for line, expected in step.commands:
             began = time.perf_counter()

@@ -25,7 +25,7 @@ from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, re
 from flows.progress import report
 from gates import STAGES, load_policy
 from models.state import state_dir
-from registry import Registry, judge, register_or_reuse
+from registry import Registry, judge_each, register_or_reuse
 from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.tracking import evidence_run_id
 
@@ -156,7 +156,7 @@ def flush_outbox(tracking_uri: str) -> list[str]:
       task_run_name="gates {model}")
 def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
     """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
-    (registry.judge records each report)."""
+    (registry.judge_each records each report)."""
     registry = Registry(tracking_uri)
     policy = load_policy(policy_path)
-    return {stage: judge(registry, model, version, stage, policy, record=True) for stage in STAGES}
+    return judge_each(registry, model, version, STAGES, policy, record=True)

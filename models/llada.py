@@ -151,7 +151,11 @@ class LLaDABlock(nn.Module):
 class LLaDATransformer(nn.Module):
     def __init__(self, cfg: LLaDAConfig):
         super().__init__()
-        self.wte = nn.Embedding(cfg.output_size, cfg.d_model)
+        # nn.Embedding's own init, drawn only off the meta device: a checkpoint's skeleton (models/checkpoint.py
+        # builds on meta) has nothing to draw, and a meta normal_ imports torch._dynamo, 1.6 s of every load
+        self.wte = nn.Embedding(cfg.output_size, cfg.d_model, _weight=torch.empty(cfg.output_size, cfg.d_model))
+        if not self.wte.weight.is_meta:
+            nn.init.normal_(self.wte.weight)
         self.blocks = nn.ModuleList(LLaDABlock(cfg) for _ in range(cfg.n_layers))
         self.ln_f = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
         if not cfg.weight_tying:

@@ -3,7 +3,7 @@ files, config.json): PyYAML's safe loader and json.loads, except that a key give
 the last one silently winning.
 
 `checklists/yaml_file.py` (a leaf package, which by the layer rule imports no other package) holds the same
-class for checklists, policies, roles and serving policies; tests/test_yaml_duplicates.py holds both to the
+class for checklists, policies, roles and serving policies; tests/test_fuzz_surfaces.py holds both to the
 same cases.
 """
 
@@ -19,8 +19,13 @@ class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice; the message names the key, its line and the first one's."""
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a duplicate mapping key (YAML 1.2 requires keys to be unique)."""
+# libyaml's parser where PyYAML was built with it (the wheels are): the same safe constructor over a C
+# scanner, about 10x faster on the sweep and policy files a run reads some hundred times.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class UniqueKeyLoader(_SAFE_LOADER):
+    """yaml.SafeLoader (libyaml's where built) that refuses a duplicate mapping key (YAML 1.2 requires keys to be unique)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

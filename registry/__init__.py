@@ -19,7 +19,7 @@ _HOMES = {
     "registry.connection": ("RegistryError", "RegistryUnavailable", "resolve_tracking_uri"),
     "registry.identity": ("Actor", "IdentityMismatch", "current_actor"),
     "registry.integrity": ("AliasDrift", "EvidenceTampered", "alias_drift"),
-    "registry.judging": ("judge",),
+    "registry.judging": ("judge", "judge_each"),
     "registry.promotion": ("Move", "PromotionRefused", "promote", "recover", "rollback"),
     "registry.state": ("stage_holder",),
     "registry.store": ("ALIASES", "CANDIDATE_ALIAS", "FALLBACK_ALIAS", "STAGE_ALIASES", "Registry",

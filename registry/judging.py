@@ -8,7 +8,7 @@ gate report. Nothing here moves an alias (that is `registry.promotion`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterable
 
 from gates.policy import Policy, load_policy
 from gates.promotion import Duties, PromotionDecision, decide_promotion
@@ -22,6 +22,14 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
           record: bool = True, roles: Roles | None = None, duties: Duties | None = None) -> PromotionDecision:
     """Evaluate a version against a stage: gates on its stored evidence, checklist, approvals and the
     separation of duties (`duties`: default, the open request and the version's registrant), stage order."""
+    return judge_each(registry, model, version, [stage], policy, record, roles, duties)[stage]
+
+
+def judge_each(registry: Registry, model: str, version: str, stages: Iterable[str], policy: Policy | None = None,
+               record: bool = True, roles: Roles | None = None, duties: Duties | None = None
+               ) -> dict[str, PromotionDecision]:
+    """`judge` for several stages, on one read of the version, its evidence and the baselines' (no stage
+    changes what another reads: each records only its own report)."""
     policy = policy or load_policy()
     state = version_state(registry, model, version)
     evidence, vouched = checked_evidence(registry, model, version, tags=state.tags)
@@ -33,18 +41,20 @@ def judge(registry: Registry, model: str, version: str, stage: str, policy: Poli
     production = stage_holder(registry, "production", everything)
     if production and production != (model, version):
         baseline["production"] = _baseline_evidence(registry, production, model, version, state)
-    if duties is None:
-        duties = state.duties(stage, state.open_request(stage))
-    decision = decide_promotion(evidence, policy, stage, baseline, state.signoffs(stage), state.approvals(stage),
-                                state.reached, evaluated_at=state.evaluated_at, roles=roles, duties=duties)
-    decision = replace(decision, evidence=decision.evidence | {"evidence_run": vouched["run_id"],
-                                                               "evidence_status": vouched["status"],
-                                                               "evidence_sha256": vouched["sha256"]})
-    if record and decision.gate_results:
-        record_gate_report(registry, model, version, stage, list(decision.gate_results),
-                           decision.checklist.to_dicts() if decision.checklist else [],
-                           policy=decision.evidence.get("policy"), tags=state.tags)
-    return decision
+    vouching = {"evidence_run": vouched["run_id"], "evidence_status": vouched["status"],
+                "evidence_sha256": vouched["sha256"]}
+    decisions = {}
+    for stage in stages:
+        owed = state.duties(stage, state.open_request(stage)) if duties is None else duties
+        decision = decide_promotion(evidence, policy, stage, baseline, state.signoffs(stage), state.approvals(stage),
+                                    state.reached, evaluated_at=state.evaluated_at, roles=roles, duties=owed)
+        decision = replace(decision, evidence=decision.evidence | vouching)
+        if record and decision.gate_results:
+            record_gate_report(registry, model, version, stage, list(decision.gate_results),
+                               decision.checklist.to_dicts() if decision.checklist else [],
+                               policy=decision.evidence.get("policy"), tags=state.tags)
+        decisions[stage] = decision
+    return decisions
 
 
 def _baseline_evidence(registry: Registry, holder: tuple[str, str], model: str, version: str,

@@ -72,6 +72,7 @@ class Registry:
         check_reachable(self.tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
         self._experiments: dict[str, str] = {}
+        self._artifact_uris: dict[str, str] = {}  # run id -> its artifact root, which a run keeps for life
 
     def __repr__(self) -> str:
         return f"Registry({self.tracking_uri!r})"
@@ -99,19 +100,35 @@ class Registry:
         while True:
             page = self.client.search_runs([self.experiment_id(experiment)], filter_string, ViewType.ACTIVE_ONLY,
                                            max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
-            yield from page
+            for run in page:
+                self._artifact_uris[run.info.run_id] = run.info.artifact_uri
+                yield run
             token = page.token
             if not token:
                 return
 
+    def get_run(self, run_id: str) -> Run:
+        """MLflow's `get_run`, noting where the run keeps its artifacts (`load_artifact_bytes` then needs no
+        second read)."""
+        run = self.client.get_run(run_id)
+        self._artifact_uris[run_id] = run.info.artifact_uri
+        return run
+
     def load_artifact_bytes(self, run_id: str, path: str) -> bytes:
-        """An artifact's content exactly as stored (what its recorded sha256 vouches for)."""
+        """An artifact's content exactly as stored (what its recorded sha256 vouches for).
+
+        Read from the run's artifact root directly: `MlflowClient.download_artifacts` also looks for a logged
+        model of that name on every call, 9 ms a read on SQLite (a judged version reads some forty)."""
         import tempfile
+
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                local = self.client.download_artifacts(run_id, path, tmp)
-                return Path(local).read_bytes()
+                if run_id not in self._artifact_uris:
+                    self.get_run(run_id)
+                repo = get_artifact_repository(self._artifact_uris[run_id], tracking_uri=self.tracking_uri)
+                return Path(repo.download_artifacts(path, tmp)).read_bytes()
             except (MlflowException, OSError) as e:
                 raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
 

@@ -292,7 +292,7 @@ def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str
 
 def _run_tags(registry: Registry, model: str, version: str, run_id: str) -> dict[str, str]:
     try:
-        return dict(registry.client.get_run(run_id).data.tags)
+        return dict(registry.get_run(run_id).data.tags)
     except MlflowException as e:
         raise RegistryError(f"{model} version {version}: evidence run {run_id} cannot be read: {e.message}") from None
 

@@ -8,7 +8,8 @@ import functools
 import subprocess
 import sys
 
-from registry import judge
+from checklists import STAGES
+from registry import judge, judge_each
 from registry.approvals import sign_off
 from tests.gate_fixtures import evidence, fresh_registry, register_pair
 
@@ -54,6 +55,12 @@ def test_judge_reads_each_version_once(tmp_path):
     calls.clear()
     judge(reg, "tiny-llada", v, "poc")  # recording the gate report reads no version again
     assert {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "version"} == reads
+    calls.clear()
+    every = judge_each(reg, "tiny-llada", v, STAGES, record=False)  # the review's three stages: one read
+    assert list(every) == list(STAGES) and all(d.gate_results for d in every.values())
+    assert {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "version"} == reads
+    assert {key: n for key, n in calls.items() if isinstance(key, tuple) and key[0] == "run"} == runs
+    assert every["poc"].gate_results == decision.gate_results  # the same verdict as judging the stage alone
 
 
 def test_the_readers_never_load_the_module_that_moves_aliases():

@@ -49,11 +49,13 @@ def run_command(
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import default_sweep_path
+    from flows.local_prefect import LocalPrefect, api
     from models.state import state_dir
 
     if demo:
         sweep = sweep or default_sweep_path().with_name("demo.yaml")
         policy = policy or Path(__file__).resolve().parents[2] / "gates" / "demo-policy.yaml"
+    local_prefect = LocalPrefect.boot()  # Prefect's server boots on the other core while the options are checked
     spec, sweep_path, options, threads_from = _checked_options(
         sweep or default_sweep_path(), model, task_runner, dask_address, gpus_per_cell, policy, reproducibility,
         remeasure, items, threads)
@@ -66,7 +68,8 @@ def run_command(
     if demo:
         mark_demo(console)
     started = time.perf_counter()
-    result = review_with_progress(models, str(sweep_path), options)
+    with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
+        result = review_with_progress(models, str(sweep_path), options)
     _print_summary(result, options, models, time.perf_counter() - started)
 
 
