@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from evals.records import LicenseResult
-from models.catalog import load_catalog
+from models.catalog import load_catalog, spdx_licensing
 from models.unique_keys import load_yaml
 
 POLICY_PATH = Path(__file__).resolve().parent / "license_policy.yaml"
@@ -91,10 +91,10 @@ class Verdict:
 
 def classify_expression(expression: str, policy: LicensePolicy) -> Verdict:
     """Tier of an SPDX expression: AND takes the stricter part, OR the looser, WITH may relax."""
-    from license_expression import AND, OR, ExpressionError, LicenseSymbol, LicenseWithExceptionSymbol, get_spdx_licensing
+    from license_expression import AND, OR, ExpressionError, LicenseSymbol, LicenseWithExceptionSymbol
 
     try:
-        parsed = get_spdx_licensing().parse(expression, validate=False)
+        parsed = spdx_licensing().parse(expression, validate=False)
     except ExpressionError as e:
         return Verdict("unknown", [f"'{expression}' is not a valid SPDX expression ({e})"])
     if parsed is None:
@@ -145,10 +145,10 @@ def classify(expression: str, license_name: str | None = None, policy: LicensePo
 
 def same_license(a: str, b: str) -> bool:
     """Whether two license strings name the same thing (SPDX-normalised when both parse)."""
-    from license_expression import ExpressionError, get_spdx_licensing
+    from license_expression import ExpressionError
 
     try:
-        licensing = get_spdx_licensing()
+        licensing = spdx_licensing()
         return licensing.parse(a, validate=False) == licensing.parse(b, validate=False) or a.lower() == b.lower()
     except ExpressionError:
         return a.strip().lower() == b.strip().lower()

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from evals import validation
+from evals import step_cache, validation
 from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
 from evals.fingerprint import package_version
 from evals.license import license_for_model
@@ -169,7 +169,10 @@ def identity(ref: str, handle: Any) -> tuple[str, str, str]:
 
 
 def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
-    """Pull and verify (when needed), load and identify a candidate; raises if it cannot be loaded."""
+    """Pull and verify (when needed), load and identify a candidate; raises if it cannot be loaded.
+
+    A model whose files, catalog entry and this code are unchanged since it was last prepared is answered
+    from `evals.step_cache` without loading it."""
     entry = api_entry(ref)
     if entry is not None:
         handle = handle_for(ref)
@@ -180,17 +183,52 @@ def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> 
             card={"source": ref, "base_url": handle.base_url, "api_model": handle.api_model,
                   "api_key_env": entry.api_key_env or ""})
     path = model_folder(ref)
+    key = step_cache.step_key("prepared", **model_stamp(ref, path), device=device, dtype=dtype)
+    known = step_cache.cached(key, PreparedCandidate)
+    if known is not None:
+        return known
     handle = handle_for(ref, device, dtype)
     role, kind, revision = identity(ref, handle)
-    return PreparedCandidate(
+    prepared = PreparedCandidate(
         ref=ref, candidate=handle.entry_id, path=str(path), role=role, kind=kind, revision=revision,
         weights_sha256=handle.weights_sha256, ids=handle.sampler_ids(),
         card={k: v for k, v in handle.card.items() if k != "text"} | {"source": ref})
+    step_cache.keep(key, prepared)
+    return prepared
+
+
+def model_stamp(ref: str, path: Path) -> dict[str, Any]:
+    """What a prepared candidate and its plan are functions of, besides the sweep: the model folder's files
+    (by size and mtime), the catalog (its entries name roles, revisions, decoding defaults and pins)."""
+    try:
+        catalog = sorted(repr(e) for e in load_catalog())
+    except Exception:  # noqa: BLE001 - a broken catalog: identity() falls back alike; the key says so
+        catalog = ["<unreadable catalog>"]
+    return {"ref": str(ref), "folder": str(Path(path).resolve()), "files": step_cache.files_stamp(Path(path)),
+            "catalog": catalog, "unmask": UNMASK_VERSION}
 
 
 def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     """The sweep's valid points for this candidate, each with its effective config and the hashes
     that key its cache; the task data is validated first (TaskDataError says what is wrong)."""
+    from dataclasses import asdict
+
+    key = None
+    if prepared.kind != "api":
+        sweep = {k: v for k, v in asdict(spec).items() if k != "source"}
+        data_hashes = [task_data(asdict(t)).hash for t in spec.tasks]
+        key = step_cache.step_key("plan", **model_stamp(prepared.ref, Path(prepared.path)),
+                                  prepared=prepared.model_dump(), sweep=sweep, data=data_hashes)
+        known = step_cache.cached(key, SweepPlan)
+        if known is not None:
+            return known
+    plan = _plan_points(prepared, spec)
+    if key is not None:
+        step_cache.keep(key, plan)
+    return plan
+
+
+def _plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     from dataclasses import asdict
 
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
@@ -332,10 +370,10 @@ class EvidenceFiles:
             store.write_json("failures.json", failures)
 
 
-def store_measured(store: Any, measured: MeasuredPoint) -> EvalRecord:
+def store_measured(store: Any, measured: MeasuredPoint, tables: bool = True) -> EvalRecord:
     """Append one measured point (its record, validation result and Data Docs page) to a RecordStore."""
     record = EvalRecord.from_dict(measured.record)
-    store.add(record, measured.validation, measured.html)
+    store.add(record, measured.validation, measured.html, tables=tables)
     return record
 
 
@@ -350,8 +388,9 @@ def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measur
                           reproducibility=[reproducibility.to_dict()] if reproducibility else [])
     files.write_plan([plan], spec)
     for point in measured:
-        store_measured(store, point)
+        store_measured(store, point, tables=False)
     if store.records:
+        store.write_tables()
         plot_quality_latency(store.records, store.folder)
     files.write_evidence(failures, records=store.records)
     return store.folder

@@ -56,8 +56,12 @@ class RecordStore:
     def csv(self) -> Path:
         return self.folder / "records.csv"
 
-    def add(self, record: EvalRecord, validation_result: dict[str, Any] | None = None, html: str | None = None) -> None:
-        """Append `record`; keep its GX validation result (JSON) and Data Docs page (HTML) beside it."""
+    def add(self, record: EvalRecord, validation_result: dict[str, Any] | None = None, html: str | None = None,
+            tables: bool = True) -> None:
+        """Append `record`; keep its GX validation result (JSON) and Data Docs page (HTML) beside it.
+
+        tables: rewrite the Parquet and CSV tables now (a caller adding many records at once writes them once,
+        `write_tables`, instead of once per record: 36 rewrites of both for a default run's folder)."""
         self.records.append(record)
         with self.jsonl.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n")
@@ -72,7 +76,8 @@ class RecordStore:
             folder = self.folder / "validation"
             folder.mkdir(exist_ok=True)
             write_atomic(folder / f"{record.record_id}.html", lambda p: p.write_text(html, encoding="utf-8"))
-        self.write_tables()
+        if tables:
+            self.write_tables()
 
     def write_tables(self) -> None:
         frame = records_to_frame(self.records)

@@ -9,6 +9,7 @@ resumed, or a scheduled run skips every point already measured.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.filesystems import LocalFileSystem
+from prefect.settings import PREFECT_API_URL
 
 from evals import pipeline
 from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
@@ -34,9 +36,16 @@ def result_storage() -> LocalFileSystem:
     """Where task results live: `<state>/results/<cache key>` (JSON, never pickle)."""
     folder = state_dir() / "results"
     folder.mkdir(parents=True, exist_ok=True)
-    storage = LocalFileSystem(basepath=str(folder))
+    return _saved_storage(str(folder), str(PREFECT_API_URL.value()))
+
+
+@functools.lru_cache(maxsize=8)
+def _saved_storage(folder: str, api_url: str) -> LocalFileSystem:
+    """The storage block of a state folder, saved once per Prefect API a process talks to (each save is a
+    server round trip: four a run)."""
+    storage = LocalFileSystem(basepath=folder)
     # Prefect wants result storage saved as a block; one block per state folder.
-    storage.save(f"unmask-results-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}", overwrite=True)
+    storage.save(f"unmask-results-{hashlib.sha256(folder.encode()).hexdigest()[:12]}", overwrite=True)
     return storage
 
 

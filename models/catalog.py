@@ -140,8 +140,15 @@ def load_catalog(path: str | Path | None = None, *, tolerant: bool = False) -> C
     path = Path(path or os.environ.get("UNMASK_CATALOG") or CATALOG_PATH).expanduser()
     if not path.is_file():
         raise CatalogError(f"{path}: catalog file not found")
+    return _parsed_catalog(path, path.read_bytes(), tolerant)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_catalog(path: Path, raw: bytes, tolerant: bool) -> Catalog:
+    """The catalog these bytes hold, parsed once per content (a run looks entries up some thirty times; the
+    bytes are read each time, so an edited file is parsed again)."""
     try:
-        data = load_yaml(path.read_bytes().decode("utf-8"))
+        data = load_yaml(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CatalogError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except DuplicateKeyError as e:

@@ -1,7 +1,8 @@
 """`unmask run`: the main job. The gate review flow over the bundled models, then a scorecard.
 
-Everything is embedded: MLflow on SQLite under the state folder, Prefect in local mode (it starts
-its own temporary server; nothing to start by hand). A second run reuses every measured point.
+Everything is embedded: MLflow on SQLite under the state folder, Prefect in local mode (its temporary
+server booted as the command starts, `flows.local_prefect`; nothing to start by hand). A second run
+reuses every measured point, and loads no model (`evals.step_cache`).
 """
 
 from __future__ import annotations

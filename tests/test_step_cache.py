@@ -1,0 +1,92 @@
+"""Preparing and planning a candidate whose files have not changed answers from disk without loading the model
+(evals/step_cache.py): what a fully cached `unmask run` no longer pays (tiny-dgemma's transformers import).
+Real model folders, real sweeps; only `load` is replaced, to show it is not called (and to count when it is)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from evals import pipeline, step_cache
+from evals.sweep import load_sweep
+from flow_fixtures import CANDIDATE, FALLBACK, tiny_models, write_sweep
+
+
+@pytest.fixture
+def counted_loads(monkeypatch):
+    """The real `load`, counted; the process's handle cache emptied so that every miss really loads."""
+    loads: list[str] = []
+    real = pipeline.load
+
+    def load(ref, **kwargs):
+        loads.append(str(ref))
+        return real(ref, **kwargs)
+
+    monkeypatch.setattr(pipeline, "load", load)
+    pipeline._handle.cache_clear()
+    yield loads
+    pipeline._handle.cache_clear()
+
+
+def fresh_process() -> None:
+    pipeline._handle.cache_clear()  # what a new `unmask run` starts with
+
+
+def test_an_unchanged_model_is_prepared_and_planned_without_loading_it(tmp_path, counted_loads):
+    models = tiny_models(tmp_path / "models")
+    spec = load_sweep(write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]]))
+    first = {ref: pipeline.prepare_candidate(ref) for ref in (models[CANDIDATE], models[FALLBACK])}
+    plans = {ref: pipeline.plan_points(p, spec) for ref, p in first.items()}
+    assert sorted(counted_loads) == sorted(first)  # each loaded once (the plan reuses the process's handle)
+    assert all(plan.points for plan in plans.values())
+
+    fresh_process()
+    counted_loads.clear()
+    again = {ref: pipeline.prepare_candidate(ref) for ref in first}
+    replanned = {ref: pipeline.plan_points(p, spec) for ref, p in again.items()}
+    assert counted_loads == []
+    assert again == first and replanned == plans
+
+
+def test_a_changed_file_sweep_or_cache_entry_prepares_again(tmp_path, counted_loads):
+    models = tiny_models(tmp_path / "models")
+    ref = models[CANDIDATE]
+    spec = load_sweep(write_sweep(tmp_path / "tiny.yaml", [ref]))
+    prepared = pipeline.prepare_candidate(ref)
+    pipeline.plan_points(prepared, spec)
+
+    card = next(p for p in Path(ref).iterdir() if p.name in ("MODEL_CARD.md", "README.md", "config.json"))
+    stat = card.stat()
+    os.utime(card, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # touched: same bytes, a new stamp
+    fresh_process()
+    counted_loads.clear()
+    assert pipeline.prepare_candidate(ref) == prepared
+    assert counted_loads == [ref]  # the stamp changed, so the model was read again
+
+    fresh_process()
+    counted_loads.clear()
+    assert pipeline.prepare_candidate(ref) == prepared and counted_loads == []  # and kept again
+    other = load_sweep(write_sweep(tmp_path / "other.yaml", [ref], steps=(8,)))
+    plan = pipeline.plan_points(prepared, other)
+    assert counted_loads == [ref] and {p.config["steps"] for p in plan.points} == {8}  # another sweep: planned
+
+    for kept in (Path(os.environ["UNMASK_HOME"]) / "cache" / "steps").glob("prepared-*.json"):
+        kept.write_text("{not json")  # a damaged entry is a miss, not an error
+    fresh_process()
+    counted_loads.clear()
+    assert pipeline.prepare_candidate(ref) == prepared and counted_loads == [ref]
+
+
+def test_the_key_covers_files_catalog_code_and_parts(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(b"1")
+    stamp = step_cache.files_stamp(folder)
+    assert [name for name, _size, _mtime in stamp] == ["a.bin"]
+    key = step_cache.step_key("prepared", files=stamp)
+    (folder / "a.bin").write_bytes(b"22")
+    assert step_cache.step_key("prepared", files=step_cache.files_stamp(folder)) != key
+    assert step_cache.step_key("plan", files=stamp) != key
+    assert len(step_cache.code_digest()) == 64
