@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
+from flows.quick_exit import QUICK_EXIT  # first: its exit hook must be the first one registered (it runs last)
+
 import importlib
 import os
 import signal
@@ -185,34 +186,7 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, terminate)
 
 
-class QuickExit:
-    """Leave as soon as every atexit hook has run, skipping the interpreter's teardown of its modules.
-
-    That teardown happens after the atexit hooks (Prefect's server stop, MLflow's and logging's flushes), in
-    C, and with torch, MLflow, Prefect and pandas loaded it took about 2 s of every command's wall time on two
-    cores (`unmask run --demo`, fully cached: 16.9 s at the last hook, 19.0 s at exit). Registered first, so
-    that it runs last; it acts only for the exit code `main` saw leave (else the usual teardown runs)."""
-
-    def __init__(self) -> None:
-        self.code: int | None = None
-        atexit.register(self)
-
-    def leaving(self, error: SystemExit) -> None:
-        self.code = 0 if error.code is None else error.code if isinstance(error.code, int) else None
-
-    def __call__(self) -> None:
-        if self.code is None:
-            return
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # a closed pipe or stream: nothing left to say there
-                pass
-        os._exit(self.code)
-
-
 def main() -> None:
-    quick = QuickExit()
     stop_on_sigterm()
     try:
         configure_environment()
@@ -223,7 +197,7 @@ def main() -> None:
     try:
         app(prog_name="unmask")
     except SystemExit as e:
-        quick.leaving(e)
+        QUICK_EXIT.leaving(e)
         raise
 
 
