@@ -28,7 +28,7 @@ COPY serving ./serving
 
 RUN python3.11 -m venv .venv
 RUN .venv/bin/python -m pip install -q --upgrade pip
-RUN .venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" ".[${ONNX_FLAVOUR},dask,postgres]"
+RUN .venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" ".[${ONNX_FLAVOUR},dask,ray,postgres]"
 
 RUN useradd --system --uid 10001 --home-dir /var/lib/unmask --create-home unmask
 USER unmask

@@ -18,8 +18,8 @@ import registry.views as views
 from dashboards import verdict
 from gates.roles import RolesError, load_roles
 from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
+from registry import demo
 from registry.connection import check_reachable
-from registry.demo import is_demo_registry
 
 TTL_S = 30  # new evaluations show up within this, or at once with "Refresh"
 
@@ -198,21 +198,13 @@ def decision_lines(uri: str, policy: str) -> list[Any]:
 def demo_marks(uri: str, policy: str, roles_file: str) -> list[str]:
     """What makes this dashboard a demonstration: a `demo: true` policy or roles file (`roles_file`: $UNMASK_ROLES,
     "" for the bundled one; part of the cache key), a registry marked demo."""
-    found = []
-    cited = views.dashboard_policy(policy or None)
-    if cited.demo:
-        found.append(f"policy `{cited.path or cited.source}` is marked `demo: true`")
     try:
         roles = load_roles(roles_file or None)
     except RolesError:
         roles = None
-    if roles is not None and roles.demo:
-        found.append(f"roles `{roles.path}` are marked `demo: true`")
+    policy_read = views.dashboard_policy(policy or None)
     try:
         check_reachable(uri)
-        marked = is_demo_registry(_registry(uri))
+        return demo.demo_marks(_registry(uri), policy_read, roles)
     except RegistryError:  # the page's own stop explains an unreachable registry
-        marked = False
-    if marked:
-        found.append(f"the registry `{uri}` is marked as a demo (`unmask run --demo`)")
-    return found
+        return demo.demo_marks(None, policy_read, roles)
