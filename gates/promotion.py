@@ -301,7 +301,9 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     stage_roles = stage_roles or roles.stage(stage)
     duties = duties or Duties()
     approvals = [approval] if isinstance(approval, Approval) else list(approval or ())
-    approvals = [a for a in approvals if a.by.strip()]
+    # the preferred approval first (stable otherwise): of two names on one account only one counts, and the one
+    # typed into this promotion is the one it uses, whoever of the two approved first
+    approvals = sorted((a for a in approvals if a.by.strip()), key=lambda a: bool(prefer) and a.id != prefer)
     reasons, valid = [], []
     for a in approvals:
         problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,

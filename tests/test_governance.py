@@ -131,6 +131,20 @@ def test_two_approvals_from_one_os_account_count_once_for_production():
     assert approval_problems(authenticated, "production", 0, roles=roles, duties=Duties(request_id="r1")) == []
 
 
+def test_of_two_names_on_one_account_the_approval_typed_into_the_promotion_is_the_one_that_counts():
+    """At poc one approval is needed and one account is one person: whichever of its two names approved first,
+    a promotion that typed (or prefers) one of them uses that one (two racing promotions each cited the other's)."""
+    from gates.promotion import approval_problems
+
+    roles = load_roles()
+    typed = [Approval("poc", name, at, OK, f"a{n}", "r1", identity="named-by-caller", account="ops")
+             for n, (name, at) in enumerate((("grace", "2026-11-30T11:00:00Z"), ("linus", "2026-11-30T11:00:01Z")))]
+    for prefer, expected in (("", "grace"), ("a0", "grace"), ("a1", "linus")):
+        reasons, counted = approval_problems(typed, "poc", 0, roles=roles, duties=Duties(request_id="r1"),
+                                             counted=True, prefer=prefer)
+        assert [a.by for a in counted] == [expected] and reasons == [], prefer
+
+
 def test_environment_variables_do_not_change_the_identity_on_the_embedded_store(reg, monkeypatch, tmp_path):
     import os
     import pwd
