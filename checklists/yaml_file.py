@@ -19,7 +19,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UniqueKeyLoader(_SAFE_LOADER):
-    """yaml.SafeLoader (libyaml's where built) that refuses a duplicate mapping key (YAML 1.2 requires keys to be unique).
+    """yaml.SafeLoader (libyaml's where built) refusing a duplicate mapping key (YAML 1.2: keys are unique).
 
     The same class as `models/unique_keys.py`'s, which the layers below read with: checklists is a leaf that
     imports no other package. tests/test_fuzz_surfaces.py holds both to the same cases."""

@@ -17,8 +17,7 @@ import registry.links as links
 import registry.views as views
 from dashboards import verdict
 from gates.roles import RolesError, load_roles
-from registry import Registry, RegistryError, RegistryUnavailable, resolve_tracking_uri
-from registry import demo
+from registry import Registry, RegistryError, RegistryUnavailable, demo, resolve_tracking_uri
 from registry.connection import check_reachable
 
 TTL_S = 30  # new evaluations show up within this, or at once with "Refresh"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -211,8 +211,6 @@ def model_stamp(ref: str, path: Path) -> dict[str, Any]:
 def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     """The sweep's valid points for this candidate, each with its effective config and the hashes
     that key its cache; the task data is validated first (TaskDataError says what is wrong)."""
-    from dataclasses import asdict
-
     key = None
     if prepared.kind != "api":
         sweep = {k: v for k, v in asdict(spec).items() if k != "source"}
@@ -229,8 +227,6 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
 
 
 def _plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
-    from dataclasses import asdict
-
     handle = handle_for(prepared.ref, spec.device, spec.dtype)
     points, skipped, checked = [], [], {}
     for t in spec.tasks:

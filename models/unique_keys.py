@@ -25,7 +25,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UniqueKeyLoader(_SAFE_LOADER):
-    """yaml.SafeLoader (libyaml's where built) that refuses a duplicate mapping key (YAML 1.2 requires keys to be unique)."""
+    """yaml.SafeLoader (libyaml's where built) refusing a duplicate mapping key (YAML 1.2: keys are unique)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Mapping
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 
 from checklists import STAGES
@@ -120,8 +121,6 @@ class Registry:
         Read from the run's artifact root directly: `MlflowClient.download_artifacts` also looks for a logged
         model of that name on every call, 9 ms a read on SQLite (a judged version reads some forty)."""
         import tempfile
-
-        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
