@@ -3,7 +3,8 @@
 Preparing a candidate and planning its sweep read the model (its tokenizer, config and card, and loading its
 weights to learn them): for tiny-dgemma that is transformers' DiffusionGemma import, some 3 s of a fully
 cached `unmask run`. Their results are functions of the model folder's files, the catalog entry, the sweep,
-the task data and this code, so they are kept by a key over all of those.
+the task data and this code, so they are kept by a key over all of those. Files are kept the same way
+(`keep_files`, `copy_kept_files`): a quality-latency plot of the same records.
 
 A file counts as unchanged while its size and modification time (ns) are, the stamp `models.pull.verify_pins`
 already trusts for its hashes: an edited or replaced file changes the key, and the step runs again. The code
@@ -17,6 +18,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,3 +77,24 @@ def keep(key: str, value: BaseModel) -> None:
     path = _path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, lambda p: p.write_text(value.model_dump_json(), encoding="utf-8"))
+
+
+def keep_files(key: str, paths: list[Path]) -> None:
+    """Copies of `paths` kept under `key` (by file name), each written whole or not at all."""
+    folder = _path(key).with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        write_atomic(folder / path.name, lambda p, source=path: shutil.copyfile(source, p))
+
+
+def copy_kept_files(key: str, names: list[str], folder: Path) -> bool:
+    """Copy the files kept under `key` into `folder`; False (and nothing copied) unless every one is there."""
+    kept = _path(key).with_suffix("")
+    if not names or not all((kept / name).is_file() for name in names):
+        return False
+    try:
+        for name in names:
+            write_atomic(folder / name, lambda p, source=kept / name: shutil.copyfile(source, p))
+    except OSError:
+        return False
+    return True

@@ -7,24 +7,32 @@ PREFECT_HOME) inside the first flow call, and waits for it: on two cores some 3 
 mode does) before the command imports torch and MLflow, so it boots on the other core meanwhile; `api()`
 then points Prefect at it for the command's flows. One server per process, stopped at exit. With
 PREFECT_API_URL set (a real server, or the test harness), nothing is started and `api()` changes nothing.
+
+The child serves Prefect's app behind `RetryLocked` (`create_app` here): over SQLite, a request whose write
+meets the server's own event consumers' write answers 503 at once ("database is locked", a deferred
+transaction that cannot wait), and Prefect's client retries it after 2 s of backoff, a fifth of a fully cached
+`unmask run`. The child retries such a request itself within milliseconds, as the client would have.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import ContextManager, Iterator
+from typing import Any, Awaitable, Callable, ContextManager, Iterator
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # Prefect's own setting, reused
 STOP_GRACE_S = 5.0
+LOCKED_RETRY_DELAYS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)  # then the 503 goes to the client, which backs off
 
 
 class LocalPrefect:
@@ -38,13 +46,15 @@ class LocalPrefect:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self.child = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                [sys.executable, "-m", "uvicorn", "--factory", "flows.local_prefect:create_app",
                  "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
                 env=os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                                   "PREFECT__SERVER_FINAL": "1"},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._ready = False
+        self._watcher = threading.Thread(target=self._watch, name="local-prefect-watch", daemon=True)
+        self._watcher.start()
         atexit.register(self.stop)
 
     @classmethod
@@ -58,20 +68,25 @@ class LocalPrefect:
         return cls._running
 
     def wait_ready(self) -> bool:
-        """Whether the server answers /health before Prefect's startup timeout (it exits early: False)."""
-        if self._ready:
-            return True
+        """Whether the server answered /health before Prefect's startup timeout (it exits early: False)."""
+        self._watcher.join()
+        return self._ready
+
+    def _watch(self) -> None:
+        """Poll /health, then make the server's first API call (0.4 s of one-time setup on its side) while this
+        process is still importing; `wait_ready` joins this thread."""
         deadline = time.monotonic() + float(os.environ.get(STARTUP_TIMEOUT_ENV) or 90)
-        while time.monotonic() < deadline and self.child.poll() is None:
+        while time.monotonic() < deadline and self.child.poll() is None and not self._ready:
             try:
                 with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as answer:
                     self._ready = answer.status == 200
-                    if self._ready:
-                        return True
             except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
-        return False
+                time.sleep(0.05)
+        if self._ready:
+            try:
+                urllib.request.urlopen(f"{self.api_url}/admin/version", timeout=10).close()
+            except (urllib.error.URLError, OSError):
+                pass  # only a warm-up: the flows' own first call says what is wrong
 
     def stop(self) -> None:
         if self.child.poll() is None:
@@ -115,6 +130,84 @@ def _settings(api_url: str) -> Iterator[None]:
 
     with temporary_settings({PREFECT_API_URL: api_url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+def create_app() -> RetryLocked:
+    """The child's app (`uvicorn --factory flows.local_prefect:create_app`): Prefect's, behind `RetryLocked`."""
+    from prefect.server.api.server import create_app as prefect_app
+
+    return RetryLocked(prefect_app())
+
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RetryLocked:
+    """ASGI middleware: an HTTP request answered 503 is run again after a short pause, at most
+    len(`delays`) times, before its 503 goes out. Prefect's server answers 503 only for errors a client may
+    retry (a locked SQLite database, a dropped connection), and its client retries every 503 after
+    2**attempt seconds; retrying here is the same request, sooner. The request body is read once and replayed;
+    a response other than 503 streams through untouched. The error that Starlette raises again after its
+    handler answered 503 is dropped with that answer; on the last try both go out as Prefect made them. WebSockets and lifespan pass straight through."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], delays: tuple[float, ...] = LOCKED_RETRY_DELAYS_S):
+        self.app = app
+        self.delays = delays
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body = await _whole_body(receive)
+        for delay in self.delays:
+            answer = _Attempt(send)
+            try:
+                await self.app(_fresh(scope), _replay(body, receive), answer.send)
+            except Exception:
+                if not answer.refused:  # Starlette re-raises after its error handler answered: ours to drop
+                    raise
+            if not answer.refused:
+                return
+            await asyncio.sleep(delay)
+        await self.app(_fresh(scope), _replay(body, receive), send)
+
+
+class _Attempt:
+    """One try's `send`: a 503 and its body are held back (refused); anything else goes out as it comes."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.refused = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.refused = message["status"] == 503
+        if not self.refused:
+            await self._send(message)
+
+
+def _fresh(scope: dict[str, Any]) -> dict[str, Any]:
+    """The request's scope as it came: routing writes into the one it is given (a mount's root_path)."""
+    return scope | ({"state": dict(scope["state"])} if "state" in scope else {})
+
+
+async def _whole_body(receive: Receive) -> list[dict[str, Any]]:
+    messages = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return messages
+
+
+def _replay(body: list[dict[str, Any]], receive: Receive) -> Receive:
+    """The body's messages again, then the real channel (a disconnect, once the client goes)."""
+    pending = list(body)
+
+    async def replayed() -> dict[str, Any]:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
 
 
 def _configured_api() -> bool:

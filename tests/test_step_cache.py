@@ -90,3 +90,33 @@ def test_the_key_covers_files_catalog_code_and_parts(tmp_path):
     assert step_cache.step_key("prepared", files=step_cache.files_stamp(folder)) != key
     assert step_cache.step_key("plan", files=stamp) != key
     assert len(step_cache.code_digest()) == 64
+
+
+def _records(accuracy: float = 0.9):
+    from evals.records import EvalRecord
+
+    common = dict(role="candidate", kind="masked-diffusion", task="arith", split="test", gen_length=16, n_items=8,
+                  valid=True, dataset_hash="d" * 16)
+    return [EvalRecord(candidate="tiny-llada", config={"steps": s}, config_hash=f"h{s}", accuracy=accuracy,
+                       latency_p50_s=0.01 * s, latency_p95_s=0.02 * s, **common) for s in (4, 8)] + \
+        [EvalRecord(**(common | {"role": "fallback", "kind": "autoregressive"}), candidate="tiny-ar", config={},
+                    config_hash="ar", accuracy=0.8, latency_p50_s=0.05, latency_p95_s=0.06)]
+
+
+def test_a_plot_of_the_same_records_is_copied_not_drawn_again(tmp_path, monkeypatch):
+    from evals import plots
+
+    first = plots.plot_quality_latency(_records(), tmp_path / "one")
+    assert [p.name for p in first] == ["quality-latency-arith.png"] and first[0].read_bytes()[:4] == b"\x89PNG"
+    drawn: list[Path] = []
+    real = plots._draw_quality_latency
+    monkeypatch.setattr(plots, "_draw_quality_latency", lambda *a: drawn.append(a[1]) or real(*a))
+    again = plots.plot_quality_latency(_records(), tmp_path / "two")
+    assert drawn == [] and again[0].read_bytes() == first[0].read_bytes()  # copied, byte for byte
+    plots.plot_quality_latency(_records(accuracy=0.5), tmp_path / "three")  # other records: another picture
+    plots.plot_quality_latency(_records(), tmp_path / "four", latency="latency_p95_s")  # another axis
+    assert drawn == [tmp_path / "three", tmp_path / "four"]
+    for kept in (step_cache.state_dir() / "cache" / "steps").glob("quality-latency-*/*.png"):
+        kept.unlink()  # a kept copy gone: drawn again, never an error
+    plots.plot_quality_latency(_records(), tmp_path / "five")
+    assert drawn[-1] == tmp_path / "five" and (tmp_path / "five" / "quality-latency-arith.png").is_file()

@@ -69,9 +69,30 @@ def run_command(
     if demo:
         mark_demo(console)
     started = time.perf_counter()
+    _while_prefect_boots()
     with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
         result = review_with_progress(models, str(sweep_path), options)
     _print_summary(result, options, models, time.perf_counter() - started)
+
+
+def _while_prefect_boots() -> None:
+    """What the flows need first, done while the local Prefect server boots on the other core instead of after
+    it answers: the review flow's imports (scoring's among them), and the embedded SQLite store opened once
+    (MLflow keeps the engine and its mapped tables for the process; 0.7 s on two cores). A store that cannot be
+    opened is left for the flows to report, as they do (the run keeps its records in the outbox)."""
+    import flows.review  # noqa: F401
+    from registry.connection import resolve_tracking_uri
+
+    tracking_uri = resolve_tracking_uri()
+    if tracking_uri.startswith("sqlite:///"):
+        from mlflow.exceptions import MlflowException
+
+        from registry import Registry
+
+        try:
+            Registry(tracking_uri).client.search_registered_models(max_results=1)
+        except (MlflowException, OSError):
+            pass
 
 
 def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str, dask_address: str | None,
