@@ -125,6 +125,13 @@ def api(local: LocalPrefect | None, warn=print) -> ContextManager[object]:
 
 
 @contextmanager
+def booted(warn=print) -> Iterator[None]:
+    """`boot()` then `api()`, for a command whose flows follow its imports: the server boots while it imports."""
+    with api(LocalPrefect.boot(), warn=warn):
+        yield
+
+
+@contextmanager
 def _settings(api_url: str) -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 

@@ -234,7 +234,8 @@ def _prefect_servers(parent_pid: int) -> list:
 
     def is_server(process) -> bool:
         try:
-            return "prefect.server.api.server:create_app" in " ".join(process.cmdline())
+            line = " ".join(process.cmdline())  # the booted server (flows.local_prefect), or Prefect's own
+            return "flows.local_prefect:create_app" in line or "prefect.server.api.server:create_app" in line
         except psutil.Error:  # a short-lived child already gone, or a zombie
             return False
 

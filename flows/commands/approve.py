@@ -45,13 +45,17 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
         raise typer.Exit(2) from None
     waiting = []
     if may_be_waiting(registry, model, version, stage):  # else no Prefect (and no temporary server) at all
-        from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+        from flows.local_prefect import booted
 
-        waiting = waiting_promotions(model, stage)
+        with booted(warn=lambda line: console.print(line, highlight=False)):
+            from flows.promote import PromotionApproval, resume_with_approval, waiting_promotions
+
+            waiting = waiting_promotions(model, stage)
+            if waiting:
+                resume_with_approval(waiting[0].id, PromotionApproval(
+                    approver=me.name, comment=comment, approve=not reject, approval_id="" if reject else decided.id))
     if waiting:
         run = waiting[0]
-        resume_with_approval(run.id, PromotionApproval(approver=me.name, comment=comment, approve=not reject,
-                                                       approval_id="" if reject else decided.id))
         console.print(f"{'declined' if reject else 'approved'} by {me.name}: promotion of {model} v{version} to "
                       f"{stage} (flow run {run.name}, {run.id}); the flow resumes", highlight=False)
     elif reject:
@@ -93,6 +97,9 @@ def request_promotion_command(
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.local_prefect import LocalPrefect, api
+
+    local_prefect = LocalPrefect.boot()  # boots while the flow's modules import
     from rich.markup import escape
 
     from flows.failures import describe, print_error
@@ -107,7 +114,9 @@ def request_promotion_command(
 
     console.print(f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "
                   f"unmask approve {model} {stage} --comment \"...\"", highlight=False)
-    state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True)
+    with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
+        state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None,
+                             return_state=True)
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
         line = describe(error)[1] if isinstance(error, BaseException) else " ".join(str(state.message).split())

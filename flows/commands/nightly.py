@@ -25,6 +25,9 @@ def run_once(
 ) -> None:
     """Re-evaluate every registered model now; on a production regression, roll back to the fallback."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.local_prefect import LocalPrefect, api
+
+    local_prefect = LocalPrefect.boot()  # Prefect's server boots on the other core while this imports and checks
     from evals.sweep import SweepError, default_sweep_path, load_sweep
     from flows.evaluate import EvaluationOptions
     from flows.failures import print_error
@@ -37,8 +40,10 @@ def run_once(
     except (SweepError, ValueError) as e:
         print_error(console, e)
         raise typer.Exit(2) from None
-    result = nightly(str(sweep or default_sweep_path()), EvaluationOptions(policy=str(policy) if policy else None),
-                     rollback_on_regression=not no_rollback)
+    with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
+        result = nightly(str(sweep or default_sweep_path()),
+                         EvaluationOptions(policy=str(policy) if policy else None),
+                         rollback_on_regression=not no_rollback)
     console.print(f"nightly: {result['status']}", highlight=False)
     if result.get("sweep") and result["sweep"] != str(sweep or default_sweep_path()):
         console.print(f"  measured at production's evidence level: {result['sweep']}", highlight=False)
