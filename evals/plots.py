@@ -56,10 +56,7 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
     if step_cache.copy_kept_files(key, names, folder):
         return [folder / name for name in names]
     paths = _draw_quality_latency(records, folder, latency)
-    try:
-        step_cache.keep_files(key, paths)
-    except OSError:  # a state folder that cannot take the copy: the next run draws again
-        pass
+    step_cache.keep_files(key, paths)
     return paths
 
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from evals.store import write_atomic
-from models.state import state_dir
+from models.state import StateFolderError, state_dir
 
 PACKAGES = ("evals", "models", "sampler")  # whose code shapes what the cached steps return
 Model = TypeVar("Model", bound=BaseModel)
@@ -80,21 +80,25 @@ def keep(key: str, value: BaseModel) -> None:
 
 
 def keep_files(key: str, paths: list[Path]) -> None:
-    """Copies of `paths` kept under `key` (by file name), each written whole or not at all."""
-    folder = _path(key).with_suffix("")
-    folder.mkdir(parents=True, exist_ok=True)
-    for path in paths:
-        write_atomic(folder / path.name, lambda p, source=path: shutil.copyfile(source, p))
+    """Copies of `paths` kept under `key` (by file name), each written whole or not at all. A state folder that
+    cannot take them is no error: the next call makes the files again."""
+    try:
+        folder = _path(key).with_suffix("")
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            write_atomic(folder / path.name, lambda p, source=path: shutil.copyfile(source, p))
+    except (OSError, StateFolderError):
+        pass
 
 
 def copy_kept_files(key: str, names: list[str], folder: Path) -> bool:
-    """Copy the files kept under `key` into `folder`; False (and nothing copied) unless every one is there."""
-    kept = _path(key).with_suffix("")
-    if not names or not all((kept / name).is_file() for name in names):
-        return False
+    """Copy the files kept under `key` into `folder`; False unless every one was there and copied."""
     try:
+        kept = _path(key).with_suffix("")
+        if not names or not all((kept / name).is_file() for name in names):
+            return False
         for name in names:
             write_atomic(folder / name, lambda p, source=kept / name: shutil.copyfile(source, p))
-    except OSError:
+    except (OSError, StateFolderError):
         return False
     return True

@@ -120,3 +120,13 @@ def test_a_plot_of_the_same_records_is_copied_not_drawn_again(tmp_path, monkeypa
         kept.unlink()  # a kept copy gone: drawn again, never an error
     plots.plot_quality_latency(_records(), tmp_path / "five")
     assert drawn[-1] == tmp_path / "five" and (tmp_path / "five" / "quality-latency-arith.png").is_file()
+
+
+def test_a_state_folder_that_cannot_keep_the_plot_still_gets_it_drawn(tmp_path, monkeypatch):
+    from evals import plots
+
+    (tmp_path / "not-a-folder").write_text("a file where the state folder must be")
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "not-a-folder"))
+    for _ in range(2):  # nothing kept, nothing to copy: drawn both times, never an error
+        paths = plots.plot_quality_latency(_records(), tmp_path / "out")
+        assert paths[0].read_bytes()[:4] == b"\x89PNG"
