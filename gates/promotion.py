@@ -308,15 +308,9 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     for a in approvals:
         problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
                                     roles)
-        twin = next((v for v in valid if v.by == a.by or v.person == a.person), None)
+        problem = problem or twin_problem(a, valid, stage)
         if problem is not None:
             reasons.append(problem)
-        elif twin is not None and twin.by == a.by:
-            reasons.append(PromotionReason(ReasonKind.DUTY, (
-                f"{a.by} approved this promotion twice; a second approval must come from someone else")))
-        elif twin is not None:  # two names, one OS account: one approval
-            reasons.append(PromotionReason(ReasonKind.DUTY, one_account(stage, a.by, a.account,
-                                                                        f"approved it as {twin.by}")))
         else:
             valid.append(a)
     need = stage_roles.approvals_count
@@ -331,6 +325,19 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
         reasons.append(PromotionReason(ReasonKind.APPROVAL, (
             f"{stage} needs {need} approvals from {need} different people; {have}")))
     return (reasons, []) if counted else reasons
+
+
+def twin_problem(a: Approval, counted: Sequence[Approval], stage: str) -> PromotionReason | None:
+    """Why `a` adds no approval to those `counted`: one name twice, or two names of one person (one OS account:
+    `Approval.person`). The one rule for a promotion's approvals and for an approval about to be recorded."""
+    twin = next((c for c in counted if c.by == a.by or c.person == a.person), None)
+    if twin is None:
+        return None
+    if twin.by == a.by:
+        request = f" ({a.request})" if a.request else ""
+        return PromotionReason(ReasonKind.DUTY, f"{a.by} already approved this request{request}; a second approval "
+                                                "must come from someone else")
+    return PromotionReason(ReasonKind.DUTY, one_account(stage, a.by, a.account, f"approved it as {twin.by}"))
 
 
 def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_at: str, stage_roles: StageRoles,

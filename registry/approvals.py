@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
-                             current_signoffs, declined_problems, expired, one_account, person)
+                             current_signoffs, declined_problems, expired, person, twin_problem)
 from checklists import load_checklist
 from gates.roles import Roles, load_roles
 from registry import audit
@@ -145,12 +145,11 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     if problem is not None:
         reasons.append(problem.text)
     given = [a for a in approvals_from_tags(tags, stage) if request is not None and a.status == "open"
-             and a.request == request.id and a.person == candidate.person]
-    if any(a.by == actor.name for a in given):
-        reasons.append(f"{actor.name} already approved this request ({request.id}); a second approval must come "
-                       "from someone else")
-    elif given and roles.stage(stage).approvals_count > 1:  # another name, the same OS account: counts once
-        reasons.append(one_account(stage, actor.name, actor.account, f"approved it as {given[0].by}"))
+             and a.request == request.id]
+    twin = twin_problem(candidate, given, stage)
+    # one name twice is refused at every stage; a second name of one account only where two people are needed
+    if twin is not None and (roles.stage(stage).approvals_count > 1 or any(a.by == actor.name for a in given)):
+        reasons.append(twin.text)
     if reasons:
         _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons,
                 {"request": request.id if request else ""})
