@@ -193,35 +193,39 @@ def local_anchor_path(tracking_uri: str) -> Path:
 
 
 def local_anchor(tracking_uri: str) -> Anchor | None:
-    path = local_anchor_path(tracking_uri)
-    try:
-        data = json.loads(path.read_text())
-        return Anchor(int(data["seq"]), str(data["sha256"]), str(data["signature"]), f"{path} (this machine's anchor)")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RegistryError(f"this machine's chain anchor {path} cannot be read ({e}); it is written by unmask only: "
-                            "see docs/integrity.md") from None
+    kept = _kept_anchor(tracking_uri)
+    return kept[0] if kept else None
 
 
 def remember(tracking_uri: str, anchor: Anchor) -> None:
     """Keep `anchor` as this machine's signed head of the store, unless it already knows a newer one, and the
     first seq it saw signed (`signed_since`), which a newer head never raises."""
-    known = local_anchor(tracking_uri)
-    if known is not None and known.seq >= anchor.seq:
+    kept = _kept_anchor(tracking_uri)
+    if kept is not None and kept[0].seq >= anchor.seq:
         return
-    since = signed_since(tracking_uri)
     write_json_atomic(local_anchor_path(tracking_uri), {"seq": anchor.seq, "sha256": anchor.sha256,
                                                         "signature": anchor.signature, "tracking_uri": tracking_uri,
-                                                        "signed_since": anchor.seq if since is None else since})
+                                                        "signed_since": anchor.seq if kept is None else kept[1]})
 
 
 def signed_since(tracking_uri: str) -> int | None:
     """The first chain entry this machine saw signed: every entry from it on must carry a signature, so one
     stripped of it (or every one stripped) is forged, never unsigned. None before this machine saw one."""
-    known = local_anchor(tracking_uri)
-    if known is None:
+    kept = _kept_anchor(tracking_uri)
+    return kept[1] if kept else None
+
+
+def _kept_anchor(tracking_uri: str) -> tuple[Anchor, int] | None:
+    """This machine's anchor file, read once: the anchor and its `signed_since` (an anchor kept before that field
+    existed, or one out of range: its own head). None when there is no file."""
+    path = local_anchor_path(tracking_uri)
+    try:
+        data = json.loads(path.read_text())
+        anchor = Anchor(int(data["seq"]), str(data["sha256"]), str(data["signature"]), f"{path} (this machine's anchor)")
+    except FileNotFoundError:
         return None
-    data = json.loads(local_anchor_path(tracking_uri).read_text())
-    since = data.get("signed_since", known.seq)  # an anchor from before this was kept: its own head
-    return since if isinstance(since, int) and 0 < since <= known.seq else known.seq
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RegistryError(f"this machine's chain anchor {path} cannot be read ({e}); it is written by unmask only: "
+                            "see docs/integrity.md") from None
+    since = data.get("signed_since", anchor.seq)
+    return anchor, since if isinstance(since, int) and 0 < since <= anchor.seq else anchor.seq
