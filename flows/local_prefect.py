@@ -156,7 +156,8 @@ class RetryLocked:
     retry (a locked SQLite database, a dropped connection), and its client retries every 503 after
     2**attempt seconds; retrying here is the same request, sooner. The request body is read once and replayed;
     a response other than 503 streams through untouched. The error that Starlette raises again after its
-    handler answered 503 is dropped with that answer; on the last try both go out as Prefect made them. WebSockets and lifespan pass straight through."""
+    handler answered 503 is dropped with that answer; on the last try both go out as Prefect made them.
+    WebSockets and lifespan pass straight through."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], delays: tuple[float, ...] = LOCKED_RETRY_DELAYS_S):
         self.app = app

@@ -221,7 +221,8 @@ def _kept_anchor(tracking_uri: str) -> tuple[Anchor, int] | None:
     path = local_anchor_path(tracking_uri)
     try:
         data = json.loads(path.read_text())
-        anchor = Anchor(int(data["seq"]), str(data["sha256"]), str(data["signature"]), f"{path} (this machine's anchor)")
+        anchor = Anchor(int(data["seq"]), str(data["sha256"]), str(data["signature"]),
+                        f"{path} (this machine's anchor)")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
