@@ -11,9 +11,15 @@ token it saw is committed; caching is an approximation that Fast-dLLM showed to 
 Every policy computes only the canvas its horizon (`horizon.py`) shows: with `future_window` the
 positions beyond it are neither run nor cached, so the dual cache's suffix is the window alone.
 
-A refresh step runs exactly the no-cache call, so `cache_refresh=1` gives the no-cache tokens.
-Keys are cached after RoPE with their own positions; the block is called with its true
-position ids, so every call sees the same angles as a full forward would.
+A refresh step runs exactly the no-cache call, so `cache_refresh=1` gives the no-cache tokens,
+unless `refresh_span` shortens it (`SinceCachedBlock`: a refresh recomputes from the start of the block
+the cache was built for and keeps the keys/values before it; lossy, measured in
+docs/experiments/serving-batching). Keys are cached after RoPE with their own positions; every call
+passes its true position ids, so it sees the same angles as a full forward would. A cache is a set of
+keys with a mask, not a sequence: attention does not read their order.
+
+A call whose keys/values are not kept (a cached window) computes only the rows with a mask in it:
+the others have nothing to commit, and get zero logits.
 """
 
 from __future__ import annotations
@@ -52,11 +58,13 @@ class ModelCall:
 
     def _run(self, x: torch.Tensor, lo: int, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
         """`x` holds canvas positions `[lo, lo + W)` of `n * batch` rows; the model sees only rows with a mask
-        when settled rows are skipped (early exit), the others get zero logits and keys/values."""
+        when settled rows are skipped (early exit) or the call's keys/values are not kept; the others get zero
+        logits and keys/values."""
         reps = x.shape[0] // self.prompt_index.shape[0]
         prompt = self.prompt_index[:, lo : lo + x.shape[1]].repeat(reps, 1)
         live = (x == self.config.mask_id).any(dim=-1)  # (rows,)
-        if not self.skip_settled or bool(live.all()):
+        skip = self.skip_settled or not kwargs.get("use_cache")
+        if not skip or bool(live.all()):
             return self._guided(x, prompt, attention_mask, **kwargs)
         rows, idx = x.shape[0], live.nonzero()[:, 0]
         guided_rows = idx if self.config.cfg_scale <= 0 else torch.cat([idx, idx + rows])  # cache rows: cond, uncond
@@ -102,11 +110,18 @@ class ModelCall:
 
         x `(n * batch, W)`; past per layer `(n * batch [* 2 with CFG], kv_heads, S, head_dim)`.
         """
+        return self._cached(x, lo, past_mask, past)[0]
+
+    def span(self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV) -> tuple[torch.Tensor, KV]:
+        """`window`'s logits of one batch (`n` = 1), and the keys/values of positions `[lo, lo + W)`."""
+        return self._cached(x, lo, past_mask, past, use_cache=True)
+
+    def _cached(self, x, lo, past_mask, past, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
         reps = x.shape[0] // self.prompt_index.shape[0]
         hi = lo + x.shape[1]
         keys = torch.cat([past_mask, self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)
         positions = self.position_ids[:, lo:hi].repeat(reps, 1)
-        return self._run(x, lo, keys, position_ids=positions, past_key_values=past)[0]
+        return self._run(x, lo, keys, position_ids=positions, past_key_values=past, **kwargs)
 
 
 class LogitsSource(Protocol):
@@ -145,6 +160,7 @@ class BlockCache:
     def __init__(self, call: ModelCall, prompt_length: int, config: SamplerConfig):
         self.call, self.P, self.config = call, prompt_length, config
         self.horizon = canvas_horizon(config, prompt_length)
+        self.span = REFRESH_SPANS[config.refresh_span]()
         self.block: int | None = None  # the block whose cache is held
         self.past: KV | None = None
         self.past_mask: torch.Tensor | None = None  # (B, S): the cached keys a window attends to
@@ -173,14 +189,20 @@ class BlockCache:
 
     def _refresh(self, state) -> Window:
         T = self.horizon.end(state.block)
-        logits, kv = self.call.full(state.x[:, :T], use_cache=True)
+        lo = 0 if self.past is None else self.span.first(self.block, self.P, self.config.block_length)
+        if lo:
+            kept = [(k[:, :, :lo], v[:, :, :lo]) for k, v in self.past]
+            logits, new = self.call.span(state.x[:, lo:T], lo, self.call.key_mask[:, :lo], kept)
+            kv = [(torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(kept, new)]
+        else:
+            logits, kv = self.call.full(state.x[:, :T], use_cache=True)
         start, end, hi = self.region(state.block)
         # every position's keys/values stay cached, the recomputed window's masked out: no copy of the cache
         self.past = kv  # (B, nkv, T, hs)
         self.past_mask = self.call.key_mask[:, :T].clone()
         self.past_mask[:, start:hi] = 0
         self.block = state.block
-        return Window(logits, 0)
+        return Window(logits, lo)
 
 
 def _scatter_rows(t: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor:
@@ -212,6 +234,29 @@ class DualCache(BlockCache):
 
 
 CACHE_POLICIES: dict[str, type] = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache}
+
+
+class WholeCanvas:
+    """A refresh is the no-cache call over the canvas up to the horizon (Fast-dLLM's, and the reference's tokens
+    at `cache_refresh=1`)."""
+
+    def first(self, cached_block: int | None, prompt_length: int, block_length: int) -> int:
+        return 0
+
+
+class SinceCachedBlock:
+    """A refresh recomputes from the start of the block the cache was built for (at a block start: the block
+    just finished, whose tokens are new) to the horizon; the prompt's and older blocks' keys/values are kept
+    from the refresh that computed them. Lossy: they saw the canvas as it was then."""
+
+    requires = {"cache": ("dual", "prefix"), "backend": ("torch",)}  # the ONNX cached graph returns no keys/values
+    joins_running_batch = False  # a row's keys/values would have to follow it from one batch to the next
+
+    def first(self, cached_block, prompt_length, block_length):
+        return prompt_length + cached_block * block_length
+
+
+REFRESH_SPANS: dict[str, type] = {"canvas": WholeCanvas, "from_cached_block": SinceCachedBlock}
 
 
 def logits_source(config: SamplerConfig, call: ModelCall, prompt_length: int) -> LogitsSource:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from sampler.backends import BACKENDS
-from sampler.cache import CACHE_POLICIES
+from sampler.cache import CACHE_POLICIES, REFRESH_SPANS
 from sampler.commit import COMMIT_RULES
 from sampler.early_exit import EARLY_EXIT_RULES
 from sampler.end_of_text import END_OF_TEXT_RULES
@@ -20,6 +20,7 @@ POLICY_REGISTRIES: dict[str, dict[str, Any]] = {
     "remasking": REMASKING_POLICIES,
     "parallel": COMMIT_RULES,
     "cache": CACHE_POLICIES,
+    "refresh_span": REFRESH_SPANS,
     "early_exit": EARLY_EXIT_RULES,
     "backend": BACKENDS,
     "eot_predict": END_OF_TEXT_RULES,
@@ -50,6 +51,7 @@ class SamplerConfig:
     entropy_bound: float = 1.0  # entropy rule: commit lowest-entropy positions while their sum (nats) stays under
     cache: str = "none"  # none, prefix (reuse keys/values before the block), dual (before and after it)
     cache_refresh: int = 0  # full forward every k steps of a block as well as at its start; 0 = block start only
+    refresh_span: str = "canvas"  # what a refresh recomputes: canvas (all of it), from_cached_block (lossy, shorter)
     speculative_draft: int = 0  # steps drafted and verified per model call (lossless, temperature 0); 0 = off
     early_exit: str = "none"  # none, or eos_decided: stop once the text before the first EOS is final
     backend: str = "torch"  # torch, or onnxruntime (the exported denoiser)
@@ -66,7 +68,7 @@ class SamplerConfig:
         "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
         "speculative_draft", "early_exit", "backend", "future_window",
         "eot_predict", "eot_confidence", "compile",
-        "speculative_rows",
+        "speculative_rows", "refresh_span",
     )
 
     def __post_init__(self) -> None:
@@ -95,6 +97,11 @@ class SamplerConfig:
         for name, known in POLICY_REGISTRIES.items():
             if getattr(self, name) not in known:
                 raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r}; known: {', '.join(sorted(known))}")
+        for name, known in POLICY_REGISTRIES.items():  # a policy that works only beside certain others says which
+            for other, allowed in getattr(known[getattr(self, name)], "requires", {}).items():
+                if getattr(self, other) not in allowed:
+                    raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r} needs {other} in "
+                                     f"{', '.join(map(repr, allowed))}; got {other}={getattr(self, other)!r}")
         self._check_fast_modes()
 
     def _check_fast_modes(self) -> None:

@@ -18,7 +18,8 @@ early exit) see masks there as they do alone, and nothing beyond a block is ever
 The early-exit rule reads each row's own generation start (`BlockDecoder(text_start=...)`).
 
 Only deterministic configs join a running batch (`joins_running_batch`): a sampled row's draws
-depend on the canvas's shape; speculative decoding spans blocks and steps; guidance masks the prompt.
+depend on the canvas's shape; speculative decoding spans blocks and steps; guidance masks the prompt; a
+refresh that keeps older keys/values (`refresh_span`) needs the row's cache from its previous block.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sampler.backends import denoiser_for
-from sampler.cache import CACHE_POLICIES, ModelCall
+from sampler.cache import CACHE_POLICIES, REFRESH_SPANS, ModelCall
 from sampler.config import SamplerConfig
 from sampler.early_exit import early_exit_rule
 from sampler.generate import BlockDecoder, CallCounter, make_generator
@@ -44,7 +45,8 @@ def running_key(config: SamplerConfig) -> str:
 def joins_running_batch(config: SamplerConfig) -> bool:
     """Whether a row under `config` decodes block by block in a running batch, exactly as alone."""
     return (config.temperature == 0 and config.remasking != "random" and not config.speculative_draft
-            and not config.speculative_rows and config.cfg_scale == 0 and config.backend == "torch")
+            and not config.speculative_rows and config.cfg_scale == 0 and config.backend == "torch"
+            and getattr(REFRESH_SPANS[config.refresh_span], "joins_running_batch", True))
 
 
 @dataclass

@@ -26,7 +26,9 @@ CASES = [pytest.param(field, name, id=f"{field}={name}") for field, registry in 
 
 
 def config_for(field: str, name: str, **changes) -> SamplerConfig:
-    return SamplerConfig(**(BASE | {field: name} | changes))
+    """BASE with `field` set to `name`, and beside it what the policy says it needs (its first choice each)."""
+    needs = {other: allowed[0] for other, allowed in getattr(POLICY_REGISTRIES[field][name], "requires", {}).items()}
+    return SamplerConfig(**(BASE | needs | {field: name} | changes))
 
 
 def speculative_supports(field: str, name: str) -> bool:
