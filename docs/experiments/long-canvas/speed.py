@@ -28,7 +28,7 @@ from evals.tasks import get_task, make_split, mean_score
 from sampler import SamplerConfig
 from sampler.decode import decode, left_pad, padding_id
 
-# name -> settings on top of vanilla (one token per step, steps = gen_length, block 32).
+# name -> settings on top of vanilla (one token per step, steps = gen_length, block `--block`).
 DUAL_PARALLEL_EXIT = {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9, "early_exit": "eos_decided"}
 CONFIGS: dict[str, dict] = {
     "vanilla": {},
@@ -64,7 +64,12 @@ CONFIGS: dict[str, dict] = {
     "dual+exit+W32": {"cache": "dual", "early_exit": "eos_decided", "future_window": 32},
     "exit+W32": {"early_exit": "eos_decided", "future_window": 32},
     "dual+spec+exit (lossless-ish)": {"cache": "dual", "speculative_draft": 4, "early_exit": "eos_decided"},
+    "dual+parallel": {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9},
+    "dual+parallel0.7": {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.7},
 }
+# "+span": the same, with each refresh recomputing from the cached block's start (sampler/cache.py, lossy)
+SPAN = {"refresh_span": "from_cached_block"}
+CONFIGS |= {f"{name}+span": settings | SPAN for name, settings in list(CONFIGS.items()) if "dual" in name}
 
 
 def load(ref: str, context: int | None):
@@ -116,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--context", type=int, default=None)
+    p.add_argument("--block", type=int, default=32, help="block_length of every config (the AR twin's too)")
     p.add_argument("--configs", nargs="+", default=None, help=f"known: {', '.join(CONFIGS)}")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -126,15 +132,15 @@ def main(argv: list[str] | None = None) -> None:
     llada, ar = load(args.model, args.context), load(args.ar, args.context)
     items = make_split(get_task("arith"), "test", args.prompts, seed=0)
     print(f"# {args.model} vs {args.ar}, {args.prompts} arith test prompts, threads {args.threads}, "
-          f"median of {args.reps}, block 32")
+          f"median of {args.reps}, block {args.block}")
     print(f"{'gen':>4} {'batch':>5} {'config':<34} {'acc':>6} {'calls':>7} {'text tok/s':>10} {'vs AR':>6} "
           f"{'=vanilla':>8} {'s':>7}")
     for n in args.gen_lengths:
         for batch in args.batches:
             # (label, handle, config): the AR twin and every config, timed in interleaved repetitions so a
             # change in machine load falls on every row alike.
-            runs = [("tiny-ar", ar, SamplerConfig(steps=n, gen_length=n, block_length=32, **ar.sampler_ids()))]
-            runs += [(name, llada, SamplerConfig(steps=n, gen_length=n, block_length=32, **llada.sampler_ids(),
+            runs = [("tiny-ar", ar, SamplerConfig(steps=n, gen_length=n, block_length=args.block, **ar.sampler_ids()))]
+            runs += [(name, llada, SamplerConfig(steps=n, gen_length=n, block_length=args.block, **llada.sampler_ids(),
                                                  **CONFIGS[name])) for name in names]
             rows = {label: measure(handle, items, batch, cfg) for label, handle, cfg in runs}
             for _ in range(args.reps - 1):
