@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from sampler.backends import torch_backend
 from sampler.config import SamplerConfig
 from sampler.generate import check_inputs, make_generator
 from sampler.output import AutoregressiveStats, GenerateOutput, StepCallback, StepInfo
@@ -55,8 +56,10 @@ def generate_autoregressive(
     """Decode up to `config.gen_length` tokens after `input_ids` `(batch, prompt_len)`, left-padded
     rows marked by `attention_mask`; stops once every row has produced EOS (or EoT). `on_step`
     receives a StepInfo per token; it does not change the output. `row_seeds` (one per row) gives
-    each row its own generator, so a sampled row decodes as it would alone with that seed."""
+    each row its own generator, so a sampled row decodes as it would alone with that seed. `config.compile`
+    runs the module through torch.compile (`sampler.backends`), as the diffusion sampler does."""
     check_inputs(input_ids, config, attention_mask)
+    model, _ = torch_backend(model, config)  # compile=True compiles the causal twin as it does the denoiser
     B, P = input_ids.shape
     device = input_ids.device
     if attention_mask is None:

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from sampler import SamplerConfig, generate
+from sampler.autoregressive import generate_autoregressive
+from sampler import backends as sampler_backends
 from sampler.backends import compiled
 from tests.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
@@ -37,3 +39,15 @@ def test_compiled_decoding_gives_the_eager_tokens_and_compiles_once():
     fast = generate(model, ids, cfg.with_(compile=True), attention_mask=mask)
     assert torch.equal(fast.sequences, eager.sequences)
     assert compiled(model) is compiled(model)
+
+
+@pytest.mark.slow
+def test_the_causal_twin_compiles_too_and_gives_its_eager_tokens():
+    """A compiled comparison of the two kinds compiles both: the AR decoder reads `compile` as the sampler does."""
+    model = tiny_model(seed=4, causal=True)
+    ids, mask = left_padded_prompts([5, 3], seed=1)
+    cfg = SamplerConfig(steps=12, gen_length=12, block_length=12, **IDS)
+    eager = generate_autoregressive(model, ids, cfg, attention_mask=mask)
+    fast = generate_autoregressive(model, ids, cfg.with_(compile=True), attention_mask=mask)
+    assert torch.equal(fast.sequences, eager.sequences)
+    assert model in sampler_backends._COMPILED  # it ran through the compiled wrapper

@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--context", type=int, default=None)
     p.add_argument("--block", type=int, default=32, help="block_length of every config (the AR twin's too)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile=True on every row, the AR twin's too (torch.compile; the warm-up pass pays it)")
     p.add_argument("--configs", nargs="+", default=None, help=f"known: {', '.join(CONFIGS)}")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -132,16 +134,16 @@ def main(argv: list[str] | None = None) -> None:
     llada, ar = load(args.model, args.context), load(args.ar, args.context)
     items = make_split(get_task("arith"), "test", args.prompts, seed=0)
     print(f"# {args.model} vs {args.ar}, {args.prompts} arith test prompts, threads {args.threads}, "
-          f"median of {args.reps}, block {args.block}")
+          f"median of {args.reps}, block {args.block}{', compiled' if args.compile else ''}")
     print(f"{'gen':>4} {'batch':>5} {'config':<34} {'acc':>6} {'calls':>7} {'text tok/s':>10} {'vs AR':>6} "
           f"{'=vanilla':>8} {'s':>7}")
     for n in args.gen_lengths:
         for batch in args.batches:
             # (label, handle, config): the AR twin and every config, timed in interleaved repetitions so a
             # change in machine load falls on every row alike.
-            runs = [("tiny-ar", ar, SamplerConfig(steps=n, gen_length=n, block_length=args.block, **ar.sampler_ids()))]
-            runs += [(name, llada, SamplerConfig(steps=n, gen_length=n, block_length=args.block, **llada.sampler_ids(),
-                                                 **CONFIGS[name])) for name in names]
+            common = {"steps": n, "gen_length": n, "block_length": args.block, "compile": args.compile}
+            runs = [("tiny-ar", ar, SamplerConfig(**common, **ar.sampler_ids()))]
+            runs += [(name, llada, SamplerConfig(**(common | llada.sampler_ids() | CONFIGS[name]))) for name in names]
             rows = {label: measure(handle, items, batch, cfg) for label, handle, cfg in runs}
             for _ in range(args.reps - 1):
                 for label, handle, cfg in runs:
