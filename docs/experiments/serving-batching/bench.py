@@ -30,6 +30,11 @@ POINTS = {"b32/s16": {"gen_length": 32, "block_length": 32, "steps": 16},
                                         "parallel_threshold": 0.9, "cache": "dual"},
           "b8/s32/threshold0.9/dual/exit": {"gen_length": 32, "block_length": 8, "steps": 32, "parallel": "threshold",
                                             "parallel_threshold": 0.9, "cache": "dual", "early_exit": "eos_decided"}}
+POINTS["b16/s2"] = {"gen_length": 32, "block_length": 16, "steps": 2}  # the sweep's fewest steps: one a block
+# the same with each refresh recomputing only from the cached block's start (sampler/cache.py SinceCachedBlock)
+POINTS |= {f"{name}/span": POINTS[name] | {"refresh_span": "from_cached_block"}
+           for name in ("b16/s32/threshold0.9/dual", "b8/s32/threshold0.9/dual/exit")}
+POINTS |= {"b16/s32/threshold0.7/dual/span": POINTS["b16/s32/threshold0.9/dual/span"] | {"parallel_threshold": 0.7}}
 OPERATING = {"tiny-llada": POINTS["b32/s16"], "tiny-ar": {"gen_length": 32, "block_length": 32, "steps": 32}}
 MODES = {"off": (1, True), "static": (None, False), "continuous": (None, True)}  # (max batch, continuous)
 
