@@ -35,6 +35,7 @@ CONFIGS: dict[str, dict] = {
                                      "parallel": "threshold", "parallel_threshold": 0.9,
                                      "early_exit": "eos_decided", "future_window": 16},
 }
+CONFIGS["s32/b16/threshold0.9/dual/span"] = CONFIGS["s32/b16/threshold0.9/dual"] | {"refresh_span": "from_cached_block"}
 
 
 class TimedDenoiser(torch.nn.Module):
