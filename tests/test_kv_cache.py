@@ -111,11 +111,12 @@ def test_a_span_refresh_recomputes_from_the_cached_block_start(model):
                                            (16, 12), (8, 28), (8, 20), (8, 28)]
 
 
-GRID_SPAN = list(itertools.product(["prefix", "dual"], [0.0, 1.0], [1, 3], [0, 3]))
+GRID_SPAN = [case for case in itertools.product(["prefix", "dual"], [0.0, 1.0], [1, 3], [0, 3], [0, 4])
+             if not (case[4] and case[1])]  # the future window with and without the rest, CFG once
 
 
-@pytest.mark.parametrize("reuse,cfg_scale,batch,refresh", GRID_SPAN)
-def test_a_span_refresh_of_a_causal_model_equals_the_whole_canvas_refresh(reuse, cfg_scale, batch, refresh):
+@pytest.mark.parametrize("reuse,cfg_scale,batch,refresh,window", GRID_SPAN)
+def test_a_span_refresh_of_a_causal_model_equals_the_whole_canvas_refresh(reuse, cfg_scale, batch, refresh, window):
     """Under causal attention a position's keys/values depend only on what precedes it, and everything before the
     cached block is final, so the kept keys/values are what a whole-canvas refresh computes: same logits, same tokens.
     (A bidirectional model's kept keys saw the canvas as it was: lossy, measured, not tested for equality.)"""
@@ -123,7 +124,7 @@ def test_a_span_refresh_of_a_causal_model_equals_the_whole_canvas_refresh(reuse,
     ids, mask = left_padded_prompts([5, 3, 7][:batch], seed=batch)
     mask = mask if batch > 1 else None
     base = SamplerConfig(steps=12, gen_length=24, block_length=8, cache=reuse, cache_refresh=refresh,
-                         cfg_scale=cfg_scale, **IDS)
+                         cfg_scale=cfg_scale, future_window=window, **IDS)
     runs = {}
     for span in ("canvas", "from_cached_block"):
         steps = []
