@@ -14,6 +14,13 @@ What is timed is the forward the operating point repeats: for masked diffusion o
 whole canvas (prompt + `gen_length` masks, left-padded as serving pads a batch); for an autoregressive
 model one cached decoding step, a 1-token input over a KV cache of the prompt. Block diffusion decodes
 through its own encoder/decoder calls and is not measured here (`measure_cap` says so).
+
+The decode cap (`measure_decode_cap`) times what a static batch really replaces: a whole `sampler.decode` at
+the operating point of n prompts as one batch, against the same prompts decoded one by one. A decode is
+several forwards of different shapes (a refresh over the canvas, windows over a block) and the sampler's
+step around each, and a batch runs until its slowest row is done, so on a compute-bound host it is usually
+lower than the forward's cap (docs/experiments/serving-batching: 1.4-2.2x against 2.2-2.4x for tiny-llada).
+It is measured for every kind `decode` runs, block diffusion included.
 """
 
 from __future__ import annotations
@@ -27,19 +34,20 @@ import torch
 
 from evals.records import ServingRecord
 from sampler.config import SamplerConfig
-from sampler.decode import left_pad, padding_id
+from sampler.decode import decode, left_pad, padding_id
 from sampler.handle import Handle
 
 ROWS = (1, 4, 16)
 REPEATS = 9  # timed forwards per row count, after one untimed warm-up; the median is kept
+DECODE_REPEATS = 3  # rounds of whole decodes (each: every prompt alone, then each batch)
 
 
 @dataclass(frozen=True)
 class BatchingCap:
     """Median seconds of one forward per row count, and which forward that was."""
 
-    forward_s: dict[int, float]  # rows -> seconds
-    forward: str  # "canvas" (masked diffusion) or "cached step" (autoregressive)
+    forward_s: dict[int, float]  # rows -> seconds (for "decode": rows 1 is the mean of each prompt alone)
+    forward: str  # "canvas" (masked diffusion), "cached step" (autoregressive) or "decode" (a whole decode)
 
     def cap(self, rows: int) -> float:
         """The most a static batch of `rows` can gain over one row at the model: rows * t(1) / t(rows)."""
@@ -54,10 +62,19 @@ class GainAgainstCap:
     concurrency: int
     gain: float | None  # tokens/s at `concurrency` over tokens/s solo; None when either was not measured
     cap: float | None  # at min(concurrency, max batch) rows; None when the model was not measured (a remote one)
+    decode_cap: float | None = None  # the whole decode's cap at those rows (`measure_decode_cap`), where measured
 
     @property
     def share(self) -> float | None:
-        return self.gain / self.cap if self.gain is not None and self.cap else None
+        return _share(self.gain, self.cap)
+
+    @property
+    def decode_share(self) -> float | None:
+        return _share(self.gain, self.decode_cap)
+
+
+def _share(gain: float | None, cap: float | None) -> float | None:
+    return gain / cap if gain is not None and cap else None
 
 
 def cap_rows(concurrency: list[int], max_batch: int) -> tuple[int, ...]:
@@ -65,18 +82,19 @@ def cap_rows(concurrency: list[int], max_batch: int) -> tuple[int, ...]:
     return tuple(sorted({min(c, max_batch) for c in concurrency} | {1}))
 
 
-def gains_against_caps(records: list[ServingRecord], caps: dict[str, BatchingCap | None],
-                       max_batch: int) -> list[GainAgainstCap]:
-    """Each loaded level (concurrency above 1) of each served name, its gain over solo beside its cap."""
+def gains_against_caps(records: list[ServingRecord], caps: dict[str, BatchingCap | None], max_batch: int,
+                       decode_caps: dict[str, BatchingCap | None] | None = None) -> list[GainAgainstCap]:
+    """Each loaded level (concurrency above 1) of each served name, its gain over solo beside its caps."""
     solo = {r.served_as: r.tokens_per_s for r in records if r.concurrency == 1}
     found = []
     for r in records:
         if r.concurrency == 1:
             continue
-        base, cap = solo.get(r.served_as), caps.get(r.served_as)
+        base, rows = solo.get(r.served_as), min(r.concurrency, max_batch)
         gain = r.tokens_per_s / base if r.tokens_per_s is not None and base else None
-        found.append(GainAgainstCap(r.served_as, r.concurrency, gain,
-                                    cap.cap(min(r.concurrency, max_batch)) if cap else None))
+        cap, decoded = caps.get(r.served_as), (decode_caps or {}).get(r.served_as)
+        found.append(GainAgainstCap(r.served_as, r.concurrency, gain, cap.cap(rows) if cap else None,
+                                    decoded.cap(rows) if decoded else None))
     return found
 
 
@@ -103,6 +121,33 @@ def measure_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
         # rounds over every row count, so a host busy for a while slows them alike instead of one of them
         times = [{n: _seconds(prepare, device) for n, prepare in prepared.items()} for _ in range(repeats)]
     return BatchingCap({n: statistics.median(t[n] for t in times) for n in prepared}, what)
+
+
+def measure_decode_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]], rows: tuple[int, ...] = ROWS,
+                       repeats: int = DECODE_REPEATS) -> BatchingCap:
+    """Time a whole decode at `config` of the first n `prompts` (cycled) as one batch per row count n, and each of
+    the largest batch's prompts alone (their mean is the one-row time); rounds over all of them, medians kept."""
+    if not prompts:
+        raise ValueError("measure_decode_cap: no prompts to build the batch from")
+    device = next(handle.model.parameters()).device
+    largest = [prompts[i % len(prompts)] for i in range(max(rows))]
+    pad = padding_id(handle)
+
+    def batch_of(chosen: list[list[int]]) -> Callable[[], Callable[[], Any]]:
+        ids, mask = left_pad(chosen, pad)
+        ids, mask = ids.to(device), None if mask is None else mask.to(device)
+        return lambda: lambda: decode(handle, ids, config, attention_mask=mask)
+
+    alone = [batch_of([p]) for p in largest]
+    batches = {n: batch_of(largest[:n]) for n in sorted(set(rows) - {1})}
+    with torch.inference_mode():
+        for prepare in [alone[0], *batches.values()]:
+            prepare()()  # warm-up
+        times = []
+        for _ in range(repeats):
+            solo = {1: statistics.fmean(_seconds(prepare, device) for prepare in alone)}
+            times.append(solo | {n: _seconds(prepare, device) for n, prepare in batches.items()})
+    return BatchingCap({n: statistics.median(t[n] for t in times) for n in times[0]}, "decode")
 
 
 # A forward builder takes the padded prompts `(rows, prompt_len)` and their mask (None: no padding) and gives

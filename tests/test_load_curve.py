@@ -41,6 +41,28 @@ def test_the_cap_on_a_bundled_tiny_model_is_timed_on_its_operating_forward(handl
         assert cap.cap(4) <= 4
 
 
+@pytest.mark.parametrize("name", ["tiny-llada", "tiny-ar", "tiny-dgemma"])
+def test_the_decode_cap_times_whole_decodes_of_every_kind(handles, name):
+    """A batch's whole decode against each of its prompts decoded alone: block diffusion, whose forward cap is
+    not measured, has a decode cap too."""
+    import models
+    from evals.batching_cap import measure_cap, measure_decode_cap
+    from models.loading import resolve_model_path
+    from serving_fixtures import OPERATING, PROMPTS
+    from sampler.config import SamplerConfig
+
+    handle = handles.get(name) or models.load(str(resolve_model_path(name)))
+    config = SamplerConfig(**OPERATING.get(name, OPERATING["tiny-llada"])).with_(**handle.sampler_ids())
+    cap = measure_decode_cap(handle, config, [handle.encode(p) for p in PROMPTS], rows=(4,), repeats=1)
+    assert set(cap.forward_s) == {1, 4} and all(s > 0 for s in cap.forward_s.values()) and cap.forward == "decode"
+    assert cap.cap(1) == 1.0 and 0 < cap.cap(4) < 16
+    if name == "tiny-dgemma":
+        with pytest.raises(ValueError, match="block diffusion decodes through its own encoder/decoder calls"):
+            measure_cap(handle, config, [handle.encode(p) for p in PROMPTS], rows=(4,), repeats=1)
+    with pytest.raises(ValueError, match="measure_decode_cap: no prompts"):
+        measure_decode_cap(handle, config, [])
+
+
 def test_no_prompts_is_refused_by_name(handles):
     from evals.batching_cap import measure_cap
     from sampler.config import SamplerConfig
@@ -55,9 +77,13 @@ def test_the_gain_of_each_loaded_level_is_read_against_the_cap_at_the_rows_it_ba
 
     records = [serving_record(concurrency=c, tokens_per_s=rate) for c, rate in ((1, 100.0), (4, 200.0), (32, 300.0))]
     cap = BatchingCap({1: 0.01, 4: 0.02, 16: 0.04}, "canvas")  # cap 2x at 4 rows, 4x at 16
-    four, many = gains_against_caps(records, {"production": cap}, max_batch=16)
+    decoded = BatchingCap({1: 0.1, 4: 0.25, 16: 0.8}, "decode")  # a whole decode: 1.6x at 4 rows, 2x at 16
+    four, many = gains_against_caps(records, {"production": cap}, max_batch=16, decode_caps={"production": decoded})
     assert (four.concurrency, four.gain, four.cap, four.share) == (4, 2.0, 2.0, 1.0)
     assert (many.concurrency, many.gain, many.cap, many.share) == (32, 3.0, 4.0, 0.75)  # 32 in flight: batches of 16
+    assert (four.decode_cap, four.decode_share) == (pytest.approx(1.6), pytest.approx(1.25))
+    assert (many.decode_cap, many.decode_share) == (pytest.approx(2.0), pytest.approx(1.5))
+    assert gains_against_caps(records, {"production": cap}, max_batch=16)[0].decode_share is None
     [remote] = gains_against_caps(records[:2], {}, max_batch=16)
     assert remote.gain == 2.0 and remote.cap is None and remote.share is None
     assert cap_rows([1, 2, 32], max_batch=16) == (1, 2, 16)
@@ -87,6 +113,7 @@ def test_the_load_test_prints_each_models_gain_against_its_cap_and_the_curve_poi
     rows = [line for line in output.splitlines() if "at 2 rows" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["production", "fallback"]
     assert all(row.rstrip(" │").endswith("%") for row in rows)
+    assert "decode cap" in output and all(row.count("%") == 2 for row in rows)  # both caps measured, both shares
     # the curve's points: one results row per (model, concurrency), with its tokens/s and p95
     assert [(r["served_as"], r["concurrency"]) for r in records] == [("production", 1), ("production", 2),
                                                                      ("fallback", 1), ("fallback", 2)]

@@ -6,8 +6,8 @@ free 127.0.0.1 port, in this process) over the registry; with `--url` it loads a
 concurrency) becomes a ServingRecord, logged against the registered version that answered
 (`registry.loadtests`), which the `serving` gate reads.
 
-Serving here, it also times each loaded model's forward at the row counts the load batches
-(`evals.batching_cap`) and prints the batching gain each level achieved against that cap; and every run
+Serving here, it also times each loaded model's forward, and its whole decode, at the row counts the load
+batches (`evals.batching_cap`) and prints the batching gain each level achieved against both caps; and every run
 plots tokens/s against p95 latency, one line per model (`--plot`), logged with the records.
 """
 
@@ -155,7 +155,7 @@ def loadtest_command(
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
         except (KeyError, ValueError) as e:
             raise LoadTestError(f"--task {task!r}: {e}") from None
-        from evals.batching_cap import cap_rows
+        from evals.batching_cap import cap_rows, measure_decode_cap
         from evals.loadtest import levels
 
         serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
@@ -165,6 +165,8 @@ def loadtest_command(
 
             result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts)
             caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
+            decode_caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch),
+                                      measure_decode_cap) if here else None
     except LoadTestError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -173,7 +175,7 @@ def loadtest_command(
 
     records = serving_records(result, environment_fingerprint("cpu", task=task,
                                                                served_by="url" if url else "local"))
-    show_results(result, records, caps, max_batch)
+    show_results(result, records, caps, max_batch, decode_caps)
     logged = save_results(records, plot, log)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,9 +199,10 @@ def save_results(records, plot: Path | None, log: bool):
     return logged
 
 
-def show_results(result, records, caps, max_batch: int) -> None:
+def show_results(result, records, caps, max_batch: int, decode_caps=None) -> None:
     """The results table (its model, in flight, tokens/s and p95 columns are the curve's points), the notes, the
-    errors, and the batching gain against the cap (`caps` None: a remote endpoint, whose model is not here)."""
+    errors, and the batching gain against the caps, the forward's and the whole decode's (`caps` None: a remote
+    endpoint, whose model is not here)."""
     from evals.batching_cap import gains_against_caps
 
     console.print(results_table(result, records))
@@ -208,7 +211,7 @@ def show_results(result, records, caps, max_batch: int) -> None:
     for cell in result.cells:
         for message in cell.error_messages():
             console.print(f"[red]errors[/red] {cell.model} at {cell.concurrency}: {message}", highlight=False)
-    gains = gains_against_caps(records, caps or {}, max_batch)
+    gains = gains_against_caps(records, caps or {}, max_batch, decode_caps)
     if gains:
         console.print(cap_table(gains, max_batch))
     if caps is None:
@@ -216,13 +219,15 @@ def show_results(result, records, caps, max_batch: int) -> None:
                       "be timed; run without --url to measure it)", highlight=False)
 
 
-def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...]) -> dict[str, Any]:
-    """The batching cap (`evals.batching_cap`) of each served name's loaded model at its operating point; None for a
-    name with no holder or a kind it does not measure. Call it after the load, while the server still runs: the
-    forwards are timed on the pool's compute thread, where its batches ran (a forward timed on another thread
-    competes with that thread's idle OpenMP team, a one-row forward most: serving.pool)."""
+def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...], measure=None) -> dict[str, Any]:
+    """The batching cap (`evals.batching_cap`; `measure`: its `measure_cap`, the default, or `measure_decode_cap`) of
+    each served name's loaded model at its operating point; None for a name with no holder or a kind it does not
+    measure. Call it after the load, while the server still runs: the forwards are timed on the pool's compute
+    thread, where its batches ran (a forward timed on another thread competes with that thread's idle OpenMP team,
+    a one-row forward most: serving.pool)."""
     from evals.batching_cap import measure_cap
 
+    measure = measure or measure_cap
     caps: dict[str, Any] = {}
     for name in names:
         try:
@@ -232,7 +237,7 @@ def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...
             continue
         handle = route.loaded.handle
         try:
-            caps[name] = pool.compute.submit(measure_cap, handle, route.base,
+            caps[name] = pool.compute.submit(measure, handle, route.base,
                                              [handle.encode(p) for p in prompts[:max(rows)]], rows).result()
         except ValueError as e:
             console.print(f"[yellow]note:[/yellow] {name}: no batching cap ({e})", highlight=False)
@@ -241,15 +246,19 @@ def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...
 
 
 def cap_table(gains, max_batch: int) -> FittedTable:
-    """Per model and loaded level: tokens/s over solo (the gain), the cap at that many rows, and the gain's share."""
-    table = FittedTable("batching gain against the cap (n rows' forward vs one row's, timed in process)",
+    """Per model and loaded level: tokens/s over solo (the gain), the caps at that many rows (one forward's, a whole
+    decode's), and the gain's share of each."""
+    table = FittedTable("batching gain against the cap (n rows' forward, and n rows' whole decode, vs one row's, "
+                        "timed in process)",
                         [Column("model"), Column("in flight", "right"), Column("gain (tokens/s vs solo)", "right"),
-                         Column("cap", "right"), Column("gain / cap", "right")])
+                         Column("cap", "right"), Column("gain / cap", "right"), Column("decode cap", "right"),
+                         Column("gain / decode cap", "right")])
     for g in gains:
         rows = min(g.concurrency, max_batch)
         cap = f"{significant(g.cap)}x at {rows} rows" if g.cap else "unknown"
+        decoded = f"{significant(g.decode_cap)}x" if g.decode_cap else "unknown"
         table.add_row(g.served_as, str(g.concurrency), f"{significant(g.gain)}x" if g.gain is not None else NONE, cap,
-                      percent(g.share))
+                      percent(g.share), decoded, percent(g.decode_share))
     return table
 
 
