@@ -20,7 +20,7 @@ import hashlib
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -56,6 +56,11 @@ class LoadSpec:
     api_key: str = "unused"
     timeout_s: float = 120.0  # per request
     stream: bool = True  # probe for streaming; False: measure non-streamed only
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LoadSpec":
+        """`dataclasses.asdict(spec)` back, through JSON (its tuples come back as lists)."""
+        return cls(**dict(data, models=tuple(data["models"]), concurrency=tuple(data["concurrency"])))
 
 
 def check_spec(spec: LoadSpec) -> None:
@@ -175,6 +180,15 @@ class LoadResult:
 
     def cell(self, model: str, concurrency: int) -> Cell | None:
         return next((c for c in self.cells if c.model == model and c.concurrency == concurrency), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (`evals.load_process` carries a result from the process that measured it)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LoadResult":
+        cells = [Cell(**dict(c, answers=[Answer(**a) for a in c["answers"]])) for c in data["cells"]]
+        return cls(LoadSpec.from_dict(data["spec"]), cells, list(data.get("notes", [])))
 
 
 def _identity(served: dict[str, Any]) -> dict[str, str]:

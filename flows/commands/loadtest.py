@@ -163,7 +163,9 @@ def loadtest_command(
         with contextlib.nullcontext() if url else serve_here as here:
             from dataclasses import replace
 
-            result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts)
+            # serving here: the client runs in a process of its own, off the server's interpreter lock
+            result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts,
+                                       apart=here is not None)
             caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
             decode_caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch),
                                       measure_decode_cap) if here else None
@@ -298,9 +300,11 @@ def entry_endpoint(entry_id: str) -> tuple[str, str, str]:
         raise LoadTestError(f"--entry {entry_id}: {e}") from None
 
 
-def run_with_progress(spec, prompts):
+def run_with_progress(spec, prompts, apart: bool = False):
+    """`run_load` with a progress bar; `apart`: from a child process (`evals.load_process`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from evals.load_process import run_load_apart
     from evals.loadtest import levels, run_load
     from flows.progress import report, set_reporter
 
@@ -316,7 +320,8 @@ def run_with_progress(spec, prompts):
 
         set_reporter(show)
         try:
-            return run_load(spec, prompts, on_event=lambda kind, info: report(kind, **info))
+            load = run_load_apart if apart else run_load
+            return load(spec, prompts, on_event=lambda kind, info: report(kind, **info))
         finally:
             set_reporter(None)
 

@@ -6,7 +6,8 @@ For each served alias it starts `unmask loadtest`'s local server (`unmask serve`
 uvicorn in a thread) once per mode: batching off (`max_batch=1`), static batches (`max_batch=16`,
 `continuous=False`: a batch runs start to finish) and continuous (`max_batch=16`: a request joins the
 running batch at its next block), `--reps` times each, the modes interleaved. It loads each with
-`evals.loadtest` (the `openai` async client; solo first, then the given concurrency) and prints the
+`evals.loadtest` from a child process (`evals.load_process`: the `openai` async client off the server's
+interpreter lock; solo first, then the given concurrency) and prints the
 median of the reps: requests/s, answer tokens/s (`usage.completion_tokens`: tokens before the first stop,
 so EOS padding does not count), p50/p95 latency, the mean batch size, the share of answers equal to the
 answers with batching off, the gain over off beside the batching cap at `--max-batch` rows (the most a
@@ -68,11 +69,12 @@ def run(uri: str, alias: str, prompts: list[str], concurrency: int, max_batch: i
     """`unmask loadtest`'s local server and load (solo, then `concurrency` in flight); the loaded cell, the solo one,
     and the batching cap of the served model, timed on its compute thread after the load (None: a kind it does not
     measure)."""
-    from evals.loadtest import LoadSpec, run_load
+    from evals.load_process import run_load_apart
+    from evals.loadtest import LoadSpec
     from flows.commands.loadtest import local_server, served_caps
 
     with local_server([alias], uri, max_batch=max_batch, batch_window_s=0.02, continuous=continuous) as server:
-        result = run_load(LoadSpec(base_url=server.url, models=(alias,), concurrency=(concurrency,),
+        result = run_load_apart(LoadSpec(base_url=server.url, models=(alias,), concurrency=(concurrency,),
                                    requests=len(prompts), timeout_s=600, stream=False), prompts)
         cap = served_caps(server.pool, [alias], prompts, (1, max_batch))[alias]
     return result.cell(alias, concurrency), result.cell(alias, 1), cap
