@@ -57,16 +57,19 @@ def approve_production(reg, version: str) -> None:
 
 
 class Load:
-    """Requests to `model: auto` from many users (the sticky split spreads them), until stopped; bounded."""
+    """Requests to `model: auto` from many users (the sticky split spreads them), until stopped; bounded in requests
+    and in time. The time bound is what ends it: a count alone ran out on a fast host (a tiny model answers in
+    milliseconds) before the rollout's last step had seen a request."""
 
-    def __init__(self, base_url: str, max_requests: int = 400):
+    def __init__(self, base_url: str, max_requests: int = 20_000, max_s: float = 180.0):
         self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
         self.stop, self.sent, self.failed, self.max = threading.Event(), 0, 0, max_requests
+        self.deadline = time.monotonic() + max_s
         self.arms: list[str] = []
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)]
 
     def _run(self, worker: int) -> None:
-        while not self.stop.is_set() and self.sent < self.max:
+        while not self.stop.is_set() and self.sent < self.max and time.monotonic() < self.deadline:
             user = f"user-{worker}-{self.sent}"
             self.sent += 1
             try:
