@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,10 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
     """`run_load(spec, prompts, on_event)`, measured from a child process; returns when the child is done."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     request = json.dumps({"spec": dataclasses.asdict(spec), "prompts": prompts})
+    # stderr into a file, not a pipe: a child that logs more than a pipe holds would block while this reads stdout
+    errors = tempfile.TemporaryFile(mode="w+")
     child = subprocess.Popen([sys.executable, "-m", "evals.load_process"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
     try:
         try:
             child.stdin.write(request)
@@ -49,12 +52,14 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
                     on_event(message["event"], info)
             else:
                 outcome = message
-        stderr = child.stderr.read()
         child.wait()
+        errors.seek(0)
+        stderr = errors.read()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+        errors.close()
     if outcome is None:
         raise RuntimeError(f"the load test's client process exited with {child.returncode} without a result; "
                            f"its stderr ends: {stderr[-STDERR_TAIL:]}")
@@ -64,6 +69,7 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
 
 
 def plain(info: dict[str, Any]) -> dict[str, Any]:
+    """An event's info in JSON types (its Answer as a dict; `run_load_apart` makes it an Answer again)."""
     return {key: dataclasses.asdict(value) if isinstance(value, Answer) else value for key, value in info.items()}
 
 

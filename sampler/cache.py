@@ -14,7 +14,7 @@ positions beyond it are neither run nor cached, so the dual cache's suffix is th
 A refresh step runs exactly the no-cache call, so `cache_refresh=1` gives the no-cache tokens,
 unless `refresh_span` shortens it (`SinceCachedBlock`: a refresh recomputes from the start of the block
 the cache was built for and keeps the keys/values before it; lossy, measured in
-docs/experiments/serving-batching). Keys are cached after RoPE with their own positions; every call
+docs/experiments/refresh-span). Keys are cached after RoPE with their own positions; every call
 passes its true position ids, so it sees the same angles as a full forward would. A cache is a set of
 keys with a mask, not a sequence: attention does not read their order.
 
