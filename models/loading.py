@@ -11,6 +11,7 @@ import torch
 from models.adapters import ADAPTERS, APIAdapter, ModelHandle, NotEvaluable, availability, model_layout
 from models.catalog import Catalog, CatalogEntry, CatalogError, load_catalog
 from models.checkpoint import CheckpointError, read_config
+from models.host_allocator import retain_freed_memory
 from models.pull import PullError, entry_path, verify_pins
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -86,6 +87,7 @@ def load(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch
     entry gives its `APIAdapter`; an entry that cannot run here raises `NotEvaluable` saying why.
     """
     dtype = resolve_dtype(dtype)
+    retain_freed_memory()  # a batched forward reuses its activation pages instead of faulting them in anew
     entry = catalog_entry(ref, catalog)
     if entry is not None:
         if entry.is_api:

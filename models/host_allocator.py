@@ -1,0 +1,58 @@
+"""Keep freed activation memory in the process, so a batched CPU forward does not fault its pages in anew.
+
+glibc's malloc hands a large block (above `M_MMAP_THRESHOLD`, 128 KiB at first) out of a fresh `mmap` and
+returns it to the kernel on free, and it gives a heap's free top back once it passes `M_TRIM_THRESHOLD`.
+A forward of tiny-llada over 16 canvases allocates and frees some 34 MB of activations in blocks of a few
+MB; with glibc's defaults every one of those pages is faulted in and zeroed by the kernel again on every
+forward: 8,400-8,600 minor faults a forward, which made the 16-row forward 27-31 ms where it is 17-18 ms
+with the pages kept (docs/experiments/serving-batching/README.md, "The allocator"). A thread's arena (the
+server's compute thread) behaves the same way. One forward of one row allocates little and is not changed.
+
+`retain_freed_memory()` raises both thresholds once per process through `mallopt`, the documented
+run-time form of the `MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` variables: blocks up to 32 MiB
+(the most glibc accepts for the mmap threshold) come from the heap, and up to 1 GiB of freed heap stays
+with the process for the next forward. The price is a resident size that does not shrink back after a
+large batch. Where the operator set either variable, or `GLIBC_TUNABLES` names malloc, their choice
+stands and nothing is changed; on a C library other than glibc there is nothing to tune.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+import threading
+
+M_TRIM_THRESHOLD = -1  # mallopt parameter numbers, from glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20  # bytes: glibc's ceiling for M_MMAP_THRESHOLD on a 64-bit host (HEAP_MAX_SIZE / 2)
+TRIM_THRESHOLD = 1 << 30  # bytes of freed heap top kept before any is given back to the kernel
+OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+_lock = threading.Lock()
+_outcome: str | None = None
+
+
+def retain_freed_memory() -> str:
+    """Tune glibc's malloc once per process (see the module docstring); says what was done, for a log line.
+
+    Returns 'tuned', 'operator' (the environment already sets malloc's thresholds), 'not glibc' or
+    'refused' (mallopt answered 0 for a value)."""
+    global _outcome
+    with _lock:
+        if _outcome is None:
+            _outcome = _tune()
+        return _outcome
+
+
+def _tune() -> str:
+    if any(name in os.environ for name in OPERATOR_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return "operator"
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return "not glibc"
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    # setting either turns glibc's dynamic thresholds off, so both are set
+    ok = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
+    return "tuned" if ok else "refused"
