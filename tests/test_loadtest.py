@@ -213,7 +213,8 @@ def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gat
 
 @pytest.mark.slow
 def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
-    """docs/experiments/serving-batching/gpu.py --smoke: build, register, serve, load at 1 and 16 in flight."""
+    """docs/experiments/serving-batching/gpu.py --smoke: build, register, serve, load at 1 and 16 in flight, static,
+    continuous and at the span point."""
     import importlib.util
     from pathlib import Path
 
@@ -222,7 +223,8 @@ def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     summary = module.main(["--smoke", "--requests", "4", "--out", str(tmp_path)])
-    assert set(summary["modes"]) == {"static", "continuous"} and summary["continuous_vs_static_16"] > 0
+    assert set(summary["modes"]) == {"static", "continuous", "static, dual cache + span"}
+    assert summary["continuous_vs_static_16"] > 0 and summary["span_vs_static_16"] > 0
     for mode in summary["modes"].values():
         assert set(mode["tokens_per_s"]) == {"1", "16"} and all(v > 0 for v in mode["tokens_per_s"].values())
         assert mode["errors"] == {"1": 0.0, "16": 0.0} and mode["same_answer_share_16"] == 1.0

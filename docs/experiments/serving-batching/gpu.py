@@ -12,7 +12,8 @@ its real weights digest), serves it with `unmask loadtest`'s own local server (`
 on a free loopback port, dynamic batching up to 16) and loads it with `evals.loadtest` at
 concurrency 1 and 16, twice: with static batches (`--static-batches`: a batch runs start to finish) and
 with continuous batching (the default: a request joins the running batch at its next block; GEN has
-four blocks). The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
+four blocks), and a third time at a dual-cache threshold point whose refreshes recompute only from the cached
+block on (SPAN, registered under a second name over the same weights; static batches). The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ sys.path.insert(0, str(ROOT))
 NAME = "llada-8b-random"
 # the policy's operating point length, in four blocks so that a request can join a running batch mid-answer
 GEN = {"gen_length": 32, "block_length": 8, "steps": 32}
-MODES = {"static": False, "continuous": True}  # PoolSettings.continuous
+# the same weights registered a second time at a cached operating point whose refreshes recompute only from the
+# cached block on (sampler/cache.py SinceCachedBlock; it batches statically: a span row never joins a running batch)
+SPAN_NAME, SPAN = f"{NAME}-span", GEN | {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.9,
+                                        "refresh_span": "from_cached_block"}
+MODES = {"static": (NAME, False), "continuous": (NAME, True), "static, dual cache + span": (SPAN_NAME, False)}
 
 
 def build(folder: Path, shape: dict, device: str, dtype: str) -> Path:
@@ -43,7 +48,8 @@ def build(folder: Path, shape: dict, device: str, dtype: str) -> Path:
 
 
 def register(folder: Path, registry_dir: Path) -> str:
-    """The checkpoint registered as NAME (candidate) at the GEN operating point; returns the tracking URI."""
+    """The checkpoint registered as NAME (candidate) at the GEN operating point and as SPAN_NAME at SPAN; returns the
+    tracking URI."""
     from evals.records import CandidateEvidence, EvalRecord
     from models.digest import weights_sha256
     from registry import Registry, register_evidence
@@ -51,13 +57,14 @@ def register(folder: Path, registry_dir: Path) -> str:
 
     config = json.loads((folder / "config.json").read_text())
     sha = weights_sha256(folder)
-    sampler = SamplerConfig(**GEN, mask_id=config["mask_token_id"], eos_id=config["eos_token_id"],
-                            eot_id=config["eot_token_id"])
-    record = EvalRecord(candidate=NAME, role="candidate", kind="masked-diffusion", task="arith", split="test",
-                        config=sampler.to_dict(), config_hash=sampler.hash(), gen_length=GEN["gen_length"], n_items=1,
-                        accuracy=0.0, valid=True, weights_sha256=sha)
     reg = Registry(f"sqlite:///{registry_dir / 'mlflow.db'}")
-    register_evidence(reg, CandidateEvidence(NAME, "candidate", "masked-diffusion", [record], weights_sha256=sha))
+    for name, point in ((NAME, GEN), (SPAN_NAME, SPAN)):
+        sampler = SamplerConfig(**point, mask_id=config["mask_token_id"], eos_id=config["eos_token_id"],
+                                eot_id=config["eot_token_id"])
+        record = EvalRecord(candidate=name, role="candidate", kind="masked-diffusion", task="arith", split="test",
+                            config=sampler.to_dict(), config_hash=sampler.hash(), gen_length=point["gen_length"],
+                            n_items=1, accuracy=0.0, valid=True, weights_sha256=sha)
+        register_evidence(reg, CandidateEvidence(name, "candidate", "masked-diffusion", [record], weights_sha256=sha))
     return reg.tracking_uri
 
 
@@ -95,10 +102,10 @@ def main(argv: list[str] | None = None) -> dict:
         console, summary = table_console(200), {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device,
                                                 "dtype": dtype, "build_s": round(built, 1),
                                                 "register_s": round(registered, 1), "modes": {}}
-        for mode, continuous in MODES.items():
-            with local_server([NAME], uri, sources={NAME: str(folder)}, device=device, dtype=dtype, max_batch=16,
+        for mode, (name, continuous) in MODES.items():
+            with local_server([name], uri, sources={name: str(folder)}, device=device, dtype=dtype, max_batch=16,
                               max_tokens=GEN["gen_length"], continuous=continuous) as server:
-                spec = LoadSpec(base_url=server.url, models=(NAME,), concurrency=(1, 16), requests=requests,
+                spec = LoadSpec(base_url=server.url, models=(name,), concurrency=(1, 16), requests=requests,
                                 max_tokens=GEN["gen_length"], timeout_s=600)
                 result = run_load(spec, prompts)
             records = serving_records(result, fingerprint)
@@ -112,14 +119,16 @@ def main(argv: list[str] | None = None) -> dict:
                                       "ratio_16_vs_1": ratio, "same_answer_share_16": sixteen.same_answer_share,
                                       "errors": {str(r.concurrency): r.error_rate for r in records},
                                       "records": [r.to_dict() for r in records], "notes": result.notes}
-        static, running = (summary["modes"][m]["tokens_per_s"]["16"] for m in MODES)
+        static, running, span = (summary["modes"][m]["tokens_per_s"]["16"] for m in MODES)
         summary["continuous_vs_static_16"] = running / static if static and running else None
+        summary["span_vs_static_16"] = span / static if static and span else None
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpu-loadtest.json").write_text(json.dumps(summary, indent=2))
         for mode, row in summary["modes"].items():
             print(f"{mode}: tokens/s at 1: {row['tokens_per_s']['1']}, at 16: {row['tokens_per_s']['16']} "
                   f"(x{row['ratio_16_vs_1']}); same answers at 16: {row['same_answer_share_16']}")
-        print(f"continuous / static at 16: {summary['continuous_vs_static_16']}; build {built:.0f} s; "
+        print(f"continuous / static at 16: {summary['continuous_vs_static_16']}; dual cache + span / static at 16: "
+              f"{summary['span_vs_static_16']}; build {built:.0f} s; "
               f"written {out / 'gpu-loadtest.json'}")
         return summary
     finally:
