@@ -221,3 +221,28 @@ def test_sampler_config_checks_and_hash():
     assert SamplerConfig.from_json(cfg.to_json()) == cfg
     assert cfg.hash() == SamplerConfig.from_json(cfg.to_json()).hash() != cfg.with_(seed=1).hash()
     assert hash(cfg) == hash(SamplerConfig.from_json(cfg.to_json()))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), "both infs"])
+def test_the_logits_check_finds_one_bad_value_and_names_its_row(bad):
+    from sampler import NonFiniteLogitsError
+    from sampler.proposal import check_logits
+
+    logits = torch.randn(4, 8, 149)
+    if bad == "both infs":  # +inf and -inf sum to NaN: still found
+        logits[1, 2, 3], logits[3, 0, 0] = float("inf"), -float("inf")
+        rows = r"\[1, 3\]"
+    else:
+        logits[2, 7, 148] = bad
+        rows = r"\[2\]"
+    with pytest.raises(NonFiniteLogitsError, match=rf"here: model returned \d non-finite logits .* rows {rows}"):
+        check_logits(logits, "here")
+
+
+def test_the_logits_check_passes_finite_logits_whose_half_precision_sum_overflows():
+    from sampler.proposal import check_logits
+
+    logits = torch.full((2, 8, 149), 60000.0, dtype=torch.float16)  # finite, each near float16's largest
+    assert not torch.isfinite(logits.sum())  # the quick sum says "look closer"
+    check_logits(logits, "here")  # and the closer look finds nothing
+    check_logits(torch.randn(2, 8, 149), "here")
