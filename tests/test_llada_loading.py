@@ -246,3 +246,14 @@ def test_the_logits_check_passes_finite_logits_whose_half_precision_sum_overflow
     assert not torch.isfinite(logits.sum())  # the quick sum says "look closer"
     check_logits(logits, "here")  # and the closer look finds nothing
     check_logits(torch.randn(2, 8, 149), "here")
+
+
+def test_a_configs_kept_digest_is_its_own_and_its_dict_a_copy():
+    cfg = SamplerConfig(temperature=0, gen_length=8, block_length=8, steps=8)
+    again = SamplerConfig(temperature=0.0, gen_length=8, block_length=8, steps=8)
+    assert cfg == again and cfg.hash() == cfg.hash()
+    assert again.hash() != cfg.hash()  # equal configs, different JSON ("0" against "0.0"): each keeps its own digest
+    assert cfg.with_(steps=4, gen_length=8).hash() != cfg.hash()
+    data = cfg.to_dict()
+    data["steps"] = 99  # the caller's dict, not the config's state
+    assert cfg.steps == 8 and cfg.to_dict()["steps"] == 8 and SamplerConfig.from_dict(cfg.to_dict()) == cfg
