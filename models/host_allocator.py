@@ -10,7 +10,7 @@ server's compute thread) behaves the same way. One forward of one row allocates 
 
 `retain_freed_memory()` raises both thresholds once per process through `mallopt`, the documented
 run-time form of the `MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` variables: blocks up to 32 MiB
-(the most glibc accepts for the mmap threshold) come from the heap, and up to 1 GiB of freed heap stays
+(as high as glibc's own moving threshold ever goes, and half a thread arena's heap) come from the heap, and up to 1 GiB of freed heap stays
 with the process for the next forward. The price is a resident size that does not shrink back after a
 large batch. Where the operator set either variable, or `GLIBC_TUNABLES` names malloc, their choice
 stands and nothing is changed; on a C library other than glibc there is nothing to tune.
@@ -20,25 +20,26 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import platform
 import threading
 
 M_TRIM_THRESHOLD = -1  # mallopt parameter numbers, from glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 32 << 20  # bytes: glibc's ceiling for M_MMAP_THRESHOLD on a 64-bit host (HEAP_MAX_SIZE / 2)
+MMAP_THRESHOLD = 32 << 20  # bytes: the ceiling of glibc's own moving threshold on a 64-bit host
 TRIM_THRESHOLD = 1 << 30  # bytes of freed heap top kept before any is given back to the kernel
 OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
+log = logging.getLogger("unmask.models")
 _lock = threading.Lock()
 _outcome: str | None = None
 
 
 def retain_freed_memory() -> str:
-    """Tune glibc's malloc once per process (see the module docstring); says what was done, for a log line.
-
-    Returns 'tuned', 'operator' (the environment already sets malloc's thresholds), 'not glibc' or
-    'refused' (mallopt answered 0 for a value)."""
+    """Tune glibc's malloc once per process (see the module docstring) and say what was done: 'tuned',
+    'operator' (the environment already sets malloc's thresholds), 'not glibc' or 'refused' (mallopt answered 0
+    for a value; logged as a warning, since batched CPU forwards then fault their pages in again)."""
     global _outcome
     with _lock:
         if _outcome is None:
@@ -55,4 +56,7 @@ def _tune() -> str:
     # setting either turns glibc's dynamic thresholds off, so both are set
     ok = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
+    if not ok:
+        log.warning("glibc's mallopt refused the thresholds (mmap %d, trim %d bytes): batched CPU forwards will "
+                    "fault their activation pages in anew", MMAP_THRESHOLD, TRIM_THRESHOLD)
     return "tuned" if ok else "refused"

@@ -54,3 +54,16 @@ def test_a_loaded_models_batched_forward_faults_in_no_fresh_pages_and_an_operato
     assert fixed_default["faults"] > 1000, fixed_default
     assert tuned["outcome"] == "tuned"
     assert tuned["faults"] < fixed_default["faults"] / 20, (tuned, fixed_default)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc is what is tuned")
+def test_a_threshold_glibc_refuses_is_said_and_logged():
+    # glibc 2.36 accepts any threshold (older ones refused an mmap threshold above 32 MiB): the refusal is injected
+    child = ("import logging, models.host_allocator as h; logging.basicConfig(); "
+             "h.ctypes.CDLL = lambda name: type('Refusing', (), {'mallopt': staticmethod(lambda param, value: 0)})(); "
+             "print(h.retain_freed_memory())")
+    clean = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS and k != "GLIBC_TUNABLES"}
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, env=clean)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused"
+    assert "mallopt refused the thresholds" in done.stderr
