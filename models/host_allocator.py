@@ -10,20 +10,20 @@ server's compute thread) behaves the same way. One forward of one row allocates 
 
 `retain_freed_memory()` raises both thresholds once per process through `mallopt`, the documented
 run-time form of the `MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` variables: blocks up to 32 MiB
-(as high as glibc's own moving threshold ever goes, and half a thread arena's heap) come from the heap, and up to 1 GiB of freed heap stays
-with the process for the next forward. The price is a resident size that does not shrink back after a
-large batch. Where the operator set either variable, or `GLIBC_TUNABLES` names malloc, their choice
-stands and nothing is changed; on a C library other than glibc there is nothing to tune.
+(as high as glibc's own moving threshold ever goes, and half a thread arena's heap) come from the heap, and
+up to 1 GiB of freed heap stays with the process for the next forward. The price is a resident size that
+does not shrink back after a large batch. Where the operator set either variable, or `GLIBC_TUNABLES` names
+malloc, their choice stands and nothing is changed; on a C library other than glibc there is nothing to tune.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import platform
-import threading
 
 M_TRIM_THRESHOLD = -1  # mallopt parameter numbers, from glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
@@ -32,22 +32,13 @@ TRIM_THRESHOLD = 1 << 30  # bytes of freed heap top kept before any is given bac
 OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 log = logging.getLogger("unmask.models")
-_lock = threading.Lock()
-_outcome: str | None = None
 
 
+@functools.cache  # once per process; two threads racing here would only set the same values twice
 def retain_freed_memory() -> str:
     """Tune glibc's malloc once per process (see the module docstring) and say what was done: 'tuned',
     'operator' (the environment already sets malloc's thresholds), 'not glibc' or 'refused' (mallopt answered 0
     for a value; logged as a warning, since batched CPU forwards then fault their pages in again)."""
-    global _outcome
-    with _lock:
-        if _outcome is None:
-            _outcome = _tune()
-        return _outcome
-
-
-def _tune() -> str:
     if any(name in os.environ for name in OPERATOR_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return "operator"
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":

@@ -1,6 +1,7 @@
 """models.host_allocator: a loaded model's batched forward reuses its activation pages instead of faulting them in.
 
-Each case runs in a fresh interpreter: mallopt is process-wide and cannot be undone. What is counted is the kernel's minor page faults (getrusage), not time.
+Each case runs in a fresh interpreter: mallopt is process-wide and cannot be undone. What is counted is the
+kernel's minor page faults (getrusage), not time.
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ print(json.dumps({"outcome": host_allocator.retain_freed_memory(), "faults": fau
 """
 
 
+def _untouched_env() -> dict[str, str]:
+    """The environment without the caller's own malloc settings, which would stand in for unmask's."""
+    return {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS and k != "GLIBC_TUNABLES"}
+
+
 def _forward_faults(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS and k != "GLIBC_TUNABLES"}
     done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
-                          env={**clean, **env})
+                          env={**_untouched_env(), **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -62,8 +67,8 @@ def test_a_threshold_glibc_refuses_is_said_and_logged():
     child = ("import logging, models.host_allocator as h; logging.basicConfig(); "
              "h.ctypes.CDLL = lambda name: type('Refusing', (), {'mallopt': staticmethod(lambda param, value: 0)})(); "
              "print(h.retain_freed_memory())")
-    clean = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS and k != "GLIBC_TUNABLES"}
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, env=clean)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                          env=_untouched_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "refused"
     assert "mallopt refused the thresholds" in done.stderr

@@ -13,7 +13,8 @@ on a free loopback port, dynamic batching up to 16) and loads it with `evals.loa
 concurrency 1 and 16, twice: with static batches (`--static-batches`: a batch runs start to finish) and
 with continuous batching (the default: a request joins the running batch at its next block; GEN has
 four blocks), and a third time at a dual-cache threshold point whose refreshes recompute only from the cached
-block on (SPAN, registered under a second name over the same weights; static batches). The table and `gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
+block on (SPAN, registered under a second name over the same weights; static batches). The table and
+`gpu-loadtest.json` land in --out (default $OUT, else a temp folder).
 """
 
 from __future__ import annotations

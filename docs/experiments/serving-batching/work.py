@@ -7,8 +7,9 @@ Issue 35 asks tiny-llada to serve 3x tiny-ar's tokens/s at 16 in flight. Once a 
 costs decides its throughput, so this decodes the same 16 held-out arith prompts at each model's operating
 point in one batch of 16 (and one by one), in process, and counts, through a hook on the network, every call
 and every query position it computed (rows x width, cached positions not counted), next to the answer tokens
-(before the first stop). Per row it prints the model calls, the positions computed, the wall time of the
-decode and of its forwards, and the microseconds one computed position cost. The last column is the ceiling
+(before the first stop). For each model, point and batch size it prints the calls per decode, the positions
+computed and answer tokens per row, the wall time of all 16 answers and of the forwards within it, and the
+microseconds one computed position cost. The last column is the ceiling
 the batch sets: tiny-ar's batch time over tiny-llada's, the most tiny-llada's tokens/s at 16 can be over
 tiny-ar's once both servers are busy with batches of 16 (the same answers, so the same tokens; the HTTP path
 costs each request alike), and the batch-1 ratio beside it. Median of `--repeats` interleaved rounds.
@@ -27,7 +28,7 @@ class Counted:
     """The network behind a hook: calls, query positions computed and seconds inside, since the last reset."""
 
     def __init__(self, model):
-        self.model, self.calls, self.positions, self.seconds = model, 0, 0, 0.0
+        self.calls, self.positions, self.seconds = 0, 0, 0.0
         model.register_forward_pre_hook(self._before)
         model.register_forward_hook(self._after)
 
@@ -83,13 +84,15 @@ def main() -> None:
                     started, tokens = time.perf_counter(), 0
                     for batch in batches:
                         out = decode_prompts(handle, batch, config)
-                        tokens += sum(handle.useful_length(row) for row in out.sequences[:, out.prompt_length:].tolist())
+                        answers = out.sequences[:, out.prompt_length:].tolist()
+                        tokens += sum(handle.useful_length(row) for row in answers)
                     rounds[n].append((time.perf_counter() - started, counted.seconds, counted.calls / len(batches),
                                       counted.positions, tokens))
         for n, seen in rounds.items():
             wall, inside, calls, positions, tokens = (statistics.median(r[i] for r in seen) for i in range(5))
-            ar_ms.setdefault(n, wall) if name == "tiny-ar" else None
-            ceiling = f"{ar_ms[n] / wall:.2f}x" if name != "tiny-ar" else ""
+            if name == "tiny-ar":
+                ar_ms[n] = wall
+            ceiling = "" if name == "tiny-ar" else f"{ar_ms[n] / wall:.2f}x"
             rows = len(prompts)
             print(f"{name:11} {point:31} {n:5d} {calls:12.1f} {positions / rows:13.0f} {tokens / rows:10.1f} "
                   f"{wall * 1e3:12.1f} {inside * 1e3:11.1f} {inside / positions * 1e6:11.2f} {ceiling:>9}")
