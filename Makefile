@@ -10,7 +10,7 @@ ONNX_FLAVOUR ?= cpu
 # work offline, Debian's package can come from the distribution mirror).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup run demo test test-fast browser-deps postgres-deps clean-state
+.PHONY: setup run demo test test-fast test-unit test-e2e lint format browser-deps postgres-deps clean-state
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ browser-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -q && apt-get install -y -q --no-install-recommends chromium poppler-utils
 
-# tests/postgres_fixtures.py runs initdb/pg_ctl from Debian's postgresql (a throwaway cluster on 127.0.0.1).
+# tests/support/postgres_fixtures.py runs initdb/pg_ctl from Debian's postgresql (a throwaway cluster on 127.0.0.1).
 postgres-deps:
 	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
@@ -51,11 +51,31 @@ postgres-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -q && apt-get install -y -q --no-install-recommends postgresql
 
+# The tiers are folders (tests/conftest.py): unit, integration, e2e. Every tier runs on every core; a module's
+# tests stay on one worker (--dist loadfile), so a module-scoped server or registry is built once.
+PYTEST := $(PY) -m pytest -q -n $(or $(WORKERS),auto) --dist loadfile
+
 test: setup browser-deps postgres-deps
-	$(PY) -m pytest -q
+	$(PYTEST) tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PYTEST) tests/unit tests/integration
+
+test-unit: setup
+	$(PYTEST) tests/unit
+
+test-e2e: setup browser-deps postgres-deps
+	$(PYTEST) tests/e2e
+
+# Lint and types, as CI runs them before the tests (.pre-commit-config.yaml runs the same on a commit).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean-state:
 	rm -rf .unmask

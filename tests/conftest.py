@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny random-weight checkpoints in the published LLaDA layout, quiet environment."""
+"""The suite's tiers and what every test shares: a state folder of its own, the same terminal, one torch thread.
+
+Tiers are folders, and the folder is the marker (`pytest -m unit`): `unit/` runs in process on values, files and
+tiny models; `integration/` adds a real MLflow store, the CLI in process and the app in process; `e2e/` starts what
+a user starts (uvicorn, subprocesses, the Prefect server, browsers, clusters, PostgreSQL, rollouts).
+`make test-fast` runs unit and integration, `make test` all three, each on every core (pytest-xdist)."""
 
 from __future__ import annotations
 
@@ -32,6 +37,19 @@ for _k, _v in QUIET_DEFAULTS.items():
 torch.set_num_threads(min(2, int(os.environ["OMP_NUM_THREADS"])))
 
 
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test carries its folder's tier as a marker; a test outside the three folders is a layout error."""
+    for item in items:
+        tier = next((part for part in item.path.relative_to(config.rootpath).parts[1:2] if part in TIERS), None)
+        if tier is None:
+            raise pytest.UsageError(f"{item.nodeid}: a test module lives in tests/unit, tests/integration or "
+                                    f"tests/e2e (its folder is its tier)")
+        item.add_marker(tier)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
     """Every test gets its own state folder, so nothing leaks into the checkout's .unmask/, and the same terminal
@@ -43,6 +61,8 @@ def _isolated_state(tmp_path_factory, monkeypatch):
         monkeypatch.setenv(name, value)
 
 
-# --- Prefect flow tests (tests/prefect_fixtures.py): the session's one test harness -------------
-from prefect_fixtures import prefect_harness  # noqa: E402,F401
-from postgres_fixtures import postgres  # noqa: E402,F401  (the team-registry tests: one PostgreSQL cluster)
+# The support modules whose fixtures any tier uses: the session's one Prefect harness, one PostgreSQL cluster, the
+# dashboard's filled registry, the team's signing key. Registered once here, so no test module imports a fixture by name.
+pytest.register_assert_rewrite("tests.support")  # a support module's assert explains itself as a test's does
+pytest_plugins = ["tests.support.servers", "tests.support.prefect_fixtures", "tests.support.postgres_fixtures",
+                  "tests.support.dashboard_fixtures"]

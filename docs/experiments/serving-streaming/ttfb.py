@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python docs/experiments/serving-streaming/ttfb.py
 
 Starts `unmask serve`'s app on loopback over a scratch registry of the bundled tiny models (the
-serving tests' fixture, tests/serving_fixtures.py), streams 8 arith answers of up to 64 tokens per
+serving tests' fixture, tests/support/serving_fixtures.py), streams 8 arith answers of up to 64 tokens per
 row through the `openai` client, and prints medians of the client's time to the first non-empty
 text chunk, the time to the whole answer, their ratio and the number of content chunks. tiny-llada
 runs at equal NFE (32 steps) as one block of 64 and as blocks of 8, so only when blocks finish
@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import openai  # noqa: E402
 
-from serving_fixtures import PROMPTS, running_server, settings_for, shared_serving_registry  # noqa: E402
+from tests.support.serving_fixtures import PROMPTS, running_server, settings_for, shared_serving_registry  # noqa: E402
 
 RUNS = [("production", "tiny-llada, 1 block of 64", {"unmask": {"block_length": 64}}),
         ("production", "tiny-llada, blocks of 8", {"unmask": {"block_length": 8}}),

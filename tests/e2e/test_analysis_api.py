@@ -1,0 +1,146 @@
+"""The analysis endpoint for outside controllers (serving/analysis_api.py) over real HTTP: `unmask analysis serve`'s
+app on uvicorn (127.0.0.1), a request log written by the server's own writer, and requests shaped exactly as
+Argo Rollouts' web metric provider and Flagger's webhooks send them (their documented contracts:
+argoproj.github.io/argo-rollouts/analysis/web, docs.flagger.app/usage/webhooks)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.servers import free_port, wait_healthy
+
+pytestmark = pytest.mark.timeout(120)
+
+POLICY = {"steps": [25, 100], "interval_s": 30, "min_requests": 20,
+          "analysis": {"p95_latency_s": {"max": 1.0}, "error_rate": {"max": 0.05}}}
+
+
+def write_log(folder: Path, rows: list[dict]) -> None:
+    from serving.request_log import RequestLog, row
+
+    log = RequestLog(folder, flush_s=0.05)
+    for r in rows:
+        log.append(row(**r))
+    log.close()
+
+
+@contextmanager
+def analysis_server(tmp_path: Path, rows: list[dict]):
+    import uvicorn
+
+    from serving.analysis_api import standalone_app
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    routes = tmp_path / "serving.yaml"
+    routes.write_text(yaml.safe_dump({"routes": {}, "default": {"split": {"staging": 25, "fallback": 75}},
+                                      "rollout": POLICY}))
+    log_dir = tmp_path / "requests"
+    write_log(log_dir, rows)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(standalone_app(routes, log_dir), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base + "/health", timeout_s=30)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def traffic(arm: str, n: int, latency: float = 0.1, status: int = 200) -> list[dict]:
+    return [{"route": "default", "arm": arm, "status": status, "latency_s": latency + i * 1e-4, "endpoint": "completions"}
+            for i in range(n)]
+
+
+def argo_measure(base: str, query: str) -> tuple[str, dict]:
+    """What Argo's web provider does: GET the url (headers from the template), JSON body, jsonPath `{$.verdict}`,
+    then successCondition `result == "pass"` / failureCondition `result == "fail"`, else Inconclusive."""
+    response = httpx.get(f"{base}/v1/unmask/analysis?{query}", headers={"Accept": "application/json",
+                                                                       "Authorization": "Bearer unused"}, timeout=10)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    result = body["verdict"]  # jsonPath: "{$.verdict}"
+    phase = "Successful" if result == "pass" else "Failed" if result == "fail" else "Inconclusive"
+    return phase, body
+
+
+def flagger_hook(base: str, path: str, metadata: dict[str, str], phase: str = "Progressing") -> httpx.Response:
+    """Flagger's webhook call: POST, JSON CanaryWebhookPayload {name, namespace, phase, checksum, metadata}."""
+    return httpx.post(f"{base}{path}", json={"name": "tiny-llada", "namespace": "test", "phase": phase,
+                                             "checksum": "6d9f8c7b", "metadata": metadata},
+                      headers={"Content-Type": "application/json"}, timeout=10)
+
+
+def test_argo_web_provider_reads_pass_fail_and_inconclusive(tmp_path):
+    healthy = traffic("staging", 150) + traffic("fallback", 300)
+    with analysis_server(tmp_path / "healthy", healthy) as base:
+        phase, body = argo_measure(base, "route=default&candidate=staging&baseline=fallback&window_s=600")
+        assert phase == "Successful", body
+        assert set(body) >= {"verdict", "route", "candidate", "baseline", "window_s", "metrics"}
+        assert (body["route"], body["candidate"], body["baseline"], body["window_s"]) == (
+            "default", "staging", "fallback", 600)
+        for m in body["metrics"]:
+            assert set(m) >= {"name", "verdict", "value", "lower", "upper", "confidence", "n", "reason"}
+            assert m["verdict"] == "pass" and m["n"] == 150 and 0.95 < m["confidence"] < 1
+        # no candidate/baseline: the split in force names them (the smaller weight is the canary)
+        phase, body = argo_measure(base, "route=default&window_s=600")
+        assert (body["candidate"], body["baseline"]) == ("staging", "fallback")
+        assert body["look"] == 2 and argo_measure(base, "route=default&window_s=600")[1]["look"] == 3  # counted
+        # a bad query is a 4xx naming the parameter, and the server keeps serving
+        assert httpx.get(f"{base}/v1/unmask/analysis?window_s=10").status_code == 422
+        assert httpx.get(f"{base}/v1/unmask/analysis?route=default&window_s=-1").status_code == 422
+        assert argo_measure(base, "route=default&window_s=600")[0] == "Successful"
+    with analysis_server(tmp_path / "broken", traffic("staging", 30, status=500) + traffic("fallback", 90)) as base:
+        phase, body = argo_measure(base, "route=default&candidate=staging&baseline=fallback&window_s=600")
+        assert phase == "Failed" and "error_rate" in body["reason"]
+        assert next(m for m in body["metrics"] if m["name"] == "error_rate")["lower"] > 0.05
+    with analysis_server(tmp_path / "few", traffic("staging", 8) + traffic("fallback", 90)) as base:
+        phase, body = argo_measure(base, "route=default&candidate=staging&baseline=fallback&window_s=600")
+        assert phase == "Inconclusive" and body["verdict"] == "inconclusive"  # 8 requests: never a pass
+        p95 = next(m for m in body["metrics"] if m["name"] == "p95_latency_s")
+        assert p95["upper"] is None and "more requests needed" in p95["reason"]
+
+
+def test_flagger_webhooks_answer_2xx_on_pass_and_non_2xx_otherwise(tmp_path):
+    meta = {"route": "default", "candidate": "staging", "baseline": "fallback", "window_s": "600"}
+    with analysis_server(tmp_path / "healthy", traffic("staging", 150) + traffic("fallback", 300)) as base:
+        gate = flagger_hook(base, "/v1/unmask/analysis/flagger", meta)
+        assert gate.status_code == 200 and gate.json()["verdict"] == "pass"
+        assert gate.json()["canary"] == "test/tiny-llada"
+        promote = flagger_hook(base, "/v1/unmask/analysis/flagger", meta, phase="WaitingPromotion")
+        assert promote.status_code == 200  # confirm-promotion: promoted
+        assert flagger_hook(base, "/v1/unmask/analysis/flagger/rollback", meta).status_code == 409  # no rollback
+        missing = flagger_hook(base, "/v1/unmask/analysis/flagger", {"candidate": "staging"})
+        assert missing.status_code == 422 and "metadata.route" in missing.json()["error"]["message"]
+        bad = flagger_hook(base, "/v1/unmask/analysis/flagger", meta | {"window_s": "soon"})
+        assert bad.status_code == 422 and "metadata.window_s" in bad.text
+    with analysis_server(tmp_path / "broken", traffic("staging", 30, status=500) + traffic("fallback", 90)) as base:
+        gate = flagger_hook(base, "/v1/unmask/analysis/flagger", meta)
+        assert gate.status_code == 412 and gate.json()["verdict"] == "fail"  # a failed check for Flagger
+        assert flagger_hook(base, "/v1/unmask/analysis/flagger/rollback", meta).status_code == 200  # roll back
+    with analysis_server(tmp_path / "few", traffic("staging", 8) + traffic("fallback", 90)) as base:
+        assert flagger_hook(base, "/v1/unmask/analysis/flagger", meta).status_code == 412  # inconclusive: held
+        assert flagger_hook(base, "/v1/unmask/analysis/flagger/rollback", meta).status_code == 409
+
+
+def test_unmask_analysis_serve_refuses_a_bad_policy_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from tests.support.fuzz_fixtures import unmask_app
+
+    routes = tmp_path / "serving.yaml"
+    routes.write_text(yaml.safe_dump({"default": {"split": {"fallback": 100}},
+                                      "rollout": POLICY | {"analysis": {"p99": {"max": 1}}}}))
+    result = CliRunner().invoke(unmask_app(), ["analysis", "serve", "--routes", str(routes)])
+    assert result.exit_code == 2 and "rollout.analysis.p99: unknown metric" in result.output
+    assert len(result.output.strip().splitlines()) == 1

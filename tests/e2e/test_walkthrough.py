@@ -1,0 +1,267 @@
+"""docs/walkthrough.md is a test: its fenced `bash` blocks run in order on a fresh UNMASK_HOME, each
+command exits 0 (or the `# exit N` its line states), the `text` excerpt under a block appears in what
+the block printed (`...` stands for what changes between runs), and every screenshot the page shows is
+taken again at its place in the arc (the real dashboard under `streamlit run`, Debian's Chromium via
+Playwright at 1280x800), each page checked to load with no exception.
+
+A line of the form `[NAME=value ...] unmask ARGS` runs in this process through the real `unmask` app
+(typer's CliRunner, with the line's assignments in the environment and `$NAME` expanded as the shell
+would): a process per line spent ~3 s of CPU importing MLflow each, and each approval started its own
+temporary Prefect server. State still passes between lines only through UNMASK_HOME; the entry point
+as a process is tested in test_fuzz_failures and test_dashboard_apptest. Any other line runs in bash.
+
+UNMASK_UPDATE_SCREENSHOTS=1 writes the screenshots to docs/walkthrough/ (the page's images); otherwise
+they go to the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import REPO
+from tests.support.servers import free_port
+
+DOC = REPO / "docs" / "walkthrough.md"
+SHOTS = REPO / "docs" / "walkthrough"
+# a screenshot's file name ends with the page it shows: 01-verdict.png, 04-promotions-staging.png
+PAGE_OF = {"verdict": ("", "Verdict"), "gate-board": ("gate-board", "Gate board"), "scores": ("scores", "Scores"),
+           "quality-latency": ("quality-latency", "Quality vs latency"), "candidate": ("candidate", "Candidate"),
+           "promotions": ("promotions", "Promotions")}
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
+IMAGE = re.compile(r"^!\[([^\]]*)\]\((walkthrough/[^)]+\.png)\)", re.M)
+EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
+EXPORT = re.compile(r"^export\s+(\w+)=(\S+)")
+ASSIGNMENT = re.compile(r"^(\w+)=(.*)$")
+VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+SHELL_SYNTAX = re.compile(r"[|&;<>`(){}*?'\\]|\$\(")  # beyond assignments, words and $NAME: bash runs the line
+
+
+@dataclass
+class Step:
+    commands: list[tuple[str, int]] = field(default_factory=list)  # (command line, expected exit)
+    exports: dict[str, str] = field(default_factory=dict)
+    excerpt: list[str] = field(default_factory=list)
+    screenshots: list[str] = field(default_factory=list)  # docs-relative png paths, taken after this step
+
+
+def parse(text: str) -> list[Step]:
+    """The page's steps in order: each bash block, the text excerpt right after it, the images after that."""
+    marks = sorted([(m.start(), "fence", m) for m in FENCE.finditer(text)] +
+                   [(m.start(), "image", m) for m in IMAGE.finditer(text)], key=lambda x: x[0])
+    steps: list[Step] = []
+    for _, kind, m in marks:
+        if kind == "image":
+            assert steps, f"{DOC}: screenshot {m.group(2)} before any command"
+            steps[-1].screenshots.append(m.group(2))
+        elif m.group(1) == "bash":
+            step = Step()
+            for line in m.group(2).splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if export := EXPORT.match(line):
+                    step.exports[export.group(1)] = export.group(2)
+                    continue
+                expected = EXIT.search(line)
+                command = line.split("#", 1)[0].strip() if "#" in line else line
+                step.commands.append((command, int(expected.group(1)) if expected else 0))
+            steps.append(step)
+        elif m.group(1) == "text" and steps:
+            steps[-1].excerpt += [line.strip() for line in m.group(2).splitlines() if line.strip()]
+    return steps
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def shows(output: str, line: str) -> bool:
+    """Whether `line` (with `...` for anything) appears in `output`, whitespace folded."""
+    pattern = r".*?".join(re.escape(flat(part)) for part in line.split("..."))
+    return re.search(pattern, flat(output)) is not None
+
+
+def test_the_page_is_well_formed_and_labels_its_demo_files():
+    steps = parse(DOC.read_text())
+    commands = [c for s in steps for c, _ in s.commands]
+    assert commands[0].startswith("unmask run --demo")  # the demo sweep and policy; the registry marked
+    # one person (the OS account) up to poc; staging and production only through an authenticated server
+    server = next(n for n, c in enumerate(commands) if "mlflow server --app-name basic-auth" in c)
+    assert all(n > server for n, c in enumerate(commands) if re.search(r"approve tiny-llada (staging|production)", c)
+               and "LOGNAME" not in c)
+    assert not any("LOGNAME" in c for c in commands[server:]) and "one person" in DOC.read_text()
+    for needed in ("unmask sign-off", "--to poc", "unmask loadtest", "--to staging", "--to production",
+                   "unmask report", "unmask audit --verify", "unmask rollback"):
+        assert any(needed in c for c in commands), needed
+    assert all(s.excerpt for s in steps if s.commands), "every block that runs something shows an excerpt"
+    shots = [p for s in steps for p in s.screenshots]
+    assert len(shots) >= 5 and all(page_of(p) for p in shots), shots
+    assert all((REPO / "docs" / p).is_file() for p in shots), "every screenshot the page shows is committed"
+    for path in ("gates/demo-policy.yaml", "gates/demo-roles.yaml", "evals/sweeps/demo.yaml",
+                 "docs/walkthrough/basic_auth.ini"):
+        assert "DEMO ONLY" in (REPO / path).read_text().splitlines()[0], path
+    assert "[walk-through](docs/walkthrough.md)" in (REPO / "README.md").read_text()
+
+
+def test_the_demo_policy_relaxes_thresholds_only_and_the_demo_sweep_meets_it():
+    from evals.sweep import load_sweep
+    from gates import load_policy
+    from gates.policy import OPT_IN_KINDS
+    from gates.roles import load_roles
+
+    demo, bundled = load_policy(REPO / "gates" / "demo-policy.yaml"), load_policy()
+    sweep = load_sweep(REPO / "evals" / "sweeps" / "demo.yaml")
+    for name in ("poc", "staging", "production"):
+        stage, real = demo.stage(name), bundled.stage(name)
+        # the bundled policy's gates, plus gates of the opt-in kinds the bundled one leaves out
+        assert [(g.name, g.kind) for g in stage.gates if g.kind not in OPT_IN_KINDS] == \
+            [(g.name, g.kind) for g in real.gates], name
+        assert stage.operating_point == real.operating_point and stage.requires_stage == real.requires_stage
+        items = {g.name: g for g in stage.gates}["data_validity"].params["min_items"]
+        assert all(t.n >= items for t in sweep.tasks if t.task == stage.operating_point.task), name
+    assert sweep.models == ["tiny-llada", "tiny-ar"]
+    roles = yaml.safe_load((REPO / "gates" / "demo-roles.yaml").read_text())
+    load_roles(REPO / "gates" / "demo-roles.yaml")  # valid, or RolesError naming the key
+    assert roles["stages"]["staging"]["self_approval"] is False
+    assert roles["stages"]["production"]["approvals"] == {"count": 2, "distinct": True}
+    # anyone may approve: what refuses the one person past poc is four eyes, not a role; olga alone rolls back
+    assert roles["users"] == ["*"] and roles["groups"] == {"oncall": ["olga"]}
+    assert all(roles["stages"][s]["approve"] == ["*"] for s in ("poc", "staging", "production"))
+
+
+def run_line(command: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run one of the page's command lines with `env` as the whole environment; (exit code, what it printed)."""
+    words = shlex.split(command) if not SHELL_SYNTAX.search(command) else []
+    assignments = {}
+    while words and (assignment := ASSIGNMENT.match(words[0])):
+        assignments[assignment.group(1)] = assignment.group(2)
+        words.pop(0)
+    if not words or words[0] != "unmask":
+        done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stdout + done.stderr
+    from typer.testing import CliRunner
+
+    from tests.support.fuzz_fixtures import unmask_app
+
+    scope = env | assignments
+    args = [VARIABLE.sub(lambda m: scope.get(m.group(1) or m.group(2), ""), word) for word in words[1:]]
+    with pytest.MonkeyPatch.context() as mp:  # the process environment is the line's, as in a shell
+        for key in set(os.environ) - set(scope):
+            mp.delenv(key)
+        for key, value in scope.items():
+            mp.setenv(key, value)
+        mp.chdir(REPO)
+        result = CliRunner().invoke(unmask_app(), args)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        raise AssertionError(f"{command}: uncaught {type(result.exception).__name__}\n{result.output}"
+                             + "".join(traceback.format_exception(result.exception)))
+    return result.exit_code, result.output
+
+
+def page_of(png: str) -> tuple[str, str]:
+    name = Path(png).stem.split("-", 1)[1]
+    for key in sorted(PAGE_OF, key=len, reverse=True):
+        if name == key or name.startswith(key + "-"):
+            return PAGE_OF[key]
+    raise AssertionError(f"{DOC}: {png} names no dashboard page ({', '.join(PAGE_OF)})")
+
+
+def screenshot(png: str, env: dict[str, str], out: Path, profile: Path, logs: Path) -> None:
+    """Start the dashboard on the walk-through's state (a fresh server: nothing cached), open the page
+    the file names, check it ran without an exception, and take it at 1280x800."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.support.servers import free_port, stop, wait_healthy
+    from flows.commands.dashboard import streamlit_command
+    from flows.environment import QUIET_DEFAULTS
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
+
+    path, heading = page_of(png)
+    port = free_port()
+    log = logs / f"streamlit-{Path(png).stem}.log"
+    with log.open("w") as sink:
+        server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO, env=env | QUIET_DEFAULTS,
+                                  stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                str(profile), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": WIDTH, "height": HEIGHT})
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
+                expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
+                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(out), full_page=False)
+            finally:
+                browser.close()
+    finally:
+        stop(server)
+    assert out.stat().st_size > 10_000, f"{out}: an empty screenshot"
+
+
+# slow: the whole arc: a demo sweep, ~30 CLI calls, a load test, a dashboard per screenshot (minutes)
+@pytest.mark.browser
+def test_the_walkthrough_runs_as_written(tmp_path):
+    home = tmp_path / "home"
+    bin_dir = tmp_path / "bin"  # `unmask` as the doc types it, running this checkout
+    bin_dir.mkdir()
+    launcher = bin_dir / "unmask"
+    launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from flows.cli import main; main()' \"$@\"\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    mlflow = bin_dir / "mlflow"  # and `mlflow` (the demo's basic-auth server) from this environment
+    mlflow.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mlflow \"$@\"\n")
+    mlflow.chmod(mlflow.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNMASK_", "MLFLOW_", "PREFECT_API"))}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": f"{REPO}{os.pathsep}"
+            f"{env.get('PYTHONPATH', '')}", "UNMASK_HOME": str(home), "COLUMNS": "200",
+            "MLFLOW_PORT": str(free_port()), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true"}
+    update = os.environ.get("UNMASK_UPDATE_SCREENSHOTS") == "1"
+    try:
+        walk(env, update, tmp_path)
+    finally:  # the page stops its server; if a step failed before that, stop it here (its own process group)
+        pid_file = home / "mlflow-server.pid"
+        if pid_file.is_file():
+            try:
+                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
+    for number, step in enumerate(parse(DOC.read_text()), 1):
+        for key, value in step.exports.items():  # the test's own state folder and port; $NAME as a shell would
+            if key not in ("UNMASK_HOME", "MLFLOW_PORT"):
+                env[key] = VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+        printed = ""
+        for command, expected in step.commands:
+            code, output = run_line(command, env)
+            assert "Traceback" not in output, f"step {number}: {command}\n{output}"
+            assert code == expected, f"step {number}: {command} exited {code}, the page says {expected}\n{output}"
+            printed += output
+        for line in step.excerpt:
+            assert shows(printed, line), f"step {number}: the page's excerpt line {line!r} is not in the output:\n{printed}"
+        for png in step.screenshots:
+            out = (REPO / "docs" / png) if update else tmp_path / "shots" / Path(png).name
+            # the dashboard only reads: on this machine it opens the store file the demo server serves (through
+            # basic auth every request pays a password-hash check), as docs/walkthrough.md says
+            reader = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
+            screenshot(png, reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")}, out,
+                       tmp_path / "chromium-profile", tmp_path)

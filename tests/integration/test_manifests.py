@@ -1,0 +1,136 @@
+"""Rendered manifests: core kinds validate strictly against the kubernetes client's models, the CRDs against our
+reading of their published schemas (tests/support/manifest_schemas.py); each target's own contract besides."""
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.support.manifest_schemas import check_manifest
+from serving.manifests import TARGETS, render
+
+ARM = {"name": "staging", "alias": "staging", "model": "m", "version": "2", "source": "models:/m/2",
+       "weights_sha256": "ab" * 32}
+SPEC = {"route": "default", "image": "unmask:0.1.0", "weight": 25,
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+        "arms": [ARM, {**ARM, "name": "production", "alias": "production", "version": "1"}],
+        "steps": [5, 25, 50, 100], "interval_s": 60, "analysis_url": "http://r/v1/unmask/analysis",
+        "routes_file": "gates/serving.yaml"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("arms", [1, 2], ids=["serving", "rollout"])
+def test_every_rendered_manifest_validates(target, arms):
+    gpu = copy.deepcopy(SPEC) | {"arms": SPEC["arms"][:arms]}
+    gpu["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    for manifest in render(target, gpu):
+        assert check_manifest(manifest) == [], manifest
+
+
+@pytest.mark.parametrize("kind, edit, problem", [
+    ("Deployment", lambda m: m["spec"].update(replica=2), "Deployment.spec.replica: not a field of V1DeploymentSpec"),
+    ("Deployment", lambda m: m["spec"].update(replicas="2"), "Deployment.spec.replicas: expected int, got str '2'"),
+    ("Deployment", lambda m: m["spec"]["template"]["spec"]["containers"][0].pop("name"), "must not be `None`"),
+    ("Service", lambda m: m["spec"]["ports"][0].update(port="80"), "Service.spec.ports[0].port: expected int"),
+    ("Rollout", lambda m: m["spec"]["strategy"]["canary"]["steps"][0].update(setWeight="5"),
+     "Rollout.spec.strategy.canary.steps[0].setWeight: expected integer, got str '5'"),
+    ("Rollout", lambda m: m["spec"]["strategy"]["canary"].update(stepz=[]),
+     "Rollout.spec.strategy.canary.stepz: not a field"),
+    ("Rollout", lambda m: m["spec"]["template"]["spec"]["containers"][0].update(imag="x"),
+     "Rollout.spec.template.spec.containers[0].imag: not a field of V1Container"),
+    ("Rollout", lambda m: m["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="two"),
+     "not a resource quantity: 'two'"),
+    ("AnalysisTemplate", lambda m: m["spec"]["metrics"][0].pop("provider"), "AnalysisTemplate.spec.metrics[0].provider: required"),
+    ("AnalysisTemplate", lambda m: m["spec"]["metrics"][0]["provider"]["web"].pop("url"), "web.url: required"),
+    ("InferenceService", lambda m: m["spec"].pop("predictor"), "InferenceService.spec.predictor: required"),
+    ("InferenceService", lambda m: m["spec"]["predictor"].update(canaryTrafficPercent=25.0),
+     "canaryTrafficPercent: expected integer, got float"),
+    ("InferenceService", lambda m: m["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"),
+     "containers[0].ports[0].container_port".replace("container_port", "containerPort") + ": expected int"),
+])
+def test_the_checks_refuse_an_unknown_field_a_wrong_type_and_a_missing_required_one(kind, edit, problem):
+    manifests = {m["kind"]: m for target in TARGETS for m in render(target, copy.deepcopy(SPEC))}
+    manifest = copy.deepcopy(manifests[kind])
+    assert check_manifest(manifest) == []
+    edit(manifest)
+    problems = check_manifest(manifest)
+    assert any(problem in p for p in problems), problems
+
+
+def test_core_kinds_deserialise_into_kubernetes_models():
+    from kubernetes.client import ApiClient
+
+    class Response:
+        def __init__(self, obj):
+            self.data = json.dumps(obj)
+
+    deployment, service = render("k8s", SPEC)
+    d = ApiClient().deserialize(Response(deployment), "V1Deployment")
+    assert d.spec.template.spec.containers[0].image == "unmask:0.1.0"
+    assert "--routes" in d.spec.template.spec.containers[0].args
+    s = ApiClient().deserialize(Response(service), "V1Service")
+    assert s.spec.ports[0].target_port == 8000
+
+
+def test_kserve_canary_percent_from_the_rollout_step():
+    (isvc,) = render("kserve", SPEC)
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
+    assert isvc["spec"]["predictor"]["canaryTrafficPercent"] == 25
+    assert isvc["spec"]["predictor"]["containers"][0]["image"] == "unmask:0.1.0"
+    assert isvc["metadata"]["annotations"]["unmask.dev/weights-sha256"] == "ab" * 32
+
+
+def test_argo_rollout_steps_and_analysis_template():
+    rollout, template = render("argo-rollouts", SPEC)
+    assert rollout["apiVersion"] == "argoproj.io/v1alpha1" and rollout["kind"] == "Rollout"
+    steps = rollout["spec"]["strategy"]["canary"]["steps"]
+    assert [s["setWeight"] for s in steps if "setWeight" in s] == [5, 25, 50, 100]
+    assert all(s["analysis"]["templates"][0]["templateName"] == template["metadata"]["name"]
+               for s in steps if "analysis" in s)
+    assert rollout["spec"]["selector"]["matchLabels"] == rollout["spec"]["template"]["metadata"]["labels"]
+    (metric,) = template["spec"]["metrics"]
+    assert metric["provider"]["web"]["jsonPath"] == "{$.verdict}"
+    assert "route=default" in metric["provider"]["web"]["url"] and "candidate=staging" in metric["provider"]["web"]["url"]
+    assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(ValueError, match="--target 'helm'"):
+        render("helm", SPEC)
+
+
+def test_cli_bad_route_and_target_are_one_line_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
+    from flows.cli import _register_all, app
+
+    _register_all()
+    r = CliRunner().invoke(app, ["deploy", "render", "--target", "helm"])
+    assert r.exit_code == 2 and "error: --target 'helm'" in r.output
+    r = CliRunner().invoke(app, ["deploy", "render", "--target", "k8s", "--route", "nope"])
+    assert r.exit_code == 2 and "error: --route 'nope'" in r.output
+
+
+# slow: a real MLflow SQLite registry with two registered versions and an audited alias move
+def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_the_registry(tmp_path, monkeypatch):
+    import yaml
+
+    from flows.cli import _register_all, app
+    from registry.store import Registry
+    from tests.support.serving_fixtures import digest, serving_registry
+
+    served = serving_registry(tmp_path / "registry")  # tiny-llada holds production, as a promotion leaves it
+    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", served.tracking_uri)
+    version = served.versions["tiny-llada"]
+    source = Registry(served.tracking_uri).client.get_model_version("tiny-llada", version).source
+    _register_all()
+    for target in TARGETS:
+        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, "--gpus", "1"])
+        assert r.exit_code == 0, r.output
+        manifests = list(yaml.safe_load_all(r.output))
+        assert manifests and all(check_manifest(m) == [] for m in manifests), manifests
+        annotated = [m["metadata"].get("annotations") or m["spec"]["template"]["metadata"]["annotations"]
+                     for m in manifests if m["kind"] in ("InferenceService", "Rollout", "Deployment")]
+        assert annotated == [{"unmask.dev/model": "tiny-llada", "unmask.dev/version": version,
+                              "unmask.dev/source": source, "unmask.dev/weights-sha256": digest("tiny-llada")}]

@@ -1,0 +1,179 @@
+"""Evidence as the evaluation produces it, with realistic values for the bundled tiny models on CPU.
+
+tiny-llada at gen_length 32: exact-match 0.72 on arith, p95 0.18 s; tiny-ar (the AR fallback): 0.70 at
+p95 0.09 s. So tiny-llada clears poc and staging but is too slow for production (speedup 0.5x < 1x)
+unless a faster SamplerConfig (parallel decoding) is measured.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import registry.identity as identity
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, ServingRecord
+
+WEIGHTS = {"tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
+           "tiny-ar": hashlib.sha256(b"tiny-ar weights").hexdigest()}
+DATASETS = {"arith": hashlib.sha256(b"arith test").hexdigest(), "sort": hashlib.sha256(b"sort test").hexdigest()}
+
+
+def _config_hash(config: dict) -> str:
+    return hashlib.sha256(repr(sorted(config.items())).encode()).hexdigest()[:16]
+
+
+def record(candidate: str = "tiny-llada", task: str = "arith", **overrides) -> EvalRecord:
+    """One validated record at gen_length 32; `overrides` change any field (config too)."""
+    ar = candidate == "tiny-ar"
+    config = {"steps": 32, "gen_length": 32, "block_length": 16, "temperature": 0.0, "remasking": "low_confidence",
+              "seed": 0} if not ar else {"gen_length": 32, "steps": 32, "block_length": 16, "temperature": 0.0, "seed": 0}
+    config.update(overrides.pop("config", {}))
+    values = dict(
+        candidate=candidate, role="fallback" if ar else "candidate",
+        kind="autoregressive" if ar else "masked-diffusion", task=task, split="test", config=config,
+        config_hash=_config_hash(config), gen_length=32, n_items=120,
+        accuracy=0.70 if ar else 0.72, accuracy_strict=None, accuracy_flexible=None,
+        latency_p50_s=0.075 if ar else 0.15, latency_p95_s=0.09 if ar else 0.18, latency_p99_s=0.1 if ar else 0.21,
+        tokens_per_s=420.0 if ar else 210.0, tokens_per_s_with_padding=700.0 if ar else 355.0,
+        tokens_per_forward=1.0, nfe=32.0, peak_mem_mb=395.0 if ar else 430.0, errors=0,
+        output_hash=hashlib.sha256(f"{candidate}/{task}/{config}".encode()).hexdigest(),
+        dataset_hash=DATASETS.get(task, DATASETS["arith"]), weights_sha256=WEIGHTS[candidate], model_revision="local",
+        fingerprint={"python": "3.11.9", "torch": "2.13.0+cpu", "threads": 2}, valid=True,
+        validation={"success": True, "failed": []}, created_at="2026-11-30T10:00:00Z",
+    )
+    if task == "sort":
+        values.update(accuracy=0.61 if ar else 0.64, latency_p95_s=0.1 if ar else 0.2)
+    values.update(overrides)
+    return EvalRecord(**values)
+
+
+def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = None, tier: str = "permitted",
+             reproducible: bool = True, **overrides) -> CandidateEvidence:
+    records = records if records is not None else [record(candidate, "arith"), record(candidate, "sort")]
+    first = records[0] if records else record(candidate)
+    repro = ReproducibilityResult(candidate=candidate, reproducible=reproducible, same_process=reproducible,
+                                  fresh_process=reproducible, batch_invariant=reproducible,
+                                  differences=[] if reproducible else ["fresh process: output hash differs"],
+                                  output_hashes=[first.output_hash] * 3, config_hash=first.config_hash)
+    lic = LicenseResult(candidate=candidate, expression="Apache-2.0" if tier == "permitted" else "LicenseRef-custom",
+                        tier=tier, reasons=[] if tier == "permitted" else [f"license tier {tier}"])
+    values = dict(candidate=candidate, role=first.role, kind=first.kind, records=records, reproducibility=repro,
+                  license=lic, model_revision=first.model_revision, weights_sha256=first.weights_sha256,
+                  card={"intended_use": "tests"})
+    values.update(overrides)
+    values.setdefault("serving", [serving_record(candidate, weights_sha256=values["weights_sha256"])])
+    return CandidateEvidence(**values)
+
+
+def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvidence:
+    """Evidence of a block-diffusion candidate `name` at its recorded BlockDiffusionConfig `config`: a diffusion
+    candidate's arith record and evidence, renamed, with its own weights digest and no serving records."""
+    rec = replace(record("tiny-llada", "arith"), candidate=name, kind="block-diffusion", config=config,
+                  weights_sha256=weights_sha256)
+    return replace(evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[]), candidate=name,
+                   kind="block-diffusion")
+
+
+def serving_record(candidate: str = "tiny-llada", concurrency: int = 16, **overrides) -> ServingRecord:
+    """What `unmask loadtest` logs for one level: tiny-llada at 16 in flight p95 0.9 s, 1.2x the fallback's tokens/s."""
+    ar = candidate == "tiny-ar"
+    values = dict(model=candidate, version="1", weights_sha256=WEIGHTS[candidate], concurrency=concurrency,
+                  requests=64, latency_p50_s=0.5 if ar else 0.7, latency_p95_s=0.6 if ar else 0.9,
+                  latency_p99_s=0.65 if ar else 1.0, ttfb_p50_s=0.5 if ar else 0.7,
+                  tokens_per_s=800.0 if ar else 960.0, requests_per_s=30.0 if ar else 20.0, error_rate=0.0,
+                  same_answer_share=1.0, served_as="fallback" if ar else "production", run_id=f"serving-{candidate}",
+                  when="2026-11-30T10:30:00Z")
+    values.update(overrides)
+    return ServingRecord(**values)
+
+
+def fast_llada() -> CandidateEvidence:
+    """tiny-llada measured with parallel decoding: same quality, p95 0.07 s (1.3x faster than tiny-ar)."""
+    config = {"steps": 32, "parallel": "threshold", "parallel_threshold": 0.9}
+    records = [record("tiny-llada", "arith", config=config, latency_p95_s=0.07, nfe=9.0, tokens_per_forward=3.6),
+               record("tiny-llada", "sort", config=config, latency_p95_s=0.075, nfe=9.0, tokens_per_forward=3.6)]
+    return evidence("tiny-llada", records)
+
+
+def signoffs(*items: str, by: str = "ada") -> dict[str, dict[str, str]]:
+    return {i: {"by": by, "at": "2026-11-30T11:00:00Z", "comment": f"{i} reviewed and accepted"} for i in items}
+
+
+ALL_MANUAL = ("fallback-plan", "tooling-maturity", "security-review", "monitoring-plan", "model-card")
+
+
+def with_records(ev: CandidateEvidence, records: list[EvalRecord]) -> CandidateEvidence:
+    return replace(ev, records=records)
+
+
+# A migrated, empty MLflow SQLite store, built once per test process; each test copies it (~0.05 s)
+# instead of creating and migrating a database (~2 s, much more on a loaded machine).
+@functools.lru_cache(maxsize=1)
+def _template_db() -> Path:
+    from registry import Registry
+
+    folder = Path(tempfile.mkdtemp(prefix="unmask-mlflow-template-"))
+    atexit.register(shutil.rmtree, folder, True)
+    Registry(f"sqlite:///{folder / 'mlflow.db'}").model_names()
+    return folder / "mlflow.db"
+
+
+def fresh_registry(folder: Path):
+    """An empty registry of its own under `folder` (artifacts beside the database)."""
+    from registry import Registry
+
+    (folder / "mlflow").mkdir(parents=True, exist_ok=True)
+    db = folder / "mlflow" / "mlflow.db"
+    shutil.copy(_template_db(), db)
+    return Registry(f"sqlite:///{db}")
+
+
+def register_pair(reg, candidate: CandidateEvidence | None = None) -> tuple[str, str]:
+    """Register tiny-ar as the fallback and tiny-llada (or `candidate`) as a candidate: (fallback v, candidate v)."""
+    from registry import register_evidence
+
+    v_ar, _ = register_evidence(reg, evidence("tiny-ar"))
+    v, _ = register_evidence(reg, candidate or evidence())
+    return v_ar, v
+
+
+OK = "evidence reviewed, gates and checklist are green"  # the comment of an approval whose reviewer found nothing
+
+
+def sign_all(reg, model: str, version: str, *stages: str) -> None:
+    """ada signs off every manual checklist item of each stage, as the architect of the fixtures."""
+    from checklists import load_checklist
+    from registry import sign_off
+
+    for stage in stages:
+        for item in load_checklist(stage).manual_items():
+            sign_off(reg, model, version, stage, item, "ada", f"{item} checked for {stage}")
+
+
+def login(monkeypatch, account: str) -> None:
+    """From here on the test acts as another OS account sharing the state folder, as that account's own login would.
+
+    On the embedded store the identity is the real uid's account (`registry.identity.os_account`; no environment
+    variable changes it), and a test process is one uid: it cannot be a second person without root and a second
+    login. So the tests of promotion mechanics that need four eyes stand in for one here. The identity itself is
+    tested unpatched: one OS account is refused (test_governance), authenticated users act on a real basic-auth
+    server (test_governance_server), and docs/walkthrough.md takes staging and production through one.
+    """
+    monkeypatch.setattr(identity, "os_account", lambda: account)
+
+
+def approve_as(reg, model: str, version: str, stage: str, comment: str, *people: str) -> None:
+    """Each of `people` approves from their own OS account (`login`); the test's own account is restored after."""
+    import pytest
+
+    from registry import approve
+
+    for person in people:
+        with pytest.MonkeyPatch.context() as mp:
+            login(mp, person)
+            approve(reg, model, version, stage, person, comment)

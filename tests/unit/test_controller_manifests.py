@@ -1,0 +1,50 @@
+"""The example manifests in docs/controllers/ call the analysis endpoint the way its contract says
+(serving/analysis_api.py): paths the router serves, the query it reads, the verdict Argo's conditions test,
+Flagger metadata as strings, and a KServe canary percent that is a step of the bundled rollout policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from gates.rollout_policy import load_rollout_policy
+from gates.serving_policy import SERVING_POLICY_PATH
+from serving.analysis_api import router
+from tests.support import REPO
+
+DOCS = REPO / "docs" / "controllers"
+PATHS = {route.path for route in router.routes}
+
+
+def test_the_argo_analysis_template_reads_the_verdict_with_the_documented_conditions():
+    template, rollout = yaml.safe_load_all((DOCS / "argo-analysistemplate.yaml").read_text())
+    assert template["kind"] == "AnalysisTemplate" and rollout["kind"] == "Rollout"
+    [metric] = template["spec"]["metrics"]
+    web = metric["provider"]["web"]
+    url = urlsplit(web["url"])
+    assert url.path in PATHS and url.path == "/v1/unmask/analysis"
+    assert set(parse_qs(url.query)) == {"route", "candidate", "baseline", "window_s"}
+    assert web["jsonPath"] == "{$.verdict}"
+    assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
+    args = {a["name"] for a in template["spec"]["args"]}
+    assert args == {"route", "candidate", "baseline"}
+
+
+def test_the_flagger_canary_hooks_call_the_gate_and_the_rollback_endpoints():
+    canary = yaml.safe_load((DOCS / "flagger-canary.yaml").read_text())
+    hooks = {h["type"]: h for h in canary["spec"]["analysis"]["webhooks"]}
+    assert set(hooks) == {"rollout", "confirm-promotion", "rollback"}
+    assert urlsplit(hooks["rollout"]["url"]).path == urlsplit(hooks["confirm-promotion"]["url"]).path \
+        == "/v1/unmask/analysis/flagger"
+    assert urlsplit(hooks["rollback"]["url"]).path == "/v1/unmask/analysis/flagger/rollback"
+    for hook in hooks.values():
+        assert urlsplit(hook["url"]).path in PATHS
+        assert hook["metadata"]["route"] and all(isinstance(v, str) for v in hook["metadata"].values())
+
+
+def test_the_kserve_canary_percent_is_a_step_of_the_rollout_policy():
+    service = yaml.safe_load((DOCS / "kserve-inferenceservice.yaml").read_text())
+    percent = service["spec"]["predictor"]["canaryTrafficPercent"]
+    assert service["kind"] == "InferenceService" and percent in load_rollout_policy(SERVING_POLICY_PATH).steps
