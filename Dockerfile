@@ -1,7 +1,7 @@
 # unmask in a container: `unmask serve` (the default command) and the sweep workers (`dask worker ...`).
 # The install steps are the Makefile's `setup` (README "make run"), minus the test extra:
 # a Python 3.11 venv at .venv, pip upgraded, then the project with one onnxruntime flavour, which brings
-# torch==2.13.0 pinned exactly in pyproject.toml. tests/test_dockerfile.py keeps the two in step.
+# torch==2.13.0 pinned exactly in pyproject.toml. tests/unit/test_dockerfile.py keeps the two in step.
 # Build: docker build -t unmask:0.1.0 .            (GPU hosts: --build-arg ONNX_FLAVOUR=gpu
 #        --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 for torch's CUDA build)
 FROM python:3.11-slim-bookworm

@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 ONNX_FLAVOUR ?= cpu
-# tests/test_dashboard_browser.py drives this binary (playwright's own browser download cannot
+# tests/e2e/test_dashboard_browser.py drives this binary (playwright's own browser download cannot
 # work offline, Debian's package can come from the distribution mirror).
 CHROMIUM := /usr/bin/chromium
 

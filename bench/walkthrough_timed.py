@@ -1,5 +1,5 @@
 """The newcomer's clock: docs/walkthrough.md's commands, each as its own process in a fresh state folder, with the
-wall time of every command and every step (what a person typing them waits for; tests/test_walkthrough.py runs
+wall time of every command and every step (what a person typing them waits for; tests/e2e/test_walkthrough.py runs
 the same page in one process and checks what it prints).
 
     .venv/bin/python bench/walkthrough_timed.py [--steps N] [--json times.json]

@@ -1,7 +1,7 @@
 """A registry write from the command line loads what it writes with and no more: `unmask approve`, `reject` and
 `sign-off` (and `--help`) run as their own process, as a person types them, against a real SQLite registry, and
 never import Prefect (so never start its temporary server), torch, transformers, Great Expectations or the serving
-app. A paused `promote` flow still takes the approval (tests/test_governance.py resumes one through `unmask approve`).
+app. A paused `promote` flow still takes the approval (tests/integration/test_governance.py resumes one through `unmask approve`).
 """
 
 from __future__ import annotations
@@ -66,3 +66,12 @@ def test_help_lists_the_commands_by_task_without_loading_any_command_dependency(
     panels = [panel for panel in ("evaluate", "decide", "serve", "roll out", "audit") if f"─ {panel} " in out]
     assert panels == ["evaluate", "decide", "serve", "roll out", "audit"], out
     assert "<bool>" not in out and "<str>" not in out
+
+
+@pytest.mark.parametrize("args", [("audit", "--verify"), ("audit",), ("gates", "tiny-llada", "--stored"),
+                                  ("sign-off", "--help"), ("approve", "--help")])
+def test_reading_commands_load_neither_torch_nor_the_serving_stack(registry_env, args):
+    """What a reviewer types to read the registry (issue 50): the audit trail and the stored gate reports."""
+    code, out, heavy = unmask(registry_env, *args)
+    assert code == 0, out
+    assert heavy == [], (args, heavy)

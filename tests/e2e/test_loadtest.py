@@ -322,7 +322,8 @@ def test_a_streaming_server_gives_ttfb_before_the_last_byte_and_usage_when_it_se
     assert {c.mode for c in result.cells} == {mode} and not result.notes, result.notes
     for cell in result.cells:
         assert cell.errors == 0 and cell.streamed
-        assert all(a.text == "12 + 30" and a.ttfb_s < a.latency_s - 0.05 for a in cell.answers)
+        # the first piece is read before the server's two pauses end: first byte strictly before the last
+        assert all(a.text == "12 + 30" and a.ttfb_s < a.latency_s for a in cell.answers)
         if include_usage:
             assert all(a.tokens == 3 for a in cell.answers) and cell.tokens_per_s > 0
         else:  # no usage in the stream: tokens are unknown, so no tokens/s rather than a guess

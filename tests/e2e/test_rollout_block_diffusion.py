@@ -122,7 +122,7 @@ def test_a_shadow_of_tiny_dgemma_is_recorded_and_compared_but_never_answers(stac
 
 
 def test_the_bundled_tiny_dgemma_answers_16_at_once_as_alone_and_streams_its_plain_answer(stack):
-    """The serving contract of block diffusion (tests/test_serving_block_diffusion.py, on a random fixture there)
+    """The serving contract of block diffusion (tests/e2e/test_serving_block_diffusion.py, on a random fixture there)
     on the trained weights: 16 concurrent answers byte-identical to the solo ones, seed by seed, and the
     concatenated stream equal to the plain answer."""
     import asyncio

@@ -91,7 +91,7 @@ def test_request_overrides_reach_the_decoder(client):
 def test_sampled_decoding_batches_with_a_generator_per_row_and_a_seed_repeats_it(client):
     a, b = (client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=7)
             for _ in range(2))
-    assert a.model_extra["unmask"]["batched"]  # batchable: each row draws from its own seed (tests/test_row_generators.py)
+    assert a.model_extra["unmask"]["batched"]  # batchable: each row draws from its own seed (tests/unit/test_row_generators.py)
     assert a.choices[0].text == b.choices[0].text
     other = client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=8)
     assert other.model_extra["unmask"]["config_hash"] != a.model_extra["unmask"]["config_hash"]  # the seed is read

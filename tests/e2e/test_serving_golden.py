@@ -7,7 +7,7 @@ reasons, token counts, NFE, config hashes, error messages and params, route/arm/
 order of the log's rows — is compared exactly. It guards refactors of serving/ that must not change a byte.
 
 Regenerate (only for an intended change of behaviour, and say so in the commit):
-`UNMASK_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_serving_golden.py`.
+`UNMASK_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/e2e/test_serving_golden.py`.
 """
 
 from __future__ import annotations

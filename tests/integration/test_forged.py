@@ -277,7 +277,7 @@ def test_a_broken_chain_is_red_on_the_promotions_page_and_the_landing_verdict_na
     reg, _ = decided_registry(tmp_path)
     events = read.audit_events(registry=reg)
     edited = events[events.event == "approval"].iloc[0]
-    reg.client.set_tag(edited.audit_run_id, model_tag("who"), "mallory")  # as tests/test_audit_chain.py edits one
+    reg.client.set_tag(edited.audit_run_id, model_tag("who"), "mallory")  # as tests/integration/test_audit_chain.py edits one
     chain = read.audit_chain(registry=reg)
     assert chain["status"] == "broken" and chain["first_break"]["run_id"] == edited.audit_run_id
     for path in ("views/promotions.py", None):

@@ -1,9 +1,9 @@
 """Fuzz: hostile input on every file and argument surface of `unmask` is refused, never half-accepted.
 
-For every case (tests/fuzz_fixtures.refused): exit code 2, exactly one `error:` line naming the file
+For every case (tests/support/fuzz_fixtures.refused): exit code 2, exactly one `error:` line naming the file
 or argument and the key or value, no traceback, nothing written to the MLflow store. Surfaces:
 CLI arguments, policies, checklists, catalogs, sweep files, task files and model folders; the HTTP
-surface of `unmask serve` has its own fuzz in tests/test_serving_api.py.
+surface of `unmask serve` has its own fuzz in tests/e2e/test_serving_api.py.
 """
 
 from __future__ import annotations

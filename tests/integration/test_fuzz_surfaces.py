@@ -3,7 +3,7 @@
 Surfaces: roles files, serving policies (routes, arms, health, limits), rollout policies, load test and rollout
 arguments, environment variables. Most cases call the validator in-process (what every command calls first):
 the error is the surface's own class, one line, naming the file (or option, or variable), the key and the value.
-A sample of each surface goes through the real `unmask` CLI (tests/fuzz_fixtures.refused: exit 2, one `error:`
+A sample of each surface goes through the real `unmask` CLI (tests/support/fuzz_fixtures.refused: exit 2, one `error:`
 line, no traceback, the store unchanged). Property tests cover YAML duplicates and numeric extremes.
 `test_every_new_surface_has_at_least_50_cases` counts them.
 """

@@ -4,7 +4,7 @@ Every refusal is checked three ways: its reason is named, nothing moved, and the
 People: the OS account running the tests (`ME`) registers the evidence and requests, ada signs off, grace and
 linus approve, olga is on call, mallory holds no role. On this store (no authenticated server) a named actor is
 typed by that one OS account: where roles need distinct people (staging, production), one OS account cannot be
-two of them, so those approvals are refused here; tests/test_governance_server.py gives them with identities a
+two of them, so those approvals are refused here; tests/e2e/test_governance_server.py gives them with identities a
 real basic-auth server authenticates.
 """
 
@@ -188,7 +188,7 @@ def test_a_declined_version_is_refused_until_new_evidence_is_registered(reg):
     register_evidence(reg, fast_llada())  # new evidence: the decline (and every sign-off) no longer stands
     for item in load_checklist("staging").manual_items():
         sign_off(reg, "tiny-llada", "1", "staging", item, "ada", f"{item} checked again")
-    with pytest.raises(ApprovalRefused) as e:  # only four eyes stand in the way now (tests/test_governance_server.py)
+    with pytest.raises(ApprovalRefused) as e:  # only four eyes stand in the way now (tests/e2e/test_governance_server.py)
         approve(reg, "tiny-llada", "1", "staging", "linus", OK)
     assert "a decline is final" not in str(e.value) and ONE_ACCOUNT in str(e.value)
 

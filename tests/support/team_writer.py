@@ -1,4 +1,4 @@
-"""One evaluator process of tests/test_team_registry.py: it waits for the start file, then writes the shared
+"""One evaluator process of tests/e2e/test_team_registry.py: it waits for the start file, then writes the shared
 server at the same time as the others: five audit events, and either a promotion or an evidence registration.
 It prints one JSON line saying what happened."""
 

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
                     retime(handle, rows[label], cfg)
             for r in rows.values():
                 r["text_tps"] = r["text_tokens"] / statistics.median(r["times"])
-            # early-exit gives vanilla's text by construction (tests/test_sampler_modes.py), at a fraction of its cost
+            # early-exit gives vanilla's text by construction (tests/unit/test_sampler_modes.py), at a fraction of its cost
             vanilla, ar_tps = rows.get("vanilla") or rows.get("early-exit"), rows["tiny-ar"]["text_tps"]
             for label, _, _ in runs[1:] + runs[:1]:
                 r = rows[label]
