@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
-from test_walkthrough import DOC, VARIABLE, parse  # noqa: E402 - the page's own parser: the same steps the test runs
+from tests.support.walkthrough import DOC, VARIABLE, parse  # noqa: E402 - the page's parser: the steps the test runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,8 +42,12 @@ def test_autoregressive_decoding_is_bounded_by_max_tokens_and_context_alone():
     check_compute(CONFIG.with_(steps=32), 10, "autoregressive", RequestLimits(max_steps=1))
 
 
-# slow: a real server and about 40 requests on loopback: ~20 s on two cores
-def test_three_heavy_requests_beside_light_ones_keep_the_light_median_within_2x(tmp_path):
+# a real server and about 40 requests on loopback: ~20 s on two cores
+def test_three_heavy_requests_beside_light_ones_are_refused_before_any_model_evaluation(tmp_path):
+    """Heavy requests are refused at admission, so they cost the light ones nothing: the model evaluations and
+    batches the server counts in a round of light requests are the same alone and beside three heavy ones. (How
+    long the light answers take is a benchmark's question, not a test's.)"""
+    import httpx
     import openai
 
     from tests.support.serving_fixtures import PROMPTS, openai_client, running_server, settings_for, shared_serving_registry
@@ -54,10 +58,22 @@ def test_three_heavy_requests_beside_light_ones_keep_the_light_median_within_2x(
     with running_server(settings) as server:
         client = openai_client(server)
 
-        def light(i: int) -> float:
-            started = time.perf_counter()
-            client.completions.create(model="production", prompt=PROMPTS[i % 4], max_tokens=16)
-            return time.perf_counter() - started
+        def counted() -> tuple[float, float]:
+            """(model evaluations, batches) the server has counted so far, over every model and version."""
+            text = httpx.get(server.base_url + "/metrics", timeout=30).text
+            total = {"unmask_nfe_total": 0.0, "unmask_batches_total": 0.0}
+            for line in text.splitlines():
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                if name in total:
+                    total[name] += float(line.rsplit(" ", 1)[1])
+            return total["unmask_nfe_total"], total["unmask_batches_total"]
+
+        def lights() -> tuple[float, float]:
+            before = counted()
+            for i in range(4):
+                client.completions.create(model="production", prompt=PROMPTS[i % 4], max_tokens=16, seed=i)
+            after = counted()
+            return after[0] - before[0], after[1] - before[1]
 
         heavy_answers: list[object] = []
 
@@ -68,25 +84,21 @@ def test_three_heavy_requests_beside_light_ones_keep_the_light_median_within_2x(
             except openai.APIStatusError as e:
                 heavy_answers.append(e)
 
-        light(0)  # warm
+        lights()  # warm
         alone, beside = [], []
-        for round_ in range(2):  # alternated, so a change in the machine's load hits both sides
-            alone += [light(i) for i in range(4)]
+        for _ in range(2):  # alternated: alone, then beside three heavy requests
+            alone.append(lights())
             threads = [threading.Thread(target=heavy) for _ in range(3)]
             for t in threads:
                 t.start()
-            beside += [light(i) for i in range(4)]
+            beside.append(lights())
             for t in threads:
                 t.join(120)
     assert len(heavy_answers) == 6
     assert all(isinstance(a, openai.BadRequestError) for a in heavy_answers), heavy_answers
     assert all("unmask.steps" in str(a) for a in heavy_answers)
-    # The median, not the p95: a p95 of eight samples is their largest, and one scheduler hiccup on a
-    # shared CI core (0.11 s among 0.05 s answers) read as 2.06x though every refusal took milliseconds.
-    ratio = statistics.median(beside) / statistics.median(alone)
-    print(f"light median alone {statistics.median(alone):.3f} s, beside three heavy requests "
-          f"{statistics.median(beside):.3f} s: {ratio:.2f}x")
-    assert ratio <= 2.0, (alone, beside)
+    assert all(nfe > 0 for nfe, _ in alone), alone  # the counters move: the comparison below is not vacuous
+    assert beside == alone, (alone, beside)  # the heavy requests added no model evaluation and no batch
 
 
 def test_a_serving_policy_limit_reaches_the_server(tmp_path):
