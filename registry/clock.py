@@ -4,6 +4,7 @@ in a simulated one that moves only when slept on, so the same waits run in no ti
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
@@ -21,6 +22,10 @@ class Clock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """On an event loop: True once `event` is set, False when `timeout` seconds pass first."""
+        ...
+
 
 class SystemClock:
     """The machine's clocks: `time.monotonic`, `time.time`, the local aware datetime and `time.sleep`."""
@@ -36,6 +41,16 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+        except TimeoutError:
+            return False
+        return True
+
+
+YIELDS = 8  # turns of the event loop a simulated wait gives ready tasks before its timeout passes
 
 
 class SimulatedClock:
@@ -59,6 +74,17 @@ class SimulatedClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.advance(seconds)
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Let every task that is ready run first (they may set `event`); if none did, the timeout passes at once."""
+        for _ in range(YIELDS):
+            if event.is_set():
+                return True
+            await asyncio.sleep(0)
+        if event.is_set():
+            return True
+        self.sleep(timeout)
+        return False
 
     def advance(self, seconds: float) -> None:
         self.elapsed += max(0.0, seconds)

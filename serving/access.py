@@ -16,7 +16,10 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving import errors
 
@@ -29,7 +32,7 @@ class ApiKeyError(ValueError):
     """Keys that cannot be read; the message names the file or variable, never a key."""
 
 
-def load_api_keys(path: Path | None, environ: dict[str, str] | None = None) -> frozenset[str]:
+def load_api_keys(path: Path | None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """The configured keys: those in `path` and in $UNMASK_API_KEYS; empty: the API is open."""
     environ = os.environ if environ is None else environ
     keys = {k.strip() for k in environ.get(KEYS_ENV, "").split(",") if k.strip()}
@@ -47,18 +50,19 @@ def load_api_keys(path: Path | None, environ: dict[str, str] | None = None) -> f
     return frozenset(keys)
 
 
-def request_id_of(request) -> str | None:
+def request_id_of(request: Request | None) -> str | None:
     """The id the middleware gave this request (None for a shadow copy, which has no request)."""
-    return None if request is None else request.scope.get("state", {}).get("request_id")
+    rid: str | None = None if request is None else request.scope.get("state", {}).get("request_id")
+    return rid
 
 
 class Access:
     """ASGI middleware: the request id on every HTTP request; with keys configured, a key on every /v1/ path."""
 
-    def __init__(self, app, keys: frozenset[str], count: Callable[[str, int, str, str], None]):
+    def __init__(self, app: ASGIApp, keys: frozenset[str], count: Callable[[str, int, str, str], None]):
         self.app, self.keys, self.count = app, [k.encode() for k in keys], count
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
@@ -66,9 +70,9 @@ class Access:
         rid = given if _GOOD_ID.match(given) else f"req-{uuid.uuid4().hex}"
         scope.setdefault("state", {})["request_id"] = rid
 
-        async def named(message):
+        async def named(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = message | {"headers": [*message.get("headers", []), (REQUEST_ID, rid.encode())]}
+                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID, rid.encode())]}
             await send(message)
 
         if self.keys and scope.get("path", "").startswith("/v1/") and not self._admitted(headers):

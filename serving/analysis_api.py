@@ -35,9 +35,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from evals.canary_probes import read_probe_results
-from gates.canary import FAIL, PASS, Observation, analyse
+from gates.canary import Observation, analyse
 from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout_policy
 from gates.serving_policy import load_serving_policy
+from gates.verdict import FAIL, PASS
 from models.state import state_dir
 from serving.request_log import read_rows
 
@@ -199,7 +200,7 @@ def flagger_rollback(request: Request, hook: FlaggerWebhook) -> JSONResponse:
     return JSONResponse(body, status_code=200 if body["verdict"] == FAIL else 409)
 
 
-def standalone_app(routes_path: Path, log_dir: Path | None = None):
+def standalone_app(routes_path: Path, log_dir: Path | None = None) -> FastAPI:
     """`unmask analysis serve`: the router alone, reading a server's routes file and request log."""
     app = FastAPI(title="unmask analysis", version="1")
     app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
 
 def lifespan_of(settings: ServeSettings, pool: ModelPool, routes: RouteTable | None, dispatch: Dispatch,
-                requests_log: RequestLog | None):
+                requests_log: RequestLog | None) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     """Load the models (then follow alias moves) and the routes file in the background; drain all on the way out."""
 
     async def start_and_follow() -> None:
@@ -109,7 +110,7 @@ def lifespan_of(settings: ServeSettings, pool: ModelPool, routes: RouteTable | N
             await pool.follow()
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(start_and_follow())]
         if routes:
             tasks.append(asyncio.create_task(routes.follow(settings.pool.poll_interval_s)))
@@ -138,7 +139,7 @@ def add_routes(app: FastAPI, settings: ServeSettings, pool: ModelPool, routes: R
                 body["routes"] = {"file": str(routes.path), "sha256": routes.policy.sha256,
                                   "last_error": routes.last_error, "weights_file": str(routes.weights_path),
                                   "weights_error": routes.weights_error}
-                body["arms"] = {name: dispatch.health.report(name) for name in dispatch.arm_names()}
+                body["arms"] = {name: dispatch.arm_health.report(name) for name in dispatch.arm_names()}
             return JSONResponse(body)
         status = "failed" if pool.error else "loading"
         return JSONResponse({"status": status, "error": pool.error}, status_code=503)

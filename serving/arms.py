@@ -23,12 +23,20 @@ PATHS = {"completions": "/completions", "chat": "/chat/completions"}  # endpoint
 
 
 class Arm(Protocol):
-    """What serves a route's share of traffic; `kind` says where it runs ("local" or "upstream")."""
+    """What serves a route's share of traffic; `kind` says where it runs ("local" or "upstream").
+    Read-only members: the arms are frozen dataclasses."""
 
-    name: str
-    kind: str
-    timeout_s: float | None
-    faults: FaultSpec | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+    @property
+    def faults(self) -> FaultSpec | None: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,8 @@ class UpstreamArm:
         """The upstream's JSON answer; ArmFailure or UpstreamRefused otherwise. Bounded by `timeout_s` in all."""
         response = await self._send(client, self._request(client, endpoint, payload, False, timeout_s), timeout_s)
         try:
-            return response.json()
+            answer: dict[str, Any] = response.json()  # an OpenAI-compatible answer is a JSON object
+            return answer
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ArmFailure(502, "upstream_error", f"{self.name}: the upstream's answer is not JSON",
                              "bad_answer") from None
@@ -143,5 +152,7 @@ def arm_of(name: str, declared: dict[str, ArmSpec]) -> LocalArm | UpstreamArm:
     if spec is None:
         return LocalArm(name)
     if spec.upstream:
+        assert spec.model is not None, "gates.serving_arms gives every upstream arm its model"
         return UpstreamArm(name, spec.upstream, spec.model, spec.api_key_env, spec.timeout_s, spec.faults)
+    assert spec.alias is not None, "gates.serving_arms gives every arm without an upstream its alias"
     return LocalArm(name, alias=spec.alias, timeout_s=spec.timeout_s, faults=spec.faults)

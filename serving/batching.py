@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar, TypeVarTuple
 
 import torch
 
+from registry.clock import SYSTEM_CLOCK, Clock
 from sampler.config import SamplerConfig
 from sampler.continuous import Row, decode_block, joins_running_batch, running_key
 from sampler.decode import decode_prompts, padding_id
@@ -48,6 +48,9 @@ COMPANY_MEMORY_S = 1.0
 # The window closes early once no request has arrived for this share of it: a burst of clients has arrived
 # by then, and waiting out the rest would only add latency (two closed-loop clients: 1439 -> 2221 tokens/s).
 QUIET_SHARE = 0.25
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class QueueFull(RuntimeError):
@@ -67,8 +70,8 @@ class Job:
     prompt_ids: list[int]
     config: SamplerConfig
     key: str | None  # None: decode alone
-    future: asyncio.Future
-    arrived: float = field(default_factory=time.monotonic)
+    future: asyncio.Future[Decoded]
+    arrived: float  # monotonic time it was queued (the batcher's clock)
     on_tokens: Callable[[list[int]], None] | None = None  # streamed: hears its newly final tokens, on the loop
     first_block: float | None = None  # monotonic time its first block (AR: token) was final
     logprobs: int | None = None  # wants each generated token's log-probability and this many alternatives
@@ -114,13 +117,14 @@ def _both(first: StepCallback | None, second: StepCallback) -> StepCallback:
     return on_step
 
 
-def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop) -> StepCallback:
+def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop,
+               clock: Clock = SYSTEM_CLOCK) -> StepCallback:
     """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens, abandonment."""
     prompt_length = max(len(job.prompt_ids) for job in group)  # left padding: every row's generation starts here
     sent = [0] * len(group)
 
     def on_final(info: StepInfo, lengths: list[int]) -> None:
-        now, deliveries = time.monotonic(), []
+        now, deliveries = clock.monotonic(), []
         for row, (job, length) in enumerate(zip(group, lengths)):
             if job.first_block is None:
                 job.first_block = now
@@ -158,7 +162,7 @@ def _deliver(deliveries: list[tuple[Callable[[list[int]], None], list[int]]]) ->
         on_tokens(tokens)
 
 
-def _report_crash(task: asyncio.Task) -> None:
+def _report_crash(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:  # queued requests would only time out: say why
         log.error("batching worker stopped: %r", task.exception())
 
@@ -169,11 +173,12 @@ class Batcher:
     def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
                  on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
                  name: str = "model", memory_budget: int | None = None, continuous: bool = True,
-                 executor: ThreadPoolExecutor | None = None):
+                 executor: ThreadPoolExecutor | None = None, clock: Clock = SYSTEM_CLOCK):
         if max_batch < 1 or max_pending < 1 or window_s < 0:
             raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
                              f"window_s={window_s} >= 0")
         self.handle, self.max_batch, self.window_s, self.max_pending = handle, max_batch, window_s, max_pending
+        self.clock = clock  # arrivals, windows and the times each Decoded reports (registry/clock.py)
         self.memory_budget = memory_budget  # a batch's rows x its largest row's peak stay within it; None: no cap
         self.continuous = continuous  # False: every batch static, start to finish (the comparison's baseline)
         self._on_batch = on_batch or (lambda size: None)
@@ -186,13 +191,13 @@ class Batcher:
         self._running = 0
         self._wake = asyncio.Event()
         self._closing = False
-        self._task: asyncio.Task | None = None
-        self._company_at = -COMPANY_MEMORY_S  # monotonic time a request last arrived while others were in
+        self._task: asyncio.Task[None] | None = None
+        self._company_at = float("-inf")  # monotonic time a request last arrived while others were in (never yet)
 
     # the request side -------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
                on_tokens: Callable[[list[int]], None] | None = None, peak: int = 0,
-               logprobs: int | None = None) -> asyncio.Future:
+               logprobs: int | None = None) -> asyncio.Future[Decoded]:
         """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
 
         `on_tokens` (a streamed request) hears, on the event loop, each run of its tokens that became final.
@@ -206,8 +211,8 @@ class Batcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._work())
             self._task.add_done_callback(_report_crash)
-        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), on_tokens=on_tokens,
-                  peak=peak, logprobs=logprobs)
+        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), self.clock.monotonic(),
+                  on_tokens=on_tokens, peak=peak, logprobs=logprobs)
         if self.load:
             self._company_at = job.arrived
         self._pending.append(job)
@@ -225,7 +230,7 @@ class Batcher:
         """Requests in the batch being decoded now."""
         return self._running
 
-    async def run(self, fn: Callable, *args):
+    async def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """`fn(*args)` in this version's decode thread, between batches (scoring a prompt needs the model too)."""
         if self._closing:
             raise Draining("this version is draining")
@@ -262,15 +267,17 @@ class Batcher:
                 continue
             self._running = len(group)
             self._depth_changed()
-            started = time.monotonic()
+            started = self.clock.monotonic()
             config = group[0].config
-            seeds = None if group[0].key is None or is_deterministic(config, self.handle.kind) else [j.config.seed for j in group]
+            # a sampled batch is row-seeded: batch_key keys a sampled request only when it has a seed
+            sampled = group[0].key is not None and not is_deterministic(config, self.handle.kind)
+            seeds = [j.config.seed for j in group if j.config.seed is not None] if sampled else None
             tops = [j.logprobs for j in group if j.logprobs is not None]
             recorder = CommitLogprobs(top=max(tops)) if tops else None
             try:
                 rows, nfe = await loop.run_in_executor(
                     self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],
-                    watch_rows(self.handle, config, group, loop), seeds, recorder)
+                    watch_rows(self.handle, config, group, loop, self.clock), seeds, recorder)
             except Abandoned as e:
                 log.info("stopped a batch early: %s", e)
             except Exception as e:  # the model failed on this batch: each of its requests hears why
@@ -278,14 +285,14 @@ class Batcher:
                     if not job.future.done():
                         job.future.set_exception(e)
             else:
-                took = time.monotonic() - started
+                took = self.clock.monotonic() - started
                 width = max(len(job.prompt_ids) for job in group)  # left padding: generation starts here in every row
                 scored = recorder.generated(width) if recorder is not None else [None] * len(group)
                 for job, generated, logprobs in zip(group, rows, scored):
                     if not job.future.done():  # a request that timed out meanwhile is not answered
-                        first = None if job.first_block is None else job.first_block - job.arrived
-                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took, first,
-                                                      logprobs if job.logprobs is not None else None))
+                        first_block_s = None if job.first_block is None else job.first_block - job.arrived
+                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took,
+                                                      first_block_s, logprobs if job.logprobs is not None else None))
                 self._on_batch(len(group))
             finally:
                 self._running = 0
@@ -299,7 +306,8 @@ class Batcher:
     async def _decode_blocks(self, key: str) -> None:
         """Run batches of `key` (`sampler.continuous.running_key`: lengths may differ) block by block until no
         row is left: rows leave when done, queued ones join."""
-        loop, running = asyncio.get_running_loop(), []  # (job, row)
+        loop = asyncio.get_running_loop()
+        running: list[tuple[Job, Row]] = []
         try:
             while True:
                 running = [(job, row) for job, row in running if not job.future.done()]  # hung up: leave
@@ -309,7 +317,7 @@ class Batcher:
                     return
                 self._running = len(running)
                 jobs, rows = [job for job, _ in running], [row for _, row in running]
-                started = time.monotonic()
+                started = self.clock.monotonic()
                 for job in jobs:
                     job.started = job.started or started
                 try:
@@ -347,7 +355,7 @@ class Batcher:
 
     def _hand_over(self, job: Job, row: Row) -> None:
         """After a block: the request's newly final ids to its stream, and its answer once its row is done."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if job.future.done():
             return
         if job.first_block is None:
@@ -357,6 +365,7 @@ class Batcher:
             job.on_tokens(row.tokens[job.sent : final])
             job.sent = final
         if row.done:
+            assert job.started is not None, "_decode_blocks sets it before the row's first block"
             job.future.set_result(Decoded(list(row.tokens), row.nfe, round(sum(row.batches) / len(row.batches)),
                                           job.started - job.arrived, now - job.started, job.first_block - job.arrived))
 
@@ -364,21 +373,19 @@ class Batcher:
         """Wait until `max_batch` requests share `first`'s key, or its window closes, or no request has arrived
         for QUIET_SHARE of the window; at once when no request has arrived beside another for COMPANY_MEMORY_S
         (one request at a time: waiting would only add latency)."""
-        if time.monotonic() - self._company_at > COMPANY_MEMORY_S:
+        if self.clock.monotonic() - self._company_at > COMPANY_MEMORY_S:
             return
         deadline, quiet = first.arrived + self.window_s, self.window_s * QUIET_SHARE
         while not self._closing and self._count(first.key) < self.max_batch:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             left = min(deadline, self._pending[-1].arrived + quiet) - now
             if left <= 0:
                 return
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), left)
-            except asyncio.TimeoutError:
+            if not await self.clock.wait(self._wake, left):
                 return
 
-    def _count(self, key: str) -> int:
+    def _count(self, key: str | None) -> int:
         return sum(1 for j in self._pending if j.key == key and not j.future.done())
 
     def _take(self) -> list[Job]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 NO_TEMPLATE = "none"  # a model folder without a chat template
@@ -41,7 +41,7 @@ class ChatTemplate:
     @property
     def reads_tools(self) -> bool:
         """Whether the template does anything with `tools` (Hugging Face templates that support tools read it)."""
-        return bool(self.text) and "tools" in self.text
+        return bool(self.text and "tools" in self.text)
 
     def render(self, messages: list[dict[str, Any]]) -> str:
         if self.text is None:
@@ -62,7 +62,7 @@ class ChatTemplate:
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(text: str):
+def _compiled(text: str) -> Template:
     """Compile once per template, not once per request."""
     return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(text)
 

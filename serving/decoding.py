@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, TypeGuard, cast
 
 from sampler.config import SamplerConfig
 from sampler.block_diffusion import BlockDiffusionConfig
@@ -31,6 +32,28 @@ BLOCK = "block-diffusion"
 _BLOCK_SETTINGS = ("steps",)
 # Settings a greedy decode never reads: two greedy requests that differ only here decode alike.
 _UNREAD_WHEN_GREEDY = ("seed",)
+
+
+class ServedHandle(Handle, Protocol):
+    """A Handle as the server loads it (`models.load`: models/adapters' ModelHandle): its folder, its weights'
+    digest and the catalog's decoding defaults too."""
+
+    path: Path | None
+    defaults: dict[str, Any]  # the catalog's decoding defaults (empty for a plain folder)
+
+    @property
+    def weights_sha256(self) -> str: ...
+
+
+class BlockHandle(ServedHandle, Protocol):
+    """A block-diffusion handle (DiffusionGemma): its canvas is the block."""
+
+    canvas_length: int
+
+
+def is_block(handle: ServedHandle) -> TypeGuard[BlockHandle]:
+    """Whether `handle` decodes block diffusion (only those handles have a `canvas_length`)."""
+    return handle.kind == BLOCK
 
 
 class RequestError(ValueError):
@@ -50,13 +73,14 @@ class Limits:
     max_prompt_chars: int = 16_384  # checked before tokenizing, so a huge body costs nothing
 
 
-def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[SamplerConfig, str]:
+def operating_config(handle: ServedHandle, recorded: dict[str, Any] | None) -> tuple[SamplerConfig, str]:
     """The base config of a served name: the recorded operating point, else the catalog's decoding defaults;
     with the model's own mask/EOS/EoT ids. Returns (config, where it came from)."""
     if recorded:
         config = config_from_dict(recorded)
         if isinstance(config, BlockDiffusionConfig):
-            config = block_operating(handle, config)
+            # a block config is recorded only by evaluating a block-diffusion model, so `handle` is one
+            config = block_operating(cast(BlockHandle, handle), config)
         source = "operating point"
     else:
         known = {"gen_length", "block_length", "steps", "temperature", "remasking"}
@@ -65,7 +89,7 @@ def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[S
     config = config.with_(**handle.sampler_ids())
     if handle.causal:
         config = autoregressive(config, config.gen_length)
-    if handle.kind == BLOCK and config.block_length != handle.canvas_length:
+    if is_block(handle) and config.block_length != handle.canvas_length:
         L = handle.canvas_length  # the canvas is the block; keep the steps per token
         canvases = math.ceil(config.gen_length / L)
         config = config.with_(gen_length=canvases * L, block_length=L,
@@ -73,7 +97,7 @@ def operating_config(handle: Handle, recorded: dict[str, Any] | None) -> tuple[S
     return config, source
 
 
-def block_operating(handle: Handle, recorded: BlockDiffusionConfig) -> SamplerConfig:
+def block_operating(handle: BlockHandle, recorded: BlockDiffusionConfig) -> SamplerConfig:
     """The SamplerConfig whose effective block config is the recorded one; ValueError when none is (settings
     the request surface cannot carry, such as an entropy bound other than the model's default)."""
     L = handle.canvas_length
@@ -95,9 +119,12 @@ def autoregressive(config: SamplerConfig, gen_length: int) -> SamplerConfig:
 
 def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, temperature: float | None,
                    seed: int | None, unmask: dict[str, Any], limits: Limits) -> tuple[SamplerConfig, int]:
-    """(config to decode, tokens to keep) for a request over `base`; RequestError names a field that cannot work."""
-    if max_tokens is not None and max_tokens > limits.max_tokens:
-        raise RequestError("max_tokens", f"max_tokens={max_tokens} is above this server's limit of {limits.max_tokens}")
+    """(config to decode, tokens to keep) for a request over `base`; RequestError names a field that cannot work.
+    `limits.max_tokens` is set: the caller bounds it (serving.local.bounded)."""
+    limit = limits.max_tokens
+    assert limit is not None, "request_config needs a bounded max_tokens (serving.local.bounded)"
+    if max_tokens is not None and max_tokens > limit:
+        raise RequestError("max_tokens", f"max_tokens={max_tokens} is above this server's limit of {limit}")
     changes: dict[str, Any] = {}
     if temperature is not None:
         changes["temperature"] = temperature
@@ -115,9 +142,9 @@ def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, tempe
         config, keep = _diffusion(base, max_tokens, changes | unmask)
     else:
         config, keep = _diffusion(base, max_tokens, changes | unmask)
-    if config.gen_length > limits.max_tokens:
+    if config.gen_length > limit:
         raise RequestError("max_tokens", f"decoding {keep} tokens needs a canvas of {config.gen_length} "
-                           f"(whole blocks of {config.block_length}), above this server's limit of {limits.max_tokens}")
+                           f"(whole blocks of {config.block_length}), above this server's limit of {limit}")
     if is_deterministic(config, kind):
         config = config.with_(**{k: getattr(base, k) for k in _UNREAD_WHEN_GREEDY})
     return config, keep

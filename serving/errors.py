@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.decoding import RequestError
 
@@ -20,7 +21,7 @@ TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_f
          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout"}
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     """OpenAI's error object; also what a stream sends when it fails after its first byte."""
     return {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
 
@@ -87,10 +88,10 @@ def install(app: FastAPI, count: Callable[[str, int, str, str], None]) -> None:
 class BodyLimit:
     """ASGI middleware: a body above `max_bytes` is a 413 before anything parses it (declared or streamed)."""
 
-    def __init__(self, app, max_bytes: int, count: Callable[[str, int, str, str], None]):
+    def __init__(self, app: ASGIApp, max_bytes: int, count: Callable[[str, int, str, str], None]):
         self.app, self.max_bytes, self.count = app, max_bytes, count
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -98,7 +99,7 @@ class BodyLimit:
             return await self._too_large(scope, receive, send)
         seen = 0
 
-        async def counted():
+        async def counted() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -112,7 +113,7 @@ class BodyLimit:
         except _TooLarge:
             await self._too_large(scope, receive, send)
 
-    async def _too_large(self, scope, receive, send):
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"body is larger than this server's limit of {self.max_bytes} bytes"
         self.count(scope.get("path", ""), 413, "body_too_large", message)
         response = error_response(413, message, "body", "body_too_large")

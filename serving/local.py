@@ -14,14 +14,16 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from gates.request_limits import RequestLimits
 from models.adapters.base import AdapterError
+from registry.serving import ServedVersion
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
 from sampler.handle import Handle
@@ -46,6 +48,7 @@ from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 from serving.surface import Served, check_surface
 
 SEED_SPACE = 2**63  # OpenAI's seed is a signed 64-bit integer; drawn seeds stay non-negative
+T = TypeVar("T")
 
 log = logging.getLogger("unmask.serve")
 
@@ -79,8 +82,14 @@ class Row:
     echo: str  # the prompt when the request asked for it back (completions' `echo`), else ''
     config: SamplerConfig
     key: str | None  # the batch key; None: decoded alone
-    future: asyncio.Future
+    future: asyncio.Future[Decoded]
     feed: RowFeed | None  # streamed requests only
+
+    @property
+    def stream_feed(self) -> RowFeed:
+        """The feed of a streamed request's row."""
+        assert self.feed is not None, "only a streamed request's rows are read as streams, and each has its feed"
+        return self.feed
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,8 @@ class Submitted:
     stops: list[str]
     include_usage: bool = False
     routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
-    on_text: Any = None  # streamed: called with the whole answer text once it is complete (a shadow compares it)
+    # streamed: called with the whole answer text once it is complete (a shadow compares it)
+    on_text: Callable[[str], None] | None = None
     retry_of: str | None = None  # the arm that failed, when this answers for it
     dropped: list[dict[str, Any]] | None = None  # chat: messages the template left out
     ask: Asked = Asked(None, False)  # log-probabilities asked for (serving/logprobs.py)
@@ -108,7 +118,7 @@ class Submitted:
         return self.rows[0]
 
     @property
-    def future(self) -> asyncio.Future:
+    def future(self) -> asyncio.Future[Decoded] | asyncio.Future[list[Decoded]]:
         """Done when every row is: a request's one future, as a waiter or a canceller sees it."""
         return self.rows[0].future if len(self.rows) == 1 else _gathered(self.rows)
 
@@ -118,7 +128,7 @@ class Submitted:
                 r.future.cancel()
 
 
-def _gathered(rows: list[Row]) -> asyncio.Future:
+def _gathered(rows: list[Row]) -> asyncio.Future[list[Decoded]]:
     return asyncio.gather(*(r.future for r in rows))
 
 
@@ -155,13 +165,15 @@ class LocalServing:
         ArmFailure: a failure the route's fallback may answer; RequestError: the request's own fault."""
         route = self.resolve(arm.served)
         outcome, limit = attempt.outcome, attempt.limit_s
+        assert outcome is not None, "Dispatch gives each attempt its outcome"
         outcome.resolved(route)
         job = replace(self.submit(route, attempt), routed=attempt.routed, on_text=attempt.on_text,
                       retry_of=attempt.retry_of)
         try:
             if attempt.body.stream:
                 return await self.start_stream(attempt.request, job, outcome, limit), None
-            decoded = await until(attempt.request, job.future, job, limit - outcome.elapsed(), limit)
+            decoded: Decoded | list[Decoded] = await until(attempt.request, job.future, job,
+                                                           limit - outcome.elapsed(), limit)
             decoded = decoded if isinstance(decoded, list) else [decoded]
             if job.ask.echo:
                 job = replace(job, scores=await until(attempt.request, self.score(job), job,
@@ -182,6 +194,7 @@ class LocalServing:
     async def score(self, job: Submitted) -> dict[int, PromptScores]:
         """Each prompt's tokens scored (echo with logprobs), in the version's decode thread."""
         handle, batcher = job.route.loaded.handle, job.route.loaded.batcher
+        assert job.likelihood is not None, "scored only when echo asks, which sets the likelihood settings"
         samples, seed, estimator = job.likelihood
         prompts = {r.prompt: r.ids for r in job.rows}
         return {i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
@@ -259,8 +272,9 @@ class LocalServing:
         parsed = [self.parse(route, endpoint, p, checked) for p in asked.prompts]
         n = body.choices_per_prompt()
         likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
-        for p in parsed if likelihood else []:  # before anything is queued
-            check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
+        if likelihood:  # before anything is queued
+            for p in parsed:
+                check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
         planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
         room = self.pool.settings.max_pending
         if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
@@ -292,24 +306,26 @@ class LocalServing:
                          body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood,
                          ignored=(parsed[0].ignored + unread_likelihood(body, handle)) or None)
 
-    async def start_stream(self, request: Request, job: Submitted, outcome: Outcome,
+    async def start_stream(self, request: Request | None, job: Submitted, outcome: Outcome,
                            limit_s: float) -> StreamingResponse:
         """Wait for the first final tokens (until then every failure is a plain JSON error), then stream."""
         row = job.row
-        first = await until(request, row.feed.next(), job, limit_s - outcome.elapsed(), limit_s)
-        if first is None and row.future.exception() is not None:
-            raise row.future.exception()  # the model failed before a byte went out: a JSON 500
+        first = await until(request, row.stream_feed.next(), job, limit_s - outcome.elapsed(), limit_s)
+        if first is None:
+            error = row.future.exception()
+            if error is not None:
+                raise error  # the model failed before a byte went out: a JSON 500
         return StreamingResponse(self.events(job, outcome, first), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def events(self, job: Submitted, outcome: Outcome, first: list[int] | None):
+    async def events(self, job: Submitted, outcome: Outcome, first: list[int] | None) -> AsyncIterator[bytes]:
         """The server-sent events of a stream whose first final tokens are `first`; it records its own outcome."""
         v = job.route.version
         chunks = Chunks(job.endpoint, f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
                         int(time.time()), v.model, fingerprint(v))
         texts = [CommittedText(job.route.loaded.handle, job.keep, job.stops) for _ in job.rows]
         try:
-            outcome.first_byte()
+            ttfb_s = outcome.first_byte()
             for i, row in enumerate(job.rows):
                 yield event(chunks.opening(i))
                 if row.echo:
@@ -319,7 +335,7 @@ class LocalServing:
                 delta = texts[i].add(tokens)
                 if delta:
                     yield event(chunks.text(delta, i))
-            done = finished(job, [r.future.result() for r in job.rows], ttfb_s=outcome.ttfb_s)
+            done = finished(job, [r.future.result() for r in job.rows], ttfb_s=ttfb_s)
             rests = [text.finish(choice["text"]) for text, choice in zip(texts, done.choices)]
             outcome.answered(done.facts)  # complete: a client that leaves during the last sends is not a 499
             if job.on_text:  # the route's shadow copy goes now, to be compared with this text
@@ -350,12 +366,13 @@ class LocalServing:
                 outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
 
 
-async def arrivals(rows: list[Row], first: list[int] | None, left):
+async def arrivals(rows: list[Row], first: list[int] | None,
+                   left: Callable[[], float]) -> AsyncIterator[tuple[int, list[int]]]:
     """(row index, final tokens) as any streamed row's arrive, row 0's `first` first; ends when every row's
     decode is over. asyncio.TimeoutError when `left()` seconds pass with nothing new."""
     if first is not None:
         yield 0, first
-    waiting = {i: asyncio.ensure_future(r.feed.next()) for i, r in enumerate(rows) if i or first is not None}
+    waiting = {i: asyncio.ensure_future(r.stream_feed.next()) for i, r in enumerate(rows) if i or first is not None}
     try:
         while waiting:
             done, _ = await asyncio.wait(waiting.values(), timeout=left(), return_when=asyncio.FIRST_COMPLETED)
@@ -368,7 +385,7 @@ async def arrivals(rows: list[Row], first: list[int] | None, left):
                 if tokens is None:
                     del waiting[i]
                     continue
-                waiting[i] = asyncio.ensure_future(rows[i].feed.next())
+                waiting[i] = asyncio.ensure_future(rows[i].stream_feed.next())
                 yield i, tokens
     finally:
         for task in waiting.values():
@@ -414,7 +431,7 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
 def response_body(job: Submitted, done: Finished) -> CompletionResponse | ChatCompletionResponse:
     """The non-streamed answer of a finished request, in the shape of its endpoint; choice i is row i."""
     v = job.route.version
-    common = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
+    common: dict[str, Any] = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
               "usage": done.usage, "unmask": done.extension}
     if job.endpoint == "completions":
         return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", **common, choices=[
@@ -444,12 +461,14 @@ def bounded(limit: int | None, context: int | None) -> int:
     return limit if limit is not None else (context or 4096)
 
 
-async def until(request: Request | None, awaitable, job: Submitted, timeout_s: float, limit_s: float):
+async def until(request: Request | None, awaitable: Awaitable[T], job: Submitted, timeout_s: float,
+                limit_s: float) -> T:
     """`awaitable`'s result; a client that hangs up, or `timeout_s` (what is left of the request's `limit_s`)
     passing, cancels the request's rows (`job`) and frees their slots. A shadow copy has no client (`request` None)."""
     async def hung_up() -> None:
         if request is None:
             await asyncio.Event().wait()  # nobody to hang up
+            return
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
@@ -469,7 +488,7 @@ async def until(request: Request | None, awaitable, job: Submitted, timeout_s: f
     raise RequestError(None, f"no answer within {limit_s:g} s", 504, "timeout")
 
 
-def fingerprint(v) -> str:
+def fingerprint(v: ServedVersion) -> str:
     return f"{v.model}/{v.version}@{v.weights_sha256[:12]}"
 
 
@@ -477,7 +496,8 @@ def vocabulary_size(handle: Handle) -> int | None:
     """How many token ids the tokenizer knows (a prompt of ids must stay below it), when it says."""
     tokenizer = getattr(handle, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "get_vocab_size"):
-        return tokenizer.get_vocab_size(with_added_tokens=True)
+        size: int = tokenizer.get_vocab_size(with_added_tokens=True)
+        return size
     return getattr(getattr(getattr(handle, "model", None), "config", None), "vocab_size", None)
 
 
@@ -485,4 +505,4 @@ def unknown_id(handle: Handle) -> int | None:
     """The tokenizer's unknown-token id (a prompt made only of it says nothing), when it has one."""
     tokenizer = getattr(handle, "tokenizer", None)
     token = getattr(getattr(tokenizer, "model", None), "unk_token", None)
-    return tokenizer.token_to_id(token) if token else None
+    return tokenizer.token_to_id(token) if token and tokenizer is not None else None  # a token comes from one

@@ -19,6 +19,7 @@ from typing import Any
 from sampler.handle import Handle
 from sampler.likelihood import ELBO_ESTIMATORS, PromptScores
 from serving.decoding import RequestError
+from serving.schemas import Sampling
 
 MAX_TOP = 20  # OpenAI's limit on top_logprobs (completions' logprobs: 5; 20 accepted, as vLLM does)
 
@@ -32,7 +33,7 @@ class Asked:
     echo: bool
 
 
-def asked_logprobs(endpoint: str, body) -> Asked:
+def asked_logprobs(endpoint: str, body: Sampling) -> Asked:
     """Read completions' `logprobs` (an int, the alternatives) or chat's `logprobs` (a bool) + `top_logprobs`."""
     if endpoint == "completions":
         value = getattr(body, "logprobs", None)
@@ -45,7 +46,7 @@ def asked_logprobs(endpoint: str, body) -> Asked:
     return Asked(int(getattr(body, "top_logprobs", None) or 0), False)
 
 
-def check_asked(ask: Asked, body, endpoint: str, handle: Handle) -> None:
+def check_asked(ask: Asked, body: Sampling, endpoint: str, handle: Handle) -> None:
     """RequestError for what cannot be answered: a stream, a decoder that shows no logits, or a scored prompt of a
     kind with no likelihood."""
     kind = handle.kind
@@ -65,13 +66,13 @@ def check_asked(ask: Asked, body, endpoint: str, handle: Handle) -> None:
                            "(scoring the prompt) accept it")
 
 
-def unread_likelihood(body, handle: Handle) -> list[str]:
+def unread_likelihood(body: Sampling, handle: Handle) -> list[str]:
     """["unmask.likelihood"] when an autoregressive model is sent it: its likelihood is exact, nothing to sample."""
     options = getattr(getattr(body, "unmask", None), "likelihood", None)
     return ["unmask.likelihood"] if options is not None and handle.causal else []
 
 
-def likelihood_settings(body, default_samples: int) -> tuple[int, int, str]:
+def likelihood_settings(body: Sampling, default_samples: int) -> tuple[int, int, str]:
     """(samples, seed, estimator) for scoring a masked-diffusion prompt: `unmask.likelihood`, else the server's
     default samples, seed 0 and LLaDA's `count` estimator."""
     options = getattr(getattr(body, "unmask", None), "likelihood", None)

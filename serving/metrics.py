@@ -6,10 +6,10 @@ never from free request text.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 SERVED = ("alias", "model", "version")
@@ -98,7 +98,7 @@ class GatewayLoad:
     def __init__(self, loads: Callable[[], Iterable[tuple[str, int, int, int]]]):
         self.loads = loads
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for a batch", labels=["model_name"])
         running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the batch being decoded",
                                     labels=["model_name"])

@@ -28,7 +28,8 @@ class Outcome:
         self.entry: dict[str, Any] = {"endpoint": endpoint, "alias": alias, "stream": stream, "shadow": shadow,
                                       "retried": False, "decode_failure": False, "request_id": request_id}
         self.shadow = shadow
-        self.alias, self.labels = "unknown", None  # (alias, model, version) once resolved
+        self.alias = "unknown"
+        self.labels: tuple[str, str, str] | None = None  # (alias, model, version) once resolved
         self.ttfb_s: float | None = None
         self.recorded = False
         self.route: tuple[str, str] | None = None  # (route, arm) of a routed request
@@ -68,6 +69,7 @@ class Outcome:
         latency = self.elapsed()
         ttfb = self.ttfb_s if self.stream and self.ttfb_s is not None else latency  # non-streamed: all at once
         m, labels, stream = self.metrics, self.labels, str(self.stream).lower()
+        assert labels is not None, "an answer comes from a resolved route or an upstream (resolved(), upstream())"
         m.requests.labels(*labels, self.endpoint, "200").inc()
         m.latency.labels(*labels).observe(latency)
         m.ttfb.labels(*labels, stream).observe(ttfb)

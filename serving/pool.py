@@ -27,7 +27,7 @@ from sampler.handle import Handle
 from serving.batching import Batcher, decode_rows
 from serving.chat import ChatTemplate, chat_template
 from sampler.memory import available_bytes
-from serving.decoding import SERVED_KINDS, operating_config
+from serving.decoding import SERVED_KINDS, ServedHandle, operating_config
 
 log = logging.getLogger("unmask.serve")
 
@@ -45,7 +45,7 @@ class Loaded:
     """One version in memory: its handle, chat template, batcher, and the names routed to it."""
 
     key: tuple[str, str]  # (model, version)
-    handle: Handle
+    handle: ServedHandle
     chat: ChatTemplate
     batcher: Batcher
     context: int | None  # the model's longest sequence, when its config says
@@ -63,11 +63,11 @@ class Route:
     base_source: str  # "operating point" or "catalog defaults"
 
 
-def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> Handle:
+def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> ServedHandle:
     """The model handle of `version`, refused unless its weights hash to the recorded sha256."""
     ref = sources.get(version.model, version.source)
     try:
-        handle = models.load(ref, device=device, dtype=dtype)
+        handle: ServedHandle = models.load(ref, device=device, dtype=dtype)
     except (models.CheckpointError, ValueError) as e:
         raise ServeError(f"{version.ref} ({version.name}): cannot load {ref!r}: {e}") from None
     if handle.kind not in SERVED_KINDS:
@@ -115,7 +115,7 @@ class ModelPool:
         self.registry: Registry | None = None
         self._refused: dict[str, tuple[str, str]] = {}  # name -> holder we could not serve; not retried
         self._orphaned: set[str] = set()  # names whose alias nobody holds any more (the last version serves on)
-        self._draining: set[asyncio.Task] = set()
+        self._draining: set[asyncio.Task[None]] = set()
         # Every torch call of the pool (loading, warm-up, each version's batches) runs on this one thread: each
         # thread that runs a parallel torch op keeps its own OpenMP team, and on two cores two teams slow every
         # decode 1.5-4.5x even while one of them idles (docs/experiments/serving-batching, "one compute thread").
@@ -161,6 +161,7 @@ class ModelPool:
 
     async def _point(self, name: str, at: tuple[str, str]) -> None:
         """Route `name` to the version `at`, loading it first unless it is loaded already."""
+        assert self.registry is not None, "start() opens the registry before any name is routed"
         version = await asyncio.to_thread(registry_serving.served_version, self.registry, name, at)
         loaded = self.loaded.get(at)
         loop = asyncio.get_running_loop()
@@ -190,7 +191,7 @@ class ModelPool:
         return [(name, r.loaded.batcher.load - r.loaded.batcher.running, r.loaded.batcher.running,
                  self.settings.max_batch) for name, r in list(self.routes.items())]
 
-    def _admit(self, key: tuple[str, str], handle: Handle) -> Loaded:
+    def _admit(self, key: tuple[str, str], handle: ServedHandle) -> Loaded:
         s, (model, version) = self.settings, key
         depth = self.metrics.queue_depth.labels(model, version)
         batches = (self.metrics.batch_size.labels(model, version), self.metrics.batches.labels(model, version))
@@ -234,6 +235,7 @@ class ModelPool:
 
     async def poll_once(self) -> list[str]:
         """Re-read every name's holder and move the routes that changed; returns the names that moved."""
+        assert self.registry is not None, "polled only after start() opened the registry"
         held = await asyncio.to_thread(registry_serving.holders, self.registry, self.settings.names)
         moved = []
         for name, at in held.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -75,7 +75,7 @@ def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Aw
             seen["usage"] = chunk["usage"]
         return "data: " + json.dumps(chunk, separators=(",", ":"))
 
-    async def events():
+    async def events() -> AsyncIterator[bytes]:
         try:
             outcome.first_byte()
             yield (restamp(first) + "\n").encode()
@@ -111,9 +111,9 @@ class ShadowCopies:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, copy: Awaitable[None]) -> bool:
+    def start(self, copy: Coroutine[Any, Any, None]) -> bool:
         if len(self.tasks) >= self.limit:
             copy.close()  # never awaited: close the coroutine so it is not reported as forgotten
             return False

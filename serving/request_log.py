@@ -79,7 +79,7 @@ class RequestLog:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.flush_rows, self.flush_s = flush_rows, flush_s
-        self._rows: queue.Queue = queue.Queue(maxsize=capacity)
+        self._rows: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=capacity)
         self._on_drop = on_drop or (lambda: None)
         self._stamp = f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # two servers, one folder
         self._files = 0

@@ -24,8 +24,8 @@ from typing import Any
 
 from fastapi import Request
 
-from gates.serving_policy import (AUTO, FALLBACK, RequestFacts, RouteSpec, ServingPolicy, ServingPolicyError,
-                                  load_serving_policy)
+from gates.serving_arms import ServingPolicyError
+from gates.serving_policy import AUTO, FALLBACK, RequestFacts, RouteSpec, ServingPolicy, load_serving_policy
 from gates.weights import Overlay, apply_overlay
 from serving.arms import Arm, LocalArm, UpstreamArm, arm_of
 from serving.weights_file import read_weights

@@ -9,20 +9,24 @@ Diffusion settings travel under the `unmask` extension object, which OpenAI clie
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
-                      field_validator)
+                      ValidationInfo, field_validator)
 
 from sampler.commit import COMMIT_RULES
 from sampler.remasking import REMASKING_POLICIES
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # in typing from Python 3.13
 
 MAX_STOP = 4  # OpenAI's own limit on stop sequences
 MAX_CHOICES = 16  # n (and best_of): one request may not take over the batcher
 MAX_PROMPTS = 32  # prompts in one completions request
 
 
-def _int_as_float(value):
+def _int_as_float(value: Any) -> Any:
     # strict mode refuses an int for a float field, but 0 and 1 are what people type; strings stay refused
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
@@ -57,15 +61,15 @@ class UnmaskOptions(Strict):
 
     @field_validator("parallel")
     @classmethod
-    def _known_rule(cls, value):
+    def _known_rule(cls, value: str | None) -> str | None:
         return _known(value, COMMIT_RULES)
 
     @field_validator("remasking")
     @classmethod
-    def _known_policy(cls, value):
+    def _known_policy(cls, value: str | None) -> str | None:
         return _known(value, REMASKING_POLICIES)
 
-    def overrides(self) -> dict:
+    def overrides(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump(exclude={"likelihood"}).items() if v is not None}
 
 
@@ -95,7 +99,7 @@ class Sampling(Strict):
 
     @field_validator("stop")
     @classmethod
-    def _stops(cls, value):
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
         stops = [value] if isinstance(value, str) else list(value or [])
         if len(stops) > MAX_STOP:
             raise ValueError(f"at most {MAX_STOP} stop sequences, got {len(stops)}")
@@ -113,19 +117,20 @@ class Sampling(Strict):
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
-def _known(value: str | None, known: dict) -> str | None:
+def _known(value: str | None, known: Mapping[str, object]) -> str | None:
     if value is not None and value not in known:
         raise ValueError(f"{value!r} is not one of {', '.join(sorted(known))}")
     return value
 
 
 TokenIds = list[Annotated[int, Field(ge=0)]]
+PromptField = str | TokenIds | list[str] | list[TokenIds]  # what a completions `prompt` may be
 
 
 class CompletionRequest(Sampling):
     """`POST /v1/completions`: a prompt, or a batch of them (strings or token ids), each answered `n` times."""
 
-    prompt: str | TokenIds | list[str] | list[TokenIds]
+    prompt: PromptField
     echo: StrictBool | None = False
     best_of: StrictInt | None = Field(None, ge=1, le=MAX_CHOICES)
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | StrictBool | None = None  # the likelihood work reads it
@@ -133,7 +138,7 @@ class CompletionRequest(Sampling):
 
     @field_validator("prompt")
     @classmethod
-    def _prompts(cls, value):
+    def _prompts(cls, value: PromptField) -> PromptField:
         prompts = as_prompts(value)
         if not prompts:
             raise ValueError("no prompt")
@@ -148,13 +153,18 @@ class CompletionRequest(Sampling):
         return as_prompts(self.prompt)
 
 
-def as_prompts(value) -> list[str | list[int]]:
+def as_prompts(value: PromptField) -> list[str | list[int]]:
     """A completions `prompt` as a list of prompts: a string, token ids, or a list of either."""
     if isinstance(value, str):
         return [value]
-    if value and all(isinstance(v, int) for v in value):
+    if _token_ids(value):
         return [list(value)]
     return list(value)
+
+
+def _token_ids(value: list[int] | list[str] | list[list[int]]) -> TypeIs[list[int]]:
+    """Whether a list `prompt` is one prompt of token ids (else it is strings, or lists of ids)."""
+    return bool(value) and all(isinstance(v, int) for v in value)
 
 
 class ContentPart(BaseModel):
@@ -177,7 +187,8 @@ class ChatMessage(Strict):
 
     @field_validator("content")
     @classmethod
-    def _content_unless_a_call(cls, value, info):
+    def _content_unless_a_call(cls, value: str | list[ContentPart] | None,
+                               info: ValidationInfo) -> str | list[ContentPart] | None:
         if value is None and info.data.get("role") not in ("assistant", "function"):
             raise ValueError(f"content is required in a {info.data.get('role', '')} message (only an assistant's "
                              "may be null)")
@@ -219,7 +230,7 @@ class ChatCompletionRequest(Sampling):
 
     @field_validator("messages")
     @classmethod
-    def _a_user_turn(cls, value):
+    def _a_user_turn(cls, value: list[ChatMessage]) -> list[ChatMessage]:
         if not any(m.role == "user" and m.text().strip() for m in value):
             raise ValueError("no user message with content")
         return value

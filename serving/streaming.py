@@ -15,6 +15,8 @@ import asyncio
 import json
 from typing import Any
 
+from sampler.handle import Handle
+from serving.batching import Decoded
 from serving.decoding import cut_at_stop
 
 DONE = b"data: [DONE]\n\n"
@@ -38,7 +40,7 @@ def unsafe_tail(text: str, stops: list[str]) -> int:
 class CommittedText:
     """The answer's text as its final tokens arrive: only what the finished answer will also start with."""
 
-    def __init__(self, handle: Any, keep: int, stops: list[str]):
+    def __init__(self, handle: Handle, keep: int, stops: list[str]):
         self.handle, self.keep, self.stops = handle, keep, stops
         self.tokens: list[int] = []
         self.sent = ""
@@ -80,7 +82,7 @@ class RowFeed:
 
     def __init__(self) -> None:
         self.tokens: asyncio.Queue[list[int]] = asyncio.Queue()
-        self.future: asyncio.Future | None = None
+        self.future: asyncio.Future[Decoded] | None = None  # set once the row is queued (LocalServing.submit)
 
     def put(self, tokens: list[int]) -> None:
         self.tokens.put_nowait(tokens)
@@ -89,11 +91,13 @@ class RowFeed:
         """The next run of final tokens; None once decoding is over (read `future` then)."""
         if not self.tokens.empty():
             return self.tokens.get_nowait()
+        assert self.future is not None, "read only once its row is queued, which sets the future"
         if self.future.done():
             return None
         getter = asyncio.ensure_future(self.tokens.get())
+        either: set[asyncio.Future[Any]] = {getter, self.future}
         try:
-            await asyncio.wait({getter, self.future}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not getter.done():
                 getter.cancel()

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from sampler.config import SamplerConfig
 from serving.decoding import RequestError, is_deterministic
+from serving.schemas import ChatCompletionRequest, Sampling
 
 
 @dataclass(frozen=True)
@@ -26,34 +27,36 @@ class Served:
     template_reads_tools: bool
 
 
-Check = Callable[[Any, Any, Served], "str | None"]  # (value, body, served) -> why it cannot be honoured, or None
+# (value, body, served) -> why it cannot be honoured, or None. The body is the endpoint's request model
+# (serving.schemas); a check reads the fields of the endpoints its parameter belongs to.
+Check = Callable[[Any, Any, Served], "str | None"]
 
 
-def honoured(value, body, served) -> None:
+def honoured(value: Any, body: Any, served: Served) -> None:
     return None
 
 
-def _unset_or(*neutral) -> Check:
-    def check(value, body, served):
+def _unset_or(*neutral: object) -> Check:
+    def check(value: Any, body: Any, served: Served) -> str | None:
         return None if value is None or value in neutral else "no other value is supported"
     return check
 
 
-def _top_p(value, body, served):
+def _top_p(value: Any, body: Any, served: Served) -> str | None:
     if value is None or value == 1.0 or is_deterministic(served.config):
         return None  # temperature 0 takes the argmax, which every nucleus holds
     return "nucleus sampling is not implemented by unmask's sampler; use top_p 1, or temperature 0"
 
 
-def _penalty(value, body, served):
+def _penalty(value: Any, body: Any, served: Served) -> str | None:
     return None if not value else "repetition penalties are not implemented by unmask's sampler; use 0"
 
 
-def _logit_bias(value, body, served):
+def _logit_bias(value: Any, body: Any, served: Served) -> str | None:
     return None if not value else "logit bias is not implemented by unmask's sampler; send none"
 
 
-def _best_of(value, body, served):
+def _best_of(value: Any, body: Any, served: Served) -> str | None:
     n = body.choices_per_prompt()
     if value is None or value == n:
         return None
@@ -62,15 +65,15 @@ def _best_of(value, body, served):
     return "choosing the best of several samples (ranking them by log-likelihood) is not implemented; use n"
 
 
-def _stream_options(value, body, served):
+def _stream_options(value: Any, body: Any, served: Served) -> str | None:
     return None if value is None or body.stream else "stream_options is only read when stream is true (as OpenAI says)"
 
 
-def _suffix(value, body, served):
+def _suffix(value: Any, body: Any, served: Served) -> str | None:
     return None if not value else "insertion after the answer (suffix) is not supported yet"
 
 
-def _tools(value, body, served):
+def _tools(value: Any, body: Any, served: Served) -> str | None:
     if not value:
         return None
     if not served.template_reads_tools:
@@ -78,26 +81,26 @@ def _tools(value, body, served):
     return "tool calls are not parsed from answers yet"
 
 
-def _tool_choice(value, body, served):
+def _tool_choice(value: Any, body: Any, served: Served) -> str | None:
     if value is None or value == "none" or (value == "auto" and not body.tools and not body.functions):
         return None
     return "no tool can be called (see tools)"
 
 
-def _response_format(value, body, served):
+def _response_format(value: Any, body: Any, served: Served) -> str | None:
     return None if value is None or value.get("type") == "text" else "only plain text answers ({\"type\": \"text\"})"
 
 
-def _modalities(value, body, served):
+def _modalities(value: Any, body: Any, served: Served) -> str | None:
     return None if not value or list(value) == ["text"] else "the models answer text only"
 
 
-def _store(value, body, served):
+def _store(value: Any, body: Any, served: Served) -> str | None:
     return None if not value else "unmask keeps no completions (its request log holds metadata only)"
 
 
 def _not_set(why: str) -> Check:
-    def check(value, body, served):
+    def check(value: Any, body: Any, served: Served) -> str | None:
         return None if value is None else why
     return check
 
@@ -171,7 +174,7 @@ def parameters(endpoint: str) -> dict[str, Parameter]:
     return {p.name: p for p in PARAMETERS if endpoint in p.endpoints}
 
 
-def check_surface(body, endpoint: str, served: Served) -> None:
+def check_surface(body: Sampling, endpoint: str, served: Served) -> None:
     """RequestError (400) naming the first parameter whose value the model cannot honour, and why."""
     for name, parameter in parameters(endpoint).items():
         value = getattr(body, name, None)
@@ -179,6 +182,7 @@ def check_surface(body, endpoint: str, served: Served) -> None:
         if why:
             raise RequestError(name, f"{name}={_short(value)}: {why}", code="unsupported_value")
     if endpoint == "chat":
+        assert isinstance(body, ChatCompletionRequest), "the chat endpoint parses a ChatCompletionRequest"
         for i, message in enumerate(body.messages):
             for j, part in enumerate(message.content if isinstance(message.content, list) else []):
                 if part.type not in ("text", "refusal"):
@@ -194,6 +198,6 @@ def parameter_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

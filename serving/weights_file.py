@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from evals.store import write_json_atomic
-from gates.serving_policy import ServingPolicyError
+from gates.serving_arms import ServingPolicyError
 from gates.weights import Overlay, parse_overlay, weights_sha256
 
 

@@ -13,7 +13,8 @@ import pytest
 
 import models
 from sampler.config import SamplerConfig
-from serving.batching import Batcher, QueueFull
+from registry.clock import SimulatedClock
+from serving.batching import QUIET_SHARE, Batcher, QueueFull
 from serving.access import ApiKeyError, load_api_keys
 from serving.chat import ChatTemplateError, chat_template
 from serving.local import seeded
@@ -171,20 +172,24 @@ def test_a_static_batch_takes_the_prompts_closest_in_length_to_the_oldest_and_th
 
 
 def test_a_lone_request_does_not_wait_for_company_and_requests_that_overlap_do(llada):
+    """In simulated time (registry/clock.py), so the waits are exact: the lone request starts at once, the pair
+    that arrived together waits exactly the quiet share of the window (no one else arrived), not the whole window."""
     config = BASE.with_(gen_length=16, block_length=16, steps=4)
     prompt = llada.encode("Tom has 4 pens.")
+    clock = SimulatedClock()
 
     async def run():
-        batcher = Batcher(llada, max_batch=8, window_s=2.0, max_pending=8, continuous=False)
+        batcher = Batcher(llada, max_batch=8, window_s=2.0, max_pending=8, continuous=False, clock=clock)
         lone = await batcher.submit(prompt, config, "k")
         pair = await asyncio.gather(batcher.submit(prompt, config, "k"), batcher.submit(prompt, config, "k"))
         await batcher.drain()
         return lone, pair
 
     lone, pair = asyncio.run(run())
-    assert lone.batch_size == 1 and lone.queue_s < 0.25  # one at a time: the two-second window would be waste
+    assert lone.batch_size == 1 and lone.queue_s == 0.0  # one at a time: the two-second window would be waste
     assert [r.batch_size for r in pair] == [2, 2]  # the second arrived beside the first: the window held it ...
-    assert all(0.4 < r.queue_s < 1.5 for r in pair)  # ... until a quarter of it passed with no one arriving
+    assert [r.queue_s for r in pair] == [2.0 * QUIET_SHARE] * 2  # ... until its quiet share passed, no one arriving
+    assert clock.sleeps == [2.0 * QUIET_SHARE]  # the only wait of the run
 
 
 def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada):
