@@ -5,6 +5,7 @@ the CLI, which must not pay for importing torch to find a folder.
 """
 
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "CheckpointError": "models.checkpoint", "LoadedModel": "models.checkpoint", "load_checkpoint": "models.checkpoint",
@@ -14,7 +15,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'models' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

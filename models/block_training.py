@@ -22,12 +22,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from models.tokenizer_build import special_ids
+
+if TYPE_CHECKING:  # models/training.py picks this objective; it only reads the recipe and the batch
+    import transformers
+
+    from models.training import Batch, TrainConfig
 
 NOISE_EPS = 1e-3  # floor on the corruption level: every canvas sees some noise
 
@@ -48,7 +54,8 @@ class BlockDiffusionShape:
     max_positions: int = 1024  # prompt + canvases the rotary tables cover
 
 
-def diffusion_gemma_config(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int]):
+def diffusion_gemma_config(shape: BlockDiffusionShape, tokenizer: Tokenizer,
+                           ids: dict[str, int]) -> transformers.DiffusionGemmaConfig:
     """A DiffusionGemmaConfig for the char tokenizer; image ids sit just past the text vocabulary."""
     import transformers
 
@@ -71,7 +78,8 @@ def diffusion_gemma_config(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids
                                              boi_token_id=vocab, eoi_token_id=vocab + 1, image_token_id=vocab + 2)
 
 
-def build_diffusion_gemma(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int], seed: int):
+def build_diffusion_gemma(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int],
+                          seed: int) -> transformers.DiffusionGemmaForBlockDiffusion:
     """A freshly initialised DiffusionGemmaForBlockDiffusion (transformers' own init, seeded)."""
     import transformers
 
@@ -81,7 +89,8 @@ def build_diffusion_gemma(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids:
     return model
 
 
-def encode_canvases(tokenizer: Tokenizer, pairs: list[tuple[str, str]], L: int, ids: dict[str, int]):
+def encode_canvases(tokenizer: Tokenizer, pairs: list[tuple[str, str]], L: int,
+                    ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """(tokens, attention, target) `(B, P + n * L)` and P: left-padded prompts, responses + EOS padded to n canvases.
 
     `target` marks the response tokens and the first EOS (what the encoder's next-token loss predicts)."""
@@ -102,14 +111,14 @@ def encode_canvases(tokenizer: Tokenizer, pairs: list[tuple[str, str]], L: int, 
     return tokens, attention, target, P
 
 
-def _softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+def _softcapped_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """The LM head as DiffusionGemmaForBlockDiffusion.forward applies it (float32, tanh soft-cap)."""
     cap = model.final_logit_softcapping
-    logits = model.lm_head(hidden).float()
+    logits: torch.Tensor = model.lm_head(hidden).float()
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
-def encode_clean(model, tokens: torch.Tensor, attention: torch.Tensor):
+def encode_clean(model: Any, tokens: torch.Tensor, attention: torch.Tensor) -> tuple[Any, torch.Tensor]:
     """Run the causal encoder over clean `tokens` `(B, T)`: (its KV cache, last hidden states `(B, T, H)`)."""
     from transformers import DynamicCache
 
@@ -123,7 +132,8 @@ def encode_clean(model, tokens: torch.Tensor, attention: torch.Tensor):
     return out.cache, out.last_hidden_state
 
 
-def block_diffusion_loss(model, tokens, attention, target, P: int, generator: torch.Generator,
+def block_diffusion_loss(model: Any, tokens: torch.Tensor, attention: torch.Tensor, target: torch.Tensor, P: int,
+                         generator: torch.Generator,
                          self_conditioning_p: float = 0.5, encoder_loss_weight: float = 1.0) -> torch.Tensor:
     """The block-diffusion SFT loss of one batch (module docstring); every random draw comes from `generator` (CPU)."""
     L, V = model.config.canvas_length, model.config.text_config.vocab_size
@@ -166,21 +176,22 @@ def block_diffusion_loss(model, tokens, attention, target, P: int, generator: to
 class DiffusionGemmaObjective:
     """`unmask train`'s objective for architecture "diffusion-gemma" (models/training.py OBJECTIVES)."""
 
-    def shape(self, cfg) -> BlockDiffusionShape:
+    def shape(self, cfg: TrainConfig) -> BlockDiffusionShape:
         return BlockDiffusionShape(hidden_size=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                                    intermediate_size=cfg.mlp_hidden, canvas_length=cfg.canvas_length,
                                    max_positions=cfg.max_sequence_length)
 
-    def build(self, cfg, tokenizer: Tokenizer):
+    def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> transformers.DiffusionGemmaForBlockDiffusion:
         return build_diffusion_gemma(self.shape(cfg), tokenizer, special_ids(tokenizer), cfg.seed)
 
-    def loss(self, cfg, model, batch, tokenizer, ids, generator):
+    def loss(self, cfg: TrainConfig, model: Any, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
+             generator: torch.Generator) -> tuple[torch.Tensor, int]:
         tokens, attention, target, P = encode_canvases(tokenizer, batch.pairs, cfg.canvas_length, ids)
         loss = block_diffusion_loss(model, tokens, attention, target, P, generator, cfg.self_conditioning_p,
                                     cfg.encoder_loss_weight)
         return loss, tokens.numel()
 
-    def write(self, model, folder, tokenizer, extra: dict) -> None:
+    def write(self, model: Any, folder: Path, tokenizer: Tokenizer, extra: dict[str, Any]) -> None:
         """transformers' own layout (config.json, model.safetensors, generation_config.json) plus tokenizer.json."""
         folder = Path(folder)
         for key, value in extra.items():
@@ -188,7 +199,7 @@ class DiffusionGemmaObjective:
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save(str(folder / "tokenizer.json"))
 
-    def read(self, model, folder) -> None:
+    def read(self, model: Any, folder: Path) -> None:
         """Load through transformers (it restores the tied encoder/decoder weights save_pretrained folds)."""
         saved = type(model).from_pretrained(folder, dtype=torch.float32, use_safetensors=True, trust_remote_code=False,
                                             local_files_only=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal, overload
 
 import yaml
 from urllib.parse import urlsplit
@@ -186,6 +187,12 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     def fail(field_name: str, expected: str) -> CatalogError:
         return CatalogError(f"{where}: field '{field_name}' {expected}")
 
+    @overload
+    def text(name: str, required: Literal[True] = ...) -> str: ...
+
+    @overload
+    def text(name: str, required: bool) -> str | None: ...
+
     def text(name: str, required: bool = True) -> str | None:
         value = raw.get(name)
         if value is None and not required:
@@ -257,7 +264,8 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     )
 
 
-def parse_source(value: str, kind: str, path: Path, fail, allow_outside: bool = False) -> Source:
+def parse_source(value: str, kind: str, path: Path, fail: Callable[[str, str], CatalogError],
+                 allow_outside: bool = False) -> Source:
     """`hf://org/name`, `https://host/...` (api only) or a folder; relative folders are relative to the catalog.
 
     A folder must lie inside the catalog's own folder tree (`../../../../etc` would otherwise be
@@ -293,7 +301,7 @@ def parse_source(value: str, kind: str, path: Path, fail, allow_outside: bool = 
     return Source("local", str(folder))
 
 
-def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | None]:
+def parse_license(raw: dict[str, Any], fail: Callable[[str, str], CatalogError]) -> tuple[str, str | None, str | None]:
     """An SPDX expression (LicenseRef-* allowed), or `other` with license_name and license_link."""
     value = raw.get("license")
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -324,14 +332,14 @@ def parse_license(raw: dict[str, Any], fail) -> tuple[str, str | None, str | Non
 
 
 @functools.cache
-def spdx_licensing():
+def spdx_licensing() -> Any:  # license_expression's Licensing (the package ships no types)
     """The SPDX license index; building it parses a large JSON, so it is built once per process."""
     from license_expression import get_spdx_licensing
 
     return get_spdx_licensing()
 
 
-def parse_decoding(value: Any, fail) -> dict[str, Any]:
+def parse_decoding(value: Any, fail: Callable[[str, str], CatalogError]) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):

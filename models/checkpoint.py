@@ -105,7 +105,7 @@ def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     types_ = LLaDAConfig.field_types()
-    kwargs = {}
+    kwargs: dict[str, Any] = {}  # JSON values, each checked against its field's type
     for key, annotation in types_.items():
         if key not in raw:
             continue
@@ -308,7 +308,7 @@ def save_checkpoint(
                 size = 0
             shards[-1][name] = t
             size += nbytes
-        weight_map = {}
+        weight_map: dict[str, str] = {}
         for i, shard in enumerate(shards, 1):
             fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
             save_file(shard, str(folder / fname), metadata={"format": "pt"})

@@ -125,7 +125,10 @@ class LLaDABlock(nn.Module):
         self.up_proj = nn.Linear(d, cfg.hidden_size, bias=bias)
         self.ff_out = nn.Linear(cfg.hidden_size, d, bias=bias)
 
-    def forward(self, x, rope, attn_bias, past_kv=None):
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, attn_bias: torch.Tensor | None,
+        past_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         cfg = self.cfg
         B, T, _ = x.shape
         h = self.attn_norm(x)
@@ -190,7 +193,7 @@ class LLaDAModelLM(nn.Module):
         self,
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
         past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         use_cache: bool = False,
     ) -> LLaDAOutput:
@@ -225,7 +228,8 @@ class LLaDAModelLM(nn.Module):
         logits = F.linear(x, weight, None if cfg.weight_tying else tr.ff_out.bias)
         return LLaDAOutput(logits=logits, past_key_values=new_cache if use_cache else None)
 
-    def _attention_bias(self, attention_mask, B, S, T, device):
+    def _attention_bias(self, attention_mask: torch.Tensor | None, B: int, S: int, T: int,
+                        device: torch.device) -> torch.Tensor | None:
         """Boolean `(B, 1, T, S + T)` of allowed (query, key) pairs, or None when all are allowed."""
         allowed = None
         if attention_mask is not None:

@@ -120,7 +120,8 @@ def pull(
     return PullResult(entry.id, root / entry.id, files, commit, findings)
 
 
-def from_hub(entry: CatalogEntry, *, cache_dir, endpoint, offline) -> tuple[Path, str | None, list[str] | None]:
+def from_hub(entry: CatalogEntry, *, cache_dir: str | Path | None, endpoint: str | None,
+             offline: bool | None) -> tuple[Path, str | None, list[str] | None]:
     """snapshot_download at the pinned revision; map every failure to a message that says what to do."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
@@ -161,11 +162,11 @@ def from_hub(entry: CatalogEntry, *, cache_dir, endpoint, offline) -> tuple[Path
         ) from None
     except HfHubHTTPError as e:
         raise PullError(f"{where}: the Hub refused the download ({e})") from None
-    folder = Path(folder)
-    return folder, folder.name, cached_listing(repo, folder.name, cache_dir)
+    snapshot = Path(folder)
+    return snapshot, snapshot.name, cached_listing(repo, snapshot.name, cache_dir)
 
 
-def cached_listing(repo: str, commit: str, cache_dir) -> list[str] | None:
+def cached_listing(repo: str, commit: str, cache_dir: str | Path | None) -> list[str] | None:
     """Every file of the repository at `commit`, when huggingface_hub cached the listing, else None."""
     try:
         from huggingface_hub import get_cached_repo_tree

@@ -36,11 +36,17 @@ def build_char_tokenizer(extra_chars: str | set[str] = "") -> Tokenizer:
 def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
     """The ids of mask, EOS, EoT and pad, as config.json keys."""
     return {
-        "mask_token_id": tokenizer.token_to_id(MASK),
-        "eos_token_id": tokenizer.token_to_id(EOS),
-        "eot_token_id": tokenizer.token_to_id(EOT),
-        "pad_token_id": tokenizer.token_to_id(PAD),
+        "mask_token_id": _special_id(tokenizer, MASK),
+        "eos_token_id": _special_id(tokenizer, EOS),
+        "eot_token_id": _special_id(tokenizer, EOT),
+        "pad_token_id": _special_id(tokenizer, PAD),
     }
+
+
+def _special_id(tokenizer: Tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    assert token_id is not None, f"{token}: build_char_tokenizer gives every tokenizer of the tiny models its specials"
+    return token_id
 
 
 __all__ = ["EOS", "EOT", "MASK", "PAD", "SPECIAL_TOKENS", "build_char_tokenizer", "special_ids"]

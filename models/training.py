@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -130,10 +130,11 @@ class TrainState:
     step: int = 0
     wall_seconds: float = 0.0
     loss_ema: float | None = None
-    history: list[dict] = field(default_factory=list)  # one entry per log line
+    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per log line
 
 
-def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int, ids: dict[str, int]):
+def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int,
+                     ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention_mask, response_mask), each `(B, P + canvas)`: left-padded prompt, EOS-padded response."""
     prompts = [tokenizer.encode(p, add_special_tokens=False).ids for p, _ in batch.pairs]
     responses = [tokenizer.encode(r, add_special_tokens=False).ids for _, r in batch.pairs]
@@ -153,7 +154,8 @@ def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int, ids: dict[
     return tokens, attention, response
 
 
-def diffusion_loss(model: LLaDAModelLM, tokens, attention, response, mask_id: int, generator: torch.Generator):
+def diffusion_loss(model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.Tensor, response: torch.Tensor,
+                   mask_id: int, generator: torch.Generator) -> torch.Tensor:
     """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions weighted 1/t.
 
     The noise is drawn on the CPU from `generator` whatever the model's device, so a step masks the
@@ -176,7 +178,8 @@ def diffusion_loss(model: LLaDAModelLM, tokens, attention, response, mask_id: in
     return (ce * weights / response_length).sum() / B
 
 
-def encode_autoregressive(tokenizer: Tokenizer, batch: Batch, ids: dict[str, int]):
+def encode_autoregressive(tokenizer: Tokenizer, batch: Batch,
+                          ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention_mask, target_mask) `(B, T)`: prompt + response + EOS, right-padded."""
     rows, starts = [], []
     for p, r in batch.pairs:
@@ -194,7 +197,8 @@ def encode_autoregressive(tokenizer: Tokenizer, batch: Batch, ids: dict[str, int
     return tokens, attention, target
 
 
-def autoregressive_loss(model: LLaDAModelLM, tokens, attention, target):
+def autoregressive_loss(model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.Tensor,
+                        target: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy on the response tokens and the closing EOS."""
     tokens, attention, target = tokens.to(model.device), attention.to(model.device), target.to(model.device)
     logits = model(tokens[:, :-1], attention_mask=attention[:, :-1]).logits  # (B, T-1, V)
@@ -214,8 +218,8 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
     return peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: TrainState, tokenizer,
-                     objective: "Objective | None" = None) -> None:
+def save_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+                     state: TrainState, tokenizer: Tokenizer, objective: "Objective | None" = None) -> None:
     """Write a resumable checkpoint: weights, AdamW moments (safetensors) and trainer state (JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "partial"
@@ -237,7 +241,7 @@ def save_train_state(folder: Path, model, optimizer: torch.optim.Optimizer, cfg:
         tmp.rename(final)
 
 
-def load_train_state(folder: Path, model, optimizer: torch.optim.Optimizer,
+def load_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                      objective: "Objective | None" = None) -> tuple[TrainConfig, TrainState]:
     """Restore weights, optimizer moments and the step counter from `folder/last` (or `folder`)."""
     folder = folder / "last" if (folder / "last").is_dir() else folder
@@ -279,7 +283,7 @@ def trim_rows(cfg: TrainConfig, batch: Batch, canvas: int, tokenizer: Tokenizer)
     return replace(batch, pairs=batch.pairs[:rows])
 
 
-def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> str | None:
+def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, base: Path | None = None) -> str | None:
     """Load `cfg.init_from` (relative paths under `base`, the state folder) into `model`; its weights' sha256."""
     if not cfg.init_from:
         return None
@@ -288,9 +292,9 @@ def load_initial_weights(model, cfg: TrainConfig, base: Path | None = None) -> s
     if not folder.is_absolute() and base is not None:
         folder = base / folder
     if not folder.is_dir():
-        base = f"`unmask train --model {cfg.model_id}-base`, about 2 h on one thread" if folder.name.endswith("-base") \
-            else "the base recipe"
-        raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from; train {base} first, or "
+        recipe = (f"`unmask train --model {cfg.model_id}-base`, about 2 h on one thread"
+                  if folder.name.endswith("-base") else "the base recipe")
+        raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from; train {recipe} first, or "
                                 f"pass --init-from FOLDER (e.g. models/weights/{cfg.model_id} to fine-tune the bundled one)")
     objective_for(cfg).read(model, folder)
     return weights_sha256(folder)
@@ -302,14 +306,15 @@ class Objective(Protocol):
     def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> torch.nn.Module:
         """A freshly initialised model, seeded by `cfg.seed`."""
 
-    def loss(self, cfg: TrainConfig, model, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
+    # `model` is what `build` gave: each objective knows its own family's class
+    def loss(self, cfg: TrainConfig, model: Any, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
              generator: torch.Generator) -> tuple[torch.Tensor, int]:
         """(the loss of `batch`, positions it read); noise comes from `generator` only."""
 
-    def write(self, model, folder: Path, tokenizer: Tokenizer, extra: dict) -> None:
+    def write(self, model: Any, folder: Path, tokenizer: Tokenizer, extra: dict[str, Any]) -> None:
         """Save the model (safetensors), its tokenizer and `extra` config keys to `folder`."""
 
-    def read(self, model, folder: Path) -> None:
+    def read(self, model: Any, folder: Path) -> None:
         """Load the weights saved by `write` into `model`."""
 
 
@@ -319,7 +324,8 @@ class LLaDAObjective:
     def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> LLaDAModelLM:
         return init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed)
 
-    def loss(self, cfg, model, batch, tokenizer, ids, generator):
+    def loss(self, cfg: TrainConfig, model: LLaDAModelLM, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
+             generator: torch.Generator) -> tuple[torch.Tensor, int]:
         if cfg.causal:
             tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
             return autoregressive_loss(model, tokens, attention, target), tokens.numel()
@@ -328,10 +334,10 @@ class LLaDAObjective:
         tokens, attention, response = encode_diffusion(tokenizer, batch, canvas, ids)
         return diffusion_loss(model, tokens, attention, response, ids["mask_token_id"], generator), tokens.numel()
 
-    def write(self, model, folder, tokenizer, extra):
+    def write(self, model: LLaDAModelLM, folder: Path, tokenizer: Tokenizer, extra: dict[str, Any]) -> None:
         save_checkpoint(model, folder, tokenizer=tokenizer, extra_config=extra)
 
-    def read(self, model, folder):
+    def read(self, model: torch.nn.Module, folder: Path) -> None:
         model.load_state_dict(read_tensors(folder))
 
 
@@ -353,7 +359,7 @@ def train(
     resume: bool = False,
     stop_after: int | None = None,
     console: Console | None = None,
-    on_log: Callable[[dict], None] | None = None,
+    on_log: Callable[[dict[str, Any]], None] | None = None,
     device: str = "cpu",
     init_base: Path | None = None,
 ) -> tuple[torch.nn.Module, TrainState]:
@@ -435,7 +441,7 @@ def optimizer_step(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.op
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(cfg, step)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     optimizer.step()
 
@@ -450,8 +456,9 @@ class _LogWindow:
         self.tokens += tokens
         self.loss, self.steps = self.loss + loss, self.steps + 1
 
-    def entry(self, state: TrainState, lr: float) -> dict:
+    def entry(self, state: TrainState, lr: float) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.start
+        assert state.loss_ema is not None, "a log line follows at least one step, which sets loss_ema"
         return {"step": state.step, "loss": round(self.loss / self.steps, 4), "loss_ema": round(state.loss_ema, 4),
                 "lr": lr, "tokens_per_s": round(self.tokens / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
 

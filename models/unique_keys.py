@@ -3,14 +3,14 @@ files, config.json): PyYAML's safe loader and json.loads, except that a key give
 the last one silently winning.
 
 `checklists/yaml_file.py` (a leaf package, which by the layer rule imports no other package) holds the same
-class for checklists, policies, roles and serving policies; tests/test_fuzz_surfaces.py holds both to the
+class for checklists, policies, roles and serving policies; tests/integration/test_fuzz_surfaces.py holds both to the
 same cases.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -21,7 +21,10 @@ class DuplicateKeyError(yaml.YAMLError):
 
 # libyaml's parser where PyYAML was built with it (the wheels are): the same safe constructor over a C
 # scanner, about 10x faster on the sweep and policy files a run reads some hundred times.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _SAFE_LOADER = yaml.SafeLoader  # for the checker: CSafeLoader has the same safe constructor
+else:
+    _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UniqueKeyLoader(_SAFE_LOADER):

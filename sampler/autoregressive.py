@@ -113,6 +113,7 @@ class TokenSteps:
         if self.sequences is None:
             self.sequences, self.done = value, torch.zeros(value.shape[0], dtype=torch.bool)
             return
+        assert self.done is not None, "set with sequences by the first put"
         for token in (value if value.dim() == 2 else value[:, None]).unbind(dim=1):
             live = ~self.done
             self.done = self.done | torch.isin(token, self.stop_ids)

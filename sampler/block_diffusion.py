@@ -105,7 +105,9 @@ class LinearTemperatureSchedule:
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy `(batch, seq)` of the categorical distribution of each position."""
-    return torch.distributions.Categorical(logits=logits).entropy()
+    # torch leaves Categorical.entropy unannotated
+    entropy: torch.Tensor = torch.distributions.Categorical(logits=logits).entropy()  # type: ignore[no-untyped-call]
+    return entropy
 
 
 class EntropyBoundAcceptance:
@@ -129,7 +131,7 @@ class BatchDraws:
     def __init__(self, generator: torch.Generator | None):
         self.generator = generator
 
-    def tokens(self, shape: tuple[int, int], high: int, device, live: torch.Tensor) -> torch.Tensor:
+    def tokens(self, shape: tuple[int, int], high: int, device: torch.device, live: torch.Tensor) -> torch.Tensor:
         return torch.randint(0, high, shape, device=device, generator=self.generator)
 
     def categorical(self, probs: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
@@ -147,10 +149,10 @@ class RowDraws:
 
     rows_apart = True  # a row draws nothing once finished, so nothing it computes then is ever read
 
-    def __init__(self, seeds: list[int], device):
+    def __init__(self, seeds: list[int], device: torch.device):
         self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
 
-    def tokens(self, shape: tuple[int, int], high: int, device, live: torch.Tensor) -> torch.Tensor:
+    def tokens(self, shape: tuple[int, int], high: int, device: torch.device, live: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(shape, dtype=torch.long, device=device)
         for row in live.nonzero().flatten().tolist():
             out[row] = torch.randint(0, high, shape[1:], device=device, generator=self.generators[row])
@@ -172,7 +174,8 @@ class UniformNoise:
     def sample(self, live: torch.Tensor, draws: BatchDraws | RowDraws) -> torch.Tensor:
         return draws.tokens((live.shape[0], self.canvas_length), self.vocab_size, live.device, live)
 
-    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, draws, live: torch.Tensor) -> torch.Tensor:
+    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, draws: BatchDraws | RowDraws,
+                live: torch.Tensor) -> torch.Tensor:
         return torch.where(accepted, canvas, self.sample(live, draws))
 
 
@@ -320,8 +323,9 @@ def _report_step(on_step: StepCallback, sequences: torch.Tensor, canvas: int, nf
                      committed=torch.zeros_like(sequences, dtype=torch.bool)))
 
 
-def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffusionConfig, cache, dec_mask, dec_pos,
-                   row_done: torch.Tensor, forwards: torch.Tensor, nfe: int, draws: BatchDraws | RowDraws,
+def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffusionConfig, cache: Any,
+                   dec_mask: torch.Tensor, dec_pos: torch.Tensor, row_done: torch.Tensor, forwards: torch.Tensor,
+                   nfe: int, draws: BatchDraws | RowDraws,
                    report: Callable[[int], None] | None) -> tuple[torch.Tensor, int]:
     """Denoise one fresh canvas `(batch, L)` until every row stops or the steps run out; (its argmax, nfe so far).
 
@@ -347,6 +351,7 @@ def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffus
         new_canvas = noise.renoise(torch.where(accepted, sampled, canvas), accepted, draws, live)
         if stop is not None:
             if canvas_done.any():  # finished rows keep their canvas, argmax and self-conditioning
+                assert self_cond is not None, "a canvas is done only after a step, which sets self_cond"
                 new_argmax = torch.where(canvas_done[:, None], argmax, new_argmax)
                 new_canvas = torch.where(canvas_done[:, None], canvas, new_canvas)
                 logits = torch.where(canvas_done[:, None, None], self_cond, logits)

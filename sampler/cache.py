@@ -33,6 +33,7 @@ from sampler.horizon import canvas_horizon
 
 if TYPE_CHECKING:  # the config names these policies; the policies only read its fields
     from sampler.config import SamplerConfig
+    from sampler.generate import DecodeState
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v), each (batch, kv_heads, seq, head_dim)
 
@@ -56,7 +57,8 @@ class ModelCall:
         self.position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): a padded row sees its solo angles
         self.skip_settled = config.early_exit != "none"  # rows without a mask need no logits
 
-    def _run(self, x: torch.Tensor, lo: int, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _run(self, x: torch.Tensor, lo: int, attention_mask: torch.Tensor | None,
+             **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
         """`x` holds canvas positions `[lo, lo + W)` of `n * batch` rows; the model sees only rows with a mask
         when settled rows are skipped (early exit) or the call's keys/values are not kept; the others get zero
         logits and keys/values."""
@@ -81,7 +83,8 @@ class ModelCall:
                    _scatter_rows(v, guided_rows, rows * (1 + (self.config.cfg_scale > 0)))) for k, v in kv]
         return full, kv
 
-    def _guided(self, x, prompt, attention_mask, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _guided(self, x: torch.Tensor, prompt: torch.Tensor, attention_mask: torch.Tensor | None,
+                **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
         """One model call; with CFG a copy with the `prompt` positions masked joins the batch."""
         cfg = self.config
         if cfg.cfg_scale <= 0:
@@ -89,7 +92,10 @@ class ModelCall:
             return out.logits, out.past_key_values if kwargs.get("use_cache") else None
         un_x = x.clone()
         un_x[prompt] = cfg.mask_id
-        both = lambda t: None if t is None else torch.cat([t, t], dim=0)  # noqa: E731
+
+        def both(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else torch.cat([t, t], dim=0)
+
         if "position_ids" in kwargs:  # past_key_values already hold the cond and uncond rows
             kwargs["position_ids"] = both(kwargs["position_ids"])
         out = self.model(torch.cat([x, un_x], dim=0), attention_mask=both(attention_mask), **kwargs)
@@ -114,9 +120,12 @@ class ModelCall:
 
     def span(self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV) -> tuple[torch.Tensor, KV]:
         """`window`'s logits of one batch (`n` = 1), and the keys/values of positions `[lo, lo + W)`."""
-        return self._cached(x, lo, past_mask, past, use_cache=True)
+        logits, kv = self._cached(x, lo, past_mask, past, use_cache=True)
+        assert kv is not None, "use_cache=True: the torch module returns the window's keys/values"
+        return logits, kv
 
-    def _cached(self, x, lo, past_mask, past, **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _cached(self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV,
+                **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
         reps = x.shape[0] // self.prompt_index.shape[0]
         hi = lo + x.shape[1]
         keys = torch.cat([past_mask, self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)
@@ -125,11 +134,11 @@ class ModelCall:
 
 
 class LogitsSource(Protocol):
-    def logits(self, states: list) -> list[Window]:
+    def logits(self, states: list[DecodeState]) -> list[Window]:
         """One model call evaluating every state (a DecodeState) in `states`; one Window each."""
         ...
 
-    def refresh_due(self, state) -> bool:
+    def refresh_due(self, state: DecodeState) -> bool:
         """Whether `state` needs a full forward (so it cannot share a call with other states)."""
         ...
 
@@ -143,11 +152,11 @@ class NoCache:
         self.windowed = bool(config.future_window)
         self.block: int | None = None  # the block of the last call
 
-    def refresh_due(self, state) -> bool:
+    def refresh_due(self, state: DecodeState) -> bool:
         # A windowed canvas ends where the block says: states of two blocks cannot share one call.
         return self.windowed and state.block != self.block
 
-    def logits(self, states):
+    def logits(self, states: list[DecodeState]) -> list[Window]:
         end = self.horizon.end(states[0].block)
         self.block = states[0].block
         logits, _ = self.call.full(torch.cat([s.x[:, :end] for s in states], dim=0))
@@ -165,7 +174,7 @@ class BlockCache:
         self.past: KV | None = None
         self.past_mask: torch.Tensor | None = None  # (B, S): the cached keys a window attends to
 
-    def refresh_due(self, state) -> bool:
+    def refresh_due(self, state: DecodeState) -> bool:
         k = self.config.cache_refresh
         return self.block != state.block or state.step == 0 or (k > 0 and state.step % k == 0)
 
@@ -173,7 +182,7 @@ class BlockCache:
         """(start, end, hi): the block's bounds and the end of the recomputed window."""
         raise NotImplementedError
 
-    def logits(self, states):
+    def logits(self, states: list[DecodeState]) -> list[Window]:
         if len(states) == 1 and self.refresh_due(states[0]):
             return [self._refresh(states[0])]
         if any(self.refresh_due(s) for s in states):
@@ -181,17 +190,21 @@ class BlockCache:
         start, end, hi = self.region(states[0].block)
         x = torch.cat([s.x[:, start:hi] for s in states], dim=0)  # (n * B, W)
         n = len(states)
-        past = self.past if n == 1 else [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in self.past]
+        cached, past_mask = self.past, self.past_mask
+        assert cached is not None and past_mask is not None, "refresh_due holds until a refresh has filled the cache"
+        past = cached if n == 1 else [(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in cached]
         if n > 1 and self.config.cfg_scale > 0:  # cache rows are [cond B, uncond B]; repeat each half
-            past = [(_repeat_halves(k, n), _repeat_halves(v, n)) for k, v in self.past]
-        logits = self.call.window(x, start, self.past_mask, past)
+            past = [(_repeat_halves(k, n), _repeat_halves(v, n)) for k, v in cached]
+        logits = self.call.window(x, start, past_mask, past)
         return [Window(part, start) for part in torch.chunk(logits, n, dim=0)]
 
-    def _refresh(self, state) -> Window:
+    def _refresh(self, state: DecodeState) -> Window:
         T = self.horizon.end(state.block)
-        lo = 0 if self.past is None else self.span.first(self.block, self.P, self.config.block_length)
-        if lo:
-            kept = [(k[:, :, :lo], v[:, :, :lo]) for k, v in self.past]
+        cached = self.past
+        lo = 0 if cached is None else self.span.first(self.block, self.P, self.config.block_length)
+        kv: KV | None
+        if cached is not None and lo:
+            kept = [(k[:, :, :lo], v[:, :, :lo]) for k, v in cached]
             logits, new = self.call.span(state.x[:, lo:T], lo, self.call.key_mask[:, :lo], kept)
             kv = [(torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(kept, new)]
         else:
@@ -219,7 +232,7 @@ def _repeat_halves(t: torch.Tensor, n: int) -> torch.Tensor:
 class PrefixCache(BlockCache):
     """Reuse everything before the block; recompute the block and the suffix."""
 
-    def region(self, block):
+    def region(self, block: int) -> tuple[int, int, int]:
         start = self.P + block * self.config.block_length
         return start, start + self.config.block_length, self.horizon.end(block)
 
@@ -227,7 +240,7 @@ class PrefixCache(BlockCache):
 class DualCache(BlockCache):
     """Reuse the prefix and the suffix (up to the horizon); recompute only the block."""
 
-    def region(self, block):
+    def region(self, block: int) -> tuple[int, int, int]:
         start = self.P + block * self.config.block_length
         end = start + self.config.block_length
         return start, end, end
@@ -252,7 +265,7 @@ class SinceCachedBlock:
     requires = {"cache": ("dual", "prefix"), "backend": ("torch",)}  # the ONNX cached graph returns no keys/values
     joins_running_batch = False  # a row's keys/values would have to follow it from one batch to the next
 
-    def first(self, cached_block, prompt_length, block_length):
+    def first(self, cached_block: int, prompt_length: int, block_length: int) -> int:
         return prompt_length + cached_block * block_length
 
 
@@ -265,4 +278,5 @@ def logits_source(config: SamplerConfig, call: ModelCall, prompt_length: int) ->
             f"SamplerConfig.cache={config.cache!r} cannot decode masks inside the prompt (infilling): "
             "the prompt's keys are cached; use cache='none'"
         )
-    return CACHE_POLICIES[config.cache](call, prompt_length, config)
+    source: LogitsSource = CACHE_POLICIES[config.cache](call, prompt_length, config)
+    return source

@@ -8,6 +8,7 @@ is one class and one line in COMMIT_RULES.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -24,7 +25,8 @@ class CommitRule(Protocol):
         """Per-block plan from `block_mask` `(batch, block)` at the block's start (top_k: counts per step)."""
         ...
 
-    def select(self, confidence: torch.Tensor, entropy, step: int, plan: torch.Tensor | None) -> torch.Tensor:
+    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
+               plan: torch.Tensor | None) -> torch.Tensor:
         """Boolean `(batch, seq)` of positions to commit; `confidence` is -inf where nothing may be committed.
 
         entropy: a callable giving the `(batch, seq)` predictive entropy, for rules that need it.
@@ -75,13 +77,15 @@ class TopKCommit:
     def __init__(self, config: SamplerConfig):
         self.schedule = UniformTransferSchedule()
 
-    def plan(self, block_mask, steps):
+    def plan(self, block_mask: torch.Tensor, steps: int) -> torch.Tensor | None:
         return self.schedule.counts(block_mask, steps)  # (B, steps)
 
-    def select(self, confidence, entropy, step, plan):
+    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
+               plan: torch.Tensor | None) -> torch.Tensor:
+        assert plan is not None, "top_k's plan() always gives the per-step counts"
         return commit_top_k(confidence, plan[:, step])
 
-    def block_done(self, step, steps, block_mask):
+    def block_done(self, step: int, steps: int, block_mask: torch.Tensor) -> bool:
         return step >= steps
 
 
@@ -92,10 +96,10 @@ class ParallelCommit:
     matters when the model proposes the mask token itself, which leaves a committed position masked.
     """
 
-    def plan(self, block_mask, steps):
+    def plan(self, block_mask: torch.Tensor, steps: int) -> torch.Tensor | None:
         return None
 
-    def block_done(self, step, steps, block_mask):
+    def block_done(self, step: int, steps: int, block_mask: torch.Tensor) -> bool:
         return step >= block_mask.shape[1] or not bool(block_mask.any())
 
 
@@ -105,7 +109,8 @@ class ThresholdCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.tau = config.parallel_threshold
 
-    def select(self, confidence, entropy, step, plan):
+    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
+               plan: torch.Tensor | None) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         keep = torch.gather(confidence, 1, order) >= self.tau
         return commit_sorted_prefix(confidence, keep, order)
@@ -117,7 +122,8 @@ class FactorCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.factor = config.parallel_factor
 
-    def select(self, confidence, entropy, step, plan):
+    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
+               plan: torch.Tensor | None) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         c = torch.gather(confidence, 1, order).double()
         n = torch.arange(1, c.shape[1] + 1, device=c.device, dtype=c.dtype)[None]
@@ -130,7 +136,8 @@ class EntropyBoundedCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.bound = config.entropy_bound
 
-    def select(self, confidence, entropy, step, plan):
+    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
+               plan: torch.Tensor | None) -> torch.Tensor:
         h = torch.where(torch.isfinite(confidence), entropy(), torch.inf)  # (B, T)
         order = h.argsort(dim=-1, stable=True)
         keep = torch.gather(h, 1, order).cumsum(dim=-1) <= self.bound
@@ -152,4 +159,5 @@ COMMIT_RULES: dict[str, type] = {
 
 
 def commit_rule(config: SamplerConfig) -> CommitRule:
-    return COMMIT_RULES[config.parallel](config)
+    rule: CommitRule = COMMIT_RULES[config.parallel](config)
+    return rule

@@ -25,6 +25,7 @@ refresh that keeps older keys/values (`refresh_span`) needs the row's cache from
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -84,7 +85,8 @@ class Row:
         return self.tokens.index(config.mask_id)
 
 
-def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, int, list[int]]:
+def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int, list[int]]:
     """(canvas `(B, s + L + R)`, key mask, s, per-row remainder): current blocks at `[s, s + L)`.
 
     Row r: left padding (`pad_id`, key 0), prompt and finished blocks ending at s, its block and its own
@@ -104,7 +106,7 @@ def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int, device) ->
     return x.to(device), keys.to(device), s, rests
 
 
-def decode_block(model, rows: list[Row], config: SamplerConfig, pad_id: int,
+def decode_block(model: Any, rows: list[Row], config: SamplerConfig, pad_id: int,
                  on_step: StepCallback | None = None) -> int:
     """Decode each row's current block in one batch and advance the rows; the NFE it took.
 

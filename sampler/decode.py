@@ -15,20 +15,21 @@ from typing import Any, Callable
 import torch
 
 from sampler.autoregressive import TokenSteps, causal_output, generate_autoregressive
-from sampler.block_diffusion import generate_block_diffusion
+from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion
 from sampler.config import SamplerConfig
-from sampler.effective import effective_config
-from sampler.generate import GenerateOutput, generate
+from sampler.effective import EffectiveConfig, effective_config
+from sampler.generate import generate
 from sampler.handle import Handle
-from sampler.output import StepCallback
+from sampler.output import GenerateOutput, StepCallback
 
 
 class DecodeError(ValueError):
     """A candidate that this config cannot decode; the message says why."""
 
 
-def decode_masked_diffusion(handle: Handle, input_ids, config: SamplerConfig, attention_mask=None,
-                            on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_masked_diffusion(handle: Handle, input_ids: torch.Tensor, config: SamplerConfig,
+                            attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
+                            row_seeds: list[int] | None = None) -> GenerateOutput:
     """LLaDA-style models: the sampler with this model's own mask id."""
     if config.mask_id != handle.mask_id:
         raise DecodeError(
@@ -39,15 +40,21 @@ def decode_masked_diffusion(handle: Handle, input_ids, config: SamplerConfig, at
                     row_seeds=row_seeds)
 
 
-def decode_block_diffusion(adapter: Handle, input_ids, config, attention_mask=None,
-                           on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
-    """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config."""
-    return generate_block_diffusion(adapter, input_ids, effective_config(adapter, config), attention_mask=attention_mask,
+def decode_block_diffusion(adapter: Any, input_ids: torch.Tensor, config: EffectiveConfig,
+                           attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
+                           row_seeds: list[int] | None = None) -> GenerateOutput:
+    """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config.
+
+    `adapter` is a `Handle` that is also the loop's `BlockDenoiser` (DiffusionGemma's adapter)."""
+    block = effective_config(adapter, config)
+    assert isinstance(block, BlockDiffusionConfig), "a block-diffusion handle decodes a block config"
+    return generate_block_diffusion(adapter, input_ids, block, attention_mask=attention_mask,
                                     on_step=on_step, row_seeds=row_seeds)
 
 
-def decode_autoregressive(handle: Handle, input_ids, config: SamplerConfig, attention_mask=None,
-                          on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_autoregressive(handle: Handle, input_ids: torch.Tensor, config: SamplerConfig,
+                          attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
+                          row_seeds: list[int] | None = None) -> GenerateOutput:
     """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
     cached `generate` for a Hugging Face causal LM."""
     if handle.native:
@@ -60,8 +67,8 @@ def decode_autoregressive(handle: Handle, input_ids, config: SamplerConfig, atte
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Handle, input_ids, config: SamplerConfig, attention_mask=None,
-                     on_step: StepCallback | None = None) -> GenerateOutput:
+def decode_causal_lm(adapter: Handle, input_ids: torch.Tensor, config: SamplerConfig,
+                     attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
     `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
@@ -72,7 +79,7 @@ def decode_causal_lm(adapter: Handle, input_ids, config: SamplerConfig, attentio
 
     B, P = input_ids.shape
     sample = config.temperature > 0
-    gen = GenerationConfig(
+    gen = GenerationConfig(  # type: ignore[no-untyped-call]  # transformers leaves GenerationConfig() unannotated
         max_new_tokens=config.gen_length, do_sample=sample, temperature=config.temperature if sample else None,
         top_k=None, top_p=None, eos_token_id=list(adapter.eos_ids) or None, pad_token_id=adapter.pad_id, use_cache=True,
     )
@@ -90,7 +97,8 @@ def decode_causal_lm(adapter: Handle, input_ids, config: SamplerConfig, attentio
     return causal_output(out, P, steps, config)
 
 
-def decode_api(adapter: Any, input_ids, config, attention_mask=None, on_step: StepCallback | None = None) -> GenerateOutput:
+def decode_api(adapter: Any, input_ids: torch.Tensor, config: EffectiveConfig,
+               attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None) -> GenerateOutput:
     adapter.status_or_raise()  # a missing key is the first thing to report
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
@@ -142,7 +150,7 @@ def row_seeded(handle: Handle) -> bool:
     return handle.masked_diffusion or handle.block_diffusion or (handle.causal and handle.native)
 
 
-def decode(handle: Handle, input_ids: torch.Tensor, config, attention_mask: torch.Tensor | None = None,
+def decode(handle: Handle, input_ids: torch.Tensor, config: EffectiveConfig, attention_mask: torch.Tensor | None = None,
            on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
@@ -156,8 +164,9 @@ def decode(handle: Handle, input_ids: torch.Tensor, config, attention_mask: torc
         decoder = DECODERS[handle.kind]
     except KeyError:
         raise DecodeError(f"no decoder for kind {handle.kind!r}; known: {', '.join(DECODERS)}") from None
-    if handle.kind != "masked-diffusion" and getattr(config, "backend", "torch") != "torch":
-        raise DecodeError(f"backend {config.backend!r} runs the masked-diffusion sampler only; "
+    backend = getattr(config, "backend", "torch")  # a BlockDiffusionConfig has none: torch
+    if handle.kind != "masked-diffusion" and backend != "torch":
+        raise DecodeError(f"backend {backend!r} runs the masked-diffusion sampler only; "
                           f"{handle.kind} models decode with torch")
     if handle.kind != "api":
         check_fits(handle, input_ids.shape[1], config.gen_length)
@@ -187,8 +196,8 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, (None if bool(mask.all()) else mask)
 
 
-def decode_prompts(handle: Handle, prompts: list[list[int]], config, on_step: StepCallback | None = None,
-                   row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_prompts(handle: Handle, prompts: list[list[int]], config: EffectiveConfig,
+                   on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
     """Decode token-id `prompts` (no padding) as one batch: left-padded to the longest (`padding_id`), on the
     model's device, through `decode`. The sampler is batch invariant under left padding, so each row is what
     it would be alone; `row_seeds` gives each row its own generator (see `decode`)."""

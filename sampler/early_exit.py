@@ -39,13 +39,13 @@ class NoEarlyExit:
     def __init__(self, config: SamplerConfig):
         pass
 
-    def apply(self, x, prompt_length):
+    def apply(self, x: torch.Tensor, prompt_length: int | torch.Tensor) -> torch.Tensor:
         return x
 
-    def all_decided(self, x):
+    def all_decided(self, x: torch.Tensor) -> bool:
         return False
 
-    def stats(self, config, nfe, blocks_run):
+    def stats(self, config: SamplerConfig, nfe: int, blocks_run: int) -> EarlyExitStats | None:
         return None
 
 
@@ -65,14 +65,14 @@ class EosDecidedExit:
             eos &= torch.arange(x.shape[1], device=x.device)[None, :] >= prompt_length[:, None]
         return (eos & no_mask_so_far).any(dim=-1)
 
-    def apply(self, x, prompt_length):
+    def apply(self, x: torch.Tensor, prompt_length: int | torch.Tensor) -> torch.Tensor:
         pad = self.decided(x, prompt_length)[:, None] & (x == self.mask_id)
         return x.masked_fill(pad, self.eos_id)  # no `pad.any()`: a host sync per step for nothing
 
-    def all_decided(self, x):
+    def all_decided(self, x: torch.Tensor) -> bool:
         return not bool((x == self.mask_id).any())
 
-    def stats(self, config, nfe, blocks_run):
+    def stats(self, config: SamplerConfig, nfe: int, blocks_run: int) -> EarlyExitStats | None:
         scheduled = config.parallel == "top_k" and not config.speculative_draft  # a fixed budget, one evaluation a step
         return EarlyExitStats(blocks_skipped=config.num_blocks - blocks_run,
                               nfe_saved=config.steps - nfe if scheduled else None)
@@ -82,4 +82,5 @@ EARLY_EXIT_RULES: dict[str, type] = {"none": NoEarlyExit, "eos_decided": EosDeci
 
 
 def early_exit_rule(config: SamplerConfig) -> EarlyExit:
-    return EARLY_EXIT_RULES[config.early_exit](config)
+    rule: EarlyExit = EARLY_EXIT_RULES[config.early_exit](config)
+    return rule

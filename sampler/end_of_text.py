@@ -42,10 +42,11 @@ class NoEndPrediction:
     def __init__(self, config: SamplerConfig):
         pass
 
-    def observe(self, window):
+    def observe(self, window: Window) -> torch.Tensor | None:
         return None
 
-    def apply(self, x, seen, lo, block, prompt_length):
+    def apply(self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int],
+              prompt_length: int) -> torch.Tensor:
         return x
 
 
@@ -55,10 +56,11 @@ class EosRunPrediction:
     def __init__(self, config: SamplerConfig):
         self.mask_id, self.eos_id, self.bound = config.mask_id, config.eos_id, config.eot_confidence
 
-    def observe(self, window):
+    def observe(self, window: Window) -> torch.Tensor | None:
         return torch.softmax(window.logits.float(), dim=-1)[..., self.eos_id]  # (B, W) EOS probability
 
-    def apply(self, x, seen, lo, block, prompt_length):
+    def apply(self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int],
+              prompt_length: int) -> torch.Tensor:
         start, end = block
         lo_b = max(start, lo, prompt_length)
         if seen is None or lo_b >= end:
@@ -79,4 +81,5 @@ END_OF_TEXT_RULES: dict[str, type] = {"none": NoEndPrediction, "eos_run": EosRun
 
 
 def end_of_text_rule(config: SamplerConfig) -> EndOfText:
-    return END_OF_TEXT_RULES[config.eot_predict](config)
+    rule: EndOfText = END_OF_TEXT_RULES[config.eot_predict](config)
+    return rule

@@ -83,8 +83,8 @@ class BlockDecoder:
     and only those reach `on_step`.
     """
 
-    def __init__(self, config: SamplerConfig, prompt_length: int, generator, exit_rule: EarlyExit,
-                 on_step: StepCallback | None = None, text_start: torch.Tensor | None = None):
+    def __init__(self, config: SamplerConfig, prompt_length: int, generator: torch.Generator | RowGenerators | None,
+                 exit_rule: EarlyExit, on_step: StepCallback | None = None, text_start: torch.Tensor | None = None):
         self.config, self.P, self.generator = config, prompt_length, generator
         # where each row's generation starts, for the early-exit rule: `(batch,)` when rows began at
         # different blocks (sampler/continuous.py), else the prompt length
@@ -153,7 +153,7 @@ class BlockDecoder:
         step, done = state.step + 1, state.steps_done + 1
         if self.exit_rule.all_decided(x):
             return DecodeState(x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done)
-        if frozen is not None:
+        if frozen is not None and state.row_steps is not None:  # set together above
             row_steps = state.row_steps + (~frozen).long()
             block_done = bool(self.rows_done(row_steps, x[:, start:end] == cfg.mask_id).all())
         else:
@@ -171,9 +171,10 @@ class BlockDecoder:
         self.report(state, after)
         return after
 
-    def report(self, state: DecodeState, after: DecodeState) -> None:
-        """Tell `on_step` of a kept transition from `state` to `after`."""
+    def report(self, state: DecodeState, after: DecodeState) -> DecodeState:
+        """Tell `on_step` of a kept transition from `state` to `after`; gives back `after`."""
         if self.on_step is not None:
+            assert after.committed is not None, "every state `advance` gives carries its step's commits"
             window = after.window
             self.on_step(StepInfo(step=state.steps_done, block=state.block, block_done=after.block != state.block,
                                   sequences=after.x, committed=after.committed,
@@ -182,7 +183,7 @@ class BlockDecoder:
         return after
 
     @staticmethod
-    def _entropy(window: Window, shape) -> torch.Tensor:
+    def _entropy(window: Window, shape: torch.Size) -> torch.Tensor:
         h = torch.full(shape, torch.inf, device=window.logits.device)
         h[:, window.lo : window.lo + window.logits.shape[1]] = entropy_of(window.logits)
         return h
@@ -242,6 +243,7 @@ def generate(
     call = ModelCall(denoiser, attention_mask, prompt_index, config)
     source = logits_source(config, call, P)
     exit_rule = early_exit_rule(config)
+    generator: torch.Generator | RowGenerators | None
     if row_seeds is None:
         generator = make_generator(config.seed, device)
     else:

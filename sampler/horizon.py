@@ -27,7 +27,7 @@ class WholeCanvas:
     def __init__(self, config: SamplerConfig, prompt_length: int):
         self.T = prompt_length + config.gen_length
 
-    def end(self, block):
+    def end(self, block: int) -> int:
         return self.T
 
 
@@ -38,7 +38,7 @@ class FutureWindow:
         self.P, self.block_length, self.window = prompt_length, config.block_length, config.future_window
         self.T = prompt_length + config.gen_length
 
-    def end(self, block):
+    def end(self, block: int) -> int:
         return min(self.T, self.P + (block + 1) * self.block_length + self.window)
 
 
@@ -46,4 +46,5 @@ HORIZONS: dict[str, type] = {"whole": WholeCanvas, "window": FutureWindow}
 
 
 def canvas_horizon(config: SamplerConfig, prompt_length: int) -> CanvasHorizon:
-    return HORIZONS["window" if config.future_window else "whole"](config, prompt_length)
+    horizon: CanvasHorizon = HORIZONS["window" if config.future_window else "whole"](config, prompt_length)
+    return horizon

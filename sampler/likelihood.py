@@ -48,7 +48,7 @@ class ElboEstimator(Protocol):
 class CountEstimator:
     """LLaDA's: l ~ U{1..L} masked tokens, placed uniformly without replacement, weight L / l."""
 
-    def draw(self, length, n, generator):
+    def draw(self, length: int, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         count = torch.randint(1, length + 1, (n,), generator=generator)  # (n,)
         rank = torch.rand(n, length, generator=generator).argsort(dim=1).argsort(dim=1)  # a random permutation
         return rank < count[:, None], length / count.double()
@@ -57,7 +57,7 @@ class CountEstimator:
 class RatioEstimator:
     """t ~ U(0, 1], each token masked with probability t, weight 1 / t."""
 
-    def draw(self, length, n, generator):
+    def draw(self, length: int, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         t = 1.0 - torch.rand(n, generator=generator, dtype=torch.float64)  # (0, 1]
         masks = torch.rand(n, length, generator=generator, dtype=torch.float64) < t[:, None]
         return masks, 1.0 / t
@@ -68,9 +68,10 @@ ELBO_ESTIMATORS: dict[str, type] = {"count": CountEstimator, "ratio": RatioEstim
 
 def elbo_estimator(name: str) -> ElboEstimator:
     try:
-        return ELBO_ESTIMATORS[name]()
+        estimator: ElboEstimator = ELBO_ESTIMATORS[name]()
     except KeyError:
         raise ValueError(f"unknown ELBO estimator {name!r}; known: {', '.join(sorted(ELBO_ESTIMATORS))}") from None
+    return estimator
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def _check_ids(context: list[int], continuation: list[int]) -> None:
 
 
 def _device(handle: Handle) -> torch.device:
-    return next(handle.model.parameters()).device
+    device: torch.device = next(handle.model.parameters()).device
+    return device
 
 
 @torch.no_grad()
@@ -132,11 +134,13 @@ def causal_likelihood(handle: Handle, context: list[int], continuation: list[int
 def _masked_logprobs(handle: Handle, context: list[int], continuation: list[int], masks: torch.Tensor) -> torch.Tensor:
     """`(n, L)` float64: log p(continuation_i | context, continuation with `masks` masked) at every position
     (read only where masked), in forward calls of SAMPLE_BATCH canvases."""
+    if handle.mask_id is None:  # diffusion_likelihood says so first; elbo_exact comes here unchecked
+        raise ValueError(f"likelihood: {handle.entry_id} has no mask token; it is not a masked-diffusion model")
     device, P = _device(handle), len(context)
     row = torch.tensor(list(context) + list(continuation), dtype=torch.long)
     target = row[P:].to(device)
     out = []
-    for chunk in masks.split(SAMPLE_BATCH):
+    for chunk in torch.split(masks, SAMPLE_BATCH):  # torch.split: Tensor.split is unannotated
         x = row.repeat(chunk.shape[0], 1)
         x[:, P:] = torch.where(chunk, handle.mask_id, x[:, P:])
         logits = handle.model(x.to(device)).logits[:, P:]  # (b, L, V)
@@ -234,7 +238,7 @@ def prompt_scores(handle: Handle, ids: list[int], top: int = 1, samples: int = D
     totals = [s.total for s in suffix] + [0.0]
     lps = [None] + [totals[i] - totals[i + 1] for i in range(n - 1)]
     tops = [None] + [{ids[c]: lps[c]} for c in range(1, n)]
-    return PromptScores(list(ids), lps, tops, [None] + [s.stderr for s in suffix], samples, False, estimator, seed)
+    return PromptScores(list(ids), lps, tops, [None, *[s.stderr for s in suffix]], samples, False, estimator, seed)
 
 
 class CommitLogprobs:
@@ -252,9 +256,10 @@ class CommitLogprobs:
         self.top_ids: torch.Tensor | None = None  # (B, seq, top)
         self.top_logprobs: torch.Tensor | None = None
 
-    def _grow(self, shape: tuple[int, int]) -> None:
+    def _grow(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Room for `shape` `(B, T)`; returns (logprob, top_ids, top_logprobs)."""
         B, T = shape
-        if self.logprob is None:
+        if self.logprob is None or self.top_ids is None or self.top_logprobs is None:  # all three, or none
             self.logprob = torch.full((B, T), math.nan, dtype=torch.float64)
             self.top_ids = torch.zeros((B, T, self.top), dtype=torch.long)
             self.top_logprobs = torch.full((B, T, self.top), math.nan, dtype=torch.float64)
@@ -263,11 +268,12 @@ class CommitLogprobs:
             self.logprob = F.pad(self.logprob, (0, extra), value=math.nan)
             self.top_ids = F.pad(self.top_ids, (0, 0, 0, extra))
             self.top_logprobs = F.pad(self.top_logprobs, (0, 0, 0, extra), value=math.nan)
+        return self.logprob, self.top_ids, self.top_logprobs
 
     def __call__(self, info: StepInfo) -> None:
         if info.logits is None:
             raise ValueError("CommitLogprobs: this decoder's steps carry no logits")
-        self._grow(tuple(info.committed.shape))
+        logprob, top_ids, top_logprobs = self._grow(tuple(info.committed.shape))
         lo, W = info.logits_lo, info.logits.shape[1]
         committed = info.committed[:, lo : lo + W].cpu()  # (B, W)
         if not bool(committed.any()):
@@ -275,23 +281,25 @@ class CommitLogprobs:
         rows, cols = committed.nonzero(as_tuple=True)
         logp = F.log_softmax(info.logits[rows.to(info.logits.device), cols.to(info.logits.device)].double(), dim=-1)
         tokens = info.sequences[rows, cols + lo].to(logp.device)
-        self.logprob[rows, cols + lo] = logp.gather(-1, tokens[:, None])[:, 0].cpu()
+        logprob[rows, cols + lo] = logp.gather(-1, tokens[:, None])[:, 0].cpu()
         if self.top:
             best = torch.topk(logp, k=min(self.top, logp.shape[-1]), dim=-1)
-            self.top_ids[rows, cols + lo] = best.indices.cpu()
-            self.top_logprobs[rows, cols + lo] = best.values.cpu()
+            top_ids[rows, cols + lo] = best.indices.cpu()
+            top_logprobs[rows, cols + lo] = best.values.cpu()
 
     def generated(self, prompt_length: int) -> list[list[tuple[float | None, dict[int, float]]]]:
         """Per row, per generated position: (log-probability or None, {top id: log-probability})."""
         if self.logprob is None:
             return []
+        top_ids, top_logprobs = self.top_ids, self.top_logprobs
+        assert top_ids is not None and top_logprobs is not None, "_grow sets them with logprob"
         rows = []
         for b in range(self.logprob.shape[0]):
             row = []
             for pos in range(prompt_length, self.logprob.shape[1]):
                 value = float(self.logprob[b, pos])
                 tops = {} if not self.top or math.isnan(value) else dict(
-                    zip(self.top_ids[b, pos].tolist(), self.top_logprobs[b, pos].tolist()))
+                    zip(top_ids[b, pos].tolist(), top_logprobs[b, pos].tolist()))
                 row.append((None if math.isnan(value) else value, tops))
             rows.append(row)
         return rows

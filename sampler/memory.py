@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from sampler.effective import effective_config
+from sampler.block_diffusion import BlockDiffusionConfig
+from sampler.effective import EffectiveConfig, effective_config
 
 F32 = 4
 
@@ -62,11 +63,11 @@ def peak_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     return result, max(total for _, _, total in allocations) - base
 
 
-def _dtype_bytes(model) -> int:
+def _dtype_bytes(model: torch.nn.Module) -> int:
     return next(model.parameters()).element_size()
 
 
-def block_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
+def block_diffusion_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """DiffusionGemma: the denoising step's `(canvas, vocab)` temporaries, or the encoder's pass over the prompt
     if larger, plus the KV cache of the prompt and every committed canvas.
 
@@ -74,6 +75,7 @@ def block_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
     self-conditioning logits of the previous step, the step's tempered logits and their softmax, and
     Categorical's normalised logits, probabilities, clamped logits and p log p inside the entropy."""
     block = effective_config(handle, config)
+    assert isinstance(block, BlockDiffusionConfig), "a block-diffusion handle decodes a block config"
     text = handle.model.config.get_text_config(decoder=True)
     L, V, dtype = handle.canvas_length, int(text.vocab_size), _dtype_bytes(handle.model)
     canvases = -(-block.max_new_tokens // L)
@@ -94,7 +96,7 @@ def block_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
                      terms={"canvas_x_vocab": denoise, "encoder_activations": encoder, "kv_cache": kv})
 
 
-def masked_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
+def masked_diffusion_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """LLaDA (the native layout): one forward over the prompt and canvas, per position: the residual and its
     norm (2d), SwiGLU's four hidden-width tensors (4I), every layer's keys and values, RoPE's cos and sin,
     and the sampler's logits (V) held across the forward."""
@@ -109,7 +111,7 @@ def masked_diffusion_footprint(handle, prompt_tokens: int, config) -> Footprint:
     return Footprint(per_row=activations + logits, terms={"canvas_x_vocab": logits, "activations": activations})
 
 
-def generic_footprint(handle, prompt_tokens: int, config) -> Footprint:
+def generic_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """A Hugging Face causal LM: logits and a few hidden-width tensors per position, plus its KV cache."""
     cfg = handle.model.config
     T = prompt_tokens + config.gen_length
@@ -120,7 +122,7 @@ def generic_footprint(handle, prompt_tokens: int, config) -> Footprint:
     return Footprint(per_row=logits + T * (width + kv) * F32, terms={"canvas_x_vocab": logits})
 
 
-def footprint(handle, prompt_tokens: int, config) -> Footprint:
+def footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """The peak bytes per row of decoding `prompt_tokens` + `config.gen_length` on `handle`'s model."""
     if handle.kind == "block-diffusion":
         return block_diffusion_footprint(handle, prompt_tokens, config)

@@ -31,7 +31,8 @@ class FullForward(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, position_ids):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
         keys = torch.stack([k for k, _ in out.past_key_values])
         values = torch.stack([v for _, v in out.past_key_values])
@@ -45,10 +46,13 @@ class CachedForward(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, window_mask, position_ids, past_keys, past_values, past_mask):
+    def forward(self, input_ids: torch.Tensor, window_mask: torch.Tensor, position_ids: torch.Tensor,
+                past_keys: torch.Tensor, past_values: torch.Tensor, past_mask: torch.Tensor) -> torch.Tensor:
         past = [(past_keys[i], past_values[i]) for i in range(past_keys.shape[0])]
         mask = torch.cat([past_mask, window_mask], dim=1)  # (B, S + T): cached keys first
-        return self.model(input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=past).logits
+        logits: torch.Tensor = self.model(input_ids, attention_mask=mask, position_ids=position_ids,
+                                          past_key_values=past).logits
+        return logits
 
 
 def pick_providers() -> list[str]:
@@ -62,7 +66,7 @@ def pick_providers() -> list[str]:
     return providers
 
 
-def export_graph(module: nn.Module, args: tuple, dynamic: dict[str, dict[int, Any]]) -> bytes:
+def export_graph(module: nn.Module, args: tuple[torch.Tensor, ...], dynamic: dict[str, dict[int, Any]]) -> bytes:
     """Serialized ONNX model of `module` traced on `args`, with the named axes left dynamic."""
     quiet = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir")]
     levels = [logger.level for logger in quiet]
@@ -76,8 +80,11 @@ def export_graph(module: nn.Module, args: tuple, dynamic: dict[str, dict[int, An
     finally:
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)
+    assert program is not None, "dynamo=True always gives an ONNXProgram"
     buffer = io.BytesIO()
-    program.save(buffer) if hasattr(program, "save") else buffer.write(program.model_proto.SerializeToString())
+    # torch types `save`'s destination as a path, but with external_data=False it writes to a file object too
+    program.save(buffer) if hasattr(program, "save") else buffer.write(  # type: ignore[arg-type]
+        program.model_proto.SerializeToString())
     return buffer.getvalue()
 
 
@@ -93,10 +100,10 @@ class OnnxDenoiser:
         self._ort = ort
         self._model = model
         self._full = self._session(self._export_full())
-        self._cached = None  # exported on first use: plain decoding never needs it
+        self._cached: Any = None  # an InferenceSession, exported on first use: plain decoding never needs it
         self.provider = self._full.get_providers()[0]
 
-    def _session(self, data: bytes):
+    def _session(self, data: bytes) -> Any:  # an onnxruntime InferenceSession (onnxruntime ships no types)
         options = self._ort.SessionOptions()
         options.log_severity_level = 3
         options.intra_op_num_threads = torch.get_num_threads()
@@ -114,16 +121,20 @@ class OnnxDenoiser:
 
     def _export_cached(self) -> bytes:
         batch, seq, past = torch.export.Dim("batch"), torch.export.Dim("seq"), torch.export.Dim("past")
-        cfg = self._model.config
+        model: Any = self._model  # the native LLaDA module: `config` and `dtype` are its own, not nn.Module's
+        cfg = model.config
         ids, mask, positions = self._example(2, 5)
-        kv = torch.zeros(cfg.n_layers, 2, cfg.kv_heads, 9, cfg.head_dim, dtype=self._model.dtype)
+        kv = torch.zeros(cfg.n_layers, 2, cfg.kv_heads, 9, cfg.head_dim, dtype=model.dtype)
         args = (ids, mask, positions, kv, kv.clone(), torch.ones(2, 9, dtype=torch.long))
         axes = {0: batch, 1: seq}
         dynamic = {"input_ids": axes, "window_mask": axes, "position_ids": axes,
                    "past_keys": {1: batch, 3: past}, "past_values": {1: batch, 3: past}, "past_mask": {0: batch, 1: past}}
         return export_graph(CachedForward(self._model).eval(), args, dynamic)
 
-    def __call__(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 position_ids: torch.Tensor | None = None,
+                 past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                 use_cache: bool = False) -> LLaDAOutput:
         B, T = input_ids.shape
         S = past_key_values[0][0].shape[2] if past_key_values else 0
         if attention_mask is None:
@@ -131,7 +142,10 @@ class OnnxDenoiser:
         attention_mask = attention_mask.long()
         if position_ids is None:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, S:]
-        np_ = lambda t: t.detach().cpu().contiguous().numpy()  # noqa: E731
+
+        def np_(t: torch.Tensor) -> Any:
+            return t.detach().cpu().contiguous().numpy()
+
         if not past_key_values:
             logits, keys, values = self._full.run(None, {
                 "input_ids": np_(input_ids), "attention_mask": np_(attention_mask), "position_ids": np_(position_ids)})

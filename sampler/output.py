@@ -88,6 +88,7 @@ class FinalPrefix:
         elif not info.block_done:
             return
         else:
+            assert self.mask_id is not None, "a masked-diffusion canvas has a mask id (callers pass config.mask_id)"
             masked = generated == self.mask_id  # (B, gen_length)
             end = generated.shape[1] if not bool(masked.any()) else min((info.block + 1) * self.block_length,
                                                                              generated.shape[1])

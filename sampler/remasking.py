@@ -11,11 +11,12 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from sampler.rng import uniform
+from sampler.rng import RowGenerators, uniform
 
 
 class RemaskingPolicy(Protocol):
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
+                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
         """Confidence of shape `(batch, seq)` for proposed tokens `x0` given `logits` `(batch, seq, vocab)`."""
         ...
 
@@ -23,7 +24,8 @@ class RemaskingPolicy(Protocol):
 class LowConfidenceRemasking:
     """Softmax probability of the proposed token: commit what the model is surest of."""
 
-    def confidence(self, logits, x0, generator):
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
+                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
         p = F.softmax(logits, dim=-1)
         return torch.gather(p, dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
 
@@ -36,7 +38,8 @@ class RandomRemasking:
     # Policies without this attribute are batch-invariant.
     batch_invariant = False
 
-    def confidence(self, logits, x0, generator):
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
+                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
         return uniform(x0.shape, None, x0.device, generator)
 
 
@@ -44,7 +47,8 @@ class MarginRemasking:
     """Top-2 probability margin, p(first) - p(second): commit where the model is least torn between
     two tokens (the adaptive order of Kim et al. 2025, "Train for the Worst, Plan for the Best")."""
 
-    def confidence(self, logits, x0, generator):
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
+                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
         top = torch.topk(F.softmax(logits.float(), dim=-1), k=2, dim=-1).values
         return top[..., 0] - top[..., 1]
 
@@ -53,7 +57,8 @@ class EntropyRemasking:
     """exp(-entropy) of the position's distribution, in (0, 1]: commit where the whole distribution
     is sharpest, not only its top token."""
 
-    def confidence(self, logits, x0, generator):
+    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
+                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
         logp = F.log_softmax(logits.float(), dim=-1)
         return torch.exp((logp.exp() * logp).sum(-1))
 
@@ -68,6 +73,7 @@ REMASKING_POLICIES: dict[str, type] = {
 
 def remasking_policy(name: str) -> RemaskingPolicy:
     try:
-        return REMASKING_POLICIES[name]()
+        policy: RemaskingPolicy = REMASKING_POLICIES[name]()
     except KeyError:
         raise ValueError(f"unknown remasking policy {name!r}; known: {', '.join(sorted(REMASKING_POLICIES))}") from None
+    return policy

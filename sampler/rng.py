@@ -52,7 +52,7 @@ def left_pads(attention_mask: torch.Tensor | None, batch: int) -> list[int]:
     return (attention_mask == 0).long().cumprod(dim=1).sum(dim=1).tolist()
 
 
-def uniform(shape, dtype: torch.dtype | None, device: torch.device,
+def uniform(shape: tuple[int, ...], dtype: torch.dtype | None, device: torch.device,
             generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
     """U[0, 1) draws of `shape` from `generator` (None: torch's global RNG); dtype None: torch's default."""
     if isinstance(generator, RowGenerators):

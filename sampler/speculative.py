@@ -21,15 +21,19 @@ walks exactly the path it walks alone. A step callback then hears one transition
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from sampler.cache import LogitsSource, Window
 from sampler.output import SpeculativeStats
 
+if TYPE_CHECKING:  # the sampler's loop drives these rounds; they only call its decoder
+    from sampler.generate import BlockDecoder, CallCounter, DecodeState
 
-def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any, SpeculativeStats]:
+
+def decode_speculative(decoder: BlockDecoder, source: LogitsSource, state: DecodeState,
+                       calls: CallCounter) -> tuple[DecodeState, SpeculativeStats]:
     """Decode to the end with drafted-and-verified steps; returns the final state and what was drafted."""
     draft_length = decoder.config.speculative_draft
     drafted = accepted = 0
@@ -66,7 +70,8 @@ def decode_speculative(decoder, source: LogitsSource, state, calls) -> tuple[Any
     return state, SpeculativeStats(drafted_steps=drafted, accepted_steps=accepted)
 
 
-def _accept_per_row(decoder, drafts: list, real: list[Window]):
+def _accept_per_row(decoder: BlockDecoder, drafts: list[DecodeState],
+                    real: list[Window]) -> tuple[DecodeState, Window, int, int]:
     """Each row's true state after a round: the first of its drafts the verifying logits contradict,
     or its last draft. Returns (state, next guess, row-drafts made, row-drafts confirmed)."""
     start, end = decoder.bounds(drafts[0].block)
@@ -78,7 +83,9 @@ def _accept_per_row(decoder, drafts: list, real: list[Window]):
     for j in range(m):
         held &= truths[j].rows_same_as(drafts[j + 1])
         reach += held.long()
-        live = ~decoder.rows_done(drafts[j].row_steps, drafts[j].x[:, start:end] == decoder.config.mask_id)
+        row_steps = drafts[j].row_steps
+        assert row_steps is not None, "a verified draft is in the round's block: it counts its rows' steps"
+        live = ~decoder.rows_done(row_steps, drafts[j].x[:, start:end] == decoder.config.mask_id)
         row_drafted += int(live.sum())
         row_accepted += int((held & live).sum())
     final = reach.clamp(max=m - 1)  # (B,) the truth each row ends on
@@ -88,13 +95,21 @@ def _accept_per_row(decoder, drafts: list, real: list[Window]):
         final = torch.full_like(final, picked[0])  # a row left the block: all stop where every row's drafts held
         picked = picked[:1]
     path = torch.arange(m, device=held.device)[:, None] <= final[None]  # (m, B) the steps each row walked
-    committed = (torch.stack([t.committed for t in truths]) & path[..., None]).any(dim=0)  # all of the round's commits
+    commits = []
+    for t in truths:
+        assert t.committed is not None, "`advance` records every step's commits"
+        commits.append(t.committed)
+    committed = (torch.stack(commits) & path[..., None]).any(dim=0)  # all of the round's commits
     if len(picked) == 1:
         after = replace(truths[picked[0]], committed=committed)
     else:
-        pick = lambda ts: torch.stack(ts)[final, rows]  # noqa: E731  row r from the r-th chosen truth
-        after = replace(truths[picked[-1]], x=pick([t.x for t in truths]), committed=committed,
-                        row_steps=pick([t.row_steps for t in truths]))
+        def pick(ts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack(ts)[final, rows]  # row r from the r-th chosen truth
+
+        # A truth that ended the decode (last block done, or every row decided) has no row_steps; no row ends on
+        # it here (the chosen truths are all in the round's block), so any stand-in of the right shape will do.
+        steps = pick([torch.zeros_like(final) if t.row_steps is None else t.row_steps for t in truths])
+        after = replace(truths[picked[-1]], x=pick([t.x for t in truths]), committed=committed, row_steps=steps)
     decoder.report(drafts[0], after)
     guess = Window(torch.stack([w.logits for w in real])[final, rows], real[0].lo)
     return after, guess, row_drafted, row_accepted

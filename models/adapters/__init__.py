@@ -24,7 +24,9 @@ __all__ = [
 ]
 
 # folder layout -> the adapter that loads it
-ADAPTERS = {"llada": LLaDAAdapter, "causal-lm": CausalLMAdapter, "diffusion-gemma": DiffusionGemmaAdapter}
+ADAPTERS: dict[str, type[LLaDAAdapter] | type[CausalLMAdapter] | type[DiffusionGemmaAdapter]] = {
+    "llada": LLaDAAdapter, "causal-lm": CausalLMAdapter, "diffusion-gemma": DiffusionGemmaAdapter,
+}
 
 
 def folder_layout(config: dict[str, Any]) -> str:

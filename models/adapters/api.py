@@ -13,6 +13,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from typing import Any
 
 from models.adapters.base import AdapterError, NotEvaluable
 from models.catalog import CatalogEntry
@@ -25,7 +26,7 @@ class APIAdapter:
     path = None
     eos_ids: tuple[int, ...] = ()
     weights_sha256 = ""
-    card: dict = {}
+    card: dict[str, Any] = {}
 
     def __init__(self, entry: CatalogEntry, timeout_s: float = 60.0):
         self.entry, self.entry_id, self.timeout_s = entry, entry.id, timeout_s
@@ -49,6 +50,7 @@ class APIAdapter:
         evaluable, reason = self.status()
         if not evaluable:
             raise NotEvaluable(f"model '{self.entry_id}' is {reason}")
+        assert self.entry.api_key_env is not None, "api_status is evaluable only with a key variable named"
         return os.environ[self.entry.api_key_env]
 
     def complete(self, prompt: str, max_tokens: int = 256, temperature: float = 0.0) -> str:
@@ -66,16 +68,17 @@ class APIAdapter:
         except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as e:
             raise AdapterError(f"model '{self.entry_id}': {self.entry.source} did not answer ({e})") from None
         try:
-            return reply["choices"][0]["message"]["content"]
+            content: str = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise AdapterError(f"model '{self.entry_id}': unexpected reply shape from {self.entry.source}") from None
+        return content
 
     def encode(self, text: str) -> list[int]:
         raise NotEvaluable(f"model '{self.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
     decode = encode
 
-    def sampler_ids(self) -> dict:
+    def sampler_ids(self) -> dict[str, int | None]:
         raise NotEvaluable(f"model '{self.entry_id}' is an API model: unmask's samplers decode token ids, "
                            "an API model answers text through complete()")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from models.adapters.base import AdapterError, ModelHandle, eos_list, read_json, read_tokenizer, require_safetensors
 from models.checkpoint import CheckpointError, read_config, read_tensors
@@ -32,7 +33,7 @@ LLADA_TO_LLAMA = {
 }
 
 
-def llada_as_llama(folder: Path, dtype: torch.dtype):
+def llada_as_llama(folder: Path, dtype: torch.dtype) -> tuple[Any, dict[str, Any]]:
     """A causal LLaDA-layout checkpoint as a `LlamaForCausalLM` with identical weights."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -58,8 +59,8 @@ def llada_as_llama(folder: Path, dtype: torch.dtype):
             raise AdapterError(f"{folder}: tensor '{name}' has no Llama counterpart")
         index = next((p for p in parts if p.isdigit()), None)
         renamed[LLADA_TO_LLAMA[key].format(i=index)] = tensor.to(dtype)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device("meta"):  # transformers leaves from_config unannotated
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     missing, unexpected = model.load_state_dict(renamed, strict=False, assign=True)
     missing = [m for m in missing if not (cfg.weight_tying and m == "lm_head.weight")]
     if missing or unexpected:
@@ -76,8 +77,8 @@ class CausalLMAdapter(ModelHandle):
 
     kind = "autoregressive"
 
-    def __init__(self, model, tokenizer, eos_ids: tuple[int, ...], pad_id: int | None, path: Path | None, entry_id: str = "",
-                 defaults: dict[str, Any] | None = None):
+    def __init__(self, model: Any, tokenizer: Tokenizer | None, eos_ids: tuple[int, ...], pad_id: int | None,
+                 path: Path | None, entry_id: str = "", defaults: dict[str, Any] | None = None):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.eos_ids = eos_ids
         # rows that stop are filled with EOS, as the diffusion and native AR samplers do
@@ -87,7 +88,8 @@ class CausalLMAdapter(ModelHandle):
         self._read_card()
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str = "", device="cpu", dtype=torch.float32,
+    def from_folder(cls, folder: Path, entry_id: str = "", device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32,
                     defaults: dict[str, Any] | None = None) -> "CausalLMAdapter":
         """Load a Hugging Face causal LM folder (safetensors only, no remote code) or a causal LLaDA layout.
 
@@ -110,7 +112,7 @@ class CausalLMAdapter(ModelHandle):
             try:
                 model = AutoModelForCausalLM.from_pretrained(
                     folder, dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True
-                ).eval()
+                ).eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
             except (OSError, ValueError, KeyError) as e:
                 raise AdapterError(f"{folder}: transformers cannot load this causal LM natively ({e})") from None
             gen = model.generation_config

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from models.adapters.base import AdapterError, ModelHandle, eos_list, read_json, read_tokenizer, require_safetensors
 
@@ -22,7 +23,8 @@ class DiffusionGemmaAdapter(ModelHandle):
 
     kind = "block-diffusion"
 
-    def __init__(self, model, tokenizer=None, defaults: dict[str, Any] | None = None, path: Path | None = None, entry_id: str = ""):
+    def __init__(self, model: Any, tokenizer: Tokenizer | None = None, defaults: dict[str, Any] | None = None,
+                 path: Path | None = None, entry_id: str = ""):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.entry_id = entry_id or (path.name if path else "diffusion-gemma")
         self.defaults = dict(defaults or {})
@@ -35,10 +37,12 @@ class DiffusionGemmaAdapter(ModelHandle):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.model.decoder.embed_tokens.weight.dtype
+        dtype: torch.dtype = self.model.model.decoder.embed_tokens.weight.dtype
+        return dtype
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str = "", device="cpu", dtype=torch.bfloat16,
+    def from_folder(cls, folder: Path, entry_id: str = "", device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.bfloat16,
                     defaults: dict[str, Any] | None = None) -> "DiffusionGemmaAdapter":
         from transformers import DiffusionGemmaForBlockDiffusion
 
@@ -53,16 +57,19 @@ class DiffusionGemmaAdapter(ModelHandle):
             )
         except (OSError, ValueError, KeyError) as e:
             raise AdapterError(f"{folder}: DiffusionGemmaForBlockDiffusion cannot load it ({e})") from None
-        return cls(model.to(device).eval(), read_tokenizer(folder), defaults, folder, entry_id)
+        # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to): mypy reads `device` as its `self`
+        return cls(model.to(device).eval(),  # type: ignore[arg-type]
+                   read_tokenizer(folder), defaults, folder, entry_id)
 
     # -- the BlockDenoiser protocol (sampler/block_diffusion.py) --------------------------------
 
-    def new_cache(self):
+    def new_cache(self) -> Any:  # a transformers DynamicCache
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config.get_text_config(decoder=True))
 
-    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache):
+    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                      cache: Any) -> Any:
         """Run the causal encoder over `input_ids` `(batch, n)`, appending their keys/values to `cache`."""
         encoder = self.model.model.encoder
         ids = input_ids.clone(memory_format=torch.contiguous_format)
@@ -73,7 +80,7 @@ class DiffusionGemmaAdapter(ModelHandle):
         )
         return encoder(input_ids=ids, attention_mask=masks, cache=cache, position_ids=position_ids).cache
 
-    def cache_rows(self, cache, rows: torch.Tensor):
+    def cache_rows(self, cache: Any, rows: torch.Tensor) -> Any:
         """A cache of only the batch rows `rows` `(n,)` of `cache`, for a denoising call on them; `cache` is untouched
         (its layers are copied, their keys and values indexed, never written)."""
         subset = copy.copy(cache)
@@ -81,15 +88,16 @@ class DiffusionGemmaAdapter(ModelHandle):
         subset.batch_select_indices(rows)
         return subset
 
-    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor) -> torch.Tensor:
+    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache: Any,
+                attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Float32 logits `(batch, canvas_length, vocab)` for `canvas`, attending to the whole cache."""
         masks = self.model.model.decoder.create_diffusion_decoder_attention_mask(
             config=self.model.config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=attention_mask,
         )
-        return self.model(
+        logits: torch.Tensor = self.model(
             decoder_input_ids=canvas, self_conditioning_logits=self_conditioning, decoder_attention_mask=masks,
             cache=cache, decoder_position_ids=position_ids,
         ).logits
+        return logits
 
     # -- the adapter protocol ---------------------------------------------------------------------

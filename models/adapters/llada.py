@@ -30,7 +30,8 @@ class LLaDAAdapter(ModelHandle):
         self.defaults = dict(defaults or {})
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str | None = None, device="cpu", dtype=torch.float32,
+    def from_folder(cls, folder: Path, entry_id: str | None = None, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32,
                     defaults: dict[str, Any] | None = None) -> "LLaDAAdapter":
         try:
             return cls(load_checkpoint(folder, device=device, dtype=dtype), entry_id, defaults)

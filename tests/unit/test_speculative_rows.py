@@ -84,3 +84,15 @@ def test_per_row_rounds_need_drafts_and_no_mid_block_refresh(changes, message):
 def test_per_row_rounds_are_part_of_the_hash_only_when_on():
     base = SamplerConfig(speculative_draft=4)
     assert base.with_(speculative_rows=False).hash() == base.hash() != base.with_(speculative_rows=True).hash()
+
+
+def test_a_last_draft_no_row_ends_on_finishes_the_decode_without_a_crash():
+    """Rows that stop at different drafts, and a draft that no row ends on finishing the whole decode (early exit):
+    that draft has no per-row steps, which the round's acceptance once stacked as None (a TypeError in torch.stack).
+    The per-row tokens still equal the step-by-step loop's."""
+    model = tiny_model(seed=1)
+    ids, mask = left_padded_prompts(LENGTHS, seed=0)
+    base = SamplerConfig(steps=8, gen_length=8, block_length=8, early_exit="eos_decided", **IDS)
+    plain = generate(model, ids, base, attention_mask=mask)
+    rows = generate(model, ids, base.with_(speculative_draft=4, speculative_rows=True), attention_mask=mask)
+    assert torch.equal(rows.generated, plain.generated)
