@@ -17,8 +17,8 @@ import registry.links as links
 import registry.views as views
 from dashboards import verdict
 from gates.roles import RolesError, load_roles
-from registry import Registry, RegistryError, RegistryUnavailable, demo, resolve_tracking_uri
-from registry.connection import check_reachable
+from registry import Registry, RegistryError, RegistryUnavailable, demo
+from registry.connection import check_reachable, resolve_tracking_uri
 
 TTL_S = 30  # new evaluations show up within this, or at once with "Refresh"
 
@@ -95,8 +95,8 @@ def gate_results(uri: str) -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def policy_weights(policy: str) -> dict[str, dict[str, float]]:
-    policy = views.dashboard_policy(policy or None)
-    return {stage: dict(p.weights) for stage, p in policy.stages.items()}
+    loaded = views.dashboard_policy(policy or None)
+    return {stage: dict(p.weights) for stage, p in loaded.stages.items()}
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -45,7 +45,7 @@ class StageVerdict:
     pending: tuple[str, ...] = ()  # ranked on evidence, not yet promotable: "tiny-llada v1 (tooling_maturity)"
 
 
-def _label(holder: tuple[str, str] | None) -> str:
+def _label(holder: tuple[str, str | None] | None) -> str:
     return f"{holder[0]} v{holder[1]}" if holder else ""
 
 
@@ -62,12 +62,12 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
     candidates = read.list_candidates(reg)
     board = views.integrity_board(reg)
     tampered = set(zip(board.model[board.status == "tampered"], board.version[board.status == "tampered"]))
-    adopting = [(m, views.current_version(reg, m)) for m in candidates[candidates.role == "candidate"].model]
-    adopting = [h for h in adopting if h[1] and h not in tampered]
+    versions = [(m, views.current_version(reg, m)) for m in candidates[candidates.role == "candidate"].model]
+    adopting = [(m, v) for m, v in versions if v and (m, v) not in tampered]
     lines = []
     for stage in STAGE_ALIASES:
-        holder = held.get(stage)
-        holder = (holder["model"], holder["version"]) if holder else None
+        alias = held.get(stage)
+        holder = (alias["model"], alias["version"]) if alias else None
         mine = _results_of(results, holder, stage)
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
@@ -78,7 +78,9 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
         ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable on every gate, sign-offs too
         if len(ranking):
             best = ranking.iloc[0]
-            recommended = (best.candidate, views.current_version(reg, best.candidate))
+            version = views.current_version(reg, best.candidate)
+            assert version is not None  # ranked (read.scores): it has a registration
+            recommended = (best.candidate, version)
             score, quality = float(best.topsis), float(best.quality)
             if best.candidate in intervals.index:
                 iv = intervals.loc[best.candidate]

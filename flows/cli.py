@@ -8,6 +8,9 @@ import importlib
 import os
 import signal
 import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
@@ -17,25 +20,32 @@ from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
 
+if TYPE_CHECKING:
+    from typer._click.core import Context  # typer's vendored click: the context a command is invoked with
+    from typer.models import CommandInfo, TyperInfo
+
 
 class UnmaskGroup(TyperGroup):
     """Every failure ends in one line: a bad option names itself and its value (exit 2); an exception a
     command let escape is described by `flows.failures` (exit 2 for input, 1 otherwise), its traceback
     kept in the state folder's log, or shown with --debug."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
         plain_help_types(self)
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
         except TyperException as e:  # typer's click: usage errors (a bad option or value) and help without args
+            ctx: Any = getattr(e, "ctx", None)  # a usage error's context (NoArgsIsHelpError always has one)
             if type(e).__name__ == "NoArgsIsHelpError":
-                typer.echo(e.ctx.get_help())
+                typer.echo(ctx.get_help())
                 sys.exit(0)
             if not hasattr(e, "format_message"):
                 raise
-            ctx = getattr(e, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             typer.echo(f"error: {e.format_message()}{given_value(e, args)}{hint}", err=True)
             sys.exit(getattr(e, "exit_code", 2))
@@ -44,7 +54,7 @@ class UnmaskGroup(TyperGroup):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: Context) -> Any:
         if os.environ.get(DEBUG_ENV, "").strip() in ("", "0") and not ctx.params.get("debug"):
             quiet_store_tracebacks()
         try:
@@ -64,7 +74,7 @@ class UnmaskGroup(TyperGroup):
             raise typer.Exit(code) from None
 
 
-def given_value(error: Exception, args) -> str:
+def given_value(error: TyperException, args: Sequence[str] | None) -> str:
     """`, got 'ten'` when a usage error does not quote the value typed (typer's int parsing does not)."""
     opts = getattr(getattr(error, "param", None), "opts", None) or []
     args = list(sys.argv[1:] if args is None else args)
@@ -134,8 +144,9 @@ def _register_all() -> None:
         return
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
-    for info in [*app.registered_commands, *app.registered_groups]:
-        name = info.name or getattr(info.callback, "__name__", "")
+    infos: list[CommandInfo | TyperInfo] = [*app.registered_commands, *app.registered_groups]
+    for info in infos:
+        name = info.name or str(getattr(info.callback, "__name__", ""))
         info.rich_help_panel = PANEL_OF.get(name, "more")
     app.registered_commands.sort(key=lambda i: ORDER.index(i.name) if i.name in ORDER else len(ORDER))
 
@@ -144,13 +155,13 @@ PLAIN_TYPES = {"str": "TEXT", "list[str]": "TEXT", "int": "INTEGER", "int range"
                "float range": "NUMBER", "path": "PATH", "list[path]": "PATH", "file": "FILE", "directory": "DIR"}
 
 
-def plain_help_types(command) -> None:
+def plain_help_types(command: Any) -> None:
     """Help shows a flag with no type and a value as TEXT / INTEGER / PATH (typer writes `<bool>`, `<str>`); only
     the help column changes, so usage errors still name the option itself."""
     if not getattr(command, "_plain_help", False) and hasattr(command, "get_help_option"):
         made = command.get_help_option
 
-        def help_option(ctx, made=made):
+        def help_option(ctx: Any, made: Callable[[Any], Any] = made) -> Any:
             option = made(ctx)
             if option is not None:
                 option.display_type_rich = lambda ctx: None  # --help is a flag
@@ -163,7 +174,7 @@ def plain_help_types(command) -> None:
         if shown is None or getattr(param, "_plain_help", False):
             continue
 
-        def plain(ctx, param=param, shown=shown):
+        def plain(ctx: Any, param: Any = param, shown: Callable[[Any], Any] = shown) -> Any:
             if getattr(param, "is_flag", False) or getattr(param, "count", False):
                 return None
             label = shown(ctx)
@@ -180,7 +191,7 @@ def stop_on_sigterm() -> None:
     """SIGTERM exits like Ctrl-C does: through Python's exit path, so atexit hooks run, among them the one
     that stops the temporary server Prefect's local mode started (a `python -m uvicorn ...
     prefect.server.api.server:create_app` child, orphaned when the default handler killed unmask)."""
-    def terminate(signum, frame):
+    def terminate(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)

@@ -41,7 +41,8 @@ def build_dossier(model: str, out: str | Path, version: str | None = None, stage
         said = next((line.removeprefix("error: ") for line in reversed(lines) if line.startswith("error: ")), None)
         raise DossierFailed(said or f"the dossier builder exited with {done.returncode}: "
                                     + " / ".join(lines[-3:]))
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    built: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return built
 
 
 def report(model: str, out: str | Path, version: str | None = None, stage: str | None = None,

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from prefect import flow
+from prefect import Flow, flow
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
+from evals.pipeline import SweepPlan, SweepPoint
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.outbox import outbox_dir
@@ -32,17 +33,19 @@ from registry.links import mlflow_ui_command, run_link
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
 
-    reproducibility: bool = Field(True, description="Run the reproducibility probe per candidate.")
-    fresh_process_probe: bool = Field(True, description="The probe also decodes in a fresh Python process.")
-    policy: str | None = Field(None, description="Stage policy YAML (default: gates/policy.yaml).")
-    task_runner: RunnerKind = Field("threads", description="threads (this machine), dask or ray.")
-    dask_address: str | None = Field(None, description="Dask scheduler (or Ray) address; none starts a local cluster.")
-    gpus_per_cell: float = Field(0, description="GPUs each sweep cell asks its executor for (Dask resources, Ray num_gpus).")
-    dask_workers: int = Field(2, description="Workers of the local Dask cluster.")
-    remeasure: bool = Field(False, description="Measure every point again instead of reusing cached records.")
-    mlflow_retries: int = Field(2, description="Retries of MLflow logging before the flow gives up.")
-    mlflow_retry_delay_s: float = Field(2.0, description="Seconds between MLflow retries.")
-    threads: int | None = Field(None, description="torch CPU threads while measuring (None: the sweep's).")
+    reproducibility: bool = Field(default=True, description="Run the reproducibility probe per candidate.")
+    fresh_process_probe: bool = Field(default=True, description="The probe also decodes in a fresh Python process.")
+    policy: str | None = Field(default=None, description="Stage policy YAML (default: gates/policy.yaml).")
+    task_runner: RunnerKind = Field(default="threads", description="threads (this machine), dask or ray.")
+    dask_address: str | None = Field(
+        default=None, description="Dask scheduler (or Ray) address; none starts a local cluster.")
+    gpus_per_cell: float = Field(
+        default=0, description="GPUs each sweep cell asks its executor for (Dask resources, Ray num_gpus).")
+    dask_workers: int = Field(default=2, description="Workers of the local Dask cluster.")
+    remeasure: bool = Field(default=False, description="Measure every point again instead of reusing cached records.")
+    mlflow_retries: int = Field(default=2, description="Retries of MLflow logging before the flow gives up.")
+    mlflow_retry_delay_s: float = Field(default=2.0, description="Seconds between MLflow retries.")
+    threads: int | None = Field(default=None, description="torch CPU threads while measuring (None: the sweep's).")
 
 
 class RegistryUnreachable(RuntimeError):
@@ -54,17 +57,22 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
 
 
-def measured_cells(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
-                   gpus_per_cell: float = 0) -> Iterator[tuple[tasks.SweepPoint, State, Any]]:
+def measured_cells(plan: SweepPlan, remeasure: bool, runner: str = "threads",
+                   gpus_per_cell: float = 0) -> Iterator[tuple[SweepPoint, State, Any]]:
     """Submit every point (cell) of `plan` to the flow's task runner; yield (point, final state, value) as each
     settles. A GPU request the cluster cannot meet is refused before anything is submitted."""
-    task_runner = FlowRunContext.get().task_runner
+    context = FlowRunContext.get()
+    if context is None:
+        raise RuntimeError("measured_cells submits to the task runner of a flow: call it inside one")
+    task_runner = context.task_runner
     if runner_kind(task_runner) != runner:  # else the options say a cluster while the cells run here
         raise ValueError(f"cells asked to run on {runner!r}, but this flow runs on {runner_kind(task_runner)!r}: "
                          "start it through flows.evaluate.evaluate_on(options)")
     check_cell_resources(runner, gpus_per_cell, task_runner)
     storage = tasks.result_storage()
-    measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)
+    # prefect: Task takes refresh_cache=None (the setting decides); with_options' annotation leaves None out
+    measure = tasks.measure_point.with_options(result_storage=storage,
+                                               refresh_cache=remeasure or None)  # type: ignore[arg-type]
     with cell_resources(runner, gpus_per_cell):
         futures = {measure.submit(p, plan): p for p in plan.points}
     for future in as_completed(list(futures)):
@@ -72,8 +80,8 @@ def measured_cells(plan: tasks.SweepPlan, remeasure: bool, runner: str = "thread
         yield futures[future], future.state, value
 
 
-def measure_all(plan: tasks.SweepPlan, remeasure: bool, runner: str = "threads",
-                gpus_per_cell: float = 0) -> tuple[list[dict], list[str], int]:
+def measure_all(plan: SweepPlan, remeasure: bool, runner: str = "threads",
+                gpus_per_cell: float = 0) -> tuple[list[dict[str, Any]], list[str], int]:
     """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
     measured, failures, cached = [], [], 0
     for point, state, value in measured_cells(plan, remeasure, runner, gpus_per_cell):
@@ -133,7 +141,7 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     return outcome.to_dict()  # plain data across the flow boundary
 
 
-def evaluate_on(options: EvaluationOptions):
+def evaluate_on(options: EvaluationOptions) -> Flow[[str, str, EvaluationOptions], dict[str, Any]]:
     """`evaluate_candidate` on the task runner `options` names (threads, or a Dask or Ray cluster): the one way a
     caller picks where the cells run (the flow's own runner is threads)."""
     runner = make_task_runner(options.task_runner, options.dask_address, options.dask_workers)

@@ -13,7 +13,13 @@ import os
 import sqlite3
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 from models.state import state_dir
+
+if TYPE_CHECKING:
+    import logging
+
+    from rich.console import Console
 
 DEBUG_ENV = "UNMASK_DEBUG"
 LOG_NAME = "errors.log"
@@ -21,10 +27,11 @@ LOG_NAME = "errors.log"
 
 def _chain(exc: BaseException) -> list[BaseException]:
     seen, out = set(), []
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        out.append(link)
+        link = link.__cause__ or link.__context__
     return out
 
 
@@ -125,7 +132,7 @@ def log_traceback(exc: BaseException, command: str) -> Path | None:
         return None
 
 
-def print_error(console, message: object) -> None:
+def print_error(console: Console, message: object) -> None:
     """`error: MESSAGE` on one line however wide the terminal: the message's brackets are text, not markup
     (a rich tag would eat "got ['free']"), and it is never wrapped, so a path and its key stay together."""
     from rich.markup import escape
@@ -135,7 +142,7 @@ def print_error(console, message: object) -> None:
     console.print("[red]error:[/red] " + escape(text), highlight=False, soft_wrap=True)
 
 
-def _no_logged_traceback(record) -> bool:
+def _no_logged_traceback(record: logging.LogRecord) -> bool:
     return record.levelno < 40 or not record.exc_info and "Traceback" not in str(record.msg)
 
 

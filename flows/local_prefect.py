@@ -110,7 +110,7 @@ class LocalPrefect:
         return f"{state}{': ' + lines[-1] if lines else ''} (log: {self.log})"
 
 
-def api(local: LocalPrefect | None, warn=print) -> ContextManager[object]:
+def api(local: LocalPrefect | None, warn: Callable[[str], object] = print) -> ContextManager[object]:
     """Prefect's settings for the command's flows: its API at `local` once that answers, and no flow-run
     heartbeats (they let a long-lived server find crashed runs; this server ends with the process, and joining
     the heartbeat thread cost up to 1 s a flow). If `local` never answers, Prefect's own local mode is left to
@@ -125,7 +125,7 @@ def api(local: LocalPrefect | None, warn=print) -> ContextManager[object]:
 
 
 @contextmanager
-def booted(warn=print) -> Iterator[None]:
+def booted(warn: Callable[[str], object] = print) -> Iterator[None]:
     """`boot()` then `api()`, for a command whose flows follow its imports: the server boots while it imports."""
     with api(LocalPrefect.boot(), warn=warn):
         yield
@@ -233,4 +233,5 @@ def _configured_api() -> bool:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port

@@ -14,7 +14,7 @@ with its cron schedule, served by `unmask nightly serve` or listed in prefect.ya
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -33,6 +33,9 @@ from registry.audit import last_settled_move, verify
 from registry.connection import resolve_tracking_uri
 from registry.integrity import ChainBroken, alias_drift, chain_broken, record_finding
 from registry.state import fallback_holder, stage_holder
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
 
 DEFAULT_CRON = "0 2 * * *"  # 02:00 every night, in the schedule's timezone
 NIGHTLY_DEPLOYMENT = "nightly"
@@ -76,7 +79,8 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
         version = aliases.get("production") or latest_registration(aliases)
         if version:
             watched[model] = version
-    last, sources = {}, {}
+    last: dict[str, list[dict[str, Any]]] = {}
+    sources: dict[str, str] = {}
     for model, version in watched.items():
         try:
             evidence = load_evidence(registry, model, version)
@@ -92,7 +96,8 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
 
 
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
-def compare_with_last(last: dict[str, list[dict]], outcomes: list[dict[str, Any]], tracking_uri: str) -> list[dict]:
+def compare_with_last(last: dict[str, list[dict[str, Any]]], outcomes: list[dict[str, Any]],
+                      tracking_uri: str) -> list[dict[str, Any]]:
     """Per model and config: accuracy and p95 now against the records it was last judged on."""
     registry = Registry(tracking_uri)
     rows = []
@@ -200,8 +205,9 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
             "audit_chain": chain, "chain_anchor": anchor}
 
 
-def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, finding: dict | None,
-                    drift: dict[str, str] | None = None, chain: str | None = None, anchor: str = "") -> None:
+def publish_nightly(comparison: list[dict[str, Any]], verdict: ProductionVerdict | None,
+                    finding: dict[str, Any] | None, drift: dict[str, str] | None = None, chain: str | None = None,
+                    anchor: str = "") -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
@@ -220,7 +226,7 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
         moved = finding and finding.get("rolled_back")
         lines = [f"**Regression**: production ({verdict.model} v{verdict.version}) fails its gates:", ""]
         lines += [f"- {r.gate}: {r.reason}" for r in verdict.failed]
-        outcome = (f"{finding['move']['from']} -> {finding['move']['to']}" if moved
+        outcome = (f"{finding['move']['from']} -> {finding['move']['to']}" if finding and moved
                    else f"no ({(finding or {}).get('refused') or 'rollback off'})")
         lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
@@ -232,11 +238,12 @@ def publish_nightly(comparison: list[dict], verdict: ProductionVerdict | None, f
 
 
 def nightly_deployment(cron: str = DEFAULT_CRON, timezone: str = "UTC", sweep: str | None = None,
-                       rollback_on_regression: bool = True):
+                       rollback_on_regression: bool = True) -> RunnerDeployment:
     """The nightly flow as a deployment with its cron schedule (serve it, or apply it for a worker)."""
     from prefect.schedules import Cron
 
-    return nightly.to_deployment(
+    # prefect: to_deployment (async_dispatch) is typed "a deployment or a coroutine of one"; sync code gets one
+    return nightly.to_deployment(  # type: ignore[return-value]
         name=NIGHTLY_DEPLOYMENT, schedule=Cron(cron, timezone=timezone),
         parameters={"sweep": sweep or str(default_sweep_path()), "rollback_on_regression": rollback_on_regression},
         description="Re-evaluate production, fallback and candidates; roll back production on a regression.")

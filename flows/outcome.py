@@ -29,7 +29,7 @@ class CandidateOutcome:
     evidence_run_id: str = ""
     evidence_reused: bool = False
     tracking_uri: str = ""
-    files: dict[str, Any] = field(default_factory=dict)
+    files: str = ""  # the folder of the evaluation's files (under <state>/evals/)
     error: str = ""  # why the evaluation failed ("" when it did not)
 
     @classmethod

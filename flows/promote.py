@@ -25,9 +25,10 @@ from flows.evaluate import slug
 from flows.waiting import mark_waiting
 from gates import load_policy
 from gates.promotion import SETTLED_BY_AN_APPROVER
-from registry import CANDIDATE_ALIAS, Registry, judge, promote
+from registry import CANDIDATE_ALIAS, Registry, judge
 from registry.connection import resolve_tracking_uri
 from registry.approvals import approval_of
+from registry.promotion import promote
 
 PROMOTE_FLOW = "promote"
 

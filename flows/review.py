@@ -68,6 +68,7 @@ def scorecard_row(outcome: CandidateOutcome | Mapping[str, Any], scores: dict[st
                 "score": None, "rank": None,
                 "cached": "", "mlflow_run": ""}
     target = next_stage(outcome.qualified) or outcome.qualified
+    assert target is not None  # next_stage(None) is the first stage
     gates = outcome.gates(target)
     failed = [f"{g['gate']}: {g['reason']}" for g in gates if verdict_of(g) == "fail"]
     # what the evidence cannot judge yet, at this stage and the ones after it, with what would settle it

@@ -132,7 +132,8 @@ def _expected_arms(registry: Any, model: str, version: str, candidate: str,
                    baseline: str) -> dict[str, tuple[str, str, str]]:
     """What each arm must serve: the candidate the rollout's version, the baseline its alias's holder."""
     def weights(m: str, v: str) -> str:
-        return registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
+        sha256: str = registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
+        return sha256
 
     expected = {candidate: (model, version, weights(model, version))}
     held = alias_holder(registry, baseline)
@@ -196,7 +197,8 @@ def promote_version(rollout_id: str, tracking_uri: str) -> dict[str, Any]:
                    policy=load_policy(state.gates_policy or None),
                    comment=f"rollout {rollout_id} on route {state.route}: every step passed its canary analysis")
     set_route_weights(state.route, None)  # the stage alias serves the route's split now
-    return move.to_dict()
+    moved: dict[str, Any] = move.to_dict()
+    return moved
 
 
 @task(name="roll-back", cache_policy=NO_CACHE, persist_result=False)

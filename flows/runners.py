@@ -9,16 +9,17 @@ may run it and any later run reuses it; a cell re-run after a lost worker lands 
 from __future__ import annotations
 
 import contextlib
-from typing import Literal
+from typing import Any, Literal
 
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 RunnerKind = Literal["threads", "dask", "ray"]
-EXECUTORS = {"local": "threads", "threads": "threads", "dask": "dask", "ray": "ray"}  # `--executor` -> runner
+# `--executor` -> runner
+EXECUTORS: dict[str, RunnerKind] = {"local": "threads", "threads": "threads", "dask": "dask", "ray": "ray"}
 
 
 def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = None, workers: int = 2,
-                     max_threads: int = 1):
+                     max_threads: int = 1) -> TaskRunner[Any]:
     """The task runner a sweep fans out on.
 
     threads: `max_threads` points at a time in this process (1 keeps latency measurements honest).
@@ -33,11 +34,12 @@ def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = No
             from prefect_ray import RayTaskRunner
         except ImportError as e:  # optional, like dask
             raise ValueError("executor 'ray' needs prefect-ray: pip install prefect-ray") from e
-        return RayTaskRunner(address=dask_address) if dask_address else RayTaskRunner()
+        ray_runner: TaskRunner[Any] = RayTaskRunner(address=dask_address) if dask_address else RayTaskRunner()
+        return ray_runner  # prefect-ray ships no type information
     if kind != "dask":
         raise ValueError(f"task runner {kind!r}; expected 'threads', 'dask' or 'ray'")
     try:
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner
     except ImportError as e:  # the [dask] extra is optional
         raise ValueError("task runner 'dask' needs prefect-dask: pip install 'unmask[dask]'") from e
     if dask_address:
@@ -48,30 +50,31 @@ def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = No
                                           "dashboard_address": None})
 
 
-def cell_resources(kind: str, gpus_per_cell: float):
+def cell_resources(kind: str, gpus_per_cell: float) -> contextlib.AbstractContextManager[Any]:
     """A context to submit cells in that asks the executor for `gpus_per_cell` GPUs each, in its own syntax:
     Dask worker resources (`dask worker --resources GPU=N`; a cell waits for a worker that has one free),
     Ray's `num_gpus`. Threads run on this machine: nothing to ask for."""
     if not gpus_per_cell or kind == "threads":
         return contextlib.nullcontext()
     if kind == "dask":
-        import dask
+        from dask.base import annotate
 
-        return dask.annotate(resources={"GPU": gpus_per_cell})
+        return annotate(resources={"GPU": gpus_per_cell})
     if kind == "ray":
         from prefect_ray.context import remote_options
 
-        return remote_options(num_gpus=gpus_per_cell)
+        ray_options: contextlib.AbstractContextManager[Any] = remote_options(num_gpus=gpus_per_cell)
+        return ray_options  # prefect-ray ships no type information
     raise ValueError(f"task runner {kind!r}; expected 'threads', 'dask' or 'ray'")
 
 
-def runner_kind(task_runner) -> str:
+def runner_kind(task_runner: TaskRunner[Any]) -> str:
     """The kind of a Prefect task runner: threads, dask or ray (else its class name)."""
     name = type(task_runner).__name__
     return {"ThreadPoolTaskRunner": "threads", "DaskTaskRunner": "dask", "RayTaskRunner": "ray"}.get(name, name)
 
 
-def gpus_offered(kind: str, runner) -> dict[str, float]:
+def gpus_offered(kind: str, runner: Any) -> dict[str, float]:
     """GPUs each worker (Dask) or node (Ray) of the started `runner`'s cluster offers, by its address."""
     if kind == "dask":
         workers = runner.client.scheduler_info(n_workers=-1)["workers"]
@@ -79,12 +82,12 @@ def gpus_offered(kind: str, runner) -> dict[str, float]:
     if kind == "ray":
         import ray
 
-        return {node["NodeManagerAddress"]: float(node["Resources"].get("GPU", 0))
-                for node in ray.nodes() if node["Alive"]}
+        nodes = ray.nodes()  # type: ignore[no-untyped-call, unused-ignore]  # ray.nodes is unannotated
+        return {node["NodeManagerAddress"]: float(node["Resources"].get("GPU", 0)) for node in nodes if node["Alive"]}
     return {}
 
 
-def check_cell_resources(kind: str, gpus_per_cell: float, runner) -> None:
+def check_cell_resources(kind: str, gpus_per_cell: float, runner: Any) -> None:
     """Refuse, before any cell is submitted, a GPU request no worker of the cluster can meet: Dask and Ray would
     hold such a cell forever, waiting for a worker that has the resource."""
     if not gpus_per_cell or kind == "threads":

@@ -25,10 +25,11 @@ from evals.records import EvalRecord, LicenseResult, ReproducibilityResult
 from evals.sweep import load_sweep, timestamped_folder
 from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
 from flows.progress import report
-from gates import STAGES, load_policy
+from gates import STAGES, PromotionDecision, load_policy
 from models.state import state_dir
-from registry import Registry, judge_each, register_or_reuse
+from registry import Registry, register_or_reuse
 from registry.connection import EVALUATIONS_EXPERIMENT
+from registry.judging import judge_each
 from registry.tracking import evidence_run_id
 
 
@@ -110,8 +111,9 @@ def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
 
 @task(name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False,
       task_run_name="evidence {prepared.candidate}")
-def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]], reproducibility: dict | None,
-                      license: dict[str, Any], failures: list[str]) -> dict[str, Any]:
+def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]],
+                      reproducibility: dict[str, Any] | None, license: dict[str, Any],
+                      failures: list[str]) -> dict[str, Any]:
     """The candidate's CandidateEvidence (evals.pipeline), kept in the local outbox until the registry has it."""
     evidence = pipeline.assemble_evidence(
         prepared, [EvalRecord.from_dict(r) for r in records],
@@ -123,7 +125,7 @@ def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]]
 @task(name="write-evaluation-files", cache_policy=NO_CACHE, persist_result=False,
       task_run_name="files {prepared.candidate}")
 def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, measured: list[dict[str, Any]],
-                license: dict[str, Any], reproducibility: dict | None, failures: list[str]) -> str:
+                license: dict[str, Any], reproducibility: dict[str, Any] | None, failures: list[str]) -> str:
     """The candidate's evaluation folder under `<state>/evals/`, the same files `unmask eval` writes."""
     folder = timestamped_folder(state_dir() / "evals", f"{plan.name}-{prepared.candidate}")
     return str(pipeline.write_candidate_files(
@@ -147,7 +149,7 @@ def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
 @task(name="flush-outbox", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def flush_outbox(tracking_uri: str) -> list[str]:
     """Log evidence an earlier run kept locally because the registry was unreachable."""
-    done = []
+    done: list[str] = []
     found = pending()
     if not found:
         return done
@@ -163,7 +165,8 @@ def flush_outbox(tracking_uri: str) -> list[str]:
 
 @task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
       task_run_name="gates {model}")
-def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Any]:
+def judge_stages(model: str, version: str, tracking_uri: str,
+                 policy_path: str | None = None) -> dict[str, PromotionDecision]:
     """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
     (registry.judge_each records each report)."""
     registry = Registry(tracking_uri)

@@ -78,7 +78,7 @@ def dossier_content(registry: Registry, model: str, version: str | None = None,
                            + (f" --stage {stage})" if stage else ")"))
     fallback = _fallback(registry, model)
     gates = {s: _gates(r) for s, r in reports.items() if r}
-    content = {
+    content: dict[str, Any] = {
         "model": model, "version": version, "stages": stages, "tracking_uri": registry.tracking_uri,
         "run_url": run_url_base(registry.tracking_uri),
         "evidence_run_id": tags[model_tag("evidence_run")], "evaluated_at": tags.get(model_tag("evaluated_at"), ""),

@@ -16,7 +16,7 @@ from gates.roles import Roles, RolesError, load_roles
 from registry import audit
 from registry.decision import decision_lines
 from registry.demo import is_demo_registry
-from registry.rollouts import analyses, rollouts
+from registry.rollouts import RolloutRecord, analyses, rollouts
 from registry.store import STAGE_ALIASES, Registry
 
 # The EU AI Act's Annex IV points this dossier answers, in the Annex's order (its numbering kept).
@@ -44,7 +44,7 @@ def decision_part(registry: Registry, model: str, version: str, policy: Policy, 
     except RolesError:
         roles = None
     held = read.aliases(registry)
-    holders = {s: (f"{held[s]['model']} v{held[s]['version']}" if isinstance(held.get(s), dict) else "nobody")
+    holders = {s: (f"{h['model']} v{h['version']}" if isinstance(h := held.get(s), dict) else "nobody")
                for s in STAGE_ALIASES}
     found = rollouts(registry, model)
     return {
@@ -115,7 +115,7 @@ def signatures(registry: Registry, model: str, version: str, roles: Roles | None
     return out
 
 
-def _rollout(registry: Registry, r: Any) -> dict[str, Any]:
+def _rollout(registry: Registry, r: RolloutRecord) -> dict[str, Any]:
     steps = analyses(registry, r.id)
     return r.to_dict() | {"failed": r.status in FAILED_ROLLOUTS, "analyses": len(steps),
                           "verdicts": [f"step {a.step} at {a.weight}%: {a.verdict}" for a in steps]}

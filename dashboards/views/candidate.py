@@ -23,7 +23,7 @@ candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda he
 model = left.selectbox("Model", list(dict.fromkeys(candidates_first.model)), key="candidate_model")
 mine = versions[versions.model == model]
 labels = {v: f"v{v}" + (f" [{', '.join(a)}]" if a else "") for v, a in zip(mine.version, mine.aliases)}
-version = right.selectbox("Version", list(labels), index=len(labels) - 1, format_func=labels.get,
+version = right.selectbox("Version", list(labels), index=len(labels) - 1, format_func=lambda v: labels[v],
                           key=f"candidate_version_{model}")
 integrity = source.integrity(uri)
 check = integrity[(integrity.model == model) & (integrity.version == version)]

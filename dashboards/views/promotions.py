@@ -4,6 +4,8 @@ alias when, with what evidence), the nightly flow's regression findings, and eve
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 import pandas as pd
 import streamlit as st
@@ -25,10 +27,10 @@ LABELLED = ("promote", "rollback")  # the alias moves carry a label; the rest sa
 LABEL_LIMIT_PX = 110
 
 
-def kind_of(event: str, evidence: dict) -> str:
+def kind_of(event: str, evidence: dict[str, Any] | None) -> str:
     """What an audit event is on the timeline: a refusal (the rules said no) is not a decline (a person said no)."""
     if event == "alias_move":
-        return {"promotion": "promote", "rollback": "rollback"}.get((evidence or {}).get("kind"), "other")
+        return {"promotion": "promote", "rollback": "rollback"}.get((evidence or {}).get("kind") or "", "other")
     if event.startswith("rollout_"):
         return "rollout"
     if event.endswith("_refused"):
@@ -40,7 +42,8 @@ def kind_of(event: str, evidence: dict) -> str:
 def labelled(kinds: pd.Series, rows: pd.Series) -> list[bool]:
     """Which events get a text label: alias moves, and on each row only every other one of them at most, so two
     labels (LABEL_LIMIT_PX wide, alternating above and below) never share the space between two marks."""
-    keep, last = [], {}
+    keep: list[bool] = []
+    last: dict[Any, int] = {}  # row -> the index of its last labelled event
     for n, (kind, row) in enumerate(zip(kinds, rows)):
         ok = kind in LABELLED and n - last.get(row, -99) >= 2
         if ok:

@@ -9,7 +9,8 @@ from dashboards import source
 from dashboards.alerts import show_chain_broken, show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
-from gates.decision import ratio_text
+from dashboards.verdict import StageVerdict
+from gates.decision import DecisionLine, ratio_text
 from gates.readable import percent, significant
 
 reg = source.registry_or_stop()
@@ -24,14 +25,15 @@ lines = source.stage_verdicts(uri, source.policy_source())
 decided = source.decision_lines(uri, source.policy_source())
 
 
-def accuracy_cell(line) -> str:
+def accuracy_cell(line: DecisionLine) -> str:
     if line.accuracy is None:
         return "—"
+    assert line.accuracy_interval is not None  # set with the accuracy (gates.decision)
     low, high = line.accuracy_interval
     return f"{percent(line.accuracy)} ({percent(low)} to {percent(high)}, n={line.n_items})"
 
 
-def versus(ratio_text_: str, line) -> str:
+def versus(ratio_text_: str, line: DecisionLine) -> str:
     return ratio_text_ + (f" at {line.concurrency} in flight" if line.concurrency > 1 else "")
 
 
@@ -58,7 +60,7 @@ if pending:
             icon=":material/pending_actions:")
 
 
-def label(holder) -> str:
+def label(holder: tuple[str, str] | None) -> str:
     return version_label(*holder) if holder else ""
 
 
@@ -84,7 +86,7 @@ for f in source.failed_rollouts(uri).itertuples():
 # -- end of failed rollouts ------------------------------------------------------------------------------------
 
 
-def score_text(line) -> str:
+def score_text(line: StageVerdict) -> str:
     if line.score is None:
         return "—"
     spread = line.score_interval
@@ -94,7 +96,7 @@ def score_text(line) -> str:
     return shown
 
 
-def quality_text(line) -> str:
+def quality_text(line: StageVerdict) -> str:
     if line.quality is None:
         return "—"
     shown = percent(line.quality)
@@ -104,7 +106,7 @@ def quality_text(line) -> str:
     return shown
 
 
-def blocks_text(line) -> str:
+def blocks_text(line: StageVerdict) -> str:
     if line.subject is None:
         return line.blocker
     if not line.blocker:
@@ -112,7 +114,7 @@ def blocks_text(line) -> str:
     return f"{label(line.subject)}: {line.blocker}"
 
 
-def holder_text(line) -> str:
+def holder_text(line: StageVerdict) -> str:
     if not line.holder:
         return "nobody"
     if line.holder_failed:

@@ -3,7 +3,10 @@ roles or the registry is a demonstration (`demo: true`, `unmask run --demo`), so
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 BANNER = "DEMO — not a decision"
 
@@ -17,7 +20,7 @@ def print_demo_banner(out: Any, policy: Any = None, registry: Any = None) -> lis
     from registry import Registry, RegistryError
     from registry.demo import demo_marks
 
-    def read(load):
+    def read(load: Callable[[], T]) -> T | None:
         try:
             return load()
         except (PolicyError, RolesError, RegistryError, OSError):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,6 +18,10 @@ from flows.commands import options
 from gates.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from evals.bench import BenchReport, BenchRow, BenchSetup, Variant
+    from models.adapters import APIAdapter, ModelHandle
 
 console = table_console(220)
 
@@ -27,7 +33,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
         raise typer.BadParameter(f"{option} must be comma-separated integers, got {text!r}") from None
 
 
-def render(report) -> FittedTable:
+def render(report: BenchReport) -> FittedTable:
     # at 80 columns memory goes first (one model, one size), then what the speedup sums up: the rates, the calls
     several = len({r.batch for r in report.rows}) > 1
     table = FittedTable(report.title, [
@@ -54,7 +60,7 @@ def render(report) -> FittedTable:
     return table
 
 
-def write_json(report, path: Path) -> None:
+def write_json(report: BenchReport, path: Path) -> None:
     """Rewrite `path` whole through a temporary file, so a reader (or a stopped run) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -68,7 +74,8 @@ def _clock(start: float) -> str:
 
 
 @contextmanager
-def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"):
+def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"
+                      ) -> Iterator[tuple[Callable[[str], None], Callable[[BenchRow], None]]]:
     """(`tick(label)` per pass, `row_done(row)` per finished row): rich's bar on a terminal; piped, one flushed
     line on stderr per pass and one per finished row (a bar that redraws in place shows nothing in a log, and
     a long run would look hung)."""
@@ -85,7 +92,7 @@ def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"):
         done += 1
         print(f"bench pass {done}/{total} [{_clock(start)}] {label}", file=sys.stderr, flush=True)
 
-    def row_done(row) -> None:
+    def row_done(row: BenchRow) -> None:
         nonlocal finished
         finished += 1
         speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x {reference}"
@@ -140,10 +147,10 @@ def bench_command(
     passes = len(setup.gen_lengths) * runs * (setup.warmup + setup.reps)
     total_rows = planned_rows(runnable, setup)
     ar_skipped = len(runnable) < len(variants)
-    rows: list = []
+    rows: list[BenchRow] = []
 
-    def keeper(row_done):
-        def keep(row) -> None:
+    def keeper(row_done: Callable[[BenchRow], None]) -> Callable[[BenchRow], None]:
+        def keep(row: BenchRow) -> None:
             rows.append(row)
             if json_path is not None:  # the file first: a line that says a row is done finds it there
                 write_json(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False), json_path)
@@ -167,7 +174,8 @@ def bench_command(
 
 
 def _prepared(model: str, gen_lengths: str, batch: str | None, tolerance: float, block_length: int, prompts: int,
-              reps: int, warmup: int, threads: int | None, seed: int, configs: str, device: str, plot: Path | None):
+              reps: int, warmup: int, threads: int | None, seed: int, configs: str, device: str,
+              plot: Path | None) -> tuple[list[Variant], BenchSetup, str, ModelHandle | APIAdapter]:
     """The rows asked for, the checked setup, where its thread count came from and the loaded model; exit 2 with
     the reason when any of them is wrong."""
     from evals.bench import BenchSetup, row_set
@@ -205,9 +213,10 @@ def _memory_budget(memory_budget: str | None) -> int | None:
         raise typer.Exit(2) from None
 
 
-def _ar_reference(ar_model: str, variants: list, device: str):
+def _ar_reference(ar_model: str, variants: list[Variant], device: str) -> ModelHandle | APIAdapter | None:
     """The AR twin the `ar` row decodes with, or None (not asked for, or it does not load: a note says why)."""
-    from models import CheckpointError, load
+    from models import CheckpointError
+    from models.loading import load
 
     if not ar_model or not any(v.kind == "ar" for v in variants):
         return None
@@ -218,7 +227,7 @@ def _ar_reference(ar_model: str, variants: list, device: str):
         return None
 
 
-def _publish(report, json_path: Path | None, plot: Path | None) -> None:
+def _publish(report: BenchReport, json_path: Path | None, plot: Path | None) -> None:
     """The table, the one-line summaries, and the JSON and plot when asked for."""
     from evals.bench_summary import report_lines
 
@@ -236,7 +245,7 @@ def _publish(report, json_path: Path | None, plot: Path | None) -> None:
 
 # The help's paragraphs are one line each: rich would keep a docstring's line breaks mid-sentence.
 BENCH_HELP = "\n\n".join([
-    bench_command.__doc__,
+    bench_command.__doc__ or "",
     "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
     "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core machine "
     "shared with other jobs); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 import yaml
@@ -10,7 +11,7 @@ import yaml
 deploy_app = typer.Typer(help="Manifests for serving fleets (KServe, Argo Rollouts, Kubernetes).", no_args_is_help=True)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -54,7 +55,7 @@ def render_command(
     registry = Registry()
     arms = []
     for name in names:
-        alias = policy.declared[name].alias if name in policy.declared and policy.declared[name].alias else name
+        alias = (policy.declared[name].alias if name in policy.declared else None) or name
         try:
             at = holder(registry, alias)
         except RegistryError as e:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -11,6 +13,11 @@ from flows.commands import options
 from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from evals.pipeline import SweepPlan, SweepPoint
+    from evals.records import EvalRecord
+    from evals.sweep import SweepResult, SweepSpec
 
 console = table_console(180)
 
@@ -95,7 +102,9 @@ def eval_command(
         raise typer.Exit(1)
 
 
-def run_with_progress(spec, folder: Path, measure_cells=None):
+def run_with_progress(spec: SweepSpec, folder: Path,
+                      measure_cells: Callable[[list[SweepPlan]], Iterable[tuple[SweepPoint, Any]]] | None = None
+                      ) -> SweepResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from evals.sweep import run_sweep
@@ -105,7 +114,7 @@ def run_with_progress(spec, folder: Path, measure_cells=None):
         bar = progress.add_task("loading", total=None)
         point = [""]  # the point being measured, for the item count inside it
 
-        def on_event(kind: str, info: dict) -> None:
+        def on_event(kind: str, info: dict[str, Any]) -> None:
             if kind == "plan":
                 progress.update(bar, total=info["items"] * 1, description=f"{spec.name}: {info['total']} points")
             elif kind == "point":
@@ -122,11 +131,11 @@ def run_with_progress(spec, folder: Path, measure_cells=None):
         return run_sweep(spec, folder, on_event=on_event, measure_cells=measure_cells)
 
 
-def finish(spec, result, repro: bool, plot: bool) -> None:
+def finish(spec: SweepSpec, result: SweepResult, repro: bool, plot: bool) -> None:
     """Plots, license checks and reproducibility verdicts (evals.evidence), printed as they come."""
     from evals.evidence import gather_evidence
 
-    def show(kind: str, value) -> None:
+    def show(kind: str, value: Any) -> None:  # a LicenseResult or a ReproducibilityResult, as `kind` says
         if kind == "license":
             findings = f" (findings: {'; '.join(value.findings)})" if value.findings else ""
             console.print(f"license {value.candidate}: {value.tier} [{value.expression}]{findings}", highlight=False, markup=False)
@@ -142,7 +151,7 @@ def finish(spec, result, repro: bool, plot: bool) -> None:
         console.print(f"[yellow]{problem}[/yellow]", highlight=False)
 
 
-def records_table(records) -> FittedTable:
+def records_table(records: list[EvalRecord]) -> FittedTable:
     from evals.plots import point_label
 
     # at 80 columns the rarely read ones go first: first-block latency, the throughput pass, p50

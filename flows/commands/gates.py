@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import typer
 from rich.markup import escape
 
@@ -12,6 +15,11 @@ from gates.readable import gate_threshold, gate_value
 from flows.commands.banner import print_demo_banner
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from gates.policy import Policy, StagePolicy
+    from gates.results import GateResult
+    from registry.store import Registry
 
 console = table_console(160)
 VERDICT_WORDS = {"pass": "[green]yes[/green]", "fail": "[red]no[/red]", "inconclusive": "[yellow]inconclusive[/yellow]"}
@@ -83,7 +91,7 @@ def gates_command(
         raise typer.Exit(2) from None
 
 
-def _show_stored(reg, model: str, version: str, stages: list[str], policy) -> None:
+def _show_stored(reg: Registry, model: str, version: str, stages: list[str], policy: Policy) -> None:
     """The stored gate reports as they are (a forged one is refused, and recorded as a finding)."""
     from gates.results import GateResult
     from registry.integrity import GateReportTampered, record_finding
@@ -108,7 +116,8 @@ def _show_stored(reg, model: str, version: str, stages: list[str], policy) -> No
         console.print(f"  {model} v{version} -> {name}: the gates {word} when judged\n", highlight=False)
 
 
-def _table(model: str, version: str, stage: str, results, stage_policy, when: str = "") -> FittedTable:
+def _table(model: str, version: str, stage: str, results: Sequence[GateResult], stage_policy: StagePolicy,
+           when: str = "") -> FittedTable:
     passed = sum(r.passed for r in results)
     undecided = sum(r.inconclusive for r in results)
     more = f", {undecided} inconclusive" if undecided else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +14,11 @@ from rich.table import Table
 
 from flows.commands import options
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from sampler import SamplerConfig
+    from sampler.output import GenerateOutput
+    from serving.decoding import ServedHandle
 
 console = Console()
 
@@ -72,7 +78,8 @@ def generate_command(
     commits = CommitTrace()
     start = time.perf_counter()
     try:
-        out = decode(loaded, ids, config, **({"on_step": commits} if trace else {}))
+        traced: dict[str, Any] = {"on_step": commits} if trace else {}
+        out = decode(loaded, ids, config, **traced)
     except (DecodeError, ValueError, FloatingPointError) as e:  # NaN/inf logits, a config this model cannot decode
         print_error(console, f"{model}: {e}")
         raise typer.Exit(2) from None
@@ -91,7 +98,8 @@ def generate_command(
     console.print(facts_table(loaded, out, elapsed, source, given, config))
 
 
-def generate_config(model: str, loaded, given: dict, exact: bool, cfg_scale: float, seed: int):
+def generate_config(model: str, loaded: ServedHandle, given: dict[str, Any], exact: bool, cfg_scale: float,
+                    seed: int) -> tuple[SamplerConfig, str]:
     """The SamplerConfig generate decodes with, and where its settings came from: the reference (`--exact`) or the
     model's operating point, with the flags given on top. ValueError names a setting the sampler refuses."""
     from sampler import SamplerConfig
@@ -102,12 +110,14 @@ def generate_config(model: str, loaded, given: dict, exact: bool, cfg_scale: flo
         settings["steps"] = given["steps"] or settings["gen_length"]  # the reference: one committed position per step
     elif given["steps"] is None and given["gen_length"] is not None and base.get("gen_length"):  # the pace kept
         settings["steps"] = max(1, round(base["steps"] * given["gen_length"] / base["gen_length"]))
+    ids: dict[str, Any] = loaded.sampler_ids()  # its mask, EOS and EoT ids: the config carries them
     config = SamplerConfig(**settings | {"block_length": min(settings["block_length"], settings["gen_length"])},
-                           cfg_scale=cfg_scale, seed=seed, **loaded.sampler_ids())
+                           cfg_scale=cfg_scale, seed=seed, **ids)
     return config, source
 
 
-def facts_table(loaded, out, elapsed: float, source: str, given: dict, config) -> Table:
+def facts_table(loaded: ServedHandle, out: GenerateOutput, elapsed: float, source: str, given: dict[str, Any],
+                config: SamplerConfig) -> Table:
     """What generate prints under the text: the model, NFE, time, where the settings came from, the config."""
     table = Table(show_header=False, box=None)
     table.add_row("model", str(loaded.path))
@@ -120,11 +130,11 @@ def facts_table(loaded, out, elapsed: float, source: str, given: dict, config) -
 
 
 # The reference decode (--exact): every setting generate reads, one committed position per step (steps = gen_length).
-EXACT = {"gen_length": 64, "block_length": 32, "temperature": 0.0, "remasking": "low_confidence"}
+EXACT: dict[str, Any] = {"gen_length": 64, "block_length": 32, "temperature": 0.0, "remasking": "low_confidence"}
 SETTINGS = ("steps", "gen_length", "block_length", "temperature", "remasking")
 
 
-def operating_point(model: str, loaded) -> tuple[dict, str]:
+def operating_point(model: str, loaded: ServedHandle) -> tuple[dict[str, Any], str]:
     """The settings MODEL decodes with by default, and where they came from: the gate-chosen config recorded with
     its latest registered version (what `unmask serve` decodes with), else the catalog's decoding defaults. The
     registry is read only where one exists: generate never creates a store."""

@@ -18,13 +18,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import typer
 
 from flows.commands import options
 from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+
+if TYPE_CHECKING:
+    from evals.batching_cap import BatchingCap, GainAgainstCap
+    from evals.loadtest import LoadResult, LoadSpec
+    from evals.records import ServingRecord
+    from serving.pool import ModelPool
 
 console = table_console(200)
 
@@ -188,7 +194,7 @@ def loadtest_command(
         console.print(f"records: {json_path}", highlight=False)
 
 
-def save_results(records, plot: Path | None, log: bool):
+def save_results(records: list[ServingRecord], plot: Path | None, log: bool) -> list[ServingRecord]:
     """Plot the curve and, with --log, log the records and the plot to MLflow; the records, with run ids where
     logged."""
     plotted = plot_curve(records, plot)
@@ -201,7 +207,8 @@ def save_results(records, plot: Path | None, log: bool):
     return logged
 
 
-def show_results(result, records, caps, max_batch: int, decode_caps=None) -> None:
+def show_results(result: LoadResult, records: list[ServingRecord], caps: dict[str, Any] | None, max_batch: int,
+                 decode_caps: dict[str, Any] | None = None) -> None:
     """The results table (its model, in flight, tokens/s and p95 columns are the curve's points), the notes, the
     errors, and the batching gain against the caps, the forward's and the whole decode's (`caps` None: a remote
     endpoint, whose model is not here)."""
@@ -221,7 +228,8 @@ def show_results(result, records, caps, max_batch: int, decode_caps=None) -> Non
                       "be timed; run without --url to measure it)", highlight=False)
 
 
-def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...], measure=None) -> dict[str, Any]:
+def served_caps(pool: ModelPool, names: list[str], prompts: list[str], rows: tuple[int, ...],
+                measure: Callable[..., BatchingCap] | None = None) -> dict[str, Any]:
     """The batching cap (`evals.batching_cap`; `measure`: its `measure_cap`, the default, or `measure_decode_cap`) of
     each served name's loaded model at its operating point; None for a name with no holder or a kind it does not
     measure. Call it after the load, while the server still runs: the forwards are timed on the pool's compute
@@ -247,7 +255,7 @@ def served_caps(pool, names: list[str], prompts: list[str], rows: tuple[int, ...
     return caps
 
 
-def cap_table(gains, max_batch: int) -> FittedTable:
+def cap_table(gains: list[GainAgainstCap], max_batch: int) -> FittedTable:
     """Per model and loaded level: tokens/s over solo (the gain), the caps at that many rows (one forward's, a whole
     decode's), and the gain's share of each."""
     table = FittedTable("batching gain against the cap (n rows' forward, and n rows' whole decode, vs one row's, "
@@ -264,7 +272,7 @@ def cap_table(gains, max_batch: int) -> FittedTable:
     return table
 
 
-def plot_curve(records, plot: Path | None) -> Path | None:
+def plot_curve(records: list[ServingRecord], plot: Path | None) -> Path | None:
     """Tokens/s against p95 per model (`evals.plots.plot_load_curve`) at `plot`, else under the state folder;
     None (and a note) when no cell has both measurements."""
     from evals.plots import plot_load_curve
@@ -300,7 +308,7 @@ def entry_endpoint(entry_id: str) -> tuple[str, str, str]:
         raise LoadTestError(f"--entry {entry_id}: {e}") from None
 
 
-def run_with_progress(spec, prompts, apart: bool = False):
+def run_with_progress(spec: LoadSpec, prompts: list[str], apart: bool = False) -> LoadResult:
     """`run_load` with a progress bar; `apart`: from a child process (`evals.load_process`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -312,7 +320,7 @@ def run_with_progress(spec, prompts, apart: bool = False):
                   console=console, transient=True) as progress:
         bar = progress.add_task("connecting", total=len(spec.models) * len(levels(spec)) * spec.requests)
 
-        def show(kind: str, info: dict) -> None:
+        def show(kind: str, info: dict[str, Any]) -> None:
             if kind == "cell":
                 progress.update(bar, description=f"{info['model']} at {info['concurrency']} in flight ({info['mode']})")
             elif kind == "answer":
@@ -326,14 +334,15 @@ def run_with_progress(spec, prompts, apart: bool = False):
             set_reporter(None)
 
 
-def log_records(records, plot: Path | None = None):
+def log_records(records: list[ServingRecord], plot: Path | None = None) -> tuple[list[ServingRecord], list[str]]:
     """Log each record naming a registered version to MLflow, and the curve `plot` drawn from them beside them;
     (records with run ids where logged, reasons skipped)."""
     from registry import Registry
     from registry.connection import RegistryError
     from registry.loadtests import log_load_curve, log_serving_record
 
-    logged, skipped = [], []
+    logged: list[ServingRecord] = []
+    skipped: list[str] = []
     try:
         registry = Registry()
     except RegistryError as e:
@@ -356,7 +365,7 @@ def log_records(records, plot: Path | None = None):
     return logged, skipped
 
 
-def results_table(result, records) -> FittedTable:
+def results_table(result: LoadResult, records: list[ServingRecord]) -> FittedTable:
     """One row per (model, concurrency); `vs <last model>` is tokens/s over the last --model's at that level."""
     reference = result.spec.models[-1] if len(result.spec.models) > 1 else None
     rates = {(r.served_as, r.concurrency): r.tokens_per_s for r in records}

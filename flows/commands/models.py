@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from flows.commands.table import Column, FittedTable, table_console
@@ -19,7 +21,7 @@ def human_count(n: int | None) -> str:
     return str(n)
 
 
-def parameters_on_disk(folder) -> int | None:
+def parameters_on_disk(folder: Path) -> int | None:
     """Count parameters from the safetensors headers (no tensor is read)."""
     from safetensors import safe_open
 

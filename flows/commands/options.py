@@ -26,17 +26,23 @@ def max_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _bad_value(message: str, ctx: typer.Context, param: typer.CallbackParam) -> typer.BadParameter:
+    """The usage error for a callback's value (typer types BadParameter's `param` as its private _TyperParameter,
+    which is what it passes a callback; the callback itself must declare typer.CallbackParam to be given it)."""
+    return typer.BadParameter(message, ctx=ctx, param=param)  # type: ignore[arg-type]  # typer: see above
+
+
 def threads(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """--threads: 1 up to this machine's cores (`max_threads`)."""
     positive(ctx, param, value)
     if value is not None and value > max_threads():
-        raise typer.BadParameter(f"must be at most {max_threads()} (the cores this machine gives unmask), got "
-                                 f"{value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"must be at most {max_threads()} (the cores this machine gives unmask), got "
+                         f"{value!r}", ctx=ctx, param=param)
     return value
 
 
 def _name(param: Any) -> str:
-    opts = getattr(param, "opts", None) or [f"--{getattr(param, 'name', 'value')}"]
+    opts: list[str] = getattr(param, "opts", None) or [f"--{getattr(param, 'name', 'value')}"]
     return max(opts, key=len)
 
 
@@ -44,7 +50,7 @@ def positive(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """An optional count that must be at least 1 when given (--limit, --steps, --threads, --gen-length ...)."""
     for one in value if isinstance(value, (list, tuple)) else [value]:
         if one is not None and one < 1:
-            raise typer.BadParameter(f"must be a positive integer, got {one!r}", ctx=ctx, param=param)
+            raise _bad_value(f"must be a positive integer, got {one!r}", ctx=ctx, param=param)
     return value
 
 
@@ -55,21 +61,21 @@ def executor(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     from flows.runners import EXECUTORS
 
     if value not in EXECUTORS:
-        raise typer.BadParameter(f"expected one of {', '.join(EXECUTORS)}, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"expected one of {', '.join(EXECUTORS)}, got {value!r}", ctx=ctx, param=param)
     return value
 
 
 def non_negative(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """A count that may be 0 (--warmup, --seed)."""
     if value is not None and value < 0:
-        raise typer.BadParameter(f"must be 0 or more, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"must be 0 or more, got {value!r}", ctx=ctx, param=param)
     return value
 
 
 def port(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """A TCP port to listen on: 1 to 65535."""
     if value is not None and not 1 <= value <= 65535:
-        raise typer.BadParameter(f"must be a TCP port from 1 to 65535, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"must be a TCP port from 1 to 65535, got {value!r}", ctx=ctx, param=param)
     return value
 
 
@@ -78,7 +84,7 @@ def device(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     from models.loading import DEVICE_PATTERN
 
     if value is not None and not DEVICE_PATTERN.match(str(value)):
-        raise typer.BadParameter(f"must be cpu, cuda, cuda:N or mps, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"must be cpu, cuda, cuda:N or mps, got {value!r}", ctx=ctx, param=param)
     return value
 
 
@@ -90,10 +96,10 @@ def positive_ints(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
     try:
         numbers = [int(p) for p in parts]
     except ValueError:
-        raise typer.BadParameter(f"must be comma-separated positive integers, got {value!r}", ctx=ctx,
-                                 param=param) from None
+        raise _bad_value(f"must be comma-separated positive integers, got {value!r}", ctx=ctx,
+                         param=param) from None
     if not numbers or any(n < 1 for n in numbers):
-        raise typer.BadParameter(f"must be comma-separated positive integers, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"must be comma-separated positive integers, got {value!r}", ctx=ctx, param=param)
     return value
 
 
@@ -152,8 +158,8 @@ def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         try:
             check_token(value, "id")
         except ValueError:
-            raise typer.BadParameter(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
-                                     ctx=ctx, param=param) from None
+            raise _bad_value(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
+                             ctx=ctx, param=param) from None
     return value
 
 
@@ -167,7 +173,7 @@ def output_path(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> A
         path = Path(value).expanduser()
         why = f"{path} is a folder, not a file" if path.is_dir() else unusable_folder(path.parent)
         if why:
-            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+            raise _bad_value(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
     return value
 
 
@@ -180,7 +186,7 @@ def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
     if value is not None:
         why = unusable_folder(Path(value).expanduser())
         if why:
-            raise typer.BadParameter(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
+            raise _bad_value(f"{value}: cannot be written ({why})", ctx=ctx, param=param)
     return value
 
 
@@ -230,5 +236,5 @@ def alias_name(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> An
     from registry.store import ALIASES
 
     if value is not None and value not in ALIASES:
-        raise typer.BadParameter(f"expected one of {', '.join(ALIASES)}, got {value!r}", ctx=ctx, param=param)
+        raise _bad_value(f"expected one of {', '.join(ALIASES)}, got {value!r}", ctx=ctx, param=param)
     return value

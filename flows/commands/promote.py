@@ -163,10 +163,10 @@ def audit_command(
     table = FittedTable(f"audit trail ({len(events)} events)", [
         Column("when (UTC)", wrap=True), Column("event"), Column("who"), Column("stage"), Column("model", wrap=True),
         Column("from", drop=2), Column("to", drop=3), Column("status", drop=4), Column("comment", wrap=True, drop=1)])
-    for _, e in events.tail(limit).iterrows():
-        table.add_row(e["when"][:19].replace("T", " "), e["event"], e["who"], e["stage"],
-                      f"{e['model']} v{e['version']}" if e["version"] else e["model"], e["from"], e["to"], e["status"],
-                      e["comment"])
+    for _, event in events.tail(limit).iterrows():
+        table.add_row(event["when"][:19].replace("T", " "), event["event"], event["who"], event["stage"],
+                      f"{event['model']} v{event['version']}" if event["version"] else event["model"], event["from"],
+                      event["to"], event["status"], event["comment"])
     console.print(table)
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,6 +22,14 @@ from flows.commands.options import positive, threads_rule
 from flows.commands.options import threads as threads_option
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
+    from evals.sweep import SweepSpec
+    from flows.evaluate import EvaluationOptions
+    from gates.decision import DecisionLine
 
 console = table_console(160)
 
@@ -95,9 +104,10 @@ def _while_prefect_boots() -> None:
             pass
 
 
-def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str, dask_address: str | None,
+def _checked_options(sweep_path: str | Path, model: list[str] | None, task_runner: str, dask_address: str | None,
                      gpus_per_cell: float, policy: Path | None, reproducibility: bool, remeasure: bool,
-                     items: int | None, threads: int | None):
+                     items: int | None, threads: int | None
+                     ) -> tuple[SweepSpec, str | Path, EvaluationOptions, str]:
     """The sweep, its path (with `items`, a copy with `n` raised), the evaluation options and where the thread
     count came from; exit 2 naming what is wrong, before anything is measured."""
     from evals.sweep import SweepError, check_model_ref, load_sweep, with_items
@@ -108,7 +118,7 @@ def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str
     try:
         if task_runner not in EXECUTORS:
             raise ValueError(f"--executor is {task_runner!r}; expected one of {', '.join(EXECUTORS)}")
-        task_runner = EXECUTORS[task_runner]
+        runner = EXECUTORS[task_runner]
         spec = load_sweep(sweep_path)
         for ref in model or []:
             check_model_ref(ref, lambda _key, expected: SweepError(f"--model {expected}"))
@@ -117,7 +127,7 @@ def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str
         if items:
             sweep_path = with_items(sweep_path, lambda _task: items)
         options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
-                                    task_runner=task_runner, dask_address=dask_address, remeasure=remeasure,
+                                    task_runner=runner, dask_address=dask_address, remeasure=remeasure,
                                     threads=threads, gpus_per_cell=gpus_per_cell)
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
@@ -126,7 +136,7 @@ def _checked_options(sweep_path: Path, model: list[str] | None, task_runner: str
     return spec, sweep_path, options, threads_from
 
 
-def _print_summary(result: dict, options, models: list[str], elapsed: float) -> None:
+def _print_summary(result: dict[str, Any], options: EvaluationOptions, models: list[str], elapsed: float) -> None:
     """The decision, the scorecard, what was reused and what to do next; exit 1 when nothing was measured or
     every candidate failed."""
     from models.state import state_dir
@@ -152,7 +162,7 @@ def _print_summary(result: dict, options, models: list[str], elapsed: float) -> 
         raise typer.Exit(1)
 
 
-def review_with_progress(models: list[str], sweep: str, options) -> dict:
+def review_with_progress(models: list[str], sweep: str, options: EvaluationOptions) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from flows.progress import set_reporter
@@ -160,10 +170,10 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
         bar = progress.add_task("starting Prefect (local mode) and MLflow (SQLite)", total=None)
 
-        def on_event(kind: str, info: dict) -> None:
+        def on_event(kind: str, info: dict[str, Any]) -> None:
             name = info.get("candidate", "")
             if kind == "candidate":
                 progress.update(bar, description=f"loading {name}")
@@ -194,7 +204,7 @@ def review_with_progress(models: list[str], sweep: str, options) -> dict:
     return result
 
 
-def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
+def scorecard_table(rows: list[dict[str, Any]], score_stage: str) -> FittedTable:
     from rich.markup import escape
     table = FittedTable("scorecard", [
         Column("candidate"), Column("qualifies for"), Column("gates passed", "right", wrap=True),
@@ -217,7 +227,7 @@ def scorecard_table(rows: list[dict], score_stage: str) -> FittedTable:
     return table
 
 
-def mark_demo(out) -> None:
+def mark_demo(out: Console) -> None:
     """Mark the registry `unmask run --demo` evaluates into as a demonstration (refused once production moved)."""
     from registry import Registry, RegistryError
     from registry.demo import mark_demo_registry
@@ -231,7 +241,7 @@ def mark_demo(out) -> None:
               "decision)", highlight=False)
 
 
-def decision_table(lines: list) -> FittedTable:
+def decision_table(lines: list[DecisionLine]) -> FittedTable:
     """The decision line per candidate and stage: accuracy with interval, p95 and text tokens/s against the AR
     fallback at the same concurrency, the verdict, what blocks it."""
     from rich.markup import escape
@@ -247,9 +257,12 @@ def decision_table(lines: list) -> FittedTable:
                 "load test where both have one)")
     colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for line in lines:
-        accuracy = "—" if line.accuracy is None else (
-            f"{percent(line.accuracy)} ({percent(line.accuracy_interval[0])}–{percent(line.accuracy_interval[1])}, "
-            f"n={line.n_items})")
+        if line.accuracy is None:
+            accuracy = "—"
+        else:
+            assert line.accuracy_interval is not None  # set with the accuracy (gates.decision)
+            low, high = line.accuracy_interval
+            accuracy = f"{percent(line.accuracy)} ({percent(low)}–{percent(high)}, n={line.n_items})"
         at = f" @{line.concurrency}" if line.concurrency > 1 else ""
         verdict = f"[{colour.get(line.verdict, 'white')}]{line.verdict}[/]"
         if line.measured_pass and not line.promotable:
@@ -275,7 +288,7 @@ def print_decision(tracking_uri: str, policy_path: str | None, candidates: list[
         console.print(decision_table(lines))
 
 
-def print_next_steps(outcomes: list[dict], tracking_uri: str, policy_path: str | None) -> None:
+def print_next_steps(outcomes: list[dict[str, Any]], tracking_uri: str, policy_path: str | None) -> None:
     """For each reviewed candidate, the commands that clear what blocks its next promotion, judged afresh
     (the typed reasons say which command; the review's outcome keeps only their words)."""
     from gates import PolicyError, load_policy

@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from flows.commands import options
+
+if TYPE_CHECKING:
+    from gates.request_limits import RequestLimits
 
 console = Console(stderr=True)
 
@@ -117,7 +121,8 @@ def serve_command(
         raise typer.Exit(2)
 
 
-def checked_inputs(names: list[str], routes: Path | None, api_key_file: Path | None, memory_budget: str | None):
+def checked_inputs(names: list[str], routes: Path | None, api_key_file: Path | None,
+                   memory_budget: str | None) -> tuple[list[str], RequestLimits, frozenset[str], int | None]:
     """The names to serve (with what the routes need), the compute limits, the API keys and the memory budget, each
     checked before any model loads: a bad one is one `error:` line naming its flag (exit 2)."""
     from gates.request_limits import RequestLimits

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
-from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, JustifyMethod, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -36,6 +36,10 @@ class TableConsole(Console):
             return size
         return ConsoleDimensions(self.piped_width, size.height)
 
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size  # as Console's setter: a size set by hand wins
+
 
 def table_console(piped_width: int) -> Console:
     """The console every table command prints with (see `TableConsole`)."""
@@ -47,19 +51,20 @@ class Column:
     """How a column behaves when the table is narrower than its content."""
 
     header: str
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     wrap: bool = False  # cells may break at spaces (reasons, comments); otherwise a cell is never broken
     drop: int = 0  # 0: always shown; the table drops the highest first when it does not fit
 
 
-def _lines(cell: str) -> list[Text]:
+def _lines(cell: str) -> Iterable[Text]:
     return Text.from_markup(cell).split("\n") if cell else [Text("")]
 
 
 class FittedTable:
     """A rich renderable: a table laid out for the width it is printed at, plus a line naming dropped columns."""
 
-    def __init__(self, title: str | None, columns: Iterable[Column], caption: str | None = None, **table_options) -> None:
+    def __init__(self, title: str | None, columns: Iterable[Column], caption: str | None = None,
+                 **table_options: Any) -> None:
         self.title, self.caption, self.table_options = title, caption, table_options
         self.columns = list(columns)
         self.rows: list[list[str]] = []

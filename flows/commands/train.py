@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -37,7 +38,8 @@ def train_command(
     from models.state import state_dir as default_state
     from models.loading import WEIGHTS_DIR
     from models.tokenizer_build import build_char_tokenizer
-    from models.training import RECIPES, resolve_device, train
+    from models.checkpoint import resolve_device
+    from models.training import RECIPES, train
 
     if model not in RECIPES:
         print_error(console, f"--model {model!r}; known: {', '.join(RECIPES)}")
@@ -50,8 +52,9 @@ def train_command(
     threads, threads_from = options.apply_threads(threads)
     console.print(f"torch threads: {threads} ({threads_from})", highlight=False)
     cfg = RECIPES[model]
-    given = {"steps": steps, "seed": seed, "lr": lr, "mixture": mixture, "restarts": tuple(restart) if restart else None,
-             "restart_lr": restart_lr, "init_from": init_from}
+    given: dict[str, Any] = {"steps": steps, "seed": seed, "lr": lr, "mixture": mixture,
+                             "restarts": tuple(restart) if restart else None, "restart_lr": restart_lr,
+                             "init_from": init_from}
     cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
     try:
         source = build_mixture(cfg.mixture, seed=cfg.seed)
