@@ -219,6 +219,7 @@ def _field_status(item: ChecklistItem, records: list[Any]) -> ItemStatus:
     ev = item.evidence
     if not records:
         return ItemStatus(item.id, item.text, "automatic", False, f"no record to read {ev.record_field} from")
+    assert ev.record_field is not None  # an automatic item without gates names a record field (_evidence)
     bad = []
     for r in records:
         value = _get(r, ev.record_field)

@@ -4,7 +4,7 @@ before its keys are checked, each said in one line that names the file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -15,14 +15,17 @@ class DuplicateKeyError(yaml.YAMLError):
 
 # libyaml's parser where PyYAML was built with it (the wheels are): the same safe constructor over a C
 # scanner, about 10x faster on the sweep and policy files a run reads some hundred times.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _SAFE_LOADER = yaml.SafeLoader  # for the checker: CSafeLoader has the same safe constructor
+else:
+    _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UniqueKeyLoader(_SAFE_LOADER):
     """yaml.SafeLoader (libyaml's where built) refusing a duplicate mapping key (YAML 1.2: keys are unique).
 
     The same class as `models/unique_keys.py`'s, which the layers below read with: checklists is a leaf that
-    imports no other package. tests/test_fuzz_surfaces.py holds both to the same cases."""
+    imports no other package. tests/integration/test_fuzz_surfaces.py holds both to the same cases."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

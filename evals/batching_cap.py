@@ -159,6 +159,7 @@ def canvas_forward(handle: Handle, config: SamplerConfig) -> Forward:
     """The masked-diffusion step: one forward over prompt + `gen_length` mask positions."""
 
     def build(ids: torch.Tensor, mask: torch.Tensor | None) -> Callable[[], Callable[[], Any]]:
+        assert handle.mask_id is not None  # a masked-diffusion model's handle carries its mask id
         canvas = torch.cat([ids, ids.new_full((ids.shape[0], config.gen_length), handle.mask_id)], dim=1)
         full = None if mask is None else torch.cat([mask, mask.new_ones(ids.shape[0], config.gen_length)], dim=1)
         return lambda: lambda: handle.model(canvas, attention_mask=full)

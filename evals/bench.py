@@ -18,7 +18,7 @@ import torch
 
 from evals.bench_summary import length_aup, summary_notes, verdicts
 from evals.measure import PeakMemory
-from evals.tasks import get_task, make_split, mean_score
+from evals.tasks import TaskItem, get_task, make_split, mean_score
 from sampler import SamplerConfig
 from sampler.decode import decode_prompts
 from sampler.effective import effective_config
@@ -302,7 +302,7 @@ class Prompts:
     """One task's held-out items and their token ids (unpadded: `decode_prompts` pads each decode call)."""
 
     task: str
-    items: list
+    items: list[TaskItem]
     ids: list[list[int]]
 
 
@@ -332,9 +332,9 @@ class VariantRun:
         self.config = variant.config(loaded, gen_length, setup)
         self.times: list[float] = []
         self.peak_mb = 0.0
-        self.outputs: list = []
+        self.outputs: list[list[Any]] = []  # per task, the outputs of its decode calls
 
-    def one_pass(self, rows: slice = slice(None)) -> list[list]:
+    def one_pass(self, rows: slice = slice(None)) -> list[list[Any]]:
         """Per task, the outputs of its prompts decoded `variant.batch_size` at a time (default: all at once)."""
         outputs = []
         for b in self.batches:
@@ -358,10 +358,10 @@ class VariantRun:
 
     def row(self) -> tuple[BenchRow, list[str]]:
         """The median timing and the scores of the (deterministic) responses."""
-        loaded, outputs, gen_length = self.loaded, self.outputs, self.gen_length
+        loaded, per_task, gen_length = self.loaded, self.outputs, self.gen_length
         seconds = statistics.median(self.times)
         responses, correct, text_tokens = [], {}, 0
-        for batch, chunks in zip(self.batches, outputs):
+        for batch, chunks in zip(self.batches, per_task):
             rows = [row for out in chunks for row in out.generated.tolist()]
             texts = [loaded.response_text(r) for r in rows]
             metric = bench_metric(batch.task)
@@ -369,9 +369,13 @@ class VariantRun:
             text_tokens += sum(loaded.useful_length(r) for r in rows)
             responses += texts
         n_rows = sum(len(b.items) for b in self.batches)
-        outputs = [out for chunks in outputs for out in chunks]  # one per decode call
+        outputs = [out for chunks in per_task for out in chunks]  # one per decode call
         calls = [out.sequential_calls for out in outputs]
-        mean = lambda values: statistics.fmean(values) if all(v is not None for v in values) else None  # noqa: E731
+
+        def mean(values: list[float | None]) -> float | None:
+            given = [v for v in values if v is not None]
+            return statistics.fmean(given) if len(given) == len(values) else None
+
         row = BenchRow(
             config=self.variant.name, gen_length=gen_length,
             accuracy=statistics.fmean(correct.values()),
@@ -412,7 +416,7 @@ def memory_notes(rows: list[BenchRow], setup: BenchSetup) -> list[str]:
     computed = [r for r in rows if r.computed_peak_mb is not None]
     if not computed:
         return []
-    top = max(computed, key=lambda r: r.computed_peak_mb)
+    top = max(computed, key=lambda r: r.computed_peak_mb or 0.0)  # never None: computed ones only
     budget = ("no memory budget was set" if setup.memory_budget is None else
               f"within the memory budget of {mib(setup.memory_budget)}, checked before decoding")
     return [f"memory admission: the largest computed peak is {top.computed_peak_mb:.1f} MiB ({top.config} at batch "
@@ -466,14 +470,20 @@ class BenchModels:
 
     def runs(self, variants: list[Variant], gen_length: int, setup: BenchSetup) -> list[list["VariantRun"]]:
         """The runs of one generation length, one group per batch size (`row_groups`)."""
-        return [[VariantRun(self.ar_loaded, v, gen_length, self.ar_prompts, setup, batch=b) if v.kind == "ar" else
-                 VariantRun(self.loaded, v, gen_length, self.prompts, setup, batch=b) for v, b in group]
-                for group in row_groups(variants, setup)]
+        def run(v: Variant, b: int) -> VariantRun:
+            if v.kind == "ar":
+                assert self.ar_prompts is not None  # an AR row runs only with an AR twin (run_bench)
+                return VariantRun(self.ar_loaded, v, gen_length, self.ar_prompts, setup, batch=b)
+            return VariantRun(self.loaded, v, gen_length, self.prompts, setup, batch=b)
+
+        return [[run(v, b) for v, b in group] for group in row_groups(variants, setup)]
 
 
 def compared_rows(group: list["VariantRun"], reference: str) -> list[BenchRow]:
     """The rows of one (length, batch) group, each with its speedup over `reference` and its same-text shares."""
-    rows, texts_of, reference_seconds = [], {}, None
+    rows: list[BenchRow] = []
+    texts_of: dict[str, list[str]] = {}
+    reference_seconds: float | None = None
     for run in group:
         row, texts = run.row()
         if row.config == reference:

@@ -70,7 +70,8 @@ def append_probe_results(route: str, results: list[ProbeResult]) -> None:
             f.write(json.dumps(r.to_dict()) + "\n")
 
 
-def read_probe_results(route: str, since: datetime | None = None, until: datetime | None = None) -> list[dict]:
+def read_probe_results(route: str, since: datetime | None = None,
+                       until: datetime | None = None) -> list[dict[str, Any]]:
     """The probe log's lines of `route` logged in [since, until) (a torn last line is skipped)."""
     path = probe_log_path(route)
     if not path.exists():
@@ -148,6 +149,6 @@ class ProbeSender:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(self.timeout_s * 2 + 5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from evals import tasks as t
 from evals.fingerprint import dataset_hash, environment_fingerprint
@@ -42,16 +42,26 @@ def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: i
         train = {i.prompt for i in t.load_gsm8k(train_file, split="train")} if train_file else set()
         return TaskData("gsm8k", split, items, t.GSM8KTask().metrics, t.GSM8KTask().gen_length, train, str(file),
                         leak_column="prompt")
+    if task is None:  # neither a task nor a file: the error get_task gives an unknown name
+        raise ValueError(f"unknown task {task!r}; known: {', '.join(t.TASKS)}")
     spec = t.get_task(task)
     items = t.make_split(spec, split, n, seed=seed)
     train = {i.key for i in t.make_split(spec, "train", train_sample, seed=seed, unique=False)} if split != "train" else set()
     return TaskData(spec.name, split, items, spec.metrics, spec.gen_length, train, f"{spec.name}:{split}:seed={seed}")
 
 
-def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> dict[str, float | None]:
+class AccuracyFields(TypedDict):
+    """The EvalRecord fields `accuracy_fields` fills."""
+
+    accuracy: float
+    accuracy_strict: float | None
+    accuracy_flexible: float | None
+
+
+def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> AccuracyFields:
     """accuracy (the first metric), and strict / flexible for GSM8K-format tasks; a failed item is wrong."""
-    out: dict[str, float | None] = {"accuracy": mean_score(metrics[0], responses, targets),
-                                    "accuracy_strict": None, "accuracy_flexible": None}
+    out: AccuracyFields = {"accuracy": mean_score(metrics[0], responses, targets),
+                           "accuracy_strict": None, "accuracy_flexible": None}
     if "strict-match" in metrics:
         out["accuracy_strict"] = mean_score("strict-match", responses, targets)
     if "flexible-extract" in metrics:

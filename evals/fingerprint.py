@@ -50,7 +50,8 @@ def dataset_hash(items: Iterable[Any]) -> str:
 def config_hash(config: Any) -> str:
     """A SamplerConfig's own hash, else sha256 of the canonical JSON of a dict."""
     if hasattr(config, "hash"):
-        return config.hash()
+        digest: str = config.hash()  # SamplerConfig.hash
+        return digest
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

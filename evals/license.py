@@ -66,7 +66,8 @@ def _load_policy(path: str) -> LicensePolicy:
     tiers = data.get("tiers") if isinstance(data, dict) else None
     if not isinstance(tiers, dict):
         raise LicensePolicyError(f"{path}: key 'tiers' must map {', '.join(TIERS)} to licenses and names")
-    licenses, names = {}, {}
+    licenses: dict[str, tuple[str, ...]] = {}
+    names: dict[str, tuple[str, ...]] = {}
     for tier in TIERS:
         entry = tiers.get(tier) or {}
         if not isinstance(entry, dict):

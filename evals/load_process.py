@@ -35,6 +35,7 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
     errors = tempfile.TemporaryFile(mode="w+")
     child = subprocess.Popen([sys.executable, "-m", "evals.load_process"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+    assert child.stdin is not None and child.stdout is not None  # both piped above
     try:
         try:
             child.stdin.write(request)

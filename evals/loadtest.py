@@ -22,11 +22,14 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from evals.records import ServingRecord
+
+if TYPE_CHECKING:
+    import openai  # imported where used: a load test's client only
 
 ENDPOINTS = ("completions", "chat")
 MODES = ("stream+usage", "stream", "plain")  # probed in this order, first accepted wins
@@ -139,7 +142,7 @@ class Cell:
         return self.errors / len(self.answers) if self.answers else 0.0
 
     def latency(self, q: float) -> float | None:
-        values = [a.latency_s for a in self.ok]
+        values = [a.latency_s for a in self.ok if a.latency_s is not None]  # an answer has one (one_request)
         return float(np.percentile(values, q)) if values else None
 
     @property
@@ -150,9 +153,10 @@ class Cell:
     @property
     def tokens_per_s(self) -> float | None:
         tokens = [a.tokens for a in self.ok]
-        if not tokens or any(t is None for t in tokens) or self.wall_s <= 0:
+        counted = [t for t in tokens if t is not None]
+        if not tokens or len(counted) < len(tokens) or self.wall_s <= 0:
             return None
-        return sum(tokens) / self.wall_s
+        return sum(counted) / self.wall_s
 
     @property
     def requests_per_s(self) -> float:
@@ -202,7 +206,7 @@ def _server_message(error: Any) -> str:
     """What an error response says, without the client's own prefix ("Error code: 400 - {...}")."""
     body = getattr(error, "body", None)
     if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
+        return str(body["message"])
     return str(getattr(error, "message", error))
 
 
@@ -218,7 +222,7 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:300]
 
 
-def client_for(spec: LoadSpec):
+def client_for(spec: LoadSpec) -> openai.AsyncOpenAI:
     """The async client every request of a load test goes through (no retries: a failure is a measurement)."""
     import openai
 
@@ -244,8 +248,10 @@ def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, An
     return body
 
 
-def _create(client: Any, spec: LoadSpec):
-    return client.chat.completions.create if spec.endpoint == "chat" else client.completions.create
+def _create(client: Any, spec: LoadSpec) -> Callable[..., Any]:
+    endpoint = client.chat.completions if spec.endpoint == "chat" else client.completions
+    create: Callable[..., Any] = endpoint.create
+    return create
 
 
 async def one_request(client: Any, spec: LoadSpec, model: str, prompt: str, index: int, mode: str) -> Answer:
@@ -350,6 +356,7 @@ async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | N
                 if concurrency == 1:
                     solo = cell
                 else:
+                    assert solo is not None  # levels() runs concurrency 1 first
                     cell.same_answer_share = same_answer_share(cell, solo)
                 result.cells.append(cell)
             names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model

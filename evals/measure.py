@@ -123,7 +123,7 @@ class Measurement:
         latencies = np.array([r.latency_s for r in ok], dtype=float)
         busy = float(latencies.sum())
         p50, p95, p99 = (float(np.percentile(latencies, q)) for q in (50, 95, 99)) if len(ok) else (0.0, 0.0, 0.0)
-        positions = sum(len(r.tokens) for r in ok)
+        positions = sum(len(r.tokens) for r in ok if r.tokens is not None)  # an answered request has them
         nfe = sum(r.nfe for r in ok)
         calls = sum(r.calls for r in ok)
         first = [r.first_block_s for r in ok if r.first_block_s is not None]
@@ -199,7 +199,7 @@ def measure(
         measurement = Measurement(requests=requests, batch_size=batch_size, warmup=warmup)
         pool = prompts[: throughput_items or len(prompts)]
         if batch_size == 1:
-            busy = sum(r.latency_s for r in requests[: len(pool)] if r.ok)
+            busy = sum(r.latency_s for r in requests[: len(pool)] if r.ok and r.latency_s is not None)
             done = sum(r.ok for r in requests[: len(pool)])
             measurement.throughput_items_per_s = done / busy if busy > 0 else None
         else:
@@ -250,7 +250,7 @@ def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
     cell = run_load(spec, prompts, heard).cells[0]
     answers = sorted(cell.answers, key=lambda a: a.prompt)
     ok = [a for a in answers if a.ok]
-    busy = sum(a.latency_s for a in ok)
+    busy = sum(a.latency_s or 0.0 for a in ok)  # an answered request has one
     tokens = sum(a.tokens or 0 for a in ok)
     digest = hashlib.sha256()
     for a in answers:

@@ -17,7 +17,7 @@ import torch
 
 from evals.bench import VARIANTS
 from evals.quality import evaluate_items, metric_means
-from evals.tasks import TASKS, make_split
+from evals.tasks import TASKS, Task, TaskItem, make_split
 from evals.tasks.mixture import describe_mixture
 from models import load
 from models.adapters import folder_layout
@@ -35,11 +35,13 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
 # modes commit as many positions per step as their rule allows and stop once the answer is final), each the
 # settings of one `unmask bench` row (evals/bench.py VARIANTS), so a card and the bench decode alike.
 # `vanilla+exit` gives vanilla's text exactly (early exit stops only once the text before the first EOS is
-# final; tests/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of the calls.
+# final; tests/unit/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of the calls.
 MODE_VARIANTS = {"vanilla": "vanilla", "vanilla+exit": "early-exit", "threshold": "parallel-threshold-0.9",
                  "threshold+dual+exit": "dual+parallel+exit", "threshold+dual+exit+W16": "dual+parallel+exit+W16"}
 MODE_SETTINGS: dict[str, dict[str, Any]] = {mode: dict(next(v for v in VARIANTS if v.name == row).settings)
                                             for mode, row in MODE_VARIANTS.items()}
+# one evaluation run of a card: (tasks, n, gen_length override, ratios, modes)
+RunGroup = tuple[tuple[str, ...], int, int | None, tuple[int, ...], tuple[str, ...]]
 
 
 def mode_config(mode: str, gen_length: int, ratio: int = 1) -> SamplerConfig:
@@ -49,7 +51,7 @@ def mode_config(mode: str, gen_length: int, ratio: int = 1) -> SamplerConfig:
     return vanilla_config(gen_length, ratio).with_(**MODE_SETTINGS[mode])
 
 
-def band_accuracy(task, items, predictions: list[dict]) -> list[dict]:
+def band_accuracy(task: Task, items: list[TaskItem], predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Accuracy per answer-length band for a task that defines `bands` (sort), else []."""
     bands = getattr(task, "bands", None)
     if not bands:
@@ -63,7 +65,7 @@ def band_accuracy(task, items, predictions: list[dict]) -> list[dict]:
     return out
 
 
-def bands_table(rows: list[dict]) -> str:
+def bands_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: exact-match and char-accuracy per length band and steps ratio (sort)."""
     lines = []
     for r in rows:
@@ -79,7 +81,8 @@ def bands_table(rows: list[dict]) -> str:
 
 def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: int = 0,
                       batch_size: int = 50, tasks: list[str] | None = None,
-                      gen_lengths: dict[str, int] | None = None, modes: list[str] | None = None) -> list[dict]:
+                      gen_lengths: dict[str, int] | None = None,
+                      modes: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per (task, gen_length, mode, ratio): accuracy per metric on `n` items of `split`.
 
     Vanilla is run at every ratio; the other `modes` (MODE_SETTINGS) at ratio 1. A causal model has
@@ -105,14 +108,14 @@ def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: 
     return rows
 
 
-def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None, tuple[int, ...], tuple[str, ...]]]:
+def row_groups(rows: list[dict[str, Any]]) -> list[RunGroup]:
     """(tasks, n, gen_length override, ratios, modes) per evaluation run that produced `rows`: tasks measured
     with the same items, length, ratios and modes share one run."""
-    per_task: dict[tuple[str, int, int | None], list[dict]] = {}
+    per_task: dict[tuple[str, int, int | None], list[dict[str, Any]]] = {}
     for r in rows:
         override = r["gen_length"] if r["gen_length"] != TASKS[r["task"]].gen_length else None
         per_task.setdefault((r["task"], r["n"], override), []).append(r)
-    runs: dict[tuple, list[str]] = {}
+    runs: dict[tuple[int, int | None, tuple[int, ...], tuple[str, ...]], list[str]] = {}
     for (task, n, override), group in per_task.items():
         ratios = tuple(sorted({r["ratio"] for r in group if r.get("mode", "vanilla") == "vanilla"})) or (1,)
         modes = tuple(dict.fromkeys(r.get("mode", "vanilla") for r in group))
@@ -120,7 +123,7 @@ def row_groups(rows: list[dict]) -> list[tuple[tuple[str, ...], int, int | None,
     return [(tuple(tasks), n, override, ratios, modes) for (n, override, ratios, modes), tasks in runs.items()]
 
 
-def reproduce_command(model: Path, group) -> str:
+def reproduce_command(model: Path, group: RunGroup) -> str:
     tasks, n, override, ratios, modes = group
     command = f"python -m evals.model_report {model} --split test --n {n} --tasks {','.join(tasks)} --ratios {','.join(map(str, ratios))}"
     if modes != ("vanilla",):
@@ -172,13 +175,13 @@ def main() -> None:
         args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
 
 
-def modes_table(rows: list[dict]) -> str:
+def modes_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per (task, gen_length), one column per decoding mode (accuracy, forwards per batch)."""
     modes = list(dict.fromkeys(r.get("mode", "vanilla") for r in rows if r["ratio"] == 1))
     if modes == ["vanilla"] and len({r["gen_length"] for r in rows}) == 1:
         return ""
     metric_of = {r["task"]: next(iter(r["accuracy"])) for r in rows}
-    cells: dict[tuple[str, int], dict[str, dict]] = {}
+    cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for r in rows:
         if r["ratio"] == 1:
             cells.setdefault((r["task"], r["gen_length"]), {})[r.get("mode", "vanilla")] = r
@@ -192,7 +195,7 @@ def modes_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def scores_table(rows: list[dict]) -> str:
+def scores_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per task, one column per steps ratio (vanilla decoding)."""
     rows = [r for r in rows if r.get("mode", "vanilla") == "vanilla"]
     ratios = sorted({r["ratio"] for r in rows})
@@ -222,10 +225,10 @@ DIFFICULTY = """\
   inner terms shown as `?`; answer = the missing terms; gen_length 32.
 - Splits: a problem's key (operation and operands, the letter string, the progression) is hashed
   into train (90%), validation (5%) and test (5%); English and Korean share keys, so no test
-  problem is trained in either language (checked by tests/test_tasks.py)."""
+  problem is trained in either language (checked by tests/unit/test_tasks.py)."""
 
 
-def reproduce_training(model_id: str, recipe: dict, training: dict) -> str:
+def reproduce_training(model_id: str, recipe: dict[str, Any], training: dict[str, Any]) -> str:
     """The `unmask train` commands that give these weights; a fine-tune names its base and the base's sha256."""
     command = f"`unmask train --model {model_id} --threads 1`"
     if not recipe.get("init_from"):
@@ -236,8 +239,8 @@ def reproduce_training(model_id: str, recipe: dict, training: dict) -> str:
             f"`{training.get('init_sha256', 'unrecorded')}`), then {command}, which fine-tunes from it")
 
 
-def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = None, notes: str = "",
-               reproduce: list[str] | None = None) -> Path:
+def write_card(folder: Path, rows: list[dict[str, Any]], peer_rows: list[dict[str, Any]] | None = None,
+               notes: str = "", reproduce: list[str] | None = None) -> Path:
     """Write `folder/MODEL_CARD.md` from config.json's training record and the measured rows."""
     import yaml
 
@@ -254,7 +257,8 @@ def write_card(folder: Path, rows: list[dict], peer_rows: list[dict] | None = No
     return path
 
 
-def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], params: int, sha: str) -> dict:
+def card_header(folder: Path, config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int,
+                sha: str) -> dict[str, Any]:
     """The card's YAML front matter: identity, digests, training figures and the best held-out scores."""
     training = config.get("unmask_training", {})
     best = {r["task"]: r["accuracy"] for r in rows if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length
@@ -276,11 +280,11 @@ def card_header(folder: Path, config: dict, model_id: str, rows: list[dict], par
     }
 
 
-def _block(config: dict) -> bool:
+def _block(config: dict[str, Any]) -> bool:
     return folder_layout(config) == "diffusion-gemma"
 
 
-def _kind(config: dict) -> str:
+def _kind(config: dict[str, Any]) -> str:
     return "block-diffusion" if _block(config) else "autoregressive" if config.get("causal") else "masked-diffusion"
 
 
@@ -305,7 +309,7 @@ OBJECTIVE = {
 }
 
 
-def _architecture(config: dict, recipe: dict, params: int) -> str:
+def _architecture(config: dict[str, Any], recipe: dict[str, Any], params: int) -> str:
     """The card's first paragraph: the layout, sizes and vocabulary of the model."""
     if _block(config):
         text = config.get("text_config", {})
@@ -322,7 +326,8 @@ def _architecture(config: dict, recipe: dict, params: int) -> str:
 `<|mdm_mask|>`, `<|endoftext|>` (EOS), `<|eot_id|>`, `<|pad|>`), {params:,} parameters, fp32 safetensors."""
 
 
-def card_body(config: dict, model_id: str, rows: list[dict], params: int, sha: str, reproduce: list[str]) -> str:
+def card_body(config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int, sha: str,
+              reproduce: list[str]) -> str:
     """The card's text through the held-out scores: architecture, training data, training, scores table."""
     training = config.get("unmask_training", {})
     recipe = training.get("recipe", {})
@@ -363,7 +368,8 @@ Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
 """
 
 
-def card_sections(rows: list[dict], peer_rows: list[dict] | None, notes: str, causal: bool, block: bool = False) -> str:
+def card_sections(rows: list[dict[str, Any]], peer_rows: list[dict[str, Any]] | None, notes: str, causal: bool,
+                  block: bool = False) -> str:
     """The card's closing sections: the ratio columns' note, modes, sort bands, the twin and the notes."""
     body = ""
     if block:

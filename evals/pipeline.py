@@ -13,7 +13,7 @@ import json
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +36,9 @@ from models.loading import catalog_decoding, catalog_entry, resolve_model_path
 from models.pull import pull, pulled_path
 from sampler.decode import DecodeError, check_fits, check_prompt_text
 from sampler.effective import config_from_dict, effective_config
+
+if TYPE_CHECKING:
+    from models.catalog import CatalogEntry
 
 UNMASK_VERSION = package_version("unmask") or "0+unknown"
 PROBE_PROMPTS = 4  # prompts of the first point that the reproducibility probe decodes
@@ -104,25 +107,27 @@ class MeasuredPoint(BaseModel):
 _load_lock = threading.Lock()
 
 
-def weights_signature(path: Path) -> tuple:
+def weights_signature(path: Path) -> tuple[tuple[str, int, int], ...]:
     """Names, sizes and mtimes of the weight files: a changed file reloads, without hashing it."""
     files = weight_files(path) if path.is_dir() else []
     return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file())
 
 
 @functools.lru_cache(maxsize=2)
-def _handle(ref: str, device: str, dtype: str, signature: tuple, decoding: str):
+def _handle(ref: str, device: str, dtype: str, signature: tuple[tuple[str, int, int], ...],
+            decoding: str) -> Any:  # a ModelHandle
     return load(ref, device=device, dtype=dtype)
 
 
-def api_entry(ref: str):
+def api_entry(ref: str) -> CatalogEntry | None:
     """The catalog entry of `ref` when it is an API model (text in, text out), else None."""
     entry = catalog_entry(ref)
     return entry if entry is not None and entry.is_api else None
 
 
-def handle_for(ref: str, device: str = "cpu", dtype: str = "float32"):
-    """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point)."""
+def handle_for(ref: str, device: str = "cpu", dtype: str = "float32") -> Any:
+    """The loaded model of `ref`; each process keeps its last two (loading is the slow part of a point). A
+    ModelHandle, or an APIAdapter for an API entry: callers read the one they asked for."""
     if api_entry(ref) is not None:  # nothing to load: the adapter holds the endpoint
         return load(ref)
     path = resolve_model_path(ref)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evals import step_cache
 from evals.records import EvalRecord, ServingRecord
+
+if TYPE_CHECKING:
+    from evals.bench import BenchReport, BenchRow  # not at run time: evals.bench imports torch
 
 # Settings worth showing in a point's label, when they differ from the vanilla sampler.
 LABEL_KEYS = {"steps": "s", "block_length": "b", "parallel": "", "parallel_threshold": "t", "parallel_factor": "f",
@@ -106,7 +110,7 @@ def _draw_quality_latency(records: list[EvalRecord], folder: Path, latency: str)
     return paths
 
 
-def plot_bench(report, path: str | Path) -> Path:
+def plot_bench(report: BenchReport, path: str | Path) -> Path:
     """`unmask bench --plot`: accuracy vs text tokens/s, one panel per generation length, one colour per config,
     one marker per batch size, the AR twin as a star; a log x axis where the rates span over 10x."""
     import matplotlib
@@ -116,7 +120,7 @@ def plot_bench(report, path: str | Path) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lengths: dict[int, list] = {}
+    lengths: dict[int, list[BenchRow]] = {}
     for r in report.rows:
         lengths.setdefault(r.gen_length, []).append(r)
     if not lengths:
@@ -179,7 +183,9 @@ def plot_load_curve(records: list[ServingRecord], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for name in dict.fromkeys(r.served_as or r.model for r in drawn):
         mine = sorted((r for r in drawn if (r.served_as or r.model) == name), key=lambda r: r.concurrency)
-        xs, ys = [r.latency_p95_s * 1e3 for r in mine], [r.tokens_per_s for r in mine]
+        # every drawn record has both (the filter above)
+        xs = [r.latency_p95_s * 1e3 for r in mine if r.latency_p95_s is not None]
+        ys = [r.tokens_per_s for r in mine if r.tokens_per_s is not None]
         ax.plot(xs, ys, marker="o", label=f"{name} ({mine[0].model})" if mine[0].model != name else name)
         for r, x, y in zip(mine, xs, ys):
             ax.annotate(f"c={r.concurrency}", (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")

@@ -29,7 +29,7 @@ def settings_for(spec: Any, point: dict[str, Any], gen_length: int, kind: str = 
     """The full settings of a point: base, then the point, keeping what a model of `kind` reads
     (sampler.effective.settings_read). An AR point keeps the base's block width for its first-block
     clock; a block-diffusion point's block is the model's canvas."""
-    settings = {"gen_length": gen_length} | spec.base | point
+    settings: dict[str, Any] = {"gen_length": gen_length} | spec.base | point
     read = settings_read(kind)
     if read is not None:
         settings = {k: v for k, v in settings.items() if k in read}
@@ -46,7 +46,7 @@ def settings_for(spec: Any, point: dict[str, Any], gen_length: int, kind: str = 
     return settings
 
 
-def build_config(settings: dict[str, Any], ids: dict[str, Any] | None = None):
+def build_config(settings: dict[str, Any], ids: dict[str, Any] | None = None) -> tuple[SamplerConfig, str]:
     """(SamplerConfig, backend) from point settings; ValueError says which setting is wrong."""
     settings = dict(settings)
     backend = settings.get("backend", DEFAULT_BACKEND)

@@ -29,7 +29,7 @@ PROBES = ("next", "hole", "end")
 
 
 @torch.no_grad()
-def probe_items(loaded: LoadedModel, items: list[TaskItem], canvas: int) -> dict[str, dict]:
+def probe_items(loaded: LoadedModel, items: list[TaskItem], canvas: int) -> dict[str, dict[str, float]]:
     """Accuracy of each probe over `items`: `{probe: {"right": k, "asked": n, "accuracy": k / n}}`."""
     if loaded.causal:
         raise ValueError(f"{loaded.path}: the probes mask answer positions, which a causal model cannot read")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from evals.tasks import TASKS, TaskItem, score
@@ -19,7 +20,7 @@ def metrics_of(task: str) -> tuple[str, ...]:
     return TASKS[task].metrics
 
 
-def metric_means(predictions: list[dict], metrics) -> dict[str, float]:
+def metric_means(predictions: list[dict[str, Any]], metrics: Iterable[str]) -> dict[str, float]:
     """Share of `predictions` that score each metric (booleans count 0/1, fractions as they are)."""
     return {m: sum(p[m] for p in predictions) / len(predictions) for m in metrics}
 

@@ -10,10 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R", bound="DataclassInstance")
 
 
-def _from_fields(cls: type, data: dict[str, Any]) -> Any:
+def _from_fields(cls: type[R], data: dict[str, Any]) -> R:
     """A record dataclass from a dict: unknown keys dropped (written by a newer unmask), a missing required
     field named."""
     names = {f.name for f in fields(cls)}
@@ -174,7 +180,7 @@ class ServingRecord:
 JSON_FIELDS = ("config", "fingerprint", "validation", "error_messages")
 
 
-def records_to_frame(records: list[EvalRecord]):
+def records_to_frame(records: list[EvalRecord]) -> pd.DataFrame:
     """A pandas DataFrame, one row per record, with `record_id` and the JSON_FIELDS as JSON text."""
     import pandas as pd
 
@@ -188,7 +194,7 @@ def records_to_frame(records: list[EvalRecord]):
     return pd.DataFrame(rows, columns=columns)
 
 
-def records_from_frame(frame) -> list[EvalRecord]:
+def records_from_frame(frame: pd.DataFrame) -> list[EvalRecord]:
     """The inverse of `records_to_frame` (NaN cells of optional columns become None)."""
     import math
 

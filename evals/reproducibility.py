@@ -68,7 +68,8 @@ def fresh_process_run(model_path: str | Path, config: Any, prompts: list[list[in
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=repo_root)
     if proc.returncode:
         raise RuntimeError(f"fresh process exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def first_difference(a: list[int], b: list[int]) -> tuple[int, int]:
@@ -131,7 +132,7 @@ def probe(
     else:
         invariant = not errors
         for i, (alone, inside) in enumerate(zip(first, batched)):
-            if alone is None:
+            if alone is None or inside is None:  # inside is None only where alone is (one prompt: the same)
                 continue
             n, at = first_difference(alone, inside)
             if n:

@@ -86,7 +86,7 @@ def keep_files(key: str, paths: list[Path]) -> None:
         folder = _path(key).with_suffix("")
         folder.mkdir(parents=True, exist_ok=True)
         for path in paths:
-            write_atomic(folder / path.name, lambda p, source=path: shutil.copyfile(source, p))
+            write_atomic(folder / path.name, functools.partial(shutil.copyfile, path))
     except (OSError, StateFolderError):
         pass
 
@@ -98,7 +98,7 @@ def copy_kept_files(key: str, names: list[str], folder: Path) -> bool:
         if not names or not all((kept / name).is_file() for name in names):
             return False
         for name in names:
-            write_atomic(folder / name, lambda p, source=kept / name: shutil.copyfile(source, p))
+            write_atomic(folder / name, functools.partial(shutil.copyfile, kept / name))
     except (OSError, StateFolderError):
         return False
     return True

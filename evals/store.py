@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evals.records import EvalRecord, records_from_frame, records_to_frame
 
 
-def write_atomic(path: Path, write) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file of its own in the same folder, then rename, so readers never see half a
     file and two writers never share a temporary; a failed write leaves the old file and no temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,8 @@ def write_atomic(path: Path, write) -> None:
 
 def write_json_atomic(path: Path, data: Any, **dumps: Any) -> None:
     """`data` as JSON (indented, keys sorted unless `dumps` says otherwise) written with `write_atomic`."""
-    text = json.dumps(data, **({"indent": 2, "sort_keys": True, "default": str} | dumps)) + "\n"
+    settings: dict[str, Any] = {"indent": 2, "sort_keys": True, "default": str}
+    text = json.dumps(data, **(settings | dumps)) + "\n"
     write_atomic(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
 
 

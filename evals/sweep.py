@@ -48,6 +48,9 @@ class SweepError(ValueError):
     """A sweep file that cannot be run; the message names the file and the key."""
 
 
+Fail = Callable[[str, str], SweepError]  # (key, what was expected) -> the error naming the file and that key
+
+
 @dataclass
 class TaskSpec:
     """A generated task split (`task`, `split`, `n`, `seed`) or a GSM8K JSONL `file`."""
@@ -163,7 +166,7 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
     return spec
 
 
-def check_model_ref(ref: str, fail, key: str = "model") -> None:
+def check_model_ref(ref: str, fail: Fail, key: str = "model") -> None:
     """A model folder (with its config.json), a bundled id or a catalog id; never a path that leads elsewhere."""
     folder = Path(ref).expanduser()
     if folder.is_dir():
@@ -183,7 +186,7 @@ def check_model_ref(ref: str, fail, key: str = "model") -> None:
         raise fail(key, f"is {ref!r}: no such folder, bundled model ({', '.join(bundled)}) or catalog id")
 
 
-def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail) -> None:
+def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]], grid: Any, fail: Fail) -> None:
     """`steps` above `gen_length` asks for more model calls than there are tokens to unmask: refused by key."""
     for i, part in enumerate(grids or [{}]):
         where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
@@ -195,13 +198,13 @@ def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]]
                 raise fail(key, f"is {value}, above gen_length {longest}: a step unmasks at least one token")
 
 
-def expect_list(value: Any, key: str, fail) -> list[Any]:
+def expect_list(value: Any, key: str, fail: Fail) -> list[Any]:
     if not isinstance(value, list) or not value:
         raise fail(key, f"must be a non-empty list, got {value!r}")
     return value
 
 
-def parse_task(raw: Any, index: int, fail) -> TaskSpec:
+def parse_task(raw: Any, index: int, fail: Fail) -> TaskSpec:
     where = f"tasks[{index}]"
     if isinstance(raw, str):
         raw = {"task": raw}

@@ -18,11 +18,11 @@ rollout's lock file while it drives it, so a killed controller leaves a whole st
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from filelock import Timeout
@@ -44,6 +44,7 @@ from gates.serving_policy import load_serving_policy
 from gates.stages import previous_stage
 from registry import Registry, audit_events, judge, promote, recover, stage_holder
 from registry.approvals import approvals_of, close, duties_for, open_request
+from registry.clock import SYSTEM_CLOCK, Clock
 from registry.connection import resolve_tracking_uri
 from registry.identity import actor_for
 from registry.promotion import PromotionRefused
@@ -53,6 +54,7 @@ from registry.store import FALLBACK_ALIAS, model_tag
 
 ROLLOUT_FLOW = "rollout"
 FLUSH_GRACE_S = 2.5  # the request log flushes every 2 s: rows of an interval's last moments land this late
+CLOCK: Clock = SYSTEM_CLOCK  # what the controller's intervals and waits read (a test hands in a SimulatedClock)
 
 
 class RolloutRefused(RuntimeError):
@@ -158,10 +160,15 @@ def set_weights(rollout_id: str, weight: int) -> dict[str, int]:
 def wait_interval(rollout_id: str, seconds: float) -> None:
     """Let the step serve, the policy's probes mixed into its traffic; wakes early when an abort is asked for."""
     state = load_state(rollout_id)
-    end = time.monotonic() + seconds
     with probes_for(state):
-        while time.monotonic() < end and not abort_requested(rollout_id):
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        wait_unless(seconds, lambda: abort_requested(rollout_id), CLOCK)
+
+
+def wait_unless(seconds: float, stop: Callable[[], bool], clock: Clock) -> None:
+    """Wait `seconds` on `clock`, looking at `stop` at least every 0.2 s and returning as soon as it says so."""
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end and not stop():
+        clock.sleep(min(0.2, max(0.0, end - clock.monotonic())))
 
 
 @task(name="analyse-step", cache_policy=NO_CACHE, persist_result=False)
@@ -288,12 +295,12 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
             weight = state.steps[state.step_index]
             set_weights(rollout_id, weight)
             set_rollout_weight(Registry(tracking_uri), state.run_id, weight)
-            since = datetime.now().astimezone()
+            since = CLOCK.now()
             wait_interval(rollout_id, policy.interval_s)
             if abort_requested(rollout_id):
                 return Outcome("aborting", f"rollout {rollout_id}: abort asked for").to_dict()
             until = since + timedelta(seconds=policy.interval_s)
-            time.sleep(flush_grace_s)  # the interval's last rows reach the log
+            CLOCK.sleep(flush_grace_s)  # the interval's last rows reach the log
             analysis = analyse_step(rollout_id, since.isoformat(), until.isoformat(), tracking_uri)
             state = load_state(rollout_id)
             decision = decide_step(analysis["verdict"], state.step_index, state.failures, policy)

@@ -1,7 +1,8 @@
 """Stage policies, gate evaluation, multi-criteria scoring and promotion rules; pure functions, no I/O but reading policy YAML."""
 
+from checklists import STAGES
 from gates.evaluate import all_passed, evaluate_gates, gate_report_markdown
-from gates.policy import STAGES, MetricThreshold, Policy, PolicyError, load_policy, parse_policy
+from gates.policy import MetricThreshold, Policy, PolicyError, load_policy, parse_policy
 from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
 from gates.results import GateResult, operating_records
 from gates.roles import Roles, RolesError, load_roles, parse_roles

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 import numpy as np
 
 from gates.readable import milliseconds, percent, significant
 from gates.sequential import (DEFAULT_CONFIDENCE, look_alpha, quantile_bounds, requests_for_quantile,
                               requests_to_settle_share, share_bounds)
-from gates.verdict import FAIL, INCONCLUSIVE, PASS
+from gates.verdict import FAIL as FAIL, INCONCLUSIVE, PASS as PASS  # re-exported: the analysis API reads them here
 
 P95 = 0.95
 ALPHA_FIRST_LOOK = look_alpha(1 - DEFAULT_CONFIDENCE, 1)  # a metric judged on its own: a rollout's first look
@@ -40,11 +40,18 @@ class MetricRange:
 
 
 class AnalysisSettings(Protocol):
-    """What an analysis reads of a rollout policy (`gates.rollout_policy.RolloutPolicy`)."""
+    """What an analysis reads of a rollout policy (`gates.rollout_policy.RolloutPolicy`, a frozen dataclass:
+    read-only members)."""
 
-    min_requests: int
-    analysis: tuple[MetricRange, ...]
-    confidence: float  # over the whole rollout: every look together is wrong with probability <= 1 - confidence
+    @property
+    def min_requests(self) -> int: ...
+
+    @property
+    def analysis(self) -> tuple[MetricRange, ...]: ...
+
+    # over the whole rollout: every look together is wrong with probability <= 1 - confidence
+    @property
+    def confidence(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -117,12 +124,12 @@ class ArmSample:
     def agreement(self) -> tuple[int, int]:
         """(answers equal to the baseline's, answers compared) over shadowed and probe answers."""
         compared = [o for o in (*self.served, *self.shadowed) if o.agrees is not None]
-        return sum(o.agrees for o in compared), len(compared)
+        return sum(bool(o.agrees) for o in compared), len(compared)
 
     def probe_accuracy(self) -> tuple[int, int]:
         """(probe answers equal to their known answer, probe answers graded) of the arm's own answers."""
         graded = [o for o in (*self.served, *self.shadowed) if o.correct is not None and not o.error]
-        return sum(o.correct for o in graded), len(graded)
+        return sum(bool(o.correct) for o in graded), len(graded)
 
     def summary(self) -> dict[str, Any]:
         """The per-arm numbers logged with each analysis (MLflow metrics)."""
@@ -209,14 +216,15 @@ def within(value: float, bound: MetricRange) -> bool:
     return (bound.max is None or value <= bound.max) and (bound.min is None or value >= bound.min)
 
 
-def describe(bound: MetricRange, shown) -> str:
+def describe(bound: MetricRange, shown: Callable[[float], str]) -> str:
     parts = ([f">= {shown(bound.min)}"] if bound.min is not None else []) + (
         [f"<= {shown(bound.max)}"] if bound.max is not None else [])
     return " and ".join(parts)
 
 
 def _bounded_verdict(name: str, bound: MetricRange, value: float, lower: float, upper: float, alpha: float,
-                     n: int, words: str, shown, needed: int | None = None, note: str = "") -> MetricVerdict:
+                     n: int, words: str, shown: Callable[[float], str], needed: int | None = None,
+                     note: str = "") -> MetricVerdict:
     """Three-valued on the look's one-sided bounds (each wrong with probability <= alpha; -inf/inf: none):
     pass when the bound on the side that matters is inside the range, fail when the other is outside it,
     else inconclusive, naming how many more requests would settle it when that is known."""
@@ -224,7 +232,7 @@ def _bounded_verdict(name: str, bound: MetricRange, value: float, lower: float, 
     interval = (None if not math.isfinite(lower) else float(lower), None if not math.isfinite(upper) else float(upper))
     ends = "-".join("?" if e is None else shown(e) for e in interval)
     span = f"{words} {shown(value)}{note} ({significant(confidence * 100)}% bounds {ends}, n={n})"
-    made = dict(value=value, bound=bound.to_dict(), interval=interval, confidence=confidence, n=n)
+    made: dict[str, Any] = dict(value=value, bound=bound.to_dict(), interval=interval, confidence=confidence, n=n)
     if (bound.max is not None and lower > bound.max) or (bound.min is not None and upper < bound.min):
         return MetricVerdict(name, FAIL, reason=f"{span} breaches {describe(bound, shown)}", **made)
     if within(upper, bound) and within(lower, bound):

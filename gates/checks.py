@@ -3,7 +3,7 @@
 Each check reads a `GateContext` (the candidate's evidence, its operating records, the baselines' and the
 sign-offs) and one `GateSpec` of the stage, and gives one `GateResult`: pass, fail, or inconclusive with what
 would settle it. A new gate kind is one class here and its line in `GATE_CHECKS` (and its case in the contract
-test, tests/test_gate_checks.py). Pure: no I/O.
+test, tests/unit/test_gate_checks.py). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -83,10 +83,11 @@ def _uncertainty(mt: Any, value: float, n: int, base_value: float | None, base_n
 
 
 class QualityGate:
-    kind = "quality"
+    kind: ClassVar[str] = "quality"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         mt = spec.metric_threshold
+        assert mt is not None, "a quality gate is parsed with its threshold (policy._parse_gate)"
         metric = spec.params.get("metric", "accuracy")
         task = spec.params.get("task", ctx.stage.operating_point.task)
         record = next((r for r in ctx.records if r.task == task), None)
@@ -131,7 +132,7 @@ class QualityGate:
 
 
 class LatencyGate:
-    kind = "latency"
+    kind: ClassVar[str] = "latency"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         limit = spec.params["max_p95_s"]
@@ -145,7 +146,7 @@ class LatencyGate:
 
 
 class SpeedupGate:
-    kind = "speedup"
+    kind: ClassVar[str] = "speedup"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         need = spec.params["min_speedup"]
@@ -167,7 +168,7 @@ class SpeedupGate:
 
 
 class MemoryGate:
-    kind = "memory"
+    kind: ClassVar[str] = "memory"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         limit = spec.params["max_peak_mem_mb"]
@@ -177,7 +178,7 @@ class MemoryGate:
         if not measured:
             return _missing_evidence(ctx, spec, limit, f"no memory measured for {ctx.evidence.candidate}: an API model's "
                                      "memory is its provider's", "judge API entries under a policy without a memory gate")
-        worst = max(measured, key=lambda r: r.peak_mem_mb)
+        worst = max(measured, key=lambda r: r.peak_mem_mb or 0.0)  # never None: measured ones only
         ok = worst.peak_mem_mb <= limit
         return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
                        f"peak memory {significant(worst.peak_mem_mb)} MB ({worst.task}) {'<=' if ok else '>'} budget "
@@ -186,7 +187,7 @@ class MemoryGate:
 
 
 class LicenseGate:
-    kind = "license"
+    kind: ClassVar[str] = "license"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         allowed = spec.params["allowed_tiers"]
@@ -203,7 +204,7 @@ class LicenseGate:
 
 
 class ReproducibilityGate:
-    kind = "reproducibility"
+    kind: ClassVar[str] = "reproducibility"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         required = spec.params["require"]
@@ -221,7 +222,7 @@ class ReproducibilityGate:
 
 
 class DataValidityGate:
-    kind = "data_validity"
+    kind: ClassVar[str] = "data_validity"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         min_items = spec.params.get("min_items", 1)
@@ -251,7 +252,7 @@ class DataValidityGate:
 
 
 class ErrorRateGate:
-    kind = "error_rate"
+    kind: ClassVar[str] = "error_rate"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         limit = spec.params["max_error_rate"]
@@ -269,7 +270,7 @@ class ErrorRateGate:
 
 
 class ToolingMaturityGate:
-    kind = "tooling_maturity"
+    kind: ClassVar[str] = "tooling_maturity"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         item = spec.params["checklist_item"]
@@ -294,7 +295,7 @@ def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> Serving
 
 
 class ServingGate:
-    kind = "serving"
+    kind: ClassVar[str] = "serving"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         p = spec.params
@@ -307,7 +308,8 @@ class ServingGate:
             return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}",
                                      f"run {command}", command)
         value: dict[str, Any] = {}
-        misses, meets = [], []
+        misses: list[str] = []
+        meets: list[str] = []
 
         def check(key: str, measured: float | None, limit: float, words: str, shown: Callable[[float], str],
                   at_most: bool) -> None:
@@ -341,7 +343,7 @@ class ServingGate:
 
 
 class CanaryGate:
-    kind = "canary"
+    kind: ClassVar[str] = "canary"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         """A rollout of this version reached `min_weight` with every analysis on the way passed (none failed)."""
@@ -383,7 +385,7 @@ def _configs(n: int) -> str:
 
 
 class ParallelismGate:
-    kind = "parallelism"
+    kind: ClassVar[str] = "parallelism"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
         """Parallel speed judged without the machine, on every validated config of the candidate at the stage's task
@@ -401,11 +403,12 @@ class ParallelismGate:
         if not measured:
             return _missing_evidence(ctx, spec, threshold, f"no tokens per forward recorded for {name}: an API model "
                                      "shows no model calls", "judge API entries under a policy without a parallelism gate")
-        curve = [[round(r.tokens_per_forward, 4), round(r.accuracy, 4), r.record_id] for r in measured]
+        points = [(r.tokens_per_forward, r.accuracy) for r in measured if r.tokens_per_forward]  # each of measured
+        curve = [[round(t, 4), round(a, 4), r.record_id] for (t, a), r in zip(points, measured)]
         cite = {"task": task, "gen_length": n, "curve": sorted(curve)}
         if "tpf_at_accuracy" in p:
             need, floor = threshold["min_tpf"], threshold["accuracy_floor"]
-            best = tpf_at_accuracy([(r.tokens_per_forward, r.accuracy) for r in measured], floor)
+            best = tpf_at_accuracy(points, floor)
             if best is None:
                 top = max(measured, key=lambda r: r.accuracy)
                 return _result(ctx, spec, False, None, threshold, f"no config of {name} on {task} reaches accuracy "
@@ -417,7 +420,7 @@ class ParallelismGate:
                            f"{significant(best[0])} tokens per forward at accuracy {percent(best[1])} (floor "
                            f"{percent(floor)}) on {task}, {_configs(len(measured))}, {'>=' if ok else '<'} {exact(need)}",
                            **cite, record_id=chosen.record_id, run_id=chosen.run_id, config_hash=chosen.config_hash)
-        result = aup([(r.tokens_per_forward, r.accuracy) for r in measured])
+        result = aup(points)
         ok = result.aup >= p["aup_min"]
         tpfs = [t for t, _ in result.points]
         return _result(ctx, spec, ok, round(result.aup, 2), threshold,

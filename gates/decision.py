@@ -51,7 +51,7 @@ def _primary(evidence: CandidateEvidence | None, stage: StagePolicy) -> EvalReco
     return next((r for r in operating_records(evidence, stage) if r.task == stage.operating_point.task), None)
 
 
-def _serving(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
+def _serving(evidence: CandidateEvidence | None, concurrency: int | None) -> ServingRecord | None:
     found = [r for r in (evidence.serving if evidence else ()) if r.concurrency == concurrency]
     return max(found, key=lambda r: r.when) if found else None
 

@@ -66,7 +66,7 @@ def gate_report_markdown(results: list[GateResult], title: str = "") -> str:
                   + (f", {open_} inconclusive" if open_ else "") + ")", ""]
     lines += ["| gate | passed | value | threshold | reason | record | run |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        word = {PASS: "yes", FAIL: "**no**", INCONCLUSIVE: "*inconclusive*"}[r.verdict]
+        word = {PASS: "yes", FAIL: "**no**", INCONCLUSIVE: "*inconclusive*"}[Verdict(r.verdict)]
         cells = [r.gate, word, _cell(r.value), _cell(r.threshold), _cell(r.reason),
                  str(r.evidence.get("record_id") or ""), str(r.evidence.get("run_id") or "")]
         lines.append("| " + " | ".join(cells) + " |")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gates.evaluate import SIGNED_KINDS
 from gates.policy import StagePolicy
 from gates.promotion import PromotionDecision, ReasonKind
+from gates.results import GateResult
 from gates.verdict import Verdict
 
 
@@ -57,7 +58,8 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
         steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
                               "change the model or the sweep, then measure again",
                               f"unmask run --model {model}{judged}"))
-    by_command: dict[str, list] = {}  # a gate whose evidence another command produces (load test, rollout) names it
+    # a gate whose evidence another command produces (load test, rollout) names it
+    by_command: dict[str, list[GateResult]] = {}
     for r in undecided:
         by_command.setdefault(r.evidence.get("settle_command") or "", []).append(r)
     measured_again = by_command.pop("", [])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields as dataclass_fields
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, overload
 
 from checklists import STAGES, Checklist, ChecklistError, ChecklistStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence, EvalRecord
@@ -289,10 +289,24 @@ def current_signoffs(signoffs: Mapping[str, Mapping[str, Any]],
     return current, stale
 
 
+@overload
+def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
+                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
+                      tooling_signer: str = "", roles: Roles | None = None, counted: Literal[False] = False,
+                      prefer: str = "") -> list[PromotionReason]: ...
+
+
+@overload
+def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
+                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
+                      tooling_signer: str = "", roles: Roles | None = None, *, counted: Literal[True],
+                      prefer: str = "") -> tuple[list[PromotionReason], list[Approval]]: ...
+
+
 def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
                       evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
                       tooling_signer: str = "", roles: Roles | None = None, counted: bool = False,
-                      prefer: str = ""):
+                      prefer: str = "") -> list[PromotionReason] | tuple[list[PromotionReason], list[Approval]]:
     """Why the recorded approvals do not allow the promotion (empty when they do).
 
     With `counted`, returns (reasons, the approvals that count: the oldest, approval `prefer` first) instead.
@@ -304,7 +318,8 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     # the preferred approval first (stable otherwise): of two names on one account only one counts, and the one
     # typed into this promotion is the one it uses, whoever of the two approved first
     approvals = sorted((a for a in approvals if a.by.strip()), key=lambda a: bool(prefer) and a.id != prefer)
-    reasons, valid = [], []
+    reasons: list[PromotionReason] = []
+    valid: list[Approval] = []
     for a in approvals:
         problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
                                     roles)

@@ -71,7 +71,8 @@ class Roles:
             return roles.sign_off.get(item or "", roles.sign_off.get(ANYONE, ()))
         if duty not in DUTIES:
             raise ValueError(f"unknown duty {duty!r}; expected one of {', '.join(DUTIES)}")
-        return getattr(roles, duty)
+        entries: tuple[str, ...] = getattr(roles, duty)  # approve or emergency_rollback
+        return entries
 
     def may(self, user: str, stage: str, duty: str, item: str | None = None) -> bool:
         """Whether `user` holds the role for `duty` at `stage`."""

@@ -149,7 +149,8 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
         raise RolloutPolicyError(f"{where}.analysis.{never[0].metric}.{key}: no number of requests (up to "
                                  f"{MAX_REQUESTS:,}) can show {key} {getattr(never[0], key)!r} at {confidence:g} "
                                  "confidence (a share's bound never reaches exactly 0 or 1)")
-    min_requests = data.get("min_requests", max(needed.values()))
+    fewest = max(n for n in needed.values() if n is not None)  # each is a count past the check above
+    min_requests = data.get("min_requests", fewest)
     if not _is_int(min_requests) or min_requests < 1:
         raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
     probes = _parse_probes(data.get("probes"), f"{where}.probes")

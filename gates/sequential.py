@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 DEFAULT_CONFIDENCE = 0.95  # over a whole rollout: its false-pass (and false-fail) rate is at most 5%
@@ -64,7 +65,7 @@ def requests_for_quantile(q: float, alpha: float) -> int:
     return int(math.ceil(math.log(alpha) / math.log(q)))
 
 
-def share_bounds(k, n, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def share_bounds(k: ArrayLike, n: ArrayLike, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Clopper-Pearson one-sided bounds (lower, upper) of a share seen as k of n, each wrong with
     probability at most `alpha` (0 and 1 when n is 0)."""
     k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Mapping, Protocol
 
 from checklists.yaml_file import read_yaml_file
 from gates.request_limits import RequestLimits, parse_request_limits
-from gates.serving_arms import ArmSpec, HealthSpec, ServingPolicyError, parse_arms, parse_health
+from gates.serving_arms import ArmSpec, HealthSpec, parse_arms, parse_health
+from gates.serving_arms import ServingPolicyError as ServingPolicyError  # re-exported: callers catch it from here
 
 SERVING_POLICY_PATH = Path(__file__).resolve().parent / "serving.yaml"
 AUTO = "auto"  # the `model` a client sends to be routed
@@ -168,7 +169,7 @@ class MaxTokensAboveMatcher:
         return f"max_tokens > {self.bound}"
 
 
-MATCHERS: dict[str, type] = {m.kind: m for m in (
+MATCHERS: dict[str, type[Matcher]] = {m.kind: m for m in (
     PathMatcher, HeaderMatcher, UserMatcher, MetadataMatcher, MaxTokensAboveMatcher)}
 
 
@@ -322,7 +323,7 @@ def _parse_shadow(value: Any, where: str) -> ShadowSpec:
     return ShadowSpec(value["arm"], share)
 
 
-def _parse_match(value: Any, where: str) -> Any:
+def _parse_match(value: Any, where: str) -> Matcher:
     if not isinstance(value, dict) or len(value) != 1:
         raise ServingPolicyError(f"{where}: expected one matcher, {{KIND: SETTINGS}} with KIND one of "
                                  f"{', '.join(MATCHERS)}, got {value!r}")

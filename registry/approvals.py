@@ -228,7 +228,7 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
 
 # sign-offs ------------------------------------------------------------------------------------------
 def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str | Actor | None,
-             comment: str, roles: Roles | None = None) -> dict:
+             comment: str, roles: Roles | None = None) -> dict[str, str]:
     """Sign off a manual checklist item of a stage for one version (who, host, when, comment), if `who` may."""
     manual = load_checklist(stage).manual_items()
     if item not in manual:

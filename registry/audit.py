@@ -90,7 +90,7 @@ FIELDS = {"actor": "who", "event": "event", "model": "model", "version": "versio
 
 def canonical(tags: Mapping[str, str], seq: int, prev_sha256: str) -> bytes:
     """The bytes an entry's hash covers: what it says, as stored, with its place and the hash before it."""
-    body = {name: tags.get(model_tag(key), "") for name, key in FIELDS.items()}
+    body: dict[str, str | int] = {name: tags.get(model_tag(key), "") for name, key in FIELDS.items()}
     body |= {"seq": seq, "prev_sha256": prev_sha256}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 

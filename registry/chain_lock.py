@@ -20,11 +20,12 @@ import socket
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import sqlalchemy
 from filelock import FileLock, Timeout
 
+from registry.clock import SYSTEM_CLOCK, Clock
 from registry.connection import RegistryError
 from registry.store import Registry, RegistryLock
 
@@ -65,19 +66,21 @@ def advisory_key(name: str) -> int:
 class AdvisoryChainLock:
     """A PostgreSQL session advisory lock on the store's own database, on a connection of its own."""
 
-    def __init__(self, registry: Registry):
-        self.uri, self.key, self.connection = registry.tracking_uri, advisory_key(NAME), None
+    def __init__(self, registry: Registry, clock: Clock = SYSTEM_CLOCK):
+        self.uri, self.key = registry.tracking_uri, advisory_key(NAME)
+        self.clock = clock
+        self.connection: sqlalchemy.Connection | None = None
 
     def acquire(self, timeout_s: float) -> None:
         engine = sqlalchemy.create_engine(self.uri, poolclass=sqlalchemy.pool.NullPool)
         connection = engine.connect()
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while not connection.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": self.key}).scalar():
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 connection.close()
                 raise RegistryError(f"the audit trail is locked by another writer (PostgreSQL advisory lock "
                                     f"{self.key}) for more than {timeout_s:g} s")
-            time.sleep(0.05)
+            self.clock.sleep(0.05)
         connection.commit()  # the lock is the session's, not the transaction's
         self.connection = connection
 
@@ -109,10 +112,11 @@ class ServerChainLock:
         self.lock.release()
 
 
-LOCKS = {"sqlite": FileChainLock, "postgresql": AdvisoryChainLock, "http": ServerChainLock, "https": ServerChainLock}
+LOCKS: dict[str, Callable[[Registry], ChainLock]] = {
+    "sqlite": FileChainLock, "postgresql": AdvisoryChainLock, "http": ServerChainLock, "https": ServerChainLock}
 
 
-def lock_kind(tracking_uri: str) -> type:
+def lock_kind(tracking_uri: str) -> Callable[[Registry], ChainLock]:
     """The lock class for a store (see the table above); other SQL stores use the registry lock."""
     return LOCKS.get(tracking_uri.split(":", 1)[0].split("+", 1)[0], ServerChainLock)
 

@@ -6,6 +6,7 @@ The scorecard of `unmask run`, the dashboard's Verdict page and page 1 of the do
 
 from __future__ import annotations
 
+from evals.records import CandidateEvidence
 from gates.decision import DecisionLine, decision_line
 from gates.evaluate import evaluate_gates
 from gates.policy import Policy
@@ -32,7 +33,7 @@ def decision_lines(registry: Registry, policy: Policy, models: list[str] | None 
     for model in models:
         version = (versions or {}).get(model) or latest_registration(registry.aliases_of(model))
         evidence = _evidence(registry, model, version) if version else None
-        if evidence is None:
+        if not version or evidence is None:
             continue
         state = version_state(registry, model, version)  # one read of the version for every stage
         for stage in stages:
@@ -44,7 +45,7 @@ def decision_lines(registry: Registry, policy: Policy, models: list[str] | None 
     return lines
 
 
-def _evidence(registry: Registry, model: str, version: str):
+def _evidence(registry: Registry, model: str, version: str) -> CandidateEvidence | None:
     try:
         return load_evidence(registry, model, version)
     except EvidenceTampered:  # never judged here; the gate board shows it as tampered

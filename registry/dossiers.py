@@ -48,13 +48,13 @@ def log_dossier(registry: Registry, model: str, version: str, html: str | Path, 
     run_id = evidence_run_id(registry, model, version)
     at = now_iso()
     folder = "dossier/" + at[:19].replace("-", "").replace(":", "") + "Z"
-    files = {"html": Path(html), "pdf": Path(pdf) if pdf else None}
-    for path in (p for p in files.values() if p is not None):
+    html_file, pdf_file = Path(html), Path(pdf) if pdf else None
+    for path in (p for p in (html_file, pdf_file) if p is not None):
         registry.client.log_artifact(run_id, str(path), folder)
-    ref = DossierRef(model, version, run_id, f"{folder}/{files['html'].name}",
-                     f"{folder}/{files['pdf'].name}" if files["pdf"] else "", sha256,
-                     sha256_hex(files["html"].read_bytes()),
-                     sha256_hex(files["pdf"].read_bytes()) if files["pdf"] else "", at)
+    ref = DossierRef(model, version, run_id, f"{folder}/{html_file.name}",
+                     f"{folder}/{pdf_file.name}" if pdf_file else "", sha256,
+                     sha256_hex(html_file.read_bytes()),
+                     sha256_hex(pdf_file.read_bytes()) if pdf_file else "", at)
     registry.set_version_tags(model, version, {DOSSIER_TAG: json.dumps(ref.to_dict(), sort_keys=True)})
     return ref
 

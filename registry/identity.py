@@ -25,6 +25,7 @@ import pwd
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -148,7 +149,7 @@ class PermissionDenied(RegistryError):
 
 
 @contextmanager
-def server_permissions(tracking_uri: str, model: str = "", action: str = "an action"):
+def server_permissions(tracking_uri: str, model: str = "", action: str = "an action") -> Iterator[None]:
     """Turn the server's 401/403 into one `PermissionDenied` line naming the user and the model."""
     from mlflow.exceptions import MlflowException
 

@@ -23,6 +23,8 @@ import hashlib
 import logging
 from typing import Any, Mapping
 
+from mlflow.entities import Metric
+
 from registry import audit, signing
 from registry.audit import AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
@@ -136,7 +138,7 @@ def digest_tags(contents: Mapping[str, bytes], run_id: str, tracking_uri: str = 
     return tags
 
 
-def seal_run(client: Any, run_id: str, metrics: list, path: str, data: bytes) -> None:
+def seal_run(client: Any, run_id: str, metrics: list[Metric], path: str, data: bytes) -> None:
     """Finish a record run: its metrics, the artifact `path` holding `data`, the tag vouching for it, FINISHED; a
     run that fails on the way is marked FAILED, so no reader takes it for a whole record."""
     try:

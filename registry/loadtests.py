@@ -74,7 +74,8 @@ def log_load_curve(registry: Registry, records: list[ServingRecord], plot: Path)
     except BaseException:
         client.set_terminated(run.info.run_id, "FAILED")
         raise
-    return run.info.run_id
+    run_id: str = run.info.run_id  # mlflow's RunInfo.run_id (a property subclass) reads as Any
+    return run_id
 
 
 def serving_records(registry: Registry, model: str, version: str, weights_sha256: str | None = None) -> list[ServingRecord]:

@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -64,7 +64,7 @@ class Move:
 
 
 # moving aliases ------------------------------------------------------------------------------------
-def _apply(registry: Registry, stage: str, previous: Holder, target: Holder) -> None:
+def _apply(registry: Registry, stage: str, previous: Holder, target: tuple[str, str]) -> None:
     client = registry.client
     retry_busy(client.set_registered_model_alias, target[0], stage, target[1])  # the commit point
     if previous and previous[0] != target[0]:
@@ -77,7 +77,7 @@ def _remove_alias(registry: Registry, model: str, stage: str) -> None:
         retry_busy(registry.client.delete_registered_model_alias, model, stage)
 
 
-def _move(registry: Registry, stage: str, previous: Holder, target: Holder, who: str, comment: str,
+def _move(registry: Registry, stage: str, previous: Holder, target: tuple[str, str], who: str, comment: str,
           evidence: dict[str, Any]) -> Move:
     intent = audit.append(registry, AuditEvent(MOVE, who, now_iso(), stage, target[0], target[1],
                                                ref(*(previous or (None, None))), ref(*target), comment, evidence),
@@ -101,6 +101,7 @@ def recover(registry: Registry, stage: str | None = None) -> list[dict[str, Any]
         target, previous = parse_ref(event.to_ref), parse_ref(event.from_ref)
         moved = target is not None and registry.aliases_of(target[0]).get(event.stage) == target[1]
         if moved:
+            assert target is not None  # moved: the alias sits on the target
             _apply(registry, event.stage, previous, target)
         audit.settle(registry, event, happened=moved)
         settled.append(event.to_dict() | {"status": "FINISHED" if moved else "FAILED"})
@@ -172,7 +173,7 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
     try:
         duties = duties_for(registry, model, version, stage, request, mover)
         decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
-        reasons = list(decision.reasons)
+        reasons: list[PromotionReason | str] = list(decision.reasons)
         if expected == (model, version):
             reasons.append(f"{model} v{version} already holds {stage}")
         if reasons:
@@ -257,7 +258,7 @@ def _holder_unchanged(registry: Registry, model: str, version: str, stage: str, 
 
 def _approvals_to_consume(registry: Registry, model: str, version: str, stage: str, policy: Policy | None,
                           roles: Roles, duties: Duties, action: str, who: str, evidence: dict[str, Any],
-                          prefer: str) -> list:
+                          prefer: str) -> list[Approval]:
     """Under the stage lock: the approvals this move uses, read again (one consumed or voided meanwhile no
     longer counts), so a move cites exactly the approvals it consumed."""
     policy = policy or load_policy()
@@ -284,7 +285,7 @@ def _refuse_drift(registry: Registry, event: str, who: str, stage: str, model: s
 
 
 def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
-            reasons: list[PromotionReason | str], evidence: dict[str, Any]) -> None:
+            reasons: Sequence[PromotionReason | str], evidence: dict[str, Any]) -> NoReturn:
     refused = PromotionRefused(action, reasons)
     audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version,
                                       comment="; ".join(refused.reasons)[:4000], evidence=evidence))
@@ -372,7 +373,7 @@ def _restore(registry: Registry, stage: str, who: str, comment: str, action: str
     return Move(stage, previous, target, who, intent.run_id, evidence)
 
 
-def _previous_holder(registry: Registry, stage: str, current: Holder) -> Holder:
+def _previous_holder(registry: Registry, stage: str, current: tuple[str, str]) -> Holder:
     """Who held `stage` before the promotion that brought the current holder in (rollbacks are skipped)."""
     moves = [e for e in audit.events(registry, stage=stage, event=MOVE)
              if e.status == "FINISHED" and e.evidence.get("kind") == "promotion" and e.to_ref == ref(*current)]

@@ -52,7 +52,7 @@ def list_versions(model: str | None = None, registry: Registry | None = None) ->
         aliases = reg.aliases_of(name)
         for v in reg.client.search_model_versions(f"name = {filter_literal(name, 'model')}", max_results=10000):
             version, tags = str(v.version), dict(v.tags)
-            row = {"model": name, "version": version, "revision": tags.get(model_tag("revision"), ""),
+            row: dict[str, Any] = {"model": name, "version": version, "revision": tags.get(model_tag("revision"), ""),
                    "weights_sha256": tags.get(model_tag("weights_sha256"), ""),
                    "evidence_run_id": tags.get(model_tag("evidence_run"), ""),
                    "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
@@ -114,8 +114,10 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
                     report = load_gate_report(reg, name, ver, st)
                 except GateReportTampered:  # never read; the integrity board names the file
                     continue
-                cited = (report or {}).get("policy") or {}
-                for r in (report or {}).get("results", []):
+                if report is None:  # never evaluated at this stage
+                    continue
+                cited = report.get("policy") or {}
+                for r in report.get("results", []):
                     rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
                                  "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
                                  "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
@@ -219,6 +221,7 @@ def score_intervals(candidates: list[Any], ranked: list[str], stage: StagePolicy
     rows = []
     for alt in alternatives:
         low, high = wilson_interval(alt.quality, n_items.get(alt.candidate, 0))
+        assert nominal is not None  # ranked above: there are alternatives
         seen = {"topsis": [nominal.loc[alt.candidate, "topsis"]],
                 "weighted_sum": [nominal.loc[alt.candidate, "weighted_sum"]]}
         for quality in (low, high):

@@ -85,7 +85,8 @@ def start_rollout_run(registry: Registry, rollout_id: str, model: str, version: 
                          _tag("candidate"): candidate, _tag("baseline"): baseline, _tag("status"): "running",
                          _tag("started"): now_iso(), _tag("updated"): now_iso(),
                          _tag("policy"): json.dumps(policy, sort_keys=True)[:5000]})
-    return run.info.run_id
+    run_id: str = run.info.run_id  # mlflow's RunInfo.run_id (a property subclass) reads as Any
+    return run_id
 
 
 def set_rollout_status(registry: Registry, run_id: str, status: str, reason: str = "") -> None:
@@ -124,8 +125,9 @@ def log_analysis(registry: Registry, rollout_run_id: str, rollout_id: str, step:
     metrics = [Metric(f"{arm}.{name}", float(value), ms, step)
                for arm, summary in (analysis.get("arms") or {}).items() for name, value in summary.items()
                if name in ARM_METRICS and value is not None]
-    seal_run(client, run.info.run_id, metrics, ARTIFACT, data)
-    return run.info.run_id
+    run_id: str = run.info.run_id  # mlflow's RunInfo.run_id (a property subclass) reads as Any
+    seal_run(client, run_id, metrics, ARTIFACT, data)
+    return run_id
 
 
 def _record(run: Any) -> RolloutRecord:

@@ -82,7 +82,7 @@ def ring_path(tracking_uri: str) -> Path:
 
 
 def _parse_ring(text: str, where: str) -> list[tuple[str, bytes]]:
-    found = []
+    found: list[tuple[str, bytes]] = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
@@ -21,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from checklists import STAGES
 from models.state import state_dir
+from registry.clock import SYSTEM_CLOCK, Clock
 from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
 
 STAGE_ALIASES = STAGES  # each stage is held through the alias of its name
@@ -127,7 +127,8 @@ class Registry:
                 if run_id not in self._artifact_uris:
                     self.get_run(run_id)
                 repo = get_artifact_repository(self._artifact_uris[run_id], tracking_uri=self.tracking_uri)
-                return Path(repo.download_artifacts(path, tmp)).read_bytes()
+                # mlflow leaves ArtifactRepository.download_artifacts unannotated
+                return Path(repo.download_artifacts(path, tmp)).read_bytes()  # type: ignore[no-untyped-call]
             except (MlflowException, OSError) as e:
                 raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
 
@@ -217,25 +218,27 @@ class RegistryLock:
     one who wants it. Holders keep it for seconds, so the default of five minutes is far from both.
     """
 
-    def __init__(self, registry: "Registry", alias: str, owner: str, stale_after_s: float = 300.0):
+    def __init__(self, registry: "Registry", alias: str, owner: str, stale_after_s: float = 300.0,
+                 clock: Clock = SYSTEM_CLOCK):
         self.registry, self.owner, self.stale_after_s = registry, owner, stale_after_s
+        self.clock = clock  # deadlines and the lock's age (registry/clock.py)
         self.name = f"{LOCK_PREFIX}{alias}"
 
     def acquire(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while True:
             try:
                 self.registry.client.create_registered_model(
-                    self.name, tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(time.time())},
+                    self.name, tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(self.clock.time())},
                     description="unmask promotion lock; deleted when the promotion ends")
                 return True
             except MlflowException as e:
                 if str(e.error_code) not in _TAKEN and not any(t in str(e).lower() for t in TRANSIENT):
                     raise
             self._break_if_stale()
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return False
-            time.sleep(0.1)
+            self.clock.sleep(0.1)
 
     def holder(self) -> dict[str, str] | None:
         try:
@@ -248,7 +251,7 @@ class RegistryLock:
         if tags is None:
             return
         try:
-            age = time.time() - float(tags.get(model_tag("lock.at"), "0"))
+            age = self.clock.time() - float(tags.get(model_tag("lock.at"), "0"))
         except ValueError:
             age = float("inf")
         if age > self.stale_after_s:
@@ -266,10 +269,11 @@ class RegistryLock:
             pass  # someone else removed it first
 
 
+T = TypeVar("T")
 _TAKEN = ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST")  # the latter: it vanished while MLflow reported it
 
 
-def retry_busy(fn, *args, attempts: int = 5, **kwargs):
+def retry_busy(fn: Callable[..., T], *args: Any, attempts: int = 5, clock: Clock = SYSTEM_CLOCK, **kwargs: Any) -> T:
     """Call an idempotent MLflow write, retrying briefly on a transient conflict with another writer."""
     for i in range(attempts):
         try:
@@ -277,5 +281,5 @@ def retry_busy(fn, *args, attempts: int = 5, **kwargs):
         except MlflowException as e:
             if not any(t in str(e).lower() for t in TRANSIENT) or i == attempts - 1:
                 raise
-            time.sleep(0.1 * (i + 1))
-    return None
+            clock.sleep(0.1 * (i + 1))
+    raise ValueError(f"attempts: expected at least 1, got {attempts}")  # each attempt above returns or raises

@@ -298,10 +298,10 @@ def _run_tags(registry: Registry, model: str, version: str, run_id: str) -> dict
 
 
 def _evidence_from(summary: dict[str, Any], records: list[dict[str, Any]]) -> CandidateEvidence:
-    records = [EvalRecord.from_dict(r) for r in records]
+    parsed = [EvalRecord.from_dict(r) for r in records]
     repro, lic = summary.get("reproducibility"), summary.get("license")
     return CandidateEvidence(
-        candidate=summary["candidate"], role=summary["role"], kind=summary["kind"], records=records,
+        candidate=summary["candidate"], role=summary["role"], kind=summary["kind"], records=parsed,
         reproducibility=ReproducibilityResult(**repro) if repro else None,
         license=LicenseResult(**lic) if lic else None, model_revision=summary.get("model_revision", ""),
         weights_sha256=summary.get("weights_sha256", ""), card=summary.get("card") or {},

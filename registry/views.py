@@ -10,6 +10,7 @@ reason}, ...]}`; the rollback it may trigger is the next rollback move of that s
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pandas as pd
 
 import registry.read as read
 from evals.parallelism import aup
+from evals.records import CandidateEvidence
 from evals.plots import point_label, quality_latency_front
 from gates.results import operating_records
 from gates.policy import Policy, load_policy
@@ -74,7 +76,7 @@ def gate_board(registry: Registry) -> pd.DataFrame:
                                        "failed_gates", "evaluated_at"])
 
 
-def current_evidence(registry: Registry):
+def current_evidence(registry: Registry) -> Iterator[tuple[str, str, CandidateEvidence]]:
     """(model, version, evidence) of each model's current version; a version whose evidence was tampered with is
     left out (the gate board shows it as tampered; nothing of it is plotted)."""
     for model in registry.model_names():
@@ -193,7 +195,7 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
     fingerprint = evidence.records[0].fingerprint if evidence.records else {}
     if evidence.reproducibility and evidence.reproducibility.fingerprint:
         fingerprint = evidence.reproducibility.fingerprint
-    runs = [{"what": "evidence", "task": "", "settings": "", "run_id": evidence_run}]
+    runs: list[dict[str, str | None]] = [{"what": "evidence", "task": "", "settings": "", "run_id": evidence_run}]
     runs += [{"what": "record", "task": r.task, "settings": f"gen {r.gen_length} {point_label(r)}".strip(),
               "run_id": r.run_id}
              for r in evidence.records]
@@ -253,7 +255,8 @@ def decisions(registry: Registry) -> pd.DataFrame:
         kind = MOVE_DECISIONS.get(e.evidence.get("kind", "")) if e.event == audit.MOVE else DECISION_EVENTS.get(e.event)
         if kind is None:
             continue
-        actor = e.evidence.get("actor") if isinstance(e.evidence.get("actor"), dict) else {}
+        actor = e.evidence.get("actor")
+        actor = actor if isinstance(actor, dict) else {}
         if e.event == audit.MOVE or e.event == "emergency_rollback":
             what = f"{e.from_ref or 'nobody'} → {e.to_ref or 'nobody'}"
         elif e.event == "signoff":

@@ -33,12 +33,22 @@ class TaskItem:
 
 
 class Task(Protocol):
-    name: str
-    gen_length: int  # canvas positions the task is trained and evaluated with
-    metrics: tuple[str, ...]  # metric names `score` returns
+    # read-only members: the tasks are frozen dataclasses (arith's name is a property)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gen_length(self) -> int: ...  # canvas positions the task is trained and evaluated with
+
+    @property
+    def metrics(self) -> tuple[str, ...]: ...  # metric names `score` returns
 
     def sample(self, rng: random.Random) -> TaskItem:
         """One item of any split; `make_split` filters by key."""
+        ...
+
+    def alphabet(self) -> set[str]:
+        """Every character its items use (the tiny models' vocabulary is built from them)."""
         ...
 
 

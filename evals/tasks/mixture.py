@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from evals.tasks import TASKS
@@ -20,7 +21,7 @@ class TrainingMixture:
     of it, so a batch holds sequences of similar length (little padding).
     """
 
-    tasks: dict[str, Task]
+    tasks: Mapping[str, Task]
     weights: dict[str, float]
     batch_sizes: dict[str, int]
     seed: int = 0
@@ -41,7 +42,7 @@ class TrainingMixture:
                 current = weights
         return current
 
-    def batch(self, step: int):
+    def batch(self, step: int) -> Batch:
         rng = random.Random(f"mixture:{self.seed}:{step}")
         weights = self.weights_at(step)
         names = sorted(weights)
