@@ -40,25 +40,39 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # LLaDA-8B's head width at a tenth of its depth and width: about 170M parameters, 0.7 GB in float32
-ORT_SHAPE = {"d_model": 1024, "n_heads": 8, "n_layers": 8, "mlp_hidden_size": 2816, "vocab_size": 32000,
-             "rope_theta": 500000.0, "max_sequence_length": 4096}
+ORT_SHAPE = {
+    "d_model": 1024,
+    "n_heads": 8,
+    "n_layers": 8,
+    "mlp_hidden_size": 2816,
+    "vocab_size": 32000,
+    "rope_theta": 500000.0,
+    "max_sequence_length": 4096,
+}
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "L4": 121.0, "A10": 125.0}
 
 
 def gpu_variants():
     from evals.bench import DUAL_PARALLEL, Variant
 
-    return [Variant("vanilla"), Variant("4 per step", tokens_per_step=4), Variant("dual-cache", {"cache": "dual"}),
-            Variant("dual-cache, 4 per step", {"cache": "dual"}, tokens_per_step=4),
-            Variant("dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided"}),
-            Variant("AR twin", kind="ar")]
+    return [
+        Variant("vanilla"),
+        Variant("4 per step", tokens_per_step=4),
+        Variant("dual-cache", {"cache": "dual"}),
+        Variant("dual-cache, 4 per step", {"cache": "dual"}, tokens_per_step=4),
+        Variant("dual+parallel+exit", DUAL_PARALLEL | {"early_exit": "eos_decided"}),
+        Variant("AR twin", kind="ar"),
+    ]
 
 
 def onnx_variants():
     from evals.bench import DUAL_PARALLEL, Variant
 
     fast = DUAL_PARALLEL | {"early_exit": "eos_decided"}
-    return [Variant("torch, dual+parallel+exit", fast), Variant("onnxruntime, dual+parallel+exit", fast | {"backend": "onnxruntime"})]
+    return [
+        Variant("torch, dual+parallel+exit", fast),
+        Variant("onnxruntime, dual+parallel+exit", fast | {"backend": "onnxruntime"}),
+    ]
 
 
 def onnx_section(smoke: bool, device: str, gen_length: int, reps: int) -> dict:
@@ -67,16 +81,36 @@ def onnx_section(smoke: bool, device: str, gen_length: int, reps: int) -> dict:
     from models.random_weights import SMOKE, random_handle
 
     handle = random_handle(SMOKE if smoke else ORT_SHAPE, device, "float32", name="ort-random")
-    setup = BenchSetup(gen_lengths=(gen_length,), block_length=min(32, gen_length), prompts=1, reps=reps, warmup=1,
-                       tasks=("arith",), batch_sizes=(1,))
+    setup = BenchSetup(
+        gen_lengths=(gen_length,),
+        block_length=min(32, gen_length),
+        prompts=1,
+        reps=reps,
+        warmup=1,
+        tasks=("arith",),
+        batch_sizes=(1,),
+    )
     report = run_bench(handle, setup, onnx_variants())
-    rows = [{"config": r.config, "gen_length": r.gen_length, "tokens_per_s": r.tokens_per_s, "seconds": r.seconds,
-             "provider": r.provider} for r in report.rows]
+    rows = [
+        {
+            "config": r.config,
+            "gen_length": r.gen_length,
+            "tokens_per_s": r.tokens_per_s,
+            "seconds": r.seconds,
+            "provider": r.provider,
+        }
+        for r in report.rows
+    ]
     ran = next((r["provider"] for r in rows if r["provider"]), None)
-    return {"shape": "smoke" if smoke else "ORT_SHAPE", "rows": rows, "provider": ran,
-            "cuda_provider_ran": ran == "CUDAExecutionProvider",
-            "note": None if ran == "CUDAExecutionProvider" or device == "cpu" else
-            f"onnxruntime ran on {ran}: install onnxruntime-gpu (make setup ONNX_FLAVOUR=gpu) for the CUDA provider"}
+    return {
+        "shape": "smoke" if smoke else "ORT_SHAPE",
+        "rows": rows,
+        "provider": ran,
+        "cuda_provider_ran": ran == "CUDAExecutionProvider",
+        "note": None
+        if ran == "CUDAExecutionProvider" or device == "cpu"
+        else f"onnxruntime ran on {ran}: install onnxruntime-gpu (make setup ONNX_FLAVOUR=gpu) for the CUDA provider",
+    }
 
 
 class PositionCounter:
@@ -141,8 +175,16 @@ def main(argv: list[str] | None = None) -> dict:
     diffusion = random_handle(shape, device, dtype)
     ar = random_handle(shape, device, dtype, causal=True, name="llada-8b-random-ar")
     built = time.perf_counter() - started
-    setup = BenchSetup(gen_lengths=lengths, block_length=min(32, *lengths), prompts=max(batches), reps=args.reps, warmup=args.warmup,
-                       threads=torch.get_num_threads(), tasks=("arith",), batch_sizes=batches)
+    setup = BenchSetup(
+        gen_lengths=lengths,
+        block_length=min(32, *lengths),
+        prompts=max(batches),
+        reps=args.reps,
+        warmup=args.warmup,
+        threads=torch.get_num_threads(),
+        tasks=("arith",),
+        batch_sizes=batches,
+    )
     counter = PositionCounter(diffusion.model, ar.model)
     try:
         report = run_bench(diffusion, setup, gpu_variants(), ar_loaded=ar, tick=counter.tick)
@@ -156,38 +198,67 @@ def main(argv: list[str] | None = None) -> dict:
         label = f"{r.config} @ {r.gen_length}" + (f" batch {r.batch}" if several else "")
         positions = sum(counter.per_pass[label]) / len(counter.per_pass[label])
         tflops = flops_per_position * positions / r.seconds / 1e12
-        rows.append({"config": r.config, "gen_length": r.gen_length, "batch": r.batch, "seconds": r.seconds,
-                     "tokens_per_s": r.tokens_per_s, "text_tokens_per_s": r.text_tokens_per_s,
-                     "tokens_per_forward": r.tokens_per_forward, "speedup_vs_vanilla": r.speedup_vs_vanilla,
-                     "positions_per_pass": positions, "achieved_tflops": tflops,
-                     "mfu": None if peak is None else tflops / peak, "peak_mem_mb": r.peak_mem_mb})
+        rows.append(
+            {
+                "config": r.config,
+                "gen_length": r.gen_length,
+                "batch": r.batch,
+                "seconds": r.seconds,
+                "tokens_per_s": r.tokens_per_s,
+                "text_tokens_per_s": r.text_tokens_per_s,
+                "tokens_per_forward": r.tokens_per_forward,
+                "speedup_vs_vanilla": r.speedup_vs_vanilla,
+                "positions_per_pass": positions,
+                "achieved_tflops": tflops,
+                "mfu": None if peak is None else tflops / peak,
+                "peak_mem_mb": r.peak_mem_mb,
+            }
+        )
     console = table_console(220)
     console.print(render(report))
     for line in report_lines(report):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(f"{'config':<24} {'gen':>4} {'batch':>5} {'tokens/s':>10} {'positions/pass':>15} "
-                  f"{'TFLOPS':>9} {'MFU':>7}", highlight=False)
+    console.print(
+        f"{'config':<24} {'gen':>4} {'batch':>5} {'tokens/s':>10} {'positions/pass':>15} {'TFLOPS':>9} {'MFU':>7}",
+        highlight=False,
+    )
     for row in rows:
         mfu = "-" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
-        console.print(f"{row['config']:<24} {row['gen_length']:>4} {row['batch']:>5} {row['tokens_per_s']:>10.1f} "
-                      f"{row['positions_per_pass']:>15.0f} {row['achieved_tflops']:>9.3g} {mfu:>7}", highlight=False)
+        console.print(
+            f"{row['config']:<24} {row['gen_length']:>4} {row['batch']:>5} {row['tokens_per_s']:>10.1f} "
+            f"{row['positions_per_pass']:>15.0f} {row['achieved_tflops']:>9.3g} {mfu:>7}",
+            highlight=False,
+        )
     onnx = None if args.no_onnx else onnx_section(args.smoke, device, min(lengths), args.reps)
     for row in onnx["rows"] if onnx else ():
-        console.print(f"{row['config']:<34} {row['gen_length']:>4} {row['tokens_per_s']:>10.1f} tokens/s "
-                      f"on {row['provider'] or device}", highlight=False)
+        console.print(
+            f"{row['config']:<34} {row['gen_length']:>4} {row['tokens_per_s']:>10.1f} tokens/s "
+            f"on {row['provider'] or device}",
+            highlight=False,
+        )
     if onnx and onnx["note"]:
         console.print(f"note: {onnx['note']}", highlight=False)
-    summary = {"shape": "smoke" if args.smoke else "LLaDA-8B", "device": device, "dtype": dtype, "onnx": onnx,
-               "device_name": torch.cuda.get_device_name(device) if device == "cuda" else "cpu",
-               "peak_tflops": peak, "matmul_parameters": flops_per_position // 2, "build_s": round(built, 1),
-               "total_s": round(time.perf_counter() - started, 1), "rows": rows, "bench": report.to_dict(),
-               "mfu_estimate": "2 x matmul parameters x positions computed per pass (forward hook) / median seconds "
-                               "per pass / peak dense bf16 FLOPs; attention products left out"}
+    summary = {
+        "shape": "smoke" if args.smoke else "LLaDA-8B",
+        "device": device,
+        "dtype": dtype,
+        "onnx": onnx,
+        "device_name": torch.cuda.get_device_name(device) if device == "cuda" else "cpu",
+        "peak_tflops": peak,
+        "matmul_parameters": flops_per_position // 2,
+        "build_s": round(built, 1),
+        "total_s": round(time.perf_counter() - started, 1),
+        "rows": rows,
+        "bench": report.to_dict(),
+        "mfu_estimate": "2 x matmul parameters x positions computed per pass (forward hook) / median seconds "
+        "per pass / peak dense bf16 FLOPs; attention products left out",
+    }
     out = args.out or Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="unmask-gpu-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-bench.json").write_text(json.dumps(summary, indent=2, default=str))
-    console.print(f"built in {built:.0f} s, {summary['total_s']:.0f} s in all; wrote {out / 'gpu-bench.json'}",
-                  highlight=False)
+    console.print(
+        f"built in {built:.0f} s, {summary['total_s']:.0f} s in all; wrote {out / 'gpu-bench.json'}", highlight=False
+    )
     return summary
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     home = tempfile.mkdtemp(prefix="unmask-walkthrough-")
     env = dict(os.environ) | {"UNMASK_HOME": home, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"}
     steps = parse(DOC.read_text())
-    steps = steps[:args.steps] if args.steps else steps
+    steps = steps[: args.steps] if args.steps else steps
     times = []
     for number, step in enumerate(steps, 1):
         for key, value in step.exports.items():  # $NAME expanded as a shell would; the state folder is ours
-            env[key] = home if key == "UNMASK_HOME" else VARIABLE.sub(
-                lambda m: env.get(m.group(1) or m.group(2), ""), value)
+            env[key] = (
+                home if key == "UNMASK_HOME" else VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+            )
         started = time.perf_counter()
         for line, expected in step.commands:
             began = time.perf_counter()

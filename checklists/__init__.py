@@ -12,5 +12,14 @@ from checklists.checklist import (
     parse_checklist,
 )
 
-__all__ = ["STAGES", "Checklist", "ChecklistError", "ChecklistItem", "ChecklistStatus", "ItemStatus", "checklist_status",
-           "load_checklist", "parse_checklist"]
+__all__ = [
+    "STAGES",
+    "Checklist",
+    "ChecklistError",
+    "ChecklistItem",
+    "ChecklistStatus",
+    "ItemStatus",
+    "checklist_status",
+    "load_checklist",
+    "parse_checklist",
+]

@@ -8,9 +8,10 @@ This layer knows no other unmask package: gate results and records are read by a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from checklists.yaml_file import read_yaml_file
 
@@ -79,8 +80,18 @@ class ChecklistStatus:
         return [f"checklist {self.stage}/{i.id}: {i.reason}" for i in self.items if not i.done]
 
     def to_dicts(self) -> list[dict[str, Any]]:
-        return [{"stage": self.stage, "item": i.id, "text": i.text, "kind": i.kind, "done": i.done,
-                 "reason": i.reason, "evidence": i.evidence} for i in self.items]
+        return [
+            {
+                "stage": self.stage,
+                "item": i.id,
+                "text": i.text,
+                "kind": i.kind,
+                "done": i.done,
+                "reason": i.reason,
+                "evidence": i.evidence,
+            }
+            for i in self.items
+        ]
 
 
 def checklist_dir() -> Path:
@@ -103,15 +114,18 @@ def load_checklist(stage: str, directory: str | Path | None = None) -> Checklist
 def parse_checklist(data: Any, source: str = "<memory>") -> Checklist:
     """Validate a checklist given as plain data."""
     if not isinstance(data, dict):
-        raise ChecklistError(f"{source}: expected {{stage: one of {', '.join(STAGES)}, items: [...]}}, "
-                             f"got {type(data).__name__}")
+        raise ChecklistError(
+            f"{source}: expected {{stage: one of {', '.join(STAGES)}, items: [...]}}, got {type(data).__name__}"
+        )
     if data.get("stage") not in STAGES:
         raise ChecklistError(f"{source}: stage: expected one of {', '.join(STAGES)}, got {data.get('stage')!r}")
     if not isinstance(data.get("items"), list):
         raise ChecklistError(f"{source}: items: expected a list of items, got {data.get('items')!r}")
     if not data["items"]:
-        raise ChecklistError(f"{source}: items: expected at least one item, got []; a stage with nothing to check "
-                             f"would pass every promotion")
+        raise ChecklistError(
+            f"{source}: items: expected at least one item, got []; a stage with nothing to check "
+            f"would pass every promotion"
+        )
     items, seen = [], set()
     for n, raw in enumerate(data["items"]):
         where = f"{source}: items[{n}]"
@@ -129,8 +143,11 @@ def parse_checklist(data: Any, source: str = "<memory>") -> Checklist:
             raise ChecklistError(f"{where}: unknown key {unknown[0]!r}; expected id, text, frameworks, evidence")
         if not isinstance(raw.get("text"), str) or not raw["text"].strip():
             raise ChecklistError(f"{where}.text: expected a sentence, got {raw.get('text')!r}")
-        items.append(ChecklistItem(item_id, raw["text"], _frameworks(raw.get("frameworks"), where),
-                                   _evidence(raw.get("evidence"), where)))
+        items.append(
+            ChecklistItem(
+                item_id, raw["text"], _frameworks(raw.get("frameworks"), where), _evidence(raw.get("evidence"), where)
+            )
+        )
     return Checklist(stage=data["stage"], items=tuple(items), source=source)
 
 
@@ -139,8 +156,10 @@ def _frameworks(data: Any, where: str) -> dict[str, str]:
         raise ChecklistError(f"{where}.frameworks: expected exactly {', '.join(FRAMEWORKS)}, got {data!r}")
     out = {k: str(v) for k, v in data.items()}
     if out["nist_ai_rmf"].split(" ")[0] not in NIST_FUNCTIONS:
-        raise ChecklistError(f"{where}.frameworks.nist_ai_rmf: expected a function ({', '.join(NIST_FUNCTIONS)}) "
-                             f"and category, got {out['nist_ai_rmf']!r}")
+        raise ChecklistError(
+            f"{where}.frameworks.nist_ai_rmf: expected a function ({', '.join(NIST_FUNCTIONS)}) "
+            f"and category, got {out['nist_ai_rmf']!r}"
+        )
     return out
 
 
@@ -153,12 +172,15 @@ def _evidence(data: Any, where: str) -> Evidence:
         return Evidence("manual")
     unknown = sorted(set(data) - {"kind", "gate", "record_field", "equals", "non_empty"})
     if unknown:
-        raise ChecklistError(f"{where}.evidence: unknown key {unknown[0]!r}; expected kind, gate, record_field, "
-                             f"equals, non_empty")
+        raise ChecklistError(
+            f"{where}.evidence: unknown key {unknown[0]!r}; expected kind, gate, record_field, equals, non_empty"
+        )
     gates = data.get("gate")
     gates = (gates,) if isinstance(gates, str) else gates or ()
     if not isinstance(gates, (list, tuple)) or not all(isinstance(g, str) and g for g in gates):
-        raise ChecklistError(f"{where}.evidence.gate: expected a gate name or a list of gate names, got {data['gate']!r}")
+        raise ChecklistError(
+            f"{where}.evidence.gate: expected a gate name or a list of gate names, got {data['gate']!r}"
+        )
     gates = tuple(gates)
     record_field = data.get("record_field")
     if record_field is not None and (not isinstance(record_field, str) or not record_field):
@@ -168,7 +190,9 @@ def _evidence(data: Any, where: str) -> Evidence:
     if bool(gates) == bool(record_field):
         raise ChecklistError(f"{where}.evidence: an automatic item needs exactly one of gate or record_field")
     if record_field and ("equals" in data) == bool(data.get("non_empty")):
-        raise ChecklistError(f"{where}.evidence: record_field {record_field!r} needs exactly one of equals or non_empty")
+        raise ChecklistError(
+            f"{where}.evidence: record_field {record_field!r} needs exactly one of equals or non_empty"
+        )
     return Evidence("automatic", gates, record_field, data.get("equals"), bool(data.get("non_empty")))
 
 
@@ -181,8 +205,9 @@ def _not_passed(result: Any) -> str:
     return "is inconclusive" if _get(result, "verdict") == "inconclusive" else "failed"
 
 
-def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records: Iterable[Any],
-                     signoffs: Mapping[str, Mapping[str, Any]]) -> ChecklistStatus:
+def checklist_status(
+    checklist: Checklist, gate_results: Iterable[Any], records: Iterable[Any], signoffs: Mapping[str, Mapping[str, Any]]
+) -> ChecklistStatus:
     """Which items are done: automatic ones from gate results and record fields, manual ones from sign-offs."""
     by_gate = {_get(r, "gate"): r for r in gate_results}
     records = list(records)
@@ -195,9 +220,14 @@ def checklist_status(checklist: Checklist, gate_results: Iterable[Any], records:
             missing = [g for g in ev.gates if g not in by_gate]
             failed = [g for g in ev.gates if g in by_gate and not _get(by_gate[g], "passed")]
             done = not missing and not failed
-            reason = ("gates passed: " + ", ".join(ev.gates) if done else
-                      "; ".join([f"gate {g} not evaluated" for g in missing] +
-                                [f"gate {g} {_not_passed(by_gate[g])}: {_get(by_gate[g], 'reason')}" for g in failed]))
+            reason = (
+                "gates passed: " + ", ".join(ev.gates)
+                if done
+                else "; ".join(
+                    [f"gate {g} not evaluated" for g in missing]
+                    + [f"gate {g} {_not_passed(by_gate[g])}: {_get(by_gate[g], 'reason')}" for g in failed]
+                )
+            )
             cited = {g: (_get(by_gate[g], "evidence") or {}).get("record_id") for g in ev.gates if g in by_gate}
             statuses.append(ItemStatus(item.id, item.text, "automatic", done, reason, {"gates": cited}))
         else:
@@ -211,8 +241,14 @@ def _manual_status(item: ChecklistItem, signoff: Mapping[str, Any] | None) -> It
     lacking = [k for k in ("by", "at", "comment") if not str(signoff.get(k) or "").strip()]
     if lacking:
         return ItemStatus(item.id, item.text, "manual", False, f"sign-off lacks {', '.join(lacking)}", dict(signoff))
-    return ItemStatus(item.id, item.text, "manual", True,
-                      f"signed off by {signoff['by']} at {signoff['at']}: {signoff['comment']}", dict(signoff))
+    return ItemStatus(
+        item.id,
+        item.text,
+        "manual",
+        True,
+        f"signed off by {signoff['by']} at {signoff['at']}: {signoff['comment']}",
+        dict(signoff),
+    )
 
 
 def _field_status(item: ChecklistItem, records: list[Any]) -> ItemStatus:
@@ -228,7 +264,11 @@ def _field_status(item: ChecklistItem, records: list[Any]) -> ItemStatus:
             bad.append(f"{_get(r, 'record_id')}: {ev.record_field}={value!r}")
     want = "non-empty" if ev.non_empty else f"== {ev.equals!r}"
     done = not bad
-    reason = (f"{ev.record_field} {want} on all {len(records)} records" if done else
-              f"{ev.record_field} not {want} on {len(bad)} record(s): {'; '.join(bad[:3])}")
-    return ItemStatus(item.id, item.text, "automatic", done, reason,
-                      {"record_ids": [_get(r, "record_id") for r in records]})
+    reason = (
+        f"{ev.record_field} {want} on all {len(records)} records"
+        if done
+        else f"{ev.record_field} not {want} on {len(bad)} record(s): {'; '.join(bad[:3])}"
+    )
+    return ItemStatus(
+        item.id, item.text, "automatic", done, reason, {"record_ids": [_get(r, "record_id") for r in records]}
+    )

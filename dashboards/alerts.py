@@ -19,20 +19,26 @@ def show_tampered(uri: str) -> None:
     integrity = source.integrity(uri)
     for row in integrity[integrity.status == "tampered"].itertuples():
         what = "gate report" if str(row.artifact).startswith("gates/") else "evidence"
-        st.error(f"**{version_label(row.model, row.version)}: {what} tampered.** {row.detail}",
-                 icon=":material/gpp_bad:")
+        st.error(
+            f"**{version_label(row.model, row.version)}: {what} tampered.** {row.detail}", icon=":material/gpp_bad:"
+        )
     unverified = integrity[integrity.status == "unverified"]
     if len(unverified):
-        st.caption("Evidence unverified (registered before evidence hashes were recorded): "
-                   + ", ".join(version_label(m, v) for m, v in zip(unverified.model, unverified.version)))
+        st.caption(
+            "Evidence unverified (registered before evidence hashes were recorded): "
+            + ", ".join(version_label(m, v) for m, v in zip(unverified.model, unverified.version))
+        )
 
 
 def show_chain_broken(uri: str) -> None:
     """A red banner when the audit trail's hash chain does not verify, naming the first entry tampered with."""
     chain = source.audit_chain(uri)
     if not chain["ok"]:
-        st.error(f"**The audit trail was changed outside unmask.** {chain['summary']}. Every decision since that "
-                 "entry is in doubt (`unmask audit --verify`; see docs/integrity.md).", icon=":material/link_off:")
+        st.error(
+            f"**The audit trail was changed outside unmask.** {chain['summary']}. Every decision since that "
+            "entry is in doubt (`unmask audit --verify`; see docs/integrity.md).",
+            icon=":material/link_off:",
+        )
 
 
 def show_chain(uri: str) -> None:

@@ -19,15 +19,18 @@ st.set_page_config(page_title="unmask: adoption gates", page_icon=":material/rul
 # inside the cell too, whose own style (normal) wins without !important. On a narrow window the columns share the
 # table's box evenly (Streamlit's auto layout let a 7-column table run 60 px past an 800 px window): it fits instead
 # of hiding its last columns off screen.
-st.html("<style>[data-testid='stTable'] :is(td, th, td *, th *) { overflow-wrap: anywhere !important; }"
-        "@media (max-width: 1100px) { [data-testid='stTable'] table { table-layout: fixed; width: 100%; } }</style>")
+st.html(
+    "<style>[data-testid='stTable'] :is(td, th, td *, th *) { overflow-wrap: anywhere !important; }"
+    "@media (max-width: 1100px) { [data-testid='stTable'] table { table-layout: fixed; width: 100%; } }</style>"
+)
 
 PAGES = [
     st.Page("views/verdict.py", title="Verdict", icon=":material/verified:", default=True),  # at /
     st.Page("views/gate_board.py", title="Gate board", icon=":material/grid_view:", url_path="gate-board"),
     st.Page("views/scores.py", title="Scores", icon=":material/leaderboard:", url_path="scores"),
-    st.Page("views/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:",
-            url_path="quality-latency"),
+    st.Page(
+        "views/quality_latency.py", title="Quality vs latency", icon=":material/show_chart:", url_path="quality-latency"
+    ),
     st.Page("views/candidate.py", title="Candidate", icon=":material/badge:", url_path="candidate"),
     st.Page("views/promotions.py", title="Promotions", icon=":material/history:", url_path="promotions"),
     st.Page("views/rollout.py", title="Rollout", icon=":material/alt_route:", url_path="rollout"),

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 import registry.decision as decision
-import registry.read as read
 import registry.links as links
+import registry.read as read
 import registry.views as views
 from dashboards import verdict
 from gates.roles import RolesError, load_roles
@@ -51,9 +51,12 @@ def registry_or_stop() -> Registry:
         st.error(f"**The registry cannot be read.** {e}", icon=":material/error:")
         st.stop()
     if empty:
-        st.info(f"**No candidates in the registry yet** ({uri}).\n\nRun `unmask run` to evaluate the bundled "
-                "tiny models, judge them against the stage gates and record everything here; then reload "
-                "this page.", icon=":material/hourglass_empty:")
+        st.info(
+            f"**No candidates in the registry yet** ({uri}).\n\nRun `unmask run` to evaluate the bundled "
+            "tiny models, judge them against the stage gates and record everything here; then reload "
+            "this page.",
+            icon=":material/hourglass_empty:",
+        )
         st.stop()
     return reg
 

@@ -73,8 +73,10 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
         recommended, score, score_iv, quality, quality_iv, n = None, None, None, None, None, 0
         waiting = ranking[ranking.open_signoffs != ""]
-        pending = tuple(f"{_label((r.candidate, views.current_version(reg, r.candidate)))} ({r.open_signoffs})"
-                        for r in waiting.itertuples())
+        pending = tuple(
+            f"{_label((r.candidate, views.current_version(reg, r.candidate)))} ({r.open_signoffs})"
+            for r in waiting.itertuples()
+        )
         ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable on every gate, sign-offs too
         if len(ranking):
             best = ranking.iloc[0]
@@ -90,11 +92,35 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
         blocker, command, more = _blocker(reg, policy, subject, holder, stage)
         stale = _stale(reg, judged, policy, [h for h in (holder, subject) if h], stage)
         shown = pd.concat([mine, _results_of(results, subject, stage)]) if subject != holder else mine
-        lines.append(StageVerdict(
-            stage, holder, tuple(mine.gate[mine.verdict == "fail"]), tuple(mine.gate[mine.verdict == "inconclusive"]),
-            bool(len(mine)), recommended, score, score_iv, quality, quality_iv, n, subject, blocker, command, more,
-            stale, tuple(sorted({f"{_label((r.model, r.version))}: {r.gate}"
-                                 for r in shown[shown.verdict == "inconclusive"].itertuples()})), pending))
+        lines.append(
+            StageVerdict(
+                stage,
+                holder,
+                tuple(mine.gate[mine.verdict == "fail"]),
+                tuple(mine.gate[mine.verdict == "inconclusive"]),
+                bool(len(mine)),
+                recommended,
+                score,
+                score_iv,
+                quality,
+                quality_iv,
+                n,
+                subject,
+                blocker,
+                command,
+                more,
+                stale,
+                tuple(
+                    sorted(
+                        {
+                            f"{_label((r.model, r.version))}: {r.gate}"
+                            for r in shown[shown.verdict == "inconclusive"].itertuples()
+                        }
+                    )
+                ),
+                pending,
+            )
+        )
     return lines
 
 
@@ -104,8 +130,9 @@ def _results_of(results: pd.DataFrame, holder: tuple[str, str] | None, stage: st
     return results[(results.model == holder[0]) & (results.version == holder[1]) & (results.stage == stage)]
 
 
-def _blocker(reg: Registry, policy: Policy, subject: tuple[str, str] | None, holder: tuple[str, str] | None,
-             stage: str) -> tuple[str, str, tuple[str, ...]]:
+def _blocker(
+    reg: Registry, policy: Policy, subject: tuple[str, str] | None, holder: tuple[str, str] | None, stage: str
+) -> tuple[str, str, tuple[str, ...]]:
     """(what blocks `subject` from holding `stage`, in words; the command that clears it; the commands after)."""
     if subject is None:
         return "no candidate is registered: nothing to adopt yet", "unmask run", ()
@@ -113,34 +140,49 @@ def _blocker(reg: Registry, policy: Policy, subject: tuple[str, str] | None, hol
         return "", "", ()
     decision = read.promotion_decision(*subject, stage, registry=reg, policy=policy)
     if decision is None:
-        return (f"{_label(subject)}'s evidence is tampered: nothing is judged on it",
-                f"unmask run --model {subject[0]}", ())
+        return (
+            f"{_label(subject)}'s evidence is tampered: nothing is judged on it",
+            f"unmask run --model {subject[0]}",
+            (),
+        )
     aliases = reg.aliases_of(subject[0])
-    steps = next_steps(subject[0], subject[1], decision, policy.stage(stage),
-                       name_version=names_version(aliases, subject[1]), policy_path=policy_path_flag())
+    steps = next_steps(
+        subject[0],
+        subject[1],
+        decision,
+        policy.stage(stage),
+        name_version=names_version(aliases, subject[1]),
+        policy_path=policy_path_flag(),
+    )
     why = steps[0].why if not decision.allowed else f"nothing: {steps[0].why}"
     return why, steps[0].command, tuple(s.command for s in steps[1:])
 
 
-def _stale(reg: Registry, judged: pd.DataFrame, policy: Policy, versions: list[tuple[str, str]],
-           stage: str) -> tuple[str, ...]:
+def _stale(
+    reg: Registry, judged: pd.DataFrame, policy: Policy, versions: list[tuple[str, str]], stage: str
+) -> tuple[str, ...]:
     """Why the verdicts about `versions` at `stage` may no longer hold: judged under another policy than
     this page's, or sign-offs and approvals given before the latest evaluation."""
     found = []
     for model, version in dict.fromkeys(versions):
         mine = judged[(judged.model == model) & (judged.version == version) & (judged.stage == stage)]
         if len(mine) and mine.policy_sha256.iloc[0] != policy.sha256:
-            found.append(f"{model} v{version} was judged at {stage} under another policy (sha256 "
-                         f"{mine.policy_sha256.iloc[0][:12] or 'unrecorded'}, this page: {policy.sha256[:12]}): "
-                         f"judge again and record with `unmask gates {model} --stage {stage} --store`")
+            found.append(
+                f"{model} v{version} was judged at {stage} under another policy (sha256 "
+                f"{mine.policy_sha256.iloc[0][:12] or 'unrecorded'}, this page: {policy.sha256[:12]}): "
+                f"judge again and record with `unmask gates {model} --stage {stage} --store`"
+            )
         status = read.version_status(model, version, reg)
         signed = sorted(i for i, s in status["signoffs"].get(stage, {}).items() if s["stale"])
         if signed:
-            found.append(f"{model} v{version}: sign-offs given before its latest evaluation no longer count at "
-                         f"{stage}: {', '.join(signed)}")
+            found.append(
+                f"{model} v{version}: sign-offs given before its latest evaluation no longer count at "
+                f"{stage}: {', '.join(signed)}"
+            )
         approval = status["approvals"].get(stage)
         if approval and approval.get("stale"):
-            found.append(f"{model} v{version}: the {stage} approval by {approval['by']} predates its latest "
-                         "evaluation and no longer counts")
+            found.append(
+                f"{model} v{version}: the {stage} approval by {approval['by']} predates its latest "
+                "evaluation and no longer counts"
+            )
     return tuple(found)
-

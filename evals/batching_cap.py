@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -82,8 +83,12 @@ def cap_rows(concurrency: list[int], max_batch: int) -> tuple[int, ...]:
     return tuple(sorted({min(c, max_batch) for c in concurrency} | {1}))
 
 
-def gains_against_caps(records: list[ServingRecord], caps: dict[str, BatchingCap | None], max_batch: int,
-                       decode_caps: dict[str, BatchingCap | None] | None = None) -> list[GainAgainstCap]:
+def gains_against_caps(
+    records: list[ServingRecord],
+    caps: dict[str, BatchingCap | None],
+    max_batch: int,
+    decode_caps: dict[str, BatchingCap | None] | None = None,
+) -> list[GainAgainstCap]:
     """Each loaded level (concurrency above 1) of each served name, its gain over solo beside its caps."""
     solo = {r.served_as: r.tokens_per_s for r in records if r.concurrency == 1}
     found = []
@@ -93,13 +98,21 @@ def gains_against_caps(records: list[ServingRecord], caps: dict[str, BatchingCap
         base, rows = solo.get(r.served_as), min(r.concurrency, max_batch)
         gain = r.tokens_per_s / base if r.tokens_per_s is not None and base else None
         cap, decoded = caps.get(r.served_as), (decode_caps or {}).get(r.served_as)
-        found.append(GainAgainstCap(r.served_as, r.concurrency, gain, cap.cap(rows) if cap else None,
-                                    decoded.cap(rows) if decoded else None))
+        found.append(
+            GainAgainstCap(
+                r.served_as, r.concurrency, gain, cap.cap(rows) if cap else None, decoded.cap(rows) if decoded else None
+            )
+        )
     return found
 
 
-def measure_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]], rows: tuple[int, ...] = ROWS,
-                repeats: int = REPEATS) -> BatchingCap:
+def measure_cap(
+    handle: Handle,
+    config: SamplerConfig,
+    prompts: list[list[int]],
+    rows: tuple[int, ...] = ROWS,
+    repeats: int = REPEATS,
+) -> BatchingCap:
     """Time the operating point's forward over batches of `rows` rows (the token-id `prompts`, cycled), 1 always
     included; ValueError for a kind whose forward this does not measure, or no prompts."""
     if not prompts:
@@ -109,8 +122,10 @@ def measure_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
     elif handle.causal:
         build, what = cached_step(handle), "cached step"
     else:
-        raise ValueError(f"{handle.kind}: the batching cap is measured for masked-diffusion and autoregressive "
-                         "models only (block diffusion decodes through its own encoder/decoder calls)")
+        raise ValueError(
+            f"{handle.kind}: the batching cap is measured for masked-diffusion and autoregressive "
+            "models only (block diffusion decodes through its own encoder/decoder calls)"
+        )
     device = next(handle.model.parameters()).device
     prepared = {}
     with torch.inference_mode():
@@ -123,8 +138,13 @@ def measure_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
     return BatchingCap({n: statistics.median(t[n] for t in times) for n in prepared}, what)
 
 
-def measure_decode_cap(handle: Handle, config: SamplerConfig, prompts: list[list[int]], rows: tuple[int, ...] = ROWS,
-                       repeats: int = DECODE_REPEATS) -> BatchingCap:
+def measure_decode_cap(
+    handle: Handle,
+    config: SamplerConfig,
+    prompts: list[list[int]],
+    rows: tuple[int, ...] = ROWS,
+    repeats: int = DECODE_REPEATS,
+) -> BatchingCap:
     """Time a whole decode at `config` of the first n `prompts` (cycled) as one batch per row count n, and each of
     the largest batch's prompts alone (their mean is the one-row time); rounds over all of them, medians kept."""
     if not prompts:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -49,10 +50,13 @@ class Variant:
     def lossless(self) -> bool:
         """Whether the variant's text equals vanilla's by construction (not only measured)."""
         exact = {"parallel": "top_k", "cache": "none", "future_window": 0, "eot_predict": "none"}  # lossy otherwise
-        return self.kind == "diffusion" and self.tokens_per_step == 1 and not any(
-            k in exact and v != exact[k] for k, v in self.settings.items())
+        return (
+            self.kind == "diffusion"
+            and self.tokens_per_step == 1
+            and not any(k in exact and v != exact[k] for k, v in self.settings.items())
+        )
 
-    def config(self, loaded: Any, gen_length: int, setup: "BenchSetup") -> Any:
+    def config(self, loaded: Any, gen_length: int, setup: BenchSetup) -> Any:
         """The config this row decodes with at `gen_length`."""
         return config_for(loaded, self, gen_length, setup)
 
@@ -77,9 +81,14 @@ class BlockVariant(Variant):
     def lossless(self) -> bool:
         return self.kind == "diffusion" and self.settings == BLOCK_EXACT
 
-    def config(self, loaded: Any, gen_length: int, setup: "BenchSetup") -> Any:
-        requested = SamplerConfig(steps=gen_length, gen_length=gen_length, block_length=setup.block_length,
-                                  seed=setup.seed, **loaded.sampler_ids())
+    def config(self, loaded: Any, gen_length: int, setup: BenchSetup) -> Any:
+        requested = SamplerConfig(
+            steps=gen_length,
+            gen_length=gen_length,
+            block_length=setup.block_length,
+            seed=setup.seed,
+            **loaded.sampler_ids(),
+        )
         return replace(effective_config(loaded, requested), **self.settings)
 
     def decode(self, loaded: Any, prompts: list[list[int]], config: Any) -> Any:
@@ -103,13 +112,16 @@ VARIANTS: tuple[Variant, ...] = (
     # Batched speculation, the old rule (a round advances as far as every row agrees) and per-row rounds (each row
     # keeps its own verified prefix): acceptance against the per-prompt rows above.
     Variant("dual+speculative", {"cache": "dual", "speculative_draft": 4}, default=False),
-    Variant("dual+speculative+rows", {"cache": "dual", "speculative_draft": 4, "speculative_rows": True},
-            default=False),
+    Variant(
+        "dual+speculative+rows", {"cache": "dual", "speculative_draft": 4, "speculative_rows": True}, default=False
+    ),
     # A block-start forward sees the block and W positions after it; the rest of the canvas is never computed
     # (docs/experiments/long-canvas: the settings that beat the AR twin at 256 and 512).
     Variant("dual+parallel+exit+W16", DUAL_PARALLEL | {"early_exit": "eos_decided", "future_window": 16}),
-    Variant("dual+parallel0.8+exit+W8", DUAL_PARALLEL | {"parallel_threshold": 0.8, "early_exit": "eos_decided",
-                                                         "future_window": 8}),
+    Variant(
+        "dual+parallel0.8+exit+W8",
+        DUAL_PARALLEL | {"parallel_threshold": 0.8, "early_exit": "eos_decided", "future_window": 8},
+    ),
     # Without a cache a verify call evaluates `draft` whole canvases: fewer sequential calls, more work.
     Variant("speculative (batch 1)", {"speculative_draft": 4}, default=False, batch_size=1),
     Variant("speculative+exit", {"speculative_draft": 4, "early_exit": "eos_decided"}, default=False),
@@ -153,26 +165,28 @@ class RowSet:
             raise ValueError(f"unknown bench config {unknown[0]!r}; known: {', '.join(known)}")
         return [v for v in self.variants if v.name in names]
 
-    def fitted(self, loaded: Any, setup: "BenchSetup") -> "BenchSetup":
+    def fitted(self, loaded: Any, setup: BenchSetup) -> BenchSetup:
         """The setup as this kind decodes it (masked diffusion: as asked)."""
         return setup
 
-    def shape(self, loaded: Any, setup: "BenchSetup") -> str:
+    def shape(self, loaded: Any, setup: BenchSetup) -> str:
         return f"block {setup.block_length}"
 
 
 class BlockRowSet(RowSet):
     """Block diffusion decodes whole canvases of the model's own length: that is the bench's block length."""
 
-    def fitted(self, loaded: Any, setup: "BenchSetup") -> "BenchSetup":
+    def fitted(self, loaded: Any, setup: BenchSetup) -> BenchSetup:
         canvas = loaded.canvas_length
         for n in setup.gen_lengths:
             if n % canvas:
-                raise ValueError(f"bench gen_length {n} must be a multiple of {getattr(loaded, 'entry_id', 'the model')}'s "
-                                 f"canvas length {canvas} (block diffusion decodes whole canvases)")
+                raise ValueError(
+                    f"bench gen_length {n} must be a multiple of {getattr(loaded, 'entry_id', 'the model')}'s "
+                    f"canvas length {canvas} (block diffusion decodes whole canvases)"
+                )
         return replace(setup, block_length=canvas)
 
-    def shape(self, loaded: Any, setup: "BenchSetup") -> str:
+    def shape(self, loaded: Any, setup: BenchSetup) -> str:
         return f"canvas {loaded.canvas_length}"
 
 
@@ -223,8 +237,9 @@ class BenchSetup:
             if b < 1:
                 raise ValueError(f"bench batch {b} must be >= 1")
             if b > self.prompts:
-                raise ValueError(f"bench batch {b} is more than the {self.prompts} prompts per task; "
-                                 f"give --prompts {b} or more")
+                raise ValueError(
+                    f"bench batch {b} is more than the {self.prompts} prompts per task; give --prompts {b} or more"
+                )
         if len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ValueError(f"bench batch sizes repeat: {','.join(map(str, self.batch_sizes))}")
         if not 0.0 <= self.tolerance <= 1.0:
@@ -286,15 +301,25 @@ class BenchReport:
         s = self.setup
         tasks = ", ".join(f"{t} {bench_metric(t)}" for t in s.tasks)
         shape = self.shape or f"block {s.block_length}"
-        return (f"unmask bench: {self.model} on {self.device}, {shape}, {s.prompts} held-out prompts "
-                f"per task ({tasks}), median of {s.reps} reps after {s.warmup} warm-up, "
-                f"torch threads {s.threads}, seed {s.seed}")
+        return (
+            f"unmask bench: {self.model} on {self.device}, {shape}, {s.prompts} held-out prompts "
+            f"per task ({tasks}), median of {s.reps} reps after {s.warmup} warm-up, "
+            f"torch threads {s.threads}, seed {s.seed}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"title": self.title, "model": self.model, "device": self.device, "setup": asdict(self.setup),
-                "reference": self.reference,
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "complete": self.complete,
-                "verdicts": self.verdicts, "aup": {str(n): a.to_dict() for n, a in self.aup.items()}}
+        return {
+            "title": self.title,
+            "model": self.model,
+            "device": self.device,
+            "setup": asdict(self.setup),
+            "reference": self.reference,
+            "rows": [r.to_dict() for r in self.rows],
+            "notes": self.notes,
+            "complete": self.complete,
+            "verdicts": self.verdicts,
+            "aup": {str(n): a.to_dict() for n, a in self.aup.items()},
+        }
 
 
 @dataclass
@@ -318,15 +343,28 @@ def held_out_prompts(loaded: Any, setup: BenchSetup) -> list[Prompts]:
 def config_for(loaded: Any, variant: Variant, gen_length: int, setup: BenchSetup) -> SamplerConfig:
     """`variant.tokens_per_step` tokens per step (steps = gen_length / it), the model's own special ids, then the
     variant's settings."""
-    return SamplerConfig(steps=gen_length // variant.tokens_per_step, gen_length=gen_length,
-                         block_length=setup.block_length, seed=setup.seed, **loaded.sampler_ids(), **variant.settings)
+    return SamplerConfig(
+        steps=gen_length // variant.tokens_per_step,
+        gen_length=gen_length,
+        block_length=setup.block_length,
+        seed=setup.seed,
+        **loaded.sampler_ids(),
+        **variant.settings,
+    )
 
 
 class VariantRun:
     """One variant at one generation length: its decoder bound to its config, and what its passes measured."""
 
-    def __init__(self, loaded: Any, variant: Variant, gen_length: int, batches: list[Prompts], setup: BenchSetup,
-                 batch: int | None = None):
+    def __init__(
+        self,
+        loaded: Any,
+        variant: Variant,
+        gen_length: int,
+        batches: list[Prompts],
+        setup: BenchSetup,
+        batch: int | None = None,
+    ):
         self.loaded, self.variant, self.gen_length, self.batches = loaded, variant, gen_length, batches
         self.batch = variant.batch_size or batch or setup.prompts  # prompts per decode call
         self.config = variant.config(loaded, gen_length, setup)
@@ -339,8 +377,9 @@ class VariantRun:
         outputs = []
         for b in self.batches:
             ids, size = b.ids[rows], self.batch
-            outputs.append([self.variant.decode(self.loaded, ids[i : i + size], self.config)
-                            for i in range(0, len(ids), size)])
+            outputs.append(
+                [self.variant.decode(self.loaded, ids[i : i + size], self.config) for i in range(0, len(ids), size)]
+            )
         return outputs
 
     def warm_up(self) -> None:
@@ -377,17 +416,24 @@ class VariantRun:
             return statistics.fmean(given) if len(given) == len(values) else None
 
         row = BenchRow(
-            config=self.variant.name, gen_length=gen_length,
+            config=self.variant.name,
+            gen_length=gen_length,
             accuracy=statistics.fmean(correct.values()),
             nfe=statistics.fmean(out.nfe for out in outputs),
             tokens_per_forward=gen_length / statistics.fmean(calls),
             tokens_per_s=n_rows * gen_length / seconds,
-            speedup_vs_vanilla=None, peak_mem_mb=self.peak_mb,
-            accuracy_by_task=correct, text_tokens_per_s=text_tokens / seconds,
-            sequential_calls=statistics.fmean(calls), seconds=seconds,
+            speedup_vs_vanilla=None,
+            peak_mem_mb=self.peak_mb,
+            accuracy_by_task=correct,
+            text_tokens_per_s=text_tokens / seconds,
+            sequential_calls=statistics.fmean(calls),
+            seconds=seconds,
             acceptance_rate=mean([out.speculative.acceptance_rate if out.speculative else None for out in outputs]),
             nfe_saved=mean([out.early_exit.nfe_saved if out.early_exit else None for out in outputs]),
-            provider=outputs[0].provider, batch=self.batch, kind=self.variant.kind, lossless=self.variant.lossless,
+            provider=outputs[0].provider,
+            batch=self.batch,
+            kind=self.variant.kind,
+            lossless=self.variant.lossless,
             computed_peak_mb=self.computed_peak() / 2**20,
         )
         return row, responses
@@ -399,16 +445,25 @@ class VariantRun:
         return footprint(self.loaded, longest, self.config).batch(self.batch)
 
 
-def bench_report(loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool,
-                 complete: bool = True) -> BenchReport:
+def bench_report(
+    loaded: Any, setup: BenchSetup, rows: list[BenchRow], ar_skipped: bool, complete: bool = True
+) -> BenchReport:
     """The report of the rows measured so far (`complete=False` for a partial one): notes, verdicts, AUP."""
     notes = ["tiny-ar row skipped: no AR reference model was given or found"] if ar_skipped else []
     device = str(next(loaded.model.parameters()).device)
     rows_of = row_set(loaded.kind)
-    return BenchReport(setup=setup, model=getattr(loaded, "model_id", "") or str(loaded.path), rows=list(rows),
-                       notes=notes + memory_notes(rows, setup) + summary_notes(rows), device=device, complete=complete,
-                       verdicts=verdicts(rows, setup.tolerance, rows_of.reference), aup=length_aup(rows),
-                       reference=rows_of.reference, shape=rows_of.shape(loaded, setup))
+    return BenchReport(
+        setup=setup,
+        model=getattr(loaded, "model_id", "") or str(loaded.path),
+        rows=list(rows),
+        notes=notes + memory_notes(rows, setup) + summary_notes(rows),
+        device=device,
+        complete=complete,
+        verdicts=verdicts(rows, setup.tolerance, rows_of.reference),
+        aup=length_aup(rows),
+        reference=rows_of.reference,
+        shape=rows_of.shape(loaded, setup),
+    )
 
 
 def memory_notes(rows: list[BenchRow], setup: BenchSetup) -> list[str]:
@@ -417,20 +472,25 @@ def memory_notes(rows: list[BenchRow], setup: BenchSetup) -> list[str]:
     if not computed:
         return []
     top = max(computed, key=lambda r: r.computed_peak_mb or 0.0)  # never None: computed ones only
-    budget = ("no memory budget was set" if setup.memory_budget is None else
-              f"within the memory budget of {mib(setup.memory_budget)}, checked before decoding")
-    return [f"memory admission: the largest computed peak is {top.computed_peak_mb:.1f} MiB ({top.config} at batch "
-            f"{top.batch}, gen length {top.gen_length}), {budget}; computed peak "
-            f"= sampler/memory.footprint per row x batch at the longest prompt (the decode's own tensors above the "
-            f"resident weights); peak memory = the process's resident set on CPU (weights and runtime included), "
-            f"peak allocated on CUDA"]
+    budget = (
+        "no memory budget was set"
+        if setup.memory_budget is None
+        else f"within the memory budget of {mib(setup.memory_budget)}, checked before decoding"
+    )
+    return [
+        f"memory admission: the largest computed peak is {top.computed_peak_mb:.1f} MiB ({top.config} at batch "
+        f"{top.batch}, gen length {top.gen_length}), {budget}; computed peak "
+        f"= sampler/memory.footprint per row x batch at the longest prompt (the decode's own tensors above the "
+        f"resident weights); peak memory = the process's resident set on CPU (weights and runtime included), "
+        f"peak allocated on CUDA"
+    ]
 
 
 class MemoryAdmissionError(ValueError):
     """A bench row whose computed peak does not fit the memory budget; the message names the row and both figures."""
 
 
-def memory_admission(runs: list["VariantRun"], budget: int) -> None:
+def memory_admission(runs: list[VariantRun], budget: int) -> None:
     """Refuse, before anything decodes, the run whose computed peak (`VariantRun.computed_peak`) exceeds `budget`."""
     if not runs:
         return
@@ -440,7 +500,8 @@ def memory_admission(runs: list["VariantRun"], budget: int) -> None:
         raise MemoryAdmissionError(
             f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} ({peak} bytes) "
             f"at its peak ({mib(peak // worst.batch)} a row, sampler/memory.footprint), above the memory budget of "
-            f"{mib(budget)} ({budget} bytes); lower --batch or --gen-lengths, or raise --memory-budget")
+            f"{mib(budget)} ({budget} bytes); lower --batch or --gen-lengths, or raise --memory-budget"
+        )
 
 
 def row_groups(variants: list[Variant], setup: BenchSetup) -> list[list[tuple[Variant, int]]]:
@@ -468,8 +529,9 @@ class BenchModels:
     ar_loaded: Any = None
     ar_prompts: list[Prompts] | None = None
 
-    def runs(self, variants: list[Variant], gen_length: int, setup: BenchSetup) -> list[list["VariantRun"]]:
+    def runs(self, variants: list[Variant], gen_length: int, setup: BenchSetup) -> list[list[VariantRun]]:
         """The runs of one generation length, one group per batch size (`row_groups`)."""
+
         def run(v: Variant, b: int) -> VariantRun:
             if v.kind == "ar":
                 assert self.ar_prompts is not None  # an AR row runs only with an AR twin (run_bench)
@@ -479,7 +541,7 @@ class BenchModels:
         return [[run(v, b) for v, b in group] for group in row_groups(variants, setup)]
 
 
-def compared_rows(group: list["VariantRun"], reference: str) -> list[BenchRow]:
+def compared_rows(group: list[VariantRun], reference: str) -> list[BenchRow]:
     """The rows of one (length, batch) group, each with its speedup over `reference` and its same-text shares."""
     rows: list[BenchRow] = []
     texts_of: dict[str, list[str]] = {}
@@ -497,9 +559,14 @@ def compared_rows(group: list["VariantRun"], reference: str) -> list[BenchRow]:
     return rows
 
 
-def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded: Any = None,
-              tick: Callable[[str], None] = lambda description: None,
-              on_row: Callable[[BenchRow], None] = lambda row: None) -> BenchReport:
+def run_bench(
+    loaded: Any,
+    setup: BenchSetup,
+    variants: list[Variant],
+    ar_loaded: Any = None,
+    tick: Callable[[str], None] = lambda description: None,
+    on_row: Callable[[BenchRow], None] = lambda row: None,
+) -> BenchReport:
     """Measure every variant at every generation length and batch size; `tick(description)` after each pass.
 
     `on_row(row)` gets each finished row as soon as it is final: the rows of one generation length
@@ -522,8 +589,12 @@ def run_bench(loaded: Any, setup: BenchSetup, variants: list[Variant], ar_loaded
         return f"{run.variant.name} @ {run.gen_length}" + (f" batch {run.batch}" if several else "")
 
     try:
-        models = BenchModels(loaded, held_out_prompts(loaded, setup), ar_loaded,
-                             held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None)
+        models = BenchModels(
+            loaded,
+            held_out_prompts(loaded, setup),
+            ar_loaded,
+            held_out_prompts(ar_loaded, setup) if ar_loaded is not None else None,
+        )
         if setup.memory_budget is not None:
             longest = models.runs(runnable, max(setup.gen_lengths), setup)
             memory_admission([run for group in longest for run in group], setup.memory_budget)

@@ -14,9 +14,13 @@ from evals.parallelism import AUPResult, aup
 
 BenchRow = Any  # evals.bench.BenchRow: this module reads rows only, so evals.bench can import it
 # Each speculative row and the one-call-per-step row whose tokens it must reproduce.
-SPECULATIVE_PAIRS = {"speculative (batch 1)": "vanilla", "dual+speculative (batch 1)": "dual-cache",
-                     "dual+parallel+speculative": "dual+parallel", "dual+speculative": "dual-cache",
-                     "dual+speculative+rows": "dual-cache"}
+SPECULATIVE_PAIRS = {
+    "speculative (batch 1)": "vanilla",
+    "dual+speculative (batch 1)": "dual-cache",
+    "dual+parallel+speculative": "dual+parallel",
+    "dual+speculative": "dual-cache",
+    "dual+speculative+rows": "dual-cache",
+}
 
 
 def by_length(rows: list[BenchRow]) -> dict[int, list[BenchRow]]:
@@ -67,8 +71,14 @@ def verdicts(rows: list[BenchRow], tolerance: float = 0.01, reference: str = "va
         vanilla = next((r for r in primary if r.config == reference), None)
         if vanilla is None:
             continue
-        within = [r for r in primary if r.kind != "ar" and r.config != reference and r.speedup_vs_vanilla
-                  and r.accuracy >= vanilla.accuracy - tolerance - 1e-12]
+        within = [
+            r
+            for r in primary
+            if r.kind != "ar"
+            and r.config != reference
+            and r.speedup_vs_vanilla
+            and r.accuracy >= vanilla.accuracy - tolerance - 1e-12
+        ]
         head = f"gen {n}: "
         if not within:
             line = head + f"no config within {_points(tolerance)} of {reference} ({100 * vanilla.accuracy:.1f}%)"
@@ -84,13 +94,16 @@ def verdicts(rows: list[BenchRow], tolerance: float = 0.01, reference: str = "va
                     speedups.append(f"{mine.speedup_vs_vanilla:.1f}x at batch {b}")
                 if ar is not None and ar.text_tokens_per_s:
                     ratios.append(f"{mine.text_tokens_per_s / ar.text_tokens_per_s:.2f}x at batch {b}")
-            line = (head + f"best within {_points(tolerance)} of {reference} ({100 * vanilla.accuracy:.1f}%): "
-                    f"{best.config} ({100 * best.accuracy:.1f}%), {', '.join(speedups)} vs {reference}; text tokens/s "
-                    f"vs AR twin: "
-                    + (", ".join(ratios) or "no AR row"))
+            line = (
+                head + f"best within {_points(tolerance)} of {reference} ({100 * vanilla.accuracy:.1f}%): "
+                f"{best.config} ({100 * best.accuracy:.1f}%), {', '.join(speedups)} vs {reference}; text tokens/s "
+                f"vs AR twin: " + (", ".join(ratios) or "no AR row")
+            )
         if n in aups:
-            line += (f"; AUP {aups[n].aup:.1f} over {len(aups[n].points)} configs ({reference} alone "
-                     f"{100 * vanilla.accuracy:.1f})")
+            line += (
+                f"; AUP {aups[n].aup:.1f} over {len(aups[n].points)} configs ({reference} alone "
+                f"{100 * vanilla.accuracy:.1f})"
+            )
         lines.append(line)
     return lines
 
@@ -111,15 +124,19 @@ def summary_notes(rows: list[BenchRow]) -> list[str]:
                 if plain is None:
                     continue
                 same = spec.same_text_as.get(plain_name)
-                notes.append(f"gen {n}: {spec_name}: {plain.sequential_calls / spec.sequential_calls:.2f}x fewer "
-                             f"sequential calls than {plain_name}, acceptance {spec.acceptance_rate or 0:.2f}, same text "
-                             f"as {plain_name} on " + ("-" if same is None else f"{100 * same:.0f}%") + " of prompts")
+                notes.append(
+                    f"gen {n}: {spec_name}: {plain.sequential_calls / spec.sequential_calls:.2f}x fewer "
+                    f"sequential calls than {plain_name}, acceptance {spec.acceptance_rate or 0:.2f}, same text "
+                    f"as {plain_name} on " + ("-" if same is None else f"{100 * same:.0f}%") + " of prompts"
+                )
         for b, rows_b in batch_groups(group).items():
             ar = next((r for r in rows_b if r.kind == "ar"), None)
             best = max((r for r in rows_b if r.lossless), key=lambda r: r.text_tokens_per_s, default=None)
             if ar is not None and best is not None and ar.text_tokens_per_s:
-                notes.append(f"gen {n}, batch {b}: best lossless diffusion ({best.config}) vs AR twin text tokens/s: "
-                             f"{best.text_tokens_per_s / ar.text_tokens_per_s:.2f}x")
+                notes.append(
+                    f"gen {n}, batch {b}: best lossless diffusion ({best.config}) vs AR twin text tokens/s: "
+                    f"{best.text_tokens_per_s / ar.text_tokens_per_s:.2f}x"
+                )
     return notes
 
 

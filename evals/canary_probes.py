@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -70,8 +71,9 @@ def append_probe_results(route: str, results: list[ProbeResult]) -> None:
             f.write(json.dumps(r.to_dict()) + "\n")
 
 
-def read_probe_results(route: str, since: datetime | None = None,
-                       until: datetime | None = None) -> list[dict[str, Any]]:
+def read_probe_results(
+    route: str, since: datetime | None = None, until: datetime | None = None
+) -> list[dict[str, Any]]:
     """The probe log's lines of `route` logged in [since, until) (a torn last line is skipped)."""
     path = probe_log_path(route)
     if not path.exists():
@@ -88,14 +90,23 @@ def read_probe_results(route: str, since: datetime | None = None,
     return rows
 
 
-def ask(client: httpx.Client, base_url: str, route: str, item: TaskItem, user: str, max_tokens: int,
-        direct: str | None = None) -> tuple[str | None, str, float, int]:
+def ask(
+    client: httpx.Client,
+    base_url: str,
+    route: str,
+    item: TaskItem,
+    user: str,
+    max_tokens: int,
+    direct: str | None = None,
+) -> tuple[str | None, str, float, int]:
     """(answer text, answering arm, latency, status) of one probe request through `route` (or straight to the
     alias `direct`)."""
     started = time.monotonic()
     try:
-        response = client.post(f"{base_url.rstrip('/')}/v1/completions", json={
-            "model": direct or route, "prompt": item.prompt, "max_tokens": max_tokens, "user": user})
+        response = client.post(
+            f"{base_url.rstrip('/')}/v1/completions",
+            json={"model": direct or route, "prompt": item.prompt, "max_tokens": max_tokens, "user": user},
+        )
     except httpx.HTTPError:
         return None, direct or "", time.monotonic() - started, 599
     elapsed = time.monotonic() - started
@@ -111,9 +122,18 @@ class ProbeSender:
     """Sends probe items at `per_s` through a route until stopped: each item once under a key placed on each
     arm (`key_for(arm, i)`, or None: that arm gets it straight by its alias), graded and logged."""
 
-    def __init__(self, base_url: str, route: str, task: str, arms: tuple[str, str], per_s: float,
-                 key_for: Callable[[str, int], str | None], max_tokens: int | None = None, seed: int = 0,
-                 timeout_s: float = 60.0):
+    def __init__(
+        self,
+        base_url: str,
+        route: str,
+        task: str,
+        arms: tuple[str, str],
+        per_s: float,
+        key_for: Callable[[str, int], str | None],
+        max_tokens: int | None = None,
+        seed: int = 0,
+        timeout_s: float = 60.0,
+    ):
         self.base_url, self.route, self.task, self.arms, self.per_s = base_url, route, task, arms, per_s
         self.key_for, self.seed, self.timeout_s = key_for, seed, timeout_s
         self.max_tokens = max_tokens or get_task(task).gen_length
@@ -126,14 +146,17 @@ class ProbeSender:
         answers = []
         for arm in self.arms:
             key = self.key_for(arm, i)
-            text, answered_by, latency, status = ask(client, self.base_url, self.route, item,
-                                                     key or f"probe-{i}", self.max_tokens, None if key else arm)
+            text, answered_by, latency, status = ask(
+                client, self.base_url, self.route, item, key or f"probe-{i}", self.max_tokens, None if key else arm
+            )
             answers.append((arm if not answered_by else answered_by, text, latency, status))
         (arm_a, text_a, lat_a, st_a), (arm_b, text_b, lat_b, st_b) = answers
         agrees = None if text_a is None or text_b is None else text_a == text_b
-        now = datetime.now(timezone.utc).isoformat()
-        return [ProbeResult(now, self.route, arm_a, item.key, grade(self.task, text_a, item), agrees, lat_a, st_a),
-                ProbeResult(now, self.route, arm_b, item.key, grade(self.task, text_b, item), agrees, lat_b, st_b)]
+        now = datetime.now(UTC).isoformat()
+        return [
+            ProbeResult(now, self.route, arm_a, item.key, grade(self.task, text_a, item), agrees, lat_a, st_a),
+            ProbeResult(now, self.route, arm_b, item.key, grade(self.task, text_b, item), agrees, lat_b, st_b),
+        ]
 
     def _run(self) -> None:
         items = probe_items(self.task, 200, self.seed)
@@ -145,7 +168,7 @@ class ProbeSender:
                 self.sent += 1
                 self.stop.wait(max(0.0, 1.0 / self.per_s - (time.monotonic() - started)))
 
-    def __enter__(self) -> "ProbeSender":
+    def __enter__(self) -> ProbeSender:
         self.thread.start()
         return self
 

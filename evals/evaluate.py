@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, TypedDict
+from datetime import UTC, datetime
+from typing import Any, TypedDict
 
 from evals import tasks as t
 from evals.fingerprint import dataset_hash, environment_fingerprint
@@ -31,8 +32,16 @@ class TaskData:
         return dataset_hash(self.items)
 
 
-def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: int = 0, file: str | None = None,
-              limit: int | None = None, train_file: str | None = None, train_sample: int = 2000) -> TaskData:
+def load_task(
+    task: str | None = None,
+    split: str = "test",
+    n: int = 16,
+    seed: int = 0,
+    file: str | None = None,
+    limit: int | None = None,
+    train_file: str | None = None,
+    train_sample: int = 2000,
+) -> TaskData:
     """A generated task split, or a GSM8K-format JSONL file (ValueError names the file and line)."""
     if file:
         items = t.load_gsm8k(file, split=split, limit=limit)
@@ -40,13 +49,25 @@ def load_task(task: str | None = None, split: str = "test", n: int = 16, seed: i
             raise ValueError(f"{file}: no items")
         # file items are keyed by line number, so the leak check compares the questions themselves
         train = {i.prompt for i in t.load_gsm8k(train_file, split="train")} if train_file else set()
-        return TaskData("gsm8k", split, items, t.GSM8KTask().metrics, t.GSM8KTask().gen_length, train, str(file),
-                        leak_column="prompt")
+        return TaskData(
+            "gsm8k",
+            split,
+            items,
+            t.GSM8KTask().metrics,
+            t.GSM8KTask().gen_length,
+            train,
+            str(file),
+            leak_column="prompt",
+        )
     if task is None:  # neither a task nor a file: the error get_task gives an unknown name
         raise ValueError(f"unknown task {task!r}; known: {', '.join(t.TASKS)}")
     spec = t.get_task(task)
     items = t.make_split(spec, split, n, seed=seed)
-    train = {i.key for i in t.make_split(spec, "train", train_sample, seed=seed, unique=False)} if split != "train" else set()
+    train = (
+        {i.key for i in t.make_split(spec, "train", train_sample, seed=seed, unique=False)}
+        if split != "train"
+        else set()
+    )
     return TaskData(spec.name, split, items, spec.metrics, spec.gen_length, train, f"{spec.name}:{split}:seed={seed}")
 
 
@@ -60,8 +81,11 @@ class AccuracyFields(TypedDict):
 
 def accuracy_fields(metrics: tuple[str, ...], responses: list[str | None], targets: list[str]) -> AccuracyFields:
     """accuracy (the first metric), and strict / flexible for GSM8K-format tasks; a failed item is wrong."""
-    out: AccuracyFields = {"accuracy": mean_score(metrics[0], responses, targets),
-                           "accuracy_strict": None, "accuracy_flexible": None}
+    out: AccuracyFields = {
+        "accuracy": mean_score(metrics[0], responses, targets),
+        "accuracy_strict": None,
+        "accuracy_flexible": None,
+    }
     if "strict-match" in metrics:
         out["accuracy_strict"] = mean_score("strict-match", responses, targets)
     if "flexible-extract" in metrics:
@@ -107,14 +131,28 @@ def evaluate_point(
         where, n_requests = loaded.base_url, len(responses)
     else:
         prompts = [loaded.encode(item.prompt) for item in task.items]
-        m = measure(loaded, prompts, config, warmup=warmup, batch_size=batch_size, throughput_items=throughput_items,
-                    device=device, on_request=on_request)
+        m = measure(
+            loaded,
+            prompts,
+            config,
+            warmup=warmup,
+            batch_size=batch_size,
+            throughput_items=throughput_items,
+            device=device,
+            on_request=on_request,
+        )
         responses = [loaded.response_text(r.tokens) if r.ok else None for r in m.requests]
         measured, where, n_requests = m.record_fields(), str(loaded.path), len(m.requests)
     quality = accuracy_fields(task.metrics, responses, [item.target for item in task.items])
-    fingerprint = environment_fingerprint(device, dtype, weights_sha256=candidate.weights_sha256,
-                                          dataset_hash=task.hash, config_hash=config.hash(),
-                                          model_path=where, task_source=task.source)
+    fingerprint = environment_fingerprint(
+        device,
+        dtype,
+        weights_sha256=candidate.weights_sha256,
+        dataset_hash=task.hash,
+        config_hash=config.hash(),
+        model_path=where,
+        task_source=task.source,
+    )
     return EvalRecord(
         candidate=candidate.id,
         role=candidate.role,
@@ -135,5 +173,5 @@ def evaluate_point(
         model_revision=candidate.revision,
         fingerprint=fingerprint,
         sweep=sweep,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )

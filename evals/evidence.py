@@ -6,9 +6,10 @@ candidate's first point, `assemble_evidence`; the files land beside the records.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from evals.pipeline import EvidenceFiles, assemble_evidence, check_license, probe_point
 from evals.plots import plot_quality_latency
@@ -47,8 +48,10 @@ def gather_evidence(
         notify("license", license_result)
         verdict = None
         if reproducibility and plan.points and prepared.kind == "api":
-            files.problems.append(f"{prepared.ref}: no reproducibility probe for an API model (it needs token ids and "
-                                  "a local decoder); the reproducibility gate has no result for it")
+            files.problems.append(
+                f"{prepared.ref}: no reproducibility probe for an API model (it needs token ids and "
+                "a local decoder); the reproducibility gate has no result for it"
+            )
         elif reproducibility and plan.points:
             try:
                 verdict = probe_point(plan.points[0], plan)
@@ -57,8 +60,11 @@ def gather_evidence(
             except Exception as e:
                 files.problems.append(f"{prepared.ref}: reproducibility probe could not run ({type(e).__name__}: {e})")
         records = [r for r in result.records if r.candidate == prepared.candidate]
-        evidence.candidates.append(assemble_evidence(prepared, records, verdict, license_result,
-                                                     result.failures_of.get(prepared.candidate, [])))
+        evidence.candidates.append(
+            assemble_evidence(
+                prepared, records, verdict, license_result, result.failures_of.get(prepared.candidate, [])
+            )
+        )
     files.write_evidence(result.failures, records=result.records)
     evidence.problems = files.problems
     return evidence

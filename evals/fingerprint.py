@@ -8,10 +8,10 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
-
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,8 +30,12 @@ def git_commit(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode:
             return None, None
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=10)
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None, None
@@ -84,7 +88,9 @@ def environment_fingerprint(device: str = "cpu", dtype: Any = "float32", **extra
         "git_commit": commit,
         "git_dirty": dirty,
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(0) if str(device).startswith("cuda") and torch.cuda.is_available() else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(0)
+        if str(device).startswith("cuda") and torch.cuda.is_available()
+        else platform.processor() or platform.machine(),
         "dtype": str(dtype).replace("torch.", ""),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
@@ -94,7 +100,11 @@ def environment_fingerprint(device: str = "cpu", dtype: Any = "float32", **extra
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda": torch.version.cuda,
-        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG") if k in os.environ},
+        "env": {
+            k: os.environ[k]
+            for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+            if k in os.environ
+        },
         "executable": sys.executable,
     }
     return fp | extra

@@ -187,13 +187,23 @@ def check_license(
     return LicenseResult(candidate=candidate, expression=expression, tier=tier, reasons=reasons, findings=findings)
 
 
-def license_for_entry(entry: Any, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None) -> LicenseResult:
+def license_for_entry(
+    entry: Any, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None
+) -> LicenseResult:
     """check_license for a models.catalog.CatalogEntry (and the model card read from its files, if any)."""
-    return check_license(entry.id, entry.license, license_name=entry.license_name, card=card,
-                         card_alias=entry.card_license, policy=policy)
+    return check_license(
+        entry.id,
+        entry.license,
+        license_name=entry.license_name,
+        card=card,
+        card_alias=entry.card_license,
+        policy=policy,
+    )
 
 
-def license_for_model(ref: str, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None) -> LicenseResult:
+def license_for_model(
+    ref: str, card: dict[str, Any] | None = None, policy: LicensePolicy | None = None
+) -> LicenseResult:
     """The catalog entry's license checked against `card`; a model outside the catalog is judged by its card."""
     try:
         catalog = load_catalog()

@@ -33,8 +33,14 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
     request = json.dumps({"spec": dataclasses.asdict(spec), "prompts": prompts})
     # stderr into a file, not a pipe: a child that logs more than a pipe holds would block while this reads stdout
     errors = tempfile.TemporaryFile(mode="w+")
-    child = subprocess.Popen([sys.executable, "-m", "evals.load_process"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "evals.load_process"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        env=env,
+    )
     assert child.stdin is not None and child.stdout is not None  # both piped above
     try:
         try:
@@ -62,8 +68,10 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
             child.wait()
         errors.close()
     if outcome is None:
-        raise RuntimeError(f"the load test's client process exited with {child.returncode} without a result; "
-                           f"its stderr ends: {stderr[-STDERR_TAIL:]}")
+        raise RuntimeError(
+            f"the load test's client process exited with {child.returncode} without a result; "
+            f"its stderr ends: {stderr[-STDERR_TAIL:]}"
+        )
     if "error" in outcome:
         raise LoadTestError(outcome["error"])
     return LoadResult.from_dict(outcome["result"])
@@ -86,8 +94,9 @@ def main() -> None:
     request = json.load(sys.stdin)
     spec = LoadSpec.from_dict(request["spec"])
     try:
-        result = run_load(spec, request["prompts"],
-                          on_event=lambda kind, info: emit({"event": kind, "info": plain(info)}))
+        result = run_load(
+            spec, request["prompts"], on_event=lambda kind, info: emit({"event": kind, "info": plain(info)})
+        )
     except LoadTestError as e:
         emit({"error": str(e)})
         return

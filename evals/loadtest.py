@@ -20,9 +20,10 @@ import hashlib
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class LoadSpec:
     stream: bool = True  # probe for streaming; False: measure non-streamed only
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LoadSpec":
+    def from_dict(cls, data: dict[str, Any]) -> LoadSpec:
         """`dataclasses.asdict(spec)` back, through JSON (its tuples come back as lists)."""
         return cls(**dict(data, models=tuple(data["models"]), concurrency=tuple(data["concurrency"])))
 
@@ -69,7 +70,9 @@ class LoadSpec:
 def check_spec(spec: LoadSpec) -> None:
     """Raise LoadTestError naming the first argument that cannot be used."""
     if not spec.base_url.startswith(("http://", "https://")):
-        raise LoadTestError(f"--url {spec.base_url!r}: expected an http(s):// base URL such as http://127.0.0.1:8000/v1")
+        raise LoadTestError(
+            f"--url {spec.base_url!r}: expected an http(s):// base URL such as http://127.0.0.1:8000/v1"
+        )
     if not spec.models or not all(isinstance(m, str) and m for m in spec.models):
         raise LoadTestError("--model: name at least one served model (e.g. --model production --model fallback)")
     if not spec.concurrency:
@@ -82,8 +85,9 @@ def check_spec(spec: LoadSpec) -> None:
     if spec.requests > MAX_REQUESTS:
         raise LoadTestError(f"--requests: {spec.requests!r} is above the bound of {MAX_REQUESTS} per model and level")
     if max(spec.concurrency) > MAX_CONCURRENCY:
-        raise LoadTestError(f"--concurrency: {max(spec.concurrency)!r} is above the bound of {MAX_CONCURRENCY} "
-                            f"requests in flight")
+        raise LoadTestError(
+            f"--concurrency: {max(spec.concurrency)!r} is above the bound of {MAX_CONCURRENCY} requests in flight"
+        )
     if spec.duration_s is not None and not spec.duration_s > 0:
         raise LoadTestError(f"--duration: {spec.duration_s!r} is not a positive number of seconds")
     if spec.max_tokens is not None and spec.max_tokens < 1:
@@ -190,16 +194,18 @@ class LoadResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LoadResult":
+    def from_dict(cls, data: dict[str, Any]) -> LoadResult:
         cells = [Cell(**dict(c, answers=[Answer(**a) for a in c["answers"]])) for c in data["cells"]]
         return cls(LoadSpec.from_dict(data["spec"]), cells, list(data.get("notes", [])))
 
 
 def _identity(served: dict[str, Any]) -> dict[str, str]:
     extension = served.get("unmask") or {}
-    return {"model": str(extension.get("model") or served.get("model") or ""),
-            "version": str(extension.get("version") or ""),
-            "weights_sha256": str(extension.get("weights_sha256") or "")}
+    return {
+        "model": str(extension.get("model") or served.get("model") or ""),
+        "version": str(extension.get("version") or ""),
+        "weights_sha256": str(extension.get("weights_sha256") or ""),
+    }
 
 
 def _server_message(error: Any) -> str:
@@ -226,8 +232,9 @@ def client_for(spec: LoadSpec) -> openai.AsyncOpenAI:
     """The async client every request of a load test goes through (no retries: a failure is a measurement)."""
     import openai
 
-    return openai.AsyncOpenAI(base_url=spec.base_url, api_key=spec.api_key or "unused", max_retries=0,
-                              timeout=spec.timeout_s)
+    return openai.AsyncOpenAI(
+        base_url=spec.base_url, api_key=spec.api_key or "unused", max_retries=0, timeout=spec.timeout_s
+    )
 
 
 def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, Any]:
@@ -282,7 +289,7 @@ async def one_request(client: Any, spec: LoadSpec, model: str, prompt: str, inde
         answer.latency_s = time.perf_counter() - started
         answer.text = "".join(parts)
         return answer
-    except Exception as e:  # noqa: BLE001 - whatever the endpoint or the network does is counted, never fatal
+    except Exception as e:
         answer.error = _describe(e)
         return answer
 
@@ -304,14 +311,16 @@ async def probe_mode(client: Any, spec: LoadSpec, model: str, prompt: str) -> tu
             refusals.append(f"{mode}: no usage in the stream")
         except openai.BadRequestError as e:
             refusals.append(f"{mode}: HTTP 400, {_server_message(e)}"[:200])
-        except Exception as e:  # noqa: BLE001 - not a refusal of streaming (unknown model, server down): the cells will count it
+        except Exception as e:
             return "plain", f"{model}: the streaming probe failed ({_describe(e)}); measured non-streamed"
-    return "plain", (f"{model}: the server refused streaming ({refusals[-1]}); measured non-streamed, "
-                     "so TTFB is the whole latency")
+    return "plain", (
+        f"{model}: the server refused streaming ({refusals[-1]}); measured non-streamed, so TTFB is the whole latency"
+    )
 
 
-async def run_cell(client: Any, spec: LoadSpec, model: str, prompts: list[str], concurrency: int, mode: str,
-                   on_event: Event) -> Cell:
+async def run_cell(
+    client: Any, spec: LoadSpec, model: str, prompts: list[str], concurrency: int, mode: str, on_event: Event
+) -> Cell:
     """`concurrency` workers, each sending the next prompt when its last one is answered, until the bounds."""
     answers: list[Answer] = []
     sent = 0
@@ -359,11 +368,12 @@ async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | N
                     assert solo is not None  # levels() runs concurrency 1 first
                     cell.same_answer_share = same_answer_share(cell, solo)
                 result.cells.append(cell)
-            names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model
-                     for a in c.ok}
+            names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model for a in c.ok}
             if len(names) > 1:
-                result.notes.append(f"{model}: answers came from {len(names)} different versions during the test "
-                                    "(an alias moved?); each record names the one most answers came from")
+                result.notes.append(
+                    f"{model}: answers came from {len(names)} different versions during the test "
+                    "(an alias moved?); each record names the one most answers came from"
+                )
     return result
 
 
@@ -383,22 +393,37 @@ async def check_endpoint(client: Any, spec: LoadSpec) -> None:
     except openai.NotFoundError:
         return  # some OpenAI-compatible servers do not list models; the requests will tell
     except openai.APIStatusError as e:
-        raise LoadTestError(f"{spec.base_url}: GET /models answered HTTP {e.status_code} "
-                            f"({_server_message(e)})") from None
+        raise LoadTestError(
+            f"{spec.base_url}: GET /models answered HTTP {e.status_code} ({_server_message(e)})"
+        ) from None
 
 
 def serving_records(result: LoadResult, environment: dict[str, Any] | None = None) -> list[ServingRecord]:
     """One ServingRecord per cell, naming the version that answered."""
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    when = datetime.now(UTC).isoformat(timespec="seconds")
     records = []
     for cell in result.cells:
         served = cell.served()
-        records.append(ServingRecord(
-            model=served["model"] or cell.model, version=served["version"], weights_sha256=served["weights_sha256"],
-            concurrency=cell.concurrency, requests=len(cell.answers), latency_p50_s=cell.latency(50),
-            latency_p95_s=cell.latency(95), latency_p99_s=cell.latency(99), ttfb_p50_s=cell.ttfb_p50_s,
-            tokens_per_s=cell.tokens_per_s, requests_per_s=cell.requests_per_s, error_rate=cell.error_rate,
-            same_answer_share=cell.same_answer_share, streamed=cell.streamed, served_as=cell.model,
-            base_url=result.spec.base_url, when=when, environment=dict(environment or {})))
+        records.append(
+            ServingRecord(
+                model=served["model"] or cell.model,
+                version=served["version"],
+                weights_sha256=served["weights_sha256"],
+                concurrency=cell.concurrency,
+                requests=len(cell.answers),
+                latency_p50_s=cell.latency(50),
+                latency_p95_s=cell.latency(95),
+                latency_p99_s=cell.latency(99),
+                ttfb_p50_s=cell.ttfb_p50_s,
+                tokens_per_s=cell.tokens_per_s,
+                requests_per_s=cell.requests_per_s,
+                error_rate=cell.error_rate,
+                same_answer_share=cell.same_answer_share,
+                streamed=cell.streamed,
+                served_as=cell.model,
+                base_url=result.spec.base_url,
+                when=when,
+                environment=dict(environment or {}),
+            )
+        )
     return records
-

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,7 +62,7 @@ class PeakMemory:
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         else:
@@ -116,7 +117,9 @@ class Measurement:
 
     def error_messages(self) -> list[str]:
         msgs = [f"item {r.index}: {r.error}" for r in self.requests if not r.ok] + self.batch_errors
-        return msgs[:MAX_ERROR_MESSAGES] + ([f"... and {len(msgs) - MAX_ERROR_MESSAGES} more"] if len(msgs) > MAX_ERROR_MESSAGES else [])
+        return msgs[:MAX_ERROR_MESSAGES] + (
+            [f"... and {len(msgs) - MAX_ERROR_MESSAGES} more"] if len(msgs) > MAX_ERROR_MESSAGES else []
+        )
 
     def record_fields(self) -> dict[str, Any]:
         ok = self.ok
@@ -183,9 +186,15 @@ def measure(
         end = time.perf_counter()
         tokens = out.sequences[0, out.prompt_length :].tolist()
         first = clock.at - start if clock.at is not None else None
-        return RequestResult(index=index, tokens=tokens, latency_s=end - start, first_block_s=first,
-                             nfe=int(out.nfe), calls=int(out.sequential_calls),
-                             useful_tokens=loaded.useful_length(tokens))
+        return RequestResult(
+            index=index,
+            tokens=tokens,
+            latency_s=end - start,
+            first_block_s=first,
+            nfe=int(out.nfe),
+            calls=int(out.sequential_calls),
+            useful_tokens=loaded.useful_length(tokens),
+        )
 
     with PeakMemory(device) as memory:
         for i in range(warmup):
@@ -204,13 +213,15 @@ def measure(
             measurement.throughput_items_per_s = done / busy if busy > 0 else None
         else:
             measurement.throughput_items_per_s, measurement.batch_errors = throughput(
-                loaded, config, pool, batch_size, device)
+                loaded, config, pool, batch_size, device
+            )
     measurement.peak_mem_mb = memory.peak_mb
     return measurement
 
 
-def throughput(loaded: Any, config: Any, prompts: list[list[int]], batch_size: int,
-               device: str | torch.device = "cpu") -> tuple[float | None, list[str]]:
+def throughput(
+    loaded: Any, config: Any, prompts: list[list[int]], batch_size: int, device: str | torch.device = "cpu"
+) -> tuple[float | None, list[str]]:
     """Items per second decoding `prompts` in left-padded batches (`decode_prompts`); failed batches count as
     errors."""
     done, busy, errors = 0, 0.0, []
@@ -229,8 +240,9 @@ def throughput(loaded: Any, config: Any, prompts: list[list[int]], batch_size: i
     return (done / busy if busy > 0 else None), errors
 
 
-def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
-                     on_answer: Callable[[Any], None] | None = None) -> tuple[list[str | None], dict[str, Any]]:
+def measure_endpoint(
+    adapter: Any, prompts: list[str], config: Any, on_answer: Callable[[Any], None] | None = None
+) -> tuple[list[str | None], dict[str, Any]]:
     """An API model's solo answers to `prompts` (None where a request failed) and the EvalRecord fields they give.
 
     `adapter` is a `models.adapters.APIAdapter` (base URL, served model name, key); `config` supplies the
@@ -239,9 +251,17 @@ def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
     """
     import hashlib
 
-    spec = LoadSpec(base_url=adapter.base_url, models=(adapter.api_model,), concurrency=(1,), requests=len(prompts),
-                    max_tokens=config.gen_length, temperature=config.temperature, endpoint="chat",
-                    api_key=adapter.api_key(), timeout_s=adapter.timeout_s)
+    spec = LoadSpec(
+        base_url=adapter.base_url,
+        models=(adapter.api_model,),
+        concurrency=(1,),
+        requests=len(prompts),
+        max_tokens=config.gen_length,
+        temperature=config.temperature,
+        endpoint="chat",
+        api_key=adapter.api_key(),
+        timeout_s=adapter.timeout_s,
+    )
 
     def heard(kind: str, info: dict[str, Any]) -> None:
         if kind == "answer" and on_answer is not None:
@@ -257,12 +277,20 @@ def measure_endpoint(adapter: Any, prompts: list[str], config: Any,
         digest.update(b"error" if a.text is None else a.text.encode())
         digest.update(b"\n")
     fields = {
-        "latency_p50_s": cell.latency(50) or 0.0, "latency_p95_s": cell.latency(95) or 0.0,
+        "latency_p50_s": cell.latency(50) or 0.0,
+        "latency_p95_s": cell.latency(95) or 0.0,
         "latency_p99_s": cell.latency(99) or 0.0,
         "time_to_first_block_s": cell.ttfb_p50_s if cell.streamed else None,  # a plain answer has no first block
-        "throughput_items_per_s": len(ok) / busy if busy > 0 else None, "batch_size": 1,
-        "tokens_per_s": tokens / busy if busy > 0 else 0.0, "tokens_per_s_with_padding": tokens / busy if busy > 0 else 0.0,
-        "tokens_per_forward": None, "nfe": None, "peak_mem_mb": None, "errors": cell.errors,
-        "error_messages": cell.error_messages(), "output_hash": digest.hexdigest(), "warmup": 0,
+        "throughput_items_per_s": len(ok) / busy if busy > 0 else None,
+        "batch_size": 1,
+        "tokens_per_s": tokens / busy if busy > 0 else 0.0,
+        "tokens_per_s_with_padding": tokens / busy if busy > 0 else 0.0,
+        "tokens_per_forward": None,
+        "nfe": None,
+        "peak_mem_mb": None,
+        "errors": cell.errors,
+        "error_messages": cell.error_messages(),
+        "output_hash": digest.hexdigest(),
+        "warmup": 0,
     }
     return [a.text if a.ok else None for a in answers], fields

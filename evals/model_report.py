@@ -28,7 +28,9 @@ from sampler import SamplerConfig
 
 def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
     """LLaDA's vanilla decoding at steps = gen_length / ratio."""
-    return SamplerConfig(steps=gen_length // ratio, gen_length=gen_length, block_length=min(32, gen_length), temperature=0.0)
+    return SamplerConfig(
+        steps=gen_length // ratio, gen_length=gen_length, block_length=min(32, gen_length), temperature=0.0
+    )
 
 
 # Decoding modes a card reports per generation length (ratio 1: the step budget is gen_length; the fast
@@ -36,10 +38,16 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
 # settings of one `unmask bench` row (evals/bench.py VARIANTS), so a card and the bench decode alike.
 # `vanilla+exit` gives vanilla's text exactly (early exit stops only once the text before the first EOS is
 # final; tests/unit/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of the calls.
-MODE_VARIANTS = {"vanilla": "vanilla", "vanilla+exit": "early-exit", "threshold": "parallel-threshold-0.9",
-                 "threshold+dual+exit": "dual+parallel+exit", "threshold+dual+exit+W16": "dual+parallel+exit+W16"}
-MODE_SETTINGS: dict[str, dict[str, Any]] = {mode: dict(next(v for v in VARIANTS if v.name == row).settings)
-                                            for mode, row in MODE_VARIANTS.items()}
+MODE_VARIANTS = {
+    "vanilla": "vanilla",
+    "vanilla+exit": "early-exit",
+    "threshold": "parallel-threshold-0.9",
+    "threshold+dual+exit": "dual+parallel+exit",
+    "threshold+dual+exit+W16": "dual+parallel+exit+W16",
+}
+MODE_SETTINGS: dict[str, dict[str, Any]] = {
+    mode: dict(next(v for v in VARIANTS if v.name == row).settings) for mode, row in MODE_VARIANTS.items()
+}
 # one evaluation run of a card: (tasks, n, gen_length override, ratios, modes)
 RunGroup = tuple[tuple[str, ...], int, int | None, tuple[int, ...], tuple[str, ...]]
 
@@ -60,8 +68,7 @@ def band_accuracy(task: Task, items: list[TaskItem], predictions: list[dict[str,
     for low, high, _ in bands:
         inside = [p for i, p in zip(items, predictions) if low <= len(i.target) <= high]
         if inside:
-            out.append({"band": f"{low}-{high}", "n": len(inside),
-                        "accuracy": metric_means(inside, task.metrics)})
+            out.append({"band": f"{low}-{high}", "n": len(inside), "accuracy": metric_means(inside, task.metrics)})
     return out
 
 
@@ -71,18 +78,28 @@ def bands_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         for b in r.get("bands") or []:
             acc = ", ".join(f"{m} {100 * v:.1f}%" for m, v in b["accuracy"].items())
-            lines.append(f"| {r['task']} | {r['gen_length']} | {r.get('mode', 'vanilla')} | {r['steps']} | {b['band']} | "
-                         f"{b['n']} | {acc} |")
+            lines.append(
+                f"| {r['task']} | {r['gen_length']} | {r.get('mode', 'vanilla')} | {r['steps']} | {b['band']} | "
+                f"{b['n']} | {acc} |"
+            )
     if not lines:
         return ""
-    return "\n".join(["| task | gen_length | mode | steps | letters | items | accuracy |", "|---|---|---|---|---|---|---|",
-                      *lines])
+    return "\n".join(
+        ["| task | gen_length | mode | steps | letters | items | accuracy |", "|---|---|---|---|---|---|---|", *lines]
+    )
 
 
-def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: int = 0,
-                      batch_size: int = 50, tasks: list[str] | None = None,
-                      gen_lengths: dict[str, int] | None = None,
-                      modes: list[str] | None = None) -> list[dict[str, Any]]:
+def steps_ratio_table(
+    loaded: Any,
+    split: str,
+    n: int,
+    ratios: list[int],
+    seed: int = 0,
+    batch_size: int = 50,
+    tasks: list[str] | None = None,
+    gen_lengths: dict[str, int] | None = None,
+    modes: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (task, gen_length, mode, ratio): accuracy per metric on `n` items of `split`.
 
     Vanilla is run at every ratio; the other `modes` (MODE_SETTINGS) at ratio 1. A causal model has
@@ -93,17 +110,32 @@ def steps_ratio_table(loaded: Any, split: str, n: int, ratios: list[int], seed: 
         task = TASKS[name]
         items = make_split(task, split, n, seed=seed)
         gen_length = (gen_lengths or {}).get(name, task.gen_length)
-        runs = [("vanilla", 1)] if loaded.causal else [
-            *((mode, 1) for mode in modes or () if mode != "vanilla"),
-            *(("vanilla", r) for r in ratios if "vanilla" in (modes or ["vanilla"]))]
+        runs = (
+            [("vanilla", 1)]
+            if loaded.causal
+            else [
+                *((mode, 1) for mode in modes or () if mode != "vanilla"),
+                *(("vanilla", r) for r in ratios if "vanilla" in (modes or ["vanilla"])),
+            ]
+        )
         for mode, ratio in runs:
             result = evaluate_items(loaded, items, mode_config(mode, gen_length, ratio), batch_size)
-            rows.append({"task": name, "split": split, "n": n, "gen_length": gen_length, "ratio": ratio,
-                         "mode": mode, "steps": gen_length // ratio,
-                         "forwards_per_batch": round(result["nfe"] / -(-len(items) // batch_size), 1),
-                         "accuracy": result["accuracy"], "seconds": round(result["seconds"], 1),
-                         "bands": band_accuracy(task, items, result["predictions"]),
-                         "examples": result["predictions"][:3]})
+            rows.append(
+                {
+                    "task": name,
+                    "split": split,
+                    "n": n,
+                    "gen_length": gen_length,
+                    "ratio": ratio,
+                    "mode": mode,
+                    "steps": gen_length // ratio,
+                    "forwards_per_batch": round(result["nfe"] / -(-len(items) // batch_size), 1),
+                    "accuracy": result["accuracy"],
+                    "seconds": round(result["seconds"], 1),
+                    "bands": band_accuracy(task, items, result["predictions"]),
+                    "examples": result["predictions"][:3],
+                }
+            )
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "examples"}), flush=True)
     return rows
 
@@ -145,8 +177,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N] on a GPU host")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows")
-    parser.add_argument("--card", type=Path, nargs="+", default=None,
-                        help="write MODEL_CARD.md from these saved rows files (no evaluation)")
+    parser.add_argument(
+        "--card",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="write MODEL_CARD.md from these saved rows files (no evaluation)",
+    )
     parser.add_argument("--peer", type=Path, nargs="+", default=None, help="the twin's rows files, for comparison")
     parser.add_argument("--notes", type=Path, default=None, help="Markdown file for the card's Notes section")
     args = parser.parse_args()
@@ -169,8 +206,15 @@ def main() -> None:
     unknown = [m for m in args.modes.split(",") if m not in MODE_SETTINGS]
     if unknown:
         parser.error(f"--modes: unknown mode {unknown[0]!r}; known: {', '.join(MODE_SETTINGS)}")
-    rows = steps_ratio_table(loaded, args.split, args.n, [int(r) for r in args.ratios.split(",")],
-                             tasks=args.tasks.split(","), gen_lengths=gen_lengths, modes=args.modes.split(","))
+    rows = steps_ratio_table(
+        loaded,
+        args.split,
+        args.n,
+        [int(r) for r in args.ratios.split(",")],
+        tasks=args.tasks.split(","),
+        gen_lengths=gen_lengths,
+        modes=args.modes.split(","),
+    )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
 
@@ -188,9 +232,13 @@ def modes_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| task | gen_length | items | " + " | ".join(modes) + " |", "|" + "---|" * (3 + len(modes))]
     for (task, gen_length), by_mode in sorted(cells.items(), key=lambda kv: (list(TASKS).index(kv[0][0]), kv[0][1])):
         n = next(iter(by_mode.values()))["n"]
-        values = [f"{100 * by_mode[m]['accuracy'][metric_of[task]]:.1f}%"
-                  + (f" ({by_mode[m]['forwards_per_batch']:g} fwd)" if "forwards_per_batch" in by_mode[m] else "")
-                  if m in by_mode else "" for m in modes]
+        values = [
+            f"{100 * by_mode[m]['accuracy'][metric_of[task]]:.1f}%"
+            + (f" ({by_mode[m]['forwards_per_batch']:g} fwd)" if "forwards_per_batch" in by_mode[m] else "")
+            if m in by_mode
+            else ""
+            for m in modes
+        ]
         lines.append(f"| {task} | {gen_length} | {n} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -199,7 +247,11 @@ def scores_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per task, one column per steps ratio (vanilla decoding)."""
     rows = [r for r in rows if r.get("mode", "vanilla") == "vanilla"]
     ratios = sorted({r["ratio"] for r in rows})
-    head = "| task | gen_length | metric | " + " | ".join(f"steps = gen_length/{r}" if r > 1 else "steps = gen_length" for r in ratios) + " |"
+    head = (
+        "| task | gen_length | metric | "
+        + " | ".join(f"steps = gen_length/{r}" if r > 1 else "steps = gen_length" for r in ratios)
+        + " |"
+    )
     lines = [head, "|" + "---|" * (3 + len(ratios))]
     seen = []
     for r in rows:
@@ -235,12 +287,19 @@ def reproduce_training(model_id: str, recipe: dict[str, Any], training: dict[str
         return command
     base = f"{model_id}-base"
     out = "" if recipe["init_from"] == f"trained/{base}" else f" --out <state>/{recipe['init_from']}"
-    return (f"`unmask train --model {base} --threads 1{out}` (the base, weights sha256 "
-            f"`{training.get('init_sha256', 'unrecorded')}`), then {command}, which fine-tunes from it")
+    return (
+        f"`unmask train --model {base} --threads 1{out}` (the base, weights sha256 "
+        f"`{training.get('init_sha256', 'unrecorded')}`), then {command}, which fine-tunes from it"
+    )
 
 
-def write_card(folder: Path, rows: list[dict[str, Any]], peer_rows: list[dict[str, Any]] | None = None,
-               notes: str = "", reproduce: list[str] | None = None) -> Path:
+def write_card(
+    folder: Path,
+    rows: list[dict[str, Any]],
+    peer_rows: list[dict[str, Any]] | None = None,
+    notes: str = "",
+    reproduce: list[str] | None = None,
+) -> Path:
     """Write `folder/MODEL_CARD.md` from config.json's training record and the measured rows."""
     import yaml
 
@@ -257,12 +316,16 @@ def write_card(folder: Path, rows: list[dict[str, Any]], peer_rows: list[dict[st
     return path
 
 
-def card_header(folder: Path, config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int,
-                sha: str) -> dict[str, Any]:
+def card_header(
+    folder: Path, config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int, sha: str
+) -> dict[str, Any]:
     """The card's YAML front matter: identity, digests, training figures and the best held-out scores."""
     training = config.get("unmask_training", {})
-    best = {r["task"]: r["accuracy"] for r in rows if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length
-            and r.get("mode", "vanilla") == "vanilla"}
+    best = {
+        r["task"]: r["accuracy"]
+        for r in rows
+        if r["ratio"] == 1 and r["gen_length"] == TASKS[r["task"]].gen_length and r.get("mode", "vanilla") == "vanilla"
+    }
     return {
         "license": "Apache-2.0",
         "model_id": model_id,
@@ -271,8 +334,11 @@ def card_header(folder: Path, config: dict[str, Any], model_id: str, rows: list[
         "parameters": params,
         "languages": ["en", "ko"],
         "tasks": list(TASKS),
-        "sha256": {"model.safetensors": sha, "tokenizer.json": sha256_of(folder / "tokenizer.json"),
-                   "config.json": sha256_of(folder / "config.json")},
+        "sha256": {
+            "model.safetensors": sha,
+            "tokenizer.json": sha256_of(folder / "tokenizer.json"),
+            "config.json": sha256_of(folder / "config.json"),
+        },
         "training_steps": training.get("steps"),
         "training_wall_seconds": training.get("wall_seconds"),
         "final_loss_ema": training.get("final_loss_ema"),
@@ -292,20 +358,20 @@ DECODING = {
     "autoregressive": "greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens",
     "masked-diffusion": "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking",
     "block-diffusion": "DiffusionGemma's block decoding (sampler/block_diffusion.py): one canvas after another, at "
-                       "most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
-                       "linear temperature schedule 0.8 -> 0.4, a canvas stops once stable and confident, seed 0",
+    "most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
+    "linear temperature schedule 0.8 -> 0.4, a canvas stops once stable and confident, seed 0",
 }
 OBJECTIVE = {
     "autoregressive": "next-token cross-entropy on the response and one closing EOS (causal mask)",
     "masked-diffusion": "LLaDA SFT masked diffusion: t ~ U(0, 1], each response token masked with probability t, "
-                        "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
-                        "never masked; the response is padded with EOS to the canvas length and the padding is trained",
+    "cross-entropy on masked positions weighted 1/t, divided by the response length; the prompt is "
+    "never masked; the response is padded with EOS to the canvas length and the padding is trained",
     "block-diffusion": "DiffusionGemma's block-diffusion SFT (models/block_training.py): per step one 32-position "
-                       "canvas of the EOS-padded response; the causal encoder reads the clean prompt and response up "
-                       "to that canvas; the decoder denoises the canvas under uniform-state corruption (t ~ U(eps, 1] "
-                       "per row, each position replaced by a uniform random token with probability t), with "
-                       "self-conditioning (two passes, p 0.5); flat cross-entropy on every canvas position plus the "
-                       "encoder's next-token cross-entropy on the response",
+    "canvas of the EOS-padded response; the causal encoder reads the clean prompt and response up "
+    "to that canvas; the decoder denoises the canvas under uniform-state corruption (t ~ U(eps, 1] "
+    "per row, each position replaced by a uniform random token with probability t), with "
+    "self-conditioning (two passes, p 0.5); flat cross-entropy on every canvas position plus the "
+    "encoder's next-token cross-entropy on the response",
 }
 
 
@@ -313,27 +379,32 @@ def _architecture(config: dict[str, Any], recipe: dict[str, Any], params: int) -
     """The card's first paragraph: the layout, sizes and vocabulary of the model."""
     if _block(config):
         text = config.get("text_config", {})
-        return (f"A block-diffusion model in transformers' DiffusionGemma layout (`DiffusionGemmaForBlockDiffusion`: a "
-                f"causal encoder and a bidirectional decoder sharing weights; {text.get('num_hidden_layers')} layers, "
-                f"hidden {text.get('hidden_size')}, {text.get('num_attention_heads')} heads "
-                f"({text.get('num_key_value_heads')} KV), head dim {text.get('head_dim')}, MLP "
-                f"{text.get('intermediate_size')}, canvas {config.get('canvas_length')}, character-level vocabulary "
-                f"of {text.get('vocab_size')} tokens), {params:,} parameters, fp32 safetensors.")
+        return (
+            f"A block-diffusion model in transformers' DiffusionGemma layout (`DiffusionGemmaForBlockDiffusion`: a "
+            f"causal encoder and a bidirectional decoder sharing weights; {text.get('num_hidden_layers')} layers, "
+            f"hidden {text.get('hidden_size')}, {text.get('num_attention_heads')} heads "
+            f"({text.get('num_key_value_heads')} KV), head dim {text.get('head_dim')}, MLP "
+            f"{text.get('intermediate_size')}, canvas {config.get('canvas_length')}, character-level vocabulary "
+            f"of {text.get('vocab_size')} tokens), {params:,} parameters, fp32 safetensors."
+        )
     causal = bool(config.get("causal"))
-    return f"""A {'causal (autoregressive)' if causal else 'masked-diffusion'} model in the native LLaDA layout
-({recipe.get('n_layers')} layers, d_model {recipe.get('d_model')}, {recipe.get('n_heads')} heads, SwiGLU
-{recipe.get('mlp_hidden')}, RoPE, character-level vocabulary of {config.get('vocab_size')} tokens incl.
+    return f"""A {"causal (autoregressive)" if causal else "masked-diffusion"} model in the native LLaDA layout
+({recipe.get("n_layers")} layers, d_model {recipe.get("d_model")}, {recipe.get("n_heads")} heads, SwiGLU
+{recipe.get("mlp_hidden")}, RoPE, character-level vocabulary of {config.get("vocab_size")} tokens incl.
 `<|mdm_mask|>`, `<|endoftext|>` (EOS), `<|eot_id|>`, `<|pad|>`), {params:,} parameters, fp32 safetensors."""
 
 
-def card_body(config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int, sha: str,
-              reproduce: list[str]) -> str:
+def card_body(
+    config: dict[str, Any], model_id: str, rows: list[dict[str, Any]], params: int, sha: str, reproduce: list[str]
+) -> str:
     """The card's text through the held-out scores: architecture, training data, training, scores table."""
     training = config.get("unmask_training", {})
     recipe = training.get("recipe", {})
     kind = _kind(config)
     decoding, objective = DECODING[kind], OBJECTIVE[kind]
-    sizes = ", ".join(f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items())
+    sizes = ", ".join(
+        f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items()
+    )
     return f"""# {model_id}
 
 {_architecture(config, recipe, params)}
@@ -343,8 +414,8 @@ License: Apache-2.0 (the project's). Weights sha256 (model.safetensors): `{sha}`
 
 ## Training data
 
-The generators in `evals/tasks/` (seed {recipe.get('seed')}), train split only,
-{describe_mixture(recipe.get('mixture', 'default'))}.
+The generators in `evals/tasks/` (seed {recipe.get("seed")}), train split only,
+{describe_mixture(recipe.get("mixture", "default"))}.
 Difficulty, deliberately easy for the two-core budget:
 
 {DIFFICULTY}
@@ -353,23 +424,24 @@ Difficulty, deliberately easy for the two-core budget:
 
 - objective: {objective}
 - recipe (`models/training.py` RECIPES["{model_id}"]): `{json.dumps(recipe)}`
-- steps: {training.get('steps')}, wall time: {training.get('wall_seconds')} s on a two-core CPU
-  (threads and run history in the notes below, where they matter), final training loss (EMA): {training.get('final_loss_ema')}
+- steps: {training.get("steps")}, wall time: {training.get("wall_seconds")} s on a two-core CPU
+  (threads and run history in the notes below, where they matter), final training loss (EMA): {training.get("final_loss_ema")}
 - reproduce: {reproduce_training(model_id, recipe, training)} (add `--stop-after N` / `--resume` to
   split the run across sessions)
 
 ## Held-out test scores
 
-Test items per task: {sizes or 'pending'}; {decoding}. Reproduce:
+Test items per task: {sizes or "pending"}; {decoding}. Reproduce:
 
-{chr(10).join(f'    {c}' for c in reproduce)}
+{chr(10).join(f"    {c}" for c in reproduce)}
 
 {scores_table(rows)}
 """
 
 
-def card_sections(rows: list[dict[str, Any]], peer_rows: list[dict[str, Any]] | None, notes: str, causal: bool,
-                  block: bool = False) -> str:
+def card_sections(
+    rows: list[dict[str, Any]], peer_rows: list[dict[str, Any]] | None, notes: str, causal: bool, block: bool = False
+) -> str:
     """The card's closing sections: the ratio columns' note, modes, sort bands, the twin and the notes."""
     body = ""
     if block:
@@ -383,10 +455,14 @@ Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length
 """
     modes = "" if block else modes_table(rows)
     if modes:
-        body += ("\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls per batch of "
-                 "50 (fwd); every mode at steps = gen_length. Modes (`evals/model_report.py` MODE_SETTINGS): "
-                 + "; ".join(f"`{m}` {json.dumps(v) if v else 'as above'}" for m, v in MODE_SETTINGS.items()) + ".\n\n"
-                 + modes + "\n")
+        body += (
+            "\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls per batch of "
+            "50 (fwd); every mode at steps = gen_length. Modes (`evals/model_report.py` MODE_SETTINGS): "
+            + "; ".join(f"`{m}` {json.dumps(v) if v else 'as above'}" for m, v in MODE_SETTINGS.items())
+            + ".\n\n"
+            + modes
+            + "\n"
+        )
     bands = bands_table(rows)
     if bands:
         body += "\n### Sort by answer length\n\n" + bands + "\n"

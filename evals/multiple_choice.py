@@ -69,23 +69,26 @@ class ChoiceResult:
         return asdict(self)
 
 
-def likelihood_accuracy(handle: Handle, items: list[ChoiceItem], samples: int = DEFAULT_SAMPLES,
-                        seed: int = DEFAULT_SEED) -> ChoiceResult:
+def likelihood_accuracy(
+    handle: Handle, items: list[ChoiceItem], samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED
+) -> ChoiceResult:
     """Pick, per item, the choice of highest log-likelihood given the context (ties: the first)."""
     if not items:
         raise ValueError("likelihood_accuracy: no items")
     picks, scores, stderrs = [], [], []
     for item in items:
         context = handle.encode(item.context)
-        found = [likelihood(handle, context, handle.encode(choice), samples=samples, seed=seed)
-                 for choice in item.choices]
+        found = [
+            likelihood(handle, context, handle.encode(choice), samples=samples, seed=seed) for choice in item.choices
+        ]
         totals = [f.total for f in found]
         picks.append(totals.index(max(totals)))
         scores.append(totals)
         stderrs.append([f.stderr for f in found])
     right = sum(p == item.gold for p, item in zip(picks, items))
-    return ChoiceResult(accuracy=right / len(items), picks=picks, scores=scores, stderrs=stderrs, samples=samples,
-                        seed=seed)
+    return ChoiceResult(
+        accuracy=right / len(items), picks=picks, scores=scores, stderrs=stderrs, samples=samples, seed=seed
+    )
 
 
 def _task_yaml(folder: Path, name: str, rows: list[dict[str, Any]], lines: list[str]) -> Path:
@@ -93,28 +96,71 @@ def _task_yaml(folder: Path, name: str, rows: list[dict[str, Any]], lines: list[
     data = folder / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     yaml = folder / f"{name}.yaml"
-    yaml.write_text("\n".join([f"task: {name}", "dataset_path: json",
-                               f"dataset_kwargs: {{data_files: {{test: {json.dumps(str(data))}}}}}", "test_split: test",
-                               *lines, "metadata: {version: 1.0}", ""]), encoding="utf-8")
+    yaml.write_text(
+        "\n".join(
+            [
+                f"task: {name}",
+                "dataset_path: json",
+                f"dataset_kwargs: {{data_files: {{test: {json.dumps(str(data))}}}}}",
+                "test_split: test",
+                *lines,
+                "metadata: {version: 1.0}",
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
     return yaml
 
 
-def write_lm_eval_tasks(folder: Path, choices: list[ChoiceItem], generations: list[TaskItem],
-                        prefix: str = "unmask_arith", max_gen_toks: int = 32) -> dict[str, Path]:
+def write_lm_eval_tasks(
+    folder: Path,
+    choices: list[ChoiceItem],
+    generations: list[TaskItem],
+    prefix: str = "unmask_arith",
+    max_gen_toks: int = 32,
+) -> dict[str, Path]:
     """lm-evaluation-harness task folders for `choices` (`{prefix}_mc`: multiple_choice, loglikelihood, `acc`)
     and `generations` (`{prefix}_gen`: generate_until, the number after `#### ` against the target,
     `exact_match`); returns {task name: YAML}. The context is sent as it is; each choice follows it directly."""
     mc, gen = f"{prefix}_mc", f"{prefix}_gen"
     return {
-        mc: _task_yaml(folder, mc, [c.to_dict() for c in choices], [
-            "output_type: multiple_choice", "doc_to_text: context", "doc_to_choice: choices", "doc_to_target: gold",
-            "target_delimiter: ''", "metric_list:", "  - metric: acc", "    aggregation: mean",
-            "    higher_is_better: true"]),
-        gen: _task_yaml(folder, gen, [{"prompt": g.prompt, "target": g.target} for g in generations], [
-            "output_type: generate_until", "doc_to_text: prompt", "doc_to_target: target", "target_delimiter: ''",
-            f"generation_kwargs: {{until: [\"\\n\\n\"], max_gen_toks: {max_gen_toks}, do_sample: false, temperature: 0}}",
-            "filter_list:", "  - name: strict-match", "    filter:",
-            "      - function: regex", "        regex_pattern: '#### (\\-?[0-9\\.\\,]+)'",
-            "      - function: take_first",
-            "metric_list:", "  - metric: exact_match", "    aggregation: mean", "    higher_is_better: true"]),
+        mc: _task_yaml(
+            folder,
+            mc,
+            [c.to_dict() for c in choices],
+            [
+                "output_type: multiple_choice",
+                "doc_to_text: context",
+                "doc_to_choice: choices",
+                "doc_to_target: gold",
+                "target_delimiter: ''",
+                "metric_list:",
+                "  - metric: acc",
+                "    aggregation: mean",
+                "    higher_is_better: true",
+            ],
+        ),
+        gen: _task_yaml(
+            folder,
+            gen,
+            [{"prompt": g.prompt, "target": g.target} for g in generations],
+            [
+                "output_type: generate_until",
+                "doc_to_text: prompt",
+                "doc_to_target: target",
+                "target_delimiter: ''",
+                f'generation_kwargs: {{until: ["\\n\\n"], max_gen_toks: {max_gen_toks}, do_sample: false, temperature: 0}}',
+                "filter_list:",
+                "  - name: strict-match",
+                "    filter:",
+                "      - function: regex",
+                "        regex_pattern: '#### (\\-?[0-9\\.\\,]+)'",
+                "      - function: take_first",
+                "metric_list:",
+                "  - metric: exact_match",
+                "    aggregation: mean",
+                "    higher_is_better: true",
+            ],
+        ),
     }

@@ -21,8 +21,10 @@ TPF 4 scores 360.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+
 from evals.plots import point_label
 
 ALPHA = 3.0  # the paper's penalty for accuracy below y_max
@@ -47,12 +49,23 @@ class AUPResult:
     labels: tuple[str, ...] = field(default=(), compare=False)  # what each point on the curve is (a config name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"aup": self.aup, "y_max": self.y_max, "points": [list(p) for p in self.points],
-                "dropped": [list(p) for p in self.dropped], "labels": list(self.labels)}
+        return {
+            "aup": self.aup,
+            "y_max": self.y_max,
+            "points": [list(p) for p in self.points],
+            "dropped": [list(p) for p in self.dropped],
+            "labels": list(self.labels),
+        }
 
 
-def aup(points: Iterable[tuple[float, float]], y_max: float | None = None, *, alpha: float = ALPHA,
-        max_drop: float = MAX_DROP, labels: Iterable[str] | None = None) -> AUPResult:
+def aup(
+    points: Iterable[tuple[float, float]],
+    y_max: float | None = None,
+    *,
+    alpha: float = ALPHA,
+    max_drop: float = MAX_DROP,
+    labels: Iterable[str] | None = None,
+) -> AUPResult:
     """The AUP of (tokens per forward, accuracy in [0, 1]) points; `y_max` defaults to their best accuracy.
 
     ValueError names a point with a TPF that is not positive or an accuracy outside [0, 1]."""
@@ -75,8 +88,13 @@ def aup(points: Iterable[tuple[float, float]], y_max: float | None = None, *, al
     area = curve[0][0] * curve[0][1]
     for (r0, y0), (r1, y1) in zip(curve, curve[1:]):
         area += 0.5 * (r1 - r0) * (y1 * quality_weight(y1, top, alpha) + y0 * quality_weight(y0, top, alpha))
-    return AUPResult(aup=area, points=tuple(pairs[i] for i in kept), dropped=dropped, y_max=best,
-                     labels=tuple(names[i] for i in kept))
+    return AUPResult(
+        aup=area,
+        points=tuple(pairs[i] for i in kept),
+        dropped=dropped,
+        y_max=best,
+        labels=tuple(names[i] for i in kept),
+    )
 
 
 def tpf_at_accuracy(points: Iterable[tuple[float, float]], accuracy_floor: float) -> tuple[float, float] | None:
@@ -93,9 +111,10 @@ def record_curves(records: Iterable[Any]) -> dict[tuple[str, str, int], AUPResul
     for r in records:
         if r.valid is True and r.tokens_per_forward:
             groups.setdefault((r.candidate, r.task, r.gen_length), []).append(r)
-    return {key: aup([(r.tokens_per_forward, r.accuracy) for r in rows],
-                     labels=[point_label(r) or "vanilla" for r in rows])
-            for key, rows in groups.items()}
+    return {
+        key: aup([(r.tokens_per_forward, r.accuracy) for r in rows], labels=[point_label(r) or "vanilla" for r in rows])
+        for key, rows in groups.items()
+    }
 
 
 def parallelism_summary(records: list[Any]) -> list[dict[str, Any]]:
@@ -104,8 +123,18 @@ def parallelism_summary(records: list[Any]) -> list[dict[str, Any]]:
     `evidence/evidence.json` hold (the parallelism gate and the quality-latency page compute the same numbers)."""
     rows = []
     for (candidate, task, gen_length), curve in sorted(record_curves(records).items()):
-        ids = {(r.tokens_per_forward, r.accuracy): r.record_id for r in records
-               if r.valid is True and (r.candidate, r.task, r.gen_length) == (candidate, task, gen_length)}
-        rows.append({"candidate": candidate, "task": task, "gen_length": gen_length, **curve.to_dict(),
-                     "record_ids": [ids.get(point) for point in curve.points]})
+        ids = {
+            (r.tokens_per_forward, r.accuracy): r.record_id
+            for r in records
+            if r.valid is True and (r.candidate, r.task, r.gen_length) == (candidate, task, gen_length)
+        }
+        rows.append(
+            {
+                "candidate": candidate,
+                "task": task,
+                "gen_length": gen_length,
+                **curve.to_dict(),
+                "record_ids": [ids.get(point) for point in curve.points],
+            }
+        )
     return rows

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -82,7 +83,6 @@ class SweepPoint(BaseModel):
 
 
 class SweepPlan(BaseModel):
-
     model_config = ConfigDict(frozen=True)
     name: str
     device: str
@@ -114,8 +114,9 @@ def weights_signature(path: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 @functools.lru_cache(maxsize=2)
-def _handle(ref: str, device: str, dtype: str, signature: tuple[tuple[str, int, int], ...],
-            decoding: str) -> Any:  # a ModelHandle
+def _handle(
+    ref: str, device: str, dtype: str, signature: tuple[tuple[str, int, int], ...], decoding: str
+) -> Any:  # a ModelHandle
     return load(ref, device=device, dtype=dtype)
 
 
@@ -183,10 +184,21 @@ def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> 
         handle = handle_for(ref)
         handle.status_or_raise()  # NotEvaluable naming the key variable, before anything is planned
         return PreparedCandidate(
-            ref=ref, candidate=entry.id, path=handle.base_url, role=entry.role, kind="api",
-            revision=entry.revision or f"{handle.api_model}@{handle.base_url}", weights_sha256="", ids={},
-            card={"source": ref, "base_url": handle.base_url, "api_model": handle.api_model,
-                  "api_key_env": entry.api_key_env or ""})
+            ref=ref,
+            candidate=entry.id,
+            path=handle.base_url,
+            role=entry.role,
+            kind="api",
+            revision=entry.revision or f"{handle.api_model}@{handle.base_url}",
+            weights_sha256="",
+            ids={},
+            card={
+                "source": ref,
+                "base_url": handle.base_url,
+                "api_model": handle.api_model,
+                "api_key_env": entry.api_key_env or "",
+            },
+        )
     path = model_folder(ref)
     key = step_cache.step_key("prepared", **model_stamp(ref, path), device=device, dtype=dtype)
     known = step_cache.cached(key, PreparedCandidate)
@@ -195,9 +207,16 @@ def prepare_candidate(ref: str, device: str = "cpu", dtype: str = "float32") -> 
     handle = handle_for(ref, device, dtype)
     role, kind, revision = identity(ref, handle)
     prepared = PreparedCandidate(
-        ref=ref, candidate=handle.entry_id, path=str(path), role=role, kind=kind, revision=revision,
-        weights_sha256=handle.weights_sha256, ids=handle.sampler_ids(),
-        card={k: v for k, v in handle.card.items() if k != "text"} | {"source": ref})
+        ref=ref,
+        candidate=handle.entry_id,
+        path=str(path),
+        role=role,
+        kind=kind,
+        revision=revision,
+        weights_sha256=handle.weights_sha256,
+        ids=handle.sampler_ids(),
+        card={k: v for k, v in handle.card.items() if k != "text"} | {"source": ref},
+    )
     step_cache.keep(key, prepared)
     return prepared
 
@@ -207,10 +226,15 @@ def model_stamp(ref: str, path: Path) -> dict[str, Any]:
     (by size and mtime), the catalog (its entries name roles, revisions, decoding defaults and pins)."""
     try:
         catalog = sorted(repr(e) for e in load_catalog())
-    except Exception:  # noqa: BLE001 - a broken catalog: identity() falls back alike; the key says so
+    except Exception:
         catalog = ["<unreadable catalog>"]
-    return {"ref": str(ref), "folder": str(Path(path).resolve()), "files": step_cache.files_stamp(Path(path)),
-            "catalog": catalog, "unmask": UNMASK_VERSION}
+    return {
+        "ref": str(ref),
+        "folder": str(Path(path).resolve()),
+        "files": step_cache.files_stamp(Path(path)),
+        "catalog": catalog,
+        "unmask": UNMASK_VERSION,
+    }
 
 
 def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
@@ -220,8 +244,13 @@ def plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
     if prepared.kind != "api":
         sweep = {k: v for k, v in asdict(spec).items() if k != "source"}
         data_hashes = [task_data(asdict(t)).hash for t in spec.tasks]
-        key = step_cache.step_key("plan", **model_stamp(prepared.ref, Path(prepared.path)),
-                                  prepared=prepared.model_dump(), sweep=sweep, data=data_hashes)
+        key = step_cache.step_key(
+            "plan",
+            **model_stamp(prepared.ref, Path(prepared.path)),
+            prepared=prepared.model_dump(),
+            sweep=sweep,
+            data=data_hashes,
+        )
         known = step_cache.cached(key, SweepPlan)
         if known is not None:
             return known
@@ -252,26 +281,52 @@ def _plan_points(prepared: PreparedCandidate, spec: Any) -> SweepPlan:
             try:
                 check_fits(handle, longest, effective.gen_length)  # a point past the context measures nothing
             except DecodeError as e:
-                raise TaskDataError(f"{spec.source or spec.name}: gen_length {effective.gen_length} on "
-                                    f"{t.label}: {e}") from None
+                raise TaskDataError(
+                    f"{spec.source or spec.name}: gen_length {effective.gen_length} on {t.label}: {e}"
+                ) from None
             configs.append((settings, backend, effective))
         outcome = check_task(data, expected_size=None if t.file else t.n)
         checked[f"task-validation-{t.label}-{t.split}.json"] = outcome.summary()
         for settings, backend, effective in configs:
             label = " ".join(f"{k}={v}" for k, v in settings.items() if k not in ("gen_length",))
-            points.append(SweepPoint(
-                ref=prepared.ref, candidate=prepared.candidate, path=prepared.path, role=prepared.role,
-                kind=prepared.kind, revision=prepared.revision, weights_sha256=prepared.weights_sha256, task=fields,
-                settings=settings, config=effective.to_dict(), config_hash=effective.hash(),
-                dataset_hash=data.hash, backend=backend, label=f"{prepared.candidate} {data.name} {label}"))
+            points.append(
+                SweepPoint(
+                    ref=prepared.ref,
+                    candidate=prepared.candidate,
+                    path=prepared.path,
+                    role=prepared.role,
+                    kind=prepared.kind,
+                    revision=prepared.revision,
+                    weights_sha256=prepared.weights_sha256,
+                    task=fields,
+                    settings=settings,
+                    config=effective.to_dict(),
+                    config_hash=effective.hash(),
+                    dataset_hash=data.hash,
+                    backend=backend,
+                    label=f"{prepared.candidate} {data.name} {label}",
+                )
+            )
         skipped += [f"{prepared.candidate} {t.label} {p}" for p in point_problems(spec, t, prepared.kind)]
-    return SweepPlan(name=spec.name, device=spec.device, dtype=spec.dtype, measure=dict(spec.measure),
-                     threads=spec.threads, points=points, skipped=skipped, task_validation=checked)
+    return SweepPlan(
+        name=spec.name,
+        device=spec.device,
+        dtype=spec.dtype,
+        measure=dict(spec.measure),
+        threads=spec.threads,
+        points=points,
+        skipped=skipped,
+        task_validation=checked,
+    )
 
 
-def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
-                  on_request: Callable[[RequestResult], None] | None = None,
-                  on_item: Callable[[int, int], None] | None = None) -> MeasuredPoint:
+def measure_point(
+    point: SweepPoint,
+    plan: SweepPlan,
+    html: bool = True,
+    on_request: Callable[[RequestResult], None] | None = None,
+    on_item: Callable[[int, int], None] | None = None,
+) -> MeasuredPoint:
     """Measure, score and validate one point; a validator that breaks marks the record invalid
     instead of losing the measurement.
 
@@ -282,8 +337,14 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
 
         torch.set_num_threads(plan.threads)
     handle = handle_for(point.ref, plan.device, plan.dtype)
-    candidate = Candidate(id=point.candidate, loaded=handle, role=point.role, kind=point.kind,
-                          revision=point.revision, weights_sha256=point.weights_sha256)
+    candidate = Candidate(
+        id=point.candidate,
+        loaded=handle,
+        role=point.role,
+        kind=point.kind,
+        revision=point.revision,
+        weights_sha256=point.weights_sha256,
+    )
     m = plan.measure
     data = task_data(point.task)
     done = 0
@@ -296,10 +357,19 @@ def measure_point(point: SweepPoint, plan: SweepPlan, html: bool = True,
         if on_item is not None:
             on_item(done, len(data.items))
 
-    record = evaluate_point(candidate, data, config_from_dict(point.config), backend=point.backend,
-                            device=plan.device, dtype=plan.dtype, warmup=m.get("warmup", 1),
-                            batch_size=m.get("batch_size", 1), throughput_items=m.get("throughput_items"),
-                            sweep=plan.name, on_request=heard)
+    record = evaluate_point(
+        candidate,
+        data,
+        config_from_dict(point.config),
+        backend=point.backend,
+        device=plan.device,
+        dtype=plan.dtype,
+        warmup=m.get("warmup", 1),
+        batch_size=m.get("batch_size", 1),
+        throughput_items=m.get("throughput_items"),
+        sweep=plan.name,
+        on_request=heard,
+    )
     try:
         outcome = validation.validate_record(record, html=html)  # looked up now: a test breaks the validator
     except Exception as e:
@@ -313,8 +383,15 @@ def probe_point(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) 
     """Same-process, fresh-process and batch-invariance probe of a point (the candidate's first)."""
     handle = handle_for(point.ref, plan.device, plan.dtype)
     prompts = [handle.encode(item.prompt) for item in task_data(point.task).items[:PROBE_PROMPTS]]
-    return probe(handle, config_from_dict(point.config), prompts, candidate=point.candidate, device=plan.device,
-                 dtype=plan.dtype, fresh_process=fresh_process)
+    return probe(
+        handle,
+        config_from_dict(point.config),
+        prompts,
+        candidate=point.candidate,
+        device=plan.device,
+        dtype=plan.dtype,
+        fresh_process=fresh_process,
+    )
 
 
 def check_license(prepared: PreparedCandidate) -> LicenseResult:
@@ -325,14 +402,26 @@ def check_license(prepared: PreparedCandidate) -> LicenseResult:
     return result
 
 
-def assemble_evidence(prepared: PreparedCandidate, records: list[EvalRecord],
-                      reproducibility: ReproducibilityResult | None, license: LicenseResult,
-                      failures: list[str]) -> CandidateEvidence:
+def assemble_evidence(
+    prepared: PreparedCandidate,
+    records: list[EvalRecord],
+    reproducibility: ReproducibilityResult | None,
+    license: LicenseResult,
+    failures: list[str],
+) -> CandidateEvidence:
     """Everything the gates judge of one candidate version."""
     return CandidateEvidence(
-        candidate=prepared.candidate, role=prepared.role, kind=prepared.kind, records=records,
-        reproducibility=reproducibility, license=license, model_revision=prepared.revision,
-        weights_sha256=prepared.weights_sha256, card=dict(prepared.card), failures=list(failures))
+        candidate=prepared.candidate,
+        role=prepared.role,
+        kind=prepared.kind,
+        records=records,
+        reproducibility=reproducibility,
+        license=license,
+        model_revision=prepared.revision,
+        weights_sha256=prepared.weights_sha256,
+        card=dict(prepared.card),
+        failures=list(failures),
+    )
 
 
 # --- the files ------------------------------------------------------------------------------------
@@ -353,12 +442,22 @@ class EvidenceFiles:
             for name, summary in plan.task_validation.items():
                 store.write_json(name, summary)
         skipped = [s for plan in plans for s in plan.skipped]
-        store.write_json("sweep.json", {"name": spec.name, "source": spec.source, "models": spec.models,
-                                        "grid": spec.grid, "base": spec.base, "measure": spec.measure,
-                                        "skipped": skipped})
+        store.write_json(
+            "sweep.json",
+            {
+                "name": spec.name,
+                "source": spec.source,
+                "models": spec.models,
+                "grid": spec.grid,
+                "base": spec.base,
+                "measure": spec.measure,
+                "skipped": skipped,
+            },
+        )
 
-    def write_evidence(self, failures: list[str], plots: list[Path] | None = None,
-                       records: list[EvalRecord] | None = None) -> None:
+    def write_evidence(
+        self, failures: list[str], plots: list[Path] | None = None, records: list[EvalRecord] | None = None
+    ) -> None:
         store = RecordStore(self.folder)
         store.write_json("license.json", self.licenses)
         if records:
@@ -378,15 +477,24 @@ def store_measured(store: Any, measured: MeasuredPoint, tables: bool = True) -> 
     return record
 
 
-def write_candidate_files(folder: str | Path, spec: Any, plan: SweepPlan, measured: list[MeasuredPoint],
-                          license: LicenseResult, reproducibility: ReproducibilityResult | None,
-                          failures: list[str]) -> Path:
+def write_candidate_files(
+    folder: str | Path,
+    spec: Any,
+    plan: SweepPlan,
+    measured: list[MeasuredPoint],
+    license: LicenseResult,
+    reproducibility: ReproducibilityResult | None,
+    failures: list[str],
+) -> Path:
     """One candidate's evaluation folder, as `unmask eval` leaves it: the plan's task checks and
     sweep.json, records (JSONL, Parquet, CSV) with their validation results and Data Docs pages,
     quality-latency plots, license.json, reproducibility.json and failures.json."""
     store = RecordStore(folder)
-    files = EvidenceFiles(store.folder, licenses=[license.to_dict()],
-                          reproducibility=[reproducibility.to_dict()] if reproducibility else [])
+    files = EvidenceFiles(
+        store.folder,
+        licenses=[license.to_dict()],
+        reproducibility=[reproducibility.to_dict()] if reproducibility else [],
+    )
     files.write_plan([plan], spec)
     for point in measured:
         store_measured(store, point, tables=False)

@@ -14,8 +14,17 @@ if TYPE_CHECKING:
     from evals.bench import BenchReport, BenchRow  # not at run time: evals.bench imports torch
 
 # Settings worth showing in a point's label, when they differ from the vanilla sampler.
-LABEL_KEYS = {"steps": "s", "block_length": "b", "parallel": "", "parallel_threshold": "t", "parallel_factor": "f",
-              "cache": "cache=", "speculative_draft": "spec=", "early_exit": "", "backend": ""}
+LABEL_KEYS = {
+    "steps": "s",
+    "block_length": "b",
+    "parallel": "",
+    "parallel_threshold": "t",
+    "parallel_factor": "f",
+    "cache": "cache=",
+    "speculative_draft": "spec=",
+    "early_exit": "",
+    "backend": "",
+}
 VANILLA = {"parallel": "top_k", "cache": "none", "speculative_draft": 0, "early_exit": "none", "backend": "torch"}
 
 
@@ -55,8 +64,12 @@ def plot_quality_latency(records: list[EvalRecord], folder: str | Path, latency:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     names = [f"quality-latency-{task}.png" for task in dict.fromkeys(r.task for r in records)]
-    key = step_cache.step_key("quality-latency", records=[r.to_dict() for r in records], latency=latency,
-                              matplotlib=metadata.version("matplotlib"))
+    key = step_cache.step_key(
+        "quality-latency",
+        records=[r.to_dict() for r in records],
+        latency=latency,
+        matplotlib=metadata.version("matplotlib"),
+    )
     if step_cache.copy_kept_files(key, names, folder):
         return [folder / name for name in names]
     paths = _draw_quality_latency(records, folder, latency)
@@ -73,8 +86,9 @@ def _draw_quality_latency(records: list[EvalRecord], folder: Path, latency: str)
     paths = []
     for task in dict.fromkeys(r.task for r in records):
         rows = [r for r in records if r.task == task]
-        candidates = list(dict.fromkeys(r.candidate for r in rows if r.role != "fallback")) or \
-            list(dict.fromkeys(r.candidate for r in rows))
+        candidates = list(dict.fromkeys(r.candidate for r in rows if r.role != "fallback")) or list(
+            dict.fromkeys(r.candidate for r in rows)
+        )
         fallbacks = [r for r in rows if r.role == "fallback"]
         fig, axes = plt.subplots(1, len(candidates), figsize=(7 * len(candidates), 5), squeeze=False)
         for ax, candidate in zip(axes[0], candidates):
@@ -82,16 +96,33 @@ def _draw_quality_latency(records: list[EvalRecord], folder: Path, latency: str)
             xs = [getattr(r, latency) for r in mine]
             ys = [r.accuracy for r in mine]
             for r, x, y in zip(mine, xs, ys):
-                ax.scatter([x], [y], marker="o" if r.valid is not False else "x", color="tab:blue" if r.valid is not False else "tab:red")
+                ax.scatter(
+                    [x],
+                    [y],
+                    marker="o" if r.valid is not False else "x",
+                    color="tab:blue" if r.valid is not False else "tab:red",
+                )
                 ax.annotate(point_label(r), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points", rotation=20)
             front = [i for i in quality_latency_front(list(zip(xs, ys))) if mine[i].valid is not False]
             if front:
-                ax.step([xs[i] for i in front], [ys[i] for i in front], where="post", color="tab:blue", alpha=0.6,
-                        label="Pareto front")
+                ax.step(
+                    [xs[i] for i in front],
+                    [ys[i] for i in front],
+                    where="post",
+                    color="tab:blue",
+                    alpha=0.6,
+                    label="Pareto front",
+                )
             for ref in fallbacks:
                 if ref.candidate != candidate:
-                    ax.scatter([getattr(ref, latency)], [ref.accuracy], marker="*", s=160, color="tab:orange",
-                               label=f"{ref.candidate} (AR fallback)")
+                    ax.scatter(
+                        [getattr(ref, latency)],
+                        [ref.accuracy],
+                        marker="*",
+                        s=160,
+                        color="tab:orange",
+                        label=f"{ref.candidate} (AR fallback)",
+                    )
             ax.set_title(f"{candidate} on {task}")
             ax.set_xlabel(f"{latency.replace('_s', '')} (s, batch 1)")
             ax.set_ylabel("accuracy")
@@ -135,15 +166,35 @@ def plot_bench(report: BenchReport, path: str | Path) -> Path:
         for r in rows:
             many = len(batches) > 1
             if r.kind == "ar":
-                ax.scatter([r.text_tokens_per_s], [r.accuracy], marker="*", s=260, color="tab:orange", zorder=3,
-                           edgecolors="black", linewidths=0.5,
-                           label=f"AR twin ({r.config})" + (f", batch {r.batch}" if many else ""))
+                ax.scatter(
+                    [r.text_tokens_per_s],
+                    [r.accuracy],
+                    marker="*",
+                    s=260,
+                    color="tab:orange",
+                    zorder=3,
+                    edgecolors="black",
+                    linewidths=0.5,
+                    label=f"AR twin ({r.config})" + (f", batch {r.batch}" if many else ""),
+                )
                 if many:
-                    ax.annotate(f"b{r.batch}", (r.text_tokens_per_s, r.accuracy), fontsize=7, xytext=(5, -9),
-                                textcoords="offset points")
+                    ax.annotate(
+                        f"b{r.batch}",
+                        (r.text_tokens_per_s, r.accuracy),
+                        fontsize=7,
+                        xytext=(5, -9),
+                        textcoords="offset points",
+                    )
                 continue
-            ax.scatter([r.text_tokens_per_s], [r.accuracy], marker=markers[r.batch], s=55, color=colours[r.config],
-                       label=r.config + (f", batch {r.batch}" if many else ""), zorder=2)
+            ax.scatter(
+                [r.text_tokens_per_s],
+                [r.accuracy],
+                marker=markers[r.batch],
+                s=55,
+                color=colours[r.config],
+                label=r.config + (f", batch {r.batch}" if many else ""),
+                zorder=2,
+            )
         rates = [r.text_tokens_per_s for r in rows if r.text_tokens_per_s > 0]
         if rates and max(rates) > 10 * min(rates):
             from matplotlib.ticker import LogLocator, ScalarFormatter

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import fields as dc_fields
 from typing import Any
+
 from evals.tasks import GSM8KTask, get_task
 from sampler import SamplerConfig
 from sampler.effective import settings_read

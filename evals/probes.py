@@ -58,7 +58,9 @@ def probe_items(loaded: LoadedModel, items: list[TaskItem], canvas: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", type=Path)
-    parser.add_argument("--task", default="sort", choices=sorted(TASKS | SORT_BANDS), help="a task, or a sort length band")
+    parser.add_argument(
+        "--task", default="sort", choices=sorted(TASKS | SORT_BANDS), help="a task, or a sort length band"
+    )
     parser.add_argument("--split", default="validation")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--canvas", type=int, default=None, help="canvas length (default: the task's gen_length)")

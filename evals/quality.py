@@ -62,5 +62,12 @@ def evaluate_items(loaded: Any, items: list[TaskItem], config: SamplerConfig, ba
         row |= {m: score(m, responses[j], item.target) for m in metrics}
         predictions.append(row)
     accuracy = metric_means(predictions, metrics)
-    return {"task": task, "n": len(items), "accuracy": accuracy, "nfe": nfe, "seconds": seconds,
-            "config": config.to_dict(), "predictions": predictions}
+    return {
+        "task": task,
+        "n": len(items),
+        "accuracy": accuracy,
+        "nfe": nfe,
+        "seconds": seconds,
+        "config": config.to_dict(),
+        "predictions": predictions,
+    }

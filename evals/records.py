@@ -23,7 +23,9 @@ def _from_fields(cls: type[R], data: dict[str, Any]) -> R:
     """A record dataclass from a dict: unknown keys dropped (written by a newer unmask), a missing required
     field named."""
     names = {f.name for f in fields(cls)}
-    missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+    missing = [
+        f.name for f in fields(cls) if f.name not in data and f.default is MISSING and f.default_factory is MISSING
+    ]
     if missing:
         raise ValueError(f"{cls.__name__}: missing field '{missing[0]}'")
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -79,15 +81,25 @@ class EvalRecord:
     @property
     def record_id(self) -> str:
         """Identity of what was measured (not when): candidate, weights, config, task, split, backend."""
-        key = json.dumps([self.candidate, self.weights_sha256, self.config_hash, self.task, self.split,
-                          self.backend, self.dataset_hash], separators=(",", ":"))
+        key = json.dumps(
+            [
+                self.candidate,
+                self.weights_sha256,
+                self.config_hash,
+                self.task,
+                self.split,
+                self.backend,
+                self.dataset_hash,
+            ],
+            separators=(",", ":"),
+        )
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"record_id": self.record_id}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalRecord":
+    def from_dict(cls, data: dict[str, Any]) -> EvalRecord:
         return _from_fields(cls, data)
 
 
@@ -138,7 +150,7 @@ class CandidateEvidence:
     card: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # a model that failed to load or decode, in words
     # measured through a server (`unmask loadtest`), logged against this version; the serving gate reads them
-    serving: list["ServingRecord"] = field(default_factory=list)
+    serving: list[ServingRecord] = field(default_factory=list)
     # the version's rollouts (registry.rollouts.canary_evidence): {id, status, analyses: [{weight, verdict}]}; the
     # canary gate reads them
     canary: list[dict[str, Any]] = field(default_factory=list)
@@ -172,7 +184,7 @@ class ServingRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ServingRecord":
+    def from_dict(cls, data: dict[str, Any]) -> ServingRecord:
         return _from_fields(cls, data)
 
 

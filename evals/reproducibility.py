@@ -30,7 +30,9 @@ from sampler.effective import config_from_dict, effective_config
 VOLATILE_KEYS = {"executable"}
 
 
-def decode_alone(loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu") -> tuple[list[list[int] | None], list[str]]:
+def decode_alone(
+    loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu"
+) -> tuple[list[list[int] | None], list[str]]:
     """(outputs, errors): each prompt decoded on its own; a failed prompt gives None and an error message.
     The prompts decode on the model's device (`device` is where it was loaded)."""
     outputs: list[list[int] | None] = []
@@ -54,15 +56,30 @@ def decode_batched(loaded: Any, config: Any, prompts: list[list[int]], device: s
     return out.sequences[:, out.prompt_length :].tolist()
 
 
-def fresh_process_run(model_path: str | Path, config: Any, prompts: list[list[int]], device: str, dtype: str,
-                      timeout: float = 300) -> dict[str, Any]:
+def fresh_process_run(
+    model_path: str | Path, config: Any, prompts: list[list[int]], device: str, dtype: str, timeout: float = 300
+) -> dict[str, Any]:
     """Decode in a new Python process with the same thread count; returns its hash and fingerprint."""
     with tempfile.TemporaryDirectory() as tmp:
         prompt_file = Path(tmp) / "prompts.json"
         prompt_file.write_text(json.dumps(prompts))
-        cmd = [sys.executable, "-m", "evals.reproducibility", "--model", str(model_path), "--config", config.to_json(),
-               "--prompts", str(prompt_file), "--device", device, "--dtype", dtype,
-               "--threads", str(torch.get_num_threads())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "evals.reproducibility",
+            "--model",
+            str(model_path),
+            "--config",
+            config.to_json(),
+            "--prompts",
+            str(prompt_file),
+            "--device",
+            device,
+            "--dtype",
+            dtype,
+            "--threads",
+            str(torch.get_num_threads()),
+        ]
         repo_root = Path(__file__).resolve().parent.parent
         env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=repo_root)
@@ -106,9 +123,13 @@ def probe(
     same = hashes[0] == hashes[1] and not errors
     if hashes[0] != hashes[1]:
         bad = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
-        differences.append(f"second run in the same process differs on prompts {bad} (hash {hashes[0][:12]} vs {hashes[1][:12]})")
+        differences.append(
+            f"second run in the same process differs on prompts {bad} (hash {hashes[0][:12]} vs {hashes[1][:12]})"
+        )
 
-    fingerprint = environment_fingerprint(device, dtype, weights_sha256=loaded.weights_sha256, config_hash=config.hash())
+    fingerprint = environment_fingerprint(
+        device, dtype, weights_sha256=loaded.weights_sha256, config_hash=config.hash()
+    )
     fresh = False
     if fresh_process:
         try:
@@ -116,10 +137,15 @@ def probe(
             hashes.append(other["output_hash"])
             fresh = other["output_hash"] == hashes[0] and not errors
             if other["output_hash"] != hashes[0]:
-                changed = sorted(k for k in set(fingerprint) | set(other["fingerprint"])
-                                 if k not in VOLATILE_KEYS and fingerprint.get(k) != other["fingerprint"].get(k))
-                differences.append(f"fresh process gave hash {other['output_hash'][:12]}, this process {hashes[0][:12]}"
-                                   + (f"; fingerprint differs in {', '.join(changed)}" if changed else "; same fingerprint"))
+                changed = sorted(
+                    k
+                    for k in set(fingerprint) | set(other["fingerprint"])
+                    if k not in VOLATILE_KEYS and fingerprint.get(k) != other["fingerprint"].get(k)
+                )
+                differences.append(
+                    f"fresh process gave hash {other['output_hash'][:12]}, this process {hashes[0][:12]}"
+                    + (f"; fingerprint differs in {', '.join(changed)}" if changed else "; same fingerprint")
+                )
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
             differences.append(f"fresh process could not run: {e}")
     else:
@@ -137,8 +163,10 @@ def probe(
             n, at = first_difference(alone, inside)
             if n:
                 invariant = False
-                differences.append(f"prompt {i}: output in a batch of {len(prompts)} differs from its output alone "
-                                   f"at {n} of {len(alone)} positions (first at {at})")
+                differences.append(
+                    f"prompt {i}: output in a batch of {len(prompts)} differs from its output alone "
+                    f"at {n} of {len(alone)} positions (first at {at})"
+                )
     return ReproducibilityResult(
         candidate=candidate or loaded.entry_id,
         reproducible=same and fresh and invariant,
@@ -153,9 +181,13 @@ def probe(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Decode prompts and print their output hash (the fresh-process half of the probe).")
+    parser = argparse.ArgumentParser(
+        description="Decode prompts and print their output hash (the fresh-process half of the probe)."
+    )
     parser.add_argument("--model", required=True)
-    parser.add_argument("--config", required=True, help="the effective config as JSON (SamplerConfig or BlockDiffusionConfig)")
+    parser.add_argument(
+        "--config", required=True, help="the effective config as JSON (SamplerConfig or BlockDiffusionConfig)"
+    )
     parser.add_argument("--prompts", required=True, help="JSON file: a list of token-id lists")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -168,19 +200,34 @@ def main(argv: list[str] | None = None) -> None:
     config = config_from_dict(json.loads(args.config))
     prompts = json.loads(Path(args.prompts).read_text())
     outputs, _ = decode_alone(loaded, config, prompts, args.device)
-    fingerprint = environment_fingerprint(args.device, args.dtype, weights_sha256=loaded.weights_sha256,
-                                          config_hash=config.hash())
+    fingerprint = environment_fingerprint(
+        args.device, args.dtype, weights_sha256=loaded.weights_sha256, config_hash=config.hash()
+    )
     print(json.dumps({"output_hash": output_hash(outputs), "fingerprint": fingerprint}, default=str))
 
 
-def probe_model(ref: str, settings: dict[str, Any], prompts: list[str], *, device: str = "cpu",
-                dtype: str = "float32", fresh_process: bool = True) -> ReproducibilityResult:
+def probe_model(
+    ref: str,
+    settings: dict[str, Any],
+    prompts: list[str],
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    fresh_process: bool = True,
+) -> ReproducibilityResult:
     """Load `ref`, build its effective config from sweep `settings` and probe it on text prompts."""
     loaded = load(ref, device=device, dtype=dtype)
     config = effective_config(loaded, build_config(settings, loaded.sampler_ids())[0])
     ids = [loaded.encode(p) for p in prompts]
-    return probe(loaded, config, ids, candidate=ref if not Path(ref).is_dir() else Path(ref).name,
-                 device=device, dtype=dtype, fresh_process=fresh_process)
+    return probe(
+        loaded,
+        config,
+        ids,
+        candidate=ref if not Path(ref).is_dir() else Path(ref).name,
+        device=device,
+        dtype=dtype,
+        fresh_process=fresh_process,
+    )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,13 @@ class RecordStore:
     def csv(self) -> Path:
         return self.folder / "records.csv"
 
-    def add(self, record: EvalRecord, validation_result: dict[str, Any] | None = None, html: str | None = None,
-            tables: bool = True) -> None:
+    def add(
+        self,
+        record: EvalRecord,
+        validation_result: dict[str, Any] | None = None,
+        html: str | None = None,
+        tables: bool = True,
+    ) -> None:
         """Append `record`; keep its GX validation result (JSON) and Data Docs page (HTML) beside it.
 
         tables: rewrite the Parquet and CSV tables now (a caller adding many records at once writes them once,
@@ -72,8 +77,10 @@ class RecordStore:
         if validation_result is not None:
             folder = self.folder / "validation"
             folder.mkdir(exist_ok=True)
-            write_atomic(folder / f"{record.record_id}.json",
-                         lambda p: p.write_text(json.dumps(validation_result, indent=1, default=str)))
+            write_atomic(
+                folder / f"{record.record_id}.json",
+                lambda p: p.write_text(json.dumps(validation_result, indent=1, default=str)),
+            )
         if html:
             folder = self.folder / "validation"
             folder.mkdir(exist_ok=True)

@@ -20,15 +20,26 @@ models only take the keys they read (sampler.effective); their points collapse t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields as dc_fields
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from dataclasses import fields as dc_fields
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 
-from evals.pipeline import (EvidenceFiles, PreparedCandidate, SweepPlan, SweepPoint, measure_point, plan_points,
-                            prepare_candidate, store_measured, task_data)
+from evals.pipeline import (
+    EvidenceFiles,
+    PreparedCandidate,
+    SweepPlan,
+    SweepPoint,
+    measure_point,
+    plan_points,
+    prepare_candidate,
+    store_measured,
+    task_data,
+)
 from evals.points import point_problems, valid_points
 from evals.records import EvalRecord
 from evals.store import RecordStore
@@ -145,7 +156,10 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
         if key not in MEASURE_KEYS:
             raise fail(f"measure.{key}", f"is not a measure setting; known: {', '.join(MEASURE_KEYS)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
-            raise fail(f"measure.{key}", f"must be a {'non-negative' if key == 'warmup' else 'positive'} integer, got {value!r}")
+            raise fail(
+                f"measure.{key}",
+                f"must be a {'non-negative' if key == 'warmup' else 'positive'} integer, got {value!r}",
+            )
     device, dtype = str(data.get("device", "cpu")), str(data.get("dtype", "float32"))
     if not DEVICE_PATTERN.match(device):
         raise fail("device", f"must be cpu, cuda, cuda:N or mps, got {data['device']!r}")
@@ -157,12 +171,23 @@ def parse_sweep(data: Any, source: str = "<inline>") -> SweepSpec:
     name = data.get("name") or Path(source).stem
     if not isinstance(name, str):
         raise fail("name", f"must be a string, got {name!r}")
-    spec = SweepSpec(name=name, models=models, tasks=tasks, base=dict(base), grid=grids, measure=measure,
-                     device=device, dtype=dtype, threads=threads,
-                     source=source)
+    spec = SweepSpec(
+        name=name,
+        models=models,
+        tasks=tasks,
+        base=dict(base),
+        grid=grids,
+        measure=measure,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        source=source,
+    )
     if not valid_points(spec, tasks[0]):
-        raise SweepError(f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
-                         f"first problem: {point_problems(spec, tasks[0])[0]}")
+        raise SweepError(
+            f"{source}: no grid point gives a valid SamplerConfig (see 'base' and 'grid'); "
+            f"first problem: {point_problems(spec, tasks[0])[0]}"
+        )
     return spec
 
 
@@ -190,7 +215,9 @@ def _check_steps_within_canvas(base: dict[str, Any], grids: list[dict[str, Any]]
     """`steps` above `gen_length` asks for more model calls than there are tokens to unmask: refused by key."""
     for i, part in enumerate(grids or [{}]):
         where = "grid" if isinstance(grid, dict) else f"grid[{i}]"
-        steps = [(f"{where}.steps", s) for s in part["steps"]] if "steps" in part else [("base.steps", base.get("steps"))]
+        steps = (
+            [(f"{where}.steps", s) for s in part["steps"]] if "steps" in part else [("base.steps", base.get("steps"))]
+        )
         lengths = part.get("gen_length") or [base.get("gen_length", SamplerConfig.gen_length)]
         longest = max((g for g in lengths if isinstance(g, int) and not isinstance(g, bool)), default=None)
         for key, value in steps:
@@ -217,7 +244,9 @@ def parse_task(raw: Any, index: int, fail: Fail) -> TaskSpec:
         raise fail(where, "needs exactly one of 'task' (a generated task) or 'file' (a GSM8K JSONL file)")
     for key in ("n", "seed", "limit"):
         value = raw.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "seed" else 1)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "seed" else 1)
+        ):
             raise fail(f"{where}.{key}", f"must be a positive integer, got {value!r}")
     if raw.get("task"):
         if raw["task"] not in TASKS:
@@ -284,8 +313,14 @@ def run_sweep(
         result.plans[prepared.candidate] = plan
         result.plan += plan.points
         result.skipped += plan.skipped
-    notify("plan", {"total": len(result.plan), "skipped": result.skipped,
-                    "items": sum(len(task_data(p.task).items) for p in result.plan)})
+    notify(
+        "plan",
+        {
+            "total": len(result.plan),
+            "skipped": result.skipped,
+            "items": sum(len(task_data(p.task).items) for p in result.plan),
+        },
+    )
     files = EvidenceFiles(store.folder)
     files.write_plan(list(result.plans.values()), spec)
     if measure_cells is not None:
@@ -299,10 +334,17 @@ def run_sweep(
             plan = result.plans[point.candidate]
             notify("point", {"model": point.ref, "task": task_data(point.task).name, "settings": point.settings})
             try:
-                measured = measure_point(point, plan, on_request=lambda r: notify("request", {"ok": r.ok}),
-                                         on_item=lambda done, total: notify("item", {"done": done, "total": total}))
+                measured = measure_point(
+                    point,
+                    plan,
+                    on_request=lambda r: notify("request", {"ok": r.ok}),
+                    on_item=lambda done, total: notify("item", {"done": done, "total": total}),
+                )
             except Exception as e:  # this point is lost, the finished ones are already on disk
-                fail(f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}", point.candidate)
+                fail(
+                    f"{point.ref} {task_data(point.task).name} {point.settings}: {type(e).__name__}: {e}",
+                    point.candidate,
+                )
                 continue
             notify("record", {"record": store_measured(store, measured)})
     if result.failures:
@@ -353,6 +395,4 @@ def default_sweep_path() -> Path:
 
 
 def timestamped_folder(root: Path, name: str) -> Path:
-    return root / f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{time.perf_counter_ns() % 10000:04d}"
-
-
+    return root / f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{time.perf_counter_ns() % 10000:04d}"

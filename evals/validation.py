@@ -26,9 +26,28 @@ if TYPE_CHECKING:
     from great_expectations.datasource.fluent.pandas_datasource import PandasDatasource
 
 REQUIRED_RECORD_FIELDS = (
-    "candidate", "role", "kind", "task", "split", "config_hash", "backend", "device", "n_items", "accuracy",
-    "latency_p50_s", "latency_p95_s", "latency_p99_s", "tokens_per_s", "tokens_per_forward", "nfe",
-    "peak_mem_mb", "errors", "output_hash", "dataset_hash", "weights_sha256", "expected_items",
+    "candidate",
+    "role",
+    "kind",
+    "task",
+    "split",
+    "config_hash",
+    "backend",
+    "device",
+    "n_items",
+    "accuracy",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "tokens_per_s",
+    "tokens_per_forward",
+    "nfe",
+    "peak_mem_mb",
+    "errors",
+    "output_hash",
+    "dataset_hash",
+    "weights_sha256",
+    "expected_items",
 )
 NOT_MEASURED_THROUGH_API = ("tokens_per_forward", "nfe", "peak_mem_mb")
 GSM8K_ANSWER = r"#### -?[0-9.,]+"
@@ -50,13 +69,21 @@ class ValidationOutcome:
     def summary(self) -> dict[str, Any]:
         """What is kept on the record itself (EvalRecord.validation)."""
         stats = self.result.get("statistics", {})
-        return {"success": self.success, "suite": self.result.get("suite_name"), "failed": self.failed,
-                "evaluated": stats.get("evaluated_expectations"), "successful": stats.get("successful_expectations"),
-                "engine": f"great_expectations {gx_version()}"}
+        return {
+            "success": self.success,
+            "suite": self.result.get("suite_name"),
+            "failed": self.failed,
+            "evaluated": stats.get("evaluated_expectations"),
+            "successful": stats.get("successful_expectations"),
+            "engine": f"great_expectations {gx_version()}",
+        }
 
     def messages(self) -> list[str]:
-        return [f"{f['expectation']}({', '.join(f'{k}={v}' for k, v in f['kwargs'].items())})"
-                + (f": {f['observed']}" if f.get("observed") else "") for f in self.failed]
+        return [
+            f"{f['expectation']}({', '.join(f'{k}={v}' for k, v in f['kwargs'].items())})"
+            + (f": {f['observed']}" if f.get("observed") else "")
+            for f in self.failed
+        ]
 
 
 def gx_version() -> str:
@@ -107,17 +134,26 @@ def run_suite(name: str, frame: pd.DataFrame, expectations: list[Any], html: boo
 
         document = ValidationResultsPageRenderer().render(result)
         page = DefaultJinjaPageView().render(document)  # type: ignore[no-untyped-call]  # GX leaves it unannotated
-    return ValidationOutcome(success=bool(result.success), failed=failed,
-                             result=json.loads(json.dumps(result.to_json_dict(), default=str)), html=page)
+    return ValidationOutcome(
+        success=bool(result.success),
+        failed=failed,
+        result=json.loads(json.dumps(result.to_json_dict(), default=str)),
+        html=page,
+    )
 
 
 def describe_failure(r: Any) -> dict[str, Any]:
-    kwargs = {k: v for k, v in r.expectation_config.kwargs.items() if k not in ("batch_id", "value_set") and v is not None}
+    kwargs = {
+        k: v for k, v in r.expectation_config.kwargs.items() if k not in ("batch_id", "value_set") and v is not None
+    }
     observed = r.result.get("partial_unexpected_list") or r.result.get("observed_value")
     if r.exception_info and r.exception_info.get("raised_exception"):
         observed = r.exception_info.get("exception_message")
-    return {"expectation": r.expectation_config.type, "kwargs": json.loads(json.dumps(kwargs, default=plain)),
-            "observed": json.loads(json.dumps(observed, default=plain)) if observed is not None else None}
+    return {
+        "expectation": r.expectation_config.type,
+        "kwargs": json.loads(json.dumps(kwargs, default=plain)),
+        "observed": json.loads(json.dumps(observed, default=plain)) if observed is not None else None,
+    }
 
 
 # --- task data ------------------------------------------------------------------------------
@@ -154,18 +190,26 @@ def validate_task(task: Any, expected_size: int | None = None) -> ValidationOutc
     """Validate an evals.evaluate.TaskData; see `check_task` for the raising form."""
     import pandas as pd
 
-    frame = pd.DataFrame([i.to_dict() for i in task.items], columns=["task", "prompt", "answer", "target", "key", "split"])
+    frame = pd.DataFrame(
+        [i.to_dict() for i in task.items], columns=["task", "prompt", "answer", "target", "key", "split"]
+    )
     return run_suite(f"task-data-{task.name}-{task.split}", frame, task_expectations(task, expected_size), html=False)
 
 
 def task_validation_key(task: Any, expected_size: int | None = None) -> str:
     """What a task split's validation depends on: its items' content hash, the fields its expectations read, the
     expected size, the Great Expectations release and these rules (this file's bytes)."""
-    parts = {"dataset": task.hash, "name": task.name, "split": task.split, "metrics": list(task.metrics),
-             "train_keys": hashlib.sha256("\n".join(sorted(task.train_keys)).encode()).hexdigest(),
-             "leak_column": task.leak_column, "expected_size": expected_size,
-             "great_expectations": metadata.version("great_expectations"),
-             "rules": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    parts = {
+        "dataset": task.hash,
+        "name": task.name,
+        "split": task.split,
+        "metrics": list(task.metrics),
+        "train_keys": hashlib.sha256("\n".join(sorted(task.train_keys)).encode()).hexdigest(),
+        "leak_column": task.leak_column,
+        "expected_size": expected_size,
+        "great_expectations": metadata.version("great_expectations"),
+        "rules": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -189,8 +233,9 @@ def check_task(task: Any, expected_size: int | None = None, cache: Path | None =
     content: `validated_task`)."""
     outcome = validated_task(task, expected_size, cache)
     if not outcome.success:
-        raise TaskDataError(f"task data {task.source or task.name} ({task.split}) failed validation: "
-                            + "; ".join(outcome.messages()))
+        raise TaskDataError(
+            f"task data {task.source or task.name} ({task.split}) failed validation: " + "; ".join(outcome.messages())
+        )
     return outcome
 
 
@@ -226,10 +271,14 @@ def record_expectations(kind: str | None = None) -> list[Any]:
     ex += [ExpectColumnValuesToNotBeNull(column=name) for name in required]
     if api:
         ex += [ExpectColumnValuesToBeNull(column=name) for name in NOT_MEASURED_THROUGH_API]
-    ex += [ExpectColumnValuesToBeBetween(column=c, min_value=0, max_value=1)
-           for c in ("accuracy", "accuracy_strict", "accuracy_flexible")]
-    ex += [ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
-           for c in ("latency_p50_s", "latency_p95_s", "latency_p99_s")]
+    ex += [
+        ExpectColumnValuesToBeBetween(column=c, min_value=0, max_value=1)
+        for c in ("accuracy", "accuracy_strict", "accuracy_flexible")
+    ]
+    ex += [
+        ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
+        for c in ("latency_p50_s", "latency_p95_s", "latency_p99_s")
+    ]
     ex += [
         ExpectColumnPairValuesAToBeGreaterThanB(column_A="latency_p95_s", column_B="latency_p50_s", or_equal=True),
         ExpectColumnPairValuesAToBeGreaterThanB(column_A="latency_p99_s", column_B="latency_p95_s", or_equal=True),
@@ -237,8 +286,10 @@ def record_expectations(kind: str | None = None) -> list[Any]:
         ExpectColumnValuesToBeBetween(column="errors", min_value=0),
     ]
     if not api:
-        ex += [ExpectColumnValuesToBeBetween(column="nfe", min_value=1),
-               ExpectColumnPairValuesAToBeGreaterThanB(column_A="nfe_max", column_B="nfe", or_equal=True)]
+        ex += [
+            ExpectColumnValuesToBeBetween(column="nfe", min_value=1),
+            ExpectColumnPairValuesAToBeGreaterThanB(column_A="nfe_max", column_B="nfe", or_equal=True),
+        ]
     return ex
 
 
@@ -246,10 +297,15 @@ def validate_record(record: EvalRecord, html: bool = True) -> ValidationOutcome:
     """Validate one record and mark it: `valid` and `validation` (summary with failed expectations) are set."""
     frame = records_to_frame([record])
     frame["nfe_max"] = nfe_bound(record)
-    for name in ("expected_items", "accuracy_strict", "accuracy_flexible") + NOT_MEASURED_THROUGH_API:  # all-None columns need a dtype
+    for name in (
+        "expected_items",
+        "accuracy_strict",
+        "accuracy_flexible",
+    ) + NOT_MEASURED_THROUGH_API:  # all-None columns need a dtype
         frame[name] = frame[name].astype("float64")
-    outcome = run_suite("eval-record-api" if record.kind == "api" else "eval-record", frame,
-                        record_expectations(record.kind), html=html)
+    outcome = run_suite(
+        "eval-record-api" if record.kind == "api" else "eval-record", frame, record_expectations(record.kind), html=html
+    )
     record.valid = outcome.success
     record.validation = outcome.summary()
     return outcome

@@ -8,7 +8,8 @@ finished cell is kept in the result storage, so a later run reuses it and a lost
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prefect import flow
 
@@ -18,28 +19,32 @@ from flows.runners import EXECUTORS, make_task_runner
 
 
 @flow(name="measure-cells", flow_run_name="measure {name}")
-def measure_cells(name: str, plans: list[SweepPlan], runner: str = "threads", gpus_per_cell: float = 0,
-                  remeasure: bool = True) -> list[dict[str, Any]]:
+def measure_cells(
+    name: str, plans: list[SweepPlan], runner: str = "threads", gpus_per_cell: float = 0, remeasure: bool = True
+) -> list[dict[str, Any]]:
     """Every plan's cells on the flow's task runner; per cell {candidate, config_hash, dataset_hash} with its
     `measured` point or its `error`, in words."""
     settled = []
     for plan in plans:
         for point, state, value in measured_cells(plan, remeasure, runner, gpus_per_cell):
             key = {"candidate": point.candidate, "config_hash": point.config_hash, "dataset_hash": point.dataset_hash}
-            settled.append(key | ({"measured": value} if state.is_completed()
-                                  else {"error": f"{type(value).__name__}: {value}"}))
+            settled.append(
+                key | ({"measured": value} if state.is_completed() else {"error": f"{type(value).__name__}: {value}"})
+            )
     return settled
 
 
-def fan_out(executor: str, address: str | None = None, gpus_per_cell: float = 0
-            ) -> Callable[[list[SweepPlan]], Iterator[tuple[SweepPoint, MeasuredPoint | str]]]:
+def fan_out(
+    executor: str, address: str | None = None, gpus_per_cell: float = 0
+) -> Callable[[list[SweepPlan]], Iterator[tuple[SweepPoint, MeasuredPoint | str]]]:
     """The cell measurer run_sweep calls for `--executor dask|ray`: (point, measured point or error) per cell."""
     runner = EXECUTORS[executor]
     task_runner = make_task_runner(runner, address)  # a missing extra is refused now, before any model loads
 
     def measure(plans: list[SweepPlan]) -> Iterator[tuple[SweepPoint, MeasuredPoint | str]]:
         settled = measure_cells.with_options(task_runner=task_runner)(
-            plans[0].name if plans else "sweep", plans, runner, gpus_per_cell)
+            plans[0].name if plans else "sweep", plans, runner, gpus_per_cell
+        )
         by_cell = {(c["candidate"], c["config_hash"], c["dataset_hash"]): c for c in settled}
         for point in (p for plan in plans for p in plan.points):  # in plan order, as a local eval stores them
             cell = by_cell[(point.candidate, point.config_hash, point.dataset_hash)]

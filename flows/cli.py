@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from flows.quick_exit import QUICK_EXIT  # first: its exit hook must be the first one registered (it runs last)
-
 import importlib
 import os
 import signal
@@ -19,6 +17,7 @@ from typer.exceptions import TyperException
 from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
+from flows.quick_exit import QUICK_EXIT  # first: its exit hook must be the first one registered (it runs last)
 
 if TYPE_CHECKING:
     from typer._click.core import Context  # typer's vendored click: the context a command is invoked with
@@ -30,15 +29,24 @@ class UnmaskGroup(TyperGroup):
     command let escape is described by `flows.failures` (exit 2 for input, 1 otherwise), its traceback
     kept in the state folder's log, or shown with --debug."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         plain_help_types(self)
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False,
-                                windows_expand_args=windows_expand_args, **extra)
+            return super().main(
+                args, prog_name, complete_var, standalone_mode=False, windows_expand_args=windows_expand_args, **extra
+            )
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False,
-                                windows_expand_args=windows_expand_args, **extra)
+            code = super().main(
+                args, prog_name, complete_var, standalone_mode=False, windows_expand_args=windows_expand_args, **extra
+            )
         except TyperException as e:  # typer's click: usage errors (a bad option or value) and help without args
             ctx: Any = getattr(e, "ctx", None)  # a usage error's context (NoArgsIsHelpError always has one)
             if type(e).__name__ == "NoArgsIsHelpError":
@@ -64,7 +72,7 @@ class UnmaskGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
-        except Exception as e:  # noqa: BLE001 - the one place that turns a traceback into a line
+        except Exception as e:
             if ctx.meta.get("unmask.debug") or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
                 raise
             code, line = describe(e)
@@ -96,9 +104,12 @@ app = typer.Typer(
     cls=UnmaskGroup,
 )
 
+
 @app.callback()
-def root(ctx: typer.Context,
-         debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line.")) -> None:
+def root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback of a failure instead of one line."),
+) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
     ctx.meta["unmask.debug"] = debug
     check_environment()  # a variable naming nothing usable is one line, before any command runs
@@ -151,8 +162,18 @@ def _register_all() -> None:
     app.registered_commands.sort(key=lambda i: ORDER.index(i.name) if i.name in ORDER else len(ORDER))
 
 
-PLAIN_TYPES = {"str": "TEXT", "list[str]": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float": "NUMBER",
-               "float range": "NUMBER", "path": "PATH", "list[path]": "PATH", "file": "FILE", "directory": "DIR"}
+PLAIN_TYPES = {
+    "str": "TEXT",
+    "list[str]": "TEXT",
+    "int": "INTEGER",
+    "int range": "INTEGER",
+    "float": "NUMBER",
+    "float range": "NUMBER",
+    "path": "PATH",
+    "list[path]": "PATH",
+    "file": "FILE",
+    "directory": "DIR",
+}
 
 
 def plain_help_types(command: Any) -> None:
@@ -191,6 +212,7 @@ def stop_on_sigterm() -> None:
     """SIGTERM exits like Ctrl-C does: through Python's exit path, so atexit hooks run, among them the one
     that stops the temporary server Prefect's local mode started (a `python -m uvicorn ...
     prefect.server.api.server:create_app` child, orphaned when the default handler killed unmask)."""
+
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
 from registry import Registry, RegistryError, resolve_tracking_uri
 from registry.dossiers import DossierRef, attach_dossier, dossier_location, log_dossier
 
@@ -23,8 +24,14 @@ class DossierFailed(RuntimeError):
     """The dossier could not be built; the message is the builder's own (what is missing, or why no PDF)."""
 
 
-def build_dossier(model: str, out: str | Path, version: str | None = None, stage: str | None = None,
-                  tracking_uri: str | None = None, pdf: bool = True) -> dict[str, Any]:
+def build_dossier(
+    model: str,
+    out: str | Path,
+    version: str | None = None,
+    stage: str | None = None,
+    tracking_uri: str | None = None,
+    pdf: bool = True,
+) -> dict[str, Any]:
     """Run the builder; {model, version, html, pdf, sha256} of the files it wrote under `out`."""
     command = [sys.executable, "-m", "dashboards.dossier", model, "--out", str(Path(out).resolve())]
     command += ["--version", version] if version else []
@@ -39,18 +46,24 @@ def build_dossier(model: str, out: str | Path, version: str | None = None, stage
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         said = next((line.removeprefix("error: ") for line in reversed(lines) if line.startswith("error: ")), None)
-        raise DossierFailed(said or f"the dossier builder exited with {done.returncode}: "
-                                    + " / ".join(lines[-3:]))
+        raise DossierFailed(said or f"the dossier builder exited with {done.returncode}: " + " / ".join(lines[-3:]))
     built: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return built
 
 
-def report(model: str, out: str | Path, version: str | None = None, stage: str | None = None,
-           tracking_uri: str | None = None, pdf: bool = True) -> tuple[dict[str, Any], Any]:
+def report(
+    model: str,
+    out: str | Path,
+    version: str | None = None,
+    stage: str | None = None,
+    tracking_uri: str | None = None,
+    pdf: bool = True,
+) -> tuple[dict[str, Any], Any]:
     """Build the dossier and log it on the version's evidence run; (built files, `DossierRef`)."""
     built = build_dossier(model, out, version, stage, tracking_uri, pdf)
-    ref = log_dossier(Registry(tracking_uri), built["model"], built["version"], built["html"], built["pdf"] or None,
-                      built["sha256"])
+    ref = log_dossier(
+        Registry(tracking_uri), built["model"], built["version"], built["html"], built["pdf"] or None, built["sha256"]
+    )
     return built, ref
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from models.state import state_dir
 
 # Offline-friendly defaults; a user's own environment always wins (setdefault).

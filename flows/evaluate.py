@@ -8,12 +8,13 @@ in the Prefect UI is the candidate's history.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prefect import Flow, flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
@@ -30,6 +31,7 @@ from gates.stages import qualified_stage
 from registry.connection import resolve_tracking_uri
 from registry.links import mlflow_ui_command, run_link
 
+
 class EvaluationOptions(BaseModel):
     """How an evaluation runs; the Prefect UI renders this as a form."""
 
@@ -38,9 +40,11 @@ class EvaluationOptions(BaseModel):
     policy: str | None = Field(default=None, description="Stage policy YAML (default: gates/policy.yaml).")
     task_runner: RunnerKind = Field(default="threads", description="threads (this machine), dask or ray.")
     dask_address: str | None = Field(
-        default=None, description="Dask scheduler (or Ray) address; none starts a local cluster.")
+        default=None, description="Dask scheduler (or Ray) address; none starts a local cluster."
+    )
     gpus_per_cell: float = Field(
-        default=0, description="GPUs each sweep cell asks its executor for (Dask resources, Ray num_gpus).")
+        default=0, description="GPUs each sweep cell asks its executor for (Dask resources, Ray num_gpus)."
+    )
     dask_workers: int = Field(default=2, description="Workers of the local Dask cluster.")
     remeasure: bool = Field(default=False, description="Measure every point again instead of reusing cached records.")
     mlflow_retries: int = Field(default=2, description="Retries of MLflow logging before the flow gives up.")
@@ -57,8 +61,9 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "model"
 
 
-def measured_cells(plan: SweepPlan, remeasure: bool, runner: str = "threads",
-                   gpus_per_cell: float = 0) -> Iterator[tuple[SweepPoint, State, Any]]:
+def measured_cells(
+    plan: SweepPlan, remeasure: bool, runner: str = "threads", gpus_per_cell: float = 0
+) -> Iterator[tuple[SweepPoint, State, Any]]:
     """Submit every point (cell) of `plan` to the flow's task runner; yield (point, final state, value) as each
     settles. A GPU request the cluster cannot meet is refused before anything is submitted."""
     context = FlowRunContext.get()
@@ -66,13 +71,14 @@ def measured_cells(plan: SweepPlan, remeasure: bool, runner: str = "threads",
         raise RuntimeError("measured_cells submits to the task runner of a flow: call it inside one")
     task_runner = context.task_runner
     if runner_kind(task_runner) != runner:  # else the options say a cluster while the cells run here
-        raise ValueError(f"cells asked to run on {runner!r}, but this flow runs on {runner_kind(task_runner)!r}: "
-                         "start it through flows.evaluate.evaluate_on(options)")
+        raise ValueError(
+            f"cells asked to run on {runner!r}, but this flow runs on {runner_kind(task_runner)!r}: "
+            "start it through flows.evaluate.evaluate_on(options)"
+        )
     check_cell_resources(runner, gpus_per_cell, task_runner)
     storage = tasks.result_storage()
     # prefect: Task takes refresh_cache=None (the setting decides); with_options' annotation leaves None out
-    measure = tasks.measure_point.with_options(result_storage=storage,
-                                               refresh_cache=remeasure or None)  # type: ignore[arg-type]
+    measure = tasks.measure_point.with_options(result_storage=storage, refresh_cache=remeasure or None)  # type: ignore[arg-type]
     with cell_resources(runner, gpus_per_cell):
         futures = {measure.submit(p, plan): p for p in plan.points}
     for future in as_completed(list(futures)):
@@ -80,8 +86,9 @@ def measured_cells(plan: SweepPlan, remeasure: bool, runner: str = "threads",
         yield futures[future], future.state, value
 
 
-def measure_all(plan: SweepPlan, remeasure: bool, runner: str = "threads",
-                gpus_per_cell: float = 0) -> tuple[list[dict[str, Any]], list[str], int]:
+def measure_all(
+    plan: SweepPlan, remeasure: bool, runner: str = "threads", gpus_per_cell: float = 0
+) -> tuple[list[dict[str, Any]], list[str], int]:
     """Submit every point to the flow's task runner; (measured points, failures, points served from cache)."""
     measured, failures, cached = [], [], 0
     for point, state, value in measured_cells(plan, remeasure, runner, gpus_per_cell):
@@ -98,8 +105,9 @@ def measure_all(plan: SweepPlan, remeasure: bool, runner: str = "threads",
 
 
 @flow(name="evaluate-candidate", task_runner=make_task_runner("threads"), flow_run_name="evaluate {model_id}")
-def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
-                       options: EvaluationOptions = EvaluationOptions()) -> dict[str, Any]:
+def evaluate_candidate(
+    model_id: str, sweep: str = str(default_sweep_path()), options: EvaluationOptions = EvaluationOptions()
+) -> dict[str, Any]:
     """Pull and verify, load, measure every sweep point (cached), probe, check the license, log and judge."""
     tracking_uri = resolve_tracking_uri()
     prepared = tasks.prepare_candidate(model_id)
@@ -129,14 +137,23 @@ def evaluate_candidate(model_id: str, sweep: str = str(default_sweep_path()),
     logged = log_or_keep(evidence, tracking_uri, options)
     verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
     outcome = CandidateOutcome(
-        candidate=prepared.candidate, ref=model_id, role=prepared.role, kind=prepared.kind,
-        version=logged["version"], weights_sha256=prepared.weights_sha256, points=len(plan.points),
-        cached=cached, failures=failures,
+        candidate=prepared.candidate,
+        ref=model_id,
+        role=prepared.role,
+        kind=prepared.kind,
+        version=logged["version"],
+        weights_sha256=prepared.weights_sha256,
+        points=len(plan.points),
+        cached=cached,
+        failures=failures,
         verdicts={stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
         qualified=qualified_stage(verdicts),
         mlflow_run=run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
-        evidence_run_id=logged["evidence_run_id"], evidence_reused=logged["reused"], tracking_uri=tracking_uri,
-        files=files)
+        evidence_run_id=logged["evidence_run_id"],
+        evidence_reused=logged["reused"],
+        tracking_uri=tracking_uri,
+        files=files,
+    )
     publish_candidate(outcome, verdicts)
     return outcome.to_dict()  # plain data across the flow boundary
 
@@ -150,8 +167,9 @@ def evaluate_on(options: EvaluationOptions) -> Flow[[str, str, EvaluationOptions
 
 def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:
     """Log to MLflow with retries; when that fails, say so clearly, keeping the evidence in the outbox."""
-    log = tasks.log_evidence.with_options(retries=options.mlflow_retries,
-                                          retry_delay_seconds=options.mlflow_retry_delay_s)
+    log = tasks.log_evidence.with_options(
+        retries=options.mlflow_retries, retry_delay_seconds=options.mlflow_retry_delay_s
+    )
     state = log(evidence, tracking_uri, return_state=True)
     if state.is_completed():
         return state.result()
@@ -159,25 +177,39 @@ def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: Evaluation
     raise RegistryUnreachable(
         f"could not log {evidence['candidate']} to MLflow at {tracking_uri} after {options.mlflow_retries + 1} "
         f"attempt(s): {error}. Its {len(evidence['records'])} finished record(s) are kept in {outbox_dir()} and "
-        "will be logged by the next run that reaches the registry.")
+        "will be logged by the next run that reaches the registry."
+    )
 
 
 def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]:
     """The rows of the gate table artifact: one per (stage, gate), values as text."""
-    return [{"stage": stage, "gate": g.gate, "passed": g.passed, "value": str(g.value), "threshold": str(g.threshold),
-             "reason": g.reason, "record_id": g.evidence.get("record_id") or ""}
-            for stage, verdict in verdicts.items() for g in verdict.gate_results]
+    return [
+        {
+            "stage": stage,
+            "gate": g.gate,
+            "passed": g.passed,
+            "value": str(g.value),
+            "threshold": str(g.threshold),
+            "reason": g.reason,
+            "record_id": g.evidence.get("record_id") or "",
+        }
+        for stage, verdict in verdicts.items()
+        for g in verdict.gate_results
+    ]
 
 
 def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
     outcome = CandidateOutcome.of(outcome)
-    lines = [f"# {outcome.candidate} v{outcome.version}", "",
-             f"- qualifies for: **{outcome.qualified or 'no stage yet'}**",
-             f"- MLflow evidence run: [{outcome.evidence_run_id}]({outcome.mlflow_run}) "
-             f"(`{mlflow_ui_command(outcome.tracking_uri)}`)",
-             f"- weights sha256: `{outcome.weights_sha256[:16]}`",
-             f"- sweep points: {outcome.points} ({outcome.cached} from cache)"
-             + ("; evidence unchanged, so the registered run is kept" if outcome.evidence_reused else "")]
+    lines = [
+        f"# {outcome.candidate} v{outcome.version}",
+        "",
+        f"- qualifies for: **{outcome.qualified or 'no stage yet'}**",
+        f"- MLflow evidence run: [{outcome.evidence_run_id}]({outcome.mlflow_run}) "
+        f"(`{mlflow_ui_command(outcome.tracking_uri)}`)",
+        f"- weights sha256: `{outcome.weights_sha256[:16]}`",
+        f"- sweep points: {outcome.points} ({outcome.cached} from cache)"
+        + ("; evidence unchanged, so the registered run is kept" if outcome.evidence_reused else ""),
+    ]
     lines += [f"- failed point: {f}" for f in outcome.failures]
     for stage, verdict in verdicts.items():
         lines += ["", gate_report_markdown(list(verdict.gate_results), f"{stage} gates").replace("# ", "## ", 1)]
@@ -186,7 +218,9 @@ def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Ma
 
 def publish_candidate(outcome: CandidateOutcome, verdicts: Mapping[str, PromotionDecision]) -> None:
     key = slug(outcome.candidate)
-    create_table_artifact(gate_rows(verdicts), key=f"gates-{key}",
-                          description=f"Gate results of {outcome.candidate} v{outcome.version}")
-    create_markdown_artifact(summary_markdown(outcome, verdicts), key=f"evaluation-{key}",
-                             description=f"Evaluation of {outcome.candidate}")
+    create_table_artifact(
+        gate_rows(verdicts), key=f"gates-{key}", description=f"Gate results of {outcome.candidate} v{outcome.version}"
+    )
+    create_markdown_artifact(
+        summary_markdown(outcome, verdicts), key=f"evaluation-{key}", description=f"Evaluation of {outcome.candidate}"
+    )

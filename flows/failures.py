@@ -14,6 +14,7 @@ import sqlite3
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
+
 from models.state import state_dir
 
 if TYPE_CHECKING:
@@ -58,38 +59,64 @@ def describe(exc: BaseException) -> tuple[int, str]:
 def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[int, str]:
     chain = _chain(exc) if exc is not None else []
     if "database is locked" in text or "database table is locked" in text:
-        return 1, (f"the MLflow store {_store()} is locked by another process (another unmask run or an open "
-                   f"sqlite3 session); wait for it to finish or stop it, then run the command again")
+        return 1, (
+            f"the MLflow store {_store()} is locked by another process (another unmask run or an open "
+            f"sqlite3 session); wait for it to finish or stop it, then run the command again"
+        )
     if "readonly database" in text or "read-only" in text and "database" in text:
-        return 1, (f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
-                   f"UNMASK_HOME to a writable folder")
-    if "database or disk is full" in text or "no space left on device" in text \
-            or any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain):
-        return 1, (f"the disk holding {_full_path(chain) or _store()} is full; free some space (or set UNMASK_HOME to "
-                   f"a folder on another disk) and run again: the store was left as it was, nothing is lost")
+        return 1, (
+            f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
+            f"UNMASK_HOME to a writable folder"
+        )
+    if (
+        "database or disk is full" in text
+        or "no space left on device" in text
+        or any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain)
+    ):
+        return 1, (
+            f"the disk holding {_full_path(chain) or _store()} is full; free some space (or set UNMASK_HOME to "
+            f"a folder on another disk) and run again: the store was left as it was, nothing is lost"
+        )
     if "read-only file system" in text or any(isinstance(e, OSError) and e.errno == errno.EROFS for e in chain):
-        return 1, (f"{_full_path(chain) or _store()} is on a read-only file system; remount it writable or set "
-                   f"UNMASK_HOME to a writable folder: the store was left as it was")
+        return 1, (
+            f"{_full_path(chain) or _store()} is on a read-only file system; remount it writable or set "
+            f"UNMASK_HOME to a writable folder: the store was left as it was"
+        )
     if "disk i/o error" in text:  # SQLite's word for a write the file system refused (immutable, full disk)
-        return 1, (f"the MLflow store {_store()} cannot be written (read-only, or the disk is full); make the file "
-                   f"and its folder writable, free some space, or set UNMASK_HOME to a writable folder")
+        return 1, (
+            f"the MLflow store {_store()} cannot be written (read-only, or the disk is full); make the file "
+            f"and its folder writable, free some space, or set UNMASK_HOME to a writable folder"
+        )
     if "unable to open database file" in text:
-        return 1, (f"the MLflow store {_store()} cannot be opened (missing folder or no permission); check the path "
-                   f"or set UNMASK_HOME to a writable folder")
-    if any(isinstance(e, sqlite3.DatabaseError) for e in chain) or "sqlite3.databaseerror" in text \
-            or "file is not a database" in text:
+        return 1, (
+            f"the MLflow store {_store()} cannot be opened (missing folder or no permission); check the path "
+            f"or set UNMASK_HOME to a writable folder"
+        )
+    if (
+        any(isinstance(e, sqlite3.DatabaseError) for e in chain)
+        or "sqlite3.databaseerror" in text
+        or "file is not a database" in text
+    ):
         return 1, f"the MLflow store {_store()} is not a usable SQLite database; move it aside and run again"
-    if names & {"ConnectionError", "ConnectionRefusedError", "NewConnectionError", "MaxRetryError"} or \
-            "connection refused" in text or "max retries exceeded" in text:
-        return 1, (f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached; start it, "
-                   f"or unset MLFLOW_TRACKING_URI to use the embedded store")
+    if (
+        names & {"ConnectionError", "ConnectionRefusedError", "NewConnectionError", "MaxRetryError"}
+        or "connection refused" in text
+        or "max retries exceeded" in text
+    ):
+        return 1, (
+            f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached; start it, "
+            f"or unset MLFLOW_TRACKING_URI to use the embedded store"
+        )
     if "PromotionBlocked" in names:
-        return 1, (f"{_joined(exc)}; `unmask gates MODEL --stage STAGE` says what is missing and the commands "
-                   f"that clear it")
+        return 1, (
+            f"{_joined(exc)}; `unmask gates MODEL --stage STAGE` says what is missing and the commands that clear it"
+        )
     if "ApprovalTimeout" in names or "never resumed" in text:  # Prefect may fail the paused run in its own words
         said = _joined(exc) if "ApprovalTimeout" in names else "no approval arrived before the timeout; nothing moved"
-        return 1, (f"{said}; run `unmask request-promotion` again and answer it with "
-                   f"`unmask approve MODEL STAGE --comment ...` while it waits")
+        return 1, (
+            f"{said}; run `unmask request-promotion` again and answer it with "
+            f"`unmask approve MODEL STAGE --comment ...` while it waits"
+        )
     if exc is None:
         return 2, text
     if isinstance(exc, PermissionError):
@@ -123,7 +150,7 @@ def log_traceback(exc: BaseException, command: str) -> Path | None:
         folder = state_dir(create=False) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOG_NAME
-        stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         with path.open("a", encoding="utf-8") as f:
             f.write(f"--- {stamp} unmask {command}\n")
             f.write("".join(traceback.format_exception(exc)))

@@ -26,9 +26,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ContextManager, Iterator
+from typing import Any, ContextManager
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # Prefect's own setting, reused
 STOP_GRACE_S = 5.0
@@ -46,11 +47,27 @@ class LocalPrefect:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self.child = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "flows.local_prefect:create_app",
-                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-                env=os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-                                  "PREFECT__SERVER_FINAL": "1"},
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "flows.local_prefect:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "error",
+                    "--lifespan",
+                    "on",
+                ],
+                env=os.environ
+                | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._ready = False
         self._watcher = threading.Thread(target=self._watch, name="local-prefect-watch", daemon=True)

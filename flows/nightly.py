@@ -27,8 +27,17 @@ from flows.review import gate_review
 from gates import load_policy
 from gates.evaluate import SIGNED_KINDS
 from gates.regression import EvidenceLevel, ProductionVerdict
-from registry import (EvidenceTampered, PromotionRefused, Registry, RegistryError, audit_events, judge,
-                      latest_registration, load_evidence, rollback)
+from registry import (
+    EvidenceTampered,
+    PromotionRefused,
+    Registry,
+    RegistryError,
+    audit_events,
+    judge,
+    latest_registration,
+    load_evidence,
+    rollback,
+)
 from registry.audit import last_settled_move, verify
 from registry.connection import resolve_tracking_uri
 from registry.integrity import ChainBroken, alias_drift, chain_broken, record_finding
@@ -44,8 +53,14 @@ NIGHTLY_DEPLOYMENT = "nightly"
 @task(name="evidence-level", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
 def evidence_level(tracking_uri: str, policy_path: str | None = None) -> EvidenceLevel:
     """The items per task production was promoted on (its promotion's evidence run) and the policy asks for."""
-    floor = max([g.params.get("min_items", 1) for g in load_policy(policy_path).stage("production").gates
-                 if g.kind == "data_validity"] or [0])
+    floor = max(
+        [
+            g.params.get("min_items", 1)
+            for g in load_policy(policy_path).stage("production").gates
+            if g.kind == "data_validity"
+        ]
+        or [0]
+    )
     registry = Registry(tracking_uri)
     move = last_settled_move(registry, "production")
     run_id = (move.evidence.get("evidence_run") if move else None) or ""
@@ -90,35 +105,59 @@ def watch_list(tracking_uri: str) -> dict[str, Any]:
             continue
         sources[model] = str(evidence.card.get("source") or model)
         last[model] = [r.to_dict() for r in evidence.records]
-    return {"production": list(holders["production"]) if holders["production"] else None,
-            "fallback": list(holders["fallback"]) if holders["fallback"] else None,
-            "sources": sources, "last": last, "drift": drift}
+    return {
+        "production": list(holders["production"]) if holders["production"] else None,
+        "fallback": list(holders["fallback"]) if holders["fallback"] else None,
+        "sources": sources,
+        "last": last,
+        "drift": drift,
+    }
 
 
 @task(name="compare-with-last", cache_policy=NO_CACHE, persist_result=False)
-def compare_with_last(last: dict[str, list[dict[str, Any]]], outcomes: list[dict[str, Any]],
-                      tracking_uri: str) -> list[dict[str, Any]]:
+def compare_with_last(
+    last: dict[str, list[dict[str, Any]]], outcomes: list[dict[str, Any]], tracking_uri: str
+) -> list[dict[str, Any]]:
     """Per model and config: accuracy and p95 now against the records it was last judged on."""
     registry = Registry(tracking_uri)
     rows = []
     for outcome in outcomes:
         if outcome.get("error"):
-            rows.append({"model": outcome["candidate"], "task": "", "config": "", "accuracy_before": None,
-                         "accuracy_now": None, "p95_before_s": None, "p95_now_s": None, "note": outcome["error"]})
+            rows.append(
+                {
+                    "model": outcome["candidate"],
+                    "task": "",
+                    "config": "",
+                    "accuracy_before": None,
+                    "accuracy_now": None,
+                    "p95_before_s": None,
+                    "p95_now_s": None,
+                    "note": outcome["error"],
+                }
+            )
             continue
         before = {(r["task"], r["config_hash"]): r for r in last.get(outcome["candidate"], [])}
         for r in load_evidence(registry, outcome["candidate"], outcome["version"]).records:
             old = before.get((r.task, r.config_hash))
-            rows.append({"model": r.candidate, "task": r.task, "config": r.config_hash[:8],
-                         "accuracy_before": old["accuracy"] if old else None, "accuracy_now": r.accuracy,
-                         "p95_before_s": old["latency_p95_s"] if old else None, "p95_now_s": r.latency_p95_s,
-                         "note": "" if old else "new point"})
+            rows.append(
+                {
+                    "model": r.candidate,
+                    "task": r.task,
+                    "config": r.config_hash[:8],
+                    "accuracy_before": old["accuracy"] if old else None,
+                    "accuracy_now": r.accuracy,
+                    "p95_before_s": old["latency_p95_s"] if old else None,
+                    "p95_now_s": r.latency_p95_s,
+                    "note": "" if old else "new point",
+                }
+            )
     return rows
 
 
 @task(name="judge-production", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def judge_production(tracking_uri: str, policy_path: str | None = None,
-                     level: EvidenceLevel | None = None) -> ProductionVerdict | None:
+def judge_production(
+    tracking_uri: str, policy_path: str | None = None, level: EvidenceLevel | None = None
+) -> ProductionVerdict | None:
     """The production holder against the production gates, on its fresh evidence; None when nobody holds it.
     Evidence thinner than `level` makes the verdict inconclusive (see `ProductionVerdict.thinner`)."""
     registry = Registry(tracking_uri)
@@ -159,8 +198,9 @@ def signed_chain_head(tracking_uri: str) -> str:
 
 
 @task(name="record-regression", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=5)
-def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: bool,
-                      policy_path: str | None = None) -> dict[str, Any]:
+def record_regression(
+    verdict: ProductionVerdict, tracking_uri: str, roll_back: bool, policy_path: str | None = None
+) -> dict[str, Any]:
     """Write the finding to the audit trail; roll production back (registry.rollback) when asked."""
     registry = Registry(tracking_uri)
     failed = audit_events.regression_words(verdict)
@@ -168,8 +208,13 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
     if not roll_back:
         return {"rolled_back": False}
     try:
-        move = rollback("production", who="nightly", comment=f"nightly regression: {failed}", registry=registry,
-                        policy=load_policy(policy_path))
+        move = rollback(
+            "production",
+            who="nightly",
+            comment=f"nightly regression: {failed}",
+            registry=registry,
+            policy=load_policy(policy_path),
+        )
     except PromotionRefused as e:
         return {"rolled_back": False, "refused": e.reasons}
     except ChainBroken as e:  # nothing rolls back on a forged trail: its "previous holder" may never have held it
@@ -178,8 +223,11 @@ def record_regression(verdict: ProductionVerdict, tracking_uri: str, roll_back: 
 
 
 @flow(name="nightly", flow_run_name="nightly re-evaluation")
-def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions = EvaluationOptions(),
-            rollback_on_regression: bool = True) -> dict[str, Any]:
+def nightly(
+    sweep: str = str(default_sweep_path()),
+    options: EvaluationOptions = EvaluationOptions(),
+    rollback_on_regression: bool = True,
+) -> dict[str, Any]:
     """Re-evaluate every registered model, compare with its last records, act on a production regression."""
     tracking_uri = resolve_tracking_uri()
     chain = verify_audit_chain(tracking_uri)
@@ -199,51 +247,76 @@ def nightly(sweep: str = str(default_sweep_path()), options: EvaluationOptions =
         finding, status = record_inconclusive(verdict, tracking_uri), "inconclusive"
     anchor = signed_chain_head(tracking_uri)
     publish_nightly(comparison, verdict, finding, watched["drift"], chain, anchor)
-    return {"status": status, "production": verdict.to_dict() if verdict else None, "finding": finding,
-            "comparison": comparison, "scorecard": review["scorecard"], "drift": watched["drift"],
-            "sweep": night_sweep, "evidence_level": {"min_items": level.min_items, "tasks": level.tasks},
-            "audit_chain": chain, "chain_anchor": anchor}
+    return {
+        "status": status,
+        "production": verdict.to_dict() if verdict else None,
+        "finding": finding,
+        "comparison": comparison,
+        "scorecard": review["scorecard"],
+        "drift": watched["drift"],
+        "sweep": night_sweep,
+        "evidence_level": {"min_items": level.min_items, "tasks": level.tasks},
+        "audit_chain": chain,
+        "chain_anchor": anchor,
+    }
 
 
-def publish_nightly(comparison: list[dict[str, Any]], verdict: ProductionVerdict | None,
-                    finding: dict[str, Any] | None, drift: dict[str, str] | None = None, chain: str | None = None,
-                    anchor: str = "") -> None:
+def publish_nightly(
+    comparison: list[dict[str, Any]],
+    verdict: ProductionVerdict | None,
+    finding: dict[str, Any] | None,
+    drift: dict[str, str] | None = None,
+    chain: str | None = None,
+    anchor: str = "",
+) -> None:
     create_table_artifact(comparison, key="nightly-comparison", description="This night's records against the last")
     if verdict is None:
         text = "Nobody holds production; candidates were re-evaluated."
     elif verdict.undecided:
-        lines = [f"**Inconclusive**: tonight's evidence cannot judge production ({verdict.model} v{verdict.version});"
-                 " nothing was rolled back.", ""]
+        lines = [
+            f"**Inconclusive**: tonight's evidence cannot judge production ({verdict.model} v{verdict.version});"
+            " nothing was rolled back.",
+            "",
+        ]
         lines += [f"- {why}" for why in verdict.thinner]
         lines += [f"- {r.gate}: {r.reason}" for r in verdict.inconclusive]
         text = "\n".join(lines)
     elif not verdict.failed:
         text = f"Production ({verdict.model} v{verdict.version}) still passes its gates."
         if verdict.unsigned:
-            text = (f"Production ({verdict.model} v{verdict.version}) still passes its measured gates; to sign off "
-                    "again on tonight's evidence: " + "; ".join(f"{r.gate}: {r.reason}" for r in verdict.unsigned))
+            text = (
+                f"Production ({verdict.model} v{verdict.version}) still passes its measured gates; to sign off "
+                "again on tonight's evidence: " + "; ".join(f"{r.gate}: {r.reason}" for r in verdict.unsigned)
+            )
     else:
         moved = finding and finding.get("rolled_back")
         lines = [f"**Regression**: production ({verdict.model} v{verdict.version}) fails its gates:", ""]
         lines += [f"- {r.gate}: {r.reason}" for r in verdict.failed]
-        outcome = (f"{finding['move']['from']} -> {finding['move']['to']}" if finding and moved
-                   else f"no ({(finding or {}).get('refused') or 'rollback off'})")
+        outcome = (
+            f"{finding['move']['from']} -> {finding['move']['to']}"
+            if finding and moved
+            else f"no ({(finding or {}).get('refused') or 'rollback off'})"
+        )
         lines += ["", f"Production was rolled back: {outcome}"]
         text = "\n".join(lines)
     text += "".join(f"\n\n**Drift**: {message}" for message in (drift or {}).values())
     text += f"\n\n**Audit chain**: {chain}" if chain else "\n\nAudit chain: verified."
     text += f"\n\nSigned chain head: `{anchor}`" if anchor else ""
-    create_markdown_artifact(f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report",
-                             description="Nightly: production regression check")
+    create_markdown_artifact(
+        f"# Nightly re-evaluation\n\n{text}\n", key="nightly-report", description="Nightly: production regression check"
+    )
 
 
-def nightly_deployment(cron: str = DEFAULT_CRON, timezone: str = "UTC", sweep: str | None = None,
-                       rollback_on_regression: bool = True) -> RunnerDeployment:
+def nightly_deployment(
+    cron: str = DEFAULT_CRON, timezone: str = "UTC", sweep: str | None = None, rollback_on_regression: bool = True
+) -> RunnerDeployment:
     """The nightly flow as a deployment with its cron schedule (serve it, or apply it for a worker)."""
     from prefect.schedules import Cron
 
     # prefect: to_deployment (async_dispatch) is typed "a deployment or a coroutine of one"; sync code gets one
     return nightly.to_deployment(  # type: ignore[return-value]
-        name=NIGHTLY_DEPLOYMENT, schedule=Cron(cron, timezone=timezone),
+        name=NIGHTLY_DEPLOYMENT,
+        schedule=Cron(cron, timezone=timezone),
         parameters={"sweep": sweep or str(default_sweep_path()), "rollback_on_regression": rollback_on_regression},
-        description="Re-evaluate production, fallback and candidates; roll back production on a regression.")
+        description="Re-evaluate production, fallback and candidates; roll back production on a regression.",
+    )

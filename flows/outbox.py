@@ -16,23 +16,34 @@ from models.state import state_dir
 
 
 def evidence_to_dict(evidence: CandidateEvidence) -> dict[str, Any]:
-    return {"candidate": evidence.candidate, "role": evidence.role, "kind": evidence.kind,
-            "records": [r.to_dict() for r in evidence.records],
-            "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
-            "license": evidence.license.to_dict() if evidence.license else None,
-            "model_revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256,
-            "card": evidence.card, "failures": list(evidence.failures)}
+    return {
+        "candidate": evidence.candidate,
+        "role": evidence.role,
+        "kind": evidence.kind,
+        "records": [r.to_dict() for r in evidence.records],
+        "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+        "license": evidence.license.to_dict() if evidence.license else None,
+        "model_revision": evidence.model_revision,
+        "weights_sha256": evidence.weights_sha256,
+        "card": evidence.card,
+        "failures": list(evidence.failures),
+    }
 
 
 def evidence_from_dict(data: dict[str, Any]) -> CandidateEvidence:
     repro, lic = data.get("reproducibility"), data.get("license")
     return CandidateEvidence(
-        candidate=data["candidate"], role=data["role"], kind=data["kind"],
+        candidate=data["candidate"],
+        role=data["role"],
+        kind=data["kind"],
         records=[EvalRecord.from_dict(r) for r in data.get("records", [])],
         reproducibility=ReproducibilityResult(**repro) if repro else None,
-        license=LicenseResult(**lic) if lic else None, model_revision=data.get("model_revision", ""),
-        weights_sha256=data.get("weights_sha256", ""), card=data.get("card") or {},
-        failures=list(data.get("failures") or []))
+        license=LicenseResult(**lic) if lic else None,
+        model_revision=data.get("model_revision", ""),
+        weights_sha256=data.get("weights_sha256", ""),
+        card=data.get("card") or {},
+        failures=list(data.get("failures") or []),
+    )
 
 
 def outbox_dir() -> Path:

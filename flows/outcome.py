@@ -6,8 +6,9 @@ same keys in the same order as ever; inside, the review, scorecard and summary r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,11 @@ class CandidateOutcome:
     error: str = ""  # why the evaluation failed ("" when it did not)
 
     @classmethod
-    def failed(cls, model_id: str, message: str) -> "CandidateOutcome":
+    def failed(cls, model_id: str, message: str) -> CandidateOutcome:
         return cls(candidate=model_id, ref=model_id, error=message)
 
     @classmethod
-    def of(cls, value: "CandidateOutcome | Mapping[str, Any]") -> "CandidateOutcome":
+    def of(cls, value: CandidateOutcome | Mapping[str, Any]) -> CandidateOutcome:
         """A typed outcome from one, or from its plain dict (keys it lacks read as their defaults)."""
         if isinstance(value, CandidateOutcome):
             return value

@@ -8,7 +8,8 @@ in-process workers) that reaches the caller's bar, on a remote worker it reaches
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Reporter = Callable[[str, dict[str, Any]], None]
 

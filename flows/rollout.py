@@ -19,10 +19,10 @@ rollout's lock file while it drives it, so a killed controller leaves a whole st
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from filelock import Timeout
@@ -34,8 +34,7 @@ from evals.canary_probes import read_probe_results
 from flows.evaluate import slug
 from flows.rollout_preflight import preflight_problems
 from flows.rollout_probes import probes_for
-from flows.rollout_state import (RolloutState, all_states, load_state, request_rows, rollouts_dir,
-                                 set_route_weights)
+from flows.rollout_state import RolloutState, all_states, load_state, request_rows, rollouts_dir, set_route_weights
 from gates import load_policy
 from gates.canary import Observation, analyse
 from gates.promotion import ReasonKind
@@ -76,8 +75,15 @@ def start_problems(decision: Any, canary: set[str]) -> list[str]:
 
 
 # starting -----------------------------------------------------------------------------------------------
-def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, gates_policy: str | None = None,
-                 tracking_uri: str | None = None, server_url: str | None = None) -> RolloutState:
+def plan_rollout(
+    model: str,
+    route: str,
+    stage: str,
+    routes_path: str | Path,
+    gates_policy: str | None = None,
+    tracking_uri: str | None = None,
+    server_url: str | None = None,
+) -> RolloutState:
     """Check that `model` may be rolled out to `stage` on `route` and record the rollout (state, MLflow, audit);
     RolloutRefused with every reason otherwise. Nothing is served differently until the flow runs. With
     `server_url` the live server must serve both arms (route, aliases, versions, weights) first, and the
@@ -96,8 +102,13 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
         raise RolloutRefused(action, [f"{model} holds no `{candidate}` version: promote it to {candidate} first"])
     busy = [s for s in all_states() if s.active and s.route == route]
     if busy:
-        raise RolloutRefused(action, [f"rollout {busy[0].id} of {busy[0].model} v{busy[0].version} is {busy[0].status} "
-                                      f"on route {route}; one rollout per route (unmask rollout abort {busy[0].id})"])
+        raise RolloutRefused(
+            action,
+            [
+                f"rollout {busy[0].id} of {busy[0].model} v{busy[0].version} is {busy[0].status} "
+                f"on route {route}; one rollout per route (unmask rollout abort {busy[0].id})"
+            ],
+        )
     holder = stage_holder(registry, stage)
     if holder == (model, version):
         raise RolloutRefused(action, [f"{model} v{version} already holds {stage}"])
@@ -111,28 +122,54 @@ def plan_rollout(model: str, route: str, stage: str, routes_path: str | Path, ga
         raise RolloutRefused(action, problems)
     baseline = stage if holder else FALLBACK_ALIAS
     if server_url:
-        problems = preflight_problems(server_url, route, _expected_arms(registry, model, version, candidate,
-                                                                         baseline))
+        problems = preflight_problems(server_url, route, _expected_arms(registry, model, version, candidate, baseline))
         if problems:
             raise RolloutRefused(action, problems)
     if rollout_policy.probes and not server_url:
-        raise RolloutRefused(action, [f"{routes_path}: rollout.probes needs the server's URL to send them to "
-                                      "(--server URL)"])
+        raise RolloutRefused(
+            action, [f"{routes_path}: rollout.probes needs the server's URL to send them to (--server URL)"]
+        )
     rollout_id = f"{slug(route)}-{uuid.uuid4().hex[:8]}"
-    run_id = start_rollout_run(registry, rollout_id, model, version, route, stage, candidate, baseline,
-                               rollout_policy.to_dict())
-    state = RolloutState(rollout_id, model, version, route, stage, candidate, baseline, list(rollout_policy.steps),
-                         rollout_policy.to_dict(), gates_policy=str(Path(gates_policy).resolve()) if gates_policy else "",
-                         run_id=run_id, server_url=server_url or "")
+    run_id = start_rollout_run(
+        registry, rollout_id, model, version, route, stage, candidate, baseline, rollout_policy.to_dict()
+    )
+    state = RolloutState(
+        rollout_id,
+        model,
+        version,
+        route,
+        stage,
+        candidate,
+        baseline,
+        list(rollout_policy.steps),
+        rollout_policy.to_dict(),
+        gates_policy=str(Path(gates_policy).resolve()) if gates_policy else "",
+        run_id=run_id,
+        server_url=server_url or "",
+    )
     state.event("started", by=actor.name, baseline_holder="@".join(holder) if holder else "")
-    audit_events.record_rollout_start(registry, actor, stage, model, version, rollout_id, route, candidate, baseline,
-                                      rollout_policy.steps, rollout_policy.to_dict(), run_id)
+    audit_events.record_rollout_start(
+        registry,
+        actor,
+        stage,
+        model,
+        version,
+        rollout_id,
+        route,
+        candidate,
+        baseline,
+        rollout_policy.steps,
+        rollout_policy.to_dict(),
+        run_id,
+    )
     return state
 
 
-def _expected_arms(registry: Any, model: str, version: str, candidate: str,
-                   baseline: str) -> dict[str, tuple[str, str, str]]:
+def _expected_arms(
+    registry: Any, model: str, version: str, candidate: str, baseline: str
+) -> dict[str, tuple[str, str, str]]:
     """What each arm must serve: the candidate the rollout's version, the baseline its alias's holder."""
+
     def weights(m: str, v: str) -> str:
         sha256: str = registry.version_tags(m, v).get(model_tag("weights_sha256"), "")
         return sha256
@@ -177,22 +214,41 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     state = load_state(rollout_id)
     policy = RolloutPolicy.from_dict(state.policy)
     end = datetime.fromisoformat(until)
-    rows = [r for r in request_rows(since=since) if r.get("route") == state.route
-            and datetime.fromisoformat(r["time"]) < end]
+    rows = [
+        r
+        for r in request_rows(since=since)
+        if r.get("route") == state.route and datetime.fromisoformat(r["time"]) < end
+    ]
     probed = read_probe_results(state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S))
     observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
-    analysis = analyse(observations, state.candidate, state.baseline, policy,
-                       look=len(state.analyses) + 1).to_dict()  # every look of the rollout spends its budget
+    analysis = analyse(
+        observations, state.candidate, state.baseline, policy, look=len(state.analyses) + 1
+    ).to_dict()  # every look of the rollout spends its budget
     run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
-    state.analyses.append({"step": state.step_index, "weight": state.weight, "verdict": analysis["verdict"],
-                           "reason": analysis["reason"], "run_id": run_id, "since": since, "until": until,
-                           "arms": analysis["arms"], "look": analysis["look"], "confidence": analysis["confidence"],
-                           "metrics": [{k: m.get(k) for k in ("metric", "verdict", "value", "reason", "interval",
-                                                              "confidence", "n", "needed")}
-                                       for m in analysis["metrics"]]})
+    state.analyses.append(
+        {
+            "step": state.step_index,
+            "weight": state.weight,
+            "verdict": analysis["verdict"],
+            "reason": analysis["reason"],
+            "run_id": run_id,
+            "since": since,
+            "until": until,
+            "arms": analysis["arms"],
+            "look": analysis["look"],
+            "confidence": analysis["confidence"],
+            "metrics": [
+                {k: m.get(k) for k in ("metric", "verdict", "value", "reason", "interval", "confidence", "n", "needed")}
+                for m in analysis["metrics"]
+            ],
+        }
+    )
     state.event("analysis", step=state.step_index, weight=state.weight, verdict=analysis["verdict"], run_id=run_id)
-    create_markdown_artifact(_analysis_markdown(state, analysis), key=f"rollout-{slug(rollout_id)}",
-                             description=f"rollout {rollout_id}: step {state.step_index + 1} at {state.weight}%")
+    create_markdown_artifact(
+        _analysis_markdown(state, analysis),
+        key=f"rollout-{slug(rollout_id)}",
+        description=f"rollout {rollout_id}: step {state.step_index + 1} at {state.weight}%",
+    )
     return analysis | {"run_id": run_id}
 
 
@@ -200,9 +256,14 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
 def promote_version(rollout_id: str, tracking_uri: str) -> dict[str, Any]:
     """At 100% and a pass: the version takes the stage through the promotion rules; the overlay entry goes."""
     state = load_state(rollout_id)
-    move = promote(state.model, state.stage, version=state.version, registry=Registry(tracking_uri),
-                   policy=load_policy(state.gates_policy or None),
-                   comment=f"rollout {rollout_id} on route {state.route}: every step passed its canary analysis")
+    move = promote(
+        state.model,
+        state.stage,
+        version=state.version,
+        registry=Registry(tracking_uri),
+        policy=load_policy(state.gates_policy or None),
+        comment=f"rollout {rollout_id} on route {state.route}: every step passed its canary analysis",
+    )
     set_route_weights(state.route, None)  # the stage alias serves the route's split now
     moved: dict[str, Any] = move.to_dict()
     return moved
@@ -218,9 +279,22 @@ def roll_back(rollout_id: str, reason: str, tracking_uri: str, event: str = "rol
     actor = actor_for(registry.tracking_uri, None)
     holder = stage_holder(registry, state.stage)
     last = state.analyses[-1] if state.analyses else {}
-    entry = audit_events.record_rollout_end(registry, event, actor, state.stage, state.model, state.version, rollout_id,
-                                            state.route, reason, holder, state.run_id, state.step_index, state.weight,
-                                            last)
+    entry = audit_events.record_rollout_end(
+        registry,
+        event,
+        actor,
+        state.stage,
+        state.model,
+        state.version,
+        rollout_id,
+        state.route,
+        reason,
+        holder,
+        state.run_id,
+        state.step_index,
+        state.weight,
+        last,
+    )
     status = "rolled_back" if event == "rollout_rollback" else "aborted"
     _finish(state, status, reason, tracking_uri, audit_run_id=entry.run_id)
     voided = void_approvals(registry, state, status, actor)
@@ -233,8 +307,15 @@ def void_approvals(registry: Any, state: RolloutState, status: str, actor: Any) 
     voided = []
     for approval in approvals_of(registry, state.model, state.version, state.stage):
         if approval.status == "open":
-            close(registry, state.model, state.version, approval, "void", actor,
-                  f"rollout {state.id} was {status}: approvals given before it no longer stand")
+            close(
+                registry,
+                state.model,
+                state.version,
+                approval,
+                "void",
+                actor,
+                f"rollout {state.id} was {status}: approvals given before it no longer stand",
+            )
             voided.append(approval.id)
     if voided:
         state.event("approvals_voided", approvals=voided)
@@ -248,10 +329,15 @@ def _finish(state: RolloutState, status: str, reason: str, tracking_uri: str, **
 
 
 def _analysis_markdown(state: RolloutState, analysis: dict[str, Any]) -> str:
-    lines = [f"# Rollout {state.id}: step {state.step_index + 1}/{len(state.steps)} at {state.weight}%", "",
-             f"{state.model} v{state.version} ({state.candidate}) against {state.baseline} on route {state.route}: "
-             f"**{analysis['verdict']}**: {analysis['reason']}", "", "| metric | verdict | value | reason |",
-             "|---|---|---|---|"]
+    lines = [
+        f"# Rollout {state.id}: step {state.step_index + 1}/{len(state.steps)} at {state.weight}%",
+        "",
+        f"{state.model} v{state.version} ({state.candidate}) against {state.baseline} on route {state.route}: "
+        f"**{analysis['verdict']}**: {analysis['reason']}",
+        "",
+        "| metric | verdict | value | reason |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {m['metric']} | {m['verdict']} | {m['value']} | {m['reason']} |" for m in analysis["metrics"]]
     return "\n".join(lines) + "\n"
 
@@ -306,36 +392,58 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
             decision = decide_step(analysis["verdict"], state.step_index, state.failures, policy)
             state.failures = decision.failures
             state.save()
-            log.info("rollout %s step %d at %d%%: %s (%s) -> %s", rollout_id, state.step_index + 1, weight,
-                     analysis["verdict"], analysis["reason"], decision.action)
+            log.info(
+                "rollout %s step %d at %d%%: %s (%s) -> %s",
+                rollout_id,
+                state.step_index + 1,
+                weight,
+                analysis["verdict"],
+                analysis["reason"],
+                decision.action,
+            )
             if decision.action == ADVANCE:
                 state.step_index += 1
                 state.event("advance", step=state.step_index)
             elif decision.action == REPEAT:
                 state.event("repeat", step=state.step_index, reason=decision.reason)
             elif decision.action == PAUSE:
-                message = (f"rollout {rollout_id} paused at step {state.step_index + 1} ({weight}%): "
-                           f"{analysis['reason']}; `unmask rollout resume {rollout_id}` continues, "
-                           f"`unmask rollout abort {rollout_id}` rolls back")
+                message = (
+                    f"rollout {rollout_id} paused at step {state.step_index + 1} ({weight}%): "
+                    f"{analysis['reason']}; `unmask rollout resume {rollout_id}` continues, "
+                    f"`unmask rollout abort {rollout_id}` rolls back"
+                )
                 _finish(state, "paused", analysis["reason"], tracking_uri)
                 return Outcome("paused", message).to_dict()
             elif decision.action == COMPLETE:
                 try:
                     move = promote_version(rollout_id, tracking_uri)
                 except PromotionRefused as e:
-                    message = (f"rollout {rollout_id}: every step passed but the promotion was refused: "
-                               f"{'; '.join(e.reasons)}; settle it, then `unmask rollout resume {rollout_id}`")
+                    message = (
+                        f"rollout {rollout_id}: every step passed but the promotion was refused: "
+                        f"{'; '.join(e.reasons)}; settle it, then `unmask rollout resume {rollout_id}`"
+                    )
                     _finish(load_state(rollout_id), "paused", message, tracking_uri)
                     return Outcome("paused", message).to_dict()
-                _finish(load_state(rollout_id), "completed", decision.reason, tracking_uri,
-                        audit_run_id=move["audit_run_id"])
-                return Outcome("completed", f"rollout {rollout_id} completed: {state.model} v{state.version} holds "
-                                            f"{state.stage} (audit run {move['audit_run_id']})").to_dict()
+                _finish(
+                    load_state(rollout_id),
+                    "completed",
+                    decision.reason,
+                    tracking_uri,
+                    audit_run_id=move["audit_run_id"],
+                )
+                return Outcome(
+                    "completed",
+                    f"rollout {rollout_id} completed: {state.model} v{state.version} holds "
+                    f"{state.stage} (audit run {move['audit_run_id']})",
+                ).to_dict()
             else:
                 result = roll_back(rollout_id, f"{decision.reason}: {analysis['reason']}", tracking_uri)
                 holder = "@".join(result["stage_holder"]) if result["stage_holder"] else "nobody"
-                return Outcome("rolled_back", f"rollout {rollout_id} rolled back at {weight}%: {analysis['reason']}; "
-                                              f"{state.stage} stays with {holder}").to_dict()
+                return Outcome(
+                    "rolled_back",
+                    f"rollout {rollout_id} rolled back at {weight}%: {analysis['reason']}; "
+                    f"{state.stage} stays with {holder}",
+                ).to_dict()
     finally:
         lock.release()
 
@@ -356,8 +464,13 @@ def prepare_resume(rollout_id: str, tracking_uri: str | None = None) -> RolloutS
         registry = Registry(tracking_uri)
         settled = recover(registry, state.stage)  # a controller killed inside the promotion: settle that move
         if stage_holder(registry, state.stage) == (state.model, state.version):
-            _finish(state, "completed", "the promotion had moved the alias before the controller stopped",
-                    registry.tracking_uri, recovered=settled)
+            _finish(
+                state,
+                "completed",
+                "the promotion had moved the alias before the controller stopped",
+                registry.tracking_uri,
+                recovered=settled,
+            )
             set_route_weights(state.route, None)
             return state
         state.status, state.reason = "running", ""
@@ -369,8 +482,9 @@ def prepare_resume(rollout_id: str, tracking_uri: str | None = None) -> RolloutS
     return state
 
 
-def abort_rollout(rollout_id: str, comment: str = "", tracking_uri: str | None = None,
-                  wait_s: float = 600.0) -> dict[str, Any]:
+def abort_rollout(
+    rollout_id: str, comment: str = "", tracking_uri: str | None = None, wait_s: float = 600.0
+) -> dict[str, Any]:
     """Roll a running or paused rollout back: weight to 0 at once, audited (`rollout_abort`) by the identity."""
     state = load_state(rollout_id)
     if not state.active:
@@ -382,11 +496,19 @@ def abort_rollout(rollout_id: str, comment: str = "", tracking_uri: str | None =
     lock.timeout = wait_s  # a controller in its interval sees the marker within a fraction of a second
     try:
         with lock:
-            return roll_back.fn(rollout_id, f"aborted{': ' + comment if comment else ''}",
-                                resolve_tracking_uri(tracking_uri), event="rollout_abort")
+            return roll_back.fn(
+                rollout_id,
+                f"aborted{': ' + comment if comment else ''}",
+                resolve_tracking_uri(tracking_uri),
+                event="rollout_abort",
+            )
     except Timeout:
-        raise RolloutRefused(f"abort of rollout {rollout_id}", [
-            f"its controller did not stop within {wait_s:g} s; the candidate's weight is 0 already, run the abort "
-            "again to record it"]) from None
+        raise RolloutRefused(
+            f"abort of rollout {rollout_id}",
+            [
+                f"its controller did not stop within {wait_s:g} s; the candidate's weight is 0 already, run the abort "
+                "again to record it"
+            ],
+        ) from None
     finally:
         marker.unlink(missing_ok=True)

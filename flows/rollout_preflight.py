@@ -41,8 +41,10 @@ def preflight_problems(server_url: str, route: str, expected: dict[str, tuple[st
                 return [f"the server at {base} routes nothing: start it with --routes (the file naming route {route})"]
             names = [r.get("name") for r in routes.get("routes") or []]
             if route not in names:
-                return [f"the server at {base} has no route {route!r} (its routes: {', '.join(map(str, names))}; "
-                        f"file {routes.get('file')})"]
+                return [
+                    f"the server at {base} has no route {route!r} (its routes: {', '.join(map(str, names))}; "
+                    f"file {routes.get('file')})"
+                ]
             served = health.get("served") or {}
             declared = routes.get("arms") or {}
             problems = []
@@ -52,18 +54,26 @@ def preflight_problems(server_url: str, route: str, expected: dict[str, tuple[st
                     continue  # another server answers for it; its own preflight is its operator's
                 alias = spec.get("alias") or arm
                 if alias not in served:
-                    problems.append(f"the server at {base} does not serve the `{alias}` alias of arm {arm} (serves: "
-                                    f"{', '.join(sorted(served)) or 'nothing'}; add --alias {alias})")
+                    problems.append(
+                        f"the server at {base} does not serve the `{alias}` alias of arm {arm} (serves: "
+                        f"{', '.join(sorted(served)) or 'nothing'}; add --alias {alias})"
+                    )
                     continue
                 status, card = _get(client, f"{base}/v1/models/{alias}")
                 facts = (card or {}).get("unmask") or {} if isinstance(card, dict) else {}
                 if (facts.get("model"), str(facts.get("version"))) != (model, version):
-                    problems.append(f"arm {arm} (alias {alias}) serves {facts.get('model')} v{facts.get('version')}, "
-                                    f"the rollout needs {model} v{version}: the server has not picked up the alias yet")
+                    problems.append(
+                        f"arm {arm} (alias {alias}) serves {facts.get('model')} v{facts.get('version')}, "
+                        f"the rollout needs {model} v{version}: the server has not picked up the alias yet"
+                    )
                 elif weights and facts.get("weights_sha256") != weights:
-                    problems.append(f"arm {arm} serves weights {str(facts.get('weights_sha256'))[:12]}, {model} "
-                                    f"v{version} is registered with {weights[:12]}")
+                    problems.append(
+                        f"arm {arm} serves weights {str(facts.get('weights_sha256'))[:12]}, {model} "
+                        f"v{version} is registered with {weights[:12]}"
+                    )
             return problems
     except httpx.HTTPError as e:
-        return [f"no server answers at {base} ({type(e).__name__}); start `unmask serve` with both arms, or pass "
-                "--server URL"]
+        return [
+            f"no server answers at {base} ({type(e).__name__}); start `unmask serve` with both arms, or pass "
+            "--server URL"
+        ]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from evals.canary_probes import ProbeSender
 from flows.rollout_state import RolloutState
@@ -33,8 +33,15 @@ def probes_for(state: RolloutState) -> Iterator[ProbeSender | None]:
         yield None
         return
     split = ((state.candidate, state.weight), (state.baseline, 100 - state.weight))  # the overlay's order
-    sender = ProbeSender(state.server_url, state.route, probes["task"], (state.candidate, state.baseline),
-                         probes["per_s"], lambda arm, i: key_on(state.route, split, arm, i), probes.get("max_tokens"),
-                         seed=len(state.analyses))
+    sender = ProbeSender(
+        state.server_url,
+        state.route,
+        probes["task"],
+        (state.candidate, state.baseline),
+        probes["per_s"],
+        lambda arm, i: key_on(state.route, split, arm, i),
+        probes.get("max_tokens"),
+        seed=len(state.analyses),
+    )
     with sender:
         yield sender

@@ -126,7 +126,9 @@ def load_state(rollout_id: str) -> RolloutState:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         known = ", ".join(s.id for s in all_states()) or "none"
-        raise RolloutNotFound(f"rollout {rollout_id!r}: no such rollout under {rollouts_dir()} (known: {known})") from None
+        raise RolloutNotFound(
+            f"rollout {rollout_id!r}: no such rollout under {rollouts_dir()} (known: {known})"
+        ) from None
     except ValueError as e:
         raise RolloutNotFound(f"{path}: not a rollout state file ({e})") from None
     return RolloutState(**data)

@@ -18,8 +18,9 @@ RunnerKind = Literal["threads", "dask", "ray"]
 EXECUTORS: dict[str, RunnerKind] = {"local": "threads", "threads": "threads", "dask": "dask", "ray": "ray"}
 
 
-def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = None, workers: int = 2,
-                     max_threads: int = 1) -> TaskRunner[Any]:
+def make_task_runner(
+    kind: RunnerKind = "threads", dask_address: str | None = None, workers: int = 2, max_threads: int = 1
+) -> TaskRunner[Any]:
     """The task runner a sweep fans out on.
 
     threads: `max_threads` points at a time in this process (1 keeps latency measurements honest).
@@ -46,8 +47,9 @@ def make_task_runner(kind: RunnerKind = "threads", dask_address: str | None = No
         return DaskTaskRunner(address=dask_address)
     # processes=False: workers are threads of this process, so the model cache and the local result
     # storage are shared; a real cluster is given by address.
-    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": False,
-                                          "dashboard_address": None})
+    return DaskTaskRunner(
+        cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": False, "dashboard_address": None}
+    )
 
 
 def cell_resources(kind: str, gpus_per_cell: float) -> contextlib.AbstractContextManager[Any]:
@@ -96,7 +98,12 @@ def check_cell_resources(kind: str, gpus_per_cell: float, runner: Any) -> None:
     if max(offered.values(), default=0) >= gpus_per_cell:
         return
     where = ", ".join(f"{address}: {gpus:g}" for address, gpus in sorted(offered.items())) or "no workers"
-    how = ("start its workers with `dask worker ADDRESS --resources GPU=N`" if kind == "dask"
-           else "start its nodes with `ray start --num-gpus N`")
-    raise ValueError(f"--gpus-per-cell {gpus_per_cell:g}: no {kind} worker offers that many GPUs (GPUs per worker: "
-                     f"{where}); {how}, or ask for fewer")
+    how = (
+        "start its workers with `dask worker ADDRESS --resources GPU=N`"
+        if kind == "dask"
+        else "start its nodes with `ray start --num-gpus N`"
+    )
+    raise ValueError(
+        f"--gpus-per-cell {gpus_per_cell:g}: no {kind} worker offers that many GPUs (GPUs per worker: "
+        f"{where}); {how}, or ask for fewer"
+    )

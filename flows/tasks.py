@@ -59,21 +59,43 @@ def point_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     """weights hash + effective config hash + dataset hash + unmask version (+ how it was measured)."""
     p: SweepPoint = parameters["point"]
     plan: SweepPlan = parameters["plan"]
-    return cache_key("point", candidate=p.candidate, weights=p.weights_sha256, config=p.config_hash,
-                     dataset=p.dataset_hash, backend=p.backend, device=plan.device, dtype=plan.dtype,
-                     measure=plan.measure, threads=plan.threads)
+    return cache_key(
+        "point",
+        candidate=p.candidate,
+        weights=p.weights_sha256,
+        config=p.config_hash,
+        dataset=p.dataset_hash,
+        backend=p.backend,
+        device=plan.device,
+        dtype=plan.dtype,
+        measure=plan.measure,
+        threads=plan.threads,
+    )
 
 
 def probe_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     p: SweepPoint = parameters["point"]
     plan: SweepPlan = parameters["plan"]
-    return cache_key("probe", candidate=p.candidate, weights=p.weights_sha256, config=p.config_hash,
-                     dataset=p.dataset_hash, device=plan.device, dtype=plan.dtype,
-                     fresh_process=parameters["fresh_process"])
+    return cache_key(
+        "probe",
+        candidate=p.candidate,
+        weights=p.weights_sha256,
+        config=p.config_hash,
+        dataset=p.dataset_hash,
+        device=plan.device,
+        dtype=plan.dtype,
+        fresh_process=parameters["fresh_process"],
+    )
 
 
-@task(name="prepare-candidate", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=1,
-      task_run_name="prepare {model_id}")
+@task(
+    name="prepare-candidate",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=1,
+    retry_delay_seconds=1,
+    task_run_name="prepare {model_id}",
+)
 def prepare_candidate(model_id: str, device: str = "cpu", dtype: str = "float32") -> PreparedCandidate:
     """Pull and verify (when needed), load, and identify a candidate (evals.pipeline.prepare_candidate)."""
     return pipeline.prepare_candidate(model_id, device, dtype)
@@ -85,19 +107,33 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
     return pipeline.plan_points(prepared, load_sweep(sweep_path))
 
 
-@task(name="measure-point", retries=1, retry_delay_seconds=1, cache_key_fn=point_cache_key, persist_result=True,
-      result_serializer="json", task_run_name="{point.label}")
+@task(
+    name="measure-point",
+    retries=1,
+    retry_delay_seconds=1,
+    cache_key_fn=point_cache_key,
+    persist_result=True,
+    result_serializer="json",
+    task_run_name="{point.label}",
+)
 def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
     """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache.
     Each item measured is reported ("item": done of total) to the process's progress reporter, if any."""
+
     def on_item(done: int, total: int) -> None:
         report("item", candidate=point.candidate, label=point.label, done=done, total=total)
 
     return pipeline.measure_point(point, plan, on_item=on_item).model_dump()
 
 
-@task(name="reproducibility-probe", retries=1, cache_key_fn=probe_cache_key, persist_result=True,
-      result_serializer="json", task_run_name="reproducibility {point.candidate}")
+@task(
+    name="reproducibility-probe",
+    retries=1,
+    cache_key_fn=probe_cache_key,
+    persist_result=True,
+    result_serializer="json",
+    task_run_name="reproducibility {point.candidate}",
+)
 def probe_reproducibility(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) -> dict[str, Any]:
     """Same-process, fresh-process and batch-invariance probe of the candidate's first point."""
     return pipeline.probe_point(point, plan, fresh_process).to_dict()
@@ -109,32 +145,66 @@ def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
     return pipeline.check_license(prepared).to_dict()
 
 
-@task(name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False,
-      task_run_name="evidence {prepared.candidate}")
-def assemble_evidence(prepared: PreparedCandidate, records: list[dict[str, Any]],
-                      reproducibility: dict[str, Any] | None, license: dict[str, Any],
-                      failures: list[str]) -> dict[str, Any]:
+@task(
+    name="assemble-evidence", cache_policy=NO_CACHE, persist_result=False, task_run_name="evidence {prepared.candidate}"
+)
+def assemble_evidence(
+    prepared: PreparedCandidate,
+    records: list[dict[str, Any]],
+    reproducibility: dict[str, Any] | None,
+    license: dict[str, Any],
+    failures: list[str],
+) -> dict[str, Any]:
     """The candidate's CandidateEvidence (evals.pipeline), kept in the local outbox until the registry has it."""
     evidence = pipeline.assemble_evidence(
-        prepared, [EvalRecord.from_dict(r) for r in records],
-        ReproducibilityResult(**reproducibility) if reproducibility else None, LicenseResult(**license), failures)
+        prepared,
+        [EvalRecord.from_dict(r) for r in records],
+        ReproducibilityResult(**reproducibility) if reproducibility else None,
+        LicenseResult(**license),
+        failures,
+    )
     hold(evidence)
     return evidence_to_dict(evidence)
 
 
-@task(name="write-evaluation-files", cache_policy=NO_CACHE, persist_result=False,
-      task_run_name="files {prepared.candidate}")
-def write_files(prepared: PreparedCandidate, sweep_path: str, plan: SweepPlan, measured: list[dict[str, Any]],
-                license: dict[str, Any], reproducibility: dict[str, Any] | None, failures: list[str]) -> str:
+@task(
+    name="write-evaluation-files",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    task_run_name="files {prepared.candidate}",
+)
+def write_files(
+    prepared: PreparedCandidate,
+    sweep_path: str,
+    plan: SweepPlan,
+    measured: list[dict[str, Any]],
+    license: dict[str, Any],
+    reproducibility: dict[str, Any] | None,
+    failures: list[str],
+) -> str:
     """The candidate's evaluation folder under `<state>/evals/`, the same files `unmask eval` writes."""
     folder = timestamped_folder(state_dir() / "evals", f"{plan.name}-{prepared.candidate}")
-    return str(pipeline.write_candidate_files(
-        folder, load_sweep(sweep_path), plan, [pipeline.MeasuredPoint(**m) for m in measured],
-        LicenseResult(**license), ReproducibilityResult(**reproducibility) if reproducibility else None, failures))
+    return str(
+        pipeline.write_candidate_files(
+            folder,
+            load_sweep(sweep_path),
+            plan,
+            [pipeline.MeasuredPoint(**m) for m in measured],
+            LicenseResult(**license),
+            ReproducibilityResult(**reproducibility) if reproducibility else None,
+            failures,
+        )
+    )
 
 
-@task(name="log-to-mlflow", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
-      task_run_name="log {evidence[candidate]}")
+@task(
+    name="log-to-mlflow",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=2,
+    task_run_name="log {evidence[candidate]}",
+)
 def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     """Register the evidence unless the registry already holds exactly it (registry.register_or_reuse); on
     success it leaves the outbox."""
@@ -142,8 +212,12 @@ def log_evidence(evidence: dict[str, Any], tracking_uri: str) -> dict[str, Any]:
     ev = evidence_from_dict(evidence)
     version, reused = register_or_reuse(registry, ev)
     release(ev)
-    return {"version": version, "evidence_run_id": evidence_run_id(registry, ev.candidate, version),
-            "experiment_id": registry.experiment_id(EVALUATIONS_EXPERIMENT), "reused": reused}
+    return {
+        "version": version,
+        "evidence_run_id": evidence_run_id(registry, ev.candidate, version),
+        "experiment_id": registry.experiment_id(EVALUATIONS_EXPERIMENT),
+        "reused": reused,
+    }
 
 
 @task(name="flush-outbox", cache_policy=NO_CACHE, persist_result=False, retries=0)
@@ -163,10 +237,17 @@ def flush_outbox(tracking_uri: str) -> list[str]:
     return done
 
 
-@task(name="judge-gates", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2,
-      task_run_name="gates {model}")
-def judge_stages(model: str, version: str, tracking_uri: str,
-                 policy_path: str | None = None) -> dict[str, PromotionDecision]:
+@task(
+    name="judge-gates",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=2,
+    task_run_name="gates {model}",
+)
+def judge_stages(
+    model: str, version: str, tracking_uri: str, policy_path: str | None = None
+) -> dict[str, PromotionDecision]:
     """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
     (registry.judge_each records each report)."""
     registry = Registry(tracking_uri)

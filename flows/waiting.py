@@ -28,5 +28,3 @@ def may_be_waiting(registry: Any, model_id: str, version: str, stage: str) -> bo
     """Whether a promote flow run may be paused for this approval: one said so in the registry, or a Prefect
     server is configured (asking it is cheap). Otherwise no temporary Prefect server is started to look."""
     return bool(registry.version_tags(model_id, version).get(waiting_tag(stage)) or os.environ.get("PREFECT_API_URL"))
-
-

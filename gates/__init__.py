@@ -7,6 +7,25 @@ from gates.promotion import Approval, PromotionDecision, PromotionReason, Reason
 from gates.results import GateResult, operating_records
 from gates.roles import Roles, RolesError, load_roles, parse_roles
 
-__all__ = ["STAGES", "Approval", "GateResult", "MetricThreshold", "Policy", "PolicyError", "PromotionDecision",
-           "PromotionReason", "ReasonKind", "all_passed", "decide_promotion", "evaluate_gates", "gate_report_markdown",
-           "load_policy", "load_roles", "operating_records", "parse_policy", "parse_roles", "Roles", "RolesError"]
+__all__ = [
+    "STAGES",
+    "Approval",
+    "GateResult",
+    "MetricThreshold",
+    "Policy",
+    "PolicyError",
+    "PromotionDecision",
+    "PromotionReason",
+    "ReasonKind",
+    "all_passed",
+    "decide_promotion",
+    "evaluate_gates",
+    "gate_report_markdown",
+    "load_policy",
+    "load_roles",
+    "operating_records",
+    "parse_policy",
+    "parse_roles",
+    "Roles",
+    "RolesError",
+]

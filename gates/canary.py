@@ -13,15 +13,24 @@ candidate's error: the client saw an answer, the candidate did not give it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from gates.readable import milliseconds, percent, significant
-from gates.sequential import (DEFAULT_CONFIDENCE, look_alpha, quantile_bounds, requests_for_quantile,
-                              requests_to_settle_share, share_bounds)
-from gates.verdict import FAIL as FAIL, INCONCLUSIVE, PASS as PASS  # re-exported: the analysis API reads them here
+from gates.sequential import (
+    DEFAULT_CONFIDENCE,
+    look_alpha,
+    quantile_bounds,
+    requests_for_quantile,
+    requests_to_settle_share,
+    share_bounds,
+)
+from gates.verdict import FAIL as FAIL  # re-exported: the analysis API reads them here
+from gates.verdict import INCONCLUSIVE
+from gates.verdict import PASS as PASS
 
 P95 = 0.95
 ALPHA_FIRST_LOOK = look_alpha(1 - DEFAULT_CONFIDENCE, 1)  # a metric judged on its own: a rollout's first look
@@ -75,28 +84,41 @@ class Observation:
         return self.status >= 400 or self.retried
 
     @classmethod
-    def from_probe(cls, row: Mapping[str, Any]) -> "Observation":
+    def from_probe(cls, row: Mapping[str, Any]) -> Observation:
         """From a probe-log line (evals/canary_probes.py): graded, never client traffic (its request is in the
         request log already), so kept beside the arm's traffic like a shadow copy."""
         correct, agrees = row.get("correct"), row.get("agrees")
-        return cls(arm=str(row.get("arm") or ""), status=int(row.get("status") or 0), shadow=True,
-                   correct=None if correct is None else bool(correct), agrees=None if agrees is None else bool(agrees),
-                   time=str(row.get("time") or ""))
+        return cls(
+            arm=str(row.get("arm") or ""),
+            status=int(row.get("status") or 0),
+            shadow=True,
+            correct=None if correct is None else bool(correct),
+            agrees=None if agrees is None else bool(agrees),
+            time=str(row.get("time") or ""),
+        )
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Observation":
+    def from_row(cls, row: Mapping[str, Any]) -> Observation:
         """From a request-log row (columns a server does not write yet read as their defaults)."""
+
         def flag(name: str) -> bool:
             return bool(row.get(name) or False)
 
         agrees, correct = row.get("agrees"), row.get("probe_correct")
         latency = row.get("latency_s")
-        return cls(arm=str(row.get("arm") or ""), version=str(row.get("version") or ""),
-                   status=int(row.get("status") or 0), latency_s=None if latency is None else float(latency),
-                   decode_failure=flag("decode_failure"), shadow=flag("shadow"),
-                   agrees=None if agrees is None else bool(agrees), retried=flag("retried"),
-                   correct=None if correct is None else bool(correct),
-                   retry_of=str(row.get("retry_of") or ""), time=str(row.get("time") or ""))
+        return cls(
+            arm=str(row.get("arm") or ""),
+            version=str(row.get("version") or ""),
+            status=int(row.get("status") or 0),
+            latency_s=None if latency is None else float(latency),
+            decode_failure=flag("decode_failure"),
+            shadow=flag("shadow"),
+            agrees=None if agrees is None else bool(agrees),
+            retried=flag("retried"),
+            correct=None if correct is None else bool(correct),
+            retry_of=str(row.get("retry_of") or ""),
+            time=str(row.get("time") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +135,9 @@ class ArmSample:
 
     def latencies(self) -> list[float]:
         """Latencies of the answers the arm gave itself (errors and retries are counted as errors instead)."""
-        return sorted(o.latency_s for o in self.served if not o.error and o.latency_s is not None
-                      and math.isfinite(o.latency_s))
+        return sorted(
+            o.latency_s for o in self.served if not o.error and o.latency_s is not None and math.isfinite(o.latency_s)
+        )
 
     def share(self, flag: str) -> float | None:
         if not self.served:
@@ -136,16 +159,24 @@ class ArmSample:
         latencies = self.latencies()
         same, compared = self.agreement()
         right, graded = self.probe_accuracy()
-        return {"requests": self.requests, "p95_s": quantile(latencies, P95) if latencies else None,
-                "error_rate": self.share("error"), "decode_failure_rate": self.share("decode_failure"),
-                "agreement": same / compared if compared else None,
-                "probe_accuracy": right / graded if graded else None, "probes": graded}
+        return {
+            "requests": self.requests,
+            "p95_s": quantile(latencies, P95) if latencies else None,
+            "error_rate": self.share("error"),
+            "decode_failure_rate": self.share("decode_failure"),
+            "agreement": same / compared if compared else None,
+            "probe_accuracy": right / graded if graded else None,
+            "probes": graded,
+        }
 
 
 def split_arms(observations: list[Observation], candidate: str, baseline: str) -> tuple[ArmSample, ArmSample]:
     def sample(arm: str) -> ArmSample:  # a retry's answer belongs to the failed attempt's arm, counted there
-        return ArmSample(arm, tuple(o for o in observations if o.arm == arm and not o.shadow and not o.retry_of),
-                         tuple(o for o in observations if o.arm == arm and o.shadow))
+        return ArmSample(
+            arm,
+            tuple(o for o in observations if o.arm == arm and not o.shadow and not o.retry_of),
+            tuple(o for o in observations if o.arm == arm and o.shadow),
+        )
 
     return sample(candidate), sample(baseline)
 
@@ -180,17 +211,33 @@ class CanaryAnalysis:
     confidence: float | None = None  # each bound's confidence at this look
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "reason": self.reason, "metrics": [m.to_dict() for m in self.metrics],
-                "arms": self.arms, "candidate": self.candidate, "baseline": self.baseline, "look": self.look,
-                "confidence": self.confidence}
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "arms": self.arms,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "look": self.look,
+            "confidence": self.confidence,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CanaryAnalysis":
-        metrics = tuple(MetricVerdict(**{**m, "interval": tuple(m["interval"]) if m.get("interval") else None})
-                        for m in data.get("metrics", ()))
-        return cls(data["verdict"], data["reason"], metrics, dict(data.get("arms") or {}),
-                   data.get("candidate", ""), data.get("baseline", ""), int(data.get("look") or 1),
-                   data.get("confidence"))
+    def from_dict(cls, data: Mapping[str, Any]) -> CanaryAnalysis:
+        metrics = tuple(
+            MetricVerdict(**{**m, "interval": tuple(m["interval"]) if m.get("interval") else None})
+            for m in data.get("metrics", ())
+        )
+        return cls(
+            data["verdict"],
+            data["reason"],
+            metrics,
+            dict(data.get("arms") or {}),
+            data.get("candidate", ""),
+            data.get("baseline", ""),
+            int(data.get("look") or 1),
+            data.get("confidence"),
+        )
 
 
 # the metrics ------------------------------------------------------------------------------------------------
@@ -200,8 +247,9 @@ class CanaryMetric(Protocol):
     name: ClassVar[str]
     needs_baseline: ClassVar[bool]  # compares with the baseline arm (which then needs min_requests too)
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict: ...
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict: ...
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -218,13 +266,24 @@ def within(value: float, bound: MetricRange) -> bool:
 
 def describe(bound: MetricRange, shown: Callable[[float], str]) -> str:
     parts = ([f">= {shown(bound.min)}"] if bound.min is not None else []) + (
-        [f"<= {shown(bound.max)}"] if bound.max is not None else [])
+        [f"<= {shown(bound.max)}"] if bound.max is not None else []
+    )
     return " and ".join(parts)
 
 
-def _bounded_verdict(name: str, bound: MetricRange, value: float, lower: float, upper: float, alpha: float,
-                     n: int, words: str, shown: Callable[[float], str], needed: int | None = None,
-                     note: str = "") -> MetricVerdict:
+def _bounded_verdict(
+    name: str,
+    bound: MetricRange,
+    value: float,
+    lower: float,
+    upper: float,
+    alpha: float,
+    n: int,
+    words: str,
+    shown: Callable[[float], str],
+    needed: int | None = None,
+    note: str = "",
+) -> MetricVerdict:
     """Three-valued on the look's one-sided bounds (each wrong with probability <= alpha; -inf/inf: none):
     pass when the bound on the side that matters is inside the range, fail when the other is outside it,
     else inconclusive, naming how many more requests would settle it when that is known."""
@@ -238,8 +297,9 @@ def _bounded_verdict(name: str, bound: MetricRange, value: float, lower: float, 
     if within(upper, bound) and within(lower, bound):
         return MetricVerdict(name, PASS, reason=f"{span} {describe(bound, shown)}", **made)
     more = f"; {needed} more requests needed to settle it" if needed else "; more requests settle it"
-    return MetricVerdict(name, INCONCLUSIVE, reason=f"{span}: the bounds span {describe(bound, shown)}{more}",
-                         needed=needed, **made)
+    return MetricVerdict(
+        name, INCONCLUSIVE, reason=f"{span}: the bounds span {describe(bound, shown)}{more}", needed=needed, **made
+    )
 
 
 def _no_data(name: str, bound: MetricRange, why: str, needed: int | None = None) -> MetricVerdict:
@@ -263,16 +323,30 @@ class P95Latency:
     name: ClassVar[str] = "p95_latency_s"
     needs_baseline: ClassVar[bool] = False
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict:
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict:
         latencies = candidate.latencies()
         if not latencies:
-            return _no_data(self.name, bound, f"no answer from {candidate.arm} to measure a p95 on",
-                            requests_for_quantile(P95, alpha))
+            return _no_data(
+                self.name,
+                bound,
+                f"no answer from {candidate.arm} to measure a p95 on",
+                requests_for_quantile(P95, alpha),
+            )
         lower, upper = quantile_bounds(np.array(latencies), P95, alpha)
-        return _bounded_verdict(self.name, bound, quantile(latencies, P95), float(lower), float(upper), alpha,
-                                len(latencies), f"p95 on {candidate.arm}", _seconds,
-                                _quantile_needed(len(latencies), alpha))
+        return _bounded_verdict(
+            self.name,
+            bound,
+            quantile(latencies, P95),
+            float(lower),
+            float(upper),
+            alpha,
+            len(latencies),
+            f"p95 on {candidate.arm}",
+            _seconds,
+            _quantile_needed(len(latencies), alpha),
+        )
 
 
 class P95RatioVsBaseline:
@@ -282,13 +356,17 @@ class P95RatioVsBaseline:
     name: ClassVar[str] = "p95_ratio_vs_baseline"
     needs_baseline: ClassVar[bool] = True
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict:
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict:
         mine, theirs = candidate.latencies(), baseline.latencies()
         if not mine or not theirs:
             empty = candidate if not mine else baseline
-            return _no_data(self.name, bound, f"{empty.requests} requests on {empty.arm}, no answers from it to "
-                                              "compare p95 latencies")
+            return _no_data(
+                self.name,
+                bound,
+                f"{empty.requests} requests on {empty.arm}, no answers from it to compare p95 latencies",
+            )
         base = quantile(theirs, P95)
         if base <= 0:
             return _no_data(self.name, bound, f"the p95 on {baseline.arm} is not positive")
@@ -297,17 +375,27 @@ class P95RatioVsBaseline:
         lower = mine_lo / base_hi if math.isfinite(mine_lo) and math.isfinite(base_hi) and base_hi > 0 else -math.inf
         upper = mine_hi / base_lo if math.isfinite(mine_hi) and base_lo > 0 else math.inf
         needed = max(_quantile_needed(len(mine), alpha / 2) or 0, _quantile_needed(len(theirs), alpha / 2) or 0)
-        return _bounded_verdict(self.name, bound, quantile(mine, P95) / base, lower, upper, alpha, len(mine),
-                                f"p95 {candidate.arm} / {baseline.arm}", lambda v: f"{significant(v)}x",
-                                needed or None)
+        return _bounded_verdict(
+            self.name,
+            bound,
+            quantile(mine, P95) / base,
+            lower,
+            upper,
+            alpha,
+            len(mine),
+            f"p95 {candidate.arm} / {baseline.arm}",
+            lambda v: f"{significant(v)}x",
+            needed or None,
+        )
 
 
 def _share_verdict(name: str, bound: MetricRange, count: int, n: int, alpha: float, words: str) -> MetricVerdict:
     """A share judged on its Clopper-Pearson bounds at the look's budget (never on its point value)."""
     lower, upper = share_bounds(count, n, alpha)
     needed = requests_to_settle_share(count, n, alpha, bound.max, bound.min)
-    return _bounded_verdict(name, bound, count / n, float(lower), float(upper), alpha, n, words, percent,
-                            needed or None, f" ({count}/{n})")
+    return _bounded_verdict(
+        name, bound, count / n, float(lower), float(upper), alpha, n, words, percent, needed or None, f" ({count}/{n})"
+    )
 
 
 class _Rate:
@@ -319,13 +407,13 @@ class _Rate:
     flag: ClassVar[str]
     words: ClassVar[str]
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict:
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict:
         if not candidate.requests:
             return _no_data(self.name, bound, f"no requests on {candidate.arm}")
         count = sum(bool(getattr(o, self.flag)) for o in candidate.served)
-        return _share_verdict(self.name, bound, count, candidate.requests, alpha,
-                              f"{self.words} on {candidate.arm}")
+        return _share_verdict(self.name, bound, count, candidate.requests, alpha, f"{self.words} on {candidate.arm}")
 
 
 class ErrorRate(_Rate):
@@ -350,14 +438,20 @@ class Agreement:
     name: ClassVar[str] = "agreement"
     needs_baseline: ClassVar[bool] = False
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict:
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict:
         same, compared = candidate.agreement()
         if not compared:
-            return _no_data(self.name, bound, f"no shadowed or probe answers of {candidate.arm} compared with "
-                                              f"{baseline.arm}; shadow some traffic to it or mix in probes")
-        return _share_verdict(self.name, bound, same, compared, alpha,
-                              f"agreement of {candidate.arm} with {baseline.arm}")
+            return _no_data(
+                self.name,
+                bound,
+                f"no shadowed or probe answers of {candidate.arm} compared with "
+                f"{baseline.arm}; shadow some traffic to it or mix in probes",
+            )
+        return _share_verdict(
+            self.name, bound, same, compared, alpha, f"agreement of {candidate.arm} with {baseline.arm}"
+        )
 
 
 class ProbeAccuracy:
@@ -367,26 +461,33 @@ class ProbeAccuracy:
     name: ClassVar[str] = "probe_accuracy"
     needs_baseline: ClassVar[bool] = False
 
-    def judge(self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample,
-              alpha: float = ALPHA_FIRST_LOOK) -> MetricVerdict:
+    def judge(
+        self, bound: MetricRange, candidate: ArmSample, baseline: ArmSample, alpha: float = ALPHA_FIRST_LOOK
+    ) -> MetricVerdict:
         right, graded = candidate.probe_accuracy()
         if not graded:
-            return _no_data(self.name, bound, f"no probe answers of {candidate.arm} graded; mix probes into its "
-                                              "traffic (serving policy `probes:`)")
+            return _no_data(
+                self.name,
+                bound,
+                f"no probe answers of {candidate.arm} graded; mix probes into its traffic (serving policy `probes:`)",
+            )
         base_right, base_graded = baseline.probe_accuracy()
-        note = (f"; {baseline.arm} {percent(base_right / base_graded)} ({base_right}/{base_graded})"
-                if base_graded else "")
+        note = (
+            f"; {baseline.arm} {percent(base_right / base_graded)} ({base_right}/{base_graded})" if base_graded else ""
+        )
         verdict = _share_verdict(self.name, bound, right, graded, alpha, f"probe accuracy of {candidate.arm}")
         return replace(verdict, reason=verdict.reason + note)
 
 
-METRICS: dict[str, type] = {m.name: m for m in (P95Latency, P95RatioVsBaseline, ErrorRate, DecodeFailureRate,
-                                                Agreement, ProbeAccuracy)}
+METRICS: dict[str, type] = {
+    m.name: m for m in (P95Latency, P95RatioVsBaseline, ErrorRate, DecodeFailureRate, Agreement, ProbeAccuracy)
+}
 
 
 # the analysis ----------------------------------------------------------------------------------------------
-def analyse(observations: list[Observation], candidate: str, baseline: str, policy: AnalysisSettings,
-            look: int = 1) -> CanaryAnalysis:
+def analyse(
+    observations: list[Observation], candidate: str, baseline: str, policy: AnalysisSettings, look: int = 1
+) -> CanaryAnalysis:
     """Judge one interval's requests against the policy's analysis; three-valued. `look` counts the rollout's
     analyses (1-based, repeats and resumes included): it spends `look_alpha(1 - confidence, look)`, so every
     look of a rollout together passes a breaching candidate with probability at most 1 - confidence.
@@ -402,11 +503,18 @@ def analyse(observations: list[Observation], candidate: str, baseline: str, poli
         metric = METRICS[bound.metric]()
         verdict = metric.judge(bound, mine, theirs, alpha)
         if verdict.verdict == PASS and short:
-            verdict = replace(verdict, verdict=INCONCLUSIVE, reason=f"{short}; {verdict.reason}",
-                              needed=policy.min_requests - mine.requests)
+            verdict = replace(
+                verdict,
+                verdict=INCONCLUSIVE,
+                reason=f"{short}; {verdict.reason}",
+                needed=policy.min_requests - mine.requests,
+            )
         elif verdict.verdict == PASS and metric.needs_baseline and theirs.requests < policy.min_requests:
-            verdict = replace(verdict, verdict=INCONCLUSIVE, reason=f"{theirs.requests} requests on {baseline}, "
-                                                                    f"{policy.min_requests} needed to compare with it")
+            verdict = replace(
+                verdict,
+                verdict=INCONCLUSIVE,
+                reason=f"{theirs.requests} requests on {baseline}, {policy.min_requests} needed to compare with it",
+            )
         verdicts.append(verdict)
     failed = [v for v in verdicts if v.verdict == FAIL]
     unsure = [v for v in verdicts if v.verdict == INCONCLUSIVE]
@@ -427,9 +535,13 @@ def starved(observations: list[Observation], mine: ArmSample, theirs: ArmSample,
     if mine.requests >= min_requests:
         return ""
     if not observations:
-        return (f"no requests at all on the route in the interval (0 on {mine.arm}, 0 on {theirs.arm}): nothing "
-                f"is sending traffic; {min_requests} needed on {mine.arm}")
+        return (
+            f"no requests at all on the route in the interval (0 on {mine.arm}, 0 on {theirs.arm}): nothing "
+            f"is sending traffic; {min_requests} needed on {mine.arm}"
+        )
     if not mine.requests:
-        return (f"0 requests routed to {mine.arm} while {theirs.arm} served {theirs.requests}: the split sends the "
-                f"candidate nothing (does the server serve the `{mine.arm}` arm?); {min_requests} needed")
+        return (
+            f"0 requests routed to {mine.arm} while {theirs.arm} served {theirs.requests}: the split sends the "
+            f"candidate nothing (does the server serve the `{mine.arm}` arm?); {min_requests} needed"
+        )
     return f"{mine.requests} requests on {mine.arm}, {min_requests} needed"

@@ -8,8 +8,9 @@ test, tests/unit/test_gate_checks.py). Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Protocol
 
 from evals.parallelism import aup, tpf_at_accuracy  # gates read evals' records and measures
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
@@ -25,7 +26,7 @@ class GateCheck(Protocol):
 
     kind: ClassVar[str]
 
-    def check(self, ctx: "GateContext", spec: GateSpec) -> GateResult: ...
+    def check(self, ctx: GateContext, spec: GateSpec) -> GateResult: ...
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,29 @@ class GateContext:
     signoffs: Mapping[str, Any]
 
 
-def _result(ctx: GateContext, spec: GateSpec, passed: bool, value: Any, threshold: Any, reason: str,
-            **evidence: Any) -> GateResult:
+def _result(
+    ctx: GateContext, spec: GateSpec, passed: bool, value: Any, threshold: Any, reason: str, **evidence: Any
+) -> GateResult:
     cited = cite(ctx.primary) | {k: v for k, v in evidence.items() if v is not None}
     return GateResult(spec.name, ctx.stage.stage, bool(passed), value, threshold, reason, cited)
 
 
-def _inconclusive(ctx: GateContext, spec: GateSpec, value: Any, threshold: Any, reason: str, settle: str,
-                  **evidence: Any) -> GateResult:
+def _inconclusive(
+    ctx: GateContext, spec: GateSpec, value: Any, threshold: Any, reason: str, settle: str, **evidence: Any
+) -> GateResult:
     """Too little evidence to judge: not a pass, not a fault of the model; `settle` says what would decide it."""
     cited = cite(ctx.primary) | {k: v for k, v in evidence.items() if v is not None}
-    return GateResult(spec.name, ctx.stage.stage, False, value, threshold, f"{reason}; {settle}", cited,
-                      verdict=INCONCLUSIVE, settle=settle)
+    return GateResult(
+        spec.name,
+        ctx.stage.stage,
+        False,
+        value,
+        threshold,
+        f"{reason}; {settle}",
+        cited,
+        verdict=INCONCLUSIVE,
+        settle=settle,
+    )
 
 
 def _measure_at(ctx: GateContext) -> str:
@@ -59,11 +71,19 @@ def _measure_at(ctx: GateContext) -> str:
 
 def _no_record(ctx: GateContext, spec: GateSpec, threshold: Any) -> GateResult:
     op = ctx.stage.operating_point
-    return _inconclusive(ctx, spec, None, threshold, f"no validated record of {ctx.evidence.candidate} on task "
-                         f"{op.task!r} at gen_length {op.gen_length}", _measure_at(ctx))
+    return _inconclusive(
+        ctx,
+        spec,
+        None,
+        threshold,
+        f"no validated record of {ctx.evidence.candidate} on task {op.task!r} at gen_length {op.gen_length}",
+        _measure_at(ctx),
+    )
 
 
-def _uncertainty(mt: Any, value: float, n: int, base_value: float | None, base_n: int | None) -> tuple[str, dict[str, Any]]:
+def _uncertainty(
+    mt: Any, value: float, n: int, base_value: float | None, base_n: int | None
+) -> tuple[str, dict[str, Any]]:
     """The 95% intervals behind a quality verdict, in words and as evidence, and whether they span a
     bound the verdict turned on (then more items could change it: the verdict is not settled)."""
     lo, hi = wilson_interval(value, n)
@@ -71,8 +91,9 @@ def _uncertainty(mt: Any, value: float, n: int, base_value: float | None, base_n
     cite: dict[str, Any] = {"ci95": [round(lo, 4), round(hi, 4)], "n_items": n}
     if base_value is not None and base_n:
         d_lo, d_hi = difference_interval(value, n, base_value, base_n)
-        words += (f"; difference {signed_points(value - base_value)}, 95% CI {signed_points(d_lo)} to "
-                  f"{signed_points(d_hi)}")
+        words += (
+            f"; difference {signed_points(value - base_value)}, 95% CI {signed_points(d_lo)} to {signed_points(d_hi)}"
+        )
         cite["difference_ci95"] = [round(d_lo, 4), round(d_hi, 4)]
     words += ")"
     spans = spans_bound(mt, value, n, base_value, base_n)
@@ -101,34 +122,82 @@ class QualityGate:
             base_record = next((r for r in operating_records(base_evidence, ctx.stage) if r.task == task), None)
             if base_record is None or getattr(base_record, metric) is None:
                 if base_evidence is not None:  # a baseline model whose records cannot be compared: evidence missing
-                    return _inconclusive(ctx, spec, value, mt.describe(), f"no validated {relative_to} record on task "
-                                         f"{task!r} to compare {metric} against", f"{_measure_at(ctx)} for the "
-                                         f"{relative_to} model too")
+                    return _inconclusive(
+                        ctx,
+                        spec,
+                        value,
+                        mt.describe(),
+                        f"no validated {relative_to} record on task {task!r} to compare {metric} against",
+                        f"{_measure_at(ctx)} for the {relative_to} model too",
+                    )
                 if spec.params.get("if_no_baseline", "fail") == "pass":
-                    return _result(ctx, spec, True, value, mt.describe(),
-                                   f"no {relative_to} model yet; nothing to compare {metric} against")
-                return _result(ctx, spec, False, value, mt.describe(),
-                               f"no validated {relative_to} record on task {task!r} to compare {metric} against")
+                    return _result(
+                        ctx,
+                        spec,
+                        True,
+                        value,
+                        mt.describe(),
+                        f"no {relative_to} model yet; nothing to compare {metric} against",
+                    )
+                return _result(
+                    ctx,
+                    spec,
+                    False,
+                    value,
+                    mt.describe(),
+                    f"no validated {relative_to} record on task {task!r} to compare {metric} against",
+                )
             base_value, base_n = float(getattr(base_record, metric)), base_record.n_items
-            base_cite = {"baseline": relative_to, "baseline_record_id": base_record.record_id,
-                         "baseline_run_id": base_record.run_id, "baseline_value": base_value}
+            base_cite = {
+                "baseline": relative_to,
+                "baseline_record_id": base_record.record_id,
+                "baseline_run_id": base_record.run_id,
+                "baseline_value": base_value,
+            }
         # every quality metric is a share of items scored right, so its sampling error is a binomial one
         noise, noise_cite = _uncertainty(mt, value, record.n_items, base_value, base_n)
         if spec.params.get("require_settled") and not noise_cite["settled"]:
             need = items_to_settle(mt, value, record.n_items, base_value, base_n)
-            settle = (f"needs {need - record.n_items} more items on {task} ({need} in all) at this {metric}" if need
-                      else f"the {metric} lies on its bound; no number of items settles it")
-            return _inconclusive(ctx, spec, value, mt.describe(), f"{metric} on {task} {percent(value)}{noise}", settle,
-                                 **base_cite, **noise_cite, items_needed=need and need - record.n_items,
-                                 items_per_task=need)
+            settle = (
+                f"needs {need - record.n_items} more items on {task} ({need} in all) at this {metric}"
+                if need
+                else f"the {metric} lies on its bound; no number of items settles it"
+            )
+            return _inconclusive(
+                ctx,
+                spec,
+                value,
+                mt.describe(),
+                f"{metric} on {task} {percent(value)}{noise}",
+                settle,
+                **base_cite,
+                **noise_cite,
+                items_needed=need and need - record.n_items,
+                items_per_task=need,
+            )
         misses = mt.failures(value, base_value, fmt=percent)
         if misses:
-            return _result(ctx, spec, False, value, mt.describe(), f"{metric} on {task}: " + "; ".join(misses) + noise,
-                           **base_cite, **noise_cite)
+            return _result(
+                ctx,
+                spec,
+                False,
+                value,
+                mt.describe(),
+                f"{metric} on {task}: " + "; ".join(misses) + noise,
+                **base_cite,
+                **noise_cite,
+            )
         against = f" vs {relative_to} {percent(base_value)}" if base_value is not None else ""
-        return _result(ctx, spec, True, value, mt.describe(),
-                       f"{metric} on {task} {percent(value)}{against} meets {gate_threshold(spec, None)}{noise}",
-                       **base_cite, **noise_cite)
+        return _result(
+            ctx,
+            spec,
+            True,
+            value,
+            mt.describe(),
+            f"{metric} on {task} {percent(value)}{against} meets {gate_threshold(spec, None)}{noise}",
+            **base_cite,
+            **noise_cite,
+        )
 
 
 class LatencyGate:
@@ -141,8 +210,14 @@ class LatencyGate:
         p95 = ctx.primary.latency_p95_s
         gen = ctx.stage.operating_point.gen_length
         ok = p95 <= limit
-        return _result(ctx, spec, ok, p95, limit,
-                       f"p95 {milliseconds(p95)} ms at gen_length {gen} {'<=' if ok else '>'} SLA {exact(limit * 1e3)} ms")
+        return _result(
+            ctx,
+            spec,
+            ok,
+            p95,
+            limit,
+            f"p95 {milliseconds(p95)} ms at gen_length {gen} {'<=' if ok else '>'} SLA {exact(limit * 1e3)} ms",
+        )
 
 
 class SpeedupGate:
@@ -155,16 +230,32 @@ class SpeedupGate:
             return _no_record(ctx, spec, need)
         _, base = ctx.baselines.get(relative_to, (None, None))
         if base is None:
-            return _inconclusive(ctx, spec, None, need, f"no validated {relative_to} record to measure a speedup against",
-                                 f"{_measure_at(ctx)} for the {relative_to} model too")
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                need,
+                f"no validated {relative_to} record to measure a speedup against",
+                f"{_measure_at(ctx)} for the {relative_to} model too",
+            )
         if ctx.primary.latency_p95_s <= 0:
-            return _result(ctx, spec, False, None, need, "candidate p95 latency is not positive; the record is unusable")
+            return _result(
+                ctx, spec, False, None, need, "candidate p95 latency is not positive; the record is unusable"
+            )
         speedup = base.latency_p95_s / ctx.primary.latency_p95_s
         ok = speedup >= need
-        return _result(ctx, spec, ok, round(speedup, 4), need,
-                       f"speedup over {relative_to} {significant(speedup)}x (p95 {milliseconds(base.latency_p95_s)} ms / "
-                       f"{milliseconds(ctx.primary.latency_p95_s)} ms) {'>=' if ok else '<'} {exact(need)}x",
-                       baseline=relative_to, baseline_record_id=base.record_id, baseline_run_id=base.run_id)
+        return _result(
+            ctx,
+            spec,
+            ok,
+            round(speedup, 4),
+            need,
+            f"speedup over {relative_to} {significant(speedup)}x (p95 {milliseconds(base.latency_p95_s)} ms / "
+            f"{milliseconds(ctx.primary.latency_p95_s)} ms) {'>=' if ok else '<'} {exact(need)}x",
+            baseline=relative_to,
+            baseline_record_id=base.record_id,
+            baseline_run_id=base.run_id,
+        )
 
 
 class MemoryGate:
@@ -176,14 +267,25 @@ class MemoryGate:
             return _no_record(ctx, spec, limit)
         measured = [r for r in ctx.records if r.peak_mem_mb is not None]
         if not measured:
-            return _missing_evidence(ctx, spec, limit, f"no memory measured for {ctx.evidence.candidate}: an API model's "
-                                     "memory is its provider's", "judge API entries under a policy without a memory gate")
+            return _missing_evidence(
+                ctx,
+                spec,
+                limit,
+                f"no memory measured for {ctx.evidence.candidate}: an API model's memory is its provider's",
+                "judge API entries under a policy without a memory gate",
+            )
         worst = max(measured, key=lambda r: r.peak_mem_mb or 0.0)  # never None: measured ones only
         ok = worst.peak_mem_mb <= limit
-        return _result(ctx, spec, ok, worst.peak_mem_mb, limit,
-                       f"peak memory {significant(worst.peak_mem_mb)} MB ({worst.task}) {'<=' if ok else '>'} budget "
-                       f"{exact(limit)} MB",
-                       **{"record_id": worst.record_id, "run_id": worst.run_id, "task": worst.task})
+        return _result(
+            ctx,
+            spec,
+            ok,
+            worst.peak_mem_mb,
+            limit,
+            f"peak memory {significant(worst.peak_mem_mb)} MB ({worst.task}) {'<=' if ok else '>'} budget "
+            f"{exact(limit)} MB",
+            **{"record_id": worst.record_id, "run_id": worst.run_id, "task": worst.task},
+        )
 
 
 class LicenseGate:
@@ -193,14 +295,27 @@ class LicenseGate:
         allowed = spec.params["allowed_tiers"]
         lic = ctx.evidence.license
         if lic is None:
-            return _inconclusive(ctx, spec, None, allowed, "no license check result",
-                                 "run the license check (unmask run measures it with the sweep)")
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                allowed,
+                "no license check result",
+                "run the license check (unmask run measures it with the sweep)",
+            )
         ok = lic.tier in allowed
         why = f"; {'; '.join(lic.reasons)}" if lic.reasons and not ok else ""
-        return _result(ctx, spec, ok, lic.tier, allowed,
-                       f"license {lic.expression} is tier {lic.tier!r}, {'allowed' if ok else 'not allowed'} at "
-                       f"{ctx.stage.stage} ({', '.join(allowed)}){why}",
-                       license=lic.expression, findings=list(lic.findings) or None)
+        return _result(
+            ctx,
+            spec,
+            ok,
+            lic.tier,
+            allowed,
+            f"license {lic.expression} is tier {lic.tier!r}, {'allowed' if ok else 'not allowed'} at "
+            f"{ctx.stage.stage} ({', '.join(allowed)}){why}",
+            license=lic.expression,
+            findings=list(lic.findings) or None,
+        )
 
 
 class ReproducibilityGate:
@@ -210,14 +325,22 @@ class ReproducibilityGate:
         required = spec.params["require"]
         repro = ctx.evidence.reproducibility
         if repro is None:
-            return _inconclusive(ctx, spec, None, required, "no reproducibility probe result",
-                                 "run the reproducibility probe (unmask run --repro)")
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                required,
+                "no reproducibility probe result",
+                "run the reproducibility probe (unmask run --repro)",
+            )
         missing = [c for c in required if not getattr(repro, c)]
         value = {c: bool(getattr(repro, c)) for c in required}
         cite = {"repro_config_hash": repro.config_hash, "output_hashes": list(repro.output_hashes)}
         if missing:
             extra = f" ({'; '.join(repro.differences)})" if repro.differences else ""
-            return _result(ctx, spec, False, value, required, f"not reproducible: {', '.join(missing)} failed{extra}", **cite)
+            return _result(
+                ctx, spec, False, value, required, f"not reproducible: {', '.join(missing)} failed{extra}", **cite
+            )
         return _result(ctx, spec, True, value, required, f"reproducible: {', '.join(required)}", **cite)
 
 
@@ -229,26 +352,54 @@ class DataValidityGate:
         op = ctx.stage.operating_point
         at_op = [r for r in ctx.evidence.records if r.gen_length == op.gen_length and r.task == op.task]
         if not at_op:
-            return _inconclusive(ctx, spec, None, min_items, f"no record on task {op.task!r} at gen_length {op.gen_length}",
-                                 f"{_measure_at(ctx)} on at least {min_items} items", items_needed=min_items,
-                                 items_per_task=min_items)
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                min_items,
+                f"no record on task {op.task!r} at gen_length {op.gen_length}",
+                f"{_measure_at(ctx)} on at least {min_items} items",
+                items_needed=min_items,
+                items_per_task=min_items,
+            )
         if ctx.primary is None:
             states = sorted({"unvalidated" if r.valid is None else "invalid" for r in at_op})
             failed = [str(x) for r in at_op for x in (r.validation.get("failed") or [])][:3]
             detail = f": {'; '.join(failed)}" if failed else ""
-            return _result(ctx, spec, False, False, min_items,
-                           f"records on {op.task!r} are {' or '.join(states)}; gates use validated records only{detail}",
-                           record_id=at_op[0].record_id, run_id=at_op[0].run_id)
+            return _result(
+                ctx,
+                spec,
+                False,
+                False,
+                min_items,
+                f"records on {op.task!r} are {' or '.join(states)}; gates use validated records only{detail}",
+                record_id=at_op[0].record_id,
+                run_id=at_op[0].run_id,
+            )
         few = min(ctx.records, key=lambda r: r.n_items)
         if few.n_items < min_items:  # too little evidence to judge the model on, not a fault of the model
             need = min_items - few.n_items
-            return _inconclusive(ctx, spec, few.n_items, min_items,
-                                 f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
-                                 f"needs {need} more items on {few.task} ({min_items} per task)",
-                                 record_id=few.record_id, run_id=few.run_id, task=few.task, items_needed=need,
-                                 items_per_task=min_items)
-        return _result(ctx, spec, True, few.n_items, min_items,
-                       f"{len(ctx.records)} validated record(s), at least {few.n_items} items each")
+            return _inconclusive(
+                ctx,
+                spec,
+                few.n_items,
+                min_items,
+                f"{few.task} measured on {few.n_items} items, fewer than {min_items}",
+                f"needs {need} more items on {few.task} ({min_items} per task)",
+                record_id=few.record_id,
+                run_id=few.run_id,
+                task=few.task,
+                items_needed=need,
+                items_per_task=min_items,
+            )
+        return _result(
+            ctx,
+            spec,
+            True,
+            few.n_items,
+            min_items,
+            f"{len(ctx.records)} validated record(s), at least {few.n_items} items each",
+        )
 
 
 class ErrorRateGate:
@@ -263,10 +414,18 @@ class ErrorRateGate:
         worst = max(ctx.records, key=lambda r: r.errors / max(r.n_items, 1))
         rate = worst.errors / max(worst.n_items, 1)
         ok = rate <= limit
-        return _result(ctx, spec, ok, round(rate, 6), limit,
-                       f"error rate {percent(rate)} ({worst.errors}/{worst.n_items} on {worst.task}) {'<=' if ok else '>'} "
-                       f"{exact(limit * 100)}%",
-                       record_id=worst.record_id, run_id=worst.run_id, task=worst.task)
+        return _result(
+            ctx,
+            spec,
+            ok,
+            round(rate, 6),
+            limit,
+            f"error rate {percent(rate)} ({worst.errors}/{worst.n_items} on {worst.task}) {'<=' if ok else '>'} "
+            f"{exact(limit * 100)}%",
+            record_id=worst.record_id,
+            run_id=worst.run_id,
+            task=worst.task,
+        )
 
 
 class ToolingMaturityGate:
@@ -276,15 +435,28 @@ class ToolingMaturityGate:
         item = spec.params["checklist_item"]
         signoff = ctx.signoffs.get(item)
         if not signoff or not signoff.get("by"):
-            return _result(ctx, spec, False, None, f"sign-off of {item!r}",
-                           f"checklist item {item!r} (tooling maturity) has no sign-off")
-        return _result(ctx, spec, True, signoff.get("by"), f"sign-off of {item!r}",
-                       f"tooling maturity signed off by {signoff['by']} at {signoff.get('at', '?')}: {signoff.get('comment', '')}",
-                       signoff=dict(signoff))
+            return _result(
+                ctx,
+                spec,
+                False,
+                None,
+                f"sign-off of {item!r}",
+                f"checklist item {item!r} (tooling maturity) has no sign-off",
+            )
+        return _result(
+            ctx,
+            spec,
+            True,
+            signoff.get("by"),
+            f"sign-off of {item!r}",
+            f"tooling maturity signed off by {signoff['by']} at {signoff.get('at', '?')}: {signoff.get('comment', '')}",
+            signoff=dict(signoff),
+        )
 
 
-def _missing_evidence(ctx: GateContext, spec: GateSpec, threshold: Any, reason: str, settle: str,
-                      command: str | None = None) -> GateResult:
+def _missing_evidence(
+    ctx: GateContext, spec: GateSpec, threshold: Any, reason: str, settle: str, command: str | None = None
+) -> GateResult:
     """Evidence a gate needs that nobody has measured yet: inconclusive, and `settle` says what to run; the
     `command` that produces it, when one does, is cited as `settle_command` (what `unmask gates` suggests)."""
     return _inconclusive(ctx, spec, None, threshold, reason, settle, settle_command=command)
@@ -305,14 +477,21 @@ class ServingGate:
         name = ctx.evidence.candidate
         if record is None:
             command = f"unmask loadtest --model {name} --concurrency {level}"
-            return _missing_evidence(ctx, spec, threshold, f"no serving record yet of {name} at concurrency {level}",
-                                     f"run {command}", command)
+            return _missing_evidence(
+                ctx,
+                spec,
+                threshold,
+                f"no serving record yet of {name} at concurrency {level}",
+                f"run {command}",
+                command,
+            )
         value: dict[str, Any] = {}
         misses: list[str] = []
         meets: list[str] = []
 
-        def check(key: str, measured: float | None, limit: float, words: str, shown: Callable[[float], str],
-                  at_most: bool) -> None:
+        def check(
+            key: str, measured: float | None, limit: float, words: str, shown: Callable[[float], str], at_most: bool
+        ) -> None:
             value[key] = None if measured is None else round(measured, 6)
             if measured is None:
                 misses.append(f"no {words} measured")
@@ -330,16 +509,38 @@ class ServingGate:
             base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
             if base is None:
                 command = f"unmask loadtest --model fallback --concurrency {level}"
-                return _missing_evidence(ctx, spec, threshold, f"no serving record yet of the fallback at concurrency "
-                                         f"{level}", f"run {command}", command)
-            ratio = (record.tokens_per_s / base.tokens_per_s
-                     if record.tokens_per_s is not None and base.tokens_per_s else None)
-            check("throughput_vs_fallback", ratio, p["throughput_vs_fallback_min"], "tokens/s vs fallback",
-                  lambda v: f"{significant(v)}x", False)
+                return _missing_evidence(
+                    ctx,
+                    spec,
+                    threshold,
+                    f"no serving record yet of the fallback at concurrency {level}",
+                    f"run {command}",
+                    command,
+                )
+            ratio = (
+                record.tokens_per_s / base.tokens_per_s
+                if record.tokens_per_s is not None and base.tokens_per_s
+                else None
+            )
+            check(
+                "throughput_vs_fallback",
+                ratio,
+                p["throughput_vs_fallback_min"],
+                "tokens/s vs fallback",
+                lambda v: f"{significant(v)}x",
+                False,
+            )
             cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
         words = "; ".join(misses or meets)
-        return _result(ctx, spec, not misses, value, threshold,
-                       f"at concurrency {level} ({record.requests} requests): {words}", **cite)
+        return _result(
+            ctx,
+            spec,
+            not misses,
+            value,
+            threshold,
+            f"at concurrency {level} ({record.requests} requests): {words}",
+            **cite,
+        )
 
 
 class CanaryGate:
@@ -353,7 +554,7 @@ class CanaryGate:
         settle = f"run {command}"
         rollouts = [r for r in ctx.evidence.canary if r.get("stage", stage) == stage]
         failed = [i for i, r in enumerate(rollouts) if r.get("status") in ("rolled_back", "aborted")]
-        rollouts = rollouts[failed[-1]:] if failed else rollouts  # a failed rollout stands until a later one passes
+        rollouts = rollouts[failed[-1] :] if failed else rollouts  # a failed rollout stands until a later one passes
         if not rollouts:
             return _missing_evidence(ctx, spec, need, f"no rollout of {name} yet", settle, command)
         for rollout in rollouts:
@@ -366,18 +567,38 @@ class CanaryGate:
                 seen.append(analysis)
                 if analysis.get("verdict") == PASS and analysis.get("weight", 0) >= need:
                     passed = sum(a.get("verdict") == PASS for a in seen)
-                    return _result(ctx, spec, True, analysis["weight"], need,
-                                   f"rollout {rollout['id']} passed its canary analysis at {analysis['weight']}% "
-                                   f"(>= {need}%), {passed} analyses passed on the way", rollout=rollout["id"],
-                                   canary_runs=[a.get("run_id") for a in seen])
+                    return _result(
+                        ctx,
+                        spec,
+                        True,
+                        analysis["weight"],
+                        need,
+                        f"rollout {rollout['id']} passed its canary analysis at {analysis['weight']}% "
+                        f"(>= {need}%), {passed} analyses passed on the way",
+                        rollout=rollout["id"],
+                        canary_runs=[a.get("run_id") for a in seen],
+                    )
         last = rollouts[-1]
         reached = max((a.get("weight", 0) for a in last.get("analyses", []) if a.get("verdict") == PASS), default=0)
         if last.get("status") in ("rolled_back", "aborted"):
-            return _result(ctx, spec, False, reached, need, f"rollout {last['id']} of {name} was {last['status']} "
-                           f"(passed up to {reached}%, {need}% needed)", rollout=last["id"])
-        return _inconclusive(ctx, spec, reached, need, f"rollout {last['id']} of {name} is {last.get('status')} at "
-                             f"{reached}% passed, {need}% needed", f"let rollout {last['id']} reach {need}% "
-                             f"(unmask rollout status {last['id']})", rollout=last["id"])
+            return _result(
+                ctx,
+                spec,
+                False,
+                reached,
+                need,
+                f"rollout {last['id']} of {name} was {last['status']} (passed up to {reached}%, {need}% needed)",
+                rollout=last["id"],
+            )
+        return _inconclusive(
+            ctx,
+            spec,
+            reached,
+            need,
+            f"rollout {last['id']} of {name} is {last.get('status')} at {reached}% passed, {need}% needed",
+            f"let rollout {last['id']} reach {need}% (unmask rollout status {last['id']})",
+            rollout=last["id"],
+        )
 
 
 def _configs(n: int) -> str:
@@ -396,13 +617,25 @@ class ParallelismGate:
         threshold = dict(p["tpf_at_accuracy"]) if "tpf_at_accuracy" in p else {"aup_min": p["aup_min"]}
         rows = [r for r in ctx.evidence.records if r.valid is True and r.task == task and r.gen_length == n]
         if not rows:
-            return _inconclusive(ctx, spec, None, threshold, f"no validated sweep record of {name} on task {task!r} at "
-                                 f"gen_length {n}", f"run unmask run (or unmask eval --sweep FILE) with points of {name} "
-                                 f"on task {task!r} at gen_length {n}", task=task)
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                threshold,
+                f"no validated sweep record of {name} on task {task!r} at gen_length {n}",
+                f"run unmask run (or unmask eval --sweep FILE) with points of {name} "
+                f"on task {task!r} at gen_length {n}",
+                task=task,
+            )
         measured = [r for r in rows if r.tokens_per_forward]
         if not measured:
-            return _missing_evidence(ctx, spec, threshold, f"no tokens per forward recorded for {name}: an API model "
-                                     "shows no model calls", "judge API entries under a policy without a parallelism gate")
+            return _missing_evidence(
+                ctx,
+                spec,
+                threshold,
+                f"no tokens per forward recorded for {name}: an API model shows no model calls",
+                "judge API entries under a policy without a parallelism gate",
+            )
         points = [(r.tokens_per_forward, r.accuracy) for r in measured if r.tokens_per_forward]  # each of measured
         curve = [[round(t, 4), round(a, 4), r.record_id] for (t, a), r in zip(points, measured)]
         cite = {"task": task, "gen_length": n, "curve": sorted(curve)}
@@ -411,23 +644,62 @@ class ParallelismGate:
             best = tpf_at_accuracy(points, floor)
             if best is None:
                 top = max(measured, key=lambda r: r.accuracy)
-                return _result(ctx, spec, False, None, threshold, f"no config of {name} on {task} reaches accuracy "
-                               f"{percent(floor)} (best {percent(top.accuracy)} at {significant(top.tokens_per_forward)} "
-                               f"tokens per forward, {_configs(len(measured))})", **cite)
+                return _result(
+                    ctx,
+                    spec,
+                    False,
+                    None,
+                    threshold,
+                    f"no config of {name} on {task} reaches accuracy "
+                    f"{percent(floor)} (best {percent(top.accuracy)} at {significant(top.tokens_per_forward)} "
+                    f"tokens per forward, {_configs(len(measured))})",
+                    **cite,
+                )
             chosen = next(r for r in measured if (r.tokens_per_forward, r.accuracy) == best)
             ok = best[0] >= need
-            return _result(ctx, spec, ok, round(best[0], 4), threshold,
-                           f"{significant(best[0])} tokens per forward at accuracy {percent(best[1])} (floor "
-                           f"{percent(floor)}) on {task}, {_configs(len(measured))}, {'>=' if ok else '<'} {exact(need)}",
-                           **cite, record_id=chosen.record_id, run_id=chosen.run_id, config_hash=chosen.config_hash)
+            return _result(
+                ctx,
+                spec,
+                ok,
+                round(best[0], 4),
+                threshold,
+                f"{significant(best[0])} tokens per forward at accuracy {percent(best[1])} (floor "
+                f"{percent(floor)}) on {task}, {_configs(len(measured))}, {'>=' if ok else '<'} {exact(need)}",
+                **cite,
+                record_id=chosen.record_id,
+                run_id=chosen.run_id,
+                config_hash=chosen.config_hash,
+            )
         result = aup(points)
         ok = result.aup >= p["aup_min"]
         tpfs = [t for t, _ in result.points]
-        return _result(ctx, spec, ok, round(result.aup, 2), threshold,
-                       f"AUP {significant(result.aup)} over {len(result.points)} of {len(measured)} configs on {task} "
-                       f"(tokens per forward {significant(min(tpfs))}-{significant(max(tpfs))}, best accuracy "
-                       f"{percent(result.y_max)}) {'>=' if ok else '<'} {exact(p['aup_min'])}", **cite)
+        return _result(
+            ctx,
+            spec,
+            ok,
+            round(result.aup, 2),
+            threshold,
+            f"AUP {significant(result.aup)} over {len(result.points)} of {len(measured)} configs on {task} "
+            f"(tokens per forward {significant(min(tpfs))}-{significant(max(tpfs))}, best accuracy "
+            f"{percent(result.y_max)}) {'>=' if ok else '<'} {exact(p['aup_min'])}",
+            **cite,
+        )
 
-GATE_CHECKS: dict[str, GateCheck] = {check.kind: check() for check in (
-    QualityGate, LatencyGate, SpeedupGate, MemoryGate, LicenseGate, ReproducibilityGate,
-    DataValidityGate, ErrorRateGate, ToolingMaturityGate, ServingGate, CanaryGate, ParallelismGate)}
+
+GATE_CHECKS: dict[str, GateCheck] = {
+    check.kind: check()
+    for check in (
+        QualityGate,
+        LatencyGate,
+        SpeedupGate,
+        MemoryGate,
+        LicenseGate,
+        ReproducibilityGate,
+        DataValidityGate,
+        ErrorRateGate,
+        ToolingMaturityGate,
+        ServingGate,
+        CanaryGate,
+        ParallelismGate,
+    )
+}

@@ -60,14 +60,23 @@ def _ratio(mine: float | None, theirs: float | None) -> float | None:
     return mine / theirs if mine is not None and theirs else None
 
 
-def decision_line(evidence: CandidateEvidence, version: str, stage: StagePolicy, results: list[GateResult],
-                  fallback: CandidateEvidence | None = None, fallback_version: str = "") -> DecisionLine:
+def decision_line(
+    evidence: CandidateEvidence,
+    version: str,
+    stage: StagePolicy,
+    results: list[GateResult],
+    fallback: CandidateEvidence | None = None,
+    fallback_version: str = "",
+) -> DecisionLine:
     """The decision line of one candidate's evidence at a stage, from gate results judged on that evidence."""
     primary, theirs = _primary(evidence, stage), _primary(fallback, stage)
     interval = wilson_interval(primary.accuracy, primary.n_items) if primary else None
     concurrency, p95, tps = 1, None, None
     if primary and theirs:
-        p95, tps = _ratio(primary.latency_p95_s, theirs.latency_p95_s), _ratio(primary.tokens_per_s, theirs.tokens_per_s)
+        p95, tps = (
+            _ratio(primary.latency_p95_s, theirs.latency_p95_s),
+            _ratio(primary.tokens_per_s, theirs.tokens_per_s),
+        )
     load = next((g.params["concurrency"] for g in stage.gates if g.kind == "serving"), None)
     served, served_theirs = _serving(evidence, load), _serving(fallback, load)
     if load and served and served_theirs:
@@ -77,11 +86,22 @@ def decision_line(evidence: CandidateEvidence, version: str, stage: StagePolicy,
     kinds = {g.name: g.kind for g in stage.gates}
     open_ = [r for r in results if r.verdict != "pass"]
     return DecisionLine(
-        evidence.candidate, version, stage.stage, stage_verdict(results) if results else "inconclusive",
-        primary.accuracy if primary else None, interval, primary.n_items if primary else 0, stage.operating_point.task,
-        f"{fallback.candidate} v{fallback_version}" if fallback else "", concurrency, p95, tps,
-        theirs.accuracy if theirs else None, tuple(f"{r.gate}: {r.reason}" for r in open_),
-        tuple(r.gate for r in open_ if kinds.get(r.gate) in SIGNED_KINDS))
+        evidence.candidate,
+        version,
+        stage.stage,
+        stage_verdict(results) if results else "inconclusive",
+        primary.accuracy if primary else None,
+        interval,
+        primary.n_items if primary else 0,
+        stage.operating_point.task,
+        f"{fallback.candidate} v{fallback_version}" if fallback else "",
+        concurrency,
+        p95,
+        tps,
+        theirs.accuracy if theirs else None,
+        tuple(f"{r.gate}: {r.reason}" for r in open_),
+        tuple(r.gate for r in open_ if kinds.get(r.gate) in SIGNED_KINDS),
+    )
 
 
 def ratio_text(ratio: float | None, faster_below_one: bool) -> str:

@@ -13,7 +13,8 @@ there (ties: lower p95), unless the evidence's card names `operating_config_hash
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from evals.records import CandidateEvidence, EvalRecord
 from gates.checks import GATE_CHECKS, GateContext
@@ -24,9 +25,13 @@ from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
 SIGNED_KINDS = frozenset({"tooling_maturity"})  # gate kinds a checklist sign-off decides, not a measurement
 
 
-def evaluate_gates(evidence_or_records: CandidateEvidence | list[EvalRecord], policy: Policy, stage: str,
-                   baseline: Baseline | CandidateEvidence | None = None,
-                   signoffs: Mapping[str, Mapping[str, Any]] | None = None) -> list[GateResult]:
+def evaluate_gates(
+    evidence_or_records: CandidateEvidence | list[EvalRecord],
+    policy: Policy,
+    stage: str,
+    baseline: Baseline | CandidateEvidence | None = None,
+    signoffs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[GateResult]:
     """Judge one candidate version against every gate of `stage`, in policy order.
 
     baseline: {"fallback": evidence, "production": evidence or None}; a bare evidence is the fallback.
@@ -61,14 +66,25 @@ def gate_report_markdown(results: list[GateResult], title: str = "") -> str:
     if results:
         verdict = {PASS: "PASSED", FAIL: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}[stage_verdict(results)]
         open_ = sum(r.inconclusive for r in results)
-        lines += [f"Stage **{results[0].stage}**: {verdict} "
-                  f"({sum(r.passed for r in results)}/{len(results)} gates"
-                  + (f", {open_} inconclusive" if open_ else "") + ")", ""]
+        lines += [
+            f"Stage **{results[0].stage}**: {verdict} "
+            f"({sum(r.passed for r in results)}/{len(results)} gates"
+            + (f", {open_} inconclusive" if open_ else "")
+            + ")",
+            "",
+        ]
     lines += ["| gate | passed | value | threshold | reason | record | run |", "|---|---|---|---|---|---|---|"]
     for r in results:
         word = {PASS: "yes", FAIL: "**no**", INCONCLUSIVE: "*inconclusive*"}[Verdict(r.verdict)]
-        cells = [r.gate, word, _cell(r.value), _cell(r.threshold), _cell(r.reason),
-                 str(r.evidence.get("record_id") or ""), str(r.evidence.get("run_id") or "")]
+        cells = [
+            r.gate,
+            word,
+            _cell(r.value),
+            _cell(r.threshold),
+            _cell(r.reason),
+            str(r.evidence.get("record_id") or ""),
+            str(r.evidence.get("run_id") or ""),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

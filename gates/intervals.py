@@ -43,10 +43,12 @@ def spans_bound(mt: Any, value: float, n: int, base_value: float | None, base_n:
 MAX_ITEMS_TO_SETTLE = 1_000_000  # beyond this a share that close to its bound is, in practice, never settled
 
 
-def items_to_settle(mt: Any, value: float, n: int, base_value: float | None = None,
-                    base_n: int | None = None) -> int | None:
+def items_to_settle(
+    mt: Any, value: float, n: int, base_value: float | None = None, base_n: int | None = None
+) -> int | None:
     """The fewest items per side at which the same measured shares would settle the verdict (None: not
     within MAX_ITEMS_TO_SETTLE, e.g. a share exactly on its bound). Intervals narrow as n grows."""
+
     def spans(m: int) -> bool:
         return spans_bound(mt, value, m, base_value, None if base_n is None else max(m, base_n))
 

@@ -32,8 +32,14 @@ def names_version(held: dict[str, str], version: str) -> bool:
     return version != (held.get("candidate") or held.get("fallback"))
 
 
-def next_steps(model: str, version: str, decision: PromotionDecision, stage_policy: StagePolicy,
-               name_version: bool = False, policy_path: str | None = None) -> list[NextStep]:
+def next_steps(
+    model: str,
+    version: str,
+    decision: PromotionDecision,
+    stage_policy: StagePolicy,
+    name_version: bool = False,
+    policy_path: str | None = None,
+) -> list[NextStep]:
     """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version
     (when `version` is not the one the commands default to, its `candidate`); a `policy_path` the
     decision was judged under goes to the commands that judge again (run, promote)."""
@@ -49,15 +55,22 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     measured = [g.name for g in failed if g.kind not in SIGNED_KINDS]
     undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
     to_sign = [i.id for i in undone if i.kind == "manual"]
-    to_sign += [g.params["checklist_item"] for g in failed
-                if g.kind in SIGNED_KINDS and g.params["checklist_item"] not in to_sign]
+    to_sign += [
+        g.params["checklist_item"]
+        for g in failed
+        if g.kind in SIGNED_KINDS and g.params["checklist_item"] not in to_sign
+    ]
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
     if unmet:
-        steps.append(NextStep(f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
-                              "change the model or the sweep, then measure again",
-                              f"unmask run --model {model}{judged}"))
+        steps.append(
+            NextStep(
+                f"{', '.join(unmet)} fail on the measurements (unmask gates {model} --stage {stage}); "
+                "change the model or the sweep, then measure again",
+                f"unmask run --model {model}{judged}",
+            )
+        )
     # a gate whose evidence another command produces (load test, rollout) names it
     by_command: dict[str, list[GateResult]] = {}
     for r in undecided:
@@ -66,22 +79,42 @@ def next_steps(model: str, version: str, decision: PromotionDecision, stage_poli
     if measured_again:  # more evidence settles these: as many items as the most demanding one asks, if items do
         items = max((int(r.evidence.get("items_per_task") or 0) for r in measured_again), default=0)
         more = f" --items {items}" if items else ""
-        steps.append(NextStep(f"{', '.join(r.gate for r in measured_again)} inconclusive: "
-                              + "; ".join(f"{r.gate} {r.settle}" for r in measured_again),
-                              f"unmask run --model {model}{more}{judged}"))
+        steps.append(
+            NextStep(
+                f"{', '.join(r.gate for r in measured_again)} inconclusive: "
+                + "; ".join(f"{r.gate} {r.settle}" for r in measured_again),
+                f"unmask run --model {model}{more}{judged}",
+            )
+        )
     for command, results in by_command.items():
-        steps.append(NextStep(f"{', '.join(r.gate for r in results)} inconclusive: "
-                              + "; ".join(f"{r.gate} {r.settle}" for r in results), command))
+        steps.append(
+            NextStep(
+                f"{', '.join(r.gate for r in results)} inconclusive: "
+                + "; ".join(f"{r.gate} {r.settle}" for r in results),
+                command,
+            )
+        )
     for item in to_sign:
-        steps.append(NextStep(f"checklist item {item} needs a sign-off",
-                              f'unmask sign-off {model} --stage {stage} --item {item} '
-                              f'--comment "what was checked"{flag}'))
+        steps.append(
+            NextStep(
+                f"checklist item {item} needs a sign-off",
+                f'unmask sign-off {model} --stage {stage} --item {item} --comment "what was checked"{flag}',
+            )
+        )
     if ReasonKind.STAGE in kinds and stage_policy.requires_stage:
-        steps.append(NextStep(f"{stage} needs {stage_policy.requires_stage} first",
-                              f"unmask promote {model} --to {stage_policy.requires_stage}{flag}{judged}"))
+        steps.append(
+            NextStep(
+                f"{stage} needs {stage_policy.requires_stage} first",
+                f"unmask promote {model} --to {stage_policy.requires_stage}{flag}{judged}",
+            )
+        )
     if kinds & {ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE}:
-        steps.append(NextStep(f"an approver (not the requester, for staging and production) signs off the promotion "
-                              f"(a comment of {stage_policy.approval_min_comment_chars}+ characters)",
-                              f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}'))
+        steps.append(
+            NextStep(
+                f"an approver (not the requester, for staging and production) signs off the promotion "
+                f"(a comment of {stage_policy.approval_min_comment_chars}+ characters)",
+                f'unmask approve {model} {stage} --comment "why it may go to {stage}"{flag}',
+            )
+        )
     steps.append(NextStep("then move the alias", f"unmask promote {model} --to {stage}{flag}{judged}"))
     return steps

@@ -9,15 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
-
-from checklists.yaml_file import read_yaml_file
+from typing import Any
 
 from checklists import STAGES, load_checklist
-from gates.readable import significant
+from checklists.yaml_file import read_yaml_file
 from evals.tasks import TASKS
+from gates.readable import significant
 
 POLICY_PATH = Path(__file__).resolve().parent / "policy.yaml"
 LICENSE_TIERS = ("permitted", "caution", "restricted", "unknown")  # best first
@@ -45,8 +45,9 @@ class MetricThreshold:
     min_absolute_change: float | None = None
     min_relative_change: float | None = None
 
-    def failures(self, value: float, baseline: float | None = None,
-                 fmt: Callable[[float], str] = significant) -> list[str]:
+    def failures(
+        self, value: float, baseline: float | None = None, fmt: Callable[[float], str] = significant
+    ) -> list[str]:
         """Each condition the value misses, in words (numbers through `fmt`, e.g. `gates.readable.percent`);
         empty when it passes."""
         sign = 1.0 if self.greater_is_better else -1.0
@@ -54,8 +55,10 @@ class MetricThreshold:
         out = []
         if self.threshold is not None and sign * (value - self.threshold) < 0:
             out.append(f"{fmt(value)} is not {word} threshold {fmt(self.threshold)}")
-        for change, scale, name in ((self.min_absolute_change, 1.0, "absolute"),
-                                    (self.min_relative_change, None, "relative")):
+        for change, scale, name in (
+            (self.min_absolute_change, 1.0, "absolute"),
+            (self.min_relative_change, None, "relative"),
+        ):
             if change is None:
                 continue
             if baseline is None:
@@ -64,8 +67,10 @@ class MetricThreshold:
             step = change * (abs(baseline) if scale is None else scale)
             bound = baseline + sign * step
             if sign * (value - bound) < 0:
-                out.append(f"{fmt(value)} is not {word} baseline {fmt(baseline)} "
-                           f"{'+' if sign * step >= 0 else '-'} {fmt(abs(step))} (min {name} change {change:+g})")
+                out.append(
+                    f"{fmt(value)} is not {word} baseline {fmt(baseline)} "
+                    f"{'+' if sign * step >= 0 else '-'} {fmt(abs(step))} (min {name} change {change:+g})"
+                )
         return out
 
     def describe(self) -> str:
@@ -138,10 +143,17 @@ class Policy:
 # kind -> {key: (type(s), required)}; types are checked on load.
 _NUM = (int, float)
 GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    "quality": {"metric": ((str,), False), "task": ((str,), False), "relative_to": ((str,), False),
-                "threshold": (_NUM, False), "min_absolute_change": (_NUM, False),
-                "min_relative_change": (_NUM, False), "greater_is_better": ((bool,), False),
-                "if_no_baseline": ((str,), False), "require_settled": ((bool,), False)},
+    "quality": {
+        "metric": ((str,), False),
+        "task": ((str,), False),
+        "relative_to": ((str,), False),
+        "threshold": (_NUM, False),
+        "min_absolute_change": (_NUM, False),
+        "min_relative_change": (_NUM, False),
+        "greater_is_better": ((bool,), False),
+        "if_no_baseline": ((str,), False),
+        "require_settled": ((bool,), False),
+    },
     "latency": {"max_p95_s": (_NUM, True)},
     "speedup": {"relative_to": ((str,), False), "min_speedup": (_NUM, True)},
     "memory": {"max_peak_mem_mb": (_NUM, True)},
@@ -150,8 +162,12 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "data_validity": {"min_items": ((int,), False)},
     "error_rate": {"max_error_rate": (_NUM, True)},
     "tooling_maturity": {"checklist_item": ((str,), True)},
-    "serving": {"concurrency": ((int,), True), "p95_s_max": (_NUM, False), "error_rate_max": (_NUM, False),
-                "throughput_vs_fallback_min": (_NUM, False)},
+    "serving": {
+        "concurrency": ((int,), True),
+        "p95_s_max": (_NUM, False),
+        "error_rate_max": (_NUM, False),
+        "throughput_vs_fallback_min": (_NUM, False),
+    },
     "canary": {"min_weight": ((int,), True)},
     "parallelism": {"task": ((str,), False), "tpf_at_accuracy": ((dict,), False), "aup_min": (_NUM, False)},
 }
@@ -216,8 +232,14 @@ def _parse_stage(data: Any, stage: str, source: str) -> StagePolicy:
     if requires is not None and (requires not in STAGES or STAGES.index(requires) >= STAGES.index(stage)):
         raise PolicyError(f"{where}.requires_stage: expected an earlier stage than {stage!r}, got {requires!r}")
     _check_checklist_items(gates, stage, where)
-    return StagePolicy(stage=stage, operating_point=OperatingPoint(op["task"], op["gen_length"]), gates=gates,
-                       weights=weights, approval_min_comment_chars=min_chars, requires_stage=requires)
+    return StagePolicy(
+        stage=stage,
+        operating_point=OperatingPoint(op["task"], op["gen_length"]),
+        gates=gates,
+        weights=weights,
+        approval_min_comment_chars=min_chars,
+        requires_stage=requires,
+    )
 
 
 def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
@@ -252,7 +274,9 @@ def _parse_gate(name: str, spec: Any, where: str) -> GateSpec:
     elif kind == "reproducibility":
         bad = [c for c in spec["require"] if c not in REPRODUCIBILITY_CHECKS]
         if bad:
-            raise PolicyError(f"{where}.require: unknown check {bad[0]!r}; expected {', '.join(REPRODUCIBILITY_CHECKS)}")
+            raise PolicyError(
+                f"{where}.require: unknown check {bad[0]!r}; expected {', '.join(REPRODUCIBILITY_CHECKS)}"
+            )
     elif kind == "serving":
         if spec["concurrency"] < 1:
             raise PolicyError(f"{where}.concurrency: expected requests in flight (>= 1), got {spec['concurrency']!r}")
@@ -275,8 +299,10 @@ def _check_parallelism(spec: dict[str, Any], where: str) -> None:
     """Exactly one of `tpf_at_accuracy: {min_tpf, accuracy_floor}` or `aup_min`."""
     given = [m for m in PARALLELISM_MODES if m in spec]
     if len(given) != 1:
-        raise PolicyError(f"{where}: a parallelism gate needs exactly one of {' or '.join(PARALLELISM_MODES)}, "
-                          f"got {', '.join(given) or 'neither'}")
+        raise PolicyError(
+            f"{where}: a parallelism gate needs exactly one of {' or '.join(PARALLELISM_MODES)}, "
+            f"got {', '.join(given) or 'neither'}"
+        )
     if "tpf_at_accuracy" in spec:
         sub, at = spec["tpf_at_accuracy"], f"{where}.tpf_at_accuracy"
         unknown = sorted(set(sub) - {"min_tpf", "accuracy_floor"})
@@ -320,8 +346,10 @@ def _check_checklist_items(gates: tuple[GateSpec, ...], stage: str, where: str) 
     manual = load_checklist(stage).manual_items()
     for g in named:
         if g.params["checklist_item"] not in manual:
-            raise PolicyError(f"{where}.gates.{g.name}.checklist_item: {g.params['checklist_item']!r} is not a manual "
-                              f"item of the {stage} checklist; expected one of {', '.join(manual) or 'none'}")
+            raise PolicyError(
+                f"{where}.gates.{g.name}.checklist_item: {g.params['checklist_item']!r} is not a manual "
+                f"item of the {stage} checklist; expected one of {', '.join(manual) or 'none'}"
+            )
 
 
 def _quality_threshold(spec: dict[str, Any], where: str) -> MetricThreshold:
@@ -338,13 +366,18 @@ def _quality_threshold(spec: dict[str, Any], where: str) -> MetricThreshold:
     for key, low in (("threshold", 0), ("min_absolute_change", -1)):
         value = spec.get(key)
         if value is not None and not low <= value <= 1:
-            raise PolicyError(f"{where}.{key}: {metric} is a share of items; expected a number in [{low}, 1], got "
-                              f"{value!r}")
+            raise PolicyError(
+                f"{where}.{key}: {metric} is a share of items; expected a number in [{low}, 1], got {value!r}"
+            )
     rel = spec.get("min_relative_change")
     if rel is not None and not -1 <= rel <= 1:
         raise PolicyError(f"{where}.min_relative_change: expected a number in [-1, 1], got {rel!r}")
-    return MetricThreshold(greater_is_better=spec.get("greater_is_better", True), threshold=spec.get("threshold"),
-                           min_absolute_change=spec.get("min_absolute_change"), min_relative_change=rel)
+    return MetricThreshold(
+        greater_is_better=spec.get("greater_is_better", True),
+        threshold=spec.get("threshold"),
+        min_absolute_change=spec.get("min_absolute_change"),
+        min_relative_change=rel,
+    )
 
 
 def _parse_weights(weights: Any, where: str) -> dict[str, float]:

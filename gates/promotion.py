@@ -21,17 +21,19 @@ decline is terminal for the version and stage until new evidence is registered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields as dataclass_fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Literal, Mapping, Sequence, overload
+from typing import Any, Literal, overload
 
 from checklists import STAGES, Checklist, ChecklistError, ChecklistStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence, EvalRecord
 from gates.evaluate import evaluate_gates
 from gates.policy import Policy
-from gates.roles import Roles, StageRoles, load_roles
 from gates.results import GateResult
+from gates.roles import Roles, StageRoles, load_roles
 from gates.rollout_findings import failed_rollout, finding_text
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
@@ -66,9 +68,11 @@ def person(name: str, identity: str = "", account: str = "") -> str:
 
 def one_account(stage: str, by: str, account: str, already: str) -> str:
     """The refusal of a second role taken by one OS account where `stage` needs distinct people."""
-    return (f"{stage} needs distinct people, and {by} is OS account {account!r}, which already {already}: without "
-            "an authenticated server one OS account is one person, so four eyes need `mlflow server --app-name "
-            "basic-auth` (docs/governance.md)")
+    return (
+        f"{stage} needs distinct people, and {by} is OS account {account!r}, which already {already}: without "
+        "an authenticated server one OS account is one person, so four eyes need `mlflow server --app-name "
+        "basic-auth` (docs/governance.md)"
+    )
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,19 @@ class Approval:
         return person(self.by, self.identity, self.account)
 
     def to_dict(self) -> dict[str, str]:
-        return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment, "id": self.id,
-                "request": self.request, "host": self.host, "identity": self.identity, "status": self.status,
-                "closed_by": self.closed_by, "account": self.account}
+        return {
+            "stage": self.stage,
+            "by": self.by,
+            "at": self.at,
+            "comment": self.comment,
+            "id": self.id,
+            "request": self.request,
+            "host": self.host,
+            "identity": self.identity,
+            "status": self.status,
+            "closed_by": self.closed_by,
+            "account": self.account,
+        }
 
 
 @dataclass(frozen=True)
@@ -133,8 +147,17 @@ class PromotionRequest:
         return person(self.by, self.identity, self.account) if self.by else ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "stage": self.stage, "by": self.by, "at": self.at, "evaluated_at": self.evaluated_at,
-                "host": self.host, "status": self.status, "account": self.account, "identity": self.identity}
+        return {
+            "id": self.id,
+            "stage": self.stage,
+            "by": self.by,
+            "at": self.at,
+            "evaluated_at": self.evaluated_at,
+            "host": self.host,
+            "status": self.status,
+            "account": self.account,
+            "identity": self.identity,
+        }
 
 
 @dataclass(frozen=True)
@@ -194,8 +217,12 @@ def check_checklist_against_policy(checklist: Checklist, policy: Policy) -> list
     problems = []
     for item in checklist.items:
         where = f"{checklist.source}: item {item.id!r}.evidence"
-        problems += [f"{where}.gate: {g!r} is not a gate of stage {checklist.stage!r} in {policy.source}; gates: "
-                     f"{', '.join(sorted(names))}" for g in item.evidence.gates if g not in names]
+        problems += [
+            f"{where}.gate: {g!r} is not a gate of stage {checklist.stage!r} in {policy.source}; gates: "
+            f"{', '.join(sorted(names))}"
+            for g in item.evidence.gates
+            if g not in names
+        ]
         if item.evidence.record_field and item.evidence.record_field not in fields:
             problems.append(f"{where}.record_field: {item.evidence.record_field!r} is not an eval record field")
     return problems
@@ -209,11 +236,19 @@ def require_checklists_match(policy: Policy, stages: Sequence[str] = STAGES) -> 
             raise ChecklistError(problems[0])
 
 
-def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
-                     baseline: Mapping[str, CandidateEvidence | None], signoffs: Mapping[str, Mapping[str, Any]],
-                     approval: Approval | Sequence[Approval] | None, reached: set[str],
-                     checklist: Checklist | None = None, evaluated_at: str = "", roles: Roles | None = None,
-                     duties: Duties | None = None) -> PromotionDecision:
+def decide_promotion(
+    evidence: CandidateEvidence,
+    policy: Policy,
+    stage: str,
+    baseline: Mapping[str, CandidateEvidence | None],
+    signoffs: Mapping[str, Mapping[str, Any]],
+    approval: Approval | Sequence[Approval] | None,
+    reached: set[str],
+    checklist: Checklist | None = None,
+    evaluated_at: str = "",
+    roles: Roles | None = None,
+    duties: Duties | None = None,
+) -> PromotionDecision:
     """Judge a promotion of one version to `stage`; `reached` holds the stages the version held before.
 
     `signoffs` and `approval` (one, or every approval recorded for the stage) are all that were recorded;
@@ -221,35 +256,60 @@ def decide_promotion(evidence: CandidateEvidence, policy: Policy, stage: str,
     each says so. `roles` and `duties` apply the separation-of-duties rules (default roles: the bundled file).
     """
     if stage not in PROMOTABLE:
-        return PromotionDecision(stage, False, (PromotionReason(
-            ReasonKind.STAGE, f"unknown stage {stage!r}; promotions go to {', '.join(PROMOTABLE)}"),))
+        return PromotionDecision(
+            stage,
+            False,
+            (PromotionReason(ReasonKind.STAGE, f"unknown stage {stage!r}; promotions go to {', '.join(PROMOTABLE)}"),),
+        )
     stage_policy = policy.stage(stage)
     signoffs, stale_signoffs = current_signoffs(signoffs, evaluated_at)
     results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     checklist = checklist or load_checklist(stage)
     status = checklist_status(checklist, results, evidence.records, signoffs)
-    reasons = [PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate) for r in results
-               if not r.passed and not r.inconclusive]
-    reasons += [PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
-                for r in results if r.inconclusive]
+    reasons = [
+        PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate)
+        for r in results
+        if not r.passed and not r.inconclusive
+    ]
+    reasons += [
+        PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
+        for r in results
+        if r.inconclusive
+    ]
     reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
     if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
-        reasons.append(PromotionReason(ReasonKind.STAGE, f"stage {stage} requires the version to have reached "
-                                                         f"{stage_policy.requires_stage} first"))
+        reasons.append(
+            PromotionReason(
+                ReasonKind.STAGE,
+                f"stage {stage} requires the version to have reached {stage_policy.requires_stage} first",
+            )
+        )
     roles = roles or load_roles()
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
     tooling = signoffs.get(TOOLING_ITEM, {}).get("by", "")
-    problems, counted = approval_problems(approval, stage, stage_policy.approval_min_comment_chars, evaluated_at,
-                                          roles.stage(stage), duties, tooling_signer=tooling, roles=roles,
-                                          counted=True)
+    problems, counted = approval_problems(
+        approval,
+        stage,
+        stage_policy.approval_min_comment_chars,
+        evaluated_at,
+        roles.stage(stage),
+        duties,
+        tooling_signer=tooling,
+        roles=roles,
+        counted=True,
+    )
     reasons += problems
     reasons += stale_signoffs
-    cited = {"gates": {r.gate: r.evidence.get("record_id") for r in results},
-             "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
-             "policy": policy.cited(), "roles": roles.cited(), "thresholds": {r.gate: r.threshold for r in results},
-             "approvals": [a.to_dict() for a in counted]}
+    cited = {
+        "gates": {r.gate: r.evidence.get("record_id") for r in results},
+        "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
+        "policy": policy.cited(),
+        "roles": roles.cited(),
+        "thresholds": {r.gate: r.threshold for r in results},
+        "approvals": [a.to_dict() for a in counted],
+    }
     return PromotionDecision(stage, not reasons, tuple(reasons), tuple(results), status, cited)
 
 
@@ -257,9 +317,15 @@ def declined_problems(declined: Decline | None, stage: str, evaluated_at: str) -
     """A decline given on the current evidence stands; one older than the latest evaluation no longer does."""
     if declined is None or declined.stage != stage or predates(declined.at, evaluated_at):
         return []
-    return [PromotionReason(ReasonKind.DECLINED, (
-        f"{declined.by} declined {stage} at {declined.at} ({declined.comment}); a decline is final until new "
-        "evidence is registered"))]
+    return [
+        PromotionReason(
+            ReasonKind.DECLINED,
+            (
+                f"{declined.by} declined {stage} at {declined.at} ({declined.comment}); a decline is final until new "
+                "evidence is registered"
+            ),
+        )
+    ]
 
 
 def rollout_problems(canary: Sequence[Mapping[str, Any]], stage: str, evaluated_at: str) -> list[PromotionReason]:
@@ -275,38 +341,70 @@ def predates(at: str | None, evaluated_at: str) -> bool:
     return str(at or "") < evaluated_at
 
 
-def current_signoffs(signoffs: Mapping[str, Mapping[str, Any]],
-                     evaluated_at: str) -> tuple[dict[str, Mapping[str, Any]], list[PromotionReason]]:
+def current_signoffs(
+    signoffs: Mapping[str, Mapping[str, Any]], evaluated_at: str
+) -> tuple[dict[str, Mapping[str, Any]], list[PromotionReason]]:
     """The sign-offs given since the latest evaluation, and why each older one no longer counts."""
     current, stale = {}, []
     for item, signoff in signoffs.items():
         if predates(signoff.get("at"), evaluated_at):
-            stale.append(PromotionReason(ReasonKind.SIGN_OFF, (
-                f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates the latest "
-                f"evaluation ({evaluated_at}); sign it off again")))
+            stale.append(
+                PromotionReason(
+                    ReasonKind.SIGN_OFF,
+                    (
+                        f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates the latest "
+                        f"evaluation ({evaluated_at}); sign it off again"
+                    ),
+                )
+            )
         else:
             current[item] = signoff
     return current, stale
 
 
 @overload
-def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
-                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
-                      tooling_signer: str = "", roles: Roles | None = None, counted: Literal[False] = False,
-                      prefer: str = "") -> list[PromotionReason]: ...
+def approval_problems(
+    approval: Approval | Sequence[Approval] | None,
+    stage: str,
+    min_comment_chars: int,
+    evaluated_at: str = "",
+    stage_roles: StageRoles | None = None,
+    duties: Duties | None = None,
+    tooling_signer: str = "",
+    roles: Roles | None = None,
+    counted: Literal[False] = False,
+    prefer: str = "",
+) -> list[PromotionReason]: ...
 
 
 @overload
-def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
-                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
-                      tooling_signer: str = "", roles: Roles | None = None, *, counted: Literal[True],
-                      prefer: str = "") -> tuple[list[PromotionReason], list[Approval]]: ...
+def approval_problems(
+    approval: Approval | Sequence[Approval] | None,
+    stage: str,
+    min_comment_chars: int,
+    evaluated_at: str = "",
+    stage_roles: StageRoles | None = None,
+    duties: Duties | None = None,
+    tooling_signer: str = "",
+    roles: Roles | None = None,
+    *,
+    counted: Literal[True],
+    prefer: str = "",
+) -> tuple[list[PromotionReason], list[Approval]]: ...
 
 
-def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str, min_comment_chars: int,
-                      evaluated_at: str = "", stage_roles: StageRoles | None = None, duties: Duties | None = None,
-                      tooling_signer: str = "", roles: Roles | None = None, counted: bool = False,
-                      prefer: str = "") -> list[PromotionReason] | tuple[list[PromotionReason], list[Approval]]:
+def approval_problems(
+    approval: Approval | Sequence[Approval] | None,
+    stage: str,
+    min_comment_chars: int,
+    evaluated_at: str = "",
+    stage_roles: StageRoles | None = None,
+    duties: Duties | None = None,
+    tooling_signer: str = "",
+    roles: Roles | None = None,
+    counted: bool = False,
+    prefer: str = "",
+) -> list[PromotionReason] | tuple[list[PromotionReason], list[Approval]]:
     """Why the recorded approvals do not allow the promotion (empty when they do).
 
     With `counted`, returns (reasons, the approvals that count: the oldest, approval `prefer` first) instead.
@@ -321,8 +419,9 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
     reasons: list[PromotionReason] = []
     valid: list[Approval] = []
     for a in approvals:
-        problem = approval_problem(a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer,
-                                    roles)
+        problem = approval_problem(
+            a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer, roles
+        )
         problem = problem or twin_problem(a, valid, stage)
         if problem is not None:
             reasons.append(problem)
@@ -333,12 +432,18 @@ def approval_problems(approval: Approval | Sequence[Approval] | None, stage: str
         chosen = sorted(valid, key=lambda a: (a.id != prefer, a.at))[:need]
         return ([], chosen) if counted else []
     if not approvals:
-        reasons = [PromotionReason(ReasonKind.APPROVAL,
-                                   f"no approval recorded for {stage}: an approver must sign off the promotion")]
+        reasons = [
+            PromotionReason(
+                ReasonKind.APPROVAL, f"no approval recorded for {stage}: an approver must sign off the promotion"
+            )
+        ]
     elif valid or need > 1:
         have = f"approved so far by {', '.join(a.by for a in valid)}" if valid else "no approval counts yet"
-        reasons.append(PromotionReason(ReasonKind.APPROVAL, (
-            f"{stage} needs {need} approvals from {need} different people; {have}")))
+        reasons.append(
+            PromotionReason(
+                ReasonKind.APPROVAL, (f"{stage} needs {need} approvals from {need} different people; {have}")
+            )
+        )
     return (reasons, []) if counted else reasons
 
 
@@ -350,47 +455,70 @@ def twin_problem(a: Approval, counted: Sequence[Approval], stage: str) -> Promot
         return None
     if twin.by == a.by:
         request = f" ({a.request})" if a.request else ""
-        return PromotionReason(ReasonKind.DUTY, f"{a.by} already approved this request{request}; a second approval "
-                                                "must come from someone else")
+        return PromotionReason(
+            ReasonKind.DUTY,
+            f"{a.by} already approved this request{request}; a second approval must come from someone else",
+        )
     return PromotionReason(ReasonKind.DUTY, one_account(stage, a.by, a.account, f"approved it as {twin.by}"))
 
 
-def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_at: str, stage_roles: StageRoles,
-                      duties: Duties, tooling_signer: str, roles: Roles) -> PromotionReason | None:
+def approval_problem(
+    a: Approval,
+    stage: str,
+    min_comment_chars: int,
+    evaluated_at: str,
+    stage_roles: StageRoles,
+    duties: Duties,
+    tooling_signer: str,
+    roles: Roles,
+) -> PromotionReason | None:
     """Why one approval does not count, or None when it does."""
+
     def problem(text: str, kind: ReasonKind = ReasonKind.APPROVAL) -> PromotionReason:
         return PromotionReason(kind, text)
 
     if a.stage != stage:
         return problem(f"the approval by {a.by} is for {a.stage}, not {stage}")
     if a.status != "open":
-        why = {"consumed": f"was used up by the move {a.closed_by}", "expired": "has expired",
-               "void": "is void (typed into a refused promotion, or the promotion was declined)"}
+        why = {
+            "consumed": f"was used up by the move {a.closed_by}",
+            "expired": "has expired",
+            "void": "is void (typed into a refused promotion, or the promotion was declined)",
+        }
         return problem(f"the approval by {a.by} at {a.at} {why.get(a.status, 'is ' + a.status)}; approve again")
     if duties.request_id and a.request and a.request != duties.request_id:
-        return problem(f"the approval by {a.by} at {a.at} answers request {a.request}, not this one "
-                       f"({duties.request_id}); approve again")
+        return problem(
+            f"the approval by {a.by} at {a.at} answers request {a.request}, not this one "
+            f"({duties.request_id}); approve again"
+        )
     if predates(a.at, evaluated_at):
-        return problem(f"the approval by {a.by} at {a.at} predates the latest evaluation ({evaluated_at}); "
-                       "approve again")
+        return problem(
+            f"the approval by {a.by} at {a.at} predates the latest evaluation ({evaluated_at}); approve again"
+        )
     if duties.now and expired(a.at, stage_roles.approval_ttl_hours, duties.now):
-        return problem(f"the approval by {a.by} at {a.at} expired after {stage_roles.approval_ttl_hours:g} h; "
-                       "approve again")
+        return problem(
+            f"the approval by {a.by} at {a.at} expired after {stage_roles.approval_ttl_hours:g} h; approve again"
+        )
     if len(a.comment.strip()) < min_comment_chars:
         return problem(f"approval comment by {a.by} is shorter than {min_comment_chars} characters")
     if not roles.may(a.by, stage, "approve"):
-        return problem(f"{a.by} may not approve {stage}: the approve role is held by "
-                       f"{roles.describe(stage, 'approve')}", ReasonKind.ROLE)
+        return problem(
+            f"{a.by} may not approve {stage}: the approve role is held by {roles.describe(stage, 'approve')}",
+            ReasonKind.ROLE,
+        )
     if stage in FOUR_EYES_STAGES and duties.registered_by and a.by == duties.registered_by:
-        return problem(f"{a.by} registered the evidence of this version and cannot approve its {stage} promotion",
-                       ReasonKind.DUTY)
+        return problem(
+            f"{a.by} registered the evidence of this version and cannot approve its {stage} promotion", ReasonKind.DUTY
+        )
     if stage in FOUR_EYES_STAGES and tooling_signer and a.by == tooling_signer:
-        return problem(f"{a.by} signed off {TOOLING_ITEM} for {stage} and cannot also approve the promotion",
-                       ReasonKind.DUTY)
+        return problem(
+            f"{a.by} signed off {TOOLING_ITEM} for {stage} and cannot also approve the promotion", ReasonKind.DUTY
+        )
     requesters = {duties.requester, duties.mover} - {""}
     if not stage_roles.self_approval and a.by in requesters:
-        return problem(f"{a.by} requested this promotion and cannot approve it (requester != approver)",
-                       ReasonKind.DUTY)
+        return problem(
+            f"{a.by} requested this promotion and cannot approve it (requester != approver)", ReasonKind.DUTY
+        )
     me = a.person
     if stage in FOUR_EYES_STAGES and duties.registered_person == me:
         return problem(one_account(stage, a.by, a.account, "registered the evidence of this version"), ReasonKind.DUTY)
@@ -402,8 +530,10 @@ def approval_problem(a: Approval, stage: str, min_comment_chars: int, evaluated_
 def expired(at: str, ttl_hours: float, now: str) -> bool:
     """Whether something given at `at` is older than `ttl_hours` at `now` (ISO times; unreadable = expired)."""
     try:
-        given, current = datetime.fromisoformat(at.replace("Z", "+00:00")), datetime.fromisoformat(
-            now.replace("Z", "+00:00"))
+        given, current = (
+            datetime.fromisoformat(at.replace("Z", "+00:00")),
+            datetime.fromisoformat(now.replace("Z", "+00:00")),
+        )
     except ValueError:
         return True
     return current - given > timedelta(hours=ttl_hours)

@@ -87,12 +87,21 @@ def gate_value(kind: str | None, value: Any) -> str:
     if kind == "tooling_maturity":
         return f"signed off by {value}"
     if kind == "serving" and isinstance(value, dict):
-        shown = {"p95_s": lambda v: f"p95 {milliseconds(v)} ms", "error_rate": lambda v: f"errors {percent(v)}",
-                 "throughput_vs_fallback": lambda v: f"{significant(v)}x fallback tokens/s"}
-        return ", ".join(shown[k](v) if v is not None else f"{k.replace('_', ' ')} {NONE}"
-                         for k, v in value.items() if k in shown)
-    return either(value) if isinstance(value, (list, tuple)) else significant(value) if isinstance(
-        value, (int, float)) else str(value)
+        shown = {
+            "p95_s": lambda v: f"p95 {milliseconds(v)} ms",
+            "error_rate": lambda v: f"errors {percent(v)}",
+            "throughput_vs_fallback": lambda v: f"{significant(v)}x fallback tokens/s",
+        }
+        return ", ".join(
+            shown[k](v) if v is not None else f"{k.replace('_', ' ')} {NONE}" for k, v in value.items() if k in shown
+        )
+    return (
+        either(value)
+        if isinstance(value, (list, tuple))
+        else significant(value)
+        if isinstance(value, (int, float))
+        else str(value)
+    )
 
 
 def gate_threshold(spec: Any, threshold: Any) -> str:
@@ -132,8 +141,11 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         if "error_rate_max" in params:
             limit = params["error_rate_max"]
             parts.append("no errors" if limit == 0 else f"errors <= {exact(limit * 100)}%")
-        parts += ([f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
-                  if "throughput_vs_fallback_min" in params else [])
+        parts += (
+            [f">= {exact(params['throughput_vs_fallback_min'])}x fallback tokens/s"]
+            if "throughput_vs_fallback_min" in params
+            else []
+        )
         return f"{params['concurrency']} in flight: " + ", ".join(parts)
     if kind == "parallelism":
         if "tpf_at_accuracy" in params:

@@ -57,11 +57,14 @@ class ProductionVerdict:
     def to_dict(self) -> dict[str, Any]:
         """As the flow returns it and a finding records it: model, version, failed and inconclusive [{gate,
         reason}], thinner [why]."""
-        return {"model": self.model, "version": self.version,
-                "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
-                "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
-                "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
-                "thinner": list(self.thinner)}
+        return {
+            "model": self.model,
+            "version": self.version,
+            "failed": [{"gate": r.gate, "reason": r.reason} for r in self.failed],
+            "inconclusive": [{"gate": r.gate, "reason": r.reason} for r in self.inconclusive],
+            "unsigned": [{"gate": r.gate, "reason": r.reason} for r in self.unsigned],
+            "thinner": list(self.thinner),
+        }
 
 
 @dataclass(frozen=True)
@@ -80,5 +83,8 @@ class EvidenceLevel:
         for r in records:
             measured[r.task] = max(measured.get(r.task, 0), r.n_items)
         needed = set(self.tasks) | set(measured)
-        return [f"{task} measured on {measured.get(task, 0)} items tonight, production needs {self.items(task)}"
-                for task in sorted(needed) if measured.get(task, 0) < self.items(task)]
+        return [
+            f"{task} measured on {measured.get(task, 0)} items tonight, production needs {self.items(task)}"
+            for task in sorted(needed)
+            if measured.get(task, 0) < self.items(task)
+        ]

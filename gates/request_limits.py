@@ -52,8 +52,13 @@ def parse_request_limits(value: Any, where: str) -> RequestLimits:
             raise ServingPolicyError(f"{where}.{key}: expected a positive integer, got {number!r}")
         out[key] = number
     budget = value.get("time_budget_s", RequestLimits.time_budget_s)
-    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not math.isfinite(budget) \
-            or not 0 < budget <= MAX_TIME_BUDGET_S:
-        raise ServingPolicyError(f"{where}.time_budget_s: expected seconds in (0, {MAX_TIME_BUDGET_S:g}], got "
-                                 f"{budget!r}")
+    if (
+        not isinstance(budget, (int, float))
+        or isinstance(budget, bool)
+        or not math.isfinite(budget)
+        or not 0 < budget <= MAX_TIME_BUDGET_S
+    ):
+        raise ServingPolicyError(
+            f"{where}.time_budget_s: expected seconds in (0, {MAX_TIME_BUDGET_S:g}], got {budget!r}"
+        )
     return RequestLimits(**out, time_budget_s=float(budget))

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from evals.records import CandidateEvidence, EvalRecord
 from gates.policy import StagePolicy
 from gates.verdict import FAIL, PASS, VERDICTS, Verdict
+
 
 @dataclass(frozen=True)
 class GateResult:
@@ -46,10 +48,13 @@ class GateResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
-        return cls(**{k: data[k] for k in ("gate", "stage", "passed", "value", "threshold", "reason")},
-                   evidence=dict(data.get("evidence") or {}), verdict=data.get("verdict") or "",
-                   settle=data.get("settle") or "")
+    def from_dict(cls, data: Mapping[str, Any]) -> GateResult:
+        return cls(
+            **{k: data[k] for k in ("gate", "stage", "passed", "value", "threshold", "reason")},
+            evidence=dict(data.get("evidence") or {}),
+            verdict=data.get("verdict") or "",
+            settle=data.get("settle") or "",
+        )
 
 
 Baseline = Mapping[str, CandidateEvidence | None]
@@ -66,8 +71,14 @@ def as_evidence(evidence_or_records: CandidateEvidence | list[EvalRecord]) -> Ca
     if len(names) > 1:
         raise ValueError(f"evaluate_gates: records of several candidates given: {', '.join(sorted(names))}")
     first = records[0]
-    return CandidateEvidence(candidate=first.candidate, role=first.role, kind=first.kind, records=records,
-                             model_revision=first.model_revision, weights_sha256=first.weights_sha256)
+    return CandidateEvidence(
+        candidate=first.candidate,
+        role=first.role,
+        kind=first.kind,
+        records=records,
+        model_revision=first.model_revision,
+        weights_sha256=first.weights_sha256,
+    )
 
 
 def operating_records(evidence: CandidateEvidence | None, stage: StagePolicy) -> list[EvalRecord]:
@@ -94,5 +105,11 @@ def primary_record(records: list[EvalRecord], stage: StagePolicy) -> EvalRecord 
 def cite(record: EvalRecord | None) -> dict[str, Any]:
     if record is None:
         return {}
-    return {"record_id": record.record_id, "run_id": record.run_id, "config_hash": record.config_hash,
-            "output_hash": record.output_hash, "weights_sha256": record.weights_sha256, "task": record.task}
+    return {
+        "record_id": record.record_id,
+        "run_id": record.run_id,
+        "config_hash": record.config_hash,
+        "output_hash": record.output_hash,
+        "weights_sha256": record.weights_sha256,
+        "task": record.task,
+    }

@@ -15,9 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from checklists.yaml_file import read_yaml_file
-
 from checklists import STAGES, ChecklistError, load_checklist
+from checklists.yaml_file import read_yaml_file
 
 ROLES_PATH = Path(__file__).resolve().parent / "roles.yaml"
 ROLES_ENV = "UNMASK_ROLES"
@@ -110,7 +109,7 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
         raise RolesError(f"{source}: demo: expected true or false, got {data['demo']!r}")
     users = _names(data.get("users"), f"{source}: users")
     if not users:
-        raise RolesError(f"{source}: users: expected a non-empty list of user names (or \"*\" for anyone)")
+        raise RolesError(f'{source}: users: expected a non-empty list of user names (or "*" for anyone)')
     groups_data = data.get("groups") or {}
     if not isinstance(groups_data, dict):
         raise RolesError(f"{source}: groups: expected a mapping of group name to a list of users")
@@ -136,12 +135,14 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
             raise RolesError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs its rules")
         stages[stage] = _parse_stage(stages_data[stage], stage, f"{source}: stages.{stage}", users, groups)
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
-    return Roles(users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest(),
-                 demo=data.get("demo", False))
+    return Roles(
+        users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest(), demo=data.get("demo", False)
+    )
 
 
-def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
-                 groups: dict[str, tuple[str, ...]]) -> StageRoles:
+def _parse_stage(
+    data: Any, stage: str, where: str, users: tuple[str, ...], groups: dict[str, tuple[str, ...]]
+) -> StageRoles:
     if not isinstance(data, dict):
         raise RolesError(f"{where}: expected a mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - _STAGE_KEYS)
@@ -149,7 +150,7 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
         raise RolesError(f"{where}: {unknown[0]}: unknown key; expected {', '.join(sorted(_STAGE_KEYS))}")
     for key in ("approve", "emergency_rollback", "sign_off"):
         if key not in data:
-            raise RolesError(f"{where}: {key}: missing; say who may (\"*\" for anyone, [] for nobody)")
+            raise RolesError(f'{where}: {key}: missing; say who may ("*" for anyone, [] for nobody)')
 
     def rule(entries: Any, at: str) -> tuple[str, ...]:
         names = _names(entries, at)
@@ -158,21 +159,24 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
                 _check_user(entry, users, at, also="a group")
                 near = difflib.get_close_matches(entry, list(groups), n=1, cutoff=0.75)
                 if near and entry not in users:  # only "*" lets it in: a group's name mistyped, most likely
-                    raise RolesError(f"{at}: {entry!r} is not a group (did you mean {near[0]!r}?); groups: "
-                                     f"{', '.join(groups)}")
+                    raise RolesError(
+                        f"{at}: {entry!r} is not a group (did you mean {near[0]!r}?); groups: {', '.join(groups)}"
+                    )
         return names
 
     sign_off_data = data["sign_off"]
     if not isinstance(sign_off_data, dict):
-        raise RolesError(f"{where}.sign_off: expected a mapping of checklist item (or \"*\") to who may sign it off")
+        raise RolesError(f'{where}.sign_off: expected a mapping of checklist item (or "*") to who may sign it off')
     try:
         manual = load_checklist(stage).manual_items()
     except ChecklistError as e:
         raise RolesError(f"{where}.sign_off: the {stage} checklist cannot be read: {e}") from None
     for item in sign_off_data:
         if item != ANYONE and item not in manual:
-            raise RolesError(f"{where}.sign_off.{item}: not a manual item of the {stage} checklist; "
-                             f"manual items: {', '.join(manual)}")
+            raise RolesError(
+                f"{where}.sign_off.{item}: not a manual item of the {stage} checklist; "
+                f"manual items: {', '.join(manual)}"
+            )
     sign_off = {item: rule(entries, f"{where}.sign_off.{item}") for item, entries in sign_off_data.items()}
     approvals = data.get("approvals", {"count": 1, "distinct": True})
     if not isinstance(approvals, dict) or set(approvals) - {"count", "distinct"}:
@@ -181,14 +185,17 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise RolesError(f"{where}.approvals.count: expected a positive integer, got {count!r}")
     if distinct is not True:
-        raise RolesError(f"{where}.approvals.distinct: expected true (one person approving twice is one "
-                         f"approval), got {distinct!r}")
+        raise RolesError(
+            f"{where}.approvals.distinct: expected true (one person approving twice is one approval), got {distinct!r}"
+        )
     if stage == "production" and count < 2:
         raise RolesError(f"{where}.approvals.count: production needs at least 2 distinct approvers, got {count}")
     approvers = _people(rule(data["approve"], f"{where}.approve"), groups)
     if approvers is not None and count > len(approvers):
-        raise RolesError(f"{where}.approvals.count: {count} distinct approvals cannot be met by the "
-                         f"{len(approvers)} who may approve ({', '.join(sorted(approvers)) or 'nobody'})")
+        raise RolesError(
+            f"{where}.approvals.count: {count} distinct approvals cannot be met by the "
+            f"{len(approvers)} who may approve ({', '.join(sorted(approvers)) or 'nobody'})"
+        )
     if approvers is None and count > MAX_APPROVALS:
         raise RolesError(f"{where}.approvals.count: expected at most {MAX_APPROVALS} approvals, got {count}")
     ttl = data.get("approval_ttl_hours", 72)
@@ -197,9 +204,16 @@ def _parse_stage(data: Any, stage: str, where: str, users: tuple[str, ...],
     self_approval = data.get("self_approval", False)
     if not isinstance(self_approval, bool):
         raise RolesError(f"{where}.self_approval: expected true or false, got {self_approval!r}")
-    return StageRoles(stage, sign_off, rule(data["approve"], f"{where}.approve"),
-                      rule(data["emergency_rollback"], f"{where}.emergency_rollback"), count, distinct, float(ttl),
-                      self_approval)
+    return StageRoles(
+        stage,
+        sign_off,
+        rule(data["approve"], f"{where}.approve"),
+        rule(data["emergency_rollback"], f"{where}.emergency_rollback"),
+        count,
+        distinct,
+        float(ttl),
+        self_approval,
+    )
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
@@ -224,5 +238,6 @@ def _people(entries: tuple[str, ...], groups: dict[str, tuple[str, ...]]) -> set
 
 def _check_user(name: str, users: tuple[str, ...], where: str, also: str = "") -> None:
     if name != ANYONE and ANYONE not in users and name not in users:
-        raise RolesError(f"{where}: {name!r} is not a known user{' or ' + also if also else ''}; "
-                         f"users: {', '.join(users)}")
+        raise RolesError(
+            f"{where}: {name!r} is not a known user{' or ' + also if also else ''}; users: {', '.join(users)}"
+        )

@@ -9,7 +9,8 @@ way (it needed new approvals: the rollback voided the old ones) or new evidence 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 FAILED_ROLLOUT = ("rolled_back", "aborted")
 
@@ -24,6 +25,8 @@ def finding_text(rollout: Mapping[str, Any], stage: str) -> str:
     """The finding in words, with what to do next (never "put the previous holder back": nothing moved)."""
     how = "rolled back by its canary analysis" if rollout.get("status") == "rolled_back" else "aborted"
     why = f" ({rollout['reason']})" if rollout.get("reason") else ""
-    return (f"rollout {rollout.get('id')} of this version to {stage} was {how}{why}; investigate the failed "
-            f"analysis, re-evaluate and register new evidence, or start a new rollout with new approvals "
-            f"(the rollback voided the old ones)")
+    return (
+        f"rollout {rollout.get('id')} of this version to {stage} was {how}{why}; investigate the failed "
+        f"analysis, re-evaluate and register new evidence, or start a new rollout with new approvals "
+        f"(the rollback voided the old ones)"
+    )

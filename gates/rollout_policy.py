@@ -31,8 +31,13 @@ from typing import Any
 from checklists.yaml_file import read_yaml_file
 from evals.tasks import TASKS
 from gates.canary import METRICS, P95, MetricRange
-from gates.sequential import (DEFAULT_CONFIDENCE, MAX_REQUESTS, look_alpha, requests_for_quantile,
-                              requests_to_settle_share)
+from gates.sequential import (
+    DEFAULT_CONFIDENCE,
+    MAX_REQUESTS,
+    look_alpha,
+    requests_for_quantile,
+    requests_to_settle_share,
+)
 
 INCONCLUSIVE_ACTIONS = ("pause", "fail")
 SHARE_METRICS = ("error_rate", "decode_failure_rate", "agreement")  # shares of requests: bounds lie in [0, 1]
@@ -57,18 +62,30 @@ class RolloutPolicy:
     probes: dict[str, Any] | None = None  # {task, per_s, max_tokens?}: probe prompts mixed into the traffic
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": list(self.steps), "interval_s": self.interval_s, "min_requests": self.min_requests,
-                "analysis": [m.to_dict() for m in self.analysis], "failure_limit": self.failure_limit,
-                "inconclusive": self.inconclusive, "source": self.source, "sha256": self.sha256,
-                "confidence": self.confidence, "probes": self.probes}
+        return {
+            "steps": list(self.steps),
+            "interval_s": self.interval_s,
+            "min_requests": self.min_requests,
+            "analysis": [m.to_dict() for m in self.analysis],
+            "failure_limit": self.failure_limit,
+            "inconclusive": self.inconclusive,
+            "source": self.source,
+            "sha256": self.sha256,
+            "confidence": self.confidence,
+            "probes": self.probes,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RolloutPolicy":
+    def from_dict(cls, data: dict[str, Any]) -> RolloutPolicy:
         """Back from `to_dict()` (a rollout's state file keeps the policy it started with), validated again."""
-        plain = {k: data[k] for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive",
-                                      "confidence", "probes") if data.get(k) is not None}
-        plain["analysis"] = {m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None}
-                             for m in data["analysis"]}
+        plain = {
+            k: data[k]
+            for k in ("steps", "interval_s", "min_requests", "failure_limit", "inconclusive", "confidence", "probes")
+            if data.get(k) is not None
+        }
+        plain["analysis"] = {
+            m["metric"]: {b: m[b] for b in ("min", "max") if m.get(b) is not None} for m in data["analysis"]
+        }
         return parse_rollout_policy(plain, data.get("source", "<memory>"))
 
 
@@ -77,8 +94,7 @@ def load_rollout_policy(path: str | Path) -> RolloutPolicy:
     path = Path(path)
     data, _ = read_yaml_file(path, RolloutPolicyError, "serving policy")
     if not isinstance(data, dict) or "rollout" not in data:
-        raise RolloutPolicyError(f"{path}: rollout: missing; a rollout needs steps, interval_s "
-                                 "and analysis")
+        raise RolloutPolicyError(f"{path}: rollout: missing; a rollout needs steps, interval_s and analysis")
     return parse_rollout_policy(data["rollout"], source=str(path))
 
 
@@ -87,8 +103,16 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     where = f"{source}: rollout"
     if not isinstance(data, dict):
         raise RolloutPolicyError(f"{where}: expected a mapping, got {type(data).__name__}")
-    allowed = {"steps", "interval_s", "min_requests", "analysis", "failure_limit", "inconclusive", "confidence",
-               "probes"}
+    allowed = {
+        "steps",
+        "interval_s",
+        "min_requests",
+        "analysis",
+        "failure_limit",
+        "inconclusive",
+        "confidence",
+        "probes",
+    }
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise RolloutPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(sorted(allowed))}")
@@ -104,8 +128,9 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     if not _is_number(interval) or interval <= 0:
         raise RolloutPolicyError(f"{where}.interval_s: expected a positive number of seconds, got {interval!r}")
     if interval > MAX_INTERVAL_S:
-        raise RolloutPolicyError(f"{where}.interval_s: expected at most {MAX_INTERVAL_S:g} seconds (a day) per "
-                                 f"step, got {interval!r}")
+        raise RolloutPolicyError(
+            f"{where}.interval_s: expected at most {MAX_INTERVAL_S:g} seconds (a day) per step, got {interval!r}"
+        )
     confidence = data.get("confidence", DEFAULT_CONFIDENCE)
     if not _is_number(confidence) or not 0.5 <= confidence < 1:
         raise RolloutPolicyError(f"{where}.confidence: expected a number in [0.5, 1), got {confidence!r}")
@@ -114,12 +139,15 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
         raise RolloutPolicyError(f"{where}.failure_limit: expected a positive integer, got {failure_limit!r}")
     inconclusive = data.get("inconclusive", "pause")
     if inconclusive not in INCONCLUSIVE_ACTIONS:
-        raise RolloutPolicyError(f"{where}.inconclusive: expected one of {', '.join(INCONCLUSIVE_ACTIONS)}, got "
-                                 f"{inconclusive!r}")
+        raise RolloutPolicyError(
+            f"{where}.inconclusive: expected one of {', '.join(INCONCLUSIVE_ACTIONS)}, got {inconclusive!r}"
+        )
     analysis = data["analysis"]
     if not isinstance(analysis, dict) or not analysis:
-        raise RolloutPolicyError(f"{where}.analysis: expected a mapping of metric to range, e.g. "
-                                 f"{{p95_latency_s: {{max: 2.0}}}}; metrics: {', '.join(METRICS)}")
+        raise RolloutPolicyError(
+            f"{where}.analysis: expected a mapping of metric to range, e.g. "
+            f"{{p95_latency_s: {{max: 2.0}}}}; metrics: {', '.join(METRICS)}"
+        )
     ranges = []
     for metric, bounds in analysis.items():
         at = f"{where}.analysis.{metric}"
@@ -133,11 +161,13 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
             if not _is_number(value):
                 raise RolloutPolicyError(f"{at}.{key}: expected a finite number, got {value!r}")
             if metric in SHARE_METRICS and not 0 <= value <= 1:
-                raise RolloutPolicyError(f"{at}.{key}: {metric} is a share of requests; expected a number in "
-                                         f"[0, 1], got {value!r}")
+                raise RolloutPolicyError(
+                    f"{at}.{key}: {metric} is a share of requests; expected a number in [0, 1], got {value!r}"
+                )
             if value < 0:
-                raise RolloutPolicyError(f"{at}.{key}: {metric} is never negative; expected a number >= 0, got "
-                                         f"{value!r}")
+                raise RolloutPolicyError(
+                    f"{at}.{key}: {metric} is never negative; expected a number >= 0, got {value!r}"
+                )
         bound = MetricRange(metric, bounds.get("min"), bounds.get("max"))
         if bound.min is not None and bound.max is not None and bound.min > bound.max:
             raise RolloutPolicyError(f"{at}: min {bound.min!r} is above max {bound.max!r}")
@@ -146,17 +176,29 @@ def parse_rollout_policy(data: Any, source: str = "<memory>") -> RolloutPolicy:
     never = [b for b in ranges if needed[b.metric] is None]
     if never:
         key = "max" if never[0].max is not None else "min"
-        raise RolloutPolicyError(f"{where}.analysis.{never[0].metric}.{key}: no number of requests (up to "
-                                 f"{MAX_REQUESTS:,}) can show {key} {getattr(never[0], key)!r} at {confidence:g} "
-                                 "confidence (a share's bound never reaches exactly 0 or 1)")
+        raise RolloutPolicyError(
+            f"{where}.analysis.{never[0].metric}.{key}: no number of requests (up to "
+            f"{MAX_REQUESTS:,}) can show {key} {getattr(never[0], key)!r} at {confidence:g} "
+            "confidence (a share's bound never reaches exactly 0 or 1)"
+        )
     fewest = max(n for n in needed.values() if n is not None)  # each is a count past the check above
     min_requests = data.get("min_requests", fewest)
     if not _is_int(min_requests) or min_requests < 1:
         raise RolloutPolicyError(f"{where}.min_requests: expected a positive integer, got {min_requests!r}")
     probes = _parse_probes(data.get("probes"), f"{where}.probes")
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
-    return RolloutPolicy(tuple(steps), float(interval), min_requests, tuple(ranges), failure_limit, inconclusive,
-                         source, hashlib.sha256(canonical).hexdigest(), float(confidence), probes)
+    return RolloutPolicy(
+        tuple(steps),
+        float(interval),
+        min_requests,
+        tuple(ranges),
+        failure_limit,
+        inconclusive,
+        source,
+        hashlib.sha256(canonical).hexdigest(),
+        float(confidence),
+        probes,
+    )
 
 
 def _parse_probes(value: Any, where: str) -> dict[str, Any] | None:
@@ -218,10 +260,12 @@ def decide_step(verdict: str, step_index: int, failures: int, policy: RolloutPol
         return StepDecision(PAUSE, failures, "the analysis is inconclusive: the rollout waits for a human")
     if verdict == "pass":
         last = step_index >= len(policy.steps) - 1
-        return StepDecision(COMPLETE if last else ADVANCE, failures,
-                            "the last step passed" if last else f"step {step_index + 1} passed")
+        return StepDecision(
+            COMPLETE if last else ADVANCE, failures, "the last step passed" if last else f"step {step_index + 1} passed"
+        )
     failures += 1
     if failures >= policy.failure_limit:
-        return StepDecision(ROLLBACK, failures, f"{failures} failed analyses reach the failure limit "
-                                                f"{policy.failure_limit}")
+        return StepDecision(
+            ROLLBACK, failures, f"{failures} failed analyses reach the failure limit {policy.failure_limit}"
+        )
     return StepDecision(REPEAT, failures, f"{failures} failed analyses, under the failure limit {policy.failure_limit}")

@@ -18,7 +18,6 @@ min-max normalised columns (`pymcdm.normalizations.minmax_normalization`), and
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,9 +57,14 @@ def alternative(evidence: CandidateEvidence, stage: StagePolicy) -> Alternative 
     if primary is None:
         return None
     tier = evidence.license.tier if evidence.license else "unknown"
-    return Alternative(evidence.candidate, primary.accuracy, primary.latency_p95_s,
-                       max((r.peak_mem_mb for r in records if r.peak_mem_mb is not None), default=math.nan),  # nan: an API model's
-                       float(TIER_SCORE.get(tier, 0)), primary.record_id)
+    return Alternative(
+        evidence.candidate,
+        primary.accuracy,
+        primary.latency_p95_s,
+        max((r.peak_mem_mb for r in records if r.peak_mem_mb is not None), default=math.nan),  # nan: an API model's
+        float(TIER_SCORE.get(tier, 0)),
+        primary.record_id,
+    )
 
 
 def _active(weights: dict[str, float]) -> list[str]:
@@ -89,24 +93,41 @@ def undominated(alternatives: list[Alternative]) -> list[bool]:
     signed = np.array([[v * CRITERION_TYPES[c] for c, v in zip(CRITERIA, a.row())] for a in alternatives])
     front = []
     for i in range(len(signed)):
-        dominated = any(np.all(signed[j] >= signed[i]) and np.any(signed[j] > signed[i])
-                        for j in range(len(signed)) if j != i)
+        dominated = any(
+            np.all(signed[j] >= signed[i]) and np.any(signed[j] > signed[i]) for j in range(len(signed)) if j != i
+        )
         front.append(not dominated)
     return front
 
 
 def rank(alternatives: list[Alternative], weights: dict[str, float]) -> pd.DataFrame:
     """Scores and ranks (1 = best) by weighted sum and TOPSIS, plus Pareto membership; best TOPSIS first."""
-    columns = ["candidate", *CRITERIA, "weighted_sum", "topsis", "rank_weighted_sum", "rank_topsis", "pareto", "record_id"]
+    columns = [
+        "candidate",
+        *CRITERIA,
+        "weighted_sum",
+        "topsis",
+        "rank_weighted_sum",
+        "rank_topsis",
+        "pareto",
+        "record_id",
+    ]
     if not alternatives:
         return pd.DataFrame(columns=columns)
     matrix = np.array([a.row() for a in alternatives])
     wsum, topsis = _scores(matrix, weights)
-    frame = pd.DataFrame({"candidate": [a.candidate for a in alternatives],
-                          **{c: matrix[:, i] for i, c in enumerate(CRITERIA)},
-                          "weighted_sum": wsum, "topsis": topsis,
-                          "rank_weighted_sum": rrankdata(wsum).astype(int), "rank_topsis": rrankdata(topsis).astype(int),
-                          "pareto": undominated(alternatives), "record_id": [a.record_id for a in alternatives]})
+    frame = pd.DataFrame(
+        {
+            "candidate": [a.candidate for a in alternatives],
+            **{c: matrix[:, i] for i, c in enumerate(CRITERIA)},
+            "weighted_sum": wsum,
+            "topsis": topsis,
+            "rank_weighted_sum": rrankdata(wsum).astype(int),
+            "rank_topsis": rrankdata(topsis).astype(int),
+            "pareto": undominated(alternatives),
+            "record_id": [a.record_id for a in alternatives],
+        }
+    )
     return frame.sort_values(["rank_topsis", "candidate"]).reset_index(drop=True)[columns]
 
 
@@ -125,12 +146,18 @@ def sensitivity(alternatives: list[Alternative], weights: dict[str, float], delt
             total = sum(moved.values())
             moved = {c: v / total for c, v in moved.items()}
             ranked = rank(alternatives, moved)
-            rows.append({
-                "criterion": criterion, "change": f"{direction * delta:+.0%}", "weight": round(moved[criterion], 4),
-                "top_weighted_sum": _top(ranked, "rank_weighted_sum"), "top_topsis": _top(ranked, "rank_topsis"),
-                "weighted_sum_ranking_holds": _order(ranked, "rank_weighted_sum") == _order(base, "rank_weighted_sum"),
-                "topsis_ranking_holds": _order(ranked, "rank_topsis") == _order(base, "rank_topsis"),
-            })
+            rows.append(
+                {
+                    "criterion": criterion,
+                    "change": f"{direction * delta:+.0%}",
+                    "weight": round(moved[criterion], 4),
+                    "top_weighted_sum": _top(ranked, "rank_weighted_sum"),
+                    "top_topsis": _top(ranked, "rank_topsis"),
+                    "weighted_sum_ranking_holds": _order(ranked, "rank_weighted_sum")
+                    == _order(base, "rank_weighted_sum"),
+                    "topsis_ranking_holds": _order(ranked, "rank_topsis") == _order(base, "rank_topsis"),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -143,8 +170,9 @@ def _top(frame: pd.DataFrame, column: str) -> str | None:
     return order[0] if order else None
 
 
-def score_survivors(candidates: list[CandidateEvidence], gate_results: dict[str, list[GateResult]],
-                    stage: StagePolicy) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def score_survivors(
+    candidates: list[CandidateEvidence], gate_results: dict[str, list[GateResult]], stage: StagePolicy
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Hard gates filter, scores rank: (ranking of survivors, sensitivity table, who was filtered and why).
 
     The gates that judge a measurement filter; a sign-off gate (`SIGNED_KINDS`) still open does not: the version

@@ -32,7 +32,7 @@ def look_alpha(alpha: float, look: int) -> float:
     """The share of the rollout's error budget `alpha` that look `look` (1-based) may spend; sums to alpha."""
     if look < 1:
         raise ValueError(f"look {look!r}: looks are counted from 1")
-    return alpha * 6.0 / (math.pi ** 2 * look ** 2)
+    return alpha * 6.0 / (math.pi**2 * look**2)
 
 
 def quantile_bound_ranks(n: int, q: float, alpha: float) -> tuple[int, int]:
@@ -75,10 +75,12 @@ def share_bounds(k: ArrayLike, n: ArrayLike, alpha: float) -> tuple[np.ndarray, 
     return np.nan_to_num(lower, nan=0.0), np.nan_to_num(upper, nan=1.0)
 
 
-def requests_to_settle_share(k: int, n: int, alpha: float, max_share: float | None = None,
-                             min_share: float | None = None) -> int | None:
+def requests_to_settle_share(
+    k: int, n: int, alpha: float, max_share: float | None = None, min_share: float | None = None
+) -> int | None:
     """How many more requests, all of them good (no error; right), would bring the share's bound inside its
     range (`upper <= max_share` / `lower >= min_share`); None when not within MAX_REQUESTS."""
+
     def settled(more: int) -> bool:
         good = k if max_share is not None else k + more  # k counts bad events for a max, good ones for a min
         lower, upper = share_bounds(good, n + more, alpha)

@@ -88,8 +88,9 @@ def _parse_arm(name: str, spec: Any, where: str) -> ArmSpec:
     if unknown:
         raise ServingPolicyError(f"{where}.{unknown[0]}: unknown key; expected {', '.join(ARM_KEYS)}")
     if ("upstream" in spec) == ("alias" in spec):
-        raise ServingPolicyError(f"{where}: expected exactly one of upstream (an OpenAI-compatible base URL) "
-                                 "or alias (a served alias)")
+        raise ServingPolicyError(
+            f"{where}: expected exactly one of upstream (an OpenAI-compatible base URL) or alias (a served alias)"
+        )
     faults = _parse_faults(spec["faults"], f"{where}.faults") if "faults" in spec else None
     timeout = spec.get("timeout_s")
     if timeout is not None and (not _is_number(timeout) or timeout <= 0):
@@ -103,8 +104,9 @@ def _parse_arm(name: str, spec: Any, where: str) -> ArmSpec:
     url = spec["upstream"]
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise ServingPolicyError(f"{where}.upstream: expected an http(s) base URL such as http://127.0.0.1:8001/v1, "
-                                 f"got {url!r}")
+        raise ServingPolicyError(
+            f"{where}.upstream: expected an http(s) base URL such as http://127.0.0.1:8001/v1, got {url!r}"
+        )
     model = _name(spec.get("model"), f"{where}.model", "the model name the upstream serves")
     key_env = spec.get("api_key_env")
     if key_env is not None and (not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env)):

@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Protocol
 
 from checklists.yaml_file import read_yaml_file
 from gates.request_limits import RequestLimits, parse_request_limits
@@ -52,7 +53,7 @@ class Matcher(Protocol):
     kind: ClassVar[str]
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "Matcher": ...
+    def parse(cls, value: Any, where: str) -> Matcher: ...
 
     def matches(self, facts: RequestFacts) -> bool: ...
 
@@ -70,7 +71,7 @@ class PathMatcher:
     path: str
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "PathMatcher":
+    def parse(cls, value: Any, where: str) -> PathMatcher:
         if value not in PATHS:
             raise ServingPolicyError(f"{where}: expected one of {', '.join(PATHS)}, got {value!r}")
         return cls(value)
@@ -83,8 +84,11 @@ class PathMatcher:
 
 
 def _name_value(value: Any, where: str, what: str) -> tuple[str, str]:
-    if not isinstance(value, dict) or set(value) != {"name", "value"} or not all(
-            isinstance(value[k], str) and value[k] for k in ("name", "value")):
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"name", "value"}
+        or not all(isinstance(value[k], str) and value[k] for k in ("name", "value"))
+    ):
         raise ServingPolicyError(f"{where}: expected {{name: <{what}>, value: <str>}}, got {value!r}")
     return value["name"], value["value"]
 
@@ -98,7 +102,7 @@ class HeaderMatcher:
     value: str
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "HeaderMatcher":
+    def parse(cls, value: Any, where: str) -> HeaderMatcher:
         name, wanted = _name_value(value, where, "header name")
         return cls(name.lower(), wanted)
 
@@ -117,7 +121,7 @@ class UserMatcher:
     users: tuple[str, ...]
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "UserMatcher":
+    def parse(cls, value: Any, where: str) -> UserMatcher:
         users = [value] if isinstance(value, str) else value
         if not isinstance(users, list) or not users or not all(isinstance(u, str) and u for u in users):
             raise ServingPolicyError(f"{where}: expected a user name or a non-empty list of them, got {value!r}")
@@ -139,7 +143,7 @@ class MetadataMatcher:
     value: str
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "MetadataMatcher":
+    def parse(cls, value: Any, where: str) -> MetadataMatcher:
         return cls(*_name_value(value, where, "metadata key"))
 
     def matches(self, facts: RequestFacts) -> bool:
@@ -157,7 +161,7 @@ class MaxTokensAboveMatcher:
     bound: int
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> "MaxTokensAboveMatcher":
+    def parse(cls, value: Any, where: str) -> MaxTokensAboveMatcher:
         if not _is_int(value) or value < 0:
             raise ServingPolicyError(f"{where}: expected a non-negative integer, got {value!r}")
         return cls(value)
@@ -169,8 +173,9 @@ class MaxTokensAboveMatcher:
         return f"max_tokens > {self.bound}"
 
 
-MATCHERS: dict[str, type[Matcher]] = {m.kind: m for m in (
-    PathMatcher, HeaderMatcher, UserMatcher, MetadataMatcher, MaxTokensAboveMatcher)}
+MATCHERS: dict[str, type[Matcher]] = {
+    m.kind: m for m in (PathMatcher, HeaderMatcher, UserMatcher, MetadataMatcher, MaxTokensAboveMatcher)
+}
 
 
 @dataclass(frozen=True)
@@ -197,8 +202,9 @@ class RouteSpec:
     def arms(self) -> tuple[str, ...]:
         """Every arm the route may send a request to: its split's, its fallback, its shadow."""
         extra = (self.fallback,) if self.fallback else ()
-        return tuple(dict.fromkeys((*(arm for arm, _ in self.split), *extra,
-                                    *((self.shadow.arm,) if self.shadow else ()))))
+        return tuple(
+            dict.fromkeys((*(arm for arm, _ in self.split), *extra, *((self.shadow.arm,) if self.shadow else ())))
+        )
 
     def pick(self, key: str) -> str:
         """The arm for a request key: sticky (the same key, the same arm while the weights stay)."""
@@ -286,8 +292,9 @@ def parse_serving_policy(data: Any, source: str = "<memory>") -> ServingPolicy:
     limits = parse_request_limits(data.get("limits"), f"{source}: limits")
     ours = {k: v for k, v in data.items() if k != "rollout"}  # a rollout edit does not change the routes
     canonical = json.dumps(ours, sort_keys=True, default=str).encode()
-    return ServingPolicy(tuple(routes), default, source, hashlib.sha256(canonical).hexdigest(), declared, health,
-                         limits)
+    return ServingPolicy(
+        tuple(routes), default, source, hashlib.sha256(canonical).hexdigest(), declared, health, limits
+    )
 
 
 def _parse_route(name: str, spec: Any, where: str, matched: bool) -> RouteSpec:
@@ -325,9 +332,10 @@ def _parse_shadow(value: Any, where: str) -> ShadowSpec:
 
 def _parse_match(value: Any, where: str) -> Matcher:
     if not isinstance(value, dict) or len(value) != 1:
-        raise ServingPolicyError(f"{where}: expected one matcher, {{KIND: SETTINGS}} with KIND one of "
-                                 f"{', '.join(MATCHERS)}, got {value!r}")
-    (kind, settings), = value.items()
+        raise ServingPolicyError(
+            f"{where}: expected one matcher, {{KIND: SETTINGS}} with KIND one of {', '.join(MATCHERS)}, got {value!r}"
+        )
+    ((kind, settings),) = value.items()
     if kind not in MATCHERS:
         raise ServingPolicyError(f"{where}.{kind}: unknown matcher; expected one of {', '.join(MATCHERS)}")
     return MATCHERS[kind].parse(settings, f"{where}.{kind}")

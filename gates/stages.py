@@ -3,7 +3,7 @@ after a stage, the next one a version has to reach, and the highest one it quali
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from checklists import STAGES
 from gates.promotion import PromotionDecision

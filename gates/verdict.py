@@ -5,8 +5,8 @@ A `str` enum, so `Verdict.PASS == "pass"` and reports, tags and JSON keep the pl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Iterable
 
 
 class Verdict(StrEnum):
@@ -15,7 +15,7 @@ class Verdict(StrEnum):
     INCONCLUSIVE = "inconclusive"  # not a pass, not a fault of the model: the evidence says what would settle it
 
     @classmethod
-    def combine(cls, verdicts: Iterable[str]) -> "Verdict":
+    def combine(cls, verdicts: Iterable[str]) -> Verdict:
         """Fail if any failed (or there is none to combine), else inconclusive if any is, else pass."""
         found = {cls(v) for v in verdicts}
         if cls.FAIL in found or not found:

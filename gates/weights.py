@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gates.serving_policy import RouteSpec, ServingPolicy, ServingPolicyError, parse_split
 
@@ -36,8 +37,9 @@ def weights_sha256(routes: Mapping[str, Mapping[str, int]]) -> str:
 def parse_overlay(data: Any, source: str) -> Overlay:
     """Validate overlay data ({"routes": {route: {arm: weight}}, "sha256"?}) without knowing the policy."""
     if not isinstance(data, dict) or not isinstance(data.get("routes"), dict):
-        raise ServingPolicyError(f"{source}: expected {{\"routes\": {{ROUTE: {{ARM: WEIGHT}}}}}}, got "
-                                 f"{type(data).__name__}")
+        raise ServingPolicyError(
+            f'{source}: expected {{"routes": {{ROUTE: {{ARM: WEIGHT}}}}}}, got {type(data).__name__}'
+        )
     unknown = sorted(set(data) - {"routes", "sha256"})
     if unknown:
         raise ServingPolicyError(f"{source}: {unknown[0]}: unknown key; expected routes, sha256")
@@ -55,12 +57,23 @@ def apply_overlay(policy: ServingPolicy, overlay: Overlay, known_arms: set[str],
             raise ServingPolicyError(f"{source}: routes.{route}: no such route; routes: {', '.join(policy.names())}")
         missing = [arm for arm, _ in split if arm not in known_arms]
         if missing:
-            raise ServingPolicyError(f"{source}: routes.{route}.{missing[0]}: not an arm served or declared here; "
-                                     f"arms: {', '.join(sorted(known_arms))}")
+            raise ServingPolicyError(
+                f"{source}: routes.{route}.{missing[0]}: not an arm served or declared here; "
+                f"arms: {', '.join(sorted(known_arms))}"
+            )
 
     def moved(spec: RouteSpec) -> RouteSpec:
-        return RouteSpec(spec.name, spec.match, overlay[spec.name], spec.fallback, spec.shadow) \
-            if spec.name in overlay else spec
+        return (
+            RouteSpec(spec.name, spec.match, overlay[spec.name], spec.fallback, spec.shadow)
+            if spec.name in overlay
+            else spec
+        )
 
-    return ServingPolicy(tuple(moved(r) for r in policy.routes), moved(policy.default), policy.source,
-                         policy.sha256, policy.declared, policy.health)
+    return ServingPolicy(
+        tuple(moved(r) for r in policy.routes),
+        moved(policy.default),
+        policy.source,
+        policy.sha256,
+        policy.declared,
+        policy.health,
+    )

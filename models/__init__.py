@@ -8,8 +8,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CheckpointError": "models.checkpoint", "LoadedModel": "models.checkpoint", "load_checkpoint": "models.checkpoint",
-    "save_checkpoint": "models.checkpoint", "LLaDAConfig": "models.llada", "LLaDAModelLM": "models.llada",
+    "CheckpointError": "models.checkpoint",
+    "LoadedModel": "models.checkpoint",
+    "load_checkpoint": "models.checkpoint",
+    "save_checkpoint": "models.checkpoint",
+    "LLaDAConfig": "models.llada",
+    "LLaDAModelLM": "models.llada",
     "load": "models.loading",
 }
 __all__ = sorted(_EXPORTS)

@@ -54,43 +54,75 @@ class BlockDiffusionShape:
     max_positions: int = 1024  # prompt + canvases the rotary tables cover
 
 
-def diffusion_gemma_config(shape: BlockDiffusionShape, tokenizer: Tokenizer,
-                           ids: dict[str, int]) -> transformers.DiffusionGemmaConfig:
+def diffusion_gemma_config(
+    shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int]
+) -> transformers.DiffusionGemmaConfig:
     """A DiffusionGemmaConfig for the char tokenizer; image ids sit just past the text vocabulary."""
     import transformers
 
     vocab = tokenizer.get_vocab_size()
     head_dim = shape.hidden_size // shape.n_heads
     text = dict(
-        vocab_size=vocab + 3, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.n_layers, num_attention_heads=shape.n_heads, num_key_value_heads=shape.n_kv_heads,
-        head_dim=head_dim, global_head_dim=head_dim, sliding_window=shape.max_positions,
-        max_position_embeddings=shape.max_positions, layer_types=["full_attention"] * shape.n_layers,
-        use_bidirectional_attention="vision", num_experts=shape.n_experts, top_k_experts=shape.top_k_experts,
-        moe_intermediate_size=shape.expert_size, pad_token_id=ids["pad_token_id"], eos_token_id=ids["eos_token_id"],
+        vocab_size=vocab + 3,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.n_layers,
+        num_attention_heads=shape.n_heads,
+        num_key_value_heads=shape.n_kv_heads,
+        head_dim=head_dim,
+        global_head_dim=head_dim,
+        sliding_window=shape.max_positions,
+        max_position_embeddings=shape.max_positions,
+        layer_types=["full_attention"] * shape.n_layers,
+        use_bidirectional_attention="vision",
+        num_experts=shape.n_experts,
+        top_k_experts=shape.top_k_experts,
+        moe_intermediate_size=shape.expert_size,
+        pad_token_id=ids["pad_token_id"],
+        eos_token_id=ids["eos_token_id"],
         bos_token_id=ids["eot_token_id"],
     )
     # No image ever reaches this model; a None vision config would build the full-size default tower.
-    vision = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                  num_attention_heads=2, num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4,
-                  pooling_kernel_size=2)
-    return transformers.DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=shape.canvas_length,
-                                             boi_token_id=vocab, eoi_token_id=vocab + 1, image_token_id=vocab + 2)
+    vision = dict(
+        model_type="gemma4_vision",
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        position_embedding_size=64,
+        patch_size=4,
+        pooling_kernel_size=2,
+    )
+    return transformers.DiffusionGemmaConfig(
+        text_config=text,
+        vision_config=vision,
+        canvas_length=shape.canvas_length,
+        boi_token_id=vocab,
+        eoi_token_id=vocab + 1,
+        image_token_id=vocab + 2,
+    )
 
 
-def build_diffusion_gemma(shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int],
-                          seed: int) -> transformers.DiffusionGemmaForBlockDiffusion:
+def build_diffusion_gemma(
+    shape: BlockDiffusionShape, tokenizer: Tokenizer, ids: dict[str, int], seed: int
+) -> transformers.DiffusionGemmaForBlockDiffusion:
     """A freshly initialised DiffusionGemmaForBlockDiffusion (transformers' own init, seeded)."""
     import transformers
 
     torch.manual_seed(seed)
     model = transformers.DiffusionGemmaForBlockDiffusion(diffusion_gemma_config(shape, tokenizer, ids))
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = ids["eos_token_id"], ids["pad_token_id"]
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = (
+        ids["eos_token_id"],
+        ids["pad_token_id"],
+    )
     return model
 
 
-def encode_canvases(tokenizer: Tokenizer, pairs: list[tuple[str, str]], L: int,
-                    ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def encode_canvases(
+    tokenizer: Tokenizer, pairs: list[tuple[str, str]], L: int, ids: dict[str, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """(tokens, attention, target) `(B, P + n * L)` and P: left-padded prompts, responses + EOS padded to n canvases.
 
     `target` marks the response tokens and the first EOS (what the encoder's next-token loss predicts)."""
@@ -126,15 +158,28 @@ def encode_clean(model: Any, tokens: torch.Tensor, attention: torch.Tensor) -> t
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     positions = torch.arange(tokens.shape[1], device=tokens.device)[None]
     shape_only = torch.empty((*tokens.shape, 0), dtype=model.dtype, device=tokens.device)
-    masks = encoder.create_masks_for_generate(config=model.config, inputs_embeds=shape_only, attention_mask=attention,
-                                              cache=cache, position_ids=positions, mm_token_type_ids=None)
+    masks = encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=shape_only,
+        attention_mask=attention,
+        cache=cache,
+        position_ids=positions,
+        mm_token_type_ids=None,
+    )
     out = encoder(input_ids=tokens, attention_mask=masks, cache=cache, position_ids=positions)
     return out.cache, out.last_hidden_state
 
 
-def block_diffusion_loss(model: Any, tokens: torch.Tensor, attention: torch.Tensor, target: torch.Tensor, P: int,
-                         generator: torch.Generator,
-                         self_conditioning_p: float = 0.5, encoder_loss_weight: float = 1.0) -> torch.Tensor:
+def block_diffusion_loss(
+    model: Any,
+    tokens: torch.Tensor,
+    attention: torch.Tensor,
+    target: torch.Tensor,
+    P: int,
+    generator: torch.Generator,
+    self_conditioning_p: float = 0.5,
+    encoder_loss_weight: float = 1.0,
+) -> torch.Tensor:
     """The block-diffusion SFT loss of one batch (module docstring); every random draw comes from `generator` (CPU)."""
     L, V = model.config.canvas_length, model.config.text_config.vocab_size
     B, T = tokens.shape
@@ -151,17 +196,27 @@ def block_diffusion_loss(model: Any, tokens: torch.Tensor, attention: torch.Tens
     tokens, attention, target = tokens.to(device), attention.to(device), target.to(device)
     cache, hidden = encode_clean(model, tokens[:, : start + L], attention[:, : start + L])
     # the canvas reads the clean prefix before it, never its own clean positions in the cache
-    dec_mask = torch.cat([attention[:, :start], torch.zeros(B, L, dtype=attention.dtype, device=device),
-                          torch.ones(B, L, dtype=attention.dtype, device=device)], dim=1)
+    dec_mask = torch.cat(
+        [
+            attention[:, :start],
+            torch.zeros(B, L, dtype=attention.dtype, device=device),
+            torch.ones(B, L, dtype=attention.dtype, device=device),
+        ],
+        dim=1,
+    )
     positions = torch.arange(start, start + L, device=device)[None]
-    call = dict(decoder_input_ids=noisy.to(device), cache=cache, decoder_attention_mask=dec_mask,
-                decoder_position_ids=positions)
+    call = dict(
+        decoder_input_ids=noisy.to(device), cache=cache, decoder_attention_mask=dec_mask, decoder_position_ids=positions
+    )
     self_conditioning = None
     if bool(use_sc.any()):
         with torch.no_grad():
             self_conditioning = model(**call).logits.to(model.dtype)
-    logits = model(**call, self_conditioning_logits=self_conditioning,
-                   self_conditioning_mask=use_sc.to(device) if self_conditioning is not None else None).logits
+    logits = model(
+        **call,
+        self_conditioning_logits=self_conditioning,
+        self_conditioning_mask=use_sc.to(device) if self_conditioning is not None else None,
+    ).logits
     diffusion = F.cross_entropy(logits.reshape(-1, V), clean.to(device).reshape(-1))
     if not encoder_loss_weight:
         return diffusion
@@ -177,18 +232,31 @@ class DiffusionGemmaObjective:
     """`unmask train`'s objective for architecture "diffusion-gemma" (models/training.py OBJECTIVES)."""
 
     def shape(self, cfg: TrainConfig) -> BlockDiffusionShape:
-        return BlockDiffusionShape(hidden_size=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                                   intermediate_size=cfg.mlp_hidden, canvas_length=cfg.canvas_length,
-                                   max_positions=cfg.max_sequence_length)
+        return BlockDiffusionShape(
+            hidden_size=cfg.d_model,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            intermediate_size=cfg.mlp_hidden,
+            canvas_length=cfg.canvas_length,
+            max_positions=cfg.max_sequence_length,
+        )
 
     def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> transformers.DiffusionGemmaForBlockDiffusion:
         return build_diffusion_gemma(self.shape(cfg), tokenizer, special_ids(tokenizer), cfg.seed)
 
-    def loss(self, cfg: TrainConfig, model: Any, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
-             generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(
+        self,
+        cfg: TrainConfig,
+        model: Any,
+        batch: Batch,
+        tokenizer: Tokenizer,
+        ids: dict[str, int],
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, int]:
         tokens, attention, target, P = encode_canvases(tokenizer, batch.pairs, cfg.canvas_length, ids)
-        loss = block_diffusion_loss(model, tokens, attention, target, P, generator, cfg.self_conditioning_p,
-                                    cfg.encoder_loss_weight)
+        loss = block_diffusion_loss(
+            model, tokens, attention, target, P, generator, cfg.self_conditioning_p, cfg.encoder_loss_weight
+        )
         return loss, tokens.numel()
 
     def write(self, model: Any, folder: Path, tokenizer: Tokenizer, extra: dict[str, Any]) -> None:
@@ -201,6 +269,7 @@ class DiffusionGemmaObjective:
 
     def read(self, model: Any, folder: Path) -> None:
         """Load through transformers (it restores the tied encoder/decoder weights save_pretrained folds)."""
-        saved = type(model).from_pretrained(folder, dtype=torch.float32, use_safetensors=True, trust_remote_code=False,
-                                            local_files_only=True)
+        saved = type(model).from_pretrained(
+            folder, dtype=torch.float32, use_safetensors=True, trust_remote_code=False, local_files_only=True
+        )
         model.load_state_dict(saved.state_dict())

@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, overload
+from typing import Any, Literal, overload
+from urllib.parse import urlsplit
 
 import yaml
-from urllib.parse import urlsplit
+
 from models.unique_keys import DuplicateKeyError, load_yaml
 
 CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
@@ -24,14 +25,40 @@ KINDS = ("masked-diffusion", "block-diffusion", "autoregressive", "api")
 ROLES = ("candidate", "fallback")
 ADAPTERS = ("llada", "diffusion-gemma", "causal-lm", "api", "none")
 FIELDS = {
-    "id", "family", "kind", "role", "source", "revision", "pinned", "sha256", "license", "license_name",
-    "license_link", "card_license", "parameters", "adapter", "decoding", "notes", "api_model", "api_key_env",
+    "id",
+    "family",
+    "kind",
+    "role",
+    "source",
+    "revision",
+    "pinned",
+    "sha256",
+    "license",
+    "license_name",
+    "license_link",
+    "card_license",
+    "parameters",
+    "adapter",
+    "decoding",
+    "notes",
+    "api_model",
+    "api_key_env",
     "allow_outside_source",
 }
 DECODING_FIELDS = {
-    "mask_id": int, "eos_id": int, "eot_id": int, "pad_id": int, "gen_length": int, "block_length": int,
-    "steps": int, "entropy_bound": float, "t_min": float, "t_max": float, "stability_threshold": int,
-    "confidence_threshold": float, "temperature": float,
+    "mask_id": int,
+    "eos_id": int,
+    "eot_id": int,
+    "pad_id": int,
+    "gen_length": int,
+    "block_length": int,
+    "steps": int,
+    "entropy_bound": float,
+    "t_min": float,
+    "t_max": float,
+    "stability_threshold": int,
+    "confidence_threshold": float,
+    "temperature": float,
 }
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -264,8 +291,9 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     )
 
 
-def parse_source(value: str, kind: str, path: Path, fail: Callable[[str, str], CatalogError],
-                 allow_outside: bool = False) -> Source:
+def parse_source(
+    value: str, kind: str, path: Path, fail: Callable[[str, str], CatalogError], allow_outside: bool = False
+) -> Source:
     """`hf://org/name`, `https://host/...` (api only) or a folder; relative folders are relative to the catalog.
 
     A folder must lie inside the catalog's own folder tree (`../../../../etc` would otherwise be
@@ -285,8 +313,11 @@ def parse_source(value: str, kind: str, path: Path, fail: Callable[[str, str], C
             if kind != "api":
                 raise fail("source", f"{value!r}: a URL source is only for kind api; use hf://org/name or a folder")
             if scheme == "http" and urlsplit(value).hostname not in LOOPBACK_HOSTS:
-                raise fail("source", f"{value!r}: a key travels with every request, so an api entry needs https:// "
-                           f"(http:// only on this machine: {', '.join(LOOPBACK_HOSTS)})")
+                raise fail(
+                    "source",
+                    f"{value!r}: a key travels with every request, so an api entry needs https:// "
+                    f"(http:// only on this machine: {', '.join(LOOPBACK_HOSTS)})",
+                )
             return Source("api", value.rstrip("/"))
         raise fail("source", f"{value!r}: unknown scheme '{scheme}://'; expected hf://, https:// or a folder path")
     if kind == "api":
@@ -296,8 +327,11 @@ def parse_source(value: str, kind: str, path: Path, fail: Callable[[str, str], C
         folder = path.parent / folder
     folder, home = folder.resolve(), path.parent.resolve()
     if not allow_outside and not folder.is_relative_to(home):
-        raise fail("source", f"{value!r} resolves to {folder}, outside the catalog's folder {home}; move the model "
-                             f"under it, or set allow_outside_source: true on this entry")
+        raise fail(
+            "source",
+            f"{value!r} resolves to {folder}, outside the catalog's folder {home}; move the model "
+            f"under it, or set allow_outside_source: true on this entry",
+        )
     return Source("local", str(folder))
 
 
@@ -305,7 +339,10 @@ def parse_license(raw: dict[str, Any], fail: Callable[[str, str], CatalogError])
     """An SPDX expression (LicenseRef-* allowed), or `other` with license_name and license_link."""
     value = raw.get("license")
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise fail("license", "is missing; give an SPDX id (e.g. Apache-2.0, MIT) or 'other' with license_name and license_link")
+        raise fail(
+            "license",
+            "is missing; give an SPDX id (e.g. Apache-2.0, MIT) or 'other' with license_name and license_link",
+        )
     if not isinstance(value, str):
         raise fail("license", f"must be a string, got {value!r}")
     name, link = raw.get("license_name"), raw.get("license_link")
@@ -324,10 +361,16 @@ def parse_license(raw: dict[str, Any], fail: Callable[[str, str], CatalogError])
     except AttributeError:
         # license-expression's validate() fails on its own error path for some characters (e.g. '\x1b'):
         # an expression it cannot even report on is not an SPDX id.
-        raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link") from None
+        raise fail(
+            "license",
+            f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link",
+        ) from None
     invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
     if invalid or info.normalized_expression is None and not info.invalid_symbols:
-        raise fail("license", f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link")
+        raise fail(
+            "license",
+            f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link",
+        )
     return info.normalized_expression or value, name, link
 
 
@@ -349,7 +392,11 @@ def parse_decoding(value: Any, fail: Callable[[str, str], CatalogError]) -> dict
         if key not in DECODING_FIELDS:
             raise fail(f"decoding.{key}", f"is not a decoding setting; known: {', '.join(sorted(DECODING_FIELDS))}")
         want = DECODING_FIELDS[key]
-        ok = isinstance(given, int) and not isinstance(given, bool) if want is int else isinstance(given, (int, float)) and not isinstance(given, bool)
+        ok = (
+            isinstance(given, int) and not isinstance(given, bool)
+            if want is int
+            else isinstance(given, (int, float)) and not isinstance(given, bool)
+        )
         if given is not None and not ok:
             raise fail(f"decoding.{key}", f"must be {want.__name__}, got {given!r}")
         out[key] = float(given) if want is float and given is not None else given

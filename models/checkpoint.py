@@ -28,7 +28,14 @@ EOT_TOKENS = ("<|eot_id|>", "<|im_end|>", "<eot>", "<|endoftext|>")
 
 # Config keys that exist in LLaDA's config.json and would change the computation if switched on;
 # the native model does not implement them, so a checkpoint that sets them is refused.
-UNSUPPORTED_FLAGS = ("input_emb_norm", "scale_logits", "attention_layer_norm", "clip_qkv", "alibi", "multi_query_attention")
+UNSUPPORTED_FLAGS = (
+    "input_emb_norm",
+    "scale_logits",
+    "attention_layer_norm",
+    "clip_qkv",
+    "alibi",
+    "multi_query_attention",
+)
 SUPPORTED_VALUES = {"layer_norm_type": ("rms",), "block_type": ("llama",), "activation_type": ("silu", "swiglu")}
 
 
@@ -76,7 +83,11 @@ class LoadedModel(TextCodec):
 
 def _type_ok(value: Any, annotation: Any) -> bool:
     hint = annotation if not isinstance(annotation, str) else eval(annotation, {}, {})  # dataclass string types
-    origins = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    origins = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
     for t in origins:
         if t is type(None) and value is None:
             return True
@@ -125,7 +136,9 @@ def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
             raise CheckpointError(f"{path}: key '{key}'={raw[key]!r}; supported: {', '.join(allowed)}")
     cfg = LLaDAConfig(**kwargs)
     if cfg.d_model % cfg.n_heads or cfg.n_heads % cfg.kv_heads:
-        raise CheckpointError(f"{path}: d_model {cfg.d_model} / n_heads {cfg.n_heads} / n_kv_heads {cfg.kv_heads} do not divide")
+        raise CheckpointError(
+            f"{path}: d_model {cfg.d_model} / n_heads {cfg.n_heads} / n_kv_heads {cfg.kv_heads} do not divide"
+        )
     for key in ("mask_token_id", "eos_token_id"):
         value = getattr(cfg, key, None)
         if isinstance(value, int) and not 0 <= value < cfg.vocab_size:
@@ -149,9 +162,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
         return {}  # filled from the file header
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES) if folder.is_dir() else []
     if pickles:
-        raise CheckpointError(
-            f"{folder}: only pickle weights ({', '.join(pickles)}); unmask loads safetensors only"
-        )
+        raise CheckpointError(f"{folder}: only pickle weights ({', '.join(pickles)}); unmask loads safetensors only")
     raise CheckpointError(f"{folder}: no {SAFETENSORS_SINGLE} and no {SAFETENSORS_INDEX}")
 
 
@@ -244,7 +255,9 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def load_checkpoint(folder: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
+def load_checkpoint(
+    folder: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
     """Load a LLaDA-layout folder (config.json, safetensors, tokenizer.json, card)."""
     folder = Path(folder)
     if not folder.is_dir():

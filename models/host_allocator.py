@@ -48,6 +48,10 @@ def retain_freed_memory() -> str:
     ok = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
     if not ok:
-        log.warning("glibc's mallopt refused the thresholds (mmap %d, trim %d bytes): batched CPU forwards will "
-                    "fault their activation pages in anew", MMAP_THRESHOLD, TRIM_THRESHOLD)
+        log.warning(
+            "glibc's mallopt refused the thresholds (mmap %d, trim %d bytes): batched CPU forwards will "
+            "fault their activation pages in anew",
+            MMAP_THRESHOLD,
+            TRIM_THRESHOLD,
+        )
     return "tuned" if ok else "refused"

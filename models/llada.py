@@ -126,7 +126,10 @@ class LLaDABlock(nn.Module):
         self.ff_out = nn.Linear(cfg.hidden_size, d, bias=bias)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, attn_bias: torch.Tensor | None,
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        attn_bias: torch.Tensor | None,
         past_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         cfg = self.cfg
@@ -228,8 +231,9 @@ class LLaDAModelLM(nn.Module):
         logits = F.linear(x, weight, None if cfg.weight_tying else tr.ff_out.bias)
         return LLaDAOutput(logits=logits, past_key_values=new_cache if use_cache else None)
 
-    def _attention_bias(self, attention_mask: torch.Tensor | None, B: int, S: int, T: int,
-                        device: torch.device) -> torch.Tensor | None:
+    def _attention_bias(
+        self, attention_mask: torch.Tensor | None, B: int, S: int, T: int, device: torch.device
+    ) -> torch.Tensor | None:
         """Boolean `(B, 1, T, S + T)` of allowed (query, key) pairs, or None when all are allowed."""
         allowed = None
         if attention_mask is not None:
@@ -253,7 +257,11 @@ def init_weights(model: LLaDAModelLM, seed: int = 0, std: float = 0.02) -> LLaDA
             if name.endswith("norm.weight") or name.endswith("ln_f.weight"):
                 p.fill_(1.0)
             elif p.dim() >= 2:
-                scale = std / math.sqrt(2 * model.config.n_layers) if name.endswith(("attn_out.weight", "ff_out.weight")) and "blocks" in name else std
+                scale = (
+                    std / math.sqrt(2 * model.config.n_layers)
+                    if name.endswith(("attn_out.weight", "ff_out.weight")) and "blocks" in name
+                    else std
+                )
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
             else:
                 p.zero_()

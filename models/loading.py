@@ -17,8 +17,14 @@ from models.pull import PullError, entry_path, verify_pins
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")  # torch device names unmask runs on (--device, sweeps)
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def catalog_entry(ref: str | Path, catalog: Catalog | None = None) -> CatalogEntry | None:
@@ -77,9 +83,15 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load(ref: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32, *,
-         adapter: str | None = None, catalog: Catalog | None = None,
-         store: str | Path | None = None) -> ModelHandle | APIAdapter:
+def load(
+    ref: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    *,
+    adapter: str | None = None,
+    catalog: Catalog | None = None,
+    store: str | Path | None = None,
+) -> ModelHandle | APIAdapter:
     """The model handle of a catalog id, bundled id or folder: model, text codec, stop ids, card, weights digest.
 
     The folder's layout picks the adapter (`adapter` overrides it: 'causal-lm' runs a causal LLaDA

@@ -29,10 +29,24 @@ from models.state import state_dir
 
 # What a pull keeps: what unmask loads, plus the card and license text the license gate reads.
 ALLOW_PATTERNS = (
-    "config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-    "merges.txt", "chat_template.jinja", "chat_template.json", "processor_config.json",
-    "preprocessor_config.json", "README.md", "MODEL_CARD.md", "LICENSE*", "USE_POLICY.md",
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "README.md",
+    "MODEL_CARD.md",
+    "LICENSE*",
+    "USE_POLICY.md",
 )
 MANIFEST = "unmask-pull.json"
 FINDINGS = "findings.json"
@@ -95,7 +109,9 @@ def pull(
     """
     entry = entry_or_id if isinstance(entry_or_id, CatalogEntry) else (catalog or load_catalog()).get(entry_or_id)
     if entry.is_api:
-        raise PullError(f"model '{entry.id}' is an API model ({entry.source}); nothing to pull. {entry.api_status()[1]}")
+        raise PullError(
+            f"model '{entry.id}' is an API model ({entry.source}); nothing to pull. {entry.api_status()[1]}"
+        )
     if entry.source.scheme == "hf":
         source_dir, commit, remote_files = from_hub(entry, cache_dir=cache_dir, endpoint=endpoint, offline=offline)
     else:
@@ -108,8 +124,13 @@ def pull(
         findings = license_findings(entry, staging)
         (staging / FINDINGS).write_text(json.dumps(findings, indent=2) + "\n")
         manifest = {
-            "id": entry.id, "source": str(entry.source), "revision": entry.revision, "commit": commit,
-            "pinned": entry.pinned, "files": files, "findings": len(findings),
+            "id": entry.id,
+            "source": str(entry.source),
+            "revision": entry.revision,
+            "commit": commit,
+            "pinned": entry.pinned,
+            "files": files,
+            "findings": len(findings),
             "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # written last: marks completeness
@@ -120,12 +141,17 @@ def pull(
     return PullResult(entry.id, root / entry.id, files, commit, findings)
 
 
-def from_hub(entry: CatalogEntry, *, cache_dir: str | Path | None, endpoint: str | None,
-             offline: bool | None) -> tuple[Path, str | None, list[str] | None]:
+def from_hub(
+    entry: CatalogEntry, *, cache_dir: str | Path | None, endpoint: str | None, offline: bool | None
+) -> tuple[Path, str | None, list[str] | None]:
     """snapshot_download at the pinned revision; map every failure to a message that says what to do."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
-        GatedRepoError, HfHubHTTPError, IncompleteSnapshotError, LocalEntryNotFoundError, RepositoryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
@@ -136,13 +162,19 @@ def from_hub(entry: CatalogEntry, *, cache_dir: str | Path | None, endpoint: str
     where = f"hf://{repo}@{revision}"
     try:
         folder = snapshot_download(
-            repo, revision=revision, allow_patterns=list(ALLOW_PATTERNS), cache_dir=cache_dir,
-            local_files_only=offline, endpoint=endpoint,
+            repo,
+            revision=revision,
+            allow_patterns=list(ALLOW_PATTERNS),
+            cache_dir=cache_dir,
+            local_files_only=offline,
+            endpoint=endpoint,
         )
     except GatedRepoError as e:
         raise PullError(f"{where}: gated repository; accept its license on the Hub and set HF_TOKEN ({e})") from None
     except RevisionNotFoundError:
-        raise PullError(f"{where}: revision '{revision}' does not exist in {repo}; fix 'revision' in the catalog") from None
+        raise PullError(
+            f"{where}: revision '{revision}' does not exist in {repo}; fix 'revision' in the catalog"
+        ) from None
     except RepositoryNotFoundError:
         raise PullError(f"{where}: repository {repo} not found (or private); check 'source' in the catalog") from None
     except IncompleteSnapshotError as e:
@@ -153,8 +185,11 @@ def from_hub(entry: CatalogEntry, *, cache_dir: str | Path | None, endpoint: str
         cache = Path(cache_dir or constants.HF_HUB_CACHE)
         reason = "HF_HUB_OFFLINE is set" if offline else "the Hub cannot be reached"
         cached = cache / f"models--{repo.replace('/', '--')}"
-        missing = (f"revision '{revision}' is not in the Hugging Face cache at {cached}" if cached.is_dir()
-                   else f"no copy of {repo} in the Hugging Face cache at {cache}")
+        missing = (
+            f"revision '{revision}' is not in the Hugging Face cache at {cached}"
+            if cached.is_dir()
+            else f"no copy of {repo} in the Hugging Face cache at {cache}"
+        )
         raise PullError(
             f"{where}: {reason} and {missing}. Provide the files: on a machine with access run "
             f"`hf download {repo} --revision {revision}` and copy its cache folder into {cache} (or set HF_HUB_CACHE), "
@@ -171,7 +206,10 @@ def cached_listing(repo: str, commit: str, cache_dir: str | Path | None) -> list
     try:
         from huggingface_hub import get_cached_repo_tree
 
-        return [f.path if hasattr(f, "path") else str(f) for f in get_cached_repo_tree(repo, revision=commit, cache_dir=cache_dir)]
+        return [
+            f.path if hasattr(f, "path") else str(f)
+            for f in get_cached_repo_tree(repo, revision=commit, cache_dir=cache_dir)
+        ]
     except Exception:  # the listing is an optional extra check; its absence is not an error
         return None
 
@@ -229,7 +267,9 @@ def check_safetensors_complete(path: Path, entry_id: str) -> None:
             raise PullError(f"model '{entry_id}': {path} is truncated ({size} bytes; not a safetensors file)")
         (header_len,) = struct.unpack("<Q", head)
         if 8 + header_len > size:
-            raise PullError(f"model '{entry_id}': {path} is truncated (header declares {header_len} bytes, file has {size})")
+            raise PullError(
+                f"model '{entry_id}': {path} is truncated (header declares {header_len} bytes, file has {size})"
+            )
         try:
             header = json.loads(f.read(header_len))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -250,9 +290,13 @@ def check_hashes(entry: CatalogEntry, src: Path, name: str, digest: str) -> None
         return
     blob = Path(os.path.realpath(src)).name
     if len(blob) == 64 and all(c in "0123456789abcdef" for c in blob) and blob != digest:
-        raise PullError(f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: sha256 {digest}, expected {blob}")
+        raise PullError(
+            f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: sha256 {digest}, expected {blob}"
+        )
     if len(blob) == 40 and all(c in "0123456789abcdef" for c in blob) and blob != git_blob_sha1(src):
-        raise PullError(f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: git blob hash differs from {blob}")
+        raise PullError(
+            f"model '{entry.id}': {src} is corrupt in the Hugging Face cache: git blob hash differs from {blob}"
+        )
 
 
 def verify_pins(entry: CatalogEntry, folder: Path) -> None:
@@ -276,8 +320,9 @@ def verify_pins(entry: CatalogEntry, folder: Path) -> None:
         try:
             stat = path.stat()
         except OSError:
-            raise CheckpointError(f"model '{entry.id}': {path} is pinned in the catalog (sha256 {pinned}) but "
-                                  f"missing") from None
+            raise CheckpointError(
+                f"model '{entry.id}': {path} is pinned in the catalog (sha256 {pinned}) but missing"
+            ) from None
         key, stamp = os.path.realpath(path), [stat.st_size, stat.st_mtime_ns]
         known = cache.get(key)
         if isinstance(known, dict) and known.get("stamp") == stamp and isinstance(known.get("sha256"), str):
@@ -286,8 +331,10 @@ def verify_pins(entry: CatalogEntry, folder: Path) -> None:
             digest = sha256_of(path)
             cache[key], changed = {"stamp": stamp, "sha256": digest}, True
         if digest != pinned:
-            raise CheckpointError(f"model '{entry.id}': {path} sha256 mismatch: the catalog pins {pinned}, the file "
-                                  f"has {digest}; restore the file, or pull it again (`unmask pull {entry.id}`)")
+            raise CheckpointError(
+                f"model '{entry.id}': {path} sha256 mismatch: the catalog pins {pinned}, the file "
+                f"has {digest}; restore the file, or pull it again (`unmask pull {entry.id}`)"
+            )
     if changed:
         try:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,22 +375,49 @@ def license_findings(entry: CatalogEntry, folder: Path) -> list[dict[str, Any]]:
     try:
         card = read_card(folder)
     except ValueError as e:
-        return [{"check": "license", "severity": "warning", "catalog": entry.license, "card": None,
-                 "message": f"model card unreadable: {e}"}]
+        return [
+            {
+                "check": "license",
+                "severity": "warning",
+                "catalog": entry.license,
+                "card": None,
+                "message": f"model card unreadable: {e}",
+            }
+        ]
     if not card:
-        return [{"check": "license", "severity": "warning", "catalog": entry.license, "card": None,
-                 "message": "no model card (README.md) to confirm the license"}]
+        return [
+            {
+                "check": "license",
+                "severity": "warning",
+                "catalog": entry.license,
+                "card": None,
+                "message": "no model card (README.md) to confirm the license",
+            }
+        ]
     card_license = card.get("license")
     if card_license is None:
-        return [{"check": "license", "severity": "warning", "catalog": entry.license, "card": None,
-                 "message": f"{card['file']} has no 'license:' in its YAML header"}]
+        return [
+            {
+                "check": "license",
+                "severity": "warning",
+                "catalog": entry.license,
+                "card": None,
+                "message": f"{card['file']} has no 'license:' in its YAML header",
+            }
+        ]
     if entry.license_matches(str(card_license)):
         return []
-    return [{
-        "check": "license", "severity": "error", "catalog": entry.license, "card": str(card_license),
-        "card_license_name": card.get("license_name"), "card_license_link": card.get("license_link"),
-        "message": f"{card['file']} declares license '{card_license}' but the catalog says '{entry.license_label}'",
-    }]
+    return [
+        {
+            "check": "license",
+            "severity": "error",
+            "catalog": entry.license,
+            "card": str(card_license),
+            "card_license_name": card.get("license_name"),
+            "card_license_link": card.get("license_link"),
+            "message": f"{card['file']} declares license '{card_license}' but the catalog says '{entry.license_label}'",
+        }
+    ]
 
 
 def read_findings(folder: Path) -> list[dict[str, Any]]:

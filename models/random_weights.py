@@ -22,14 +22,29 @@ from models.tokenizer_build import special_ids
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-LLADA_8B = {"d_model": 4096, "n_heads": 32, "n_layers": 32, "mlp_hidden_size": 12288, "vocab_size": 126464,
-            "rope_theta": 500000.0, "max_sequence_length": 4096}
-SMOKE = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp_hidden_size": 128, "vocab_size": 512,
-         "rope_theta": 500000.0, "max_sequence_length": 1024}
+LLADA_8B = {
+    "d_model": 4096,
+    "n_heads": 32,
+    "n_layers": 32,
+    "mlp_hidden_size": 12288,
+    "vocab_size": 126464,
+    "rope_theta": 500000.0,
+    "max_sequence_length": 4096,
+}
+SMOKE = {
+    "d_model": 64,
+    "n_heads": 4,
+    "n_layers": 2,
+    "mlp_hidden_size": 128,
+    "vocab_size": 512,
+    "rope_theta": 500000.0,
+    "max_sequence_length": 1024,
+}
 
 
-def random_llada(shape: dict[str, Any], device: str, dtype: str, causal: bool = False,
-                 seed: int = 0) -> tuple[LLaDAModelLM, Tokenizer, dict[str, int]]:
+def random_llada(
+    shape: dict[str, Any], device: str, dtype: str, causal: bool = False, seed: int = 0
+) -> tuple[LLaDAModelLM, Tokenizer, dict[str, int]]:
     """(model, tokenizer, special ids): a LLaDA-layout network of `shape` built on `device` in `dtype` (bf16 on a
     GPU: LLaDA-8B is 16 GB built there, never 32 GB of float32 first), normal(0, 0.02) weights, norms at 1."""
     from tokenizers import Tokenizer
@@ -53,21 +68,35 @@ def random_llada(shape: dict[str, Any], device: str, dtype: str, causal: bool = 
     return model.eval(), tokenizer, ids
 
 
-def random_handle(shape: dict[str, Any], device: str, dtype: str, causal: bool = False,
-                  name: str = "llada-8b-random") -> LLaDAAdapter:
+def random_handle(
+    shape: dict[str, Any], device: str, dtype: str, causal: bool = False, name: str = "llada-8b-random"
+) -> LLaDAAdapter:
     """A model handle (what `models.load` returns) over a random network of `shape`, kept in memory."""
     model, tokenizer, ids = random_llada(shape, device, dtype, causal=causal, seed=1 if causal else 0)
-    loaded = LoadedModel(model=model, tokenizer=tokenizer, mask_id=ids["mask_token_id"], eos_id=ids["eos_token_id"],
-                         eot_id=ids["eot_token_id"], pad_id=ids["pad_token_id"], path=Path(name), config=model.config,
-                         model_id=name)
+    loaded = LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        mask_id=ids["mask_token_id"],
+        eos_id=ids["eos_token_id"],
+        eot_id=ids["eot_token_id"],
+        pad_id=ids["pad_token_id"],
+        path=Path(name),
+        config=model.config,
+        model_id=name,
+    )
     return LLaDAAdapter(loaded, entry_id=name)
 
 
 def write_random_llada(folder: Path, shape: dict[str, Any], device: str, dtype: str) -> Path:
     """`random_llada` saved as a checkpoint folder (safetensors shards of at most 4 GiB, the tiny tokenizer)."""
     model, tokenizer, ids = random_llada(shape, device, dtype)
-    save_checkpoint(model, folder, tokenizer=tokenizer, max_shard_bytes=4 * 2**30,
-                    extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+    save_checkpoint(
+        model,
+        folder,
+        tokenizer=tokenizer,
+        max_shard_bytes=4 * 2**30,
+        extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]},
+    )
     shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
     del model
     if device.startswith("cuda"):

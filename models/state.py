@@ -51,7 +51,9 @@ def state_dir(create: bool = True) -> Path:
     if create:
         why = unusable_folder(path)
         if why:
-            raise StateFolderError(f"{'$' + STATE_ENV + '=' + home if home else 'the state folder ' + str(path)}: "
-                                   f"{why}; point {STATE_ENV} at a writable folder")
+            raise StateFolderError(
+                f"{'$' + STATE_ENV + '=' + home if home else 'the state folder ' + str(path)}: "
+                f"{why}; point {STATE_ENV} at a writable folder"
+            )
         path.mkdir(parents=True, exist_ok=True)
     return path.resolve()

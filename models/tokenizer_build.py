@@ -7,7 +7,6 @@ LLaDA's names so the checkpoint loader finds them without configuration.
 
 from __future__ import annotations
 
-
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 MASK = "<|mdm_mask|>"

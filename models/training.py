@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -75,9 +76,16 @@ class TrainConfig:
     def model_config(self, tokenizer: Tokenizer) -> LLaDAConfig:
         ids = special_ids(tokenizer)
         return LLaDAConfig(
-            d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, mlp_hidden_size=self.mlp_hidden,
-            vocab_size=tokenizer.get_vocab_size(), max_sequence_length=self.max_sequence_length, rope_theta=10000.0,
-            mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"], causal=self.causal,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            mlp_hidden_size=self.mlp_hidden,
+            vocab_size=tokenizer.get_vocab_size(),
+            max_sequence_length=self.max_sequence_length,
+            rope_theta=10000.0,
+            mask_token_id=ids["mask_token_id"],
+            eos_token_id=ids["eos_token_id"],
+            causal=self.causal,
         )
 
 
@@ -96,17 +104,35 @@ RECIPES = {
     "tiny-llada-base": TrainConfig(model_id="tiny-llada", causal=False, steps=16000),
     # The bundled tiny-llada: the base above, fine-tuned on canvases of 32 to 512 positions padded with
     # EOS as LLaDA's SFT pads (trained at 32 only, the EOS run crept into answers at 256).
-    "tiny-llada": TrainConfig(model_id="tiny-llada", causal=False, steps=6000, lr=5e-4, warmup=100, mixture="long-canvas",
-                              canvas_mix=LONG_CANVAS_MIX, canvas_tokens=3000, max_sequence_length=640,
-                              init_from="trained/tiny-llada-base"),
+    "tiny-llada": TrainConfig(
+        model_id="tiny-llada",
+        causal=False,
+        steps=6000,
+        lr=5e-4,
+        warmup=100,
+        mixture="long-canvas",
+        canvas_mix=LONG_CANVAS_MIX,
+        canvas_tokens=3000,
+        max_sequence_length=640,
+        init_from="trained/tiny-llada-base",
+    ),
     "tiny-ar": TrainConfig(model_id="tiny-ar", causal=True),
     # transformers' DiffusionGemmaForBlockDiffusion trained with DiffusionGemma's objective (uniform-state
     # corruption of one 32-position canvas, self-conditioning, encoder next-token loss; models/block_training.py).
     # DiffusionGemma's block objective (models/block_training.py). At step 3000 (one cosine from 2e-3) held-out
     # arith was 69% and arith-ko 71% on 100 items, so a second cosine from 1e-3 follows
     # (docs/experiments/tiny-dgemma/README.md has the curve).
-    "tiny-dgemma": TrainConfig(model_id="tiny-dgemma", architecture="diffusion-gemma", steps=5000, warmup=100, mixture="block-diffusion",
-                               max_sequence_length=1024, checkpoint_every=100, restarts=(3000,), restart_lr=1e-3),
+    "tiny-dgemma": TrainConfig(
+        model_id="tiny-dgemma",
+        architecture="diffusion-gemma",
+        steps=5000,
+        warmup=100,
+        mixture="block-diffusion",
+        max_sequence_length=1024,
+        checkpoint_every=100,
+        restarts=(3000,),
+        restart_lr=1e-3,
+    ),
 }
 
 
@@ -133,8 +159,9 @@ class TrainState:
     history: list[dict[str, Any]] = field(default_factory=list)  # one entry per log line
 
 
-def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int,
-                     ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_diffusion(
+    tokenizer: Tokenizer, batch: Batch, canvas: int, ids: dict[str, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention_mask, response_mask), each `(B, P + canvas)`: left-padded prompt, EOS-padded response."""
     prompts = [tokenizer.encode(p, add_special_tokens=False).ids for p, _ in batch.pairs]
     responses = [tokenizer.encode(r, add_special_tokens=False).ids for _, r in batch.pairs]
@@ -154,8 +181,14 @@ def encode_diffusion(tokenizer: Tokenizer, batch: Batch, canvas: int,
     return tokens, attention, response
 
 
-def diffusion_loss(model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.Tensor, response: torch.Tensor,
-                   mask_id: int, generator: torch.Generator) -> torch.Tensor:
+def diffusion_loss(
+    model: LLaDAModelLM,
+    tokens: torch.Tensor,
+    attention: torch.Tensor,
+    response: torch.Tensor,
+    mask_id: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
     """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions weighted 1/t.
 
     The noise is drawn on the CPU from `generator` whatever the model's device, so a step masks the
@@ -178,8 +211,9 @@ def diffusion_loss(model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.T
     return (ce * weights / response_length).sum() / B
 
 
-def encode_autoregressive(tokenizer: Tokenizer, batch: Batch,
-                          ids: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_autoregressive(
+    tokenizer: Tokenizer, batch: Batch, ids: dict[str, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention_mask, target_mask) `(B, T)`: prompt + response + EOS, right-padded."""
     rows, starts = [], []
     for p, r in batch.pairs:
@@ -197,8 +231,9 @@ def encode_autoregressive(tokenizer: Tokenizer, batch: Batch,
     return tokens, attention, target
 
 
-def autoregressive_loss(model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.Tensor,
-                        target: torch.Tensor) -> torch.Tensor:
+def autoregressive_loss(
+    model: LLaDAModelLM, tokens: torch.Tensor, attention: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
     """Next-token cross-entropy on the response tokens and the closing EOS."""
     tokens, attention, target = tokens.to(model.device), attention.to(model.device), target.to(model.device)
     logits = model(tokens[:, :-1], attention_mask=attention[:, :-1]).logits  # (B, T-1, V)
@@ -218,14 +253,25 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
     return peak * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def save_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-                     state: TrainState, tokenizer: Tokenizer, objective: "Objective | None" = None) -> None:
+def save_train_state(
+    folder: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    state: TrainState,
+    tokenizer: Tokenizer,
+    objective: Objective | None = None,
+) -> None:
     """Write a resumable checkpoint: weights, AdamW moments (safetensors) and trainer state (JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "partial"
     (objective or objective_for(cfg)).write(model, tmp, tokenizer, special_ids(tokenizer))
     opt = optimizer.state_dict()
-    tensors = {f"{idx}.{name}": v.detach().cpu().clone().contiguous() for idx, s in opt["state"].items() for name, v in s.items()}
+    tensors = {
+        f"{idx}.{name}": v.detach().cpu().clone().contiguous()
+        for idx, s in opt["state"].items()
+        for name, v in s.items()
+    }
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     meta = {"train_config": asdict(cfg), "state": asdict(state), "param_groups": opt["param_groups"]}
     (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -241,8 +287,9 @@ def save_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.opti
         tmp.rename(final)
 
 
-def load_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     objective: "Objective | None" = None) -> tuple[TrainConfig, TrainState]:
+def load_train_state(
+    folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, objective: Objective | None = None
+) -> tuple[TrainConfig, TrainState]:
     """Restore weights, optimizer moments and the step counter from `folder/last` (or `folder`)."""
     folder = folder / "last" if (folder / "last").is_dir() else folder
     meta_path = folder / "trainer_state.json"
@@ -256,8 +303,10 @@ def load_train_state(folder: Path, model: torch.nn.Module, optimizer: torch.opti
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    saved = meta["train_config"] | {"restarts": tuple(meta["train_config"].get("restarts", ())),
-                                    "canvas_mix": tuple(tuple(pair) for pair in meta["train_config"].get("canvas_mix", ()))}
+    saved = meta["train_config"] | {
+        "restarts": tuple(meta["train_config"].get("restarts", ())),
+        "canvas_mix": tuple(tuple(pair) for pair in meta["train_config"].get("canvas_mix", ())),
+    }
     return TrainConfig(**saved), TrainState(**meta["state"])
 
 
@@ -292,10 +341,15 @@ def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, base: Path | 
     if not folder.is_absolute() and base is not None:
         folder = base / folder
     if not folder.is_dir():
-        recipe = (f"`unmask train --model {cfg.model_id}-base`, about 2 h on one thread"
-                  if folder.name.endswith("-base") else "the base recipe")
-        raise FileNotFoundError(f"init_from {folder}: no checkpoint folder to fine-tune from; train {recipe} first, or "
-                                f"pass --init-from FOLDER (e.g. models/weights/{cfg.model_id} to fine-tune the bundled one)")
+        recipe = (
+            f"`unmask train --model {cfg.model_id}-base`, about 2 h on one thread"
+            if folder.name.endswith("-base")
+            else "the base recipe"
+        )
+        raise FileNotFoundError(
+            f"init_from {folder}: no checkpoint folder to fine-tune from; train {recipe} first, or "
+            f"pass --init-from FOLDER (e.g. models/weights/{cfg.model_id} to fine-tune the bundled one)"
+        )
     objective_for(cfg).read(model, folder)
     return weights_sha256(folder)
 
@@ -307,8 +361,15 @@ class Objective(Protocol):
         """A freshly initialised model, seeded by `cfg.seed`."""
 
     # `model` is what `build` gave: each objective knows its own family's class
-    def loss(self, cfg: TrainConfig, model: Any, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
-             generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(
+        self,
+        cfg: TrainConfig,
+        model: Any,
+        batch: Batch,
+        tokenizer: Tokenizer,
+        ids: dict[str, int],
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, int]:
         """(the loss of `batch`, positions it read); noise comes from `generator` only."""
 
     def write(self, model: Any, folder: Path, tokenizer: Tokenizer, extra: dict[str, Any]) -> None:
@@ -324,8 +385,15 @@ class LLaDAObjective:
     def build(self, cfg: TrainConfig, tokenizer: Tokenizer) -> LLaDAModelLM:
         return init_weights(LLaDAModelLM(cfg.model_config(tokenizer)), seed=cfg.seed)
 
-    def loss(self, cfg: TrainConfig, model: LLaDAModelLM, batch: Batch, tokenizer: Tokenizer, ids: dict[str, int],
-             generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(
+        self,
+        cfg: TrainConfig,
+        model: LLaDAModelLM,
+        batch: Batch,
+        tokenizer: Tokenizer,
+        ids: dict[str, int],
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, int]:
         if cfg.causal:
             tokens, attention, target = encode_autoregressive(tokenizer, batch, ids)
             return autoregressive_loss(model, tokens, attention, target), tokens.numel()
@@ -373,15 +441,21 @@ def train(
     console = console or Console()
     ids = special_ids(tokenizer)
     objective = objective_for(cfg)
-    cfg, model, optimizer, state, init_sha = start_training(cfg, objective, tokenizer, state_dir, resume, console,
-                                                            device, init_base)
+    cfg, model, optimizer, state, init_sha = start_training(
+        cfg, objective, tokenizer, state_dir, resume, console, device, init_base
+    )
     model.train()
     start_wall = time.perf_counter() - state.wall_seconds
     window = _LogWindow()
     last_step = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
     progress = Progress(
-        TextColumn(f"[bold]{cfg.model_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+        TextColumn(f"[bold]{cfg.model_id}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
     )
     window.start = time.perf_counter()
     with progress:
@@ -408,17 +482,29 @@ def train(
             if state.step % cfg.checkpoint_every == 0 or state.step == last_step:
                 save_train_state(state_dir, model, optimizer, cfg, state, tokenizer, objective)
     model.eval()
-    extra = special_ids(tokenizer) | {"unmask_training": {"recipe": asdict(cfg), "steps": state.step,
-                                                           "wall_seconds": round(state.wall_seconds, 1),
-                                                           "final_loss_ema": round(state.loss_ema or 0.0, 4),
-                                                           **({"init_sha256": init_sha} if init_sha else {})}}
+    extra = special_ids(tokenizer) | {
+        "unmask_training": {
+            "recipe": asdict(cfg),
+            "steps": state.step,
+            "wall_seconds": round(state.wall_seconds, 1),
+            "final_loss_ema": round(state.loss_ema or 0.0, 4),
+            **({"init_sha256": init_sha} if init_sha else {}),
+        }
+    }
     objective.write(model, out_dir, tokenizer, extra)
     return model, state
 
 
-def start_training(cfg: TrainConfig, objective: Objective, tokenizer: Tokenizer, state_dir: Path, resume: bool,
-                   console: Console, device: str, init_base: Path | None,
-                   ) -> tuple[TrainConfig, torch.nn.Module, torch.optim.Optimizer, TrainState, str | None]:
+def start_training(
+    cfg: TrainConfig,
+    objective: Objective,
+    tokenizer: Tokenizer,
+    state_dir: Path,
+    resume: bool,
+    console: Console,
+    device: str,
+    init_base: Path | None,
+) -> tuple[TrainConfig, torch.nn.Module, torch.optim.Optimizer, TrainState, str | None]:
     """The seeded model and optimizer, the initial weights loaded, and with `resume` the saved state (whose
     recipe wins, the schedule fields aside): (cfg, model, optimizer, state, initial weights' sha256)."""
     torch.manual_seed(cfg.seed)
@@ -430,13 +516,16 @@ def start_training(cfg: TrainConfig, objective: Objective, tokenizer: Tokenizer,
         saved_cfg, state = load_train_state(state_dir, model, optimizer, objective)
         schedule = {name: getattr(cfg, name) for name in SCHEDULE_FIELDS}
         if replace(saved_cfg, **schedule) != cfg:
-            console.print(f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)")
+            console.print(
+                f"[yellow]resuming with the saved recipe[/yellow] (saved at step {state.step}; schedule from this run)"
+            )
         cfg = replace(saved_cfg, **schedule)
     return cfg, model, optimizer, state, init_sha
 
 
-def optimizer_step(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                   step: int) -> None:
+def optimizer_step(
+    cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, step: int
+) -> None:
     """Backward, clip and step at the schedule's learning rate for `step`."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(cfg, step)
@@ -459,8 +548,14 @@ class _LogWindow:
     def entry(self, state: TrainState, lr: float) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.start
         assert state.loss_ema is not None, "a log line follows at least one step, which sets loss_ema"
-        return {"step": state.step, "loss": round(self.loss / self.steps, 4), "loss_ema": round(state.loss_ema, 4),
-                "lr": lr, "tokens_per_s": round(self.tokens / max(elapsed, 1e-9)), "wall_s": round(state.wall_seconds, 1)}
+        return {
+            "step": state.step,
+            "loss": round(self.loss / self.steps, 4),
+            "loss_ema": round(state.loss_ema, 4),
+            "lr": lr,
+            "tokens_per_s": round(self.tokens / max(elapsed, 1e-9)),
+            "wall_s": round(state.wall_seconds, 1),
+        }
 
     def reset(self) -> None:
         self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, time.perf_counter()

@@ -22,10 +22,23 @@ _HOMES = {
     "registry.judging": ("judge", "judge_each"),
     "registry.promotion": ("Move", "PromotionRefused", "promote", "recover", "rollback"),
     "registry.state": ("stage_holder",),
-    "registry.store": ("ALIASES", "CANDIDATE_ALIAS", "FALLBACK_ALIAS", "STAGE_ALIASES", "Registry",
-                       "latest_registration", "registration_alias"),
-    "registry.tracking": ("evidence_integrity", "load_evidence", "log_record", "record_gate_report",
-                          "register_evidence", "register_or_reuse"),
+    "registry.store": (
+        "ALIASES",
+        "CANDIDATE_ALIAS",
+        "FALLBACK_ALIAS",
+        "STAGE_ALIASES",
+        "Registry",
+        "latest_registration",
+        "registration_alias",
+    ),
+    "registry.tracking": (
+        "evidence_integrity",
+        "load_evidence",
+        "log_record",
+        "record_gate_report",
+        "register_evidence",
+        "register_or_reuse",
+    ),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

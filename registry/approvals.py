@@ -15,12 +15,24 @@ Stored as version tags (JSON), one tag per request and per approval (`unmask.req
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
-from gates.promotion import (TOOLING_ITEM, Approval, Decline, Duties, PromotionRequest, approval_problem,
-                             current_signoffs, declined_problems, expired, person, twin_problem)
 from checklists import load_checklist
+from gates.promotion import (
+    TOOLING_ITEM,
+    Approval,
+    Decline,
+    Duties,
+    PromotionRequest,
+    approval_problem,
+    current_signoffs,
+    declined_problems,
+    expired,
+    person,
+    twin_problem,
+)
 from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
@@ -65,14 +77,21 @@ def declined_of(registry: Registry, model: str, version: str, stage: str) -> Dec
     return version_state(registry, model, version).declined(stage)
 
 
-def duties_for(registry: Registry, model: str, version: str, stage: str, request: PromotionRequest | None,
-               mover: Actor | None = None) -> Duties:
+def duties_for(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    request: PromotionRequest | None,
+    mover: Actor | None = None,
+) -> Duties:
     """Who did what for the version: what the four-eyes rules of `gates.promotion` read (`mover`: who runs the
     promotion now)."""
     if mover is None:
         return version_state(registry, model, version).duties(stage, request)
-    return version_state(registry, model, version).duties(stage, request, mover.name,
-                                                          person(mover.name, mover.source, mover.account))
+    return version_state(registry, model, version).duties(
+        stage, request, mover.name, person(mover.name, mover.source, mover.account)
+    )
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -80,16 +99,35 @@ def _write(registry: Registry, model: str, version: str, key: str, value: Mappin
     registry.set_version_tags(model, version, {model_tag(key): dict(value)})
 
 
-def _event(registry: Registry, event: str, actor: Actor | str, stage: str, model: str, version: str, comment: str,
-           evidence: dict[str, Any] | None = None) -> AuditEvent:
+def _event(
+    registry: Registry,
+    event: str,
+    actor: Actor | str,
+    stage: str,
+    model: str,
+    version: str,
+    comment: str,
+    evidence: dict[str, Any] | None = None,
+) -> AuditEvent:
     who = actor.name if isinstance(actor, Actor) else actor
     extra = {"actor": actor.to_dict()} if isinstance(actor, Actor) else {}
-    return audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version, comment=comment,
-                                             evidence=extra | (evidence or {})))
+    return audit.append(
+        registry,
+        AuditEvent(event, who, now_iso(), stage, model, version, comment=comment, evidence=extra | (evidence or {})),
+    )
 
 
-def _refuse(registry: Registry, event: str, actor: Actor, stage: str, model: str, version: str, action: str,
-            reasons: list[str], evidence: dict[str, Any] | None = None) -> None:
+def _refuse(
+    registry: Registry,
+    event: str,
+    actor: Actor,
+    stage: str,
+    model: str,
+    version: str,
+    action: str,
+    reasons: list[str],
+    evidence: dict[str, Any] | None = None,
+) -> None:
     _event(registry, event, actor, stage, model, version, "; ".join(reasons)[:4000], evidence)
     raise ApprovalRefused(action, reasons)
 
@@ -105,8 +143,16 @@ def request_promotion(registry: Registry, model: str, version: str, stage: str, 
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
     request = replace(request, account=actor.account, identity=actor.source)  # the person behind the name (four eyes)
     _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
-    _event(registry, "promotion_request", actor, stage, model, version, f"request {request.id}",
-           {"request": request.to_dict()})
+    _event(
+        registry,
+        "promotion_request",
+        actor,
+        stage,
+        model,
+        version,
+        f"request {request.id}",
+        {"request": request.to_dict()},
+    )
     return request
 
 
@@ -115,8 +161,16 @@ def _new_request(registry: Registry, model: str, version: str, stage: str, by: s
     return PromotionRequest(uuid.uuid4().hex[:12], stage, by, now_iso(), evaluated, host)
 
 
-def approve(registry: Registry, model: str, version: str, stage: str, approver: str | Actor | None, comment: str,
-            roles: Roles | None = None, request: PromotionRequest | None = None) -> Approval:
+def approve(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    approver: str | Actor | None,
+    comment: str,
+    roles: Roles | None = None,
+    request: PromotionRequest | None = None,
+) -> Approval:
     """Record an approval of the open request to promote `model` `version` to `stage`, or refuse (audited).
 
     Refused: an empty comment, a decline that still stands, an approver without the stage's approve role,
@@ -139,33 +193,77 @@ def approve(registry: Registry, model: str, version: str, stage: str, approver: 
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
     tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated)[0].get(TOOLING_ITEM, {}).get("by", "")
-    candidate = Approval(stage, actor.name, now_iso(), comment or "-", request=request.id if request else "",
-                         identity=actor.source, account=actor.account)
+    candidate = Approval(
+        stage,
+        actor.name,
+        now_iso(),
+        comment or "-",
+        request=request.id if request else "",
+        identity=actor.source,
+        account=actor.account,
+    )
     problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
     if problem is not None:
         reasons.append(problem.text)
-    given = [a for a in approvals_from_tags(tags, stage) if request is not None and a.status == "open"
-             and a.request == request.id]
+    given = [
+        a
+        for a in approvals_from_tags(tags, stage)
+        if request is not None and a.status == "open" and a.request == request.id
+    ]
     twin = twin_problem(candidate, given, stage)
     # one name twice is refused at every stage; a second name of one account only where two people are needed
     if twin is not None and (roles.stage(stage).approvals_count > 1 or any(a.by == actor.name for a in given)):
         reasons.append(twin.text)
     if reasons:
-        _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons,
-                {"request": request.id if request else ""})
+        _refuse(
+            registry,
+            "approval_refused",
+            actor,
+            stage,
+            model,
+            version,
+            action,
+            reasons,
+            {"request": request.id if request else ""},
+        )
     if request is None:  # nobody asked yet: this approval opens the request, its first promoter requests it
         request = _new_request(registry, model, version, stage, "", "")
         _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
-    approval = Approval(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], uuid.uuid4().hex[:12], request.id,
-                        actor.host, actor.source, account=actor.account)
+    approval = Approval(
+        stage,
+        actor.name,
+        now_iso(),
+        comment[:MAX_COMMENT_CHARS],
+        uuid.uuid4().hex[:12],
+        request.id,
+        actor.host,
+        actor.source,
+        account=actor.account,
+    )
     _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
-    _event(registry, "approval", actor, stage, model, version, approval.comment,
-           {"approval": approval.id, "request": request.id})
+    _event(
+        registry,
+        "approval",
+        actor,
+        stage,
+        model,
+        version,
+        approval.comment,
+        {"approval": approval.id, "request": request.id},
+    )
     return approval
 
 
-def close(registry: Registry, model: str, version: str, approval: Approval, status: str, actor: Actor | str,
-          why: str, closed_by: str = "") -> Approval:
+def close(
+    registry: Registry,
+    model: str,
+    version: str,
+    approval: Approval,
+    status: str,
+    actor: Actor | str,
+    why: str,
+    closed_by: str = "",
+) -> Approval:
     """End an open approval (consumed, expired or void), audited as `approval_<status>`; one already ended
     (a racing move consumed it) is left as it is."""
     stored = next((a for a in approvals_of(registry, model, version, approval.stage) if a.id == approval.id), None)
@@ -173,9 +271,16 @@ def close(registry: Registry, model: str, version: str, approval: Approval, stat
         return stored
     closed = replace(approval, status=status, closed_by=closed_by)
     _write(registry, model, version, f"approvals.{approval.stage}.{approval.id}", closed.to_dict())
-    _event(registry, f"approval_{status}", actor, approval.stage, model, version, why,
-           {"approval": approval.id, "request": approval.request, "approved_by": approval.by,
-            "closed_by": closed_by})
+    _event(
+        registry,
+        f"approval_{status}",
+        actor,
+        approval.stage,
+        model,
+        version,
+        why,
+        {"approval": approval.id, "request": approval.request, "approved_by": approval.by, "closed_by": closed_by},
+    )
     return closed
 
 
@@ -185,20 +290,37 @@ def expire_old(registry: Registry, model: str, version: str, stage: str, actor: 
     now = now_iso()
     for a in approvals_of(registry, model, version, stage):
         if a.status == "open" and expired(a.at, ttl, now):
-            close(registry, model, version, a, "expired", actor, f"approval by {a.by} at {a.at} is older than "
-                                                                  f"{ttl:g} h")
+            close(
+                registry, model, version, a, "expired", actor, f"approval by {a.by} at {a.at} is older than {ttl:g} h"
+            )
 
 
-def consume(registry: Registry, model: str, version: str, approvals: list[Approval], request: PromotionRequest,
-            actor: Actor, move_run_id: str) -> None:
+def consume(
+    registry: Registry,
+    model: str,
+    version: str,
+    approvals: list[Approval],
+    request: PromotionRequest,
+    actor: Actor,
+    move_run_id: str,
+) -> None:
     """The move `move_run_id` used these approvals: close them and their request."""
     for a in approvals:
         close(registry, model, version, a, "consumed", actor, f"consumed by the move {move_run_id}", move_run_id)
-    _write(registry, model, version, f"requests.{request.stage}.{request.id}", replace(request, status="done").to_dict())
+    _write(
+        registry, model, version, f"requests.{request.stage}.{request.id}", replace(request, status="done").to_dict()
+    )
 
 
-def decline(registry: Registry, model: str, version: str, stage: str, who: str | Actor | None, comment: str,
-            roles: Roles | None = None) -> Decline:
+def decline(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    who: str | Actor | None,
+    comment: str,
+    roles: Roles | None = None,
+) -> Decline:
     """Decline promoting `model` `version` to `stage`: final until new evidence is registered (audited)."""
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # a decision on forged evidence is no decision
@@ -210,8 +332,9 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
     if not comment:
         reasons.append("a decline needs a comment saying why (empty or whitespace is not one)")
     if not roles.may(actor.name, stage, "approve"):
-        reasons.append(f"{actor.name} may not decide on {stage}: the approve role is held by "
-                       f"{roles.describe(stage, 'approve')}")
+        reasons.append(
+            f"{actor.name} may not decide on {stage}: the approve role is held by {roles.describe(stage, 'approve')}"
+        )
     if reasons:
         _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons)
     declined = Decline(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], actor.host)
@@ -227,8 +350,16 @@ def decline(registry: Registry, model: str, version: str, stage: str, who: str |
 
 
 # sign-offs ------------------------------------------------------------------------------------------
-def sign_off(registry: Registry, model: str, version: str, stage: str, item: str, who: str | Actor | None,
-             comment: str, roles: Roles | None = None) -> dict[str, str]:
+def sign_off(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    item: str,
+    who: str | Actor | None,
+    comment: str,
+    roles: Roles | None = None,
+) -> dict[str, str]:
     """Sign off a manual checklist item of a stage for one version (who, host, when, comment), if `who` may."""
     manual = load_checklist(stage).manual_items()
     if item not in manual:
@@ -241,16 +372,46 @@ def sign_off(registry: Registry, model: str, version: str, stage: str, item: str
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()
     if not roles.may(actor.name, stage, "sign_off", item):
-        reason = (f"{actor.name} may not sign off {stage}/{item}: that is for "
-                  f"{roles.describe(stage, 'sign_off', item)} ({roles.source})")
-        audit.append(registry, AuditEvent("signoff_refused", actor.name, now_iso(), stage, model, version,
-                                          comment=reason, evidence={"item": item, "actor": actor.to_dict()}))
+        reason = (
+            f"{actor.name} may not sign off {stage}/{item}: that is for "
+            f"{roles.describe(stage, 'sign_off', item)} ({roles.source})"
+        )
+        audit.append(
+            registry,
+            AuditEvent(
+                "signoff_refused",
+                actor.name,
+                now_iso(),
+                stage,
+                model,
+                version,
+                comment=reason,
+                evidence={"item": item, "actor": actor.to_dict()},
+            ),
+        )
         raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
-    signoff = {"by": actor.name, "at": now_iso(), "comment": comment.strip(), "host": actor.host,
-               "identity": actor.source, "account": actor.account}
+    signoff = {
+        "by": actor.name,
+        "at": now_iso(),
+        "comment": comment.strip(),
+        "host": actor.host,
+        "identity": actor.source,
+        "account": actor.account,
+    }
     registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
-    audit.append(registry, AuditEvent("signoff", signoff["by"], signoff["at"], stage, model, version,
-                                      comment=signoff["comment"], evidence={"item": item, "actor": actor.to_dict()}))
+    audit.append(
+        registry,
+        AuditEvent(
+            "signoff",
+            signoff["by"],
+            signoff["at"],
+            stage,
+            model,
+            version,
+            comment=signoff["comment"],
+            evidence={"item": item, "actor": actor.to_dict()},
+        ),
+    )
     return signoff
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from mlflow.entities import Run, ViewType
 
@@ -33,13 +34,29 @@ from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.signing import Anchor
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
 
-EVENTS = ("alias_move", "approval", "signoff", "promotion_refused", "rollback_refused", "gate_evaluation",
-          "integrity_finding",
-          # governance (registry/approvals.py, registry/identity.py): each decision on an approval, and refusals
-          "promotion_request", "approval_refused", "approval_consumed", "approval_expired", "approval_void", "decline",
-          "identity_refused", "signoff_refused", "emergency_rollback",
-          # rollouts (flows/rollout.py): a canary started, rolled back by its analysis, aborted by a person
-          "rollout_start", "rollout_rollback", "rollout_abort")
+EVENTS = (
+    "alias_move",
+    "approval",
+    "signoff",
+    "promotion_refused",
+    "rollback_refused",
+    "gate_evaluation",
+    "integrity_finding",
+    # governance (registry/approvals.py, registry/identity.py): each decision on an approval, and refusals
+    "promotion_request",
+    "approval_refused",
+    "approval_consumed",
+    "approval_expired",
+    "approval_void",
+    "decline",
+    "identity_refused",
+    "signoff_refused",
+    "emergency_rollback",
+    # rollouts (flows/rollout.py): a canary started, rolled back by its analysis, aborted by a person
+    "rollout_start",
+    "rollout_rollback",
+    "rollout_abort",
+)
 MOVE = "alias_move"
 
 
@@ -61,10 +78,22 @@ class AuditEvent:
     sha256: str = ""  # its chain hash ("" before the chain existed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"when": self.when, "event": self.event, "who": self.who, "stage": self.stage, "model": self.model,
-                "version": self.version, "from": self.from_ref, "to": self.to_ref, "comment": self.comment,
-                "status": self.status, "evidence": self.evidence, "audit_run_id": self.run_id, "seq": self.seq,
-                "sha256": self.sha256}
+        return {
+            "when": self.when,
+            "event": self.event,
+            "who": self.who,
+            "stage": self.stage,
+            "model": self.model,
+            "version": self.version,
+            "from": self.from_ref,
+            "to": self.to_ref,
+            "comment": self.comment,
+            "status": self.status,
+            "evidence": self.evidence,
+            "audit_run_id": self.run_id,
+            "seq": self.seq,
+            "sha256": self.sha256,
+        }
 
 
 def ref(model: str | None, version: str | None) -> str:
@@ -84,8 +113,18 @@ SETTLED, SETTLED_SHA = model_tag("chain.settled"), model_tag("chain.settled_sha2
 HEAD = model_tag("chain.head")  # "seq:sha256" of the newest entry: a removed tail shows against it
 SIG = model_tag("chain.sig")  # "<key id>:<hmac>" of "seq:sha256" under the signing key (registry/signing.py)
 GENESIS = "0" * 64  # the previous hash of the first entry of a store that had no events before the chain
-FIELDS = {"actor": "who", "event": "event", "model": "model", "version": "version", "stage": "stage", "from": "from",
-          "to": "to", "comment": "comment", "evidence": "evidence", "time": "when"}  # hashed name -> tag key
+FIELDS = {
+    "actor": "who",
+    "event": "event",
+    "model": "model",
+    "version": "version",
+    "stage": "stage",
+    "from": "from",
+    "to": "to",
+    "comment": "comment",
+    "evidence": "evidence",
+    "time": "when",
+}  # hashed name -> tag key
 
 
 def canonical(tags: Mapping[str, str], seq: int, prev_sha256: str) -> bytes:
@@ -114,8 +153,13 @@ def seal(legacy: list[Run]) -> str:
 
 def _last_chained(registry: Registry) -> Run | None:
     """The newest entry that carries a chain hash (an unchained one after it was inserted: not built on)."""
-    runs = registry.client.search_runs([registry.experiment_id(AUDIT_EXPERIMENT)], f"tags.`{SHA}` LIKE '%'",
-                                       ViewType.ACTIVE_ONLY, max_results=1, order_by=["attributes.start_time DESC"])
+    runs = registry.client.search_runs(
+        [registry.experiment_id(AUDIT_EXPERIMENT)],
+        f"tags.`{SHA}` LIKE '%'",
+        ViewType.ACTIVE_ONLY,
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     return runs[0] if runs else None
 
 
@@ -124,10 +168,18 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
     if event.event not in EVENTS:
         raise ValueError(f"unknown audit event {event.event!r}; expected one of {', '.join(EVENTS)}")
     when = event.when or now_iso()
-    tags = {model_tag("event"): event.event, model_tag("who"): event.who, model_tag("when"): when,
-            model_tag("stage"): event.stage, model_tag("model"): event.model, model_tag("version"): event.version,
-            model_tag("from"): event.from_ref, model_tag("to"): event.to_ref, model_tag("comment"): event.comment[:5000],
-            model_tag("evidence"): json.dumps(event.evidence, sort_keys=True, default=str)[:7900]}
+    tags = {
+        model_tag("event"): event.event,
+        model_tag("who"): event.who,
+        model_tag("when"): when,
+        model_tag("stage"): event.stage,
+        model_tag("model"): event.model,
+        model_tag("version"): event.version,
+        model_tag("from"): event.from_ref,
+        model_tag("to"): event.to_ref,
+        model_tag("comment"): event.comment[:5000],
+        model_tag("evidence"): json.dumps(event.evidence, sort_keys=True, default=str)[:7900],
+    }
     experiment = registry.experiment_id(AUDIT_EXPERIMENT)
     with chain_locked(registry):
         last = _last_chained(registry)
@@ -140,15 +192,21 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
         sha = entry_sha256(tags, seq, prev)
         signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
         tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
-        run = retry_busy(registry.client.create_run, experiment, start_time=start, tags=tags,
-                         run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip())
+        run = retry_busy(
+            registry.client.create_run,
+            experiment,
+            start_time=start,
+            tags=tags,
+            run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip(),
+        )
         retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
         signing.remember(registry.tracking_uri, Anchor(seq, sha, signed))
     if not open_intent:
         retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")
     status = "RUNNING" if open_intent else "FINISHED"
-    return AuditEvent(**{**event.__dict__, "when": when, "status": status, "run_id": run.info.run_id, "seq": seq,
-                         "sha256": sha})
+    return AuditEvent(
+        **{**event.__dict__, "when": when, "status": status, "run_id": run.info.run_id, "seq": seq, "sha256": sha}
+    )
 
 
 def settle(registry: Registry, event: AuditEvent, happened: bool) -> None:
@@ -166,17 +224,31 @@ def _from_run(run: Run) -> AuditEvent:
         evidence = json.loads(t.get(model_tag("evidence")) or "{}")
     except json.JSONDecodeError:
         evidence = {"raw": t.get(model_tag("evidence"))}  # cut at MLflow's tag limit
-    return AuditEvent(event=t.get(model_tag("event"), ""), who=t.get(model_tag("who"), ""),
-                      when=t.get(model_tag("when"), ""), stage=t.get(model_tag("stage"), ""),
-                      model=t.get(model_tag("model"), ""), version=t.get(model_tag("version"), ""),
-                      from_ref=t.get(model_tag("from"), ""), to_ref=t.get(model_tag("to"), ""),
-                      comment=t.get(model_tag("comment"), ""), evidence=evidence, status=run.info.status,
-                      run_id=run.info.run_id, seq=int(t[SEQ]) if str(t.get(SEQ, "")).isdigit() else 0,
-                      sha256=t.get(SHA, ""))
+    return AuditEvent(
+        event=t.get(model_tag("event"), ""),
+        who=t.get(model_tag("who"), ""),
+        when=t.get(model_tag("when"), ""),
+        stage=t.get(model_tag("stage"), ""),
+        model=t.get(model_tag("model"), ""),
+        version=t.get(model_tag("version"), ""),
+        from_ref=t.get(model_tag("from"), ""),
+        to_ref=t.get(model_tag("to"), ""),
+        comment=t.get(model_tag("comment"), ""),
+        evidence=evidence,
+        status=run.info.status,
+        run_id=run.info.run_id,
+        seq=int(t[SEQ]) if str(t.get(SEQ, "")).isdigit() else 0,
+        sha256=t.get(SHA, ""),
+    )
 
 
-def events(registry: Registry, model: str | None = None, stage: str | None = None,
-           event: str | None = None, status: str | None = None) -> list[AuditEvent]:
+def events(
+    registry: Registry,
+    model: str | None = None,
+    stage: str | None = None,
+    event: str | None = None,
+    status: str | None = None,
+) -> list[AuditEvent]:
     """Audit events, oldest first, optionally for one model, stage, kind of event or run status."""
     filters = []
     for key, value in (("model", model), ("stage", stage), ("event", event)):
@@ -186,10 +258,16 @@ def events(registry: Registry, model: str | None = None, stage: str | None = Non
         filters.append(f"attributes.status = {filter_literal(status, 'status')}")
     found = [_from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT, " and ".join(filters))]
     if model:  # a move touching a model as its previous holder belongs to its history too
-        found += [e for e in (_from_run(r) for r in registry.search_runs(
-            AUDIT_EXPERIMENT, f"tags.`{model_tag('event')}` = '{MOVE}'")) if e.model != model and
-            (parse_ref(e.from_ref) or ("",))[0] == model and (not stage or e.stage == stage)
-            and (not status or e.status == status)]
+        found += [
+            e
+            for e in (
+                _from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT, f"tags.`{model_tag('event')}` = '{MOVE}'")
+            )
+            if e.model != model
+            and (parse_ref(e.from_ref) or ("",))[0] == model
+            and (not stage or e.stage == stage)
+            and (not status or e.status == status)
+        ]
     return sorted(found, key=lambda e: (e.when, e.run_id))
 
 
@@ -198,8 +276,11 @@ def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:
     runs = registry.client.search_runs(
         [registry.experiment_id(AUDIT_EXPERIMENT)],
         f"tags.`{model_tag('stage')}` = {filter_literal(stage, 'stage')} and tags.`{model_tag('event')}` = '{MOVE}' "
-        "and attributes.status = 'FINISHED'", ViewType.ACTIVE_ONLY, max_results=1,
-        order_by=["attributes.start_time DESC", f"tags.`{model_tag('when')}` DESC"])
+        "and attributes.status = 'FINISHED'",
+        ViewType.ACTIVE_ONLY,
+        max_results=1,
+        order_by=["attributes.start_time DESC", f"tags.`{model_tag('when')}` DESC"],
+    )
     return _from_run(runs[0]) if runs else None
 
 
@@ -228,8 +309,10 @@ class ChainBreak:
 
     def __str__(self) -> str:
         number = f"#{self.seq}" if self.seq is not None else "without a chain number"
-        return (f"entry {self.position} ({number}, {self.event or '?'} at {self.when or '?'}, audit run "
-                f"{self.run_id}) was {self.kind}: {self.detail}")
+        return (
+            f"entry {self.position} ({number}, {self.event or '?'} at {self.when or '?'}, audit run "
+            f"{self.run_id}) was {self.kind}: {self.detail}"
+        )
 
 
 @dataclass(frozen=True)
@@ -254,20 +337,31 @@ class ChainReport:
         if self.status == EMPTY:
             return "audit chain: empty (no audit events yet)"
         if self.status == UNCHAINED:
-            return (f"audit chain: not started; the {self.entries} audit event(s) were written before the chain "
-                    "existed (the next event starts it and seals them)")
+            return (
+                f"audit chain: not started; the {self.entries} audit event(s) were written before the chain "
+                "existed (the next event starts it and seals them)"
+            )
         start = self.starts_at or {}
-        where = (f"; it starts at entry {start.get('position')} ({start.get('when')}), sealing {self.legacy} earlier "
-                 "unchained event(s)" if self.legacy else "")
+        where = (
+            f"; it starts at entry {start.get('position')} ({start.get('when')}), sealing {self.legacy} earlier "
+            "unchained event(s)"
+            if self.legacy
+            else ""
+        )
         if self.status == INTACT:
-            return (f"audit chain: intact, {self.chained} entries, head #{self.head_seq} sha256 "
-                    f"{self.head_sha256[:16]}{where}")
+            return (
+                f"audit chain: intact, {self.chained} entries, head #{self.head_seq} sha256 "
+                f"{self.head_sha256[:16]}{where}"
+            )
         return f"audit chain: BROKEN at {self.first_break}{where}"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data |= {"ok": self.ok, "summary": self.summary(),
-                 "first_break": asdict(self.first_break) | {"text": str(self.first_break)} if self.first_break else None}
+        data |= {
+            "ok": self.ok,
+            "summary": self.summary(),
+            "first_break": asdict(self.first_break) | {"text": str(self.first_break)} if self.first_break else None,
+        }
         return data
 
 
@@ -281,18 +375,30 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     # mistaken for a removed entry (the head naming #n before the runs read show it).
     anchors = [a for a in (signing.local_anchor(registry.tracking_uri), anchor) if a is not None]
     head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
-    runs = sorted(registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id))
+    runs = sorted(
+        registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id)
+    )
     chained = [r for r in runs if SHA in r.data.tags]
     first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), None)
     if first is None and anchors:  # every chained entry gone, though a signed head of the chain was kept
-        gone = ChainBreak(TRUNCATED, len(runs), runs[-1].info.run_id if runs else "", None, "", "",
-                          f"the store holds no chained entry, but the signed head in {anchors[0].where or 'the anchor'}"
-                          f" is #{anchors[0].seq} ({anchors[0].sha256[:16]}): the chain was removed")
+        gone = ChainBreak(
+            TRUNCATED,
+            len(runs),
+            runs[-1].info.run_id if runs else "",
+            None,
+            "",
+            "",
+            f"the store holds no chained entry, but the signed head in {anchors[0].where or 'the anchor'}"
+            f" is #{anchors[0].seq} ({anchors[0].sha256[:16]}): the chain was removed",
+        )
         return ChainReport(BROKEN, len(runs), 0, len(runs), 0, "", None, gone)
     if first is None:
         return ChainReport(EMPTY if not runs else UNCHAINED, len(runs), 0, len(runs), 0, "")
-    start = {"position": first + 1, "run_id": runs[first].info.run_id, "when": runs[first].data.tags.get(
-        model_tag("when"), "")}
+    start = {
+        "position": first + 1,
+        "run_id": runs[first].info.run_id,
+        "when": runs[first].data.tags.get(model_tag("when"), ""),
+    }
     ring = signing.key_ring(registry.tracking_uri)
     found = _first_break(runs, first, head_tag, ring, anchors, signing.signed_since(registry.tracking_uri))
     found = found or _anchor_break(runs, chained, anchors, ring)
@@ -300,8 +406,17 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, "")) if last.get(SIG) else None
     if head is not None and found is None:
         signing.remember(registry.tracking_uri, head)  # what this machine has seen verify: a later truncation shows
-    return ChainReport(BROKEN if found else INTACT, len(runs), len(chained), first, _seq(chained[-1]) or 0,
-                       last.get(SHA, ""), start, found, str(head) if head else "")
+    return ChainReport(
+        BROKEN if found else INTACT,
+        len(runs),
+        len(chained),
+        first,
+        _seq(chained[-1]) or 0,
+        last.get(SHA, ""),
+        start,
+        found,
+        str(head) if head else "",
+    )
 
 
 def _seq(run: Run) -> int | None:
@@ -311,12 +426,25 @@ def _seq(run: Run) -> int | None:
 
 def _named(runs: list[Run], kind: str, i: int, detail: str) -> ChainBreak:
     r = runs[i]
-    return ChainBreak(kind, i + 1, r.info.run_id, _seq(r), r.data.tags.get(model_tag("event"), ""),
-                      r.data.tags.get(model_tag("when"), ""), detail)
+    return ChainBreak(
+        kind,
+        i + 1,
+        r.info.run_id,
+        _seq(r),
+        r.data.tags.get(model_tag("event"), ""),
+        r.data.tags.get(model_tag("when"), ""),
+        detail,
+    )
 
 
-def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRing,
-                 anchors: list[Anchor], signed_since: int | None = None) -> ChainBreak | None:
+def _first_break(
+    runs: list[Run],
+    first: int,
+    head_tag: str,
+    ring: signing.KeyRing,
+    anchors: list[Anchor],
+    signed_since: int | None = None,
+) -> ChainBreak | None:
     def named(kind: str, i: int, detail: str) -> ChainBreak:
         return _named(runs, kind, i, detail)
 
@@ -332,9 +460,10 @@ def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRi
             return named(INSERTED, i, f"it carries no chain hash, yet the chain began at entry {first + 1}")
         if seq in seen:
             return named(INSERTED, i, f"a second entry #{seq}: the chain has one already")
-        if seq < expected_seq or (seq > expected_seq and any(_seq(r) == expected_seq for r in runs[i + 1:])):
-            return named(REORDERED, i, f"#{seq} stands where #{expected_seq} belongs; the store's order is not the "
-                                       "chain's")
+        if seq < expected_seq or (seq > expected_seq and any(_seq(r) == expected_seq for r in runs[i + 1 :])):
+            return named(
+                REORDERED, i, f"#{seq} stands where #{expected_seq} belongs; the store's order is not the chain's"
+            )
         if seq > expected_seq:
             gap = f"#{expected_seq}" if seq == expected_seq + 1 else f"#{expected_seq} to #{seq - 1}"
             return named(REMOVED, i, f"entry {gap} before it is missing (it follows #{expected_seq - 1})")
@@ -342,28 +471,46 @@ def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRi
             return named(EDITED, i, "what it says no longer matches its sha256 (a field was changed)")
         if tags.get(PREV, "") != expected_prev:
             if i == first:
-                return named(EDITED, i, f"the {first} event(s) written before the chain began were changed, removed "
-                                        "or added to since it sealed them" if first else
-                                        "its previous hash is not the chain's start (an entry was put before it)")
-            return named(EDITED, i - 1, f"#{seq} chained onto a different sha256 than this entry has: it was "
-                                        "replaced (its content and hash rewritten)")
+                return named(
+                    EDITED,
+                    i,
+                    f"the {first} event(s) written before the chain began were changed, removed "
+                    "or added to since it sealed them"
+                    if first
+                    else "its previous hash is not the chain's start (an entry was put before it)",
+                )
+            return named(
+                EDITED,
+                i - 1,
+                f"#{seq} chained onto a different sha256 than this entry has: it was "
+                "replaced (its content and hash rewritten)",
+            )
         signature = tags.get(SIG, "")
         if signature:
             problem = ring.problem(signing.head_message(seq, tags[SHA]), signature)
             if problem:
-                return named(FORGED, i, f"its signature {problem}: it was written or rewritten by someone without "
-                                        "the signing key")
+                return named(
+                    FORGED,
+                    i,
+                    f"its signature {problem}: it was written or rewritten by someone without the signing key",
+                )
             signed_from = seq if signed_from is None else min(signed_from, seq)
         elif signed_from is not None and seq >= signed_from:
-            return named(FORGED, i, f"it carries no signature, yet the chain is signed from #{signed_from} on: it was "
-                                    "written or rewritten by someone without the signing key")
+            return named(
+                FORGED,
+                i,
+                f"it carries no signature, yet the chain is signed from #{signed_from} on: it was "
+                "written or rewritten by someone without the signing key",
+            )
         status = runs[i].info.status
         settled = tags.get(SETTLED)
         if tags.get(model_tag("event")) == MOVE:
-            if status in ("FINISHED", "FAILED") and (settled != status or tags.get(SETTLED_SHA) !=
-                                                     settle_sha256(tags[SHA], status)):
-                return named(EDITED, i, f"its status {status} is not the outcome that was settled "
-                                        f"({settled or 'none recorded'})")
+            if status in ("FINISHED", "FAILED") and (
+                settled != status or tags.get(SETTLED_SHA) != settle_sha256(tags[SHA], status)
+            ):
+                return named(
+                    EDITED, i, f"its status {status} is not the outcome that was settled ({settled or 'none recorded'})"
+                )
             if status == "RUNNING" and settled:
                 return named(EDITED, i, f"it was settled {settled}, and its status set back to RUNNING")
         elif status == "FAILED" or settled:
@@ -378,24 +525,37 @@ def _first_break(runs: list[Run], first: int, head_tag: str, ring: signing.KeyRi
     return None
 
 
-def _anchor_break(runs: list[Run], chained: list[Run], anchors: list[Anchor], ring: signing.KeyRing
-                  ) -> ChainBreak | None:
+def _anchor_break(
+    runs: list[Run], chained: list[Run], anchors: list[Anchor], ring: signing.KeyRing
+) -> ChainBreak | None:
     """The chain against signed heads kept outside the store: each one's entry must still be there, unchanged."""
     by_seq = {_seq(r): r for r in chained}
     for anchor in anchors:
         problem = ring.problem(signing.head_message(anchor.seq, anchor.sha256), anchor.signature)
         if problem:
-            raise RegistryError(f"the signed chain head in {anchor.where or 'the anchor'} is not signed by the key ring: "
-                                f"its signature {problem}")
+            raise RegistryError(
+                f"the signed chain head in {anchor.where or 'the anchor'} is not signed by the key ring: "
+                f"its signature {problem}"
+            )
         entry = by_seq.get(anchor.seq)
         if entry is None:
             last = runs.index(chained[-1])
-            return _named(runs, TRUNCATED, last, f"the chain ends at #{_seq(chained[-1])}, but the signed head in "
-                                                 f"{anchor.where or 'the anchor'} is #{anchor.seq} "
-                                                 f"({anchor.sha256[:16]}): entries after it were removed and the head "
-                                                 "reset")
+            return _named(
+                runs,
+                TRUNCATED,
+                last,
+                f"the chain ends at #{_seq(chained[-1])}, but the signed head in "
+                f"{anchor.where or 'the anchor'} is #{anchor.seq} "
+                f"({anchor.sha256[:16]}): entries after it were removed and the head "
+                "reset",
+            )
         if entry.data.tags.get(SHA) != anchor.sha256:
-            return _named(runs, REWRITTEN, runs.index(entry), f"its sha256 is not the one signed in "
-                                                              f"{anchor.where or 'the anchor'} ({anchor.sha256[:16]}): "
-                                                              "the chain was rewritten up to here")
+            return _named(
+                runs,
+                REWRITTEN,
+                runs.index(entry),
+                f"its sha256 is not the one signed in "
+                f"{anchor.where or 'the anchor'} ({anchor.sha256[:16]}): "
+                "the chain was rewritten up to here",
+            )
     return None

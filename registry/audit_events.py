@@ -21,11 +21,23 @@ def regression_words(verdict: ProductionVerdict) -> str:
 
 def record_regression(registry: Registry, verdict: ProductionVerdict) -> AuditEvent:
     """The finding that production fails gates it passed, on evidence as strong (`gate_evaluation`, kind regression)."""
-    return append(registry, AuditEvent(
-        "gate_evaluation", NIGHTLY, now_iso(), "production", verdict.model, verdict.version,
-        comment=f"regression: production fails its gates: {regression_words(verdict)}",
-        evidence={"kind": "regression", "failed": verdict.to_dict()["failed"],
-                  "policy": verdict.decision.evidence.get("policy")}))
+    return append(
+        registry,
+        AuditEvent(
+            "gate_evaluation",
+            NIGHTLY,
+            now_iso(),
+            "production",
+            verdict.model,
+            verdict.version,
+            comment=f"regression: production fails its gates: {regression_words(verdict)}",
+            evidence={
+                "kind": "regression",
+                "failed": verdict.to_dict()["failed"],
+                "policy": verdict.decision.evidence.get("policy"),
+            },
+        ),
+    )
 
 
 def inconclusive_words(verdict: ProductionVerdict) -> str:
@@ -34,33 +46,97 @@ def inconclusive_words(verdict: ProductionVerdict) -> str:
 
 def record_inconclusive(registry: Registry, verdict: ProductionVerdict) -> AuditEvent:
     """That tonight could not judge production, and why (`gate_evaluation`, kind inconclusive); nothing rolled back."""
-    return append(registry, AuditEvent(
-        "gate_evaluation", NIGHTLY, now_iso(), "production", verdict.model, verdict.version,
-        comment=f"inconclusive: tonight's evidence cannot judge production, nothing rolled back: "
-                f"{inconclusive_words(verdict)}",
-        evidence={"kind": "inconclusive", **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
-                  "policy": verdict.decision.evidence.get("policy")}))
+    return append(
+        registry,
+        AuditEvent(
+            "gate_evaluation",
+            NIGHTLY,
+            now_iso(),
+            "production",
+            verdict.model,
+            verdict.version,
+            comment=f"inconclusive: tonight's evidence cannot judge production, nothing rolled back: "
+            f"{inconclusive_words(verdict)}",
+            evidence={
+                "kind": "inconclusive",
+                **{k: v for k, v in verdict.to_dict().items() if k not in ("model", "version")},
+                "policy": verdict.decision.evidence.get("policy"),
+            },
+        ),
+    )
 
 
-def record_rollout_start(registry: Registry, actor: Actor, stage: str, model: str, version: str, rollout_id: str,
-                         route: str, candidate: str, baseline: str, steps: Any, policy: dict[str, Any],
-                         run_id: str) -> AuditEvent:
+def record_rollout_start(
+    registry: Registry,
+    actor: Actor,
+    stage: str,
+    model: str,
+    version: str,
+    rollout_id: str,
+    route: str,
+    candidate: str,
+    baseline: str,
+    steps: Any,
+    policy: dict[str, Any],
+    run_id: str,
+) -> AuditEvent:
     """That a rollout of `model` `version` to `stage` started on `route` (`rollout_start`); `steps` as the
     rollout policy holds them (worded as they are)."""
-    return append(registry, AuditEvent(
-        "rollout_start", actor.name, now_iso(), stage, model, version, comment=(
-            f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
-            f"steps {steps}"), evidence={"rollout": rollout_id, "run_id": run_id,
-                                                   "policy": policy, "actor": actor.to_dict()}))
+    return append(
+        registry,
+        AuditEvent(
+            "rollout_start",
+            actor.name,
+            now_iso(),
+            stage,
+            model,
+            version,
+            comment=(
+                f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
+                f"steps {steps}"
+            ),
+            evidence={"rollout": rollout_id, "run_id": run_id, "policy": policy, "actor": actor.to_dict()},
+        ),
+    )
 
 
-def record_rollout_end(registry: Registry, event: str, actor: Actor, stage: str, model: str, version: str,
-                       rollout_id: str, route: str, reason: str, holder: tuple[str, str] | None, run_id: str,
-                       step: int, weight: int, analysis: dict[str, Any]) -> AuditEvent:
+def record_rollout_end(
+    registry: Registry,
+    event: str,
+    actor: Actor,
+    stage: str,
+    model: str,
+    version: str,
+    rollout_id: str,
+    route: str,
+    reason: str,
+    holder: tuple[str, str] | None,
+    run_id: str,
+    step: int,
+    weight: int,
+    analysis: dict[str, Any],
+) -> AuditEvent:
     """That a rollout ended without a promotion (`rollout_rollback` or `rollout_abort`), and who holds the stage."""
     held = "@".join(holder) if holder else ""
-    return append(registry, AuditEvent(
-        event, actor.name, now_iso(), stage, model, version, to_ref=held,
-        comment=f"rollout {rollout_id} of {model} v{version} on route {route}: {reason}",
-        evidence={"rollout": rollout_id, "run_id": run_id, "step": step, "weight": weight,
-                  "analysis": analysis, "actor": actor.to_dict(), "stage_holder": held}))
+    return append(
+        registry,
+        AuditEvent(
+            event,
+            actor.name,
+            now_iso(),
+            stage,
+            model,
+            version,
+            to_ref=held,
+            comment=f"rollout {rollout_id} of {model} v{version} on route {route}: {reason}",
+            evidence={
+                "rollout": rollout_id,
+                "run_id": run_id,
+                "step": step,
+                "weight": weight,
+                "analysis": analysis,
+                "actor": actor.to_dict(),
+                "stage_holder": held,
+            },
+        ),
+    )

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import sqlalchemy
 from filelock import FileLock, Timeout
@@ -51,8 +51,9 @@ class FileChainLock:
         try:
             self.file.acquire(timeout=timeout_s)
         except Timeout:
-            raise RegistryError(f"the audit trail is locked by another writer ({self.file.lock_file}) for more "
-                                f"than {timeout_s:g} s") from None
+            raise RegistryError(
+                f"the audit trail is locked by another writer ({self.file.lock_file}) for more than {timeout_s:g} s"
+            ) from None
 
     def release(self) -> None:
         self.file.release()
@@ -78,8 +79,10 @@ class AdvisoryChainLock:
         while not connection.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": self.key}).scalar():
             if self.clock.monotonic() >= deadline:
                 connection.close()
-                raise RegistryError(f"the audit trail is locked by another writer (PostgreSQL advisory lock "
-                                    f"{self.key}) for more than {timeout_s:g} s")
+                raise RegistryError(
+                    f"the audit trail is locked by another writer (PostgreSQL advisory lock "
+                    f"{self.key}) for more than {timeout_s:g} s"
+                )
             self.clock.sleep(0.05)
         connection.commit()  # the lock is the session's, not the transaction's
         self.connection = connection
@@ -100,20 +103,30 @@ class ServerChainLock:
     A holder that died is broken after `stale_after_s`, far longer than an append takes."""
 
     def __init__(self, registry: Registry, stale_after_s: float = 30.0):
-        self.lock = RegistryLock(registry, NAME, owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}",
-                                 stale_after_s=stale_after_s)
+        self.lock = RegistryLock(
+            registry,
+            NAME,
+            owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}",
+            stale_after_s=stale_after_s,
+        )
 
     def acquire(self, timeout_s: float) -> None:
         if not self.lock.acquire(timeout_s):
-            raise RegistryError(f"the audit trail is locked by another writer (registry lock {self.lock.name}) "
-                                f"for more than {timeout_s:g} s")
+            raise RegistryError(
+                f"the audit trail is locked by another writer (registry lock {self.lock.name}) "
+                f"for more than {timeout_s:g} s"
+            )
 
     def release(self) -> None:
         self.lock.release()
 
 
 LOCKS: dict[str, Callable[[Registry], ChainLock]] = {
-    "sqlite": FileChainLock, "postgresql": AdvisoryChainLock, "http": ServerChainLock, "https": ServerChainLock}
+    "sqlite": FileChainLock,
+    "postgresql": AdvisoryChainLock,
+    "http": ServerChainLock,
+    "https": ServerChainLock,
+}
 
 
 def lock_kind(tracking_uri: str) -> Callable[[Registry], ChainLock]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -58,7 +58,7 @@ class SimulatedClock:
     recorded in `sleeps`. `advance(s)` moves it without a sleep (time another party spent)."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self.start = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self.start = start or datetime(2026, 1, 1, tzinfo=UTC)
         self.elapsed = 0.0
         self.sleeps: list[float] = []
 

@@ -55,7 +55,7 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
         return
     url = tracking_uri.rstrip("/") + "/health"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - the user's own server
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
             if response.status == 200:
                 return
             problem = f"HTTP {response.status}"

@@ -17,16 +17,20 @@ from registry.store import STAGE_ALIASES, Registry, latest_registration, model_t
 from registry.tracking import load_evidence
 
 
-def decision_lines(registry: Registry, policy: Policy, models: list[str] | None = None,
-                   stages: tuple[str, ...] = STAGE_ALIASES, versions: dict[str, str] | None = None) -> list[DecisionLine]:
+def decision_lines(
+    registry: Registry,
+    policy: Policy,
+    models: list[str] | None = None,
+    stages: tuple[str, ...] = STAGE_ALIASES,
+    versions: dict[str, str] | None = None,
+) -> list[DecisionLine]:
     """One DecisionLine per (candidate, stage), candidates in registry order, stages poc first. `models`: only
     these (default: every registered model whose role is `candidate`); `versions`: {model: version} instead of
     each one's current registration; tampered evidence gets no line."""
     fallback = fallback_holder(registry)
     fallback_evidence = _evidence(registry, *fallback) if fallback else None
     production = stage_holder(registry, "production")
-    baseline = {"fallback": fallback_evidence,
-                "production": _evidence(registry, *production) if production else None}
+    baseline = {"fallback": fallback_evidence, "production": _evidence(registry, *production) if production else None}
     if models is None:
         models = [m.name for m in registry.registered_models() if m.tags.get(model_tag("role")) == "candidate"]
     lines = []
@@ -39,9 +43,16 @@ def decision_lines(registry: Registry, policy: Policy, models: list[str] | None 
         for stage in stages:
             signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
             results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
-            lines.append(decision_line(evidence, version, policy.stage(stage), results,
-                                       fallback_evidence if fallback and fallback[0] != model else None,
-                                       fallback[1] if fallback else ""))
+            lines.append(
+                decision_line(
+                    evidence,
+                    version,
+                    policy.stage(stage),
+                    results,
+                    fallback_evidence if fallback and fallback[0] != model else None,
+                    fallback[1] if fallback else "",
+                )
+            )
     return lines
 
 

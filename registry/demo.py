@@ -28,8 +28,10 @@ def mark_demo_registry(registry: Registry) -> None:
     held = registry.holders("production")
     if held:
         model, version = held[0]
-        raise RegistryError(f"{registry.tracking_uri}: production is held by {model} v{version}; a registry that "
-                            "already moved production cannot be marked as a demo (use a fresh $UNMASK_HOME)")
+        raise RegistryError(
+            f"{registry.tracking_uri}: production is held by {model} v{version}; a registry that "
+            "already moved production cannot be marked as a demo (use a fresh $UNMASK_HOME)"
+        )
     retry_busy(registry.client.set_experiment_tag, registry.experiment_id(AUDIT_EXPERIMENT), DEMO_TAG, "true")
 
 
@@ -37,9 +39,11 @@ def demo_refusal(registry: Registry, stage: str, demo_files: list[str]) -> str:
     """Why a move to `stage` under demo policy or roles files is refused here ("" when it is allowed)."""
     if stage != "production" or not demo_files or is_demo_registry(registry):
         return ""
-    return (f"{' and '.join(demo_files)} {'is' if len(demo_files) == 1 else 'are'} marked `demo: true` and cannot "
-            f"move production on {registry.tracking_uri}, which is not a demo registry (`unmask run --demo` marks a "
-            "fresh one); judge with a real policy and roles file")
+    return (
+        f"{' and '.join(demo_files)} {'is' if len(demo_files) == 1 else 'are'} marked `demo: true` and cannot "
+        f"move production on {registry.tracking_uri}, which is not a demo registry (`unmask run --demo` marks a "
+        "fresh one); judge with a real policy and roles file"
+    )
 
 
 def demo_marks(registry: Registry | None, policy: Policy | None, roles: Roles | None) -> list[str]:

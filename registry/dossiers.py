@@ -42,8 +42,9 @@ class DossierRef:
         return asdict(self)
 
 
-def log_dossier(registry: Registry, model: str, version: str, html: str | Path, pdf: str | Path | None,
-                sha256: str) -> DossierRef:
+def log_dossier(
+    registry: Registry, model: str, version: str, html: str | Path, pdf: str | Path | None, sha256: str
+) -> DossierRef:
     """Log a built dossier (HTML, and PDF when given) on the version's evidence run; tag it as the latest."""
     run_id = evidence_run_id(registry, model, version)
     at = now_iso()
@@ -51,10 +52,17 @@ def log_dossier(registry: Registry, model: str, version: str, html: str | Path, 
     html_file, pdf_file = Path(html), Path(pdf) if pdf else None
     for path in (p for p in (html_file, pdf_file) if p is not None):
         registry.client.log_artifact(run_id, str(path), folder)
-    ref = DossierRef(model, version, run_id, f"{folder}/{html_file.name}",
-                     f"{folder}/{pdf_file.name}" if pdf_file else "", sha256,
-                     sha256_hex(html_file.read_bytes()),
-                     sha256_hex(pdf_file.read_bytes()) if pdf_file else "", at)
+    ref = DossierRef(
+        model,
+        version,
+        run_id,
+        f"{folder}/{html_file.name}",
+        f"{folder}/{pdf_file.name}" if pdf_file else "",
+        sha256,
+        sha256_hex(html_file.read_bytes()),
+        sha256_hex(pdf_file.read_bytes()) if pdf_file else "",
+        at,
+    )
     registry.set_version_tags(model, version, {DOSSIER_TAG: json.dumps(ref.to_dict(), sort_keys=True)})
     return ref
 
@@ -92,13 +100,16 @@ def attach_dossier(registry: Registry, audit_run_id: str, ref: DossierRef) -> di
             data = registry.load_artifact_bytes(ref.run_id, path)
             expected = getattr(ref, f"{which}_sha256")
             if sha256_hex(data) != expected:
-                raise RegistryError(f"{ref.model} version {ref.version}: dossier {path} (run {ref.run_id}) was "
-                                    f"changed after it was logged: recorded sha256 {expected}, found "
-                                    f"{sha256_hex(data)}; not attached")
+                raise RegistryError(
+                    f"{ref.model} version {ref.version}: dossier {path} (run {ref.run_id}) was "
+                    f"changed after it was logged: recorded sha256 {expected}, found "
+                    f"{sha256_hex(data)}; not attached"
+                )
             local = Path(tmp) / Path(path).name
             local.write_bytes(data)
             registry.client.log_artifact(audit_run_id, str(local), "dossier")
             attached[which] = f"dossier/{local.name}"
-        registry.client.log_text(audit_run_id, json.dumps(ref.to_dict(), indent=2, sort_keys=True),
-                                 "dossier/dossier-ref.json")
+        registry.client.log_text(
+            audit_run_id, json.dumps(ref.to_dict(), indent=2, sort_keys=True), "dossier/dossier-ref.json"
+        )
     return {"ref": ref.to_dict(), "audit_run_id": audit_run_id, "artifacts": attached}

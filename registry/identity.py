@@ -80,8 +80,10 @@ def server_authenticated(tracking_uri: str, user: str, password: str, timeout_s:
     """
     key = (tracking_uri.rstrip("/"), user, base64.b64encode(password.encode()).decode())
     if key not in _authenticated:
-        request = urllib.request.Request(f"{key[0]}/api/2.0/mlflow/users/current", headers={
-            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()})
+        request = urllib.request.Request(
+            f"{key[0]}/api/2.0/mlflow/users/current",
+            headers={"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()},
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as answer:
                 said = json.loads(answer.read() or b"{}")
@@ -109,7 +111,7 @@ def current_actor(tracking_uri: str) -> Actor:
     return Actor(account, socket.gethostname(), OS_USER, account)
 
 
-def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
+def actor_for(tracking_uri: str, who: str | Actor | None) -> Actor:
     """The actor of an action: `who` when given (checked against an authenticated user), else the identity."""
     if who is None:
         return current_actor(tracking_uri)
@@ -118,29 +120,46 @@ def actor_for(tracking_uri: str, who: "str | Actor | None") -> Actor:
         raise RegistryError("an action needs the name of who does it; leave it out to use your identity")
     user = authenticated_user(tracking_uri)
     if user and name != user:
-        raise IdentityMismatch(f"{name!r} is not the authenticated MLflow user {user!r}; "
-                               "an action is recorded under the identity that performs it")
+        raise IdentityMismatch(
+            f"{name!r} is not the authenticated MLflow user {user!r}; "
+            "an action is recorded under the identity that performs it"
+        )
     if isinstance(who, Actor):  # built by this module in this process, or refused: no identity is typed in
         if (who.source == MLFLOW_USER) != bool(user) or who.account != os_account():
             here = f"MLflow user {user!r}" if user else "no server authenticated a user"
-            raise IdentityMismatch(f"actor {who.name!r} ({who.source}, OS account {who.account!r}) is not who acts "
-                                   f"here ({here}; OS account {os_account()!r})")
+            raise IdentityMismatch(
+                f"actor {who.name!r} ({who.source}, OS account {who.account!r}) is not who acts "
+                f"here ({here}; OS account {os_account()!r})"
+            )
         return who
     return Actor(name, socket.gethostname(), MLFLOW_USER if user else NAMED, os_account())
 
 
-def claimed_actor(registry: "Registry", claimed: str | None, flag: str, action: str, stage: str = "", model: str = "",
-                  version: str = "") -> Actor:
+def claimed_actor(
+    registry: Registry, claimed: str | None, flag: str, action: str, stage: str = "", model: str = "", version: str = ""
+) -> Actor:
     """The identity behind a command; a typed name (`flag` says which option) that is not it is refused and
     audited (`identity_refused`)."""
     actor = current_actor(registry.tracking_uri)
     if claimed is None or claimed.strip() == actor.name:
         return actor
-    reason = (f"{flag} {claimed!r} is not you: you are {actor.name!r} ({actor.source} on {actor.host}); "
-              f"leave {flag} out, or run it as {claimed!r}")
-    audit.append(registry, AuditEvent("identity_refused", actor.name, now_iso(), stage, model, version,
-                                      comment=f"{action}: {reason}",
-                                      evidence={"claimed": claimed, "actor": actor.to_dict()}))
+    reason = (
+        f"{flag} {claimed!r} is not you: you are {actor.name!r} ({actor.source} on {actor.host}); "
+        f"leave {flag} out, or run it as {claimed!r}"
+    )
+    audit.append(
+        registry,
+        AuditEvent(
+            "identity_refused",
+            actor.name,
+            now_iso(),
+            stage,
+            model,
+            version,
+            comment=f"{action}: {reason}",
+            evidence={"claimed": claimed, "actor": actor.to_dict()},
+        ),
+    )
     raise IdentityMismatch(reason)
 
 
@@ -156,10 +175,13 @@ def server_permissions(tracking_uri: str, model: str = "", action: str = "an act
     try:
         yield
     except MlflowException as e:
-        if str(e.error_code) not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and \
-                getattr(e, "get_http_status_code", lambda: 0)() not in (401, 403):
+        if str(e.error_code) not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and getattr(
+            e, "get_http_status_code", lambda: 0
+        )() not in (401, 403):
             raise
         user = authenticated_user(tracking_uri) or "(no MLFLOW_TRACKING_USERNAME)"
         what = f"model {model!r}" if model else "the registry"
-        raise PermissionDenied(f"permission denied: MLflow user {user!r} may not change {what} ({action}; "
-                               f"{tracking_uri} said {e.error_code}); ask an MLflow admin") from None
+        raise PermissionDenied(
+            f"permission denied: MLflow user {user!r} may not change {what} ({action}; "
+            f"{tracking_uri} said {e.error_code}); ask an MLflow admin"
+        ) from None

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mlflow.entities import Metric
 
@@ -39,7 +40,9 @@ VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
 log = logging.getLogger("unmask.registry")
 log.addHandler(logging.NullHandler())  # a library's warning: shown where the app configures logging (serve, Prefect),
 # not doubled on the CLI's stderr beside the line the command prints itself
-_reported: set[tuple[str, str]] = set()  # (store, drift) already logged by this process; a server polling holders logs it once
+_reported: set[tuple[str, str]] = (
+    set()
+)  # (store, drift) already logged by this process; a server polling holders logs it once
 
 Holder = tuple[str, str] | None
 
@@ -50,13 +53,20 @@ class EvidenceTampered(RegistryError):
     def __init__(self, model: str, version: str, artifact: str, expected: str, found: str, run_id: str):
         self.model, self.version, self.artifact = model, version, artifact
         self.expected, self.found, self.run_id = expected, found, run_id
-        super().__init__(f"{model} version {version}: evidence artifact {artifact} (run {run_id}) was changed after "
-                         f"registration: recorded sha256 {expected or 'removed'}, found {found}; nothing is judged "
-                         "or moved on it (re-evaluate the model to register fresh evidence)")
+        super().__init__(
+            f"{model} version {version}: evidence artifact {artifact} (run {run_id}) was changed after "
+            f"registration: recorded sha256 {expected or 'removed'}, found {found}; nothing is judged "
+            "or moved on it (re-evaluate the model to register fresh evidence)"
+        )
 
     def finding(self) -> dict[str, Any]:
-        return {"kind": "tampered", "artifact": self.artifact, "run_id": self.run_id, "expected": self.expected,
-                "found": self.found}
+        return {
+            "kind": "tampered",
+            "artifact": self.artifact,
+            "run_id": self.run_id,
+            "expected": self.expected,
+            "found": self.found,
+        }
 
 
 class GateReportTampered(EvidenceTampered):
@@ -66,10 +76,13 @@ class GateReportTampered(EvidenceTampered):
     def __init__(self, model: str, version: str, artifact: str, expected: str, found: str, run_id: str):
         self.model, self.version, self.artifact = model, version, artifact
         self.expected, self.found, self.run_id = expected, found, run_id
-        RegistryError.__init__(self, f"{model} version {version}: gate report {artifact} (run {run_id}) was changed "
-                               f"after it was written: recorded sha256 {expected or 'removed'}, found {found}; no "
-                               f"verdict is read from it (re-judge with `unmask gates {model} --version {version} --store` "
-                               "to write a fresh one)")
+        RegistryError.__init__(
+            self,
+            f"{model} version {version}: gate report {artifact} (run {run_id}) was changed "
+            f"after it was written: recorded sha256 {expected or 'removed'}, found {found}; no "
+            f"verdict is read from it (re-judge with `unmask gates {model} --version {version} --store` "
+            "to write a fresh one)",
+        )
 
 
 class ChainBroken(RegistryError):
@@ -78,13 +91,19 @@ class ChainBroken(RegistryError):
     def __init__(self, report: audit.ChainReport, action: str = ""):
         self.report = report
         refused = f"{action} refused: nothing acts on an audit trail that does not verify; " if action else ""
-        super().__init__(f"{refused}{report.summary()}; the audit trail was changed outside unmask (see "
-                         "docs/integrity.md)")
+        super().__init__(
+            f"{refused}{report.summary()}; the audit trail was changed outside unmask (see docs/integrity.md)"
+        )
 
     def finding(self) -> dict[str, Any]:
         found = self.report.first_break
-        return {"kind": "audit_chain", "break": found.kind if found else "", "run_id": found.run_id if found else "",
-                "seq": found.seq if found else None, "position": found.position if found else None}
+        return {
+            "kind": "audit_chain",
+            "break": found.kind if found else "",
+            "run_id": found.run_id if found else "",
+            "seq": found.seq if found else None,
+            "position": found.position if found else None,
+        }
 
 
 def chain_broken(registry: Registry) -> ChainBroken | None:
@@ -110,14 +129,20 @@ class AliasDrift(RegistryError):
     def __init__(self, alias: str, expected: Holder, found: list[tuple[str, str]]):
         self.alias, self.expected, self.found = alias, expected, found
         shown = ", ".join(ref(*h) for h in found) or "nobody"
-        super().__init__(f"alias {alias} drifted: the audit trail's last settled move left it on "
-                         f"{ref(*(expected or (None, None))) or 'nobody'}, the registry has it on {shown} (moved "
-                         f"outside unmask); promote and rollback refuse it until `unmask rollback --stage {alias} "
-                         "--reconcile` puts it back")
+        super().__init__(
+            f"alias {alias} drifted: the audit trail's last settled move left it on "
+            f"{ref(*(expected or (None, None))) or 'nobody'}, the registry has it on {shown} (moved "
+            f"outside unmask); promote and rollback refuse it until `unmask rollback --stage {alias} "
+            "--reconcile` puts it back"
+        )
 
     def finding(self) -> dict[str, Any]:
-        return {"kind": "drift", "alias": self.alias, "expected": ref(*(self.expected or (None, None))),
-                "found": [ref(*h) for h in self.found]}
+        return {
+            "kind": "drift",
+            "alias": self.alias,
+            "expected": ref(*(self.expected or (None, None))),
+            "found": [ref(*h) for h in self.found],
+        }
 
 
 # evidence ----------------------------------------------------------------------------------------------
@@ -157,8 +182,16 @@ def recorded_digests(run_tags: Mapping[str, str]) -> dict[str, str]:
     return {k.removeprefix(DIGEST_PREFIX): v for k, v in run_tags.items() if k.startswith(DIGEST_PREFIX)}
 
 
-def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_id: str, path: str,
-                    data: bytes, tampered: type[EvidenceTampered] = EvidenceTampered, tracking_uri: str = "") -> str:
+def verify_artifact(
+    run_tags: Mapping[str, str],
+    model: str,
+    version: str,
+    run_id: str,
+    path: str,
+    data: bytes,
+    tampered: type[EvidenceTampered] = EvidenceTampered,
+    tracking_uri: str = "",
+) -> str:
     """VERIFIED, or UNVERIFIED (registered before hashes, or before their signatures, were recorded); raise
     `tampered` (EvidenceTampered) on a mismatch, or when the sha256 tag's signature does not verify (the
     artifact and its hash rewritten together by someone without the signing key)."""
@@ -179,8 +212,9 @@ def verify_artifact(run_tags: Mapping[str, str], model: str, version: str, run_i
     return VERIFIED
 
 
-def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift | ChainBroken,
-                   who: str = "unmask") -> None:
+def record_finding(
+    registry: Registry, problem: EvidenceTampered | AliasDrift | ChainBroken, who: str = "unmask"
+) -> None:
     """Write the problem to the audit trail as a finding, unless the same one is recorded already."""
     detail = problem.finding()
     if isinstance(problem, EvidenceTampered):
@@ -193,13 +227,18 @@ def record_finding(registry: Registry, problem: EvidenceTampered | AliasDrift | 
         seen = [e for e in seen if not last or e.when > last.when]
     if any(e.evidence == detail for e in seen):
         return
-    audit.append(registry, AuditEvent(FINDING, who, now_iso(), stage, model, version, comment=str(problem),
-                                      evidence=detail))
+    audit.append(
+        registry, AuditEvent(FINDING, who, now_iso(), stage, model, version, comment=str(problem), evidence=detail)
+    )
 
 
 # aliases -------------------------------------------------------------------------------------------------
-def alias_drift(registry: Registry, stage: str, holders: list[tuple[str, str]] | None = None,
-                pending: list[AuditEvent] | None = None) -> AliasDrift | None:
+def alias_drift(
+    registry: Registry,
+    stage: str,
+    holders: list[tuple[str, str]] | None = None,
+    pending: list[AuditEvent] | None = None,
+) -> AliasDrift | None:
     """The drift of one stage alias now, or None when it is where the audit trail's last settled move left it.
 
     A move in flight or interrupted (RUNNING) is not drift: `recover` settles it, and readers read through it.

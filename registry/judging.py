@@ -7,8 +7,9 @@ gate report. Nothing here moves an alias (that is `registry.promotion`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from gates.policy import Policy, load_policy
 from gates.promotion import Duties, PromotionDecision, decide_promotion
@@ -18,16 +19,31 @@ from registry.store import Registry
 from registry.tracking import checked_evidence, record_gate_report
 
 
-def judge(registry: Registry, model: str, version: str, stage: str, policy: Policy | None = None,
-          record: bool = True, roles: Roles | None = None, duties: Duties | None = None) -> PromotionDecision:
+def judge(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    policy: Policy | None = None,
+    record: bool = True,
+    roles: Roles | None = None,
+    duties: Duties | None = None,
+) -> PromotionDecision:
     """Evaluate a version against a stage: gates on its stored evidence, checklist, approvals and the
     separation of duties (`duties`: default, the open request and the version's registrant), stage order."""
     return judge_each(registry, model, version, [stage], policy, record, roles, duties)[stage]
 
 
-def judge_each(registry: Registry, model: str, version: str, stages: Iterable[str], policy: Policy | None = None,
-               record: bool = True, roles: Roles | None = None, duties: Duties | None = None
-               ) -> dict[str, PromotionDecision]:
+def judge_each(
+    registry: Registry,
+    model: str,
+    version: str,
+    stages: Iterable[str],
+    policy: Policy | None = None,
+    record: bool = True,
+    roles: Roles | None = None,
+    duties: Duties | None = None,
+) -> dict[str, PromotionDecision]:
     """`judge` for several stages, on one read of the version, its evidence and the baselines' (no stage
     changes what another reads: each records only its own report)."""
     policy = policy or load_policy()
@@ -41,24 +57,45 @@ def judge_each(registry: Registry, model: str, version: str, stages: Iterable[st
     production = stage_holder(registry, "production", everything)
     if production and production != (model, version):
         baseline["production"] = _baseline_evidence(registry, production, model, version, state)
-    vouching = {"evidence_run": vouched["run_id"], "evidence_status": vouched["status"],
-                "evidence_sha256": vouched["sha256"]}
+    vouching = {
+        "evidence_run": vouched["run_id"],
+        "evidence_status": vouched["status"],
+        "evidence_sha256": vouched["sha256"],
+    }
     decisions = {}
     for stage in stages:
         owed = state.duties(stage, state.open_request(stage)) if duties is None else duties
-        decision = decide_promotion(evidence, policy, stage, baseline, state.signoffs(stage), state.approvals(stage),
-                                    state.reached, evaluated_at=state.evaluated_at, roles=roles, duties=owed)
+        decision = decide_promotion(
+            evidence,
+            policy,
+            stage,
+            baseline,
+            state.signoffs(stage),
+            state.approvals(stage),
+            state.reached,
+            evaluated_at=state.evaluated_at,
+            roles=roles,
+            duties=owed,
+        )
         decision = replace(decision, evidence=decision.evidence | vouching)
         if record and decision.gate_results:
-            record_gate_report(registry, model, version, stage, list(decision.gate_results),
-                               decision.checklist.to_dicts() if decision.checklist else [],
-                               policy=decision.evidence.get("policy"), tags=state.tags)
+            record_gate_report(
+                registry,
+                model,
+                version,
+                stage,
+                list(decision.gate_results),
+                decision.checklist.to_dicts() if decision.checklist else [],
+                policy=decision.evidence.get("policy"),
+                tags=state.tags,
+            )
         decisions[stage] = decision
     return decisions
 
 
-def _baseline_evidence(registry: Registry, holder: tuple[str, str], model: str, version: str,
-                       state: VersionState) -> Any:
+def _baseline_evidence(
+    registry: Registry, holder: tuple[str, str], model: str, version: str, state: VersionState
+) -> Any:
     """A baseline's checked evidence; the judged version's own state when it is the baseline (no second read)."""
     tags = state.tags if holder == (model, version) else version_state(registry, *holder).tags
     return checked_evidence(registry, *holder, tags=tags)[0]

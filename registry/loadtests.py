@@ -29,8 +29,18 @@ from registry.store import Registry, filter_literal, model_tag
 
 ARTIFACT = "serving/record.json"
 CURVE_ARTIFACT = "serving/curve.png"
-METRICS = ("latency_p50_s", "latency_p95_s", "latency_p99_s", "ttfb_p50_s", "tokens_per_s", "requests_per_s",
-           "error_rate", "same_answer_share", "requests", "concurrency")
+METRICS = (
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "ttfb_p50_s",
+    "tokens_per_s",
+    "requests_per_s",
+    "error_rate",
+    "same_answer_share",
+    "requests",
+    "concurrency",
+)
 
 
 def log_serving_record(registry: Registry, record: ServingRecord) -> ServingRecord:
@@ -39,20 +49,34 @@ def log_serving_record(registry: Registry, record: ServingRecord) -> ServingReco
     tags = registry.version_tags(record.model, record.version)
     held = tags.get(model_tag("weights_sha256"), "")
     if record.weights_sha256 != held:
-        raise RegistryError(f"{record.model} version {record.version} holds weights {held[:12] or 'none'}, the "
-                            f"server answered with {record.weights_sha256[:12] or 'unnamed weights'}; not logged")
+        raise RegistryError(
+            f"{record.model} version {record.version} holds weights {held[:12] or 'none'}, the "
+            f"server answered with {record.weights_sha256[:12] or 'unnamed weights'}; not logged"
+        )
     client = registry.client
-    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), run_name=(
-        f"{record.model}/{record.version} serving c={record.concurrency}"), tags={
-        model_tag("kind"): "serving", model_tag("model"): record.model, model_tag("version"): record.version,
-        model_tag("weights_sha256"): record.weights_sha256, model_tag("concurrency"): str(record.concurrency),
-        model_tag("served_as"): record.served_as,
-        **({"mlflow.parentRunId": tags[model_tag("evidence_run")]} if tags.get(model_tag("evidence_run")) else {})})
+    run = client.create_run(
+        registry.experiment_id(EVALUATIONS_EXPERIMENT),
+        run_name=(f"{record.model}/{record.version} serving c={record.concurrency}"),
+        tags={
+            model_tag("kind"): "serving",
+            model_tag("model"): record.model,
+            model_tag("version"): record.version,
+            model_tag("weights_sha256"): record.weights_sha256,
+            model_tag("concurrency"): str(record.concurrency),
+            model_tag("served_as"): record.served_as,
+            **({"mlflow.parentRunId": tags[model_tag("evidence_run")]} if tags.get(model_tag("evidence_run")) else {}),
+        },
+    )
     logged = replace(record, run_id=run.info.run_id)
     data = json.dumps(logged.to_dict(), indent=2, sort_keys=True).encode()
     ms = int(time.time() * 1000)
-    seal_run(client, run.info.run_id, [Metric(name, float(getattr(record, name)), ms, 0)
-                                       for name in METRICS if getattr(record, name) is not None], ARTIFACT, data)
+    seal_run(
+        client,
+        run.info.run_id,
+        [Metric(name, float(getattr(record, name)), ms, 0) for name in METRICS if getattr(record, name) is not None],
+        ARTIFACT,
+        data,
+    )
     return logged
 
 
@@ -62,9 +86,15 @@ def log_load_curve(registry: Registry, records: list[ServingRecord], plot: Path)
     if not runs:
         raise RegistryError("log_load_curve: none of the records was logged; there is no curve to log against")
     client = registry.client
-    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), run_name="load test curve", tags={
-        model_tag("kind"): "serving-curve", model_tag("serving_runs"): ",".join(runs),
-        model_tag("models"): ",".join(dict.fromkeys(f"{r.model}/{r.version}" for r in records if r.run_id))})
+    run = client.create_run(
+        registry.experiment_id(EVALUATIONS_EXPERIMENT),
+        run_name="load test curve",
+        tags={
+            model_tag("kind"): "serving-curve",
+            model_tag("serving_runs"): ",".join(runs),
+            model_tag("models"): ",".join(dict.fromkeys(f"{r.model}/{r.version}" for r in records if r.run_id)),
+        },
+    )
     try:
         with tempfile.TemporaryDirectory() as folder:
             named = Path(folder) / Path(CURVE_ARTIFACT).name
@@ -78,11 +108,16 @@ def log_load_curve(registry: Registry, records: list[ServingRecord], plot: Path)
     return run_id
 
 
-def serving_records(registry: Registry, model: str, version: str, weights_sha256: str | None = None) -> list[ServingRecord]:
+def serving_records(
+    registry: Registry, model: str, version: str, weights_sha256: str | None = None
+) -> list[ServingRecord]:
     """The latest serving record of each concurrency logged against `model` `version` (and its weights), by
     concurrency; a record whose artifact no longer matches its sha256 raises EvidenceTampered."""
-    filters = [f"tags.`{model_tag('kind')}` = 'serving'", f"tags.`{model_tag('model')}` = {filter_literal(model, 'model')}",
-               f"tags.`{model_tag('version')}` = {filter_literal(version, 'version')}"]
+    filters = [
+        f"tags.`{model_tag('kind')}` = 'serving'",
+        f"tags.`{model_tag('model')}` = {filter_literal(model, 'model')}",
+        f"tags.`{model_tag('version')}` = {filter_literal(version, 'version')}",
+    ]
     if weights_sha256:
         filters.append(f"tags.`{model_tag('weights_sha256')}` = {filter_literal(weights_sha256, 'weights')}")
     latest: dict[int, ServingRecord] = {}
@@ -94,7 +129,8 @@ def serving_records(registry: Registry, model: str, version: str, weights_sha256
         try:
             record = ServingRecord.from_dict(json.loads(data))
         except (ValueError, TypeError) as e:
-            raise RegistryError(f"{model} version {version}: serving record of run {run.info.run_id} is unreadable "
-                                f"({e})") from None
+            raise RegistryError(
+                f"{model} version {version}: serving record of run {run.info.run_id} is unreadable ({e})"
+            ) from None
         latest[record.concurrency] = record  # runs come oldest first: the last one of a level wins
     return [latest[c] for c in sorted(latest)]

@@ -17,26 +17,42 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from filelock import FileLock, Timeout
 
 from gates.policy import Policy, load_policy
-from gates.promotion import (TOOLING_ITEM, Approval, Duties, PromotionReason, PromotionRequest, approval_problems,
-                             current_signoffs)
+from gates.promotion import (
+    TOOLING_ITEM,
+    Approval,
+    Duties,
+    PromotionReason,
+    PromotionRequest,
+    approval_problems,
+    current_signoffs,
+)
 from gates.roles import Roles, load_roles
 from registry import audit
-from registry.approvals import (ApprovalRefused, approvals_of, approve, close, consume, duties_for, expire_old,
-                                request_promotion)
-from registry.identity import Actor, actor_for
+from registry.approvals import (
+    ApprovalRefused,
+    approvals_of,
+    approve,
+    close,
+    consume,
+    duties_for,
+    expire_old,
+    request_promotion,
+)
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.demo import demo_refusal
+from registry.identity import Actor, actor_for
 from registry.integrity import alias_drift, record_finding, trusted_chain
-from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
 from registry.judging import judge  # looked up when promote runs: tests pause a promotion inside it
 from registry.state import Holder, evaluated_at, fallback_holder, stage_holder, version_state
+from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
 from registry.tracking import checked_evidence
 
 
@@ -58,9 +74,14 @@ class Move:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "from": ref(*(self.from_holder or (None, None))),
-                "to": ref(*(self.to_holder or (None, None))), "who": self.who, "audit_run_id": self.audit_run_id,
-                "evidence": self.evidence}
+        return {
+            "stage": self.stage,
+            "from": ref(*(self.from_holder or (None, None))),
+            "to": ref(*(self.to_holder or (None, None))),
+            "who": self.who,
+            "audit_run_id": self.audit_run_id,
+            "evidence": self.evidence,
+        }
 
 
 # moving aliases ------------------------------------------------------------------------------------
@@ -77,11 +98,31 @@ def _remove_alias(registry: Registry, model: str, stage: str) -> None:
         retry_busy(registry.client.delete_registered_model_alias, model, stage)
 
 
-def _move(registry: Registry, stage: str, previous: Holder, target: tuple[str, str], who: str, comment: str,
-          evidence: dict[str, Any]) -> Move:
-    intent = audit.append(registry, AuditEvent(MOVE, who, now_iso(), stage, target[0], target[1],
-                                               ref(*(previous or (None, None))), ref(*target), comment, evidence),
-                          open_intent=True)
+def _move(
+    registry: Registry,
+    stage: str,
+    previous: Holder,
+    target: tuple[str, str],
+    who: str,
+    comment: str,
+    evidence: dict[str, Any],
+) -> Move:
+    intent = audit.append(
+        registry,
+        AuditEvent(
+            MOVE,
+            who,
+            now_iso(),
+            stage,
+            target[0],
+            target[1],
+            ref(*(previous or (None, None))),
+            ref(*target),
+            comment,
+            evidence,
+        ),
+        open_intent=True,
+    )
     _apply(registry, stage, previous, target)
     audit.settle(registry, intent, happened=True)
     return Move(stage, previous, target, who, intent.run_id, evidence)
@@ -117,19 +158,29 @@ class _StageLock:
         self.shared = RegistryLock(registry, stage, owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}")
         self.timeout_s, self.action, self.stage = timeout_s, action, stage
 
-    def __enter__(self) -> "_StageLock":
+    def __enter__(self) -> _StageLock:
         start = time.monotonic()
         try:
             self.file.acquire()
         except Timeout:
-            raise PromotionRefused(self.action, [f"another promotion or rollback of {self.stage} holds "
-                                                 f"{self.file.lock_file} for more than {self.timeout_s:g} s"]) from None
+            raise PromotionRefused(
+                self.action,
+                [
+                    f"another promotion or rollback of {self.stage} holds "
+                    f"{self.file.lock_file} for more than {self.timeout_s:g} s"
+                ],
+            ) from None
         left = max(0.0, self.timeout_s - (time.monotonic() - start))
         if not self.shared.acquire(left):
             self.file.release()
             holder = (self.shared.holder() or {}).get(model_tag("lock.owner"), "?")
-            raise PromotionRefused(self.action, [f"another promotion or rollback of {self.stage} holds the registry "
-                                                 f"lock {self.shared.name} ({holder}) for more than {self.timeout_s:g} s"])
+            raise PromotionRefused(
+                self.action,
+                [
+                    f"another promotion or rollback of {self.stage} holds the registry "
+                    f"lock {self.shared.name} ({holder}) for more than {self.timeout_s:g} s"
+                ],
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -145,9 +196,18 @@ def _verified(registry: Registry, model: str, version: str, who: str = "unmask")
     return checked_evidence(registry, model, version, who)
 
 
-def promote(model: str, stage: str, approver: str | Actor | None = None, comment: str = "",
-            version: str | None = None, registry: Registry | None = None, policy: Policy | None = None,
-            lock_timeout_s: float = 60.0, actor: str | Actor | None = None, roles: Roles | None = None) -> Move:
+def promote(
+    model: str,
+    stage: str,
+    approver: str | Actor | None = None,
+    comment: str = "",
+    version: str | None = None,
+    registry: Registry | None = None,
+    policy: Policy | None = None,
+    lock_timeout_s: float = 60.0,
+    actor: str | Actor | None = None,
+    roles: Roles | None = None,
+) -> Move:
     """Move `stage` to `model` (its `candidate`, else `fallback`, version unless `version` is given), or raise
     PromotionRefused.
 
@@ -177,17 +237,32 @@ def promote(model: str, stage: str, approver: str | Actor | None = None, comment
         if expected == (model, version):
             reasons.append(f"{model} v{version} already holds {stage}")
         if reasons:
-            _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons,
-                    decision.evidence | {"request": request.id})
+            _refuse(
+                registry,
+                "promotion_refused",
+                who,
+                stage,
+                model,
+                version,
+                action,
+                reasons,
+                decision.evidence | {"request": request.id},
+            )
         with _StageLock(registry, stage, lock_timeout_s, action):
             recover(registry, stage)
-            current = _holder_unchanged(registry, model, version, stage, action, who, expected, judged_evaluation,
-                                        decision.evidence)
-            used = _approvals_to_consume(registry, model, version, stage, policy, roles, duties, action, who,
-                                         decision.evidence, prefer)
-            evidence = decision.evidence | {"kind": "promotion", "request": request.to_dict(),
-                                            "approvals": [a.to_dict() for a in used], "actor": mover.to_dict(),
-                                            "chain_head": chain.anchor}  # the signed head it was judged on
+            current = _holder_unchanged(
+                registry, model, version, stage, action, who, expected, judged_evaluation, decision.evidence
+            )
+            used = _approvals_to_consume(
+                registry, model, version, stage, policy, roles, duties, action, who, decision.evidence, prefer
+            )
+            evidence = decision.evidence | {
+                "kind": "promotion",
+                "request": request.to_dict(),
+                "approvals": [a.to_dict() for a in used],
+                "actor": mover.to_dict(),
+                "chain_head": chain.anchor,
+            }  # the signed head it was judged on
             if used:
                 evidence["approval"] = used[0].to_dict()  # the first, as before requests
             move = _move(registry, stage, current, (model, version), who, comment, evidence)
@@ -207,12 +282,15 @@ def _version_to_promote(registry: Registry, model: str, stage: str, version: str
     held = registry.aliases_of(model)
     version = version or latest_registration(held)
     if not version:
-        raise PromotionRefused(action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"])
+        raise PromotionRefused(
+            action, [f"{model} has no `candidate` or `fallback` version; register its evidence first"]
+        )
     return version
 
 
-def _check_before_request(registry: Registry, model: str, version: str, stage: str, action: str, who: str,
-                          policy: Policy | None, roles: Roles) -> None:
+def _check_before_request(
+    registry: Registry, model: str, version: str, stage: str, action: str, who: str, policy: Policy | None, roles: Roles
+) -> None:
     """Refuse before any request or approval is recorded: forged evidence, a drifted alias, a demo policy."""
     _verified(registry, model, version, who)  # before an approval is recorded on forged evidence
     _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, {})
@@ -221,14 +299,29 @@ def _check_before_request(registry: Registry, model: str, version: str, stage: s
         _refuse(registry, "promotion_refused", who, stage, model, version, action, [demo], {})
 
 
-def _typed_approval(registry: Registry, model: str, version: str, stage: str, approver: str | Actor | None,
-                    comment: str, roles: Roles, request: PromotionRequest, action: str) -> tuple[Approval | None, str]:
+def _typed_approval(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    approver: str | Actor | None,
+    comment: str,
+    roles: Roles,
+    request: PromotionRequest,
+    action: str,
+) -> tuple[Approval | None, str]:
     """The approval typed into this promote (recorded now, or None) and the id of the one the move prefers."""
     if approver is None:
         return None, ""
     name = actor_for(registry.tracking_uri, approver).name
-    given = next((a for a in approvals_of(registry, model, version, stage)
-                  if a.by == name and a.status == "open" and a.request == request.id), None)
+    given = next(
+        (
+            a
+            for a in approvals_of(registry, model, version, stage)
+            if a.by == name and a.status == "open" and a.request == request.id
+        ),
+        None,
+    )
     if given is not None:  # approved already (`unmask approve`): that one is used, not a second
         return None, given.id
     try:
@@ -238,63 +331,137 @@ def _typed_approval(registry: Registry, model: str, version: str, stage: str, ap
     return typed, typed.id
 
 
-def _holder_unchanged(registry: Registry, model: str, version: str, stage: str, action: str, who: str,
-                      expected: Holder, judged_evaluation: str, evidence: dict[str, Any]) -> Holder:
+def _holder_unchanged(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    action: str,
+    who: str,
+    expected: Holder,
+    judged_evaluation: str,
+    evidence: dict[str, Any],
+) -> Holder:
     """Under the stage lock: the stage's holder, refused unless it and the version's evaluation are as judged
     and the alias is where the audit trail left it."""
     current = stage_holder(registry, stage)
     if current != expected:
-        _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                [f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
-                 f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
-                 "judge again against the new holder"], evidence)
+        _refuse(
+            registry,
+            "promotion_refused",
+            who,
+            stage,
+            model,
+            version,
+            action,
+            [
+                f"{stage} moved from {ref(*(expected or (None, None))) or 'nobody'} to "
+                f"{ref(*(current or (None, None))) or 'nobody'} while this promotion was being judged; "
+                "judge again against the new holder"
+            ],
+            evidence,
+        )
     if evaluated_at(registry, model, version) != judged_evaluation:
-        _refuse(registry, "promotion_refused", who, stage, model, version, action,
-                [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
-                evidence)
+        _refuse(
+            registry,
+            "promotion_refused",
+            who,
+            stage,
+            model,
+            version,
+            action,
+            [f"{model} v{version} was re-evaluated while this promotion was being judged; judge again"],
+            evidence,
+        )
     _refuse_drift(registry, "promotion_refused", who, stage, model, version, action, evidence)
     return current
 
 
-def _approvals_to_consume(registry: Registry, model: str, version: str, stage: str, policy: Policy | None,
-                          roles: Roles, duties: Duties, action: str, who: str, evidence: dict[str, Any],
-                          prefer: str) -> list[Approval]:
+def _approvals_to_consume(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    policy: Policy | None,
+    roles: Roles,
+    duties: Duties,
+    action: str,
+    who: str,
+    evidence: dict[str, Any],
+    prefer: str,
+) -> list[Approval]:
     """Under the stage lock: the approvals this move uses, read again (one consumed or voided meanwhile no
     longer counts), so a move cites exactly the approvals it consumed."""
     policy = policy or load_policy()
     state = version_state(registry, model, version)
     signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
-    problems, used = approval_problems(state.approvals(stage), stage,
-                                       policy.stage(stage).approval_min_comment_chars,
-                                       state.evaluated_at, roles.stage(stage), duties,
-                                       tooling_signer=signoffs.get(TOOLING_ITEM, {}).get("by", ""), roles=roles,
-                                       counted=True, prefer=prefer)
+    problems, used = approval_problems(
+        state.approvals(stage),
+        stage,
+        policy.stage(stage).approval_min_comment_chars,
+        state.evaluated_at,
+        roles.stage(stage),
+        duties,
+        tooling_signer=signoffs.get(TOOLING_ITEM, {}).get("by", ""),
+        roles=roles,
+        counted=True,
+        prefer=prefer,
+    )
     if problems:
         _refuse(registry, "promotion_refused", who, stage, model, version, action, problems, evidence)
     return used
 
 
-def _refuse_drift(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
-                  evidence: dict[str, Any]) -> None:
+def _refuse_drift(
+    registry: Registry,
+    event: str,
+    who: str,
+    stage: str,
+    model: str,
+    version: str,
+    action: str,
+    evidence: dict[str, Any],
+) -> None:
     """Refuse (and record the finding) when the stage alias is not where the audit trail left it."""
     drift = alias_drift(registry, stage)
     if drift is not None:
         record_finding(registry, drift, who)
-        _refuse(registry, event, who, stage, model, version, action, [str(drift)],
-                evidence | {"drift": drift.finding()})
+        _refuse(
+            registry, event, who, stage, model, version, action, [str(drift)], evidence | {"drift": drift.finding()}
+        )
 
 
-def _refuse(registry: Registry, event: str, who: str, stage: str, model: str, version: str, action: str,
-            reasons: Sequence[PromotionReason | str], evidence: dict[str, Any]) -> NoReturn:
+def _refuse(
+    registry: Registry,
+    event: str,
+    who: str,
+    stage: str,
+    model: str,
+    version: str,
+    action: str,
+    reasons: Sequence[PromotionReason | str],
+    evidence: dict[str, Any],
+) -> NoReturn:
     refused = PromotionRefused(action, reasons)
-    audit.append(registry, AuditEvent(event, who, now_iso(), stage, model, version,
-                                      comment="; ".join(refused.reasons)[:4000], evidence=evidence))
+    audit.append(
+        registry,
+        AuditEvent(
+            event, who, now_iso(), stage, model, version, comment="; ".join(refused.reasons)[:4000], evidence=evidence
+        ),
+    )
     raise refused
 
 
-def rollback(stage: str, who: str | Actor | None = None, comment: str = "", registry: Registry | None = None,
-             lock_timeout_s: float = 60.0, reconcile: bool = False, policy: Policy | None = None,
-             roles: Roles | None = None) -> Move:
+def rollback(
+    stage: str,
+    who: str | Actor | None = None,
+    comment: str = "",
+    registry: Registry | None = None,
+    lock_timeout_s: float = 60.0,
+    reconcile: bool = False,
+    policy: Policy | None = None,
+    roles: Roles | None = None,
+) -> Move:
     """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`.
 
     An emergency action: no approval, but only for the stage's `emergency_rollback` role (refused and
@@ -312,9 +479,20 @@ def rollback(stage: str, who: str | Actor | None = None, comment: str = "", regi
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
     trusted_chain(registry, action, who)  # a rollback target read from a forged trail never held the stage
     if not roles.may(who, stage, "emergency_rollback"):
-        _refuse(registry, "rollback_refused", who, stage, "", "", action,
-                [f"{who} may not roll back {stage}: the emergency_rollback role is held by "
-                 f"{roles.describe(stage, 'emergency_rollback')} ({roles.source})"], {"actor": actor.to_dict()})
+        _refuse(
+            registry,
+            "rollback_refused",
+            who,
+            stage,
+            "",
+            "",
+            action,
+            [
+                f"{who} may not roll back {stage}: the emergency_rollback role is held by "
+                f"{roles.describe(stage, 'emergency_rollback')} ({roles.source})"
+            ],
+            {"actor": actor.to_dict()},
+        )
     with _StageLock(registry, stage, lock_timeout_s, action):
         recover(registry, stage)
         if reconcile:
@@ -322,15 +500,25 @@ def rollback(stage: str, who: str | Actor | None = None, comment: str = "", regi
         else:
             move = _rollback(registry, stage, actor, comment, action, policy)
     target = move.to_holder or ("", "")
-    audit.append(registry, AuditEvent(
-        "emergency_rollback", who, now_iso(), stage, target[0], target[1], ref(*(move.from_holder or (None, None))),
-        ref(*(move.to_holder or (None, None))), f"{action} by {who} without an approval: review it ({comment})",
-        {"move": move.audit_run_id, "actor": actor.to_dict(), "roles": roles.cited()}))
+    audit.append(
+        registry,
+        AuditEvent(
+            "emergency_rollback",
+            who,
+            now_iso(),
+            stage,
+            target[0],
+            target[1],
+            ref(*(move.from_holder or (None, None))),
+            ref(*(move.to_holder or (None, None))),
+            f"{action} by {who} without an approval: review it ({comment})",
+            {"move": move.audit_run_id, "actor": actor.to_dict(), "roles": roles.cited()},
+        ),
+    )
     return move
 
 
-def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action: str,
-              policy: Policy | None) -> Move:
+def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action: str, policy: Policy | None) -> Move:
     who = actor.name
     _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
     current = stage_holder(registry, stage)
@@ -341,8 +529,17 @@ def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action
     if target is None or target == current:
         target, reason = fallback_holder(registry), "fallback"
     if target is None or target == current:
-        _refuse(registry, "rollback_refused", who, stage, current[0], current[1], action,
-                [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"], {})
+        _refuse(
+            registry,
+            "rollback_refused",
+            who,
+            stage,
+            current[0],
+            current[1],
+            action,
+            [f"{stage} has no previous holder and no `fallback` version other than {ref(*current)}"],
+            {},
+        )
     evidence = {"kind": "rollback", "target": reason, "actor": actor.to_dict()}
     if policy is not None:
         evidence["policy"] = policy.cited()
@@ -353,17 +550,38 @@ def _restore(registry: Registry, stage: str, who: str, comment: str, action: str
     """Put a drifted stage alias back where the audit trail's last settled move left it (or off, if nobody)."""
     drift = alias_drift(registry, stage)
     if drift is None:
-        _refuse(registry, "rollback_refused", who, stage, "", "", action,
-                [f"{stage} is where the audit trail's last settled move left it; nothing to reconcile"], {})
+        _refuse(
+            registry,
+            "rollback_refused",
+            who,
+            stage,
+            "",
+            "",
+            action,
+            [f"{stage} is where the audit trail's last settled move left it; nothing to reconcile"],
+            {},
+        )
     record_finding(registry, drift, who)
     found, target = drift.found, drift.expected
     previous = found[0] if len(found) == 1 else None
     model, version = target or previous or ("", "")
     evidence = {"kind": "reconcile", "drift": drift.finding()}
-    intent = audit.append(registry, AuditEvent(
-        MOVE, who, now_iso(), stage, model, version, ref(*(previous or (None, None))), ref(*(target or (None, None))),
-        comment or f"reconcile {stage}: back to {ref(*(target or (None, None))) or 'nobody'}", evidence),
-        open_intent=True)
+    intent = audit.append(
+        registry,
+        AuditEvent(
+            MOVE,
+            who,
+            now_iso(),
+            stage,
+            model,
+            version,
+            ref(*(previous or (None, None))),
+            ref(*(target or (None, None))),
+            comment or f"reconcile {stage}: back to {ref(*(target or (None, None))) or 'nobody'}",
+            evidence,
+        ),
+        open_intent=True,
+    )
     if target:
         retry_busy(registry.client.set_registered_model_alias, target[0], stage, target[1])
     for holder_model, _ in found:
@@ -375,6 +593,9 @@ def _restore(registry: Registry, stage: str, who: str, comment: str, action: str
 
 def _previous_holder(registry: Registry, stage: str, current: tuple[str, str]) -> Holder:
     """Who held `stage` before the promotion that brought the current holder in (rollbacks are skipped)."""
-    moves = [e for e in audit.events(registry, stage=stage, event=MOVE)
-             if e.status == "FINISHED" and e.evidence.get("kind") == "promotion" and e.to_ref == ref(*current)]
+    moves = [
+        e
+        for e in audit.events(registry, stage=stage, event=MOVE)
+        if e.status == "FINISHED" and e.evidence.get("kind") == "promotion" and e.to_ref == ref(*current)
+    ]
     return parse_ref(moves[-1].from_ref) if moves else None

@@ -20,8 +20,8 @@ from gates.scoring import alternative, rank, score_survivors
 from registry import audit
 from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered
 from registry.judging import judge
-from registry.state import approvals_from_tags, fallback_holder, stage_holder, version_state
 from registry.signing import Anchor
+from registry.state import approvals_from_tags, fallback_holder, stage_holder, version_state
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -36,9 +36,16 @@ def list_candidates(registry: Registry | None = None) -> pd.DataFrame:
     rows = []
     for m in reg.registered_models():
         versions = reg.versions(m.name)
-        rows.append({"model": m.name, "role": m.tags.get(model_tag("role"), ""), "kind": m.tags.get(model_tag("kind"), ""),
-                     "versions": len(versions), "latest_version": versions[-1] if versions else None,
-                     "aliases": {k: str(v) for k, v in (m.aliases or {}).items()}})
+        rows.append(
+            {
+                "model": m.name,
+                "role": m.tags.get(model_tag("role"), ""),
+                "kind": m.tags.get(model_tag("kind"), ""),
+                "versions": len(versions),
+                "latest_version": versions[-1] if versions else None,
+                "aliases": {k: str(v) for k, v in (m.aliases or {}).items()},
+            }
+        )
     return pd.DataFrame(rows, columns=["model", "role", "kind", "versions", "latest_version", "aliases"])
 
 
@@ -52,14 +59,17 @@ def list_versions(model: str | None = None, registry: Registry | None = None) ->
         aliases = reg.aliases_of(name)
         for v in reg.client.search_model_versions(f"name = {filter_literal(name, 'model')}", max_results=10000):
             version, tags = str(v.version), dict(v.tags)
-            row: dict[str, Any] = {"model": name, "version": version, "revision": tags.get(model_tag("revision"), ""),
-                   "weights_sha256": tags.get(model_tag("weights_sha256"), ""),
-                   "evidence_run_id": tags.get(model_tag("evidence_run"), ""),
-                   "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
-                   "aliases": sorted(a for a, ver in aliases.items() if ver == version),
-                   "reached": sorted(s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags),
-                   "approvals": {s: a.to_dict() for s in STAGE_ALIASES
-                                 if (a := _approval_from_tags(tags, s)) is not None}}
+            row: dict[str, Any] = {
+                "model": name,
+                "version": version,
+                "revision": tags.get(model_tag("revision"), ""),
+                "weights_sha256": tags.get(model_tag("weights_sha256"), ""),
+                "evidence_run_id": tags.get(model_tag("evidence_run"), ""),
+                "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
+                "aliases": sorted(a for a, ver in aliases.items() if ver == version),
+                "reached": sorted(s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags),
+                "approvals": {s: a.to_dict() for s in STAGE_ALIASES if (a := _approval_from_tags(tags, s)) is not None},
+            }
             row |= {f"gates_{s}": tags.get(model_tag(f"gates.{s}")) for s in STAGE_ALIASES}
             rows.append(row)
     frame = pd.DataFrame(rows)
@@ -97,8 +107,9 @@ def aliases(registry: Registry | None = None) -> dict[str, dict[str, str] | None
     return out
 
 
-def gate_results(model: str | None = None, version: str | None = None, stage: str | None = None,
-                 registry: Registry | None = None) -> pd.DataFrame:
+def gate_results(
+    model: str | None = None, version: str | None = None, stage: str | None = None, registry: Registry | None = None
+) -> pd.DataFrame:
     """The last stored gate results: model, version, stage, gate, passed, value, threshold, reason, record_id,
     run_id, evaluated_at, evidence (dict), verdict (pass, fail or inconclusive; from `passed` for reports
     written before verdicts had three values), settle (what would settle an inconclusive one), policy_path and
@@ -118,15 +129,46 @@ def gate_results(model: str | None = None, version: str | None = None, stage: st
                     continue
                 cited = report.get("policy") or {}
                 for r in report.get("results", []):
-                    rows.append({"model": name, "version": ver, "stage": st, "gate": r["gate"], "passed": r["passed"],
-                                 "value": r["value"], "threshold": r["threshold"], "reason": r["reason"],
-                                 "record_id": r["evidence"].get("record_id"), "run_id": r["evidence"].get("run_id"),
-                                 "evaluated_at": report["evaluated_at"], "evidence": r["evidence"],
-                                 "verdict": GateResult.from_dict(r).verdict, "settle": r.get("settle", ""),
-                                 "policy_path": cited.get("path", ""), "policy_sha256": cited.get("sha256", ""),
-                                 "report_integrity": report["integrity"]})
-    columns = ["model", "version", "stage", "gate", "passed", "value", "threshold", "reason", "record_id", "run_id",
-               "evaluated_at", "evidence", "verdict", "settle", "policy_path", "policy_sha256", "report_integrity"]
+                    rows.append(
+                        {
+                            "model": name,
+                            "version": ver,
+                            "stage": st,
+                            "gate": r["gate"],
+                            "passed": r["passed"],
+                            "value": r["value"],
+                            "threshold": r["threshold"],
+                            "reason": r["reason"],
+                            "record_id": r["evidence"].get("record_id"),
+                            "run_id": r["evidence"].get("run_id"),
+                            "evaluated_at": report["evaluated_at"],
+                            "evidence": r["evidence"],
+                            "verdict": GateResult.from_dict(r).verdict,
+                            "settle": r.get("settle", ""),
+                            "policy_path": cited.get("path", ""),
+                            "policy_sha256": cited.get("sha256", ""),
+                            "report_integrity": report["integrity"],
+                        }
+                    )
+    columns = [
+        "model",
+        "version",
+        "stage",
+        "gate",
+        "passed",
+        "value",
+        "threshold",
+        "reason",
+        "record_id",
+        "run_id",
+        "evaluated_at",
+        "evidence",
+        "verdict",
+        "settle",
+        "policy_path",
+        "policy_sha256",
+        "report_integrity",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -136,8 +178,9 @@ def checklist(model: str, version: str, stage: str, registry: Registry | None = 
         report = load_gate_report(_reg(registry), model, version, stage) or {}
     except GateReportTampered:  # never read; the integrity board names the file
         report = {}
-    return pd.DataFrame(report.get("checklist", []),
-                        columns=["stage", "item", "text", "kind", "done", "reason", "evidence"])
+    return pd.DataFrame(
+        report.get("checklist", []), columns=["stage", "item", "text", "kind", "done", "reason", "evidence"]
+    )
 
 
 def records(model: str | None = None, version: str | None = None, registry: Registry | None = None) -> pd.DataFrame:
@@ -159,18 +202,34 @@ def audit_chain(registry: Registry | None = None, anchor: Anchor | None = None) 
     return audit.verify(_reg(registry), anchor).to_dict()
 
 
-def audit_events(model: str | None = None, stage: str | None = None, event: str | None = None,
-                 registry: Registry | None = None) -> pd.DataFrame:
+def audit_events(
+    model: str | None = None, stage: str | None = None, event: str | None = None, registry: Registry | None = None
+) -> pd.DataFrame:
     """The audit trail, oldest first: when, event, who, stage, model, version, from, to, comment, status,
     evidence (dict), audit_run_id, seq and sha256 (its place and hash in the chain; 0 and "" before it)."""
     found = audit.events(_reg(registry), model=model, stage=stage, event=event)
-    columns = ["when", "event", "who", "stage", "model", "version", "from", "to", "comment", "status", "evidence",
-               "audit_run_id", "seq", "sha256"]
+    columns = [
+        "when",
+        "event",
+        "who",
+        "stage",
+        "model",
+        "version",
+        "from",
+        "to",
+        "comment",
+        "status",
+        "evidence",
+        "audit_run_id",
+        "seq",
+        "sha256",
+    ]
     return pd.DataFrame([e.to_dict() for e in found], columns=columns)
 
 
-def scores(stage: str, weights: dict[str, float] | None = None, registry: Registry | None = None,
-           policy: Policy | None = None) -> dict[str, pd.DataFrame]:
+def scores(
+    stage: str, weights: dict[str, float] | None = None, registry: Registry | None = None, policy: Policy | None = None
+) -> dict[str, pd.DataFrame]:
     """Rank the latest version of every model (candidates and the fallback) at a stage.
 
     Hard gates filter (evaluated afresh on the stored evidence, so the fallback is judged too), then
@@ -186,8 +245,10 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
         stage_policy = replace(stage_policy, weights={c: weights.get(c, 0.0) / total for c in CRITERIA})
     fallback = fallback_holder(reg)
     production = stage_holder(reg, "production")
-    baseline = {"fallback": load_evidence(reg, *fallback) if fallback else None,
-                "production": load_evidence(reg, *production) if production else None}
+    baseline = {
+        "fallback": load_evidence(reg, *fallback) if fallback else None,
+        "production": load_evidence(reg, *production) if production else None,
+    }
     candidates, results = [], {}
     for name, held in reg.all_aliases().items():
         version = latest_registration(held)
@@ -202,12 +263,24 @@ def scores(stage: str, weights: dict[str, float] | None = None, registry: Regist
         signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
         results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
-    return {"ranking": ranking, "sensitivity": sensitivity, "filtered": filtered,
-            "intervals": score_intervals(candidates, list(ranking.candidate), stage_policy)}
+    return {
+        "ranking": ranking,
+        "sensitivity": sensitivity,
+        "filtered": filtered,
+        "intervals": score_intervals(candidates, list(ranking.candidate), stage_policy),
+    }
 
 
-INTERVAL_COLUMNS = ["candidate", "n_items", "quality_low", "quality_high", "topsis_low", "topsis_high",
-                    "weighted_sum_low", "weighted_sum_high"]
+INTERVAL_COLUMNS = [
+    "candidate",
+    "n_items",
+    "quality_low",
+    "quality_high",
+    "topsis_low",
+    "topsis_high",
+    "weighted_sum_low",
+    "weighted_sum_high",
+]
 
 
 def score_intervals(candidates: list[Any], ranked: list[str], stage: StagePolicy) -> pd.DataFrame:
@@ -215,30 +288,44 @@ def score_intervals(candidates: list[Any], ranked: list[str], stage: StagePolicy
     Wilson interval on the items measured, and the range of its TOPSIS and weighted-sum scores while its
     quality runs across that interval, the others held where they were measured."""
     alternatives = [a for e in candidates if (a := alternative(e, stage)) is not None and a.candidate in ranked]
-    n_items = {e.candidate: r.n_items for e in candidates for r in e.records
-               if any(a.candidate == e.candidate and a.record_id == r.record_id for a in alternatives)}
+    n_items = {
+        e.candidate: r.n_items
+        for e in candidates
+        for r in e.records
+        if any(a.candidate == e.candidate and a.record_id == r.record_id for a in alternatives)
+    }
     nominal = rank(alternatives, stage.weights).set_index("candidate") if alternatives else None
     rows = []
     for alt in alternatives:
         low, high = wilson_interval(alt.quality, n_items.get(alt.candidate, 0))
         assert nominal is not None  # ranked above: there are alternatives
-        seen = {"topsis": [nominal.loc[alt.candidate, "topsis"]],
-                "weighted_sum": [nominal.loc[alt.candidate, "weighted_sum"]]}
+        seen = {
+            "topsis": [nominal.loc[alt.candidate, "topsis"]],
+            "weighted_sum": [nominal.loc[alt.candidate, "weighted_sum"]],
+        }
         for quality in (low, high):
             moved = [replace(a, quality=quality) if a is alt else a for a in alternatives]
             scored = rank(moved, stage.weights).set_index("candidate")
             for method, values in seen.items():
                 values.append(scored.loc[alt.candidate, method])
-        rows.append({"candidate": alt.candidate, "n_items": n_items.get(alt.candidate, 0), "quality_low": low,
-                     "quality_high": high, "topsis_low": float(min(seen["topsis"])),
-                     "topsis_high": float(max(seen["topsis"])),
-                     "weighted_sum_low": float(min(seen["weighted_sum"])),
-                     "weighted_sum_high": float(max(seen["weighted_sum"]))})
+        rows.append(
+            {
+                "candidate": alt.candidate,
+                "n_items": n_items.get(alt.candidate, 0),
+                "quality_low": low,
+                "quality_high": high,
+                "topsis_low": float(min(seen["topsis"])),
+                "topsis_high": float(max(seen["topsis"])),
+                "weighted_sum_low": float(min(seen["weighted_sum"])),
+                "weighted_sum_high": float(max(seen["weighted_sum"])),
+            }
+        )
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
 
-def promotion_decision(model: str, version: str, stage: str, registry: Registry | None = None,
-                       policy: Policy | None = None) -> PromotionDecision | None:
+def promotion_decision(
+    model: str, version: str, stage: str, registry: Registry | None = None, policy: Policy | None = None
+) -> PromotionDecision | None:
     """A version's promotion verdict for a stage as `unmask gates` would judge it now, recorded nowhere;
     None when its evidence (or a baseline's) is tampered, which the integrity board shows instead."""
     reg = _reg(registry)
@@ -259,11 +346,19 @@ def judged_policies(registry: Registry | None = None) -> pd.DataFrame:
     for name in reg.model_names():
         for ver in reg.versions(name):
             tags = reg.version_tags(name, ver)
-            rows += [{"model": name, "version": ver, "stage": s, "verdict": tags[model_tag(f"gates.{s}")],
-                      "evaluated_at": tags.get(model_tag(f"gates.{s}.at"), ""),
-                      "policy_path": tags.get(model_tag(f"gates.{s}.policy"), ""),
-                      "policy_sha256": tags.get(model_tag(f"gates.{s}.policy_sha256"), "")}
-                     for s in STAGE_ALIASES if model_tag(f"gates.{s}") in tags]
+            rows += [
+                {
+                    "model": name,
+                    "version": ver,
+                    "stage": s,
+                    "verdict": tags[model_tag(f"gates.{s}")],
+                    "evaluated_at": tags.get(model_tag(f"gates.{s}.at"), ""),
+                    "policy_path": tags.get(model_tag(f"gates.{s}.policy"), ""),
+                    "policy_sha256": tags.get(model_tag(f"gates.{s}.policy_sha256"), ""),
+                }
+                for s in STAGE_ALIASES
+                if model_tag(f"gates.{s}") in tags
+            ]
     return pd.DataFrame(rows, columns=JUDGED_COLUMNS)
 
 
@@ -272,8 +367,18 @@ def version_status(model: str, version: str, registry: Registry | None = None) -
     sign-off says whether it still counts (`stale`: given before the latest evaluation)."""
     state = version_state(_reg(registry), model, version)
     latest = state.evaluated_at
-    return {"model": model, "version": version, "reached": sorted(state.reached),
-            "approvals": {s: a.to_dict() | {"stale": predates(a.at, latest)}
-                          for s in STAGE_ALIASES if (a := state.approval(s))},
-            "signoffs": {s: {item: signoff | {"stale": predates(signoff.get("at"), latest)}
-                             for item, signoff in state.signoffs(s).items()} for s in STAGE_ALIASES}}
+    return {
+        "model": model,
+        "version": version,
+        "reached": sorted(state.reached),
+        "approvals": {
+            s: a.to_dict() | {"stale": predates(a.at, latest)} for s in STAGE_ALIASES if (a := state.approval(s))
+        },
+        "signoffs": {
+            s: {
+                item: signoff | {"stale": predates(signoff.get("at"), latest)}
+                for item, signoff in state.signoffs(s).items()
+            }
+            for s in STAGE_ALIASES
+        },
+    }

@@ -75,16 +75,37 @@ def _tag(key: str) -> str:
     return model_tag(f"rollout.{key}")
 
 
-def start_rollout_run(registry: Registry, rollout_id: str, model: str, version: str, route: str, stage: str,
-                      candidate: str, baseline: str, policy: dict[str, Any]) -> str:
+def start_rollout_run(
+    registry: Registry,
+    rollout_id: str,
+    model: str,
+    version: str,
+    route: str,
+    stage: str,
+    candidate: str,
+    baseline: str,
+    policy: dict[str, Any],
+) -> str:
     """Open the rollout's run (status running); returns its run id."""
-    run = retry_busy(registry.client.create_run, registry.experiment_id(ROLLOUTS_EXPERIMENT),
-                     run_name=f"rollout {rollout_id} {model}/{version} {route}", tags={
-                         model_tag("kind"): "rollout", _tag("id"): rollout_id, model_tag("model"): model,
-                         model_tag("version"): version, _tag("route"): route, model_tag("stage"): stage,
-                         _tag("candidate"): candidate, _tag("baseline"): baseline, _tag("status"): "running",
-                         _tag("started"): now_iso(), _tag("updated"): now_iso(),
-                         _tag("policy"): json.dumps(policy, sort_keys=True)[:5000]})
+    run = retry_busy(
+        registry.client.create_run,
+        registry.experiment_id(ROLLOUTS_EXPERIMENT),
+        run_name=f"rollout {rollout_id} {model}/{version} {route}",
+        tags={
+            model_tag("kind"): "rollout",
+            _tag("id"): rollout_id,
+            model_tag("model"): model,
+            model_tag("version"): version,
+            _tag("route"): route,
+            model_tag("stage"): stage,
+            _tag("candidate"): candidate,
+            _tag("baseline"): baseline,
+            _tag("status"): "running",
+            _tag("started"): now_iso(),
+            _tag("updated"): now_iso(),
+            _tag("policy"): json.dumps(policy, sort_keys=True)[:5000],
+        },
+    )
     run_id: str = run.info.run_id  # mlflow's RunInfo.run_id (a property subclass) reads as Any
     return run_id
 
@@ -107,24 +128,38 @@ def set_rollout_weight(registry: Registry, run_id: str, weight: int) -> None:
     retry_busy(registry.client.set_tag, run_id, _tag("updated"), now_iso())
 
 
-def log_analysis(registry: Registry, rollout_run_id: str, rollout_id: str, step: int, weight: int,
-                 analysis: dict[str, Any]) -> str:
+def log_analysis(
+    registry: Registry, rollout_run_id: str, rollout_id: str, step: int, weight: int, analysis: dict[str, Any]
+) -> str:
     """Log one step's analysis (`CanaryAnalysis.to_dict()`) as a child run of the rollout's; returns its run id."""
     client = registry.client
     parent = client.get_run(rollout_run_id)
     tags = parent.data.tags
-    run = retry_busy(client.create_run, registry.experiment_id(ROLLOUTS_EXPERIMENT),
-                     run_name=f"analysis {rollout_id} step {step} at {weight}%", tags={
-                         "mlflow.parentRunId": rollout_run_id, model_tag("kind"): "rollout_analysis",
-                         _tag("id"): rollout_id, model_tag("model"): tags.get(model_tag("model"), ""),
-                         model_tag("version"): tags.get(model_tag("version"), ""), _tag("step"): str(step),
-                         _tag("weight"): str(weight), _tag("verdict"): analysis["verdict"],
-                         _tag("reason"): str(analysis.get("reason", ""))[:5000], _tag("at"): now_iso()})
+    run = retry_busy(
+        client.create_run,
+        registry.experiment_id(ROLLOUTS_EXPERIMENT),
+        run_name=f"analysis {rollout_id} step {step} at {weight}%",
+        tags={
+            "mlflow.parentRunId": rollout_run_id,
+            model_tag("kind"): "rollout_analysis",
+            _tag("id"): rollout_id,
+            model_tag("model"): tags.get(model_tag("model"), ""),
+            model_tag("version"): tags.get(model_tag("version"), ""),
+            _tag("step"): str(step),
+            _tag("weight"): str(weight),
+            _tag("verdict"): analysis["verdict"],
+            _tag("reason"): str(analysis.get("reason", ""))[:5000],
+            _tag("at"): now_iso(),
+        },
+    )
     data = json.dumps(analysis, indent=2, sort_keys=True, default=str).encode()
     ms = int(time.time() * 1000)
-    metrics = [Metric(f"{arm}.{name}", float(value), ms, step)
-               for arm, summary in (analysis.get("arms") or {}).items() for name, value in summary.items()
-               if name in ARM_METRICS and value is not None]
+    metrics = [
+        Metric(f"{arm}.{name}", float(value), ms, step)
+        for arm, summary in (analysis.get("arms") or {}).items()
+        for name, value in summary.items()
+        if name in ARM_METRICS and value is not None
+    ]
     run_id: str = run.info.run_id  # mlflow's RunInfo.run_id (a property subclass) reads as Any
     seal_run(client, run_id, metrics, ARTIFACT, data)
     return run_id
@@ -132,13 +167,21 @@ def log_analysis(registry: Registry, rollout_run_id: str, rollout_id: str, step:
 
 def _record(run: Any) -> RolloutRecord:
     t = run.data.tags
-    return RolloutRecord(id=t.get(_tag("id"), ""), model=t.get(model_tag("model"), ""),
-                         version=t.get(model_tag("version"), ""), route=t.get(_tag("route"), ""),
-                         stage=t.get(model_tag("stage"), ""), status=t.get(_tag("status"), ""),
-                         candidate=t.get(_tag("candidate"), ""), baseline=t.get(_tag("baseline"), ""),
-                         run_id=run.info.run_id, started=t.get(_tag("started"), ""), updated=t.get(_tag("updated"), ""),
-                         reason=t.get(_tag("reason"), ""),
-                         weight=int(t[_tag("weight")]) if t.get(_tag("weight"), "").isdigit() else None)
+    return RolloutRecord(
+        id=t.get(_tag("id"), ""),
+        model=t.get(model_tag("model"), ""),
+        version=t.get(model_tag("version"), ""),
+        route=t.get(_tag("route"), ""),
+        stage=t.get(model_tag("stage"), ""),
+        status=t.get(_tag("status"), ""),
+        candidate=t.get(_tag("candidate"), ""),
+        baseline=t.get(_tag("baseline"), ""),
+        run_id=run.info.run_id,
+        started=t.get(_tag("started"), ""),
+        updated=t.get(_tag("updated"), ""),
+        reason=t.get(_tag("reason"), ""),
+        weight=int(t[_tag("weight")]) if t.get(_tag("weight"), "").isdigit() else None,
+    )
 
 
 def _experiment_exists(registry: Registry) -> bool:
@@ -163,8 +206,12 @@ def rollouts(registry: Registry, model: str | None = None, version: str | None =
 def rollout(registry: Registry, rollout_id: str) -> RolloutRecord | None:
     if not _experiment_exists(registry):
         return None
-    found = list(registry.search_runs(ROLLOUTS_EXPERIMENT, f"tags.`{model_tag('kind')}` = 'rollout' and "
-                                                           f"tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}"))
+    found = list(
+        registry.search_runs(
+            ROLLOUTS_EXPERIMENT,
+            f"tags.`{model_tag('kind')}` = 'rollout' and tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}",
+        )
+    )
     return _record(found[-1]) if found else None
 
 
@@ -173,31 +220,53 @@ def analyses(registry: Registry, rollout_id: str) -> list[AnalysisRecord]:
     sha256 raises EvidenceTampered."""
     if not _experiment_exists(registry):
         return []
-    filters = (f"tags.`{model_tag('kind')}` = 'rollout_analysis' and "
-               f"tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}")
+    filters = (
+        f"tags.`{model_tag('kind')}` = 'rollout_analysis' and tags.`{_tag('id')}` = {filter_literal(rollout_id, 'id')}"
+    )
     found = []
     for run in registry.search_runs(ROLLOUTS_EXPERIMENT, filters):
         if run.info.status != "FINISHED":
             continue
         t = dict(run.data.tags)
         data = registry.load_artifact_bytes(run.info.run_id, ARTIFACT)
-        verify_artifact(t, t.get(model_tag("model"), ""), t.get(model_tag("version"), ""), run.info.run_id,
-                        ARTIFACT, data)
+        verify_artifact(
+            t, t.get(model_tag("model"), ""), t.get(model_tag("version"), ""), run.info.run_id, ARTIFACT, data
+        )
         try:
             analysis = json.loads(data)
         except ValueError as e:
-            raise RegistryError(f"rollout {rollout_id}: analysis of run {run.info.run_id} is unreadable ({e})") from None
-        found.append(AnalysisRecord(rollout_id=rollout_id, run_id=run.info.run_id, step=int(t.get(_tag("step"), 0)),
-                                    weight=int(t.get(_tag("weight"), 0)), verdict=t.get(_tag("verdict"), ""),
-                                    reason=t.get(_tag("reason"), ""), at=t.get(_tag("at"), ""),
-                                    arms=dict(analysis.get("arms") or {}), analysis=analysis))
+            raise RegistryError(
+                f"rollout {rollout_id}: analysis of run {run.info.run_id} is unreadable ({e})"
+            ) from None
+        found.append(
+            AnalysisRecord(
+                rollout_id=rollout_id,
+                run_id=run.info.run_id,
+                step=int(t.get(_tag("step"), 0)),
+                weight=int(t.get(_tag("weight"), 0)),
+                verdict=t.get(_tag("verdict"), ""),
+                reason=t.get(_tag("reason"), ""),
+                at=t.get(_tag("at"), ""),
+                arms=dict(analysis.get("arms") or {}),
+                analysis=analysis,
+            )
+        )
     return sorted(found, key=lambda a: (a.at, a.run_id))
 
 
 def canary_evidence(registry: Registry, model: str, version: str) -> list[dict[str, Any]]:
     """What the `canary` gate reads of a version: per rollout, its id, status and its analyses' (weight, verdict)."""
-    return [{"id": r.id, "status": r.status, "route": r.route, "stage": r.stage, "updated": r.updated,
-             "reason": r.reason,
-             "analyses": [{"weight": a.weight, "verdict": a.verdict, "run_id": a.run_id}
-                          for a in analyses(registry, r.id)]}
-            for r in rollouts(registry, model, version)]
+    return [
+        {
+            "id": r.id,
+            "status": r.status,
+            "route": r.route,
+            "stage": r.stage,
+            "updated": r.updated,
+            "reason": r.reason,
+            "analyses": [
+                {"weight": a.weight, "verdict": a.verdict, "run_id": a.run_id} for a in analyses(registry, r.id)
+            ],
+        }
+        for r in rollouts(registry, model, version)
+    ]

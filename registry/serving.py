@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.results import operating_records
 from gates.policy import Policy
+from gates.results import operating_records
 from registry import audit
 from registry.connection import RegistryError
 from registry.integrity import ChainBroken, alias_drift, log
@@ -68,12 +68,16 @@ def holder(registry: Registry, name: str, verified: bool = False) -> tuple[str, 
     if name in ALIASES:
         held = registry.holders(name)
         if len(held) > 1:
-            raise RegistryError(f"alias {name!r} is held by {', '.join(f'{m}/{v}' for m, v in held)}; "
-                                f"serve one of them by its registered model name")
+            raise RegistryError(
+                f"alias {name!r} is held by {', '.join(f'{m}/{v}' for m, v in held)}; "
+                f"serve one of them by its registered model name"
+            )
         return held[0] if held else None
     if name not in registry.model_names():
-        raise RegistryError(f"{name!r} is neither an alias ({', '.join(ALIASES)}) nor a registered model "
-                            f"(registered: {', '.join(registry.model_names()) or 'none'})")
+        raise RegistryError(
+            f"{name!r} is neither an alias ({', '.join(ALIASES)}) nor a registered model "
+            f"(registered: {', '.join(registry.model_names()) or 'none'})"
+        )
     version = current_version(registry, name)
     return (name, version) if version else None
 
@@ -104,8 +108,9 @@ def _moved_holder(registry: Registry, stage: str) -> tuple[str, str] | None:
     return drift.expected
 
 
-def served_version(registry: Registry, name: str, at: tuple[str, str] | None = None,
-                   policy: Policy | None = None) -> ServedVersion:
+def served_version(
+    registry: Registry, name: str, at: tuple[str, str] | None = None, policy: Policy | None = None
+) -> ServedVersion:
     """The version `name` points at (or `at`), with its recorded weights digest and operating config."""
     at = at or holder(registry, name)
     if at is None:
@@ -114,21 +119,37 @@ def served_version(registry: Registry, name: str, at: tuple[str, str] | None = N
     tags, created = registry.version_facts(model, version)  # one read: the digest, the config, when registered
     weights = tags.get(model_tag("weights_sha256"), "")
     if not weights:
-        raise RegistryError(f"{model} version {version} has no {model_tag('weights_sha256')} tag: its weights "
-                            "cannot be checked, so it is not served")
+        raise RegistryError(
+            f"{model} version {version} has no {model_tag('weights_sha256')} tag: its weights "
+            "cannot be checked, so it is not served"
+        )
     evidence = load_evidence(registry, model, version)
     policy = policy or dashboard_policy()
     aliases = [a for a, v in registry.aliases_of(model).items() if v == version]
-    stage = name if name in STAGE_ALIASES else OPERATING_STAGE.get(
-        name, next((s for s in reversed(STAGE_ALIASES) if s in aliases),
-                   OPERATING_STAGE["fallback" if evidence.role == "fallback" else "candidate"]))
+    stage = (
+        name
+        if name in STAGE_ALIASES
+        else OPERATING_STAGE.get(
+            name,
+            next(
+                (s for s in reversed(STAGE_ALIASES) if s in aliases),
+                OPERATING_STAGE["fallback" if evidence.role == "fallback" else "candidate"],
+            ),
+        )
+    )
     chosen = operating_records(evidence, policy.stage(stage))
     primary = next((r for r in chosen if r.task == policy.stage(stage).operating_point.task), None)
     primary = primary or (chosen[0] if chosen else None)
     return ServedVersion(
-        name=name, model=model, version=version, weights_sha256=weights,
-        source=tags.get(model_tag("model")) or evidence.candidate, kind=evidence.kind, stage=stage,
+        name=name,
+        model=model,
+        version=version,
+        weights_sha256=weights,
+        source=tags.get(model_tag("model")) or evidence.candidate,
+        kind=evidence.kind,
+        stage=stage,
         operating_config=dict(primary.config) if primary else None,
         created=created,
         operating_config_hash=primary.config_hash if primary else "",
-        extra={"aliases": sorted(aliases), "revision": evidence.model_revision})
+        extra={"aliases": sorted(aliases), "revision": evidence.model_revision},
+    )

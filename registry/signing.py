@@ -90,8 +90,10 @@ def _parse_ring(text: str, where: str) -> list[tuple[str, bytes]]:
         key_id, _, secret = line.partition(" ")
         secret = secret.strip()
         if not KEY_ID.match(key_id) or len(secret) < 16:
-            raise SigningKeyError(f"{where} line {number}: expected '<key id> <secret>' (id of letters, digits, '.', '_' "
-                            "or '-'; a secret of 16 characters or more)")
+            raise SigningKeyError(
+                f"{where} line {number}: expected '<key id> <secret>' (id of letters, digits, '.', '_' "
+                "or '-'; a secret of 16 characters or more)"
+            )
         if any(key_id == k for k, _ in found):
             raise SigningKeyError(f"{where} line {number}: key id {key_id!r} is given twice")
         found.append((key_id, secret.encode()))
@@ -130,8 +132,10 @@ def key_ring(tracking_uri: str) -> KeyRing:
         try:
             text = path.read_text() if file or given else _generated(path)
         except OSError as e:
-            raise SigningKeyError(f"signing key ring {path} ({'$' + KEY_FILE_ENV if file else 'default'}) cannot be read: "
-                            f"{e.strerror or e}") from None
+            raise SigningKeyError(
+                f"signing key ring {path} ({'$' + KEY_FILE_ENV if file else 'default'}) cannot be read: "
+                f"{e.strerror or e}"
+            ) from None
         more = [(k, s) for k, s in _parse_ring(text, str(path)) if k not in dict(ring)]
         if not ring and not more:
             raise SigningKeyError(f"signing key ring {path} holds no key")
@@ -164,7 +168,7 @@ class Anchor:
         return f"unmask-chain-anchor:{self.seq}:{self.sha256}:{self.signature}"
 
     @classmethod
-    def parse(cls, text: str, where: str = "") -> "Anchor | None":
+    def parse(cls, text: str, where: str = "") -> Anchor | None:
         """The last signed head written in `text` (a dossier, a JSON file, a report), or None."""
         found = ANCHOR.findall(text)
         if not found:
@@ -182,8 +186,10 @@ def anchor_from_file(path: str | Path) -> Anchor:
         raise RegistryError(f"--anchor {file}: cannot be read ({e.strerror or e})") from None
     anchor = Anchor.parse(text, str(file))
     if anchor is None:
-        raise RegistryError(f"--anchor {file}: holds no signed chain head (a line 'unmask-chain-anchor:SEQ:SHA256:"
-                            "KEY:SIGNATURE', as a dossier or `unmask audit --verify` prints it)")
+        raise RegistryError(
+            f"--anchor {file}: holds no signed chain head (a line 'unmask-chain-anchor:SEQ:SHA256:"
+            "KEY:SIGNATURE', as a dossier or `unmask audit --verify` prints it)"
+        )
     return anchor
 
 
@@ -203,9 +209,16 @@ def remember(tracking_uri: str, anchor: Anchor) -> None:
     kept = _kept_anchor(tracking_uri)
     if kept is not None and kept[0].seq >= anchor.seq:
         return
-    write_json_atomic(local_anchor_path(tracking_uri), {"seq": anchor.seq, "sha256": anchor.sha256,
-                                                        "signature": anchor.signature, "tracking_uri": tracking_uri,
-                                                        "signed_since": anchor.seq if kept is None else kept[1]})
+    write_json_atomic(
+        local_anchor_path(tracking_uri),
+        {
+            "seq": anchor.seq,
+            "sha256": anchor.sha256,
+            "signature": anchor.signature,
+            "tracking_uri": tracking_uri,
+            "signed_since": anchor.seq if kept is None else kept[1],
+        },
+    )
 
 
 def signed_since(tracking_uri: str) -> int | None:
@@ -221,12 +234,15 @@ def _kept_anchor(tracking_uri: str) -> tuple[Anchor, int] | None:
     path = local_anchor_path(tracking_uri)
     try:
         data = json.loads(path.read_text())
-        anchor = Anchor(int(data["seq"]), str(data["sha256"]), str(data["signature"]),
-                        f"{path} (this machine's anchor)")
+        anchor = Anchor(
+            int(data["seq"]), str(data["sha256"]), str(data["signature"]), f"{path} (this machine's anchor)"
+        )
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RegistryError(f"this machine's chain anchor {path} cannot be read ({e}); it is written by unmask only: "
-                            "see docs/integrity.md") from None
+        raise RegistryError(
+            f"this machine's chain anchor {path} cannot be read ({e}); it is written by unmask only: "
+            "see docs/integrity.md"
+        ) from None
     since = data.get("signed_since", anchor.seq)
     return anchor, since if isinstance(since, int) and 0 < since <= anchor.seq else anchor.seq

@@ -11,9 +11,10 @@ so one decision sees one consistent version.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from mlflow.exceptions import MlflowException
 
@@ -42,16 +43,22 @@ def _prefixed(tags: Mapping[str, str], prefix: str) -> list[dict[str, Any]]:
 def approvals_from_tags(tags: Mapping[str, str], stage: str) -> list[Approval]:
     """Every approval recorded for a stage, oldest first."""
     fields = set(Approval.__dataclass_fields__)
-    found = [Approval(**{k: str(v) for k, v in a.items() if k in fields})
-             for a in _prefixed(tags, model_tag(f"approvals.{stage}.")) if a.get("by") and a.get("stage") == stage]
+    found = [
+        Approval(**{k: str(v) for k, v in a.items() if k in fields})
+        for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
+        if a.get("by") and a.get("stage") == stage
+    ]
     return sorted(found, key=lambda a: (a.at, a.id))
 
 
 def requests_from_tags(tags: Mapping[str, str], stage: str) -> list[PromotionRequest]:
     """Every promotion request recorded for a stage, oldest first."""
     fields = set(PromotionRequest.__dataclass_fields__)
-    found = [PromotionRequest(**{k: str(v) for k, v in r.items() if k in fields})
-             for r in _prefixed(tags, model_tag(f"requests.{stage}.")) if r.get("id")]
+    found = [
+        PromotionRequest(**{k: str(v) for k, v in r.items() if k in fields})
+        for r in _prefixed(tags, model_tag(f"requests.{stage}."))
+        if r.get("id")
+    ]
     return sorted(found, key=lambda r: (r.at, r.id))
 
 
@@ -114,11 +121,23 @@ class VersionState:
         """Who did what for the version: what the four-eyes rules of `gates.promotion` read (names, and the
         persons behind them: `gates.promotion.person`)."""
         registrant = self.tags.get(model_tag("evaluated_by"), "")
-        return Duties(requester=request.by if request else "", mover=mover, registered_by=registrant,
-                      requester_person=request.person if request else "", mover_person=mover_person,
-                      registered_person=person(registrant, self.tags.get(model_tag("evaluated_identity"), ""),
-                                               self.tags.get(model_tag("evaluated_account"), "")) if registrant else "",
-                      request_id=request.id if request else "", declined=self.declined(stage), now=now_iso())
+        return Duties(
+            requester=request.by if request else "",
+            mover=mover,
+            registered_by=registrant,
+            requester_person=request.person if request else "",
+            mover_person=mover_person,
+            registered_person=person(
+                registrant,
+                self.tags.get(model_tag("evaluated_identity"), ""),
+                self.tags.get(model_tag("evaluated_account"), ""),
+            )
+            if registrant
+            else "",
+            request_id=request.id if request else "",
+            declined=self.declined(stage),
+            now=now_iso(),
+        )
 
 
 def version_state(registry: Registry, model: str, version: str) -> VersionState:
@@ -154,8 +173,10 @@ def stage_holder(registry: Registry, stage: str, everything: Mapping[str, Mappin
         target = parse_ref(last.to_ref)
         return target if target in holders else parse_ref(last.from_ref)
     if len(holders) > 1:
-        raise RegistryError(f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
-                            "flight; the registry was edited outside unmask")
+        raise RegistryError(
+            f"stage {stage} is held by {', '.join(ref(*h) for h in holders)} with no move in "
+            "flight; the registry was edited outside unmask"
+        )
     report_drift(alias_drift(registry, stage, holders, pending), registry.tracking_uri)
     return holders[0] if holders else None
 

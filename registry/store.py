@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
@@ -32,7 +33,7 @@ TAG = "unmask."
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def filter_literal(value: str, what: str = "name") -> str:
@@ -41,8 +42,10 @@ def filter_literal(value: str, what: str = "name") -> str:
     text = str(value)
     bad = next((c for c in ("'", '"', "`", "\\") if c in text), None)
     if bad is not None:
-        raise RegistryError(f"{what} {text!r}: the character {bad!r} cannot be searched for in the registry; "
-                            "model names, stages and events use letters, digits, '.', '_', '-' and '/'")
+        raise RegistryError(
+            f"{what} {text!r}: the character {bad!r} cannot be searched for in the registry; "
+            "model names, stages and events use letters, digits, '.', '_', '-' and '/'"
+        )
     return f"'{text}'"
 
 
@@ -86,7 +89,8 @@ class Registry:
             if found is None:
                 try:
                     self._experiments[name] = self.client.create_experiment(
-                        name, artifact_location=artifact_root(self.tracking_uri))
+                        name, artifact_location=artifact_root(self.tracking_uri)
+                    )
                 except MlflowException:
                     found = self.client.get_experiment_by_name(name)
                     if found is None:
@@ -99,8 +103,14 @@ class Registry:
         """Every active run of an experiment matching the filter, all pages."""
         token = None
         while True:
-            page = self.client.search_runs([self.experiment_id(experiment)], filter_string, ViewType.ACTIVE_ONLY,
-                                           max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
+            page = self.client.search_runs(
+                [self.experiment_id(experiment)],
+                filter_string,
+                ViewType.ACTIVE_ONLY,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
             for run in page:
                 self._artifact_uris[run.info.run_id] = run.info.artifact_uri
                 yield run
@@ -218,8 +228,9 @@ class RegistryLock:
     one who wants it. Holders keep it for seconds, so the default of five minutes is far from both.
     """
 
-    def __init__(self, registry: "Registry", alias: str, owner: str, stale_after_s: float = 300.0,
-                 clock: Clock = SYSTEM_CLOCK):
+    def __init__(
+        self, registry: Registry, alias: str, owner: str, stale_after_s: float = 300.0, clock: Clock = SYSTEM_CLOCK
+    ):
         self.registry, self.owner, self.stale_after_s = registry, owner, stale_after_s
         self.clock = clock  # deadlines and the lock's age (registry/clock.py)
         self.name = f"{LOCK_PREFIX}{alias}"
@@ -229,8 +240,10 @@ class RegistryLock:
         while True:
             try:
                 self.registry.client.create_registered_model(
-                    self.name, tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(self.clock.time())},
-                    description="unmask promotion lock; deleted when the promotion ends")
+                    self.name,
+                    tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(self.clock.time())},
+                    description="unmask promotion lock; deleted when the promotion ends",
+                )
                 return True
             except MlflowException as e:
                 if str(e.error_code) not in _TAKEN and not any(t in str(e).lower() for t in TRANSIENT):

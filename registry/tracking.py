@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
@@ -30,46 +31,91 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
-from registry.integrity import (DIGEST_PREFIX, EVIDENCE_ARTIFACTS, SIGNATURE_PREFIX, TAMPERED, UNVERIFIED, VERIFIED,
-                                EvidenceTampered, GateReportTampered, digest_tags, record_finding, recorded_digests,
-                                sha256_hex, verify_artifact)
+from registry.integrity import (
+    DIGEST_PREFIX,
+    EVIDENCE_ARTIFACTS,
+    SIGNATURE_PREFIX,
+    TAMPERED,
+    UNVERIFIED,
+    VERIFIED,
+    EvidenceTampered,
+    GateReportTampered,
+    digest_tags,
+    record_finding,
+    recorded_digests,
+    sha256_hex,
+    verify_artifact,
+)
 from registry.loadtests import log_serving_record, serving_records
 from registry.rollouts import canary_evidence
 from registry.store import Registry, model_tag, now_iso, registration_alias, retry_busy
 
-METRICS = ("accuracy", "accuracy_strict", "accuracy_flexible", "latency_p50_s", "latency_p95_s", "latency_p99_s",
-           "time_to_first_block_s", "throughput_items_per_s", "tokens_per_s", "tokens_per_s_with_padding",
-           "tokens_per_forward", "nfe", "peak_mem_mb", "errors", "n_items", "gen_length", "batch_size")
+METRICS = (
+    "accuracy",
+    "accuracy_strict",
+    "accuracy_flexible",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "time_to_first_block_s",
+    "throughput_items_per_s",
+    "tokens_per_s",
+    "tokens_per_s_with_padding",
+    "tokens_per_forward",
+    "nfe",
+    "peak_mem_mb",
+    "errors",
+    "n_items",
+    "gen_length",
+    "batch_size",
+)
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
 
 def _identity_tags(model: str, revision: str, weights: str) -> dict[str, str]:
-    return {model_tag("model"): model, model_tag("revision"): revision or "", model_tag("weights_sha256"): weights or ""}
+    return {
+        model_tag("model"): model,
+        model_tag("revision"): revision or "",
+        model_tag("weights_sha256"): weights or "",
+    }
 
 
-def log_record(registry: Registry, record: EvalRecord, artifacts: dict[str, str | Path] | None = None,
-               parent_run_id: str | None = None) -> EvalRecord:
+def log_record(
+    registry: Registry,
+    record: EvalRecord,
+    artifacts: dict[str, str | Path] | None = None,
+    parent_run_id: str | None = None,
+) -> EvalRecord:
     """Log one record as its own run; returns the record with `run_id` set. `artifacts`: {artifact dir: local path}."""
     client = registry.client
     tags = _identity_tags(record.candidate, record.model_revision, record.weights_sha256) | {
-        model_tag("kind"): "record", model_tag("record_id"): record.record_id, model_tag("task"): record.task,
-        model_tag("split"): record.split, model_tag("config_hash"): record.config_hash,
-        model_tag("backend"): record.backend, model_tag("valid"): str(record.valid).lower(),
+        model_tag("kind"): "record",
+        model_tag("record_id"): record.record_id,
+        model_tag("task"): record.task,
+        model_tag("split"): record.split,
+        model_tag("config_hash"): record.config_hash,
+        model_tag("backend"): record.backend,
+        model_tag("valid"): str(record.valid).lower(),
         model_tag("role"): record.role,
     }
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
-                            run_name=f"{record.candidate}/{record.task}/{record.config_hash[:8]}")
+    run = client.create_run(
+        registry.experiment_id(EVALUATIONS_EXPERIMENT),
+        tags=tags,
+        run_name=f"{record.candidate}/{record.task}/{record.config_hash[:8]}",
+    )
     run_id = run.info.run_id
     logged = replace(record, run_id=run_id)
     try:
-        params = [Param(str(k), json.dumps(v) if not isinstance(v, str) else v)
-                  for k, v in sorted(record.config.items())]
+        params = [
+            Param(str(k), json.dumps(v) if not isinstance(v, str) else v) for k, v in sorted(record.config.items())
+        ]
         params = [Param(p.key, p.value[:MAX_PARAM_CHARS]) for p in params]
         ms = int(time.time() * 1000)
-        metrics = [Metric(name, float(getattr(record, name)), ms, 0) for name in METRICS
-                   if getattr(record, name) is not None]
+        metrics = [
+            Metric(name, float(getattr(record, name)), ms, 0) for name in METRICS if getattr(record, name) is not None
+        ]
         metrics.append(Metric("error_rate", record.errors / max(record.n_items, 1), ms, 0))
         client.log_batch(run_id, metrics=metrics, params=params)
         client.log_dict(run_id, logged.to_dict(), "record.json")
@@ -86,9 +132,12 @@ def log_record(registry: Registry, record: EvalRecord, artifacts: dict[str, str 
     return logged
 
 
-def register_evidence(registry: Registry, evidence: CandidateEvidence,
-                      artifacts: dict[str, dict[str, str | Path]] | None = None,
-                      model_card_md: str | None = None) -> tuple[str, CandidateEvidence]:
+def register_evidence(
+    registry: Registry,
+    evidence: CandidateEvidence,
+    artifacts: dict[str, dict[str, str | Path]] | None = None,
+    model_card_md: str | None = None,
+) -> tuple[str, CandidateEvidence]:
     """Log every record and the evidence, register (or re-point) the version for these weights.
 
     artifacts: {record_id: {artifact dir: local path}} for per-record curves and GX results.
@@ -101,35 +150,51 @@ def register_evidence(registry: Registry, evidence: CandidateEvidence,
     revision = evidence.model_revision or (evidence.records[0].model_revision if evidence.records else "")
     strays = [r for r in evidence.serving if r.weights_sha256 != weights]
     if strays:  # refused before anything is written
-        raise RegistryError(f"{model}: a serving record measured weights {strays[0].weights_sha256[:12] or 'none'}, "
-                            f"the evidence is of {weights[:12] or 'none'}; not registered")
+        raise RegistryError(
+            f"{model}: a serving record measured weights {strays[0].weights_sha256[:12] or 'none'}, "
+            f"the evidence is of {weights[:12] or 'none'}; not registered"
+        )
     tags = _identity_tags(model, revision, weights) | {model_tag("kind"): "evidence", model_tag("role"): evidence.role}
-    run = client.create_run(registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags,
-                            run_name=f"{model}@{revision or 'local'} evidence")
+    run = client.create_run(
+        registry.experiment_id(EVALUATIONS_EXPERIMENT), tags=tags, run_name=f"{model}@{revision or 'local'} evidence"
+    )
     run_id = run.info.run_id
     try:
-        records = [log_record(registry, r, (artifacts or {}).get(r.record_id), parent_run_id=run_id)
-                   for r in evidence.records]
+        records = [
+            log_record(registry, r, (artifacts or {}).get(r.record_id), parent_run_id=run_id) for r in evidence.records
+        ]
         logged = replace(evidence, records=records, weights_sha256=weights, model_revision=revision)
         # written as exact bytes, so the sha256 recorded beside them is of what a later read gets back
-        contents = {"evidence/evidence.json": json.dumps(_evidence_summary(logged), indent=2).encode(),
-                    "evidence/records.json": json.dumps({"records": [r.to_dict() for r in records]}, indent=2).encode(),
-                    "evidence/model_card.md": (model_card_md or _model_card(logged)).encode()}
+        contents = {
+            "evidence/evidence.json": json.dumps(_evidence_summary(logged), indent=2).encode(),
+            "evidence/records.json": json.dumps({"records": [r.to_dict() for r in records]}, indent=2).encode(),
+            "evidence/model_card.md": (model_card_md or _model_card(logged)).encode(),
+        }
         for path, data in contents.items():
             client.log_text(run_id, data.decode(), path)
         for key, digest in digest_tags(contents, run_id, registry.tracking_uri).items():
             client.set_tag(run_id, key, digest)
         ms = int(time.time() * 1000)  # AUP per task and length, for MLflow's own charts
-        client.log_batch(run_id, metrics=[Metric(f"aup/{c['task']}/{c['gen_length']}", float(c["aup"]), ms, 0)
-                                          for c in parallelism_summary(records)])
+        client.log_batch(
+            run_id,
+            metrics=[
+                Metric(f"aup/{c['task']}/{c['gen_length']}", float(c["aup"]), ms, 0)
+                for c in parallelism_summary(records)
+            ],
+        )
         client.set_terminated(run_id, "FINISHED")
     except BaseException:
         client.set_terminated(run_id, "FAILED")
         raise
     version = _version_for(registry, logged, run_id, run.info.artifact_uri)
     # serving records that came with the evidence (measured before registering) are kept with its version
-    logged = replace(logged, serving=[log_serving_record(registry, replace(r, model=model, version=version, run_id=None))
-                                      for r in evidence.serving])
+    logged = replace(
+        logged,
+        serving=[
+            log_serving_record(registry, replace(r, model=model, version=version, run_id=None))
+            for r in evidence.serving
+        ],
+    )
     retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
     return version, logged
 
@@ -138,23 +203,34 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
     client = registry.client
     model = evidence.candidate
     try:
-        client.create_registered_model(model, tags={model_tag("role"): evidence.role, model_tag("kind"): evidence.kind},
-                                       description=f"unmask candidate {model} ({evidence.kind}, {evidence.role})")
+        client.create_registered_model(
+            model,
+            tags={model_tag("role"): evidence.role, model_tag("kind"): evidence.kind},
+            description=f"unmask candidate {model} ({evidence.kind}, {evidence.role})",
+        )
     except MlflowException as e:
         if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
             raise
     registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
-    tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): now_iso(),
-            model_tag("evaluated_by"): registrant.name, model_tag("evaluated_from"): registrant.host,
-            model_tag("evaluated_account"): registrant.account, model_tag("evaluated_identity"): registrant.source}
+    tags = {
+        model_tag("evidence_run"): run_id,
+        model_tag("evaluated_at"): now_iso(),
+        model_tag("evaluated_by"): registrant.name,
+        model_tag("evaluated_from"): registrant.host,
+        model_tag("evaluated_account"): registrant.account,
+        model_tag("evaluated_identity"): registrant.source,
+    }
     existing = registry.version_of_weights(model, evidence.weights_sha256)
     if existing is not None:
         registry.set_version_tags(model, existing, tags)
         return existing
     created = client.create_model_version(
-        model, f"{artifact_uri}/evidence", run_id=run_id,
+        model,
+        f"{artifact_uri}/evidence",
+        run_id=run_id,
         tags=_identity_tags(model, evidence.model_revision, evidence.weights_sha256) | tags,
-        description=f"{model} at revision {evidence.model_revision or 'local'}, weights {evidence.weights_sha256[:12]}")
+        description=f"{model} at revision {evidence.model_revision or 'local'}, weights {evidence.weights_sha256[:12]}",
+    )
     return str(created.version)
 
 
@@ -162,9 +238,14 @@ def evidence_identity(evidence: CandidateEvidence) -> str:
     """A hash of the facts gates judge on: record ids, output hashes, validity and item counts, probe and license
     results, failures, role and kind (not run ids, which every logging sets anew)."""
     records = sorted((r.record_id, r.output_hash, r.valid, r.n_items) for r in evidence.records)
-    parts = [records, evidence.reproducibility.to_dict() if evidence.reproducibility else None,
-             evidence.license.to_dict() if evidence.license else None, sorted(evidence.failures), evidence.role,
-             evidence.kind]
+    parts = [
+        records,
+        evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+        evidence.license.to_dict() if evidence.license else None,
+        sorted(evidence.failures),
+        evidence.role,
+        evidence.kind,
+    ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -191,34 +272,46 @@ def register_or_reuse(registry: Registry, evidence: CandidateEvidence) -> tuple[
     version = registered_unchanged(registry, evidence)
     if version is None:
         return register_evidence(registry, evidence)[0], False
-    retry_busy(registry.client.set_registered_model_alias, evidence.candidate, registration_alias(evidence.role),
-               version)
+    retry_busy(
+        registry.client.set_registered_model_alias, evidence.candidate, registration_alias(evidence.role), version
+    )
     return version, True
 
 
 def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:
     return {
-        "candidate": evidence.candidate, "role": evidence.role, "kind": evidence.kind,
-        "model_revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256,
+        "candidate": evidence.candidate,
+        "role": evidence.role,
+        "kind": evidence.kind,
+        "model_revision": evidence.model_revision,
+        "weights_sha256": evidence.weights_sha256,
         "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
         "license": evidence.license.to_dict() if evidence.license else None,
         # a model card's YAML front matter may hold dates; keep the artifact plain JSON
-        "card": json.loads(json.dumps(evidence.card, default=str)), "failures": evidence.failures,
+        "card": json.loads(json.dumps(evidence.card, default=str)),
+        "failures": evidence.failures,
         "record_run_ids": [r.run_id for r in evidence.records],
         "parallelism": parallelism_summary(evidence.records),
     }
 
 
-
 def _model_card(evidence: CandidateEvidence) -> str:
-    lines = [f"# {evidence.candidate}", "", f"- kind: {evidence.kind}", f"- role: {evidence.role}",
-             f"- revision: {evidence.model_revision or 'local'}", f"- weights sha256: `{evidence.weights_sha256}`"]
+    lines = [
+        f"# {evidence.candidate}",
+        "",
+        f"- kind: {evidence.kind}",
+        f"- role: {evidence.role}",
+        f"- revision: {evidence.model_revision or 'local'}",
+        f"- weights sha256: `{evidence.weights_sha256}`",
+    ]
     if evidence.license:
         lines.append(f"- license: {evidence.license.expression} (tier {evidence.license.tier})")
     lines += [f"- {k}: {v}" for k, v in sorted(evidence.card.items())]
     lines += ["", "| task | config | accuracy | p95 s | peak MB | valid |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {'-' if r.peak_mem_mb is None else f'{r.peak_mem_mb:.0f}'} | {r.valid} |"
-              for r in evidence.records]
+    lines += [
+        f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {'-' if r.peak_mem_mb is None else f'{r.peak_mem_mb:.0f}'} | {r.valid} |"
+        for r in evidence.records
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -227,8 +320,9 @@ def evidence_run_id(registry: Registry, model: str, version: str, tags: Mapping[
     tags = registry.version_tags(model, version) if tags is None else tags
     run_id = tags.get(model_tag("evidence_run"))
     if not run_id:
-        raise RegistryError(f"{model} version {version} has no {model_tag('evidence_run')} tag; it was not "
-                            "registered by unmask")
+        raise RegistryError(
+            f"{model} version {version} has no {model_tag('evidence_run')} tag; it was not registered by unmask"
+        )
     return run_id
 
 
@@ -238,8 +332,9 @@ def load_evidence(registry: Registry, model: str, version: str) -> CandidateEvid
     return verified_evidence(registry, model, version)[0]
 
 
-def verified_evidence(registry: Registry, model: str, version: str, tags: Mapping[str, str] | None = None
-                      ) -> tuple[CandidateEvidence, dict[str, Any]]:
+def verified_evidence(
+    registry: Registry, model: str, version: str, tags: Mapping[str, str] | None = None
+) -> tuple[CandidateEvidence, dict[str, Any]]:
     """`load_evidence`, and what vouches for it: {run_id, status (verified / unverified), sha256 {artifact: hex}}.
 
     `tags`: the version's tags as the caller has just read them (`registry.state.VersionState.tags`)."""
@@ -248,20 +343,23 @@ def verified_evidence(registry: Registry, model: str, version: str, tags: Mappin
     statuses, loaded = set(), {}
     for path in ("evidence/evidence.json", "evidence/records.json"):
         data = registry.load_artifact_bytes(run_id, path)
-        statuses.add(verify_artifact(run_tags, model, version, run_id, path, data,
-                                    tracking_uri=registry.tracking_uri))
+        statuses.add(verify_artifact(run_tags, model, version, run_id, path, data, tracking_uri=registry.tracking_uri))
         loaded[path] = json.loads(data)
     summary, records = loaded["evidence/evidence.json"], loaded["evidence/records.json"]["records"]
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
     evidence = _evidence_from(summary, records)
     # what `unmask loadtest` measured of these weights, by concurrency
-    evidence = replace(evidence, serving=serving_records(registry, model, version, evidence.weights_sha256 or None),
-                       canary=canary_evidence(registry, model, version))  # what its rollouts showed live
+    evidence = replace(
+        evidence,
+        serving=serving_records(registry, model, version, evidence.weights_sha256 or None),
+        canary=canary_evidence(registry, model, version),
+    )  # what its rollouts showed live
     return evidence, {"run_id": run_id, "status": status, "sha256": recorded_digests(run_tags)}
 
 
-def checked_evidence(registry: Registry, model: str, version: str, who: str = "unmask",
-                     tags: Mapping[str, str] | None = None) -> tuple[CandidateEvidence, dict[str, Any]]:
+def checked_evidence(
+    registry: Registry, model: str, version: str, who: str = "unmask", tags: Mapping[str, str] | None = None
+) -> tuple[CandidateEvidence, dict[str, Any]]:
     """`verified_evidence` for a caller about to write on it (judge, promote, approve, decline, sign-off): forged
     evidence is recorded as an integrity finding (once, by `who`), then raised."""
     try:
@@ -281,8 +379,17 @@ def evidence_integrity(registry: Registry, model: str, version: str) -> dict[str
     statuses = set()
     try:
         for path in EVIDENCE_ARTIFACTS:
-            statuses.add(verify_artifact(run_tags, model, version, run_id, path,
-                                         registry.load_artifact_bytes(run_id, path), tracking_uri=registry.tracking_uri))
+            statuses.add(
+                verify_artifact(
+                    run_tags,
+                    model,
+                    version,
+                    run_id,
+                    path,
+                    registry.load_artifact_bytes(run_id, path),
+                    tracking_uri=registry.tracking_uri,
+                )
+            )
     except EvidenceTampered as e:
         return {"status": TAMPERED, "detail": str(e), "sha256": {e.artifact: e.expected}}
     status = UNVERIFIED if UNVERIFIED in statuses else VERIFIED
@@ -301,20 +408,34 @@ def _evidence_from(summary: dict[str, Any], records: list[dict[str, Any]]) -> Ca
     parsed = [EvalRecord.from_dict(r) for r in records]
     repro, lic = summary.get("reproducibility"), summary.get("license")
     return CandidateEvidence(
-        candidate=summary["candidate"], role=summary["role"], kind=summary["kind"], records=parsed,
+        candidate=summary["candidate"],
+        role=summary["role"],
+        kind=summary["kind"],
+        records=parsed,
         reproducibility=ReproducibilityResult(**repro) if repro else None,
-        license=LicenseResult(**lic) if lic else None, model_revision=summary.get("model_revision", ""),
-        weights_sha256=summary.get("weights_sha256", ""), card=summary.get("card") or {},
-        failures=summary.get("failures") or [])
+        license=LicenseResult(**lic) if lic else None,
+        model_revision=summary.get("model_revision", ""),
+        weights_sha256=summary.get("weights_sha256", ""),
+        card=summary.get("card") or {},
+        failures=summary.get("failures") or [],
+    )
 
 
 def gate_report_path(stage: str) -> str:
     return f"gates/{stage}.json"
 
 
-def record_gate_report(registry: Registry, model: str, version: str, stage: str, results: list[Any],
-                       checklist: list[dict[str, Any]] | None = None, policy: dict[str, str] | None = None,
-                       who: str = "unmask", tags: Mapping[str, str] | None = None) -> None:
+def record_gate_report(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    results: list[Any],
+    checklist: list[dict[str, Any]] | None = None,
+    policy: dict[str, str] | None = None,
+    who: str = "unmask",
+    tags: Mapping[str, str] | None = None,
+) -> None:
     """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags.
 
     policy: {path, sha256} of the policy file the gates applied (`Policy.cited()`), kept with the verdict.
@@ -329,29 +450,43 @@ def record_gate_report(registry: Registry, model: str, version: str, stage: str,
         record_finding(registry, e, who)
     run_id = evidence_run_id(registry, model, version, tags)
     at = now_iso()
-    payload = {"model": model, "version": version, "stage": stage, "evaluated_at": at,
-               "passed": all_passed(results), "results": [r.to_dict() for r in results], "checklist": checklist or [],
-               "policy": policy or {}}
+    payload = {
+        "model": model,
+        "version": version,
+        "stage": stage,
+        "evaluated_at": at,
+        "passed": all_passed(results),
+        "results": [r.to_dict() for r in results],
+        "checklist": checklist or [],
+        "policy": policy or {},
+    }
     report = json.dumps(payload, indent=2)  # the exact bytes the sha256 vouches for
     markdown = gate_report_markdown(results, f"{model} v{version}: {stage} gates")
     registry.client.log_text(run_id, report, gate_report_path(stage))
     registry.client.log_text(run_id, markdown, f"gates/{stage}.md")
     failed = [r.gate for r in results if not r.passed]
     signed = digest_tags({gate_report_path(stage): report.encode()}, run_id, registry.tracking_uri)
-    registry.set_version_tags(model, version, {
-        model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
-        model_tag(f"gates.{stage}.failed"): ",".join(failed), model_tag(f"gates.{stage}.at"): at,
-        # of the gates that did not pass, those that lacked the evidence to judge (verdict inconclusive)
-        model_tag(f"gates.{stage}.inconclusive"): ",".join(r.gate for r in results if r.inconclusive),
-        model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
-        model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", ""),
-        model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
-        model_tag(f"gates.{stage}.sig"): signed[SIGNATURE_PREFIX + gate_report_path(stage)],
-        model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode())})
+    registry.set_version_tags(
+        model,
+        version,
+        {
+            model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
+            model_tag(f"gates.{stage}.failed"): ",".join(failed),
+            model_tag(f"gates.{stage}.at"): at,
+            # of the gates that did not pass, those that lacked the evidence to judge (verdict inconclusive)
+            model_tag(f"gates.{stage}.inconclusive"): ",".join(r.gate for r in results if r.inconclusive),
+            model_tag(f"gates.{stage}.policy"): (policy or {}).get("path", ""),
+            model_tag(f"gates.{stage}.policy_sha256"): (policy or {}).get("sha256", ""),
+            model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
+            model_tag(f"gates.{stage}.sig"): signed[SIGNATURE_PREFIX + gate_report_path(stage)],
+            model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode()),
+        },
+    )
 
 
-def load_gate_report(registry: Registry, model: str, version: str, stage: str,
-                     tags: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def load_gate_report(
+    registry: Registry, model: str, version: str, stage: str, tags: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
     """The last stored gate report of a stage, or None when the stage was never evaluated.
 
     Checked against the sha256 recorded when it was written: `integrity` is "verified", or "unverified" for a
@@ -371,8 +506,9 @@ def load_gate_report(registry: Registry, model: str, version: str, stage: str,
     vouched = {DIGEST_PREFIX + path: recorded} if recorded is not None else {}
     if model_tag(f"gates.{stage}.sig") in tags:  # its signature: a report rewritten with its hash does not verify
         vouched[SIGNATURE_PREFIX + path] = tags[model_tag(f"gates.{stage}.sig")]
-    status = verify_artifact(vouched, model, version, run_id, path, data, tampered=GateReportTampered,
-                             tracking_uri=registry.tracking_uri)
+    status = verify_artifact(
+        vouched, model, version, run_id, path, data, tampered=GateReportTampered, tracking_uri=registry.tracking_uri
+    )
     try:
         report = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # only an unhashed (old) report gets here

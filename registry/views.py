@@ -18,18 +18,18 @@ import pandas as pd
 
 import registry.read as read
 from evals.parallelism import aup
-from evals.records import CandidateEvidence
 from evals.plots import point_label, quality_latency_front
-from gates.results import operating_records
+from evals.records import CandidateEvidence
 from gates.policy import Policy, load_policy
 from gates.promotion import predates
+from gates.results import operating_records
 from gates.rollout_findings import FAILED_ROLLOUT, failed_rollout, finding_text
 from registry import audit
-from registry.state import evaluated_at
 from registry.connection import EVALUATIONS_EXPERIMENT
 from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
 from registry.links import run_url
 from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, canary_evidence, rollouts
+from registry.state import evaluated_at
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
 from registry.tracking import evidence_integrity, load_evidence, load_gate_report
 
@@ -48,7 +48,9 @@ def shown_versions(registry: Registry) -> pd.DataFrame:
         return versions
     judged = versions[[f"gates_{s}" for s in STAGE_ALIASES]].notna().any(axis=1)
     held = versions["aliases"].map(bool)
-    latest = versions.groupby("model")["version"].transform(lambda v: v.map(int).max()).astype(str) == versions["version"]
+    latest = (
+        versions.groupby("model")["version"].transform(lambda v: v.map(int).max()).astype(str) == versions["version"]
+    )
     return versions[judged | held | latest].reset_index(drop=True)
 
 
@@ -68,12 +70,23 @@ def gate_board(registry: Registry) -> pd.DataFrame:
         for stage in STAGE_ALIASES:
             mine = results[(results.model == v.model) & (results.version == v.version) & (results.stage == stage)]
             verdict = getattr(v, f"gates_{stage}") or "not judged"
-            rows.append({"model": v.model, "version": v.version, "aliases": list(v.aliases), "stage": stage,
-                         "verdict": verdict, "passed": int(mine.passed.sum()), "total": len(mine),
-                         "failed_gates": list(mine.gate[~mine.passed.astype(bool)]),
-                         "evaluated_at": mine.evaluated_at.iloc[0] if len(mine) else ""})
-    return pd.DataFrame(rows, columns=["model", "version", "aliases", "stage", "verdict", "passed", "total",
-                                       "failed_gates", "evaluated_at"])
+            rows.append(
+                {
+                    "model": v.model,
+                    "version": v.version,
+                    "aliases": list(v.aliases),
+                    "stage": stage,
+                    "verdict": verdict,
+                    "passed": int(mine.passed.sum()),
+                    "total": len(mine),
+                    "failed_gates": list(mine.gate[~mine.passed.astype(bool)]),
+                    "evaluated_at": mine.evaluated_at.iloc[0] if len(mine) else "",
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=["model", "version", "aliases", "stage", "verdict", "passed", "total", "failed_gates", "evaluated_at"],
+    )
 
 
 def current_evidence(registry: Registry) -> Iterator[tuple[str, str, CandidateEvidence]]:
@@ -96,11 +109,19 @@ def quality_latency(registry: Registry, policy: Policy | None = None) -> pd.Data
     policy = policy or dashboard_policy()
     frames = []
     for model, version, evidence in current_evidence(registry):
-        chosen = {stage: {r.config_hash for r in operating_records(evidence, policy.stage(stage))}
-                  for stage in policy.stages}
-        rows = [r.to_dict() | {"model": model, "version": version, "label": point_label(r),
-                               "operating_for": [s for s, hashes in chosen.items() if r.config_hash in hashes]}
-                for r in evidence.records]
+        chosen = {
+            stage: {r.config_hash for r in operating_records(evidence, policy.stage(stage))} for stage in policy.stages
+        }
+        rows = [
+            r.to_dict()
+            | {
+                "model": model,
+                "version": version,
+                "label": point_label(r),
+                "operating_for": [s for s, hashes in chosen.items() if r.config_hash in hashes],
+            }
+            for r in evidence.records
+        ]
         frames.append(pd.DataFrame(rows))
     if not frames:
         return pd.DataFrame()
@@ -127,21 +148,44 @@ def parallelism_curves(points: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     usable = points[(points.valid == True) & (points.tokens_per_forward.fillna(0) > 0)]  # noqa: E712
     rows = []
-    for (model, version, task, gen_length), group in usable.groupby(["model", "version", "task", "gen_length"],
-                                                                     sort=False):
+    for (model, version, task, gen_length), group in usable.groupby(
+        ["model", "version", "task", "gen_length"], sort=False
+    ):
         pairs = list(zip(group.tokens_per_forward.astype(float), group.accuracy.astype(float)))
         result = aup(pairs)
         kept = set(result.points)
-        curve = [{"tokens_per_forward": t, "accuracy": a, "label": label or "vanilla", "on_curve": (t, a) in kept}
-                 for (t, a), label in zip(pairs, group.label)]
-        rows.append({"model": model, "version": version, "role": group.role.iloc[0], "task": task,
-                     "gen_length": int(gen_length), "aup": result.aup, "y_max": result.y_max,
-                     "curve": sorted(curve, key=lambda c: (c["tokens_per_forward"], -c["accuracy"]))})
+        curve = [
+            {"tokens_per_forward": t, "accuracy": a, "label": label or "vanilla", "on_curve": (t, a) in kept}
+            for (t, a), label in zip(pairs, group.label)
+        ]
+        rows.append(
+            {
+                "model": model,
+                "version": version,
+                "role": group.role.iloc[0],
+                "task": task,
+                "gen_length": int(gen_length),
+                "aup": result.aup,
+                "y_max": result.y_max,
+                "curve": sorted(curve, key=lambda c: (c["tokens_per_forward"], -c["accuracy"])),
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
-LOAD_CURVE_COLUMNS = ["model", "version", "role", "served_as", "concurrency", "tokens_per_s", "latency_p95_s",
-                      "requests", "error_rate", "when", "run_id"]
+LOAD_CURVE_COLUMNS = [
+    "model",
+    "version",
+    "role",
+    "served_as",
+    "concurrency",
+    "tokens_per_s",
+    "latency_p95_s",
+    "requests",
+    "error_rate",
+    "when",
+    "run_id",
+]
 
 
 def load_curves(registry: Registry) -> pd.DataFrame:
@@ -149,8 +193,11 @@ def load_curves(registry: Registry) -> pd.DataFrame:
     (LOAD_CURVE_COLUMNS): the points of its throughput-vs-p95 curve under load."""
     rows = []
     for model, version, evidence in current_evidence(registry):
-        rows += [{"model": model, "version": version, "role": evidence.role} | {
-                 c: getattr(r, c) for c in LOAD_CURVE_COLUMNS[3:]} for r in evidence.serving]
+        rows += [
+            {"model": model, "version": version, "role": evidence.role}
+            | {c: getattr(r, c) for c in LOAD_CURVE_COLUMNS[3:]}
+            for r in evidence.serving
+        ]
     return pd.DataFrame(rows, columns=LOAD_CURVE_COLUMNS)
 
 
@@ -196,18 +243,33 @@ def candidate_view(registry: Registry, model: str, version: str) -> dict[str, An
     if evidence.reproducibility and evidence.reproducibility.fingerprint:
         fingerprint = evidence.reproducibility.fingerprint
     runs: list[dict[str, str | None]] = [{"what": "evidence", "task": "", "settings": "", "run_id": evidence_run}]
-    runs += [{"what": "record", "task": r.task, "settings": f"gen {r.gen_length} {point_label(r)}".strip(),
-              "run_id": r.run_id}
-             for r in evidence.records]
+    runs += [
+        {
+            "what": "record",
+            "task": r.task,
+            "settings": f"gen {r.gen_length} {point_label(r)}".strip(),
+            "run_id": r.run_id,
+        }
+        for r in evidence.records
+    ]
     experiment = registry.client.get_experiment_by_name(EVALUATIONS_EXPERIMENT)
     for run in runs:
         run["url"] = run_url(registry.tracking_uri, experiment.experiment_id if experiment else "", run["run_id"])
-    return {"model": model, "version": version, "role": evidence.role, "kind": evidence.kind,
-            "revision": evidence.model_revision, "weights_sha256": evidence.weights_sha256, "card": evidence.card,
-            "license": evidence.license.to_dict() if evidence.license else None,
-            "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
-            "fingerprint": fingerprint, "failures": evidence.failures, "runs": pd.DataFrame(runs),
-            "status": read.version_status(model, version, registry)}
+    return {
+        "model": model,
+        "version": version,
+        "role": evidence.role,
+        "kind": evidence.kind,
+        "revision": evidence.model_revision,
+        "weights_sha256": evidence.weights_sha256,
+        "card": evidence.card,
+        "license": evidence.license.to_dict() if evidence.license else None,
+        "reproducibility": evidence.reproducibility.to_dict() if evidence.reproducibility else None,
+        "fingerprint": fingerprint,
+        "failures": evidence.failures,
+        "runs": pd.DataFrame(runs),
+        "status": read.version_status(model, version, registry),
+    }
 
 
 FINDING_COLUMNS = ["when", "model", "version", "stage", "finding", "failed_gates", "action", "audit_run_id"]
@@ -225,24 +287,69 @@ def regression_findings(registry: Registry) -> pd.DataFrame:
         failed = [f.get("gate", "") if isinstance(f, dict) else str(f) for f in e.evidence.get("failed") or []]
         rollback = next((m for m in moves if m.stage == e.stage and m.when >= e.when and m.who == e.who), None)
         action = f"rolled back {rollback.from_ref} -> {rollback.to_ref}" if rollback else "no rollback"
-        rows.append({"when": e.when, "model": e.model, "version": e.version, "stage": e.stage, "finding": e.comment,
-                     "failed_gates": failed, "action": action, "audit_run_id": e.run_id})
+        rows.append(
+            {
+                "when": e.when,
+                "model": e.model,
+                "version": e.version,
+                "stage": e.stage,
+                "finding": e.comment,
+                "failed_gates": failed,
+                "action": action,
+                "audit_run_id": e.run_id,
+            }
+        )
     for e in audit.events(registry, event="rollout_rollback"):  # a canary that failed its analysis live
-        failed = [m.get("metric", "") for m in (e.evidence.get("analysis") or {}).get("metrics", [])
-                  if m.get("verdict") == "fail"] if isinstance(e.evidence.get("analysis"), dict) else []
-        rows.append({"when": e.when, "model": e.model, "version": e.version, "stage": e.stage, "finding": e.comment,
-                     "failed_gates": failed, "action": f"rollout {e.evidence.get('rollout', '')} rolled back; "
-                     f"{e.stage} stays with {e.to_ref or 'nobody'}", "audit_run_id": e.run_id})
+        failed = (
+            [
+                m.get("metric", "")
+                for m in (e.evidence.get("analysis") or {}).get("metrics", [])
+                if m.get("verdict") == "fail"
+            ]
+            if isinstance(e.evidence.get("analysis"), dict)
+            else []
+        )
+        rows.append(
+            {
+                "when": e.when,
+                "model": e.model,
+                "version": e.version,
+                "stage": e.stage,
+                "finding": e.comment,
+                "failed_gates": failed,
+                "action": f"rollout {e.evidence.get('rollout', '')} rolled back; "
+                f"{e.stage} stays with {e.to_ref or 'nobody'}",
+                "audit_run_id": e.run_id,
+            }
+        )
     frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     return frame.sort_values("when", ascending=False).reset_index(drop=True)
 
 
 # who did what ----------------------------------------------------------------------------------------------
-DECISION_COLUMNS = ["when", "decision", "who", "host", "identity", "stage", "model", "version", "what", "status",
-                    "comment", "audit_run_id"]
-DECISION_EVENTS = {"signoff": "sign-off", "approval": "approval", "decline": "decline",
-                   "approval_consumed": "consumed", "approval_expired": "expired", "approval_void": "void",
-                   "emergency_rollback": "emergency rollback"}
+DECISION_COLUMNS = [
+    "when",
+    "decision",
+    "who",
+    "host",
+    "identity",
+    "stage",
+    "model",
+    "version",
+    "what",
+    "status",
+    "comment",
+    "audit_run_id",
+]
+DECISION_EVENTS = {
+    "signoff": "sign-off",
+    "approval": "approval",
+    "decline": "decline",
+    "approval_consumed": "consumed",
+    "approval_expired": "expired",
+    "approval_void": "void",
+    "emergency_rollback": "emergency rollback",
+}
 MOVE_DECISIONS = {"promotion": "promotion", "rollback": "rollback", "reconcile": "reconcile"}
 
 
@@ -265,20 +372,76 @@ def decisions(registry: Registry) -> pd.DataFrame:
             what = f"approval {e.evidence['approval']}" if e.evidence.get("approval") else ""
             if e.evidence.get("approved_by"):
                 what += f" by {e.evidence['approved_by']}"
-        rows.append({"when": e.when, "decision": kind, "who": e.who, "host": actor.get("host", ""),
-                     "identity": actor.get("identity", ""), "stage": e.stage, "model": e.model, "version": e.version,
-                     "what": what, "status": e.status, "comment": e.comment, "audit_run_id": e.run_id})
+        rows.append(
+            {
+                "when": e.when,
+                "decision": kind,
+                "who": e.who,
+                "host": actor.get("host", ""),
+                "identity": actor.get("identity", ""),
+                "stage": e.stage,
+                "model": e.model,
+                "version": e.version,
+                "what": what,
+                "status": e.status,
+                "comment": e.comment,
+                "audit_run_id": e.run_id,
+            }
+        )
     return pd.DataFrame(rows[::-1], columns=DECISION_COLUMNS)  # the trail's order: a move is entered at its intent
 
 
 # rollouts ---------------------------------------------------------------------------------------------------
-ROLLOUT_COLUMNS = ["id", "model", "version", "route", "stage", "status", "candidate", "baseline", "weight", "steps",
-                   "analyses", "started", "updated", "reason", "run_id", "url"]
-ANALYSIS_COLUMNS = ["rollout", "step", "weight", "verdict", "reason", "at", "arm", "role", "requests", "p95_s",
-                    "error_rate", "decode_failure_rate", "agreement", "probe_accuracy", "probes", "confidence",
-                    "run_id", "url"]
-ROLLOUT_EVENT_COLUMNS = ["when", "rollout", "event", "who", "stage", "model", "version", "comment", "audit_run_id",
-                         "seq"]
+ROLLOUT_COLUMNS = [
+    "id",
+    "model",
+    "version",
+    "route",
+    "stage",
+    "status",
+    "candidate",
+    "baseline",
+    "weight",
+    "steps",
+    "analyses",
+    "started",
+    "updated",
+    "reason",
+    "run_id",
+    "url",
+]
+ANALYSIS_COLUMNS = [
+    "rollout",
+    "step",
+    "weight",
+    "verdict",
+    "reason",
+    "at",
+    "arm",
+    "role",
+    "requests",
+    "p95_s",
+    "error_rate",
+    "decode_failure_rate",
+    "agreement",
+    "probe_accuracy",
+    "probes",
+    "confidence",
+    "run_id",
+    "url",
+]
+ROLLOUT_EVENT_COLUMNS = [
+    "when",
+    "rollout",
+    "event",
+    "who",
+    "stage",
+    "model",
+    "version",
+    "comment",
+    "audit_run_id",
+    "seq",
+]
 
 
 def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
@@ -293,31 +456,74 @@ def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
         for a in steps:
             for arm, numbers in a.arms.items():
                 role = "candidate" if arm == r.candidate else "baseline" if arm == r.baseline else ""
-                analysis_rows.append({"rollout": r.id, "step": a.step, "weight": a.weight, "verdict": a.verdict,
-                                      "reason": a.reason, "at": a.at, "arm": arm, "role": role,
-                                      **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:15]},
-                                      "confidence": a.analysis.get("confidence"), "run_id": a.run_id,
-                                      "url": run_url(registry.tracking_uri, experiment, a.run_id)})
+                analysis_rows.append(
+                    {
+                        "rollout": r.id,
+                        "step": a.step,
+                        "weight": a.weight,
+                        "verdict": a.verdict,
+                        "reason": a.reason,
+                        "at": a.at,
+                        "arm": arm,
+                        "role": role,
+                        **{k: numbers.get(k) for k in ANALYSIS_COLUMNS[8:15]},
+                        "confidence": a.analysis.get("confidence"),
+                        "run_id": a.run_id,
+                        "url": run_url(registry.tracking_uri, experiment, a.run_id),
+                    }
+                )
         live = r.weight if r.weight is not None else (steps[-1].weight if steps else 0)
         weight = 0 if r.status in ("rolled_back", "aborted") else live
         policy = _policy_of(registry, r.run_id)
-        rollout_rows.append({**r.to_dict(), "weight": weight, "steps": policy.get("steps", []),
-                             "analyses": len(steps), "url": run_url(registry.tracking_uri, experiment, r.run_id)})
+        rollout_rows.append(
+            {
+                **r.to_dict(),
+                "weight": weight,
+                "steps": policy.get("steps", []),
+                "analyses": len(steps),
+                "url": run_url(registry.tracking_uri, experiment, r.run_id),
+            }
+        )
     events = []
     for e in audit.events(registry):
         if not e.event.startswith("rollout_"):
             continue
-        events.append({"when": e.when, "rollout": e.evidence.get("rollout", ""), "event": e.event, "who": e.who,
-                       "stage": e.stage, "model": e.model, "version": e.version, "comment": e.comment,
-                       "audit_run_id": e.run_id, "seq": e.seq})
+        events.append(
+            {
+                "when": e.when,
+                "rollout": e.evidence.get("rollout", ""),
+                "event": e.event,
+                "who": e.who,
+                "stage": e.stage,
+                "model": e.model,
+                "version": e.version,
+                "comment": e.comment,
+                "audit_run_id": e.run_id,
+                "seq": e.seq,
+            }
+        )
     board = pd.DataFrame(rollout_rows, columns=ROLLOUT_COLUMNS)
-    return {"rollouts": board.iloc[::-1].reset_index(drop=True),
-            "analyses": pd.DataFrame(analysis_rows, columns=ANALYSIS_COLUMNS),
-            "events": pd.DataFrame(events, columns=ROLLOUT_EVENT_COLUMNS)}
+    return {
+        "rollouts": board.iloc[::-1].reset_index(drop=True),
+        "analyses": pd.DataFrame(analysis_rows, columns=ANALYSIS_COLUMNS),
+        "events": pd.DataFrame(events, columns=ROLLOUT_EVENT_COLUMNS),
+    }
 
 
-FAILED_ROLLOUT_COLUMNS = ["when", "model", "version", "stage", "rollout", "status", "route", "reason",
-                          "voided_approvals", "stands", "advice", "audit_run_id"]
+FAILED_ROLLOUT_COLUMNS = [
+    "when",
+    "model",
+    "version",
+    "stage",
+    "rollout",
+    "status",
+    "route",
+    "reason",
+    "voided_approvals",
+    "stands",
+    "advice",
+    "audit_run_id",
+]
 
 
 def failed_rollouts(registry: Registry) -> pd.DataFrame:
@@ -325,8 +531,9 @@ def failed_rollouts(registry: Registry) -> pd.DataFrame:
     `stands` is whether it still blocks the stage (the version's last rollout there, no evidence registered since:
     gates/rollout_findings.py); `voided_approvals` the approvals it voided (audited `approval_void`)."""
     voids = audit.events(registry, event="approval_void")
-    ends = {e.evidence.get("rollout"): e for e in audit.events(registry) if e.event in ("rollout_rollback",
-                                                                                      "rollout_abort")}
+    ends = {
+        e.evidence.get("rollout"): e for e in audit.events(registry) if e.event in ("rollout_rollback", "rollout_abort")
+    }
     rows, standing = [], {}
     for r in rollouts(registry):
         if r.status not in FAILED_ROLLOUT:
@@ -334,15 +541,28 @@ def failed_rollouts(registry: Registry) -> pd.DataFrame:
         key = (r.model, r.version, r.stage)
         if key not in standing:
             last = failed_rollout(canary_evidence(registry, r.model, r.version), r.stage)
-            standing[key] = (last or {}).get("id") if last and not predates(
-                last.get("updated"), evaluated_at(registry, r.model, r.version)) else None
+            standing[key] = (
+                (last or {}).get("id")
+                if last and not predates(last.get("updated"), evaluated_at(registry, r.model, r.version))
+                else None
+            )
         entry = ends.get(r.id)
-        rows.append({"when": r.updated or r.started, "model": r.model, "version": r.version, "stage": r.stage,
-                     "rollout": r.id, "status": r.status, "route": r.route, "reason": r.reason,
-                     "voided_approvals": [e.evidence.get("approval") for e in voids if r.id in e.comment],
-                     "stands": standing[key] == r.id,
-                     "advice": finding_text({"id": r.id, "status": r.status, "reason": ""}, r.stage),
-                     "audit_run_id": entry.run_id if entry else ""})
+        rows.append(
+            {
+                "when": r.updated or r.started,
+                "model": r.model,
+                "version": r.version,
+                "stage": r.stage,
+                "rollout": r.id,
+                "status": r.status,
+                "route": r.route,
+                "reason": r.reason,
+                "voided_approvals": [e.evidence.get("approval") for e in voids if r.id in e.comment],
+                "stands": standing[key] == r.id,
+                "advice": finding_text({"id": r.id, "status": r.status, "reason": ""}, r.stage),
+                "audit_run_id": entry.run_id if entry else "",
+            }
+        )
     frame = pd.DataFrame(rows, columns=FAILED_ROLLOUT_COLUMNS)
     return frame.sort_values("when", ascending=False).reset_index(drop=True)
 

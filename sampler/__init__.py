@@ -6,4 +6,12 @@ from sampler.generate import generate
 from sampler.output import CommitTrace, FinalPrefix, GenerateOutput, StepInfo
 from sampler.proposal import NonFiniteLogitsError
 
-__all__ = ["CommitTrace", "FinalPrefix", "GenerateOutput", "NonFiniteLogitsError", "SamplerConfig", "StepInfo", "generate"]
+__all__ = [
+    "CommitTrace",
+    "FinalPrefix",
+    "GenerateOutput",
+    "NonFiniteLogitsError",
+    "SamplerConfig",
+    "StepInfo",
+    "generate",
+]

@@ -18,8 +18,14 @@ from sampler.proposal import add_gumbel_noise, check_logits
 from sampler.rng import RowGenerators
 
 
-def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_length: int, last: bool,
-               logits: torch.Tensor | None = None) -> StepInfo:
+def token_step(
+    step: int,
+    sequences: torch.Tensor,
+    live: torch.Tensor,
+    block_length: int,
+    last: bool,
+    logits: torch.Tensor | None = None,
+) -> StepInfo:
     """The StepInfo of new token `step`, the last column of `sequences` `(batch, prompt_len + step + 1)`.
 
     live (`(batch,)` bool): rows that had not ended before it (the others only pad). `last`: every row
@@ -28,9 +34,15 @@ def token_step(step: int, sequences: torch.Tensor, live: torch.Tensor, block_len
     """
     committed = torch.zeros_like(sequences, dtype=torch.bool)
     committed[:, -1] = live
-    return StepInfo(step=step, block=step // block_length, block_done=last or (step + 1) % block_length == 0,
-                    sequences=sequences, committed=committed, logits=None if logits is None else logits[:, None],
-                    logits_lo=sequences.shape[1] - 1)
+    return StepInfo(
+        step=step,
+        block=step // block_length,
+        block_done=last or (step + 1) % block_length == 0,
+        sequences=sequences,
+        committed=committed,
+        logits=None if logits is None else logits[:, None],
+        logits_lo=sequences.shape[1] - 1,
+    )
 
 
 def causal_output(sequences: torch.Tensor, prompt_length: int, forwards: int, config: SamplerConfig) -> GenerateOutput:
@@ -38,8 +50,12 @@ def causal_output(sequences: torch.Tensor, prompt_length: int, forwards: int, co
     bl = config.block_length
     block_nfe = [bl] * (forwards // bl) + ([forwards % bl] if forwards % bl else [])
     return GenerateOutput(
-        sequences=sequences, prompt_length=prompt_length, nfe=forwards, sequential_calls=forwards,
-        block_nfe=block_nfe, tokens_per_forward=1.0,
+        sequences=sequences,
+        prompt_length=prompt_length,
+        nfe=forwards,
+        sequential_calls=forwards,
+        block_nfe=block_nfe,
+        tokens_per_forward=1.0,
         autoregressive=AutoregressiveStats(stopped_early=forwards < config.gen_length),
     )
 
@@ -76,7 +92,11 @@ def generate_autoregressive(
         nfe += 1
         # The model returns keys/values of this call only; the cache is their concatenation.
         new = result.past_key_values
-        cache = new if cache is None else [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache, new)]
+        cache = (
+            new
+            if cache is None
+            else [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache, new)]
+        )
         logits = result.logits[:, -1]  # (B, V)
         check_logits(logits, f"token {i}")
         token = torch.argmax(add_gumbel_noise(logits, config.temperature, generator), dim=-1)  # (B,)
@@ -86,8 +106,11 @@ def generate_autoregressive(
         done |= torch.isin(token, stop_ids)
         finished = bool(done.all())
         if on_step is not None:
-            on_step(token_step(i, torch.cat([input_ids, out[:, : i + 1]], dim=1), live, config.block_length, finished,
-                               logits))
+            on_step(
+                token_step(
+                    i, torch.cat([input_ids, out[:, : i + 1]], dim=1), live, config.block_length, finished, logits
+                )
+            )
         if finished:
             break
         step_input = token[:, None]  # (B, 1)

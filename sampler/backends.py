@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the config names these backends; the backends only read its
     from sampler.config import SamplerConfig
 
 # One compiled wrapper per module, kept while the module lives: compiling costs seconds to minutes.
-_COMPILED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def torch_backend(model: Any, config: SamplerConfig) -> tuple[Any, str | None]:

@@ -19,8 +19,9 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -51,7 +52,9 @@ class BlockDiffusionConfig:
         if not self.entropy_bound > 0:
             raise ValueError(f"BlockDiffusionConfig.entropy_bound must be > 0, got {self.entropy_bound!r}")
         if not 0 <= self.t_min < self.t_max:
-            raise ValueError(f"BlockDiffusionConfig needs 0 <= t_min < t_max, got t_min={self.t_min!r} t_max={self.t_max!r}")
+            raise ValueError(
+                f"BlockDiffusionConfig needs 0 <= t_min < t_max, got t_min={self.t_min!r} t_max={self.t_max!r}"
+            )
         if self.stability_threshold < 0:
             raise ValueError(f"BlockDiffusionConfig.stability_threshold must be >= 0, got {self.stability_threshold!r}")
 
@@ -80,12 +83,19 @@ class BlockDenoiser(Protocol):
     def new_cache(self) -> Any:
         """An empty prefix cache."""
 
-    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                      cache: Any) -> Any:
+    def encode_prefix(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any
+    ) -> Any:
         """Append `input_ids` `(batch, n)` to the cache; `attention_mask` `(batch, cached + n)` covers all keys."""
 
-    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache: Any,
-                attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def denoise(
+        self,
+        canvas: torch.Tensor,
+        self_conditioning: torch.Tensor | None,
+        cache: Any,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
         """Float32 logits `(batch, canvas_length, vocab)` for `canvas`; the cache is read, not written."""
 
     # Optional: `cache_rows(cache, rows)`, a cache of only the batch rows `rows` `(n,)` (the original untouched).
@@ -174,8 +184,9 @@ class UniformNoise:
     def sample(self, live: torch.Tensor, draws: BatchDraws | RowDraws) -> torch.Tensor:
         return draws.tokens((live.shape[0], self.canvas_length), self.vocab_size, live.device, live)
 
-    def renoise(self, canvas: torch.Tensor, accepted: torch.Tensor, draws: BatchDraws | RowDraws,
-                live: torch.Tensor) -> torch.Tensor:
+    def renoise(
+        self, canvas: torch.Tensor, accepted: torch.Tensor, draws: BatchDraws | RowDraws, live: torch.Tensor
+    ) -> torch.Tensor:
         return torch.where(accepted, canvas, self.sample(live, draws))
 
 
@@ -244,8 +255,9 @@ def generate_block_diffusion(
         dec_pos = (torch.arange(cur, cur + L, device=device)[None] - pads).to(torch.int32)
         dec_mask = torch.nn.functional.pad(mask, (0, L), value=True)
         report = None if on_step is None else functools.partial(_report_step, on_step, sequences, canvases)
-        argmax, nfe = denoise_canvas(model, rules, config, cache, dec_mask, dec_pos, row_done, forwards, nfe,
-                                     draws, report)
+        argmax, nfe = denoise_canvas(
+            model, rules, config, cache, dec_mask, dec_pos, row_done, forwards, nfe, draws, report
+        )
         sequences = torch.cat([sequences, argmax], dim=-1)
         canvases += 1
         block_nfe.append(nfe - sum(block_nfe))
@@ -254,18 +266,32 @@ def generate_block_diffusion(
         if on_step is not None:
             committed = torch.zeros_like(sequences, dtype=torch.bool)
             committed[:, -L:] = live[:, None]
-            on_step(StepInfo(step=nfe - 1, block=canvases - 1, block_done=True, sequences=sequences, committed=committed))
+            on_step(
+                StepInfo(step=nfe - 1, block=canvases - 1, block_done=True, sequences=sequences, committed=committed)
+            )
         if row_done.all():
             break
         mask = torch.nn.functional.pad(mask, (0, L), value=True)
         new_tokens, enc_pos = sequences[:, -L:], dec_pos
     generated = sequences[:, P:]
-    valid = (generated != config.pad_id).sum(dim=-1) if config.pad_id is not None else torch.full((B,), generated.shape[1], device=device)
+    valid = (
+        (generated != config.pad_id).sum(dim=-1)
+        if config.pad_id is not None
+        else torch.full((B,), generated.shape[1], device=device)
+    )
     return GenerateOutput(
-        sequences=sequences, prompt_length=P, nfe=nfe, sequential_calls=nfe, block_nfe=block_nfe,
+        sequences=sequences,
+        prompt_length=P,
+        nfe=nfe,
+        sequential_calls=nfe,
+        block_nfe=block_nfe,
         tokens_per_forward=generated.shape[1] / max(nfe, 1),
-        block_diffusion=BlockDiffusionStats(row_tokens_per_forward=(valid / forwards).tolist(),
-                                            decoder_forwards=forwards.tolist(), canvases=canvases, canvas_length=L),
+        block_diffusion=BlockDiffusionStats(
+            row_tokens_per_forward=(valid / forwards).tolist(),
+            decoder_forwards=forwards.tolist(),
+            canvases=canvases,
+            canvas_length=L,
+        ),
     )
 
 
@@ -279,11 +305,18 @@ class CanvasRules:
     stop: StableAndConfidentStop | None  # None: every canvas takes max_denoising_steps
 
     @classmethod
-    def of(cls, config: BlockDiffusionConfig, vocab_size: int, L: int) -> "CanvasRules":
-        stop = None if config.confidence_threshold is None else StableAndConfidentStop(config.stability_threshold,
-                                                                                       config.confidence_threshold)
-        return cls(LinearTemperatureSchedule(config.t_min, config.t_max, config.max_denoising_steps),
-                   EntropyBoundAcceptance(config.entropy_bound), UniformNoise(vocab_size, L), stop)
+    def of(cls, config: BlockDiffusionConfig, vocab_size: int, L: int) -> CanvasRules:
+        stop = (
+            None
+            if config.confidence_threshold is None
+            else StableAndConfidentStop(config.stability_threshold, config.confidence_threshold)
+        )
+        return cls(
+            LinearTemperatureSchedule(config.t_min, config.t_max, config.max_denoising_steps),
+            EntropyBoundAcceptance(config.entropy_bound),
+            UniformNoise(vocab_size, L),
+            stop,
+        )
 
 
 class RowsToDenoise:
@@ -301,8 +334,14 @@ class RowsToDenoise:
         self.key: tuple[int, ...] | None = None
         self.rows_cache: Any = None
 
-    def logits(self, canvas: torch.Tensor, self_cond: torch.Tensor | None, dec_mask: torch.Tensor,
-               dec_pos: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    def logits(
+        self,
+        canvas: torch.Tensor,
+        self_cond: torch.Tensor | None,
+        dec_mask: torch.Tensor,
+        dec_pos: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
         """Logits `(batch, L, vocab)`, computed for the rows where `rows` `(batch,)` is True."""
         if self.select is None or self_cond is None or bool(rows.all()):
             return self.model.denoise(canvas, self_cond, self.cache, dec_mask, dec_pos)
@@ -319,14 +358,30 @@ class RowsToDenoise:
 
 def _report_step(on_step: StepCallback, sequences: torch.Tensor, canvas: int, nfe: int) -> None:
     """A decoder call that did not commit its canvas: nothing of `sequences` changed."""
-    on_step(StepInfo(step=nfe - 1, block=canvas, block_done=False, sequences=sequences,
-                     committed=torch.zeros_like(sequences, dtype=torch.bool)))
+    on_step(
+        StepInfo(
+            step=nfe - 1,
+            block=canvas,
+            block_done=False,
+            sequences=sequences,
+            committed=torch.zeros_like(sequences, dtype=torch.bool),
+        )
+    )
 
 
-def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffusionConfig, cache: Any,
-                   dec_mask: torch.Tensor, dec_pos: torch.Tensor, row_done: torch.Tensor, forwards: torch.Tensor,
-                   nfe: int, draws: BatchDraws | RowDraws,
-                   report: Callable[[int], None] | None) -> tuple[torch.Tensor, int]:
+def denoise_canvas(
+    model: BlockDenoiser,
+    rules: CanvasRules,
+    config: BlockDiffusionConfig,
+    cache: Any,
+    dec_mask: torch.Tensor,
+    dec_pos: torch.Tensor,
+    row_done: torch.Tensor,
+    forwards: torch.Tensor,
+    nfe: int,
+    draws: BatchDraws | RowDraws,
+    report: Callable[[int], None] | None,
+) -> tuple[torch.Tensor, int]:
     """Denoise one fresh canvas `(batch, L)` until every row stops or the steps run out; (its argmax, nfe so far).
 
     `forwards` `(batch,)` counts, in place, the decoder calls each live row needed; `report(nfe)` hears each
@@ -367,7 +422,9 @@ def denoise_canvas(model: BlockDenoiser, rules: CanvasRules, config: BlockDiffus
     return argmax, nfe
 
 
-def finish_rows(sequences: torch.Tensor, row_done: torch.Tensor, eos: torch.Tensor, pad_id: int | None, L: int) -> torch.Tensor:
+def finish_rows(
+    sequences: torch.Tensor, row_done: torch.Tensor, eos: torch.Tensor, pad_id: int | None, L: int
+) -> torch.Tensor:
     """Mark rows whose new canvas holds EOS; pad what follows EOS and whole canvases of earlier-finished rows."""
     canvas = sequences[:, -L:]  # a view: edits land in `sequences`
     just_done = torch.isin(canvas, eos).any(dim=-1) if eos.numel() else torch.zeros_like(row_done)

@@ -49,16 +49,23 @@ class Window:
 class ModelCall:
     """Calls the denoiser on `n` stacked canvases `(n * batch, ...)`, folding in classifier-free guidance."""
 
-    def __init__(self, model: Any, attention_mask: torch.Tensor | None, prompt_index: torch.Tensor, config: SamplerConfig):
+    def __init__(
+        self, model: Any, attention_mask: torch.Tensor | None, prompt_index: torch.Tensor, config: SamplerConfig
+    ):
         self.model, self.attention_mask, self.prompt_index, self.config = model, attention_mask, prompt_index, config
         B, T = prompt_index.shape
-        mask = attention_mask if attention_mask is not None else torch.ones(B, T, dtype=torch.long, device=prompt_index.device)
+        mask = (
+            attention_mask
+            if attention_mask is not None
+            else torch.ones(B, T, dtype=torch.long, device=prompt_index.device)
+        )
         self.key_mask = mask  # (B, T) with the generation's ones
         self.position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): a padded row sees its solo angles
         self.skip_settled = config.early_exit != "none"  # rows without a mask need no logits
 
-    def _run(self, x: torch.Tensor, lo: int, attention_mask: torch.Tensor | None,
-             **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _run(
+        self, x: torch.Tensor, lo: int, attention_mask: torch.Tensor | None, **kwargs: Any
+    ) -> tuple[torch.Tensor, KV | None]:
         """`x` holds canvas positions `[lo, lo + W)` of `n * batch` rows; the model sees only rows with a mask
         when settled rows are skipped (early exit) or the call's keys/values are not kept; the others get zero
         logits and keys/values."""
@@ -79,12 +86,18 @@ class ModelCall:
         full = logits.new_zeros((rows, *logits.shape[1:]))
         full[idx] = logits
         if kv is not None:
-            kv = [(_scatter_rows(k, guided_rows, rows * (1 + (self.config.cfg_scale > 0))),
-                   _scatter_rows(v, guided_rows, rows * (1 + (self.config.cfg_scale > 0)))) for k, v in kv]
+            kv = [
+                (
+                    _scatter_rows(k, guided_rows, rows * (1 + (self.config.cfg_scale > 0))),
+                    _scatter_rows(v, guided_rows, rows * (1 + (self.config.cfg_scale > 0))),
+                )
+                for k, v in kv
+            ]
         return full, kv
 
-    def _guided(self, x: torch.Tensor, prompt: torch.Tensor, attention_mask: torch.Tensor | None,
-                **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _guided(
+        self, x: torch.Tensor, prompt: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Any
+    ) -> tuple[torch.Tensor, KV | None]:
         """One model call; with CFG a copy with the `prompt` positions masked joins the batch."""
         cfg = self.config
         if cfg.cfg_scale <= 0:
@@ -124,8 +137,9 @@ class ModelCall:
         assert kv is not None, "use_cache=True: the torch module returns the window's keys/values"
         return logits, kv
 
-    def _cached(self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV,
-                **kwargs: Any) -> tuple[torch.Tensor, KV | None]:
+    def _cached(
+        self, x: torch.Tensor, lo: int, past_mask: torch.Tensor, past: KV, **kwargs: Any
+    ) -> tuple[torch.Tensor, KV | None]:
         reps = x.shape[0] // self.prompt_index.shape[0]
         hi = lo + x.shape[1]
         keys = torch.cat([past_mask, self.key_mask[:, lo:hi]], dim=-1).repeat(reps, 1)

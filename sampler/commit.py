@@ -25,8 +25,9 @@ class CommitRule(Protocol):
         """Per-block plan from `block_mask` `(batch, block)` at the block's start (top_k: counts per step)."""
         ...
 
-    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
-               plan: torch.Tensor | None) -> torch.Tensor:
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
         """Boolean `(batch, seq)` of positions to commit; `confidence` is -inf where nothing may be committed.
 
         entropy: a callable giving the `(batch, seq)` predictive entropy, for rules that need it.
@@ -80,8 +81,9 @@ class TopKCommit:
     def plan(self, block_mask: torch.Tensor, steps: int) -> torch.Tensor | None:
         return self.schedule.counts(block_mask, steps)  # (B, steps)
 
-    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
-               plan: torch.Tensor | None) -> torch.Tensor:
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
         assert plan is not None, "top_k's plan() always gives the per-step counts"
         return commit_top_k(confidence, plan[:, step])
 
@@ -109,8 +111,9 @@ class ThresholdCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.tau = config.parallel_threshold
 
-    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
-               plan: torch.Tensor | None) -> torch.Tensor:
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         keep = torch.gather(confidence, 1, order) >= self.tau
         return commit_sorted_prefix(confidence, keep, order)
@@ -122,8 +125,9 @@ class FactorCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.factor = config.parallel_factor
 
-    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
-               plan: torch.Tensor | None) -> torch.Tensor:
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         c = torch.gather(confidence, 1, order).double()
         n = torch.arange(1, c.shape[1] + 1, device=c.device, dtype=c.dtype)[None]
@@ -136,8 +140,9 @@ class EntropyBoundedCommit(ParallelCommit):
     def __init__(self, config: SamplerConfig):
         self.bound = config.entropy_bound
 
-    def select(self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int,
-               plan: torch.Tensor | None) -> torch.Tensor:
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
         h = torch.where(torch.isfinite(confidence), entropy(), torch.inf)  # (B, T)
         order = h.argsort(dim=-1, stable=True)
         keep = torch.gather(h, 1, order).cumsum(dim=-1) <= self.bound

@@ -65,10 +65,21 @@ class SamplerConfig:
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
     _HASH_OPTIONAL = (
-        "parallel", "parallel_threshold", "parallel_factor", "entropy_bound", "cache", "cache_refresh",
-        "speculative_draft", "early_exit", "backend", "future_window",
-        "eot_predict", "eot_confidence", "compile",
-        "speculative_rows", "refresh_span",
+        "parallel",
+        "parallel_threshold",
+        "parallel_factor",
+        "entropy_bound",
+        "cache",
+        "cache_refresh",
+        "speculative_draft",
+        "early_exit",
+        "backend",
+        "future_window",
+        "eot_predict",
+        "eot_confidence",
+        "compile",
+        "speculative_rows",
+        "refresh_span",
     )
 
     def __post_init__(self) -> None:
@@ -100,8 +111,10 @@ class SamplerConfig:
         for name, known in POLICY_REGISTRIES.items():  # a policy that works only beside certain others says which
             for other, allowed in getattr(known[getattr(self, name)], "requires", {}).items():
                 if getattr(self, other) not in allowed:
-                    raise ValueError(f"SamplerConfig.{name}={getattr(self, name)!r} needs {other} in "
-                                     f"{', '.join(map(repr, allowed))}; got {other}={getattr(self, other)!r}")
+                    raise ValueError(
+                        f"SamplerConfig.{name}={getattr(self, name)!r} needs {other} in "
+                        f"{', '.join(map(repr, allowed))}; got {other}={getattr(self, other)!r}"
+                    )
         self._check_fast_modes()
 
     def _check_fast_modes(self) -> None:
@@ -114,10 +127,12 @@ class SamplerConfig:
             raise ValueError(
                 f"SamplerConfig.speculative_rows=True lets rows of one speculative round advance apart: needs "
                 f"speculative_draft >= 2 and cache_refresh=0 (a refresh must fall on every row's same step; got "
-                f"{self.speculative_draft!r}, {self.cache_refresh!r})")
+                f"{self.speculative_draft!r}, {self.cache_refresh!r})"
+            )
         if self.compile and self.backend != "torch":
-            raise ValueError(f"SamplerConfig.compile=True compiles the torch module; backend={self.backend!r} runs "
-                             "its own graph")
+            raise ValueError(
+                f"SamplerConfig.compile=True compiles the torch module; backend={self.backend!r} runs its own graph"
+            )
         if not 0.0 < self.eot_confidence <= 1.0:
             raise ValueError(f"SamplerConfig.eot_confidence must be in (0, 1], got {self.eot_confidence!r}")
         for name in ("parallel_factor", "entropy_bound"):
@@ -152,7 +167,7 @@ class SamplerConfig:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SamplerConfig":
+    def from_dict(cls, data: dict[str, Any]) -> SamplerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -160,7 +175,7 @@ class SamplerConfig:
         return cls(**data)
 
     @classmethod
-    def from_json(cls, text: str) -> "SamplerConfig":
+    def from_json(cls, text: str) -> SamplerConfig:
         return cls.from_dict(json.loads(text))
 
     def hash(self) -> str:
@@ -175,5 +190,5 @@ class SamplerConfig:
             object.__setattr__(self, "_digest", known)
         return known
 
-    def with_(self, **changes: Any) -> "SamplerConfig":
+    def with_(self, **changes: Any) -> SamplerConfig:
         return replace(self, **changes)

@@ -45,9 +45,15 @@ def running_key(config: SamplerConfig) -> str:
 
 def joins_running_batch(config: SamplerConfig) -> bool:
     """Whether a row under `config` decodes block by block in a running batch, exactly as alone."""
-    return (config.temperature == 0 and config.remasking != "random" and not config.speculative_draft
-            and not config.speculative_rows and config.cfg_scale == 0 and config.backend == "torch"
-            and getattr(REFRESH_SPANS[config.refresh_span], "joins_running_batch", True))
+    return (
+        config.temperature == 0
+        and config.remasking != "random"
+        and not config.speculative_draft
+        and not config.speculative_rows
+        and config.cfg_scale == 0
+        and config.backend == "torch"
+        and getattr(REFRESH_SPANS[config.refresh_span], "joins_running_batch", True)
+    )
 
 
 @dataclass
@@ -85,8 +91,9 @@ class Row:
         return self.tokens.index(config.mask_id)
 
 
-def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int,
-                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int, list[int]]:
+def block_canvas(
+    rows: list[Row], config: SamplerConfig, pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, int, list[int]]:
     """(canvas `(B, s + L + R)`, key mask, s, per-row remainder): current blocks at `[s, s + L)`.
 
     Row r: left padding (`pad_id`, key 0), prompt and finished blocks ending at s, its block and its own
@@ -106,16 +113,18 @@ def block_canvas(rows: list[Row], config: SamplerConfig, pad_id: int,
     return x.to(device), keys.to(device), s, rests
 
 
-def decode_block(model: Any, rows: list[Row], config: SamplerConfig, pad_id: int,
-                 on_step: StepCallback | None = None) -> int:
+def decode_block(
+    model: Any, rows: list[Row], config: SamplerConfig, pad_id: int, on_step: StepCallback | None = None
+) -> int:
     """Decode each row's current block in one batch and advance the rows; the NFE it took.
 
     `config`: the rules every row decodes under (its length aside: each row's own `gen_length`).
     `on_step` hears every step (sequences are this block's canvas; its block index is 0).
     """
     if not joins_running_batch(config):
-        raise ValueError(f"config {config.hash()} cannot decode in a running batch (sampled, speculative, "
-                         "guided or not torch)")
+        raise ValueError(
+            f"config {config.hash()} cannot decode in a running batch (sampled, speculative, guided or not torch)"
+        )
     if any(row.done for row in rows):
         raise ValueError("a finished row cannot decode another block")
     if any(row.gen_length % config.block_length or row.gen_length < 1 for row in rows):
@@ -129,8 +138,9 @@ def decode_block(model: Any, rows: list[Row], config: SamplerConfig, pad_id: int
     # not `logits_source`: a finished block may hold a mask the model proposed, which alone too stays a mask
     source = CACHE_POLICIES[episode.cache](call, s, episode)
     text_start = torch.tensor([s - len(row.tokens) for row in rows], device=device)
-    decoder = BlockDecoder(episode, s, make_generator(config.seed, device), early_exit_rule(episode), on_step,
-                           text_start=text_start)
+    decoder = BlockDecoder(
+        episode, s, make_generator(config.seed, device), early_exit_rule(episode), on_step, text_start=text_start
+    )
     state, calls = decoder.enter_block(x, 0), CallCounter()
     while state.block == 0:
         calls.add(0, 1)

@@ -10,7 +10,8 @@ The adapters (models/adapters) only load models and tokenize; decoding lives her
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -27,48 +28,73 @@ class DecodeError(ValueError):
     """A candidate that this config cannot decode; the message says why."""
 
 
-def decode_masked_diffusion(handle: Handle, input_ids: torch.Tensor, config: SamplerConfig,
-                            attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
-                            row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_masked_diffusion(
+    handle: Handle,
+    input_ids: torch.Tensor,
+    config: SamplerConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+) -> GenerateOutput:
     """LLaDA-style models: the sampler with this model's own mask id."""
     if config.mask_id != handle.mask_id:
         raise DecodeError(
             f"SamplerConfig.mask_id={config.mask_id} but {handle.entry_id} masks with {handle.mask_id}; "
             f"build the config with handle.sampler_ids()"
         )
-    return generate(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step,
-                    row_seeds=row_seeds)
+    return generate(
+        handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds
+    )
 
 
-def decode_block_diffusion(adapter: Any, input_ids: torch.Tensor, config: EffectiveConfig,
-                           attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
-                           row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_block_diffusion(
+    adapter: Any,
+    input_ids: torch.Tensor,
+    config: EffectiveConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+) -> GenerateOutput:
     """DiffusionGemma-style uniform-state block diffusion, on the effective (block) config.
 
     `adapter` is a `Handle` that is also the loop's `BlockDenoiser` (DiffusionGemma's adapter)."""
     block = effective_config(adapter, config)
     assert isinstance(block, BlockDiffusionConfig), "a block-diffusion handle decodes a block config"
-    return generate_block_diffusion(adapter, input_ids, block, attention_mask=attention_mask,
-                                    on_step=on_step, row_seeds=row_seeds)
+    return generate_block_diffusion(
+        adapter, input_ids, block, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds
+    )
 
 
-def decode_autoregressive(handle: Handle, input_ids: torch.Tensor, config: SamplerConfig,
-                          attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None,
-                          row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_autoregressive(
+    handle: Handle,
+    input_ids: torch.Tensor,
+    config: SamplerConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+) -> GenerateOutput:
     """unmask's own KV-cached decoder for the native causal layout (the bundled AR twin); transformers'
     cached `generate` for a Hugging Face causal LM."""
     if handle.native:
-        return generate_autoregressive(handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step,
-                                       row_seeds=row_seeds)
+        return generate_autoregressive(
+            handle.model, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds
+        )
     if row_seeds is not None:
-        raise DecodeError(f"{handle.entry_id}: transformers' generate draws from one global generator; "
-                          "per-row seeds are not supported")
+        raise DecodeError(
+            f"{handle.entry_id}: transformers' generate draws from one global generator; "
+            "per-row seeds are not supported"
+        )
     return decode_causal_lm(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step)
 
 
 @torch.no_grad()
-def decode_causal_lm(adapter: Handle, input_ids: torch.Tensor, config: SamplerConfig,
-                     attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None) -> GenerateOutput:
+def decode_causal_lm(
+    adapter: Handle,
+    input_ids: torch.Tensor,
+    config: SamplerConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+) -> GenerateOutput:
     """Up to `config.gen_length` new tokens through transformers' KV-cached generate; stopped rows pad with EOS.
 
     `config.temperature` 0 is greedy; above 0 samples from softmax(logits / temperature) with no
@@ -80,8 +106,14 @@ def decode_causal_lm(adapter: Handle, input_ids: torch.Tensor, config: SamplerCo
     B, P = input_ids.shape
     sample = config.temperature > 0
     gen = GenerationConfig(  # type: ignore[no-untyped-call]  # transformers leaves GenerationConfig() unannotated
-        max_new_tokens=config.gen_length, do_sample=sample, temperature=config.temperature if sample else None,
-        top_k=None, top_p=None, eos_token_id=list(adapter.eos_ids) or None, pad_token_id=adapter.pad_id, use_cache=True,
+        max_new_tokens=config.gen_length,
+        do_sample=sample,
+        temperature=config.temperature if sample else None,
+        top_k=None,
+        top_p=None,
+        eos_token_id=list(adapter.eos_ids) or None,
+        pad_token_id=adapter.pad_id,
+        use_cache=True,
     )
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     devices = [input_ids.device] if input_ids.device.type == "cuda" else []
@@ -97,8 +129,13 @@ def decode_causal_lm(adapter: Handle, input_ids: torch.Tensor, config: SamplerCo
     return causal_output(out, P, steps, config)
 
 
-def decode_api(adapter: Any, input_ids: torch.Tensor, config: EffectiveConfig,
-               attention_mask: torch.Tensor | None = None, on_step: StepCallback | None = None) -> GenerateOutput:
+def decode_api(
+    adapter: Any,
+    input_ids: torch.Tensor,
+    config: EffectiveConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+) -> GenerateOutput:
     adapter.status_or_raise()  # a missing key is the first thing to report
     raise DecodeError(f"model '{adapter.entry_id}' is an API model: it takes text, not token ids; use complete()")
 
@@ -118,8 +155,10 @@ def check_prompt_text(handle: Any, text: str) -> None:
     """Refuse, without tokenising it, a prompt too long for the context whatever the tokenizer does."""
     limit = context_length(handle)
     if limit and len(text) > CHARS_PER_TOKEN_BOUND * limit:
-        raise DecodeError(f"the prompt has {len(text)} characters; {getattr(handle, 'entry_id', 'the model')}'s "
-                          f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt")
+        raise DecodeError(
+            f"the prompt has {len(text)} characters; {getattr(handle, 'entry_id', 'the model')}'s "
+            f"max_sequence_length is {limit} tokens, so it cannot fit; shorten the prompt"
+        )
 
 
 def fits_context(context: int | None, prompt_length: int, gen_length: int) -> bool:
@@ -132,9 +171,11 @@ def check_fits(handle: Any, prompt_length: int, gen_length: int) -> None:
     a learned position table has no row: garbage or an IndexError, never a measurement)."""
     limit = context_length(handle)
     if not fits_context(limit, prompt_length, gen_length):
-        raise DecodeError(f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
-                          f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
-                          f"shorten the prompt or lower gen_length")
+        raise DecodeError(
+            f"prompt ({prompt_length} tokens) + gen_length {gen_length} = {prompt_length + gen_length} "
+            f"exceeds {getattr(handle, 'entry_id', 'the model')}'s max_sequence_length {limit}; "
+            f"shorten the prompt or lower gen_length"
+        )
 
 
 DECODERS: dict[str, Callable[..., GenerateOutput]] = {
@@ -150,8 +191,14 @@ def row_seeded(handle: Handle) -> bool:
     return handle.masked_diffusion or handle.block_diffusion or (handle.causal and handle.native)
 
 
-def decode(handle: Handle, input_ids: torch.Tensor, config: EffectiveConfig, attention_mask: torch.Tensor | None = None,
-           on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode(
+    handle: Handle,
+    input_ids: torch.Tensor,
+    config: EffectiveConfig,
+    attention_mask: torch.Tensor | None = None,
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+) -> GenerateOutput:
     """Continue `input_ids` `(batch, prompt_len)` with the decoder of `handle.kind` (`models.load` gives handles).
 
     All kinds return the same `GenerateOutput` layout; `on_step` is told each decoding step (a
@@ -166,14 +213,16 @@ def decode(handle: Handle, input_ids: torch.Tensor, config: EffectiveConfig, att
         raise DecodeError(f"no decoder for kind {handle.kind!r}; known: {', '.join(DECODERS)}") from None
     backend = getattr(config, "backend", "torch")  # a BlockDiffusionConfig has none: torch
     if handle.kind != "masked-diffusion" and backend != "torch":
-        raise DecodeError(f"backend {backend!r} runs the masked-diffusion sampler only; "
-                          f"{handle.kind} models decode with torch")
+        raise DecodeError(
+            f"backend {backend!r} runs the masked-diffusion sampler only; {handle.kind} models decode with torch"
+        )
     if handle.kind != "api":
         check_fits(handle, input_ids.shape[1], config.gen_length)
     if row_seeds is not None:
         if not row_seeded(handle):
-            raise DecodeError(f"{handle.kind} decoding of {getattr(handle, 'entry_id', handle.kind)} cannot take "
-                              "per-row seeds")
+            raise DecodeError(
+                f"{handle.kind} decoding of {getattr(handle, 'entry_id', handle.kind)} cannot take per-row seeds"
+            )
         if len(row_seeds) != input_ids.shape[0]:
             raise DecodeError(f"row_seeds: {len(row_seeds)} seeds for {input_ids.shape[0]} rows")
         return decoder(handle, input_ids, config, attention_mask=attention_mask, on_step=on_step, row_seeds=row_seeds)
@@ -196,12 +245,23 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, (None if bool(mask.all()) else mask)
 
 
-def decode_prompts(handle: Handle, prompts: list[list[int]], config: EffectiveConfig,
-                   on_step: StepCallback | None = None, row_seeds: list[int] | None = None) -> GenerateOutput:
+def decode_prompts(
+    handle: Handle,
+    prompts: list[list[int]],
+    config: EffectiveConfig,
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+) -> GenerateOutput:
     """Decode token-id `prompts` (no padding) as one batch: left-padded to the longest (`padding_id`), on the
     model's device, through `decode`. The sampler is batch invariant under left padding, so each row is what
     it would be alone; `row_seeds` gives each row its own generator (see `decode`)."""
     ids, mask = left_pad(prompts, padding_id(handle))
     device = next(handle.model.parameters()).device
-    return decode(handle, ids.to(device), config, attention_mask=None if mask is None else mask.to(device),
-                  on_step=on_step, row_seeds=row_seeds)
+    return decode(
+        handle,
+        ids.to(device),
+        config,
+        attention_mask=None if mask is None else mask.to(device),
+        on_step=on_step,
+        row_seeds=row_seeds,
+    )

@@ -74,8 +74,9 @@ class EosDecidedExit:
 
     def stats(self, config: SamplerConfig, nfe: int, blocks_run: int) -> EarlyExitStats | None:
         scheduled = config.parallel == "top_k" and not config.speculative_draft  # a fixed budget, one evaluation a step
-        return EarlyExitStats(blocks_skipped=config.num_blocks - blocks_run,
-                              nfe_saved=config.steps - nfe if scheduled else None)
+        return EarlyExitStats(
+            blocks_skipped=config.num_blocks - blocks_run, nfe_saved=config.steps - nfe if scheduled else None
+        )
 
 
 EARLY_EXIT_RULES: dict[str, type] = {"none": NoEarlyExit, "eos_decided": EosDecidedExit}

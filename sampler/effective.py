@@ -41,7 +41,9 @@ def block_config_for(handle: Any, config: SamplerConfig) -> BlockDiffusionConfig
     return BlockDiffusionConfig(
         max_new_tokens=config.gen_length,
         max_denoising_steps=max(1, config.steps // canvases),
-        eos_ids=tuple(handle.eos_ids), pad_id=handle.pad_id, seed=config.seed,
+        eos_ids=tuple(handle.eos_ids),
+        pad_id=handle.pad_id,
+        seed=config.seed,
         **{k: handle.defaults[k] for k in BLOCK_DEFAULTS if k in handle.defaults},
     )
 
@@ -59,6 +61,8 @@ def config_from_dict(data: dict[str, Any]) -> EffectiveConfig:
     if "max_denoising_steps" in data:
         unknown = sorted(set(data) - block_fields)
         if unknown:
-            raise ValueError(f"BlockDiffusionConfig: unknown setting '{unknown[0]}'; known: {', '.join(sorted(block_fields))}")
+            raise ValueError(
+                f"BlockDiffusionConfig: unknown setting '{unknown[0]}'; known: {', '.join(sorted(block_fields))}"
+            )
         return BlockDiffusionConfig(**(data | {"eos_ids": tuple(data.get("eos_ids") or ())}))
     return SamplerConfig.from_dict(data)

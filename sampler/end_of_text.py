@@ -27,8 +27,9 @@ class EndOfText(Protocol):
         """What the rule needs of a step's logits, read before proposing may edit them in place."""
         ...
 
-    def apply(self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int],
-              prompt_length: int) -> torch.Tensor:
+    def apply(
+        self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int], prompt_length: int
+    ) -> torch.Tensor:
         """`x` `(batch, seq)` after a step's commits, with the predicted padding filled with EOS.
 
         seen: `observe`'s result for the window starting at canvas position `lo`; block: its `(start, end)`.
@@ -45,8 +46,9 @@ class NoEndPrediction:
     def observe(self, window: Window) -> torch.Tensor | None:
         return None
 
-    def apply(self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int],
-              prompt_length: int) -> torch.Tensor:
+    def apply(
+        self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int], prompt_length: int
+    ) -> torch.Tensor:
         return x
 
 
@@ -59,8 +61,9 @@ class EosRunPrediction:
     def observe(self, window: Window) -> torch.Tensor | None:
         return torch.softmax(window.logits.float(), dim=-1)[..., self.eos_id]  # (B, W) EOS probability
 
-    def apply(self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int],
-              prompt_length: int) -> torch.Tensor:
+    def apply(
+        self, x: torch.Tensor, seen: torch.Tensor | None, lo: int, block: tuple[int, int], prompt_length: int
+    ) -> torch.Tensor:
         start, end = block
         lo_b = max(start, lo, prompt_length)
         if seen is None or lo_b >= end:

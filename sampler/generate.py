@@ -66,10 +66,10 @@ class DecodeState:
     row_steps: torch.Tensor | None = None
     window: Window | None = None  # the logits the step that led here read (what `on_step` reports)
 
-    def same_as(self, other: "DecodeState") -> bool:
+    def same_as(self, other: DecodeState) -> bool:
         return self.block == other.block and self.step == other.step and torch.equal(self.x, other.x)
 
-    def rows_same_as(self, other: "DecodeState") -> torch.Tensor:
+    def rows_same_as(self, other: DecodeState) -> torch.Tensor:
         """`(batch,)` bool: rows that stand where they stand in `other` (same block, row steps and canvas row)."""
         if self.block != other.block:
             return torch.zeros(self.x.shape[0], dtype=torch.bool, device=self.x.device)
@@ -83,8 +83,15 @@ class BlockDecoder:
     and only those reach `on_step`.
     """
 
-    def __init__(self, config: SamplerConfig, prompt_length: int, generator: torch.Generator | RowGenerators | None,
-                 exit_rule: EarlyExit, on_step: StepCallback | None = None, text_start: torch.Tensor | None = None):
+    def __init__(
+        self,
+        config: SamplerConfig,
+        prompt_length: int,
+        generator: torch.Generator | RowGenerators | None,
+        exit_rule: EarlyExit,
+        on_step: StepCallback | None = None,
+        text_start: torch.Tensor | None = None,
+    ):
         self.config, self.P, self.generator = config, prompt_length, generator
         # where each row's generation starts, for the early-exit rule: `(batch,)` when rows began at
         # different blocks (sampler/continuous.py), else the prompt length
@@ -109,8 +116,11 @@ class BlockDecoder:
     def rows_done(self, row_steps: torch.Tensor, block_mask: torch.Tensor) -> torch.Tensor:
         """`(batch,)` bool: rows whose block is finished after their own `row_steps`, by the commit rule."""
         steps = self.config.steps_per_block
-        return torch.tensor([self.rule.block_done(n, steps, block_mask[r : r + 1]) for r, n in enumerate(row_steps.tolist())],
-                            dtype=torch.bool, device=block_mask.device)
+        return torch.tensor(
+            [self.rule.block_done(n, steps, block_mask[r : r + 1]) for r, n in enumerate(row_steps.tolist())],
+            dtype=torch.bool,
+            device=block_mask.device,
+        )
 
     def finished(self, state: DecodeState) -> bool:
         return state.block >= self.config.num_blocks
@@ -142,7 +152,9 @@ class BlockDecoder:
             frozen = self.rows_done(state.row_steps, mask_index[:, start:end])
             confidence = confidence.masked_fill(frozen[:, None], -torch.inf)
             if plan is not None:  # the plan's column for each row's own step, as a one-step plan
-                plan = plan.gather(1, state.row_steps.clamp(max=plan.shape[1] - 1)[:, None]).masked_fill(frozen[:, None], 0)
+                plan = plan.gather(1, state.row_steps.clamp(max=plan.shape[1] - 1)[:, None]).masked_fill(
+                    frozen[:, None], 0
+                )
                 step = 0
         commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), step, plan)
         commit &= mask_index  # top_k picks k positions even in a row an early exit filled: decided, not committed now
@@ -157,12 +169,16 @@ class BlockDecoder:
             row_steps = state.row_steps + (~frozen).long()
             block_done = bool(self.rows_done(row_steps, x[:, start:end] == cfg.mask_id).all())
         else:
-            row_steps, block_done = None, self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id)
+            row_steps, block_done = (
+                None,
+                self.rule.block_done(step, cfg.steps_per_block, x[:, start:end] == cfg.mask_id),
+            )
         if block_done:
             if state.block + 1 < cfg.num_blocks:
                 return replace(self.enter_block(x, state.block + 1, done), committed=commit)
-            return replace(state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done,
-                           row_steps=None)
+            return replace(
+                state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done, row_steps=None
+            )
         return replace(state, x=x, step=step, committed=commit, steps_done=done, row_steps=row_steps)
 
     def step(self, state: DecodeState, window: Window) -> DecodeState:
@@ -176,10 +192,17 @@ class BlockDecoder:
         if self.on_step is not None:
             assert after.committed is not None, "every state `advance` gives carries its step's commits"
             window = after.window
-            self.on_step(StepInfo(step=state.steps_done, block=state.block, block_done=after.block != state.block,
-                                  sequences=after.x, committed=after.committed,
-                                  logits=None if window is None else window.logits,
-                                  logits_lo=0 if window is None else window.lo))
+            self.on_step(
+                StepInfo(
+                    step=state.steps_done,
+                    block=state.block,
+                    block_done=after.block != state.block,
+                    sequences=after.x,
+                    committed=after.committed,
+                    logits=None if window is None else window.logits,
+                    logits_lo=0 if window is None else window.lo,
+                )
+            )
         return after
 
     @staticmethod
@@ -205,7 +228,9 @@ class CallCounter:
         self.block_nfe[block] += 1
 
 
-def decode_plain(decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter) -> tuple[DecodeState, None]:
+def decode_plain(
+    decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter
+) -> tuple[DecodeState, None]:
     """One model call per step; no mode statistics of its own."""
     while not decoder.finished(state):
         calls.add(state.block, 1)
@@ -247,14 +272,21 @@ def generate(
     if row_seeds is None:
         generator = make_generator(config.seed, device)
     else:
-        generator = RowGenerators(row_seeds, left_pads(None if attention_mask is None else attention_mask[:, :P], B),
-                                  device)
+        generator = RowGenerators(
+            row_seeds, left_pads(None if attention_mask is None else attention_mask[:, :P], B), device
+        )
     decoder = BlockDecoder(config, P, generator, exit_rule, on_step)
     calls = CallCounter()
     drive = decode_speculative if config.speculative_draft else decode_plain
     state, speculative = drive(decoder, source, decoder.enter_block(x, 0), calls)
     return GenerateOutput(
-        sequences=state.x, prompt_length=P, nfe=calls.nfe, sequential_calls=calls.sequential_calls,
-        block_nfe=calls.block_nfe, tokens_per_forward=config.gen_length / max(calls.sequential_calls, 1),
-        speculative=speculative, early_exit=exit_rule.stats(config, calls.nfe, len(calls.block_nfe)), provider=provider,
+        sequences=state.x,
+        prompt_length=P,
+        nfe=calls.nfe,
+        sequential_calls=calls.sequential_calls,
+        block_nfe=calls.block_nfe,
+        tokens_per_forward=config.gen_length / max(calls.sequential_calls, 1),
+        speculative=speculative,
+        early_exit=exit_rule.stats(config, calls.nfe, len(calls.block_nfe)),
+        provider=provider,
     )

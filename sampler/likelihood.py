@@ -34,7 +34,9 @@ import torch.nn.functional as F
 from sampler.handle import Handle
 from sampler.output import StepInfo
 
-DEFAULT_SAMPLES = 8  # Monte Carlo mask samples per estimate (LLaDA's evaluation used 128; the standard error says how far to trust 8)
+DEFAULT_SAMPLES = (
+    8  # Monte Carlo mask samples per estimate (LLaDA's evaluation used 128; the standard error says how far to trust 8)
+)
 DEFAULT_SEED = 0
 SAMPLE_BATCH = 32  # masked canvases per forward call
 
@@ -91,8 +93,14 @@ class Likelihood:
     seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"loglikelihood": self.total, "stderr": self.stderr, "samples": self.samples, "exact": self.exact,
-                "estimator": self.estimator, "seed": self.seed}
+        return {
+            "loglikelihood": self.total,
+            "stderr": self.stderr,
+            "samples": self.samples,
+            "exact": self.exact,
+            "estimator": self.estimator,
+            "seed": self.seed,
+        }
 
 
 def _check_ids(context: list[int], continuation: list[int]) -> None:
@@ -126,8 +134,9 @@ def causal_likelihood(handle: Handle, context: list[int], continuation: list[int
     tokens = [float(logp[i - 1, ids[i]]) for i in range(start, len(ids))]
     if not context:
         tokens = [math.nan] + tokens
-    return Likelihood(total=math.fsum(t for t in tokens if not math.isnan(t)), tokens=tokens, stderr=0.0,
-                      samples=0, exact=True)
+    return Likelihood(
+        total=math.fsum(t for t in tokens if not math.isnan(t)), tokens=tokens, stderr=0.0, samples=0, exact=True
+    )
 
 
 @torch.no_grad()
@@ -149,8 +158,14 @@ def _masked_logprobs(handle: Handle, context: list[int], continuation: list[int]
     return torch.cat(out)
 
 
-def diffusion_likelihood(handle: Handle, context: list[int], continuation: list[int], samples: int = DEFAULT_SAMPLES,
-                         seed: int = DEFAULT_SEED, estimator: str = "count") -> Likelihood:
+def diffusion_likelihood(
+    handle: Handle,
+    context: list[int],
+    continuation: list[int],
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+    estimator: str = "count",
+) -> Likelihood:
     """Monte Carlo estimate of the masked-diffusion lower bound on log p(continuation | context)."""
     _check_ids(context, continuation)
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
@@ -163,8 +178,15 @@ def diffusion_likelihood(handle: Handle, context: list[int], continuation: list[
     scored = torch.where(masks, logp, torch.zeros_like(logp)) * weights[:, None]  # (n, L): each sample's terms
     per_sample = scored.sum(dim=1)  # (n,)
     stderr = float(per_sample.std(unbiased=True) / math.sqrt(samples)) if samples > 1 else None
-    return Likelihood(total=float(per_sample.mean()), tokens=scored.mean(dim=0).tolist(), stderr=stderr,
-                      samples=samples, exact=False, estimator=estimator, seed=seed)
+    return Likelihood(
+        total=float(per_sample.mean()),
+        tokens=scored.mean(dim=0).tolist(),
+        stderr=stderr,
+        samples=samples,
+        exact=False,
+        estimator=estimator,
+        seed=seed,
+    )
 
 
 def elbo_exact(handle: Handle, context: list[int], continuation: list[int]) -> float:
@@ -173,7 +195,7 @@ def elbo_exact(handle: Handle, context: list[int], continuation: list[int]) -> f
     _check_ids(context, continuation)
     L = len(continuation)
     if L > 12:
-        raise ValueError(f"elbo_exact: {L} tokens would need {2 ** L - 1} forwards; at most 12")
+        raise ValueError(f"elbo_exact: {L} tokens would need {2**L - 1} forwards; at most 12")
     sets = [s for k in range(1, L + 1) for s in itertools.combinations(range(L), k)]
     masks = torch.zeros(len(sets), L, dtype=torch.bool)
     for r, s in enumerate(sets):
@@ -184,16 +206,24 @@ def elbo_exact(handle: Handle, context: list[int], continuation: list[int]) -> f
     return float((torch.where(masks, logp, torch.zeros_like(logp)).sum(dim=1) * weight).sum())
 
 
-def likelihood(handle: Handle, context: list[int], continuation: list[int], samples: int = DEFAULT_SAMPLES,
-               seed: int = DEFAULT_SEED, estimator: str = "count") -> Likelihood:
+def likelihood(
+    handle: Handle,
+    context: list[int],
+    continuation: list[int],
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+    estimator: str = "count",
+) -> Likelihood:
     """log p(continuation | context): exact for an autoregressive model (samples, seed, estimator unread), the
     Monte Carlo lower bound for a masked-diffusion one."""
     if handle.causal:
         return causal_likelihood(handle, context, continuation)
     if handle.masked_diffusion:
         return diffusion_likelihood(handle, context, continuation, samples, seed, estimator)
-    raise ValueError(f"likelihood: {handle.kind} models ({handle.entry_id}) have no likelihood here; "
-                     "autoregressive and masked-diffusion models do")
+    raise ValueError(
+        f"likelihood: {handle.kind} models ({handle.entry_id}) have no likelihood here; "
+        "autoregressive and masked-diffusion models do"
+    )
 
 
 @dataclass(frozen=True)
@@ -217,8 +247,14 @@ class PromptScores:
     seed: int | None = None
 
 
-def prompt_scores(handle: Handle, ids: list[int], top: int = 1, samples: int = DEFAULT_SAMPLES,
-                  seed: int = DEFAULT_SEED, estimator: str = "count") -> PromptScores:
+def prompt_scores(
+    handle: Handle,
+    ids: list[int],
+    top: int = 1,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+    estimator: str = "count",
+) -> PromptScores:
     """Score every token of `ids` after the first (see PromptScores). Masked diffusion costs one
     `diffusion_likelihood` per split: (len(ids) - 1) * samples masked canvases."""
     if not ids:
@@ -298,8 +334,11 @@ class CommitLogprobs:
             row = []
             for pos in range(prompt_length, self.logprob.shape[1]):
                 value = float(self.logprob[b, pos])
-                tops = {} if not self.top or math.isnan(value) else dict(
-                    zip(top_ids[b, pos].tolist(), top_logprobs[b, pos].tolist()))
+                tops = (
+                    {}
+                    if not self.top or math.isnan(value)
+                    else dict(zip(top_ids[b, pos].tolist(), top_logprobs[b, pos].tolist()))
+                )
                 row.append((None if math.isnan(value) else value, tops))
             rows.append(row)
         return rows

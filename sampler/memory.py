@@ -16,8 +16,9 @@ test can hold the computed figure against the measured one.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -88,12 +89,20 @@ def block_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effective
         kv += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype
     denoise = 6 * L * V * F32 + L * V * dtype  # the self-conditioning copy is in the model's dtype
     # the encoder's pass: residual, norms and queries/keys/values/attention output, the MLP and the routed experts
-    attention = max((2 * layer.num_attention_heads + 2 * layer.num_key_value_heads) * layer.head_dim for layer in layers)
-    width = text.hidden_size * 4 + attention + text.intermediate_size * 3 \
+    attention = max(
+        (2 * layer.num_attention_heads + 2 * layer.num_key_value_heads) * layer.head_dim for layer in layers
+    )
+    width = (
+        text.hidden_size * 4
+        + attention
+        + text.intermediate_size * 3
         + (text.moe_intermediate_size or 0) * 3 * (text.top_k_experts or 0)
+    )
     encoder = prompt_tokens * width * dtype
-    return Footprint(per_row=max(denoise, encoder) + kv,
-                     terms={"canvas_x_vocab": denoise, "encoder_activations": encoder, "kv_cache": kv})
+    return Footprint(
+        per_row=max(denoise, encoder) + kv,
+        terms={"canvas_x_vocab": denoise, "encoder_activations": encoder, "kv_cache": kv},
+    )
 
 
 def masked_diffusion_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
@@ -102,8 +111,13 @@ def masked_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effectiv
     and the sampler's logits (V) held across the forward."""
     cfg = handle.model.config
     T = prompt_tokens + config.gen_length
-    per_position = 2 * cfg.d_model + 4 * cfg.hidden_size + 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers \
-        + 2 * cfg.head_dim + cfg.vocab_size
+    per_position = (
+        2 * cfg.d_model
+        + 4 * cfg.hidden_size
+        + 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers
+        + 2 * cfg.head_dim
+        + cfg.vocab_size
+    )
     if getattr(config, "cache", "none") != "none":  # cached keys/values of the positions outside the block
         per_position += 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers
     activations = T * (per_position - cfg.vocab_size) * F32
@@ -157,8 +171,10 @@ def parse_bytes(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in UNITS:
-        raise ValueError(f"{text!r} is not a size; expected a number with an optional unit "
-                         f"(B, KB, MB, GB, KiB, MiB, GiB, TiB), e.g. 8GiB")
+        raise ValueError(
+            f"{text!r} is not a size; expected a number with an optional unit "
+            f"(B, KB, MB, GB, KiB, MiB, GiB, TiB), e.g. 8GiB"
+        )
     value = int(float(match.group(1)) * UNITS[unit])
     if value <= 0:
         raise ValueError(f"{text!r}: a memory budget must be above 0 bytes")

@@ -21,7 +21,7 @@ from torch import nn
 
 from models.llada import LLaDAOutput
 
-_EXPORTED: "weakref.WeakKeyDictionary[nn.Module, OnnxDenoiser]" = weakref.WeakKeyDictionary()
+_EXPORTED: weakref.WeakKeyDictionary[nn.Module, OnnxDenoiser] = weakref.WeakKeyDictionary()
 
 
 class FullForward(nn.Module):
@@ -31,8 +31,9 @@ class FullForward(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
         keys = torch.stack([k for k, _ in out.past_key_values])
         values = torch.stack([v for _, v in out.past_key_values])
@@ -46,12 +47,20 @@ class CachedForward(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, window_mask: torch.Tensor, position_ids: torch.Tensor,
-                past_keys: torch.Tensor, past_values: torch.Tensor, past_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        window_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_keys: torch.Tensor,
+        past_values: torch.Tensor,
+        past_mask: torch.Tensor,
+    ) -> torch.Tensor:
         past = [(past_keys[i], past_values[i]) for i in range(past_keys.shape[0])]
         mask = torch.cat([past_mask, window_mask], dim=1)  # (B, S + T): cached keys first
-        logits: torch.Tensor = self.model(input_ids, attention_mask=mask, position_ids=position_ids,
-                                          past_key_values=past).logits
+        logits: torch.Tensor = self.model(
+            input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=past
+        ).logits
         return logits
 
 
@@ -68,15 +77,24 @@ def pick_providers() -> list[str]:
 
 def export_graph(module: nn.Module, args: tuple[torch.Tensor, ...], dynamic: dict[str, dict[int, Any]]) -> bytes:
     """Serialized ONNX model of `module` traced on `args`, with the named axes left dynamic."""
-    quiet = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir")]
+    quiet = [
+        logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir")
+    ]
     levels = [logger.level for logger in quiet]
     try:
         for logger in quiet:
             logger.setLevel(logging.ERROR)
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, external_data=False,
-                                        input_names=list(dynamic), verbose=False)
+            program = torch.onnx.export(
+                module,
+                args,
+                dynamo=True,
+                dynamic_shapes=dynamic,
+                external_data=False,
+                input_names=list(dynamic),
+                verbose=False,
+            )
     finally:
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)
@@ -84,7 +102,8 @@ def export_graph(module: nn.Module, args: tuple[torch.Tensor, ...], dynamic: dic
     buffer = io.BytesIO()
     # torch types `save`'s destination as a path, but with external_data=False it writes to a file object too
     program.save(buffer) if hasattr(program, "save") else buffer.write(  # type: ignore[arg-type]
-        program.model_proto.SerializeToString())
+        program.model_proto.SerializeToString()
+    )
     return buffer.getvalue()
 
 
@@ -116,8 +135,11 @@ class OnnxDenoiser:
     def _export_full(self) -> bytes:
         batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
         axes = {0: batch, 1: seq}
-        return export_graph(FullForward(self._model).eval(), self._example(),
-                            {"input_ids": axes, "attention_mask": axes, "position_ids": axes})
+        return export_graph(
+            FullForward(self._model).eval(),
+            self._example(),
+            {"input_ids": axes, "attention_mask": axes, "position_ids": axes},
+        )
 
     def _export_cached(self) -> bytes:
         batch, seq, past = torch.export.Dim("batch"), torch.export.Dim("seq"), torch.export.Dim("past")
@@ -127,14 +149,24 @@ class OnnxDenoiser:
         kv = torch.zeros(cfg.n_layers, 2, cfg.kv_heads, 9, cfg.head_dim, dtype=model.dtype)
         args = (ids, mask, positions, kv, kv.clone(), torch.ones(2, 9, dtype=torch.long))
         axes = {0: batch, 1: seq}
-        dynamic = {"input_ids": axes, "window_mask": axes, "position_ids": axes,
-                   "past_keys": {1: batch, 3: past}, "past_values": {1: batch, 3: past}, "past_mask": {0: batch, 1: past}}
+        dynamic = {
+            "input_ids": axes,
+            "window_mask": axes,
+            "position_ids": axes,
+            "past_keys": {1: batch, 3: past},
+            "past_values": {1: batch, 3: past},
+            "past_mask": {0: batch, 1: past},
+        }
         return export_graph(CachedForward(self._model).eval(), args, dynamic)
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                 position_ids: torch.Tensor | None = None,
-                 past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-                 use_cache: bool = False) -> LLaDAOutput:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        use_cache: bool = False,
+    ) -> LLaDAOutput:
         B, T = input_ids.shape
         S = past_key_values[0][0].shape[2] if past_key_values else 0
         if attention_mask is None:
@@ -147,8 +179,10 @@ class OnnxDenoiser:
             return t.detach().cpu().contiguous().numpy()
 
         if not past_key_values:
-            logits, keys, values = self._full.run(None, {
-                "input_ids": np_(input_ids), "attention_mask": np_(attention_mask), "position_ids": np_(position_ids)})
+            logits, keys, values = self._full.run(
+                None,
+                {"input_ids": np_(input_ids), "attention_mask": np_(attention_mask), "position_ids": np_(position_ids)},
+            )
             kv = None
             if use_cache:
                 keys, values = torch.from_numpy(keys), torch.from_numpy(values)
@@ -156,11 +190,17 @@ class OnnxDenoiser:
             return LLaDAOutput(logits=torch.from_numpy(logits).to(input_ids.device), past_key_values=kv)
         if self._cached is None:
             self._cached = self._session(self._export_cached())
-        (logits,) = self._cached.run(None, {
-            "input_ids": np_(input_ids), "window_mask": np_(attention_mask[:, S:]), "position_ids": np_(position_ids),
-            "past_keys": np_(torch.stack([k for k, _ in past_key_values])),
-            "past_values": np_(torch.stack([v for _, v in past_key_values])),
-            "past_mask": np_(attention_mask[:, :S])})
+        (logits,) = self._cached.run(
+            None,
+            {
+                "input_ids": np_(input_ids),
+                "window_mask": np_(attention_mask[:, S:]),
+                "position_ids": np_(position_ids),
+                "past_keys": np_(torch.stack([k for k, _ in past_key_values])),
+                "past_values": np_(torch.stack([v for _, v in past_key_values])),
+                "past_mask": np_(attention_mask[:, :S]),
+            },
+        )
         return LLaDAOutput(logits=torch.from_numpy(logits).to(input_ids.device))
 
 

@@ -7,8 +7,9 @@ mode's own small record, None when the mode is off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -75,8 +76,14 @@ class FinalPrefix:
     the per-row final lengths (never shrinking); it may raise to stop the decode.
     """
 
-    def __init__(self, prompt_length: int, block_length: int, mask_id: int | None, canvas: bool,
-                 on_final: Callable[[StepInfo, list[int]], None]):
+    def __init__(
+        self,
+        prompt_length: int,
+        block_length: int,
+        mask_id: int | None,
+        canvas: bool,
+        on_final: Callable[[StepInfo, list[int]], None],
+    ):
         self.P, self.block_length, self.mask_id, self.canvas = prompt_length, block_length, mask_id, canvas
         self.on_final = on_final
         self.lengths: list[int] | None = None
@@ -90,8 +97,11 @@ class FinalPrefix:
         else:
             assert self.mask_id is not None, "a masked-diffusion canvas has a mask id (callers pass config.mask_id)"
             masked = generated == self.mask_id  # (B, gen_length)
-            end = generated.shape[1] if not bool(masked.any()) else min((info.block + 1) * self.block_length,
-                                                                             generated.shape[1])
+            end = (
+                generated.shape[1]
+                if not bool(masked.any())
+                else min((info.block + 1) * self.block_length, generated.shape[1])
+            )
             head = masked[:, :end]
             first_mask = torch.where(head.any(dim=1), head.int().argmax(dim=1), end)  # (B,)
             lengths = first_mask.tolist()
@@ -180,8 +190,12 @@ class GenerateOutput:
     @property
     def stats(self) -> dict[str, Any]:
         """The untyped dict of earlier versions, for readers outside unmask; unmask reads the fields."""
-        stats: dict[str, Any] = {"nfe": self.nfe, "sequential_calls": self.sequential_calls,
-                                 "tokens_per_forward": self.tokens_per_forward, "block_nfe": list(self.block_nfe)}
+        stats: dict[str, Any] = {
+            "nfe": self.nfe,
+            "sequential_calls": self.sequential_calls,
+            "tokens_per_forward": self.tokens_per_forward,
+            "block_nfe": list(self.block_nfe),
+        }
         for part in (self.early_exit, self.autoregressive, self.block_diffusion, self.speculative):
             if part is not None:
                 stats |= part.as_dict()

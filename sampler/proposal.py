@@ -28,8 +28,9 @@ def check_logits(logits: torch.Tensor, where: str) -> None:
         )
 
 
-def add_gumbel_noise(logits: torch.Tensor, temperature: float,
-                     generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+def add_gumbel_noise(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | RowGenerators | None
+) -> torch.Tensor:
     """Gumbel-max in float64: exp(logits) / (-log U) ** temperature; identity at temperature 0."""
     if temperature == 0:
         return logits
@@ -39,7 +40,9 @@ def add_gumbel_noise(logits: torch.Tensor, temperature: float,
 
 
 def propose(
-    logits: torch.Tensor, config: SamplerConfig, policy: RemaskingPolicy,
+    logits: torch.Tensor,
+    config: SamplerConfig,
+    policy: RemaskingPolicy,
     generator: torch.Generator | RowGenerators | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Proposed tokens `x0` and their confidence, both `(batch, seq)`.

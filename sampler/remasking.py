@@ -15,8 +15,9 @@ from sampler.rng import RowGenerators, uniform
 
 
 class RemaskingPolicy(Protocol):
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
-                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
         """Confidence of shape `(batch, seq)` for proposed tokens `x0` given `logits` `(batch, seq, vocab)`."""
         ...
 
@@ -24,8 +25,9 @@ class RemaskingPolicy(Protocol):
 class LowConfidenceRemasking:
     """Softmax probability of the proposed token: commit what the model is surest of."""
 
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
-                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
         p = F.softmax(logits, dim=-1)
         return torch.gather(p, dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
 
@@ -38,8 +40,9 @@ class RandomRemasking:
     # Policies without this attribute are batch-invariant.
     batch_invariant = False
 
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
-                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
         return uniform(x0.shape, None, x0.device, generator)
 
 
@@ -47,8 +50,9 @@ class MarginRemasking:
     """Top-2 probability margin, p(first) - p(second): commit where the model is least torn between
     two tokens (the adaptive order of Kim et al. 2025, "Train for the Worst, Plan for the Best")."""
 
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
-                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
         top = torch.topk(F.softmax(logits.float(), dim=-1), k=2, dim=-1).values
         return top[..., 0] - top[..., 1]
 
@@ -57,8 +61,9 @@ class EntropyRemasking:
     """exp(-entropy) of the position's distribution, in (0, 1]: commit where the whole distribution
     is sharpest, not only its top token."""
 
-    def confidence(self, logits: torch.Tensor, x0: torch.Tensor,
-                   generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
         logp = F.log_softmax(logits.float(), dim=-1)
         return torch.exp((logp.exp() * logp).sum(-1))
 

@@ -21,15 +21,22 @@ class RowGenerators:
     a position dimension (an autoregressive step's `(batch, vocab)`) passes `pads` of 0.
     """
 
-    def __init__(self, seeds: list[int], pads: list[int], device: torch.device, lo: int = 0,
-                 live: list[bool] | None = None, generators: list[torch.Generator] | None = None):
+    def __init__(
+        self,
+        seeds: list[int],
+        pads: list[int],
+        device: torch.device,
+        lo: int = 0,
+        live: list[bool] | None = None,
+        generators: list[torch.Generator] | None = None,
+    ):
         if len(seeds) != len(pads):
             raise ValueError(f"RowGenerators: {len(seeds)} seeds for {len(pads)} rows")
         self.seeds, self.pads, self.lo = list(seeds), list(pads), lo
         self.live = live if live is not None else [True] * len(seeds)
         self.generators = generators or [torch.Generator(device=device).manual_seed(s) for s in seeds]
 
-    def at(self, lo: int, live: list[bool] | None = None) -> "RowGenerators":
+    def at(self, lo: int, live: list[bool] | None = None) -> RowGenerators:
         return RowGenerators(self.seeds, self.pads, torch.device("cpu"), lo, live, self.generators)
 
     def rand(self, shape: tuple[int, ...], dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
@@ -40,8 +47,9 @@ class RowGenerators:
             if not self.live[row]:
                 continue
             skip = max(0, self.pads[row] - self.lo) if len(shape) > 1 else 0
-            out[row, skip:] = torch.rand((shape[1] - skip, *shape[2:]) if len(shape) > 1 else (),
-                                         dtype=dtype, device=device, generator=generator)
+            out[row, skip:] = torch.rand(
+                (shape[1] - skip, *shape[2:]) if len(shape) > 1 else (), dtype=dtype, device=device, generator=generator
+            )
         return out
 
 
@@ -52,8 +60,12 @@ def left_pads(attention_mask: torch.Tensor | None, batch: int) -> list[int]:
     return (attention_mask == 0).long().cumprod(dim=1).sum(dim=1).tolist()
 
 
-def uniform(shape: tuple[int, ...], dtype: torch.dtype | None, device: torch.device,
-            generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+def uniform(
+    shape: tuple[int, ...],
+    dtype: torch.dtype | None,
+    device: torch.device,
+    generator: torch.Generator | RowGenerators | None,
+) -> torch.Tensor:
     """U[0, 1) draws of `shape` from `generator` (None: torch's global RNG); dtype None: torch's default."""
     if isinstance(generator, RowGenerators):
         return generator.rand(tuple(shape), dtype, device)

@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # the sampler's loop drives these rounds; they only call its 
     from sampler.generate import BlockDecoder, CallCounter, DecodeState
 
 
-def decode_speculative(decoder: BlockDecoder, source: LogitsSource, state: DecodeState,
-                       calls: CallCounter) -> tuple[DecodeState, SpeculativeStats]:
+def decode_speculative(
+    decoder: BlockDecoder, source: LogitsSource, state: DecodeState, calls: CallCounter
+) -> tuple[DecodeState, SpeculativeStats]:
     """Decode to the end with drafted-and-verified steps; returns the final state and what was drafted."""
     draft_length = decoder.config.speculative_draft
     drafted = accepted = 0
@@ -70,8 +71,9 @@ def decode_speculative(decoder: BlockDecoder, source: LogitsSource, state: Decod
     return state, SpeculativeStats(drafted_steps=drafted, accepted_steps=accepted)
 
 
-def _accept_per_row(decoder: BlockDecoder, drafts: list[DecodeState],
-                    real: list[Window]) -> tuple[DecodeState, Window, int, int]:
+def _accept_per_row(
+    decoder: BlockDecoder, drafts: list[DecodeState], real: list[Window]
+) -> tuple[DecodeState, Window, int, int]:
     """Each row's true state after a round: the first of its drafts the verifying logits contradict,
     or its last draft. Returns (state, next guess, row-drafts made, row-drafts confirmed)."""
     start, end = decoder.bounds(drafts[0].block)
@@ -103,6 +105,7 @@ def _accept_per_row(decoder: BlockDecoder, drafts: list[DecodeState],
     if len(picked) == 1:
         after = replace(truths[picked[0]], committed=committed)
     else:
+
         def pick(ts: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(ts)[final, rows]  # row r from the r-th chosen truth
 

@@ -10,4 +10,13 @@ from serving.app import ServeSettings, create_app
 from serving.decoding import Limits
 from serving.pool import PoolSettings, ServeError, WeightsMismatch
 
-__all__ = ["ApiKeyError", "Limits", "load_api_keys", "PoolSettings", "ServeError", "ServeSettings", "WeightsMismatch", "create_app"]
+__all__ = [
+    "ApiKeyError",
+    "Limits",
+    "load_api_keys",
+    "PoolSettings",
+    "ServeError",
+    "ServeSettings",
+    "WeightsMismatch",
+    "create_app",
+]

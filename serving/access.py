@@ -15,8 +15,8 @@ import hmac
 import os
 import re
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -78,8 +78,9 @@ class Access:
         if self.keys and scope.get("path", "").startswith("/v1/") and not self._admitted(headers):
             message = "a valid API key is required: send Authorization: Bearer <key>"
             self.count(scope.get("path", ""), 401, "invalid_api_key", message)
-            response = errors.error_response(401, message, None, "invalid_api_key",
-                                             headers={"WWW-Authenticate": "Bearer"})
+            response = errors.error_response(
+                401, message, None, "invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+            )
             return await response(scope, receive, named)
         await self.app(scope, receive, named)
 

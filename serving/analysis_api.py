@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +74,20 @@ def _source(request: Request) -> AnalysisSource:
     if source is None:
         routes = getattr(state, "routes", None)
         log = getattr(state, "request_log", None)
-        source = AnalysisSource(Path(routes.path) if routes is not None else None,
-                                Path(log.folder) if log is not None else None)
+        source = AnalysisSource(
+            Path(routes.path) if routes is not None else None, Path(log.folder) if log is not None else None
+        )
         state.analysis_source = source
     return source
 
 
 def _policy(source: AnalysisSource) -> RolloutPolicy:
     if source.routes_path is None:
-        raise AnalysisRefused(404, "this server has no routes file, so no rollout analysis policy (start it with "
-                                   "--routes FILE holding a `rollout:` key)")
+        raise AnalysisRefused(
+            404,
+            "this server has no routes file, so no rollout analysis policy (start it with "
+            "--routes FILE holding a `rollout:` key)",
+        )
     try:
         return load_rollout_policy(source.routes_path)
     except RolloutPolicyError as e:
@@ -100,8 +104,11 @@ def _arms(request: Request, route: str, candidate: str | None, baseline: str | N
     spec = policy.named(route) if policy is not None else None
     live = [(arm, w) for arm, w in (spec.split if spec else ()) if w > 0 or arm in (candidate, baseline)]
     if len(live) < 2 and not (candidate or baseline):
-        raise AnalysisRefused(422, f"route {route!r}: give candidate=ARM and baseline=ARM (the route's split in "
-                                   f"force names {len(live)} live arm(s), not a canary and its baseline)")
+        raise AnalysisRefused(
+            422,
+            f"route {route!r}: give candidate=ARM and baseline=ARM (the route's split in "
+            f"force names {len(live)} live arm(s), not a canary and its baseline)",
+        )
     ordered = [arm for arm, _ in sorted(live, key=lambda aw: aw[1])]
     candidate = candidate or next((a for a in ordered if a != baseline), None)
     baseline = baseline or next((a for a in reversed(ordered) if a != candidate), None)
@@ -110,8 +117,9 @@ def _arms(request: Request, route: str, candidate: str | None, baseline: str | N
     return candidate, baseline
 
 
-def judge_route(request: Request, route: str, candidate: str | None, baseline: str | None,
-                window_s: float | None) -> dict[str, Any]:
+def judge_route(
+    request: Request, route: str, candidate: str | None, baseline: str | None, window_s: float | None
+) -> dict[str, Any]:
     """The analysis of `route`'s last `window_s` seconds as the endpoint's JSON body."""
     source = _source(request)
     policy = _policy(source)
@@ -122,20 +130,38 @@ def judge_route(request: Request, route: str, candidate: str | None, baseline: s
     candidate, baseline = _arms(request, route, candidate, baseline)
     if candidate == baseline:
         raise AnalysisRefused(422, f"candidate and baseline are both {candidate!r}")
-    since = datetime.now(timezone.utc) - timedelta(seconds=window_s)
+    since = datetime.now(UTC) - timedelta(seconds=window_s)
     folder = source.log_dir or state_dir() / "serving" / "requests"
     rows = [r for r in read_rows(folder, since) if r.get("route") == route]
-    observations = ([Observation.from_row(r) for r in rows]
-                    + [Observation.from_probe(p) for p in read_probe_results(route, since)])
+    observations = [Observation.from_row(r) for r in rows] + [
+        Observation.from_probe(p) for p in read_probe_results(route, since)
+    ]
     look = source.look((route, candidate, baseline))
     result = analyse(observations, candidate, baseline, policy, look=look)
-    return {"verdict": result.verdict, "route": route, "candidate": candidate, "baseline": baseline,
-            "window_s": window_s, "look": look, "confidence": result.confidence, "reason": result.reason,
-            "arms": result.arms,
-            "metrics": [{"name": m.metric, "verdict": m.verdict, "value": m.value,
-                         "lower": m.interval[0] if m.interval else None,
-                         "upper": m.interval[1] if m.interval else None,
-                         "confidence": m.confidence, "n": m.n, "reason": m.reason} for m in result.metrics]}
+    return {
+        "verdict": result.verdict,
+        "route": route,
+        "candidate": candidate,
+        "baseline": baseline,
+        "window_s": window_s,
+        "look": look,
+        "confidence": result.confidence,
+        "reason": result.reason,
+        "arms": result.arms,
+        "metrics": [
+            {
+                "name": m.metric,
+                "verdict": m.verdict,
+                "value": m.value,
+                "lower": m.interval[0] if m.interval else None,
+                "upper": m.interval[1] if m.interval else None,
+                "confidence": m.confidence,
+                "n": m.n,
+                "reason": m.reason,
+            }
+            for m in result.metrics
+        ],
+    }
 
 
 def _refused(e: AnalysisRefused) -> JSONResponse:
@@ -143,10 +169,13 @@ def _refused(e: AnalysisRefused) -> JSONResponse:
 
 
 @router.get("/v1/unmask/analysis")
-def analysis(request: Request, route: str = Query(..., min_length=1, max_length=200),
-             candidate: str | None = Query(None, min_length=1, max_length=200),
-             baseline: str | None = Query(None, min_length=1, max_length=200),
-             window_s: float | None = Query(None, gt=0, le=86_400)) -> JSONResponse:
+def analysis(
+    request: Request,
+    route: str = Query(..., min_length=1, max_length=200),
+    candidate: str | None = Query(None, min_length=1, max_length=200),
+    baseline: str | None = Query(None, min_length=1, max_length=200),
+    window_s: float | None = Query(None, gt=0, le=86_400),
+) -> JSONResponse:
     """The three-valued analysis of a route's recent traffic (Argo Rollouts' web metric provider reads it)."""
     try:
         return JSONResponse(judge_route(request, route, candidate, baseline, window_s))
@@ -167,8 +196,11 @@ class FlaggerWebhook(BaseModel):
 def _flagger(request: Request, hook: FlaggerWebhook) -> dict[str, Any]:
     meta = hook.metadata
     if not meta.get("route"):
-        raise AnalysisRefused(422, f"canary {hook.namespace}/{hook.name}: metadata.route: required (the unmask "
-                                   "route this canary's traffic goes through)")
+        raise AnalysisRefused(
+            422,
+            f"canary {hook.namespace}/{hook.name}: metadata.route: required (the unmask "
+            "route this canary's traffic goes through)",
+        )
     window = meta.get("window_s")
     try:
         window_s = float(window) if window else None

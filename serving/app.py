@@ -45,14 +45,20 @@ from serving.schemas import ChatCompletionRequest, ChatMessage, CompletionReques
 log = logging.getLogger("unmask.serve")
 
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}  # metric label per path
-STREAMING = ("stream=true sends server-sent events in OpenAI's chunk format; masked diffusion sends each block's "
-             "text once the block is final (never text a later step may change), autoregressive models each token")
+STREAMING = (
+    "stream=true sends server-sent events in OpenAI's chunk format; masked diffusion sends each block's "
+    "text once the block is final (never text a later step may change), autoregressive models each token"
+)
 BATCHED = "deterministic decoding (temperature 0, confidence-ordered remasking), grouped by effective config"
-SAMPLED_BATCHED = ("sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
-                   "row, seeded by its request's seed, so each row draws what it would draw alone")
-NOT_BATCHED = ("sampled decoding by a decoder with one generator for the whole batch (transformers' generate) is "
-               "decoded alone: a row's draws would depend on its neighbours. A sampled request without a seed gets "
-               "one drawn from the OS (reported in unmask.seeds), so it batches like a seeded one")
+SAMPLED_BATCHED = (
+    "sampled decoding (temperature > 0, or random remasking) is batched with one random generator per "
+    "row, seeded by its request's seed, so each row draws what it would draw alone"
+)
+NOT_BATCHED = (
+    "sampled decoding by a decoder with one generator for the whole batch (transformers' generate) is "
+    "decoded alone: a row's draws would depend on its neighbours. A sampled request without a seed gets "
+    "one drawn from the OS (reported in unmask.seeds), so it batches like a seeded one"
+)
 
 
 @dataclass
@@ -75,14 +81,22 @@ def create_app(settings: ServeSettings) -> FastAPI:
     """The app: its parts (pool, routes, request log, local serving, dispatch), lifespan, error handling, routes."""
     metrics = ServingMetrics()
     pool = ModelPool(settings.pool, metrics)
-    routes = RouteTable(settings.routes_path, settings.pool.names, metrics,
-                        settings.weights_path or default_weights_path()) if settings.routes_path else None
-    requests_log = (RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc)
-                    if settings.request_log_dir else None)
+    routes = (
+        RouteTable(settings.routes_path, settings.pool.names, metrics, settings.weights_path or default_weights_path())
+        if settings.routes_path
+        else None
+    )
+    requests_log = (
+        RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc) if settings.request_log_dir else None
+    )
     local = LocalServing(pool, settings)
     dispatch = Dispatch(lambda: settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes, local)
-    app = FastAPI(title="unmask serve", lifespan=lifespan_of(settings, pool, routes, dispatch, requests_log),
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="unmask serve",
+        lifespan=lifespan_of(settings, pool, routes, dispatch, requests_log),
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
     app.state.routes, app.state.dispatch = routes, dispatch
 
@@ -100,8 +114,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
     return app
 
 
-def lifespan_of(settings: ServeSettings, pool: ModelPool, routes: RouteTable | None, dispatch: Dispatch,
-                requests_log: RequestLog | None) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+def lifespan_of(
+    settings: ServeSettings,
+    pool: ModelPool,
+    routes: RouteTable | None,
+    dispatch: Dispatch,
+    requests_log: RequestLog | None,
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     """Load the models (then follow alias moves) and the routes file in the background; drain all on the way out."""
 
     async def start_and_follow() -> None:
@@ -127,8 +146,15 @@ def lifespan_of(settings: ServeSettings, pool: ModelPool, routes: RouteTable | N
     return lifespan
 
 
-def add_routes(app: FastAPI, settings: ServeSettings, pool: ModelPool, routes: RouteTable | None,
-               dispatch: Dispatch, local: LocalServing, metrics: ServingMetrics) -> None:
+def add_routes(
+    app: FastAPI,
+    settings: ServeSettings,
+    pool: ModelPool,
+    routes: RouteTable | None,
+    dispatch: Dispatch,
+    local: LocalServing,
+    metrics: ServingMetrics,
+) -> None:
     """The HTTP routes: health, routes in force, metrics, models, completions and chat completions."""
 
     @app.get("/health")
@@ -136,9 +162,13 @@ def add_routes(app: FastAPI, settings: ServeSettings, pool: ModelPool, routes: R
         if pool.ready:
             body = {"status": "ready", "served": {n: r.version.ref for n, r in pool.routes.items()}}
             if routes:
-                body["routes"] = {"file": str(routes.path), "sha256": routes.policy.sha256,
-                                  "last_error": routes.last_error, "weights_file": str(routes.weights_path),
-                                  "weights_error": routes.weights_error}
+                body["routes"] = {
+                    "file": str(routes.path),
+                    "sha256": routes.policy.sha256,
+                    "last_error": routes.last_error,
+                    "weights_file": str(routes.weights_path),
+                    "weights_error": routes.weights_error,
+                }
                 body["arms"] = {name: dispatch.arm_health.report(name) for name in dispatch.arm_names()}
             return JSONResponse(body)
         status = "failed" if pool.error else "loading"
@@ -183,7 +213,8 @@ def add_routes(app: FastAPI, settings: ServeSettings, pool: ModelPool, routes: R
 def template_message(message: ChatMessage) -> dict[str, Any]:
     """A message as a chat template reads it: role, its text as `content`, and the fields templates know."""
     return {"role": message.role, "content": message.text()} | message.model_dump(
-        include={"name", "tool_calls", "tool_call_id"}, exclude_none=True)
+        include={"name", "tool_calls", "tool_call_id"}, exclude_none=True
+    )
 
 
 def default_weights_path() -> Path:
@@ -195,11 +226,26 @@ def model_card(route: Route, settings: ServeSettings) -> dict[str, Any]:
     """One `/v1/models` entry: the served name, and under `unmask` what it points at and how it decodes."""
     v, pool, limits = route.version, settings.pool, settings.limits
     batched = BATCHED + ("; " + SAMPLED_BATCHED if row_seeded(route.loaded.handle) else "")
-    return ModelCard(id=route.name, created=v.created, unmask=ModelFacts(
-        model=v.model, version=v.version, weights_sha256=v.weights_sha256, kind=route.loaded.handle.kind,
-        stage=v.stage, config=route.base.to_dict(), config_hash=route.base.hash(), config_source=route.base_source,
-        operating_config_hash=v.operating_config_hash, chat_template=route.loaded.chat.source, streaming=STREAMING,
-        batching=Batching(max_batch=pool.max_batch, window_ms=pool.batch_window_s * 1000, batched=batched,
-                          not_batched=NOT_BATCHED),
-        limits=TokenLimits(max_tokens=limits.max_tokens, max_prompt_tokens=limits.max_prompt_tokens,
-                             context=route.loaded.context))).model_dump()
+    return ModelCard(
+        id=route.name,
+        created=v.created,
+        unmask=ModelFacts(
+            model=v.model,
+            version=v.version,
+            weights_sha256=v.weights_sha256,
+            kind=route.loaded.handle.kind,
+            stage=v.stage,
+            config=route.base.to_dict(),
+            config_hash=route.base.hash(),
+            config_source=route.base_source,
+            operating_config_hash=v.operating_config_hash,
+            chat_template=route.loaded.chat.source,
+            streaming=STREAMING,
+            batching=Batching(
+                max_batch=pool.max_batch, window_ms=pool.batch_window_s * 1000, batched=batched, not_batched=NOT_BATCHED
+            ),
+            limits=TokenLimits(
+                max_tokens=limits.max_tokens, max_prompt_tokens=limits.max_prompt_tokens, context=route.loaded.context
+            ),
+        ),
+    ).model_dump()

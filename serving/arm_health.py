@@ -13,15 +13,16 @@ and evenly spread, not random: with `abort_share: 20` every fifth request of tha
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from gates.serving_arms import HealthSpec
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -90,8 +91,12 @@ class ArmHealth:
 
     def report(self, arm: str) -> dict[str, Any]:
         state = self._state(arm)
-        return {"healthy": state.healthy, "reason": state.reason, "since": state.since,
-                "failures_in_a_row": state.failures}
+        return {
+            "healthy": state.healthy,
+            "reason": state.reason,
+            "since": state.since,
+            "failures_in_a_row": state.failures,
+        }
 
 
 class FaultDrill:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -57,8 +58,9 @@ class LocalArm:
 class ArmFailure(Exception):
     """An attempt that failed in a way the route's fallback may answer instead. `reason` is a bounded label."""
 
-    def __init__(self, status: int, code: str, message: str, reason: str, decode_failure: bool = False,
-                 public: str | None = None):
+    def __init__(
+        self, status: int, code: str, message: str, reason: str, decode_failure: bool = False, public: str | None = None
+    ):
         super().__init__(message)
         self.status, self.code, self.message, self.reason = status, code, message, reason
         self.decode_failure = decode_failure
@@ -85,29 +87,34 @@ class UpstreamArm:
     faults: FaultSpec | None = None
     kind: str = "upstream"
 
-    def _request(self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any], stream: bool,
-                 timeout_s: float) -> httpx.Request:
+    def _request(
+        self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any], stream: bool, timeout_s: float
+    ) -> httpx.Request:
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
         body = payload | {"model": self.model} | ({"stream": True} if stream else {})  # nothing the client did not ask
-        return client.build_request("POST", self.upstream + PATHS[endpoint], json=body, headers=headers,
-                                    timeout=httpx.Timeout(timeout_s))
+        return client.build_request(
+            "POST", self.upstream + PATHS[endpoint], json=body, headers=headers, timeout=httpx.Timeout(timeout_s)
+        )
 
-    async def complete(self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any],
-                       timeout_s: float) -> dict[str, Any]:
+    async def complete(
+        self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any]:
         """The upstream's JSON answer; ArmFailure or UpstreamRefused otherwise. Bounded by `timeout_s` in all."""
         response = await self._send(client, self._request(client, endpoint, payload, False, timeout_s), timeout_s)
         try:
             answer: dict[str, Any] = response.json()  # an OpenAI-compatible answer is a JSON object
             return answer
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ArmFailure(502, "upstream_error", f"{self.name}: the upstream's answer is not JSON",
-                             "bad_answer") from None
+            raise ArmFailure(
+                502, "upstream_error", f"{self.name}: the upstream's answer is not JSON", "bad_answer"
+            ) from None
 
-    async def open_stream(self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any],
-                          timeout_s: float) -> tuple[str, AsyncIterator[str], httpx.Response]:
+    async def open_stream(
+        self, client: httpx.AsyncClient, endpoint: str, payload: dict[str, Any], timeout_s: float
+    ) -> tuple[str, AsyncIterator[str], httpx.Response]:
         """(the first line, the rest, the response to close) of a streamed answer; before the first line
         arrives every failure is an ArmFailure, so the request can still go to the fallback."""
         request = self._request(client, endpoint, payload, True, timeout_s)
@@ -115,30 +122,40 @@ class UpstreamArm:
         lines = response.aiter_lines()
         try:
             first = await asyncio.wait_for(anext(lines), timeout_s)
-        except (StopAsyncIteration, asyncio.TimeoutError, httpx.HTTPError) as e:
+        except (TimeoutError, StopAsyncIteration, httpx.HTTPError) as e:
             await response.aclose()
-            raise ArmFailure(504 if isinstance(e, asyncio.TimeoutError) else 502, "upstream_error",
-                             f"{self.name}: the upstream stream ended before its first byte ({type(e).__name__})",
-                             "timeout" if isinstance(e, asyncio.TimeoutError) else "connection") from None
+            raise ArmFailure(
+                504 if isinstance(e, asyncio.TimeoutError) else 502,
+                "upstream_error",
+                f"{self.name}: the upstream stream ended before its first byte ({type(e).__name__})",
+                "timeout" if isinstance(e, asyncio.TimeoutError) else "connection",
+            ) from None
         return first, lines, response
 
-    async def _send(self, client: httpx.AsyncClient, request: httpx.Request, timeout_s: float,
-                    stream: bool = False) -> httpx.Response:
+    async def _send(
+        self, client: httpx.AsyncClient, request: httpx.Request, timeout_s: float, stream: bool = False
+    ) -> httpx.Response:
         try:
             response = await asyncio.wait_for(client.send(request, stream=stream), timeout_s)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
-            raise ArmFailure(504, "timeout", f"{self.name}: no answer from {self.upstream} within {timeout_s:g} s",
-                             "timeout") from None
+        except (TimeoutError, httpx.TimeoutException):
+            raise ArmFailure(
+                504, "timeout", f"{self.name}: no answer from {self.upstream} within {timeout_s:g} s", "timeout"
+            ) from None
         except httpx.TransportError as e:
-            raise ArmFailure(502, "upstream_unreachable", f"{self.name}: cannot reach {self.upstream} "
-                             f"({type(e).__name__})", "connection") from None
+            raise ArmFailure(
+                502,
+                "upstream_unreachable",
+                f"{self.name}: cannot reach {self.upstream} ({type(e).__name__})",
+                "connection",
+            ) from None
         if response.status_code < 400:
             return response
         body = await response.aread()
         await response.aclose()
         if response.status_code >= 500:
-            raise ArmFailure(502, "upstream_error", f"{self.name}: {self.upstream} answered {response.status_code}",
-                             "status_5xx")
+            raise ArmFailure(
+                502, "upstream_error", f"{self.name}: {self.upstream} answered {response.status_code}", "status_5xx"
+            )
         try:
             parsed = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):

@@ -6,8 +6,9 @@ answers (`LocalServing` for this server's own models, an upstream over HTTP) rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import Request
 

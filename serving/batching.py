@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable, TypeVar, TypeVarTuple
+from dataclasses import dataclass
+from typing import TypeVar, TypeVarTuple
 
 import torch
 
@@ -39,7 +40,6 @@ from sampler.handle import Handle
 from sampler.likelihood import CommitLogprobs
 from sampler.output import FinalPrefix, StepCallback, StepInfo
 from serving.decoding import is_deterministic
-
 
 log = logging.getLogger("unmask.serve")
 # How long a request seen arriving while another was queued or decoding keeps the batching window open: an
@@ -95,9 +95,14 @@ class Decoded:
     logprobs: list[tuple[float | None, dict[int, float]]] | None = None
 
 
-def decode_rows(handle: Handle, config: SamplerConfig, prompts: list[list[int]],
-                on_step: StepCallback | None = None, row_seeds: list[int] | None = None,
-                logprobs: CommitLogprobs | None = None) -> tuple[list[list[int]], int]:
+def decode_rows(
+    handle: Handle,
+    config: SamplerConfig,
+    prompts: list[list[int]],
+    on_step: StepCallback | None = None,
+    row_seeds: list[int] | None = None,
+    logprobs: CommitLogprobs | None = None,
+) -> tuple[list[list[int]], int]:
     """`decode_prompts` in inference mode; (generated ids per row, NFE of the batch).
 
     `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
@@ -114,11 +119,17 @@ def _both(first: StepCallback | None, second: StepCallback) -> StepCallback:
         if first is not None:
             first(info)
         second(info)
+
     return on_step
 
 
-def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: asyncio.AbstractEventLoop,
-               clock: Clock = SYSTEM_CLOCK) -> StepCallback:
+def watch_rows(
+    handle: Handle,
+    config: SamplerConfig,
+    group: list[Job],
+    loop: asyncio.AbstractEventLoop,
+    clock: Clock = SYSTEM_CLOCK,
+) -> StepCallback:
     """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens, abandonment."""
     prompt_length = max(len(job.prompt_ids) for job in group)  # left padding: every row's generation starts here
     sent = [0] * len(group)
@@ -135,8 +146,7 @@ def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: 
         if deliveries:  # in order, before the batch's results: the loop runs callbacks first in, first out
             loop.call_soon_threadsafe(_deliver, deliveries)
 
-    prefix = FinalPrefix(prompt_length, config.block_length, config.mask_id, handle.masked_diffusion,
-                         on_final)
+    prefix = FinalPrefix(prompt_length, config.block_length, config.mask_id, handle.masked_diffusion, on_final)
 
     def on_step(info: StepInfo) -> None:
         stop_when_gone(group)
@@ -145,13 +155,13 @@ def watch_rows(handle: Handle, config: SamplerConfig, group: list["Job"], loop: 
     return on_step
 
 
-def stop_when_gone(group: list["Job"]) -> None:
+def stop_when_gone(group: list[Job]) -> None:
     """Raise Abandoned once every request of `group` hung up or timed out: stop computing for nobody."""
     if all(job.future.done() for job in group):
         raise Abandoned(f"all {len(group)} requests of the batch are gone")
 
 
-def decode_running(handle: Handle, config: SamplerConfig, rows: list[Row], group: list["Job"]) -> int:
+def decode_running(handle: Handle, config: SamplerConfig, rows: list[Row], group: list[Job]) -> int:
     """One block of every running row (`sampler.continuous.decode_block`) in inference mode; its NFE."""
     with torch.inference_mode():
         return decode_block(handle.model, rows, config, padding_id(handle), on_step=lambda info: stop_when_gone(group))
@@ -170,13 +180,24 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 class Batcher:
     """The queue and the batching worker of one loaded version."""
 
-    def __init__(self, handle: Handle, max_batch: int = 16, window_s: float = 0.01, max_pending: int = 64,
-                 on_batch: Callable[[int], None] | None = None, on_depth: Callable[[int], None] | None = None,
-                 name: str = "model", memory_budget: int | None = None, continuous: bool = True,
-                 executor: ThreadPoolExecutor | None = None, clock: Clock = SYSTEM_CLOCK):
+    def __init__(
+        self,
+        handle: Handle,
+        max_batch: int = 16,
+        window_s: float = 0.01,
+        max_pending: int = 64,
+        on_batch: Callable[[int], None] | None = None,
+        on_depth: Callable[[int], None] | None = None,
+        name: str = "model",
+        memory_budget: int | None = None,
+        continuous: bool = True,
+        executor: ThreadPoolExecutor | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         if max_batch < 1 or max_pending < 1 or window_s < 0:
-            raise ValueError(f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, "
-                             f"window_s={window_s} >= 0")
+            raise ValueError(
+                f"batching: max_batch={max_batch} and max_pending={max_pending} must be >= 1, window_s={window_s} >= 0"
+            )
         self.handle, self.max_batch, self.window_s, self.max_pending = handle, max_batch, window_s, max_pending
         self.clock = clock  # arrivals, windows and the times each Decoded reports (registry/clock.py)
         self.memory_budget = memory_budget  # a batch's rows x its largest row's peak stay within it; None: no cap
@@ -195,9 +216,15 @@ class Batcher:
         self._company_at = float("-inf")  # monotonic time a request last arrived while others were in (never yet)
 
     # the request side -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], config: SamplerConfig, key: str | None,
-               on_tokens: Callable[[list[int]], None] | None = None, peak: int = 0,
-               logprobs: int | None = None) -> asyncio.Future[Decoded]:
+    def submit(
+        self,
+        prompt_ids: list[int],
+        config: SamplerConfig,
+        key: str | None,
+        on_tokens: Callable[[list[int]], None] | None = None,
+        peak: int = 0,
+        logprobs: int | None = None,
+    ) -> asyncio.Future[Decoded]:
         """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
 
         `on_tokens` (a streamed request) hears, on the event loop, each run of its tokens that became final.
@@ -211,8 +238,16 @@ class Batcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._work())
             self._task.add_done_callback(_report_crash)
-        job = Job(prompt_ids, config, key, asyncio.get_running_loop().create_future(), self.clock.monotonic(),
-                  on_tokens=on_tokens, peak=peak, logprobs=logprobs)
+        job = Job(
+            prompt_ids,
+            config,
+            key,
+            asyncio.get_running_loop().create_future(),
+            self.clock.monotonic(),
+            on_tokens=on_tokens,
+            peak=peak,
+            logprobs=logprobs,
+        )
         if self.load:
             self._company_at = job.arrived
         self._pending.append(job)
@@ -276,8 +311,15 @@ class Batcher:
             recorder = CommitLogprobs(top=max(tops)) if tops else None
             try:
                 rows, nfe = await loop.run_in_executor(
-                    self._executor, decode_rows, self.handle, config, [j.prompt_ids for j in group],
-                    watch_rows(self.handle, config, group, loop, self.clock), seeds, recorder)
+                    self._executor,
+                    decode_rows,
+                    self.handle,
+                    config,
+                    [j.prompt_ids for j in group],
+                    watch_rows(self.handle, config, group, loop, self.clock),
+                    seeds,
+                    recorder,
+                )
             except Abandoned as e:
                 log.info("stopped a batch early: %s", e)
             except Exception as e:  # the model failed on this batch: each of its requests hears why
@@ -291,8 +333,17 @@ class Batcher:
                 for job, generated, logprobs in zip(group, rows, scored):
                     if not job.future.done():  # a request that timed out meanwhile is not answered
                         first_block_s = None if job.first_block is None else job.first_block - job.arrived
-                        job.future.set_result(Decoded(generated, nfe, len(group), started - job.arrived, took,
-                                                      first_block_s, logprobs if job.logprobs is not None else None))
+                        job.future.set_result(
+                            Decoded(
+                                generated,
+                                nfe,
+                                len(group),
+                                started - job.arrived,
+                                took,
+                                first_block_s,
+                                logprobs if job.logprobs is not None else None,
+                            )
+                        )
                 self._on_batch(len(group))
             finally:
                 self._running = 0
@@ -300,8 +351,13 @@ class Batcher:
 
     def _joins(self, job: Job) -> bool:
         """Whether `job` decodes in a running batch, block by block (else in a static batch, or alone)."""
-        return (self.continuous and job.key is not None and job.logprobs is None and self.handle.masked_diffusion
-                and joins_running_batch(job.config))
+        return (
+            self.continuous
+            and job.key is not None
+            and job.logprobs is None
+            and self.handle.masked_diffusion
+            and joins_running_batch(job.config)
+        )
 
     async def _decode_blocks(self, key: str) -> None:
         """Run batches of `key` (`sampler.continuous.running_key`: lengths may differ) block by block until no
@@ -311,8 +367,10 @@ class Batcher:
         try:
             while True:
                 running = [(job, row) for job, row in running if not job.future.done()]  # hung up: leave
-                running += [(job, Row(job.prompt_ids, job.config.gen_length))
-                            for job in self._join(key, [job for job, _ in running])]
+                running += [
+                    (job, Row(job.prompt_ids, job.config.gen_length))
+                    for job in self._join(key, [job for job, _ in running])
+                ]
                 if not running:
                     return
                 self._running = len(running)
@@ -366,8 +424,16 @@ class Batcher:
             job.sent = final
         if row.done:
             assert job.started is not None, "_decode_blocks sets it before the row's first block"
-            job.future.set_result(Decoded(list(row.tokens), row.nfe, round(sum(row.batches) / len(row.batches)),
-                                          job.started - job.arrived, now - job.started, job.first_block - job.arrived))
+            job.future.set_result(
+                Decoded(
+                    list(row.tokens),
+                    row.nfe,
+                    round(sum(row.batches) / len(row.batches)),
+                    job.started - job.arrived,
+                    now - job.started,
+                    job.first_block - job.arrived,
+                )
+            )
 
     async def _gather(self, first: Job) -> None:
         """Wait until `max_batch` requests share `first`'s key, or its window closes, or no request has arrived
@@ -399,7 +465,9 @@ class Batcher:
         first, group = live[0], [live[0]]
         if first.key is not None:
             same = [job for job in live[1:] if job.key == first.key]
-            for job in sorted(same, key=lambda j: abs(len(j.prompt_ids) - len(first.prompt_ids))):  # stable: age breaks ties
+            for job in sorted(
+                same, key=lambda j: abs(len(j.prompt_ids) - len(first.prompt_ids))
+            ):  # stable: age breaks ties
                 if len(group) < self.max_batch and self._within_budget(group, job):
                     group.append(job)
         taken = {id(job) for job in group}

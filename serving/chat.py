@@ -45,8 +45,10 @@ class ChatTemplate:
 
     def render(self, messages: list[dict[str, Any]]) -> str:
         if self.text is None:
-            raise ChatTemplateError("this model has no chat template (tokenizer_config.json has no chat_template); "
-                                    "use /v1/completions with a prompt")
+            raise ChatTemplateError(
+                "this model has no chat template (tokenizer_config.json has no chat_template); "
+                "use /v1/completions with a prompt"
+            )
         try:
             return _compiled(self.text).render(messages=messages, add_generation_prompt=True)
         except TemplateError as e:
@@ -56,8 +58,11 @@ class ChatTemplate:
         """The prompt of `messages` (OpenAI's `developer` role reaches the template as `system`), and what it dropped."""
         shown = [m | {"role": "system"} if m["role"] == "developer" else m for m in messages]
         text = self.render(shown)
-        dropped = [{"index": i, "role": m["role"]} for i, m in enumerate(messages)
-                   if (m.get("content") or "").strip() and m["content"].strip() not in text]
+        dropped = [
+            {"index": i, "role": m["role"]}
+            for i, m in enumerate(messages)
+            if (m.get("content") or "").strip() and m["content"].strip() not in text
+        ]
         return Rendered(text, dropped)
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeGuard, cast
 
-from sampler.config import SamplerConfig
 from sampler.block_diffusion import BlockDiffusionConfig
+from sampler.config import SamplerConfig
 from sampler.effective import block_config_for, config_from_dict
 from sampler.handle import Handle
 
@@ -92,8 +92,11 @@ def operating_config(handle: ServedHandle, recorded: dict[str, Any] | None) -> t
     if is_block(handle) and config.block_length != handle.canvas_length:
         L = handle.canvas_length  # the canvas is the block; keep the steps per token
         canvases = math.ceil(config.gen_length / L)
-        config = config.with_(gen_length=canvases * L, block_length=L,
-                              steps=canvases * max(1, config.steps_per_block * L // config.block_length))
+        config = config.with_(
+            gen_length=canvases * L,
+            block_length=L,
+            steps=canvases * max(1, config.steps_per_block * L // config.block_length),
+        )
     return config, source
 
 
@@ -102,13 +105,18 @@ def block_operating(handle: BlockHandle, recorded: BlockDiffusionConfig) -> Samp
     the request surface cannot carry, such as an entropy bound other than the model's default)."""
     L = handle.canvas_length
     canvases = math.ceil(recorded.max_new_tokens / L)
-    config = SamplerConfig(gen_length=canvases * L, block_length=L, steps=canvases * recorded.max_denoising_steps,
-                           seed=recorded.seed).with_(**handle.sampler_ids())
+    config = SamplerConfig(
+        gen_length=canvases * L, block_length=L, steps=canvases * recorded.max_denoising_steps, seed=recorded.seed
+    ).with_(**handle.sampler_ids())
     derived = block_config_for(handle, config)
     if derived.to_dict() | {"max_new_tokens": recorded.max_new_tokens} != recorded.to_dict():
-        differs = sorted(k for k, v in recorded.to_dict().items() if derived.to_dict()[k] != v and k != "max_new_tokens")
-        raise ValueError(f"operating config {recorded.to_dict()!r}: {', '.join(differs)} differ from "
-                         f"{handle.entry_id}'s decoding defaults; the server cannot decode it as recorded")
+        differs = sorted(
+            k for k, v in recorded.to_dict().items() if derived.to_dict()[k] != v and k != "max_new_tokens"
+        )
+        raise ValueError(
+            f"operating config {recorded.to_dict()!r}: {', '.join(differs)} differ from "
+            f"{handle.entry_id}'s decoding defaults; the server cannot decode it as recorded"
+        )
     return config
 
 
@@ -117,8 +125,15 @@ def autoregressive(config: SamplerConfig, gen_length: int) -> SamplerConfig:
     return config.with_(gen_length=gen_length, block_length=gen_length, steps=gen_length)
 
 
-def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, temperature: float | None,
-                   seed: int | None, unmask: dict[str, Any], limits: Limits) -> tuple[SamplerConfig, int]:
+def request_config(
+    base: SamplerConfig,
+    kind: str,
+    max_tokens: int | None,
+    temperature: float | None,
+    seed: int | None,
+    unmask: dict[str, Any],
+    limits: Limits,
+) -> tuple[SamplerConfig, int]:
     """(config to decode, tokens to keep) for a request over `base`; RequestError names a field that cannot work.
     `limits.max_tokens` is set: the caller bounds it (serving.local.bounded)."""
     limit = limits.max_tokens
@@ -136,15 +151,21 @@ def request_config(base: SamplerConfig, kind: str, max_tokens: int | None, tempe
     elif kind == BLOCK:
         unread = sorted(set(unmask) - set(_BLOCK_SETTINGS))
         if unread:
-            raise RequestError(f"unmask.{unread[0]}", f"unmask.{unread[0]} is not read by block diffusion; of the "
-                               f"unmask settings it reads only {', '.join(_BLOCK_SETTINGS)}")
+            raise RequestError(
+                f"unmask.{unread[0]}",
+                f"unmask.{unread[0]} is not read by block diffusion; of the "
+                f"unmask settings it reads only {', '.join(_BLOCK_SETTINGS)}",
+            )
         changes.pop("temperature", None)  # the model's own temperature schedule decodes
         config, keep = _diffusion(base, max_tokens, changes | unmask)
     else:
         config, keep = _diffusion(base, max_tokens, changes | unmask)
     if config.gen_length > limit:
-        raise RequestError("max_tokens", f"decoding {keep} tokens needs a canvas of {config.gen_length} "
-                           f"(whole blocks of {config.block_length}), above this server's limit of {limit}")
+        raise RequestError(
+            "max_tokens",
+            f"decoding {keep} tokens needs a canvas of {config.gen_length} "
+            f"(whole blocks of {config.block_length}), above this server's limit of {limit}",
+        )
     if is_deterministic(config, kind):
         config = config.with_(**{k: getattr(base, k) for k in _UNREAD_WHEN_GREEDY})
     return config, keep
@@ -157,8 +178,11 @@ def _diffusion(base: SamplerConfig, max_tokens: int | None, changes: dict[str, A
     blocks = gen_length // block
     if "steps" in changes:
         if changes["steps"] % blocks:
-            raise RequestError("unmask.steps", f"unmask.steps={changes['steps']} must be a multiple of the number of "
-                               f"blocks ({gen_length} // {block} = {blocks})")
+            raise RequestError(
+                "unmask.steps",
+                f"unmask.steps={changes['steps']} must be a multiple of the number of "
+                f"blocks ({gen_length} // {block} = {blocks})",
+            )
     else:
         # a new block length keeps the operating point's steps per token
         per_block = max(1, base.steps_per_block * block // base.block_length)
@@ -202,5 +226,8 @@ def choice_of(handle: Handle, generated: list[int], keep: int, stops: list[str])
     tokens = generated[:keep]
     useful = handle.useful_length(tokens)
     text, stopped = cut_at_stop(handle.decode(tokens[:useful]), stops)
-    return {"text": text, "finish_reason": "stop" if stopped or useful < len(tokens) else "length",
-            "completion_tokens": len(handle.encode(text)) if stopped else useful}
+    return {
+        "text": text,
+        "finish_reason": "stop" if stopped or useful < len(tokens) else "length",
+        "completion_tokens": len(handle.encode(text)) if stopped else useful,
+    }

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import httpx
 from fastapi import Response
@@ -37,7 +38,6 @@ from serving.routing import Decision, RouteTable, facts_of, request_key
 log = logging.getLogger("unmask.serve")
 
 
-
 class LocalDecoder(Protocol):
     """This server's own models, as Dispatch asks them (serving.local.LocalServing)."""
 
@@ -49,8 +49,15 @@ class LocalDecoder(Protocol):
 class Dispatch:
     """The arm-level half of answering: one per app."""
 
-    def __init__(self, timeout_s: Callable[[], float], max_shadows: int, metrics: ServingMetrics,
-                 requests_log: RequestLog | None, routes: RouteTable | None, local: LocalDecoder):
+    def __init__(
+        self,
+        timeout_s: Callable[[], float],
+        max_shadows: int,
+        metrics: ServingMetrics,
+        requests_log: RequestLog | None,
+        routes: RouteTable | None,
+        local: LocalDecoder,
+    ):
         self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
         self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
         self.local = local
@@ -80,22 +87,39 @@ class Dispatch:
         """`/v1/unmask/routes`: the routes with their live weights (the overlay's where it names them), arms, health."""
         assert self.routes is not None, "the app answers 404 without --routes"
         routes, policy = self.routes, self.routes.policy
-        listed = [{"name": spec.name, "match": spec.match.describe() if spec.match else None,
-                   "split": dict(spec.split), "weights_from": "overlay" if spec.name in routes.overlay else "policy",
-                   "fallback": spec.fallback,
-                   "shadow": {"arm": spec.shadow.arm, "share": spec.shadow.share} if spec.shadow else None}
-                  for spec in (*policy.routes, policy.default)]
+        listed = [
+            {
+                "name": spec.name,
+                "match": spec.match.describe() if spec.match else None,
+                "split": dict(spec.split),
+                "weights_from": "overlay" if spec.name in routes.overlay else "policy",
+                "fallback": spec.fallback,
+                "shadow": {"arm": spec.shadow.arm, "share": spec.shadow.share} if spec.shadow else None,
+            }
+            for spec in (*policy.routes, policy.default)
+        ]
         arms = {}
         for name in self.arm_names():
             arm = routes.arm(name)
-            arms[name] = {"kind": arm.kind, "upstream": getattr(arm, "upstream", None),
-                          "alias": arm.served if isinstance(arm, LocalArm) else None,
-                          "timeout_s": arm.timeout_s, "faults": vars(arm.faults) if arm.faults else None,
-                          **self.arm_health.report(name)}
-        return {"file": str(routes.path), "sha256": policy.sha256, "routes": listed, "arms": arms,
-                "weights_file": str(routes.weights_path), "weights_sha256": routes.weights_sha256,
-                "weights_error": routes.weights_error, "last_error": routes.last_error,
-                "health": {"failures": policy.health.failures, "cooldown_s": policy.health.cooldown_s}}
+            arms[name] = {
+                "kind": arm.kind,
+                "upstream": getattr(arm, "upstream", None),
+                "alias": arm.served if isinstance(arm, LocalArm) else None,
+                "timeout_s": arm.timeout_s,
+                "faults": vars(arm.faults) if arm.faults else None,
+                **self.arm_health.report(name),
+            }
+        return {
+            "file": str(routes.path),
+            "sha256": policy.sha256,
+            "routes": listed,
+            "arms": arms,
+            "weights_file": str(routes.weights_path),
+            "weights_sha256": routes.weights_sha256,
+            "weights_error": routes.weights_error,
+            "last_error": routes.last_error,
+            "health": {"failures": policy.health.failures, "cooldown_s": policy.health.cooldown_s},
+        }
 
     async def answer(self, asked: Attempt) -> Response:
         """The request's arm answers; if it fails, its route's fallback does (two log rows); a shadow gets a copy.
@@ -105,8 +129,15 @@ class Dispatch:
         request, endpoint, body = asked.request, asked.endpoint, asked.body
         assert request is not None, "a client's request (only a shadow copy has none, and it is not answered here)"
         rid = request_id_of(request)
-        decision = self.routes.decide(body.model, facts_of(request, body.user, body.metadata, asked.max_tokens),
-                                      *request_key(body.user, request)) if self.routes else None
+        decision = (
+            self.routes.decide(
+                body.model,
+                facts_of(request, body.user, body.metadata, asked.max_tokens),
+                *request_key(body.user, request),
+            )
+            if self.routes
+            else None
+        )
         arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
         failed: ArmFailure | None = None
         attempts = (arm, fallback)
@@ -115,9 +146,13 @@ class Dispatch:
         if decision and fallback and not self.arm_health.admits(arm.name):
             # unhealthy: its traffic goes to the fallback until a probe succeeds. The split chose this arm, so the
             # log says it could not serve (a rollout's analysis counts that against it), then the fallback answers.
-            failed = ArmFailure(503, "arm_unhealthy", f"{arm.name} is unhealthy "
-                                f"({self.arm_health.report(arm.name)['reason']}); the fallback {fallback.name} answers",
-                                "unhealthy")
+            failed = ArmFailure(
+                503,
+                "arm_unhealthy",
+                f"{arm.name} is unhealthy "
+                f"({self.arm_health.report(arm.name)['reason']}); the fallback {fallback.name} answers",
+                "unhealthy",
+            )
             skipped = Outcome(self.metrics, self.requests_log, endpoint, body.model, bool(body.stream), request_id=rid)
             skipped.routed(decision.route, arm.name)
             skipped.failed(failed.status, failed.code, failed.message, retried=True)
@@ -126,20 +161,22 @@ class Dispatch:
         for current in attempts:
             if current is None:
                 break
-            outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, bool(body.stream),
-                              request_id=rid)
+            outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, bool(body.stream), request_id=rid)
             if decision:
                 outcome.routed(decision.route, current.name)
             if failed:
                 outcome.retry_of(arm.name)
                 outcome.arrived = first_arrival
             first_arrival, streaming = outcome.arrived, False
-            then = (lambda text: self.shadow(shadowed, asked, text)) \
-                if shadowed and body.stream else None  # a stream's text is known at its end
+            then = (
+                (lambda text: self.shadow(shadowed, asked, text)) if shadowed and body.stream else None
+            )  # a stream's text is known at its end
             try:
                 answered, facts, text = await self.attempt(
-                    current, replace(asked, outcome=outcome, retry_of=arm.name if failed else None, on_text=then),
-                    decision)
+                    current,
+                    replace(asked, outcome=outcome, retry_of=arm.name if failed else None, on_text=then),
+                    decision,
+                )
                 if decision:
                     self.arm_health.succeeded(current.name)
                 if failed:
@@ -159,8 +196,14 @@ class Dispatch:
                 last = current is fallback or fallback is None
                 outcome.failed(e.status, e.code, e.message, retried=not last, decode_failure=e.decode_failure)
                 then_says = "" if last or fallback is None else f"; the fallback {fallback.name} answers"
-                log.log(logging.ERROR if last else logging.WARNING, "%s request failed on %s: %s%s", endpoint,
-                        current.name, e.message, then_says)
+                log.log(
+                    logging.ERROR if last else logging.WARNING,
+                    "%s request failed on %s: %s%s",
+                    endpoint,
+                    current.name,
+                    e.message,
+                    then_says,
+                )
                 failed = e
                 if last:
                     return errors.error_response(e.status, e.public, None, e.code)
@@ -183,8 +226,9 @@ class Dispatch:
                     outcome.close()
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def attempt(self, arm: Arm, attempt: Attempt,
-                      decision: Decision | None) -> tuple[Any, dict[str, Any] | None, str | None]:
+    async def attempt(
+        self, arm: Arm, attempt: Attempt, decision: Decision | None
+    ) -> tuple[Any, dict[str, Any] | None, str | None]:
         """(the answer body, or a StreamingResponse; facts for the log; its text) from one arm, faults applied.
         ArmFailure: a failure the fallback may answer. RequestError / UpstreamRefused: the request's own fault."""
         outcome, body = attempt.outcome, attempt.body
@@ -195,8 +239,12 @@ class Dispatch:
             left = limit - outcome.elapsed()
             await asyncio.sleep(max(min(faults.delay_s, left), 0.0))
             if faults.delay_s >= left:
-                raise ArmFailure(504, "timeout", f"{arm.name}: no answer within {limit:g} s (injected delay "
-                                 f"{faults.delay_s:g} s)", "timeout")
+                raise ArmFailure(
+                    504,
+                    "timeout",
+                    f"{arm.name}: no answer within {limit:g} s (injected delay {faults.delay_s:g} s)",
+                    "timeout",
+                )
         if faults and self.drill.fires(arm.name, "abort", faults.abort_share):
             raise ArmFailure(500, "fault_abort", f"{arm.name}: injected fault: abort", "fault_abort")
         nan = faults is not None and self.drill.fires(arm.name, "nan", faults.nan_share)
@@ -210,8 +258,11 @@ class Dispatch:
             answered, facts = await self.local.answer(arm, attempt)
         if nan and not isinstance(answered, StreamingResponse):
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
-        if (faults and not isinstance(answered, StreamingResponse)
-                and self.drill.fires(arm.name, "corrupt", faults.corrupt_share)):
+        if (
+            faults
+            and not isinstance(answered, StreamingResponse)
+            and self.drill.fires(arm.name, "corrupt", faults.corrupt_share)
+        ):
             answered = corrupt_answer(answered)  # the drill `corrupt_share`: fast, 200, and wrong
         return answered, facts, None if isinstance(answered, StreamingResponse) else answer_text(answered)
 
@@ -228,8 +279,12 @@ class Dispatch:
             return relay_stream(first, lines, response.aclose, stamp, outcome, limit, attempt.on_text), None
         answer_body = await arm.complete(self.client, attempt.endpoint, payload, left)
         extension = answer_body.get("unmask") or {}
-        outcome.note(model=answer_body.get("model") or arm.model, version=extension.get("version"),
-                     weights_sha256=extension.get("weights_sha256"), config_hash=extension.get("config_hash"))
+        outcome.note(
+            model=answer_body.get("model") or arm.model,
+            version=extension.get("version"),
+            weights_sha256=extension.get("weights_sha256"),
+            config_hash=extension.get("config_hash"),
+        )
         return stamped(answer_body, stamp), upstream_facts(answer_body)
 
     def shadow(self, decision: Decision, asked: Attempt, primary: str | None) -> None:
@@ -247,7 +302,8 @@ class Dispatch:
         verdict = "failed"
         try:
             answered, facts, text = await self.attempt(
-                arm, replace(asked, request=None, body=copy, outcome=outcome, retry_of=None, on_text=None), decision)
+                arm, replace(asked, request=None, body=copy, outcome=outcome, retry_of=None, on_text=None), decision
+            )
             self.arm_health.succeeded(arm.name)
             agrees = None if primary is None else text == primary  # None: the primary gave no text to compare
             verdict = {True: "agree", False: "disagree", None: "answered"}[agrees]
@@ -260,10 +316,9 @@ class Dispatch:
         except (RequestError, UpstreamRefused) as e:
             self.arm_health.released(arm.name)
             outcome.failed(getattr(e, "status", 400), "refused", str(e))
-        except Exception as e:  # noqa: BLE001 - a shadow never fails anything but its own row
+        except Exception as e:
             log.exception("shadow copy to %s failed", arm.name)
             outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
         finally:
             outcome.close()
             self.metrics.shadow_requests.labels(decision.route, arm.name, verdict).inc()
-

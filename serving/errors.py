@@ -7,7 +7,8 @@ body (`unmask.steps`, `messages.0.role`); malformed JSON names `body`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,8 +18,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.decoding import RequestError
 
-TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-         413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout"}
+TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+    504: "timeout",
+}
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -26,15 +35,17 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param, "code": code}}
 
 
-def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
 
 
 def server_fault(exc: BaseException) -> JSONResponse:
     """The 500 of our own fault: its type, never its message (which may hold internals)."""
-    return error_response(500, f"the server failed on this request ({type(exc).__name__}); it keeps serving",
-                          None, "server_error")
+    return error_response(
+        500, f"the server failed on this request ({type(exc).__name__}); it keeps serving", None, "server_error"
+    )
 
 
 def field_of(loc: tuple[Any, ...]) -> str:

@@ -13,16 +13,27 @@ def check_compute(config: SamplerConfig, prompt_tokens: int, kind: str, limits: 
     if kind == "autoregressive":  # one forward a token; max_tokens and the context bound it already
         return
     if config.steps > config.gen_length and kind != "block-diffusion":  # block diffusion re-noises: steps may exceed it
-        raise RequestError("unmask.steps", f"unmask.steps={config.steps} is above the canvas of {config.gen_length} "
-                           f"tokens; a step unmasks at least one token")
+        raise RequestError(
+            "unmask.steps",
+            f"unmask.steps={config.steps} is above the canvas of {config.gen_length} "
+            f"tokens; a step unmasks at least one token",
+        )
     if config.steps > limits.max_steps:
-        raise RequestError("unmask.steps", f"unmask.steps={config.steps} is above this server's limit of "
-                           f"{limits.max_steps} steps per request")
+        raise RequestError(
+            "unmask.steps",
+            f"unmask.steps={config.steps} is above this server's limit of {limits.max_steps} steps per request",
+        )
     canvas = prompt_tokens + config.gen_length
     if canvas > limits.max_canvas:
-        raise RequestError("max_tokens", f"{prompt_tokens} prompt tokens + {config.gen_length} to decode make a "
-                           f"canvas of {canvas}, above this server's limit of {limits.max_canvas}")
+        raise RequestError(
+            "max_tokens",
+            f"{prompt_tokens} prompt tokens + {config.gen_length} to decode make a "
+            f"canvas of {canvas}, above this server's limit of {limits.max_canvas}",
+        )
     cost = config.steps * canvas
     if cost > limits.max_token_forwards:
-        raise RequestError("unmask.steps", f"{config.steps} steps over a canvas of {canvas} are {cost} token-forwards, "
-                           f"above this server's limit of {limits.max_token_forwards} per request")
+        raise RequestError(
+            "unmask.steps",
+            f"{config.steps} steps over a canvas of {canvas} are {cost} token-forwards, "
+            f"above this server's limit of {limits.max_token_forwards} per request",
+        )

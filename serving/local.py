@@ -27,23 +27,39 @@ from registry.serving import ServedVersion
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, row_seeded
 from sampler.handle import Handle
+from sampler.likelihood import PromptScores, prompt_scores
 from sampler.memory import footprint, mib
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
 from serving.attempt import Attempt
 from serving.batching import Decoded, Draining, QueueFull
-from serving.decoding import Limits, RequestError, batch_key, choice_of, is_deterministic, request_config
-from sampler.likelihood import PromptScores, prompt_scores
-from serving.limits import check_compute
 from serving.chat import ChatTemplateError
-from serving.logprobs import (Asked, asked_logprobs, chat_logprobs, check_asked, check_scoring_cost,
-                              completion_logprobs, kept_tokens, likelihood_settings, prompt_extension,
-                              unread_likelihood)
+from serving.decoding import Limits, RequestError, batch_key, choice_of, is_deterministic, request_config
+from serving.limits import check_compute
+from serving.logprobs import (
+    Asked,
+    asked_logprobs,
+    chat_logprobs,
+    check_asked,
+    check_scoring_cost,
+    completion_logprobs,
+    kept_tokens,
+    likelihood_settings,
+    prompt_extension,
+    unread_likelihood,
+)
 from serving.outcome import Outcome
 from serving.pool import ModelPool, Route
-from serving.responses import (AssistantMessage, ChatChoice, ChatCompletionResponse, CompletionChoice,
-                               CompletionResponse, Extension, Usage)
+from serving.responses import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionResponse,
+    Extension,
+    Usage,
+)
 from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
 from serving.surface import Served, check_surface
 
@@ -151,14 +167,19 @@ class LocalServing:
     def resolve(self, name: str) -> Route:
         pool = self.pool
         if not pool.ready:
-            raise RequestError(None, f"models are {'not servable: ' + pool.error if pool.error else 'still loading'}",
-                               503, "not_ready")
+            raise RequestError(
+                None, f"models are {'not servable: ' + pool.error if pool.error else 'still loading'}", 503, "not_ready"
+            )
         try:
             return pool.route(name)
         except KeyError:
-            raise RequestError("model", f"model {name!r} is not served here; served: "
-                               f"{', '.join(pool.served())} (or the registered model one of them points at)",
-                               404, "model_not_found") from None
+            raise RequestError(
+                "model",
+                f"model {name!r} is not served here; served: "
+                f"{', '.join(pool.served())} (or the registered model one of them points at)",
+                404,
+                "model_not_found",
+            ) from None
 
     async def answer(self, arm: LocalArm, attempt: Attempt) -> tuple[Any, dict[str, Any] | None]:
         """(the answer body, or a StreamingResponse; facts for the log) of `attempt` on `arm`'s alias.
@@ -167,27 +188,41 @@ class LocalServing:
         outcome, limit = attempt.outcome, attempt.limit_s
         assert outcome is not None, "Dispatch gives each attempt its outcome"
         outcome.resolved(route)
-        job = replace(self.submit(route, attempt), routed=attempt.routed, on_text=attempt.on_text,
-                      retry_of=attempt.retry_of)
+        job = replace(
+            self.submit(route, attempt), routed=attempt.routed, on_text=attempt.on_text, retry_of=attempt.retry_of
+        )
         try:
             if attempt.body.stream:
                 return await self.start_stream(attempt.request, job, outcome, limit), None
-            decoded: Decoded | list[Decoded] = await until(attempt.request, job.future, job,
-                                                           limit - outcome.elapsed(), limit)
+            decoded: Decoded | list[Decoded] = await until(
+                attempt.request, job.future, job, limit - outcome.elapsed(), limit
+            )
             decoded = decoded if isinstance(decoded, list) else [decoded]
             if job.ask.echo:
-                job = replace(job, scores=await until(attempt.request, self.score(job), job,
-                                                      limit - outcome.elapsed(), limit))
+                job = replace(
+                    job, scores=await until(attempt.request, self.score(job), job, limit - outcome.elapsed(), limit)
+                )
         except RequestError as e:
             if e.status == 504:
                 raise ArmFailure(504, "timeout", f"{arm.name}: {e.message}", "timeout") from None
             raise
         except NonFiniteLogitsError as e:
-            raise ArmFailure(500, "decode_failure", f"{arm.name}: {e}", "decode_failure", True,
-                             public=f"{arm.name} failed to decode (non-finite logits)") from None
+            raise ArmFailure(
+                500,
+                "decode_failure",
+                f"{arm.name}: {e}",
+                "decode_failure",
+                True,
+                public=f"{arm.name} failed to decode (non-finite logits)",
+            ) from None
         except Exception as e:
-            raise ArmFailure(500, "server_error", f"{type(e).__name__}: {e}", "error",
-                             public=f"the server failed on this request ({type(e).__name__}); it keeps serving") from e
+            raise ArmFailure(
+                500,
+                "server_error",
+                f"{type(e).__name__}: {e}",
+                "error",
+                public=f"the server failed on this request ({type(e).__name__}); it keeps serving",
+            ) from e
         done = finished(job, decoded, ttfb_s=outcome.elapsed())
         return response_body(job, done).model_dump(), done.facts
 
@@ -197,8 +232,10 @@ class LocalServing:
         assert job.likelihood is not None, "scored only when echo asks, which sets the likelihood settings"
         samples, seed, estimator = job.likelihood
         prompts = {r.prompt: r.ids for r in job.rows}
-        return {i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
-                for i, ids in prompts.items()}
+        return {
+            i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
+            for i, ids in prompts.items()
+        }
 
     def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt) -> Parsed:
         """Check one prompt (text, or token ids) and the request's settings against the limits and the model;
@@ -207,8 +244,9 @@ class LocalServing:
         limits, handle, body = self.settings.limits, route.loaded.handle, attempt.body
         ids = self.prompt_ids(route, field, prompt)
         if len(ids) > limits.max_prompt_tokens:
-            raise RequestError(field, f"{field}: {len(ids)} tokens, above this server's limit of "
-                               f"{limits.max_prompt_tokens}")
+            raise RequestError(
+                field, f"{field}: {len(ids)} tokens, above this server's limit of {limits.max_prompt_tokens}"
+            )
         unmask = body.unmask.overrides() if body.unmask else {}
         # an autoregressive model reads none of the diffusion settings; the answer names them (`unmask.ignored`),
         # not a 400, so a request a diffusion arm would take is still answered by an AR fallback
@@ -217,21 +255,36 @@ class LocalServing:
         # without --max-tokens the bound is the model's context (not a fixed 256); the prompt's share of it is
         # checked below, after the compute caps, which name the setting that made a request too costly
         if limits.max_tokens is None and context is not None and (attempt.max_tokens or 0) > context:
-            raise RequestError("max_tokens", f"max_tokens={attempt.max_tokens} is above {route.version.model}'s "
-                               f"context of {context}")
-        config, keep = request_config(route.base, handle.kind, attempt.max_tokens, body.temperature, body.seed,
-                                      unmask, replace(limits, max_tokens=bounded(limits.max_tokens, context)))
+            raise RequestError(
+                "max_tokens", f"max_tokens={attempt.max_tokens} is above {route.version.model}'s context of {context}"
+            )
+        config, keep = request_config(
+            route.base,
+            handle.kind,
+            attempt.max_tokens,
+            body.temperature,
+            body.seed,
+            unmask,
+            replace(limits, max_tokens=bounded(limits.max_tokens, context)),
+        )
         check_surface(body, endpoint, Served(config, handle.kind, route.loaded.chat.reads_tools))
         check_compute(config, len(ids), handle.kind, self.settings.compute)
         if not fits_context(context, len(ids), config.gen_length):
-            raise RequestError("max_tokens", f"max_tokens={keep}: {len(ids)} prompt tokens + {config.gen_length} to "
-                               f"decode exceed {route.version.model}'s context of {context}")
+            raise RequestError(
+                "max_tokens",
+                f"max_tokens={keep}: {len(ids)} prompt tokens + {config.gen_length} to "
+                f"decode exceed {route.version.model}'s context of {context}",
+            )
         peak = footprint(handle, len(ids), config).per_row
         budget = route.loaded.batcher.memory_budget
         if budget is not None and peak > budget:
-            raise RequestError(None, f"decoding {len(ids)} prompt tokens + {config.gen_length} needs {mib(peak)} at its "
-                               f"peak, above this server's memory budget of {mib(budget)} (--memory-budget)",
-                               503, "insufficient_memory")
+            raise RequestError(
+                None,
+                f"decoding {len(ids)} prompt tokens + {config.gen_length} needs {mib(peak)} at its "
+                f"peak, above this server's memory budget of {mib(budget)} (--memory-budget)",
+                503,
+                "insufficient_memory",
+            )
         return Parsed(ids, config, keep, ignored, peak)
 
     def prompt_ids(self, route: Route, field: str, prompt: str | list[int]) -> list[int]:
@@ -245,8 +298,9 @@ class LocalServing:
                 raise RequestError(field, f"{field}: token id {bad[0]} is {why} of {route.version.model}")
             return list(prompt)
         if len(prompt) > limits.max_prompt_chars:
-            raise RequestError(field, f"{field}: {len(prompt)} characters, above this server's limit of "
-                               f"{limits.max_prompt_chars}")
+            raise RequestError(
+                field, f"{field}: {len(prompt)} characters, above this server's limit of {limits.max_prompt_chars}"
+            )
         try:
             ids = handle.encode(prompt)
         except AdapterError as e:
@@ -266,8 +320,9 @@ class LocalServing:
         check_asked(ask, body, endpoint, handle)
         scoring_only = attempt.max_tokens == 0  # completions scoring an echoed prompt: nothing to decode
         if scoring_only and not ask.echo:
-            raise RequestError("max_tokens", "max_tokens=0 decodes nothing: it needs echo and logprobs (scoring the "
-                               "prompt)")
+            raise RequestError(
+                "max_tokens", "max_tokens=0 decodes nothing: it needs echo and logprobs (scoring the prompt)"
+            )
         checked = replace(attempt, max_tokens=1) if scoring_only else attempt
         parsed = [self.parse(route, endpoint, p, checked) for p in asked.prompts]
         n = body.choices_per_prompt()
@@ -278,8 +333,11 @@ class LocalServing:
         planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
         room = self.pool.settings.max_pending
         if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
-            raise RequestError("n", f"{len(asked.prompts)} prompt(s) x n={n} are {len(planned)} choices, above the "
-                               f"{room} requests this server queues per model")
+            raise RequestError(
+                "n",
+                f"{len(asked.prompts)} prompt(s) x n={n} are {len(planned)} choices, above the "
+                f"{room} requests this server queues per model",
+            )
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
             for i, p, config in planned:
@@ -289,25 +347,37 @@ class LocalServing:
                     future = asyncio.get_running_loop().create_future()
                     future.set_result(Decoded([], 0, 0, 0.0, 0.0, None, [] if ask.top is not None else None))
                 else:
-                    future = route.loaded.batcher.submit(p.ids, config, key, on_tokens=feed.put if feed else None,
-                                                         peak=p.peak, logprobs=ask.top)
+                    future = route.loaded.batcher.submit(
+                        p.ids, config, key, on_tokens=feed.put if feed else None, peak=p.peak, logprobs=ask.top
+                    )
                 if feed:
                     feed.future = future
                 echo = asked.prompts[i] if getattr(body, "echo", False) else ""
-                rows.append(Row(i, p.ids, echo if isinstance(echo, str) else handle.decode(echo), config, key,
-                                future, feed))
+                rows.append(
+                    Row(i, p.ids, echo if isinstance(echo, str) else handle.decode(echo), config, key, future, feed)
+                )
         except (Draining, QueueFull) as e:
             for r in rows:  # a request is queued whole or not at all
                 r.future.cancel()
             if isinstance(e, Draining):
                 raise RequestError(None, f"{route.version.ref} is being replaced; retry", 503, "draining") from None
             raise RequestError(None, f"{route.version.ref} is busy ({e}); retry later", 429, "queue_full") from None
-        return Submitted(endpoint, route, rows, 0 if scoring_only else parsed[0].keep, body.stops(),
-                         body.include_usage(), dropped=asked.dropped or None, ask=ask, likelihood=likelihood,
-                         ignored=(parsed[0].ignored + unread_likelihood(body, handle)) or None)
+        return Submitted(
+            endpoint,
+            route,
+            rows,
+            0 if scoring_only else parsed[0].keep,
+            body.stops(),
+            body.include_usage(),
+            dropped=asked.dropped or None,
+            ask=ask,
+            likelihood=likelihood,
+            ignored=(parsed[0].ignored + unread_likelihood(body, handle)) or None,
+        )
 
-    async def start_stream(self, request: Request | None, job: Submitted, outcome: Outcome,
-                           limit_s: float) -> StreamingResponse:
+    async def start_stream(
+        self, request: Request | None, job: Submitted, outcome: Outcome, limit_s: float
+    ) -> StreamingResponse:
         """Wait for the first final tokens (until then every failure is a plain JSON error), then stream."""
         row = job.row
         first = await until(request, row.stream_feed.next(), job, limit_s - outcome.elapsed(), limit_s)
@@ -315,14 +385,22 @@ class LocalServing:
             error = row.future.exception()
             if error is not None:
                 raise error  # the model failed before a byte went out: a JSON 500
-        return StreamingResponse(self.events(job, outcome, first), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            self.events(job, outcome, first),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def events(self, job: Submitted, outcome: Outcome, first: list[int] | None) -> AsyncIterator[bytes]:
         """The server-sent events of a stream whose first final tokens are `first`; it records its own outcome."""
         v = job.route.version
-        chunks = Chunks(job.endpoint, f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
-                        int(time.time()), v.model, fingerprint(v))
+        chunks = Chunks(
+            job.endpoint,
+            f"{'chatcmpl' if job.endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+            int(time.time()),
+            v.model,
+            fingerprint(v),
+        )
         texts = [CommittedText(job.route.loaded.handle, job.keep, job.stops) for _ in job.rows]
         try:
             ttfb_s = outcome.first_byte()
@@ -348,17 +426,23 @@ class LocalServing:
             if job.include_usage:
                 yield event(chunks.usage(done.usage.model_dump()))
             yield DONE
-        except asyncio.TimeoutError:
+        except TimeoutError:
             message = f"no complete answer within {self.settings.request_timeout_s:g} s"
             log.error("%s stream ended early: %s", job.endpoint, message)
             outcome.failed(504, "timeout", message)
             yield event(errors.error_body(504, message, None, "timeout"))
             yield DONE
-        except Exception as e:  # noqa: BLE001 - after the first byte, an error can only be told in the stream
+        except Exception as e:
             log.exception("%s stream failed after its first byte", job.endpoint)
             outcome.failed(500, "server_error", f"{type(e).__name__}: {e}")
-            yield event(errors.error_body(500, f"the server failed on this request ({type(e).__name__}) after "
-                                               "streaming began; it keeps serving", None, "server_error"))
+            yield event(
+                errors.error_body(
+                    500,
+                    f"the server failed on this request ({type(e).__name__}) after streaming began; it keeps serving",
+                    None,
+                    "server_error",
+                )
+            )
             yield DONE
         finally:
             job.cancel()  # hung up or failed mid-stream: free the slot (a lone batch stops)
@@ -366,8 +450,9 @@ class LocalServing:
                 outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
 
 
-async def arrivals(rows: list[Row], first: list[int] | None,
-                   left: Callable[[], float]) -> AsyncIterator[tuple[int, list[int]]]:
+async def arrivals(
+    rows: list[Row], first: list[int] | None, left: Callable[[], float]
+) -> AsyncIterator[tuple[int, list[int]]]:
     """(row index, final tokens) as any streamed row's arrive, row 0's `first` first; ends when every row's
     decode is over. asyncio.TimeoutError when `left()` seconds pass with nothing new."""
     if first is not None:
@@ -377,7 +462,7 @@ async def arrivals(rows: list[Row], first: list[int] | None,
         while waiting:
             done, _ = await asyncio.wait(waiting.values(), timeout=left(), return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                raise asyncio.TimeoutError
+                raise TimeoutError
             for i, task in sorted(waiting.items()):
                 if task not in done:
                     continue
@@ -399,49 +484,94 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
     if job.ask.top is not None:
         for row, d, c in zip(job.rows, decoded, choices):
             n = kept_tokens(handle, d.generated, job.keep, c["text"]) if d.generated else 0
-            c["logprobs"] = (chat_logprobs(handle, d.generated, d.logprobs or [], n, job.ask.top)
-                             if job.endpoint == "chat" else
-                             completion_logprobs(handle, d.generated, d.logprobs or [], n, job.ask.top,
-                                                 (job.scores or {}).get(row.prompt)))
+            c["logprobs"] = (
+                chat_logprobs(handle, d.generated, d.logprobs or [], n, job.ask.top)
+                if job.endpoint == "chat"
+                else completion_logprobs(
+                    handle, d.generated, d.logprobs or [], n, job.ask.top, (job.scores or {}).get(row.prompt)
+                )
+            )
     prompt_tokens = sum({r.prompt: len(r.ids) for r in job.rows}.values())  # each prompt once, however many choices
     completion_tokens = sum(c["completion_tokens"] for c in choices)
-    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                  total_tokens=prompt_tokens + completion_tokens)
+    usage = Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
     blocks = [d.first_block_s for d in decoded if d.first_block_s is not None]
     first_block = round(min(blocks), 6) if blocks else None
     config = job.row.config
     nfe, batch_size = sum(d.nfe for d in decoded), max(d.batch_size for d in decoded)
     queue_s, decode_s = max(d.queue_s for d in decoded), max(d.decode_s for d in decoded)
     seeds = [None if is_deterministic(r.config) else r.config.seed for r in job.rows]
-    facts = {"config_hash": config.hash(), "queue_s": queue_s, "prompt_tokens": prompt_tokens,
-             "completion_tokens": completion_tokens, "nfe": nfe, "batch_size": batch_size,
-             "first_block_s": min(blocks) if blocks else None}
+    facts = {
+        "config_hash": config.hash(),
+        "queue_s": queue_s,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "nfe": nfe,
+        "batch_size": batch_size,
+        "first_block_s": min(blocks) if blocks else None,
+    }
     extension = Extension(
-        alias=job.route.name, model=v.model, version=v.version, weights_sha256=v.weights_sha256,
-        config_hash=config.hash(), config_source=job.route.base_source, batched=job.row.key is not None,
-        batch_size=batch_size, nfe=nfe, queue_s=round(queue_s, 6),
-        decode_s=round(decode_s, 6), ttfb_s=round(ttfb_s, 6), first_block_s=first_block,
-        stream=job.row.feed is not None, route=job.routed[0] if job.routed else None,
-        arm=job.routed[1] if job.routed else None, retry_of=job.retry_of, seed=seeds[0], seeds=seeds,
-        chat_dropped=job.dropped, ignored=job.ignored,
-        likelihood=[prompt_extension(job.scores[r.prompt]) for r in job.rows] if job.scores else None)
+        alias=job.route.name,
+        model=v.model,
+        version=v.version,
+        weights_sha256=v.weights_sha256,
+        config_hash=config.hash(),
+        config_source=job.route.base_source,
+        batched=job.row.key is not None,
+        batch_size=batch_size,
+        nfe=nfe,
+        queue_s=round(queue_s, 6),
+        decode_s=round(decode_s, 6),
+        ttfb_s=round(ttfb_s, 6),
+        first_block_s=first_block,
+        stream=job.row.feed is not None,
+        route=job.routed[0] if job.routed else None,
+        arm=job.routed[1] if job.routed else None,
+        retry_of=job.retry_of,
+        seed=seeds[0],
+        seeds=seeds,
+        chat_dropped=job.dropped,
+        ignored=job.ignored,
+        likelihood=[prompt_extension(job.scores[r.prompt]) for r in job.rows] if job.scores else None,
+    )
     return Finished(choices, usage, extension, facts)
 
 
 def response_body(job: Submitted, done: Finished) -> CompletionResponse | ChatCompletionResponse:
     """The non-streamed answer of a finished request, in the shape of its endpoint; choice i is row i."""
     v = job.route.version
-    common: dict[str, Any] = {"created": int(time.time()), "model": v.model, "system_fingerprint": fingerprint(v),
-              "usage": done.usage, "unmask": done.extension}
+    common: dict[str, Any] = {
+        "created": int(time.time()),
+        "model": v.model,
+        "system_fingerprint": fingerprint(v),
+        "usage": done.usage,
+        "unmask": done.extension,
+    }
     if job.endpoint == "completions":
-        return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", **common, choices=[
-            CompletionChoice(index=i, text=row.echo + c["text"], finish_reason=c["finish_reason"],
-                             logprobs=c.get("logprobs"))
-            for i, (row, c) in enumerate(zip(job.rows, done.choices))])
-    return ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", **common, choices=[
-        ChatChoice(index=i, message=AssistantMessage(content=c["text"]), finish_reason=c["finish_reason"],
-                   logprobs=c.get("logprobs"))
-        for i, c in enumerate(done.choices)])
+        return CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}",
+            **common,
+            choices=[
+                CompletionChoice(
+                    index=i, text=row.echo + c["text"], finish_reason=c["finish_reason"], logprobs=c.get("logprobs")
+                )
+                for i, (row, c) in enumerate(zip(job.rows, done.choices))
+            ],
+        )
+    return ChatCompletionResponse(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        **common,
+        choices=[
+            ChatChoice(
+                index=i,
+                message=AssistantMessage(content=c["text"]),
+                finish_reason=c["finish_reason"],
+                logprobs=c.get("logprobs"),
+            )
+            for i, c in enumerate(done.choices)
+        ],
+    )
 
 
 def seeded(config: SamplerConfig, seed: int | None, n: int) -> list[SamplerConfig]:
@@ -451,8 +581,10 @@ def seeded(config: SamplerConfig, seed: int | None, n: int) -> list[SamplerConfi
     if is_deterministic(config):
         return [config] * n
     first = seed if seed is not None else None
-    return [config.with_(seed=(first + k) % SEED_SPACE if first is not None else secrets.randbelow(SEED_SPACE))
-            for k in range(n)]
+    return [
+        config.with_(seed=(first + k) % SEED_SPACE if first is not None else secrets.randbelow(SEED_SPACE))
+        for k in range(n)
+    ]
 
 
 def bounded(limit: int | None, context: int | None) -> int:
@@ -461,10 +593,12 @@ def bounded(limit: int | None, context: int | None) -> int:
     return limit if limit is not None else (context or 4096)
 
 
-async def until(request: Request | None, awaitable: Awaitable[T], job: Submitted, timeout_s: float,
-                limit_s: float) -> T:
+async def until(
+    request: Request | None, awaitable: Awaitable[T], job: Submitted, timeout_s: float, limit_s: float
+) -> T:
     """`awaitable`'s result; a client that hangs up, or `timeout_s` (what is left of the request's `limit_s`)
     passing, cancels the request's rows (`job`) and frees their slots. A shadow copy has no client (`request` None)."""
+
     async def hung_up() -> None:
         if request is None:
             await asyncio.Event().wait()  # nobody to hang up
@@ -475,8 +609,9 @@ async def until(request: Request | None, awaitable: Awaitable[T], job: Submitted
     waited = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(hung_up())
     try:
-        done, _ = await asyncio.wait({waited, watcher}, timeout=max(timeout_s, 0.0),
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {waited, watcher}, timeout=max(timeout_s, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         watcher.cancel()
     if waited in done:

@@ -53,17 +53,23 @@ def check_asked(ask: Asked, body: Sampling, endpoint: str, handle: Handle) -> No
     if ask.top is not None and getattr(body, "stream", False):
         raise RequestError("logprobs", "logprobs with stream: true are not supported yet; use stream false")
     if ask.top is not None and not (handle.masked_diffusion or (handle.causal and handle.native)):
-        raise RequestError("logprobs", f"{handle.entry_id} ({kind}) decodes without showing unmask the logits of "
-                           "each step; logprobs need unmask's masked-diffusion or native autoregressive decoder")
+        raise RequestError(
+            "logprobs",
+            f"{handle.entry_id} ({kind}) decodes without showing unmask the logits of "
+            "each step; logprobs need unmask's masked-diffusion or native autoregressive decoder",
+        )
     if ask.echo and kind not in ("autoregressive", "masked-diffusion"):
         raise RequestError("echo", f"{kind} models cannot score a prompt")
     options = getattr(getattr(body, "unmask", None), "likelihood", None)
     if options is not None and not ask.echo:
-        raise RequestError("unmask.likelihood", "unmask.likelihood is read only when echo and logprobs score the "
-                           "prompt (completions)")
+        raise RequestError(
+            "unmask.likelihood", "unmask.likelihood is read only when echo and logprobs score the prompt (completions)"
+        )
     if endpoint == "chat" and getattr(body, "max_tokens", None) == 0:
-        raise RequestError("max_tokens", "max_tokens=0 decodes nothing; only completions with echo and logprobs "
-                           "(scoring the prompt) accept it")
+        raise RequestError(
+            "max_tokens",
+            "max_tokens=0 decodes nothing; only completions with echo and logprobs (scoring the prompt) accept it",
+        )
 
 
 def unread_likelihood(body: Sampling, handle: Handle) -> list[str]:
@@ -91,9 +97,12 @@ def check_scoring_cost(prompt_tokens: int, samples: int, kind: str, max_token_fo
         return  # an autoregressive model scores a prompt in one forward
     cost = (prompt_tokens - 1) * samples * prompt_tokens
     if cost > max_token_forwards:
-        raise RequestError("unmask.likelihood.samples", f"scoring {prompt_tokens} prompt tokens with {samples} samples "
-                           f"per split is {cost} token-forwards, above this server's limit of {max_token_forwards} per "
-                           "request; lower unmask.likelihood.samples or shorten the prompt")
+        raise RequestError(
+            "unmask.likelihood.samples",
+            f"scoring {prompt_tokens} prompt tokens with {samples} samples "
+            f"per split is {cost} token-forwards, above this server's limit of {max_token_forwards} per "
+            "request; lower unmask.likelihood.samples or shorten the prompt",
+        )
 
 
 def token_text(handle: Handle, token: int) -> str:
@@ -127,8 +136,14 @@ def _named(handle: Handle, top: dict[int, float], k: int) -> dict[str, float]:
     return out
 
 
-def completion_logprobs(handle: Handle, generated: list[int], scored: list[tuple[float | None, dict[int, float]]],
-                        n: int, top: int, prompt: PromptScores | None) -> dict[str, Any]:
+def completion_logprobs(
+    handle: Handle,
+    generated: list[int],
+    scored: list[tuple[float | None, dict[int, float]]],
+    n: int,
+    top: int,
+    prompt: PromptScores | None,
+) -> dict[str, Any]:
     """Completions' `logprobs`: tokens, token_logprobs, top_logprobs, text_offset, over the echoed prompt
     (`prompt`; its first token has none) and the `n` answer tokens."""
     tokens: list[str] = []
@@ -150,9 +165,11 @@ def completion_logprobs(handle: Handle, generated: list[int], scored: list[tuple
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
 
 
-def chat_logprobs(handle: Handle, generated: list[int], scored: list[tuple[float | None, dict[int, float]]],
-                  n: int, top: int) -> dict[str, Any]:
+def chat_logprobs(
+    handle: Handle, generated: list[int], scored: list[tuple[float | None, dict[int, float]]], n: int, top: int
+) -> dict[str, Any]:
     """Chat's `logprobs`: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}."""
+
     def entry(token: str, value: float | None) -> dict[str, Any]:
         return {"token": token, "logprob": value, "bytes": list(token.encode("utf-8"))}
 
@@ -166,5 +183,10 @@ def chat_logprobs(handle: Handle, generated: list[int], scored: list[tuple[float
 
 def prompt_extension(scores: PromptScores) -> dict[str, Any]:
     """What the `unmask.likelihood` of an answer says of a scored prompt: how its values were computed."""
-    return {"exact": scores.exact, "samples": scores.samples, "seed": scores.seed, "estimator": scores.estimator,
-            "suffix_stderr": scores.suffix_stderr}
+    return {
+        "exact": scores.exact,
+        "samples": scores.samples,
+        "seed": scores.seed,
+        "estimator": scores.estimator,
+        "suffix_stderr": scores.suffix_stderr,
+    }

@@ -9,7 +9,8 @@ baseline second when a rollout is in flight (else the route's one serving arm).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 TARGETS = ("kserve", "argo-rollouts", "k8s")
@@ -21,15 +22,23 @@ def _name(route: str) -> str:
 
 
 def _annotations(arm: dict[str, Any]) -> dict[str, str]:
-    return {"unmask.dev/model": str(arm["model"]), "unmask.dev/version": str(arm["version"]),
-            "unmask.dev/source": str(arm["source"]), "unmask.dev/weights-sha256": str(arm["weights_sha256"])}
+    return {
+        "unmask.dev/model": str(arm["model"]),
+        "unmask.dev/version": str(arm["version"]),
+        "unmask.dev/source": str(arm["source"]),
+        "unmask.dev/weights-sha256": str(arm["weights_sha256"]),
+    }
 
 
 def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> dict[str, Any]:
-    return {"name": name, "image": spec["image"], "args": args,
-            "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-            "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec.get("tracking_uri", "")}],
-            "resources": spec["resources"]}
+    return {
+        "name": name,
+        "image": spec["image"],
+        "args": args,
+        "ports": [{"containerPort": PORT, "protocol": "TCP"}],
+        "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec.get("tracking_uri", "")}],
+        "resources": spec["resources"],
+    }
 
 
 def _serve_args(alias: str) -> list[str]:
@@ -42,9 +51,14 @@ def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
     predictor: dict[str, Any] = {"containers": [_container(spec, _serve_args(arm["alias"]), "kserve-container")]}
     if len(spec["arms"]) > 1:
         predictor["canaryTrafficPercent"] = int(spec["weight"])
-    return [{"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-             "metadata": {"name": _name(spec["route"]), "annotations": _annotations(arm)},
-             "spec": {"predictor": predictor}}]
+    return [
+        {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": {"name": _name(spec["route"]), "annotations": _annotations(arm)},
+            "spec": {"predictor": predictor},
+        }
+    ]
 
 
 def _analysis_url(spec: dict[str, Any]) -> str:
@@ -64,19 +78,36 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
         steps.append({"setWeight": int(weight)})
         steps.append({"pause": {"duration": f"{int(spec['interval_s'])}s"}})
         steps.append({"analysis": {"templates": [{"templateName": f"{name}-analysis"}]}})
-    rollout = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-               "metadata": {"name": name, "annotations": _annotations(arm)},
-               "spec": {"replicas": int(spec.get("replicas", 1)), "selector": {"matchLabels": labels},
-                        "template": {"metadata": {"labels": labels},
-                                     "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))]}},
-                        "strategy": {"canary": {"steps": steps}}}}
-    template = {"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
-                "metadata": {"name": f"{name}-analysis"},
-                "spec": {"metrics": [{"name": "unmask-verdict", "count": 1,
-                                      "successCondition": 'result == "pass"',
-                                      "failureCondition": 'result == "fail"',
-                                      "provider": {"web": {"url": _analysis_url(spec),
-                                                           "jsonPath": "{$.verdict}"}}}]}}
+    rollout = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": name, "annotations": _annotations(arm)},
+        "spec": {
+            "replicas": int(spec.get("replicas", 1)),
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))]},
+            },
+            "strategy": {"canary": {"steps": steps}},
+        },
+    }
+    template = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": f"{name}-analysis"},
+        "spec": {
+            "metrics": [
+                {
+                    "name": "unmask-verdict",
+                    "count": 1,
+                    "successCondition": 'result == "pass"',
+                    "failureCondition": 'result == "fail"',
+                    "provider": {"web": {"url": _analysis_url(spec), "jsonPath": "{$.verdict}"}},
+                }
+            ]
+        },
+    }
     return [rollout, template]
 
 
@@ -85,17 +116,33 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
     name = _name(spec["route"]) + "-router"
     labels = {"app": name}
     args = ["unmask", "serve", "--routes", spec["routes_file"], "--host", "0.0.0.0", "--port", str(PORT)]
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-                  "spec": {"replicas": int(spec.get("replicas", 1)), "selector": {"matchLabels": labels},
-                           "template": {"metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
-                                        "spec": {"containers": [_container(spec, args)]}}}}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-               "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": int(spec.get("replicas", 1)),
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
+                "spec": {"containers": [_container(spec, args)]},
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]},
+    }
     return [deployment, service]
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
-    "kserve": kserve, "argo-rollouts": argo_rollouts, "k8s": k8s}
+    "kserve": kserve,
+    "argo-rollouts": argo_rollouts,
+    "k8s": k8s,
+}
 
 
 def render(target: str, spec: dict[str, Any]) -> list[dict[str, Any]]:

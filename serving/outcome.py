@@ -20,13 +20,28 @@ from serving.request_log import RequestLog, row
 class Outcome:
     """One request's accounting, from its arrival to the last byte of its answer."""
 
-    def __init__(self, metrics: ServingMetrics, requests_log: RequestLog | None, endpoint: str, alias: str,
-                 stream: bool, shadow: bool = False, request_id: str | None = None):
+    def __init__(
+        self,
+        metrics: ServingMetrics,
+        requests_log: RequestLog | None,
+        endpoint: str,
+        alias: str,
+        stream: bool,
+        shadow: bool = False,
+        request_id: str | None = None,
+    ):
         self.metrics, self.requests_log = metrics, requests_log
         self.arrived = time.monotonic()
         self.endpoint, self.stream = endpoint, stream
-        self.entry: dict[str, Any] = {"endpoint": endpoint, "alias": alias, "stream": stream, "shadow": shadow,
-                                      "retried": False, "decode_failure": False, "request_id": request_id}
+        self.entry: dict[str, Any] = {
+            "endpoint": endpoint,
+            "alias": alias,
+            "stream": stream,
+            "shadow": shadow,
+            "retried": False,
+            "decode_failure": False,
+            "request_id": request_id,
+        }
         self.shadow = shadow
         self.alias = "unknown"
         self.labels: tuple[str, str, str] | None = None  # (alias, model, version) once resolved
@@ -76,9 +91,13 @@ class Outcome:
         for histogram, key in ((m.queue_wait, "queue_s"), (m.first_block, "first_block_s")):
             if facts.get(key) is not None:  # an upstream does not say
                 (histogram.labels(*labels) if key == "queue_s" else histogram.labels(*labels, stream)).observe(
-                    facts[key])
-        for counter, key in ((m.prompt_tokens, "prompt_tokens"), (m.completion_tokens, "completion_tokens"),
-                             (m.nfe, "nfe")):
+                    facts[key]
+                )
+        for counter, key in (
+            (m.prompt_tokens, "prompt_tokens"),
+            (m.completion_tokens, "completion_tokens"),
+            (m.nfe, "nfe"),
+        ):
             if facts.get(key) is not None:
                 counter.labels(*labels).inc(facts[key])
         if self.route:
@@ -89,15 +108,22 @@ class Outcome:
     def refused(self, error: RequestError) -> None:
         self.failed(error.status, error.code, error.message)
 
-    def failed(self, status: int, code: str, message: str, retried: bool = False,
-               decode_failure: bool = False) -> None:
+    def failed(self, status: int, code: str, message: str, retried: bool = False, decode_failure: bool = False) -> None:
         self.metrics.errors.labels(self.alias, self.endpoint, str(status), code).inc()
         if self.labels:
             self.metrics.requests.labels(*self.labels, self.endpoint, str(status)).inc()
         if self.route:
             self.metrics.route_requests.labels(*self.route, self.endpoint, str(status)).inc()
-        self._log({"status": status, "error": message[:500], "ttfb_s": self.ttfb_s, "retried": retried,
-                   "decode_failure": decode_failure}, self.elapsed())
+        self._log(
+            {
+                "status": status,
+                "error": message[:500],
+                "ttfb_s": self.ttfb_s,
+                "retried": retried,
+                "decode_failure": decode_failure,
+            },
+            self.elapsed(),
+        )
 
     def close(self) -> None:
         """The row of a request that ended in none of the ways above (cancelled under us), if not written yet."""

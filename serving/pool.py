@@ -24,9 +24,9 @@ from registry.serving import ServedVersion
 from registry.store import Registry
 from sampler.config import SamplerConfig
 from sampler.handle import Handle
+from sampler.memory import available_bytes
 from serving.batching import Batcher, decode_rows
 from serving.chat import ChatTemplate, chat_template
-from sampler.memory import available_bytes
 from serving.decoding import SERVED_KINDS, ServedHandle, operating_config
 
 log = logging.getLogger("unmask.serve")
@@ -76,7 +76,8 @@ def load_checked(version: ServedVersion, sources: dict[str, str], device: str, d
         raise WeightsMismatch(
             f"refusing to serve {version.ref} ({version.name}) from {handle.path}: its weights hash to "
             f"{handle.weights_sha256 or 'nothing'} but the registry recorded {version.weights_sha256} for that version. "
-            f"Serve the folder that was evaluated (--weights {version.model}=FOLDER) or register these weights.")
+            f"Serve the folder that was evaluated (--weights {version.model}=FOLDER) or register these weights."
+        )
     return handle
 
 
@@ -146,7 +147,9 @@ class ModelPool:
             for name in empty:
                 log.warning("nobody holds %r yet; it is served once an alias move gives it a version", name)
             if len(empty) == len(held):
-                raise ServeError(f"none of {', '.join(self.settings.names)} has a version in {self.registry.tracking_uri}")
+                raise ServeError(
+                    f"none of {', '.join(self.settings.names)} has a version in {self.registry.tracking_uri}"
+                )
             for name, at in held.items():
                 if at is not None:
                     await self._point(name, at)
@@ -155,7 +158,7 @@ class ModelPool:
         except (ServeError, RegistryError) as e:
             self.error = str(e)
             log.error("%s", e)
-        except Exception as e:  # noqa: BLE001 - whatever stops loading (a bad tracking URI, MLflow's own errors) is reported
+        except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             log.error("cannot start serving: %s", self.error)
 
@@ -165,8 +168,13 @@ class ModelPool:
         version = await asyncio.to_thread(registry_serving.served_version, self.registry, name, at)
         loaded = self.loaded.get(at)
         loop = asyncio.get_running_loop()
-        handle = loaded.handle if loaded is not None else await loop.run_in_executor(
-            self.compute, load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype)
+        handle = (
+            loaded.handle
+            if loaded is not None
+            else await loop.run_in_executor(
+                self.compute, load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype
+            )
+        )
         try:
             base, source = operating_config(handle, version.operating_config)
         except ValueError as e:
@@ -174,7 +182,7 @@ class ModelPool:
         if loaded is None:
             try:
                 await loop.run_in_executor(self.compute, warm, handle, base)
-            except Exception as e:  # noqa: BLE001 - any failure to decode means this version is not servable
+            except Exception as e:
                 raise ServeError(f"{version.ref} ({name}): warm-up decode failed: {type(e).__name__}: {e}") from None
             loaded = self._admit(at, handle)
         previous = self.routes.get(name)
@@ -188,8 +196,10 @@ class ModelPool:
 
     def gateway_load(self) -> list[tuple[str, int, int, int]]:
         """(served name, waiting, running, max batch) of each route: the gauges a gateway's endpoint picker reads."""
-        return [(name, r.loaded.batcher.load - r.loaded.batcher.running, r.loaded.batcher.running,
-                 self.settings.max_batch) for name, r in list(self.routes.items())]
+        return [
+            (name, r.loaded.batcher.load - r.loaded.batcher.running, r.loaded.batcher.running, self.settings.max_batch)
+            for name, r in list(self.routes.items())
+        ]
 
     def _admit(self, key: tuple[str, str], handle: ServedHandle) -> Loaded:
         s, (model, version) = self.settings, key
@@ -201,10 +211,18 @@ class ModelPool:
             batches[1].inc()
 
         budget = s.memory_budget or available_bytes(s.device)  # measured once the weights are resident
-        batcher = Batcher(handle, max_batch=s.max_batch, window_s=s.batch_window_s, max_pending=s.max_pending,
-                          on_batch=on_batch, on_depth=depth.set, name=f"{model}-{version}", memory_budget=budget,
-                          continuous=s.device != "cpu" if s.continuous is None else s.continuous,
-                          executor=self.compute)
+        batcher = Batcher(
+            handle,
+            max_batch=s.max_batch,
+            window_s=s.batch_window_s,
+            max_pending=s.max_pending,
+            on_batch=on_batch,
+            on_depth=depth.set,
+            name=f"{model}-{version}",
+            memory_budget=budget,
+            continuous=s.device != "cpu" if s.continuous is None else s.continuous,
+            executor=self.compute,
+        )
         loaded = Loaded(key, handle, chat_template(handle.path), batcher, handle.context_length)
         self.loaded[key] = loaded
         return loaded
@@ -227,7 +245,7 @@ class ModelPool:
             try:
                 await self.poll_once()
                 self._poll_problem = None
-            except Exception as e:  # noqa: BLE001 - a poll must never stop the server (MLflow raises its own types)
+            except Exception as e:
                 problem = f"{type(e).__name__}: {e}"
                 if problem != self._poll_problem:  # once per distinct problem, not once per poll
                     log.warning("registry poll failed (%s); still serving the last versions", problem)
@@ -243,8 +261,9 @@ class ModelPool:
             if at is None:
                 if current is not None and name not in self._orphaned:  # say it once, not once a poll
                     self._orphaned.add(name)
-                    log.warning("nobody holds %r any more; still serving %s until a version does", name,
-                                current.version.ref)
+                    log.warning(
+                        "nobody holds %r any more; still serving %s until a version does", name, current.version.ref
+                    )
                 continue
             self._orphaned.discard(name)
             if current is not None and (current.version.model, current.version.version) == at:

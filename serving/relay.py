@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -46,14 +47,25 @@ def upstream_facts(body: dict[str, Any]) -> dict[str, Any]:
     """What the log keeps of an upstream answer: its usage, and the version an unmask upstream names."""
     usage = body.get("usage") or {}
     extension = body.get("unmask") or {}
-    return {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
-            "nfe": extension.get("nfe"), "batch_size": extension.get("batch_size"),
-            "queue_s": extension.get("queue_s"), "first_block_s": extension.get("first_block_s")}
+    return {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "nfe": extension.get("nfe"),
+        "batch_size": extension.get("batch_size"),
+        "queue_s": extension.get("queue_s"),
+        "first_block_s": extension.get("first_block_s"),
+    }
 
 
-def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Awaitable[None]],
-                 stamp: dict[str, Any], outcome: Outcome, timeout_s: float,
-                 on_text: Callable[[str], None] | None = None) -> StreamingResponse:
+def relay_stream(
+    first: str,
+    lines: AsyncIterator[str],
+    closing: Callable[[], Awaitable[None]],
+    stamp: dict[str, Any],
+    outcome: Outcome,
+    timeout_s: float,
+    on_text: Callable[[str], None] | None = None,
+) -> StreamingResponse:
     """An upstream's server-sent events passed on line by line, the finish chunk stamped; the outcome recorded."""
     seen: dict[str, Any] = {"text": [], "usage": {}}
 
@@ -91,7 +103,7 @@ def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Aw
                 yield (restamp(line) + "\n").encode()
             if not outcome.recorded:  # an upstream that ends without [DONE]
                 outcome.answered(upstream_facts({"usage": seen["usage"]}))
-        except Exception as e:  # noqa: BLE001 - after the first byte, an error can only be told in the stream
+        except Exception as e:
             message = f"upstream stream failed after its first byte ({type(e).__name__})"
             log.error("%s: %s", stamp.get("arm"), message)
             outcome.failed(502, "upstream_error", message)
@@ -102,8 +114,9 @@ def relay_stream(first: str, lines: AsyncIterator[str], closing: Callable[[], Aw
             if not outcome.recorded:
                 outcome.failed(499, "client_closed", "the client closed the connection mid-stream")
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 class ShadowCopies:

@@ -12,36 +12,56 @@ import os
 import queue
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([
-    ("time", pa.string()), ("endpoint", pa.string()), ("alias", pa.string()), ("model", pa.string()),
-    ("version", pa.string()), ("weights_sha256", pa.string()), ("config_hash", pa.string()),
-    ("status", pa.int32()), ("error", pa.string()), ("latency_s", pa.float64()), ("queue_s", pa.float64()),
-    ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()), ("nfe", pa.int32()),
-    ("batch_size", pa.int32()),
-    # streaming and time to first byte / first final block (non-streamed: ttfb_s is the latency)
-    ("stream", pa.bool_()), ("ttfb_s", pa.float64()), ("first_block_s", pa.float64()),
-    # routing (`--routes`): the route that matched and the arm (alias) that served; empty when not routed
-    ("route", pa.string()), ("arm", pa.string()),
-    # arms: a failed attempt answered by the fallback (`retried`; the answer's row names the arm in `retry_of`),
-    # shadow copies (`shadow`, `agrees`: its text equals the primary's), NaN/decode failures, the upstream's URL
-    ("retried", pa.bool_()), ("retry_of", pa.string()), ("shadow", pa.bool_()), ("agrees", pa.bool_()),
-    ("decode_failure", pa.bool_()), ("upstream", pa.string()),
-    # the client's X-Request-Id (or the one the server made), as echoed on the response
-    ("request_id", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("time", pa.string()),
+        ("endpoint", pa.string()),
+        ("alias", pa.string()),
+        ("model", pa.string()),
+        ("version", pa.string()),
+        ("weights_sha256", pa.string()),
+        ("config_hash", pa.string()),
+        ("status", pa.int32()),
+        ("error", pa.string()),
+        ("latency_s", pa.float64()),
+        ("queue_s", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("nfe", pa.int32()),
+        ("batch_size", pa.int32()),
+        # streaming and time to first byte / first final block (non-streamed: ttfb_s is the latency)
+        ("stream", pa.bool_()),
+        ("ttfb_s", pa.float64()),
+        ("first_block_s", pa.float64()),
+        # routing (`--routes`): the route that matched and the arm (alias) that served; empty when not routed
+        ("route", pa.string()),
+        ("arm", pa.string()),
+        # arms: a failed attempt answered by the fallback (`retried`; the answer's row names the arm in `retry_of`),
+        # shadow copies (`shadow`, `agrees`: its text equals the primary's), NaN/decode failures, the upstream's URL
+        ("retried", pa.bool_()),
+        ("retry_of", pa.string()),
+        ("shadow", pa.bool_()),
+        ("agrees", pa.bool_()),
+        ("decode_failure", pa.bool_()),
+        ("upstream", pa.string()),
+        # the client's X-Request-Id (or the one the server made), as echoed on the response
+        ("request_id", pa.string()),
+    ]
+)
 
 
 def row(**fields: Any) -> dict[str, Any]:
     """A log row with every column (missing ones empty) and the time of now."""
     base = {name: None for name in SCHEMA.names}
-    return base | {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds")} | fields
+    return base | {"time": datetime.now(UTC).isoformat(timespec="milliseconds")} | fields
 
 
 def read_rows(folder: str | Path, since: datetime | None = None) -> list[dict[str, Any]]:
@@ -51,7 +71,7 @@ def read_rows(folder: str | Path, since: datetime | None = None) -> list[dict[st
     or moved meanwhile) is skipped. Rows of older files lack the newer columns: they read as None.
     """
     if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=timezone.utc)  # the log's times are UTC
+        since = since.replace(tzinfo=UTC)  # the log's times are UTC
     rows: list[dict[str, Any]] = []
     for path in sorted(Path(folder).glob("requests-*.parquet")):
         try:
@@ -67,21 +87,27 @@ def read_rows(folder: str | Path, since: datetime | None = None) -> list[dict[st
 
 
 def _time_of(text: str | None) -> datetime:
-    when = datetime.fromisoformat(text) if text else datetime.min.replace(tzinfo=timezone.utc)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    when = datetime.fromisoformat(text) if text else datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 class RequestLog:
     """Append rows from any thread or task; `close()` flushes what is left."""
 
-    def __init__(self, folder: Path, flush_rows: int = 256, flush_s: float = 2.0, capacity: int = 100_000,
-                 on_drop: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        flush_rows: int = 256,
+        flush_s: float = 2.0,
+        capacity: int = 100_000,
+        on_drop: Callable[[], None] | None = None,
+    ):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.flush_rows, self.flush_s = flush_rows, flush_s
         self._rows: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=capacity)
         self._on_drop = on_drop or (lambda: None)
-        self._stamp = f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # two servers, one folder
+        self._stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # two servers, one folder
         self._files = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="unmask-request-log", daemon=True)

@@ -54,10 +54,16 @@ def request_key(user: str | None, request: Request) -> tuple[str, str]:
     return (request.client.host if request.client else "unknown"), "client"
 
 
-def facts_of(request: Request, user: str | None, metadata: dict[str, str] | None,
-             max_tokens: int | None) -> RequestFacts:
-    return RequestFacts(path=request.url.path, headers={k.lower(): v for k, v in request.headers.items()},
-                        user=user, metadata=dict(metadata or {}), max_tokens=max_tokens)
+def facts_of(
+    request: Request, user: str | None, metadata: dict[str, str] | None, max_tokens: int | None
+) -> RequestFacts:
+    return RequestFacts(
+        path=request.url.path,
+        headers={k.lower(): v for k, v in request.headers.items()},
+        user=user,
+        metadata=dict(metadata or {}),
+        max_tokens=max_tokens,
+    )
 
 
 class RouteTable:
@@ -89,9 +95,13 @@ class RouteTable:
         fallback = spec.fallback or (FALLBACK if FALLBACK in self.served else None)
         shadow = spec.shadow.arm if spec.shadow and spec.shadow.takes(key, spec.name) else None
         declared = dict(policy.declared)
-        return Decision(spec.name, arm_of(name, declared), source,
-                        arm_of(fallback, declared) if fallback and fallback != name else None,
-                        arm_of(shadow, declared) if shadow and shadow != name else None)
+        return Decision(
+            spec.name,
+            arm_of(name, declared),
+            source,
+            arm_of(fallback, declared) if fallback and fallback != name else None,
+            arm_of(shadow, declared) if shadow and shadow != name else None,
+        )
 
     def refresh(self) -> bool:
         """Re-read the routes file and the weights overlay if they changed; True when new routes took effect."""
@@ -133,8 +143,11 @@ class RouteTable:
         self.weights_error = None
         if overlay != self.overlay:
             self.metrics.weights_reloads.inc()
-            log.info("weights overlay from %s: %s", self.weights_path,
-                     "; ".join(f"{r} {dict(s)}" for r, s in overlay.items()) or "none (the policy's splits)")
+            log.info(
+                "weights overlay from %s: %s",
+                self.weights_path,
+                "; ".join(f"{r} {dict(s)}" for r, s in overlay.items()) or "none (the policy's splits)",
+            )
         self.overlay, self.policy = overlay, policy
         self.weights_sha256 = hashlib.sha256(stamp).hexdigest() if stamp else None  # of the file in force
 
@@ -159,8 +172,9 @@ class RouteTable:
         policy = load_serving_policy(self.path)
         missing = [a for a in (*policy.aliases(), *policy.arms()) if a not in self.served and a not in policy.declared]
         if missing:
-            raise ServingPolicyError(f"{self.path}: arm {missing[0]!r} is not served here; served: "
-                                     f"{', '.join(self.served)}")
+            raise ServingPolicyError(
+                f"{self.path}: arm {missing[0]!r} is not served here; served: {', '.join(self.served)}"
+            )
         clash = [n for n in policy.names() if n in self.served]
         if clash:
             raise ServingPolicyError(f"{self.path}: route {clash[0]!r} has the name of a served alias; rename it")

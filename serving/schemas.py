@@ -12,8 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
-                      ValidationInfo, field_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 
 from sampler.commit import COMMIT_RULES
 from sampler.remasking import REMASKING_POLICIES
@@ -187,11 +196,13 @@ class ChatMessage(Strict):
 
     @field_validator("content")
     @classmethod
-    def _content_unless_a_call(cls, value: str | list[ContentPart] | None,
-                               info: ValidationInfo) -> str | list[ContentPart] | None:
+    def _content_unless_a_call(
+        cls, value: str | list[ContentPart] | None, info: ValidationInfo
+    ) -> str | list[ContentPart] | None:
         if value is None and info.data.get("role") not in ("assistant", "function"):
-            raise ValueError(f"content is required in a {info.data.get('role', '')} message (only an assistant's "
-                             "may be null)")
+            raise ValueError(
+                f"content is required in a {info.data.get('role', '')} message (only an assistant's may be null)"
+            )
         return value
 
     def text(self) -> str:

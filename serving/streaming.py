@@ -111,8 +111,13 @@ class Chunks:
 
     def __init__(self, endpoint: str, request_id: str, created: int, model: str, fingerprint: str):
         self.chat = endpoint == "chat"
-        self.head = {"id": request_id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                     "created": created, "model": model, "system_fingerprint": fingerprint}
+        self.head = {
+            "id": request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": created,
+            "model": model,
+            "system_fingerprint": fingerprint,
+        }
 
     def _choice(self, text: str | None, finish_reason: str | None, index: int, role: bool = False) -> dict[str, Any]:
         if self.chat:

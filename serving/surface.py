@@ -10,8 +10,9 @@ is not checked here: it gets what the client sent and answers for itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sampler.config import SamplerConfig
 from serving.decoding import RequestError, is_deterministic
@@ -39,6 +40,7 @@ def honoured(value: Any, body: Any, served: Served) -> None:
 def _unset_or(*neutral: object) -> Check:
     def check(value: Any, body: Any, served: Served) -> str | None:
         return None if value is None or value in neutral else "no other value is supported"
+
     return check
 
 
@@ -88,7 +90,7 @@ def _tool_choice(value: Any, body: Any, served: Served) -> str | None:
 
 
 def _response_format(value: Any, body: Any, served: Served) -> str | None:
-    return None if value is None or value.get("type") == "text" else "only plain text answers ({\"type\": \"text\"})"
+    return None if value is None or value.get("type") == "text" else 'only plain text answers ({"type": "text"})'
 
 
 def _modalities(value: Any, body: Any, served: Served) -> str | None:
@@ -102,6 +104,7 @@ def _store(value: Any, body: Any, served: Served) -> str | None:
 def _not_set(why: str) -> Check:
     def check(value: Any, body: Any, served: Served) -> str | None:
         return None if value is None else why
+
     return check
 
 
@@ -117,27 +120,56 @@ BOTH, COMPLETIONS, CHAT = ("completions", "chat"), ("completions",), ("chat",)
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("model", BOTH, "the served name (an alias, a registered model, or a route)"),
-    Parameter("prompt", COMPLETIONS, "a string, token ids, or a list of either (up to 32): one choice each (times n), "
-              "decoded as a batch"),
-    Parameter("messages", CHAT, "rendered by the model's chat template; text content parts, roles system, developer "
-              "(rendered as system), user, assistant (content may be null), tool, function; what the template leaves "
-              "out is named in unmask.chat_dropped"),
+    Parameter(
+        "prompt",
+        COMPLETIONS,
+        "a string, token ids, or a list of either (up to 32): one choice each (times n), decoded as a batch",
+    ),
+    Parameter(
+        "messages",
+        CHAT,
+        "rendered by the model's chat template; text content parts, roles system, developer "
+        "(rendered as system), user, assistant (content may be null), tool, function; what the template leaves "
+        "out is named in unmask.chat_dropped",
+    ),
     Parameter("max_tokens", BOTH, "answer length, bounded by the model's context (and --max-tokens when set)"),
     Parameter("max_completion_tokens", CHAT, "as max_tokens"),
     Parameter("temperature", BOTH, "sampling temperature; 0 is greedy; unset: the operating point's"),
     Parameter("top_p", BOTH, "1, or any value at temperature 0 (the argmax is in every nucleus); else 400", _top_p),
-    Parameter("seed", BOTH, "seeds each choice's own generator; unset and sampled: a fresh seed from the OS, "
-              "reported in unmask.seeds"),
+    Parameter(
+        "seed",
+        BOTH,
+        "seeds each choice's own generator; unset and sampled: a fresh seed from the OS, reported in unmask.seeds",
+    ),
     Parameter("n", BOTH, "choices per prompt (up to 16); choice k of seed s decodes with seed s + k"),
-    Parameter("best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of),
+    Parameter(
+        "best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of
+    ),
     Parameter("stop", BOTH, "up to 4 strings; the answer ends before the first one"),
-    Parameter("stream", BOTH, "server-sent events of final text only; several choices stream side by side, each chunk naming its index"),
-    Parameter("stream_options", BOTH, "with stream only (as OpenAI); include_usage adds the usage chunk; "
-              "include_obfuscation is accepted and no padding is added", _stream_options),
-    Parameter("echo", COMPLETIONS, "the prompt is sent back before the answer; with logprobs its tokens are scored "
-              "(max_tokens 0: scored only), see Log-probabilities"),
-    Parameter("logprobs", BOTH, "completions: alternatives per token (0-20); chat: true or false; each token's "
-              "log-probability, see Log-probabilities (not with stream)"),
+    Parameter(
+        "stream",
+        BOTH,
+        "server-sent events of final text only; several choices stream side by side, each chunk naming its index",
+    ),
+    Parameter(
+        "stream_options",
+        BOTH,
+        "with stream only (as OpenAI); include_usage adds the usage chunk; "
+        "include_obfuscation is accepted and no padding is added",
+        _stream_options,
+    ),
+    Parameter(
+        "echo",
+        COMPLETIONS,
+        "the prompt is sent back before the answer; with logprobs its tokens are scored "
+        "(max_tokens 0: scored only), see Log-probabilities",
+    ),
+    Parameter(
+        "logprobs",
+        BOTH,
+        "completions: alternatives per token (0-20); chat: true or false; each token's "
+        "log-probability, see Log-probabilities (not with stream)",
+    ),
     Parameter("top_logprobs", CHAT, "alternatives per token (0-20), with logprobs true"),
     Parameter("frequency_penalty", BOTH, "0 or unset; else 400 (no penalties in unmask's sampler)", _penalty),
     Parameter("presence_penalty", BOTH, "0 or unset; else 400", _penalty),
@@ -145,19 +177,17 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("suffix", COMPLETIONS, "empty or unset; else 400 (not supported yet)", _suffix),
     Parameter("user", BOTH, "routes may match it; it keys sticky splits"),
     Parameter("metadata", BOTH, "string tags (up to 16); routes may match them"),
-    Parameter("response_format", CHAT, "{\"type\": \"text\"} or unset; json_object and json_schema: 400",
-              _response_format),
+    Parameter("response_format", CHAT, '{"type": "text"} or unset; json_object and json_schema: 400', _response_format),
     Parameter("tools", CHAT, "empty or unset; else 400 naming why (no tool template, or no tool-call parsing)", _tools),
     Parameter("tool_choice", CHAT, "none, or auto without tools; else 400", _tool_choice),
     Parameter("parallel_tool_calls", CHAT, "accepted (no tool is called)"),
     Parameter("functions", CHAT, "as tools", _tools),
     Parameter("function_call", CHAT, "as tool_choice", _tool_choice),
-    Parameter("modalities", CHAT, "[\"text\"] or unset; else 400", _modalities),
+    Parameter("modalities", CHAT, '["text"] or unset; else 400', _modalities),
     Parameter("audio", CHAT, "unset; else 400 (text only)", _not_set("the models answer text only")),
     Parameter("prediction", CHAT, "unset; else 400", _not_set("predicted outputs are not supported")),
     Parameter("web_search_options", CHAT, "unset; else 400", _not_set("unmask's models do not search the web")),
-    Parameter("reasoning_effort", CHAT, "unset or none; else 400",
-              _unset_or("none")),
+    Parameter("reasoning_effort", CHAT, "unset or none; else 400", _unset_or("none")),
     Parameter("verbosity", CHAT, "unset or medium (the default); else 400", _unset_or("medium")),
     Parameter("moderation", CHAT, "unset; else 400", _not_set("unmask runs no moderation")),
     Parameter("store", CHAT, "false or unset; else 400", _store),
@@ -186,8 +216,11 @@ def check_surface(body: Sampling, endpoint: str, served: Served) -> None:
         for i, message in enumerate(body.messages):
             for j, part in enumerate(message.content if isinstance(message.content, list) else []):
                 if part.type not in ("text", "refusal"):
-                    raise RequestError(f"messages.{i}.content.{j}", f"messages.{i}.content.{j}: {part.type} parts are "
-                                       "not supported; the models read text", code="unsupported_value")
+                    raise RequestError(
+                        f"messages.{i}.content.{j}",
+                        f"messages.{i}.content.{j}: {part.type} parts are not supported; the models read text",
+                        code="unsupported_value",
+                    )
 
 
 def parameter_table() -> str:

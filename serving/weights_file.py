@@ -6,8 +6,8 @@ The rollout controller writes it (`flows.rollout_state`), `unmask serve --routes
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from evals.store import write_json_atomic
 from gates.serving_arms import ServingPolicyError

@@ -13,8 +13,21 @@ import os
 # once and keeps it (`COLUMNS=100 make test` wrapped an asserted line), so these are settled before any unmask
 # module is imported, and again around every test. Without COLUMNS a console asks the environment each time it
 # prints, so a test's own `env={"COLUMNS": "200"}` (CliRunner) or subprocess `env=` still decides its width.
-TERMINAL_CLEARED = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE",
-                    "TTY_INTERACTIVE", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME")
+TERMINAL_CLEARED = (
+    "COLUMNS",
+    "LINES",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "LANGUAGE",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "LC_NUMERIC",
+    "LC_TIME",
+)
 TERMINAL_SET = {"TERM": "xterm-256color", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
 for _k in TERMINAL_CLEARED:
     os.environ.pop(_k, None)
@@ -26,10 +39,10 @@ os.environ.update(TERMINAL_SET)
 # OMP_NUM_THREADS in the environment still wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from flows.environment import QUIET_DEFAULTS  # noqa: E402
+from flows.environment import QUIET_DEFAULTS
 
 for _k, _v in QUIET_DEFAULTS.items():
     os.environ.setdefault(_k, _v)
@@ -45,8 +58,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         tier = next((part for part in item.path.relative_to(config.rootpath).parts[1:2] if part in TIERS), None)
         if tier is None:
-            raise pytest.UsageError(f"{item.nodeid}: a test module lives in tests/unit, tests/integration or "
-                                    f"tests/e2e (its folder is its tier)")
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test module lives in tests/unit, tests/integration or "
+                f"tests/e2e (its folder is its tier)"
+            )
         item.add_marker(tier)
 
 
@@ -64,5 +79,9 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 # The support modules whose fixtures any tier uses: the session's one Prefect harness, one PostgreSQL cluster, the
 # dashboard's filled registry, the team's signing key. Registered once here, so no test module imports a fixture by name.
 pytest.register_assert_rewrite("tests.support")  # a support module's assert explains itself as a test's does
-pytest_plugins = ["tests.support.servers", "tests.support.prefect_fixtures", "tests.support.postgres_fixtures",
-                  "tests.support.dashboard_fixtures"]
+pytest_plugins = [
+    "tests.support.servers",
+    "tests.support.prefect_fixtures",
+    "tests.support.postgres_fixtures",
+    "tests.support.dashboard_fixtures",
+]

@@ -16,8 +16,18 @@ from dashboards.dossier.content import SECTIONS, DossierError, dossier_content
 from dashboards.dossier.pdf import PdfError, print_pdf
 from dashboards.dossier.render import content_sha256, render_html, stated_sha256, verify_html
 
-__all__ = ["SECTIONS", "BuiltDossier", "DossierError", "PdfError", "build", "content_sha256", "dossier_content",
-           "render_html", "stated_sha256", "verify_html"]
+__all__ = [
+    "SECTIONS",
+    "BuiltDossier",
+    "DossierError",
+    "PdfError",
+    "build",
+    "content_sha256",
+    "dossier_content",
+    "render_html",
+    "stated_sha256",
+    "verify_html",
+]
 
 
 @dataclass(frozen=True)
@@ -32,8 +42,9 @@ class BuiltDossier:
         return asdict(self)
 
 
-def build(registry: Any, model: str, out: str | Path, version: str | None = None, stage: str | None = None,
-          pdf: bool = True) -> BuiltDossier:
+def build(
+    registry: Any, model: str, out: str | Path, version: str | None = None, stage: str | None = None, pdf: bool = True
+) -> BuiltDossier:
     """Write `<model>-v<version>-dossier.html` (and `.pdf`) under `out`; DossierError names what is missing."""
     content = dossier_content(registry, model, version, stage)
     out = Path(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
 from dashboards.dossier import DossierError, PdfError, build
 from registry import Registry, RegistryError
 

@@ -30,13 +30,23 @@ ANNEX_IV = (
     ("annex-9", "Annex IV 9. Post-market monitoring plan"),
 )
 # The model card's headings (the Hugging Face / Mitchell et al. outline) as this dossier fills them.
-MODEL_CARD = ("Intended use", "Out-of-scope use", "Training data", "Evaluation data", "Metrics and why they fit",
-              "Human oversight", "Risk management", "Post-market monitoring", "Change log")
+MODEL_CARD = (
+    "Intended use",
+    "Out-of-scope use",
+    "Training data",
+    "Evaluation data",
+    "Metrics and why they fit",
+    "Human oversight",
+    "Risk management",
+    "Post-market monitoring",
+    "Change log",
+)
 FAILED_ROLLOUTS = ("rolled_back", "aborted")
 
 
-def decision_part(registry: Registry, model: str, version: str, policy: Policy, card_md: str,
-                  content: dict[str, Any]) -> dict[str, Any]:
+def decision_part(
+    registry: Registry, model: str, version: str, policy: Policy, card_md: str, content: dict[str, Any]
+) -> dict[str, Any]:
     """The dossier's decision content for one version (merged into `dossier_content`'s dict)."""
     lines = decision_lines(registry, policy, [model], versions={model: version})
     try:
@@ -44,8 +54,9 @@ def decision_part(registry: Registry, model: str, version: str, policy: Policy, 
     except RolesError:
         roles = None
     held = read.aliases(registry)
-    holders = {s: (f"{h['model']} v{h['version']}" if isinstance(h := held.get(s), dict) else "nobody")
-               for s in STAGE_ALIASES}
+    holders = {
+        s: (f"{h['model']} v{h['version']}" if isinstance(h := held.get(s), dict) else "nobody") for s in STAGE_ALIASES
+    }
     found = rollouts(registry, model)
     return {
         "demo": demo_marks(registry, policy, roles),
@@ -87,8 +98,9 @@ def recommendation(lines: list[DecisionLine], found: list[Any], version: str) ->
     elif completed and not failed:
         routes = sorted({r.route for r in completed})
         verdict = f"adopt for route {', '.join(routes)}"
-        why = (f"a staged rollout on {', '.join(routes)} completed; production gates not all passing: "
-               + "; ".join(production.blocks if production else ["not judged"]))
+        why = f"a staged rollout on {', '.join(routes)} completed; production gates not all passing: " + "; ".join(
+            production.blocks if production else ["not judged"]
+        )
     else:
         verdict = "do not adopt"
         reasons = list(production.blocks) if production else ["production was not judged"]
@@ -107,18 +119,31 @@ def signatures(registry: Registry, model: str, version: str, roles: Roles | None
     for stage in STAGE_ALIASES:
         rules = roles.stage(stage) if roles is not None else None
         count = rules.approvals_count if rules else 1
-        recorded = [{"by": e.who, "at": e.when[:19], "comment": e.comment, "audit_run_id": e.run_id}
-                    for e in events if e.stage == stage]
+        recorded = [
+            {"by": e.who, "at": e.when[:19], "comment": e.comment, "audit_run_id": e.run_id}
+            for e in events
+            if e.stage == stage
+        ]
         slots = recorded + [None] * max(0, count - len(recorded))
-        out.append({"stage": stage, "required": count, "who_may": ", ".join(rules.approve) if rules else "approvers",
-                    "distinct": bool(rules.approvals_distinct) if rules else True, "slots": slots})
+        out.append(
+            {
+                "stage": stage,
+                "required": count,
+                "who_may": ", ".join(rules.approve) if rules else "approvers",
+                "distinct": bool(rules.approvals_distinct) if rules else True,
+                "slots": slots,
+            }
+        )
     return out
 
 
 def _rollout(registry: Registry, r: RolloutRecord) -> dict[str, Any]:
     steps = analyses(registry, r.id)
-    return r.to_dict() | {"failed": r.status in FAILED_ROLLOUTS, "analyses": len(steps),
-                          "verdicts": [f"step {a.step} at {a.weight}%: {a.verdict}" for a in steps]}
+    return r.to_dict() | {
+        "failed": r.status in FAILED_ROLLOUTS,
+        "analyses": len(steps),
+        "verdicts": [f"step {a.step} at {a.weight}%: {a.verdict}" for a in steps],
+    }
 
 
 def card_sections(card_md: str) -> dict[str, str]:
@@ -144,8 +169,7 @@ def model_card(card_md: str, content: dict[str, Any], lines: list[DecisionLine],
     tasks = sorted({(r["task"], r["split"], r["n_items"], r["dataset_hash"]) for r in records})
     gate_kinds = {g.kind for s in policy.stages.values() for g in s.gates}
     return {
-        "Intended use": _from_card(sections, "intended use", "uses") or (
-            f"{catalog.get('notes', '')}".strip() or ""),
+        "Intended use": _from_card(sections, "intended use", "uses") or (f"{catalog.get('notes', '')}".strip() or ""),
         "Out-of-scope use": _from_card(sections, "out-of-scope use", "out of scope", "limitations") or "",
         "Training data": _from_card(sections, "training data"),
         "Evaluation data": "; ".join(f"{t} ({split}, {n} items, dataset sha256 {h[:12]})" for t, split, n, h in tasks),
@@ -155,16 +179,19 @@ def model_card(card_md: str, content: dict[str, Any], lines: list[DecisionLine],
             "concurrency (what a user waits for, against what production would serve otherwise); peak memory; "
             "tokens per forward and NFE (the diffusion model's parallelism, which decides its cost)"
             + ("; serving p95 and error rate under N users in flight" if "serving" in gate_kinds else "")
-            + ("; canary analyses on live traffic" if "canary" in gate_kinds else "")),
+            + ("; canary analyses on live traffic" if "canary" in gate_kinds else "")
+        ),
         "Human oversight": (
             "every alias move needs the stage's gates, a complete checklist and the approvals the roles file "
             "requires (four eyes past poc; signatures below); on-call may roll back at once, audited; "
-            "`unmask audit --verify` proves the trail untouched"),
-        "Risk management": "; ".join(f"{x['kind']}: {x['text']}" for x in content["limitations"][:12]) or
-                           "no open risk recorded",
+            "`unmask audit --verify` proves the trail untouched"
+        ),
+        "Risk management": "; ".join(f"{x['kind']}: {x['text']}" for x in content["limitations"][:12])
+        or "no open risk recorded",
         "Post-market monitoring": (
             "the nightly re-evaluation (`unmask nightly run`) re-judges production and records regressions; "
-            "staged rollouts judge each step on the live request log (canary analysis) and roll back on a fail"),
+            "staged rollouts judge each step on the live request log (canary analysis) and roll back on a fail"
+        ),
         "lines": [_line(d) for d in lines],
     }
 
@@ -179,11 +206,26 @@ def change_log(registry: Registry, model: str, version: str, content: dict[str, 
     if previous:
         before, after = registry.version_tags(model, previous), registry.version_tags(model, version)
         for key in sorted(set(before) | set(after)):
-            if key.endswith(("weights_sha256", "revision", "evaluated_at", "evidence_run")) and \
-                    before.get(key) != after.get(key):
-                changes.append({"what": key.rsplit(".", 1)[-1], "before": before.get(key, "-"),
-                                "after": after.get(key, "-")})
-    return {"previous": previous, "changes": changes,
-            "events": [{"when": e.when[:19], "event": e.event, "who": e.who, "stage": e.stage, "version": e.version,
-                        "comment": e.comment[:200], "seq": e.seq, "audit_run_id": e.run_id} for e in events]}
-
+            if key.endswith(("weights_sha256", "revision", "evaluated_at", "evidence_run")) and before.get(
+                key
+            ) != after.get(key):
+                changes.append(
+                    {"what": key.rsplit(".", 1)[-1], "before": before.get(key, "-"), "after": after.get(key, "-")}
+                )
+    return {
+        "previous": previous,
+        "changes": changes,
+        "events": [
+            {
+                "when": e.when[:19],
+                "event": e.event,
+                "who": e.who,
+                "stage": e.stage,
+                "version": e.version,
+                "comment": e.comment[:200],
+                "seq": e.seq,
+                "audit_run_id": e.run_id,
+            }
+            for e in events
+        ],
+    }

@@ -28,17 +28,29 @@ def chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise PdfError("the PDF is printed by headless Chromium, and none was found (looked for "
-                   f"{', '.join(CANDIDATES)}; set ${CHROMIUM_ENV}); on Debian: apt-get install chromium")
+    raise PdfError(
+        "the PDF is printed by headless Chromium, and none was found (looked for "
+        f"{', '.join(CANDIDATES)}; set ${CHROMIUM_ENV}); on Debian: apt-get install chromium"
+    )
 
 
 def print_pdf(html: Path, pdf: Path) -> Path:
     """Print `html` to `pdf` (A4, backgrounds, no header or footer added by the browser)."""
     with tempfile.TemporaryDirectory(prefix="unmask-chromium-") as profile:
-        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                   "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}",
-                   "--no-pdf-header-footer", "--run-all-compositor-stages-before-draw",
-                   f"--print-to-pdf={pdf}", html.resolve().as_uri()]
+        command = [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--no-pdf-header-footer",
+            "--run-all-compositor-stages-before-draw",
+            f"--print-to-pdf={pdf}",
+            html.resolve().as_uri(),
+        ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=PRINT_TIMEOUT_S)
         except subprocess.TimeoutExpired:

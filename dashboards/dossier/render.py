@@ -13,7 +13,7 @@ import json
 import re
 import subprocess
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,13 @@ def code_commit() -> str:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return "unknown (not a git checkout)"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         return "unknown (git not available)"
@@ -60,13 +65,23 @@ def plots(content: dict[str, Any]) -> list[dict[str, str]]:
         return []
     with tempfile.TemporaryDirectory() as tmp:
         paths = plot_quality_latency(records, tmp, latency="latency_p95_s")
-        return [{"task": p.stem.removeprefix("quality-latency-"),
-                 "src": "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode()} for p in paths]
+        return [
+            {
+                "task": p.stem.removeprefix("quality-latency-"),
+                "src": "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode(),
+            }
+            for p in paths
+        ]
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(Path(__file__).parent), autoescape=select_autoescape(["j2", "html"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).parent),
+        autoescape=select_autoescape(["j2", "html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["json"] = lambda v: json.dumps(v, sort_keys=True, default=str)
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     env.filters["num"] = _num
@@ -82,9 +97,12 @@ def _num(value: Any, digits: int = 3) -> str:
 
 def render_html(content: dict[str, Any], generated_at: str | None = None) -> str:
     """The dossier HTML, its sha256 stated inside it."""
-    stamp = {"commit": code_commit(), "unmask_version": unmask_version(),
-             "generated_at": generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "sha256": PLACEHOLDER}
+    stamp = {
+        "commit": code_commit(),
+        "unmask_version": unmask_version(),
+        "generated_at": generated_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        "sha256": PLACEHOLDER,
+    }
     html = _environment().get_template(TEMPLATE).render(c=content, stamp=stamp, plots=plots(content))
     digest = hashlib.sha256(html.encode()).hexdigest()
     return html.replace(PLACEHOLDER, digest)
@@ -99,7 +117,7 @@ def content_sha256(html: str) -> str:
 def stated_sha256(html: str) -> str:
     found = STATED.search(html)
     if not found:
-        raise ValueError("not an unmask dossier: no <meta name=\"unmask-dossier-sha256\"> in the HTML")
+        raise ValueError('not an unmask dossier: no <meta name="unmask-dossier-sha256"> in the HTML')
     return found.group(1)
 
 

@@ -18,13 +18,15 @@ st.title("Candidate")
 show_policy(uri)
 versions = source.versions(uri)
 left, right = st.columns(2)
-candidates_first = versions.sort_values("aliases", key=lambda a: a.map(lambda held: CANDIDATE_ALIAS not in held),
-                                        kind="stable")
+candidates_first = versions.sort_values(
+    "aliases", key=lambda a: a.map(lambda held: CANDIDATE_ALIAS not in held), kind="stable"
+)
 model = left.selectbox("Model", list(dict.fromkeys(candidates_first.model)), key="candidate_model")
 mine = versions[versions.model == model]
 labels = {v: f"v{v}" + (f" [{', '.join(a)}]" if a else "") for v, a in zip(mine.version, mine.aliases)}
-version = right.selectbox("Version", list(labels), index=len(labels) - 1, format_func=lambda v: labels[v],
-                          key=f"candidate_version_{model}")
+version = right.selectbox(
+    "Version", list(labels), index=len(labels) - 1, format_func=lambda v: labels[v], key=f"candidate_version_{model}"
+)
 integrity = source.integrity(uri)
 check = integrity[(integrity.model == model) & (integrity.version == version)]
 if len(check) and check.status.iloc[0] == "tampered":
@@ -33,10 +35,17 @@ if len(check) and check.status.iloc[0] == "tampered":
     st.stop()
 view = source.candidate_view(uri, model, version)
 
-st.table(pd.DataFrame({"role": [view["role"]], "kind": [view["kind"]],
-                       "license tier": [view["license"]["tier"] if view["license"] else "unchecked"],
-                       "reached": [", ".join(s for s in STAGE_ALIASES if s in view["status"]["reached"])
-                                   or "no stage yet"]}, index=[f"v{version}"]))
+st.table(
+    pd.DataFrame(
+        {
+            "role": [view["role"]],
+            "kind": [view["kind"]],
+            "license tier": [view["license"]["tier"] if view["license"] else "unchecked"],
+            "reached": [", ".join(s for s in STAGE_ALIASES if s in view["status"]["reached"]) or "no stage yet"],
+        },
+        index=[f"v{version}"],
+    )
+)
 if view["failures"]:
     st.error("Load or decode failures: " + "; ".join(view["failures"]))
 
@@ -45,13 +54,20 @@ if dossier is None:
     st.caption(f"No adoption dossier yet: `unmask report {model} --version {version} --out DIR` writes one.")
 else:
     where = {f: dossier_location(reg, dossier, f) for f in ("html", "pdf") if getattr(dossier, f)}
-    st.markdown(f"**Adoption dossier** ({dossier.at[:19]} UTC, sha256 `{dossier.sha256[:12]}`): " + " · ".join(
-        f"[{f.upper()}]({loc})" if loc.startswith("http") else f"{f.upper()} `{loc}`" for f, loc in where.items()))
+    st.markdown(
+        f"**Adoption dossier** ({dossier.at[:19]} UTC, sha256 `{dossier.sha256[:12]}`): "
+        + " · ".join(
+            f"[{f.upper()}]({loc})" if loc.startswith("http") else f"{f.upper()} `{loc}`" for f, loc in where.items()
+        )
+    )
 
 st.subheader("Model card")
 card = {"revision": view["revision"] or "local", "weights sha256": view["weights_sha256"]} | view["card"]
-st.dataframe(pd.DataFrame({"field": list(card), "value": [value_text(v) for v in card.values()]}),
-             hide_index=True, width="stretch")
+st.dataframe(
+    pd.DataFrame({"field": list(card), "value": [value_text(v) for v in card.values()]}),
+    hide_index=True,
+    width="stretch",
+)
 
 st.subheader("License")
 lic = view["license"]
@@ -69,10 +85,13 @@ repro = view["reproducibility"]
 if repro is None:
     st.warning("No reproducibility probe was recorded for this version.")
 else:
-    checks = {"reproducible": "reproducible", "same process": "same_process", "fresh process": "fresh_process",
-              "batch invariant": "batch_invariant"}
-    st.table(pd.DataFrame({label: ["yes" if repro[key] else "no"] for label, key in checks.items()},
-                          index=["probe"]))
+    checks = {
+        "reproducible": "reproducible",
+        "same process": "same_process",
+        "fresh process": "fresh_process",
+        "batch invariant": "batch_invariant",
+    }
+    st.table(pd.DataFrame({label: ["yes" if repro[key] else "no"] for label, key in checks.items()}, index=["probe"]))
     for difference in repro["differences"]:
         st.warning(difference)
     st.caption(f"config {repro['config_hash']}; output hashes: " + ", ".join(h[:12] for h in repro["output_hashes"]))
@@ -89,24 +108,41 @@ for tab, stage in zip(st.tabs(list(STAGE_ALIASES)), STAGE_ALIASES):
             continue
         approval = view["status"]["approvals"].get(stage)
         if approval and approval.get("stale"):
-            st.warning(f"Approval by {approval['by']} at {approval['at']} predates the latest evaluation and no "
-                       "longer counts: approve again.")
+            st.warning(
+                f"Approval by {approval['by']} at {approval['at']} predates the latest evaluation and no "
+                "longer counts: approve again."
+            )
         elif approval:
             st.success(f"Approved by {approval['by']} at {approval['at']}: {approval['comment']}")
         stale = sorted(item for item, signoff in view["status"]["signoffs"].get(stage, {}).items() if signoff["stale"])
         if stale:
             st.warning(f"Sign-offs given before the latest evaluation no longer count: {', '.join(stale)}.")
-        st.dataframe(pd.DataFrame({
-            "item": items["item"], "done": items.done.astype(bool), "kind": items.kind, "text": items.text,
-            "evidence or sign-off": [reason if not ev else f"{reason} ({value_text(ev)})"
-                                     for reason, ev in zip(items.reason, items.evidence)],
-        }), hide_index=True, width="stretch")
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "item": items["item"],
+                    "done": items.done.astype(bool),
+                    "kind": items.kind,
+                    "text": items.text,
+                    "evidence or sign-off": [
+                        reason if not ev else f"{reason} ({value_text(ev)})"
+                        for reason, ev in zip(items.reason, items.evidence)
+                    ],
+                }
+            ),
+            hide_index=True,
+            width="stretch",
+        )
 
 st.subheader("MLflow runs")
 runs = view["runs"]
 if runs.url.notna().any():
-    st.dataframe(runs, hide_index=True, width="stretch",
-                 column_config={"url": st.column_config.LinkColumn("open in MLflow", display_text="open")})
+    st.dataframe(
+        runs,
+        hide_index=True,
+        width="stretch",
+        column_config={"url": st.column_config.LinkColumn("open in MLflow", display_text="open")},
+    )
 else:
     st.dataframe(runs.drop(columns="url"), hide_index=True, width="stretch")
     st.caption(f"Browse them with `{source.mlflow_ui_command(uri)}`.")

@@ -39,25 +39,39 @@ def versus(ratio_text_: str, line: DecisionLine) -> str:
 
 if decided:
     st.subheader("The decision, against the AR fallback")
-    st.caption(f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
-               f"tokens/s as ratios to the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
-               "concurrency (solo on the sweep, or the serving gate's load test where both have one), the verdict "
-               "on the gates judged afresh, and what blocks it.")
-    st.dataframe(pd.DataFrame({
-        "candidate": [f"{d.model} v{d.version}" for d in decided], "stage": [d.stage for d in decided],
-        "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
-        "p95 vs AR": [versus(ratio_text(d.p95_ratio, True), d) for d in decided],
-        "tokens/s vs AR": [versus(ratio_text(d.tokens_per_s_ratio, False), d) for d in decided],
-        "verdict": [d.verdict + (" (ranked on evidence)" if d.measured_pass and not d.promotable else "")
-                    for d in decided],
-        "what blocks it": ["; ".join(d.blocks) or "nothing" for d in decided],
-    }), hide_index=True, width="stretch", key="decision_table",
-        column_config={"what blocks it": st.column_config.TextColumn(width="large")})
+    st.caption(
+        f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
+        f"tokens/s as ratios to the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
+        "concurrency (solo on the sweep, or the serving gate's load test where both have one), the verdict "
+        "on the gates judged afresh, and what blocks it."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "candidate": [f"{d.model} v{d.version}" for d in decided],
+                "stage": [d.stage for d in decided],
+                "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
+                "p95 vs AR": [versus(ratio_text(d.p95_ratio, True), d) for d in decided],
+                "tokens/s vs AR": [versus(ratio_text(d.tokens_per_s_ratio, False), d) for d in decided],
+                "verdict": [
+                    d.verdict + (" (ranked on evidence)" if d.measured_pass and not d.promotable else "")
+                    for d in decided
+                ],
+                "what blocks it": ["; ".join(d.blocks) or "nothing" for d in decided],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+        key="decision_table",
+        column_config={"what blocks it": st.column_config.TextColumn(width="large")},
+    )
 pending = [f"{line.stage}: {', '.join(line.pending)}" for line in lines if line.pending]
 if pending:
-    st.info("**Ranked on evidence; not yet promotable:** " + "; ".join(pending) + ". Their measured gates pass; "
-            "the open sign-offs in brackets keep them from promotion (Scores has the ranking).",
-            icon=":material/pending_actions:")
+    st.info(
+        "**Ranked on evidence; not yet promotable:** " + "; ".join(pending) + ". Their measured gates pass; "
+        "the open sign-offs in brackets keep them from promotion (Scores has the ranking).",
+        icon=":material/pending_actions:",
+    )
 
 
 def label(holder: tuple[str, str] | None) -> str:
@@ -66,23 +80,31 @@ def label(holder: tuple[str, str] | None) -> str:
 
 for line in lines:
     if line.holder and line.holder_failed:
-        st.error(f"**{line.stage} is held by {label(line.holder)}, which fails its {line.stage} gates:** "
-                 f"{', '.join(line.holder_failed)}. Put the previous holder back with "
-                 f"`unmask rollback --stage {line.stage}`, or see why with "
-                 f"`unmask gates {line.holder[0]} --stage {line.stage}`.", icon=":material/dangerous:")
+        st.error(
+            f"**{line.stage} is held by {label(line.holder)}, which fails its {line.stage} gates:** "
+            f"{', '.join(line.holder_failed)}. Put the previous holder back with "
+            f"`unmask rollback --stage {line.stage}`, or see why with "
+            f"`unmask gates {line.holder[0]} --stage {line.stage}`.",
+            icon=":material/dangerous:",
+        )
 for line in lines:
     for why in line.stale:
         st.warning(f"**{line.stage}: evidence may be stale.** {why}.", icon=":material/update:")
     if line.inconclusive:
-        st.warning(f"**{line.stage}: inconclusive.** Neither pass nor fail yet (more items would settle it): "
-                   f"{'; '.join(line.inconclusive)}.", icon=":material/help:")
+        st.warning(
+            f"**{line.stage}: inconclusive.** Neither pass nor fail yet (more items would settle it): "
+            f"{'; '.join(line.inconclusive)}.",
+            icon=":material/help:",
+        )
 
 # -- failed rollouts: a finding on the version (registry.views.failed_rollouts; docs/rollout.md) --------------
 for f in source.failed_rollouts(uri).itertuples():
     if f.stands:
-        st.error(f"**{f.stage}: {label((f.model, f.version))} may not be promoted: rollout {f.rollout} was "
-                 f"{f.status.replace('_', ' ')}** ({f.reason}). {f.advice[0].upper() + f.advice[1:]}.",
-                 icon=":material/undo:")
+        st.error(
+            f"**{f.stage}: {label((f.model, f.version))} may not be promoted: rollout {f.rollout} was "
+            f"{f.status.replace('_', ' ')}** ({f.reason}). {f.advice[0].upper() + f.advice[1:]}.",
+            icon=":material/undo:",
+        )
 # -- end of failed rollouts ------------------------------------------------------------------------------------
 
 
@@ -123,17 +145,24 @@ def holder_text(line: StageVerdict) -> str:
     return label(line.holder) + ("" if line.holder_judged else ", not judged here")
 
 
-st.caption("Recommended: the best version that passes every gate of the stage, by the policy's TOPSIS score "
-           "among the passing ones (in brackets: the score's range while the version's accuracy runs across its "
-           "95% interval). Next: the first command that clears what stands between it and the stage.")
-st.table(pd.DataFrame({
-    "recommended": [label(line.recommended) or "none passes" for line in lines],
-    "score": [score_text(line) for line in lines],
-    "accuracy": [quality_text(line) for line in lines],
-    "held by": [holder_text(line) for line in lines],
-    "what blocks it": [blocks_text(line) for line in lines],
-    "next command": [line.command or "—" for line in lines],
-}, index=pd.Index([line.stage for line in lines], name="stage")))
+st.caption(
+    "Recommended: the best version that passes every gate of the stage, by the policy's TOPSIS score "
+    "among the passing ones (in brackets: the score's range while the version's accuracy runs across its "
+    "95% interval). Next: the first command that clears what stands between it and the stage."
+)
+st.table(
+    pd.DataFrame(
+        {
+            "recommended": [label(line.recommended) or "none passes" for line in lines],
+            "score": [score_text(line) for line in lines],
+            "accuracy": [quality_text(line) for line in lines],
+            "held by": [holder_text(line) for line in lines],
+            "what blocks it": [blocks_text(line) for line in lines],
+            "next command": [line.command or "—" for line in lines],
+        },
+        index=pd.Index([line.stage for line in lines], name="stage"),
+    )
+)
 later = [(line.stage, c) for line in lines for c in line.more_steps]
 if later:
     with st.expander("The commands after the next one"):

@@ -34,7 +34,23 @@ def alphabet() -> str:
 
 
 __all__ = [
-    "SPLITS", "TASKS", "ArithTask", "GSM8KTask", "InfillTask", "SortTask", "Task", "TaskItem", "alphabet",
-    "check_disjoint", "flexible_extract", "get_task", "load_gsm8k", "make_split", "sample_split", "mean_score", "score",
-    "split_of", "strict_match",
+    "SPLITS",
+    "TASKS",
+    "ArithTask",
+    "GSM8KTask",
+    "InfillTask",
+    "SortTask",
+    "Task",
+    "TaskItem",
+    "alphabet",
+    "check_disjoint",
+    "flexible_extract",
+    "get_task",
+    "load_gsm8k",
+    "make_split",
+    "sample_split",
+    "mean_score",
+    "score",
+    "split_of",
+    "strict_match",
 ]

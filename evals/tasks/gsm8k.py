@@ -10,7 +10,6 @@ from evals.tasks.base import TaskItem
 from evals.tasks.scoring import normalise_number, strict_match
 from models.unique_keys import DuplicateJSONKeyError, load_json
 
-
 MAX_LINE_BYTES = 256 * 1024  # a GSM8K line is about 1 KiB; a 5 MB line grew a run to 24 GB before this cap
 
 
@@ -30,8 +29,10 @@ def load_gsm8k(path: str | Path, split: str = "test", limit: int | None = None) 
     with path.open("rb") as f:
         for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES:  # refused before it is parsed, let alone tokenised
-                raise ValueError(f"{path}:{lineno}: line is over {MAX_LINE_BYTES // 1024} KiB; a task item is a "
-                                 f"question and an answer, not a document")
+                raise ValueError(
+                    f"{path}:{lineno}: line is over {MAX_LINE_BYTES // 1024} KiB; a task item is a "
+                    f"question and an answer, not a document"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -45,8 +46,9 @@ def load_gsm8k(path: str | Path, split: str = "test", limit: int | None = None) 
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object with question and answer, "
-                                 f"got {type(row).__name__}")
+                raise ValueError(
+                    f"{path}:{lineno}: expected a JSON object with question and answer, got {type(row).__name__}"
+                )
             for field in ("question", "answer"):
                 if not isinstance(row.get(field), str):
                     raise ValueError(f"{path}:{lineno}: field '{field}' must be a string, got {row.get(field)!r:.60}")

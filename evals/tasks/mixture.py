@@ -67,8 +67,15 @@ SORT_BANDS = {
 # a model trained on 32 positions sorts at 32 and not at 128, docs/experiments/sort-diffusion)
 SORT_BANDS |= {f"{name}128": replace(task, gen_length=128) for name, task in SORT_BANDS.items()}
 SORT_FOCUS_START = 16000
-SORT_FOCUS_WEIGHTS = {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0.2,
-                      "sort-short": 0.25, "sort-mid": 0.2, "sort-long": 0.15}
+SORT_FOCUS_WEIGHTS = {
+    "arith": 0.08,
+    "arith-ko": 0.08,
+    "infill": 0.04,
+    "sort": 0.2,
+    "sort-short": 0.25,
+    "sort-mid": 0.2,
+    "sort-long": 0.15,
+}
 SORT_FOCUS_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short": 96, "sort-mid": 48, "sort-long": 24}
 
 # A sort curriculum on the scoring canvas after the default mixture: short items first, then the
@@ -76,12 +83,42 @@ SORT_FOCUS_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short": 96, "sort-mid": 48
 # give each bucket about the same tokens per step (~5.3k).
 SORT_CURRICULUM_START = 16000
 SORT_CURRICULUM_PHASES = (
-    (SORT_CURRICULUM_START, {"arith": 0.1, "arith-ko": 0.1, "infill": 0.05, "sort": 0.1,
-                             "sort-short128": 0.45, "sort-mid128": 0.15, "sort-long128": 0.05}),
-    (21000, {"arith": 0.08, "arith-ko": 0.08, "infill": 0.04, "sort": 0.1,
-             "sort-short128": 0.25, "sort-mid128": 0.3, "sort-long128": 0.15}),
-    (27000, {"arith": 0.07, "arith-ko": 0.07, "infill": 0.03, "sort": 0.13,
-             "sort-short128": 0.2, "sort-mid128": 0.3, "sort-long128": 0.2}),
+    (
+        SORT_CURRICULUM_START,
+        {
+            "arith": 0.1,
+            "arith-ko": 0.1,
+            "infill": 0.05,
+            "sort": 0.1,
+            "sort-short128": 0.45,
+            "sort-mid128": 0.15,
+            "sort-long128": 0.05,
+        },
+    ),
+    (
+        21000,
+        {
+            "arith": 0.08,
+            "arith-ko": 0.08,
+            "infill": 0.04,
+            "sort": 0.1,
+            "sort-short128": 0.25,
+            "sort-mid128": 0.3,
+            "sort-long128": 0.15,
+        },
+    ),
+    (
+        27000,
+        {
+            "arith": 0.07,
+            "arith-ko": 0.07,
+            "infill": 0.03,
+            "sort": 0.13,
+            "sort-short128": 0.2,
+            "sort-mid128": 0.3,
+            "sort-long128": 0.2,
+        },
+    ),
 )
 SORT_CURRICULUM_BATCH_SIZES = DEFAULT_BATCH_SIZES | {"sort-short128": 38, "sort-mid128": 30, "sort-long128": 24}
 
@@ -96,12 +133,18 @@ BLOCK_DIFFUSION_WEIGHTS = {"arith": 0.35, "arith-ko": 0.35, "infill": 0.2, "sort
 
 MIXTURES = {  # the data schedules a recipe can name (`TrainConfig.mixture`), by seed
     "default": lambda seed: TrainingMixture(TASKS, DEFAULT_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
-    "sort-focus": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_FOCUS_BATCH_SIZES, seed=seed,
-                                               phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),)),
+    "sort-focus": lambda seed: TrainingMixture(
+        TASKS | SORT_BANDS,
+        DEFAULT_WEIGHTS,
+        SORT_FOCUS_BATCH_SIZES,
+        seed=seed,
+        phases=((SORT_FOCUS_START, SORT_FOCUS_WEIGHTS),),
+    ),
     "long-canvas": lambda seed: TrainingMixture(TASKS, LONG_CANVAS_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
     "block-diffusion": lambda seed: TrainingMixture(TASKS, BLOCK_DIFFUSION_WEIGHTS, DEFAULT_BATCH_SIZES, seed=seed),
-    "sort-curriculum": lambda seed: TrainingMixture(TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_CURRICULUM_BATCH_SIZES,
-                                                    seed=seed, phases=SORT_CURRICULUM_PHASES),
+    "sort-curriculum": lambda seed: TrainingMixture(
+        TASKS | SORT_BANDS, DEFAULT_WEIGHTS, SORT_CURRICULUM_BATCH_SIZES, seed=seed, phases=SORT_CURRICULUM_PHASES
+    ),
 }
 
 
@@ -122,6 +165,9 @@ def describe_mixture(name: str) -> str:
     text += f"; batch sizes {json.dumps({n: mixture.batch_sizes[n] for n in names})})"
     bands = [n for n in names if n in SORT_BANDS]
     if bands:
-        text += ". " + ", ".join(f"`{n}` is `sort` restricted to {SORT_BANDS[n].bands[0][0]}-{SORT_BANDS[n].bands[0][1]} "
-                                 f"letters on a {SORT_BANDS[n].gen_length}-position canvas" for n in bands)
+        text += ". " + ", ".join(
+            f"`{n}` is `sort` restricted to {SORT_BANDS[n].bands[0][0]}-{SORT_BANDS[n].bands[0][1]} "
+            f"letters on a {SORT_BANDS[n].gen_length}-position canvas"
+            for n in bands
+        )
     return text

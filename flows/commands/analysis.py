@@ -7,16 +7,25 @@ from pathlib import Path
 
 import typer
 
-analysis_app = typer.Typer(help="The canary analysis for outside controllers (Argo Rollouts, Flagger).",
-                           no_args_is_help=True)
+analysis_app = typer.Typer(
+    help="The canary analysis for outside controllers (Argo Rollouts, Flagger).", no_args_is_help=True
+)
 
 
 @analysis_app.command("serve")
 def serve_command(
-    routes: Path = typer.Option(..., "--routes", exists=True, dir_okay=False,
-                                help="Serving policy whose `rollout:` key holds the analysis (and the routes' splits)."),
-    log_dir: Path = typer.Option(None, "--log-dir", help="The server's request log (default: "
-                                 "<state>/serving/requests, where `unmask serve` writes it)."),
+    routes: Path = typer.Option(
+        ...,
+        "--routes",
+        exists=True,
+        dir_okay=False,
+        help="Serving policy whose `rollout:` key holds the analysis (and the routes' splits).",
+    ),
+    log_dir: Path = typer.Option(
+        None,
+        "--log-dir",
+        help="The server's request log (default: <state>/serving/requests, where `unmask serve` writes it).",
+    ),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8010, "--port", min=1, max=65535),
 ) -> None:

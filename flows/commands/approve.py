@@ -34,8 +34,7 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
         if not version:
             raise RegistryError(f"{model} has no `candidate` version; give --version")
         with server_permissions(registry.tracking_uri, model, f"{verb} for {stage}"):
-            me = claimed_actor(registry, by, "--by", f"{verb} of {model} v{version} for {stage}", stage, model,
-                               version)
+            me = claimed_actor(registry, by, "--by", f"{verb} of {model} v{version} for {stage}", stage, model, version)
             decided = (decline if reject else approve)(registry, model, version, stage, me, comment)
     except ApprovalRefused as e:
         console.print(str(e), style="red", markup=False, highlight=False)
@@ -52,18 +51,30 @@ def _decide(model: str, stage: str, by: str | None, comment: str, version: str |
 
             waiting = waiting_promotions(model, stage)
             if waiting:
-                resume_with_approval(waiting[0].id, PromotionApproval(
-                    approver=me.name, comment=comment, approve=not reject, approval_id="" if reject else decided.id))
+                resume_with_approval(
+                    waiting[0].id,
+                    PromotionApproval(
+                        approver=me.name, comment=comment, approve=not reject, approval_id="" if reject else decided.id
+                    ),
+                )
     if waiting:
         run = waiting[0]
-        console.print(f"{'declined' if reject else 'approved'} by {me.name}: promotion of {model} v{version} to "
-                      f"{stage} (flow run {run.name}, {run.id}); the flow resumes", highlight=False)
+        console.print(
+            f"{'declined' if reject else 'approved'} by {me.name}: promotion of {model} v{version} to "
+            f"{stage} (flow run {run.name}, {run.id}); the flow resumes",
+            highlight=False,
+        )
     elif reject:
-        console.print(f"declined by {me.name}: {model} v{version} will not go to {stage} until new evidence is "
-                      "registered", highlight=False)
+        console.print(
+            f"declined by {me.name}: {model} v{version} will not go to {stage} until new evidence is registered",
+            highlight=False,
+        )
     else:
-        console.print(f"no promotion of {model} to {stage} is waiting; approval by {me.name} recorded on "
-                      f"{model} v{version} for request {decided.request}", highlight=False)
+        console.print(
+            f"no promotion of {model} to {stage} is waiting; approval by {me.name} recorded on "
+            f"{model} v{version} for request {decided.request}",
+            highlight=False,
+        )
 
 
 def approve_command(
@@ -92,7 +103,9 @@ def reject_command(
 def request_promotion_command(
     model: str = typer.Argument(..., help="Registered model (candidate id)."),
     stage: str = typer.Argument(..., help="poc, staging or production."),
-    timeout_s: int = typer.Option(24 * 3600, "--timeout", callback=options.positive, help="Seconds to wait for the approval."),
+    timeout_s: int = typer.Option(
+        24 * 3600, "--timeout", callback=options.positive, help="Seconds to wait for the approval."
+    ),
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
@@ -112,11 +125,15 @@ def request_promotion_command(
         print_error(console, e)
         raise typer.Exit(2) from None
 
-    console.print(f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "
-                  f"unmask approve {model} {stage} --comment \"...\"", highlight=False)
+    console.print(
+        f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "
+        f'unmask approve {model} {stage} --comment "..."',
+        highlight=False,
+    )
     with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
-        state = promote_flow(model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None,
-                             return_state=True)
+        state = promote_flow(
+            model, stage, timeout_s=timeout_s, policy=str(policy) if policy else None, return_state=True
+        )
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
         line = describe(error)[1] if isinstance(error, BaseException) else " ".join(str(state.message).split())
@@ -124,8 +141,10 @@ def request_promotion_command(
         raise typer.Exit(1)
     result = state.result()
     if result["status"] == "promoted":
-        console.print(f"promoted: {result['move']['to']} holds {stage} (was {result['move']['from'] or 'nobody'})",
-                      highlight=False)
+        console.print(
+            f"promoted: {result['move']['to']} holds {stage} (was {result['move']['from'] or 'nobody'})",
+            highlight=False,
+        )
     else:
         console.print(f"declined by {result['by']}: {result['comment']}", highlight=False)
 

@@ -30,6 +30,9 @@ def print_demo_banner(out: Any, policy: Any = None, registry: Any = None) -> lis
     marks = demo_marks(None, loaded, read(load_roles))
     marks += read(lambda: demo_marks(registry or Registry(), None, None)) or []
     if marks:
-        out.print(f"[bold white on red] {BANNER} [/bold white on red] {'; '.join(marks)}: thresholds relaxed, people "
-                  "made up; production cannot move on a real registry under it", highlight=False)
+        out.print(
+            f"[bold white on red] {BANNER} [/bold white on red] {'; '.join(marks)}: thresholds relaxed, people "
+            "made up; production cannot move on a real registry under it",
+            highlight=False,
+        )
     return marks

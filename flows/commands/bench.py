@@ -15,9 +15,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from flows.commands import options
-from gates.readable import NONE, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+from gates.readable import NONE, percent, significant
 
 if TYPE_CHECKING:
     from evals.bench import BenchReport, BenchRow, BenchSetup, Variant
@@ -36,26 +36,43 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 def render(report: BenchReport) -> FittedTable:
     # at 80 columns memory goes first (one model, one size), then what the speedup sums up: the rates, the calls
     several = len({r.batch for r in report.rows}) > 1
-    table = FittedTable(report.title, [
-        Column("config"), Column("gen length", "right"), *([Column("batch", "right")] if several else []),
-        *(Column(f"accuracy {t}", "right") for t in report.setup.tasks),
-        Column("forward passes", "right", drop=3), Column("sequential calls", "right", drop=4),
-        Column("tokens per forward", "right", drop=2), Column("tokens/s (padded)", "right", drop=6),
-        Column("tokens/s (text)", "right", drop=5), Column("speedup", "right"),
-        Column("peak memory (MB)", "right", drop=7), Column("draft acceptance", "right", drop=1),
-        Column("computed peak (MB)", "right", drop=8), Column(f"same text as {report.reference}", "right")],
-        title_justify="left")
+    table = FittedTable(
+        report.title,
+        [
+            Column("config"),
+            Column("gen length", "right"),
+            *([Column("batch", "right")] if several else []),
+            *(Column(f"accuracy {t}", "right") for t in report.setup.tasks),
+            Column("forward passes", "right", drop=3),
+            Column("sequential calls", "right", drop=4),
+            Column("tokens per forward", "right", drop=2),
+            Column("tokens/s (padded)", "right", drop=6),
+            Column("tokens/s (text)", "right", drop=5),
+            Column("speedup", "right"),
+            Column("peak memory (MB)", "right", drop=7),
+            Column("draft acceptance", "right", drop=1),
+            Column("computed peak (MB)", "right", drop=8),
+            Column(f"same text as {report.reference}", "right"),
+        ],
+        title_justify="left",
+    )
     for r in report.rows:
         same = None if r.same_text_as_vanilla is None else percent(r.same_text_as_vanilla)
         table.add_row(
-            r.config + (f" [{r.provider}]" if r.provider else ""), str(r.gen_length),
+            r.config + (f" [{r.provider}]" if r.provider else ""),
+            str(r.gen_length),
             *([str(r.batch)] if several else []),
             *(percent(r.accuracy_by_task.get(t, 0.0)) for t in report.setup.tasks),
-            significant(r.nfe), significant(r.sequential_calls), significant(r.tokens_per_forward),
-            significant(r.tokens_per_s), significant(r.text_tokens_per_s),
+            significant(r.nfe),
+            significant(r.sequential_calls),
+            significant(r.tokens_per_forward),
+            significant(r.tokens_per_s),
+            significant(r.text_tokens_per_s),
             NONE if r.speedup_vs_vanilla is None else f"{significant(r.speedup_vs_vanilla)}x",
-            significant(r.peak_mem_mb), percent(r.acceptance_rate),
-            NONE if r.computed_peak_mb is None else significant(r.computed_peak_mb), same or NONE,
+            significant(r.peak_mem_mb),
+            percent(r.acceptance_rate),
+            NONE if r.computed_peak_mb is None else significant(r.computed_peak_mb),
+            same or NONE,
         )
     return table
 
@@ -74,14 +91,21 @@ def _clock(start: float) -> str:
 
 
 @contextmanager
-def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"
-                      ) -> Iterator[tuple[Callable[[str], None], Callable[[BenchRow], None]]]:
+def progress_reporter(
+    total: int, rows: int = 0, reference: str = "vanilla"
+) -> Iterator[tuple[Callable[[str], None], Callable[[BenchRow], None]]]:
     """(`tick(label)` per pass, `row_done(row)` per finished row): rich's bar on a terminal; piped, one flushed
     line on stderr per pass and one per finished row (a bar that redraws in place shows nothing in a log, and
     a long run would look hung)."""
     if console.is_terminal:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             bar = progress.add_task("bench", total=total)
             yield (lambda label: progress.update(bar, advance=1, description=label)), (lambda row: None)
         return
@@ -96,9 +120,13 @@ def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"
         nonlocal finished
         finished += 1
         speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x {reference}"
-        print(f"bench row {finished}/{rows} [{_clock(start)}] {row.config} @ {row.gen_length} batch {row.batch}: "
-              f"accuracy {percent(row.accuracy)}, {speedup}, {significant(row.text_tokens_per_s)} text tokens/s, "
-              f"{significant(row.tokens_per_forward)} tokens per forward", file=sys.stderr, flush=True)
+        print(
+            f"bench row {finished}/{rows} [{_clock(start)}] {row.config} @ {row.gen_length} batch {row.batch}: "
+            f"accuracy {percent(row.accuracy)}, {speedup}, {significant(row.text_tokens_per_s)} text tokens/s, "
+            f"{significant(row.tokens_per_forward)} tokens per forward",
+            file=sys.stderr,
+            flush=True,
+        )
 
     yield tick, row_done
 
@@ -106,29 +134,58 @@ def progress_reporter(total: int, rows: int = 0, reference: str = "vanilla"
 def bench_command(
     model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
     ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
-    gen_lengths: str = typer.Option("64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."),
-    batch: str = typer.Option(None, "--batch", callback=options.positive_ints,
-                              help="Comma-separated prompts per decode call, one set of rows each (e.g. 1,16; at most "
-                                   "--prompts); default: each task's prompts in one call."),
-    tolerance: float = typer.Option(1.0, "--tolerance", help="Accuracy points below vanilla a config may lose and "
-                                    "still be the verdict's best (0-100)."),
-    block_length: int = typer.Option(32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."),
+    gen_lengths: str = typer.Option(
+        "64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."
+    ),
+    batch: str = typer.Option(
+        None,
+        "--batch",
+        callback=options.positive_ints,
+        help="Comma-separated prompts per decode call, one set of rows each (e.g. 1,16; at most "
+        "--prompts); default: each task's prompts in one call.",
+    ),
+    tolerance: float = typer.Option(
+        1.0,
+        "--tolerance",
+        help="Accuracy points below vanilla a config may lose and still be the verdict's best (0-100).",
+    ),
+    block_length: int = typer.Option(
+        32, "--block-length", callback=options.positive, help="Semi-autoregressive block width."
+    ),
     prompts: int = typer.Option(4, "--prompts", callback=options.positive, help="Held-out test prompts per task."),
-    reps: int = typer.Option(3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."),
+    reps: int = typer.Option(
+        3, "--reps", callback=options.positive, help="Timed repetitions (>= 3); medians are reported."
+    ),
     warmup: int = typer.Option(1, "--warmup", callback=options.non_negative, help="Untimed warm-up passes per row."),
-    threads: int = typer.Option(None, "--threads", callback=options.threads,
-                                help="torch (and onnxruntime) threads (default: $UNMASK_THREADS, else 1)."),
+    threads: int = typer.Option(
+        None,
+        "--threads",
+        callback=options.threads,
+        help="torch (and onnxruntime) threads (default: $UNMASK_THREADS, else 1).",
+    ),
     seed: int = typer.Option(0, help="Seed for the prompt draw and the sampler."),
     configs: str = typer.Option("", "--configs", help="Comma-separated subset of rows (default: all)."),
     device: str = typer.Option("cpu", callback=options.device, help="cpu or cuda."),
-    json_path: Path = typer.Option(None, "--json", callback=options.output_path, help='Also write the rows as JSON here, rewritten after each '
-                                   'finished row ("complete": false until the end).'),
-    plot: Path = typer.Option(None, "--plot", help="Also draw accuracy vs text tokens/s per config, the AR twin as a "
-                              "star, one panel per generation length, as a PNG here."),
-    memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a row's decode may use, e.g. 8GiB: a "
-                                      "row whose computed peak (sampler/memory.footprint, its batch at the longest "
-                                      "gen length) exceeds it is refused before anything decodes (default: the "
-                                      "device's free memory once the models are loaded)."),
+    json_path: Path = typer.Option(
+        None,
+        "--json",
+        callback=options.output_path,
+        help='Also write the rows as JSON here, rewritten after each finished row ("complete": false until the end).',
+    ),
+    plot: Path = typer.Option(
+        None,
+        "--plot",
+        help="Also draw accuracy vs text tokens/s per config, the AR twin as a "
+        "star, one panel per generation length, as a PNG here.",
+    ),
+    memory_budget: str = typer.Option(
+        None,
+        "--memory-budget",
+        help="Peak bytes a row's decode may use, e.g. 8GiB: a "
+        "row whose computed peak (sampler/memory.footprint, its batch at the longest "
+        "gen length) exceeds it is refused before anything decodes (default: the "
+        "device's free memory once the models are loaded).",
+    ),
 ) -> None:
     """Measure a diffusion model's decoding settings and the AR twin side by side: for masked diffusion (LLaDA)
     vanilla, parallel, cached, speculative, early-exit and ONNX Runtime rows; for block diffusion (DiffusionGemma)
@@ -137,8 +194,9 @@ def bench_command(
     from sampler.memory import available_bytes
 
     budget = _memory_budget(memory_budget)
-    variants, setup, threads_from, loaded = _prepared(model, gen_lengths, batch, tolerance, block_length, prompts,
-                                                      reps, warmup, threads, seed, configs, device, plot)
+    variants, setup, threads_from, loaded = _prepared(
+        model, gen_lengths, batch, tolerance, block_length, prompts, reps, warmup, threads, seed, configs, device, plot
+    )
     console.print(f"torch threads: {setup.threads} ({threads_from})", highlight=False)
     ar_loaded = _ar_reference(ar_model, variants, device)
     setup = replace(setup, memory_budget=budget if budget is not None else available_bytes(device))  # weights resident
@@ -155,6 +213,7 @@ def bench_command(
             if json_path is not None:  # the file first: a line that says a row is done finds it there
                 write_json(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False), json_path)
             row_done(row)
+
         return keep
 
     try:
@@ -166,16 +225,33 @@ def bench_command(
     except KeyboardInterrupt:
         if rows:
             console.print(render(bench_report(loaded, setup, rows, ar_skipped=ar_skipped, complete=False)))
-        kept = (f'; {json_path} holds them ("complete": false)' if json_path is not None and rows else
-                "; nothing was written" if json_path is not None else "")
+        kept = (
+            f'; {json_path} holds them ("complete": false)'
+            if json_path is not None and rows
+            else "; nothing was written"
+            if json_path is not None
+            else ""
+        )
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     _publish(report, json_path, plot)
 
 
-def _prepared(model: str, gen_lengths: str, batch: str | None, tolerance: float, block_length: int, prompts: int,
-              reps: int, warmup: int, threads: int | None, seed: int, configs: str, device: str,
-              plot: Path | None) -> tuple[list[Variant], BenchSetup, str, ModelHandle | APIAdapter]:
+def _prepared(
+    model: str,
+    gen_lengths: str,
+    batch: str | None,
+    tolerance: float,
+    block_length: int,
+    prompts: int,
+    reps: int,
+    warmup: int,
+    threads: int | None,
+    seed: int,
+    configs: str,
+    device: str,
+    plot: Path | None,
+) -> tuple[list[Variant], BenchSetup, str, ModelHandle | APIAdapter]:
     """The rows asked for, the checked setup, where its thread count came from and the loaded model; exit 2 with
     the reason when any of them is wrong."""
     from evals.bench import BenchSetup, row_set
@@ -184,9 +260,17 @@ def _prepared(model: str, gen_lengths: str, batch: str | None, tolerance: float,
 
     try:
         threads, threads_from = options.threads_rule(threads)
-        setup = BenchSetup(gen_lengths=_ints(gen_lengths, "--gen-lengths"), block_length=block_length, prompts=prompts,
-                           reps=reps, warmup=warmup, threads=threads, seed=seed,
-                           batch_sizes=_ints(batch, "--batch") if batch else (), tolerance=tolerance / 100)
+        setup = BenchSetup(
+            gen_lengths=_ints(gen_lengths, "--gen-lengths"),
+            block_length=block_length,
+            prompts=prompts,
+            reps=reps,
+            warmup=warmup,
+            threads=threads,
+            seed=seed,
+            batch_sizes=_ints(batch, "--batch") if batch else (),
+            tolerance=tolerance / 100,
+        )
         if plot is not None and plot.suffix.lower() != ".png":
             raise ValueError(f"--plot {plot}: the plot is written as PNG; give a path ending in .png")
         loaded = load(model, device=device)
@@ -244,18 +328,20 @@ def _publish(report: BenchReport, json_path: Path | None, plot: Path | None) -> 
 
 
 # The help's paragraphs are one line each: rich would keep a docstring's line breaks mid-sentence.
-BENCH_HELP = "\n\n".join([
-    bench_command.__doc__ or "",
-    "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
-    "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core machine "
-    "shared with other jobs); "
-    "--gen-lengths 128,256,512 --prompts 32 takes over half an hour.",
-    "Under the table, one verdict line per generation length: the fastest config within --tolerance accuracy "
-    "points of vanilla, its speedup over vanilla and its text tokens/s against the AR twin at each --batch, and "
-    "AUP (accuracy under parallelism over tokens per forward). See docs/bench.md for every column.",
-    "Piped, one progress line per pass and one per finished row go to stderr. Ctrl-C keeps the rows finished "
-    "so far in --json.",
-])
+BENCH_HELP = "\n\n".join(
+    [
+        bench_command.__doc__ or "",
+        "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
+        "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core machine "
+        "shared with other jobs); "
+        "--gen-lengths 128,256,512 --prompts 32 takes over half an hour.",
+        "Under the table, one verdict line per generation length: the fastest config within --tolerance accuracy "
+        "points of vanilla, its speedup over vanilla and its text tokens/s against the AR twin at each --batch, and "
+        "AUP (accuracy under parallelism over tokens per forward). See docs/bench.md for every column.",
+        "Piped, one progress line per pass and one per finished row go to stderr. Ctrl-C keeps the rows finished "
+        "so far in --json.",
+    ]
+)
 
 
 def register(app: typer.Typer) -> None:

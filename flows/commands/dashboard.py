@@ -18,16 +18,34 @@ APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 
 def streamlit_command(port: int, address: str) -> list[str]:
     """The `streamlit run` command line for the dashboard, headless, usage statistics off."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-            "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false",
-            "--client.toolbarMode", "viewer"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+    ]
 
 
 def dashboard_command(
     port: int = typer.Option(8501, "--port", callback=options.port, help="Port to serve on."),
     address: str = typer.Option("127.0.0.1", "--address", help="Address to bind (0.0.0.0 to share on the network)."),
-    policy: Path = typer.Option(None, "--policy", help="Stage policy that ranks and marks operating points "
-                                "(default: $UNMASK_POLICY, else the bundled gates/policy.yaml)."),
+    policy: Path = typer.Option(
+        None,
+        "--policy",
+        help="Stage policy that ranks and marks operating points "
+        "(default: $UNMASK_POLICY, else the bundled gates/policy.yaml).",
+    ),
 ) -> None:
     """Serve the gate board, scores, quality-latency curves, candidates and promotions (read-only)."""
     from registry import resolve_tracking_uri

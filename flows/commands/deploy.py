@@ -22,19 +22,20 @@ def render_command(
     route: str = typer.Option("default", "--route", help="The serving policy's route."),
     routes: Path = typer.Option(None, "--routes", help="Serving policy (default: gates/serving.yaml)."),
     image: str = typer.Option("unmask:0.1.0", "--image", help="The image built from the repo's Dockerfile."),
-    cpu: str = typer.Option("2", "--cpu"), memory: str = typer.Option("8Gi", "--memory"),
+    cpu: str = typer.Option("2", "--cpu"),
+    memory: str = typer.Option("8Gi", "--memory"),
     gpus: int = typer.Option(0, "--gpus", min=0),
     analysis_url: str = typer.Option("http://unmask-default-router/v1/unmask/analysis", "--analysis-url"),
     out: Path = typer.Option(None, "--out", help="Folder for <kind>-<name>.yaml (default: stdout)."),
 ) -> None:
     """Write the manifests for one route's arms, from the serving policy and the registry."""
     from flows.rollout_state import all_states
-    from serving.manifests import TARGETS, render
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
     from gates.serving_policy import SERVING_POLICY_PATH, ServingPolicyError, load_serving_policy
     from registry import RegistryError
     from registry.serving import holder
     from registry.store import Registry, model_tag
+    from serving.manifests import TARGETS, render
 
     if target not in TARGETS:
         _fail(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
@@ -65,14 +66,30 @@ def render_command(
         model, version = at
         tags = registry.version_tags(model, version)
         source = registry.client.get_model_version(model, version).source
-        arms.append({"name": name, "alias": alias, "model": model, "version": version, "source": source,
-                     "weights_sha256": tags.get(model_tag("weights_sha256"), "")})
+        arms.append(
+            {
+                "name": name,
+                "alias": alias,
+                "model": model,
+                "version": version,
+                "source": source,
+                "weights_sha256": tags.get(model_tag("weights_sha256"), ""),
+            }
+        )
     resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
     if gpus:
         resources["limits"]["nvidia.com/gpu"] = str(gpus)
-    spec = {"route": route, "image": image, "resources": resources, "weight": weight, "arms": arms,
-            "steps": list(rollout.steps), "interval_s": rollout.interval_s, "analysis_url": analysis_url,
-            "routes_file": str(path)}
+    spec = {
+        "route": route,
+        "image": image,
+        "resources": resources,
+        "weight": weight,
+        "arms": arms,
+        "steps": list(rollout.steps),
+        "interval_s": rollout.interval_s,
+        "analysis_url": analysis_url,
+        "routes_file": str(path),
+    }
     manifests = render(target, spec)
     if out is None:
         typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)

@@ -9,12 +9,12 @@ import typer
 from rich.markup import escape
 
 from checklists import STAGES, ChecklistError, load_checklist
-from gates.next_steps import names_version, next_steps
-from gates.stages import next_stage_for
-from gates.readable import gate_threshold, gate_value
 from flows.commands.banner import print_demo_banner
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+from gates.next_steps import names_version, next_steps
+from gates.readable import gate_threshold, gate_value
+from gates.stages import next_stage_for
 
 if TYPE_CHECKING:
     from gates.policy import Policy, StagePolicy
@@ -30,10 +30,18 @@ def gates_command(
     stage: str = typer.Option(None, "--stage", "-s", help="poc, staging or production (default: all three)."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
-    stored: bool = typer.Option(False, "--stored", help="Show the gate reports last stored, without re-judging "
-                                                        "(each checked against the sha256 recorded with it)."),
-    store: bool = typer.Option(False, "--store", help="Record the verdicts in MLflow, replacing the stored ones "
-                                                      "the dashboard and the dossier show (default: only print)."),
+    stored: bool = typer.Option(
+        False,
+        "--stored",
+        help="Show the gate reports last stored, without re-judging "
+        "(each checked against the sha256 recorded with it).",
+    ),
+    store: bool = typer.Option(
+        False,
+        "--store",
+        help="Record the verdicts in MLflow, replacing the stored ones "
+        "the dashboard and the dossier show (default: only print).",
+    ),
 ) -> None:
     """Judge MODEL's gates afresh on its stored evidence and print them; --store records them for the dashboard."""
     from gates import PolicyError, ReasonKind, load_policy
@@ -66,8 +74,11 @@ def gates_command(
             stage_policy = policy.stage(name)
             console.print(_table(model, version, name, decision.gate_results, stage_policy))
             if decision.evidence.get("evidence_status") == "unverified":
-                console.print("  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
-                              "recorded (re-evaluate to record them)", highlight=False)
+                console.print(
+                    "  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
+                    "recorded (re-evaluate to record them)",
+                    highlight=False,
+                )
             for r in decision.gate_results:  # the table's row says why; this says what would settle it
                 if r.inconclusive:
                     console.print(f"  [yellow]inconclusive[/yellow] {r.gate}: {escape(r.settle)}", highlight=False)
@@ -77,15 +88,27 @@ def gates_command(
             verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
             console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
             if name == (stage or upcoming):  # the steps of the promotion asked about, or else of the next one
-                steps = next_steps(model, version, decision, stage_policy, name_version=names_version(held, version),
-                                   policy_path=policy_path)
+                steps = next_steps(
+                    model,
+                    version,
+                    decision,
+                    stage_policy,
+                    name_version=names_version(held, version),
+                    policy_path=policy_path,
+                )
                 for n, step in enumerate(steps):  # the reasons above say why; these say what to run
-                    console.print(f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False,
-                                  soft_wrap=True)
+                    console.print(
+                        f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False, soft_wrap=True
+                    )
             console.print()
         if not store:
-            console.print(f"judged afresh, recorded nowhere (the stored verdicts stand; `unmask gates {model} "
-                          "--store` records these)", style="dim", highlight=False, markup=False)
+            console.print(
+                f"judged afresh, recorded nowhere (the stored verdicts stand; `unmask gates {model} "
+                "--store` records these)",
+                style="dim",
+                highlight=False,
+                markup=False,
+            )
     except (PolicyError, ChecklistError, RegistryError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
@@ -104,32 +127,52 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
             record_finding(reg, e)
             raise
         if report is None:
-            console.print(f"{model} v{version}: no stored {name} gate report (judge it: unmask gates {model} "
-                          f"--version {version} --stage {name})\n", highlight=False)
+            console.print(
+                f"{model} v{version}: no stored {name} gate report (judge it: unmask gates {model} "
+                f"--version {version} --stage {name})\n",
+                highlight=False,
+            )
             continue
         results = [GateResult.from_dict(r) for r in report.get("results", [])]
         console.print(_table(model, version, name, results, policy.stage(name), f", stored {report['evaluated_at']}"))
         if report["integrity"] == "unverified":
-            console.print("  [yellow]-[/yellow] gate report unverified: written before gate reports were hashed "
-                          "(re-judge to hash it)", highlight=False)
+            console.print(
+                "  [yellow]-[/yellow] gate report unverified: written before gate reports were hashed "
+                "(re-judge to hash it)",
+                highlight=False,
+            )
         word = "[green]passed[/green]" if report.get("passed") else "[red]did not pass[/red]"
         console.print(f"  {model} v{version} -> {name}: the gates {word} when judged\n", highlight=False)
 
 
-def _table(model: str, version: str, stage: str, results: Sequence[GateResult], stage_policy: StagePolicy,
-           when: str = "") -> FittedTable:
+def _table(
+    model: str, version: str, stage: str, results: Sequence[GateResult], stage_policy: StagePolicy, when: str = ""
+) -> FittedTable:
     passed = sum(r.passed for r in results)
     undecided = sum(r.inconclusive for r in results)
     more = f", {undecided} inconclusive" if undecided else ""
-    table = FittedTable(f"{model} v{version}: {stage} gates ({passed}/{len(results)} passed{more}{when})", [
-        Column("gate"), Column("passed"), Column("measured", wrap=True), Column("required", wrap=True),
-        Column("why", wrap=True, drop=1), Column("record", drop=2)])
+    table = FittedTable(
+        f"{model} v{version}: {stage} gates ({passed}/{len(results)} passed{more}{when})",
+        [
+            Column("gate"),
+            Column("passed"),
+            Column("measured", wrap=True),
+            Column("required", wrap=True),
+            Column("why", wrap=True, drop=1),
+            Column("record", drop=2),
+        ],
+    )
     specs = {g.name: g for g in stage_policy.gates}
     for r in results:
         spec = specs.get(r.gate)
-        table.add_row(r.gate, VERDICT_WORDS[r.verdict],
-                      gate_value(getattr(spec, "kind", None), r.value), gate_threshold(spec, r.threshold),
-                      r.reason, str(r.evidence.get("record_id") or ""))
+        table.add_row(
+            r.gate,
+            VERDICT_WORDS[r.verdict],
+            gate_value(getattr(spec, "kind", None), r.value),
+            gate_threshold(spec, r.threshold),
+            r.reason,
+            str(r.evidence.get("record_id") or ""),
+        )
     return table
 
 

@@ -16,15 +16,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from flows.commands import options
-from gates.readable import NONE, milliseconds, percent, significant
 from flows.commands.table import Column, FittedTable, table_console
+from gates.readable import NONE, milliseconds, percent, significant
 
 if TYPE_CHECKING:
     from evals.batching_cap import BatchingCap, GainAgainstCap
@@ -42,7 +43,9 @@ def parse_levels(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise LoadTestError(f"--concurrency {text!r}: expected comma-separated positive integers, e.g. 1,4,16") from None
+        raise LoadTestError(
+            f"--concurrency {text!r}: expected comma-separated positive integers, e.g. 1,4,16"
+        ) from None
     if not values:
         raise LoadTestError(f"--concurrency {text!r}: expected comma-separated positive integers, e.g. 1,4,16")
     return values
@@ -57,11 +60,21 @@ class LocalServer:
 
 
 @contextlib.contextmanager
-def local_server(names: list[str], tracking_uri: str | None = None, *, sources: dict[str, str] | None = None,
-                 max_batch: int = 16,
-                 batch_window_s: float = 0.01, max_pending: int = 1024, device: str = "cpu", dtype: str = "float32",
-                 continuous: bool | None = None,
-                 timeout_s: float = 600.0, max_tokens: int = 256, asked_tokens: int | None = None) -> Iterator[LocalServer]:
+def local_server(
+    names: list[str],
+    tracking_uri: str | None = None,
+    *,
+    sources: dict[str, str] | None = None,
+    max_batch: int = 16,
+    batch_window_s: float = 0.01,
+    max_pending: int = 1024,
+    device: str = "cpu",
+    dtype: str = "float32",
+    continuous: bool | None = None,
+    timeout_s: float = 600.0,
+    max_tokens: int = 256,
+    asked_tokens: int | None = None,
+) -> Iterator[LocalServer]:
     """`unmask serve`'s app over the registry on a free 127.0.0.1 port (uvicorn in a thread); yields its /v1 URL
     and its pool, whose loaded models the batching cap is measured on.
 
@@ -78,12 +91,23 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
     from evals.loadtest import LoadTestError
     from serving import Limits, PoolSettings, ServeSettings, create_app
 
-    app = create_app(ServeSettings(
-        pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, sources=dict(sources or {}), device=device,
-                          dtype=dtype,
-                          max_batch=max_batch, batch_window_s=batch_window_s, max_pending=max_pending,
-                          continuous=continuous),
-        limits=Limits(max_tokens=max_tokens), request_timeout_s=timeout_s))
+    app = create_app(
+        ServeSettings(
+            pool=PoolSettings(
+                names=list(names),
+                tracking_uri=tracking_uri,
+                sources=dict(sources or {}),
+                device=device,
+                dtype=dtype,
+                max_batch=max_batch,
+                batch_window_s=batch_window_s,
+                max_pending=max_pending,
+                continuous=continuous,
+            ),
+            limits=Limits(max_tokens=max_tokens),
+            request_timeout_s=timeout_s,
+        )
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -104,8 +128,10 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
             except KeyError:  # nobody holds it yet: the server refuses its requests, and they are counted as errors
                 continue
             if context and asked_tokens >= context:
-                raise LoadTestError(f"--max-tokens {asked_tokens}: does not fit {name}'s context of {context} tokens "
-                                    f"(prompt included); ask for fewer")
+                raise LoadTestError(
+                    f"--max-tokens {asked_tokens}: does not fit {name}'s context of {context} tokens "
+                    f"(prompt included); ask for fewer"
+                )
         yield LocalServer(f"http://127.0.0.1:{port}/v1", pool)
     finally:
         server.should_exit = True
@@ -113,29 +139,54 @@ def local_server(names: list[str], tracking_uri: str | None = None, *, sources: 
 
 
 def loadtest_command(
-    model: list[str] = typer.Option(None, "--model", "-m", help="Served name to load (alias or registered model); "
-                                    "repeat (default: production, fallback)."),
-    concurrency: str = typer.Option("1,4,16", "--concurrency", "-c", help="Requests in flight, comma-separated; "
-                                    "1 (the solo reference) is always run."),
+    model: list[str] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="Served name to load (alias or registered model); repeat (default: production, fallback).",
+    ),
+    concurrency: str = typer.Option(
+        "1,4,16",
+        "--concurrency",
+        "-c",
+        help="Requests in flight, comma-separated; 1 (the solo reference) is always run.",
+    ),
     requests: int = typer.Option(32, "--requests", "-n", help="Requests per model and concurrency."),
     duration: float = typer.Option(None, "--duration", help="Seconds per model and concurrency at most."),
-    url: str = typer.Option(None, "--url", help="An OpenAI-compatible base URL (…/v1); default: serve the "
-                            "registry here on a free 127.0.0.1 port."),
+    url: str = typer.Option(
+        None,
+        "--url",
+        help="An OpenAI-compatible base URL (…/v1); default: serve the registry here on a free 127.0.0.1 port.",
+    ),
     api_key_env: str = typer.Option(None, "--api-key-env", help="Environment variable holding the endpoint's key."),
-    entry: str = typer.Option(None, "--entry", help="An api catalog entry to load: its base URL, model name and key "
-                              "variable (instead of --url, --model, --api-key-env)."),
+    entry: str = typer.Option(
+        None,
+        "--entry",
+        help="An api catalog entry to load: its base URL, model name and key "
+        "variable (instead of --url, --model, --api-key-env).",
+    ),
     task: str = typer.Option("arith", "--task", help="Task suite the prompts come from (evals/tasks)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Answer length (default: the served operating point)."),
-    endpoint: str = typer.Option(None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."),
-    max_batch: int = typer.Option(16, "--max-batch", callback=options.positive,
-                                  help="Without --url: the local server's largest batch."),
+    endpoint: str = typer.Option(
+        None, "--endpoint", help="completions or chat (default: completions; chat for --entry)."
+    ),
+    max_batch: int = typer.Option(
+        16, "--max-batch", callback=options.positive, help="Without --url: the local server's largest batch."
+    ),
     timeout_s: float = typer.Option(120.0, "--timeout", help="Per-request timeout in seconds."),
-    stream: bool = typer.Option(True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."),
+    stream: bool = typer.Option(
+        True, "--stream/--no-stream", help="Measure TTFB on a stream where the server streams."
+    ),
     json_path: Path = typer.Option(None, "--json", callback=options.output_path, help="Write records, notes here."),
-    plot: Path = typer.Option(None, "--plot", callback=options.output_path, help="Write the tokens/s vs p95 curve "
-                              "here (PNG; default: under $UNMASK_HOME/loadtests/)."),
-    log: bool = typer.Option(True, "--log/--no-log", help="Log the serving records to MLflow against the "
-                             "registered version that answered."),
+    plot: Path = typer.Option(
+        None,
+        "--plot",
+        callback=options.output_path,
+        help="Write the tokens/s vs p95 curve here (PNG; default: under $UNMASK_HOME/loadtests/).",
+    ),
+    log: bool = typer.Option(
+        True, "--log/--no-log", help="Log the serving records to MLflow against the registered version that answered."
+    ),
 ) -> None:
     """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness."""
     from evals.evaluate import load_task
@@ -152,10 +203,18 @@ def loadtest_command(
             if not os.environ.get(api_key_env):
                 raise LoadTestError(f"--api-key-env {api_key_env}: the environment variable is not set")
             key = os.environ[api_key_env]
-        spec = LoadSpec(base_url=(url or "http://127.0.0.1/v1").rstrip("/"), models=tuple(names),
-                        concurrency=parse_levels(concurrency), requests=requests, duration_s=duration,
-                        max_tokens=max_tokens, endpoint=endpoint or ("chat" if entry else "completions"),
-                        timeout_s=timeout_s, stream=stream, api_key=key)
+        spec = LoadSpec(
+            base_url=(url or "http://127.0.0.1/v1").rstrip("/"),
+            models=tuple(names),
+            concurrency=parse_levels(concurrency),
+            requests=requests,
+            duration_s=duration,
+            max_tokens=max_tokens,
+            endpoint=endpoint or ("chat" if entry else "completions"),
+            timeout_s=timeout_s,
+            stream=stream,
+            api_key=key,
+        )
         check_spec(spec)
         try:
             prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
@@ -164,33 +223,49 @@ def loadtest_command(
         from evals.batching_cap import cap_rows, measure_decode_cap
         from evals.loadtest import levels
 
-        serve_here = local_server(names, max_batch=max_batch, timeout_s=timeout_s, max_tokens=max(256, max_tokens or 0),
-                                  asked_tokens=max_tokens)
+        serve_here = local_server(
+            names,
+            max_batch=max_batch,
+            timeout_s=timeout_s,
+            max_tokens=max(256, max_tokens or 0),
+            asked_tokens=max_tokens,
+        )
         with contextlib.nullcontext() if url else serve_here as here:
             from dataclasses import replace
 
             # serving here: the client runs in a process of its own, off the server's interpreter lock
-            result = run_with_progress(replace(spec, base_url=here.url if here else spec.base_url), prompts,
-                                       apart=here is not None)
+            result = run_with_progress(
+                replace(spec, base_url=here.url if here else spec.base_url), prompts, apart=here is not None
+            )
             caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
-            decode_caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch),
-                                      measure_decode_cap) if here else None
+            decode_caps = (
+                served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch), measure_decode_cap)
+                if here
+                else None
+            )
     except LoadTestError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     from evals.fingerprint import environment_fingerprint
     from evals.loadtest import serving_records
 
-    records = serving_records(result, environment_fingerprint("cpu", task=task,
-                                                               served_by="url" if url else "local"))
+    records = serving_records(result, environment_fingerprint("cpu", task=task, served_by="url" if url else "local"))
     show_results(result, records, caps, max_batch, decode_caps)
     logged = save_results(records, plot, log)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"base_url": result.spec.base_url if url else "local", "task": task,
-                                         "records": [r.to_dict() for r in logged], "notes": result.notes,
-                                         "errors": {f"{c.model}@{c.concurrency}": c.error_messages()
-                                                    for c in result.cells if c.errors}}, indent=2))
+        json_path.write_text(
+            json.dumps(
+                {
+                    "base_url": result.spec.base_url if url else "local",
+                    "task": task,
+                    "records": [r.to_dict() for r in logged],
+                    "notes": result.notes,
+                    "errors": {f"{c.model}@{c.concurrency}": c.error_messages() for c in result.cells if c.errors},
+                },
+                indent=2,
+            )
+        )
         console.print(f"records: {json_path}", highlight=False)
 
 
@@ -202,13 +277,21 @@ def save_results(records: list[ServingRecord], plot: Path | None, log: bool) -> 
     for why in skipped:
         console.print(f"[yellow]not logged:[/yellow] {why}", highlight=False)
     if log and any(r.run_id for r in logged):
-        console.print(f"logged {sum(bool(r.run_id) for r in logged)} serving record(s) to MLflow; the serving gate "
-                      "reads them (unmask gates)", highlight=False)
+        console.print(
+            f"logged {sum(bool(r.run_id) for r in logged)} serving record(s) to MLflow; the serving gate "
+            "reads them (unmask gates)",
+            highlight=False,
+        )
     return logged
 
 
-def show_results(result: LoadResult, records: list[ServingRecord], caps: dict[str, Any] | None, max_batch: int,
-                 decode_caps: dict[str, Any] | None = None) -> None:
+def show_results(
+    result: LoadResult,
+    records: list[ServingRecord],
+    caps: dict[str, Any] | None,
+    max_batch: int,
+    decode_caps: dict[str, Any] | None = None,
+) -> None:
     """The results table (its model, in flight, tokens/s and p95 columns are the curve's points), the notes, the
     errors, and the batching gain against the caps, the forward's and the whole decode's (`caps` None: a remote
     endpoint, whose model is not here)."""
@@ -224,12 +307,20 @@ def show_results(result: LoadResult, records: list[ServingRecord], caps: dict[st
     if gains:
         console.print(cap_table(gains, max_batch))
     if caps is None:
-        console.print("batching cap: unknown (the model behind --url is not in this process, so its forward cannot "
-                      "be timed; run without --url to measure it)", highlight=False)
+        console.print(
+            "batching cap: unknown (the model behind --url is not in this process, so its forward cannot "
+            "be timed; run without --url to measure it)",
+            highlight=False,
+        )
 
 
-def served_caps(pool: ModelPool, names: list[str], prompts: list[str], rows: tuple[int, ...],
-                measure: Callable[..., BatchingCap] | None = None) -> dict[str, Any]:
+def served_caps(
+    pool: ModelPool,
+    names: list[str],
+    prompts: list[str],
+    rows: tuple[int, ...],
+    measure: Callable[..., BatchingCap] | None = None,
+) -> dict[str, Any]:
     """The batching cap (`evals.batching_cap`; `measure`: its `measure_cap`, the default, or `measure_decode_cap`) of
     each served name's loaded model at its operating point; None for a name with no holder or a kind it does not
     measure. Call it after the load, while the server still runs: the forwards are timed on the pool's compute
@@ -247,8 +338,9 @@ def served_caps(pool: ModelPool, names: list[str], prompts: list[str], rows: tup
             continue
         handle = route.loaded.handle
         try:
-            caps[name] = pool.compute.submit(measure, handle, route.base,
-                                             [handle.encode(p) for p in prompts[:max(rows)]], rows).result()
+            caps[name] = pool.compute.submit(
+                measure, handle, route.base, [handle.encode(p) for p in prompts[: max(rows)]], rows
+            ).result()
         except ValueError as e:
             console.print(f"[yellow]note:[/yellow] {name}: no batching cap ({e})", highlight=False)
             caps[name] = None
@@ -258,17 +350,31 @@ def served_caps(pool: ModelPool, names: list[str], prompts: list[str], rows: tup
 def cap_table(gains: list[GainAgainstCap], max_batch: int) -> FittedTable:
     """Per model and loaded level: tokens/s over solo (the gain), the caps at that many rows (one forward's, a whole
     decode's), and the gain's share of each."""
-    table = FittedTable("batching gain against the cap (n rows' forward, and n rows' whole decode, vs one row's, "
-                        "timed in process)",
-                        [Column("model"), Column("in flight", "right"), Column("gain (tokens/s vs solo)", "right"),
-                         Column("cap", "right"), Column("gain / cap", "right"), Column("decode cap", "right"),
-                         Column("gain / decode cap", "right")])
+    table = FittedTable(
+        "batching gain against the cap (n rows' forward, and n rows' whole decode, vs one row's, timed in process)",
+        [
+            Column("model"),
+            Column("in flight", "right"),
+            Column("gain (tokens/s vs solo)", "right"),
+            Column("cap", "right"),
+            Column("gain / cap", "right"),
+            Column("decode cap", "right"),
+            Column("gain / decode cap", "right"),
+        ],
+    )
     for g in gains:
         rows = min(g.concurrency, max_batch)
         cap = f"{significant(g.cap)}x at {rows} rows" if g.cap else "unknown"
         decoded = f"{significant(g.decode_cap)}x" if g.decode_cap else "unknown"
-        table.add_row(g.served_as, str(g.concurrency), f"{significant(g.gain)}x" if g.gain is not None else NONE, cap,
-                      percent(g.share), decoded, percent(g.decode_share))
+        table.add_row(
+            g.served_as,
+            str(g.concurrency),
+            f"{significant(g.gain)}x" if g.gain is not None else NONE,
+            cap,
+            percent(g.share),
+            decoded,
+            percent(g.decode_share),
+        )
     return table
 
 
@@ -316,8 +422,14 @@ def run_with_progress(spec: LoadSpec, prompts: list[str], apart: bool = False) -
     from evals.loadtest import levels, run_load
     from flows.progress import report, set_reporter
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         bar = progress.add_task("connecting", total=len(spec.models) * len(levels(spec)) * spec.requests)
 
         def show(kind: str, info: dict[str, Any]) -> None:
@@ -369,10 +481,20 @@ def results_table(result: LoadResult, records: list[ServingRecord]) -> FittedTab
     """One row per (model, concurrency); `vs <last model>` is tokens/s over the last --model's at that level."""
     reference = result.spec.models[-1] if len(result.spec.models) > 1 else None
     rates = {(r.served_as, r.concurrency): r.tokens_per_s for r in records}
-    columns = [Column("model"), Column("served", drop=3), Column("in flight", "right"), Column("requests", "right", drop=4),
-               Column("p50 (ms)", "right", drop=2), Column("p95 (ms)", "right"), Column("p99 (ms)", "right", drop=2),
-               Column("TTFB p50 (ms)", "right", drop=1), Column("tokens/s", "right"), Column("req/s", "right"),
-               Column("errors", "right"), Column("same as solo", "right")]
+    columns = [
+        Column("model"),
+        Column("served", drop=3),
+        Column("in flight", "right"),
+        Column("requests", "right", drop=4),
+        Column("p50 (ms)", "right", drop=2),
+        Column("p95 (ms)", "right"),
+        Column("p99 (ms)", "right", drop=2),
+        Column("TTFB p50 (ms)", "right", drop=1),
+        Column("tokens/s", "right"),
+        Column("req/s", "right"),
+        Column("errors", "right"),
+        Column("same as solo", "right"),
+    ]
     if reference:
         columns.append(Column(f"tokens/s vs {reference}", "right"))
     title = f"load test: {result.spec.requests} requests per level"
@@ -383,9 +505,20 @@ def results_table(result: LoadResult, records: list[ServingRecord]) -> FittedTab
         served = f"{r.model}/{r.version}" if r.version else r.model
         ttfb = milliseconds(r.ttfb_p50_s) + ("" if r.streamed else " (no stream)")
         same = "solo" if r.concurrency == 1 else percent(r.same_answer_share)
-        row = [r.served_as, served, str(r.concurrency), str(r.requests), milliseconds(r.latency_p50_s),
-               milliseconds(r.latency_p95_s), milliseconds(r.latency_p99_s), ttfb, significant(r.tokens_per_s),
-               significant(r.requests_per_s), f"{round(r.error_rate * r.requests)} ({percent(r.error_rate)})", same]
+        row = [
+            r.served_as,
+            served,
+            str(r.concurrency),
+            str(r.requests),
+            milliseconds(r.latency_p50_s),
+            milliseconds(r.latency_p95_s),
+            milliseconds(r.latency_p99_s),
+            ttfb,
+            significant(r.tokens_per_s),
+            significant(r.requests_per_s),
+            f"{round(r.error_rate * r.requests)} ({percent(r.error_rate)})",
+            same,
+        ]
         if reference:
             base = rates.get((reference, r.concurrency))
             row.append(f"{significant(r.tokens_per_s / base)}x" if r.tokens_per_s is not None and base else NONE)

@@ -52,9 +52,17 @@ def models_command(
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
     # at 80 columns the size goes first, then `pulled` and the kind (with --explain, the status says them in words)
-    columns = [Column("id"), Column("kind", drop=1), Column("role"), Column("license", wrap=True),
-               Column("size", "right", drop=3), Column("pulled", drop=2)]
-    table = FittedTable(f"candidate catalog ({entries.path})", columns + ([Column("status", wrap=True)] if explain else []))
+    columns = [
+        Column("id"),
+        Column("kind", drop=1),
+        Column("role"),
+        Column("license", wrap=True),
+        Column("size", "right", drop=3),
+        Column("pulled", drop=2),
+    ]
+    table = FittedTable(
+        f"candidate catalog ({entries.path})", columns + ([Column("status", wrap=True)] if explain else [])
+    )
     for entry in entries:
         pulled = pulled_path(entry.id)
         if entry.is_api:
@@ -73,7 +81,9 @@ def models_command(
             row.append(availability(entry)[1])
         table.add_row(*row)
     for label, _ in entries.broken:
-        table.add_row(label, "-", "-", "-", "-", "[red]broken[/red]", *(["invalid entry: see the error below"] if explain else []))
+        table.add_row(
+            label, "-", "-", "-", "-", "[red]broken[/red]", *(["invalid entry: see the error below"] if explain else [])
+        )
     console.print(table)
     for _, error in entries.broken:
         print_error(console, error)

@@ -41,9 +41,11 @@ def run_once(
         print_error(console, e)
         raise typer.Exit(2) from None
     with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
-        result = nightly(str(sweep or default_sweep_path()),
-                         EvaluationOptions(policy=str(policy) if policy else None),
-                         rollback_on_regression=not no_rollback)
+        result = nightly(
+            str(sweep or default_sweep_path()),
+            EvaluationOptions(policy=str(policy) if policy else None),
+            rollback_on_regression=not no_rollback,
+        )
     console.print(f"nightly: {result['status']}", highlight=False)
     if result.get("sweep") and result["sweep"] != str(sweep or default_sweep_path()):
         console.print(f"  measured at production's evidence level: {result['sweep']}", highlight=False)
@@ -56,8 +58,9 @@ def run_once(
         for f in result["production"]["failed"]:
             console.print(f"  [red]{f['gate']}[/red]: {escape(f['reason'])}", highlight=False)
         if finding.get("rolled_back"):
-            console.print(f"rolled back production: {finding['move']['from']} -> {finding['move']['to']}",
-                          highlight=False)
+            console.print(
+                f"rolled back production: {finding['move']['from']} -> {finding['move']['to']}", highlight=False
+            )
 
 
 @nightly_app.command("serve")
@@ -73,9 +76,12 @@ def serve(
     from flows.nightly import DEFAULT_CRON, nightly_deployment
 
     if not PREFECT_API_URL.value():
-        console.print("[red]error:[/red] schedules need a Prefect server: run `prefect server start` in another "
-                      "shell, then `export PREFECT_API_URL=http://127.0.0.1:4200/api` and serve again "
-                      "(docs/flows.md)", highlight=False)
+        console.print(
+            "[red]error:[/red] schedules need a Prefect server: run `prefect server start` in another "
+            "shell, then `export PREFECT_API_URL=http://127.0.0.1:4200/api` and serve again "
+            "(docs/flows.md)",
+            highlight=False,
+        )
         raise typer.Exit(2)
     deployment = nightly_deployment(cron or DEFAULT_CRON, timezone, str(sweep) if sweep else None)
     prefect_serve(deployment)

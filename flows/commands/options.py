@@ -8,7 +8,6 @@ The thread rule lives here too, so eval, run, bench, serve and train choose `--t
 from __future__ import annotations
 
 import os
-import re
 import socket
 from typing import Any
 
@@ -36,8 +35,11 @@ def threads(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
     """--threads: 1 up to this machine's cores (`max_threads`)."""
     positive(ctx, param, value)
     if value is not None and value > max_threads():
-        raise _bad_value(f"must be at most {max_threads()} (the cores this machine gives unmask), got "
-                         f"{value!r}", ctx=ctx, param=param)
+        raise _bad_value(
+            f"must be at most {max_threads()} (the cores this machine gives unmask), got {value!r}",
+            ctx=ctx,
+            param=param,
+        )
     return value
 
 
@@ -96,8 +98,7 @@ def positive_ints(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
     try:
         numbers = [int(p) for p in parts]
     except ValueError:
-        raise _bad_value(f"must be comma-separated positive integers, got {value!r}", ctx=ctx,
-                         param=param) from None
+        raise _bad_value(f"must be comma-separated positive integers, got {value!r}", ctx=ctx, param=param) from None
     if not numbers or any(n < 1 for n in numbers):
         raise _bad_value(f"must be comma-separated positive integers, got {value!r}", ctx=ctx, param=param)
     return value
@@ -119,8 +120,9 @@ def threads_rule(given: int | None, configured: int | None = None) -> tuple[int,
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
         if not env.isdigit() or not 1 <= int(env) <= max_threads():
-            raise typer.BadParameter(f"${THREADS_ENV} must be an integer from 1 to {max_threads()} (this machine's "
-                                     f"cores), got {env!r}")
+            raise typer.BadParameter(
+                f"${THREADS_ENV} must be an integer from 1 to {max_threads()} (this machine's cores), got {env!r}"
+            )
         return int(env), f"${THREADS_ENV}"
     return 1, f"default; --threads or ${THREADS_ENV} to change"
 
@@ -146,8 +148,10 @@ def port_free(host: str, port: int, option: str = "--port") -> None:
         try:
             s.bind(address)
         except OSError as e:
-            raise typer.BadParameter(f"{host}:{port} cannot be bound ({e.strerror}); another server may hold it, "
-                                     f"pick another with {option}", param_hint=option) from None
+            raise typer.BadParameter(
+                f"{host}:{port} cannot be bound ({e.strerror}); another server may hold it, pick another with {option}",
+                param_hint=option,
+            ) from None
 
 
 def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
@@ -158,8 +162,9 @@ def token(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         try:
             check_token(value, "id")
         except ValueError:
-            raise _bad_value(f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}",
-                             ctx=ctx, param=param) from None
+            raise _bad_value(
+                f"expected an id (letters, digits, '.', '_', '-'), not a path; got {value!r}", ctx=ctx, param=param
+            ) from None
     return value
 
 

@@ -25,8 +25,12 @@ def _refused(e: Exception) -> None:
 def promote_command(
     model: str = typer.Argument(..., help="Registered model, e.g. tiny-llada."),
     to: str = typer.Option(..., "--to", help="poc, staging or production."),
-    approver: str = typer.Option(None, "--approver", help="Approve in the same call: must be you (your identity); "
-                                                          "counts only where the stage allows self-approval (poc)."),
+    approver: str = typer.Option(
+        None,
+        "--approver",
+        help="Approve in the same call: must be you (your identity); "
+        "counts only where the stage allows self-approval (poc).",
+    ),
     comment: str = typer.Option("", "--comment", help="Why; the stage's policy sets a minimum length."),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     policy_path: str = typer.Option(None, "--policy", help="Policy YAML (default: the bundled gates/policy.yaml)."),
@@ -46,24 +50,36 @@ def promote_command(
         print_demo_banner(console, policy, reg)
         with server_permissions(reg.tracking_uri, model, f"promotion to {to}"):
             me = claimed_actor(reg, approver, "--approver", f"promotion of {model} to {to}", to, model)
-            move = promote(model, to, approver=me if approver else None, comment=comment, version=version,
-                           policy=policy, registry=reg, actor=me)
+            move = promote(
+                model,
+                to,
+                approver=me if approver else None,
+                comment=comment,
+                version=version,
+                policy=policy,
+                registry=reg,
+                actor=me,
+            )
     except PromotionRefused as e:
         _refused(e)
     except (PolicyError, RolesError, RegistryError, ChecklistError) as e:
         _fail(e)
     before = "@".join(move.from_holder) if move.from_holder else "nobody"
     approvers = ", ".join(a["by"] for a in move.evidence.get("approvals", [])) or "nobody"
-    console.print(f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); requested by "
-                  f"{move.who}, approved by {approvers}. Audit run {move.audit_run_id}.", highlight=False)
+    console.print(
+        f"[green]{to}[/green] now points at {model} v{move.to_holder[1]} (was {before}); requested by "
+        f"{move.who}, approved by {approvers}. Audit run {move.audit_run_id}.",
+        highlight=False,
+    )
 
 
 def rollback_command(
     stage: str = typer.Option(..., "--stage", help="poc, staging or production."),
     by: str = typer.Option(None, "--by", help="Must be you, if given (the identity is recorded)."),
     comment: str = typer.Option("", "--comment", help="Why."),
-    reconcile: bool = typer.Option(False, "--reconcile",
-                                   help="Put an alias moved outside unmask back where the audit trail left it."),
+    reconcile: bool = typer.Option(
+        False, "--reconcile", help="Put an alias moved outside unmask back where the audit trail left it."
+    ),
 ) -> None:
     """Re-point STAGE to the version that held it before, or to the `fallback` model (emergency role, audited)."""
     from gates import RolesError
@@ -80,12 +96,18 @@ def rollback_command(
     except (RolesError, RegistryError) as e:
         _fail(e)
     if reconcile:
-        console.print(f"[yellow]{stage}[/yellow] reconciled: back on {'@'.join(move.to_holder or ()) or 'nobody'} "
-                      f"(found on {', '.join(move.evidence['drift']['found']) or 'nobody'}).", highlight=False)
+        console.print(
+            f"[yellow]{stage}[/yellow] reconciled: back on {'@'.join(move.to_holder or ()) or 'nobody'} "
+            f"(found on {', '.join(move.evidence['drift']['found']) or 'nobody'}).",
+            highlight=False,
+        )
         return
-    console.print(f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
-                  f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}) by {move.who}; an emergency_rollback "
-                  "finding is open for review.", highlight=False)
+    console.print(
+        f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
+        f"{'@'.join(move.to_holder)} ({move.evidence.get('target')}) by {move.who}; an emergency_rollback "
+        "finding is open for review.",
+        highlight=False,
+    )
 
 
 def sign_off_command(
@@ -97,10 +119,10 @@ def sign_off_command(
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
 ) -> None:
     """Sign off a manual checklist item for a version (who, host, when, comment), if your role allows it."""
+    from checklists import ChecklistError, load_checklist
     from gates import RolesError
     from registry import ApprovalRefused, Registry, RegistryError, latest_registration, sign_off
     from registry.identity import claimed_actor, server_permissions
-    from checklists import ChecklistError, load_checklist
 
     try:
         load_checklist(stage)  # a broken checklist (or stage) is refused before the store is opened
@@ -126,12 +148,20 @@ def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", callback=options.alias_name, help="Only events of this stage."),
     limit: int = typer.Option(50, "--limit", callback=options.positive, help="Show the last N events."),
-    verify: bool = typer.Option(False, "--verify", help="Recompute the audit trail's hash chain and name the first "
-                                                        "entry edited, removed, reordered or inserted (exit 1 if so)."),
-    anchor: str = typer.Option(None, "--anchor", metavar="FILE|DOSSIER",
-                               help="With --verify: also check the chain against the signed head kept in FILE (a "
-                                    "dossier, a nightly report, a saved verify line): a truncation or consistent "
-                                    "rewrite after it is named."),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Recompute the audit trail's hash chain and name the first "
+        "entry edited, removed, reordered or inserted (exit 1 if so).",
+    ),
+    anchor: str = typer.Option(
+        None,
+        "--anchor",
+        metavar="FILE|DOSSIER",
+        help="With --verify: also check the chain against the signed head kept in FILE (a "
+        "dossier, a nightly report, a saved verify line): a truncation or consistent "
+        "rewrite after it is named.",
+    ),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
@@ -145,8 +175,9 @@ def audit_command(
             chain = audit_chain(anchor=anchor_from_file(anchor) if anchor is not None else None)
         except RegistryError as e:
             _fail(e)
-        console.print(chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False, soft_wrap=True
+        )
         if chain["ok"] and chain.get("anchor"):  # keep it outside the store: `--anchor` checks against it later
             console.print(f"signed head: {chain['anchor']}", markup=False, highlight=False, soft_wrap=True)
         if not chain["ok"]:
@@ -160,13 +191,32 @@ def audit_command(
         console.print("No audit events yet. Register evidence (`unmask run`), then `unmask promote`.")
         return
     # at 80 columns the run status and the alias move's ends go first; who, what and why stay
-    table = FittedTable(f"audit trail ({len(events)} events)", [
-        Column("when (UTC)", wrap=True), Column("event"), Column("who"), Column("stage"), Column("model", wrap=True),
-        Column("from", drop=2), Column("to", drop=3), Column("status", drop=4), Column("comment", wrap=True, drop=1)])
+    table = FittedTable(
+        f"audit trail ({len(events)} events)",
+        [
+            Column("when (UTC)", wrap=True),
+            Column("event"),
+            Column("who"),
+            Column("stage"),
+            Column("model", wrap=True),
+            Column("from", drop=2),
+            Column("to", drop=3),
+            Column("status", drop=4),
+            Column("comment", wrap=True, drop=1),
+        ],
+    )
     for _, event in events.tail(limit).iterrows():
-        table.add_row(event["when"][:19].replace("T", " "), event["event"], event["who"], event["stage"],
-                      f"{event['model']} v{event['version']}" if event["version"] else event["model"], event["from"],
-                      event["to"], event["status"], event["comment"])
+        table.add_row(
+            event["when"][:19].replace("T", " "),
+            event["event"],
+            event["who"],
+            event["stage"],
+            f"{event['model']} v{event['version']}" if event["version"] else event["model"],
+            event["from"],
+            event["to"],
+            event["status"],
+            event["comment"],
+        )
     console.print(table)
 
 

@@ -13,7 +13,9 @@ console = Console()
 def pull_command(
     model_id: str = typer.Argument(..., help="Catalog id (see `unmask models`)."),
     catalog: str = typer.Option(None, "--catalog", help="Catalog file (default: $UNMASK_CATALOG or the bundled one)."),
-    offline: bool = typer.Option(None, "--offline/--online", help="Use only the Hugging Face cache (default: $HF_HUB_OFFLINE)."),
+    offline: bool = typer.Option(
+        None, "--offline/--online", help="Use only the Hugging Face cache (default: $HF_HUB_OFFLINE)."
+    ),
 ) -> None:
     """Pull MODEL_ID into the local model store (<state>/models/MODEL_ID)."""
     from models.catalog import CatalogError, load_catalog

@@ -17,7 +17,9 @@ console = Console()
 
 def report_command(
     model: str = typer.Argument(..., help="Registered model, e.g. tiny-llada."),
-    out: Path = typer.Option(..., "--out", callback=options.output_folder, help="Folder to write the HTML and PDF into (created if missing)."),
+    out: Path = typer.Option(
+        ..., "--out", callback=options.output_folder, help="Folder to write the HTML and PDF into (created if missing)."
+    ),
     version: str = typer.Option(None, "--version", help="Model version (default: its `candidate` version)."),
     stage: str = typer.Option(None, "--stage", "-s", help="Only this stage's gates and checklist (default: all)."),
     pdf: bool = typer.Option(True, "--pdf/--no-pdf", help="Print the PDF with headless Chromium (default: yes)."),
@@ -41,9 +43,14 @@ def report_command(
     from registry import Registry
 
     reg = Registry()
-    console.print(f"dossier of {model} v{built['version']}: {built['html']}" + (f"\n  pdf: {built['pdf']}" if built["pdf"]
-                  else "") + f"\n  sha256 {built['sha256']}\n  logged on evidence run {ref.run_id}: "
-                  f"{dossier_location(reg, ref)}", highlight=False, soft_wrap=True)
+    console.print(
+        f"dossier of {model} v{built['version']}: {built['html']}"
+        + (f"\n  pdf: {built['pdf']}" if built["pdf"] else "")
+        + f"\n  sha256 {built['sha256']}\n  logged on evidence run {ref.run_id}: "
+        f"{dossier_location(reg, ref)}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gates.next_steps import names_version, next_steps
-from gates.stages import next_stage_for
 from flows.commands.banner import print_demo_banner
-from flows.commands.options import positive, threads_rule
 from flows.commands.options import threads as threads_option
+from flows.commands.options import threads_rule
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+from gates.next_steps import names_version, next_steps
+from gates.stages import next_stage_for
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,23 +37,44 @@ console = table_console(160)
 def run_command(
     sweep: Path = typer.Option(None, "--sweep", "-s", help="Sweep YAML (default: evals/sweeps/default.yaml)."),
     model: list[str] = typer.Option(None, "--model", "-m", help="Model id or folder; repeat (default: the sweep's)."),
-    task_runner: str = typer.Option("threads", "--executor", "--task-runner",
-                                    help="Where sweep cells run: local (threads), dask (prefect-dask) or ray (prefect-ray)."),
-    dask_address: str = typer.Option(None, "--executor-address", "--dask-address",
-                                     help="The cluster: a Dask scheduler (tcp://host:8786) or Ray (ray://head:10001); "
-                                          "default: a local one."),
-    gpus_per_cell: float = typer.Option(0, "--gpus-per-cell", min=0,
-                                        help="GPUs each cell asks for (Dask worker resource GPU, Ray num_gpus)."),
+    task_runner: str = typer.Option(
+        "threads",
+        "--executor",
+        "--task-runner",
+        help="Where sweep cells run: local (threads), dask (prefect-dask) or ray (prefect-ray).",
+    ),
+    dask_address: str = typer.Option(
+        None,
+        "--executor-address",
+        "--dask-address",
+        help="The cluster: a Dask scheduler (tcp://host:8786) or Ray (ray://head:10001); default: a local one.",
+    ),
+    gpus_per_cell: float = typer.Option(
+        0, "--gpus-per-cell", min=0, help="GPUs each cell asks for (Dask worker resource GPU, Ray num_gpus)."
+    ),
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
     reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
     remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
-    items: int = typer.Option(None, "--items", min=1, help="Measure every task on at least N items (the sweep's "
-                              "`n` raised; what settles an inconclusive data_validity gate)."),
+    items: int = typer.Option(
+        None,
+        "--items",
+        min=1,
+        help="Measure every task on at least N items (the sweep's "
+        "`n` raised; what settles an inconclusive data_validity gate).",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Prefect's own log lines."),
-    threads: int = typer.Option(None, "--threads", callback=threads_option,
-                                help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1)."),
-    demo: bool = typer.Option(False, "--demo", help="A demonstration: the demo sweep and policy (unless given) and "
-                              "the registry marked as a demo, so the demo policy may move its production."),
+    threads: int = typer.Option(
+        None,
+        "--threads",
+        callback=threads_option,
+        help="torch CPU threads while measuring (default: the sweep's, else $UNMASK_THREADS, else 1).",
+    ),
+    demo: bool = typer.Option(
+        False,
+        "--demo",
+        help="A demonstration: the demo sweep and policy (unless given) and "
+        "the registry marked as a demo, so the demo policy may move its production.",
+    ),
 ) -> None:
     """Evaluate the candidates and the AR fallback, judge every stage's gates, print the scorecard."""
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
@@ -67,12 +88,24 @@ def run_command(
         policy = policy or Path(__file__).resolve().parents[2] / "gates" / "demo-policy.yaml"
     local_prefect = LocalPrefect.boot()  # Prefect's server boots on the other core while the options are checked
     spec, sweep_path, options, threads_from = _checked_options(
-        sweep or default_sweep_path(), model, task_runner, dask_address, gpus_per_cell, policy, reproducibility,
-        remeasure, items, threads)
+        sweep or default_sweep_path(),
+        model,
+        task_runner,
+        dask_address,
+        gpus_per_cell,
+        policy,
+        reproducibility,
+        remeasure,
+        items,
+        threads,
+    )
     models = list(model or spec.models)
-    console.print(f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
-                  f"(state: {state_dir()}, task runner: {options.task_runner}, torch threads: {options.threads} "
-                  f"from {threads_from})", highlight=False)
+    console.print(
+        f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "
+        f"(state: {state_dir()}, task runner: {options.task_runner}, torch threads: {options.threads} "
+        f"from {threads_from})",
+        highlight=False,
+    )
     if items:
         console.print(f"every task on at least {items} items (sweep: {sweep_path})", highlight=False)
     if demo:
@@ -104,10 +137,18 @@ def _while_prefect_boots() -> None:
             pass
 
 
-def _checked_options(sweep_path: str | Path, model: list[str] | None, task_runner: str, dask_address: str | None,
-                     gpus_per_cell: float, policy: Path | None, reproducibility: bool, remeasure: bool,
-                     items: int | None, threads: int | None
-                     ) -> tuple[SweepSpec, str | Path, EvaluationOptions, str]:
+def _checked_options(
+    sweep_path: str | Path,
+    model: list[str] | None,
+    task_runner: str,
+    dask_address: str | None,
+    gpus_per_cell: float,
+    policy: Path | None,
+    reproducibility: bool,
+    remeasure: bool,
+    items: int | None,
+    threads: int | None,
+) -> tuple[SweepSpec, str | Path, EvaluationOptions, str]:
     """The sweep, its path (with `items`, a copy with `n` raised), the evaluation options and where the thread
     count came from; exit 2 naming what is wrong, before anything is measured."""
     from evals.sweep import SweepError, check_model_ref, load_sweep, with_items
@@ -126,9 +167,15 @@ def _checked_options(sweep_path: str | Path, model: list[str] | None, task_runne
         threads, threads_from = threads_rule(threads, spec.threads)
         if items:
             sweep_path = with_items(sweep_path, lambda _task: items)
-        options = EvaluationOptions(reproducibility=reproducibility, policy=str(policy) if policy else None,
-                                    task_runner=runner, dask_address=dask_address, remeasure=remeasure,
-                                    threads=threads, gpus_per_cell=gpus_per_cell)
+        options = EvaluationOptions(
+            reproducibility=reproducibility,
+            policy=str(policy) if policy else None,
+            task_runner=runner,
+            dask_address=dask_address,
+            remeasure=remeasure,
+            threads=threads,
+            gpus_per_cell=gpus_per_cell,
+        )
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now
     except (SweepError, ValueError) as e:
         print_error(console, f"{e}")
@@ -144,17 +191,24 @@ def _print_summary(result: dict[str, Any], options: EvaluationOptions, models: l
 
     rows = result["scorecard"]
     print_demo_banner(console, options.policy)
-    print_decision(result["tracking_uri"], options.policy, [r["candidate"] for r in rows if r.get("role") == "candidate"])
+    print_decision(
+        result["tracking_uri"], options.policy, [r["candidate"] for r in rows if r.get("role") == "candidate"]
+    )
     console.print(scorecard_table(rows, result["score_stage"]))
     points = sum(o.get("points", 0) for o in result["outcomes"])
     cached = sum(o.get("cached", 0) for o in result["outcomes"])
-    console.print(f"done in {elapsed:.1f} s; {cached} of {points} sweep points reused from cache "
-                  f"({state_dir() / 'results'})", highlight=False)
+    console.print(
+        f"done in {elapsed:.1f} s; {cached} of {points} sweep points reused from cache ({state_dir() / 'results'})",
+        highlight=False,
+    )
     for line in result.get("flushed") or []:
         console.print(f"logged evidence kept from an earlier run: {line}", highlight=False)
     print_next_steps(result["outcomes"], result["tracking_uri"], options.policy)
-    console.print("see: [bold]unmask dashboard[/bold] (gates and scores), "
-                  f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)", highlight=False)
+    console.print(
+        "see: [bold]unmask dashboard[/bold] (gates and scores), "
+        f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)",
+        highlight=False,
+    )
     if not points:
         print_error(console, f"nothing was measured: no sweep point of {', '.join(models)} could run (see above)")
         raise typer.Exit(1)
@@ -168,8 +222,14 @@ def review_with_progress(models: list[str], sweep: str, options: EvaluationOptio
     from flows.progress import set_reporter
     from flows.review import gate_review
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         bars: dict[str, TaskID] = {}
         bar = progress.add_task("starting Prefect (local mode) and MLflow (SQLite)", total=None)
 
@@ -181,7 +241,9 @@ def review_with_progress(models: list[str], sweep: str, options: EvaluationOptio
                 bars[name] = progress.add_task(f"{name}: measuring", total=info["total"])
             elif kind == "item" and name in bars:
                 setting = info["label"].split(" ", 1)[-1]
-                progress.update(bars[name], description=f"{name}: measuring {setting}, item {info['done']}/{info['total']}")
+                progress.update(
+                    bars[name], description=f"{name}: measuring {setting}, item {info['done']}/{info['total']}"
+                )
             elif kind == "point" and name in bars:
                 how = "cached" if info["cached"] else "measured"
                 progress.update(bars[name], advance=1, description=f"{name}: {how} {info['label'].split(' ', 1)[-1]}")
@@ -189,6 +251,7 @@ def review_with_progress(models: list[str], sweep: str, options: EvaluationOptio
                 progress.update(bars[name], description=f"{name}: {info['step']}")
             elif kind == "failure":
                 progress.console.print(f"[red]failed:[/red] {info['message']}", highlight=False, markup=True)
+
         set_reporter(on_event)
         if os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() != "INFO":
             # GX sets this logger to INFO when imported; a filter outlives that, and its lines break the bars
@@ -206,14 +269,24 @@ def review_with_progress(models: list[str], sweep: str, options: EvaluationOptio
 
 def scorecard_table(rows: list[dict[str, Any]], score_stage: str) -> FittedTable:
     from rich.markup import escape
-    table = FittedTable("scorecard", [
-        Column("candidate"), Column("qualifies for"), Column("gates passed", "right", wrap=True),
-        Column("failed gates: reasons", wrap=True), Column(f"score ({score_stage})", "right", wrap=True)],
+
+    table = FittedTable(
+        "scorecard",
+        [
+            Column("candidate"),
+            Column("qualifies for"),
+            Column("gates passed", "right", wrap=True),
+            Column("failed gates: reasons", wrap=True),
+            Column(f"score ({score_stage})", "right", wrap=True),
+        ],
         caption=f"scores rank the models that pass every measured {score_stage} gate (ranked on evidence; an open "
-                "sign-off keeps a model from promotion, not from the ranking)", show_lines=True)
+        "sign-off keeps a model from promotion, not from the ranking)",
+        show_lines=True,
+    )
     for r in rows:
         stage = {"none": "[yellow]none yet[/yellow]", "failed": "[red]failed[/red]"}.get(
-            r["qualifies"], f"[green]{r['qualifies']}[/green]")
+            r["qualifies"], f"[green]{r['qualifies']}[/green]"
+        )
         total = r["passed"] + r["failed"] + r.get("open", 0)
         gates = f"{r['passed']}/{total} at {r['judged_at']}" if r["judged_at"] else "-"
         if r.get("open"):
@@ -237,8 +310,10 @@ def mark_demo(out: Console) -> None:
     except RegistryError as e:
         print_error(out, f"--demo: {e}")
         raise typer.Exit(2) from None
-    out.print("[bold red]DEMO[/bold red]: this registry is marked as a demo (demo sweep and policy; never a real "
-              "decision)", highlight=False)
+    out.print(
+        "[bold red]DEMO[/bold red]: this registry is marked as a demo (demo sweep and policy; never a real decision)",
+        highlight=False,
+    )
 
 
 def decision_table(lines: list[DecisionLine]) -> FittedTable:
@@ -249,12 +324,20 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
     from gates.decision import ratio_text
     from gates.readable import percent
 
-    table = FittedTable("decision", [
-        Column("candidate"), Column("stage"), Column("accuracy (95% CI)", wrap=True),
-        Column("p95 vs AR", "right", wrap=True), Column("tokens/s vs AR", "right", wrap=True),
-        Column("verdict"), Column("what blocks it", wrap=True)],
+    table = FittedTable(
+        "decision",
+        [
+            Column("candidate"),
+            Column("stage"),
+            Column("accuracy (95% CI)", wrap=True),
+            Column("p95 vs AR", "right", wrap=True),
+            Column("tokens/s vs AR", "right", wrap=True),
+            Column("verdict"),
+            Column("what blocks it", wrap=True),
+        ],
         caption="ratios: candidate / AR fallback at the same concurrency (solo on the sweep, or the serving gate's "
-                "load test where both have one)")
+        "load test where both have one)",
+    )
     colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for line in lines:
         if line.accuracy is None:
@@ -267,9 +350,15 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
         verdict = f"[{colour.get(line.verdict, 'white')}]{line.verdict}[/]"
         if line.measured_pass and not line.promotable:
             verdict += "\n[dim]ranked on evidence[/dim]"
-        table.add_row(f"{line.model} v{line.version}", line.stage, accuracy,
-                      ratio_text(line.p95_ratio, True) + at, ratio_text(line.tokens_per_s_ratio, False) + at,
-                      verdict, escape("; ".join(line.blocks)) or "nothing")
+        table.add_row(
+            f"{line.model} v{line.version}",
+            line.stage,
+            accuracy,
+            ratio_text(line.p95_ratio, True) + at,
+            ratio_text(line.tokens_per_s_ratio, False) + at,
+            verdict,
+            escape("; ".join(line.blocks)) or "nothing",
+        )
     return table
 
 
@@ -307,8 +396,14 @@ def print_next_steps(outcomes: list[dict[str, Any]], tracking_uri: str, policy_p
                 continue
             decision = judge(registry, model, version, stage, policy, record=False)
             console.print(f"next for {model} v{version} -> {stage}:", highlight=False)
-            for step in next_steps(model, version, decision, policy.stage(stage),
-                                   name_version=names_version(held, version), policy_path=policy_path):
+            for step in next_steps(
+                model,
+                version,
+                decision,
+                policy.stage(stage),
+                name_version=names_version(held, version),
+                policy_path=policy_path,
+            ):
                 console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
                 console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
     except (PolicyError, RegistryError) as e:  # the scorecard stands; only the hint is missing

@@ -41,40 +41,82 @@ def parse_weights(values: list[str]) -> dict[str, str]:
 
 
 def serve_command(
-    alias: list[str] = typer.Option(None, "--alias", "-a", help="Alias to serve; repeat (default: production, fallback)."),
-    model: list[str] = typer.Option(None, "--model", "-m", help="Registered model to serve (its current version); repeat."),
+    alias: list[str] = typer.Option(
+        None, "--alias", "-a", help="Alias to serve; repeat (default: production, fallback)."
+    ),
+    model: list[str] = typer.Option(
+        None, "--model", "-m", help="Registered model to serve (its current version); repeat."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to share on the network)."),
     port: int = typer.Option(8000, "--port", callback=options.port, help="Port to listen on."),
     weights: list[str] = typer.Option(None, "--weights", help="NAME=FOLDER: load registered model NAME from FOLDER."),
     device: str = typer.Option("cpu", "--device", callback=options.device, help="cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Largest batch; 1 turns batching off."),
-    batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long a request waits for company."),
+    batch_window_ms: float = typer.Option(
+        10.0, "--batch-window-ms", min=0, help="How long a request waits for company."
+    ),
     max_pending: int = typer.Option(64, "--max-pending", min=1, help="Requests queued per version before 429."),
-    continuous: bool = typer.Option(None, "--continuous/--static-batches", help="Deterministic diffusion requests "
-                                    "join a running batch at its next block, or each batch runs start to finish "
-                                    "(default: continuous on a GPU, static on the CPU)."),
-    memory_budget: str = typer.Option(None, "--memory-budget", help="Peak bytes a batch may use, e.g. 8GiB "
-                                      "(default: the device's free memory once the models are loaded)."),
+    continuous: bool = typer.Option(
+        None,
+        "--continuous/--static-batches",
+        help="Deterministic diffusion requests "
+        "join a running batch at its next block, or each batch runs start to finish "
+        "(default: continuous on a GPU, static on the CPU).",
+    ),
+    memory_budget: str = typer.Option(
+        None,
+        "--memory-budget",
+        help="Peak bytes a batch may use, e.g. 8GiB (default: the device's free memory once the models are loaded).",
+    ),
     timeout_s: float = typer.Option(120.0, "--timeout", min=0.1, help="Per-request timeout in seconds (then 504)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Largest max_tokens a request may ask for "
-                                   "(default: what the model's context leaves after the prompt)."),
-    api_key_file: Path = typer.Option(None, "--api-key-file", help="API keys, one a line (also $UNMASK_API_KEYS, "
-                                      "comma-separated); when set, /v1/ requests need one (else 401)."),
+    max_tokens: int = typer.Option(
+        None,
+        "--max-tokens",
+        min=1,
+        help="Largest max_tokens a request may ask for (default: what the model's context leaves after the prompt).",
+    ),
+    api_key_file: Path = typer.Option(
+        None,
+        "--api-key-file",
+        help="API keys, one a line (also $UNMASK_API_KEYS, "
+        "comma-separated); when set, /v1/ requests need one (else 401).",
+    ),
     max_prompt_tokens: int = typer.Option(384, "--max-prompt-tokens", min=1, help="Longest prompt, in tokens."),
-    likelihood_samples: int = typer.Option(8, "--likelihood-samples", min=1, max=1024, help="Monte Carlo samples "
-                                           "a masked-diffusion model scores an echoed prompt with (unmask.likelihood "
-                                           "overrides it per request)."),
+    likelihood_samples: int = typer.Option(
+        8,
+        "--likelihood-samples",
+        min=1,
+        max=1024,
+        help="Monte Carlo samples "
+        "a masked-diffusion model scores an echoed prompt with (unmask.likelihood "
+        "overrides it per request).",
+    ),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
-    routes: Path = typer.Option(None, "--routes", help="Serving policy (e.g. gates/serving.yaml): route "
-                                "`model: auto` requests, with sticky traffic splits re-read live."),
-    weights_file: Path = typer.Option(None, "--weights-file", help="Live weights overlay a rollout writes "
-                                      "(default: <state folder>/rollouts/weights.json); with --routes."),
-    max_shadows: int = typer.Option(4, "--max-shadows", min=0, help="Shadow copies in flight at once (routes' "
-                                    "`shadow:`); more are dropped and counted."),
-    threads: int = typer.Option(None, "--threads", callback=options.threads,
-                                help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1)."),
+    routes: Path = typer.Option(
+        None,
+        "--routes",
+        help="Serving policy (e.g. gates/serving.yaml): route "
+        "`model: auto` requests, with sticky traffic splits re-read live.",
+    ),
+    weights_file: Path = typer.Option(
+        None,
+        "--weights-file",
+        help="Live weights overlay a rollout writes (default: <state folder>/rollouts/weights.json); with --routes.",
+    ),
+    max_shadows: int = typer.Option(
+        4,
+        "--max-shadows",
+        min=0,
+        help="Shadow copies in flight at once (routes' `shadow:`); more are dropped and counted.",
+    ),
+    threads: int = typer.Option(
+        None,
+        "--threads",
+        callback=options.threads,
+        help="torch CPU threads for decoding (default: $UNMASK_THREADS, else 1).",
+    ),
 ) -> None:
     """Serve registered models over OpenAI's completions and chat API, with exact dynamic batching."""
     import uvicorn
@@ -88,14 +130,30 @@ def serve_command(
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
     names, compute, api_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
     options.port_free(host, port)  # a busy port is one line before any model loads
-    pool = PoolSettings(names=names, sources=parse_weights(weights or []), device=device, dtype=dtype,
-                        poll_interval_s=poll_s, max_batch=max_batch, batch_window_s=batch_window_ms / 1000,
-                        max_pending=max_pending, memory_budget=budget, continuous=continuous)
-    settings = ServeSettings(pool=pool, limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
-                             request_timeout_s=min(timeout_s, compute.time_budget_s), compute=compute,
-                             request_log_dir=state / "serving" / "requests" if request_log else None,
-                             routes_path=routes, weights_path=weights_file,
-                             max_shadows=max_shadows, api_keys=api_keys, likelihood_samples=likelihood_samples)
+    pool = PoolSettings(
+        names=names,
+        sources=parse_weights(weights or []),
+        device=device,
+        dtype=dtype,
+        poll_interval_s=poll_s,
+        max_batch=max_batch,
+        batch_window_s=batch_window_ms / 1000,
+        max_pending=max_pending,
+        memory_budget=budget,
+        continuous=continuous,
+    )
+    settings = ServeSettings(
+        pool=pool,
+        limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
+        request_timeout_s=min(timeout_s, compute.time_budget_s),
+        compute=compute,
+        request_log_dir=state / "serving" / "requests" if request_log else None,
+        routes_path=routes,
+        weights_path=weights_file,
+        max_shadows=max_shadows,
+        api_keys=api_keys,
+        likelihood_samples=likelihood_samples,
+    )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)
@@ -113,16 +171,20 @@ def serve_command(
         await serving
 
     threads, threads_from = options.apply_threads(threads)
-    console.print(f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics; "
-                  f"torch threads: {threads} from {threads_from})", highlight=False)
+    console.print(
+        f"unmask serve: {', '.join(names)} on http://{host}:{port}/v1 (health: /health, metrics: /metrics; "
+        f"torch threads: {threads} from {threads_from})",
+        highlight=False,
+    )
     asyncio.run(run())
     if app.state.pool.error:
         typer.echo(f"error: {app.state.pool.error}", err=True)  # unwrapped: the hashes stay copyable
         raise typer.Exit(2)
 
 
-def checked_inputs(names: list[str], routes: Path | None, api_key_file: Path | None,
-                   memory_budget: str | None) -> tuple[list[str], RequestLimits, frozenset[str], int | None]:
+def checked_inputs(
+    names: list[str], routes: Path | None, api_key_file: Path | None, memory_budget: str | None
+) -> tuple[list[str], RequestLimits, frozenset[str], int | None]:
     """The names to serve (with what the routes need), the compute limits, the API keys and the memory budget, each
     checked before any model loads: a bad one is one `error:` line naming its flag (exit 2)."""
     from gates.request_limits import RequestLimits

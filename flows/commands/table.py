@@ -10,8 +10,9 @@ what was left out.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, JustifyMethod, RenderResult
 from rich.table import Table
@@ -63,8 +64,9 @@ def _lines(cell: str) -> Iterable[Text]:
 class FittedTable:
     """A rich renderable: a table laid out for the width it is printed at, plus a line naming dropped columns."""
 
-    def __init__(self, title: str | None, columns: Iterable[Column], caption: str | None = None,
-                 **table_options: Any) -> None:
+    def __init__(
+        self, title: str | None, columns: Iterable[Column], caption: str | None = None, **table_options: Any
+    ) -> None:
         self.title, self.caption, self.table_options = title, caption, table_options
         self.columns = list(columns)
         self.rows: list[list[str]] = []
@@ -138,5 +140,8 @@ class FittedTable:
             table.add_row(*(row[i] for i in kept))
         yield table
         if dropped:
-            yield Text(f"not shown at {options.max_width} columns: {', '.join(dropped)} "
-                       "(a wider terminal, or COLUMNS=200, shows them)", style="dim")
+            yield Text(
+                f"not shown at {options.max_width} columns: {', '.join(dropped)} "
+                "(a wider terminal, or COLUMNS=200, shows them)",
+                style="dim",
+            )

@@ -19,13 +19,25 @@ from models.catalog import CatalogEntry
 from models.pull import PullError, entry_path
 
 __all__ = [
-    "ADAPTERS", "APIAdapter", "AdapterError", "CausalLMAdapter", "DiffusionGemmaAdapter", "LLaDAAdapter",
-    "ModelHandle", "NotEvaluable", "availability", "folder_layout", "model_layout", "read_json",
+    "ADAPTERS",
+    "APIAdapter",
+    "AdapterError",
+    "CausalLMAdapter",
+    "DiffusionGemmaAdapter",
+    "LLaDAAdapter",
+    "ModelHandle",
+    "NotEvaluable",
+    "availability",
+    "folder_layout",
+    "model_layout",
+    "read_json",
 ]
 
 # folder layout -> the adapter that loads it
 ADAPTERS: dict[str, type[LLaDAAdapter] | type[CausalLMAdapter] | type[DiffusionGemmaAdapter]] = {
-    "llada": LLaDAAdapter, "causal-lm": CausalLMAdapter, "diffusion-gemma": DiffusionGemmaAdapter,
+    "llada": LLaDAAdapter,
+    "causal-lm": CausalLMAdapter,
+    "diffusion-gemma": DiffusionGemmaAdapter,
 }
 
 

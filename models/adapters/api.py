@@ -56,10 +56,18 @@ class APIAdapter:
     def complete(self, prompt: str, max_tokens: int = 256, temperature: float = 0.0) -> str:
         """One chat completion; the reply text."""
         key = self._key()
-        body = json.dumps({"model": self.entry.api_model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": max_tokens, "temperature": temperature}).encode()
+        body = json.dumps(
+            {
+                "model": self.entry.api_model,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+            }
+        ).encode()
         request = urllib.request.Request(
-            f"{self.entry.source.location}/chat/completions", data=body, method="POST",
+            f"{self.entry.source.location}/chat/completions",
+            data=body,
+            method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
         )
         try:
@@ -79,8 +87,10 @@ class APIAdapter:
     decode = encode
 
     def sampler_ids(self) -> dict[str, int | None]:
-        raise NotEvaluable(f"model '{self.entry_id}' is an API model: unmask's samplers decode token ids, "
-                           "an API model answers text through complete()")
+        raise NotEvaluable(
+            f"model '{self.entry_id}' is an API model: unmask's samplers decode token ids, "
+            "an API model answers text through complete()"
+        )
 
     def status_or_raise(self) -> None:
         """NotEvaluable, saying why, unless an endpoint and key are configured."""

@@ -115,7 +115,7 @@ class ModelHandle(TextCodec):
         """The generated text up to the first stop id."""
         return self.decode(list(tokens[: self.useful_length(tokens)]))
 
-    def with_model(self, model: Any) -> "ModelHandle":
+    def with_model(self, model: Any) -> ModelHandle:
         """The same handle over another network (a wrapped or instrumented copy of this one's)."""
         other = copy.copy(self)
         other.model = model

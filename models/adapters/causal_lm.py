@@ -45,11 +45,20 @@ def llada_as_llama(folder: Path, dtype: torch.dtype) -> tuple[Any, dict[str, Any
     if not cfg.rope or cfg.include_bias:
         raise AdapterError(f"{folder / 'config.json'}: rope=false or include_bias=true has no Llama equivalent")
     config = LlamaConfig(
-        vocab_size=cfg.output_size, hidden_size=cfg.d_model, intermediate_size=cfg.hidden_size,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_sequence_length, rms_norm_eps=cfg.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, tie_word_embeddings=cfg.weight_tying,
-        bos_token_id=None, eos_token_id=cfg.eos_token_id, pad_token_id=raw.get("pad_token_id", cfg.eos_token_id),
+        vocab_size=cfg.output_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.hidden_size,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_sequence_length,
+        rms_norm_eps=cfg.rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        tie_word_embeddings=cfg.weight_tying,
+        bos_token_id=None,
+        eos_token_id=cfg.eos_token_id,
+        pad_token_id=raw.get("pad_token_id", cfg.eos_token_id),
     )
     renamed = {}
     for name, tensor in tensors.items():
@@ -77,8 +86,16 @@ class CausalLMAdapter(ModelHandle):
 
     kind = "autoregressive"
 
-    def __init__(self, model: Any, tokenizer: Tokenizer | None, eos_ids: tuple[int, ...], pad_id: int | None,
-                 path: Path | None, entry_id: str = "", defaults: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer | None,
+        eos_ids: tuple[int, ...],
+        pad_id: int | None,
+        path: Path | None,
+        entry_id: str = "",
+        defaults: dict[str, Any] | None = None,
+    ):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.eos_ids = eos_ids
         # rows that stop are filled with EOS, as the diffusion and native AR samplers do
@@ -88,9 +105,14 @@ class CausalLMAdapter(ModelHandle):
         self._read_card()
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str = "", device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32,
-                    defaults: dict[str, Any] | None = None) -> "CausalLMAdapter":
+    def from_folder(
+        cls,
+        folder: Path,
+        entry_id: str = "",
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        defaults: dict[str, Any] | None = None,
+    ) -> CausalLMAdapter:
         """Load a Hugging Face causal LM folder (safetensors only, no remote code) or a causal LLaDA layout.
 
         The catalog's `defaults` may name the stop ids (`eos_id`, `eot_id`); else the folder's own.
@@ -106,7 +128,10 @@ class CausalLMAdapter(ModelHandle):
             if not config.get("causal"):
                 raise AdapterError(f"{folder / 'config.json'}: a bidirectional LLaDA model; use the llada adapter")
             model, raw = llada_as_llama(folder, dtype)
-            eos = eos_ids or eos_list([raw.get("eos_token_id", 126081)] + ([raw["eot_token_id"]] if raw.get("eot_token_id") is not None else []))
+            eos = eos_ids or eos_list(
+                [raw.get("eos_token_id", 126081)]
+                + ([raw["eot_token_id"]] if raw.get("eot_token_id") is not None else [])
+            )
             pad = raw.get("pad_token_id")
         else:
             try:

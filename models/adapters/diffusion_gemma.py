@@ -23,8 +23,14 @@ class DiffusionGemmaAdapter(ModelHandle):
 
     kind = "block-diffusion"
 
-    def __init__(self, model: Any, tokenizer: Tokenizer | None = None, defaults: dict[str, Any] | None = None,
-                 path: Path | None = None, entry_id: str = ""):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer | None = None,
+        defaults: dict[str, Any] | None = None,
+        path: Path | None = None,
+        entry_id: str = "",
+    ):
         self.model, self.tokenizer, self.path = model, tokenizer, path
         self.entry_id = entry_id or (path.name if path else "diffusion-gemma")
         self.defaults = dict(defaults or {})
@@ -41,9 +47,14 @@ class DiffusionGemmaAdapter(ModelHandle):
         return dtype
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str = "", device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.bfloat16,
-                    defaults: dict[str, Any] | None = None) -> "DiffusionGemmaAdapter":
+    def from_folder(
+        cls,
+        folder: Path,
+        entry_id: str = "",
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.bfloat16,
+        defaults: dict[str, Any] | None = None,
+    ) -> DiffusionGemmaAdapter:
         from transformers import DiffusionGemmaForBlockDiffusion
 
         folder = Path(folder)
@@ -58,8 +69,13 @@ class DiffusionGemmaAdapter(ModelHandle):
         except (OSError, ValueError, KeyError) as e:
             raise AdapterError(f"{folder}: DiffusionGemmaForBlockDiffusion cannot load it ({e})") from None
         # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to): mypy reads `device` as its `self`
-        return cls(model.to(device).eval(),  # type: ignore[arg-type]
-                   read_tokenizer(folder), defaults, folder, entry_id)
+        return cls(
+            model.to(device).eval(),  # type: ignore[arg-type]
+            read_tokenizer(folder),
+            defaults,
+            folder,
+            entry_id,
+        )
 
     # -- the BlockDenoiser protocol (sampler/block_diffusion.py) --------------------------------
 
@@ -68,15 +84,20 @@ class DiffusionGemmaAdapter(ModelHandle):
 
         return DynamicCache(config=self.model.config.get_text_config(decoder=True))
 
-    def encode_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                      cache: Any) -> Any:
+    def encode_prefix(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any
+    ) -> Any:
         """Run the causal encoder over `input_ids` `(batch, n)`, appending their keys/values to `cache`."""
         encoder = self.model.model.encoder
         ids = input_ids.clone(memory_format=torch.contiguous_format)
         shape_only = torch.empty((ids.shape[0], ids.shape[1], 0), dtype=self.model.dtype, device=ids.device)
         masks = encoder.create_masks_for_generate(
-            config=self.model.config, inputs_embeds=shape_only, attention_mask=attention_mask, cache=cache,
-            position_ids=position_ids, mm_token_type_ids=None,
+            config=self.model.config,
+            inputs_embeds=shape_only,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+            mm_token_type_ids=None,
         )
         return encoder(input_ids=ids, attention_mask=masks, cache=cache, position_ids=position_ids).cache
 
@@ -88,15 +109,27 @@ class DiffusionGemmaAdapter(ModelHandle):
         subset.batch_select_indices(rows)
         return subset
 
-    def denoise(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, cache: Any,
-                attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def denoise(
+        self,
+        canvas: torch.Tensor,
+        self_conditioning: torch.Tensor | None,
+        cache: Any,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
         """Float32 logits `(batch, canvas_length, vocab)` for `canvas`, attending to the whole cache."""
         masks = self.model.model.decoder.create_diffusion_decoder_attention_mask(
-            config=self.model.config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=attention_mask,
+            config=self.model.config,
+            inputs_embeds=canvas.unsqueeze(-1),
+            cache=cache,
+            decoder_attention_mask=attention_mask,
         )
         logits: torch.Tensor = self.model(
-            decoder_input_ids=canvas, self_conditioning_logits=self_conditioning, decoder_attention_mask=masks,
-            cache=cache, decoder_position_ids=position_ids,
+            decoder_input_ids=canvas,
+            self_conditioning_logits=self_conditioning,
+            decoder_attention_mask=masks,
+            cache=cache,
+            decoder_position_ids=position_ids,
         ).logits
         return logits
 

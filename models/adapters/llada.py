@@ -23,16 +23,23 @@ class LLaDAAdapter(ModelHandle):
         self.model, self.tokenizer, self.path = loaded.model, loaded.tokenizer, loaded.path
         self.config = loaded.config
         self.entry_id = entry_id or loaded.model_id
-        self.mask_id = loaded.mask_id  # the causal twin keeps its tokenizer's mask id: its configs (and hashes) carry it
+        self.mask_id = (
+            loaded.mask_id
+        )  # the causal twin keeps its tokenizer's mask id: its configs (and hashes) carry it
         self.eos_ids = tuple(i for i in (loaded.eos_id, loaded.eot_id) if i is not None)
         self.pad_id = loaded.pad_id
         self.card = loaded.card
         self.defaults = dict(defaults or {})
 
     @classmethod
-    def from_folder(cls, folder: Path, entry_id: str | None = None, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32,
-                    defaults: dict[str, Any] | None = None) -> "LLaDAAdapter":
+    def from_folder(
+        cls,
+        folder: Path,
+        entry_id: str | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        defaults: dict[str, Any] | None = None,
+    ) -> LLaDAAdapter:
         try:
             return cls(load_checkpoint(folder, device=device, dtype=dtype), entry_id, defaults)
         except CheckpointError as e:

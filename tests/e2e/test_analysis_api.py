@@ -18,8 +18,12 @@ from tests.support.servers import free_port, wait_healthy
 
 pytestmark = pytest.mark.timeout(120)
 
-POLICY = {"steps": [25, 100], "interval_s": 30, "min_requests": 20,
-          "analysis": {"p95_latency_s": {"max": 1.0}, "error_rate": {"max": 0.05}}}
+POLICY = {
+    "steps": [25, 100],
+    "interval_s": 30,
+    "min_requests": 20,
+    "analysis": {"p95_latency_s": {"max": 1.0}, "error_rate": {"max": 0.05}},
+}
 
 
 def write_log(folder: Path, rows: list[dict]) -> None:
@@ -39,13 +43,15 @@ def analysis_server(tmp_path: Path, rows: list[dict]):
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     routes = tmp_path / "serving.yaml"
-    routes.write_text(yaml.safe_dump({"routes": {}, "default": {"split": {"staging": 25, "fallback": 75}},
-                                      "rollout": POLICY}))
+    routes.write_text(
+        yaml.safe_dump({"routes": {}, "default": {"split": {"staging": 25, "fallback": 75}}, "rollout": POLICY})
+    )
     log_dir = tmp_path / "requests"
     write_log(log_dir, rows)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(standalone_app(routes, log_dir), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(standalone_app(routes, log_dir), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -58,15 +64,20 @@ def analysis_server(tmp_path: Path, rows: list[dict]):
 
 
 def traffic(arm: str, n: int, latency: float = 0.1, status: int = 200) -> list[dict]:
-    return [{"route": "default", "arm": arm, "status": status, "latency_s": latency + i * 1e-4, "endpoint": "completions"}
-            for i in range(n)]
+    return [
+        {"route": "default", "arm": arm, "status": status, "latency_s": latency + i * 1e-4, "endpoint": "completions"}
+        for i in range(n)
+    ]
 
 
 def argo_measure(base: str, query: str) -> tuple[str, dict]:
     """What Argo's web provider does: GET the url (headers from the template), JSON body, jsonPath `{$.verdict}`,
     then successCondition `result == "pass"` / failureCondition `result == "fail"`, else Inconclusive."""
-    response = httpx.get(f"{base}/v1/unmask/analysis?{query}", headers={"Accept": "application/json",
-                                                                       "Authorization": "Bearer unused"}, timeout=10)
+    response = httpx.get(
+        f"{base}/v1/unmask/analysis?{query}",
+        headers={"Accept": "application/json", "Authorization": "Bearer unused"},
+        timeout=10,
+    )
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     body = response.json()
     result = body["verdict"]  # jsonPath: "{$.verdict}"
@@ -76,9 +87,12 @@ def argo_measure(base: str, query: str) -> tuple[str, dict]:
 
 def flagger_hook(base: str, path: str, metadata: dict[str, str], phase: str = "Progressing") -> httpx.Response:
     """Flagger's webhook call: POST, JSON CanaryWebhookPayload {name, namespace, phase, checksum, metadata}."""
-    return httpx.post(f"{base}{path}", json={"name": "tiny-llada", "namespace": "test", "phase": phase,
-                                             "checksum": "6d9f8c7b", "metadata": metadata},
-                      headers={"Content-Type": "application/json"}, timeout=10)
+    return httpx.post(
+        f"{base}{path}",
+        json={"name": "tiny-llada", "namespace": "test", "phase": phase, "checksum": "6d9f8c7b", "metadata": metadata},
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
 
 
 def test_argo_web_provider_reads_pass_fail_and_inconclusive(tmp_path):
@@ -88,7 +102,11 @@ def test_argo_web_provider_reads_pass_fail_and_inconclusive(tmp_path):
         assert phase == "Successful", body
         assert set(body) >= {"verdict", "route", "candidate", "baseline", "window_s", "metrics"}
         assert (body["route"], body["candidate"], body["baseline"], body["window_s"]) == (
-            "default", "staging", "fallback", 600)
+            "default",
+            "staging",
+            "fallback",
+            600,
+        )
         for m in body["metrics"]:
             assert set(m) >= {"name", "verdict", "value", "lower", "upper", "confidence", "n", "reason"}
             assert m["verdict"] == "pass" and m["n"] == 150 and 0.95 < m["confidence"] < 1
@@ -139,8 +157,9 @@ def test_unmask_analysis_serve_refuses_a_bad_policy_in_one_line(tmp_path):
     from tests.support.fuzz_fixtures import unmask_app
 
     routes = tmp_path / "serving.yaml"
-    routes.write_text(yaml.safe_dump({"default": {"split": {"fallback": 100}},
-                                      "rollout": POLICY | {"analysis": {"p99": {"max": 1}}}}))
+    routes.write_text(
+        yaml.safe_dump({"default": {"split": {"fallback": 100}}, "rollout": POLICY | {"analysis": {"p99": {"max": 1}}}})
+    )
     result = CliRunner().invoke(unmask_app(), ["analysis", "serve", "--routes", str(routes)])
     assert result.exit_code == 2 and "rollout.analysis.p99: unknown metric" in result.output
     assert len(result.output.strip().splitlines()) == 1

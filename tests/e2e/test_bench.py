@@ -16,15 +16,19 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.bench import BenchSetup, run_bench, variants_named
-from evals.tasks import alphabet
 from models import load
-from models.checkpoint import save_checkpoint
-from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
-from models.tokenizer_build import build_char_tokenizer, special_ids
 from tests.support.eval_fixtures import write_random_model
 
-JSON_FIELDS = {"config", "gen_length", "accuracy", "nfe", "tokens_per_forward", "tokens_per_s",
-               "speedup_vs_vanilla", "peak_mem_mb"}
+JSON_FIELDS = {
+    "config",
+    "gen_length",
+    "accuracy",
+    "nfe",
+    "tokens_per_forward",
+    "tokens_per_s",
+    "speedup_vs_vanilla",
+    "peak_mem_mb",
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +42,11 @@ SMALL = dict(gen_lengths=(32, 64), block_length=16, prompts=3, reps=3, warmup=0,
 
 def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders):
     loaded, ar = load(folders[0]), load(folders[1])
-    variants = variants_named(["vanilla", "dual-cache", "dual+speculative (batch 1)", "speculative (batch 1)", "early-exit", "tiny-ar"])
+    variants = variants_named(
+        ["vanilla", "dual-cache", "dual+speculative (batch 1)", "speculative (batch 1)", "early-exit", "tiny-ar"]
+    )
     report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar)
-    assert [(r.config, r.gen_length) for r in report.rows] == [
-        (v.name, n) for n in (32, 64) for v in variants]
+    assert [(r.config, r.gen_length) for r in report.rows] == [(v.name, n) for n in (32, 64) for v in variants]
     for r in report.rows:
         assert JSON_FIELDS <= set(r.to_dict())
         assert 0.0 <= r.accuracy <= 1.0 and set(r.accuracy_by_task) == {"arith", "sort"}
@@ -52,7 +57,10 @@ def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders)
     assert all(r.same_text_as_vanilla == 1.0 and r.acceptance_rate is not None for r in spec)  # lossless
     dual_spec = [r for r in report.rows if r.config == "dual+speculative (batch 1)"]
     assert all(r.same_text_as["dual-cache"] == 1.0 for r in dual_spec)
-    assert any("dual+speculative (batch 1)" in note and "fewer sequential calls than dual-cache" in note for note in report.notes)
+    assert any(
+        "dual+speculative (batch 1)" in note and "fewer sequential calls than dual-cache" in note
+        for note in report.notes
+    )
     exits = [r for r in report.rows if r.config == "early-exit"]
     assert all(r.same_text_as_vanilla == 1.0 for r in exits)
     assert "threads 1" in report.title and "median of 3 reps" in report.title
@@ -79,10 +87,30 @@ def test_cli_prints_the_table_and_writes_json(folders, tmp_path):
 
     _register_all()
     out = tmp_path / "bench.json"
-    result = CliRunner().invoke(app, [
-        "bench", "--model", str(folders[0]), "--ar-model", str(folders[1]), "--gen-lengths", "32",
-        "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "0",
-        "--configs", "vanilla,parallel-threshold-0.9,tiny-ar", "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--model",
+            str(folders[0]),
+            "--ar-model",
+            str(folders[1]),
+            "--gen-lengths",
+            "32",
+            "--block-length",
+            "16",
+            "--prompts",
+            "2",
+            "--reps",
+            "3",
+            "--warmup",
+            "0",
+            "--configs",
+            "vanilla,parallel-threshold-0.9,tiny-ar",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "unmask bench" in result.output and "parallel-threshold-0.9" in result.output
     data = json.loads(out.read_text())
@@ -99,19 +127,28 @@ def test_cli_rejects_a_bad_gen_length_list(folders):
     from flows.cli import _register_all, app
 
     _register_all()
-    result = CliRunner().invoke(app, ["bench", "--model", str(folders[0]), "--gen-lengths", "48", "--configs", "vanilla"])
+    result = CliRunner().invoke(
+        app, ["bench", "--model", str(folders[0]), "--gen-lengths", "48", "--configs", "vanilla"]
+    )
     assert result.exit_code == 2 and "must be a multiple of block_length 32" in result.output
 
 
 def test_on_row_gets_the_rows_of_a_length_before_the_next_length_starts(folders):
     loaded = load(folders[0])
     events = []
-    report = run_bench(loaded, BenchSetup(**(SMALL | {"gen_lengths": (16, 32)})), variants_named(["vanilla", "dual-cache"]),
-                       tick=lambda label: events.append(("pass", label)),
-                       on_row=lambda row: events.append(("row", f"{row.config} @ {row.gen_length}")))
+    report = run_bench(
+        loaded,
+        BenchSetup(**(SMALL | {"gen_lengths": (16, 32)})),
+        variants_named(["vanilla", "dual-cache"]),
+        tick=lambda label: events.append(("pass", label)),
+        on_row=lambda row: events.append(("row", f"{row.config} @ {row.gen_length}")),
+    )
     rows = [label for kind, label in events if kind == "row"]
-    assert rows == [f"{r.config} @ {r.gen_length}" for r in report.rows] == [
-        "vanilla @ 16", "dual-cache @ 16", "vanilla @ 32", "dual-cache @ 32"]
+    assert (
+        rows
+        == [f"{r.config} @ {r.gen_length}" for r in report.rows]
+        == ["vanilla @ 16", "dual-cache @ 16", "vanilla @ 32", "dual-cache @ 32"]
+    )
     first_32_pass = next(i for i, (kind, label) in enumerate(events) if kind == "pass" and label.endswith("@ 32"))
     assert [label for kind, label in events[:first_32_pass] if kind == "row"] == ["vanilla @ 16", "dual-cache @ 16"]
     assert report.complete and report.to_dict()["complete"] is True
@@ -128,18 +165,41 @@ def test_stopped_run_keeps_the_rows_of_the_finished_lengths(folders, tmp_path):
     # The second length is long enough (512 steps a pass) that the run is still going when stopped.
     # A job started with `&` by a non-interactive shell (CI, nohup) inherits SIGINT ignored, and Python keeps
     # that; the child takes Ctrl-C back the way a terminal's `unmask bench` has it.
-    child = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from flows.cli import main; main()"
-    command = [sys.executable, "-c", child, "bench", "--model", str(folders[0]),
-               "--gen-lengths", "16,512", "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "1",
-               "--configs", "vanilla,dual-cache", "--json", str(out)]
+    child = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from flows.cli import main; main()"
+    )
+    command = [
+        sys.executable,
+        "-c",
+        child,
+        "bench",
+        "--model",
+        str(folders[0]),
+        "--gen-lengths",
+        "16,512",
+        "--block-length",
+        "16",
+        "--prompts",
+        "2",
+        "--reps",
+        "3",
+        "--warmup",
+        "1",
+        "--configs",
+        "vanilla,dual-cache",
+        "--json",
+        str(out),
+    ]
     with open(log, "w") as err:
         proc = subprocess.Popen(command, env=dict(os.environ), stdout=subprocess.PIPE, stderr=err, text=True)
         try:
             deadline = time.monotonic() + 300
             while len(rows_in(out)) < 2 and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert len(rows_in(out)) == 2, (f"expected the JSON to hold gen 16's 2 rows while gen 512 runs, it holds "
-                                            f"{len(rows_in(out))} (exit {proc.poll()}): {log.read_text()[-2000:]}")
+            assert len(rows_in(out)) == 2, (
+                f"expected the JSON to hold gen 16's 2 rows while gen 512 runs, it holds "
+                f"{len(rows_in(out))} (exit {proc.poll()}): {log.read_text()[-2000:]}"
+            )
             proc.send_signal(signal.SIGINT)
             stdout, _ = proc.communicate(timeout=120)
         finally:
@@ -179,7 +239,9 @@ BATCHED = dict(gen_lengths=(32, 64), block_length=16, prompts=2, reps=3, warmup=
 @pytest.fixture(scope="module")
 def batched_report(folders):
     loaded, ar = load(folders[0]), load(folders[1])
-    variants = variants_named(["vanilla", "parallel-threshold-0.9", "dual-cache", "dual+speculative (batch 1)", "tiny-ar"])
+    variants = variants_named(
+        ["vanilla", "parallel-threshold-0.9", "dual-cache", "dual+speculative (batch 1)", "tiny-ar"]
+    )
     return run_bench(loaded, BenchSetup(**BATCHED), variants, ar_loaded=ar)
 
 
@@ -188,8 +250,11 @@ def test_each_batch_size_gets_its_rows_with_vanilla_of_that_batch_as_the_baselin
     plain = ["vanilla", "parallel-threshold-0.9", "dual-cache"]
     # the per-prompt speculative row runs once, beside the batch-1 rows; the others at each batch size
     assert [(r.config, r.gen_length, r.batch) for r in rows] == [
-        (c, n, b) for n in (32, 64) for b in (1, 2)
-        for c in plain + (["dual+speculative (batch 1)"] if b == 1 else []) + ["tiny-ar"]]
+        (c, n, b)
+        for n in (32, 64)
+        for b in (1, 2)
+        for c in plain + (["dual+speculative (batch 1)"] if b == 1 else []) + ["tiny-ar"]
+    ]
     assert all(r.speedup_vs_vanilla == pytest.approx(1.0) for r in rows if r.config == "vanilla")
     assert all(r.same_text_as["dual-cache"] == 1.0 for r in rows if r.config == "dual+speculative (batch 1)")
     assert all("batch_sizes" in batched_report.to_dict()["setup"] and r.to_dict()["batch"] in (1, 2) for r in rows)
@@ -202,13 +267,19 @@ def test_one_verdict_line_per_length_names_the_best_config_its_speedups_ratios_t
     for n, line in zip((32, 64), batched_report.verdicts):
         at = {b: {r.config: r for r in batched_report.rows if r.gen_length == n and r.batch == b} for b in (1, 2)}
         vanilla = at[1]["vanilla"]
-        within = [r for name, r in at[1].items() if name not in ("vanilla", "tiny-ar")
-                  and r.accuracy >= vanilla.accuracy - 0.01]
+        within = [
+            r
+            for name, r in at[1].items()
+            if name not in ("vanilla", "tiny-ar") and r.accuracy >= vanilla.accuracy - 0.01
+        ]
         best = max(within, key=lambda r: r.speedup_vs_vanilla)
         assert f"best within 1 point of vanilla ({100 * vanilla.accuracy:.1f}%): {best.config} " in line, line
         assert f"{best.speedup_vs_vanilla:.1f}x at batch 1" in line
-        ratios = [f"{at[b][best.config].text_tokens_per_s / at[b]['tiny-ar'].text_tokens_per_s:.2f}x at batch {b}"
-                  for b in (1, 2) if best.config in at[b]]
+        ratios = [
+            f"{at[b][best.config].text_tokens_per_s / at[b]['tiny-ar'].text_tokens_per_s:.2f}x at batch {b}"
+            for b in (1, 2)
+            if best.config in at[b]
+        ]
         assert "text tokens/s vs AR twin: " + ", ".join(ratios) in line, line
         # AUP over the batch-1 diffusion rows (the batch does not change tokens per forward's meaning)
         diffusion = [r for r in at[1].values() if r.config != "tiny-ar"]
@@ -225,17 +296,33 @@ def test_a_verdict_says_when_no_config_holds_vanilla_accuracy():
     from evals.bench_summary import verdicts
 
     def row(config, accuracy, speedup, tpf):
-        return BenchRow(config=config, gen_length=256, accuracy=accuracy, nfe=1, tokens_per_forward=tpf, tokens_per_s=1,
-                        speedup_vs_vanilla=speedup, peak_mem_mb=1, text_tokens_per_s=10 * speedup, batch=4,
-                        kind="ar" if config == "tiny-ar" else "diffusion")
+        return BenchRow(
+            config=config,
+            gen_length=256,
+            accuracy=accuracy,
+            nfe=1,
+            tokens_per_forward=tpf,
+            tokens_per_s=1,
+            speedup_vs_vanilla=speedup,
+            peak_mem_mb=1,
+            text_tokens_per_s=10 * speedup,
+            batch=4,
+            kind="ar" if config == "tiny-ar" else "diffusion",
+        )
 
-    rows = [row("vanilla", 0.875, 1.0, 1.0), row("dual+parallel", 0.5, 20.0, 6.0), row("dual-cache", 0.86, 8.0, 1.0),
-            row("tiny-ar", 0.875, 3.0, 1.0)]
+    rows = [
+        row("vanilla", 0.875, 1.0, 1.0),
+        row("dual+parallel", 0.5, 20.0, 6.0),
+        row("dual-cache", 0.86, 8.0, 1.0),
+        row("tiny-ar", 0.875, 3.0, 1.0),
+    ]
     assert verdicts(rows, tolerance=0.01) == [
-        "gen 256: no config within 1 point of vanilla (87.5%); AUP 87.5 over 2 configs (vanilla alone 87.5)"]
+        "gen 256: no config within 1 point of vanilla (87.5%); AUP 87.5 over 2 configs (vanilla alone 87.5)"
+    ]
     assert verdicts(rows, tolerance=0.02)[0].startswith(
         "gen 256: best within 2 points of vanilla (87.5%): dual-cache (86.0%), 8.0x at batch 4 vs vanilla; "
-        "text tokens/s vs AR twin: 2.67x at batch 4")
+        "text tokens/s vs AR twin: 2.67x at batch 4"
+    )
 
 
 def test_the_plot_has_one_panel_per_generation_length(batched_report, tmp_path):
@@ -251,10 +338,34 @@ def test_the_plot_has_one_panel_per_generation_length(batched_report, tmp_path):
 def test_cli_batches_writes_json_after_every_row_prints_verdicts_and_plots(folders, tmp_path):
     """A real `unmask bench` process, piped: each `bench row` line on stderr comes after the JSON holds that row."""
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    command = [sys.executable, "-c", "from flows.cli import main; main()", "bench", "--model", str(folders[0]),
-               "--ar-model", str(folders[1]), "--gen-lengths", "16,32", "--block-length", "16", "--prompts", "2",
-               "--batch", "1,2", "--reps", "3", "--warmup", "0", "--configs", "vanilla,dual-cache,tiny-ar",
-               "--json", str(out), "--plot", str(plot)]
+    command = [
+        sys.executable,
+        "-c",
+        "from flows.cli import main; main()",
+        "bench",
+        "--model",
+        str(folders[0]),
+        "--ar-model",
+        str(folders[1]),
+        "--gen-lengths",
+        "16,32",
+        "--block-length",
+        "16",
+        "--prompts",
+        "2",
+        "--batch",
+        "1,2",
+        "--reps",
+        "3",
+        "--warmup",
+        "0",
+        "--configs",
+        "vanilla,dual-cache,tiny-ar",
+        "--json",
+        str(out),
+        "--plot",
+        str(plot),
+    ]
     proc = subprocess.Popen(command, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     try:
@@ -275,18 +386,23 @@ def test_cli_batches_writes_json_after_every_row_prints_verdicts_and_plots(folde
     data = json.loads(out.read_text())
     assert data["complete"] is True and len(data["rows"]) == 12 and len(data["verdicts"]) == 2
     verdict_lines = [line for line in stdout.splitlines() if line.startswith("verdict gen ")]
-    assert len(verdict_lines) == 2 and all("at batch 1" in v and "at batch 2" in v and "AUP" in v for v in verdict_lines)
+    assert len(verdict_lines) == 2 and all(
+        "at batch 1" in v and "at batch 2" in v and "AUP" in v for v in verdict_lines
+    )
     assert plot.stat().st_size > 10_000 and f"wrote {plot}" in stdout
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--batch", "4", "--prompts", "2"], ["batch 4 is more than the 2 prompts per task", "--prompts 4"]),
-    (["--batch", "0"], ["--batch", "'0'"]),
-    (["--batch", "1,x"], ["--batch", "1,x"]),
-    (["--batch", "2,2"], ["batch sizes repeat: 2,2"]),
-    (["--tolerance", "150"], ["tolerance must be between 0 and 100 accuracy points, got 150"]),
-    (["--plot", "bench.svg"], ["--plot bench.svg", ".png"]),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--batch", "4", "--prompts", "2"], ["batch 4 is more than the 2 prompts per task", "--prompts 4"]),
+        (["--batch", "0"], ["--batch", "'0'"]),
+        (["--batch", "1,x"], ["--batch", "1,x"]),
+        (["--batch", "2,2"], ["batch sizes repeat: 2,2"]),
+        (["--tolerance", "150"], ["tolerance must be between 0 and 100 accuracy points, got 150"]),
+        (["--plot", "bench.svg"], ["--plot bench.svg", ".png"]),
+    ],
+)
 def test_bad_bench_options_are_refused_in_one_line(args, named, folders):
     from tests.support.fuzz_fixtures import refused
 

@@ -11,9 +11,9 @@ from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
 from typer.testing import CliRunner
 
+from flows.runners import cell_resources, check_cell_resources
 from tests.support.eval_fixtures import write_model
 from tests.support.flow_fixtures import CLOCKS, cli_app
-from flows.runners import cell_resources, check_cell_resources
 
 
 def test_gpus_per_cell_is_a_ray_num_gpus_request_and_nothing_for_threads():
@@ -34,8 +34,17 @@ def restrictions_seen_by_the_worker() -> dict:
     return dict(get_worker().state.tasks[thread_state.key].resource_restrictions or {})
 
 
-@flow(task_runner=DaskTaskRunner(cluster_kwargs={"n_workers": 1, "threads_per_worker": 1, "processes": False,
-                                                 "resources": {"GPU": 1}, "dashboard_address": None}))
+@flow(
+    task_runner=DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": 1,
+            "threads_per_worker": 1,
+            "processes": False,
+            "resources": {"GPU": 1},
+            "dashboard_address": None,
+        }
+    )
+)
 def submitted_with(gpus_per_cell: float) -> dict:
     check_cell_resources("dask", gpus_per_cell, FlowRunContext.get().task_runner)
     with cell_resources("dask", gpus_per_cell):
@@ -45,8 +54,11 @@ def submitted_with(gpus_per_cell: float) -> dict:
 
 def test_a_dask_cell_reaches_its_worker_with_the_gpu_request_and_an_unmeetable_one_is_refused(prefect_harness):
     assert submitted_with(1) == {"GPU": 1}
-    with pytest.raises(ValueError, match=r"--gpus-per-cell 2: no dask worker offers that many GPUs "
-                                         r"\(GPUs per worker: \S+: 1\); start its workers with `dask worker"):
+    with pytest.raises(
+        ValueError,
+        match=r"--gpus-per-cell 2: no dask worker offers that many GPUs "
+        r"\(GPUs per worker: \S+: 1\); start its workers with `dask worker",
+    ):
         submitted_with(2)
 
 
@@ -54,9 +66,18 @@ def test_a_dask_cell_reaches_its_worker_with_the_gpu_request_and_an_unmeetable_o
 def tiny_sweep(tmp_path):
     model = write_model(tmp_path / "models" / "diff")
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "cells", "models": [str(model)], "tasks": [{"task": "arith", "n": 3}],
-                                     "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [4, 8]},
-                                     "measure": {"warmup": 0, "batch_size": 2}}))
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cells",
+                "models": [str(model)],
+                "tasks": [{"task": "arith", "n": 3}],
+                "base": {"gen_length": 8, "block_length": 4},
+                "grid": {"steps": [4, 8]},
+                "measure": {"warmup": 0, "batch_size": 2},
+            }
+        )
+    )
     return str(sweep)
 
 
@@ -83,8 +104,9 @@ def test_eval_on_a_dask_executor_gives_a_local_evals_records(prefect_harness, ti
     assert eval_records(tmp_path / "dask") == eval_records(tmp_path / "local")  # in plan order, clocks aside
     assert len(list((tmp_path / "home" / "results").glob("point-*"))) == 2  # each cell kept for a later run
 
-    code, text = run_eval("--sweep", tiny_sweep, "--out", str(tmp_path / "gpu"), "--executor", "dask",
-                          "--gpus-per-cell", "1")
+    code, text = run_eval(
+        "--sweep", tiny_sweep, "--out", str(tmp_path / "gpu"), "--executor", "dask", "--gpus-per-cell", "1"
+    )
     assert code == 2, text  # the local cluster's workers offer no GPU: refused, not left waiting
     assert "--gpus-per-cell 1: no dask worker offers that many GPUs" in text
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.postgres_fixtures import database_name
 from registry import Registry
 from registry.chain_lock import AdvisoryChainLock, FileChainLock, ServerChainLock, chain_lock_for, lock_kind
 from registry.connection import RegistryError
 from tests.support.gate_fixtures import fresh_registry
+from tests.support.postgres_fixtures import database_name
 
-KINDS = [pytest.param(FileChainLock, id="file"), pytest.param(ServerChainLock, id="registry-cas"),
-         pytest.param(AdvisoryChainLock, id="postgres-advisory")]
+KINDS = [
+    pytest.param(FileChainLock, id="file"),
+    pytest.param(ServerChainLock, id="registry-cas"),
+    pytest.param(AdvisoryChainLock, id="postgres-advisory"),
+]
 
 
 @pytest.fixture(params=KINDS)
@@ -24,8 +27,11 @@ def lock_of(request, tmp_path):
         registry = Registry(request.getfixturevalue("postgres").create_database(database_name("chainlock")))
     else:
         registry = fresh_registry(tmp_path)
-    named = {FileChainLock: "audit-chain.lock", ServerChainLock: "registry lock unmask-lock.audit-chain",
-             AdvisoryChainLock: "PostgreSQL advisory lock"}[kind]
+    named = {
+        FileChainLock: "audit-chain.lock",
+        ServerChainLock: "registry lock unmask-lock.audit-chain",
+        AdvisoryChainLock: "PostgreSQL advisory lock",
+    }[kind]
     return (lambda: kind(Registry(registry.tracking_uri))), named
 
 

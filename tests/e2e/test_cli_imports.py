@@ -17,9 +17,11 @@ from tests.support.governance import ME, roles_data
 
 HEAVY = ("prefect", "torch", "transformers", "great_expectations", "serving", "sampler", "streamlit", "uvicorn")
 # The command in a process of its own; after it, which heavy packages it imported (stderr, last line).
-RUN = ("import sys\nfrom flows.cli import main\nsys.argv = ['unmask', *sys.argv[1:]]\ncode = 0\ntry:\n    main()\n"
-       "except SystemExit as e:\n    code = e.code\n"
-       f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\nsys.exit(code)\n")
+RUN = (
+    "import sys\nfrom flows.cli import main\nsys.argv = ['unmask', *sys.argv[1:]]\ncode = 0\ntry:\n    main()\n"
+    "except SystemExit as e:\n    code = e.code\n"
+    f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\nsys.exit(code)\n"
+)
 
 
 @pytest.fixture
@@ -31,31 +33,52 @@ def registry_env(tmp_path, monkeypatch):
     monkeypatch.setenv("UNMASK_ROLES", str(tmp_path / "roles.yaml"))
     reg = fresh_registry(tmp_path)
     register_pair(reg, fast_llada())
-    return {"MLFLOW_TRACKING_URI": reg.tracking_uri, "UNMASK_ROLES": str(tmp_path / "roles.yaml"),
-            "UNMASK_HOME": str(tmp_path / "home"), "COLUMNS": "200", "PREFECT_API_URL": ""}
+    return {
+        "MLFLOW_TRACKING_URI": reg.tracking_uri,
+        "UNMASK_ROLES": str(tmp_path / "roles.yaml"),
+        "UNMASK_HOME": str(tmp_path / "home"),
+        "COLUMNS": "200",
+        "PREFECT_API_URL": "",
+    }
 
 
 def unmask(env: dict, *args: str) -> tuple[int, str, list[str]]:
     import os
 
-    done = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True, timeout=600,
-                          env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | env)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | env,
+    )
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     assert last.startswith("HEAVY "), done.stderr[-3000:]
-    return done.returncode, done.stdout + done.stderr, eval(last.removeprefix("HEAVY "))  # noqa: S307 - our list
+    return done.returncode, done.stdout + done.stderr, eval(last.removeprefix("HEAVY "))
 
 
 def test_approve_reject_and_sign_off_write_the_registry_without_prefect_torch_or_gx(registry_env):
-    code, out, heavy = unmask(registry_env, "sign-off", "tiny-llada", "--stage", "poc", "--item",
-                              "tooling-maturity", "--comment", "serve, export and eval tooling checked")
+    code, out, heavy = unmask(
+        registry_env,
+        "sign-off",
+        "tiny-llada",
+        "--stage",
+        "poc",
+        "--item",
+        "tooling-maturity",
+        "--comment",
+        "serve, export and eval tooling checked",
+    )
     assert code == 0 and f"poc/tooling-maturity signed off for tiny-llada v1 by {ME}" in out, out
     assert heavy == [], heavy
-    code, out, heavy = unmask(registry_env, "approve", "tiny-llada", "poc", "--comment",
-                              "poc evidence and checklist reviewed")
+    code, out, heavy = unmask(
+        registry_env, "approve", "tiny-llada", "poc", "--comment", "poc evidence and checklist reviewed"
+    )
     assert code == 0 and f"approval by {ME} recorded on tiny-llada v1" in out, out
     assert heavy == [], heavy
-    code, out, heavy = unmask(registry_env, "reject", "tiny-llada", "staging", "--comment",
-                              "the sort task regressed against the fallback")
+    code, out, heavy = unmask(
+        registry_env, "reject", "tiny-llada", "staging", "--comment", "the sort task regressed against the fallback"
+    )
     assert code == 0 and f"declined by {ME}" in out, out
     assert heavy == [], heavy
 
@@ -68,8 +91,16 @@ def test_help_lists_the_commands_by_task_without_loading_any_command_dependency(
     assert "<bool>" not in out and "<str>" not in out
 
 
-@pytest.mark.parametrize("args", [("audit", "--verify"), ("audit",), ("gates", "tiny-llada", "--stored"),
-                                  ("sign-off", "--help"), ("approve", "--help")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "--verify"),
+        ("audit",),
+        ("gates", "tiny-llada", "--stored"),
+        ("sign-off", "--help"),
+        ("approve", "--help"),
+    ],
+)
 def test_reading_commands_load_neither_torch_nor_the_serving_stack(registry_env, args):
     """What a reviewer types to read the registry (issue 50): the audit trail and the stored gate reports."""
     code, out, heavy = unmask(registry_env, *args)

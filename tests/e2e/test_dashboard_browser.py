@@ -17,21 +17,26 @@ from pathlib import Path
 import pytest
 
 import registry.read as read
-from tests.support.dashboard_fixtures import shared_dashboard_registry
-from tests.support.servers import free_port, stop, wait_healthy
 from flows.commands.dashboard import streamlit_command
 from flows.environment import QUIET_DEFAULTS
 from registry import Registry
 from tests.support import REPO
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
-from tests.support.dashboard_fixtures import rolled_back_registry
+from tests.support.dashboard_fixtures import rolled_back_registry, shared_dashboard_registry
+from tests.support.servers import free_port, stop, wait_healthy
 
 SCREENSHOT = REPO / "docs" / "landing.png"
 NARROW = 800
 # (url path, heading, Vega-Lite charts the page draws; quality-latency: one more for the AUP curves, if any)
-PAGES = [("", "Verdict", 0), ("gate-board", "Gate board", 0), ("scores", "Scores", 2),
-         ("quality-latency", "Quality vs latency", 1), ("candidate", "Candidate", 0), ("promotions", "Promotions", 1),
-         ("rollout", "Rollout", 0)]
+PAGES = [
+    ("", "Verdict", 0),
+    ("gate-board", "Gate board", 0),
+    ("scores", "Scores", 2),
+    ("quality-latency", "Quality vs latency", 1),
+    ("candidate", "Candidate", 0),
+    ("promotions", "Promotions", 1),
+    ("rollout", "Rollout", 0),
+]
 
 pytestmark = pytest.mark.browser
 
@@ -122,8 +127,13 @@ def dashboard_server(env: dict[str, str], log: Path):
     """`streamlit run` of the dashboard on a free loopback port with `env` added; yields its URL, stops it after."""
     port = free_port()
     with log.open("w") as out:
-        server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO,
-                                  env=dict(os.environ) | QUIET_DEFAULTS | env, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            streamlit_command(port, "127.0.0.1"),
+            cwd=REPO,
+            env=dict(os.environ) | QUIET_DEFAULTS | env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
         yield f"http://127.0.0.1:{port}"
@@ -148,8 +158,12 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
     shots, overflowing = {}, {}
     with sync_playwright() as p:
         browser = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": WIDTH, "height": HEIGHT})
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": WIDTH, "height": HEIGHT},
+        )
         try:
             page = browser.new_page()
             for path, heading, chart_count in PAGES:
@@ -165,8 +179,9 @@ def test_every_page_renders_in_chromium_at_1280x800_with_no_text_overflowing(das
                     for stage in ("poc", "staging", "production"):
                         expect(verdict).to_contain_text(stage)
                     expect(verdict).to_contain_text(candidate)
-                    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="sha256").first) \
-                        .to_contain_text(str(filled.policy_path.resolve()))
+                    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="sha256").first).to_contain_text(
+                        str(filled.policy_path.resolve())
+                    )
                 if path == "gate-board":
                     board = page.locator("[data-testid='stTable']").filter(has_text=f"{candidate} [candidate, poc]")
                     expect(board.first).to_contain_text(f"passed {gates}/{gates}")
@@ -216,8 +231,12 @@ def test_a_rolled_back_rollout_stands_against_its_version_on_the_verdict_page_in
     found = {}
     with dashboard_server(env, tmp_path / "streamlit.log") as url, sync_playwright() as p:
         browser = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": WIDTH, "height": HEIGHT})
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": WIDTH, "height": HEIGHT},
+        )
         try:
             page = browser.new_page()
             for width in (WIDTH, NARROW):
@@ -269,14 +288,19 @@ def test_the_defect_checks_catch_each_defect_when_it_is_reintroduced(tmp_path):
     command = streamlit_command(port, "127.0.0.1")
     command[command.index("run") + 1] = str(app)
     with log.open("w") as out:
-        server = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ) | QUIET_DEFAULTS, stdout=out,
-                                  stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            command, cwd=tmp_path, env=dict(os.environ) | QUIET_DEFAULTS, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                viewport={"width": NARROW, "height": HEIGHT})
+                str(tmp_path / "chromium-profile"),
+                executable_path=CHROMIUM,
+                args=CHROMIUM_ARGS,
+                headless=True,
+                viewport={"width": NARROW, "height": HEIGHT},
+            )
             try:
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)

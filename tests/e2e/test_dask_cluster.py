@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from distributed import get_task_stream
 
-from tests.support.servers import free_port
-from tests.support.flow_fixtures import local_reference_then_cluster_home, records_without_clocks
 from flows.evaluate import EvaluationOptions, evaluate_on
-from tests.support.servers import stop_group
+from tests.support.flow_fixtures import local_reference_then_cluster_home, records_without_clocks
+from tests.support.servers import free_port, stop_group
 
 STEPS = (2, 4, 6, 8)  # gen_length 8 in two blocks: an even step count per block
 
@@ -38,13 +37,33 @@ def cluster(tmp_path):
     logs.mkdir()
 
     def start(name, *argv):
-        return subprocess.Popen([dask_cli(), *argv], env=env, stdout=open(logs / f"{name}.log", "wb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [dask_cli(), *argv],
+            env=env,
+            stdout=open(logs / f"{name}.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     scheduler = start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
-    workers = {name: start(name, "worker", address, "--name", name, "--nthreads", "1", "--no-nanny",
-                           "--no-dashboard", "--host", "127.0.0.1", "--resources", "GPU=1")
-               for name in ("w1", "w2")}
+    workers = {
+        name: start(
+            name,
+            "worker",
+            address,
+            "--name",
+            name,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--no-dashboard",
+            "--host",
+            "127.0.0.1",
+            "--resources",
+            "GPU=1",
+        )
+        for name in ("w1", "w2")
+    }
     from distributed import Client
 
     client = Client(address, timeout=120)
@@ -58,7 +77,8 @@ def cluster(tmp_path):
 
 
 def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_worker(
-        prefect_harness, cluster, tmp_path, monkeypatch):
+    prefect_harness, cluster, tmp_path, monkeypatch
+):
     address, client, workers = cluster
     made = local_reference_then_cluster_home(tmp_path, monkeypatch, STEPS)
     model, sweep, local, home = made.model, made.sweep, made.local, made.home
@@ -80,8 +100,7 @@ def test_a_sweep_on_two_dask_workers_equals_a_local_run_and_survives_a_killed_wo
 
     killer = threading.Thread(target=kill_a_worker_mid_sweep, daemon=True)
     killer.start()
-    on_cluster_options = base.model_copy(update={
-        "task_runner": "dask", "dask_address": address, "gpus_per_cell": 1})
+    on_cluster_options = base.model_copy(update={"task_runner": "dask", "dask_address": address, "gpus_per_cell": 1})
     names = {address: info["name"] for address, info in client.scheduler_info(n_workers=-1)["workers"].items()}
     with get_task_stream(client) as stream:
         on_cluster = evaluate_on(on_cluster_options)(model, sweep, on_cluster_options)

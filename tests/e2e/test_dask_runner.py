@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from tests.support.flow_fixtures import CANDIDATE, seed_registry, tiny_models, write_sweep
 from flows.evaluate import EvaluationOptions
 from flows.review import gate_review
 from flows.runners import make_task_runner
+from tests.support.flow_fixtures import CANDIDATE, seed_registry, tiny_models, write_sweep
 
 
-def test_the_sweep_runs_on_a_local_dask_cluster_and_shares_the_cache_with_threads(prefect_harness, tmp_path,
-                                                                                 monkeypatch):
+def test_the_sweep_runs_on_a_local_dask_cluster_and_shares_the_cache_with_threads(
+    prefect_harness, tmp_path, monkeypatch
+):
     models = tiny_models(tmp_path / "models")
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")

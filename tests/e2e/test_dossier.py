@@ -16,15 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 import registry.read as read
-
 from dashboards.dossier import SECTIONS, content_sha256, stated_sha256, verify_html
 from gates.results import GateResult
-from tests.support import REPO
-from tests.support.flow_fixtures import cli_app, seed_registry
 from registry import Registry, RegistryError
 from registry.dossiers import DOSSIER_TAG, attach_dossier, latest_dossier, log_dossier
 from registry.loadtests import serving_records as read_serving
 from registry.tracking import load_gate_report
+from tests.support import REPO
+from tests.support.flow_fixtures import cli_app, seed_registry
 
 PAGE1 = REPO / "docs" / "dossier-page1.png"
 
@@ -100,8 +99,11 @@ def test_the_dossier_holds_every_gate_value_of_the_registry_and_every_section(en
         gate = shown[(row.stage, row.gate)]
         assert json.loads(gate["data-value"]) == row.value, (row.stage, row.gate)
         assert json.loads(gate["data-threshold"]) == row.threshold
-        raw = next(r for r in load_gate_report(reg, env.candidate, env.candidate_version, row.stage)["results"]
-                   if r["gate"] == row.gate)  # a stored verdict (pass / fail / inconclusive) wins over `passed`
+        raw = next(
+            r
+            for r in load_gate_report(reg, env.candidate, env.candidate_version, row.stage)["results"]
+            if r["gate"] == row.gate
+        )  # a stored verdict (pass / fail / inconclusive) wins over `passed`
         assert gate["data-verdict"] == GateResult.from_dict(raw).verdict
         if row.run_id:  # every gate names the MLflow run of the record it judged
             assert row.run_id in html
@@ -156,29 +158,33 @@ def test_a_version_without_evaluation_is_refused_naming_what_is_missing(tmp_path
     assert "bare version 1 has no evaluation yet: no evidence run (unmask.evidence_run tag)" in done.output
     assert "Traceback" not in done.output and not list((tmp_path / "out").glob("*.html"))
 
-    for args, said in ((["bare", "--version", "9"], "bare has no version '9' (versions: 1)"),
-                       (["nobody"], "no registered model 'nobody'"),
-                       (["bare", "--stage", "prod"], "--stage must be one of poc, staging, production")):
+    for args, said in (
+        (["bare", "--version", "9"], "bare has no version '9' (versions: 1)"),
+        (["nobody"], "no registered model 'nobody'"),
+        (["bare", "--stage", "prod"], "--stage must be one of poc, staging, production"),
+    ):
         done = report(*args, "--out", str(tmp_path / "out"))
         assert done.exit_code == 2 and said in done.output, done.output
 
 
 def test_a_version_evaluated_but_never_judged_is_refused(tmp_path, monkeypatch):
-    from tests.support.gate_fixtures import evidence, fresh_registry
     from registry import register_evidence
+    from tests.support.gate_fixtures import evidence, fresh_registry
 
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     version, _ = register_evidence(reg, evidence())
     done = report("tiny-llada", "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
-    assert (f"tiny-llada version {version} has evaluation records but no gate report for any stage; judge it "
-            f"first (unmask gates tiny-llada --version {version} --store)") in done.output
+    assert (
+        f"tiny-llada version {version} has evaluation records but no gate report for any stage; judge it "
+        f"first (unmask gates tiny-llada --version {version} --store)"
+    ) in done.output
 
 
 def test_the_load_test_section_holds_the_serving_records_of_the_version_and_of_the_fallback(tmp_path, monkeypatch):
-    from tests.support.gate_fixtures import fresh_registry, register_pair
     from registry import judge
+    from tests.support.gate_fixtures import fresh_registry, register_pair
 
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
@@ -212,8 +218,8 @@ def test_the_candidate_page_links_the_latest_dossier(env, tmp_path):
 
 
 def test_a_dossier_changed_after_logging_is_not_attached(tmp_path):
-    from tests.support.gate_fixtures import evidence, fresh_registry
     from registry import register_evidence
+    from tests.support.gate_fixtures import evidence, fresh_registry
 
     reg = fresh_registry(tmp_path)
     version, _ = register_evidence(reg, evidence())
@@ -243,11 +249,19 @@ def test_the_pdf_printed_by_chromium_opens_with_every_page_and_a_first_page_that
     first, *_, last = text.split("\f")[:pages]
     # page 1 is the decision: the version, the recommendation; the evidence sections follow
     assert f"{env.candidate} v{env.candidate_version}" in first and "Recommendation:" in first
-    for heading in ("1. Identity", "2. Evaluation", "3. Operating point", "5. Gates per stage", "8. Limitations and open risks"):
+    for heading in (
+        "1. Identity",
+        "2. Evaluation",
+        "3. Operating point",
+        "5. Gates per stage",
+        "8. Limitations and open risks",
+    ):
         assert heading in text
     assert "Content sha256" in last or "Content sha256" in text.split("\f")[pages - 1]
-    subprocess.run(["pdftoppm", "-png", "-r", "80", "-f", "1", "-l", "1", "-singlefile", str(pdf),
-                    str(tmp_path / "page1")], check=True)
+    subprocess.run(
+        ["pdftoppm", "-png", "-r", "80", "-f", "1", "-l", "1", "-singlefile", str(pdf), str(tmp_path / "page1")],
+        check=True,
+    )
     image = np.asarray(Image.open(tmp_path / "page1.png").convert("L"), dtype=float)
     assert image.shape[0] > image.shape[1] > 500  # portrait A4
     assert image.std() > 20 and (image < 128).mean() > 0.01  # ink on the page, not a blank sheet
@@ -256,16 +270,29 @@ def test_the_pdf_printed_by_chromium_opens_with_every_page_and_a_first_page_that
     ref = latest_dossier(reg, env.candidate, env.candidate_version)
     assert reg.load_artifact_bytes(ref.run_id, ref.pdf) == pdf.read_bytes()
     if os.environ.get("UNMASK_UPDATE_SCREENSHOT") == "1":
-        subprocess.run(["pdftoppm", "-png", "-r", "110", "-f", "1", "-l", "1", "-singlefile", str(pdf),
-                        str(PAGE1.with_suffix(""))], check=True)
+        subprocess.run(
+            [
+                "pdftoppm",
+                "-png",
+                "-r",
+                "110",
+                "-f",
+                "1",
+                "-l",
+                "1",
+                "-singlefile",
+                str(pdf),
+                str(PAGE1.with_suffix("")),
+            ],
+            check=True,
+        )
 
 
 @pytest.mark.browser
 def test_the_promote_flow_archives_the_dossier_the_approver_saw_with_the_move(prefect_harness, tmp_path, monkeypatch):
     from flows.promote import promote_flow
     from registry import approve
-    from tests.support.gate_fixtures import fresh_registry, register_pair
-    from tests.support.gate_fixtures import OK, sign_all
+    from tests.support.gate_fixtures import OK, fresh_registry, register_pair, sign_all
 
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
@@ -287,9 +314,9 @@ def test_the_promote_flow_archives_the_dossier_the_approver_saw_with_the_move(pr
 
 
 def test_evidence_changed_after_registration_gives_no_dossier(tmp_path, monkeypatch):
-    from tests.support.gate_fixtures import evidence, fresh_registry
     from registry import register_evidence
     from registry.tracking import evidence_run_id
+    from tests.support.gate_fixtures import evidence, fresh_registry
 
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
@@ -307,7 +334,9 @@ def test_on_a_tracking_server_every_run_it_names_is_a_link_to_the_mlflow_ui(env)
 
     content = dossier_content(Registry(env.tracking_uri), env.candidate, env.candidate_version, "poc")
     assert content["run_url"] == ""  # the embedded store has no UI to link to: runs are named
-    content["run_url"] = "http://127.0.0.1:5000/#/runs/"  # as `registry.links.run_url_base` gives for http://127.0.0.1:5000
+    content["run_url"] = (
+        "http://127.0.0.1:5000/#/runs/"  # as `registry.links.run_url_base` gives for http://127.0.0.1:5000
+    )
     html = render_html(content)
     linked = set(re.findall(r'href="http://127\.0\.0\.1:5000/#/runs/([0-9a-f]{32})"', html))
     named = {r["run_id"] for r in content["evaluation"]["records"]} | {content["evidence_run_id"]}
@@ -345,8 +374,9 @@ class Headings(HTMLParser):
             self.headings[-1] += data
 
 
-def test_the_dossier_is_signable_recommendation_annex_iv_model_card_and_a_signature_line_per_approval(env, tmp_path,
-                                                                                                      monkeypatch):
+def test_the_dossier_is_signable_recommendation_annex_iv_model_card_and_a_signature_line_per_approval(
+    env, tmp_path, monkeypatch
+):
     from dashboards.dossier.decision import ANNEX_IV, MODEL_CARD
     from gates.roles import load_roles
 
@@ -358,7 +388,9 @@ def test_the_dossier_is_signable_recommendation_annex_iv_model_card_and_a_signat
     for anchor, title in ANNEX_IV:
         assert anchor in page.ids and title in headings, title
     for title in MODEL_CARD:
-        assert title in headings or title == "Metrics and why they fit" and "Metrics and why they fit" in headings, title
+        assert title in headings or title == "Metrics and why they fit" and "Metrics and why they fit" in headings, (
+            title
+        )
     assert {"Recommendation", "Signatures", "Staged rollouts"} <= set(headings)
     assert "recommendation-verdict" in page.ids and "decision-line" in page.ids
     verdict = html.split('id="recommendation-verdict">', 1)[1].split("<", 1)[0]

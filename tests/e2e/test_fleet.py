@@ -14,11 +14,10 @@ import openai
 import pytest
 import yaml
 
-from tests.support import REPO
-from tests.support.servers import free_port, wait_healthy
 from serving.request_log import read_rows
+from tests.support import REPO
+from tests.support.servers import free_port, stop_group, wait_healthy
 from tests.support.serving_fixtures import PROMPTS, ext, serving_registry
-from tests.support.servers import stop_group
 
 pytestmark = pytest.mark.timeout(600)
 EXAMPLE = REPO / "docs" / "examples" / "fleet.yaml"
@@ -28,9 +27,23 @@ def serve(name: str, home: Path, tracking_uri: str, port: int, *args: str) -> su
     """`unmask serve ARGS` as its own process group with its own state folder (so its own request log)."""
     env = dict(os.environ, UNMASK_HOME=str(home), MLFLOW_TRACKING_URI=tracking_uri, UNMASK_THREADS="1")
     log = open(home.parent / f"{name}.log", "wb")
-    return subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "serve", "--port", str(port),
-                             "--poll", "1", *args], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from flows.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--poll",
+            "1",
+            *args,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 @pytest.fixture
@@ -49,11 +62,18 @@ def fleet(tmp_path):
             homes[pool].mkdir(parents=True)
             procs[pool] = serve(pool, homes[pool], registry.tracking_uri, ports[pool], "--alias", "production")
         homes["router"].mkdir(parents=True)
-        procs["router"] = serve("router", homes["router"], registry.tracking_uri, ports["router"],
-                                "--alias", "fallback", "--routes", str(routes))
+        procs["router"] = serve(
+            "router",
+            homes["router"],
+            registry.tracking_uri,
+            ports["router"],
+            "--alias",
+            "fallback",
+            "--routes",
+            str(routes),
+        )
         for name, proc in procs.items():
-            wait_healthy(f"http://127.0.0.1:{ports[name]}/health", proc, tmp_path / name / f"{name}.log",
-                         timeout_s=300)
+            wait_healthy(f"http://127.0.0.1:{ports[name]}/health", proc, tmp_path / name / f"{name}.log", timeout_s=300)
         yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}, procs, homes
     finally:
         for proc in procs.values():
@@ -65,8 +85,9 @@ def test_the_example_fleet_routes_by_header_and_sticky_split_as_its_logs_show(fl
     client = openai.OpenAI(base_url=urls["router"] + "/v1", api_key="unused", max_retries=0, timeout=120)
     arms = []
     for i in range(3):  # pinned to pool b by the header
-        answer = client.completions.create(model="auto", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=8,
-                                           extra_headers={"X-Pool": "b"})
+        answer = client.completions.create(
+            model="auto", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=8, extra_headers={"X-Pool": "b"}
+        )
         arms.append(("pinned-b", ext(answer)["arm"]))
     users = [f"user-{i}" for i in range(8)]
     by_user = {}

@@ -6,11 +6,19 @@ import pytest
 import yaml
 from prefect.artifacts import Artifact
 
-from tests.support import REPO
-from tests.support.flow_fixtures import (CANDIDATE, FALLBACK, broken_model, seed_registry, tiny_models, undecodable_model,
-                           write_policy, write_sweep)
 from flows.evaluate import EvaluationOptions, evaluate_candidate
 from flows.review import gate_review
+from tests.support import REPO
+from tests.support.flow_fixtures import (
+    CANDIDATE,
+    FALLBACK,
+    broken_model,
+    seed_registry,
+    tiny_models,
+    undecodable_model,
+    write_policy,
+    write_sweep,
+)
 
 NO_PROBE = EvaluationOptions(reproducibility=False)
 
@@ -29,8 +37,9 @@ def result_files(home):
     return {p.name: p.stat().st_mtime_ns for p in (home / "results").glob("point-*")}
 
 
-def test_evaluate_candidate_logs_judges_publishes_and_a_rerun_measures_nothing(prefect_harness, models, sweep,
-                                                                              tmp_path, monkeypatch):
+def test_evaluate_candidate_logs_judges_publishes_and_a_rerun_measures_nothing(
+    prefect_harness, models, sweep, tmp_path, monkeypatch
+):
     home = tmp_path / "home"
     monkeypatch.setenv("UNMASK_HOME", str(home))
     seed_registry(home)
@@ -56,8 +65,9 @@ def test_evaluate_candidate_logs_judges_publishes_and_a_rerun_measures_nothing(p
     assert remeasured["cached"] == 0
 
 
-def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harness, models, sweep, tmp_path,
-                                                                   monkeypatch):
+def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(
+    prefect_harness, models, sweep, tmp_path, monkeypatch
+):
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
     broken = broken_model(tmp_path, models[CANDIDATE])
@@ -78,21 +88,22 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(prefect_harn
     assert "| " + broken + " |" in Artifact.get("gate-review-summary").data
 
 
-def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regression(prefect_harness, models, sweep,
-                                                                                 tmp_path, monkeypatch):
+def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regression(
+    prefect_harness, models, sweep, tmp_path, monkeypatch
+):
     import threading
     import time
 
     from typer.testing import CliRunner
 
     from checklists import load_checklist
-    from tests.support.flow_fixtures import cli_app
     from flows.nightly import nightly
-    from gates import load_policy
     from flows.promote import promote_flow, waiting_promotions
+    from gates import load_policy
     from registry import Registry, promote, sign_off, stage_holder
-    from tests.support.gate_fixtures import approve_as, login
     from registry.read import audit_events
+    from tests.support.flow_fixtures import cli_app
+    from tests.support.gate_fixtures import approve_as, login
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
@@ -114,18 +125,22 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
 
     # the paused flow resumes with `unmask approve`'s typed input and moves the alias
     outcome = {}
-    thread = threading.Thread(target=lambda: outcome.update(
-        promote_flow(CANDIDATE, "poc", timeout_s=120, poll_interval_s=1, policy=loose)))
+    thread = threading.Thread(
+        target=lambda: outcome.update(promote_flow(CANDIDATE, "poc", timeout_s=120, poll_interval_s=1, policy=loose))
+    )
     thread.start()
     deadline = time.monotonic() + 90
     while not waiting_promotions(CANDIDATE, "poc") and time.monotonic() < deadline:
         time.sleep(0.5)
     # the paused run said so in the registry: `unmask approve` asks Prefect only when one may be waiting
-    assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == str(waiting_promotions(CANDIDATE, "poc")[0].id)
+    assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == str(
+        waiting_promotions(CANDIDATE, "poc")[0].id
+    )
     with pytest.MonkeyPatch.context() as as_grace:  # grace approves from her own OS account (gate_fixtures.login)
         login(as_grace, "grace")
-        approved = CliRunner().invoke(cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace",
-                                                           "--comment", "PoC evidence reviewed"])
+        approved = CliRunner().invoke(
+            cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace", "--comment", "PoC evidence reviewed"]
+        )
     assert approved.exit_code == 0, approved.output
     thread.join(120)
     assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
@@ -134,8 +149,14 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     assert list(approvals["who"]) == ["grace"]
 
     for stage in ("staging", "production"):  # four eyes: approvers from OS accounts of their own
-        approve_as(registry, CANDIDATE, "1", stage, f"{stage} evidence reviewed, all green",
-                   *(("grace", "linus") if stage == "production" else ("grace",)))
+        approve_as(
+            registry,
+            CANDIDATE,
+            "1",
+            stage,
+            f"{stage} evidence reviewed, all green",
+            *(("grace", "linus") if stage == "production" else ("grace",)),
+        )
         promote(CANDIDATE, stage, policy=load_policy(loose), registry=registry)
     assert stage_holder(registry, "production") == (CANDIDATE, "1")
 
@@ -156,8 +177,15 @@ def promoted_to_production(reg, model: str, version: str) -> None:
     from registry.promotion import _move
 
     run_id = reg.version_tags(model, version)["unmask.evidence_run"]
-    _move(reg, "production", None, (model, version), "test", "production held",
-          {"kind": "promotion", "evidence_run": run_id})
+    _move(
+        reg,
+        "production",
+        None,
+        (model, version),
+        "test",
+        "production held",
+        {"kind": "promotion", "evidence_run": run_id},
+    )
 
 
 def test_the_nightly_raises_its_sweep_to_the_evidence_production_was_promoted_on(tmp_path, monkeypatch, models):
@@ -193,8 +221,10 @@ def test_thinner_evidence_is_inconclusive_never_a_regression_and_rolls_nothing_b
     # tonight the same weights were measured on 16 items a task: the issue's default sweep
     assert register_evidence(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))[0] == v
     verdict = judge_production.fn(reg.tracking_uri, None, level)
-    assert verdict.thinner == ("arith measured on 16 items tonight, production needs 120",
-                               "sort measured on 16 items tonight, production needs 120")
+    assert verdict.thinner == (
+        "arith measured on 16 items tonight, production needs 120",
+        "sort measured on 16 items tonight, production needs 120",
+    )
     assert [r.gate for r in verdict.inconclusive] == ["data_validity"]
     assert [r.gate for r in verdict.failed] == ["speedup"]  # too slow even so, but measured on thinner evidence
     assert [r.gate for r in verdict.unsigned] == ["tooling_maturity"]  # a sign-off, not a measurement
@@ -212,7 +242,8 @@ def test_thinner_evidence_is_inconclusive_never_a_regression_and_rolls_nothing_b
 
 
 def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_nothing_back(
-        prefect_harness, models, tmp_path, monkeypatch):
+    prefect_harness, models, tmp_path, monkeypatch
+):
     from flows.nightly import nightly
     from registry import Registry, sign_off, stage_holder
     from registry.read import audit_events
@@ -243,8 +274,9 @@ def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_n
 
     from tests.support.flow_fixtures import cli_app
 
-    result = CliRunner().invoke(cli_app("nightly"), ["nightly", "run", "--sweep", thin, "--policy", str(unsettled)],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        cli_app("nightly"), ["nightly", "run", "--sweep", thin, "--policy", str(unsettled)], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     assert "nightly: inconclusive" in result.output and "nothing rolled back: quality: needs" in result.output
     assert "measured at production's evidence level" in result.output and "BROKEN" not in result.output
@@ -252,11 +284,11 @@ def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_n
     assert "Inconclusive" in Artifact.get("nightly-report").data
     noted = audit_events(stage="production", event="gate_evaluation", registry=registry).iloc[-1]
     assert noted["comment"].startswith("inconclusive") and [g["gate"] for g in noted["evidence"]["inconclusive"]] == [
-        "quality"]
+        "quality"
+    ]
 
 
 def test_the_nightly_deployment_and_prefect_yaml_agree_on_the_schedule():
-    from pathlib import Path
 
     import yaml
 
@@ -287,14 +319,16 @@ def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
 
 def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the_outcome():
     from flows.evaluate import gate_rows, summary_markdown
-    from gates.stages import qualified_stage
     from gates import STAGES, GateResult, load_policy
     from gates.promotion import decide_promotion
+    from gates.stages import qualified_stage
     from tests.support.gate_fixtures import evidence, signoffs
 
     base = {"fallback": evidence("tiny-ar"), "production": None}
-    verdicts = {stage: decide_promotion(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None,
-                                        set()) for stage in STAGES}
+    verdicts = {
+        stage: decide_promotion(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None, set())
+        for stage in STAGES
+    }
     assert qualified_stage(verdicts) == "staging"  # too slow for production: speedup 0.5x
     assert qualified_stage({"staging": verdicts["staging"]}) is None  # a stage counts only above a passed one
     rows = gate_rows(verdicts)
@@ -302,10 +336,22 @@ def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the
     assert {r["gate"] for r in rows if not r["passed"]} == {"speedup"} and all(r["record_id"] for r in rows)
     plain = {stage: v.verdict_dict() for stage, v in verdicts.items()}
     assert [GateResult.from_dict(g) for g in plain["production"]["gates"]] == list(verdicts["production"].gate_results)
-    assert "no approval recorded for production: an approver must sign off the promotion" in plain["production"]["reasons"]
-    outcome = {"candidate": "tiny-llada", "version": "1", "qualified": "staging", "evidence_run_id": "abc",
-               "mlflow_run": "http://127.0.0.1:5000/#/experiments/1/runs/abc", "tracking_uri": "sqlite:///x.db",
-               "weights_sha256": "0" * 64, "points": 2, "cached": 0, "evidence_reused": False, "failures": []}
+    assert (
+        "no approval recorded for production: an approver must sign off the promotion" in plain["production"]["reasons"]
+    )
+    outcome = {
+        "candidate": "tiny-llada",
+        "version": "1",
+        "qualified": "staging",
+        "evidence_run_id": "abc",
+        "mlflow_run": "http://127.0.0.1:5000/#/experiments/1/runs/abc",
+        "tracking_uri": "sqlite:///x.db",
+        "weights_sha256": "0" * 64,
+        "points": 2,
+        "cached": 0,
+        "evidence_reused": False,
+        "failures": [],
+    }
     summary = summary_markdown(outcome, verdicts)
     assert "## production gates" in summary and "speedup over fallback 0.500x" in summary
 
@@ -317,7 +363,8 @@ def strict_probe_policy(tmp_path) -> str:
     policy = yaml.safe_load(open(path))
     policy["stages"]["production"]["gates"] |= {
         "reproducibility": {"require": ["same_process", "fresh_process", "batch_invariant"]},
-        "error_rate": {"max_error_rate": 0.0}}
+        "error_rate": {"max_error_rate": 0.0},
+    }
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
     return path
 

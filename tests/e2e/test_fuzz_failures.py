@@ -53,7 +53,9 @@ def test_a_locked_store_is_one_line_saying_who_to_wait_for(registered):
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # what a second writer, or an open sqlite3 shell, holds
     try:
-        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "locked", "wait")
+        code, line, _ = one_line_failure(
+            ["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "locked", "wait"
+        )
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -69,7 +71,9 @@ def test_a_read_only_store_is_one_line_and_the_traceback_goes_to_the_log(registe
     before = row_counts(db)
     _immutable(db, True)  # read-only even for root, as a read-only mount or a locked-down share is
     try:
-        code, line, _ = one_line_failure(["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "read-only", "writable")
+        code, line, _ = one_line_failure(
+            ["gates", "tiny-llada", "--stage", "poc", "--store"], str(db), "read-only", "writable"
+        )
     finally:
         _immutable(db, False)
     assert code == 1 and row_counts(db) == before
@@ -99,18 +103,35 @@ def test_an_unreachable_tracking_server_is_one_line(tmp_path):
 
 # --- catalog pins, on every load ----------------------------------------------------------------
 
+
 @pytest.fixture
 def pinned_catalog(tmp_path, monkeypatch):
     """A catalog whose local entry pins its weights' and config's sha256, the model inside its folder."""
     from tests.support.eval_fixtures import write_model
 
     folder = write_model(tmp_path / "weights" / "mine")
-    pins = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
-            for name in ("model.safetensors", "config.json")}
+    pins = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ("model.safetensors", "config.json")
+    }
     path = tmp_path / "catalog.yaml"
-    path.write_text(yaml.safe_dump({"entries": [{
-        "id": "mine", "family": "llada", "kind": "masked-diffusion", "role": "candidate", "source": "weights/mine",
-        "license": "Apache-2.0", "adapter": "llada", "sha256": pins}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "entries": [
+                    {
+                        "id": "mine",
+                        "family": "llada",
+                        "kind": "masked-diffusion",
+                        "role": "candidate",
+                        "source": "weights/mine",
+                        "license": "Apache-2.0",
+                        "adapter": "llada",
+                        "sha256": pins,
+                    }
+                ]
+            }
+        )
+    )
     monkeypatch.setenv("UNMASK_CATALOG", str(path))
     return path, folder, pins
 
@@ -138,8 +159,12 @@ def test_generate_refuses_a_pin_mismatch_in_one_line(pinned_catalog):
     _, folder, pins = pinned_catalog
     config = folder / "config.json"
     config.write_text(config.read_text().replace("{", "{ ", 1))
-    refused(["generate", "hi", "--model", "mine", "--gen-length", "8", "--block-length", "8"], str(config),
-            pins["config.json"], "sha256 mismatch")
+    refused(
+        ["generate", "hi", "--model", "mine", "--gen-length", "8", "--block-length", "8"],
+        str(config),
+        pins["config.json"],
+        "sha256 mismatch",
+    )
 
 
 def test_a_missing_pinned_file_is_refused_on_load(pinned_catalog):
@@ -163,15 +188,22 @@ def test_an_unchanged_pinned_file_is_not_hashed_again(pinned_catalog, monkeypatc
 
 
 def test_a_source_outside_the_catalog_loads_only_when_allowed(tmp_path):
-    from tests.support.eval_fixtures import write_model
     from models import load
     from models.catalog import CatalogError, load_catalog
+    from tests.support.eval_fixtures import write_model
 
     outside = write_model(tmp_path / "elsewhere" / "m")
     path = tmp_path / "cat" / "catalog.yaml"
     path.parent.mkdir()
-    entry = {"id": "far", "family": "llada", "kind": "masked-diffusion", "role": "candidate", "source": str(outside),
-             "license": "Apache-2.0", "adapter": "llada"}
+    entry = {
+        "id": "far",
+        "family": "llada",
+        "kind": "masked-diffusion",
+        "role": "candidate",
+        "source": str(outside),
+        "license": "Apache-2.0",
+        "adapter": "llada",
+    }
     path.write_text(yaml.safe_dump({"entries": [entry]}))
     with pytest.raises(CatalogError, match="outside the catalog's folder"):
         load_catalog(path)
@@ -181,13 +213,18 @@ def test_a_source_outside_the_catalog_loads_only_when_allowed(tmp_path):
 
 # --- unmask train: never over a checkpoint by default ------------------------------------------
 
+
 def test_train_refuses_to_overwrite_the_bundled_checkpoint_without_force(tmp_path):
     from models.loading import WEIGHTS_DIR
 
     bundled = WEIGHTS_DIR / "tiny-llada"
     before = {p.name: p.stat().st_mtime_ns for p in bundled.iterdir()}
-    refused(["train", "--out", str(bundled), "--state-dir", str(tmp_path / "state"), "--steps", "1"],
-            f"--out {bundled}", "bundled", "--force")
+    refused(
+        ["train", "--out", str(bundled), "--state-dir", str(tmp_path / "state"), "--steps", "1"],
+        f"--out {bundled}",
+        "bundled",
+        "--force",
+    )
     assert {p.name: p.stat().st_mtime_ns for p in bundled.iterdir()} == before
     assert not (tmp_path / "state").exists()
 
@@ -198,19 +235,22 @@ def test_train_writes_to_the_state_folder_by_default_and_prints_its_threads(tmp_
 
     # the default recipe fine-tunes its base: without one it says how to get one, then from the bundled weights
     base = ["--init-from", str(WEIGHTS_DIR / "tiny-llada")]
-    missing = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s0")],
-                                 env={"COLUMNS": "200"})
+    missing = CliRunner().invoke(
+        unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s0")], env={"COLUMNS": "200"}
+    )
     assert missing.exit_code == 2 and "unmask train --model tiny-llada-base" in missing.output, missing.output
-    result = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s"), *base],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s"), *base], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     assert "torch threads: 1 (default" in result.output
     out = state_dir() / "trained" / "tiny-llada"
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     again = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s2"), *base])
     assert again.exit_code == 2 and "holds a checkpoint already" in again.output
-    forced = CliRunner().invoke(unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s3"), "--force",
-                                               *base])
+    forced = CliRunner().invoke(
+        unmask_app(), ["train", "--steps", "2", "--state-dir", str(tmp_path / "s3"), "--force", *base]
+    )
     assert forced.exit_code == 0, forced.output
 
 
@@ -229,6 +269,7 @@ def test_the_thread_rule_is_one_rule():
 
 
 # --- a killed `unmask run` takes Prefect's temporary server with it --------------------------------
+
 
 def _prefect_servers(parent_pid: int) -> list:
     import psutil
@@ -260,16 +301,23 @@ def test_sigterm_to_unmask_run_stops_prefects_temporary_server(tmp_path):
     sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]])
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # local mode: Prefect starts its own
     env |= {"UNMASK_HOME": str(tmp_path / "home"), "PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "run", "--sweep", sweep,
-                             "--no-repro"], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", "run", "--sweep", sweep, "--no-repro"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     servers: list = []
     try:
         deadline = time.monotonic() + 240
         while not servers and proc.poll() is None and time.monotonic() < deadline:
             servers = _prefect_servers(proc.pid)
             time.sleep(0.2)
-        assert servers, f"no Prefect server child appeared (exit {proc.poll()}): {proc.stderr.read() if proc.poll() else ''}"
+        assert servers, (
+            f"no Prefect server child appeared (exit {proc.poll()}): {proc.stderr.read() if proc.poll() else ''}"
+        )
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         gone, alive = psutil.wait_procs(servers, timeout=30)
@@ -285,6 +333,7 @@ def test_sigterm_to_unmask_run_stops_prefects_temporary_server(tmp_path):
 
 # --- Prefect flow failures of `unmask request-promotion` --------------------------------------------
 
+
 def _one_line_of_the_flow(result) -> str:
     text = ANSI.sub("", result.output)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, text)
@@ -297,8 +346,9 @@ def _one_line_of_the_flow(result) -> str:
 def test_a_blocked_promotion_flow_is_one_line_without_a_traceback(prefect_harness, registered):
     from registry import stage_holder
 
-    result = CliRunner().invoke(unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"],
-                                env={"COLUMNS": "80"})
+    result = CliRunner().invoke(
+        unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"], env={"COLUMNS": "80"}
+    )
     line = _one_line_of_the_flow(result)
     assert "is blocked" in line and "tooling-maturity" in line and "unmask gates" in line
     assert stage_holder(__import__("registry").Registry(), "poc") is None
@@ -310,8 +360,9 @@ def test_an_approval_timeout_is_one_line_without_a_traceback(prefect_harness, re
     registry = Registry()
     for item in ("fallback-plan", "tooling-maturity"):
         sign_off(registry, "tiny-llada", "1", "poc", item, "ada", "checked")
-    result = CliRunner().invoke(unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "2"],
-                                env={"COLUMNS": "80"})
+    result = CliRunner().invoke(
+        unmask_app(), ["request-promotion", "tiny-llada", "poc", "--timeout", "2"], env={"COLUMNS": "80"}
+    )
     line = _one_line_of_the_flow(result)
     assert "approval" in line and "unmask approve" in line
     assert stage_holder(registry, "poc") is None
@@ -319,11 +370,16 @@ def test_an_approval_timeout_is_one_line_without_a_traceback(prefect_harness, re
 
 # --- the real entry point, in a process of its own (the in-process suite covers the rest) -----------
 
-@pytest.mark.parametrize("args, named", [
-    (["serve", "--port", "99999"], "--port"),
-    (["generate", "hi", "--device", "tpu"], "'tpu'"),
-    (["gates", "tiny-llada", "--policy", "POLICY"], "stages.poc.gates.quality.threshold"),
-], ids=["port", "device", "nan-policy"])
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["serve", "--port", "99999"], "--port"),
+        (["generate", "hi", "--device", "tpu"], "'tpu'"),
+        (["gates", "tiny-llada", "--policy", "POLICY"], "stages.poc.gates.quality.threshold"),
+    ],
+    ids=["port", "device", "nan-policy"],
+)
 def test_the_unmask_process_prints_one_line_and_exits_2(tmp_path, args, named):
     import sys
 
@@ -334,9 +390,14 @@ def test_the_unmask_process_prints_one_line_and_exits_2(tmp_path, args, named):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     args = [str(tmp_path / "p.yaml") if a == "POLICY" else a for a in args]
     home = tmp_path / "home"
-    done = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", *args], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, UNMASK_HOME=str(home), COLUMNS="80"),
-                          cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", "from flows.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, UNMASK_HOME=str(home), COLUMNS="80"),
+        cwd=REPO,
+    )
     output = ANSI.sub("", done.stdout + done.stderr)
     assert done.returncode == 2, output
     assert "Traceback" not in output

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.gate_fixtures import fast_llada, register_pair
-from tests.support.servers import launch_mlflow_server, stop_group
+from tests.support.gate_fixtures import OK, fast_llada, register_pair
 from tests.support.postgres_fixtures import backend_store
-from tests.support.gate_fixtures import OK
-
+from tests.support.servers import launch_mlflow_server, stop_group
 
 MODELS = ("tiny-llada", "tiny-ar")
 USERS = {"vera": "READ", "eve": "EDIT", "grace": "MANAGE", "linus": "MANAGE"}
@@ -35,11 +33,15 @@ def auth_server(request, tmp_path_factory):
         "[mlflow]\ndefault_permission = READ\n"
         f"database_uri = {auth_db}\n"
         f"admin_username = admin\nadmin_password = {admin_password}\n"
-        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    env = {"MLFLOW_AUTH_CONFIG_PATH": str(folder / "basic_auth.ini"),
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}
-    url, proc = launch_mlflow_server(folder, backend_store(request, folder, "mlflow"), "--app-name", "basic-auth",
-                                     env=env)
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(folder / "basic_auth.ini"),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
+    url, proc = launch_mlflow_server(
+        folder, backend_store(request, folder, "mlflow"), "--app-name", "basic-auth", env=env
+    )
     try:
         yield url, admin_password, auth_db
     finally:
@@ -56,8 +58,10 @@ def cheap_password_checks(auth_db: str, passwords: dict[str, str]) -> None:
     engine = sqlalchemy.create_engine(auth_db, poolclass=sqlalchemy.pool.NullPool)
     with engine.begin() as db:
         for user, password in passwords.items():
-            db.execute(sqlalchemy.text("UPDATE users SET password_hash = :h WHERE username = :u"),
-                       {"h": generate_password_hash(password, method="pbkdf2:sha256:1"), "u": user})
+            db.execute(
+                sqlalchemy.text("UPDATE users SET password_hash = :h WHERE username = :u"),
+                {"h": generate_password_hash(password, method="pbkdf2:sha256:1"), "u": user},
+            )
     engine.dispose()
 
 
@@ -113,8 +117,9 @@ def test_a_viewer_is_refused_by_the_server_with_one_line_naming_user_and_model(g
     from registry import Registry, stage_holder
 
     act_as(monkeypatch, governed, "vera")
-    result = CliRunner().invoke(_cli(), ["promote", "tiny-llada", "--to", "poc", "--approver", "vera", "--comment", OK],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        _cli(), ["promote", "tiny-llada", "--to", "poc", "--approver", "vera", "--comment", OK], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "permission denied: MLflow user 'vera'" in lines[0], result.output
@@ -130,8 +135,22 @@ def test_the_server_identity_acts_and_no_other_name_can_be_claimed(governed, mon
     act_as(monkeypatch, governed, "grace")
     with pytest.raises(IdentityMismatch, match="'linus' is not the authenticated MLflow user 'grace'"):
         approve(Registry(governed), "tiny-llada", "1", "poc", "linus", OK)
-    refused = CliRunner().invoke(_cli(), ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan",
-                                          "--by", "linus", "--comment", "checked"], env={"COLUMNS": "200"})
+    refused = CliRunner().invoke(
+        _cli(),
+        [
+            "sign-off",
+            "tiny-llada",
+            "--stage",
+            "poc",
+            "--item",
+            "fallback-plan",
+            "--by",
+            "linus",
+            "--comment",
+            "checked",
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert refused.exit_code == 2 and "--by 'linus' is not you: you are 'grace' (mlflow-basic-auth" in refused.output
 
 
@@ -152,8 +171,10 @@ def test_the_registrant_cannot_approve_production_and_two_other_approvers_promot
         act_as(monkeypatch, governed, "eve")
         asked = run(_cli(), ["promote", "tiny-llada", "--to", stage])
         assert asked.exit_code == 1 and "no approval recorded" in asked.output, asked.output
-        with pytest.raises(ApprovalRefused, match=f"eve registered the evidence of this version and cannot approve "
-                                                  f"its {stage} promotion"):
+        with pytest.raises(
+            ApprovalRefused,
+            match=f"eve registered the evidence of this version and cannot approve its {stage} promotion",
+        ):
             approve(Registry(governed), "tiny-llada", "1", stage, None, OK)
         assert stage_holder(reg, stage) is None
         for approver in approvers:
@@ -181,4 +202,3 @@ def test_a_name_is_an_mlflow_identity_only_when_the_server_authenticated_it(gove
     act_as(monkeypatch, governed, "grace", password="not-her-password")  # the server refuses it: no identity
     assert not server_authenticated(governed, "grace", "not-her-password")
     assert (current_actor(governed).name, current_actor(governed).source) == (os_account(), OS_USER)
-

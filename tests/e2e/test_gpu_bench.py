@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
+
 from tests.support import REPO
 
 ROOT = REPO
@@ -18,14 +18,25 @@ def test_gpu_sh_smoke_runs_every_row_and_estimates_mfu_from_the_positions_it_cou
     import sys
 
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
-    done = subprocess.run([str(ROOT / "bench" / "gpu.sh"), "--smoke", "--gen-lengths", "16", "--warmup", "0",
-                           "--peak-tflops", "0.5"], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(ROOT / "bench" / "gpu.sh"), "--smoke", "--gen-lengths", "16", "--warmup", "0", "--peak-tflops", "0.5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "gpu-bench.json").read_text())
     assert summary["shape"] == "smoke" and summary["device"] == "cpu" and summary["peak_tflops"] == 0.5
     rows = {r["config"]: r for r in summary["rows"]}
-    assert set(rows) == {"vanilla", "4 per step", "dual-cache", "dual-cache, 4 per step", "dual+parallel+exit",
-                         "AR twin"}
+    assert set(rows) == {
+        "vanilla",
+        "4 per step",
+        "dual-cache",
+        "dual-cache, 4 per step",
+        "dual+parallel+exit",
+        "AR twin",
+    }
     # vanilla computes the whole canvas (prompt + 16) at each of its 16 steps; 4 per step: a quarter of the calls
     canvas = rows["vanilla"]["positions_per_pass"] / 16
     assert canvas == int(canvas) > 16 and rows["4 per step"]["positions_per_pass"] == 4 * canvas

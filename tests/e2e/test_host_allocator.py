@@ -43,8 +43,9 @@ def _untouched_env() -> dict[str, str]:
 
 
 def _forward_faults(**env: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
-                          env={**_untouched_env(), **env})
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, env={**_untouched_env(), **env}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -64,11 +65,14 @@ def test_a_loaded_models_batched_forward_faults_in_no_fresh_pages_and_an_operato
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc is what is tuned")
 def test_a_threshold_glibc_refuses_is_said_and_logged():
     # glibc 2.36 accepts any threshold (older ones refused an mmap threshold above 32 MiB): the refusal is injected
-    child = ("import logging, models.host_allocator as h; logging.basicConfig(); "
-             "h.ctypes.CDLL = lambda name: type('Refusing', (), {'mallopt': staticmethod(lambda param, value: 0)})(); "
-             "print(h.retain_freed_memory())")
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
-                          env=_untouched_env())
+    child = (
+        "import logging, models.host_allocator as h; logging.basicConfig(); "
+        "h.ctypes.CDLL = lambda name: type('Refusing', (), {'mallopt': staticmethod(lambda param, value: 0)})(); "
+        "print(h.retain_freed_memory())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60, env=_untouched_env()
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "refused"
     assert "mallopt refused the thresholds" in done.stderr

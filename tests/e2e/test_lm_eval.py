@@ -9,13 +9,12 @@ import dataclasses
 
 import pytest
 
-from tests.support.serving_fixtures import OPERATING, running_server, settings_for, shared_serving_registry
-
 from evals.multiple_choice import choice_items, likelihood_accuracy, write_lm_eval_tasks
 from evals.tasks import get_task, make_split, strict_match
 from models.loading import resolve_model_path
 from sampler.decode import decode_prompts
 from serving.decoding import Limits, choice_of, operating_config, request_config
+from tests.support.serving_fixtures import OPERATING, running_server, settings_for, shared_serving_registry
 
 SAMPLES = 3  # Monte Carlo samples per split when tiny-llada scores an echoed prompt (server default here)
 ITEMS = 4
@@ -25,11 +24,25 @@ def run_lm_eval(server, alias: str, model: str, tasks: list[str], folder):
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    args = {"base_url": f"{server.base_url}/v1/completions", "model": alias,
-            "tokenizer": str(resolve_model_path(model)), "tokenizer_backend": "huggingface",
-            "tokenized_requests": False, "num_concurrent": 1, "max_retries": 1, "max_length": 640, "timeout": 120}
-    return simple_evaluate(model="local-completions", model_args=args, tasks=tasks,
-                           task_manager=TaskManager(include_path=str(folder)), log_samples=True, bootstrap_iters=0)
+    args = {
+        "base_url": f"{server.base_url}/v1/completions",
+        "model": alias,
+        "tokenizer": str(resolve_model_path(model)),
+        "tokenizer_backend": "huggingface",
+        "tokenized_requests": False,
+        "num_concurrent": 1,
+        "max_retries": 1,
+        "max_length": 640,
+        "timeout": 120,
+    }
+    return simple_evaluate(
+        model="local-completions",
+        model_args=args,
+        tasks=tasks,
+        task_manager=TaskManager(include_path=str(folder)),
+        log_samples=True,
+        bootstrap_iters=0,
+    )
 
 
 def test_lm_eval_through_the_server_equals_unmask_in_process(tmp_path, monkeypatch):

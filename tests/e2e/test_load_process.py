@@ -31,12 +31,14 @@ def test_the_client_apart_measures_what_the_client_in_process_measures(served, p
     from evals.load_process import run_load_apart
     from evals.loadtest import Answer, LoadSpec, run_load
 
-    spec = LoadSpec(base_url=served.base_url + "/v1", models=("production", "fallback"), concurrency=(3,),
-                    requests=6, max_tokens=12)
+    spec = LoadSpec(
+        base_url=served.base_url + "/v1", models=("production", "fallback"), concurrency=(3,), requests=6, max_tokens=12
+    )
     events = []
     apart = run_load_apart(spec, prompts, on_event=lambda kind, info: events.append((kind, info)))
     here = run_load(spec, prompts)
     assert apart.spec == spec
+
     def shape(result):
         return [(c.model, c.concurrency, c.mode) for c in result.cells]
 
@@ -59,8 +61,10 @@ def test_a_result_round_trips_through_plain_json_types(served, prompts):
 
     from evals.loadtest import LoadResult, LoadSpec, run_load
 
-    result = run_load(LoadSpec(base_url=served.base_url + "/v1", models=("production",), concurrency=(2,),
-                               requests=2, max_tokens=8), prompts)
+    result = run_load(
+        LoadSpec(base_url=served.base_url + "/v1", models=("production",), concurrency=(2,), requests=2, max_tokens=8),
+        prompts,
+    )
     assert LoadResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 

@@ -33,17 +33,26 @@ def load(served):
     from evals.evaluate import load_task
     from evals.loadtest import LoadSpec, run_load
 
-    spec = LoadSpec(base_url=served.base_url + "/v1", models=("production", "fallback"), concurrency=(4,),
-                    requests=8, max_tokens=16)
+    spec = LoadSpec(
+        base_url=served.base_url + "/v1", models=("production", "fallback"), concurrency=(4,), requests=8, max_tokens=16
+    )
     events = []
-    result = run_load(spec, [i.prompt for i in load_task("arith", "test", 8).items], on_event=lambda kind, info: events.append((kind, info)))
+    result = run_load(
+        spec,
+        [i.prompt for i in load_task("arith", "test", 8).items],
+        on_event=lambda kind, info: events.append((kind, info)),
+    )
     return result, events
 
 
 def test_every_model_and_level_is_measured_with_exact_answers_under_concurrency(load):
     result, events = load
-    assert [(c.model, c.concurrency) for c in result.cells] == [("production", 1), ("production", 4),
-                                                                ("fallback", 1), ("fallback", 4)]
+    assert [(c.model, c.concurrency) for c in result.cells] == [
+        ("production", 1),
+        ("production", 4),
+        ("fallback", 1),
+        ("fallback", 4),
+    ]
     for cell in result.cells:
         assert len(cell.answers) == 8 and cell.errors == 0
         assert cell.latency(50) <= cell.latency(95) <= cell.latency(99)
@@ -71,7 +80,8 @@ def test_a_server_that_refuses_streaming_is_measured_plain_and_says_ttfb_is_late
 def test_records_name_the_version_that_answered_and_round_trip_through_mlflow(load, served):
     from evals.loadtest import serving_records
     from registry import Registry
-    from registry.loadtests import log_serving_record, serving_records as read_records
+    from registry.loadtests import log_serving_record
+    from registry.loadtests import serving_records as read_records
     from tests.support.serving_fixtures import digest
 
     result, _ = load
@@ -97,7 +107,8 @@ def test_a_record_edited_in_mlflow_is_refused_by_name(load, served, tmp_path):
 
     from evals.loadtest import serving_records
     from registry import EvidenceTampered, Registry
-    from registry.loadtests import ARTIFACT, log_serving_record, serving_records as read_records
+    from registry.loadtests import ARTIFACT, log_serving_record
+    from registry.loadtests import serving_records as read_records
 
     result, _ = load
     registry = Registry(served.registry.tracking_uri)
@@ -128,10 +139,15 @@ def test_a_record_naming_weights_the_version_does_not_hold_is_not_logged(load, s
 def test_a_name_the_server_does_not_serve_is_counted_as_errors_not_raised(served):
     from evals.loadtest import LoadSpec, run_load, serving_records
 
-    result = run_load(LoadSpec(base_url=served.base_url + "/v1", models=("staging",), concurrency=(2,), requests=3),
-                      ["A box has 9 coins. Zoe takes 3. How many remain?"])
+    result = run_load(
+        LoadSpec(base_url=served.base_url + "/v1", models=("staging",), concurrency=(2,), requests=3),
+        ["A box has 9 coins. Zoe takes 3. How many remain?"],
+    )
     assert [c.error_rate for c in result.cells] == [1.0, 1.0]
-    assert "HTTP 404" in result.cells[0].error_messages()[0] and "'staging' is not served here" in result.cells[0].error_messages()[0]
+    assert (
+        "HTTP 404" in result.cells[0].error_messages()[0]
+        and "'staging' is not served here" in result.cells[0].error_messages()[0]
+    )
     assert any(note.startswith("staging: ") for note in result.notes)  # streaming refused, or the probe failed
     assert [r.version for r in serving_records(result)] == ["", ""]  # nothing answered: no version to log against
 
@@ -144,14 +160,20 @@ def _cli(*args, env=None):
     return CliRunner().invoke(cli_app("loadtest"), ["loadtest", *args], env=env)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--concurrency", "0"], "--concurrency: 0 is not a positive integer"),
-    (["--concurrency", "1,x"], "--concurrency '1,x': expected comma-separated positive integers"),
-    (["--requests", "-3"], "--requests: -3 is not a positive integer"),
-    (["--duration", "0"], "--duration: 0.0 is not a positive number"),
-    (["--endpoint", "embeddings"], "--endpoint: 'embeddings'; expected one of completions, chat"),
-    (["--api-key-env", "UNMASK_TEST_NO_SUCH_KEY"], "--api-key-env UNMASK_TEST_NO_SUCH_KEY: the environment variable"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--concurrency", "0"], "--concurrency: 0 is not a positive integer"),
+        (["--concurrency", "1,x"], "--concurrency '1,x': expected comma-separated positive integers"),
+        (["--requests", "-3"], "--requests: -3 is not a positive integer"),
+        (["--duration", "0"], "--duration: 0.0 is not a positive number"),
+        (["--endpoint", "embeddings"], "--endpoint: 'embeddings'; expected one of completions, chat"),
+        (
+            ["--api-key-env", "UNMASK_TEST_NO_SUCH_KEY"],
+            "--api-key-env UNMASK_TEST_NO_SUCH_KEY: the environment variable",
+        ),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, message):
     result = _cli("--url", "http://127.0.0.1:9/v1", *args)
     assert result.exit_code == 2, result.output
@@ -161,8 +183,22 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
 
 def test_a_remote_endpoint_is_loaded_but_its_batching_cap_is_said_to_be_unknown(served, tmp_path):
     plot = tmp_path / "curve.png"
-    result = _cli("--url", served.base_url + "/v1", "--model", "fallback", "--concurrency", "1,2", "--requests", "2",
-                  "--max-tokens", "4", "--no-log", "--plot", str(plot), env={"COLUMNS": "220"})
+    result = _cli(
+        "--url",
+        served.base_url + "/v1",
+        "--model",
+        "fallback",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "4",
+        "--no-log",
+        "--plot",
+        str(plot),
+        env={"COLUMNS": "220"},
+    )
     assert result.exit_code == 0, result.output
     assert "batching cap: unknown (the model behind --url is not in this process" in result.output
     [row] = [line for line in result.output.splitlines() if line.startswith("│ fallback") and "unknown" in line]
@@ -189,23 +225,54 @@ def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri)
     monkeypatch.setenv("COLUMNS", "220")
     out = tmp_path / "load.json"
-    result = _cli("--model", "production", "--model", "fallback", "--concurrency", "1,4", "--requests", "4",
-                  "--max-tokens", "8", "--json", str(out))
+    result = _cli(
+        "--model",
+        "production",
+        "--model",
+        "fallback",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "4",
+        "--max-tokens",
+        "8",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert "tokens/s vs fallback" in result.output and "tiny-llada/" in result.output
     assert "logged 4 serving record(s) to MLflow" in result.output
     written = json.loads(out.read_text())
     assert [(r["served_as"], r["concurrency"]) for r in written["records"]] == [
-        ("production", 1), ("production", 4), ("fallback", 1), ("fallback", 4)]
+        ("production", 1),
+        ("production", 4),
+        ("fallback", 1),
+        ("fallback", 4),
+    ]
     assert all(r["run_id"] and r["error_rate"] == 0.0 for r in written["records"])
 
     reg = Registry(registry.tracking_uri)
     llada = load_evidence(reg, "tiny-llada", registry.versions["tiny-llada"])
     ar = load_evidence(reg, "tiny-ar", registry.versions["tiny-ar"])
     stage = yaml.safe_load(open("gates/policy.yaml"))["stages"]["poc"]
-    policy = parse_policy({"stages": {s: stage | {"gates": {"serving": {
-        "concurrency": 4, "p95_s_max": 600.0, "error_rate_max": 0.0, "throughput_vs_fallback_min": 0.0}}}
-        for s in ("poc", "staging", "production")}})
+    policy = parse_policy(
+        {
+            "stages": {
+                s: stage
+                | {
+                    "gates": {
+                        "serving": {
+                            "concurrency": 4,
+                            "p95_s_max": 600.0,
+                            "error_rate_max": 0.0,
+                            "throughput_vs_fallback_min": 0.0,
+                        }
+                    }
+                }
+                for s in ("poc", "staging", "production")
+            }
+        }
+    )
     [gate] = evaluate_gates(llada, policy, "staging", {"fallback": ar})
     assert gate.passed, gate.reason
     assert gate.value["error_rate"] == 0.0 and gate.value["throughput_vs_fallback"] > 0
@@ -216,7 +283,6 @@ def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
     """docs/experiments/serving-batching/gpu.py --smoke: build, register, serve, load at 1 and 16 in flight, static,
     continuous and at the span point."""
     import importlib.util
-    from pathlib import Path
 
     path = REPO / "docs" / "experiments" / "serving-batching" / "gpu.py"
     spec = importlib.util.spec_from_file_location("gpu_serve", path)
@@ -232,7 +298,6 @@ def test_the_gpu_script_runs_its_cpu_smoke_mode_end_to_end(tmp_path):
 
 
 def test_evidence_registered_with_serving_records_keeps_them_with_its_version_and_refuses_other_weights(tmp_path):
-    from dataclasses import replace
 
     from registry import load_evidence, register_evidence
     from registry.connection import RegistryError
@@ -240,8 +305,10 @@ def test_evidence_registered_with_serving_records_keeps_them_with_its_version_an
 
     reg = fresh_registry(tmp_path)
     version, logged = register_evidence(reg, evidence(serving=[serving_record(concurrency=4), serving_record()]))
-    assert [(r.version, r.concurrency) for r in load_evidence(reg, "tiny-llada", version).serving] == [(version, 4),
-                                                                                                     (version, 16)]
+    assert [(r.version, r.concurrency) for r in load_evidence(reg, "tiny-llada", version).serving] == [
+        (version, 4),
+        (version, 16),
+    ]
     assert all(r.run_id and r.run_id != "serving-tiny-llada" for r in logged.serving)
     with pytest.raises(RegistryError, match="a serving record measured weights ffffffffffff"):
         register_evidence(reg, evidence("tiny-ar", serving=[serving_record("tiny-ar", weights_sha256="f" * 64)]))
@@ -269,13 +336,27 @@ def streaming_engine(include_usage: bool):
     async def completions(request: Request):
         body = await request.json()
         if "stream_options" in body and not include_usage:
-            return JSONResponse({"error": {"message": "stream_options: unknown field", "type": "invalid_request_error",
-                                           "param": "stream_options", "code": None}}, status_code=400)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "stream_options: unknown field",
+                        "type": "invalid_request_error",
+                        "param": "stream_options",
+                        "code": None,
+                    }
+                },
+                status_code=400,
+            )
         pieces = ["12", " + ", "30"]
 
         def chunk(text, usage=None, choices=True):
-            data = {"id": "c", "object": "text_completion", "created": 0, "model": "streamer",
-                    "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}] if choices else []}
+            data = {
+                "id": "c",
+                "object": "text_completion",
+                "created": 0,
+                "model": "streamer",
+                "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}] if choices else [],
+            }
             if usage:
                 data["usage"] = usage
             return f"data: {json.dumps(data)}\n\n"
@@ -290,9 +371,14 @@ def streaming_engine(include_usage: bool):
 
         if body.get("stream"):
             return StreamingResponse(events(), media_type="text/event-stream")
-        return {"id": "c", "object": "text_completion", "created": 0, "model": "streamer",
-                "choices": [{"index": 0, "text": "".join(pieces), "finish_reason": "stop", "logprobs": None}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+        return {
+            "id": "c",
+            "object": "text_completion",
+            "created": 0,
+            "model": "streamer",
+            "choices": [{"index": 0, "text": "".join(pieces), "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
 
     return app
 
@@ -304,18 +390,21 @@ def test_a_streaming_server_gives_ttfb_before_the_last_byte_and_usage_when_it_se
 
     import uvicorn
 
-    from tests.support.servers import free_port, wait_healthy
     from evals.loadtest import LoadSpec, run_load
+    from tests.support.servers import free_port, wait_healthy
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(streaming_engine(include_usage), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(streaming_engine(include_usage), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     try:
         wait_healthy(f"http://127.0.0.1:{port}/v1/models", timeout_s=30)
-        result = run_load(LoadSpec(base_url=f"http://127.0.0.1:{port}/v1", models=("streamer",), concurrency=(2,),
-                                   requests=2), ["one", "two"])
+        result = run_load(
+            LoadSpec(base_url=f"http://127.0.0.1:{port}/v1", models=("streamer",), concurrency=(2,), requests=2),
+            ["one", "two"],
+        )
     finally:
         server.should_exit = True
         thread.join(10)

@@ -85,8 +85,10 @@ def test_a_run_in_a_fresh_process_boots_before_prefect_is_imported(tmp_path):
     """The point of booting early: the child starts before this process imports Prefect (2 s on two cores)."""
     import subprocess
 
-    code = ("import sys; from flows.local_prefect import LocalPrefect; local = LocalPrefect.boot(); "
-            "print('prefect' in sys.modules, local is not None); local.stop()")
+    code = (
+        "import sys; from flows.local_prefect import LocalPrefect; local = LocalPrefect.boot(); "
+        "print('prefect' in sys.modules, local is not None); local.stop()"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == ["False", "True"]
@@ -110,14 +112,17 @@ def _flaky_app(refusals: int, seen: list):
             raise RuntimeError("database is locked")
         await send({"type": "http.response.start", "status": 201, "headers": []})
         await send({"type": "http.response.body", "body": b"made:" + body})
+
     return app
 
 
 def _call(app, body_parts: list[bytes]):
     import asyncio
 
-    incoming = [{"type": "http.request", "body": part, "more_body": i < len(body_parts) - 1}
-                for i, part in enumerate(body_parts)]
+    incoming = [
+        {"type": "http.request", "body": part, "more_body": i < len(body_parts) - 1}
+        for i, part in enumerate(body_parts)
+    ]
     sent = []
 
     async def receive():

@@ -15,13 +15,13 @@ import pytest
 import torch
 import transformers
 
-from tests.support.eval_fixtures import tiny_diffusion_gemma_config
 from models import load
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
 from sampler import SamplerConfig
 from sampler.decode import decode_prompts
 from sampler.memory import footprint, parse_bytes, peak_bytes
 from serving.batching import Batcher
+from tests.support.eval_fixtures import tiny_diffusion_gemma_config
 
 PROMPT = "A box has 10 cups. Tom adds 14. How many in the box?"
 
@@ -54,8 +54,9 @@ def test_block_diffusion_peak_is_computed_within_20_percent(vocab, canvas, rows)
 @pytest.mark.parametrize("gen_length,cache", [(32, "none"), (128, "none"), (128, "prefix")])
 def test_llada_peak_is_computed_within_20_percent(gen_length, cache):
     handle = load("tiny-llada")
-    config = SamplerConfig(steps=gen_length // 4, gen_length=gen_length, block_length=32, cache=cache
-                           ).with_(**handle.sampler_ids())
+    config = SamplerConfig(steps=gen_length // 4, gen_length=gen_length, block_length=32, cache=cache).with_(
+        **handle.sampler_ids()
+    )
     prompt = handle.encode(PROMPT)
     real = measured(handle, [prompt] * 3, config)
     computed = footprint(handle, len(prompt), config).batch(3)
@@ -66,8 +67,16 @@ def test_the_real_diffusion_gemma_needs_about_two_gib_a_row_at_its_published_can
     """The figure engines ran out of memory on (about 2.1 GiB a sequence), from the 26B config alone."""
     config = transformers.DiffusionGemmaConfig()  # the published architecture's defaults: vocabulary 262,144
     adapter = DiffusionGemmaAdapter.__new__(DiffusionGemmaAdapter)
-    adapter.kind, adapter.canvas_length, adapter.eos_ids, adapter.pad_id, adapter.defaults = "block-diffusion", 256, (1,), 0, {}
-    adapter.model = type("Shape", (), {"config": config, "parameters": lambda self: iter([torch.zeros(1, dtype=torch.bfloat16)])})()
+    adapter.kind, adapter.canvas_length, adapter.eos_ids, adapter.pad_id, adapter.defaults = (
+        "block-diffusion",
+        256,
+        (1,),
+        0,
+        {},
+    )
+    adapter.model = type(
+        "Shape", (), {"config": config, "parameters": lambda self: iter([torch.zeros(1, dtype=torch.bfloat16)])}
+    )()
     row = footprint(adapter, 128, SamplerConfig(steps=48, gen_length=256, block_length=256))
     assert 1.5 * 2**30 < row.terms["canvas_x_vocab"] < 2.2 * 2**30
 

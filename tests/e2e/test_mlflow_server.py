@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.postgres_fixtures import backend_store
-from tests.support.servers import launch_mlflow_server, stop_group
-from tests.support.postgres_fixtures import database_name
-
 import registry.read as read
 from registry import Registry, RegistryUnavailable, load_evidence, promote, rollback, sign_off, stage_holder
 from tests.support.gate_fixtures import register_pair
+from tests.support.postgres_fixtures import backend_store
+from tests.support.servers import launch_mlflow_server, stop_group
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _team_key(team_signing_key):
@@ -81,15 +75,19 @@ def test_two_hosts_racing_through_the_server_exactly_one_wins(server, monkeypatc
     monkeypatch.setattr(promotion, "judge", judge_then_wait)
     homes = {name: tmp_path / name for name in ("host-a", "host-b")}
     real_lock_path = Registry.lock_path
-    monkeypatch.setattr(Registry, "lock_path", lambda self, alias: homes[threading.current_thread().name]
-                        / real_lock_path(self, alias).name)
+    monkeypatch.setattr(
+        Registry,
+        "lock_path",
+        lambda self, alias: homes[threading.current_thread().name] / real_lock_path(self, alias).name,
+    )
     outcomes = {}
 
     def attempt(name):
         homes[name].mkdir()
         try:
-            outcomes[name] = promote("tiny-llada", "poc", approver=name, comment="PoC evidence reviewed",
-                                     registry=Registry(url))
+            outcomes[name] = promote(
+                "tiny-llada", "poc", approver=name, comment="PoC evidence reviewed", registry=Registry(url)
+            )
         except PromotionRefused as e:
             outcomes[name] = e
 
@@ -115,8 +113,11 @@ def test_two_hosts_appending_through_the_server_keep_one_audit_chain(server, mon
     url, _ = server
     homes = {name: tmp_path / name for name in ("host-a", "host-b")}
     real_lock_path = Registry.lock_path
-    monkeypatch.setattr(Registry, "lock_path", lambda self, alias: homes[threading.current_thread().name]
-                        / real_lock_path(self, alias).name)
+    monkeypatch.setattr(
+        Registry,
+        "lock_path",
+        lambda self, alias: homes[threading.current_thread().name] / real_lock_path(self, alias).name,
+    )
 
     def writer(name):
         homes[name].mkdir()

@@ -27,7 +27,6 @@ KEY = "sk-conformance-7f3a9c"  # never in a log row, a log line or an answer
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from serving import Limits
 
     log_dir = tmp_path_factory.mktemp("conformance-log")
     settings = settings_for(shared_serving_registry().tracking_uri, log_dir=log_dir)
@@ -57,12 +56,29 @@ def logged(server, until, timeout_s: float = 20.0) -> list[dict]:
 
 # the official client -------------------------------------------------------------------------------------
 
+
 def test_completions_accept_every_parameter_at_its_neutral_value_and_honour_the_rest(client):
     plain = client.completions.create(model="production", prompt=PROMPTS[0], max_tokens=16)
     full = client.completions.create(
-        model="production", prompt=PROMPTS[0], max_tokens=16, temperature=0, top_p=0.5, seed=7, stop=["\n\n"],
-        n=2, best_of=2, frequency_penalty=0, presence_penalty=0, logit_bias={}, logprobs=None, echo=True,
-        suffix=None, user="conformance", stream=False, extra_body={"unmask": {"steps": 16}})
+        model="production",
+        prompt=PROMPTS[0],
+        max_tokens=16,
+        temperature=0,
+        top_p=0.5,
+        seed=7,
+        stop=["\n\n"],
+        n=2,
+        best_of=2,
+        frequency_penalty=0,
+        presence_penalty=0,
+        logit_bias={},
+        logprobs=None,
+        echo=True,
+        suffix=None,
+        user="conformance",
+        stream=False,
+        extra_body={"unmask": {"steps": 16}},
+    )
     assert [c.index for c in full.choices] == [0, 1]
     texts = {c.text for c in full.choices}
     assert texts == {PROMPTS[0] + plain.choices[0].text}  # greedy: top_p and the seed change nothing; echo is honoured
@@ -75,17 +91,39 @@ def test_chat_accepts_every_parameter_at_its_neutral_value(client):
     messages = [{"role": "user", "content": PROMPTS[1]}]
     plain = client.chat.completions.create(model="fallback", messages=messages, max_tokens=16)
     full = client.chat.completions.create(
-        model="fallback", messages=messages, max_completion_tokens=16, temperature=0, top_p=1, seed=3, n=1,
-        stop=["\n\n"], frequency_penalty=0, presence_penalty=0, logit_bias={}, logprobs=False, top_logprobs=None,
-        response_format={"type": "text"}, tool_choice="none", parallel_tool_calls=True, modalities=["text"],
-        metadata={"team": "conformance"}, store=False, service_tier="auto", user="conformance",
-        safety_identifier="hashed-user", prompt_cache_key="arith", reasoning_effort="none", verbosity="medium",
-        stream=False)
+        model="fallback",
+        messages=messages,
+        max_completion_tokens=16,
+        temperature=0,
+        top_p=1,
+        seed=3,
+        n=1,
+        stop=["\n\n"],
+        frequency_penalty=0,
+        presence_penalty=0,
+        logit_bias={},
+        logprobs=False,
+        top_logprobs=None,
+        response_format={"type": "text"},
+        tool_choice="none",
+        parallel_tool_calls=True,
+        modalities=["text"],
+        metadata={"team": "conformance"},
+        store=False,
+        service_tier="auto",
+        user="conformance",
+        safety_identifier="hashed-user",
+        prompt_cache_key="arith",
+        reasoning_effort="none",
+        verbosity="medium",
+        stream=False,
+    )
     assert full.choices[0].message.content == plain.choices[0].message.content
     assert full.choices[0].message.role == "assistant" and full.choices[0].finish_reason in ("stop", "length")
     assert ext(full)["ignored"] is None
-    told = client.chat.completions.create(model="fallback", messages=messages, max_tokens=16,
-                                          extra_body={"unmask": {"steps": 8, "block_length": 8}})
+    told = client.chat.completions.create(
+        model="fallback", messages=messages, max_tokens=16, extra_body={"unmask": {"steps": 8, "block_length": 8}}
+    )
     assert ext(told)["ignored"] == ["unmask.block_length", "unmask.steps"]  # the AR twin reads neither, and says so
     assert told.choices[0].message.content == plain.choices[0].message.content
 
@@ -96,11 +134,20 @@ def test_a_value_that_cannot_be_honoured_is_a_400_naming_the_parameter_and_why(c
         ("frequency_penalty", lambda: client.completions.create(model="fallback", prompt="2+2", frequency_penalty=1)),
         ("logprobs", lambda: client.completions.create(model="fallback", prompt="2+2", logprobs=2, stream=True)),
         ("best_of", lambda: client.completions.create(model="fallback", prompt="2+2", best_of=3)),
-        ("response_format", lambda: client.chat.completions.create(
-            model="fallback", messages=[{"role": "user", "content": "2+2"}], response_format={"type": "json_object"})),
-        ("tools", lambda: client.chat.completions.create(
-            model="fallback", messages=[{"role": "user", "content": "2+2"}],
-            tools=[{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}])),
+        (
+            "response_format",
+            lambda: client.chat.completions.create(
+                model="fallback", messages=[{"role": "user", "content": "2+2"}], response_format={"type": "json_object"}
+            ),
+        ),
+        (
+            "tools",
+            lambda: client.chat.completions.create(
+                model="fallback",
+                messages=[{"role": "user", "content": "2+2"}],
+                tools=[{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}],
+            ),
+        ),
     ]
     for param, call in cases:
         with pytest.raises(openai.BadRequestError) as e:
@@ -114,8 +161,7 @@ def test_batched_prompts_of_text_and_token_ids_each_answer_as_they_would_alone(c
     import models
 
     ids = models.load("tiny-llada").encode(PROMPTS[2])
-    solo = [client.completions.create(model="production", prompt=p, max_tokens=16).choices[0].text
-            for p in PROMPTS[:3]]
+    solo = [client.completions.create(model="production", prompt=p, max_tokens=16).choices[0].text for p in PROMPTS[:3]]
     batch = client.completions.create(model="production", prompt=PROMPTS[:3], max_tokens=16)
     assert [c.text for c in batch.choices] == solo and [c.index for c in batch.choices] == [0, 1, 2]
     as_ids = client.completions.create(model="production", prompt=[ids, ids], max_tokens=16)
@@ -126,8 +172,15 @@ def test_batched_prompts_of_text_and_token_ids_each_answer_as_they_would_alone(c
 
 @pytest.mark.parametrize("alias", ["production", "fallback"])
 def test_several_prompts_and_choices_stream_side_by_side_each_exactly_its_plain_text(client, alias):
-    asked = dict(model=alias, prompt=PROMPTS[:2], max_tokens=16, temperature=1.0, seed=5, n=2,
-                 extra_body={"unmask": {"block_length": 8}} if alias == "production" else None)
+    asked = dict(
+        model=alias,
+        prompt=PROMPTS[:2],
+        max_tokens=16,
+        temperature=1.0,
+        seed=5,
+        n=2,
+        extra_body={"unmask": {"block_length": 8}} if alias == "production" else None,
+    )
     plain = client.completions.create(**asked)
     chunks = list(client.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
     streamed: dict[int, str] = {}
@@ -139,8 +192,9 @@ def test_several_prompts_and_choices_stream_side_by_side_each_exactly_its_plain_
     assert sorted(c.choices[0].index for c in finishes) == [0, 1, 2, 3]
     assert [bool(c.model_extra.get("unmask")) for c in finishes] == [False, False, False, True]
     assert ext(finishes[-1])["seeds"] == [5, 6, 5, 6] and chunks[-1].usage == plain.usage
-    chat = dict(model=alias, messages=[{"role": "user", "content": PROMPTS[3]}], max_tokens=16, n=3,
-                temperature=1.0, seed=9)
+    chat = dict(
+        model=alias, messages=[{"role": "user", "content": PROMPTS[3]}], max_tokens=16, n=3, temperature=1.0, seed=9
+    )
     whole = client.chat.completions.create(**chat)
     pieces: dict[int, str] = {}
     for chunk in client.chat.completions.create(**chat, stream=True):
@@ -154,8 +208,9 @@ def test_unseeded_sampling_draws_fresh_seeds_reports_them_and_each_answer_reprod
     # the tiny models are sure of their arith answers even at 1.5 (tiny-ar: 6 seeds, 1 text); of other text not
     prompt, heat = "hello there", 1.5
     # twelve draws: tiny-llada's commonest answer to this prompt is likely, so five could agree by chance (seen once)
-    answers = [client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat)
-               for _ in range(12)]
+    answers = [
+        client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat) for _ in range(12)
+    ]
     seeds = [ext(a)["seed"] for a in answers]
     assert len({a.choices[0].text for a in answers}) >= 2  # not the seed-0 answer every time
     assert len(set(seeds)) == 12 and all(isinstance(s, int) for s in seeds)
@@ -165,31 +220,45 @@ def test_unseeded_sampling_draws_fresh_seeds_reports_them_and_each_answer_reprod
     many = client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat, n=4)
     assert len(many.choices) == 4 and len(set(ext(many)["seeds"])) == 4
     k = 2
-    alone = client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat,
-                                      seed=ext(many)["seeds"][k])
+    alone = client.completions.create(
+        model=alias, prompt=prompt, max_tokens=16, temperature=heat, seed=ext(many)["seeds"][k]
+    )
     assert alone.choices[0].text == many.choices[k].text
     # a seeded request with n: choice k decodes with seed + k, so choice 0 is the seeded answer alone
     seeded = client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat, seed=11, n=3)
     assert ext(seeded)["seeds"] == [11, 12, 13]
-    assert seeded.choices[0].text == client.completions.create(
-        model=alias, prompt=prompt, max_tokens=16, temperature=heat, seed=11).choices[0].text
+    assert (
+        seeded.choices[0].text
+        == client.completions.create(model=alias, prompt=prompt, max_tokens=16, temperature=heat, seed=11)
+        .choices[0]
+        .text
+    )
 
 
 def test_chat_reads_content_parts_developer_tool_and_null_content_and_says_what_the_template_dropped(client):
     messages = [
         {"role": "developer", "content": "Answer with arithmetic."},
         {"role": "user", "content": "What is 1+1?"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "2"},
-        {"role": "user", "content": [{"type": "text", "text": PROMPTS[0][:20]}, {"type": "text", "text": PROMPTS[0][20:]}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": PROMPTS[0][:20]}, {"type": "text", "text": PROMPTS[0][20:]}],
+        },
     ]
     r = client.chat.completions.create(model="production", messages=messages, max_tokens=16)
     same = client.completions.create(model="production", prompt=PROMPTS[0], max_tokens=16)
     assert r.choices[0].message.content == same.choices[0].text  # the template's prompt: the last user turn
     # the bundled template reads only the last user turn: everything else with text is named as dropped
-    assert ext(r)["chat_dropped"] == [{"index": 0, "role": "developer"}, {"index": 1, "role": "user"},
-                                      {"index": 3, "role": "tool"}]
+    assert ext(r)["chat_dropped"] == [
+        {"index": 0, "role": "developer"},
+        {"index": 1, "role": "user"},
+        {"index": 3, "role": "tool"},
+    ]
     whole = client.chat.completions.create(model="production", messages=[messages[-1]], max_tokens=16)
     assert ext(whole)["chat_dropped"] is None
 
@@ -213,6 +282,7 @@ def test_models_show_a_real_created_time_and_no_local_path(client):
 
 # keys and request ids ------------------------------------------------------------------------------------
 
+
 def test_a_configured_key_is_required_and_never_logged(server, client, caplog):
     caplog.set_level(logging.DEBUG)
     for key in ("unused", KEY[:-1] + "x"):
@@ -220,8 +290,12 @@ def test_a_configured_key_is_required_and_never_logged(server, client, caplog):
         with pytest.raises(openai.AuthenticationError) as e:
             stranger.completions.create(model="production", prompt="2+2")
         assert e.value.body["code"] == "invalid_api_key" and key not in json.dumps(e.value.body)
-    assert httpx.post(server.base_url + "/v1/completions", json={"model": "production", "prompt": "2+2"},
-                      timeout=30).status_code == 401
+    assert (
+        httpx.post(
+            server.base_url + "/v1/completions", json={"model": "production", "prompt": "2+2"}, timeout=30
+        ).status_code
+        == 401
+    )
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200  # probes need no key
     assert httpx.get(server.base_url + "/metrics", timeout=10).status_code == 200
     client.completions.create(model="production", prompt="2+2", max_tokens=4)
@@ -231,8 +305,9 @@ def test_a_configured_key_is_required_and_never_logged(server, client, caplog):
 
 
 def test_a_request_id_is_accepted_echoed_and_logged(server, client):
-    raw = client.completions.with_raw_response.create(model="production", prompt=PROMPTS[3], max_tokens=4,
-                                                     extra_headers={"X-Request-Id": "trace-abc-123"})
+    raw = client.completions.with_raw_response.create(
+        model="production", prompt=PROMPTS[3], max_tokens=4, extra_headers={"X-Request-Id": "trace-abc-123"}
+    )
     assert raw.headers["x-request-id"] == "trace-abc-123"
     made = client.completions.with_raw_response.create(model="production", prompt=PROMPTS[3], max_tokens=4)
     assert made.headers["x-request-id"].startswith("req-")
@@ -242,6 +317,7 @@ def test_a_request_id_is_accepted_echoed_and_logged(server, client):
 
 
 # other people's clients ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def litellm_offline(monkeypatch):
@@ -254,18 +330,47 @@ def litellm_offline(monkeypatch):
 def test_litellm_with_top_p_works_out_of_the_box(server, litellm_offline):
     litellm = litellm_offline
     base = server.base_url + "/v1"
-    chat = litellm.completion(model="openai/fallback", api_base=base, api_key=KEY, top_p=0.9, temperature=0,
-                              max_tokens=16, seed=1, stop=["\n\n"], user="litellm",
-                              messages=[{"role": "user", "content": PROMPTS[0]}])
+    chat = litellm.completion(
+        model="openai/fallback",
+        api_base=base,
+        api_key=KEY,
+        top_p=0.9,
+        temperature=0,
+        max_tokens=16,
+        seed=1,
+        stop=["\n\n"],
+        user="litellm",
+        messages=[{"role": "user", "content": PROMPTS[0]}],
+    )
     direct = openai.OpenAI(base_url=base, api_key=KEY).chat.completions.create(
-        model="fallback", max_tokens=16, messages=[{"role": "user", "content": PROMPTS[0]}])
+        model="fallback", max_tokens=16, messages=[{"role": "user", "content": PROMPTS[0]}]
+    )
     assert chat.choices[0].message.content == direct.choices[0].message.content
-    text = litellm.text_completion(model="text-completion-openai/production", api_base=base, api_key=KEY,
-                                   prompt=PROMPTS[0], max_tokens=16, top_p=1, temperature=0)
-    assert text.choices[0].text == openai.OpenAI(base_url=base, api_key=KEY).completions.create(
-        model="production", prompt=PROMPTS[0], max_tokens=16).choices[0].text
-    sampled = litellm.completion(model="openai/fallback", api_base=base, api_key=KEY, temperature=1.2, top_p=1,
-                                 max_tokens=8, messages=[{"role": "user", "content": PROMPTS[1]}])
+    text = litellm.text_completion(
+        model="text-completion-openai/production",
+        api_base=base,
+        api_key=KEY,
+        prompt=PROMPTS[0],
+        max_tokens=16,
+        top_p=1,
+        temperature=0,
+    )
+    assert (
+        text.choices[0].text
+        == openai.OpenAI(base_url=base, api_key=KEY)
+        .completions.create(model="production", prompt=PROMPTS[0], max_tokens=16)
+        .choices[0]
+        .text
+    )
+    sampled = litellm.completion(
+        model="openai/fallback",
+        api_base=base,
+        api_key=KEY,
+        temperature=1.2,
+        top_p=1,
+        max_tokens=8,
+        messages=[{"role": "user", "content": PROMPTS[1]}],
+    )
     assert isinstance(sampled.choices[0].message.content, str)
 
 
@@ -276,15 +381,20 @@ def test_langchain_openai_completions_and_chat_work_out_of_the_box(server):
     direct = openai.OpenAI(base_url=base, api_key=KEY)
     llm = OpenAI(model="production", base_url=base, api_key=KEY, max_retries=0)  # its defaults: top_p 1, n 1, ...
     assert isinstance(llm.invoke(PROMPTS[0]), str)  # temperature 0.7, unseeded: a fresh sample
-    expected = [direct.completions.create(model="production", prompt=p, max_tokens=256).choices[0].text
-                for p in PROMPTS[:2]]  # langchain's default max_tokens
+    expected = [
+        direct.completions.create(model="production", prompt=p, max_tokens=256).choices[0].text for p in PROMPTS[:2]
+    ]  # langchain's default max_tokens
     greedy = OpenAI(model="production", base_url=base, api_key=KEY, temperature=0, max_retries=0)
     assert greedy.invoke(PROMPTS[0]) == expected[0]
     together = greedy.generate(PROMPTS[:2])  # both prompts in one request
     assert [g[0].text for g in together.generations] == expected
     chat = ChatOpenAI(model="fallback", base_url=base, api_key=KEY, temperature=0, max_retries=0)
     answer = chat.invoke([("system", "Be brief."), ("human", PROMPTS[1])])
-    assert answer.content == direct.chat.completions.create(
-        model="fallback", messages=[{"role": "user", "content": PROMPTS[1]}]).choices[0].message.content
+    assert (
+        answer.content
+        == direct.chat.completions.create(model="fallback", messages=[{"role": "user", "content": PROMPTS[1]}])
+        .choices[0]
+        .message.content
+    )
     streamed = "".join(chunk.content for chunk in chat.stream(PROMPTS[1]))
     assert streamed == answer.content

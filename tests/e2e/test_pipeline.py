@@ -6,17 +6,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.support.flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
 from evals.store import load_records
 from flows.evaluate import EvaluationOptions, evaluate_candidate
+from tests.support.flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
 
 # What a second measurement of the same point may change: clocks, memory, when, where it was logged.
-MEASURED_AGAIN = {"latency_p50_s", "latency_p95_s", "latency_p99_s", "time_to_first_block_s", "throughput_items_per_s",
-                  "tokens_per_s", "tokens_per_s_with_padding", "peak_mem_mb", "created_at", "run_id", "validation"}
+MEASURED_AGAIN = {
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "time_to_first_block_s",
+    "throughput_items_per_s",
+    "tokens_per_s",
+    "tokens_per_s_with_padding",
+    "peak_mem_mb",
+    "created_at",
+    "run_id",
+    "validation",
+}
 
 
 def comparable(record) -> dict:
@@ -54,9 +64,17 @@ def test_unmask_eval_and_the_flow_give_the_same_records_and_files(prefect_harnes
 
     flow_files = set().union(*(files_of(Path(f)) for f in folders))
     assert files_of(out) - {"failures.json"} <= flow_files | {"records.parquet", "records.csv", "records.jsonl"}
-    for name in ("records.jsonl", "license.json", "reproducibility.json", "sweep.json", "task-validation-arith-test.json"):
+    for name in (
+        "records.jsonl",
+        "license.json",
+        "reproducibility.json",
+        "sweep.json",
+        "task-validation-arith-test.json",
+    ):
         assert name in files_of(out) and name in flow_files, name
-    assert {f for f in files_of(out) if f.startswith("validation/")} == {f for f in flow_files if f.startswith("validation/")}
+    assert {f for f in files_of(out) if f.startswith("validation/")} == {
+        f for f in flow_files if f.startswith("validation/")
+    }
     repro_cli = json.loads((out / "reproducibility.json").read_text())
     assert {r["candidate"] for r in repro_cli} == {CANDIDATE, FALLBACK} and all(r["reproducible"] for r in repro_cli)
 
@@ -72,10 +90,24 @@ def test_a_catalog_decoding_default_is_in_the_record_and_its_hash(prefect_harnes
     catalog = tmp_path / "catalog.yaml"
 
     def write_catalog(entropy_bound: float) -> None:
-        catalog.write_text(yaml.safe_dump({"entries": [{
-            "id": "dg-local", "family": "diffusion-gemma", "kind": "block-diffusion", "role": "candidate",
-            "source": str(folder), "license": "Apache-2.0", "adapter": "diffusion-gemma",
-            "decoding": {"entropy_bound": entropy_bound, "t_min": 0.4, "t_max": 0.8}}]}))
+        catalog.write_text(
+            yaml.safe_dump(
+                {
+                    "entries": [
+                        {
+                            "id": "dg-local",
+                            "family": "diffusion-gemma",
+                            "kind": "block-diffusion",
+                            "role": "candidate",
+                            "source": str(folder),
+                            "license": "Apache-2.0",
+                            "adapter": "diffusion-gemma",
+                            "decoding": {"entropy_bound": entropy_bound, "t_min": 0.4, "t_max": 0.8},
+                        }
+                    ]
+                }
+            )
+        )
 
     monkeypatch.setenv("UNMASK_CATALOG", str(catalog))
     sweep = write_sweep(tmp_path / "dg.yaml", ["dg-local"], steps=(8,))
@@ -104,8 +136,13 @@ def test_measure_point_tells_each_item_of_the_point_done_of_total(tmp_path):
     prepared = prepare_candidate(models[CANDIDATE])
     plan = plan_points(prepared, spec)
     seen, requests = [], []
-    measured = measure_point(plan.points[0], plan, html=False, on_request=requests.append,
-                             on_item=lambda done, total: seen.append((done, total)))
+    measured = measure_point(
+        plan.points[0],
+        plan,
+        html=False,
+        on_request=requests.append,
+        on_item=lambda done, total: seen.append((done, total)),
+    )
     assert seen == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
     assert len(requests) == 5 and measured.record["n_items"] == 5  # on_request still hears every request
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import free_port, stop, wait_healthy
 from flows.nightly import NIGHTLY_DEPLOYMENT
+from tests.support.servers import free_port, stop, wait_healthy
 
 BIN = Path(sys.executable).parent
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -42,23 +42,37 @@ def test_nightly_serve_registers_its_schedule_and_runs_what_the_server_asks(tmp_
     port = str(free_port())
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {
-        "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING", "DO_NOT_TRACK": "true",
-        "UNMASK_HOME": str(tmp_path / "unmask"), "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "DO_NOT_TRACK": "true",
+        "UNMASK_HOME": str(tmp_path / "unmask"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     server_log, serve_log = tmp_path / "server.log", tmp_path / "serve.log"
     with open(server_log, "w") as log:
-        server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", port],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", port],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(f"{api}/health", server, server_log, timeout_s=180)
         with open(serve_log, "w") as log:
-            serving = subprocess.Popen([str(BIN / "unmask"), "nightly", "serve", "--cron", "0 3 * * *"],
-                                       env=env | {"PREFECT_API_URL": api}, stdout=log, stderr=subprocess.STDOUT)
+            serving = subprocess.Popen(
+                [str(BIN / "unmask"), "nightly", "serve", "--cron", "0 3 * * *"],
+                env=env | {"PREFECT_API_URL": api},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
+
             def deployment():
-                found = httpx.post(f"{api}/deployments/filter",
-                                   json={"deployments": {"name": {"any_": [NIGHTLY_DEPLOYMENT]}}}).json()
+                found = httpx.post(
+                    f"{api}/deployments/filter", json={"deployments": {"name": {"any_": [NIGHTLY_DEPLOYMENT]}}}
+                ).json()
                 return found[0] if found else None
 
             served = wait_for("the nightly deployment on the server", deployment, 120, serve_log)

@@ -8,15 +8,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from tests.support import REPO
 
+from tests.support import REPO
 
 
 def unmask(*args: str, prelude: str = "", home: Path) -> subprocess.CompletedProcess:
     code = f"{prelude}\nfrom flows.cli import main\nmain()"
     env = dict(os.environ) | {"UNMASK_HOME": str(home)}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_exit_code_and_every_line_survive(tmp_path):
@@ -28,8 +29,7 @@ def test_the_exit_code_and_every_line_survive(tmp_path):
 
 
 def test_hooks_registered_after_the_cli_still_run(tmp_path):
-    prelude = ("import atexit, flows.cli\n"
-               "atexit.register(lambda: print('a library hook ran', flush=True))")
+    prelude = "import atexit, flows.cli\natexit.register(lambda: print('a library hook ran', flush=True))"
     done = unmask("--help", prelude=prelude, home=tmp_path)
     assert done.returncode == 0 and done.stdout.rstrip().endswith("a library hook ran"), done.stdout[-200:]
 

@@ -29,9 +29,9 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before anything imports ray: loopback only
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from flows.evaluate import EvaluationOptions, evaluate_on
+from tests.support.flow_fixtures import local_reference_then_cluster_home, records_without_clocks
 from tests.support.servers import free_port
-from tests.support.flow_fixtures import local_reference_then_cluster_home, records_without_clocks  # noqa: E402
-from flows.evaluate import EvaluationOptions, evaluate_on  # noqa: E402
 
 STEPS = (2, 4, 6, 8)  # gen_length 8 in two blocks: an even step count per block
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # Ray's floor is 75 MB; the cells pass small JSON
@@ -75,12 +75,38 @@ def ray_cluster(monkeypatch, tmp_path):
     log = tmp_path / "ray-head.log"
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
     head = subprocess.Popen(
-        [ray_cli(), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "2", "--num-gpus", "0", "--object-store-memory", str(OBJECT_STORE_BYTES),
-         "--include-dashboard", "false", "--ray-client-server-port", str(client_port),
-         "--dashboard-agent-listen-port", str(agent_port), "--worker-port-list", worker_ports,
-         "--temp-dir", session, "--disable-usage-stats"],
-        env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            ray_cli(),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            "0",
+            "--object-store-memory",
+            str(OBJECT_STORE_BYTES),
+            "--include-dashboard",
+            "false",
+            "--ray-client-server-port",
+            str(client_port),
+            "--dashboard-agent-listen-port",
+            str(agent_port),
+            "--worker-port-list",
+            worker_ports,
+            "--temp-dir",
+            session,
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while b"Ray runtime started" not in log.read_bytes():
@@ -114,7 +140,8 @@ def ray_processes(head: subprocess.Popen) -> dict[int, str]:
 
 
 def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worker(
-        prefect_harness, ray_cluster, tmp_path, monkeypatch):
+    prefect_harness, ray_cluster, tmp_path, monkeypatch
+):
     address, head = ray_cluster
     made = local_reference_then_cluster_home(tmp_path, monkeypatch, STEPS)
     model, sweep, local, home = made.model, made.sweep, made.local, made.home
@@ -138,8 +165,7 @@ def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worke
 
     killer = threading.Thread(target=kill_a_worker_mid_cell, daemon=True)
     killer.start()
-    on_cluster_options = base.model_copy(update={
-        "task_runner": "ray", "dask_address": address})
+    on_cluster_options = base.model_copy(update={"task_runner": "ray", "dask_address": address})
     on_cluster = evaluate_on(on_cluster_options)(model, sweep, on_cluster_options)
     killer.join(5)
 
@@ -157,6 +183,9 @@ def test_a_sweep_on_a_ray_cluster_equals_a_local_run_and_survives_a_killed_worke
     assert len(list((home / "results").glob("point-*"))) == len(STEPS)  # one stored result per cell
 
     gpu = on_cluster_options.model_copy(update={"gpus_per_cell": 1})
-    with pytest.raises(ValueError, match=r"--gpus-per-cell 1: no ray worker offers that many GPUs \(GPUs per "
-                                         r"worker: 127\.0\.0\.1: 0\); start its nodes with `ray start --num-gpus N`"):
+    with pytest.raises(
+        ValueError,
+        match=r"--gpus-per-cell 1: no ray worker offers that many GPUs \(GPUs per "
+        r"worker: 127\.0\.0\.1: 0\); start its nodes with `ray start --num-gpus N`",
+    ):
         evaluate_on(gpu)(model, sweep, gpu)  # this cluster has no GPU: refused, not left waiting

@@ -64,7 +64,9 @@ def test_judge_reads_each_version_once(tmp_path):
 
 
 def test_the_readers_never_load_the_module_that_moves_aliases():
-    code = ("import sys, registry.read, registry.views, registry.serving, registry.judging, registry.state; "
-            "print(sorted(m for m in sys.modules if m in ('registry.promotion', 'registry.approvals')))")
+    code = (
+        "import sys, registry.read, registry.views, registry.serving, registry.judging, registry.state; "
+        "print(sorted(m for m in sys.modules if m in ('registry.promotion', 'registry.approvals')))"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert found.stdout.strip() == "[]"

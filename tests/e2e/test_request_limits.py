@@ -7,9 +7,7 @@ canvas, token-forwards and time per request; serving/limits.py applies them befo
 
 from __future__ import annotations
 
-import statistics
 import threading
-import time
 
 import pytest
 
@@ -25,13 +23,16 @@ def test_an_ordinary_request_is_within_the_default_caps():
     check_compute(CONFIG, 40, "masked-diffusion", RequestLimits())
 
 
-@pytest.mark.parametrize("changes, prompt, limits, field, shown", [
-    ({"steps": 4096, "gen_length": 4096, "block_length": 4096}, 10, RequestLimits(), "unmask.steps", "4096"),
-    ({"steps": 64}, 10, RequestLimits(), "unmask.steps", "canvas of 32"),  # more steps than tokens
-    ({"steps": 32}, 10, RequestLimits(max_steps=16), "unmask.steps", "limit of 16"),
-    ({}, 1000, RequestLimits(max_canvas=512), "max_tokens", "canvas of 1032"),
-    ({"steps": 32}, 200, RequestLimits(max_token_forwards=4096), "unmask.steps", "7424 token-forwards"),
-])
+@pytest.mark.parametrize(
+    "changes, prompt, limits, field, shown",
+    [
+        ({"steps": 4096, "gen_length": 4096, "block_length": 4096}, 10, RequestLimits(), "unmask.steps", "4096"),
+        ({"steps": 64}, 10, RequestLimits(), "unmask.steps", "canvas of 32"),  # more steps than tokens
+        ({"steps": 32}, 10, RequestLimits(max_steps=16), "unmask.steps", "limit of 16"),
+        ({}, 1000, RequestLimits(max_canvas=512), "max_tokens", "canvas of 1032"),
+        ({"steps": 32}, 200, RequestLimits(max_token_forwards=4096), "unmask.steps", "7424 token-forwards"),
+    ],
+)
 def test_a_request_above_a_cap_is_refused_naming_its_field(changes, prompt, limits, field, shown):
     with pytest.raises(RequestError) as e:
         check_compute(CONFIG.with_(**changes), prompt, "masked-diffusion", limits)
@@ -50,7 +51,13 @@ def test_three_heavy_requests_beside_light_ones_are_refused_before_any_model_eva
     import httpx
     import openai
 
-    from tests.support.serving_fixtures import PROMPTS, openai_client, running_server, settings_for, shared_serving_registry
+    from tests.support.serving_fixtures import (
+        PROMPTS,
+        openai_client,
+        running_server,
+        settings_for,
+        shared_serving_registry,
+    )
 
     settings = settings_for(shared_serving_registry().tracking_uri, log_dir=None)
     settings.limits = type(settings.limits)(max_tokens=4096, max_prompt_tokens=200, max_prompt_chars=2000)
@@ -79,8 +86,11 @@ def test_three_heavy_requests_beside_light_ones_are_refused_before_any_model_eva
 
         def heavy() -> None:
             try:
-                heavy_answers.append(client.completions.create(model="production", prompt=PROMPTS[0],
-                                                               max_tokens=4096, extra_body=heavy_body))
+                heavy_answers.append(
+                    client.completions.create(
+                        model="production", prompt=PROMPTS[0], max_tokens=4096, extra_body=heavy_body
+                    )
+                )
             except openai.APIStatusError as e:
                 heavy_answers.append(e)
 

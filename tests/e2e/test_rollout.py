@@ -17,16 +17,15 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
+from datetime import UTC
 
-import openai
 import pytest
 import yaml
 
-from tests.support.serving_fixtures import OPERATING, PROMPTS, digest, running_server, settings_for
 from tests.support import REPO
 from tests.support.gate_fixtures import OK
 from tests.support.rollout_fixtures import STEPS_OK, Load, write_policy, write_routes
+from tests.support.serving_fixtures import OPERATING, digest, running_server, settings_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,10 +40,10 @@ def approve_production(reg, version: str) -> None:
 def stack(tmp_path_factory, prefect_harness):
     """Registry (tiny-ar fallback, tiny-llada at staging with production's sign-offs and two approvals), the
     state folder, and a server routing `auto` with the weights overlay followed every 0.2 s."""
-    from tests.support.gate_fixtures import evidence, fresh_registry, record
+    from checklists import load_checklist
     from registry import register_evidence, sign_off
     from registry.promotion import _move
-    from checklists import load_checklist
+    from tests.support.gate_fixtures import evidence, fresh_registry, record
 
     root = tmp_path_factory.mktemp("rollout")
     home = root / "home"
@@ -63,11 +62,22 @@ def stack(tmp_path_factory, prefect_harness):
         sign_off(reg, "tiny-llada", v, "production", item, "ada", f"{item} checked for production")
     approve_production(reg, v)
     routes = write_routes(root / "serving.yaml", STEPS_OK)
-    settings = replace(settings_for(reg.tracking_uri, names=("staging", "fallback"), log_dir=home / "serving" / "requests",
-                                    poll_interval_s=0.2), routes_path=routes)
+    settings = replace(
+        settings_for(
+            reg.tracking_uri, names=("staging", "fallback"), log_dir=home / "serving" / "requests", poll_interval_s=0.2
+        ),
+        routes_path=routes,
+    )
     with running_server(settings) as server:
-        yield {"reg": reg, "version": v, "root": root, "home": home, "server": server,
-               "policy": write_policy(root / "policy.yaml"), "prefect": prefect_harness}
+        yield {
+            "reg": reg,
+            "version": v,
+            "root": root,
+            "home": home,
+            "server": server,
+            "policy": write_policy(root / "policy.yaml"),
+            "prefect": prefect_harness,
+        }
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -95,8 +105,13 @@ def start(stack, name: str, rollout: dict):
     from flows.rollout import plan_rollout
 
     ensure_approved(stack)
-    return plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / f"{name}.yaml", rollout),
-                        str(stack["policy"]))
+    return plan_rollout(
+        "tiny-llada",
+        "default",
+        "production",
+        write_routes(stack["root"] / f"{name}.yaml", rollout),
+        str(stack["policy"]),
+    )
 
 
 def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home):
@@ -136,17 +151,25 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     from flows.rollout import RolloutRefused
     from tests.support.fuzz_fixtures import unmask_app
 
-    shown = CliRunner().invoke(unmask_app(), ["gates", "tiny-llada", "--stage", "production", "--policy",
-                                              str(stack["policy"])], env={"COLUMNS": "250"})
+    shown = CliRunner().invoke(
+        unmask_app(),
+        ["gates", "tiny-llada", "--stage", "production", "--policy", str(stack["policy"])],
+        env={"COLUMNS": "250"},
+    )
     assert "not promotable yet" in shown.output and state.id in shown.output, shown.output
     assert "rolled back by its canary analysis" in shown.output and "put the previous" not in shown.output
     from flows.rollout import plan_rollout
 
     with pytest.raises(RolloutRefused, match="approval"):
-        plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / "again.yaml", STEPS_OK),
-                     str(stack["policy"]))
-    from registry import judge
+        plan_rollout(
+            "tiny-llada",
+            "default",
+            "production",
+            write_routes(stack["root"] / "again.yaml", STEPS_OK),
+            str(stack["policy"]),
+        )
     from gates import load_policy
+    from registry import judge
 
     verdict = judge(reg, "tiny-llada", stack["version"], "production", load_policy(stack["policy"]), record=False)
     assert not verdict.allowed and any(state.id in r.text for r in verdict.reasons)
@@ -159,8 +182,10 @@ def drill(stack, faults: dict):
 
     path = stack["root"] / "serving.yaml"
     plain = path.read_text()
-    data = yaml.safe_load(plain) | {"arms": {"staging": {"alias": "staging", "faults": faults}},
-                                    "health": {"failures": 3, "cooldown_s": 0.5}}
+    data = yaml.safe_load(plain) | {
+        "arms": {"staging": {"alias": "staging", "faults": faults}},
+        "health": {"failures": 3, "cooldown_s": 0.5},
+    }
     url = stack["server"].base_url + "/v1/unmask/routes"
 
     def shown() -> dict | None:
@@ -297,16 +322,24 @@ def test_a_server_that_does_not_serve_the_candidate_is_refused_before_any_traffi
     settings = replace(settings_for(stack["reg"].tracking_uri, names=("fallback",)), routes_path=routes)
     with running_server(settings) as fallback_only:  # a live server that does not serve `staging`
         with pytest.raises(RolloutRefused) as refused:
-            plan_rollout("tiny-llada", "default", "production", routes, str(stack["policy"]),
-                         server_url=fallback_only.base_url)
+            plan_rollout(
+                "tiny-llada", "default", "production", routes, str(stack["policy"]), server_url=fallback_only.base_url
+            )
     assert "does not serve the `staging` alias of arm staging" in str(refused.value)
     assert "--alias staging" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(RolloutRefused, match="no server answers at http://127.0.0.1:"):
-        plan_rollout("tiny-llada", "default", "production", routes, str(stack["policy"]),
-                     server_url=f"http://127.0.0.1:{free_port()}")
+        plan_rollout(
+            "tiny-llada",
+            "default",
+            "production",
+            routes,
+            str(stack["policy"]),
+            server_url=f"http://127.0.0.1:{free_port()}",
+        )
     assert len(all_states()) == before and read_weights() == overlay  # nothing recorded, no traffic moved
-    served = plan_rollout("tiny-llada", "default", "production", routes, str(stack["policy"]),
-                          server_url=stack["server"].base_url)  # the stack's server serves both: accepted
+    served = plan_rollout(
+        "tiny-llada", "default", "production", routes, str(stack["policy"]), server_url=stack["server"].base_url
+    )  # the stack's server serves both: accepted
     from flows.rollout import abort_rollout
 
     abort_rollout(served.id, "preflight test only")
@@ -322,9 +355,11 @@ def test_a_candidate_answering_fast_and_wrong_is_rolled_back_on_its_probe_accura
     # the fallback (tiny-ar) answers these held-out arith probes right; 0 of 6 right shows < 50% at 97%. The
     # probes are the route's traffic here (routed requests like any other, in the request log): on two shared
     # cores a second load would leave too few answers in the interval
-    quality = STEPS_OK | {"interval_s": 30, "probes": {"task": "arith", "per_s": 5},
-                          "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.5},
-                                       "probe_accuracy": {"min": 0.5}}}
+    quality = STEPS_OK | {
+        "interval_s": 30,
+        "probes": {"task": "arith", "per_s": 5},
+        "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.5}, "probe_accuracy": {"min": 0.5}},
+    }
     with drill(stack, {"corrupt_share": 100}):
         state = plan_rollout_on(stack, "corrupt", quality)
         try:
@@ -337,8 +372,11 @@ def test_a_candidate_answering_fast_and_wrong_is_rolled_back_on_its_probe_accura
     assert outcome["status"] == "rolled_back", outcome["message"]
     import httpx  # `unmask serve` answers the analysis endpoint too, under its own routes file's policy
 
-    seen = httpx.get(stack["server"].base_url + "/v1/unmask/analysis", timeout=30, params={
-        "route": "default", "candidate": "staging", "baseline": "fallback", "window_s": 120})
+    seen = httpx.get(
+        stack["server"].base_url + "/v1/unmask/analysis",
+        timeout=30,
+        params={"route": "default", "candidate": "staging", "baseline": "fallback", "window_s": 120},
+    )
     assert seen.status_code == 200 and seen.json()["verdict"] in ("pass", "fail", "inconclusive"), seen.text
     assert [m["name"] for m in seen.json()["metrics"]] == ["p95_latency_s", "error_rate"]
     analysis = rolled_back_by(stack, state, "probe_accuracy")
@@ -348,8 +386,14 @@ def test_a_candidate_answering_fast_and_wrong_is_rolled_back_on_its_probe_accura
     arms = analysis["arms"]
     assert arms["staging"]["probe_accuracy"] == 0.0 and arms["staging"]["probes"] >= 5
     assert arms["staging"]["error_rate"] == 0.0 and arms["staging"]["requests"] >= 6  # answered, status 200
-    print("corrupt drill:", {k: (v["verdict"], v["value"], v["interval"]) for k, v in verdicts.items()},
-          "fallback probe accuracy", arms["fallback"]["probe_accuracy"], "probes", arms["fallback"]["probes"])
+    print(
+        "corrupt drill:",
+        {k: (v["verdict"], v["value"], v["interval"]) for k, v in verdicts.items()},
+        "fallback probe accuracy",
+        arms["fallback"]["probe_accuracy"],
+        "probes",
+        arms["fallback"]["probes"],
+    )
     assert load_state(state.id).server_url == stack["server"].base_url
 
 
@@ -358,35 +402,65 @@ def plan_rollout_on(stack, name: str, rollout: dict):
     from flows.rollout import plan_rollout
 
     ensure_approved(stack)
-    return plan_rollout("tiny-llada", "default", "production", write_routes(stack["root"] / f"{name}.yaml", rollout),
-                        str(stack["policy"]), server_url=stack["server"].base_url)
+    return plan_rollout(
+        "tiny-llada",
+        "default",
+        "production",
+        write_routes(stack["root"] / f"{name}.yaml", rollout),
+        str(stack["policy"]),
+        server_url=stack["server"].base_url,
+    )
 
 
 def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_home):
     stack = stack_home
-    from flows.rollout import prepare_resume, rollout_flow
-    from datetime import datetime, timezone
+    from datetime import datetime
 
+    from flows.rollout import prepare_resume, rollout_flow
     from flows.rollout_state import load_state, read_weights, request_rows, rollouts_dir
-    from gates.evaluate import evaluate_gates
     from gates import load_policy
+    from gates.evaluate import evaluate_gates
     from registry import audit, load_evidence, recover, stage_holder
     from registry.rollouts import analyses, rollouts
 
     reg, v = stack["reg"], stack["version"]
     # at this machine's few requests per second a p95 cannot pass (it needs 69 answers per look, then more:
     # gates/sequential.py); the completing rollout is judged on its error rate, at 80% over the whole rollout
-    routes = write_routes(stack["root"] / "steps.yaml", STEPS_OK | {"interval_s": 8, "confidence": 0.8,
-                                                                    "analysis": {"error_rate": {"max": 0.5}}})
-    env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                        "PREFECT_API_URL": stack["prefect"]}
+    routes = write_routes(
+        stack["root"] / "steps.yaml",
+        STEPS_OK | {"interval_s": 8, "confidence": 0.8, "analysis": {"error_rate": {"max": 0.5}}},
+    )
+    env = os.environ | {
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PREFECT_API_URL": stack["prefect"],
+    }
     before = {p.name for p in rollouts_dir().glob("*.json")}
     ensure_approved(stack)
     controller = subprocess.Popen(
-        [sys.executable, "-c", "from flows.cli import main; main()", "rollout", "start", "tiny-llada", "--route",
-         "default", "--to", "production", "--routes", str(routes), "--policy", str(stack["policy"]),
-         "--server", stack["server"].base_url],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-c",
+            "from flows.cli import main; main()",
+            "rollout",
+            "start",
+            "tiny-llada",
+            "--route",
+            "default",
+            "--to",
+            "production",
+            "--routes",
+            str(routes),
+            "--policy",
+            str(stack["policy"]),
+            "--server",
+            stack["server"].base_url,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         state = None
@@ -412,12 +486,36 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
     # the load comes back with the controller: `unmask loadtest --url` (one user per prompt), as docs/rollout.md
     report = stack["root"] / "loadtest.json"
     loadtest = subprocess.Popen(
-        [sys.executable, "-c", "from flows.cli import main; main()", "loadtest", "--url",
-         stack["server"].base_url + "/v1", "--model", "auto", "--concurrency", "2", "--requests", "300",
-         "--duration", "40", "--max-tokens", "8", "--no-stream", "--no-log", "--json", str(report)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-c",
+            "from flows.cli import main; main()",
+            "loadtest",
+            "--url",
+            stack["server"].base_url + "/v1",
+            "--model",
+            "auto",
+            "--concurrency",
+            "2",
+            "--requests",
+            "300",
+            "--duration",
+            "40",
+            "--max-tokens",
+            "8",
+            "--no-stream",
+            "--no-log",
+            "--json",
+            str(report),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        since = datetime.now(timezone.utc).isoformat()
+        since = datetime.now(UTC).isoformat()
         deadline = time.monotonic() + 120
         while not request_rows(since=since) and time.monotonic() < deadline and loadtest.poll() is None:
             time.sleep(0.5)  # its first answers are logged: the load is on
@@ -438,6 +536,9 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
     assert move.evidence["thresholds"]["canary"] == 100  # the promotion judged the canary gate, and it passed
     assert [r.status for r in rollouts(reg, "tiny-llada", v) if r.id == rollout_id] == ["completed"]
     assert [a.weight for a in analyses(reg, rollout_id)] == [50, 100]
-    canary = [r for r in evaluate_gates(load_evidence(reg, "tiny-llada", v), load_policy(stack["policy"]),
-                                        "production") if r.gate == "canary"]
+    canary = [
+        r
+        for r in evaluate_gates(load_evidence(reg, "tiny-llada", v), load_policy(stack["policy"]), "production")
+        if r.gate == "canary"
+    ]
     assert canary[0].passed and canary[0].evidence["rollout"] == rollout_id

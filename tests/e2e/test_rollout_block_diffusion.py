@@ -14,16 +14,25 @@ from dataclasses import replace
 
 import pytest
 
-from tests.support.gate_fixtures import block_evidence, evidence, fresh_registry, record
-from tests.support.serving_fixtures import OPERATING, digest, running_server, settings_for
-from tests.support.gate_fixtures import OK
+from tests.support.gate_fixtures import OK, block_evidence, evidence, fresh_registry, record
 from tests.support.rollout_fixtures import STEPS_OK, Load, write_policy, write_routes
+from tests.support.serving_fixtures import OPERATING, digest, running_server, settings_for
 
 pytestmark = pytest.mark.timeout(600)
 MODEL = "tiny-dgemma"
 # What an evaluation of tiny-dgemma records: its effective block config at gen_length 32 (one canvas, 16 steps).
-BLOCK_OPERATING = {"max_new_tokens": 32, "max_denoising_steps": 16, "entropy_bound": 0.1, "t_min": 0.4, "t_max": 0.8,
-                   "stability_threshold": 1, "confidence_threshold": 0.005, "eos_ids": [1], "pad_id": 0, "seed": 0}
+BLOCK_OPERATING = {
+    "max_new_tokens": 32,
+    "max_denoising_steps": 16,
+    "entropy_bound": 0.1,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
+    "eos_ids": [1],
+    "pad_id": 0,
+    "seed": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +57,20 @@ def stack(tmp_path_factory, prefect_harness):
         sign_off(reg, MODEL, version, "production", item, "ada", f"{item} checked for production")
     approve_as(reg, MODEL, version, "production", OK, "linus", "grace")  # two OS accounts: four eyes
     routes = write_routes(root / "serving.yaml", STEPS_OK)
-    settings = replace(settings_for(reg.tracking_uri, names=("staging", "fallback"), log_dir=home / "serving" / "requests",
-                                    poll_interval_s=0.2), routes_path=routes)
+    settings = replace(
+        settings_for(
+            reg.tracking_uri, names=("staging", "fallback"), log_dir=home / "serving" / "requests", poll_interval_s=0.2
+        ),
+        routes_path=routes,
+    )
     with running_server(settings) as server:
-        yield {"reg": reg, "version": version, "root": root, "server": server,
-               "policy": write_policy(root / "policy.yaml")}
+        yield {
+            "reg": reg,
+            "version": version,
+            "root": root,
+            "server": server,
+            "policy": write_policy(root / "policy.yaml"),
+        }
     env.undo()
 
 
@@ -67,8 +85,14 @@ def test_a_canary_of_tiny_dgemma_against_tiny_ar_walks_its_steps_and_promotes(st
     reg, v = stack["reg"], stack["version"]
     # judged on the error rate: at this machine's few requests per second a p95 bound needs more answers per look
     rollout = STEPS_OK | {"interval_s": 6, "confidence": 0.8, "analysis": {"error_rate": {"max": 0.5}}}
-    state = plan_rollout(MODEL, "default", "production", write_routes(stack["root"] / "steps.yaml", rollout),
-                         str(stack["policy"]), server_url=stack["server"].base_url)
+    state = plan_rollout(
+        MODEL,
+        "default",
+        "production",
+        write_routes(stack["root"] / "steps.yaml", rollout),
+        str(stack["policy"]),
+        server_url=stack["server"].base_url,
+    )
     with Load(stack["server"].base_url) as load:
         outcome = rollout_flow(state.id, flush_grace_s=2.5)
     assert outcome["status"] == "completed", outcome
@@ -80,8 +104,11 @@ def test_a_canary_of_tiny_dgemma_against_tiny_ar_walks_its_steps_and_promotes(st
     assert "default" not in read_weights()  # the route's own split serves again
     move = [e for e in audit.events(reg, stage="production", event=audit.MOVE) if e.status == "FINISHED"][-1]
     assert move.to_ref == f"{MODEL}@{v}" and state.id in move.comment and audit.verify(reg).ok
-    canary = [r for r in evaluate_gates(load_evidence(reg, MODEL, v), load_policy(stack["policy"]), "production")
-              if r.gate == "canary"]
+    canary = [
+        r
+        for r in evaluate_gates(load_evidence(reg, MODEL, v), load_policy(stack["policy"]), "production")
+        if r.gate == "canary"
+    ]
     assert canary[0].passed and canary[0].evidence["rollout"] == state.id
 
 
@@ -95,20 +122,35 @@ def test_a_shadow_of_tiny_dgemma_is_recorded_and_compared_but_never_answers(stac
 
     routes = tmp_path / "shadow.yaml"
     header = {"name": "X-Route", "value": "mirror"}
-    routes.write_text(yaml.safe_dump({
-        "routes": {"mirror": {"match": {"header": header}, "arm": "fallback", "shadow": {"arm": "candidate", "share": 100}},
-                   "direct": {"match": {"header": header | {"value": "direct"}}, "arm": "candidate"}},
-        "default": {"arm": "fallback"}}, sort_keys=False))
+    routes.write_text(
+        yaml.safe_dump(
+            {
+                "routes": {
+                    "mirror": {
+                        "match": {"header": header},
+                        "arm": "fallback",
+                        "shadow": {"arm": "candidate", "share": 100},
+                    },
+                    "direct": {"match": {"header": header | {"value": "direct"}}, "arm": "candidate"},
+                },
+                "default": {"arm": "fallback"},
+            },
+            sort_keys=False,
+        )
+    )
     log_dir = tmp_path / "requests"
-    settings = replace(settings_for(stack["reg"].tracking_uri, names=("candidate", "fallback"), log_dir=log_dir),
-                       routes_path=routes)
+    settings = replace(
+        settings_for(stack["reg"].tracking_uri, names=("candidate", "fallback"), log_dir=log_dir), routes_path=routes
+    )
     prompt = "A box has 10 cups. Tom adds 14. How many in the box?"
     with running_server(settings) as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        mirrored = client.completions.create(model="auto", prompt=prompt, max_tokens=32,
-                                             extra_headers={"X-Route": "mirror"})
-        direct = client.completions.create(model="auto", prompt=prompt, max_tokens=32,
-                                           extra_headers={"X-Route": "direct"})
+        mirrored = client.completions.create(
+            model="auto", prompt=prompt, max_tokens=32, extra_headers={"X-Route": "mirror"}
+        )
+        direct = client.completions.create(
+            model="auto", prompt=prompt, max_tokens=32, extra_headers={"X-Route": "direct"}
+        )
         fallback = client.completions.create(model="fallback", prompt=prompt, max_tokens=32)
         deadline = time.monotonic() + 30
         while not [r for r in read_rows(log_dir) if r["shadow"]] and time.monotonic() < deadline:
@@ -143,9 +185,11 @@ def test_the_bundled_tiny_dgemma_answers_16_at_once_as_alone_and_streams_its_pla
 
     async def together() -> list[tuple[str, int]]:
         async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120) as many:
+
             async def one(prompt: str, seed: int):
                 r = await many.completions.create(model="staging", prompt=prompt, seed=seed, max_tokens=32)
                 return r.choices[0].text, r.model_extra["unmask"]["batch_size"]
+
             return list(await asyncio.gather(*(one(p, s) for p, s in zip(prompts, seeds))))
 
     answers = asyncio.run(together())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from typer.testing import CliRunner
 
 from tests.support.flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
@@ -34,22 +33,32 @@ def test_the_scorecard_shows_what_the_evidence_cannot_judge_yet_and_how_many_ite
     from rich.console import Console
 
     from flows.commands.run import scorecard_table
-    from gates.stages import qualified_stage
     from flows.review import scorecard_row
     from gates import STAGES, load_policy
     from gates.promotion import decide_promotion
+    from gates.stages import qualified_stage
     from tests.support.gate_fixtures import evidence, record
 
     thin = evidence(records=[record(n_items=16), record(task="infill", n_items=16)])
     base = {"fallback": evidence("tiny-ar"), "production": None}
     verdicts = {stage: decide_promotion(thin, load_policy(), stage, base, {}, None, set()) for stage in STAGES}
-    outcome = {"candidate": "tiny-llada", "role": "candidate", "version": "1", "qualified": qualified_stage(verdicts),
-               "verdicts": {stage: v.verdict_dict() for stage, v in verdicts.items()}, "failures": [], "cached": 0,
-               "points": 2, "mlflow_run": ""}
+    outcome = {
+        "candidate": "tiny-llada",
+        "role": "candidate",
+        "version": "1",
+        "qualified": qualified_stage(verdicts),
+        "verdicts": {stage: v.verdict_dict() for stage, v in verdicts.items()},
+        "failures": [],
+        "cached": 0,
+        "points": 2,
+        "mlflow_run": "",
+    }
     row = scorecard_row(outcome, {})
     assert row["judged_at"] == "poc" and row["failed"] == 1 and row["open"] == 0  # only tooling_maturity fails at poc
-    assert row["inconclusive"] == ["staging data_validity: needs 34 more items on arith (50 per task)",
-                                   "production data_validity: needs 84 more items on arith (100 per task)"]
+    assert row["inconclusive"] == [
+        "staging data_validity: needs 34 more items on arith (50 per task)",
+        "production data_validity: needs 84 more items on arith (100 per task)",
+    ]
     console = Console(width=200, record=True)
     console.print(scorecard_table([row], "poc"))
     text = console.export_text()
@@ -84,8 +93,9 @@ def test_unmask_run_resolves_the_bundled_models_by_id(prefect_harness, tmp_path,
     assert "tiny-llada" in result.output and "tiny-ar" in result.output and "scorecard" in result.output
 
 
-def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_registry(prefect_harness, tmp_path,
-                                                                                      monkeypatch):
+def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_registry(
+    prefect_harness, tmp_path, monkeypatch
+):
     from registry.approvals import approval_of
     from tests.support.gate_fixtures import fresh_registry, login, register_pair
 
@@ -94,27 +104,33 @@ def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_re
     _, version = register_pair(registry)
     login(monkeypatch, "grace")  # grace's own OS account: the identity on the embedded store
     as_grace = {"COLUMNS": "200"}
-    result = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--by", "grace",
-                                                     "--comment", "PoC evidence reviewed"], env=as_grace)
+    result = CliRunner().invoke(
+        cli_app("approve"),
+        ["approve", "tiny-llada", "poc", "--by", "grace", "--comment", "PoC evidence reviewed"],
+        env=as_grace,
+    )
     assert result.exit_code == 0, result.output
     assert "no promotion of tiny-llada to poc is waiting" in result.output
     assert approval_of(registry, "tiny-llada", version, "poc").by == "grace"
-    declined = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "not yet"],
-                                  env=as_grace)
+    declined = CliRunner().invoke(
+        cli_app("approve"), ["approve", "tiny-llada", "poc", "--reject", "-c", "not yet"], env=as_grace
+    )
     assert declined.exit_code == 0 and "declined by grace" in declined.output  # recorded, waiting flow or not
     assert approval_of(registry, "tiny-llada", version, "poc").status == "void"
 
 
-def test_request_promotion_is_blocked_before_any_wait_while_gates_or_checklist_fail(prefect_harness, tmp_path,
-                                                                                   monkeypatch):
+def test_request_promotion_is_blocked_before_any_wait_while_gates_or_checklist_fail(
+    prefect_harness, tmp_path, monkeypatch
+):
     from registry import stage_holder
     from tests.support.gate_fixtures import fresh_registry, register_pair
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     registry = fresh_registry(tmp_path)
     register_pair(registry)
-    result = CliRunner().invoke(cli_app("approve"), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        cli_app("approve"), ["request-promotion", "tiny-llada", "poc", "--timeout", "5"], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 1 and "not promoted" in result.output and "is blocked" in result.output
     assert "tooling-maturity" in result.output  # the unsigned checklist item, named
     assert stage_holder(registry, "poc") is None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -16,7 +15,14 @@ import pandas as pd
 import pytest
 
 from tests.support import REPO
-from tests.support.serving_fixtures import PROMPTS, digest, running_server, settings_for, openai_client, shared_serving_registry
+from tests.support.serving_fixtures import (
+    PROMPTS,
+    digest,
+    openai_client,
+    running_server,
+    settings_for,
+    shared_serving_registry,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,8 +56,10 @@ def test_a_completion_names_the_version_and_weights_it_came_from(client, server)
 
 
 def test_chat_renders_the_models_template_and_answers_like_the_bare_prompt(client):
-    chat = client.chat.completions.create(model="fallback", messages=[
-        {"role": "system", "content": "You are terse."}, {"role": "user", "content": PROMPTS[1]}])
+    chat = client.chat.completions.create(
+        model="fallback",
+        messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": PROMPTS[1]}],
+    )
     plain = client.completions.create(model="fallback", prompt=PROMPTS[1])
     assert chat.choices[0].message.role == "assistant"
     assert chat.choices[0].message.content == plain.choices[0].text
@@ -89,9 +97,10 @@ def test_request_overrides_reach_the_decoder(client):
 
 
 def test_sampled_decoding_batches_with_a_generator_per_row_and_a_seed_repeats_it(client):
-    a, b = (client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=7)
-            for _ in range(2))
-    assert a.model_extra["unmask"]["batched"]  # batchable: each row draws from its own seed (tests/unit/test_row_generators.py)
+    a, b = (client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=7) for _ in range(2))
+    assert a.model_extra["unmask"][
+        "batched"
+    ]  # batchable: each row draws from its own seed (tests/unit/test_row_generators.py)
     assert a.choices[0].text == b.choices[0].text
     other = client.completions.create(model="production", prompt=PROMPTS[3], temperature=1.0, seed=8)
     assert other.model_extra["unmask"]["config_hash"] != a.model_extra["unmask"]["config_hash"]  # the seed is read
@@ -105,8 +114,12 @@ def test_client_errors_are_4xx_naming_the_field(client):
         client.completions.create(model="production", prompt=PROMPTS[0], top_p=0.5, temperature=0.7)
     assert e.value.body["param"] == "top_p" and "nucleus" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:  # 32 tokens are 1 block; 3 blocks of 8 cannot take 16 steps
-        client.completions.create(model="production", prompt=PROMPTS[0], max_tokens=24,
-                                  extra_body={"unmask": {"steps": 16, "block_length": 8}})
+        client.completions.create(
+            model="production",
+            prompt=PROMPTS[0],
+            max_tokens=24,
+            extra_body={"unmask": {"steps": 16, "block_length": 8}},
+        )
     assert e.value.body["param"] == "unmask.steps"
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="production", prompt=PROMPTS[0], max_tokens=4096)
@@ -115,13 +128,26 @@ def test_client_errors_are_4xx_naming_the_field(client):
 
 # (body, field the error must name); every one is refused with a 4xx, none is a 5xx
 MALFORMED = [
-    (b"{", "body"), (b"not json", "body"), (b"[]", "body"), (b"null", "body"), (b'"text"', "body"), (b"", "body"),
-    ({}, "model"), ({"model": "production"}, "prompt"), ({"prompt": "hi"}, "model"),
-    ({"model": "production", "prompt": ""}, "prompt"), ({"model": "production", "prompt": "   "}, "prompt"),
-    ({"model": "production", "prompt": 12}, "prompt"), ({"model": "production", "prompt": [1, -2, 3]}, "prompt"),
-    ({"model": "production", "prompt": ["a", " "]}, "prompt"), ({"model": "production", "prompt": [[]]}, "prompt"),
-    ({"model": "production", "prompt": [10**9]}, "prompt"), ({"model": "production", "prompt": ["a"] * 33}, "prompt"), ({"model": "production", "prompt": None}, "prompt"),
-    ({"model": 7, "prompt": "hi"}, "model"), ({"model": "", "prompt": "hi"}, "model"),
+    (b"{", "body"),
+    (b"not json", "body"),
+    (b"[]", "body"),
+    (b"null", "body"),
+    (b'"text"', "body"),
+    (b"", "body"),
+    ({}, "model"),
+    ({"model": "production"}, "prompt"),
+    ({"prompt": "hi"}, "model"),
+    ({"model": "production", "prompt": ""}, "prompt"),
+    ({"model": "production", "prompt": "   "}, "prompt"),
+    ({"model": "production", "prompt": 12}, "prompt"),
+    ({"model": "production", "prompt": [1, -2, 3]}, "prompt"),
+    ({"model": "production", "prompt": ["a", " "]}, "prompt"),
+    ({"model": "production", "prompt": [[]]}, "prompt"),
+    ({"model": "production", "prompt": [10**9]}, "prompt"),
+    ({"model": "production", "prompt": ["a"] * 33}, "prompt"),
+    ({"model": "production", "prompt": None}, "prompt"),
+    ({"model": 7, "prompt": "hi"}, "model"),
+    ({"model": "", "prompt": "hi"}, "model"),
     ({"model": "no-such-model", "prompt": "hi"}, "model"),
     ({"model": "production", "prompt": "hi", "max_tokens": 0}, "max_tokens"),
     ({"model": "production", "prompt": "hi", "max_tokens": -3}, "max_tokens"),
@@ -136,7 +162,8 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"model": "production", "prompt": "hi", "stop": [""]}, "stop"),
     ({"model": "production", "prompt": "hi", "stop": 5}, "stop"),
-    ({"model": "production", "prompt": "hi", "n": 0}, "n"), ({"model": "production", "prompt": "hi", "n": 99}, "n"),
+    ({"model": "production", "prompt": "hi", "n": 0}, "n"),
+    ({"model": "production", "prompt": "hi", "n": 99}, "n"),
     ({"model": "production", "prompt": "hi", "best_of": 3}, "best_of"),
     ({"model": "production", "prompt": "hi", "n": 2, "best_of": 1}, "best_of"),
     ({"model": "production", "prompt": "hi", "temperature": 0.7, "top_p": 0.9}, "top_p"),
@@ -146,9 +173,14 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "suffix": "!"}, "suffix"),
     ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
     ({"model": "production", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
-    ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"include_usage": 1}},
-     "stream_options.include_usage"),
-    ({"model": "production", "prompt": "hi", "stream": True, "stream_options": {"usage": True}}, "stream_options.usage"),
+    (
+        {"model": "production", "prompt": "hi", "stream": True, "stream_options": {"include_usage": 1}},
+        "stream_options.include_usage",
+    ),
+    (
+        {"model": "production", "prompt": "hi", "stream": True, "stream_options": {"usage": True}},
+        "stream_options.usage",
+    ),
     ({"model": "production", "prompt": "hi", "logit_bias": {"1": 5}}, "logit_bias"),
     ({"model": "production", "prompt": "hi", "unmask": {"steps": 0}}, "unmask.steps"),
     ({"model": "production", "prompt": "hi", "unmask": {"steps": 16.5}}, "unmask.steps"),
@@ -162,47 +194,87 @@ MALFORMED = [
     ({"model": "production", "prompt": "1+1" * 300}, "prompt"),
 ]
 MALFORMED_CHAT = [
-    ({"model": "fallback"}, "messages"), ({"model": "fallback", "messages": []}, "messages"),
+    ({"model": "fallback"}, "messages"),
+    ({"model": "fallback", "messages": []}, "messages"),
     ({"model": "fallback", "messages": "hi"}, "messages"),
     ({"model": "fallback", "messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
     ({"model": "fallback", "messages": [{"role": "user"}]}, "messages.0.content"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi", "mood": "x"}]}, "messages.0.mood"),
     ({"model": "fallback", "messages": [{"role": "system", "content": "only a system turn"}]}, "messages"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
-     "max_completion_tokens"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
-                                        {"role": "user", "content": "hi"}]}, "messages.0.content.0"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
-     "response_format"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}],
-      "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    (
+        {"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
+        "max_completion_tokens",
+    ),
+    (
+        {
+            "model": "fallback",
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                {"role": "user", "content": "hi"},
+            ],
+        },
+        "messages.0.content.0",
+    ),
+    (
+        {
+            "model": "fallback",
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_object"},
+        },
+        "response_format",
+    ),
+    (
+        {
+            "model": "fallback",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+        },
+        "tools",
+    ),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, "tool_choice"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "store": True}, "store"),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
-    ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]},
-     "modalities"),
+    (
+        {"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]},
+        "modalities",
+    ),
     ({"model": "fallback", "messages": [{"role": "user", "content": "hi"}], "verbosity": "high"}, "verbosity"),
 ]
 
 
 def _post(base: str, path: str, body) -> httpx.Response:
     content = body if isinstance(body, bytes) else None
-    return httpx.post(base + path, content=content, json=None if content is not None else body,
-                      headers={"content-type": "application/json"}, timeout=30)
+    return httpx.post(
+        base + path,
+        content=content,
+        json=None if content is not None else body,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
 
 
 def test_malformed_requests_are_4xx_naming_the_field_and_the_server_keeps_serving(server, client):
-    cases = [("/v1/completions", b, f) for b, f in MALFORMED] + [("/v1/chat/completions", b, f) for b, f in MALFORMED_CHAT]
+    cases = [("/v1/completions", b, f) for b, f in MALFORMED] + [
+        ("/v1/chat/completions", b, f) for b, f in MALFORMED_CHAT
+    ]
     assert len(cases) >= 30
     problems = []
     for path, body, field in cases:
         r = _post(server.base_url, path, body)
         error = r.json().get("error", {}) if r.headers.get("content-type", "").startswith("application/json") else {}
-        if not 400 <= r.status_code < 500 or error.get("param") != field or field.split(".")[-1] not in error.get("message", ""):
+        if (
+            not 400 <= r.status_code < 500
+            or error.get("param") != field
+            or field.split(".")[-1] not in error.get("message", "")
+        ):
             problems.append((path, str(body)[:60], r.status_code, r.text[:200]))
     assert not problems, problems
-    oversize = httpx.post(server.base_url + "/v1/completions", content=b"x" * 100_000, timeout=30,
-                          headers={"content-type": "application/json"})
+    oversize = httpx.post(
+        server.base_url + "/v1/completions",
+        content=b"x" * 100_000,
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert oversize.status_code == 413 and oversize.json()["error"]["param"] == "body"
     assert httpx.get(server.base_url + "/health", timeout=10).json()["status"] == "ready"
     assert client.completions.create(model="production", prompt=PROMPTS[0]).choices[0].text.endswith("#### 24")
@@ -217,9 +289,15 @@ def test_metrics_count_requests_errors_batches_and_tokens_per_model_and_alias(se
     assert f"unmask_requests_total{{{tiny_ar}}}" in text
     refused = 'unmask_request_errors_total{alias="unknown",code="invalid_value",endpoint="completions",status="400"}'
     assert any(line.startswith(refused + " ") and float(line.split()[-1]) >= 1 for line in text.splitlines())
-    for name in ("unmask_request_latency_seconds_bucket", "unmask_batch_size_bucket", "unmask_queue_depth",
-                 "unmask_completion_tokens_total", "unmask_nfe_total", "unmask_served_version"):
-        assert f'{name}{{' in text, name
+    for name in (
+        "unmask_request_latency_seconds_bucket",
+        "unmask_batch_size_bucket",
+        "unmask_queue_depth",
+        "unmask_completion_tokens_total",
+        "unmask_nfe_total",
+        "unmask_served_version",
+    ):
+        assert f"{name}{{" in text, name
     served = [line for line in text.splitlines() if line.startswith("unmask_served_version{") and line.endswith(" 1.0")]
     for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
         assert f'{name}{{model_name="fallback"}} 0.0' in text, name  # idle now: the gateway gauges (docs/serving.md)

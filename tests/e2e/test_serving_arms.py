@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from gates.serving_policy import RequestFacts, ServingPolicyError, load_serving_policy, parse_serving_policy
 from gates.weights import apply_overlay, weights_sha256
-from serving.weights_file import read_weights, write_weights
 from serving.arm_health import ArmHealth, FaultDrill
 from serving.metrics import ServingMetrics
 from serving.request_log import RequestLog, read_rows, row
+from serving.weights_file import read_weights, write_weights
 from tests.support.serving_fixtures import ext, openai_client
 
 
@@ -36,17 +36,34 @@ UPSTREAM = {"upstream": "http://127.0.0.1:9/v1", "model": "production", "timeout
 
 # the policy ---------------------------------------------------------------------------------------------
 
+
 def test_arms_health_fallback_and_shadow_parse():
-    policy = parse_serving_policy(policy_of(
-        arms={"vllm-a": UPSTREAM | {"api_key_env": "UPSTREAM_KEY"},
-              "slow-staging": {"alias": "staging", "faults": {"delay_s": 0.5, "abort_share": 20}}},
-        health={"failures": 5},
-        routes={"canary": {"match": {"user": "a"}, "split": {"vllm-a": 10, "production": 90}, "fallback": "production",
-                           "shadow": {"arm": "slow-staging", "share": 50}}},
-        rollout={"steps": [5, 25]}))  # gates/rollout_policy.py's key: accepted, left to it
+    policy = parse_serving_policy(
+        policy_of(
+            arms={
+                "vllm-a": UPSTREAM | {"api_key_env": "UPSTREAM_KEY"},
+                "slow-staging": {"alias": "staging", "faults": {"delay_s": 0.5, "abort_share": 20}},
+            },
+            health={"failures": 5},
+            routes={
+                "canary": {
+                    "match": {"user": "a"},
+                    "split": {"vllm-a": 10, "production": 90},
+                    "fallback": "production",
+                    "shadow": {"arm": "slow-staging", "share": 50},
+                }
+            },
+            rollout={"steps": [5, 25]},
+        )
+    )  # gates/rollout_policy.py's key: accepted, left to it
     vllm, staging = policy.declared["vllm-a"], policy.declared["slow-staging"]
     assert (vllm.kind, vllm.upstream, vllm.model, vllm.api_key_env, vllm.timeout_s) == (
-        "upstream", "http://127.0.0.1:9/v1", "production", "UPSTREAM_KEY", 30)
+        "upstream",
+        "http://127.0.0.1:9/v1",
+        "production",
+        "UPSTREAM_KEY",
+        30,
+    )
     assert staging.kind == "local" and staging.faults.delay_s == 0.5 and staging.faults.abort_share == 20
     assert (policy.health.failures, policy.health.cooldown_s) == (5, 10.0)  # cooldown defaulted
     canary = policy.routes[0]
@@ -69,28 +86,31 @@ def test_shadow_share_is_sticky_and_near_its_share():
     assert all(shadow.takes("u7", "default") == taken[7] for _ in range(20))
 
 
-@pytest.mark.parametrize("top, where", [
-    ({"arms": {"a": UPSTREAM | {"colour": 1}}}, r"arms\.a\.colour: unknown key"),
-    ({"arms": {"a": UPSTREAM | {"upstream": "ftp://x/v1"}}}, r"arms\.a\.upstream: expected an http\(s\) base URL"),
-    ({"arms": {"a": UPSTREAM | {"upstream": "not a url"}}}, r"arms\.a\.upstream"),
-    ({"arms": {"a": UPSTREAM | {"timeout_s": 0}}}, r"arms\.a\.timeout_s: expected a positive number"),
-    ({"arms": {"a": UPSTREAM | {"timeout_s": -2}}}, r"arms\.a\.timeout_s"),
-    ({"arms": {"a": {"upstream": "http://h/v1"}}}, r"arms\.a\.model: expected"),
-    ({"arms": {"a": UPSTREAM | {"api_key_env": "my key"}}}, r"arms\.a\.api_key_env: expected an environment"),
-    ({"arms": {"a": UPSTREAM | {"alias": "staging"}}}, r"arms\.a: expected exactly one of upstream"),
-    ({"arms": {"a": {"alias": "staging", "model": "m"}}}, r"arms\.a\.model: only an upstream arm"),
-    ({"arms": {"a": {"alias": "staging", "faults": {"abort_share": 120}}}}, r"arms\.a\.faults\.abort_share"),
-    ({"arms": {"a": {"alias": "staging", "faults": {"nan": 1}}}}, r"arms\.a\.faults\.nan: unknown key"),
-    ({"arms": {"a": {"alias": "staging", "faults": {"delay_s": -1}}}}, r"arms\.a\.faults\.delay_s"),
-    ({"arms": {"default": {"alias": "staging"}}}, r"arms\.default: an arm may not have a route's name"),
-    ({"health": {"failures": 0}}, r"health\.failures: expected a positive integer"),
-    ({"health": {"cooldown_s": "soon"}}, r"health\.cooldown_s"),
-    ({"health": {"retries": 2}}, r"health\.retries: unknown key"),
-    ({"default": {"arm": "production", "fallback": ""}}, r"default\.fallback: expected an arm name"),
-    ({"default": {"arm": "production", "shadow": {"arm": "x", "share": 101}}}, r"default\.shadow\.share"),
-    ({"default": {"arm": "production", "shadow": "staging"}}, r"default\.shadow: expected \{arm"),
-    ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, limits, rollout"),
-])
+@pytest.mark.parametrize(
+    "top, where",
+    [
+        ({"arms": {"a": UPSTREAM | {"colour": 1}}}, r"arms\.a\.colour: unknown key"),
+        ({"arms": {"a": UPSTREAM | {"upstream": "ftp://x/v1"}}}, r"arms\.a\.upstream: expected an http\(s\) base URL"),
+        ({"arms": {"a": UPSTREAM | {"upstream": "not a url"}}}, r"arms\.a\.upstream"),
+        ({"arms": {"a": UPSTREAM | {"timeout_s": 0}}}, r"arms\.a\.timeout_s: expected a positive number"),
+        ({"arms": {"a": UPSTREAM | {"timeout_s": -2}}}, r"arms\.a\.timeout_s"),
+        ({"arms": {"a": {"upstream": "http://h/v1"}}}, r"arms\.a\.model: expected"),
+        ({"arms": {"a": UPSTREAM | {"api_key_env": "my key"}}}, r"arms\.a\.api_key_env: expected an environment"),
+        ({"arms": {"a": UPSTREAM | {"alias": "staging"}}}, r"arms\.a: expected exactly one of upstream"),
+        ({"arms": {"a": {"alias": "staging", "model": "m"}}}, r"arms\.a\.model: only an upstream arm"),
+        ({"arms": {"a": {"alias": "staging", "faults": {"abort_share": 120}}}}, r"arms\.a\.faults\.abort_share"),
+        ({"arms": {"a": {"alias": "staging", "faults": {"nan": 1}}}}, r"arms\.a\.faults\.nan: unknown key"),
+        ({"arms": {"a": {"alias": "staging", "faults": {"delay_s": -1}}}}, r"arms\.a\.faults\.delay_s"),
+        ({"arms": {"default": {"alias": "staging"}}}, r"arms\.default: an arm may not have a route's name"),
+        ({"health": {"failures": 0}}, r"health\.failures: expected a positive integer"),
+        ({"health": {"cooldown_s": "soon"}}, r"health\.cooldown_s"),
+        ({"health": {"retries": 2}}, r"health\.retries: unknown key"),
+        ({"default": {"arm": "production", "fallback": ""}}, r"default\.fallback: expected an arm name"),
+        ({"default": {"arm": "production", "shadow": {"arm": "x", "share": 101}}}, r"default\.shadow\.share"),
+        ({"default": {"arm": "production", "shadow": "staging"}}, r"default\.shadow: expected \{arm"),
+        ({"rollouts": {}}, r"rollouts: unknown key; expected routes, default, arms, health, limits, rollout"),
+    ],
+)
 def test_bad_arms_are_refused_naming_the_key(tmp_path, top, where):
     path = tmp_path / "serving.yaml"
     path.write_text(yaml.safe_dump(policy_of(**top)))
@@ -105,11 +125,14 @@ def test_the_bundled_serving_policy_still_loads():
 
 # the weights overlay -----------------------------------------------------------------------------------
 
+
 def test_write_weights_is_read_back_and_applied_with_the_same_sticky_hash(tmp_path):
     path = write_weights(tmp_path / "rollouts" / "weights.json", {"default": {"staging": 25, "production": 75}})
     data = json.loads(path.read_text())
-    assert data == {"routes": {"default": {"staging": 25, "production": 75}},
-                    "sha256": weights_sha256({"default": {"staging": 25, "production": 75}})}
+    assert data == {
+        "routes": {"default": {"staging": 25, "production": 75}},
+        "sha256": weights_sha256({"default": {"staging": 25, "production": 75}}),
+    }
     assert not list(path.parent.glob(".weights-*"))  # the temporary file was renamed, none left behind
     overlay = read_weights(path)
     policy = parse_serving_policy(policy_of())
@@ -120,14 +143,17 @@ def test_write_weights_is_read_back_and_applied_with_the_same_sticky_hash(tmp_pa
     assert read_weights(tmp_path / "none.json") is None
 
 
-@pytest.mark.parametrize("content, where", [
-    ('{"routes": {"default": {"production": 90}}}', r"routes\.default: weights sum to 90"),
-    ('{"routes": {"default": {"production": 100}}, "sha256": "0000"}', r"sha256: does not match"),
-    ('{"routes": {"default": {"production": 100}}, "extra": 1}', r"extra: unknown key"),
-    ('{"routes": {"default": {"production": 100.0}}}', r"routes\.default\.production: expected an integer"),
-    ('[1, 2]', r"expected \{\"routes\""),
-    ('{"routes": ', r"not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, where",
+    [
+        ('{"routes": {"default": {"production": 90}}}', r"routes\.default: weights sum to 90"),
+        ('{"routes": {"default": {"production": 100}}, "sha256": "0000"}', r"sha256: does not match"),
+        ('{"routes": {"default": {"production": 100}}, "extra": 1}', r"extra: unknown key"),
+        ('{"routes": {"default": {"production": 100.0}}}', r"routes\.default\.production: expected an integer"),
+        ("[1, 2]", r"expected \{\"routes\""),
+        ('{"routes": ', r"not valid JSON"),
+    ],
+)
 def test_a_bad_weights_file_is_refused_naming_the_key(tmp_path, content, where):
     path = tmp_path / "weights.json"
     path.write_text(content)
@@ -173,16 +199,24 @@ def test_upstream_key_env_must_be_set_when_the_table_loads(tmp_path, monkeypatch
 
     monkeypatch.delenv("UNMASK_TEST_UNSET_KEY", raising=False)
     routes = tmp_path / "serving.yaml"
-    routes.write_text(yaml.safe_dump(policy_of(arms={"up": UPSTREAM | {"api_key_env": "UNMASK_TEST_UNSET_KEY"}},
-                                               default={"arm": "up"})))
+    routes.write_text(
+        yaml.safe_dump(
+            policy_of(arms={"up": UPSTREAM | {"api_key_env": "UNMASK_TEST_UNSET_KEY"}}, default={"arm": "up"})
+        )
+    )
     with pytest.raises(ServingPolicyError, match=r"arms\.up\.api_key_env: \$UNMASK_TEST_UNSET_KEY is not set"):
         RouteTable(routes, ["production"], ServingMetrics())
     monkeypatch.setenv("UNMASK_TEST_UNSET_KEY", "sk-test")
-    assert RouteTable(routes, ["production"], ServingMetrics()).decide(
-        "auto", RequestFacts("/v1/completions"), "u", "user").arm.kind == "upstream"
+    assert (
+        RouteTable(routes, ["production"], ServingMetrics())
+        .decide("auto", RequestFacts("/v1/completions"), "u", "user")
+        .arm.kind
+        == "upstream"
+    )
 
 
 # health and drills -------------------------------------------------------------------------------------
+
 
 def test_an_arm_is_unhealthy_after_n_failures_and_healthy_after_a_probe_succeeds():
     from gates.serving_arms import HealthSpec
@@ -207,7 +241,10 @@ def test_an_arm_is_unhealthy_after_n_failures_and_healthy_after_a_probe_succeeds
     health.succeeded("a")
     assert health.healthy("a") and health.report("a")["reason"] is None
     text = metrics.render().decode()
-    assert 'unmask_arm_healthy{arm="a"} 1.0' in text and 'unmask_arm_failures_total{arm="a",reason="connection"} 4.0' in text
+    assert (
+        'unmask_arm_healthy{arm="a"} 1.0' in text
+        and 'unmask_arm_failures_total{arm="a",reason="connection"} 4.0' in text
+    )
     assert 'unmask_arm_unhealthy{arm="a",reason="timeout"} 0.0' in text
 
 
@@ -220,6 +257,7 @@ def test_a_fault_share_fires_on_exactly_that_share(share):
 
 # the request log reader --------------------------------------------------------------------------------
 
+
 def test_read_rows_reads_finished_files_since_a_time(tmp_path):
     log = RequestLog(tmp_path, flush_rows=1, flush_s=0.05)
     old = row(endpoint="completions", status=200) | {"time": "2020-01-01T00:00:00.000+00:00"}
@@ -229,7 +267,7 @@ def test_read_rows_reads_finished_files_since_a_time(tmp_path):
     (tmp_path / "requests-x.parquet.partial").write_bytes(b"half a file")  # a flush in progress: not read
     rows = read_rows(tmp_path)
     assert [r["endpoint"] for r in rows] == ["completions", "chat"]
-    recent = read_rows(tmp_path, since=datetime.now(timezone.utc) - timedelta(minutes=5))
+    recent = read_rows(tmp_path, since=datetime.now(UTC) - timedelta(minutes=5))
     assert len(recent) == 1 and recent[0]["retried"] is True and recent[0]["decode_failure"] is True
     assert read_rows(tmp_path, since=datetime(2019, 1, 1)) == rows  # a naive time is read as UTC
     assert read_rows(tmp_path / "none") == []
@@ -242,9 +280,10 @@ NAN_TOKEN = "@"  # its embedding row is NaN in the front server's production wei
 
 def nan_weights(folder: Path) -> Path:
     """tiny-llada with one NaN embedding row: warm-up and ordinary prompts decode, a prompt with `@` gives NaN logits."""
+    from safetensors.torch import load_file, save_file
+
     import models
     from models.loading import resolve_model_path
-    from safetensors.torch import load_file, save_file
 
     shutil.copytree(resolve_model_path("tiny-llada"), folder)
     tensors = load_file(folder / "model.safetensors")
@@ -257,8 +296,12 @@ def nan_weights(folder: Path) -> Path:
 def front_policy(upstream: str, dead: str) -> dict:
     return {
         "arms": {
-            "vllm-a": {"upstream": upstream, "model": "production", "api_key_env": "UNMASK_TEST_UPSTREAM_KEY",
-                       "timeout_s": 30},
+            "vllm-a": {
+                "upstream": upstream,
+                "model": "production",
+                "api_key_env": "UNMASK_TEST_UPSTREAM_KEY",
+                "timeout_s": 30,
+            },
             "gone": {"upstream": dead, "model": "production", "timeout_s": 2},
             "hasty": {"upstream": upstream, "model": "production", "timeout_s": 0.001},  # no decode is that fast
             "aborting": {"alias": "production", "faults": {"abort_share": 100}},
@@ -270,13 +313,22 @@ def front_policy(upstream: str, dead: str) -> dict:
             "up": {"match": {"header": {"name": "X-Route", "value": "up"}}, "arm": "vllm-a"},
             "down": {"match": {"header": {"name": "X-Route", "value": "down"}}, "arm": "gone"},
             "abort": {"match": {"header": {"name": "X-Route", "value": "abort"}}, "arm": "aborting"},
-            "hurry": {"match": {"header": {"name": "X-Route", "value": "hurry"}}, "arm": "hasty",
-                      "fallback": "production"},
+            "hurry": {
+                "match": {"header": {"name": "X-Route", "value": "hurry"}},
+                "arm": "hasty",
+                "fallback": "production",
+            },
             "stall": {"match": {"header": {"name": "X-Route", "value": "stall"}}, "arm": "stuck"},
-            "mirror": {"match": {"header": {"name": "X-Route", "value": "mirror"}}, "arm": "production",
-                       "shadow": {"arm": "vllm-a", "share": 100}},
-            "busy": {"match": {"header": {"name": "X-Route", "value": "busy"}}, "arm": "production",
-                     "shadow": {"arm": "slow-shadow", "share": 100}},
+            "mirror": {
+                "match": {"header": {"name": "X-Route", "value": "mirror"}},
+                "arm": "production",
+                "shadow": {"arm": "vllm-a", "share": 100},
+            },
+            "busy": {
+                "match": {"header": {"name": "X-Route", "value": "busy"}},
+                "arm": "production",
+                "shadow": {"arm": "slow-shadow", "share": 100},
+            },
         },
         "default": {"arm": "production"},
     }
@@ -285,7 +337,13 @@ def front_policy(upstream: str, dead: str) -> dict:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     from tests.support.servers import free_port
-    from tests.support.serving_fixtures import digest, running_server, serving_registry, settings_for, shared_serving_registry
+    from tests.support.serving_fixtures import (
+        digest,
+        running_server,
+        serving_registry,
+        settings_for,
+        shared_serving_registry,
+    )
 
     folder = tmp_path_factory.mktemp("arms")
     with pytest.MonkeyPatch.context() as env:
@@ -294,10 +352,12 @@ def servers(tmp_path_factory):
             weights = nan_weights(folder / "tiny-llada-nan")
             registry = serving_registry(folder / "front-registry", weights={"tiny-llada": digest(str(weights))})
             routes = folder / "serving.yaml"
-            routes.write_text(yaml.safe_dump(front_policy(up.base_url + "/v1", f"http://127.0.0.1:{free_port()}/v1"),
-                                             sort_keys=False))
-            settings = settings_for(registry.tracking_uri, log_dir=folder / "log", poll_interval_s=0.2,
-                                    sources={"tiny-llada": str(weights)})
+            routes.write_text(
+                yaml.safe_dump(front_policy(up.base_url + "/v1", f"http://127.0.0.1:{free_port()}/v1"), sort_keys=False)
+            )
+            settings = settings_for(
+                registry.tracking_uri, log_dir=folder / "log", poll_interval_s=0.2, sources={"tiny-llada": str(weights)}
+            )
             settings.routes_path, settings.weights_path, settings.max_shadows = routes, folder / "weights.json", 1
             with running_server(settings) as front:
                 front.up, front.log_dir, front.weights = up, folder / "log", folder / "weights.json"
@@ -307,7 +367,6 @@ def servers(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(servers):
     return openai_client(servers)
-
 
 
 def logged(servers, until, timeout_s: float = 20.0) -> list[dict]:
@@ -330,12 +389,18 @@ def test_an_upstream_arm_answers_plain_streamed_and_chat(servers, client):
     routed = client.completions.create(model="auto", prompt=PROMPT, max_tokens=8, extra_headers={"X-Route": "up"})
     assert routed.choices[0].text == direct.choices[0].text
     assert (ext(routed)["route"], ext(routed)["arm"], ext(routed)["upstream"]) == (
-        "up", "vllm-a", servers.up.base_url + "/v1")
+        "up",
+        "vllm-a",
+        servers.up.base_url + "/v1",
+    )
     assert ext(routed)["version"] == ext(direct)["version"]  # the upstream's own extension passes through
     chat = client.chat.completions.create(model="up", messages=[{"role": "user", "content": PROMPT}], max_tokens=8)
     assert chat.choices[0].message.content == direct.choices[0].text and ext(chat)["arm"] == "vllm-a"
-    chunks = list(client.completions.create(model="up", prompt=PROMPT, max_tokens=8, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model="up", prompt=PROMPT, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == direct.choices[0].text
     assert [ext(c)["arm"] for c in chunks if c.model_extra.get("unmask")] == ["vllm-a"]  # on the finish chunk
     assert chunks[-1].usage.completion_tokens == direct.usage.completion_tokens
@@ -354,8 +419,11 @@ def test_an_upstream_arm_answers_plain_streamed_and_chat(servers, client):
     assert sorted(r["status"] for r in mine) == [200, 200, 200, 200, 400]  # a stream read to its end is a 200
     assert all(r["model"] == "tiny-llada" for r in mine if r["status"] == 200 and not r["stream"])
     # the key travels to the upstream, but never into a log, the health or the routes view
-    everything = json.dumps(rows, default=str) + httpx.get(servers.base_url + "/health").text + \
-        httpx.get(servers.base_url + "/v1/unmask/routes").text
+    everything = (
+        json.dumps(rows, default=str)
+        + httpx.get(servers.base_url + "/health").text
+        + httpx.get(servers.base_url + "/v1/unmask/routes").text
+    )
     assert "sk-never-logged-4242" not in everything
 
 
@@ -379,30 +447,35 @@ def test_a_dead_upstream_is_retried_on_the_fallback_then_marked_unhealthy(server
     tried = [r for r in failed if r["status"] == 502]
     skipped = [r for r in failed if r["status"] == 503]
     assert len(tried) == 3 and all("cannot reach" in r["error"] for r in tried)
-    assert len(skipped) == 2 and all("gone is unhealthy" in r["error"] and "cannot reach" in r["error"]
-                                     for r in skipped)  # the health's reason, for the analysis and the on-call
+    assert len(skipped) == 2 and all(
+        "gone is unhealthy" in r["error"] and "cannot reach" in r["error"] for r in skipped
+    )  # the health's reason, for the analysis and the on-call
     assert sum(r["retry_of"] == "gone" and r["arm"] == "fallback" and r["status"] == 200 for r in down) == 5
 
 
 @pytest.mark.timeout(300)
 def test_an_abort_a_timeout_and_real_nan_logits_are_answered_by_the_fallback(servers, client):
     aborted = client.completions.create(model="abort", prompt=PROMPT, max_tokens=4)
-    stalled = client.chat.completions.create(model="stall", messages=[{"role": "user", "content": PROMPT}],
-                                             max_tokens=4)
+    stalled = client.chat.completions.create(
+        model="stall", messages=[{"role": "user", "content": PROMPT}], max_tokens=4
+    )
     nan = client.completions.create(model="auto", prompt=f"{NAN_TOKEN} {PROMPT}", max_tokens=4)
     hurried = client.completions.create(model="hurry", prompt=PROMPT, max_tokens=4)  # the upstream times out
     assert (ext(hurried)["arm"], ext(hurried)["retry_of"]) == ("production", "hasty")  # its route's own fallback
-    nan_streamed = list(client.completions.create(model="auto", prompt=f"{NAN_TOKEN} {PROMPT}", max_tokens=4,
-                                                  stream=True))
+    nan_streamed = list(
+        client.completions.create(model="auto", prompt=f"{NAN_TOKEN} {PROMPT}", max_tokens=4, stream=True)
+    )
     assert [ext(r)["arm"] for r in (aborted, stalled, nan)] == ["fallback"] * 3
     assert [ext(r)["retry_of"] for r in (aborted, stalled, nan)] == ["aborting", "stuck", "production"]
-    assert [(ext(c)["arm"], ext(c)["retry_of"]) for c in nan_streamed
-            if c.model_extra.get("unmask")] == [("fallback", "production")]  # retried before a byte; it says so
+    assert [(ext(c)["arm"], ext(c)["retry_of"]) for c in nan_streamed if c.model_extra.get("unmask")] == [
+        ("fallback", "production")
+    ]  # retried before a byte; it says so
     plain = client.completions.create(model="auto", prompt=PROMPT, max_tokens=4)  # 2 in a row: still healthy
     assert ext(plain)["arm"] == "production" and ext(plain)["retry_of"] is None
     rows = logged(servers, lambda rows: sum(bool(r["retried"]) for r in rows if r["route"] != "down") >= 4)
-    failed = {(r["arm"], r["error"].split(":")[0], r["decode_failure"]) for r in rows
-              if r["retried"] and r["route"] != "down"}
+    failed = {
+        (r["arm"], r["error"].split(":")[0], r["decode_failure"]) for r in rows if r["retried"] and r["route"] != "down"
+    }
     assert ("aborting", "aborting", False) in failed and ("stuck", "stuck", False) in failed
     assert ("production", "production", True) in failed  # real NaN logits: a decode failure
     nan_rows = [r for r in rows if r["arm"] == "production" and r["decode_failure"]]
@@ -424,7 +497,8 @@ def test_shadow_copies_are_recorded_compared_and_bounded(servers, client):
     shadows = [r for r in rows if r["shadow"] and r["route"] == "mirror"]
     # the upstream serves the real tiny-llada; the front's differs only in the NaN row: they agree, streamed or not
     assert [(r["arm"], r["status"], r["agrees"], r["upstream"], r["stream"]) for r in shadows] == [
-        ("vllm-a", 200, True, servers.up.base_url + "/v1", False)] * 2
+        ("vllm-a", 200, True, servers.up.base_url + "/v1", False)
+    ] * 2
     # at most one shadow in flight (max_shadows=1): the slow shadow holds the slot, the next copies are dropped
     busy = [client.completions.create(model="busy", prompt=PROMPT, max_tokens=4) for _ in range(3)]
     assert all(ext(b)["arm"] == "production" for b in busy)
@@ -436,8 +510,10 @@ def test_shadow_copies_are_recorded_compared_and_bounded(servers, client):
     agrees = alone.choices[0].text == busy[0].choices[0].text
     assert len(slow) == 1 and slow[0]["arm"] == "slow-shadow" and slow[0]["agrees"] is agrees
     verdict = "agree" if agrees else "disagree"
-    assert f'unmask_shadow_requests_total{{arm="slow-shadow",outcome="{verdict}",route="busy"}} 1.0' in \
-        httpx.get(servers.base_url + "/metrics").text
+    assert (
+        f'unmask_shadow_requests_total{{arm="slow-shadow",outcome="{verdict}",route="busy"}} 1.0'
+        in httpx.get(servers.base_url + "/metrics").text
+    )
     # shadows stay out of the route metrics a rollout judges
     assert 'unmask_route_requests_total{arm="vllm-a",endpoint="completions",route="mirror"' not in metrics
 
@@ -445,8 +521,10 @@ def test_shadow_copies_are_recorded_compared_and_bounded(servers, client):
 @pytest.mark.timeout(300)
 def test_the_weights_overlay_moves_traffic_live_and_a_bad_one_is_kept_out(servers, client):
     def arms_of_users() -> set[str]:
-        return {ext(client.completions.create(model="auto", prompt=PROMPT, max_tokens=4, user=f"u{i}"))["arm"]
-                for i in range(6)}
+        return {
+            ext(client.completions.create(model="auto", prompt=PROMPT, max_tokens=4, user=f"u{i}"))["arm"]
+            for i in range(6)
+        }
 
     def view() -> dict:
         return httpx.get(servers.base_url + "/v1/unmask/routes").json()
@@ -481,8 +559,11 @@ def test_unmask_serve_refuses_an_unset_upstream_key_in_one_line(tmp_path, monkey
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("UNMASK_TEST_UNSET_KEY", raising=False)
     routes = tmp_path / "serving.yaml"
-    routes.write_text(yaml.safe_dump(policy_of(arms={"up": UPSTREAM | {"api_key_env": "UNMASK_TEST_UNSET_KEY"}},
-                                               default={"arm": "up"})))
+    routes.write_text(
+        yaml.safe_dump(
+            policy_of(arms={"up": UPSTREAM | {"api_key_env": "UNMASK_TEST_UNSET_KEY"}}, default={"arm": "up"})
+        )
+    )
     result = CliRunner().invoke(unmask_app(), ["serve", "--routes", str(routes), "--port", "8766"])
     assert result.exit_code == 2, result.output
     assert "arms.up.api_key_env: $UNMASK_TEST_UNSET_KEY is not set" in result.output

@@ -23,8 +23,18 @@ from tests.support.serving_fixtures import PROMPTS, openai_client, running_serve
 pytestmark = pytest.mark.timeout(300)
 MODEL = "tiny-dgemma-random"
 # What an evaluation records for block diffusion: the effective config (3 canvases of 8, 4 steps each).
-OPERATING = {"max_new_tokens": 24, "max_denoising_steps": 4, "entropy_bound": 0.1, "t_min": 0.4, "t_max": 0.8,
-             "stability_threshold": 1, "confidence_threshold": 0.005, "eos_ids": [1], "pad_id": 0, "seed": 0}
+OPERATING = {
+    "max_new_tokens": 24,
+    "max_denoising_steps": 4,
+    "entropy_bound": 0.1,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
+    "eos_ids": [1],
+    "pad_id": 0,
+    "seed": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +50,14 @@ def server(tmp_path_factory):
     version, _ = register_evidence(reg, block_evidence(MODEL, OPERATING, sha))
     _move(reg, "production", None, (MODEL, version), "serving-test", "block diffusion serving", {"kind": "promotion"})
     log_dir = root / "request-log"
-    settings = settings_for(reg.tracking_uri, names=["production"], log_dir=log_dir, sources={MODEL: str(folder)},
-                            max_batch=16, batch_window_s=0.05)
+    settings = settings_for(
+        reg.tracking_uri,
+        names=["production"],
+        log_dir=log_dir,
+        sources={MODEL: str(folder)},
+        max_batch=16,
+        batch_window_s=0.05,
+    )
     with running_server(settings) as running:
         running.log_dir = log_dir
         yield running
@@ -52,8 +68,10 @@ def prompts(n: int) -> list[str]:
 
 
 async def all_at_once(server, texts: list[str], options: list[dict]) -> list[tuple[str, int]]:
-    async with openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0,
-                                  timeout=120) as client:
+    async with openai.AsyncOpenAI(
+        base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120
+    ) as client:
+
         async def one(prompt, extra):
             r = await client.completions.create(model="production", prompt=prompt, **extra)
             return r.choices[0].text, r.model_extra["unmask"]["batch_size"]
@@ -75,8 +93,10 @@ def test_16_concurrent_answers_are_byte_identical_to_the_solo_answers_seed_by_se
     assert [t for t, _ in together] == solo
     assert len(set(solo)) > 8  # seeds and prompts really change the answers: the comparison is not trivial
     other = client.completions.create(model="production", prompt=texts[1], seed=99).choices[0].text
-    assert other != solo[1] or other != client.completions.create(model="production", prompt=texts[1],
-                                                                  seed=98).choices[0].text
+    assert (
+        other != solo[1]
+        or other != client.completions.create(model="production", prompt=texts[1], seed=98).choices[0].text
+    )
 
 
 def stream_text(client, **request) -> tuple[list[str], str]:
@@ -98,7 +118,9 @@ def test_the_concatenated_stream_is_the_plain_answer_and_sends_whole_canvases(se
         messages = [{"role": "user", "content": prompt}]
         plain = client.chat.completions.create(model="production", messages=messages, seed=3)
         chunks = list(client.chat.completions.create(model="production", messages=messages, seed=3, stream=True))
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain.choices[0].message.content
+        assert (
+            "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain.choices[0].message.content
+        )
         assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
         return
     plain = client.completions.create(model="production", **request).choices[0]
@@ -115,14 +137,18 @@ def test_unread_settings_are_a_400_naming_the_field_and_the_server_keeps_serving
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model="production", prompt=PROMPTS[1], extra_body={"unmask": {"remasking": "random"}})
     assert bad.value.status_code == 400 and "unmask.remasking is not read by block diffusion" in str(bad.value)
-    assert client.completions.create(model="production", prompt=PROMPTS[1]).choices[0].finish_reason in ("stop", "length")
+    assert client.completions.create(model="production", prompt=PROMPTS[1]).choices[0].finish_reason in (
+        "stop",
+        "length",
+    )
 
 
 def test_requests_reach_the_request_log_metrics_and_a_load_test(server):
     from evals.loadtest import LoadSpec, run_load
 
-    result = run_load(LoadSpec(base_url=server.base_url + "/v1", models=("production",), concurrency=(1, 4), requests=8),
-                      prompts(8))
+    result = run_load(
+        LoadSpec(base_url=server.base_url + "/v1", models=("production",), concurrency=(1, 4), requests=8), prompts(8)
+    )
     cells = {cell.concurrency: cell for cell in result.cells}
     assert cells[4].error_rate == 0 and cells[4].same_answer_share == 1.0  # concurrency changed no answer
     deadline, rows = time.monotonic() + 20, pd.DataFrame()
@@ -132,4 +158,6 @@ def test_requests_reach_the_request_log_metrics_and_a_load_test(server):
         time.sleep(0.2)
     assert len(rows) >= 16 and set(rows.model) == {MODEL} and (rows[rows.status == 200].nfe > 0).all()
     metrics = httpx.get(server.base_url + "/metrics", timeout=10).text
-    assert any(line.startswith("unmask_requests_total{") and f'model="{MODEL}"' in line for line in metrics.splitlines())
+    assert any(
+        line.startswith("unmask_requests_total{") and f'model="{MODEL}"' in line for line in metrics.splitlines()
+    )

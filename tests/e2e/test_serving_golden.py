@@ -36,12 +36,18 @@ POLICY = {
         "poisoned": {"alias": "production", "faults": {"nan_share": 100}},
     },
     "routes": {
-        "abort": {"match": {"header": {"name": "X-Route", "value": "abort"}}, "arm": "aborting",
-                  "fallback": "fallback"},
+        "abort": {
+            "match": {"header": {"name": "X-Route", "value": "abort"}},
+            "arm": "aborting",
+            "fallback": "fallback",
+        },
         "stall": {"match": {"header": {"name": "X-Route", "value": "stall"}}, "arm": "stuck", "fallback": "fallback"},
         "nan": {"match": {"header": {"name": "X-Route", "value": "nan"}}, "arm": "poisoned", "fallback": "fallback"},
-        "mirror": {"match": {"header": {"name": "X-Route", "value": "mirror"}}, "arm": "production",
-                   "shadow": {"arm": "fallback", "share": 100}},
+        "mirror": {
+            "match": {"header": {"name": "X-Route", "value": "mirror"}},
+            "arm": "production",
+            "shadow": {"arm": "fallback", "share": 100},
+        },
         "long": {"match": {"max_tokens_above": 24}, "arm": "fallback"},
     },
     "default": {"arm": "production"},
@@ -52,48 +58,159 @@ COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 REQUESTS = [
     ("plain", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[0], "max_tokens": 8}, {}, False),
     ("default-length", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[1]}, {}, False),
-    ("echo-and-stop", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[0], "echo": True,
-                                            "stop": ["4"], "max_tokens": 16}, {}, False),
+    (
+        "echo-and-stop",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[0], "echo": True, "stop": ["4"], "max_tokens": 16},
+        {},
+        False,
+    ),
     ("ar", "POST", COMPLETIONS, {"model": "fallback", "prompt": PROMPTS[2], "max_tokens": 12}, {}, False),
     ("by-model-name", "POST", COMPLETIONS, {"model": "tiny-ar", "prompt": PROMPTS[3], "max_tokens": 4}, {}, False),
-    ("sampled", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[1], "max_tokens": 8,
-                                      "temperature": 0.8, "seed": 3}, {}, False),
-    ("overrides", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[2], "max_tokens": 16,
-                                        "unmask": {"steps": 8, "block_length": 8}}, {}, False),
-    ("chat", "POST", CHAT, {"model": "production", "messages": [{"role": "user", "content": PROMPTS[0]}],
-                            "max_tokens": 8}, {}, False),
-    ("chat-ar", "POST", CHAT, {"model": "fallback", "messages": [{"role": "system", "content": "Be brief."},
-                                                                 {"role": "user", "content": PROMPTS[1]}],
-                               "max_completion_tokens": 6}, {}, False),
-    ("stream", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[3], "max_tokens": 16, "stream": True,
-                                     "stream_options": {"include_usage": True}}, {}, True),
-    ("stream-echo", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[0], "max_tokens": 8,
-                                          "stream": True, "echo": True}, {}, True),
-    ("stream-chat-ar", "POST", CHAT, {"model": "fallback", "messages": [{"role": "user", "content": PROMPTS[2]}],
-                                      "max_tokens": 6, "stream": True}, {}, True),
+    (
+        "sampled",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0.8, "seed": 3},
+        {},
+        False,
+    ),
+    (
+        "overrides",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[2], "max_tokens": 16, "unmask": {"steps": 8, "block_length": 8}},
+        {},
+        False,
+    ),
+    (
+        "chat",
+        "POST",
+        CHAT,
+        {"model": "production", "messages": [{"role": "user", "content": PROMPTS[0]}], "max_tokens": 8},
+        {},
+        False,
+    ),
+    (
+        "chat-ar",
+        "POST",
+        CHAT,
+        {
+            "model": "fallback",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPTS[1]}],
+            "max_completion_tokens": 6,
+        },
+        {},
+        False,
+    ),
+    (
+        "stream",
+        "POST",
+        COMPLETIONS,
+        {
+            "model": "production",
+            "prompt": PROMPTS[3],
+            "max_tokens": 16,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        {},
+        True,
+    ),
+    (
+        "stream-echo",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[0], "max_tokens": 8, "stream": True, "echo": True},
+        {},
+        True,
+    ),
+    (
+        "stream-chat-ar",
+        "POST",
+        CHAT,
+        {"model": "fallback", "messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 6, "stream": True},
+        {},
+        True,
+    ),
     ("routed-default", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[0], "max_tokens": 4}, {}, False),
     ("routed-long", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[1], "max_tokens": 32}, {}, False),
-    ("routed-abort", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[2], "max_tokens": 4},
-     {"X-Route": "abort"}, False),
-    ("routed-stall", "POST", CHAT, {"model": "auto", "messages": [{"role": "user", "content": PROMPTS[3]}],
-                                    "max_tokens": 4}, {"X-Route": "stall"}, False),
-    ("routed-nan", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[0], "max_tokens": 4},
-     {"X-Route": "nan"}, False),
-    ("routed-nan-stream", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[1], "max_tokens": 4,
-                                                "stream": True}, {"X-Route": "nan"}, True),
-    ("routed-mirror", "POST", COMPLETIONS, {"model": "auto", "prompt": PROMPTS[2], "max_tokens": 8},
-     {"X-Route": "mirror"}, False),
+    (
+        "routed-abort",
+        "POST",
+        COMPLETIONS,
+        {"model": "auto", "prompt": PROMPTS[2], "max_tokens": 4},
+        {"X-Route": "abort"},
+        False,
+    ),
+    (
+        "routed-stall",
+        "POST",
+        CHAT,
+        {"model": "auto", "messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 4},
+        {"X-Route": "stall"},
+        False,
+    ),
+    (
+        "routed-nan",
+        "POST",
+        COMPLETIONS,
+        {"model": "auto", "prompt": PROMPTS[0], "max_tokens": 4},
+        {"X-Route": "nan"},
+        False,
+    ),
+    (
+        "routed-nan-stream",
+        "POST",
+        COMPLETIONS,
+        {"model": "auto", "prompt": PROMPTS[1], "max_tokens": 4, "stream": True},
+        {"X-Route": "nan"},
+        True,
+    ),
+    (
+        "routed-mirror",
+        "POST",
+        COMPLETIONS,
+        {"model": "auto", "prompt": PROMPTS[2], "max_tokens": 8},
+        {"X-Route": "mirror"},
+        False,
+    ),
     ("unknown-model", "POST", COMPLETIONS, {"model": "staging", "prompt": PROMPTS[0]}, {}, False),
-    ("too-many-tokens", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[0], "max_tokens": 4096},
-     {}, False),
-    ("bad-steps", "POST", COMPLETIONS, {"model": "production", "prompt": PROMPTS[0], "max_tokens": 24,
-                                        "unmask": {"steps": 16, "block_length": 8}}, {}, False),
+    (
+        "too-many-tokens",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[0], "max_tokens": 4096},
+        {},
+        False,
+    ),
+    (
+        "bad-steps",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": PROMPTS[0], "max_tokens": 24, "unmask": {"steps": 16, "block_length": 8}},
+        {},
+        False,
+    ),
     ("too-long-chars", "POST", COMPLETIONS, {"model": "production", "prompt": "x" * 3000}, {}, False),
     ("too-long-tokens", "POST", COMPLETIONS, {"model": "production", "prompt": "1+1" * 300}, {}, False),
-    ("beyond-context", "POST", COMPLETIONS, {"model": "production", "prompt": "1+1" * 200, "max_tokens": 64},
-     {}, False),
-    ("beyond-context-chat", "POST", CHAT, {"model": "fallback", "messages": [{"role": "user", "content": "1+1" * 200}],
-                                           "max_tokens": 64}, {}, False),
+    (
+        "beyond-context",
+        "POST",
+        COMPLETIONS,
+        {"model": "production", "prompt": "1+1" * 200, "max_tokens": 64},
+        {},
+        False,
+    ),
+    (
+        "beyond-context-chat",
+        "POST",
+        CHAT,
+        {"model": "fallback", "messages": [{"role": "user", "content": "1+1" * 200}], "max_tokens": 64},
+        {},
+        False,
+    ),
     ("no-vocabulary", "POST", COMPLETIONS, {"model": "production", "prompt": "日本語だけ"}, {}, False),
     ("malformed", "POST", COMPLETIONS, {"model": "production", "prompt": "hi", "temperature": 9}, {}, False),
     ("not-json", "POST", COMPLETIONS, b"{", {}, False),
@@ -108,8 +225,12 @@ REQUESTS = [
 def normalised(value, tmp: str):
     """`value` with what varies between runs replaced: ids, clocks, timings, the run's temporary folder."""
     if isinstance(value, dict):
-        return {k: (None if v is None else "<varies>") if k in VARYING or random_id(k, v) or clock(k, v)
-                else normalised(v, tmp) for k, v in value.items()}
+        return {
+            k: (None if v is None else "<varies>")
+            if k in VARYING or random_id(k, v) or clock(k, v)
+            else normalised(v, tmp)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [normalised(v, tmp) for v in value]
     if isinstance(value, str):
@@ -119,7 +240,8 @@ def normalised(value, tmp: str):
 
 def random_id(key: str, value) -> bool:
     return (key == "id" and isinstance(value, str) and value.startswith(("cmpl-", "chatcmpl-"))) or (
-        key == "request_id" and isinstance(value, str) and value.startswith("req-"))  # one the server made
+        key == "request_id" and isinstance(value, str) and value.startswith("req-")
+    )  # one the server made
 
 
 def clock(key: str, value) -> bool:
@@ -144,7 +266,9 @@ def send(client: httpx.Client, method: str, path: str, body, headers: dict, stre
 
 def shadows_done(client: httpx.Client) -> float:
     text = client.get("/metrics").text
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("unmask_shadow_requests_total{"))
+    return sum(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("unmask_shadow_requests_total{")
+    )
 
 
 def transcript(folder: Path) -> dict:

@@ -10,9 +10,8 @@ import math
 import openai
 import pytest
 
-from tests.support.serving_fixtures import openai_client, running_server, settings_for, shared_serving_registry
-
 from sampler.likelihood import causal_likelihood, diffusion_likelihood, prompt_scores
+from tests.support.serving_fixtures import openai_client, running_server, settings_for, shared_serving_registry
 
 PROMPT = "A box has 9 coins. Zoe takes 3. How many remain?"
 SHORT = "A box has 9 coins."
@@ -41,27 +40,40 @@ def test_autoregressive_echo_scores_the_prompt_exactly(server, client):
     context, continuation = PROMPT, "9-3=6,0-0-0=0\n#### 6"
     ids = h.encode(context + continuation)
     for max_tokens in (0, 1):
-        r = client.completions.create(model="fallback", prompt=context + continuation, max_tokens=max_tokens,
-                                      echo=True, logprobs=1, temperature=0)
+        r = client.completions.create(
+            model="fallback", prompt=context + continuation, max_tokens=max_tokens, echo=True, logprobs=1, temperature=0
+        )
         lp = r.choices[0].logprobs
         assert len(lp.tokens) == len(ids) + max_tokens and lp.token_logprobs[0] is None
         assert r.choices[0].text.startswith(context + continuation)
         ctxlen = len(h.encode(context))
-        served = math.fsum(lp.token_logprobs[ctxlen:len(ids)])
+        served = math.fsum(lp.token_logprobs[ctxlen : len(ids)])
         assert served == pytest.approx(causal_likelihood(h, ids[:ctxlen], ids[ctxlen:]).total, abs=1e-6)
         assert all(len(t) == 1 for t in lp.top_logprobs[1:])
         assert lp.text_offset[:3] == [0, 1, 2]
     assert r.model_extra["unmask"]["likelihood"][0]["exact"] is True
-    sampled = client.completions.create(model="fallback", prompt=context, max_tokens=0, echo=True, logprobs=1,
-                                        extra_body={"unmask": {"likelihood": {"samples": 4}}})
+    sampled = client.completions.create(
+        model="fallback",
+        prompt=context,
+        max_tokens=0,
+        echo=True,
+        logprobs=1,
+        extra_body={"unmask": {"likelihood": {"samples": 4}}},
+    )
     assert sampled.model_extra["unmask"]["ignored"] == ["unmask.likelihood"]  # exact: nothing to sample, and said so
 
 
 def test_masked_diffusion_echo_is_the_monte_carlo_bound_with_its_settings_and_errors(server, client):
     h = handle_of(server, "production")
     ids = h.encode(SHORT)
-    r = client.completions.create(model="production", prompt=SHORT, max_tokens=0, echo=True, logprobs=1,
-                                  extra_body={"unmask": {"likelihood": {"samples": 4, "seed": 7}}})
+    r = client.completions.create(
+        model="production",
+        prompt=SHORT,
+        max_tokens=0,
+        echo=True,
+        logprobs=1,
+        extra_body={"unmask": {"likelihood": {"samples": 4, "seed": 7}}},
+    )
     lp = r.choices[0].logprobs
     scored = r.model_extra["unmask"]["likelihood"][0]
     assert scored["samples"] == 4 and scored["seed"] == 7 and scored["estimator"] == "count" and not scored["exact"]
@@ -86,8 +98,14 @@ def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
         if alias == "fallback":  # exact: what scoring prompt + answer in process gives
             exact = causal_likelihood(h, h.encode(PROMPT), h.encode(r.choices[0].text))
             assert lp.token_logprobs == pytest.approx(exact.tokens, abs=1e-5)
-        chat = client.chat.completions.create(model=alias, messages=[{"role": "user", "content": PROMPT}],
-                                              max_tokens=8, logprobs=True, top_logprobs=3, temperature=0)
+        chat = client.chat.completions.create(
+            model=alias,
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=8,
+            logprobs=True,
+            top_logprobs=3,
+            temperature=0,
+        )
         content = chat.choices[0].logprobs.content
         assert "".join(c.token for c in content) == chat.choices[0].message.content
         assert all(len(c.top_logprobs) == 3 and c.top_logprobs[0].logprob == pytest.approx(c.logprob) for c in content)
@@ -95,23 +113,49 @@ def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
     assert plain.choices[0].logprobs is None and plain.choices[0].text == r.choices[0].text
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "production", "prompt": SHORT, "max_tokens": 0}, "max_tokens"),
-    ({"model": "production", "prompt": SHORT, "max_tokens": 4, "logprobs": 1, "stream": True}, "logprobs"),
-    ({"model": "production", "prompt": SHORT, "max_tokens": 0, "echo": True, "logprobs": 1,
-      "unmask": {"likelihood": {"estimator": "nope"}}}, "unmask.likelihood.estimator"),
-    ({"model": "production", "prompt": SHORT, "max_tokens": 4, "unmask": {"likelihood": {"samples": 4}}},
-     "unmask.likelihood"),
-    ({"model": "production", "prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 1,
-      "unmask": {"likelihood": {"samples": 1024}}}, "unmask.likelihood.samples"),  # the compute cap
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "production", "prompt": SHORT, "max_tokens": 0}, "max_tokens"),
+        ({"model": "production", "prompt": SHORT, "max_tokens": 4, "logprobs": 1, "stream": True}, "logprobs"),
+        (
+            {
+                "model": "production",
+                "prompt": SHORT,
+                "max_tokens": 0,
+                "echo": True,
+                "logprobs": 1,
+                "unmask": {"likelihood": {"estimator": "nope"}},
+            },
+            "unmask.likelihood.estimator",
+        ),
+        (
+            {"model": "production", "prompt": SHORT, "max_tokens": 4, "unmask": {"likelihood": {"samples": 4}}},
+            "unmask.likelihood",
+        ),
+        (
+            {
+                "model": "production",
+                "prompt": PROMPT,
+                "max_tokens": 0,
+                "echo": True,
+                "logprobs": 1,
+                "unmask": {"likelihood": {"samples": 1024}},
+            },
+            "unmask.likelihood.samples",
+        ),  # the compute cap
+    ],
+)
 def test_what_cannot_be_answered_is_a_400_naming_it(server, client, body, param):
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(**{k: v for k, v in body.items() if k != "unmask"},
-                                  extra_body={"unmask": body["unmask"]} if "unmask" in body else None)
+        client.completions.create(
+            **{k: v for k, v in body.items() if k != "unmask"},
+            extra_body={"unmask": body["unmask"]} if "unmask" in body else None,
+        )
     assert e.value.body["param"] == param, e.value.body
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="production", messages=[{"role": "user", "content": SHORT}],
-                                       max_tokens=4, top_logprobs=2)
+        client.chat.completions.create(
+            model="production", messages=[{"role": "user", "content": SHORT}], max_tokens=4, top_logprobs=2
+        )
     assert e.value.body["param"] == "top_logprobs"
     assert client.completions.create(model="production", prompt=SHORT, max_tokens=2).choices[0].text  # still serving

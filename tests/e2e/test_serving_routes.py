@@ -14,21 +14,48 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gates.serving_policy import (MATCHERS, SERVING_POLICY_PATH, RequestFacts, ServingPolicyError, bucket,
-                                  load_serving_policy, parse_serving_policy, pick_arm)
-from tests.support.serving_fixtures import PROMPTS, running_server, settings_for, openai_client, ext, shared_serving_registry
+from gates.serving_policy import (
+    MATCHERS,
+    SERVING_POLICY_PATH,
+    RequestFacts,
+    ServingPolicyError,
+    bucket,
+    load_serving_policy,
+    parse_serving_policy,
+    pick_arm,
+)
+from tests.support.serving_fixtures import (
+    PROMPTS,
+    ext,
+    openai_client,
+    running_server,
+    settings_for,
+    shared_serving_registry,
+)
 
 # one example per matcher kind: (its settings, facts it matches, facts it does not). A new kind needs a line here.
 MATCHER_EXAMPLES = {
     "path": ("/v1/chat/completions", RequestFacts(path="/v1/chat/completions"), RequestFacts(path="/v1/completions")),
-    "header": ({"name": "X-Route", "value": "latency"}, RequestFacts("/v1/completions", {"x-route": "latency"}),
-               RequestFacts("/v1/completions", {"x-route": "quality"})),
-    "user": (["alice", "bob"], RequestFacts("/v1/completions", user="bob"),
-             RequestFacts("/v1/completions", user="carol")),
-    "metadata": ({"name": "tier", "value": "batch"}, RequestFacts("/v1/completions", metadata={"tier": "batch"}),
-                 RequestFacts("/v1/completions", metadata={"tier": "live"})),
-    "max_tokens_above": (128, RequestFacts("/v1/completions", max_tokens=129),
-                         RequestFacts("/v1/completions", max_tokens=128)),
+    "header": (
+        {"name": "X-Route", "value": "latency"},
+        RequestFacts("/v1/completions", {"x-route": "latency"}),
+        RequestFacts("/v1/completions", {"x-route": "quality"}),
+    ),
+    "user": (
+        ["alice", "bob"],
+        RequestFacts("/v1/completions", user="bob"),
+        RequestFacts("/v1/completions", user="carol"),
+    ),
+    "metadata": (
+        {"name": "tier", "value": "batch"},
+        RequestFacts("/v1/completions", metadata={"tier": "batch"}),
+        RequestFacts("/v1/completions", metadata={"tier": "live"}),
+    ),
+    "max_tokens_above": (
+        128,
+        RequestFacts("/v1/completions", max_tokens=129),
+        RequestFacts("/v1/completions", max_tokens=128),
+    ),
 }
 
 
@@ -62,29 +89,45 @@ def test_the_bundled_file_parses_and_routes_long_answers_to_the_fallback():
 
 
 def test_routes_are_tried_in_file_order():
-    policy = parse_serving_policy(policy_of({
-        "first": {"match": {"user": "alice"}, "arm": "fallback"},
-        "second": {"match": {"path": "/v1/completions"}, "arm": "staging"}}))
+    policy = parse_serving_policy(
+        policy_of(
+            {
+                "first": {"match": {"user": "alice"}, "arm": "fallback"},
+                "second": {"match": {"path": "/v1/completions"}, "arm": "staging"},
+            }
+        )
+    )
     assert policy.choose(RequestFacts("/v1/completions", user="alice")).name == "first"
     assert policy.choose(RequestFacts("/v1/completions", user="bob")).name == "second"
 
 
-@pytest.mark.parametrize("data, where", [
-    (policy_of(default={"split": {"production": 90, "fallback": 5}}), r"default\.split: weights sum to 95"),
-    (policy_of(default={"split": {"production": 101, "fallback": -1}}),
-     r"default\.split\.production: expected an integer"),
-    (policy_of(default={"split": {"production": 50.5, "fallback": 49.5}}), r"default\.split\.production"),
-    (policy_of(default={"arm": "production", "split": {"production": 100}}), r"default: expected exactly one of arm"),
-    (policy_of(default={"match": {"user": "x"}, "arm": "p"}), r"default: unknown key 'match'"),
-    ({"routes": {}}, r"default: missing"),
-    ({"default": {"arm": "p"}, "rollouts": {}}, r"rollouts: unknown key"),
-    (policy_of({"r": {"match": {"colour": "red"}, "arm": "p"}}), r"routes\.r\.match\.colour: unknown matcher"),
-    (policy_of({"r": {"arm": "p"}}), r"routes\.r\.match: expected one matcher"),
-    (policy_of({"r": {"match": {"max_tokens_above": -3}, "arm": "p"}}), r"routes\.r\.match\.max_tokens_above"),
-    (policy_of({"r": {"match": {"path": "/v1/embeddings"}, "arm": "p"}}), r"routes\.r\.match\.path: expected one of"),
-    (policy_of({"auto": {"match": {"user": "a"}, "arm": "p"}}), r"routes\.auto: 'auto' is reserved"),
-    (policy_of({"r": {"match": {"user": "a"}, "arm": ""}}), r"routes\.r\.arm: expected an alias name"),
-])
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        (policy_of(default={"split": {"production": 90, "fallback": 5}}), r"default\.split: weights sum to 95"),
+        (
+            policy_of(default={"split": {"production": 101, "fallback": -1}}),
+            r"default\.split\.production: expected an integer",
+        ),
+        (policy_of(default={"split": {"production": 50.5, "fallback": 49.5}}), r"default\.split\.production"),
+        (
+            policy_of(default={"arm": "production", "split": {"production": 100}}),
+            r"default: expected exactly one of arm",
+        ),
+        (policy_of(default={"match": {"user": "x"}, "arm": "p"}), r"default: unknown key 'match'"),
+        ({"routes": {}}, r"default: missing"),
+        ({"default": {"arm": "p"}, "rollouts": {}}, r"rollouts: unknown key"),
+        (policy_of({"r": {"match": {"colour": "red"}, "arm": "p"}}), r"routes\.r\.match\.colour: unknown matcher"),
+        (policy_of({"r": {"arm": "p"}}), r"routes\.r\.match: expected one matcher"),
+        (policy_of({"r": {"match": {"max_tokens_above": -3}, "arm": "p"}}), r"routes\.r\.match\.max_tokens_above"),
+        (
+            policy_of({"r": {"match": {"path": "/v1/embeddings"}, "arm": "p"}}),
+            r"routes\.r\.match\.path: expected one of",
+        ),
+        (policy_of({"auto": {"match": {"user": "a"}, "arm": "p"}}), r"routes\.auto: 'auto' is reserved"),
+        (policy_of({"r": {"match": {"user": "a"}, "arm": ""}}), r"routes\.r\.arm: expected an alias name"),
+    ],
+)
 def test_bad_route_files_are_refused_naming_the_file_and_key(tmp_path, data, where):
     path = tmp_path / "serving.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -109,8 +152,14 @@ def test_the_split_is_sticky_per_key():
         assert len({route.pick(user) for _ in range(50)}) == 1
 
 
-@pytest.mark.parametrize("weights", [{"production": 95, "fallback": 5}, {"production": 50, "fallback": 50},
-                                     {"production": 25, "fallback": 0, "staging": 75}])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"production": 95, "fallback": 5},
+        {"production": 50, "fallback": 50},
+        {"production": 25, "fallback": 0, "staging": 75},
+    ],
+)
 def test_the_split_shares_match_the_weights_within_three_points(weights):
     split = tuple(weights.items())
     counts = Counter(pick_arm(split, bucket(f"user-{i}", "default")) for i in range(2000))
@@ -159,19 +208,34 @@ def test_the_route_table_keeps_its_routes_through_a_bad_edit_and_takes_the_next_
     assert table.refresh() and table.policy.default.split == (("production", 10), ("fallback", 90))
     assert metrics.route_reload_failures._value.get() == 2 and metrics.route_reloads._value.get() == 1
     with pytest.raises(ServingPolicyError, match="route 'fallback' has the name of a served alias"):
-        path.write_text(yaml.safe_dump({"routes": {"fallback": {"match": {"user": "a"}, "arm": "production"}},
-                                        "default": {"arm": "production"}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "routes": {"fallback": {"match": {"user": "a"}, "arm": "production"}},
+                    "default": {"arm": "production"},
+                }
+            )
+        )
         RouteTable(path, ["production", "fallback"], metrics)
 
 
 # a real server ----------------------------------------------------------------------------------------------
 
+
 def write_routes(path: Path, default_split: dict[str, int]) -> None:
-    path.write_text(yaml.safe_dump({
-        "routes": {"long": {"match": {"max_tokens_above": 24}, "arm": "fallback"},
-                   "latency": {"match": {"header": {"name": "X-Route", "value": "latency"}}, "arm": "fallback"},
-                   "tagged": {"match": {"metadata": {"name": "tier", "value": "batch"}}, "arm": "fallback"}},
-        "default": {"split": default_split}}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "routes": {
+                    "long": {"match": {"max_tokens_above": 24}, "arm": "fallback"},
+                    "latency": {"match": {"header": {"name": "X-Route", "value": "latency"}}, "arm": "fallback"},
+                    "tagged": {"match": {"metadata": {"name": "tier", "value": "batch"}}, "arm": "fallback"},
+                },
+                "default": {"split": default_split},
+            },
+            sort_keys=False,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +256,6 @@ def client(routed):
     return openai_client(routed)
 
 
-
 def arm_of(client, user: str, **kw) -> str:
     r = client.completions.create(model="auto", prompt=PROMPTS[0], max_tokens=4, user=user, **kw)
     return ext(r)["arm"]
@@ -203,17 +266,25 @@ def test_routes_on_a_real_server(routed, client, tmp_path):
     # matchers: shape, header, metadata -> the fallback; the answer says which route and arm served it
     long = client.completions.create(model="auto", prompt=PROMPTS[0], max_tokens=32)
     assert (ext(long)["route"], ext(long)["arm"], long.model) == ("long", "fallback", "tiny-ar")
-    fast = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": PROMPTS[1]}],
-                                          max_tokens=4, extra_headers={"X-Route": "latency"})
+    fast = client.chat.completions.create(
+        model="auto",
+        messages=[{"role": "user", "content": PROMPTS[1]}],
+        max_tokens=4,
+        extra_headers={"X-Route": "latency"},
+    )
     assert (ext(fast)["route"], ext(fast)["arm"]) == ("latency", "fallback")
-    tagged = client.completions.create(model="auto", prompt=PROMPTS[1], max_tokens=4,
-                                       extra_body={"metadata": {"tier": "batch"}})
+    tagged = client.completions.create(
+        model="auto", prompt=PROMPTS[1], max_tokens=4, extra_body={"metadata": {"tier": "batch"}}
+    )
     assert ext(tagged)["route"] == "tagged"
     # a route's name routes too (its matcher is skipped); an alias still means that alias, not routed
     named = client.completions.create(model="latency", prompt=PROMPTS[1], max_tokens=4)
     assert ext(named)["route"] == "latency" and ext(named)["arm"] == "fallback"
-    streamed = [c for c in client.completions.create(model="auto", prompt=PROMPTS[2], max_tokens=32, stream=True)
-                if c.model_extra.get("unmask")]
+    streamed = [
+        c
+        for c in client.completions.create(model="auto", prompt=PROMPTS[2], max_tokens=32, stream=True)
+        if c.model_extra.get("unmask")
+    ]
     assert [(ext(c)["route"], ext(c)["arm"]) for c in streamed] == [("long", "fallback")]  # the finish chunk
     plain = client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=4)
     assert ext(plain)["route"] is None and ext(plain)["arm"] is None and ext(plain)["alias"] == "production"

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.support.serving_fixtures import PROMPTS, running_server, settings_for, openai_client, shared_serving_registry
 from tests.support.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
+from tests.support.serving_fixtures import PROMPTS, openai_client, running_server, settings_for, shared_serving_registry
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,11 +26,17 @@ pytestmark = pytest.mark.timeout(240)
 SAMPLER_IDS = dict(mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID)
 
 
-@pytest.mark.parametrize("mode", [
-    {}, {"parallel": "threshold", "parallel_threshold": 0.3}, {"early_exit": "eos_decided"},
-    {"cache": "prefix", "speculative_draft": 3, "parallel": "threshold", "parallel_threshold": 0.5},
-    {"temperature": 0.9, "remasking": "random", "seed": 5}, "autoregressive",
-])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {},
+        {"parallel": "threshold", "parallel_threshold": 0.3},
+        {"early_exit": "eos_decided"},
+        {"cache": "prefix", "speculative_draft": 3, "parallel": "threshold", "parallel_threshold": 0.5},
+        {"temperature": 0.9, "remasking": "random", "seed": 5},
+        "autoregressive",
+    ],
+)
 def test_final_prefix_reports_only_tokens_no_later_step_changes(mode):
     from sampler import FinalPrefix, SamplerConfig, generate
     from sampler.autoregressive import generate_autoregressive
@@ -38,12 +44,18 @@ def test_final_prefix_reports_only_tokens_no_later_step_changes(mode):
     model = tiny_model(seed=4)
     prompts, attention = left_padded_prompts([5, 9, 7])
     config = SamplerConfig(steps=16, gen_length=32, block_length=8, **SAMPLER_IDS).with_(
-        **(mode if isinstance(mode, dict) else {}))
+        **(mode if isinstance(mode, dict) else {})
+    )
     reported = []
-    prefix = FinalPrefix(prompts.shape[1], 8, MASK_ID, canvas=mode != "autoregressive",
-                         on_final=lambda info, lengths: reported.append(
-                             (info.block, lengths, [row[prompts.shape[1]:][:n].tolist()
-                                                    for row, n in zip(info.sequences, lengths)])))
+    prefix = FinalPrefix(
+        prompts.shape[1],
+        8,
+        MASK_ID,
+        canvas=mode != "autoregressive",
+        on_final=lambda info, lengths: reported.append(
+            (info.block, lengths, [row[prompts.shape[1] :][:n].tolist() for row, n in zip(info.sequences, lengths)])
+        ),
+    )
     decoder = generate_autoregressive if mode == "autoregressive" else generate
     out = decoder(model, prompts, config, attention_mask=attention, on_step=prefix)
     final = out.generated.tolist()
@@ -111,8 +123,11 @@ def client(server):
 
 def streamed(client, alias: str, prompt: str, **options):
     """(content chunks' texts, finish chunk, usage chunk) of one streamed completion."""
-    chunks = list(client.completions.create(model=alias, prompt=prompt, stream=True,
-                                            stream_options={"include_usage": True}, **options))
+    chunks = list(
+        client.completions.create(
+            model=alias, prompt=prompt, stream=True, stream_options={"include_usage": True}, **options
+        )
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None  # include_usage: last, no choices
     finish = chunks[-2]
     assert finish.choices[0].finish_reason is not None and all(c.choices[0].finish_reason is None for c in chunks[:-2])
@@ -190,12 +205,15 @@ def test_concurrent_streams_are_batched_and_each_row_gets_its_own_stream(server,
     solo = [client.completions.create(model="production", prompt=p, **BLOCKS_OF_8).choices[0].text for p in PROMPTS]
 
     async def all_streams():
-        async with openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0,
-                                      timeout=60) as aclient:
+        async with openai.AsyncOpenAI(
+            base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60
+        ) as aclient:
+
             async def one(prompt):
                 texts, sizes = [], []
-                async for chunk in await aclient.completions.create(model="production", prompt=prompt, stream=True,
-                                                                    **BLOCKS_OF_8):
+                async for chunk in await aclient.completions.create(
+                    model="production", prompt=prompt, stream=True, **BLOCKS_OF_8
+                ):
                     texts.append(chunk.choices[0].text)
                     if chunk.choices[0].finish_reason:
                         sizes.append(chunk.model_extra["unmask"]["batch_size"])
@@ -238,14 +256,31 @@ def test_ttfb_and_first_block_reach_responses_the_request_log_and_metrics(server
     assert ((streams.ttfb_s > 0) & (streams.ttfb_s <= streams.latency_s)).all()
     assert (streams.first_block_s > 0).all() and (plains.first_block_s > 0).all()
     assert (plains.ttfb_s == plains.latency_s).all()
-    assert rows.columns[:15].tolist() == ["time", "endpoint", "alias", "model", "version", "weights_sha256",
-                                          "config_hash", "status", "error", "latency_s", "queue_s", "prompt_tokens",
-                                          "completion_tokens", "nfe", "batch_size"]  # the old columns stay first
+    assert rows.columns[:15].tolist() == [
+        "time",
+        "endpoint",
+        "alias",
+        "model",
+        "version",
+        "weights_sha256",
+        "config_hash",
+        "status",
+        "error",
+        "latency_s",
+        "queue_s",
+        "prompt_tokens",
+        "completion_tokens",
+        "nfe",
+        "batch_size",
+    ]  # the old columns stay first
     text = httpx.get(server.base_url + "/metrics", timeout=10).text
     for name in ("unmask_ttfb_seconds", "unmask_first_block_seconds"):
         for stream in ("true", "false"):
-            counts = [line for line in text.splitlines()
-                      if line.startswith(f"{name}_count{{") and f'stream="{stream}"' in line]
+            counts = [
+                line
+                for line in text.splitlines()
+                if line.startswith(f"{name}_count{{") and f'stream="{stream}"' in line
+            ]
             assert counts and any(float(line.split()[-1]) >= 1 for line in counts), (name, stream)
 
 
@@ -285,8 +320,7 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_chunk_and_
     try:
         received = []
         with pytest.raises(openai.APIError) as e, caplog.at_level("ERROR", logger="unmask.serve"):
-            for chunk in client.completions.create(model="production", prompt=PROMPTS[0], stream=True,
-                                                   **BLOCKS_OF_8):
+            for chunk in client.completions.create(model="production", prompt=PROMPTS[0], stream=True, **BLOCKS_OF_8):
                 received.append(chunk.choices[0].text)
         assert "".join(received) == "0+4=4,1+"  # the first block, then the error
         assert e.value.body["code"] == "server_error" and "after streaming began" in e.value.body["message"]
@@ -309,9 +343,14 @@ def test_a_stream_past_its_timeout_ends_with_a_timeout_error_chunk_and_a_504_row
     try:
         received = []
         with pytest.raises(openai.APIError) as e:
-            for chunk in client.completions.create(model="production", prompt=PROMPTS[2], stream=True, max_tokens=128,
-                                                   user="timeout", extra_body={"unmask": {"block_length": 8,
-                                                                                          "steps": 64}}):
+            for chunk in client.completions.create(
+                model="production",
+                prompt=PROMPTS[2],
+                stream=True,
+                max_tokens=128,
+                user="timeout",
+                extra_body={"unmask": {"block_length": 8, "steps": 64}},
+            ):
                 received.append(chunk.choices[0].text)
         assert "".join(received)  # the stream had begun
         assert e.value.body["code"] == "timeout" and "1 s" in e.value.body["message"]
@@ -327,8 +366,13 @@ def test_a_stream_past_its_timeout_ends_with_a_timeout_error_chunk_and_a_504_row
 def test_a_client_that_hangs_up_mid_stream_frees_its_slot_and_stops_its_batch(server, client):
     faulty, original = with_faulty_model(server, delay_s=0.05)  # 16 blocks of 4 steps: ~3 s of decoding
     batcher = server.pool.route("production").loaded.batcher
-    body = {"model": "production", "prompt": PROMPTS[1], "stream": True, "max_tokens": 128,
-            "unmask": {"block_length": 8, "steps": 64}}
+    body = {
+        "model": "production",
+        "prompt": PROMPTS[1],
+        "stream": True,
+        "max_tokens": 128,
+        "unmask": {"block_length": 8, "steps": 64},
+    }
     try:
         with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=30) as response:
             assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")

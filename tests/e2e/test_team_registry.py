@@ -9,18 +9,16 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.support.postgres_fixtures import database_name
 from registry import Registry, audit, load_evidence, sign_off, stage_holder
 from registry.connection import EVALUATIONS_EXPERIMENT
-from tests.support.gate_fixtures import register_pair
-from tests.support.servers import launch_mlflow_server, stop_group
 from tests.support import REPO
+from tests.support.gate_fixtures import register_pair
+from tests.support.postgres_fixtures import database_name
+from tests.support.servers import launch_mlflow_server, stop_group
 from tests.support.team_writer import APPENDS
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,10 +45,17 @@ def test_four_evaluators_writing_one_postgres_server_at_once(team_server, tmp_pa
     start = tmp_path / "start"
     roles = {"ada": "promote", "bob": "promote", "cy": "evidence", "dee": "evidence"}
     # separate state folders: the writers share nothing but the server, as on four hosts
-    procs = {name: subprocess.Popen(
-        [sys.executable, "-m", "tests.support.team_writer", role, team_server, name, str(start)], cwd=REPO,
-        env=dict(os.environ, UNMASK_HOME=str(tmp_path / name), PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, role in roles.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "tests.support.team_writer", role, team_server, name, str(start)],
+            cwd=REPO,
+            env=dict(os.environ, UNMASK_HOME=str(tmp_path / name), PYTHONPATH=str(REPO)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, role in roles.items()
+    }
     time.sleep(1.0)
     start.touch()
     done = {}

@@ -17,7 +17,13 @@ NARROW_SENSITIVE = ["tests/integration/test_terminal_tables.py", "tests/integrat
 
 def test_the_cli_output_tests_pass_when_pytest_starts_in_a_narrow_terminal():
     env = os.environ | {"COLUMNS": "100", "LINES": "20"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NARROW_SENSITIVE],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NARROW_SENSITIVE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1], done.stdout

@@ -15,12 +15,21 @@ from evals.tasks.mixture import TrainingMixture
 from models import load
 from models.checkpoint import load_checkpoint
 from models.tokenizer_build import build_char_tokenizer, special_ids
-from models.training import (RECIPES, Batch, TrainConfig, diffusion_loss, encode_diffusion, learning_rate, resolve_device,
-                             train)
+from models.training import (
+    RECIPES,
+    Batch,
+    TrainConfig,
+    diffusion_loss,
+    encode_diffusion,
+    learning_rate,
+    resolve_device,
+    train,
+)
 from sampler import SamplerConfig
 
-MICRO = TrainConfig(d_model=32, n_layers=1, n_heads=2, mlp_hidden=64, steps=30, lr=1e-2, warmup=5,
-                    checkpoint_every=15, log_every=5)
+MICRO = TrainConfig(
+    d_model=32, n_layers=1, n_heads=2, mlp_hidden=64, steps=30, lr=1e-2, warmup=5, checkpoint_every=15, log_every=5
+)
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +128,22 @@ def test_unmask_train_takes_the_schedule_from_its_options(tmp_path):
     from tests.support.flow_fixtures import cli_app
 
     app = cli_app("train")
-    args = ["train", "--model", "tiny-llada-base", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"),
-            "--threads", "1"]
+    args = [
+        "train",
+        "--model",
+        "tiny-llada-base",
+        "--out",
+        str(tmp_path / "out"),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--threads",
+        "1",
+    ]
     bad = CliRunner().invoke(app, [*args, "--mixture", "nope"])
     assert bad.exit_code == 2 and "unknown training mixture 'nope'" in bad.output
-    ok = CliRunner().invoke(app, [*args, "--steps", "3", "--restart", "2", "--restart-lr", "0.0005", "--mixture", "sort-focus"])
+    ok = CliRunner().invoke(
+        app, [*args, "--steps", "3", "--restart", "2", "--restart-lr", "0.0005", "--mixture", "sort-focus"]
+    )
     assert ok.exit_code == 0, ok.output
     recipe = json.loads((tmp_path / "out" / "config.json").read_text())["unmask_training"]["recipe"]
     assert recipe["mixture"] == "sort-focus" and recipe["restarts"] == [2] and recipe["restart_lr"] == 0.0005
@@ -137,10 +157,17 @@ def test_a_device_that_cannot_train_here_is_refused_by_name(tmp_path):
 
     app = cli_app("train")
     args = ["train", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--steps", "1"]
-    for device, reason in [("cuda:99", "CUDA device"), ("quantum", "got 'quantum'"), ("meta", "got 'meta'"),
-                           ("mps", "'cpu' or 'cuda[:N]'")]:
+    for device, reason in [
+        ("cuda:99", "CUDA device"),
+        ("quantum", "got 'quantum'"),
+        ("meta", "got 'meta'"),
+        ("mps", "'cpu' or 'cuda[:N]'"),
+    ]:
         result = CliRunner().invoke(app, [*args, "--device", device])
-        assert result.exit_code == 2 and "--device" in result.output and reason in result.output, (device, result.output)
+        assert result.exit_code == 2 and "--device" in result.output and reason in result.output, (
+            device,
+            result.output,
+        )
     assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()  # refused before any work
     assert resolve_device("cpu") == torch.device("cpu")
 
@@ -159,13 +186,24 @@ def test_a_step_on_cuda_masks_and_updates_like_the_cpu(tmp_path, tokenizer):
 def test_the_long_canvas_recipe_fine_tunes_from_its_base_and_refuses_a_missing_one(tmp_path):
     from typer.testing import CliRunner
 
-    from tests.support.flow_fixtures import cli_app
     from models.digest import weights_sha256
     from models.loading import WEIGHTS_DIR
+    from tests.support.flow_fixtures import cli_app
 
     app = cli_app("train")
-    args = ["train", "--model", "tiny-llada", "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"),
-            "--threads", "1", "--steps", "2"]
+    args = [
+        "train",
+        "--model",
+        "tiny-llada",
+        "--out",
+        str(tmp_path / "out"),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--threads",
+        "1",
+        "--steps",
+        "2",
+    ]
     missing = CliRunner().invoke(app, [*args, "--init-from", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "nowhere: no checkpoint folder to fine-tune from" in missing.output
     ok = CliRunner().invoke(app, [*args, "--init-from", str(WEIGHTS_DIR / "tiny-llada")])
@@ -183,7 +221,9 @@ def test_mixed_canvases_follow_their_weights_and_keep_a_step_within_its_token_bu
     drawn = [draw_canvas(cfg, 32, torch.Generator().manual_seed(s)) for s in range(4000)]
     for length, weight in LONG_CANVAS_MIX:
         assert abs(drawn.count(length) / len(drawn) - weight / sum(w for _, w in LONG_CANVAS_MIX)) < 0.03
-    assert min(draw_canvas(cfg, 128, torch.Generator().manual_seed(s)) for s in range(200)) == 128  # never below gen_length
+    assert (
+        min(draw_canvas(cfg, 128, torch.Generator().manual_seed(s)) for s in range(200)) == 128
+    )  # never below gen_length
     batch = Batch("arith", 32, [("what is 12+30?", "2+0=2,1+3=4 #### 42")] * 48)
     for canvas in (32, 256, 512):
         kept = trim_rows(cfg, batch, canvas, tokenizer)

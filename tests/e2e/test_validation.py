@@ -11,16 +11,39 @@ from evals.validation import TaskDataError, check_task, validate_record, validat
 
 
 def good_record(**changes) -> EvalRecord:
-    base = dict(candidate="tiny-llada", role="candidate", kind="masked-diffusion", task="arith", split="test",
-                config={"steps": 16, "gen_length": 32}, config_hash="abc", gen_length=32, n_items=8, expected_items=8,
-                accuracy=0.5, accuracy_strict=0.5, accuracy_flexible=0.6, latency_p50_s=0.01, latency_p95_s=0.02,
-                latency_p99_s=0.03, tokens_per_s=10.0, tokens_per_forward=2.0, nfe=16.0, peak_mem_mb=100.0,
-                output_hash="h", dataset_hash="d", weights_sha256="w")
+    base = dict(
+        candidate="tiny-llada",
+        role="candidate",
+        kind="masked-diffusion",
+        task="arith",
+        split="test",
+        config={"steps": 16, "gen_length": 32},
+        config_hash="abc",
+        gen_length=32,
+        n_items=8,
+        expected_items=8,
+        accuracy=0.5,
+        accuracy_strict=0.5,
+        accuracy_flexible=0.6,
+        latency_p50_s=0.01,
+        latency_p95_s=0.02,
+        latency_p99_s=0.03,
+        tokens_per_s=10.0,
+        tokens_per_forward=2.0,
+        nfe=16.0,
+        peak_mem_mb=100.0,
+        output_hash="h",
+        dataset_hash="d",
+        weights_sha256="w",
+    )
     return EvalRecord(**(base | changes))
 
 
 def failed(record: EvalRecord) -> set[tuple[str, str]]:
-    return {(f["expectation"], str(f["kwargs"].get("column") or f["kwargs"].get("column_A"))) for f in record.validation["failed"]}
+    return {
+        (f["expectation"], str(f["kwargs"].get("column") or f["kwargs"].get("column_A")))
+        for f in record.validation["failed"]
+    }
 
 
 def test_a_good_record_is_valid_and_keeps_its_result():
@@ -101,10 +124,12 @@ def test_a_task_split_validated_once_is_read_back_by_content_without_great_expec
     task = load_task("arith", n=12)
     first = check_task(task, expected_size=12, cache=tmp_path)
     assert len(list(tmp_path.glob("task-*.json"))) == 1
-    code = ("import sys; from pathlib import Path; from evals.evaluate import load_task; "
-            "from evals.validation import check_task; "
-            "o = check_task(load_task('arith', n=12), expected_size=12, cache=Path(sys.argv[1])); "
-            "print(o.success, o.summary()['evaluated'], 'great_expectations' in sys.modules)")
+    code = (
+        "import sys; from pathlib import Path; from evals.evaluate import load_task; "
+        "from evals.validation import check_task; "
+        "o = check_task(load_task('arith', n=12), expected_size=12, cache=Path(sys.argv[1])); "
+        "print(o.success, o.summary()['evaluated'], 'great_expectations' in sys.modules)"
+    )
     again = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert again.stdout.split() == ["True", str(first.summary()["evaluated"]), "False"], again.stderr[-2000:]
     task.items = task.items[:-1] + [task.items[0]]  # new content: validated afresh, and it fails

@@ -23,7 +23,6 @@ import signal
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,18 @@ import yaml
 
 from tests.support import REPO
 from tests.support.servers import free_port
-from tests.support.walkthrough import ASSIGNMENT, DOC, SHELL_SYNTAX, VARIABLE, Step, parse
+from tests.support.walkthrough import ASSIGNMENT, DOC, SHELL_SYNTAX, VARIABLE, parse
 
 SHOTS = REPO / "docs" / "walkthrough"
 # a screenshot's file name ends with the page it shows: 01-verdict.png, 04-promotions-staging.png
-PAGE_OF = {"verdict": ("", "Verdict"), "gate-board": ("gate-board", "Gate board"), "scores": ("scores", "Scores"),
-           "quality-latency": ("quality-latency", "Quality vs latency"), "candidate": ("candidate", "Candidate"),
-           "promotions": ("promotions", "Promotions")}
+PAGE_OF = {
+    "verdict": ("", "Verdict"),
+    "gate-board": ("gate-board", "Gate board"),
+    "scores": ("scores", "Scores"),
+    "quality-latency": ("quality-latency", "Quality vs latency"),
+    "candidate": ("candidate", "Candidate"),
+    "promotions": ("promotions", "Promotions"),
+}
 
 
 def flat(text: str) -> str:
@@ -56,18 +60,33 @@ def test_the_page_is_well_formed_and_labels_its_demo_files():
     assert commands[0].startswith("unmask run --demo")  # the demo sweep and policy; the registry marked
     # one person (the OS account) up to poc; staging and production only through an authenticated server
     server = next(n for n, c in enumerate(commands) if "mlflow server --app-name basic-auth" in c)
-    assert all(n > server for n, c in enumerate(commands) if re.search(r"approve tiny-llada (staging|production)", c)
-               and "LOGNAME" not in c)
+    assert all(
+        n > server
+        for n, c in enumerate(commands)
+        if re.search(r"approve tiny-llada (staging|production)", c) and "LOGNAME" not in c
+    )
     assert not any("LOGNAME" in c for c in commands[server:]) and "one person" in DOC.read_text()
-    for needed in ("unmask sign-off", "--to poc", "unmask loadtest", "--to staging", "--to production",
-                   "unmask report", "unmask audit --verify", "unmask rollback"):
+    for needed in (
+        "unmask sign-off",
+        "--to poc",
+        "unmask loadtest",
+        "--to staging",
+        "--to production",
+        "unmask report",
+        "unmask audit --verify",
+        "unmask rollback",
+    ):
         assert any(needed in c for c in commands), needed
     assert all(s.excerpt for s in steps if s.commands), "every block that runs something shows an excerpt"
     shots = [p for s in steps for p in s.screenshots]
     assert len(shots) >= 5 and all(page_of(p) for p in shots), shots
     assert all((REPO / "docs" / p).is_file() for p in shots), "every screenshot the page shows is committed"
-    for path in ("gates/demo-policy.yaml", "gates/demo-roles.yaml", "evals/sweeps/demo.yaml",
-                 "docs/walkthrough/basic_auth.ini"):
+    for path in (
+        "gates/demo-policy.yaml",
+        "gates/demo-roles.yaml",
+        "evals/sweeps/demo.yaml",
+        "docs/walkthrough/basic_auth.ini",
+    ):
         assert "DEMO ONLY" in (REPO / path).read_text().splitlines()[0], path
     assert "[walk-through](docs/walkthrough.md)" in (REPO / "README.md").read_text()
 
@@ -83,8 +102,9 @@ def test_the_demo_policy_relaxes_thresholds_only_and_the_demo_sweep_meets_it():
     for name in ("poc", "staging", "production"):
         stage, real = demo.stage(name), bundled.stage(name)
         # the bundled policy's gates, plus gates of the opt-in kinds the bundled one leaves out
-        assert [(g.name, g.kind) for g in stage.gates if g.kind not in OPT_IN_KINDS] == \
-            [(g.name, g.kind) for g in real.gates], name
+        assert [(g.name, g.kind) for g in stage.gates if g.kind not in OPT_IN_KINDS] == [
+            (g.name, g.kind) for g in real.gates
+        ], name
         assert stage.operating_point == real.operating_point and stage.requires_stage == real.requires_stage
         items = {g.name: g for g in stage.gates}["data_validity"].params["min_items"]
         assert all(t.n >= items for t in sweep.tasks if t.task == stage.operating_point.task), name
@@ -124,8 +144,10 @@ def run_line(command: str, env: dict[str, str]) -> tuple[int, str]:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
 
-        raise AssertionError(f"{command}: uncaught {type(result.exception).__name__}\n{result.output}"
-                             + "".join(traceback.format_exception(result.exception)))
+        raise AssertionError(
+            f"{command}: uncaught {type(result.exception).__name__}\n{result.output}"
+            + "".join(traceback.format_exception(result.exception))
+        )
     return result.exit_code, result.output
 
 
@@ -142,23 +164,32 @@ def screenshot(png: str, env: dict[str, str], out: Path, profile: Path, logs: Pa
     the file names, check it ran without an exception, and take it at 1280x800."""
     from playwright.sync_api import expect, sync_playwright
 
-    from tests.support.servers import free_port, stop, wait_healthy
     from flows.commands.dashboard import streamlit_command
     from flows.environment import QUIET_DEFAULTS
     from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
+    from tests.support.servers import free_port, stop, wait_healthy
 
     path, heading = page_of(png)
     port = free_port()
     log = logs / f"streamlit-{Path(png).stem}.log"
     with log.open("w") as sink:
-        server = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=REPO, env=env | QUIET_DEFAULTS,
-                                  stdout=sink, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            streamlit_command(port, "127.0.0.1"),
+            cwd=REPO,
+            env=env | QUIET_DEFAULTS,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
-                str(profile), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                viewport={"width": WIDTH, "height": HEIGHT})
+                str(profile),
+                executable_path=CHROMIUM,
+                args=CHROMIUM_ARGS,
+                headless=True,
+                viewport={"width": WIDTH, "height": HEIGHT},
+            )
             try:
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
@@ -181,16 +212,23 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     bin_dir = tmp_path / "bin"  # `unmask` as the doc types it, running this checkout
     bin_dir.mkdir()
     launcher = bin_dir / "unmask"
-    launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from flows.cli import main; main()' \"$@\"\n")
+    launcher.write_text(
+        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from flows.cli import main; main()' \"$@\"\n"
+    )
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     mlflow = bin_dir / "mlflow"  # and `mlflow` (the demo's basic-auth server) from this environment
-    mlflow.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mlflow \"$@\"\n")
+    mlflow.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mlflow "$@"\n')
     mlflow.chmod(mlflow.stat().st_mode | stat.S_IEXEC)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UNMASK_", "MLFLOW_", "PREFECT_API"))}
-    env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": f"{REPO}{os.pathsep}"
-            f"{env.get('PYTHONPATH', '')}", "UNMASK_HOME": str(home), "COLUMNS": "200",
-            "MLFLOW_PORT": str(free_port()), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-            "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env |= {
+        "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        "PYTHONPATH": f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}",
+        "UNMASK_HOME": str(home),
+        "COLUMNS": "200",
+        "MLFLOW_PORT": str(free_port()),
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     update = os.environ.get("UNMASK_UPDATE_SCREENSHOTS") == "1"
     try:
         walk(env, update, tmp_path)
@@ -215,11 +253,18 @@ def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
             assert code == expected, f"step {number}: {command} exited {code}, the page says {expected}\n{output}"
             printed += output
         for line in step.excerpt:
-            assert shows(printed, line), f"step {number}: the page's excerpt line {line!r} is not in the output:\n{printed}"
+            assert shows(printed, line), (
+                f"step {number}: the page's excerpt line {line!r} is not in the output:\n{printed}"
+            )
         for png in step.screenshots:
             out = (REPO / "docs" / png) if update else tmp_path / "shots" / Path(png).name
             # the dashboard only reads: on this machine it opens the store file the demo server serves (through
             # basic auth every request pays a password-hash check), as docs/walkthrough.md says
             reader = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
-            screenshot(png, reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")}, out,
-                       tmp_path / "chromium-profile", tmp_path)
+            screenshot(
+                png,
+                reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")},
+                out,
+                tmp_path / "chromium-profile",
+                tmp_path,
+            )

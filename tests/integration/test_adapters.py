@@ -22,8 +22,17 @@ PROMPT = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])
 
 
 def tiny_llada(folder, causal: bool, seed: int = 1):
-    cfg = LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=50, mask_token_id=49,
-                      eos_token_id=48, max_sequence_length=128, causal=causal)
+    cfg = LLaDAConfig(
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        n_layers=2,
+        vocab_size=50,
+        mask_token_id=49,
+        eos_token_id=48,
+        max_sequence_length=128,
+        causal=causal,
+    )
     model = init_weights(LLaDAModelLM(cfg), seed=seed)
     save_checkpoint(model, folder)
     return model.eval()
@@ -36,8 +45,18 @@ def tiny_llama(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("llama")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=0,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
@@ -113,13 +132,35 @@ def test_pickle_only_causal_lm_is_refused(tmp_path, tiny_llama):
 
 def test_catalog_id_loads_through_its_source_folder(tmp_path, tiny_llama):
     catalog_path = tmp_path / "catalog.yaml"
-    catalog_path.write_text(yaml.safe_dump({"entries": [
-        {"id": "my-llama", "family": "llama", "kind": "autoregressive", "role": "fallback", "source": str(tiny_llama),
-         "allow_outside_source": True,
-         "license": "Apache-2.0", "adapter": "causal-lm", "decoding": {"eos_id": 2}},
-        {"id": "remote", "family": "llama", "kind": "autoregressive", "role": "fallback", "source": "hf://o/remote",
-         "revision": "main", "license": "Apache-2.0", "adapter": "causal-lm"},
-    ]}))
+    catalog_path.write_text(
+        yaml.safe_dump(
+            {
+                "entries": [
+                    {
+                        "id": "my-llama",
+                        "family": "llama",
+                        "kind": "autoregressive",
+                        "role": "fallback",
+                        "source": str(tiny_llama),
+                        "allow_outside_source": True,
+                        "license": "Apache-2.0",
+                        "adapter": "causal-lm",
+                        "decoding": {"eos_id": 2},
+                    },
+                    {
+                        "id": "remote",
+                        "family": "llama",
+                        "kind": "autoregressive",
+                        "role": "fallback",
+                        "source": "hf://o/remote",
+                        "revision": "main",
+                        "license": "Apache-2.0",
+                        "adapter": "causal-lm",
+                    },
+                ]
+            }
+        )
+    )
     catalog = load_catalog(catalog_path)
     adapter = load("my-llama", catalog=catalog, store=tmp_path / "store")
     assert adapter.entry_id == "my-llama" and adapter.eos_ids == (2,)
@@ -140,7 +181,7 @@ def test_every_shipped_entry_loads_or_explains_why_not(tmp_path):
 
 
 class _ChatHandler(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         ok = self.headers["Authorization"] == "Bearer k" and self.path == "/v1/chat/completions"
         reply = {"choices": [{"message": {"content": f"echo {body['model']}: {body['messages'][0]['content']}"}}]}
@@ -164,10 +205,26 @@ def test_api_entry_is_not_evaluable_without_a_key_then_answers_with_one(monkeypa
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         catalog_path = tmp_path / "catalog.yaml"
-        catalog_path.write_text(yaml.safe_dump({"entries": [
-            {"id": "local-api", "family": "mercury", "kind": "api", "role": "candidate",
-             "source": f"http://127.0.0.1:{server.server_port}/v1", "api_model": "m", "api_key_env": "TEST_API_KEY",
-             "license": "other", "license_name": "Terms", "license_link": "https://example.com/terms"}]}))
+        catalog_path.write_text(
+            yaml.safe_dump(
+                {
+                    "entries": [
+                        {
+                            "id": "local-api",
+                            "family": "mercury",
+                            "kind": "api",
+                            "role": "candidate",
+                            "source": f"http://127.0.0.1:{server.server_port}/v1",
+                            "api_model": "m",
+                            "api_key_env": "TEST_API_KEY",
+                            "license": "other",
+                            "license_name": "Terms",
+                            "license_link": "https://example.com/terms",
+                        }
+                    ]
+                }
+            )
+        )
         monkeypatch.setenv("TEST_API_KEY", "k")
         local = load("local-api", catalog=load_catalog(catalog_path))
         assert local.complete("hello") == "echo m: hello"

@@ -29,15 +29,40 @@ def write_trail(reg, n: int = 5) -> list[AuditEvent]:
     written = []
     for i in range(n):
         if i == 2:
-            intent = audit.append(reg, AuditEvent("alias_move", "ada", "", "poc", "tiny-llada", "1", "", "tiny-llada@1",
-                                                  "promotion", {"kind": "promotion", "evidence_run": "r1"}),
-                                  open_intent=True)
+            intent = audit.append(
+                reg,
+                AuditEvent(
+                    "alias_move",
+                    "ada",
+                    "",
+                    "poc",
+                    "tiny-llada",
+                    "1",
+                    "",
+                    "tiny-llada@1",
+                    "promotion",
+                    {"kind": "promotion", "evidence_run": "r1"},
+                ),
+                open_intent=True,
+            )
             audit.settle(reg, intent, happened=True)
             written.append(intent)
         else:
-            written.append(audit.append(reg, AuditEvent("approval" if i % 2 else "signoff", f"user{i}", "", "poc",
-                                                        "tiny-llada", "1", comment=f"event {i} reviewed",
-                                                        evidence={"item": f"item-{i}"})))
+            written.append(
+                audit.append(
+                    reg,
+                    AuditEvent(
+                        "approval" if i % 2 else "signoff",
+                        f"user{i}",
+                        "",
+                        "poc",
+                        "tiny-llada",
+                        "1",
+                        comment=f"event {i} reviewed",
+                        evidence={"item": f"item-{i}"},
+                    ),
+                )
+            )
     return written
 
 
@@ -63,8 +88,10 @@ def test_each_event_is_chained_onto_the_one_before_and_the_chain_verifies(reg, m
     assert runs[0].data.tags[PREV] == GENESIS
     for before, after in zip(runs, runs[1:]):
         assert after.data.tags[PREV] == before.data.tags[SHA] and after.info.start_time > before.info.start_time
-        assert audit.entry_sha256(after.data.tags, int(after.data.tags[SEQ]), after.data.tags[PREV]) == \
-            after.data.tags[SHA]
+        assert (
+            audit.entry_sha256(after.data.tags, int(after.data.tags[SEQ]), after.data.tags[PREV])
+            == after.data.tags[SHA]
+        )
     experiment = reg.client.get_experiment(reg.experiment_id(AUDIT_EXPERIMENT))
     assert experiment.tags[HEAD] == f"5:{runs[-1].data.tags[SHA]}"
     report = audit.verify(reg)
@@ -84,7 +111,9 @@ def test_a_settled_move_keeps_the_chain_and_its_outcome_cannot_be_changed(reg):
     with db(reg) as conn:  # a failed move made to look as if it happened
         conn.execute("UPDATE runs SET status = 'FINISHED' WHERE run_uuid = ?", (intent.run_id,))
     found = audit.verify(reg).first_break
-    assert found.kind == "edited" and found.run_id == intent.run_id and "not the outcome that was settled" in found.detail
+    assert (
+        found.kind == "edited" and found.run_id == intent.run_id and "not the outcome that was settled" in found.detail
+    )
 
 
 # tampering through the MLflow client ------------------------------------------------------------------
@@ -93,7 +122,11 @@ def test_client_edit_of_a_field_is_named(reg, monkeypatch):
     reg.client.set_tag(written[1].run_id, model_tag("who"), "mallory")
     report = audit.verify(reg)
     assert report.status == "broken" and not report.ok
-    assert (report.first_break.kind, report.first_break.run_id, report.first_break.seq) == ("edited", written[1].run_id, 2)
+    assert (report.first_break.kind, report.first_break.run_id, report.first_break.seq) == (
+        "edited",
+        written[1].run_id,
+        2,
+    )
     result = verify_cli(reg, monkeypatch)
     assert result.exit_code == 1 and "BROKEN" in result.output and written[1].run_id in result.output
     assert "Traceback" not in result.output
@@ -120,14 +153,20 @@ def test_client_insertion_between_two_entries_is_named(reg):
     written = write_trail(reg)
     runs = runs_in_order(reg)
     between = (runs[2].info.start_time + runs[3].info.start_time) // 2
-    forged = {k: v for k, v in runs[1].data.tags.items() if k.startswith("unmask.") and not k.startswith("unmask.chain")}
-    run = reg.client.create_run(reg.experiment_id(AUDIT_EXPERIMENT), start_time=between,
-                                tags=forged | {model_tag("who"): "mallory"})
+    forged = {
+        k: v for k, v in runs[1].data.tags.items() if k.startswith("unmask.") and not k.startswith("unmask.chain")
+    }
+    run = reg.client.create_run(
+        reg.experiment_id(AUDIT_EXPERIMENT), start_time=between, tags=forged | {model_tag("who"): "mallory"}
+    )
     found = audit.verify(reg).first_break
     assert (found.kind, found.run_id, found.position, found.seq) == ("inserted", run.info.run_id, 4, None)
     reg.client.delete_run(run.info.run_id)
-    copy = reg.client.create_run(reg.experiment_id(AUDIT_EXPERIMENT), start_time=between,
-                                 tags={k: v for k, v in runs[2].data.tags.items() if k.startswith("unmask.")})
+    copy = reg.client.create_run(
+        reg.experiment_id(AUDIT_EXPERIMENT),
+        start_time=between,
+        tags={k: v for k, v in runs[2].data.tags.items() if k.startswith("unmask.")},
+    )
     found = audit.verify(reg).first_break  # a replayed entry, chain tags and all
     assert found.kind == "inserted" and found.run_id == copy.info.run_id and "a second entry #3" in found.detail
     assert written  # the genuine entries are still all there
@@ -144,8 +183,9 @@ def test_removing_the_newest_entry_shows_against_the_chains_head(reg):
 def test_sqlite_edit_of_a_tag_value_is_named(reg):
     written = write_trail(reg)
     with db(reg) as conn:
-        conn.execute("UPDATE tags SET value = 'tiny-ar' WHERE key = ? AND run_uuid = ?",
-                     (model_tag("model"), written[3].run_id))
+        conn.execute(
+            "UPDATE tags SET value = 'tiny-ar' WHERE key = ? AND run_uuid = ?", (model_tag("model"), written[3].run_id)
+        )
     found = audit.verify(reg).first_break
     assert (found.kind, found.run_id, found.seq) == ("edited", written[3].run_id, 4)
 
@@ -162,8 +202,11 @@ def test_sqlite_deletion_of_a_run_row_is_named(reg):
 def test_sqlite_swap_of_two_rows_is_named_as_reordered(reg):
     written = write_trail(reg)
     with db(reg) as conn:
-        times = dict(conn.execute("SELECT run_uuid, start_time FROM runs WHERE run_uuid IN (?, ?)",
-                                  (written[3].run_id, written[4].run_id)).fetchall())
+        times = dict(
+            conn.execute(
+                "SELECT run_uuid, start_time FROM runs WHERE run_uuid IN (?, ?)", (written[3].run_id, written[4].run_id)
+            ).fetchall()
+        )
         conn.execute("UPDATE runs SET start_time = ? WHERE run_uuid = ?", (times[written[4].run_id], written[3].run_id))
         conn.execute("UPDATE runs SET start_time = ? WHERE run_uuid = ?", (times[written[3].run_id], written[4].run_id))
     found = audit.verify(reg).first_break
@@ -175,13 +218,18 @@ def test_sqlite_insertion_of_a_row_is_named(reg):
     new_id = uuid.uuid4().hex
     with db(reg) as conn:
         start = conn.execute("SELECT start_time FROM runs WHERE run_uuid = ?", (written[0].run_id,)).fetchone()[0]
-        conn.execute("INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, "
-                     "start_time, end_time, source_version, lifecycle_stage, artifact_uri, experiment_id) SELECT ?, "
-                     "name, source_type, source_name, entry_point_name, user_id, status, ?, end_time, source_version, "
-                     "lifecycle_stage, artifact_uri, experiment_id FROM runs WHERE run_uuid = ?",
-                     (new_id, start + 1, written[0].run_id))
-        conn.execute("INSERT INTO tags (key, value, run_uuid) SELECT key, value, ? FROM tags WHERE run_uuid = ? "
-                     "AND key NOT LIKE 'unmask.chain.%'", (new_id, written[1].run_id))
+        conn.execute(
+            "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, "
+            "start_time, end_time, source_version, lifecycle_stage, artifact_uri, experiment_id) SELECT ?, "
+            "name, source_type, source_name, entry_point_name, user_id, status, ?, end_time, source_version, "
+            "lifecycle_stage, artifact_uri, experiment_id FROM runs WHERE run_uuid = ?",
+            (new_id, start + 1, written[0].run_id),
+        )
+        conn.execute(
+            "INSERT INTO tags (key, value, run_uuid) SELECT key, value, ? FROM tags WHERE run_uuid = ? "
+            "AND key NOT LIKE 'unmask.chain.%'",
+            (new_id, written[1].run_id),
+        )
     found = audit.verify(reg).first_break
     assert (found.kind, found.run_id, found.position) == ("inserted", new_id, 2)
 
@@ -191,8 +239,14 @@ def test_a_store_with_events_from_before_the_chain_says_where_it_starts_and_seal
     experiment = reg.experiment_id(AUDIT_EXPERIMENT)
     old = []
     for who in ("olde", "older"):  # as the unchained trail wrote them: tags only
-        run = reg.client.create_run(experiment, tags={model_tag("event"): "approval", model_tag("who"): who,
-                                                      model_tag("when"): "2026-11-01T10:00:00+00:00"})
+        run = reg.client.create_run(
+            experiment,
+            tags={
+                model_tag("event"): "approval",
+                model_tag("who"): who,
+                model_tag("when"): "2026-11-01T10:00:00+00:00",
+            },
+        )
         reg.client.set_terminated(run.info.run_id, "FINISHED")
         old.append(run.info.run_id)
     report = audit.verify(reg)
@@ -233,8 +287,13 @@ def test_the_nightly_records_a_broken_chain_as_a_finding_once(reg):
     assert "BROKEN" in first and written[0].run_id in first
     assert verify_audit_chain.fn(reg.tracking_uri) == first  # the same break: reported, not recorded twice
     recorded = read.audit_events(event="integrity_finding", registry=reg)
-    assert len(recorded) == 1 and recorded.evidence.iloc[0] == {"kind": "audit_chain", "break": "edited",
-                                                               "run_id": written[0].run_id, "seq": 1, "position": 1}
+    assert len(recorded) == 1 and recorded.evidence.iloc[0] == {
+        "kind": "audit_chain",
+        "break": "edited",
+        "run_id": written[0].run_id,
+        "seq": 1,
+        "position": 1,
+    }
     assert list(recorded.who) == ["nightly"]
 
 

@@ -13,21 +13,32 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.support.eval_fixtures import write_diffusion_gemma
-from evals.bench import (BLOCK_EXACT, BLOCK_REFERENCE, ROW_SETS, BenchSetup, BlockVariant, held_out_prompts, row_set,
-                         run_bench, variants_named)
+from evals.bench import (
+    BLOCK_EXACT,
+    BLOCK_REFERENCE,
+    ROW_SETS,
+    BenchSetup,
+    BlockVariant,
+    held_out_prompts,
+    row_set,
+    run_bench,
+    variants_named,
+)
 from models import load
 from sampler.block_diffusion import BlockDiffusionConfig
 from sampler.decode import decode_prompts
 from sampler.memory import footprint
-from tests.support.eval_fixtures import write_random_model
+from tests.support.eval_fixtures import write_diffusion_gemma, write_random_model
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench_block")
-    return (write_diffusion_gemma(root / "rand-dgemma"), write_random_model(root / "rand-llada"),
-            write_random_model(root / "rand-ar", causal=True, seed=1))
+    return (
+        write_diffusion_gemma(root / "rand-dgemma"),
+        write_random_model(root / "rand-llada"),
+        write_random_model(root / "rand-ar", causal=True, seed=1),
+    )
 
 
 def cli(*args: str):
@@ -79,12 +90,22 @@ def report(folders):
 def test_block_rows_are_finite_and_consistent(report):
     block, setup, rep = report
     assert [(r.config, r.gen_length, r.batch) for r in rep.rows] == [
-        (c, n, b) for n in (8, 16) for b in (1, 2) for c in ROWS]
+        (c, n, b) for n in (8, 16) for b in (1, 2) for c in ROWS
+    ]
     longest = max(len(ids) for p in held_out_prompts(block, setup) for ids in p.ids)
     variants = {v.name: v for v in variants_named(ROWS, block.kind)}
     for r in rep.rows:
-        for value in (r.nfe, r.sequential_calls, r.tokens_per_forward, r.tokens_per_s, r.text_tokens_per_s,
-                      r.speedup_vs_vanilla, r.peak_mem_mb, r.computed_peak_mb, r.accuracy):
+        for value in (
+            r.nfe,
+            r.sequential_calls,
+            r.tokens_per_forward,
+            r.tokens_per_s,
+            r.text_tokens_per_s,
+            r.speedup_vs_vanilla,
+            r.peak_mem_mb,
+            r.computed_peak_mb,
+            r.accuracy,
+        ):
             assert math.isfinite(value), (r.config, r.to_dict())
         assert r.nfe >= 1 and r.sequential_calls >= 1 and r.tokens_per_s > 0 and r.peak_mem_mb > 0
         assert r.tokens_per_forward == pytest.approx(r.gen_length / r.sequential_calls)
@@ -103,8 +124,10 @@ def test_the_report_names_the_reference_the_canvas_and_aup_per_length(report):
     block, _, rep = report
     assert rep.reference == BLOCK_REFERENCE and f"canvas {block.canvas_length}" in rep.title
     assert set(rep.aup) == {8, 16}
-    assert all(line.startswith(f"gen {n}: ") and f"of {BLOCK_REFERENCE}" in line and "AUP" in line
-               for n, line in zip((8, 16), rep.verdicts))
+    assert all(
+        line.startswith(f"gen {n}: ") and f"of {BLOCK_REFERENCE}" in line and "AUP" in line
+        for n, line in zip((8, 16), rep.verdicts)
+    )
     saved = rep.to_dict()
     assert saved["reference"] == BLOCK_REFERENCE and all("computed_peak_mb" in r for r in saved["rows"])
     assert any(n.startswith("memory admission: the largest computed peak is ") for n in rep.notes)
@@ -112,12 +135,31 @@ def test_the_report_names_the_reference_the_canvas_and_aup_per_length(report):
 
 def test_the_cli_runs_block_rows_and_writes_json(folders, tmp_path):
     out = tmp_path / "bench.json"
-    result = cli("--model", str(folders[0]), "--ar-model", "", "--gen-lengths", "8", "--prompts", "2", "--reps", "3",
-                 "--warmup", "0", "--configs", f"{BLOCK_REFERENCE},steps-4", "--memory-budget", "1GiB",
-                 "--json", str(out))
+    result = cli(
+        "--model",
+        str(folders[0]),
+        "--ar-model",
+        "",
+        "--gen-lengths",
+        "8",
+        "--prompts",
+        "2",
+        "--reps",
+        "3",
+        "--warmup",
+        "0",
+        "--configs",
+        f"{BLOCK_REFERENCE},steps-4",
+        "--memory-budget",
+        "1GiB",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert [r["config"] for r in data["rows"]] == [BLOCK_REFERENCE, "steps-4"] and data["setup"]["memory_budget"] == 2**30
+    assert [r["config"] for r in data["rows"]] == [BLOCK_REFERENCE, "steps-4"] and data["setup"][
+        "memory_budget"
+    ] == 2**30
     assert "steps-4" in result.stdout and "memory admission: the largest computed peak is" in result.stdout
     assert "within the memory budget of 1024.0 MiB, checked before decoding" in result.stdout
 
@@ -125,9 +167,28 @@ def test_the_cli_runs_block_rows_and_writes_json(folders, tmp_path):
 @pytest.mark.parametrize("which", [0, 1], ids=["block-diffusion", "masked-diffusion"])
 def test_a_row_that_cannot_fit_the_budget_is_refused_in_one_line_before_anything_decodes(which, folders, tmp_path):
     out = tmp_path / "bench.json"
-    result = cli("--model", str(folders[which]), "--ar-model", "", "--gen-lengths", "8,16", "--block-length", "8",
-                 "--prompts", "2", "--batch", "1,2", "--reps", "3", "--warmup", "0", "--memory-budget", "4KiB",
-                 "--json", str(out))
+    result = cli(
+        "--model",
+        str(folders[which]),
+        "--ar-model",
+        "",
+        "--gen-lengths",
+        "8,16",
+        "--block-length",
+        "8",
+        "--prompts",
+        "2",
+        "--batch",
+        "1,2",
+        "--reps",
+        "3",
+        "--warmup",
+        "0",
+        "--memory-budget",
+        "4KiB",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.output
@@ -140,7 +201,9 @@ def test_a_bad_budget_or_a_length_off_the_canvas_is_refused(folders):
     bad = cli("--model", str(folders[0]), "--memory-budget", "lots")
     assert bad.exit_code == 2 and "--memory-budget: 'lots' is not a size" in bad.output
     off = cli("--model", str(folders[0]), "--gen-lengths", "12", "--configs", "steps-4")
-    assert off.exit_code == 2 and "gen_length 12 must be a multiple of" in off.output and "canvas length 8" in off.output
+    assert (
+        off.exit_code == 2 and "gen_length 12 must be a multiple of" in off.output and "canvas length 8" in off.output
+    )
 
 
 class WholeBatch:
@@ -164,14 +227,24 @@ class WholeBatch:
 @pytest.mark.parametrize("row_seeded, confidence", [(True, 4.6), (False, 4.83)], ids=["row draws", "batch draws"])
 def test_denoising_only_the_rows_still_read_changes_no_token(row_seeded, confidence, folders):
     handle = load(folders[0])
-    config = BlockDiffusionConfig(max_new_tokens=24, max_denoising_steps=8, stability_threshold=0,
-                                  confidence_threshold=confidence, eos_ids=(23,), pad_id=0, seed=11)
+    config = BlockDiffusionConfig(
+        max_new_tokens=24,
+        max_denoising_steps=8,
+        stability_threshold=0,
+        confidence_threshold=confidence,
+        eos_ids=(23,),
+        pad_id=0,
+        seed=11,
+    )
     prompts = [[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]]
     seeds = [3, 1, 4, 1] if row_seeded else None
     rows_only, whole = WholeBatch(handle, hide=False), WholeBatch(handle, hide=True)
     a = decode_prompts(rows_only, prompts, config, row_seeds=seeds)
     b = decode_prompts(whole, prompts, config, row_seeds=seeds)
-    assert torch.equal(a.sequences, b.sequences) and a.block_diffusion.decoder_forwards == b.block_diffusion.decoder_forwards
+    assert (
+        torch.equal(a.sequences, b.sequences)
+        and a.block_diffusion.decoder_forwards == b.block_diffusion.decoder_forwards
+    )
     assert rows_only.rows < whole.rows  # the case really skips rows
     assert rows_only.rows >= sum(a.block_diffusion.decoder_forwards)  # every row that denoised was computed
 

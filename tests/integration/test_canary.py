@@ -5,15 +5,35 @@ from __future__ import annotations
 
 import pytest
 
-from gates.canary import FAIL, INCONCLUSIVE, METRICS, PASS, CanaryAnalysis, MetricRange, Observation, analyse, split_arms
+from gates.canary import (
+    FAIL,
+    INCONCLUSIVE,
+    METRICS,
+    PASS,
+    CanaryAnalysis,
+    MetricRange,
+    Observation,
+    analyse,
+    split_arms,
+)
 from gates.rollout_policy import RolloutPolicyError, load_rollout_policy, parse_rollout_policy
 
 CANDIDATE, BASELINE = "staging", "production"
-POLICY = {"steps": [5, 25, 50, 100], "interval_s": 2, "min_requests": 10, "failure_limit": 1,
-          "inconclusive": "pause",
-          "analysis": {"p95_latency_s": {"max": 1.0}, "error_rate": {"max": 0.1}, "decode_failure_rate": {"max": 0.1},
-                       "agreement": {"min": 0.5}, "p95_ratio_vs_baseline": {"max": 3.0},
-                       "probe_accuracy": {"min": 0.5}}}
+POLICY = {
+    "steps": [5, 25, 50, 100],
+    "interval_s": 2,
+    "min_requests": 10,
+    "failure_limit": 1,
+    "inconclusive": "pause",
+    "analysis": {
+        "p95_latency_s": {"max": 1.0},
+        "error_rate": {"max": 0.1},
+        "decode_failure_rate": {"max": 0.1},
+        "agreement": {"min": 0.5},
+        "p95_ratio_vs_baseline": {"max": 3.0},
+        "probe_accuracy": {"min": 0.5},
+    },
+}
 N = 200  # enough requests for every metric's bounds to settle at a rollout's first look
 
 
@@ -22,21 +42,33 @@ def observations(arm: str, n: int, latency: float = 0.2, **fields) -> list[Obser
 
 
 def healthy() -> list[Observation]:
-    return (observations(CANDIDATE, N, agrees=True, correct=True) + observations(BASELINE, N, correct=True))
+    return observations(CANDIDATE, N, agrees=True, correct=True) + observations(BASELINE, N, correct=True)
 
 
 # what each metric must say, on data built to pass, to fail, and to leave it undecided
 CASES = {
-    "p95_latency_s": (healthy(), observations(CANDIDATE, 20, latency=5.0) + observations(BASELINE, 20),
-                      observations(CANDIDATE, 19, latency=0.5) + observations(CANDIDATE, 1, latency=3.0)),
-    "probe_accuracy": (healthy(), observations(CANDIDATE, 20, correct=False) + observations(BASELINE, 20, correct=True),
-                       observations(CANDIDATE, 20)),
-    "error_rate": (healthy(), observations(CANDIDATE, 10, status=500) + observations(CANDIDATE, 10),
-                   observations(CANDIDATE, 20, status=500)[:0]),
+    "p95_latency_s": (
+        healthy(),
+        observations(CANDIDATE, 20, latency=5.0) + observations(BASELINE, 20),
+        observations(CANDIDATE, 19, latency=0.5) + observations(CANDIDATE, 1, latency=3.0),
+    ),
+    "probe_accuracy": (
+        healthy(),
+        observations(CANDIDATE, 20, correct=False) + observations(BASELINE, 20, correct=True),
+        observations(CANDIDATE, 20),
+    ),
+    "error_rate": (
+        healthy(),
+        observations(CANDIDATE, 10, status=500) + observations(CANDIDATE, 10),
+        observations(CANDIDATE, 20, status=500)[:0],
+    ),
     "decode_failure_rate": (healthy(), observations(CANDIDATE, 20, decode_failure=True), []),
     "agreement": (healthy(), observations(CANDIDATE, 20, agrees=False), observations(CANDIDATE, 20)),
-    "p95_ratio_vs_baseline": (healthy(), observations(CANDIDATE, N, latency=2.0) + observations(BASELINE, N, 0.1),
-                              observations(CANDIDATE, 20)),
+    "p95_ratio_vs_baseline": (
+        healthy(),
+        observations(CANDIDATE, N, latency=2.0) + observations(BASELINE, N, 0.1),
+        observations(CANDIDATE, 20),
+    ),
 }
 
 
@@ -57,8 +89,12 @@ def test_every_metric_passes_fails_and_says_when_it_cannot_judge(name):
 
 def test_a_retried_candidate_failure_is_the_candidates_error():
     policy = parse_rollout_policy(POLICY | {"analysis": {"error_rate": {"max": 0.1}}})
-    rows = (observations(CANDIDATE, 10) + observations(CANDIDATE, 10, retried=True, status=503)
-            + observations(BASELINE, 10, retry_of=CANDIDATE) + observations(BASELINE, 20))  # the retries' answers
+    rows = (
+        observations(CANDIDATE, 10)
+        + observations(CANDIDATE, 10, retried=True, status=503)
+        + observations(BASELINE, 10, retry_of=CANDIDATE)
+        + observations(BASELINE, 20)
+    )  # the retries' answers
     result = analyse(rows, CANDIDATE, BASELINE, policy)
     assert result.verdict == FAIL and "10/20" in result.reason
     assert result.arms[CANDIDATE]["error_rate"] == 0.5 and result.arms[BASELINE]["error_rate"] == 0.0
@@ -67,8 +103,9 @@ def test_a_retried_candidate_failure_is_the_candidates_error():
 
 def test_too_few_requests_is_inconclusive_and_names_the_count():
     policy = parse_rollout_policy(POLICY)
-    result = analyse(observations(CANDIDATE, 4, correct=True, agrees=True) + observations(BASELINE, 30),
-                     CANDIDATE, BASELINE, policy)
+    result = analyse(
+        observations(CANDIDATE, 4, correct=True, agrees=True) + observations(BASELINE, 30), CANDIDATE, BASELINE, policy
+    )
     assert result.verdict == INCONCLUSIVE
     assert result.reason == "4 requests on staging, 10 needed"
     assert all(m.verdict == INCONCLUSIVE for m in result.metrics)  # never a pass on a handful
@@ -108,21 +145,24 @@ def test_observations_read_request_log_rows_with_missing_columns():
     assert Observation.from_row(row | {"arm": "fallback", "retry_of": "staging"}).retry_of == "staging"
 
 
-@pytest.mark.parametrize("change, named", [
-    ({"steps": [5, 50]}, "rollout.steps"),
-    ({"steps": [50, 25, 100]}, "rollout.steps"),
-    ({"steps": "5,25"}, "rollout.steps"),
-    ({"interval_s": 0}, "rollout.interval_s"),
-    ({"min_requests": 2.5}, "rollout.min_requests"),
-    ({"failure_limit": 0}, "rollout.failure_limit"),
-    ({"inconclusive": "ignore"}, "rollout.inconclusive"),
-    ({"analysis": {}}, "rollout.analysis"),
-    ({"analysis": {"p99": {"max": 1}}}, "rollout.analysis.p99"),
-    ({"analysis": {"error_rate": {"below": 1}}}, "rollout.analysis.error_rate.below"),
-    ({"analysis": {"error_rate": {"max": "low"}}}, "rollout.analysis.error_rate.max"),
-    ({"analysis": {"agreement": {"min": 0.9, "max": 0.5}}}, "rollout.analysis.agreement"),
-    ({"speed": 1}, "rollout.speed"),
-])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"steps": [5, 50]}, "rollout.steps"),
+        ({"steps": [50, 25, 100]}, "rollout.steps"),
+        ({"steps": "5,25"}, "rollout.steps"),
+        ({"interval_s": 0}, "rollout.interval_s"),
+        ({"min_requests": 2.5}, "rollout.min_requests"),
+        ({"failure_limit": 0}, "rollout.failure_limit"),
+        ({"inconclusive": "ignore"}, "rollout.inconclusive"),
+        ({"analysis": {}}, "rollout.analysis"),
+        ({"analysis": {"p99": {"max": 1}}}, "rollout.analysis.p99"),
+        ({"analysis": {"error_rate": {"below": 1}}}, "rollout.analysis.error_rate.below"),
+        ({"analysis": {"error_rate": {"max": "low"}}}, "rollout.analysis.error_rate.max"),
+        ({"analysis": {"agreement": {"min": 0.9, "max": 0.5}}}, "rollout.analysis.agreement"),
+        ({"speed": 1}, "rollout.speed"),
+    ],
+)
 def test_a_bad_rollout_policy_is_refused_naming_its_key(tmp_path, change, named):
     path = tmp_path / "serving.yaml"
     import yaml
@@ -151,21 +191,27 @@ def test_the_serving_policy_accepts_the_rollout_key_and_the_bundled_one_parses()
 
 
 def test_rollout_evidence_round_trips_through_mlflow_and_a_forged_analysis_is_refused(tmp_path):
-    from tests.support.gate_fixtures import fresh_registry
     from registry.integrity import EvidenceTampered
     from registry.rollouts import analyses, log_analysis, rollouts, set_rollout_status, start_rollout_run
+    from tests.support.gate_fixtures import fresh_registry
 
     reg = fresh_registry(tmp_path)
     policy = parse_rollout_policy(POLICY)
-    run = start_rollout_run(reg, "r1", "tiny-llada", "2", "default", "production", CANDIDATE, BASELINE,
-                            policy.to_dict())
+    run = start_rollout_run(
+        reg, "r1", "tiny-llada", "2", "default", "production", CANDIDATE, BASELINE, policy.to_dict()
+    )
     start_rollout_run(reg, "r2", "tiny-ar", "1", "default", "production", CANDIDATE, BASELINE, policy.to_dict())
     result = analyse(healthy(), CANDIDATE, BASELINE, policy)
     child = log_analysis(reg, run, "r1", 0, 5, result.to_dict())
     set_rollout_status(reg, run, "completed", "all steps passed")
     [record] = rollouts(reg, "tiny-llada", "2")
     assert (record.id, record.status, record.route, record.candidate, record.baseline) == (
-        "r1", "completed", "default", CANDIDATE, BASELINE)
+        "r1",
+        "completed",
+        "default",
+        CANDIDATE,
+        BASELINE,
+    )
     assert [r.id for r in rollouts(reg)] == ["r1", "r2"]
     [analysis] = analyses(reg, "r1")
     assert (analysis.step, analysis.weight, analysis.verdict) == (0, 5, PASS)
@@ -181,13 +227,16 @@ def test_rollout_evidence_round_trips_through_mlflow_and_a_forged_analysis_is_re
 def _canary_gate(canary: list[dict], min_weight: int = 100):
     from dataclasses import replace
 
-    from tests.support.gate_fixtures import evidence
     from gates.evaluate import evaluate_gates
     from gates.policy import parse_policy
+    from tests.support.gate_fixtures import evidence
 
     gates = {"canary": {"min_weight": min_weight}}
-    stage = {"operating_point": {"task": "arith", "gen_length": 32}, "gates": gates,
-             "scoring": {"weights": {"quality": 1}}}
+    stage = {
+        "operating_point": {"task": "arith", "gen_length": 32},
+        "gates": gates,
+        "scoring": {"weights": {"quality": 1}},
+    }
     policy = parse_policy({"stages": {"poc": stage, "staging": stage, "production": stage}})
     [result] = evaluate_gates(replace(evidence("tiny-llada"), canary=canary), policy, "production")
     return result
@@ -196,8 +245,12 @@ def _canary_gate(canary: list[dict], min_weight: int = 100):
 def test_the_canary_gate_needs_a_rollout_that_passed_up_to_its_weight():
     none = _canary_gate([])
     assert none.inconclusive and "unmask rollout start tiny-llada --route ROUTE --to production" in none.settle
-    steps = [{"weight": 5, "verdict": "pass", "run_id": "a"}, {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
-             {"weight": 50, "verdict": "pass", "run_id": "c"}, {"weight": 100, "verdict": "pass", "run_id": "d"}]
+    steps = [
+        {"weight": 5, "verdict": "pass", "run_id": "a"},
+        {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
+        {"weight": 50, "verdict": "pass", "run_id": "c"},
+        {"weight": 100, "verdict": "pass", "run_id": "d"},
+    ]
     done = _canary_gate([{"id": "r1", "status": "running", "analyses": steps}])
     assert done.passed and done.evidence["rollout"] == "r1" and done.evidence["canary_runs"] == ["a", "b", "c", "d"]
     halfway = _canary_gate([{"id": "r2", "status": "paused", "analyses": steps[:3]}])
@@ -231,8 +284,10 @@ def test_rollout_start_refuses_in_one_line_with_exit_2(tmp_path, monkeypatch):
     runner = CliRunner()
     refused = runner.invoke(unmask_app(), ["rollout", "start", "tiny-llada", "--route", "default"])
     assert refused.exit_code == 2, refused.output
-    assert refused.output.strip() == ("error: rollout of tiny-llada to production on route default refused: "
-                                      "tiny-llada holds no `staging` version: promote it to staging first")
+    assert refused.output.strip() == (
+        "error: rollout of tiny-llada to production on route default refused: "
+        "tiny-llada holds no `staging` version: promote it to staging first"
+    )
     unknown = runner.invoke(unmask_app(), ["rollout", "start", "tiny-llada", "--route", "nope"])
     assert unknown.exit_code == 2 and "no route 'nope'" in unknown.output and len(unknown.output.splitlines()) == 1
     missing = runner.invoke(unmask_app(), ["rollout", "resume", "r-none"])

@@ -18,22 +18,31 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 import registry.read as read
-from tests.support import REPO
-from tests.support.dashboard_fixtures import APP, page
-from tests.support.servers import free_port, stop, wait_healthy
-from gates.next_steps import names_version, next_steps
 from dashboards.cells import value_text
-from registry import signing
+from gates.next_steps import names_version, next_steps
+from gates.policy import POLICY_PATH, load_policy
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.results import GateResult
-from gates.policy import POLICY_PATH, load_policy
-from registry import STAGE_ALIASES, Registry
+from registry import STAGE_ALIASES, Registry, signing
 from registry.views import current_version, dashboard_policy
+from tests.support import REPO
+from tests.support.dashboard_fixtures import page
+from tests.support.servers import free_port, stop, wait_healthy
 
-PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
-         "views/promotions.py"]
-VERDICT_PAGES = ["views/gate_board.py", "views/scores.py", "views/quality_latency.py", "views/candidate.py",
-                 "views/promotions.py"]
+PAGES = [
+    "views/gate_board.py",
+    "views/scores.py",
+    "views/quality_latency.py",
+    "views/candidate.py",
+    "views/promotions.py",
+]
+VERDICT_PAGES = [
+    "views/gate_board.py",
+    "views/scores.py",
+    "views/quality_latency.py",
+    "views/candidate.py",
+    "views/promotions.py",
+]
 
 
 @pytest.fixture
@@ -83,8 +92,10 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
             assert verdict.loc[stage, "recommended"] == f"{best} v{subject[1]}"
             assert verdict.loc[stage, "score"].startswith(significant(ranking.topsis.iloc[0]))
             low, high = intervals.loc[best, "quality_low"], intervals.loc[best, "quality_high"]
-            assert verdict.loc[stage, "accuracy"] == (f"{percent(ranking.quality.iloc[0])} ({percent(low)} to "
-                                                      f"{percent(high)} on {intervals.loc[best, 'n_items']} items)")
+            assert verdict.loc[stage, "accuracy"] == (
+                f"{percent(ranking.quality.iloc[0])} ({percent(low)} to "
+                f"{percent(high)} on {intervals.loc[best, 'n_items']} items)"
+            )
         assert verdict.loc[stage, "held by"].startswith(label(held[stage]))
         holder = (held[stage]["model"], held[stage]["version"]) if held[stage] else None
         if subject == holder:
@@ -92,8 +103,13 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
             continue
         # the blocker and its command are the ones `unmask gates` prints for the same verdict
         decision = read.promotion_decision(*subject, stage, registry=reg, policy=policy)
-        steps = next_steps(*subject, decision, policy.stage(stage), policy_path=str(env.policy_path),
-                           name_version=names_version(reg.aliases_of(subject[0]), subject[1]))
+        steps = next_steps(
+            *subject,
+            decision,
+            policy.stage(stage),
+            policy_path=str(env.policy_path),
+            name_version=names_version(reg.aliases_of(subject[0]), subject[1]),
+        )
         assert verdict.loc[stage, "next command"] == steps[0].command
         assert verdict.loc[stage, "what blocks it"] == f"{subject[0]} v{subject[1]}: {steps[0].why}"
     # staging and production: the candidate fails measured gates, so the step is to measure again
@@ -147,15 +163,16 @@ def test_every_verdict_page_names_the_policy_file_and_sha256_that_judged_it(reg,
 
 
 def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_gates_amber(tmp_path, monkeypatch):
-    from tests.support.gate_fixtures import fresh_registry, register_pair
     from registry import judge, promote, record_gate_report, sign_off
+    from tests.support.gate_fixtures import fresh_registry, register_pair
 
     reg = fresh_registry(tmp_path)
     _, v = register_pair(reg)
     for item in ("fallback-plan", "tooling-maturity"):
         sign_off(reg, "tiny-llada", v, "poc", item, "ada", f"{item} reviewed for the PoC")
-    promote("tiny-llada", "poc", approver="grace", comment="evidence reviewed, gates and checklist are green",
-            registry=reg)
+    promote(
+        "tiny-llada", "poc", approver="grace", comment="evidence reviewed, gates and checklist are green", registry=reg
+    )
     # the poc holder judged again under a stricter policy: it fails the poc gates it holds
     strict = yaml.safe_load(POLICY_PATH.read_text())
     strict["stages"]["poc"]["gates"]["quality"]["threshold"] = 0.9999
@@ -165,29 +182,33 @@ def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_g
     decision = judge(reg, "tiny-llada", v, "poc", strict_policy)
     assert [r.gate for r in decision.gate_results if not r.passed] == ["quality"]
     # a staging quality verdict that more items would settle, as a three-valued gate writes it
-    unsettled = GateResult("quality", "staging", False, 0.52, ">= 0.5", "accuracy 0.52: the interval spans 0.5",
-                           verdict="inconclusive")
+    unsettled = GateResult(
+        "quality", "staging", False, 0.52, ">= 0.5", "accuracy 0.52: the interval spans 0.5", verdict="inconclusive"
+    )
     record_gate_report(reg, "tiny-llada", v, "staging", [unsettled], policy=load_policy().cited())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.delenv("UNMASK_POLICY", raising=False)  # the pages judge by the bundled policy
 
     at = page()
     red = [e for e in texts(at, "error")]
-    assert len(red) == 1 and red[0].startswith(f"**poc is held by tiny-llada v{v}, which fails its poc gates:** "
-                                               "quality.")
+    assert len(red) == 1 and red[0].startswith(
+        f"**poc is held by tiny-llada v{v}, which fails its poc gates:** quality."
+    )
     assert "`unmask rollback --stage poc`" in red[0]
     assert at.table[0].value.loc["poc", "held by"] == f"tiny-llada v{v}, failing 1 gate"
     amber = texts(at, "warning")
-    assert any(w.startswith("**poc: evidence may be stale.**") and f"tiny-llada v{v} was judged at poc under another "
-               f"policy (sha256 {strict_policy.sha256[:12]}" in w for w in amber), amber
+    assert any(
+        w.startswith("**poc: evidence may be stale.**")
+        and f"tiny-llada v{v} was judged at poc under another policy (sha256 {strict_policy.sha256[:12]}" in w
+        for w in amber
+    ), amber
     assert any(w.startswith("**staging: inconclusive.**") and f"tiny-llada v{v}: quality" in w for w in amber), amber
     for path in [None, *VERDICT_PAGES]:
         shown = page(path)
         flagged = [w for w in texts(shown, "warning") if "different policy" in w]
         assert len(flagged) == 1, path
         assert f"`{strict_path.resolve()}` (sha256 `{strict_policy.sha256}`): tiny-llada v{v} at poc" in flagged[0]
-        assert f"sha256 `{load_policy().sha256}`" in next(c for c in texts(shown, "caption")
-                                                          if c.startswith("Policy "))
+        assert f"sha256 `{load_policy().sha256}`" in next(c for c in texts(shown, "caption") if c.startswith("Policy "))
     board = page("views/gate_board.py").table[1].value
     assert board.loc[f"tiny-llada v{v} [candidate, poc]", "poc"] == "failed 9/10"
     cells = page("views/gate_board.py")
@@ -200,18 +221,21 @@ def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshol
     assert at.title[0].value == "Gate board"
     held = read.aliases(reg)
     holders = at.table[0].value.loc["held by"]
-    assert holders["poc"] == f"{env.candidate} v{env.candidate_version}" == \
-        f"{held['poc']['model']} v{held['poc']['version']}"
+    assert (
+        holders["poc"]
+        == f"{env.candidate} v{env.candidate_version}"
+        == f"{held['poc']['model']} v{held['poc']['version']}"
+    )
     assert holders["candidate"] == f"{env.candidate} v{env.candidate_version}"
     assert holders["fallback"] == f"{env.fallback} v{env.fallback_version}"
     assert holders["staging"] == holders["production"] == "—"
 
     board = at.table[1].value
     results = read.gate_results(registry=reg)
-    for label, model, version in ((f"{env.candidate} v{env.candidate_version} [candidate, poc]", env.candidate,
-                                   env.candidate_version),
-                                  (f"{env.fallback} v{env.fallback_version} [fallback]", env.fallback,
-                                   env.fallback_version)):
+    for label, model, version in (
+        (f"{env.candidate} v{env.candidate_version} [candidate, poc]", env.candidate, env.candidate_version),
+        (f"{env.fallback} v{env.fallback_version} [fallback]", env.fallback, env.fallback_version),
+    ):
         for stage in ("poc", "staging", "production"):
             mine = results[(results.model == model) & (results.version == version) & (results.stage == stage)]
             verdict = "passed" if mine.passed.all() else "failed"
@@ -220,8 +244,11 @@ def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshol
     assert board.loc[f"{env.candidate} v{env.candidate_version} [candidate, poc]", "staging"].startswith("failed")
 
     # the expander of the candidate at staging lists every gate as stored
-    staging = [e for e in at.expander if e.label.startswith(f"{env.candidate} v{env.candidate_version}")
-               and "· staging ·" in e.label]
+    staging = [
+        e
+        for e in at.expander
+        if e.label.startswith(f"{env.candidate} v{env.candidate_version}") and "· staging ·" in e.label
+    ]
     assert len(staging) == 1
     shown = staging[0].table[0].value
     stored = results[(results.model == env.candidate) & (results.stage == "staging")].set_index("gate")
@@ -258,8 +285,9 @@ def test_scores_rank_as_the_registry_scores_and_sliders_rerank_without_touching_
         for method, column in (("TOPSIS", "topsis"), ("weighted sum", "weighted_sum")):
             drawn = bars[(bars.candidate == row.candidate) & (bars.method == method)].iloc[0]
             assert drawn.score == pytest.approx(getattr(row, column))
-            assert (drawn.low, drawn.high) == pytest.approx((intervals.loc[row.candidate, f"{column}_low"],
-                                                             intervals.loc[row.candidate, f"{column}_high"]))
+            assert (drawn.low, drawn.high) == pytest.approx(
+                (intervals.loc[row.candidate, f"{column}_low"], intervals.loc[row.candidate, f"{column}_high"])
+            )
             assert drawn.low <= drawn.score + 1e-12 and drawn.score <= drawn.high + 1e-12
     assert [m["mark"]["type"] for m in marks(bars_spec)] == ["bar", "rule"]
     # the sensitivity as a chart: one cell per criterion and direction, coloured by whether the ranking holds
@@ -275,8 +303,9 @@ def test_scores_rank_as_the_registry_scores_and_sliders_rerank_without_touching_
     reranked = at.dataframe[0].value
     fastest = want.sort_values("latency").candidate.iloc[0]
     assert reranked.version.iloc[0] == fastest
-    explored = read.scores("poc", {"quality": 0, "latency": 1, "memory": 0, "license": 0}, registry=reg,
-                           policy=dashboard_policy())["ranking"]
+    explored = read.scores(
+        "poc", {"quality": 0, "latency": 1, "memory": 0, "license": 0}, registry=reg, policy=dashboard_policy()
+    )["ranking"]
     assert list(reranked["TOPSIS"]) == [significant(x) for x in explored.topsis]
     assert env.policy_path.read_text() == policy_text  # the sliders explore; the policy is untouched
     again = page("views/scores.py")  # a new session starts from the policy's weights
@@ -287,8 +316,9 @@ def test_scores_rank_as_the_registry_scores_and_sliders_rerank_without_touching_
 def same_points(xs, ys, want_xs, want_ys) -> bool:
     """The same (x, y) points in any order, to float tolerance."""
     got, want = sorted(zip(xs, ys)), sorted(zip(want_xs, want_ys))
-    return [x for x, _ in got] == pytest.approx([x for x, _ in want]) and \
-        [y for _, y in got] == pytest.approx([y for _, y in want])
+    return [x for x, _ in got] == pytest.approx([x for x, _ in want]) and [y for _, y in got] == pytest.approx(
+        [y for _, y in want]
+    )
 
 
 def test_quality_latency_plots_every_record_the_pareto_front_the_fallback_and_the_operating_point(reg, env):
@@ -367,7 +397,9 @@ def test_quality_latency_shows_each_versions_aup_with_the_curve_it_came_from(reg
         assert shown[label] == significant(expected), (label, shown)
     _, (spec, curve) = charts(at)
     mine = curve[curve.series == f"{env.candidate} v{env.candidate_version}"]
-    assert sorted(mine["tokens per forward"]) == pytest.approx(sorted(here[here.model == env.candidate].tokens_per_forward))
+    assert sorted(mine["tokens per forward"]) == pytest.approx(
+        sorted(here[here.model == env.candidate].tokens_per_forward)
+    )
     assert [m["mark"]["type"] for m in marks(spec)] == ["line", "point"]
     assert any("AUP (d3LLM, arXiv:2601.07568)" in c.value for c in at.caption)
 
@@ -387,8 +419,9 @@ def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(r
     card = at.dataframe[0].value.set_index("field")["value"]
     assert card["weights sha256"] == evidence.weights_sha256
     assert evidence.license.expression in " ".join(m.value for m in at.markdown)
-    assert [w.value for w in at.warning if w.value.startswith("Finding")] == \
-        [f"Finding: {f}" for f in evidence.license.findings]
+    assert [w.value for w in at.warning if w.value.startswith("Finding")] == [
+        f"Finding: {f}" for f in evidence.license.findings
+    ]
     poc = at.tabs[0].dataframe[0].value
     stored = read.checklist(env.candidate, env.candidate_version, "poc", reg)
     assert list(poc["item"]) == list(stored["item"]) and list(poc.done) == list(stored.done.astype(bool))
@@ -397,7 +430,8 @@ def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(r
     assert "ada" in signed
     runs = at.dataframe[-1].value
     assert set(runs.run_id) == {r.run_id for r in evidence.records} | {
-        reg.version_tags(env.candidate, env.candidate_version)["unmask.evidence_run"]}
+        reg.version_tags(env.candidate, env.candidate_version)["unmask.evidence_run"]
+    }
     assert "mlflow ui --backend-store-uri" in " ".join(c.value for c in at.caption)
 
 
@@ -408,12 +442,13 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     assert len(table) == len(events)
     assert list(table["when (UTC)"]) == sorted(events["when"], reverse=True)
     moves = table[table.event.isin(["promote", "rollback"])]
-    assert list(moves.what)[::-1] == [f"{f or 'nobody'} → {t}" for f, t in
-                                      zip(events[events.event == "alias_move"]["from"],
-                                          events[events.event == "alias_move"]["to"])]
+    assert list(moves.what)[::-1] == [
+        f"{f or 'nobody'} → {t}"
+        for f, t in zip(events[events.event == "alias_move"]["from"], events[events.event == "alias_move"]["to"])
+    ]
     assert {"grace", "oncall", "nightly"} <= set(table.who)
     # the timeline: one mark per event, each kind its own shape and colour, labelled with model and version
-    (spec, drawn), = charts(at)
+    ((spec, drawn),) = charts(at)
     assert len(drawn) == len(events)
     # a refusal (the rules said no) has its own mark, apart from a decline (a person said no)
     assert {"promote", "rollback", "sign-off", "approval", "refusal", "nightly finding"} <= set(drawn.kind)
@@ -463,9 +498,13 @@ def test_an_unreachable_registry_is_a_clear_message(monkeypatch):
 def test_unmask_dashboard_serves_the_state_folders_registry_headless_until_stopped_by_pid(env, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the state folder's store, as after `unmask run`
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "dashboard", "--port",
-                               str(port)], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", "dashboard", "--port", str(port)],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server)
     finally:
@@ -480,9 +519,22 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
     log = tmp_path / "mlflow.log"
     with log.open("w") as out:
         server = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1", "--backend-store-uri", env.tracking_uri],
-            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdout=out, stderr=subprocess.STDOUT)
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                env.tracking_uri,
+            ],
+            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", server, log)
         # the evidence was signed with the key ring beside the SQLite file; a client of the server verifies with
@@ -494,16 +546,18 @@ def test_through_an_mlflow_server_the_board_is_the_same_and_runs_link_to_its_ui(
         assert served.table[0].value.equals(embedded.table[0].value)
         candidate = page("views/candidate.py")
         runs = candidate.dataframe[-1].value
-        assert all(url.startswith(f"http://127.0.0.1:{port}/#/experiments/") and url.endswith(run)
-                   for url, run in zip(runs.url, runs.run_id))
+        assert all(
+            url.startswith(f"http://127.0.0.1:{port}/#/experiments/") and url.endswith(run)
+            for url, run in zip(runs.url, runs.run_id)
+        )
     finally:
         stop(server)
 
 
 def test_candidate_page_says_when_an_approval_and_sign_offs_predate_the_latest_evaluation(tmp_path, monkeypatch):
     # as tests.gate_fixtures, like every other module: a second module object would migrate a second template store
-    from tests.support.gate_fixtures import evidence, fresh_registry, register_pair
     from registry import approve, judge, register_evidence, sign_off
+    from tests.support.gate_fixtures import evidence, fresh_registry, register_pair
 
     reg = fresh_registry(tmp_path)
     _, v = register_pair(reg)

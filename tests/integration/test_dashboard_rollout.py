@@ -10,12 +10,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gates.canary import Observation, analyse
-from gates.rollout_policy import parse_rollout_policy
 from registry import audit
 from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.store import now_iso
 from tests.support.dashboard_fixtures import APP, interval, rolled_back_registry
 from tests.support.dashboard_fixtures import POLICY_ROLLOUT as POLICY
+
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory):
@@ -24,27 +24,41 @@ def filled(tmp_path_factory):
     reg = fresh_registry(tmp_path_factory.mktemp("rollout-board"))
     register_pair(reg)
     # route "latency": passes 5%, fails 25% (slow, erroring), rolled back and audited
-    failed = start_rollout_run(reg, "latency-1", "tiny-llada", "2", "latency", "production", "staging", "production",
-                               POLICY.to_dict())
+    failed = start_rollout_run(
+        reg, "latency-1", "tiny-llada", "2", "latency", "production", "staging", "production", POLICY.to_dict()
+    )
     passed = analyse(interval(0.1, 0, n=100), "staging", "production", POLICY).to_dict()  # enough to pass
     breach = analyse(interval(0.9, 3), "staging", "production", POLICY).to_dict()
     log_analysis(reg, failed, "latency-1", 0, 5, passed)
     log_analysis(reg, failed, "latency-1", 1, 25, breach)
-    entry = audit.append(reg, audit.AuditEvent("rollout_rollback", "ada", now_iso(), "production", "tiny-llada", "2",
-                                               comment="rollout latency-1: p95 over its bound",
-                                               evidence={"rollout": "latency-1", "run_id": failed}))
+    entry = audit.append(
+        reg,
+        audit.AuditEvent(
+            "rollout_rollback",
+            "ada",
+            now_iso(),
+            "production",
+            "tiny-llada",
+            "2",
+            comment="rollout latency-1: p95 over its bound",
+            evidence={"rollout": "latency-1", "run_id": failed},
+        ),
+    )
     set_rollout_status(reg, failed, "rolled_back", breach["reason"])
     # route "default": too little traffic at 5%, paused
-    paused = start_rollout_run(reg, "default-1", "tiny-llada", "2", "default", "production", "staging", "production",
-                               POLICY.to_dict())
+    paused = start_rollout_run(
+        reg, "default-1", "tiny-llada", "2", "default", "production", "staging", "production", POLICY.to_dict()
+    )
     quiet = analyse(interval(0.1, 0, n=2), "staging", "production", POLICY).to_dict()
     log_analysis(reg, paused, "default-1", 0, 5, quiet)
     set_rollout_status(reg, paused, "paused", quiet["reason"])
     # route "chat": running, passed 25%, the controller has just moved it to 50%
-    running = start_rollout_run(reg, "chat-1", "tiny-llada", "2", "chat", "production", "staging", "production",
-                                POLICY.to_dict())
-    probes = ([Observation("staging", shadow=True, correct=i < 40) for i in range(50)]
-              + [Observation("production", shadow=True, correct=i < 45) for i in range(50)])
+    running = start_rollout_run(
+        reg, "chat-1", "tiny-llada", "2", "chat", "production", "staging", "production", POLICY.to_dict()
+    )
+    probes = [Observation("staging", shadow=True, correct=i < 40) for i in range(50)] + [
+        Observation("production", shadow=True, correct=i < 45) for i in range(50)
+    ]
     probed = analyse(interval(0.1, 0, n=100) + probes, "staging", "production", POLICY).to_dict()
     log_analysis(reg, running, "chat-1", 1, 25, probed)
     set_rollout_weight(reg, running, 50)
@@ -71,10 +85,13 @@ def test_the_page_shows_each_arm_per_analysis_as_the_registry_holds_it(at, fille
     figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(figures) == 2
     p95 = {t["name"]: t["y"] for t in figures[0]["data"]}
-    assert p95 == {f"staging (candidate)": [made["passed"]["arms"]["staging"]["p95_s"],
-                                            made["breach"]["arms"]["staging"]["p95_s"]],
-                   f"production (baseline)": [made["passed"]["arms"]["production"]["p95_s"],
-                                              made["breach"]["arms"]["production"]["p95_s"]]}
+    assert p95 == {
+        "staging (candidate)": [made["passed"]["arms"]["staging"]["p95_s"], made["breach"]["arms"]["staging"]["p95_s"]],
+        "production (baseline)": [
+            made["passed"]["arms"]["production"]["p95_s"],
+            made["breach"]["arms"]["production"]["p95_s"],
+        ],
+    }
     errors = {t["name"]: t["y"] for t in figures[1]["data"]}
     assert errors["staging (candidate)"] == [0.0, 0.3]
     # the marker colours are the steps' verdicts

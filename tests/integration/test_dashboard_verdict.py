@@ -15,6 +15,7 @@ from tests.support.gate_fixtures import evidence, fast_llada, fresh_registry, re
 
 def test_a_score_interval_spans_the_score_and_narrows_with_more_items():
     stage = load_policy().stage("poc")
+
     def pair(n: int) -> list:
         return [evidence("tiny-ar", [record("tiny-ar", n_items=n)]), evidence("tiny-llada", [record(n_items=n)])]
 
@@ -44,8 +45,10 @@ def test_scores_come_with_their_intervals(tmp_path):
     register_pair(reg, fast_llada())
     scored = read.scores("poc", registry=reg)
     assert set(scored["intervals"].candidate) == set(scored["ranking"].candidate)
-    for row, iv in zip(scored["ranking"].itertuples(), scored["intervals"].set_index("candidate")
-                       .loc[scored["ranking"].candidate].itertuples()):
+    for row, iv in zip(
+        scored["ranking"].itertuples(),
+        scored["intervals"].set_index("candidate").loc[scored["ranking"].candidate].itertuples(),
+    ):
         assert iv.topsis_low - 1e-12 <= row.topsis <= iv.topsis_high + 1e-12
 
 

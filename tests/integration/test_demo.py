@@ -5,18 +5,16 @@ Real SQLite MLflow store, the bundled demo files."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
 import registry.read as read
-from tests.support import REPO
-from tests.support.flow_fixtures import cli_app
 from gates import load_policy
 from gates.roles import load_roles
 from registry import PromotionRefused, promote, stage_holder
 from registry.demo import demo_marks, is_demo_registry, mark_demo_registry
+from tests.support import REPO
+from tests.support.flow_fixtures import cli_app
 from tests.support.gate_fixtures import OK
 from tests.support.governance import governed_registry
 
@@ -27,6 +25,7 @@ GATES = REPO / "gates"
 def reg(tmp_path, monkeypatch):
     """The governance registry: evidence, sign-offs, people (tests/support/governance.py)."""
     return governed_registry(tmp_path, monkeypatch)
+
 
 DEMO_POLICY = GATES / "demo-policy.yaml"
 REFUSED = "marked `demo: true` and cannot move production"
@@ -69,8 +68,11 @@ def test_every_cli_verdict_under_a_demo_policy_opens_with_the_banner_and_none_un
     run = CliRunner().invoke
     app = cli_app("gates", "promote")
     env = {"COLUMNS": "200"}
-    for args in (["gates", "tiny-llada", "--stage", "poc"], ["gates", "tiny-llada", "--stage", "poc", "--stored"],
-                 ["promote", "tiny-llada", "--to", "staging", "--comment", OK]):
+    for args in (
+        ["gates", "tiny-llada", "--stage", "poc"],
+        ["gates", "tiny-llada", "--stage", "poc", "--stored"],
+        ["promote", "tiny-llada", "--to", "staging", "--comment", OK],
+    ):
         demo = run(app, [*args, "--policy", str(DEMO_POLICY)], env=env)
         assert demo.exit_code in (0, 1), demo.output
         assert demo.output.lstrip().startswith("DEMO — not a decision"), demo.output

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.support.eval_fixtures import write_model
 from evals.store import load_records
 from flows import cli
+from tests.support.eval_fixtures import write_model
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,18 @@ def run(app, *args):
 # slow: first GX + matplotlib import and a plot: over 10 s on two busy cores
 def test_sweep_prints_a_table_and_writes_files(app, model_dirs, tmp_path):
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "cli", "models": list(model_dirs), "tasks": [{"task": "arith", "n": 2}],
-                                     "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [4]},
-                                     "measure": {"warmup": 0, "batch_size": 2}}))
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cli",
+                "models": list(model_dirs),
+                "tasks": [{"task": "arith", "n": 2}],
+                "base": {"gen_length": 8, "block_length": 4},
+                "grid": {"steps": [4]},
+                "measure": {"warmup": 0, "batch_size": 2},
+            }
+        )
+    )
     out = tmp_path / "out"
     result, text = run(app, "--sweep", str(sweep), "--out", str(out), "--no-repro")
     assert result.exit_code == 0, text
@@ -51,8 +60,19 @@ def test_gsm8k_task_file_in_the_state_folder(app, model_dirs, tmp_path, monkeypa
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     tasks = tmp_path / "gsm.jsonl"
     tasks.write_text("\n".join(json.dumps({"question": f"{i}+1?", "answer": f"#### {i + 1}"}) for i in range(3)) + "\n")
-    result, text = run(app, "--model", model_dirs[0], "--tasks", str(tasks), "--gen-length", "8", "--steps", "4",
-                       "--no-repro", "--no-plot")
+    result, text = run(
+        app,
+        "--model",
+        model_dirs[0],
+        "--tasks",
+        str(tasks),
+        "--gen-length",
+        "8",
+        "--steps",
+        "4",
+        "--no-repro",
+        "--no-plot",
+    )
     assert result.exit_code == 0, text
     (folder,) = (tmp_path / "home" / "evals").iterdir()
     (record,) = load_records(folder)

@@ -18,10 +18,8 @@ from registry.integrity import GateReportTampered
 from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import fresh_registry, login, register_pair
 from tests.support.forgery import artifact_file, findings, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK
-
+from tests.support.gate_fixtures import OK, fresh_registry, login, register_pair
 
 
 @pytest.fixture
@@ -79,7 +77,9 @@ def test_a_sign_off_check_names_its_own_forgery_after_another_was_recorded(reg):
     with pytest.raises(EvidenceTampered, match="evidence/evidence.json"):
         approve(reg, "tiny-llada", v, "poc", "grace", OK)
     assert sorted(findings(reg, "tampered").evidence.map(lambda e: e["artifact"])) == [
-        "evidence/evidence.json", "evidence/records.json"]
+        "evidence/evidence.json",
+        "evidence/records.json",
+    ]
     assert list(findings(reg, "tampered").who) == ["ada", "grace"]
 
 
@@ -99,12 +99,15 @@ def _cli(reg, monkeypatch, user: str, args: list[str]):
     return CliRunner().invoke(cli_app("approve", "promote", "gates"), args, env={"COLUMNS": "400"})
 
 
-@pytest.mark.parametrize("user,args", [
-    ("grace", ["approve", "tiny-llada", "poc", "--comment", OK]),
-    ("grace", ["reject", "tiny-llada", "poc", "--comment", "not on this evidence"]),
-    ("grace", ["approve", "tiny-llada", "poc", "--reject", "--comment", "not on this evidence"]),
-    ("ada", ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--comment", "reviewed"]),
-])
+@pytest.mark.parametrize(
+    "user,args",
+    [
+        ("grace", ["approve", "tiny-llada", "poc", "--comment", OK]),
+        ("grace", ["reject", "tiny-llada", "poc", "--comment", "not on this evidence"]),
+        ("grace", ["approve", "tiny-llada", "poc", "--reject", "--comment", "not on this evidence"]),
+        ("ada", ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--comment", "reviewed"]),
+    ],
+)
 def test_cli_approve_reject_and_sign_off_refuse_forged_evidence_with_one_line(reg, monkeypatch, user, args):
     _, v = register_pair(reg)
     forge_records(reg)
@@ -112,8 +115,9 @@ def test_cli_approve_reject_and_sign_off_refuse_forged_evidence_with_one_line(re
     done = _cli(reg, monkeypatch, user, args)
     assert done.exit_code == 2 and "Traceback" not in done.output, done.output
     lines = done.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: tiny-llada version {v}: evidence artifact "
-                                                   "evidence/records.json"), done.output
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: tiny-llada version {v}: evidence artifact evidence/records.json"
+    ), done.output
     assert dict(reg.version_tags("tiny-llada", v)) == before and decisions(reg) == []
     assert list(findings(reg, "tampered").who) == [user]
 
@@ -145,8 +149,11 @@ def test_a_flipped_gate_report_is_refused_by_every_reader_and_named(reg):
     assert set(results.stage) == {"poc"}  # the forged staging report gives no rows; poc's is untouched
     assert read.checklist("tiny-llada", v, "staging", registry=reg).empty
     board = views.integrity_board(reg).set_index("model")
-    assert board.loc["tiny-llada", "status"] == "tampered" and board.loc["tiny-llada", "artifact"] == \
-        "gates/staging.json" and "gate report gates/staging.json" in board.loc["tiny-llada", "detail"]
+    assert (
+        board.loc["tiny-llada", "status"] == "tampered"
+        and board.loc["tiny-llada", "artifact"] == "gates/staging.json"
+        and "gate report gates/staging.json" in board.loc["tiny-llada", "detail"]
+    )
     assert board.loc["tiny-ar", "status"] == "verified"
     from dashboards.dossier.content import dossier_content
 
@@ -193,8 +200,7 @@ def test_a_gate_report_written_before_reports_were_hashed_reads_as_unverified(re
         reg.client.delete_model_version_tag("tiny-llada", v, model_tag(key))
     report = load_gate_report(reg, "tiny-llada", v, "staging")
     assert report["integrity"] == "unverified" and report["stage"] == "staging"
-    assert set(read.gate_results(model="tiny-llada", stage="staging", registry=reg).report_integrity) == \
-        {"unverified"}
+    assert set(read.gate_results(model="tiny-llada", stage="staging", registry=reg).report_integrity) == {"unverified"}
     assert views.integrity_board(reg).set_index("model").loc["tiny-llada", "status"] == "verified"
     shown = _cli(reg, monkeypatch, "grace", ["gates", "tiny-llada", "--stage", "staging", "--stored"])
     assert shown.exit_code == 0 and "gate report unverified: written before gate reports were hashed" in shown.output
@@ -235,13 +241,33 @@ def decisions_table(at):
 def test_every_decision_is_read_with_its_actor_host_and_identity_source(tmp_path):
     reg, v = decided_registry(tmp_path)
     found = views.decisions(reg)
-    assert list(found.decision)[::-1] == ["sign-off", "sign-off", "approval", "promotion", "consumed", "rollback",
-                                          "emergency rollback", "approval", "void", "decline"]
+    assert list(found.decision)[::-1] == [
+        "sign-off",
+        "sign-off",
+        "approval",
+        "promotion",
+        "consumed",
+        "rollback",
+        "emergency rollback",
+        "approval",
+        "void",
+        "decline",
+    ]
     from registry.identity import current_actor
 
     mover = current_actor(reg.tracking_uri)  # who ran `promote` (grace only approved it)
-    assert list(found.who)[::-1] == ["ada", "ada", "grace", mover.name, mover.name, "oncall", "oncall", "grace",
-                                     "grace", "grace"]
+    assert list(found.who)[::-1] == [
+        "ada",
+        "ada",
+        "grace",
+        mover.name,
+        mover.name,
+        "oncall",
+        "oncall",
+        "grace",
+        "grace",
+        "grace",
+    ]
     assert found[found.decision == "promotion"].identity.iloc[0] == mover.source
     assert (found.host != "").all() and (found.identity != "").all()  # every decision says where it was made
     events = read.audit_events(registry=reg)
@@ -272,12 +298,13 @@ def texts(at, kind: str) -> list[str]:
     return [e.value for e in at.get(kind)]
 
 
-def test_a_broken_chain_is_red_on_the_promotions_page_and_the_landing_verdict_naming_the_entry(tmp_path,
-                                                                                                monkeypatch):
+def test_a_broken_chain_is_red_on_the_promotions_page_and_the_landing_verdict_naming_the_entry(tmp_path, monkeypatch):
     reg, _ = decided_registry(tmp_path)
     events = read.audit_events(registry=reg)
     edited = events[events.event == "approval"].iloc[0]
-    reg.client.set_tag(edited.audit_run_id, model_tag("who"), "mallory")  # as tests/integration/test_audit_chain.py edits one
+    reg.client.set_tag(
+        edited.audit_run_id, model_tag("who"), "mallory"
+    )  # as tests/integration/test_audit_chain.py edits one
     chain = read.audit_chain(registry=reg)
     assert chain["status"] == "broken" and chain["first_break"]["run_id"] == edited.audit_run_id
     for path in ("views/promotions.py", None):
@@ -300,8 +327,9 @@ def test_an_empty_audit_trail_shows_grey_with_its_summary(tmp_path, monkeypatch)
     assert any("No decisions yet" in m for m in texts(at, "markdown"))
 
 
-def test_the_dossier_says_a_gate_report_is_unverified_and_unmask_report_refuses_a_flipped_one(reg, monkeypatch,
-                                                                                                 tmp_path):
+def test_the_dossier_says_a_gate_report_is_unverified_and_unmask_report_refuses_a_flipped_one(
+    reg, monkeypatch, tmp_path
+):
     from dashboards.dossier.content import dossier_content
 
     _, v = register_pair(reg)
@@ -309,14 +337,18 @@ def test_the_dossier_says_a_gate_report_is_unverified_and_unmask_report_refuses_
     judge(reg, "tiny-llada", v, "poc")
     reg.client.delete_model_version_tag("tiny-llada", v, model_tag("gates.poc.sha256"))
     content = dossier_content(reg, "tiny-llada", v)
-    assert (content["gates"]["poc"]["integrity"], content["gates"]["staging"]["integrity"]) == ("unverified",
-                                                                                                "verified")
+    assert (content["gates"]["poc"]["integrity"], content["gates"]["staging"]["integrity"]) == (
+        "unverified",
+        "verified",
+    )
     assert [x["text"] for x in content["limitations"] if x["kind"] == "gate report integrity"] == [
-        "the poc gate report is unverified: written before gate reports were hashed (re-judge to hash it)"]
+        "the poc gate report is unverified: written before gate reports were hashed (re-judge to hash it)"
+    ]
     flip_gate_report(reg)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    done = CliRunner().invoke(cli_app("report"), ["report", "tiny-llada", "--out", str(tmp_path / "out"),
-                                                  "--no-pdf"], env={"COLUMNS": "400"})
+    done = CliRunner().invoke(
+        cli_app("report"), ["report", "tiny-llada", "--out", str(tmp_path / "out"), "--no-pdf"], env={"COLUMNS": "400"}
+    )
     assert done.exit_code == 2 and "Traceback" not in done.output, done.output
     lines = done.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: tiny-llada version {v}: gate report gates/staging.json")

@@ -18,12 +18,16 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gates.policy import POLICY_PATH
 from tests.support import REPO
 from tests.support.fuzz_fixtures import refused, row_counts, store_path
-from gates.policy import POLICY_PATH
 
-FAST = settings(max_examples=25, deadline=None, database=None,  # no .hypothesis/ folder in the checkout
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=25,
+    deadline=None,
+    database=None,  # no .hypothesis/ folder in the checkout
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 # --- CLI arguments: checked by the shared callbacks of flows/commands/options.py ------------------
 
@@ -44,8 +48,11 @@ CLI_CASES = [
     (["generate", "hi", "--device", "tpu"], "--device", "tpu"),
     (["generate", "hi", "--device", "cuda:x"], "--device", "cuda:x"),
     (["generate", "hi", "--device", ""], "--device", "''"),
-    (["generate", "hi", "--gen-length", "100000", "--block-length", "100000"], "gen_length 100000",
-     "max_sequence_length"),
+    (
+        ["generate", "hi", "--gen-length", "100000", "--block-length", "100000"],
+        "gen_length 100000",
+        "max_sequence_length",
+    ),
     (["generate", "hi", "--model", "no-such-model"], "no-such-model"),
     (["generate", "hi", "--dtype", "float8"], "float8"),
     (["bench", "--gen-lengths", "0"], "--gen-lengths", "'0'"),
@@ -90,8 +97,9 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, named", [(a, tuple(n)) for a, *n in CLI_CASES],
-                         ids=[" ".join(a)[:60] for a, *_ in CLI_CASES])
+@pytest.mark.parametrize(
+    "args, named", [(a, tuple(n)) for a, *n in CLI_CASES], ids=[" ".join(a)[:60] for a, *_ in CLI_CASES]
+)
 def test_cli_argument_is_refused(args, named):
     refused(args, *named)
 
@@ -109,13 +117,17 @@ def test_any_port_outside_tcp_is_refused(port):
 
 
 @FAST
-@given(device=st.text(min_size=1, max_size=12).filter(lambda d: d.strip() == d and d not in ("cpu", "cuda", "mps")
-                                                        and not d.startswith(("cuda:", "-"))))
+@given(
+    device=st.text(min_size=1, max_size=12).filter(
+        lambda d: d.strip() == d and d not in ("cpu", "cuda", "mps") and not d.startswith(("cuda:", "-"))
+    )
+)
 def test_any_unknown_device_is_refused(device):
     refused(["generate", "hi", "--device", device], "--device")
 
 
 # --- policies: gates/policy.py --------------------------------------------------------------------
+
 
 def _policy_data():
     return yaml.safe_load(POLICY_PATH.read_text())
@@ -128,6 +140,7 @@ def _gate(key_path):
         for part in head:
             node = node[part]
         node[last] = value
+
     return edit
 
 
@@ -153,8 +166,7 @@ POLICY_EDITS = [  # (what, key path under the stage, value, the value as the err
 POLICY_CASES = [(stage, *edit) for stage in ("poc", "staging", "production") for edit in POLICY_EDITS]
 
 
-@pytest.mark.parametrize("stage, what, key, value, shown", POLICY_CASES,
-                         ids=[f"{c[0]}-{c[1]}" for c in POLICY_CASES])
+@pytest.mark.parametrize("stage, what, key, value, shown", POLICY_CASES, ids=[f"{c[0]}-{c[1]}" for c in POLICY_CASES])
 def test_policy_is_refused_by_file_key_and_value(tmp_path, stage, what, key, value, shown):
     data = _policy_data()
     _gate(key)(data, stage, value)
@@ -167,8 +179,18 @@ POLICY_COMMANDS = {
     "run": lambda path: ["run", "--policy", path],
     "request-promotion": lambda path: ["request-promotion", "tiny-llada", "poc", "--policy", path],
     "nightly-run": lambda path: ["nightly", "run", "--policy", path],
-    "promote": lambda path: ["promote", "tiny-llada", "--to", "poc", "--approver", "a", "--comment", "c" * 30,
-                             "--policy", path],
+    "promote": lambda path: [
+        "promote",
+        "tiny-llada",
+        "--to",
+        "poc",
+        "--approver",
+        "a",
+        "--comment",
+        "c" * 30,
+        "--policy",
+        path,
+    ],
 }
 
 
@@ -203,8 +225,17 @@ def test_missing_policy_file_is_refused(tmp_path):
 
 
 @FAST
-@given(value=st.one_of(st.just(NAN), st.just(INF), st.just(-INF), st.text(max_size=5), st.lists(st.integers(), max_size=2),
-                       st.booleans(), st.none()))
+@given(
+    value=st.one_of(
+        st.just(NAN),
+        st.just(INF),
+        st.just(-INF),
+        st.text(max_size=5),
+        st.lists(st.integers(), max_size=2),
+        st.booleans(),
+        st.none(),
+    )
+)
 def test_any_non_number_threshold_is_refused_by_the_policy_parser(value):
     from gates.policy import PolicyError, parse_policy
 
@@ -242,6 +273,7 @@ def _item(n, **changes):
                 item.pop(key, None)
             else:
                 item[key] = value
+
     return edit
 
 
@@ -257,21 +289,36 @@ CHECKLIST_EDITS = [  # (what, edit of the poc checklist, named in the error)
     ("empty text", _item(0, text=" "), ".text"),
     ("text a number", _item(0, text=3), ".text"),
     ("frameworks missing one", _item(0, frameworks={"nist_ai_rmf": "GOVERN 1"}), ".frameworks"),
-    ("bad NIST function", _item(0, frameworks={"nist_ai_rmf": "PLAN 1", "eu_ai_act_annex_iv": "2", "iso_42001": "9"}),
-     "'PLAN 1'"),
+    (
+        "bad NIST function",
+        _item(0, frameworks={"nist_ai_rmf": "PLAN 1", "eu_ai_act_annex_iv": "2", "iso_42001": "9"}),
+        "'PLAN 1'",
+    ),
     ("evidence kind unknown", _item(0, evidence={"kind": "vibes"}), ".evidence.kind"),
     ("evidence missing", _item(0, evidence=KeyError), ".evidence.kind"),
     ("manual with a gate", _item(0, evidence={"kind": "manual", "gate": "license"}), ".evidence"),
-    ("automatic with gate and field", _item(0, evidence={"kind": "automatic", "gate": "license",
-                                                          "record_field": "valid", "equals": True}), ".evidence"),
+    (
+        "automatic with gate and field",
+        _item(0, evidence={"kind": "automatic", "gate": "license", "record_field": "valid", "equals": True}),
+        ".evidence",
+    ),
     ("gate a number", _item(0, evidence={"kind": "automatic", "gate": 5}), ".evidence.gate"),
     ("gate list of numbers", _item(0, evidence={"kind": "automatic", "gate": [1, 2]}), ".evidence.gate"),
-    ("record_field a number", _item(0, evidence={"kind": "automatic", "record_field": 5, "equals": 1}),
-     ".evidence.record_field"),
-    ("non_empty a word", _item(0, evidence={"kind": "automatic", "record_field": "valid", "non_empty": "yes"}),
-     ".evidence.non_empty"),
-    ("equals and non_empty", _item(0, evidence={"kind": "automatic", "record_field": "valid", "equals": True,
-                                                "non_empty": True}), "equals or non_empty"),
+    (
+        "record_field a number",
+        _item(0, evidence={"kind": "automatic", "record_field": 5, "equals": 1}),
+        ".evidence.record_field",
+    ),
+    (
+        "non_empty a word",
+        _item(0, evidence={"kind": "automatic", "record_field": "valid", "non_empty": "yes"}),
+        ".evidence.non_empty",
+    ),
+    (
+        "equals and non_empty",
+        _item(0, evidence={"kind": "automatic", "record_field": "valid", "equals": True, "non_empty": True}),
+        "equals or non_empty",
+    ),
     ("unknown evidence key", _item(0, evidence={"kind": "automatic", "gate": "license", "weight": 2}), "'weight'"),
 ]
 CHECKLIST_FILES = [
@@ -348,16 +395,20 @@ def registered_store(tmp_path, monkeypatch):
     return db
 
 
-@pytest.mark.parametrize("what, key, value, shown", [POLICY_EDITS[0], POLICY_EDITS[9], POLICY_EDITS[12]],
-                         ids=["nan", "empty-require", "unknown-item"])
+@pytest.mark.parametrize(
+    "what, key, value, shown",
+    [POLICY_EDITS[0], POLICY_EDITS[9], POLICY_EDITS[12]],
+    ids=["nan", "empty-require", "unknown-item"],
+)
 def test_a_refused_policy_leaves_a_registered_store_as_it_was(tmp_path, registered_store, what, key, value, shown):
     data = _policy_data()
     _gate(key)(data, "poc", value)
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data))
-    for args in (["gates", "tiny-llada", "--policy", str(path)],
-                 ["promote", "tiny-llada", "--to", "poc", "--approver", "a", "--comment", "x" * 30,
-                  "--policy", str(path)]):
+    for args in (
+        ["gates", "tiny-llada", "--policy", str(path)],
+        ["promote", "tiny-llada", "--to", "poc", "--approver", "a", "--comment", "x" * 30, "--policy", str(path)],
+    ):
         refused(args, str(path), shown, db=registered_store)
 
 
@@ -367,14 +418,27 @@ PROMOTE = ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--com
 @pytest.mark.parametrize("command", [*CHECKLIST_COMMANDS, "promote"])
 def test_a_refused_checklist_leaves_a_registered_store_as_it_was(tmp_path, registered_store, command):
     folder = _checklists(tmp_path, CHECKLIST_EDITS[0][1])
-    refused(CHECKLIST_COMMANDS.get(command, PROMOTE), str(folder / "poc.yaml"), "items",
-            env={"UNMASK_CHECKLISTS": str(folder)}, db=registered_store)
+    refused(
+        CHECKLIST_COMMANDS.get(command, PROMOTE),
+        str(folder / "poc.yaml"),
+        "items",
+        env={"UNMASK_CHECKLISTS": str(folder)},
+        db=registered_store,
+    )
 
 
 # --- catalogs: models/catalog.py --------------------------------------------------------------------
 
-GOOD_ENTRY = {"id": "good", "family": "llada", "kind": "masked-diffusion", "role": "candidate",
-              "source": "hf://org/good", "revision": "main", "license": "MIT", "adapter": "llada"}
+GOOD_ENTRY = {
+    "id": "good",
+    "family": "llada",
+    "kind": "masked-diffusion",
+    "role": "candidate",
+    "source": "hf://org/good",
+    "revision": "main",
+    "license": "MIT",
+    "adapter": "llada",
+}
 
 
 def _entry(**changes):
@@ -411,8 +475,11 @@ CATALOG_ENTRIES = [  # (what, the broken entry, named in the error)
     ("decoding wrong type", _entry(decoding={"steps": "many"}), "'many'"),
     ("unknown adapter", _entry(adapter="onnx"), "'onnx'"),
     ("adapter none without notes", _entry(adapter="none"), "notes"),
-    ("api without api_model", _entry(kind="api", adapter="api", source="https://api.example.com/v1",
-                                     revision=KeyError), "api_model"),
+    (
+        "api without api_model",
+        _entry(kind="api", adapter="api", source="https://api.example.com/v1", revision=KeyError),
+        "api_model",
+    ),
     ("duplicate id", dict(GOOD_ENTRY), "duplicate"),
     ("entry not a mapping", "just-a-string", "entry #2"),
 ]
@@ -435,7 +502,9 @@ def test_models_table_lists_the_valid_entry_and_marks_the_broken_one(tmp_path):
     path.write_text(yaml.safe_dump({"entries": [GOOD_ENTRY, _entry(source="../../../../etc")]}))
     result = CliRunner().invoke(unmask_app(), ["models", "--catalog", str(path)], env={"COLUMNS": "120"})
     rows = [line for line in result.output.splitlines() if line.startswith("│")]
-    assert any("good" in r and "masked-diffusion" in r for r in rows) and any("bad" in r and "broken" in r for r in rows)
+    assert any("good" in r and "masked-diffusion" in r for r in rows) and any(
+        "bad" in r and "broken" in r for r in rows
+    )
 
 
 CATALOG_FILES = [
@@ -463,9 +532,15 @@ def test_pull_refuses_a_source_outside_the_catalog(tmp_path, what, entry, named)
 
 
 @FAST
-@given(entry=st.dictionaries(st.sampled_from(sorted(GOOD_ENTRY) + ["sha256", "decoding", "pinned", "x"]),
-                             st.one_of(st.text(max_size=8), st.integers(), st.booleans(), st.none(),
-                                       st.lists(st.text(max_size=3), max_size=2)), max_size=9))
+@given(
+    entry=st.dictionaries(
+        st.sampled_from(sorted(GOOD_ENTRY) + ["sha256", "decoding", "pinned", "x"]),
+        st.one_of(
+            st.text(max_size=8), st.integers(), st.booleans(), st.none(), st.lists(st.text(max_size=3), max_size=2)
+        ),
+        max_size=9,
+    )
+)
 @example(entry={"license": "\x1b"})  # license-expression's validate() raised AttributeError on it
 def test_any_entry_is_an_entry_or_a_catalog_error_naming_the_file(tmp_path_factory, entry):
     from models.catalog import CatalogError, load_catalog
@@ -482,8 +557,13 @@ def test_any_entry_is_an_entry_or_a_catalog_error_naming_the_file(tmp_path_facto
 
 # --- sweep files: evals/sweep.py --------------------------------------------------------------------
 
-GOOD_SWEEP = {"name": "fuzz", "models": ["tiny-llada"], "tasks": [{"task": "arith", "n": 2}],
-              "base": {"gen_length": 8, "block_length": 8}, "grid": {"steps": [4]}}
+GOOD_SWEEP = {
+    "name": "fuzz",
+    "models": ["tiny-llada"],
+    "tasks": [{"task": "arith", "n": 2}],
+    "base": {"gen_length": 8, "block_length": 8},
+    "grid": {"steps": [4]},
+}
 SWEEP_CASES = [
     ("unknown top key", {"modles": ["x"]}, "'modles'"),
     ("no models", {"models": []}, "'models'"),
@@ -497,8 +577,11 @@ SWEEP_CASES = [
     ("n zero", {"tasks": [{"task": "arith", "n": 0}]}, "tasks[0].n"),
     ("task and file", {"tasks": [{"task": "arith", "file": "x.jsonl"}]}, "exactly one"),
     ("name a list", {"name": ["a"]}, "'name'"),
-    ("beyond the context", {"base": {"gen_length": 1024, "block_length": 1024}, "grid": {"steps": [1024]}},
-     "max_sequence_length"),
+    (
+        "beyond the context",
+        {"base": {"gen_length": 1024, "block_length": 1024}, "grid": {"steps": [1024]}},
+        "max_sequence_length",
+    ),
 ]
 
 
@@ -509,8 +592,11 @@ def test_sweep_file_is_refused_by_key(tmp_path, what, change, named):
     refused(["eval", "--sweep", str(path), "--no-repro", "--no-plot", "--out", str(tmp_path / "out")], str(path), named)
 
 
-@pytest.mark.parametrize("content, named", [(b"models: [\n", "not valid YAML"), (b"- 1\n", "expected a mapping"),
-                                            (b"name: caf\xe9\n", "not UTF-8")], ids=["bad-yaml", "a-list", "not-utf8"])
+@pytest.mark.parametrize(
+    "content, named",
+    [(b"models: [\n", "not valid YAML"), (b"- 1\n", "expected a mapping"), (b"name: caf\xe9\n", "not UTF-8")],
+    ids=["bad-yaml", "a-list", "not-utf8"],
+)
 def test_sweep_file_that_is_not_a_sweep_is_refused(tmp_path, content, named):
     path = tmp_path / "sweep.yaml"
     path.write_bytes(content)
@@ -537,16 +623,48 @@ TASK_CASES = [
 def test_task_file_is_refused_by_line_and_field(tmp_path, what, content, named):
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(content)
-    refused(["eval", "--model", "tiny-llada", "--tasks", str(path), "--gen-length", "8", "--steps", "4", "--no-repro",
-             "--no-plot", "--out", str(tmp_path / "out")], str(path), named)
+    refused(
+        [
+            "eval",
+            "--model",
+            "tiny-llada",
+            "--tasks",
+            str(path),
+            "--gen-length",
+            "8",
+            "--steps",
+            "4",
+            "--no-repro",
+            "--no-plot",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        str(path),
+        named,
+    )
 
 
 def test_task_file_missing_and_gen_length_beyond_the_context(tmp_path):
     refused(["eval", "--model", "tiny-llada", "--tasks", str(tmp_path / "none.jsonl")], "none.jsonl", "not found")
     path = tmp_path / "tasks.jsonl"
     path.write_text(GOOD_LINE + "\n")
-    refused(["eval", "--model", "tiny-llada", "--tasks", str(path), "--gen-length", "100000", "--no-repro", "--no-plot",
-             "--out", str(tmp_path / "out")], "gen_length 100000", "max_sequence_length 640")
+    refused(
+        [
+            "eval",
+            "--model",
+            "tiny-llada",
+            "--tasks",
+            str(path),
+            "--gen-length",
+            "100000",
+            "--no-repro",
+            "--no-plot",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        "gen_length 100000",
+        "max_sequence_length 640",
+    )
 
 
 def test_a_5mb_prompt_is_refused_before_it_is_tokenised():
@@ -554,6 +672,7 @@ def test_a_5mb_prompt_is_refused_before_it_is_tokenised():
 
 
 # --- model folders: models/checkpoint.py and the adapters ------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def good_model(tmp_path_factory):
@@ -574,10 +693,16 @@ MODEL_CASES = [
     ("config not utf-8", lambda f: (f / "config.json").write_bytes(b'{"d_model": "\xff"}'), "config.json"),
     ("config a list", lambda f: (f / "config.json").write_text("[1]"), "config.json"),
     ("no weights", lambda f: (f / "model.safetensors").unlink(), "safetensors"),
-    ("truncated weights", lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:100]),
-     "model.safetensors"),
-    ("pickle only", lambda f: ((f / "model.safetensors").unlink(), (f / "pytorch_model.bin").write_bytes(b"\x80\x04K.")),
-     "pickle"),
+    (
+        "truncated weights",
+        lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:100]),
+        "model.safetensors",
+    ),
+    (
+        "pickle only",
+        lambda f: ((f / "model.safetensors").unlink(), (f / "pytorch_model.bin").write_bytes(b"\x80\x04K.")),
+        "pickle",
+    ),
     ("no tokenizer", lambda f: (f / "tokenizer.json").unlink(), "tokenizer"),
 ]
 

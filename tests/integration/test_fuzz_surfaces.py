@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from tests.support import REPO
 from tests.support.fuzz_fixtures import refused
 
-FAST = settings(max_examples=40, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def one_line(error: Exception, *named: object) -> str:
@@ -122,10 +123,12 @@ ROLES_TOP_EDITS = [  # (what, dotted key, value, named)
     ("stage missing", "stages.poc", DELETE, "stages.poc"),
     ("stages not a mapping", "stages", [], "stages"),
 ]
-ROLES_CASES = ([(f"{stage}: {what}", f"stages.{stage}.{key}", value, (f"stages.{stage}", shown))
-                for stage in ("poc", "staging", "production") for what, key, value, shown in ROLES_STAGE_EDITS
-                if not (stage == "production" and key == "approvals.count" and value == 1)]
-               + [(what, key, value, (shown,)) for what, key, value, shown in ROLES_TOP_EDITS])
+ROLES_CASES = [
+    (f"{stage}: {what}", f"stages.{stage}.{key}", value, (f"stages.{stage}", shown))
+    for stage in ("poc", "staging", "production")
+    for what, key, value, shown in ROLES_STAGE_EDITS
+    if not (stage == "production" and key == "approvals.count" and value == 1)
+] + [(what, key, value, (shown,)) for what, key, value, shown in ROLES_TOP_EDITS]
 
 
 def _write(tmp_path: Path, name: str, data) -> Path:
@@ -172,12 +175,19 @@ def test_the_bundled_roles_still_load():
         assert load_roles(REPO / "gates" / name).stage("production").approvals_count == 2
 
 
-@pytest.mark.parametrize("what, key, value, named", [ROLES_CASES[0], ROLES_CASES[1], ROLES_CASES[8]],
-                         ids=["a thousand", "more than approvers", "misspelled group"])
+@pytest.mark.parametrize(
+    "what, key, value, named",
+    [ROLES_CASES[0], ROLES_CASES[1], ROLES_CASES[8]],
+    ids=["a thousand", "more than approvers", "misspelled group"],
+)
 def test_a_refused_roles_file_is_one_line_from_the_cli(tmp_path, what, key, value, named):
     path = _write(tmp_path, "roles.yaml", _set(TEAM_ROLES, key, value))
-    refused(["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--comment", "ok"],
-            str(path), *named, env={"UNMASK_ROLES": str(path)})
+    refused(
+        ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--comment", "ok"],
+        str(path),
+        *named,
+        env={"UNMASK_ROLES": str(path)},
+    )
 
 
 # --- serving policies: gates/serving_policy.py, gates/serving_arms.py, gates/request_limits.py --------------------
@@ -226,8 +236,12 @@ SERVING_CASES = [  # (what, dotted key, value, named)
     ("arm named auto", "arms", {"auto": {"alias": "staging"}}, "arms.auto"),
     ("upstream not a URL", "arms", {"up": {"upstream": "localhost:8000", "model": "m"}}, "arms.up"),
     ("upstream ftp", "arms", {"up": {"upstream": "ftp://127.0.0.1/v1", "model": "m"}}, "ftp://"),
-    ("arm timeout negative", "arms", {"up": {"upstream": "http://127.0.0.1:8001/v1", "model": "m",
-                                             "timeout_s": -1}}, "timeout_s"),
+    (
+        "arm timeout negative",
+        "arms",
+        {"up": {"upstream": "http://127.0.0.1:8001/v1", "model": "m", "timeout_s": -1}},
+        "timeout_s",
+    ),
     ("arm unknown key", "arms", {"up": {"alias": "staging", "weight": 1}}, "weight"),
     ("fault abort share 101", "arms", {"s": {"alias": "staging", "faults": {"abort_share": 101}}}, "abort_share"),
     ("fault delay negative", "arms", {"s": {"alias": "staging", "faults": {"delay_s": -1}}}, "delay_s"),
@@ -261,8 +275,11 @@ def test_serving_policy_is_refused_by_file_key_and_value(tmp_path, what, key, va
 def test_a_route_given_twice_is_refused(tmp_path):
     from gates.serving_policy import ServingPolicyError, load_serving_policy
 
-    text = (REPO / "gates" / "serving.yaml").read_text().replace(
-        "  latency:\n", "  long:\n    match: {user: x}\n    arm: fallback\n  latency:\n", 1)
+    text = (
+        (REPO / "gates" / "serving.yaml")
+        .read_text()
+        .replace("  latency:\n", "  long:\n    match: {user: x}\n    arm: fallback\n  latency:\n", 1)
+    )
     path = tmp_path / "serving.yaml"
     path.write_text(text)
     with pytest.raises(ServingPolicyError) as e:
@@ -277,8 +294,11 @@ def test_the_bundled_serving_policy_still_loads_with_default_limits():
     assert load_serving_policy().limits == RequestLimits()
 
 
-@pytest.mark.parametrize("what, key, value, named", [SERVING_CASES[3], SERVING_CASES[24], SERVING_CASES[51]],
-                         ids=["matcher", "split", "limits"])
+@pytest.mark.parametrize(
+    "what, key, value, named",
+    [SERVING_CASES[3], SERVING_CASES[24], SERVING_CASES[51]],
+    ids=["matcher", "split", "limits"],
+)
 def test_a_refused_serving_policy_is_one_line_from_serve(tmp_path, what, key, value, named):
     path = _write(tmp_path, "serving.yaml", _set(SERVING, key, value))
     refused(["serve", "--routes", str(path), "--port", "1"], "--routes", str(path), named)
@@ -363,16 +383,22 @@ def test_the_bundled_rollout_policy_still_loads():
     assert load_rollout_policy(REPO / "gates" / "serving.yaml").steps[-1] == 100
 
 
-@pytest.mark.parametrize("what, key, value, named", [ROLLOUT_CASES[0], ROLLOUT_CASES[1], ROLLOUT_CASES[20]],
-                         ids=["max 5", "max -0.1", "interval 1e12"])
+@pytest.mark.parametrize(
+    "what, key, value, named",
+    [ROLLOUT_CASES[0], ROLLOUT_CASES[1], ROLLOUT_CASES[20]],
+    ids=["max 5", "max -0.1", "interval 1e12"],
+)
 def test_a_refused_rollout_policy_is_one_line_from_rollout_start(tmp_path, what, key, value, named):
     path = _write(tmp_path, "serving.yaml", _set(SERVING, f"rollout.{key}", value))
     refused(["rollout", "start", "tiny-llada", "--route", "long", "--routes", str(path)], str(path), named)
 
 
 def test_rollout_start_checks_its_stage_policy_before_any_work(tmp_path):
-    refused(["rollout", "start", "tiny-llada", "--route", "long", "--policy", str(tmp_path / "nope.yaml")],
-            "nope.yaml", "not found")
+    refused(
+        ["rollout", "start", "tiny-llada", "--route", "long", "--policy", str(tmp_path / "nope.yaml")],
+        "nope.yaml",
+        "not found",
+    )
 
 
 # --- load test and rollout arguments: evals/loadtest.check_spec, models.state.check_token ---------------------------
@@ -409,8 +435,30 @@ LOAD_CASES = [  # (what, LoadSpec changes, named)
     ("timeout inf", {"timeout_s": math.inf}, "--timeout"),
 ]
 LEVEL_TEXTS = ["", ",", "a", "1,,x", "1.5", "1;4", "0x10", "one"]
-ROLLOUT_IDS = ["../x", "../../outside/forged", "/etc/passwd", "", ".", "..", ".hidden", "a/b", "a\\b", "x" * 129,
-               "a b", "a\x00b", "~", "~/x", "$HOME", "-rf", "a/../b", "rollout\n", "é", "id;rm", "*", "long-*"]
+ROLLOUT_IDS = [
+    "../x",
+    "../../outside/forged",
+    "/etc/passwd",
+    "",
+    ".",
+    "..",
+    ".hidden",
+    "a/b",
+    "a\\b",
+    "x" * 129,
+    "a b",
+    "a\x00b",
+    "~",
+    "~/x",
+    "$HOME",
+    "-rf",
+    "a/../b",
+    "rollout\n",
+    "é",
+    "id;rm",
+    "*",
+    "long-*",
+]
 
 
 @pytest.mark.parametrize("what, changes, named", LOAD_CASES, ids=[c[0] for c in LOAD_CASES])
@@ -452,12 +500,15 @@ def test_rollout_commands_refuse_a_path_as_an_id_before_reading_anything(tmp_pat
     assert not outside.exists()
 
 
-@pytest.mark.parametrize("args, named", [
-    (["loadtest", "--requests", "100000000"], "100000000"),
-    (["loadtest", "--concurrency", "1,5000"], "5000"),
-    (["loadtest", "--max-tokens", "0"], "--max-tokens"),
-    (["loadtest", "--duration", "-1"], "--duration"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["loadtest", "--requests", "100000000"], "100000000"),
+        (["loadtest", "--concurrency", "1,5000"], "5000"),
+        (["loadtest", "--max-tokens", "0"], "--max-tokens"),
+        (["loadtest", "--duration", "-1"], "--duration"),
+    ],
+)
 def test_load_test_arguments_are_one_line_from_the_cli(args, named):
     refused(args, named)
 
@@ -480,10 +531,35 @@ def _env_cases(tmp: Path) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
         for value in (tmp / "missing.yaml", folder, blocker / "x.yaml", tmp / "missing" / "deeper.yaml"):
             cases.append((f"{name} {value.name}", {name: str(value)}, (name, str(value), "no such file")))
     for value in (tmp / "missing", blocker, blocker / "x", tmp / "missing" / "x"):
-        cases.append((f"UNMASK_CHECKLISTS {value.name}", {"UNMASK_CHECKLISTS": str(value)},
-                      ("UNMASK_CHECKLISTS", str(value), "no such folder")))
-    for value in ("0", "-1", "many", "1.5", "1e3", "99999", "4294967297", "+2", "0x2", "2 threads", "½", "-0", "00",
-                  "3 4", "3.0", "inf", "nan", "1_000", "\u0663\u0663\u0663\u0663", "10000"):
+        cases.append(
+            (
+                f"UNMASK_CHECKLISTS {value.name}",
+                {"UNMASK_CHECKLISTS": str(value)},
+                ("UNMASK_CHECKLISTS", str(value), "no such folder"),
+            )
+        )
+    for value in (
+        "0",
+        "-1",
+        "many",
+        "1.5",
+        "1e3",
+        "99999",
+        "4294967297",
+        "+2",
+        "0x2",
+        "2 threads",
+        "½",
+        "-0",
+        "00",
+        "3 4",
+        "3.0",
+        "inf",
+        "nan",
+        "1_000",
+        "\u0663\u0663\u0663\u0663",
+        "10000",
+    ):
         cases.append((f"UNMASK_THREADS {value}", {"UNMASK_THREADS": value}, ("UNMASK_THREADS", repr(value))))
     return cases
 
@@ -522,8 +598,13 @@ def test_unmask_home_under_a_file_is_one_line_from_the_installed_command(env_tmp
     import sys
 
     home = env_tmp / "a-file" / "home"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "audit"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, UNMASK_HOME=str(home)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "audit"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, UNMASK_HOME=str(home)),
+    )
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "UNMASK_HOME" in errors[0] and "is a file" in errors[0], proc.stderr
@@ -543,16 +624,23 @@ def _loaders():
 
 
 @FAST
-@given(mapping=st.dictionaries(KEY, SCALAR, min_size=1, max_size=6), twice=st.integers(0, 5),
-       depth=st.integers(0, 2), flow=st.booleans())
+@given(
+    mapping=st.dictionaries(KEY, SCALAR, min_size=1, max_size=6),
+    twice=st.integers(0, 5),
+    depth=st.integers(0, 2),
+    flow=st.booleans(),
+)
 def test_any_mapping_with_a_key_twice_is_refused_by_both_readers(mapping, twice, depth, flow):
     import yaml as pyyaml
 
     pairs = list(mapping.items())
     key, value = pairs[twice % len(pairs)]
     items = [*pairs, (key, value)]
-    body = ("{" + ", ".join(f"{k}: {pyyaml.safe_dump(v).splitlines()[0]}" for k, v in items) + "}" if flow else
-            "\n".join(f"{'  ' * depth}{k}: {pyyaml.safe_dump(v).splitlines()[0]}" for k, v in items))
+    body = (
+        "{" + ", ".join(f"{k}: {pyyaml.safe_dump(v).splitlines()[0]}" for k, v in items) + "}"
+        if flow
+        else "\n".join(f"{'  ' * depth}{k}: {pyyaml.safe_dump(v).splitlines()[0]}" for k, v in items)
+    )
     text = "".join(f"{'  ' * d}n{d}:\n" for d in range(depth)) + (("  " * depth) + body if flow else body) + "\n"
     for load in _loaders():
         with pytest.raises(pyyaml.YAMLError) as e:
@@ -576,21 +664,24 @@ def test_every_reader_refuses_a_key_given_twice(tmp_path, monkeypatch, where):
     import shutil
 
     if where == "catalog":
-        from models.catalog import CatalogError as error, load_catalog as load
+        from models.catalog import CatalogError as error
+        from models.catalog import load_catalog as load
 
         path = tmp_path / "catalog.yaml"
         path.write_text("entries: []\nentries: []\n")
     elif where == "sweep":
-        from evals.sweep import SweepError as error, load_sweep as load
+        from evals.sweep import SweepError as error
+        from evals.sweep import load_sweep as load
 
         path = tmp_path / "sweep.yaml"
         path.write_text("name: a\nmodels: [tiny-llada]\ntasks: [arith]\nname: b\n")
     elif where == "policy":
-        from gates.policy import PolicyError as error, load_policy as load
+        from gates.policy import PolicyError as error
+        from gates.policy import load_policy as load
 
         path = tmp_path / "policy.yaml"
         text = (REPO / "gates" / "policy.yaml").read_text()
-        path.write_text(text + "\n" + text[text.index("stages:"):])
+        path.write_text(text + "\n" + text[text.index("stages:") :])
     elif where == "checklist":
         from checklists import ChecklistError as error
 
@@ -603,7 +694,8 @@ def test_every_reader_refuses_a_key_given_twice(tmp_path, monkeypatch, where):
 
             return load_checklist("poc", p.parent)
     elif where == "license":
-        from evals.license import LicensePolicyError as error, load_policy as load
+        from evals.license import LicensePolicyError as error
+        from evals.license import load_policy as load
 
         path = tmp_path / "licenses.yaml"
         path.write_text("tiers: {}\ntiers: {}\n")
@@ -617,7 +709,8 @@ def test_every_reader_refuses_a_key_given_twice(tmp_path, monkeypatch, where):
 
             return load_gsm8k(p)
     else:
-        from models.checkpoint import CheckpointError as error, read_config
+        from models.checkpoint import CheckpointError as error
+        from models.checkpoint import read_config
 
         shutil.copytree(REPO / "models" / "weights" / "tiny-llada", tmp_path / "m")
         path = tmp_path / "m" / "config.json"
@@ -625,13 +718,14 @@ def test_every_reader_refuses_a_key_given_twice(tmp_path, monkeypatch, where):
 
         def load(p):
             return read_config(p.parent)
+
     with pytest.raises(error) as e:
         load(path)
     one_line(e.value, path, "duplicate key")
 
 
 # --- numeric extremes ---------------------------------------------------------------------------------------------
-EXTREME = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70))
+EXTREME = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**70), 2**70))
 
 
 @FAST
@@ -649,8 +743,11 @@ def test_any_rollout_number_is_a_policy_or_a_one_line_refusal(value, key):
 
 
 @FAST
-@given(value=EXTREME, metric=st.sampled_from(["error_rate", "decode_failure_rate", "agreement", "p95_latency_s"]),
-       bound=st.sampled_from(["min", "max"]))
+@given(
+    value=EXTREME,
+    metric=st.sampled_from(["error_rate", "decode_failure_rate", "agreement", "p95_latency_s"]),
+    bound=st.sampled_from(["min", "max"]),
+)
 def test_any_analysis_bound_is_in_range_or_refused(value, metric, bound):
     from gates.rollout_policy import SHARE_METRICS, RolloutPolicyError, parse_rollout_policy
 

@@ -32,8 +32,12 @@ def test_generate_uses_the_recorded_operating_point_and_exact_is_one_position_pe
 
     reg = fresh_registry(tmp_path)
     point = {"steps": 8, "gen_length": 32, "block_length": 16}
-    register_pair(reg, evidence("tiny-llada", [record("tiny-llada", "arith", config=point),
-                                               record("tiny-llada", "sort", config=point)]))
+    register_pair(
+        reg,
+        evidence(
+            "tiny-llada", [record("tiny-llada", "arith", config=point), record("tiny-llada", "sort", config=point)]
+        ),
+    )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     fast = run(app, ["generate", PROMPT], env={"COLUMNS": "200"})
     assert fast.exit_code == 0, fast.output

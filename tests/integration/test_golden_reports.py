@@ -10,9 +10,7 @@ import copy
 import json
 import os
 import re
-from pathlib import Path
 
-import pytest
 import yaml
 
 from gates.evaluate import evaluate_gates, gate_report_markdown, stage_verdict
@@ -22,23 +20,40 @@ from registry.approvals import sign_off
 from registry.identity import os_account
 from registry.tracking import load_gate_report
 from tests.support import REPO
-from tests.support.gate_fixtures import (ALL_MANUAL, evidence, fast_llada, fresh_registry, record, register_pair,
-                                 serving_record, signoffs)
+from tests.support.gate_fixtures import (
+    ALL_MANUAL,
+    evidence,
+    fast_llada,
+    fresh_registry,
+    record,
+    register_pair,
+    serving_record,
+    signoffs,
+)
 
 GOLDEN = REPO / "tests" / "golden"
 POLICY_PATH = REPO / "gates" / "policy.yaml"
-STEPS = [{"weight": 5, "verdict": "pass", "run_id": "a"}, {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
-         {"weight": 100, "verdict": "pass", "run_id": "c"}]
+STEPS = [
+    {"weight": 5, "verdict": "pass", "run_id": "a"},
+    {"weight": 50, "verdict": "inconclusive", "run_id": "b"},
+    {"weight": 100, "verdict": "pass", "run_id": "c"},
+]
 
 
 def _policy():
     """The bundled policy with every gate kind: a parallelism and a canary gate added at each stage."""
     data = copy.deepcopy(yaml.safe_load(POLICY_PATH.read_text()))
-    for stage, gates in (("poc", {"parallel": {"kind": "parallelism", "aup_min": 30}}),
-                         ("staging", {"parallel": {"kind": "parallelism",
-                                                   "tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.7}},
-                                      "canary": {"min_weight": 50}}),
-                         ("production", {"canary": {"min_weight": 100}})):
+    for stage, gates in (
+        ("poc", {"parallel": {"kind": "parallelism", "aup_min": 30}}),
+        (
+            "staging",
+            {
+                "parallel": {"kind": "parallelism", "tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.7}},
+                "canary": {"min_weight": 50},
+            },
+        ),
+        ("production", {"canary": {"min_weight": 100}}),
+    ):
         data["stages"][stage]["gates"].update(gates)
     return parse_policy(data, source="policy.yaml")
 
@@ -50,32 +65,43 @@ CASES = {
     "few_items": lambda: evidence(records=[record(n_items=20), record(task="sort", n_items=20)]),
     "unvalidated": lambda: evidence(records=[record(valid=None), record(task="sort", valid=False)]),
     "no_license_no_repro": lambda: evidence(license=None, reproducibility=None),
-    "load_failure_errors": lambda: evidence(records=[record(errors=3), record(task="sort")],
-                                            failures=["decode failed on item 3"]),
+    "load_failure_errors": lambda: evidence(
+        records=[record(errors=3), record(task="sort")], failures=["decode failed on item 3"]
+    ),
     "no_serving": lambda: evidence(serving=[]),
     "slow_serving": lambda: evidence(serving=[serving_record(latency_p95_s=6.0, error_rate=0.2, tokens_per_s=40.0)]),
-    "no_memory_no_tpf": lambda: evidence(records=[record(peak_mem_mb=None, tokens_per_forward=None),
-                                                  record(task="sort", peak_mem_mb=None, tokens_per_forward=None)]),
+    "no_memory_no_tpf": lambda: evidence(
+        records=[
+            record(peak_mem_mb=None, tokens_per_forward=None),
+            record(task="sort", peak_mem_mb=None, tokens_per_forward=None),
+        ]
+    ),
     "low_quality": lambda: evidence(records=[record(accuracy=0.41), record(task="sort", accuracy=0.3)]),
     "canary_passed": lambda: evidence(canary=[{"id": "r1", "status": "running", "analyses": STEPS}]),
     "canary_paused": lambda: evidence(canary=[{"id": "r2", "status": "paused", "analyses": STEPS[:2]}]),
-    "canary_rolled_back": lambda: evidence(canary=[{"id": "r3", "status": "rolled_back",
-                                                    "analyses": [{"weight": 5, "verdict": "fail", "run_id": "x"}]}]),
+    "canary_rolled_back": lambda: evidence(
+        canary=[{"id": "r3", "status": "rolled_back", "analyses": [{"weight": 5, "verdict": "fail", "run_id": "x"}]}]
+    ),
 }
 
 
 def _gate_reports() -> dict:
     policy, out = _policy(), {}
-    baselines = {"none": {}, "fallback": {"fallback": evidence("tiny-ar")},
-                 "production": {"fallback": evidence("tiny-ar"), "production": evidence()}}
+    baselines = {
+        "none": {},
+        "fallback": {"fallback": evidence("tiny-ar")},
+        "production": {"fallback": evidence("tiny-ar"), "production": evidence()},
+    }
     combos = [("fallback", ALL_MANUAL)] + [("none", ()), ("production", ALL_MANUAL)]
     for name, build in CASES.items():
         for stage in ("poc", "staging", "production"):
             for base_name, signed in combos if name in ("default", "fast") else combos[:1]:
                 results = evaluate_gates(build(), policy, stage, baselines[base_name], signoffs(*signed))
                 out[f"{name}/{stage}/{base_name}/{'signed' if signed else 'unsigned'}"] = {
-                    "results": [r.to_dict() for r in results], "verdict": stage_verdict(results),
-                    "markdown": gate_report_markdown(results, f"{name}: {stage}")}
+                    "results": [r.to_dict() for r in results],
+                    "verdict": stage_verdict(results),
+                    "markdown": gate_report_markdown(results, f"{name}: {stage}"),
+                }
     return out
 
 
@@ -100,12 +126,19 @@ def _judged(tmp_path) -> dict:
     for stage in ("poc", "staging", "production"):
         decision = judge(reg, "tiny-llada", v, stage)
         stored = load_gate_report(reg, "tiny-llada", v, stage)
-        out[stage] = {"allowed": decision.allowed, "reasons": [[str(r.kind.value), r.text] for r in decision.reasons],
-                      "gates": [r.to_dict() for r in decision.gate_results],
-                      "checklist": decision.checklist.to_dicts() if decision.checklist else [],
-                      "evidence_keys": sorted(decision.evidence), "stored": stored,
-                      "tags": {k: t for k, t in reg.version_tags("tiny-llada", v).items()
-                               if k.startswith(f"unmask.gates.{stage}") and not k.endswith(("sha256", ".sig"))}}  # digest, signature vary
+        out[stage] = {
+            "allowed": decision.allowed,
+            "reasons": [[str(r.kind.value), r.text] for r in decision.reasons],
+            "gates": [r.to_dict() for r in decision.gate_results],
+            "checklist": decision.checklist.to_dicts() if decision.checklist else [],
+            "evidence_keys": sorted(decision.evidence),
+            "stored": stored,
+            "tags": {
+                k: t
+                for k, t in reg.version_tags("tiny-llada", v).items()
+                if k.startswith(f"unmask.gates.{stage}") and not k.endswith(("sha256", ".sig"))
+            },
+        }  # digest, signature vary
     return _normalised(out)
 
 

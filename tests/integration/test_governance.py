@@ -19,12 +19,19 @@ import registry.read as read
 from checklists import load_checklist
 from gates.promotion import Approval, Decline, Duties, ReasonKind, decide_promotion
 from gates.roles import RolesError, load_roles, parse_roles
-from registry import (ApprovalRefused, PromotionRefused, approve, decline, promote, register_evidence, rollback,
-                      sign_off, stage_holder)
+from registry import (
+    ApprovalRefused,
+    PromotionRefused,
+    approve,
+    decline,
+    promote,
+    register_evidence,
+    rollback,
+    sign_off,
+    stage_holder,
+)
 from registry.approvals import approvals_of, open_request
-from registry.identity import os_account
-from tests.support.gate_fixtures import evidence, fast_llada, fresh_registry, register_pair, signoffs
-from tests.support.gate_fixtures import OK
+from tests.support.gate_fixtures import OK, evidence, fast_llada, signoffs
 from tests.support.governance import ME, PEOPLE, governed_registry, roles_data
 
 ONE_ACCOUNT = "without an authenticated server one OS account is one person"
@@ -82,7 +89,8 @@ def test_one_os_account_cannot_satisfy_four_eyes_under_other_names(reg):
         approve(reg, "tiny-llada", "1", "staging", "grace", OK)
     assert refused.value.reasons == [  # one line, naming the rule
         f"staging needs distinct people, and grace is OS account '{ME}', which already registered the evidence of "
-        f"this version: {ONE_ACCOUNT}, so four eyes need `mlflow server --app-name basic-auth` (docs/governance.md)"]
+        f"this version: {ONE_ACCOUNT}, so four eyes need `mlflow server --app-name basic-auth` (docs/governance.md)"
+    ]
     with pytest.raises(PromotionRefused, match=ONE_ACCOUNT):
         promote("tiny-llada", "staging", approver="grace", comment=OK, registry=reg)
     assert stage_holder(reg, "staging") is None and approvals_of(reg, "tiny-llada", "1", "staging") == []
@@ -96,16 +104,22 @@ def test_two_approvals_from_one_os_account_count_once_for_production():
 
     roles = load_roles()
     at = "2026-11-30T11:00:00Z"
-    typed = [Approval("production", name, at, OK, f"a{n}", "r1", identity="named-by-caller", account="ops")
-             for n, name in enumerate(("grace", "linus"))]
-    reasons, counted = approval_problems(typed, "production", 0, roles=roles, duties=Duties(request_id="r1"),
-                                         counted=True)
+    typed = [
+        Approval("production", name, at, OK, f"a{n}", "r1", identity="named-by-caller", account="ops")
+        for n, name in enumerate(("grace", "linus"))
+    ]
+    reasons, counted = approval_problems(
+        typed, "production", 0, roles=roles, duties=Duties(request_id="r1"), counted=True
+    )
     assert [a.by for a in counted] == [] and [r.text for r in reasons] == [
         f"production needs distinct people, and linus is OS account 'ops', which already approved it as grace: "
         f"{ONE_ACCOUNT}, so four eyes need `mlflow server --app-name basic-auth` (docs/governance.md)",
-        "production needs 2 approvals from 2 different people; approved so far by grace"]
-    authenticated = [Approval("production", name, at, OK, f"a{n}", "r1", identity="mlflow-basic-auth", account="ops")
-                     for n, name in enumerate(("grace", "linus"))]
+        "production needs 2 approvals from 2 different people; approved so far by grace",
+    ]
+    authenticated = [
+        Approval("production", name, at, OK, f"a{n}", "r1", identity="mlflow-basic-auth", account="ops")
+        for n, name in enumerate(("grace", "linus"))
+    ]
     assert approval_problems(authenticated, "production", 0, roles=roles, duties=Duties(request_id="r1")) == []
 
 
@@ -115,11 +129,14 @@ def test_of_two_names_on_one_account_the_approval_typed_into_the_promotion_is_th
     from gates.promotion import approval_problems
 
     roles = load_roles()
-    typed = [Approval("poc", name, at, OK, f"a{n}", "r1", identity="named-by-caller", account="ops")
-             for n, (name, at) in enumerate((("grace", "2026-11-30T11:00:00Z"), ("linus", "2026-11-30T11:00:01Z")))]
+    typed = [
+        Approval("poc", name, at, OK, f"a{n}", "r1", identity="named-by-caller", account="ops")
+        for n, (name, at) in enumerate((("grace", "2026-11-30T11:00:00Z"), ("linus", "2026-11-30T11:00:01Z")))
+    ]
     for prefer, expected in (("", "grace"), ("a0", "grace"), ("a1", "linus")):
-        reasons, counted = approval_problems(typed, "poc", 0, roles=roles, duties=Duties(request_id="r1"),
-                                             counted=True, prefer=prefer)
+        reasons, counted = approval_problems(
+            typed, "poc", 0, roles=roles, duties=Duties(request_id="r1"), counted=True, prefer=prefer
+        )
         assert [a.by for a in counted] == [expected] and reasons == [], prefer
 
 
@@ -151,8 +168,11 @@ def test_the_tooling_maturity_signer_cannot_approve_staging(reg, monkeypatch, tm
 
 def test_a_user_without_the_role_is_refused_for_approval_sign_off_and_rollback(reg):
     at_poc(reg)
-    with pytest.raises(ApprovalRefused, match=r"mallory may not approve staging: the approve role is held by "
-                                              r"approvers \(bob, eve, grace, linus\)"):
+    with pytest.raises(
+        ApprovalRefused,
+        match=r"mallory may not approve staging: the approve role is held by "
+        r"approvers \(bob, eve, grace, linus\)",
+    ):
         approve(reg, "tiny-llada", "1", "staging", "mallory", OK)
     with pytest.raises(ApprovalRefused, match="mallory may not sign off staging/fallback-plan"):
         sign_off(reg, "tiny-llada", "1", "staging", "fallback-plan", "mallory", "looked at it")
@@ -188,7 +208,9 @@ def test_a_declined_version_is_refused_until_new_evidence_is_registered(reg):
     register_evidence(reg, fast_llada())  # new evidence: the decline (and every sign-off) no longer stands
     for item in load_checklist("staging").manual_items():
         sign_off(reg, "tiny-llada", "1", "staging", item, "ada", f"{item} checked again")
-    with pytest.raises(ApprovalRefused) as e:  # only four eyes stand in the way now (tests/e2e/test_governance_server.py)
+    with pytest.raises(
+        ApprovalRefused
+    ) as e:  # only four eyes stand in the way now (tests/e2e/test_governance_server.py)
         approve(reg, "tiny-llada", "1", "staging", "linus", OK)
     assert "a decline is final" not in str(e.value) and ONE_ACCOUNT in str(e.value)
 
@@ -219,17 +241,37 @@ def test_the_rules_state_each_duty_as_a_typed_reason_an_approver_can_settle():
     by_eve = Approval("staging", "eve", "2026-11-30T11:30:00Z", OK, id="a1", request="r1")
     by_mallory = Approval("staging", "mallory", "2026-11-30T11:31:00Z", OK, id="a2", request="r1")
     duties = Duties(requester="bob", registered_by="eve", request_id="r1", now="2026-11-30T12:00:00Z")
-    decision = decide_promotion(fast_llada(), load_roles_free_policy(), "staging", base, signed, [by_eve, by_mallory],
-                                {"poc"}, evaluated_at="2026-11-30T10:30:00Z", roles=roles, duties=duties)
+    decision = decide_promotion(
+        fast_llada(),
+        load_roles_free_policy(),
+        "staging",
+        base,
+        signed,
+        [by_eve, by_mallory],
+        {"poc"},
+        evaluated_at="2026-11-30T10:30:00Z",
+        roles=roles,
+        duties=duties,
+    )
     settled = {r.kind: r.text for r in decision.reasons if not r.blocking}  # another approver settles these
-    assert settled == {ReasonKind.DUTY: "eve registered the evidence of this version and cannot approve its staging "
-                                        "promotion",
-                       ReasonKind.ROLE: "mallory may not approve staging: the approve role is held by approvers "
-                                        "(bob, eve, grace, linus)"}, decision.reasons
+    assert settled == {
+        ReasonKind.DUTY: "eve registered the evidence of this version and cannot approve its staging promotion",
+        ReasonKind.ROLE: "mallory may not approve staging: the approve role is held by approvers "
+        "(bob, eve, grace, linus)",
+    }, decision.reasons
     declined = Decline("staging", "grace", "2026-11-30T11:00:00Z", "no")
-    decision = decide_promotion(fast_llada(), load_roles_free_policy(), "staging", base, signed, [], {"poc"},
-                                evaluated_at="2026-11-30T10:30:00Z", roles=roles,
-                                duties=Duties(declined=declined))
+    decision = decide_promotion(
+        fast_llada(),
+        load_roles_free_policy(),
+        "staging",
+        base,
+        signed,
+        [],
+        {"poc"},
+        evaluated_at="2026-11-30T10:30:00Z",
+        roles=roles,
+        duties=Duties(declined=declined),
+    )
     assert [r.kind for r in decision.reasons if r.blocking] == [ReasonKind.DECLINED]
 
 
@@ -243,26 +285,40 @@ def test_the_bundled_roles_keep_the_one_user_flow_to_poc_and_need_others_beyond(
     roles = load_roles()
     assert roles.stage("poc").self_approval and not roles.stage("staging").self_approval
     assert roles.stage("production").approvals_count == 2
-    assert all(roles.may("anyone", s, d) for s in ("poc", "staging", "production")
-               for d in ("approve", "emergency_rollback", "sign_off"))
+    assert all(
+        roles.may("anyone", s, d)
+        for s in ("poc", "staging", "production")
+        for d in ("approve", "emergency_rollback", "sign_off")
+    )
 
 
-@pytest.mark.parametrize("edit, where", [
-    (lambda d: d.update(admins=["ada"]), "admins: unknown key"),
-    (lambda d: d["stages"]["poc"].update(aprove=["approvers"]), "stages.poc: aprove: unknown key"),
-    (lambda d: d["stages"].update(canary=d["stages"]["poc"]), "stages.canary: unknown stage"),
-    (lambda d: d["stages"]["staging"].update(approve=["approverz"]),
-     "stages.staging.approve: 'approverz' is not a known user or a group"),
-    (lambda d: d["groups"].update(reviewers=["zed"]), "groups.reviewers: 'zed' is not a known user"),
-    (lambda d: d["stages"]["poc"]["sign_off"].update({"fallback-plann": ["ada"]}),
-     "stages.poc.sign_off.fallback-plann: not a manual item of the poc checklist"),
-    (lambda d: d["stages"]["production"].update(approvals={"count": 1, "distinct": True}),
-     "stages.production.approvals.count: production needs at least 2 distinct approvers"),
-    (lambda d: d["stages"]["production"].update(approvals={"count": 2, "distinct": False}),
-     "stages.production.approvals.distinct: expected true"),
-    (lambda d: d["stages"]["poc"].update(approval_ttl_hours=float("nan")), "stages.poc.approval_ttl_hours"),
-    (lambda d: d["stages"]["poc"].pop("emergency_rollback"), "stages.poc: emergency_rollback: missing"),
-])
+@pytest.mark.parametrize(
+    "edit, where",
+    [
+        (lambda d: d.update(admins=["ada"]), "admins: unknown key"),
+        (lambda d: d["stages"]["poc"].update(aprove=["approvers"]), "stages.poc: aprove: unknown key"),
+        (lambda d: d["stages"].update(canary=d["stages"]["poc"]), "stages.canary: unknown stage"),
+        (
+            lambda d: d["stages"]["staging"].update(approve=["approverz"]),
+            "stages.staging.approve: 'approverz' is not a known user or a group",
+        ),
+        (lambda d: d["groups"].update(reviewers=["zed"]), "groups.reviewers: 'zed' is not a known user"),
+        (
+            lambda d: d["stages"]["poc"]["sign_off"].update({"fallback-plann": ["ada"]}),
+            "stages.poc.sign_off.fallback-plann: not a manual item of the poc checklist",
+        ),
+        (
+            lambda d: d["stages"]["production"].update(approvals={"count": 1, "distinct": True}),
+            "stages.production.approvals.count: production needs at least 2 distinct approvers",
+        ),
+        (
+            lambda d: d["stages"]["production"].update(approvals={"count": 2, "distinct": False}),
+            "stages.production.approvals.distinct: expected true",
+        ),
+        (lambda d: d["stages"]["poc"].update(approval_ttl_hours=float("nan")), "stages.poc.approval_ttl_hours"),
+        (lambda d: d["stages"]["poc"].pop("emergency_rollback"), "stages.poc: emergency_rollback: missing"),
+    ],
+)
 def test_a_malformed_roles_file_is_refused_naming_the_key(tmp_path, edit, where):
     data = roles_data()
     edit(data)
@@ -294,8 +350,9 @@ def test_cli_approve_refuses_with_its_reason_and_reject_is_final(reg, monkeypatc
     assert as_me.exit_code == 1 and f"{ME} registered the evidence of this version" in as_me.output, as_me.output
     claimed = run(cli_app("approve"), ["approve", "tiny-llada", "staging", "--by", "grace", "--comment", OK], env=env)
     assert claimed.exit_code == 2 and f"--by 'grace' is not you: you are '{ME}' (os-user" in claimed.output
-    declined = run(cli_app("approve"), ["reject", "tiny-llada", "staging", "--comment", "the sort task regressed"],
-                   env=env)
+    declined = run(
+        cli_app("approve"), ["reject", "tiny-llada", "staging", "--comment", "the sort task regressed"], env=env
+    )
     assert declined.exit_code == 0 and f"declined by {ME}" in declined.output, declined.output
     again = run(cli_app("approve"), ["approve", "tiny-llada", "staging", "--comment", OK], env=env)
     assert again.exit_code == 1 and "a decline is final until new evidence is registered" in again.output
@@ -305,22 +362,26 @@ def test_cli_approve_refuses_with_its_reason_and_reject_is_final(reg, monkeypatc
     assert refusals(reg, "decline")["who"].tolist() == [ME]
 
 
-def test_a_name_typed_into_the_prefect_form_moves_nothing_an_identified_approval_does(reg, monkeypatch, tmp_path,
-                                                                                     prefect_harness):
+def test_a_name_typed_into_the_prefect_form_moves_nothing_an_identified_approval_does(
+    reg, monkeypatch, tmp_path, prefect_harness
+):
     import threading
 
     from typer.testing import CliRunner
 
-    from tests.support.flow_fixtures import cli_app
     from flows.promote import PromotionApproval, promote_flow, resume_with_approval, waiting_promotions
+    from tests.support.flow_fixtures import cli_app
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     roles_with_me(tmp_path)
 
     def paused_flow():
         outcome = {}
-        thread = threading.Thread(target=lambda: outcome.update(
-            state=promote_flow("tiny-llada", "poc", timeout_s=120, poll_interval_s=1, return_state=True)))
+        thread = threading.Thread(
+            target=lambda: outcome.update(
+                state=promote_flow("tiny-llada", "poc", timeout_s=120, poll_interval_s=1, return_state=True)
+            )
+        )
         thread.start()
         deadline = time.monotonic() + 90
         while not waiting_promotions("tiny-llada", "poc") and time.monotonic() < deadline:
@@ -328,15 +389,17 @@ def test_a_name_typed_into_the_prefect_form_moves_nothing_an_identified_approval
         return thread, outcome
 
     thread, outcome = paused_flow()
-    resume_with_approval(waiting_promotions("tiny-llada", "poc")[0].id,
-                         PromotionApproval(approver="grace", comment=OK))  # what the UI form sends: a typed name
+    resume_with_approval(
+        waiting_promotions("tiny-llada", "poc")[0].id, PromotionApproval(approver="grace", comment=OK)
+    )  # what the UI form sends: a typed name
     thread.join(120)
     assert outcome["state"].is_failed() and "carries no identity" in outcome["state"].message
     assert stage_holder(reg, "poc") is None and approvals_of(reg, "tiny-llada", "1", "poc") == []
 
     thread, outcome = paused_flow()
-    approved = CliRunner().invoke(cli_app("approve"), ["approve", "tiny-llada", "poc", "--comment", OK],
-                                  env={"LOGNAME": "grace"})  # not an identity: the OS account approves
+    approved = CliRunner().invoke(
+        cli_app("approve"), ["approve", "tiny-llada", "poc", "--comment", OK], env={"LOGNAME": "grace"}
+    )  # not an identity: the OS account approves
     assert approved.exit_code == 0 and f"approved by {ME}" in approved.output, approved.output
     thread.join(120)
     assert outcome["state"].is_completed(), outcome["state"].message

@@ -4,11 +4,8 @@ outside unmask is reported and not acted on until reconciled; every verdict and 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pytest
 from typer.testing import CliRunner
@@ -16,14 +13,21 @@ from typer.testing import CliRunner
 import registry.read as read
 import registry.views as views
 from gates.policy import POLICY_PATH, load_policy
-from registry import (EvidenceTampered, PromotionRefused, alias_drift, evidence_integrity, judge, load_evidence,
-                      promote, rollback, sign_off, stage_holder)
-from registry.integrity import DIGEST_PREFIX
+from registry import (
+    EvidenceTampered,
+    PromotionRefused,
+    alias_drift,
+    evidence_integrity,
+    judge,
+    load_evidence,
+    promote,
+    rollback,
+    stage_holder,
+)
 from registry.approvals import approval_of
-from tests.support.gate_fixtures import fresh_registry, login, register_pair
+from registry.integrity import DIGEST_PREFIX
 from tests.support.forgery import artifact_file, findings, forge_records
-from tests.support.gate_fixtures import OK, sign_all
-
+from tests.support.gate_fixtures import OK, fresh_registry, login, register_pair, sign_all
 
 
 @pytest.fixture
@@ -50,8 +54,10 @@ def test_registration_records_a_sha256_per_evidence_artifact_and_reads_verify_it
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
     tags = reg.client.get_run(run_id).data.tags
     for path in ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md"):
-        assert tags[DIGEST_PREFIX + path] == hashlib.sha256(artifact_file(reg, "tiny-llada", v, path)
-                                                            .read_bytes()).hexdigest()
+        assert (
+            tags[DIGEST_PREFIX + path]
+            == hashlib.sha256(artifact_file(reg, "tiny-llada", v, path).read_bytes()).hexdigest()
+        )
     assert evidence_integrity(reg, "tiny-llada", v)["status"] == "verified"
 
 
@@ -74,8 +80,13 @@ def test_an_edited_records_json_is_named_recorded_once_and_moves_nothing(reg):
     recorded = findings(reg, "tampered")
     assert len(recorded) == 1  # judged twice, one finding
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
-    assert recorded.evidence.iloc[0] == {"kind": "tampered", "artifact": "evidence/records.json", "run_id": run_id,
-                                         "expected": expected, "found": found}
+    assert recorded.evidence.iloc[0] == {
+        "kind": "tampered",
+        "artifact": "evidence/records.json",
+        "run_id": run_id,
+        "expected": expected,
+        "found": found,
+    }
     assert (recorded.model.iloc[0], recorded.version.iloc[0]) == ("tiny-llada", v)
 
 
@@ -150,8 +161,9 @@ def test_the_dashboard_reads_show_a_forged_version_as_tampered_and_do_not_rank_o
     register_pair(reg)
     forge_records(reg)
     board = views.integrity_board(reg).set_index("model")
-    assert board.loc["tiny-llada", "status"] == "tampered" and "evidence/records.json" in board.loc["tiny-llada",
-                                                                                                 "detail"]
+    assert (
+        board.loc["tiny-llada", "status"] == "tampered" and "evidence/records.json" in board.loc["tiny-llada", "detail"]
+    )
     assert board.loc["tiny-ar", "status"] == "verified"
     assert set(views.quality_latency(reg).model) == {"tiny-ar"}
     assert "tiny-llada" not in set(read.scores("poc", registry=reg)["ranking"].get("candidate", []))
@@ -171,8 +183,10 @@ def test_a_drifted_alias_is_reported_and_neither_rolled_back_nor_promoted_until_
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")  # behind unmask's back
     reg.client.delete_registered_model_alias("tiny-llada", "poc")
     drift = alias_drift(reg, "poc")
-    assert str(drift).startswith("alias poc drifted: the audit trail's last settled move left it on tiny-llada@1, "
-                                 "the registry has it on tiny-ar@1")
+    assert str(drift).startswith(
+        "alias poc drifted: the audit trail's last settled move left it on tiny-llada@1, "
+        "the registry has it on tiny-ar@1"
+    )
     with caplog.at_level(logging.WARNING, logger="unmask.registry"):
         assert stage_holder(reg, "poc") == ("tiny-ar", "1")  # readers show what is there, and say it drifted
     assert "alias poc drifted" in caplog.text
@@ -197,8 +211,10 @@ def test_a_drifted_alias_is_reported_and_neither_rolled_back_nor_promoted_until_
 def test_an_alias_set_where_nobody_was_is_taken_off_by_reconcile(reg):
     register_pair(reg)
     reg.client.set_registered_model_alias("tiny-llada", "staging", "1")
-    assert str(alias_drift(reg, "staging")).startswith("alias staging drifted: the audit trail's last settled move "
-                                                       "left it on nobody, the registry has it on tiny-llada@1")
+    assert str(alias_drift(reg, "staging")).startswith(
+        "alias staging drifted: the audit trail's last settled move "
+        "left it on nobody, the registry has it on tiny-llada@1"
+    )
     with pytest.raises(PromotionRefused, match="drifted"):
         rollback("staging", who="oncall", registry=reg)
     rollback("staging", who="oncall", reconcile=True, registry=reg)
@@ -213,8 +229,10 @@ def test_the_nightly_reports_drift_and_its_rollback_refuses_it(reg):
     _poc_held_by_llada(reg)
     reg.client.set_registered_model_alias("tiny-llada", "production", "1")
     watched = watch_list.fn(reg.tracking_uri)
-    assert watched["drift"]["production"].startswith("alias production drifted: the audit trail's last settled "
-                                                      "move left it on nobody, the registry has it on tiny-llada@1")
+    assert watched["drift"]["production"].startswith(
+        "alias production drifted: the audit trail's last settled "
+        "move left it on nobody, the registry has it on tiny-llada@1"
+    )
     assert set(watched["drift"]) == {"production"} and len(findings(reg, "drift")) == 1
     with pytest.raises(PromotionRefused, match="alias production drifted"):
         rollback("production", who="nightly", registry=reg)
@@ -267,8 +285,10 @@ def test_cli_promote_takes_policy_and_refusals_record_it_too(reg, monkeypatch, t
     refused = CliRunner().invoke(app, ["promote", "tiny-llada", "--to", "poc", "--policy", str(relaxed)])
     assert refused.exit_code == 1
     event = read.audit_events(event="promotion_refused", registry=reg).iloc[-1]
-    assert event["evidence"]["policy"] == {"path": str(relaxed.resolve()),
-                                           "sha256": hashlib.sha256(relaxed.read_bytes()).hexdigest()}
+    assert event["evidence"]["policy"] == {
+        "path": str(relaxed.resolve()),
+        "sha256": hashlib.sha256(relaxed.read_bytes()).hexdigest(),
+    }
     missing = CliRunner().invoke(app, ["promote", "tiny-llada", "--to", "poc", "--policy", str(tmp_path / "no.yaml")])
     assert missing.exit_code == 2 and "no.yaml: policy file not found" in missing.output
 
@@ -281,6 +301,7 @@ def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_cras
     forge_records(reg)
     reg.client.set_registered_model_alias("tiny-ar", "staging", "1")  # and an alias moved by hand
     from tests.support.dashboard_fixtures import APP as app
+
     at = AppTest.from_file(app, default_timeout=120)
     at.run()
     assert not at.exception, at.exception

@@ -5,7 +5,6 @@ registry) whose gain-against-cap table, throughput-vs-p95 plot, logged curve and
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -28,8 +27,8 @@ def handles():
 @pytest.mark.parametrize("name", ["tiny-llada", "tiny-ar"])
 def test_the_cap_on_a_bundled_tiny_model_is_timed_on_its_operating_forward(handles, name):
     from evals.batching_cap import measure_cap
-    from tests.support.serving_fixtures import OPERATING, PROMPTS
     from sampler.config import SamplerConfig
+    from tests.support.serving_fixtures import OPERATING, PROMPTS
 
     handle = handles[name]
     config = SamplerConfig(**OPERATING[name]).with_(**handle.sampler_ids())
@@ -48,8 +47,8 @@ def test_the_decode_cap_times_whole_decodes_of_every_kind(handles, name):
     import models
     from evals.batching_cap import measure_cap, measure_decode_cap
     from models.loading import resolve_model_path
-    from tests.support.serving_fixtures import OPERATING, PROMPTS
     from sampler.config import SamplerConfig
+    from tests.support.serving_fixtures import OPERATING, PROMPTS
 
     handle = handles.get(name) or models.load(str(resolve_model_path(name)))
     config = SamplerConfig(**OPERATING.get(name, OPERATING["tiny-llada"])).with_(**handle.sampler_ids())
@@ -99,10 +98,27 @@ def loaded(tmp_path_factory):
     root = tmp_path_factory.mktemp("load-curve")
     registry = serving_registry(root / "registry")
     plot = root / "out" / "curve.png"
-    result = CliRunner().invoke(cli_app("loadtest"), [
-        "loadtest", "--model", "production", "--model", "fallback", "--concurrency", "1,2", "--requests", "4",
-        "--max-tokens", "8", "--plot", str(plot), "--json", str(root / "load.json")],
-        env={"MLFLOW_TRACKING_URI": registry.tracking_uri, "UNMASK_HOME": str(root / "home"), "COLUMNS": "220"})
+    result = CliRunner().invoke(
+        cli_app("loadtest"),
+        [
+            "loadtest",
+            "--model",
+            "production",
+            "--model",
+            "fallback",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--max-tokens",
+            "8",
+            "--plot",
+            str(plot),
+            "--json",
+            str(root / "load.json"),
+        ],
+        env={"MLFLOW_TRACKING_URI": registry.tracking_uri, "UNMASK_HOME": str(root / "home"), "COLUMNS": "220"},
+    )
     assert result.exit_code == 0, result.output
     return registry, result.output, plot, json.loads((root / "load.json").read_text())["records"]
 
@@ -115,8 +131,12 @@ def test_the_load_test_prints_each_models_gain_against_its_cap_and_the_curve_poi
     assert all(row.rstrip(" │").endswith("%") for row in rows)
     assert "decode cap" in output and all(row.count("%") == 2 for row in rows)  # both caps measured, both shares
     # the curve's points: one results row per (model, concurrency), with its tokens/s and p95
-    assert [(r["served_as"], r["concurrency"]) for r in records] == [("production", 1), ("production", 2),
-                                                                     ("fallback", 1), ("fallback", 2)]
+    assert [(r["served_as"], r["concurrency"]) for r in records] == [
+        ("production", 1),
+        ("production", 2),
+        ("fallback", 1),
+        ("fallback", 2),
+    ]
     assert all(r["tokens_per_s"] > 0 and r["latency_p95_s"] > 0 for r in records)
     assert "p95 (ms)" in output and "tokens/s" in output
 
@@ -155,6 +175,8 @@ def test_the_quality_latency_page_draws_throughput_against_p95_from_the_logged_l
     assert sorted(drawn["tokens/s"]) == pytest.approx(sorted(want.tokens_per_s))
     assert sorted(drawn["p95 (ms)"]) == pytest.approx(sorted(want.latency_p95_s * 1e3))
     versions = registry.versions
-    assert set(drawn.series) == {f"tiny-llada v{versions['tiny-llada']}",
-                                 f"AR fallback (tiny-ar v{versions['tiny-ar']})"}
+    assert set(drawn.series) == {
+        f"tiny-llada v{versions['tiny-llada']}",
+        f"AR fallback (tiny-ar v{versions['tiny-ar']})",
+    }
     assert set(drawn.label) == {"c=1", "c=2"}

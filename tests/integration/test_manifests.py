@@ -7,16 +7,28 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.manifest_schemas import check_manifest
 from serving.manifests import TARGETS, render
+from tests.support.manifest_schemas import check_manifest
 
-ARM = {"name": "staging", "alias": "staging", "model": "m", "version": "2", "source": "models:/m/2",
-       "weights_sha256": "ab" * 32}
-SPEC = {"route": "default", "image": "unmask:0.1.0", "weight": 25,
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
-        "arms": [ARM, {**ARM, "name": "production", "alias": "production", "version": "1"}],
-        "steps": [5, 25, 50, 100], "interval_s": 60, "analysis_url": "http://r/v1/unmask/analysis",
-        "routes_file": "gates/serving.yaml"}
+ARM = {
+    "name": "staging",
+    "alias": "staging",
+    "model": "m",
+    "version": "2",
+    "source": "models:/m/2",
+    "weights_sha256": "ab" * 32,
+}
+SPEC = {
+    "route": "default",
+    "image": "unmask:0.1.0",
+    "weight": 25,
+    "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+    "arms": [ARM, {**ARM, "name": "production", "alias": "production", "version": "1"}],
+    "steps": [5, 25, 50, 100],
+    "interval_s": 60,
+    "analysis_url": "http://r/v1/unmask/analysis",
+    "routes_file": "gates/serving.yaml",
+}
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -28,27 +40,56 @@ def test_every_rendered_manifest_validates(target, arms):
         assert check_manifest(manifest) == [], manifest
 
 
-@pytest.mark.parametrize("kind, edit, problem", [
-    ("Deployment", lambda m: m["spec"].update(replica=2), "Deployment.spec.replica: not a field of V1DeploymentSpec"),
-    ("Deployment", lambda m: m["spec"].update(replicas="2"), "Deployment.spec.replicas: expected int, got str '2'"),
-    ("Deployment", lambda m: m["spec"]["template"]["spec"]["containers"][0].pop("name"), "must not be `None`"),
-    ("Service", lambda m: m["spec"]["ports"][0].update(port="80"), "Service.spec.ports[0].port: expected int"),
-    ("Rollout", lambda m: m["spec"]["strategy"]["canary"]["steps"][0].update(setWeight="5"),
-     "Rollout.spec.strategy.canary.steps[0].setWeight: expected integer, got str '5'"),
-    ("Rollout", lambda m: m["spec"]["strategy"]["canary"].update(stepz=[]),
-     "Rollout.spec.strategy.canary.stepz: not a field"),
-    ("Rollout", lambda m: m["spec"]["template"]["spec"]["containers"][0].update(imag="x"),
-     "Rollout.spec.template.spec.containers[0].imag: not a field of V1Container"),
-    ("Rollout", lambda m: m["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="two"),
-     "not a resource quantity: 'two'"),
-    ("AnalysisTemplate", lambda m: m["spec"]["metrics"][0].pop("provider"), "AnalysisTemplate.spec.metrics[0].provider: required"),
-    ("AnalysisTemplate", lambda m: m["spec"]["metrics"][0]["provider"]["web"].pop("url"), "web.url: required"),
-    ("InferenceService", lambda m: m["spec"].pop("predictor"), "InferenceService.spec.predictor: required"),
-    ("InferenceService", lambda m: m["spec"]["predictor"].update(canaryTrafficPercent=25.0),
-     "canaryTrafficPercent: expected integer, got float"),
-    ("InferenceService", lambda m: m["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"),
-     "containers[0].ports[0].container_port".replace("container_port", "containerPort") + ": expected int"),
-])
+@pytest.mark.parametrize(
+    "kind, edit, problem",
+    [
+        (
+            "Deployment",
+            lambda m: m["spec"].update(replica=2),
+            "Deployment.spec.replica: not a field of V1DeploymentSpec",
+        ),
+        ("Deployment", lambda m: m["spec"].update(replicas="2"), "Deployment.spec.replicas: expected int, got str '2'"),
+        ("Deployment", lambda m: m["spec"]["template"]["spec"]["containers"][0].pop("name"), "must not be `None`"),
+        ("Service", lambda m: m["spec"]["ports"][0].update(port="80"), "Service.spec.ports[0].port: expected int"),
+        (
+            "Rollout",
+            lambda m: m["spec"]["strategy"]["canary"]["steps"][0].update(setWeight="5"),
+            "Rollout.spec.strategy.canary.steps[0].setWeight: expected integer, got str '5'",
+        ),
+        (
+            "Rollout",
+            lambda m: m["spec"]["strategy"]["canary"].update(stepz=[]),
+            "Rollout.spec.strategy.canary.stepz: not a field",
+        ),
+        (
+            "Rollout",
+            lambda m: m["spec"]["template"]["spec"]["containers"][0].update(imag="x"),
+            "Rollout.spec.template.spec.containers[0].imag: not a field of V1Container",
+        ),
+        (
+            "Rollout",
+            lambda m: m["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="two"),
+            "not a resource quantity: 'two'",
+        ),
+        (
+            "AnalysisTemplate",
+            lambda m: m["spec"]["metrics"][0].pop("provider"),
+            "AnalysisTemplate.spec.metrics[0].provider: required",
+        ),
+        ("AnalysisTemplate", lambda m: m["spec"]["metrics"][0]["provider"]["web"].pop("url"), "web.url: required"),
+        ("InferenceService", lambda m: m["spec"].pop("predictor"), "InferenceService.spec.predictor: required"),
+        (
+            "InferenceService",
+            lambda m: m["spec"]["predictor"].update(canaryTrafficPercent=25.0),
+            "canaryTrafficPercent: expected integer, got float",
+        ),
+        (
+            "InferenceService",
+            lambda m: m["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"),
+            "containers[0].ports[0].container_port".replace("container_port", "containerPort") + ": expected int",
+        ),
+    ],
+)
 def test_the_checks_refuse_an_unknown_field_a_wrong_type_and_a_missing_required_one(kind, edit, problem):
     manifests = {m["kind"]: m for target in TARGETS for m in render(target, copy.deepcopy(SPEC))}
     manifest = copy.deepcopy(manifests[kind])
@@ -86,12 +127,15 @@ def test_argo_rollout_steps_and_analysis_template():
     assert rollout["apiVersion"] == "argoproj.io/v1alpha1" and rollout["kind"] == "Rollout"
     steps = rollout["spec"]["strategy"]["canary"]["steps"]
     assert [s["setWeight"] for s in steps if "setWeight" in s] == [5, 25, 50, 100]
-    assert all(s["analysis"]["templates"][0]["templateName"] == template["metadata"]["name"]
-               for s in steps if "analysis" in s)
+    assert all(
+        s["analysis"]["templates"][0]["templateName"] == template["metadata"]["name"] for s in steps if "analysis" in s
+    )
     assert rollout["spec"]["selector"]["matchLabels"] == rollout["spec"]["template"]["metadata"]["labels"]
     (metric,) = template["spec"]["metrics"]
     assert metric["provider"]["web"]["jsonPath"] == "{$.verdict}"
-    assert "route=default" in metric["provider"]["web"]["url"] and "candidate=staging" in metric["provider"]["web"]["url"]
+    assert (
+        "route=default" in metric["provider"]["web"]["url"] and "candidate=staging" in metric["provider"]["web"]["url"]
+    )
     assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
 
 
@@ -130,7 +174,16 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
         assert r.exit_code == 0, r.output
         manifests = list(yaml.safe_load_all(r.output))
         assert manifests and all(check_manifest(m) == [] for m in manifests), manifests
-        annotated = [m["metadata"].get("annotations") or m["spec"]["template"]["metadata"]["annotations"]
-                     for m in manifests if m["kind"] in ("InferenceService", "Rollout", "Deployment")]
-        assert annotated == [{"unmask.dev/model": "tiny-llada", "unmask.dev/version": version,
-                              "unmask.dev/source": source, "unmask.dev/weights-sha256": digest("tiny-llada")}]
+        annotated = [
+            m["metadata"].get("annotations") or m["spec"]["template"]["metadata"]["annotations"]
+            for m in manifests
+            if m["kind"] in ("InferenceService", "Rollout", "Deployment")
+        ]
+        assert annotated == [
+            {
+                "unmask.dev/model": "tiny-llada",
+                "unmask.dev/version": version,
+                "unmask.dev/source": source,
+                "unmask.dev/weights-sha256": digest("tiny-llada"),
+            }
+        ]

@@ -10,11 +10,19 @@ import pytest
 import registry.approvals as approvals
 import registry.promotion as promotion
 import registry.read as read
+from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, stage_holder
 from registry.identity import os_account
-from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, sign_off, stage_holder
-from tests.support.gate_fixtures import approve_as, evidence, fast_llada, fresh_registry, login, record, register_pair
-from tests.support.gate_fixtures import OK, sign_all
-
+from tests.support.gate_fixtures import (
+    OK,
+    approve_as,
+    evidence,
+    fast_llada,
+    fresh_registry,
+    login,
+    record,
+    register_pair,
+    sign_all,
+)
 
 
 @pytest.fixture
@@ -64,8 +72,14 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
     assert approval.host and approval.closed_by == move.audit_run_id
     assert "unmask.reached.poc" in tags and tags["unmask.gates.poc"] == "passed"
     events = read.audit_events(stage="poc", registry=reg)
-    assert list(events["event"]) == ["signoff", "signoff", "promotion_request", "approval", "alias_move",
-                                     "approval_consumed"]
+    assert list(events["event"]) == [
+        "signoff",
+        "signoff",
+        "promotion_request",
+        "approval",
+        "alias_move",
+        "approval_consumed",
+    ]
     last = events.iloc[-2]
     mover = os_account()  # the identity requests and moves; grace approved in the same call
     assert (last["who"], last["from"], last["to"], last["status"]) == (mover, "", "tiny-llada@1", "FINISHED")
@@ -91,7 +105,8 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     with pytest.raises(PromotionRefused) as e:
         promote("tiny-llada", "production", registry=reg)
     assert [r for r in e.value.reasons if r.startswith("gate")] == [
-        "gate speedup failed: speedup over fallback 0.500x (p95 90.0 ms / 180 ms) < 1x"]
+        "gate speedup failed: speedup over fallback 0.500x (p95 90.0 ms / 180 ms) < 1x"
+    ]
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
@@ -116,18 +131,25 @@ def test_rollback_returns_to_the_previous_version_then_to_the_fallback(reg):
     v1 = _to_production(reg)
     weights = "e" * 64
     newer = fast_llada()
-    newer = type(newer)(**{**newer.__dict__, "weights_sha256": weights, "model_revision": "v2",
-                           "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records],
-                           "serving": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.serving]})
+    newer = type(newer)(
+        **{
+            **newer.__dict__,
+            "weights_sha256": weights,
+            "model_revision": "v2",
+            "records": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.records],
+            "serving": [type(r)(**{**r.__dict__, "weights_sha256": weights}) for r in newer.serving],
+        }
+    )
     v2 = _to_production(reg, newer)
     assert stage_holder(reg, "production") == ("tiny-llada", v2)
     back = rollback("production", who="oncall", comment="p95 regression in prod", registry=reg)
     assert (back.from_holder, back.to_holder) == (("tiny-llada", v2), ("tiny-llada", v1))
     again = rollback("production", who="oncall", registry=reg)
     assert again.to_holder == ("tiny-ar", "1") and again.evidence == {
-        "kind": "rollback", "target": "fallback", "actor": {"by": "oncall", "host": socket.gethostname(),
-                                                             "identity": "named-by-caller",
-                                                             "account": os_account()}}
+        "kind": "rollback",
+        "target": "fallback",
+        "actor": {"by": "oncall", "host": socket.gethostname(), "identity": "named-by-caller", "account": os_account()},
+    }
     assert "production" not in reg.aliases_of("tiny-llada")
     assert reg.aliases_of("tiny-ar") == {"fallback": "1", "production": "1"}
     moves = read.audit_events(stage="production", event="alias_move", registry=reg)
@@ -158,7 +180,9 @@ def test_two_promotions_racing_for_one_alias_exactly_one_wins(reg, monkeypatch):
 
     def attempt(name):
         try:
-            outcomes[name] = promote("tiny-llada", "poc", approver=name, comment=OK, registry=type(reg)(reg.tracking_uri))
+            outcomes[name] = promote(
+                "tiny-llada", "poc", approver=name, comment=OK, registry=type(reg)(reg.tracking_uri)
+            )
         except PromotionRefused as e:
             outcomes[name] = e
 
@@ -255,8 +279,9 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     login(monkeypatch, "grace")  # the OS account is the identity on the embedded store
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
-    impostor = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
-                         "--comment", "ok"])  # grace typing another name
+    impostor = run(
+        app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada", "--comment", "ok"]
+    )  # grace typing another name
     assert impostor.exit_code == 2 and "--by 'ada' is not you: you are 'grace'" in impostor.output
     login(monkeypatch, "ada")
     for item in ("fallback-plan", "tooling-maturity"):
@@ -293,8 +318,12 @@ def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg)
     assert not any("no approval recorded" in r for r in reasons)
     assert any(r.startswith("the approval by grace") and r.endswith("approve again") for r in reasons)
     for item in manual:  # each stale sign-off is named, and its gate or checklist item is open again
-        assert any(r.startswith(f"the sign-off of {item!r} by ada") and r.endswith("sign it off again") for r in reasons)
-    assert "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off" in reasons
+        assert any(
+            r.startswith(f"the sign-off of {item!r} by ada") and r.endswith("sign it off again") for r in reasons
+        )
+    assert (
+        "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off" in reasons
+    )
     status = read.version_status("tiny-llada", v, registry=reg)
     assert status["approvals"]["poc"]["stale"] and all(s["stale"] for s in status["signoffs"]["poc"].values())
     ranking = read.scores("poc", registry=reg)["ranking"].set_index("candidate")
@@ -323,16 +352,20 @@ def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind()
     approval = Approval("poc", "grace", "2026-11-30T11:30:00Z", OK)
 
     def decide(evaluated_at):
-        return decide_promotion(evidence(), load_policy(), "poc", base, signed, approval, set(),
-                                evaluated_at=evaluated_at)
+        return decide_promotion(
+            evidence(), load_policy(), "poc", base, signed, approval, set(), evaluated_at=evaluated_at
+        )
 
     assert decide("2026-11-30T10:30:00Z").allowed
     later = decide("2026-11-30T12:00:00Z")  # re-evaluated after the sign-offs and the approval
     by_kind = {kind: [r.text for r in later.reasons if r.kind is kind] for kind in ReasonKind}
-    assert by_kind[ReasonKind.APPROVAL] == ["the approval by grace at 2026-11-30T11:30:00Z predates the latest "
-                                            "evaluation (2026-11-30T12:00:00Z); approve again"]
+    assert by_kind[ReasonKind.APPROVAL] == [
+        "the approval by grace at 2026-11-30T11:30:00Z predates the latest "
+        "evaluation (2026-11-30T12:00:00Z); approve again"
+    ]
     assert len(by_kind[ReasonKind.SIGN_OFF]) == 2 and by_kind[ReasonKind.GATE] == [
-        "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off"]
+        "gate tooling_maturity failed: checklist item 'tooling-maturity' (tooling maturity) has no sign-off"
+    ]
     assert by_kind[ReasonKind.CHECKLIST] and not by_kind[ReasonKind.STAGE]
     assert [r.kind for r in later.reasons if not r.blocking] == [ReasonKind.APPROVAL]
     # the kind decides, whatever the words say
@@ -384,11 +417,14 @@ def test_the_registry_lock_excludes_other_hosts_and_a_stale_one_is_broken(reg):
     assert RegistryLock(reg, "poc", owner="me").holder() is None  # released after the move
 
 
-@pytest.mark.parametrize("args, why", [
-    (["audit", "--model", "x' or '1'='1"], "cannot be searched for in the registry"),
-    (["audit", "--stage", 'poc" or "1"="1'], "expected one of candidate, poc"),  # refused before any query
-    (["gates", "x' or '1'='1"], "no registered model"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["audit", "--model", "x' or '1'='1"], "cannot be searched for in the registry"),
+        (["audit", "--stage", 'poc" or "1"="1'], "expected one of candidate, poc"),  # refused before any query
+        (["gates", "x' or '1'='1"], "no registered model"),
+    ],
+)
 def test_a_name_that_would_rewrite_a_registry_query_is_refused_by_name(reg, monkeypatch, args, why):
     from typer.testing import CliRunner
 

@@ -30,8 +30,9 @@ CARD = "---\nlicense: mit\nlanguage: en\n---\n# tiny\n"
 def checkpoint_files(tmp_path_factory) -> dict[str, bytes]:
     """A real (tiny, random) LLaDA checkpoint as file name -> bytes."""
     folder = tmp_path_factory.mktemp("ckpt")
-    cfg = LLaDAConfig(d_model=16, n_heads=2, n_layers=1, vocab_size=40, mask_token_id=39, eos_token_id=38,
-                      max_sequence_length=64)
+    cfg = LLaDAConfig(
+        d_model=16, n_heads=2, n_layers=1, vocab_size=40, mask_token_id=39, eos_token_id=38, max_sequence_length=64
+    )
     save_checkpoint(init_weights(LLaDAModelLM(cfg), seed=0), folder)
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     files["README.md"] = CARD.encode()
@@ -57,8 +58,16 @@ def write_hub_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str
 
 
 def write_catalog(tmp_path: Path, **changes) -> Path:
-    entry = {"id": "tiny-dllm", "family": "llada", "kind": "masked-diffusion", "role": "candidate",
-             "source": f"hf://{REPO}", "revision": "main", "license": "MIT", "adapter": "llada"}
+    entry = {
+        "id": "tiny-dllm",
+        "family": "llada",
+        "kind": "masked-diffusion",
+        "role": "candidate",
+        "source": f"hf://{REPO}",
+        "revision": "main",
+        "license": "MIT",
+        "adapter": "llada",
+    }
     entry.update(changes)
     path = tmp_path / "catalog.yaml"
     path.write_text(yaml.safe_dump({"entries": [entry]}))
@@ -69,8 +78,10 @@ def store_state(store: Path) -> dict[str, str]:
     """Every path under the store with its content hash: 'left as it was' means this is unchanged."""
     if not store.exists():
         return {}
-    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(store.rglob("*"))}
+    return {
+        str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(store.rglob("*"))
+    }
 
 
 @pytest.fixture

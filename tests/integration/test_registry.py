@@ -9,8 +9,8 @@ import pytest
 
 import registry.read as read
 from registry import Registry, RegistryUnavailable, load_evidence, log_record, register_evidence
-from registry.connection import default_tracking_uri
 from registry.approvals import sign_off
+from registry.connection import default_tracking_uri
 from registry.judging import judge
 from tests.support.gate_fixtures import evidence, fresh_registry, record, register_pair
 
@@ -26,6 +26,7 @@ def test_default_store_is_sqlite_under_the_state_folder(monkeypatch, tmp_path):
     assert default_tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     from registry import resolve_tracking_uri
+
     assert resolve_tracking_uri() == "http://127.0.0.1:5999"
 
 
@@ -59,8 +60,11 @@ def test_a_version_per_evaluated_revision_with_candidate_and_fallback_aliases(re
     again, _ = register_evidence(reg, evidence())
     assert again == "1" and reg.version_tags("tiny-llada", "1")["unmask.evidence_run"] != first_run
     # new weights: a new version, and `candidate` follows it
-    newer = evidence(records=[record(weights_sha256="f" * 64), record(task="sort", weights_sha256="f" * 64)],
-                     weights_sha256="f" * 64, model_revision="abc123")
+    newer = evidence(
+        records=[record(weights_sha256="f" * 64), record(task="sort", weights_sha256="f" * 64)],
+        weights_sha256="f" * 64,
+        model_revision="abc123",
+    )
     v2, _ = register_evidence(reg, newer)
     assert v2 == "2" and reg.aliases_of("tiny-llada")["candidate"] == "2"
 
@@ -75,8 +79,9 @@ def test_evidence_round_trips_through_mlflow(reg):
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
     paths = {a.path for a in reg.client.list_artifacts(run_id, "evidence")}
     assert paths == {"evidence/evidence.json", "evidence/records.json", "evidence/model_card.md"}
-    children = reg.client.search_runs([reg.experiment_id("unmask-evaluations")],
-                                      f"tags.`mlflow.parentRunId` = '{run_id}'")
+    children = reg.client.search_runs(
+        [reg.experiment_id("unmask-evaluations")], f"tags.`mlflow.parentRunId` = '{run_id}'"
+    )
     kinds = sorted(r.data.tags["unmask.kind"] for r in children)
     assert kinds == ["record", "record", "serving"]  # one run per record, and the evidence's serving record
     assert [(r.version, r.concurrency, r.latency_p95_s) for r in back.serving] == [(v, 16, 0.9)]
@@ -130,14 +135,19 @@ def test_exactly_equal_evidence_is_reused_and_any_judged_difference_registers_ag
     assert register_or_reuse(reg, evidence()) == ("1", False)
     first = reg.version_tags("tiny-llada", "1")
     approve(reg, "tiny-llada", "1", "poc", "grace", "evidence reviewed")
-    newer = evidence(records=[record(weights_sha256="f" * 64), record(task="sort", weights_sha256="f" * 64)],
-                     weights_sha256="f" * 64, model_revision="abc123")
+    newer = evidence(
+        records=[record(weights_sha256="f" * 64), record(task="sort", weights_sha256="f" * 64)],
+        weights_sha256="f" * 64,
+        model_revision="abc123",
+    )
     assert register_or_reuse(reg, newer) == ("2", False) and reg.aliases_of("tiny-llada")["candidate"] == "2"
     # the old weights measured again with the same results: nothing is logged, `candidate` comes back
     assert register_or_reuse(reg, evidence()) == ("1", True) and reg.aliases_of("tiny-llada")["candidate"] == "1"
     kept = reg.version_tags("tiny-llada", "1")
-    assert (kept["unmask.evidence_run"], kept["unmask.evaluated_at"]) == (first["unmask.evidence_run"],
-                                                                          first["unmask.evaluated_at"])
+    assert (kept["unmask.evidence_run"], kept["unmask.evaluated_at"]) == (
+        first["unmask.evidence_run"],
+        first["unmask.evaluated_at"],
+    )
     assert not read.version_status("tiny-llada", "1", registry=reg)["approvals"]["poc"]["stale"]
     # one output that differs is other evidence: registered afresh on the same version, the approval is stale
     changed = evidence(records=[record(output_hash="0" * 64), record(task="sort")])

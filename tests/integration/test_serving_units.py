@@ -6,24 +6,22 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import models
-from sampler.config import SamplerConfig
 from registry.clock import SimulatedClock
-from serving.batching import QUIET_SHARE, Batcher, QueueFull
+from sampler.config import SamplerConfig
 from serving.access import ApiKeyError, load_api_keys
+from serving.batching import QUIET_SHARE, Batcher, QueueFull
 from serving.chat import ChatTemplateError, chat_template
+from serving.decoding import Limits, RequestError, batch_key, cut_at_stop, operating_config, request_config
 from serving.local import seeded
 from serving.relay import upstream_payload
+from serving.request_log import RequestLog, row
 from serving.schemas import ChatCompletionRequest, CompletionRequest
 from serving.surface import parameter_table, parameters
-from serving.decoding import Limits, RequestError, batch_key, cut_at_stop, operating_config, request_config
-from serving.request_log import RequestLog, row
-from serving.schemas import CompletionRequest
 from tests.support import REPO
 
 BASE = SamplerConfig(gen_length=32, block_length=16, steps=16, mask_id=3, eos_id=1, eot_id=2)
@@ -95,8 +93,9 @@ def test_stop_sequences_cut_at_the_earliest():
 
 
 def test_request_schema_refuses_unknown_fields_and_accepts_whole_numbers_for_floats():
-    ok = CompletionRequest.model_validate({"model": "production", "prompt": "hi", "temperature": 0,
-                                           "unmask": {"parallel_threshold": 1}})
+    ok = CompletionRequest.model_validate(
+        {"model": "production", "prompt": "hi", "temperature": 0, "unmask": {"parallel_threshold": 1}}
+    )
     assert ok.temperature == 0.0 and ok.unmask.parallel_threshold == 1.0
     with pytest.raises(ValueError, match="top_k"):
         CompletionRequest.model_validate({"model": "production", "prompt": "hi", "top_k": 5})
@@ -217,8 +216,9 @@ def test_chat_templates_render_in_a_sandbox(tmp_path):
     assert chat_template(tmp_path).source == "none"  # no template: chat is refused, not guessed
     with pytest.raises(ChatTemplateError, match="no chat template"):
         chat_template(tmp_path).render(messages)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": "{{ ''.__class__.__mro__[1].__subclasses__() }}"})
+    )
     with pytest.raises(ChatTemplateError, match="tokenizer_config.json"):
         chat_template(tmp_path).render(messages)
 
@@ -242,7 +242,6 @@ def test_the_request_log_flushes_full_batches_while_open_and_the_rest_on_close(t
 def test_registry_reads_resolve_aliases_and_model_names_to_versions_with_their_operating_point():
     from registry import Registry, RegistryError
     from registry.serving import holder, served_version
-
     from tests.support.serving_fixtures import OPERATING, digest, shared_serving_registry
 
     shared = shared_serving_registry()
@@ -264,11 +263,17 @@ def test_weights_override_loads_a_copy_that_hashes_right_and_refuses_one_that_do
     from models.loading import resolve_model_path
     from registry.serving import ServedVersion
     from serving.pool import WeightsMismatch, load_checked
-
     from tests.support.serving_fixtures import digest
 
-    version = ServedVersion(name="production", model="tiny-llada", version="3", weights_sha256=digest("tiny-llada"),
-                            source="tiny-llada", kind="masked-diffusion", stage="production")
+    version = ServedVersion(
+        name="production",
+        model="tiny-llada",
+        version="3",
+        weights_sha256=digest("tiny-llada"),
+        source="tiny-llada",
+        kind="masked-diffusion",
+        stage="production",
+    )
     copy = shutil.copytree(resolve_model_path("tiny-llada"), tmp_path / "copy")
     assert load_checked(version, {"tiny-llada": str(copy)}, "cpu", "float32").path == copy
     with pytest.raises(WeightsMismatch) as e:
@@ -288,11 +293,13 @@ def test_the_relay_sends_upstream_only_what_the_client_set():
 
     bare = CompletionRequest.model_validate({"model": "auto", "prompt": "2+2"})
     assert upstream_payload(bare) == {"prompt": "2+2"}  # no injected n, echo, stream or best_of
-    tuned = CompletionRequest.model_validate({"model": "auto", "prompt": ["a", "b"], "n": 1, "top_p": 0.9,
-                                              "unmask": {"steps": 8}})
+    tuned = CompletionRequest.model_validate(
+        {"model": "auto", "prompt": ["a", "b"], "n": 1, "top_p": 0.9, "unmask": {"steps": 8}}
+    )
     assert upstream_payload(tuned) == {"prompt": ["a", "b"], "n": 1, "top_p": 0.9, "unmask": {"steps": 8}}
-    chat = ChatCompletionRequest.model_validate({"model": "auto", "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "auto", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    )
     assert upstream_payload(chat) == {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
 
 
@@ -310,8 +317,11 @@ def test_api_keys_come_from_a_file_and_the_environment_and_bad_ones_are_named(tm
 
     keys = tmp_path / "keys"
     keys.write_text("# team keys\nsk-alpha-0001\n\n  sk-beta-00002  \n")
-    assert load_api_keys(keys, {"UNMASK_API_KEYS": "sk-gamma-003,"}) == {"sk-alpha-0001", "sk-beta-00002",
-                                                                        "sk-gamma-003"}
+    assert load_api_keys(keys, {"UNMASK_API_KEYS": "sk-gamma-003,"}) == {
+        "sk-alpha-0001",
+        "sk-beta-00002",
+        "sk-gamma-003",
+    }
     assert load_api_keys(None, {}) == frozenset()
     with pytest.raises(ApiKeyError, match="cannot be read"):
         load_api_keys(tmp_path / "missing", {})
@@ -325,8 +335,12 @@ def test_api_keys_come_from_a_file_and_the_environment_and_bad_ones_are_named(tm
 
 def test_a_chat_template_that_leaves_messages_out_says_which():
     bundled = chat_template(models.load("tiny-ar").path)
-    messages = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "1+1?"},
-                {"role": "assistant", "content": ""}, {"role": "user", "content": "2+2?"}]
+    messages = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "2+2?"},
+    ]
     rendered = bundled.render_chat(messages)
     assert rendered.text == "2+2?"
     assert rendered.dropped == [{"index": 0, "role": "developer"}, {"index": 1, "role": "user"}]

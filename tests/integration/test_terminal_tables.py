@@ -14,7 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.eval_fixtures import write_model
-from tests.support.flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_policy, write_sweep
+from tests.support.flow_fixtures import (
+    CANDIDATE,
+    FALLBACK,
+    cli_app,
+    seed_registry,
+    tiny_models,
+    write_policy,
+    write_sweep,
+)
 from tests.support.gate_fixtures import evidence, fresh_registry, login, record, register_pair
 
 NARROW = {"COLUMNS": "80"}
@@ -26,7 +34,7 @@ def header_block(text: str) -> str:
     lines = text.splitlines()
     top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
     under = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┡"))
-    return "\n".join(lines[top + 1:under])
+    return "\n".join(lines[top + 1 : under])
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -70,8 +78,9 @@ def registered(tmp_path, monkeypatch):
     """tiny-ar (fallback) and tiny-llada (candidate, with a p95 of many digits) in a fresh store."""
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    candidate = evidence(records=[record(latency_p95_s=0.02230288574997985, peak_mem_mb=797.1484375),
-                                  record(task="sort")])
+    candidate = evidence(
+        records=[record(latency_p95_s=0.02230288574997985, peak_mem_mb=797.1484375), record(task="sort")]
+    )
     _, version = register_pair(reg, candidate)
     return reg, version
 
@@ -80,8 +89,11 @@ def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registe
     result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW)
     assert result.exit_code == 0, result.output
     text = result.output
-    fits_80(text, ["gate", "passed", "measured", "required", "why", "record"], ["tiny-llada", "tooling_maturity",
-                                                                                 "quality_vs_fallback"])
+    fits_80(
+        text,
+        ["gate", "passed", "measured", "required", "why", "record"],
+        ["tiny-llada", "tooling_maturity", "quality_vs_fallback"],
+    )
     assert "record" in dropped(text)  # the record id goes first at 80 columns, and says so
     assert not RAW_FLOAT.search(text) and "['" not in text and "{'" not in text, text
     gates = {gate: cells[2:4] for gate, cells in rows(text).items()}  # (measured, required)
@@ -90,11 +102,15 @@ def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registe
     assert gates["license"] == ["permitted", "permitted or caution"]
     assert gates["reproducibility"] == ["same process", "same process"]
     assert gates["data_validity"] == ["120 items", ">= 16 items"] and gates["error_rate"] == ["0%", "<= 5%"]
-    assert gates["speedup"][1] == ">= 0.2x" and gates["tooling_maturity"] == ["no sign-off", "sign-off of tooling-maturity"]
+    assert gates["speedup"][1] == ">= 0.2x" and gates["tooling_maturity"] == [
+        "no sign-off",
+        "sign-off of tooling-maturity",
+    ]
     # the first step is what blocks first: the unsigned checklist items, then the approval, then the move
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
-    assert steps[0] == ('next: unmask sign-off tiny-llada --stage poc --item fallback-plan '
-                        '--comment "what was checked"'), steps
+    assert steps[0] == (
+        'next: unmask sign-off tiny-llada --stage poc --item fallback-plan --comment "what was checked"'
+    ), steps
     assert steps[1].startswith("then: unmask sign-off tiny-llada --stage poc --item tooling-maturity")
     assert steps[2].startswith("then: unmask approve tiny-llada poc --comment")
     assert steps[3] == "then: unmask promote tiny-llada --to poc"
@@ -117,7 +133,9 @@ def test_gates_hint_follows_the_blocker_once_the_sign_offs_are_in(registered):
     text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW).output
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
     assert "then: unmask promote tiny-llada --to poc" in steps
-    assert steps.index("then: unmask promote tiny-llada --to poc") < steps.index("then: unmask promote tiny-llada --to staging")
+    assert steps.index("then: unmask promote tiny-llada --to poc") < steps.index(
+        "then: unmask promote tiny-llada --to staging"
+    )
 
 
 def test_a_policy_given_to_gates_is_the_one_the_promote_hint_judges_under(registered, tmp_path):
@@ -127,11 +145,16 @@ def test_a_policy_given_to_gates_is_the_one_the_promote_hint_judges_under(regist
 
     policy = tmp_path / "my policy.yaml"  # a space: the hint quotes it so it can be pasted
     shutil.copy(POLICY_PATH, policy)
-    text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc", "--policy", str(policy)],
-                              env=NARROW).output
+    text = (
+        CliRunner()
+        .invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc", "--policy", str(policy)], env=NARROW)
+        .output
+    )
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
     assert steps[-1] == f"then: unmask promote tiny-llada --to poc --policy '{policy}'", steps
-    assert not any("--policy" in step for step in steps if "sign-off" in step or "approve" in step)  # they judge nothing
+    assert not any(
+        "--policy" in step for step in steps if "sign-off" in step or "approve" in step
+    )  # they judge nothing
 
 
 def test_sign_offs_and_approval_older_than_the_latest_evaluation_are_asked_for_again(registered):
@@ -145,11 +168,17 @@ def test_sign_offs_and_approval_older_than_the_latest_evaluation_are_asked_for_a
     assert again == version
     text = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
     assert "predates the latest evaluation" in text
-    steps = [line.strip().split(" --by")[0].split(" --comment")[0] for line in text.splitlines()
-             if line.strip().startswith(("next:", "then:"))]
-    assert steps == ["next: unmask sign-off tiny-llada --stage poc --item fallback-plan",
-                     "then: unmask sign-off tiny-llada --stage poc --item tooling-maturity",
-                     "then: unmask approve tiny-llada poc", "then: unmask promote tiny-llada --to poc"], text
+    steps = [
+        line.strip().split(" --by")[0].split(" --comment")[0]
+        for line in text.splitlines()
+        if line.strip().startswith(("next:", "then:"))
+    ]
+    assert steps == [
+        "next: unmask sign-off tiny-llada --stage poc --item fallback-plan",
+        "then: unmask sign-off tiny-llada --stage poc --item tooling-maturity",
+        "then: unmask approve tiny-llada poc",
+        "then: unmask promote tiny-llada --to poc",
+    ], text
 
 
 def test_a_failed_measurement_asks_for_new_evidence_first(tmp_path, monkeypatch):
@@ -180,7 +209,9 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     from registry.read import gate_results  # what `unmask gates` recorded, for the dashboard
 
     stored = gate_results("tiny-llada", "1", "staging", registry=reg).set_index("gate")
-    assert stored.loc["data_validity", "verdict"] == "inconclusive" and stored.loc["tooling_maturity", "verdict"] == "fail"
+    assert (
+        stored.loc["data_validity", "verdict"] == "inconclusive" and stored.loc["tooling_maturity", "verdict"] == "fail"
+    )
     assert stored.loc["data_validity", "settle"] == "needs 34 more items on arith (50 per task)"
     tags = reg.version_tags("tiny-llada", "1")
     assert tags["unmask.gates.staging"] == "failed" and tags["unmask.gates.staging.inconclusive"] == "data_validity"
@@ -190,17 +221,46 @@ def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered, monkeypa
     run = CliRunner().invoke
     app = cli_app("promote")
     login(monkeypatch, "ada")  # each from their own OS account (gate_fixtures.login)
-    signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada",
-                       "--comment", "fallback plan reviewed with the on-call team"], env=NARROW)
+    signed = run(
+        app,
+        [
+            "sign-off",
+            "tiny-llada",
+            "--stage",
+            "poc",
+            "--item",
+            "fallback-plan",
+            "--by",
+            "ada",
+            "--comment",
+            "fallback plan reviewed with the on-call team",
+        ],
+        env=NARROW,
+    )
     assert signed.exit_code == 0, signed.output
     login(monkeypatch, "grace")
-    refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace",
-                        "--comment", "evidence reviewed, gates and checklist are green"], env=NARROW)
+    refused = run(
+        app,
+        [
+            "promote",
+            "tiny-llada",
+            "--to",
+            "poc",
+            "--approver",
+            "grace",
+            "--comment",
+            "evidence reviewed, gates and checklist are green",
+        ],
+        env=NARROW,
+    )
     assert refused.exit_code == 1
     trail = run(app, ["audit"], env=NARROW)
     assert trail.exit_code == 0, trail.output
-    fits_80(trail.output, ["when (UTC)", "event", "who", "stage", "model", "from", "to", "status", "comment"],
-             ["tiny-llada", "ada", "grace", "promotion_refused", "signoff"])
+    fits_80(
+        trail.output,
+        ["when (UTC)", "event", "who", "stage", "model", "from", "to", "status", "comment"],
+        ["tiny-llada", "ada", "grace", "promotion_refused", "signoff"],
+    )
     assert "on-call" in trail.output and "status" in dropped(trail.output)
 
 
@@ -209,13 +269,45 @@ def test_eval_at_80_columns(tmp_path, monkeypatch):
     model = write_model(tmp_path / "tiny-diffusion-model")
     tasks = tmp_path / "gsm.jsonl"
     tasks.write_text("\n".join(json.dumps({"question": f"{i}+1?", "answer": f"#### {i + 1}"}) for i in range(3)) + "\n")
-    result = CliRunner().invoke(cli_app("eval"), ["eval", "--model", str(model), "--tasks", str(tasks), "--gen-length",
-                                                  "8", "--steps", "4", "--no-repro", "--no-plot"], env=NARROW)
+    result = CliRunner().invoke(
+        cli_app("eval"),
+        [
+            "eval",
+            "--model",
+            str(model),
+            "--tasks",
+            str(tasks),
+            "--gen-length",
+            "8",
+            "--steps",
+            "4",
+            "--no-repro",
+            "--no-plot",
+        ],
+        env=NARROW,
+    )
     assert result.exit_code == 0, result.output
-    text = result.output[result.output.index("eval records"):]
-    fits_80(text, ["candidate", "task", "config", "accuracy", "p50 latency (ms)", "p95 latency (ms)",
-                    "first block (ms)", "items/s", "tokens/s", "tokens per forward", "forward passes",
-                    "peak memory (MB)", "errors", "valid"], ["tiny-diffusion-model"])
+    text = result.output[result.output.index("eval records") :]
+    fits_80(
+        text,
+        [
+            "candidate",
+            "task",
+            "config",
+            "accuracy",
+            "p50 latency (ms)",
+            "p95 latency (ms)",
+            "first block (ms)",
+            "items/s",
+            "tokens/s",
+            "tokens per forward",
+            "forward passes",
+            "peak memory (MB)",
+            "errors",
+            "valid",
+        ],
+        ["tiny-diffusion-model"],
+    )
     assert re.search(r"│ +\d+(\.\d+)?% │", text), text  # accuracy as a percentage
     assert dropped(text), text  # fourteen columns do not fit 80; the footer says which went
 
@@ -224,15 +316,50 @@ def test_bench_at_80_columns(tmp_path):
     from tests.support.eval_fixtures import write_random_model
 
     folders = write_random_model(tmp_path / "rand-llada"), write_random_model(tmp_path / "rand-ar", causal=True, seed=1)
-    result = CliRunner().invoke(cli_app("bench"), [
-        "bench", "--model", str(folders[0]), "--ar-model", str(folders[1]), "--gen-lengths", "32",
-        "--block-length", "16", "--prompts", "2", "--reps", "3", "--warmup", "0",
-        "--configs", "vanilla,parallel-threshold-0.9,tiny-ar"], env=NARROW)
+    result = CliRunner().invoke(
+        cli_app("bench"),
+        [
+            "bench",
+            "--model",
+            str(folders[0]),
+            "--ar-model",
+            str(folders[1]),
+            "--gen-lengths",
+            "32",
+            "--block-length",
+            "16",
+            "--prompts",
+            "2",
+            "--reps",
+            "3",
+            "--warmup",
+            "0",
+            "--configs",
+            "vanilla,parallel-threshold-0.9,tiny-ar",
+        ],
+        env=NARROW,
+    )
     assert result.exit_code == 0, result.output
     text = result.stdout
-    fits_80(text, ["config", "gen length", "accuracy arith", "accuracy sort", "forward passes", "sequential calls",
-                    "tokens per forward", "tokens/s (padded)", "tokens/s (text)", "speedup", "peak memory (MB)",
-                    "draft acceptance", "same text as vanilla"], ["vanilla", "parallel-threshold-0.9", "tiny-ar"])
+    fits_80(
+        text,
+        [
+            "config",
+            "gen length",
+            "accuracy arith",
+            "accuracy sort",
+            "forward passes",
+            "sequential calls",
+            "tokens per forward",
+            "tokens/s (padded)",
+            "tokens/s (text)",
+            "speedup",
+            "peak memory (MB)",
+            "draft acceptance",
+            "same text as vanilla",
+        ],
+        ["vanilla", "parallel-threshold-0.9", "tiny-ar"],
+    )
     assert re.search(r"│ vanilla .*│ +1\.00x │", text), text  # the baseline's speedup, to 3 digits
     assert not RAW_FLOAT.search(text)
 
@@ -245,13 +372,17 @@ def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_pat
     policy = write_policy(tmp_path / "policy.yaml")  # judged at the tiny sweep's gen_length: gates pass
     result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", sweep, "--policy", policy], env=NARROW)
     assert result.exit_code == 0, result.output
-    text = result.output[result.output.index("scorecard"):]
-    fits_80(text.split("done in")[0], ["candidate", "qualifies for", "gates passed", "failed gates: reasons",
-                                        "score (poc)"], [CANDIDATE, FALLBACK])
+    text = result.output[result.output.index("scorecard") :]
+    fits_80(
+        text.split("done in")[0],
+        ["candidate", "qualifies for", "gates passed", "failed gates: reasons", "score (poc)"],
+        [CANDIDATE, FALLBACK],
+    )
     lines = [line.strip() for line in text.splitlines()]
     at = lines.index(f"next for {CANDIDATE} v1 -> poc:")
-    assert lines[at + 1] == (f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan '
-                             '--comment "what was checked"'), text
+    assert lines[at + 1] == (
+        f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan --comment "what was checked"'
+    ), text
     assert "unmask approve MODEL STAGE" not in text  # the old hint, whatever the blocker
     assert f"next for {FALLBACK}" not in text  # the fallback is not promoted through the stages
 
@@ -267,16 +398,24 @@ def test_numbers_keep_the_digits_a_measurement_supports():
 
 
 def test_every_bundled_threshold_reads_as_a_person_writes_it():
-    from gates.readable import gate_threshold
     from gates import load_policy
+    from gates.readable import gate_threshold
 
     production = {g.name: gate_threshold(g, None) for g in load_policy().stage("production").gates}
     assert production == {
-        "quality": ">= 60%", "quality_vs_fallback": ">= fallback", "quality_vs_production": ">= 98% of production",
-        "latency": "<= 1000 ms", "speedup": ">= 1x", "memory": "<= 4096 MB", "license": "permitted",
-        "reproducibility": "same process, fresh process and batch invariant", "data_validity": ">= 100 items",
-        "error_rate": "no errors", "tooling_maturity": "sign-off of tooling-maturity",
-        "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s"}
+        "quality": ">= 60%",
+        "quality_vs_fallback": ">= fallback",
+        "quality_vs_production": ">= 98% of production",
+        "latency": "<= 1000 ms",
+        "speedup": ">= 1x",
+        "memory": "<= 4096 MB",
+        "license": "permitted",
+        "reproducibility": "same process, fresh process and batch invariant",
+        "data_validity": ">= 100 items",
+        "error_rate": "no errors",
+        "tooling_maturity": "sign-off of tooling-maturity",
+        "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s",
+    }
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}
     assert staging["quality_vs_fallback"] == ">= fallback - 5 pts" and staging["error_rate"] == "<= 1%"
     assert staging["license"] == "permitted or caution"
@@ -289,9 +428,12 @@ def test_models_at_80_columns(explain, tmp_path, monkeypatch):
     monkeypatch.delenv("UNMASK_CATALOG", raising=False)
     result = CliRunner().invoke(cli_app("models"), ["models"] + (["--explain"] if explain else []), env=NARROW)
     assert result.exit_code == 0, result.output
-    fits_80(result.output, ["id", "kind", "role", "license", "size", "pulled"] + (["status"] if explain else []),
-            ["tiny-llada", "tiny-ar", "diffusiongemma-26b-a4b", "candidate", "Apache-2.0"]
-            + ([] if explain else ["masked-diffusion"]))  # with --explain the kind gives way to the status
+    fits_80(
+        result.output,
+        ["id", "kind", "role", "license", "size", "pulled"] + (["status"] if explain else []),
+        ["tiny-llada", "tiny-ar", "diffusiongemma-26b-a4b", "candidate", "Apache-2.0"]
+        + ([] if explain else ["masked-diffusion"]),
+    )  # with --explain the kind gives way to the status
 
 
 def test_an_inconclusive_gate_that_a_load_test_settles_names_the_load_test_not_a_run(tmp_path, monkeypatch):
@@ -331,9 +473,10 @@ def test_help_groups_the_commands_by_task_with_plain_flag_types():
     starts = [text.index(f"─ {panel} ─") for panel in HELP_PANELS]
     assert starts == sorted(starts)  # evaluate, decide, serve, roll out, audit
     for panel, names in HELP_PANELS.items():
-        block = text[text.index(f"─ {panel} ─"):].split("╰", 1)[0]
-        rows = [line[2:].split(" ", 1)[0] for line in block.splitlines()[1:]
-                if line.startswith("│ ") and line[2:3].strip()]  # not a wrapped description's next line
+        block = text[text.index(f"─ {panel} ─") :].split("╰", 1)[0]
+        rows = [
+            line[2:].split(" ", 1)[0] for line in block.splitlines()[1:] if line.startswith("│ ") and line[2:3].strip()
+        ]  # not a wrapped description's next line
         assert [r for r in rows if r] == [n for n in names if n in rows], panel
         assert set(names) <= set(rows), panel
     for command in (["--help"], ["run", "--help"], ["gates", "--help"], ["rollout", "start", "--help"]):

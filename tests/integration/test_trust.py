@@ -12,18 +12,15 @@ import secrets
 import pytest
 from typer.testing import CliRunner
 
-from registry import EvidenceTampered, PromotionRefused, approve, judge, promote, rollback
-from registry import audit, signing
+from registry import EvidenceTampered, PromotionRefused, approve, audit, judge, promote, rollback, signing
 from registry.audit import HEAD, PREV, SETTLED, SETTLED_SHA, SHA, SIG, AuditEvent, entry_sha256, settle_sha256
 from registry.connection import AUDIT_EXPERIMENT
 from registry.integrity import DIGEST_PREFIX, ChainBroken, GateReportTampered
 from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import fresh_registry, register_pair
 from tests.support.forgery import artifact_file, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK, sign_all
-
+from tests.support.gate_fixtures import OK, fresh_registry, register_pair, sign_all
 
 
 @pytest.fixture
@@ -50,7 +47,9 @@ def the_move(reg):
 
 def set_head(reg, run) -> None:
     tags = reg.client.get_run(run.info.run_id).data.tags
-    reg.client.set_experiment_tag(reg.experiment_id(AUDIT_EXPERIMENT), HEAD, f"{tags[model_tag('chain.seq')]}:{tags[SHA]}")
+    reg.client.set_experiment_tag(
+        reg.experiment_id(AUDIT_EXPERIMENT), HEAD, f"{tags[model_tag('chain.seq')]}:{tags[SHA]}"
+    )
 
 
 def rehash_from(reg, first) -> None:
@@ -81,8 +80,9 @@ def refuses_to_act(reg, kind: str) -> None:
     before = reg.holders("poc")
     report = audit.verify(reg)
     assert not report.ok and report.first_break.kind == kind, report.summary()
-    with pytest.raises(ChainBroken, match=f"rollback of poc refused: .*BROKEN at entry {report.first_break.position} "
-                                          f".*was {kind}"):
+    with pytest.raises(
+        ChainBroken, match=f"rollback of poc refused: .*BROKEN at entry {report.first_break.position} .*was {kind}"
+    ):
         rollback("poc", who="oncall", registry=reg)
     with pytest.raises(ChainBroken, match="promotion of tiny-ar v1 to poc refused"):
         promote("tiny-ar", "poc", approver="grace", comment=OK, version="1", registry=reg)
@@ -98,9 +98,15 @@ def test_entries_are_signed_and_the_verified_head_is_kept_outside_the_store(poc_
     report = audit.verify(reg)
     assert report.ok and report.anchor.startswith(f"unmask-chain-anchor:{report.head_seq}:{report.head_sha256}:k1:")
     ring = signing.key_ring(reg.tracking_uri)
-    assert ring.source == str(signing.keys_dir(reg.tracking_uri) / "signing.keys") and oct(os.stat(ring.source).st_mode)[-3:] == "600"
-    assert all(ring.problem(signing.head_message(int(r.data.tags[model_tag("chain.seq")]), r.data.tags[SHA]),
-                            r.data.tags[SIG]) is None for r in chain(reg))
+    assert (
+        ring.source == str(signing.keys_dir(reg.tracking_uri) / "signing.keys")
+        and oct(os.stat(ring.source).st_mode)[-3:] == "600"
+    )
+    assert all(
+        ring.problem(signing.head_message(int(r.data.tags[model_tag("chain.seq")]), r.data.tags[SHA]), r.data.tags[SIG])
+        is None
+        for r in chain(reg)
+    )
     kept = signing.local_anchor(reg.tracking_uri)
     assert (kept.seq, kept.sha256) == (report.head_seq, report.head_sha256)
     move = audit.events(reg, event="alias_move")[-1]
@@ -142,12 +148,27 @@ def test_a_signature_stripped_once_entries_are_signed_is_tampering_not_unverifie
     assert "unverified" not in done.output
 
 
-def test_an_entry_appended_with_unmasks_own_append_by_a_writer_without_the_key_is_caught(poc_held, monkeypatch,
-                                                                                       tmp_path):
+def test_an_entry_appended_with_unmasks_own_append_by_a_writer_without_the_key_is_caught(
+    poc_held, monkeypatch, tmp_path
+):
     reg = poc_held
     monkeypatch.setenv("UNMASK_SIGNING_KEY_FILE", str(mallory_ring(tmp_path)))  # a key of its own, not ours
-    forged = audit.append(reg, AuditEvent("alias_move", "oncall", "", "poc", "tiny-llada", "1", "tiny-ar@1",
-                                          "tiny-llada@1", "promotion", {"kind": "promotion"}), open_intent=True)
+    forged = audit.append(
+        reg,
+        AuditEvent(
+            "alias_move",
+            "oncall",
+            "",
+            "poc",
+            "tiny-llada",
+            "1",
+            "tiny-ar@1",
+            "tiny-llada@1",
+            "promotion",
+            {"kind": "promotion"},
+        ),
+        open_intent=True,
+    )
     audit.settle(reg, forged, happened=True)
     monkeypatch.delenv("UNMASK_SIGNING_KEY_FILE")
     refuses_to_act(reg, "forged")
@@ -164,8 +185,7 @@ def test_a_truncation_with_the_head_reset_is_caught_against_the_signed_head_kept
     refuses_to_act(reg, "truncated")
 
 
-def test_audit_verify_anchor_catches_a_rewrite_and_a_truncation_even_by_a_key_holder(poc_held, monkeypatch,
-                                                                                      tmp_path):
+def test_audit_verify_anchor_catches_a_rewrite_and_a_truncation_even_by_a_key_holder(poc_held, monkeypatch, tmp_path):
     reg = poc_held
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     app = cli_app("promote")
@@ -180,8 +200,9 @@ def test_audit_verify_anchor_catches_a_rewrite_and_a_truncation_even_by_a_key_ho
     rehash_from(reg, 0)
     for run in chain(reg):
         tags = reg.client.get_run(run.info.run_id).data.tags
-        reg.client.set_tag(run.info.run_id, SIG, ring.sign(signing.head_message(int(tags[model_tag("chain.seq")]),
-                                                                                 tags[SHA])))
+        reg.client.set_tag(
+            run.info.run_id, SIG, ring.sign(signing.head_message(int(tags[model_tag("chain.seq")]), tags[SHA]))
+        )
     signing.local_anchor_path(reg.tracking_uri).unlink()
     assert CliRunner().invoke(app, ["audit", "--verify"], env={"COLUMNS": "400"}).exit_code == 0
     done = CliRunner().invoke(app, ["audit", "--verify", "--anchor", str(saved)], env={"COLUMNS": "400"})
@@ -243,8 +264,9 @@ def test_a_gate_report_rewritten_with_its_sha256_tag_is_caught_and_no_dossier_is
     assert load_gate_report(reg, "tiny-llada", v, "staging")["integrity"] == "verified"
     flip_gate_report(reg)
     data = artifact_file(reg, "tiny-llada", v, "gates/staging.json").read_bytes()
-    reg.client.set_model_version_tag("tiny-llada", v, model_tag("gates.staging.sha256"),
-                                     hashlib.sha256(data).hexdigest())
+    reg.client.set_model_version_tag(
+        "tiny-llada", v, model_tag("gates.staging.sha256"), hashlib.sha256(data).hexdigest()
+    )
     with pytest.raises(GateReportTampered, match="gates/staging.json .*whose signature does not match"):
         load_gate_report(reg, "tiny-llada", v, "staging")
     with pytest.raises(GateReportTampered):
@@ -277,8 +299,22 @@ def test_the_server_and_recovery_do_not_follow_a_forged_move_intent(poc_held, mo
 
     reg = poc_held
     monkeypatch.setenv("UNMASK_SIGNING_KEY_FILE", str(mallory_ring(tmp_path)))  # a key of its own, not ours
-    audit.append(reg, AuditEvent("alias_move", "oncall", "", "poc", "tiny-ar", "1", "tiny-llada@1", "tiny-ar@1",
-                                 "promotion", {"kind": "promotion"}), open_intent=True)
+    audit.append(
+        reg,
+        AuditEvent(
+            "alias_move",
+            "oncall",
+            "",
+            "poc",
+            "tiny-ar",
+            "1",
+            "tiny-llada@1",
+            "tiny-ar@1",
+            "promotion",
+            {"kind": "promotion"},
+        ),
+        open_intent=True,
+    )
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")  # the alias moved to match the forged intent
     monkeypatch.delenv("UNMASK_SIGNING_KEY_FILE")
     with pytest.raises(ChainBroken, match="following the registry's aliases refused: .*was forged"):

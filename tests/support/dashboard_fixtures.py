@@ -15,23 +15,18 @@ import atexit
 import functools
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
+from streamlit.testing.v1 import AppTest
 
 from gates.canary import Observation, analyse
 from gates.policy import POLICY_PATH
 from gates.rollout_policy import parse_rollout_policy
 from registry.rollouts import log_analysis, set_rollout_status, start_rollout_run
-from streamlit.testing.v1 import AppTest
 from tests.support import REPO
 
 TASK, GEN_LENGTH, ITEMS = "arith", 32, 2  # arith answers (worked line + `#### N`) need 32 positions
@@ -52,8 +47,11 @@ class DashboardRegistry:
 
     def env(self) -> dict[str, str]:
         """The environment a dashboard process needs to read this registry with this policy."""
-        return {"UNMASK_HOME": str(self.home), "MLFLOW_TRACKING_URI": self.tracking_uri,
-                "UNMASK_POLICY": str(self.policy_path)}
+        return {
+            "UNMASK_HOME": str(self.home),
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+            "UNMASK_POLICY": str(self.policy_path),
+        }
 
 
 def fixture_policy(path: Path) -> Path:
@@ -85,19 +83,26 @@ def model_refs(root: Path) -> tuple[str, str]:
         return "tiny-llada", "tiny-ar"
     from tests.support.eval_fixtures import write_model
 
-    return (str(write_model(root / "random-llada", seed=1)),
-            str(write_model(root / "random-ar", causal=True, seed=2)))
+    return (str(write_model(root / "random-llada", seed=1)), str(write_model(root / "random-ar", causal=True, seed=2)))
 
 
 def sweep_spec(models: list[str]):
     from evals.sweep import parse_sweep
 
-    return parse_sweep({
-        "name": "dashboard-fixture", "models": models, "tasks": [{"task": TASK, "split": "test", "n": ITEMS}],
-        "base": {"gen_length": GEN_LENGTH, "block_length": 8, "temperature": 0.0},
-        "grid": [{"steps": [8, 32]}, {"steps": [32], "parallel": ["threshold"], "parallel_threshold": [0.9]},
-                 {"gen_length": [64], "steps": [16]}],
-        "measure": {"warmup": 0, "batch_size": 1}})
+    return parse_sweep(
+        {
+            "name": "dashboard-fixture",
+            "models": models,
+            "tasks": [{"task": TASK, "split": "test", "n": ITEMS}],
+            "base": {"gen_length": GEN_LENGTH, "block_length": 8, "temperature": 0.0},
+            "grid": [
+                {"steps": [8, 32]},
+                {"steps": [32], "parallel": ["threshold"], "parallel_threshold": [0.9]},
+                {"gen_length": [64], "steps": [16]},
+            ],
+            "measure": {"warmup": 0, "batch_size": 1},
+        }
+    )
 
 
 def build_dashboard_registry(root: Path) -> DashboardRegistry:
@@ -107,12 +112,10 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     from evals.reproducibility import probe_model
     from evals.sweep import run_sweep
     from gates.policy import load_policy
-    from registry import Registry, judge, promote, register_evidence, rollback, sign_off
-    from registry.promotion import PromotionRefused
-    from registry import audit
+    from registry import Registry, audit, judge, promote, register_evidence, rollback, sign_off
     from registry.audit import AuditEvent
+    from registry.promotion import PromotionRefused
     from registry.store import now_iso
-
     from tests.support.flow_fixtures import seed_registry
 
     home = root / "home"
@@ -149,16 +152,32 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     promote(name, "poc", approver=APPROVER, comment=comment + ", again", registry=reg, policy=policy)
     judge(reg, name, candidate_version, "staging", policy)  # as `unmask run` judges every stage it registers
     try:  # a real refusal: staging's four eyes, and the fresh-process reproducibility check this fixture did not run
-        promote(name, "staging", approver=APPROVER, comment="staging requested from the fixture",
-                registry=reg, policy=policy)
+        promote(
+            name,
+            "staging",
+            approver=APPROVER,
+            comment="staging requested from the fixture",
+            registry=reg,
+            policy=policy,
+        )
     except PromotionRefused:
         pass
     # a nightly re-check of the candidate at production, written the way the nightly flow writes its findings
     decision = judge(reg, name, candidate_version, "production", policy)
     failed = [{"gate": r.gate, "reason": r.reason} for r in decision.gate_results if not r.passed]
-    audit.append(reg, AuditEvent("gate_evaluation", "nightly", now_iso(), "production", name, candidate_version,
-                                 comment="regression: fails production gates: " + "; ".join(f["gate"] for f in failed),
-                                 evidence={"kind": "regression", "failed": failed}))
+    audit.append(
+        reg,
+        AuditEvent(
+            "gate_evaluation",
+            "nightly",
+            now_iso(),
+            "production",
+            name,
+            candidate_version,
+            comment="regression: fails production gates: " + "; ".join(f["gate"] for f in failed),
+            evidence={"kind": "regression", "failed": failed},
+        ),
+    )
     return DashboardRegistry(home, tracking_uri, policy_path, name, fb, candidate_version, fallback_version)
 
 
@@ -206,13 +225,21 @@ def page(path: str | None = None) -> AppTest:
     return at
 
 
-POLICY_ROLLOUT = parse_rollout_policy({"steps": [5, 25, 50, 100], "interval_s": 2, "min_requests": 5,
-                                       "analysis": {"p95_latency_s": {"max": 0.5}, "error_rate": {"max": 0.05}}})
+POLICY_ROLLOUT = parse_rollout_policy(
+    {
+        "steps": [5, 25, 50, 100],
+        "interval_s": 2,
+        "min_requests": 5,
+        "analysis": {"p95_latency_s": {"max": 0.5}, "error_rate": {"max": 0.05}},
+    }
+)
 
 
 def interval(candidate_latency: float, candidate_errors: int, n: int = 10) -> list[Observation]:
-    rows = [Observation("staging", "2", status=500 if i < candidate_errors else 200, latency_s=candidate_latency)
-            for i in range(n)]
+    rows = [
+        Observation("staging", "2", status=500 if i < candidate_errors else 200, latency_s=candidate_latency)
+        for i in range(n)
+    ]
     return rows + [Observation("production", "1", latency_s=0.05) for _ in range(n)]
 
 
@@ -222,8 +249,9 @@ def rolled_back_registry(folder):
 
     reg = fresh_registry(folder)
     register_pair(reg)
-    run = start_rollout_run(reg, "default-9", "tiny-llada", "1", "default", "production", "staging", "production",
-                            POLICY_ROLLOUT.to_dict())
+    run = start_rollout_run(
+        reg, "default-9", "tiny-llada", "1", "default", "production", "staging", "production", POLICY_ROLLOUT.to_dict()
+    )
     breach = analyse(interval(0.9, 3), "staging", "production", POLICY_ROLLOUT).to_dict()
     log_analysis(reg, run, "default-9", 0, 5, breach)
     set_rollout_status(reg, run, "rolled_back", "p95_latency_s breached")

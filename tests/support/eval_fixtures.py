@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import save_checkpoint
-from models.loading import WEIGHTS_DIR
-from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from evals.tasks import alphabet
+from models.checkpoint import save_checkpoint
+from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
+from models.loading import WEIGHTS_DIR
 from models.tokenizer_build import build_char_tokenizer, special_ids
 
 
@@ -25,7 +25,11 @@ class NaNWhen(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask=None, **kwargs):
         out = self.inner(input_ids, attention_mask=attention_mask, **kwargs)
-        rows = torch.ones(input_ids.shape[0], dtype=torch.bool) if self.token is None else (input_ids == self.token).any(-1)
+        rows = (
+            torch.ones(input_ids.shape[0], dtype=torch.bool)
+            if self.token is None
+            else (input_ids == self.token).any(-1)
+        )
         out.logits[rows] = float("nan")
         return out
 
@@ -35,12 +39,26 @@ def write_model(folder: Path, causal: bool = False, seed: int = 0, card_license:
     tokenizer = build_char_tokenizer("")
     ids = special_ids(tokenizer)
     vocab = tokenizer.get_vocab_size()
-    cfg = LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=48, vocab_size=vocab,
-                      embedding_size=vocab, max_sequence_length=256, mask_token_id=ids["mask_token_id"],
-                      eos_token_id=ids["eos_token_id"], causal=causal)
+    cfg = LLaDAConfig(
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        n_layers=2,
+        mlp_hidden_size=48,
+        vocab_size=vocab,
+        embedding_size=vocab,
+        max_sequence_length=256,
+        mask_token_id=ids["mask_token_id"],
+        eos_token_id=ids["eos_token_id"],
+        causal=causal,
+    )
     model = init_weights(LLaDAModelLM(cfg), seed=seed, std=0.3)
-    save_checkpoint(model, folder, tokenizer=tokenizer,
-                    extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+    save_checkpoint(
+        model,
+        folder,
+        tokenizer=tokenizer,
+        extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]},
+    )
     if card_license:
         (folder / "README.md").write_text(f"---\nlicense: {card_license}\n---\n# tiny test model\n")
     return folder
@@ -51,12 +69,24 @@ def write_random_model(folder, causal=False, seed=0):
     longer canvases; no model card."""
     tokenizer = build_char_tokenizer(alphabet())
     ids = special_ids(tokenizer)
-    cfg = LLaDAConfig(d_model=32, n_heads=4, n_layers=2, mlp_hidden_size=64, vocab_size=tokenizer.get_vocab_size(),
-                      max_sequence_length=1024, mask_token_id=ids["mask_token_id"], eos_token_id=ids["eos_token_id"],
-                      causal=causal)
+    cfg = LLaDAConfig(
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        mlp_hidden_size=64,
+        vocab_size=tokenizer.get_vocab_size(),
+        max_sequence_length=1024,
+        mask_token_id=ids["mask_token_id"],
+        eos_token_id=ids["eos_token_id"],
+        causal=causal,
+    )
     model = init_weights(LLaDAModelLM(cfg), seed=seed, std=0.3)
-    return save_checkpoint(model, folder, tokenizer=tokenizer,
-                           extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]})
+    return save_checkpoint(
+        model,
+        folder,
+        tokenizer=tokenizer,
+        extra_config={"eot_token_id": ids["eot_token_id"], "pad_token_id": ids["pad_token_id"]},
+    )
 
 
 def hub_llama_copy(folder, out):
@@ -78,15 +108,37 @@ def tiny_diffusion_gemma_config():
     import transformers
 
     text = dict(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=8, max_position_embeddings=256,
-        layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention="vision",
-        num_experts=4, top_k_experts=2, moe_intermediate_size=16, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=16,
+        sliding_window=8,
+        max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"],
+        use_bidirectional_attention="vision",
+        num_experts=4,
+        top_k_experts=2,
+        moe_intermediate_size=16,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
     )
     # A None vision config would build the full-size default tower; this one is a few thousand weights.
     vision = dict(
-        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4, pooling_kernel_size=2,
+        model_type="gemma4_vision",
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        position_embedding_size=64,
+        patch_size=4,
+        pooling_kernel_size=2,
     )
     return transformers.DiffusionGemmaConfig(
         text_config=text, vision_config=vision, canvas_length=8, boi_token_id=125, eoi_token_id=126, image_token_id=127

@@ -8,15 +8,29 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.eval_fixtures import write_model
 from flows.evaluate import EvaluationOptions, evaluate_candidate
 from gates.policy import POLICY_PATH
+from tests.support.eval_fixtures import write_model
 
 CANDIDATE, FALLBACK = "dllm", "arlm"  # folder names, hence candidate ids and registered model names
 # what a clock or the host decides in a record: left out when a cluster's records are compared with a local run's
-CLOCKS = {"latency_p50_s", "latency_p95_s", "latency_p99_s", "tokens_per_s", "tokens_per_s_with_padding",
-          "peak_mem_mb", "created_at", "fingerprint", "record_id", "run_id", "measured_s", "ttft_p50_s",
-          "ttft_p95_s", "time_to_first_block_s", "throughput_items_per_s"}
+CLOCKS = {
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "tokens_per_s",
+    "tokens_per_s_with_padding",
+    "peak_mem_mb",
+    "created_at",
+    "fingerprint",
+    "record_id",
+    "run_id",
+    "measured_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "time_to_first_block_s",
+    "throughput_items_per_s",
+}
 
 
 def tiny_models(root: Path) -> dict[str, str]:
@@ -42,18 +56,28 @@ def undecodable_model(root: Path, like: str) -> str:
     folder = root / "undecodable"
     shutil.copytree(like, folder)
     weights = next(folder.glob("*.safetensors"))
-    tensors = {name: tensor.fill_(float("nan")) if tensor.is_floating_point() else tensor
-               for name, tensor in load_file(weights).items()}
+    tensors = {
+        name: tensor.fill_(float("nan")) if tensor.is_floating_point() else tensor
+        for name, tensor in load_file(weights).items()
+    }
     save_file(tensors, weights)
     return str(folder)
 
 
 def write_sweep(path: Path, models: list[str], steps: tuple[int, ...] = (2, 8), n: int = 3) -> str:
     """arith, `n` items, gen_length 8: one point per step count (the fallback has one point)."""
-    path.write_text(yaml.safe_dump({
-        "name": "tiny", "models": models, "tasks": [{"task": "arith", "n": n}],
-        "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": list(steps)},
-        "measure": {"warmup": 0, "batch_size": 2}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "models": models,
+                "tasks": [{"task": "arith", "n": n}],
+                "base": {"gen_length": 8, "block_length": 4},
+                "grid": {"steps": list(steps)},
+                "measure": {"warmup": 0, "batch_size": 2},
+            }
+        )
+    )
     return str(path)
 
 
@@ -109,8 +133,10 @@ def records_without_clocks(outcome_files: str) -> list[dict]:
     """The records an evaluation folder holds (records.jsonl), each without what a clock or the host decides."""
     from evals.store import load_records
 
-    return sorted(({k: v for k, v in r.to_dict().items() if k not in CLOCKS} for r in load_records(outcome_files)),
-                  key=lambda r: r["config_hash"])
+    return sorted(
+        ({k: v for k, v in r.to_dict().items() if k not in CLOCKS} for r in load_records(outcome_files)),
+        key=lambda r: r["config_hash"],
+    )
 
 
 @dataclass

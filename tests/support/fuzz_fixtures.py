@@ -44,7 +44,8 @@ def refused(args: list[str], *named: str, env: dict[str, str] | None = None, db:
     result = CliRunner().invoke(unmask_app(), args, env={"COLUMNS": "80", **(env or {})})
     text = ANSI.sub("", result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"uncaught {type(result.exception).__name__}: {result.exception}\n{text}")
+        f"uncaught {type(result.exception).__name__}: {result.exception}\n{text}"
+    )
     assert result.exit_code == 2, f"exit {result.exit_code} for {args}:\n{text}"
     assert "Traceback" not in text, text
     errors = [line for line in text.splitlines() if line.startswith("error:")]

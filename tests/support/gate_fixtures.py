@@ -18,8 +18,10 @@ from pathlib import Path
 import registry.identity as identity
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, ServingRecord
 
-WEIGHTS = {"tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
-           "tiny-ar": hashlib.sha256(b"tiny-ar weights").hexdigest()}
+WEIGHTS = {
+    "tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
+    "tiny-ar": hashlib.sha256(b"tiny-ar weights").hexdigest(),
+}
 DATASETS = {"arith": hashlib.sha256(b"arith test").hexdigest(), "sort": hashlib.sha256(b"sort test").hexdigest()}
 
 
@@ -30,21 +32,49 @@ def _config_hash(config: dict) -> str:
 def record(candidate: str = "tiny-llada", task: str = "arith", **overrides) -> EvalRecord:
     """One validated record at gen_length 32; `overrides` change any field (config too)."""
     ar = candidate == "tiny-ar"
-    config = {"steps": 32, "gen_length": 32, "block_length": 16, "temperature": 0.0, "remasking": "low_confidence",
-              "seed": 0} if not ar else {"gen_length": 32, "steps": 32, "block_length": 16, "temperature": 0.0, "seed": 0}
+    config = (
+        {
+            "steps": 32,
+            "gen_length": 32,
+            "block_length": 16,
+            "temperature": 0.0,
+            "remasking": "low_confidence",
+            "seed": 0,
+        }
+        if not ar
+        else {"gen_length": 32, "steps": 32, "block_length": 16, "temperature": 0.0, "seed": 0}
+    )
     config.update(overrides.pop("config", {}))
     values = dict(
-        candidate=candidate, role="fallback" if ar else "candidate",
-        kind="autoregressive" if ar else "masked-diffusion", task=task, split="test", config=config,
-        config_hash=_config_hash(config), gen_length=32, n_items=120,
-        accuracy=0.70 if ar else 0.72, accuracy_strict=None, accuracy_flexible=None,
-        latency_p50_s=0.075 if ar else 0.15, latency_p95_s=0.09 if ar else 0.18, latency_p99_s=0.1 if ar else 0.21,
-        tokens_per_s=420.0 if ar else 210.0, tokens_per_s_with_padding=700.0 if ar else 355.0,
-        tokens_per_forward=1.0, nfe=32.0, peak_mem_mb=395.0 if ar else 430.0, errors=0,
+        candidate=candidate,
+        role="fallback" if ar else "candidate",
+        kind="autoregressive" if ar else "masked-diffusion",
+        task=task,
+        split="test",
+        config=config,
+        config_hash=_config_hash(config),
+        gen_length=32,
+        n_items=120,
+        accuracy=0.70 if ar else 0.72,
+        accuracy_strict=None,
+        accuracy_flexible=None,
+        latency_p50_s=0.075 if ar else 0.15,
+        latency_p95_s=0.09 if ar else 0.18,
+        latency_p99_s=0.1 if ar else 0.21,
+        tokens_per_s=420.0 if ar else 210.0,
+        tokens_per_s_with_padding=700.0 if ar else 355.0,
+        tokens_per_forward=1.0,
+        nfe=32.0,
+        peak_mem_mb=395.0 if ar else 430.0,
+        errors=0,
         output_hash=hashlib.sha256(f"{candidate}/{task}/{config}".encode()).hexdigest(),
-        dataset_hash=DATASETS.get(task, DATASETS["arith"]), weights_sha256=WEIGHTS[candidate], model_revision="local",
-        fingerprint={"python": "3.11.9", "torch": "2.13.0+cpu", "threads": 2}, valid=True,
-        validation={"success": True, "failed": []}, created_at="2026-11-30T10:00:00Z",
+        dataset_hash=DATASETS.get(task, DATASETS["arith"]),
+        weights_sha256=WEIGHTS[candidate],
+        model_revision="local",
+        fingerprint={"python": "3.11.9", "torch": "2.13.0+cpu", "threads": 2},
+        valid=True,
+        validation={"success": True, "failed": []},
+        created_at="2026-11-30T10:00:00Z",
     )
     if task == "sort":
         values.update(accuracy=0.61 if ar else 0.64, latency_p95_s=0.1 if ar else 0.2)
@@ -52,19 +82,42 @@ def record(candidate: str = "tiny-llada", task: str = "arith", **overrides) -> E
     return EvalRecord(**values)
 
 
-def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = None, tier: str = "permitted",
-             reproducible: bool = True, **overrides) -> CandidateEvidence:
+def evidence(
+    candidate: str = "tiny-llada",
+    records: list[EvalRecord] | None = None,
+    tier: str = "permitted",
+    reproducible: bool = True,
+    **overrides,
+) -> CandidateEvidence:
     records = records if records is not None else [record(candidate, "arith"), record(candidate, "sort")]
     first = records[0] if records else record(candidate)
-    repro = ReproducibilityResult(candidate=candidate, reproducible=reproducible, same_process=reproducible,
-                                  fresh_process=reproducible, batch_invariant=reproducible,
-                                  differences=[] if reproducible else ["fresh process: output hash differs"],
-                                  output_hashes=[first.output_hash] * 3, config_hash=first.config_hash)
-    lic = LicenseResult(candidate=candidate, expression="Apache-2.0" if tier == "permitted" else "LicenseRef-custom",
-                        tier=tier, reasons=[] if tier == "permitted" else [f"license tier {tier}"])
-    values = dict(candidate=candidate, role=first.role, kind=first.kind, records=records, reproducibility=repro,
-                  license=lic, model_revision=first.model_revision, weights_sha256=first.weights_sha256,
-                  card={"intended_use": "tests"})
+    repro = ReproducibilityResult(
+        candidate=candidate,
+        reproducible=reproducible,
+        same_process=reproducible,
+        fresh_process=reproducible,
+        batch_invariant=reproducible,
+        differences=[] if reproducible else ["fresh process: output hash differs"],
+        output_hashes=[first.output_hash] * 3,
+        config_hash=first.config_hash,
+    )
+    lic = LicenseResult(
+        candidate=candidate,
+        expression="Apache-2.0" if tier == "permitted" else "LicenseRef-custom",
+        tier=tier,
+        reasons=[] if tier == "permitted" else [f"license tier {tier}"],
+    )
+    values = dict(
+        candidate=candidate,
+        role=first.role,
+        kind=first.kind,
+        records=records,
+        reproducibility=repro,
+        license=lic,
+        model_revision=first.model_revision,
+        weights_sha256=first.weights_sha256,
+        card={"intended_use": "tests"},
+    )
     values.update(overrides)
     values.setdefault("serving", [serving_record(candidate, weights_sha256=values["weights_sha256"])])
     return CandidateEvidence(**values)
@@ -73,21 +126,39 @@ def evidence(candidate: str = "tiny-llada", records: list[EvalRecord] | None = N
 def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvidence:
     """Evidence of a block-diffusion candidate `name` at its recorded BlockDiffusionConfig `config`: a diffusion
     candidate's arith record and evidence, renamed, with its own weights digest and no serving records."""
-    rec = replace(record("tiny-llada", "arith"), candidate=name, kind="block-diffusion", config=config,
-                  weights_sha256=weights_sha256)
-    return replace(evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[]), candidate=name,
-                   kind="block-diffusion")
+    rec = replace(
+        record("tiny-llada", "arith"),
+        candidate=name,
+        kind="block-diffusion",
+        config=config,
+        weights_sha256=weights_sha256,
+    )
+    return replace(
+        evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[]), candidate=name, kind="block-diffusion"
+    )
 
 
 def serving_record(candidate: str = "tiny-llada", concurrency: int = 16, **overrides) -> ServingRecord:
     """What `unmask loadtest` logs for one level: tiny-llada at 16 in flight p95 0.9 s, 1.2x the fallback's tokens/s."""
     ar = candidate == "tiny-ar"
-    values = dict(model=candidate, version="1", weights_sha256=WEIGHTS[candidate], concurrency=concurrency,
-                  requests=64, latency_p50_s=0.5 if ar else 0.7, latency_p95_s=0.6 if ar else 0.9,
-                  latency_p99_s=0.65 if ar else 1.0, ttfb_p50_s=0.5 if ar else 0.7,
-                  tokens_per_s=800.0 if ar else 960.0, requests_per_s=30.0 if ar else 20.0, error_rate=0.0,
-                  same_answer_share=1.0, served_as="fallback" if ar else "production", run_id=f"serving-{candidate}",
-                  when="2026-11-30T10:30:00Z")
+    values = dict(
+        model=candidate,
+        version="1",
+        weights_sha256=WEIGHTS[candidate],
+        concurrency=concurrency,
+        requests=64,
+        latency_p50_s=0.5 if ar else 0.7,
+        latency_p95_s=0.6 if ar else 0.9,
+        latency_p99_s=0.65 if ar else 1.0,
+        ttfb_p50_s=0.5 if ar else 0.7,
+        tokens_per_s=800.0 if ar else 960.0,
+        requests_per_s=30.0 if ar else 20.0,
+        error_rate=0.0,
+        same_answer_share=1.0,
+        served_as="fallback" if ar else "production",
+        run_id=f"serving-{candidate}",
+        when="2026-11-30T10:30:00Z",
+    )
     values.update(overrides)
     return ServingRecord(**values)
 
@@ -95,8 +166,10 @@ def serving_record(candidate: str = "tiny-llada", concurrency: int = 16, **overr
 def fast_llada() -> CandidateEvidence:
     """tiny-llada measured with parallel decoding: same quality, p95 0.07 s (1.3x faster than tiny-ar)."""
     config = {"steps": 32, "parallel": "threshold", "parallel_threshold": 0.9}
-    records = [record("tiny-llada", "arith", config=config, latency_p95_s=0.07, nfe=9.0, tokens_per_forward=3.6),
-               record("tiny-llada", "sort", config=config, latency_p95_s=0.075, nfe=9.0, tokens_per_forward=3.6)]
+    records = [
+        record("tiny-llada", "arith", config=config, latency_p95_s=0.07, nfe=9.0, tokens_per_forward=3.6),
+        record("tiny-llada", "sort", config=config, latency_p95_s=0.075, nfe=9.0, tokens_per_forward=3.6),
+    ]
     return evidence("tiny-llada", records)
 
 

@@ -16,11 +16,15 @@ ME = os_account()  # the identity of this process on the embedded store: no envi
 
 def roles_data(**stage_overrides):
     stage = {"sign_off": {"*": ["architects"]}, "approve": ["approvers"], "emergency_rollback": ["oncall"]}
-    data = {"users": PEOPLE, "groups": {"architects": ["ada"], "approvers": ["bob", "eve", "grace", "linus"],
-                                        "oncall": ["olga"]},
-            "stages": {"poc": stage | {"self_approval": True},
-                       "staging": stage | {"approvals": {"count": 1, "distinct": True}},
-                       "production": stage | {"approvals": {"count": 2, "distinct": True}}}}
+    data = {
+        "users": PEOPLE,
+        "groups": {"architects": ["ada"], "approvers": ["bob", "eve", "grace", "linus"], "oncall": ["olga"]},
+        "stages": {
+            "poc": stage | {"self_approval": True},
+            "staging": stage | {"approvals": {"count": 1, "distinct": True}},
+            "production": stage | {"approvals": {"count": 2, "distinct": True}},
+        },
+    }
     for stage_name, overrides in stage_overrides.items():
         data["stages"][stage_name] = data["stages"][stage_name] | overrides
     return data

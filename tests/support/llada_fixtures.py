@@ -12,9 +12,17 @@ MASK_ID, EOS_ID, EOT_ID, PAD_ID = 47, 46, 45, 44
 
 def tiny_config(**overrides) -> LLaDAConfig:
     base = dict(
-        d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=48, vocab_size=VOCAB,
-        embedding_size=VOCAB, rope_theta=10000.0, max_sequence_length=128,
-        mask_token_id=MASK_ID, eos_token_id=EOS_ID,
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        n_layers=2,
+        mlp_hidden_size=48,
+        vocab_size=VOCAB,
+        embedding_size=VOCAB,
+        rope_theta=10000.0,
+        max_sequence_length=128,
+        mask_token_id=MASK_ID,
+        eos_token_id=EOS_ID,
     )
     return LLaDAConfig(**(base | overrides))
 

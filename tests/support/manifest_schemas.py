@@ -21,7 +21,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 
 def check_core(value: Any, type_name: str, path: str = "") -> list[str]:
@@ -50,7 +52,14 @@ def _core_fields(value: Any, type_name: str, path: str) -> list[str]:
         if not isinstance(value, dict):
             return [f"{path}: expected a mapping, got {type(value).__name__}"]
         return [p for k, item in value.items() for p in _core_fields(item, dict_of[1], f"{path}.{k}")]
-    simple = {"str": str, "int": int, "bool": bool, "float": (int, float), "datetime": str, "object": (int, str, dict, list)}
+    simple = {
+        "str": str,
+        "int": int,
+        "bool": bool,
+        "float": (int, float),
+        "datetime": str,
+        "object": (int, str, dict, list),
+    }
     if type_name in simple:
         ok = isinstance(value, simple[type_name]) and not (type_name == "int" and isinstance(value, bool))
         return [] if ok else [f"{path}: expected {type_name}, got {type(value).__name__} {value!r}"]
@@ -116,48 +125,98 @@ def check_crd(value: Any, schema: Any, path: str = "") -> list[str]:
         if not isinstance(value, dict):
             return [f"{path}: expected a map, got {type(value).__name__}"]
         return [p for key, item in value.items() for p in check_crd(item, schema.value, f"{path}.{key}")]
-    ok = {"string": lambda v: isinstance(v, str),
-          "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-          "int-or-string": lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
-          "quantity": lambda v: isinstance(v, (int, str)) and not isinstance(v, bool) and bool(QUANTITY.match(str(v))),
-          }[schema](value)
+    ok = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "int-or-string": lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
+        "quantity": lambda v: isinstance(v, (int, str)) and not isinstance(v, bool) and bool(QUANTITY.match(str(v))),
+    }[schema](value)
     return [] if ok else [f"{path}: expected {schema}, got {type(value).__name__} {value!r}"]
 
 
 # The object metadata a CRD leaves to the API server (ObjectMeta): the fields unmask writes.
 METADATA = Obj({"name": "string", "labels": Map("string"), "annotations": Map("string")}, required=("name",))
-POD_TEMPLATE = Obj({"metadata": Obj({"labels": Map("string"), "annotations": Map("string")}),
-                    "spec": Core("V1PodSpec")})
+POD_TEMPLATE = Obj(
+    {"metadata": Obj({"labels": Map("string"), "annotations": Map("string")}), "spec": Core("V1PodSpec")}
+)
 
-ROLLOUT = Obj({
-    "apiVersion": "string", "kind": "string", "metadata": METADATA,
-    "spec": Obj({
-        "replicas": "integer",
-        "selector": Obj({"matchLabels": Map("string")}),
-        "template": POD_TEMPLATE,
-        "strategy": Obj({"canary": Obj({"steps": Arr(Obj({
-            "setWeight": "integer",
-            "pause": Obj({"duration": "int-or-string"}),
-            "analysis": Obj({"templates": Arr(Obj({"templateName": "string"}))}),
-        }))})}),
-    }),
-}, required=("spec",))
+ROLLOUT = Obj(
+    {
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": METADATA,
+        "spec": Obj(
+            {
+                "replicas": "integer",
+                "selector": Obj({"matchLabels": Map("string")}),
+                "template": POD_TEMPLATE,
+                "strategy": Obj(
+                    {
+                        "canary": Obj(
+                            {
+                                "steps": Arr(
+                                    Obj(
+                                        {
+                                            "setWeight": "integer",
+                                            "pause": Obj({"duration": "int-or-string"}),
+                                            "analysis": Obj({"templates": Arr(Obj({"templateName": "string"}))}),
+                                        }
+                                    )
+                                )
+                            }
+                        )
+                    }
+                ),
+            }
+        ),
+    },
+    required=("spec",),
+)
 
-ANALYSIS_TEMPLATE = Obj({
-    "apiVersion": "string", "kind": "string", "metadata": METADATA,
-    "spec": Obj({"metrics": Arr(Obj({
-        "name": "string", "count": "int-or-string", "successCondition": "string", "failureCondition": "string",
-        "provider": Obj({"web": Obj({"url": "string", "jsonPath": "string"}, required=("url",))}),
-    }, required=("name", "provider")))}),
-}, required=("spec",))
+ANALYSIS_TEMPLATE = Obj(
+    {
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": METADATA,
+        "spec": Obj(
+            {
+                "metrics": Arr(
+                    Obj(
+                        {
+                            "name": "string",
+                            "count": "int-or-string",
+                            "successCondition": "string",
+                            "failureCondition": "string",
+                            "provider": Obj({"web": Obj({"url": "string", "jsonPath": "string"}, required=("url",))}),
+                        },
+                        required=("name", "provider"),
+                    )
+                )
+            }
+        ),
+    },
+    required=("spec",),
+)
 
-INFERENCE_SERVICE = Obj({
-    "apiVersion": "string", "kind": "string", "metadata": METADATA,
-    "spec": Obj({"predictor": Obj({
-        "canaryTrafficPercent": "integer",
-        "containers": Arr(Core("V1Container")),
-    })}, required=("predictor",)),
-}, required=("spec",))
+INFERENCE_SERVICE = Obj(
+    {
+        "apiVersion": "string",
+        "kind": "string",
+        "metadata": METADATA,
+        "spec": Obj(
+            {
+                "predictor": Obj(
+                    {
+                        "canaryTrafficPercent": "integer",
+                        "containers": Arr(Core("V1Container")),
+                    }
+                )
+            },
+            required=("predictor",),
+        ),
+    },
+    required=("spec",),
+)
 
 # apiVersion and kind -> how to check it
 KINDS = {
@@ -175,8 +234,9 @@ def check_manifest(manifest: dict[str, Any]) -> list[str]:
     if schema is None:
         return [f"{manifest.get('apiVersion')}/{manifest.get('kind')}: not a kind these checks know"]
     kind = manifest["kind"]
-    problems = check_core(manifest, schema.type_name, kind) if isinstance(schema, Core) else \
-        check_crd(manifest, schema, kind)
+    problems = (
+        check_core(manifest, schema.type_name, kind) if isinstance(schema, Core) else check_crd(manifest, schema, kind)
+    )
     for path, value in _quantities(manifest, kind):  # every container's limits/requests are quantities
         if not QUANTITY.match(str(value)):
             problems.append(f"{path}: not a resource quantity: {value!r}")

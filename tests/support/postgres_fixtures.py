@@ -25,8 +25,9 @@ BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)  # De
 def pg_tool(name: str) -> str:
     found = shutil.which(name) or next((str(d / name) for d in BIN_DIRS if (d / name).exists()), None)
     if found is None:
-        raise AssertionError(f"PostgreSQL's {name} is not installed: run `make postgres-deps` "
-                             "(apt-get install -y postgresql)")
+        raise AssertionError(
+            f"PostgreSQL's {name} is not installed: run `make postgres-deps` (apt-get install -y postgresql)"
+        )
     return found
 
 
@@ -58,10 +59,22 @@ def start_postgres() -> Postgres:
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
     port = free_port()
-    _as_owner([pg_tool("initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "unmask", "-E", "UTF8",
-               "--no-sync"])
-    _as_owner([pg_tool("pg_ctl"), "-D", str(folder / "data"), "-l", str(folder / "server.log"), "-w", "-t", "60",
-               "-o", f"-h 127.0.0.1 -p {port} -k {folder} -c fsync=off -c max_connections=200", "start"])
+    _as_owner([pg_tool("initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "unmask", "-E", "UTF8", "--no-sync"])
+    _as_owner(
+        [
+            pg_tool("pg_ctl"),
+            "-D",
+            str(folder / "data"),
+            "-l",
+            str(folder / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {folder} -c fsync=off -c max_connections=200",
+            "start",
+        ]
+    )
     return Postgres(folder, port)
 
 

@@ -12,13 +12,27 @@ import yaml
 from tests.support import REPO
 from tests.support.serving_fixtures import PROMPTS
 
-STEPS_OK = {"steps": [50, 100], "interval_s": 3, "min_requests": 3, "failure_limit": 1, "inconclusive": "pause",
-            "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.2}}}
+STEPS_OK = {
+    "steps": [50, 100],
+    "interval_s": 3,
+    "min_requests": 3,
+    "failure_limit": 1,
+    "inconclusive": "pause",
+    "analysis": {"p95_latency_s": {"max": 60.0}, "error_rate": {"max": 0.2}},
+}
 
 
 def write_routes(path: Path, rollout: dict) -> Path:
-    path.write_text(yaml.safe_dump({"routes": {"long": {"match": {"max_tokens_above": 64}, "arm": "fallback"}},
-                                    "default": {"split": {"fallback": 100}}, "rollout": rollout}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "routes": {"long": {"match": {"max_tokens_above": 64}, "arm": "fallback"}},
+                "default": {"split": {"fallback": 100}},
+                "rollout": rollout,
+            },
+            sort_keys=False,
+        )
+    )
     return path
 
 
@@ -50,13 +64,14 @@ class Load:
             user = f"user-{worker}-{self.sent}"
             self.sent += 1
             try:
-                r = self.client.completions.create(model="auto", prompt=PROMPTS[self.sent % len(PROMPTS)],
-                                                   max_tokens=8, user=user)
+                r = self.client.completions.create(
+                    model="auto", prompt=PROMPTS[self.sent % len(PROMPTS)], max_tokens=8, user=user
+                )
                 self.arms.append(r.model_extra["unmask"]["arm"])
             except openai.APIError:
                 self.failed += 1
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for t in self.threads:
             t.start()
         return self

@@ -16,20 +16,28 @@ from pathlib import Path
 
 import pytest
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, server: subprocess.Popen | None = None, log: Path | None = None, timeout_s: float = 120.0,
-                 gone: Callable[[], str | None] | None = None) -> None:
+def wait_healthy(
+    url: str,
+    server: subprocess.Popen | None = None,
+    log: Path | None = None,
+    timeout_s: float = 120.0,
+    gone: Callable[[], str | None] | None = None,
+) -> None:
     """Poll `url` until it answers 200; fail with the server's log if it exits (a process `server`, or
     `gone()` saying why for a server in a thread) or takes longer than `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server is not None and server.poll() is not None:
-            raise AssertionError(f"{server.args[:4]} exited with {server.returncode}:\n{log.read_text() if log else ''}")
+            raise AssertionError(
+                f"{server.args[:4]} exited with {server.returncode}:\n{log.read_text() if log else ''}"
+            )
         if gone is not None and (why := gone()):
             raise AssertionError(why)
         try:
@@ -77,8 +85,9 @@ def stop_group(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-def launch_mlflow_server(folder: Path, backend_store_uri: str, *args: str, env: dict[str, str] | None = None,
-                         timeout_s: float = 180) -> tuple[str, subprocess.Popen]:
+def launch_mlflow_server(
+    folder: Path, backend_store_uri: str, *args: str, env: dict[str, str] | None = None, timeout_s: float = 180
+) -> tuple[str, subprocess.Popen]:
     """`mlflow server` on 127.0.0.1 over `backend_store_uri` with proxied artifacts under `folder`: (url, process).
     A PostgreSQL store is migrated first with `mlflow db upgrade`, as docs/team-setup.md does."""
     port = free_port()
@@ -87,14 +96,33 @@ def launch_mlflow_server(folder: Path, backend_store_uri: str, *args: str, env: 
     env.pop("MLFLOW_TRACKING_URI", None)
     mlflow_cli = str(Path(sys.executable).with_name("mlflow"))
     if backend_store_uri.startswith("postgresql"):
-        subprocess.run([mlflow_cli, "db", "upgrade", backend_store_uri], env=env, check=True, capture_output=True,
-                       timeout=300)
+        subprocess.run(
+            [mlflow_cli, "db", "upgrade", backend_store_uri], env=env, check=True, capture_output=True, timeout=300
+        )
     log = open(folder / "server.log", "wb")
     proc = subprocess.Popen(
-        [mlflow_cli, "server", *args, "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", backend_store_uri, "--serve-artifacts", "--artifacts-destination",
-         str(folder / "artifacts")],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            mlflow_cli,
+            "server",
+            *args,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            backend_store_uri,
+            "--serve-artifacts",
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+        ],
+        cwd=folder,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     try:
         wait_healthy(url + "/health", proc, log=folder / "server.log", timeout_s=timeout_s)

@@ -15,16 +15,22 @@ import functools
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-from tests.support.servers import free_port, wait_healthy
 from tests.support.gate_fixtures import evidence, fresh_registry, record
+from tests.support.servers import free_port, wait_healthy
 
 OPERATING = {
-    "tiny-llada": {"gen_length": 32, "block_length": 32, "steps": 16, "temperature": 0.0,
-                   "remasking": "low_confidence", "seed": 0},
+    "tiny-llada": {
+        "gen_length": 32,
+        "block_length": 32,
+        "steps": 16,
+        "temperature": 0.0,
+        "remasking": "low_confidence",
+        "seed": 0,
+    },
     "tiny-ar": {"gen_length": 32, "block_length": 32, "steps": 32, "temperature": 0.0, "seed": 0},
 }
 PROMPTS = [  # arith prompts of several lengths, so a batch needs left padding
@@ -61,8 +67,15 @@ def serving_registry(folder: Path, weights: dict[str, str] | None = None) -> Ser
     # a settled, audited move (what a promotion ends in), so production has not drifted and can be rolled back
     from registry.promotion import _move
 
-    _move(reg, "production", None, ("tiny-llada", versions["tiny-llada"]), "serving-fixture", "serving tests",
-          {"kind": "promotion"})
+    _move(
+        reg,
+        "production",
+        None,
+        ("tiny-llada", versions["tiny-llada"]),
+        "serving-fixture",
+        "serving tests",
+        {"kind": "promotion"},
+    )
     return ServingRegistry(reg.tracking_uri, versions)
 
 
@@ -86,8 +99,9 @@ def running_server(settings, timeout_s: float = 120.0) -> Iterator[RunningServer
 
     app = create_app(settings)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+    )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), name="uvicorn-test", daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -118,9 +132,13 @@ def settings_for(tracking_uri: str, names=("production", "fallback"), log_dir: P
     from serving import Limits, PoolSettings, ServeSettings
 
     options = {"poll_interval_s": 0.5, "batch_window_s": 0.02} | pool
-    return ServeSettings(pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, **options),
-                         limits=Limits(max_tokens=128, max_prompt_tokens=200, max_prompt_chars=2000),
-                         request_timeout_s=60.0, max_body_bytes=64_000, request_log_dir=log_dir)
+    return ServeSettings(
+        pool=PoolSettings(names=list(names), tracking_uri=tracking_uri, **options),
+        limits=Limits(max_tokens=128, max_prompt_tokens=200, max_prompt_chars=2000),
+        request_timeout_s=60.0,
+        max_body_bytes=64_000,
+        request_log_dir=log_dir,
+    )
 
 
 def openai_client(server):

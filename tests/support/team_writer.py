@@ -11,10 +11,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.support.gate_fixtures import evidence, record
-from registry import PromotionRefused, Registry, promote, register_evidence
-from registry import audit
+from registry import PromotionRefused, Registry, audit, promote, register_evidence
 from registry.audit import AuditEvent
+from tests.support.gate_fixtures import evidence, record
 
 APPENDS = 5
 
@@ -22,7 +21,9 @@ APPENDS = 5
 def team_evidence(model: str):
     """Evidence of a model of its own (its own weights), as an evaluator would register it."""
     weights = hashlib.sha256(model.encode()).hexdigest()
-    records = [replace(record("tiny-llada", task), candidate=model, weights_sha256=weights) for task in ("arith", "sort")]
+    records = [
+        replace(record("tiny-llada", task), candidate=model, weights_sha256=weights) for task in ("arith", "sort")
+    ]
     return replace(evidence("tiny-llada", records), candidate=model, weights_sha256=weights, serving=[])
 
 
@@ -35,8 +36,9 @@ def main(role: str, url: str, name: str, start_file: str) -> dict:
         audit.append(reg, AuditEvent("approval", name, "", "poc", "team-probe", "1", comment=f"{name} {i}"))
         if i == 1 and role == "promote":
             try:
-                done["moved"] = promote("tiny-llada", "poc", approver=name, comment="PoC evidence reviewed",
-                                        registry=reg).to_dict()["to"]
+                done["moved"] = promote(
+                    "tiny-llada", "poc", approver=name, comment="PoC evidence reviewed", registry=reg
+                ).to_dict()["to"]
             except PromotionRefused as e:
                 done["refused"] = e.reasons
         if i == 1 and role == "evidence":

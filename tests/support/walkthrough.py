@@ -28,8 +28,11 @@ class Step:
 
 def parse(text: str) -> list[Step]:
     """The page's steps in order: each bash block, the text excerpt right after it, the images after that."""
-    marks = sorted([(m.start(), "fence", m) for m in FENCE.finditer(text)] +
-                   [(m.start(), "image", m) for m in IMAGE.finditer(text)], key=lambda x: x[0])
+    marks = sorted(
+        [(m.start(), "fence", m) for m in FENCE.finditer(text)]
+        + [(m.start(), "image", m) for m in IMAGE.finditer(text)],
+        key=lambda x: x[0],
+    )
     steps: list[Step] = []
     for _, kind, m in marks:
         if kind == "image":

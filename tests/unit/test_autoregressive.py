@@ -14,8 +14,17 @@ EOS, MASK = 1, 3
 
 @pytest.fixture(scope="module")
 def causal_model():
-    cfg = LLaDAConfig(d_model=32, n_heads=4, n_layers=2, mlp_hidden_size=64, vocab_size=40, max_sequence_length=128,
-                      mask_token_id=MASK, eos_token_id=EOS, causal=True)
+    cfg = LLaDAConfig(
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        mlp_hidden_size=64,
+        vocab_size=40,
+        max_sequence_length=128,
+        mask_token_id=MASK,
+        eos_token_id=EOS,
+        causal=True,
+    )
     return init_weights(LLaDAModelLM(cfg), seed=3, std=0.3).eval()
 
 
@@ -27,7 +36,7 @@ def naive_greedy(model, prompt: list[int], n: int) -> list[int]:
         seq.append(token)
         if token == EOS:
             break
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def config(n: int, **kw) -> SamplerConfig:
@@ -49,8 +58,8 @@ def test_left_padded_batch_equals_single_rows(causal_model):
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     batched = generate_autoregressive(causal_model, ids, config(10), attention_mask=mask)
     for i, p in enumerate(prompts):
         single = generate_autoregressive(causal_model, torch.tensor([p]), config(10))
@@ -93,7 +102,9 @@ def reported_steps(decode, *args, **kwargs):
 def test_each_token_is_one_reported_step_and_block_length_tokens_make_a_block(causal_model):
     ids, cfg = torch.tensor([[5, 9], [2, 3]]), config(12).with_(block_length=4)
     out, steps = reported_steps(generate_autoregressive, causal_model, ids, cfg)
-    assert torch.equal(out.sequences, generate_autoregressive(causal_model, ids, cfg).sequences)  # the callback changes nothing
+    assert torch.equal(
+        out.sequences, generate_autoregressive(causal_model, ids, cfg).sequences
+    )  # the callback changes nothing
     assert [s.step for s in steps] == list(range(12)) and out.sequential_calls == out.nfe == 12
     ended = [row.index(EOS) if EOS in row else 12 for row in out.generated.tolist()]
     assert ended[0] < ended[1] == 12  # row 0 ends early, row 1 runs to the end
@@ -118,9 +129,20 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2, bos_token_id=1, pad_token_id=0)).eval()
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            eos_token_id=2,
+            bos_token_id=1,
+            pad_token_id=0,
+        )
+    ).eval()
 
 
 def test_transformers_generate_reports_each_token_through_a_streamer(tiny_llama):
@@ -133,7 +155,9 @@ def test_transformers_generate_reports_each_token_through_a_streamer(tiny_llama)
     adapter = SimpleNamespace(model=tiny_llama, eos_ids=(6,), pad_id=0)  # what decode_causal_lm reads of an adapter
     out, steps = reported_steps(decode_causal_lm, adapter, prompt, cfg)
     assert torch.equal(out.sequences, decode_causal_lm(adapter, prompt, cfg).sequences)
-    assert [s.step for s in steps] == list(range(out.nfe)) and torch.equal(steps[-1].sequences, out.sequences[:, : 5 + out.nfe])
+    assert [s.step for s in steps] == list(range(out.nfe)) and torch.equal(
+        steps[-1].sequences, out.sequences[:, : 5 + out.nfe]
+    )
     ended = [row.index(6) if 6 in row else 16 for row in out.generated.tolist()]
     assert ended[0] < ended[1] == 16  # row 0 ends early (its later tokens are pads), row 1 runs to the end
     assert all(s.committed[:, -1].tolist() == [s.step <= e for e in ended] for s in steps)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gates.canary import (FAIL, METRICS, P95, PASS, ArmSample, MetricRange, Observation, analyse)
+from gates.canary import FAIL, METRICS, P95, PASS, ArmSample, MetricRange, Observation, analyse
 from gates.rollout_policy import parse_rollout_policy
 from gates.sequential import look_alpha, quantile_bounds, share_bounds
 
@@ -31,8 +31,10 @@ SIGMA = 0.5  # lognormal latency spread
 
 
 def report(metric: str, case: str, rate: float) -> None:
-    print(f"{metric:22s} {case:20s} any-look pass {rate:.4f} +- {math.sqrt(max(rate * (1 - rate), 1e-12) / ROLLOUTS):.4f}"
-          f" (limit {ALPHA:.2f} + 3 x {MC_ERROR:.4f})")
+    print(
+        f"{metric:22s} {case:20s} any-look pass {rate:.4f} +- {math.sqrt(max(rate * (1 - rate), 1e-12) / ROLLOUTS):.4f}"
+        f" (limit {ALPHA:.2f} + 3 x {MC_ERROR:.4f})"
+    )
 
 
 def latencies(rng, p95: float, shape) -> np.ndarray:
@@ -62,8 +64,12 @@ def test_p95_latency_false_pass_rate_holds_over_a_rollout(n):
     worse = any_look_passes(_p95_passes(rng, 1.2 * bound, bound, n, spent))
     naive = any_look_passes(_p95_passes(rng, bound, bound, n, lambda look: ALPHA))
     better = any_look_passes(_p95_passes(rng, bound / 1.2, bound, n, spent))
-    for case, rate in (("equal", equal), ("20% worse", worse), ("naive 95%/look equal", naive),
-                       ("20% better (power)", better)):
+    for case, rate in (
+        ("equal", equal),
+        ("20% worse", worse),
+        ("naive 95%/look equal", naive),
+        ("20% better (power)", better),
+    ):
         report(f"p95_latency_s n={n}", case, rate)
     assert equal <= LIMIT and worse <= LIMIT
     assert naive > LIMIT  # eight unadjusted looks break the stated rate: this test would catch them
@@ -79,10 +85,15 @@ def _share_passes(rng, true_share: float, bound: MetricRange, n: int) -> list[np
     return looks
 
 
-@pytest.mark.parametrize("metric, bound", [("error_rate", MetricRange("error_rate", max=0.05)),
-                                           ("decode_failure_rate", MetricRange("decode_failure_rate", max=0.01)),
-                                           ("agreement", MetricRange("agreement", min=0.9)),
-                                           ("probe_accuracy", MetricRange("probe_accuracy", min=0.8))])
+@pytest.mark.parametrize(
+    "metric, bound",
+    [
+        ("error_rate", MetricRange("error_rate", max=0.05)),
+        ("decode_failure_rate", MetricRange("decode_failure_rate", max=0.01)),
+        ("agreement", MetricRange("agreement", min=0.9)),
+        ("probe_accuracy", MetricRange("probe_accuracy", min=0.8)),
+    ],
+)
 def test_rate_false_pass_rate_holds_over_a_rollout(metric, bound):
     rng = np.random.default_rng(len(metric))
     n = 400 if bound.max is None or bound.max >= 0.05 else 2000
@@ -133,14 +144,21 @@ def test_the_metric_classes_judge_the_simulated_looks_as_the_vectorised_code_doe
     _, upper = share_bounds(errors, 200, alpha)
     for k, up in zip(errors, upper):
         served = tuple(Observation("staging", status=500 if i < k else 200, latency_s=0.1) for i in range(200))
-        verdict = METRICS["error_rate"]().judge(MetricRange("error_rate", max=0.05), ArmSample("staging", served),
-                                                ArmSample("fallback", ()), alpha)
+        verdict = METRICS["error_rate"]().judge(
+            MetricRange("error_rate", max=0.05), ArmSample("staging", served), ArmSample("fallback", ()), alpha
+        )
         assert (verdict.verdict == PASS) == bool(up <= 0.05)
 
 
 def test_an_8_request_step_is_never_a_pass_and_names_how_many_more_are_needed():
-    policy = parse_rollout_policy({"steps": [5, 100], "interval_s": 60, "min_requests": 1,
-                                   "analysis": {"p95_latency_s": {"max": 2.0}, "error_rate": {"max": 0.05}}})
+    policy = parse_rollout_policy(
+        {
+            "steps": [5, 100],
+            "interval_s": 60,
+            "min_requests": 1,
+            "analysis": {"p95_latency_s": {"max": 2.0}, "error_rate": {"max": 0.05}},
+        }
+    )
     fast = [Observation("staging", latency_s=0.01 * (i + 1)) for i in range(8)]  # 8 flawless, fast answers
     for look in (1, 2, 5):
         result = analyse(fast, "staging", "fallback", policy, look=look)
@@ -149,8 +167,9 @@ def test_an_8_request_step_is_never_a_pass_and_names_how_many_more_are_needed():
     assert p95.interval[1] is None and p95.needed == 61 and "61 more requests needed" in p95.reason
     assert errors.interval[1] > 0.3 and errors.needed == 61  # 0/8 errors: the bound still reaches 35%
     # the derived default min_requests is the count at which a flawless sample can first pass
-    derived = parse_rollout_policy({"steps": [5, 100], "interval_s": 60,
-                                    "analysis": {"p95_latency_s": {"max": 2.0}, "error_rate": {"max": 0.05}}})
+    derived = parse_rollout_policy(
+        {"steps": [5, 100], "interval_s": 60, "analysis": {"p95_latency_s": {"max": 2.0}, "error_rate": {"max": 0.05}}}
+    )
     assert derived.min_requests == 69
     enough = [Observation("staging", latency_s=0.01) for _ in range(69)]
     assert analyse(enough, "staging", "fallback", derived).verdict == PASS
@@ -159,8 +178,7 @@ def test_an_8_request_step_is_never_a_pass_and_names_how_many_more_are_needed():
 
 
 def test_a_bad_candidate_fails_on_few_requests_and_a_later_look_is_stricter():
-    policy = parse_rollout_policy({"steps": [5, 100], "interval_s": 60,
-                                   "analysis": {"error_rate": {"max": 0.05}}})
+    policy = parse_rollout_policy({"steps": [5, 100], "interval_s": 60, "analysis": {"error_rate": {"max": 0.05}}})
     broken = [Observation("staging", status=500) for _ in range(5)]
     assert analyse(broken, "staging", "fallback", policy).verdict == FAIL
     first, later = (analyse(broken, "staging", "fallback", policy, look=k).confidence for k in (1, 4))

@@ -41,11 +41,24 @@ def with_(**changes) -> dict:
 def test_shipped_catalog_names_every_model_the_issue_lists():
     catalog = load_catalog(CATALOG_PATH)
     sources = {str(e.source) for e in catalog}
-    for repo in ("GSAI-ML/LLaDA-8B-Base", "GSAI-ML/LLaDA-8B-Instruct", "GSAI-ML/LLaDA-1.5",
-                 "google/diffusiongemma-26B-A4B-it", "Dream-org/Dream-v0-Instruct-7B",
-                 "meta-llama/Meta-Llama-3-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"):
+    for repo in (
+        "GSAI-ML/LLaDA-8B-Base",
+        "GSAI-ML/LLaDA-8B-Instruct",
+        "GSAI-ML/LLaDA-1.5",
+        "google/diffusiongemma-26B-A4B-it",
+        "Dream-org/Dream-v0-Instruct-7B",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+    ):
         assert f"hf://{repo}" in sources
-    for entry_id in ("tiny-llada", "tiny-ar", "mercury", "mercury-coder-mini", "mercury-3b-research", "gemini-diffusion"):
+    for entry_id in (
+        "tiny-llada",
+        "tiny-ar",
+        "mercury",
+        "mercury-coder-mini",
+        "mercury-3b-research",
+        "gemini-diffusion",
+    ):
         assert entry_id in catalog
     kinds = {e.id: e.kind for e in catalog}
     assert kinds["diffusiongemma-26b-a4b"] == "block-diffusion"
@@ -65,7 +78,11 @@ def test_shipped_licenses_and_decoding_defaults():
     assert mercury_3b.license == "other" and "non-commercial" in mercury_3b.license_name
     for entry in catalog:
         if entry.family == "llada" and entry.source.scheme == "hf":
-            assert (entry.decoding["mask_id"], entry.decoding["eos_id"], entry.decoding["eot_id"]) == (126336, 126081, 126348)
+            assert (entry.decoding["mask_id"], entry.decoding["eos_id"], entry.decoding["eot_id"]) == (
+                126336,
+                126081,
+                126348,
+            )
         if entry.source.scheme == "hf" and not entry.pinned:
             assert entry.revision == "main"  # unverified pins are marked, never invented
 
@@ -130,7 +147,8 @@ def test_entry_without_id_is_named_by_position(tmp_path):
 def test_user_entries_spdx_expression_licenseref_and_relative_folder(tmp_path):
     (tmp_path / "mine").mkdir()
     path = tmp_path / "catalog.yaml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         entries:
           - {id: a, family: llada, kind: masked-diffusion, role: candidate, source: hf://o/a, revision: main,
              license: apache-2.0 OR mit, adapter: llada}
@@ -138,7 +156,8 @@ def test_user_entries_spdx_expression_licenseref_and_relative_folder(tmp_path):
              license_name: ACME model license, license_link: "https://acme.example/license", adapter: causal-lm}
           - {id: c, family: mercury, kind: api, role: candidate, source: "https://api.example.com/v1/",
              api_model: m, license: other, license_name: Terms, license_link: "https://example.com/terms"}
-    """))
+    """)
+    )
     catalog = load_catalog(path)
     assert catalog.get("a").license == "Apache-2.0 OR MIT"
     assert catalog.get("b").source.location == str(tmp_path / "mine")

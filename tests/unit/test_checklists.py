@@ -14,8 +14,15 @@ from gates.promotion import check_checklist_against_policy
 from tests.support.gate_fixtures import ALL_MANUAL, evidence, record, signoffs
 
 STAGES = ("poc", "staging", "production")
-TOPICS = {"license-tier", "reproducibility", "serving-sla", "fallback-plan", "security-weights", "data-provenance",
-          "tooling-maturity"}
+TOPICS = {
+    "license-tier",
+    "reproducibility",
+    "serving-sla",
+    "fallback-plan",
+    "security-weights",
+    "data-provenance",
+    "tooling-maturity",
+}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -35,15 +42,21 @@ def test_production_adds_security_review_and_monitoring():
     assert {"security-review", "monitoring-plan", "model-card"} <= set(load_checklist("production").manual_items())
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["items"].append(copy.deepcopy(d["items"][0])), "duplicate id"),
-    (lambda d: d["items"][0]["frameworks"].pop("iso_42001"), "frameworks: expected exactly"),
-    (lambda d: d["items"][0]["frameworks"].update(nist_ai_rmf="PLAN 1.1"), "nist_ai_rmf: expected a function"),
-    (lambda d: d["items"][0].update(evidence={"kind": "sometimes"}), "evidence.kind: expected"),
-    (lambda d: d["items"][0].update(evidence={"kind": "automatic"}), "needs exactly one of gate or record_field"),
-    (lambda d: d["items"][0].update(evidence={"kind": "automatic", "record_field": "valid"}), "needs exactly one of equals or non_empty"),
-    (lambda d: d["items"][0].update(owner="me"), "unknown key 'owner'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["items"].append(copy.deepcopy(d["items"][0])), "duplicate id"),
+        (lambda d: d["items"][0]["frameworks"].pop("iso_42001"), "frameworks: expected exactly"),
+        (lambda d: d["items"][0]["frameworks"].update(nist_ai_rmf="PLAN 1.1"), "nist_ai_rmf: expected a function"),
+        (lambda d: d["items"][0].update(evidence={"kind": "sometimes"}), "evidence.kind: expected"),
+        (lambda d: d["items"][0].update(evidence={"kind": "automatic"}), "needs exactly one of gate or record_field"),
+        (
+            lambda d: d["items"][0].update(evidence={"kind": "automatic", "record_field": "valid"}),
+            "needs exactly one of equals or non_empty",
+        ),
+        (lambda d: d["items"][0].update(owner="me"), "unknown key 'owner'"),
+    ],
+)
 def test_malformed_checklist_names_the_item(edit, message):
     data = yaml.safe_load((CHECKLIST_DIR / "poc.yaml").read_text())
     edit(data)
@@ -79,8 +92,10 @@ def test_incomplete_lists_every_missing_item_with_its_reason():
 
 
 def test_a_signoff_needs_who_when_and_comment():
-    signed = {"fallback-plan": {"by": "ada", "at": "2026-11-30T11:00:00Z", "comment": ""},
-              "tooling-maturity": signoffs("tooling-maturity")["tooling-maturity"]}
+    signed = {
+        "fallback-plan": {"by": "ada", "at": "2026-11-30T11:00:00Z", "comment": ""},
+        "tooling-maturity": signoffs("tooling-maturity")["tooling-maturity"],
+    }
     status = _status("poc", evidence(), signed)
     assert status.missing() == ["checklist poc/fallback-plan: sign-off lacks comment"]
 

@@ -31,5 +31,8 @@ def test_batched_top_k_equals_the_per_row_loop_with_ties_and_mixed_counts(seed):
 
 def test_one_shared_count_and_a_zero_count():
     confidence = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.7, 0.2]])
-    assert commit_top_k(confidence, torch.tensor([2, 2])).tolist() == per_row_top_k(confidence, torch.tensor([2, 2])).tolist()
+    assert (
+        commit_top_k(confidence, torch.tensor([2, 2])).tolist()
+        == per_row_top_k(confidence, torch.tensor([2, 2])).tolist()
+    )
     assert not commit_top_k(confidence, torch.tensor([0, 0])).any()

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from sampler import SamplerConfig, generate
-from sampler.autoregressive import generate_autoregressive
 from sampler import backends as sampler_backends
+from sampler.autoregressive import generate_autoregressive
 from sampler.backends import compiled
 from tests.support.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
@@ -32,8 +32,16 @@ def test_a_plain_callable_is_left_as_it_is():
 def test_compiled_decoding_gives_the_eager_tokens_and_compiles_once():
     model = tiny_model(seed=3)
     ids, mask = left_padded_prompts([5, 3], seed=2)
-    cfg = SamplerConfig(steps=16, gen_length=32, block_length=16, cache="dual", future_window=8,
-                        parallel="threshold", parallel_threshold=0.5, **IDS)
+    cfg = SamplerConfig(
+        steps=16,
+        gen_length=32,
+        block_length=16,
+        cache="dual",
+        future_window=8,
+        parallel="threshold",
+        parallel_threshold=0.5,
+        **IDS,
+    )
     eager = generate(model, ids, cfg, attention_mask=mask)
     fast = generate(model, ids, cfg.with_(compile=True), attention_mask=mask)
     assert torch.equal(fast.sequences, eager.sequences)

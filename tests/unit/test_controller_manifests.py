@@ -4,7 +4,6 @@ Flagger metadata as strings, and a KServe canary percent that is a step of the b
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -36,8 +35,11 @@ def test_the_flagger_canary_hooks_call_the_gate_and_the_rollback_endpoints():
     canary = yaml.safe_load((DOCS / "flagger-canary.yaml").read_text())
     hooks = {h["type"]: h for h in canary["spec"]["analysis"]["webhooks"]}
     assert set(hooks) == {"rollout", "confirm-promotion", "rollback"}
-    assert urlsplit(hooks["rollout"]["url"]).path == urlsplit(hooks["confirm-promotion"]["url"]).path \
+    assert (
+        urlsplit(hooks["rollout"]["url"]).path
+        == urlsplit(hooks["confirm-promotion"]["url"]).path
         == "/v1/unmask/analysis/flagger"
+    )
     assert urlsplit(hooks["rollback"]["url"]).path == "/v1/unmask/analysis/flagger/rollback"
     for hook in hooks.values():
         assert urlsplit(hook["url"]).path in PATHS

@@ -12,8 +12,11 @@ import models
 from sampler import SamplerConfig
 from sampler.decode import decode_prompts, left_pad, padding_id
 
-PROMPTS = ["A box has 9 coins. Zoe takes 3. How many remain?", "Mia has 37 pens and buys 45 more. How many now?",
-           "1 + 1"]
+PROMPTS = [
+    "A box has 9 coins. Zoe takes 3. How many remain?",
+    "Mia has 37 pens and buys 45 more. How many now?",
+    "1 + 1",
+]
 
 
 def test_left_pad_pads_on_the_left_and_says_nothing_when_no_row_needs_it():

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
-import transformers  # noqa: E402  (pyproject pins transformers 5.x, which ships DiffusionGemmaForBlockDiffusion)
-
-from tests.support.eval_fixtures import tiny_diffusion_gemma_config as tiny_config  # noqa: E402
-from models.adapters.base import AdapterError  # noqa: E402
-from models.adapters.diffusion_gemma import DiffusionGemmaAdapter  # noqa: E402
-from sampler import SamplerConfig  # noqa: E402
-from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion  # noqa: E402
-from sampler.decode import decode  # noqa: E402
-from sampler.effective import block_config_for  # noqa: E402
+from models.adapters.base import AdapterError
+from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
+from sampler import SamplerConfig
+from sampler.block_diffusion import BlockDiffusionConfig, generate_block_diffusion
+from sampler.decode import decode
+from sampler.effective import block_config_for
+from tests.support.eval_fixtures import tiny_diffusion_gemma_config as tiny_config
 
 PROMPTS = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12], [2, 30, 31, 32, 33], [2, 40, 41, 42, 43]])
 
@@ -32,15 +31,25 @@ def model():
 # (transformers generate() kwargs, the same settings for unmask's BlockDiffusionConfig)
 CASES = {
     "three-canvases": (dict(max_new_tokens=24, max_denoising_steps=6), dict()),
-    "eos-and-pad": (dict(max_new_tokens=24, max_denoising_steps=6, eos_token_id=23, pad_token_id=0),
-                    dict(eos_ids=(23,), pad_id=0)),
+    "eos-and-pad": (
+        dict(max_new_tokens=24, max_denoising_steps=6, eos_token_id=23, pad_token_id=0),
+        dict(eos_ids=(23,), pad_id=0),
+    ),
     "rows-stop-at-different-steps": (
         dict(max_new_tokens=16, max_denoising_steps=8, stability_threshold=0, confidence_threshold=4.83),
-        dict(stability_threshold=0, confidence_threshold=4.83)),
+        dict(stability_threshold=0, confidence_threshold=4.83),
+    ),
     "stable-and-confident": (
-        dict(max_new_tokens=16, max_denoising_steps=8, stability_threshold=0, confidence_threshold=100.0,
-             eos_token_id=[23, 97], pad_token_id=0),
-        dict(stability_threshold=0, confidence_threshold=100.0, eos_ids=(23, 97), pad_id=0)),
+        dict(
+            max_new_tokens=16,
+            max_denoising_steps=8,
+            stability_threshold=0,
+            confidence_threshold=100.0,
+            eos_token_id=[23, 97],
+            pad_token_id=0,
+        ),
+        dict(stability_threshold=0, confidence_threshold=100.0, eos_ids=(23, 97), pad_id=0),
+    ),
     "wide-entropy-bound": (dict(max_new_tokens=16, max_denoising_steps=4, entropy_bound=3.0), dict(entropy_bound=3.0)),
 }
 
@@ -52,7 +61,10 @@ def test_block_diffusion_matches_transformers_generate(model, case):
     torch.manual_seed(seed)
     reference = model.generate(PROMPTS, **hf_kwargs)
     config = BlockDiffusionConfig(
-        max_new_tokens=hf_kwargs["max_new_tokens"], max_denoising_steps=hf_kwargs["max_denoising_steps"], seed=seed, **ours
+        max_new_tokens=hf_kwargs["max_new_tokens"],
+        max_denoising_steps=hf_kwargs["max_denoising_steps"],
+        seed=seed,
+        **ours,
     )
     out = generate_block_diffusion(DiffusionGemmaAdapter(model), PROMPTS, config)
     assert torch.equal(out.sequences, reference.sequences)
@@ -63,7 +75,9 @@ def test_block_diffusion_matches_transformers_generate(model, case):
 def test_rows_that_stop_early_are_counted_apart(model):
     _, ours = CASES["rows-stop-at-different-steps"]
     out = generate_block_diffusion(
-        DiffusionGemmaAdapter(model), PROMPTS, BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=8, seed=11, **ours)
+        DiffusionGemmaAdapter(model),
+        PROMPTS,
+        BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=8, seed=11, **ours),
     )
     forwards = out.block_diffusion.decoder_forwards
     assert len(set(forwards)) > 1  # the case really exercises per-row early stopping
@@ -76,7 +90,9 @@ def test_left_padded_batch_matches(model):
     torch.manual_seed(5)
     reference = model.generate(PROMPTS, attention_mask=mask, max_new_tokens=16, max_denoising_steps=4)
     out = generate_block_diffusion(
-        DiffusionGemmaAdapter(model), PROMPTS, BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=4, seed=5),
+        DiffusionGemmaAdapter(model),
+        PROMPTS,
+        BlockDiffusionConfig(max_new_tokens=16, max_denoising_steps=4, seed=5),
         attention_mask=mask,
     )
     assert torch.equal(out.sequences, reference.sequences)
@@ -144,5 +160,5 @@ def test_with_row_seeds_each_row_of_a_left_padded_batch_decodes_as_it_does_alone
     for row, (prompt, seed) in enumerate(zip(prompts, seeds)):
         alone = decode_prompts(adapter, [prompt], config.with_(seed=seed)).generated[0]
         assert torch.equal(batch[row, : len(alone)], alone), row
-        assert (batch[row, len(alone):] == 0).all()  # a row that ended early holds padding while the batch goes on
+        assert (batch[row, len(alone) :] == 0).all()  # a row that ended early holds padding while the batch goes on
     assert len({tuple(r.tolist()) for r in batch}) == 4

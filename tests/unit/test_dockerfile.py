@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
+
 from tests.support import REPO
 
 ROOT = REPO
@@ -16,8 +16,12 @@ def makefile_install() -> list[str]:
     text = (ROOT / "Makefile").read_text()
     recipe = text.split("$(VENV)/.installed: pyproject.toml\n", 1)[1].split("\n\n", 1)[0]
     steps = [line.strip() for line in recipe.splitlines() if "pip install" in line or " -m venv " in line]
-    values = {"$(PY)": ".venv/bin/python", "$(VENV)": ".venv", "$(PYTHON)": "python3.11",
-              "$(ONNX_FLAVOUR)": "${ONNX_FLAVOUR}"}
+    values = {
+        "$(PY)": ".venv/bin/python",
+        "$(VENV)": ".venv",
+        "$(PYTHON)": "python3.11",
+        "$(ONNX_FLAVOUR)": "${ONNX_FLAVOUR}",
+    }
     for name, value in values.items():
         steps = [s.replace(name, value) for s in steps]
     return [s.removeprefix("test -x .venv/bin/python || ") for s in steps]
@@ -36,7 +40,10 @@ def test_the_dockerfile_repeats_the_makefile_install_step_by_step():
     # the project itself: the same flavour variable, installed (not editable) without the test extra, with the
     # runtime extras a worker needs; torch comes from pyproject's exact pin in both
     assert make[2] == ".venv/bin/python -m pip install -q -e '.[${ONNX_FLAVOUR},dev]'"
-    assert docker[2] == '.venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" ".[${ONNX_FLAVOUR},dask,ray,postgres]"'
+    assert (
+        docker[2]
+        == '.venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" ".[${ONNX_FLAVOUR},dask,ray,postgres]"'
+    )
     assert "torch" not in " ".join(docker)  # no second torch install that could override the pin
 
 
@@ -49,6 +56,7 @@ def test_the_image_pins_the_python_and_torch_of_the_project():
     flavour = re.search(r"ARG ONNX_FLAVOUR=(\w+)", (ROOT / "Dockerfile").read_text()).group(1)
     assert flavour == "cpu" and {"cpu", "gpu", "dask", "postgres"} <= set(extras)
     copied = set(re.findall(r"^COPY (\w+) ", (ROOT / "Dockerfile").read_text(), flags=re.M))
-    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-                   ["include"])
+    packages = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    )
     assert {p.rstrip("*") for p in packages} == copied  # every package the wheel includes is in the image

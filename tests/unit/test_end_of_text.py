@@ -15,25 +15,36 @@ M, E = MASK_ID, EOS_ID
 
 
 def rule(bound=0.9):
-    return EosRunPrediction(SamplerConfig(steps=8, gen_length=8, block_length=4, eot_predict="eos_run",
-                                          eot_confidence=bound, **IDS))
+    return EosRunPrediction(
+        SamplerConfig(steps=8, gen_length=8, block_length=4, eot_predict="eos_run", eot_confidence=bound, **IDS)
+    )
 
 
 def test_a_confident_run_to_the_block_end_is_filled_to_the_canvas_end():
     # prompt 2, block [2, 6), then two positions after the block
-    x = torch.tensor([[7, 8, 5, M, M, M, M, M],   # p_eos sure from position 3 on: fill 3.. to the end
-                      [7, 8, 5, M, E, M, M, M],   # a committed EOS counts as padding: fill from 3
-                      [7, 8, 5, M, M, M, 9, M],   # text after the block: nothing
-                      [7, 8, M, M, M, M, M, M]])  # position 3 unsure: the run starts at 4
-    seen = torch.tensor([[0.0, 0.0, 0.0, 0.95, 0.99, 0.97, 0.99, 0.99],
-                         [0.0, 0.0, 0.0, 0.95, 0.10, 0.97, 0.99, 0.99],
-                         [0.0, 0.0, 0.0, 0.95, 0.99, 0.97, 0.99, 0.99],
-                         [0.0, 0.0, 0.99, 0.5, 0.99, 0.97, 0.99, 0.99]])
+    x = torch.tensor(
+        [
+            [7, 8, 5, M, M, M, M, M],  # p_eos sure from position 3 on: fill 3.. to the end
+            [7, 8, 5, M, E, M, M, M],  # a committed EOS counts as padding: fill from 3
+            [7, 8, 5, M, M, M, 9, M],  # text after the block: nothing
+            [7, 8, M, M, M, M, M, M],
+        ]
+    )  # position 3 unsure: the run starts at 4
+    seen = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 0.95, 0.99, 0.97, 0.99, 0.99],
+            [0.0, 0.0, 0.0, 0.95, 0.10, 0.97, 0.99, 0.99],
+            [0.0, 0.0, 0.0, 0.95, 0.99, 0.97, 0.99, 0.99],
+            [0.0, 0.0, 0.99, 0.5, 0.99, 0.97, 0.99, 0.99],
+        ]
+    )
     got = rule().apply(x, seen, 0, (2, 6), 2)
-    assert got.tolist() == [[7, 8, 5, E, E, E, E, E],
-                            [7, 8, 5, E, E, E, E, E],
-                            [7, 8, 5, M, M, M, 9, M],
-                            [7, 8, M, M, E, E, E, E]]
+    assert got.tolist() == [
+        [7, 8, 5, E, E, E, E, E],
+        [7, 8, 5, E, E, E, E, E],
+        [7, 8, 5, M, M, M, 9, M],
+        [7, 8, M, M, E, E, E, E],
+    ]
 
 
 def test_text_inside_the_run_or_an_unsure_block_end_fills_nothing():

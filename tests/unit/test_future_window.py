@@ -11,8 +11,13 @@ from sampler import SamplerConfig, generate
 from tests.support.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 
 IDS = dict(mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID)
-MODES = [{}, {"cache": "prefix"}, {"cache": "dual"}, {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5},
-         {"early_exit": "eos_decided"}]
+MODES = [
+    {},
+    {"cache": "prefix"},
+    {"cache": "dual"},
+    {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5},
+    {"early_exit": "eos_decided"},
+]
 MODE_IDS = ["no-cache", "prefix", "dual", "dual+threshold", "exit"]
 
 
@@ -48,11 +53,14 @@ def test_a_windowed_block_decodes_as_on_a_canvas_that_ends_at_the_window(model, 
     assert not torch.equal(windowed, whole)  # the window changed what the model saw: it is lossy by design
 
 
-@pytest.mark.parametrize("cache,expected", [
-    ("none", [20, 20, 24, 24, 28, 28, 32, 32]),  # prompt 4 + the block's end + 12, capped at the canvas (32)
-    ("prefix", [20, 16, 24, 16, 28, 16, 32, 16]),  # between refreshes: the block and the window after it
-    ("dual", [20, 4, 24, 4, 28, 4, 32, 4]),  # between refreshes: the block alone
-])
+@pytest.mark.parametrize(
+    "cache,expected",
+    [
+        ("none", [20, 20, 24, 24, 28, 28, 32, 32]),  # prompt 4 + the block's end + 12, capped at the canvas (32)
+        ("prefix", [20, 16, 24, 16, 28, 16, 32, 16]),  # between refreshes: the block and the window after it
+        ("dual", [20, 4, 24, 4, 28, 4, 32, 4]),  # between refreshes: the block alone
+    ],
+)
 def test_no_forward_runs_past_the_window(model, cache, expected):
     ids, _ = left_padded_prompts([4], seed=0)
     widths = []
@@ -67,8 +75,11 @@ def test_no_forward_runs_past_the_window(model, cache, expected):
     assert (out.generated != MASK_ID).float().mean() > 0.9  # MASK_ID itself may be proposed
 
 
-@pytest.mark.parametrize("mode", [{}, {"cache": "dual"}, {"cache": "dual", "parallel": "threshold",
-                                                           "parallel_threshold": 0.5}], ids=MODE_IDS[:1] + MODE_IDS[2:4])
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"cache": "dual"}, {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5}],
+    ids=MODE_IDS[:1] + MODE_IDS[2:4],
+)
 def test_speculative_decoding_stays_lossless_under_a_window(model, prompts, mode):
     ids, mask = prompts
     base = SamplerConfig(steps=32, gen_length=32, block_length=8, future_window=8, **IDS, **mode)

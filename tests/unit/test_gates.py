@@ -37,16 +37,19 @@ def test_every_result_cites_record_run_and_hash():
         assert r.evidence["weights_sha256"] == ev.records[0].weights_sha256
 
 
-@pytest.mark.parametrize("gate, changed, stage, reason", [
-    ("quality", dict(accuracy=0.25), "poc", "25.0% is not >= threshold 30.0%"),
-    ("quality_vs_fallback", dict(accuracy=0.49), "poc", "49.0% is not >= baseline 70.0% - 20.0%"),
-    ("quality_vs_fallback", dict(accuracy=0.64), "staging", "is not >= baseline 70.0% - 5.00%"),
-    ("latency", dict(latency_p95_s=2.5), "staging", "p95 2500 ms at gen_length 32 > SLA 2000 ms"),
-    ("speedup", dict(latency_p95_s=0.5), "poc", "0.180x (p95 90.0 ms / 500 ms) < 0.2x"),
-    ("memory", dict(peak_mem_mb=20000.0), "poc", "peak memory 20000 MB (arith) > budget 16384 MB"),
-    ("error_rate", dict(errors=7), "poc", "error rate 5.83% (7/120 on arith) > 5%"),
-    ("error_rate", dict(errors=2), "staging", "error rate 1.67% (2/120 on arith) > 1%"),
-])
+@pytest.mark.parametrize(
+    "gate, changed, stage, reason",
+    [
+        ("quality", dict(accuracy=0.25), "poc", "25.0% is not >= threshold 30.0%"),
+        ("quality_vs_fallback", dict(accuracy=0.49), "poc", "49.0% is not >= baseline 70.0% - 20.0%"),
+        ("quality_vs_fallback", dict(accuracy=0.64), "staging", "is not >= baseline 70.0% - 5.00%"),
+        ("latency", dict(latency_p95_s=2.5), "staging", "p95 2500 ms at gen_length 32 > SLA 2000 ms"),
+        ("speedup", dict(latency_p95_s=0.5), "poc", "0.180x (p95 90.0 ms / 500 ms) < 0.2x"),
+        ("memory", dict(peak_mem_mb=20000.0), "poc", "peak memory 20000 MB (arith) > budget 16384 MB"),
+        ("error_rate", dict(errors=7), "poc", "error rate 5.83% (7/120 on arith) > 5%"),
+        ("error_rate", dict(errors=2), "staging", "error rate 1.67% (2/120 on arith) > 1%"),
+    ],
+)
 def test_record_driven_gates_fail_for_their_reason(gate, changed, stage, reason):
     passing = judge(evidence(), stage)[gate]
     assert passing.passed, passing.reason
@@ -57,14 +60,20 @@ def test_record_driven_gates_fail_for_their_reason(gate, changed, stage, reason)
 def test_reasons_word_numbers_as_people_read_them_never_as_raw_floats():
     import re
 
-    ev = evidence(records=[record(latency_p95_s=0.02230288574997985, accuracy=0.7234567, peak_mem_mb=797.1484375),
-                           record(task="sort")])
+    ev = evidence(
+        records=[
+            record(latency_p95_s=0.02230288574997985, accuracy=0.7234567, peak_mem_mb=797.1484375),
+            record(task="sort"),
+        ]
+    )
     for stage in ("poc", "staging", "production"):
         for r in judge(ev, stage).values():
             assert not re.search(r"\d\.\d{4,}", r.reason), r.reason  # no float printed past 3 significant digits
     results = judge(ev, "poc")
     assert "p95 22.3 ms" in results["latency"].reason and "797 MB" in results["memory"].reason
-    assert "accuracy on arith 72.3% vs fallback 70.0% meets >= fallback - 20 pts" in results["quality_vs_fallback"].reason
+    assert (
+        "accuracy on arith 72.3% vs fallback 70.0% meets >= fallback - 20 pts" in results["quality_vs_fallback"].reason
+    )
 
 
 def test_too_few_items_is_inconclusive_and_says_how_many_more_would_settle_it():
@@ -79,7 +88,9 @@ def test_no_record_at_all_is_inconclusive_but_invalid_records_fail():
     other_length = evidence(records=[record(config={"gen_length": 128}, gen_length=128)])
     results = judge(other_length)
     for gate in ("quality", "latency", "data_validity", "memory", "speedup"):
-        assert results[gate].verdict == "inconclusive" and "measure task 'arith' at gen_length 32" in results[gate].settle
+        assert (
+            results[gate].verdict == "inconclusive" and "measure task 'arith' at gen_length 32" in results[gate].settle
+        )
     assert results["license"].verdict == "pass"  # what is there is still judged
     invalid = judge(evidence(records=[record(valid=False), record(task="sort")]))
     assert invalid["data_validity"].verdict == "fail"  # bad data is a fault, not missing evidence
@@ -111,7 +122,9 @@ def test_a_gate_that_asks_for_a_settled_result_is_inconclusive_while_the_interva
 
 def test_a_verdict_and_passed_agree_and_old_reports_read_without_a_verdict():
     old = {"gate": "latency", "stage": "poc", "passed": False, "value": 1.0, "threshold": 0.5, "reason": "slow"}
-    assert GateResult.from_dict(old).verdict == "fail" and GateResult.from_dict(old | {"passed": True}).verdict == "pass"
+    assert (
+        GateResult.from_dict(old).verdict == "fail" and GateResult.from_dict(old | {"passed": True}).verdict == "pass"
+    )
     with pytest.raises(ValueError, match="contradicts"):
         GateResult("g", "poc", True, None, None, "", verdict="inconclusive")
     with pytest.raises(ValueError, match="not one of"):
@@ -156,15 +169,20 @@ def test_tooling_maturity_needs_the_checklist_signoff():
 
 def test_unvalidated_or_invalid_records_count_as_no_evidence():
     for valid in (None, False):
-        ev = evidence(records=[record(valid=valid, validation={"failed": ["latency_p95_s not null"]}),
-                               record(task="sort")])
+        ev = evidence(
+            records=[record(valid=valid, validation={"failed": ["latency_p95_s not null"]}), record(task="sort")]
+        )
         results = judge(ev)
         assert not results["data_validity"].passed and results["data_validity"].verdict == "fail"
         assert "gates use validated records only" in results["data_validity"].reason
         assert not results["quality"].passed and "no validated record" in results["quality"].reason
         assert results["quality"].verdict == "inconclusive"  # no evidence to judge quality on, nothing more
-    assert "latency_p95_s not null" in judge(evidence(records=[record(valid=False, validation={"failed": [
-        "latency_p95_s not null"]})]))["data_validity"].reason
+    assert (
+        "latency_p95_s not null"
+        in judge(evidence(records=[record(valid=False, validation={"failed": ["latency_p95_s not null"]})]))[
+            "data_validity"
+        ].reason
+    )
 
 
 def test_missing_fallback_fails_the_relative_gates():
@@ -210,10 +228,15 @@ def test_intervals_match_published_values():
 
 def test_a_quality_verdict_on_few_items_says_it_is_not_settled():
     """16 items cannot rank two models 6 points apart: the gate keeps its verdict and says so."""
+
     def pair(n, candidate, fallback):
-        return (evidence(records=[record(n_items=n, accuracy=candidate)]),
-                {"fallback": evidence("tiny-ar", records=[record("tiny-ar", n_items=n, accuracy=fallback)]),
-                 "production": None})
+        return (
+            evidence(records=[record(n_items=n, accuracy=candidate)]),
+            {
+                "fallback": evidence("tiny-ar", records=[record("tiny-ar", n_items=n, accuracy=fallback)]),
+                "production": None,
+            },
+        )
 
     few, base = pair(16, 1.0, 15 / 16)
     r = judge(few, "staging", base=base)["quality_vs_fallback"]
@@ -238,33 +261,53 @@ def test_serving_gate_passes_on_the_record_at_its_concurrency_and_cites_its_run(
     r = judge(evidence(), "production")["serving"]
     assert r.passed, r.reason
     assert r.value == {"p95_s": 0.9, "error_rate": 0.0, "throughput_vs_fallback": 1.2}
-    assert r.threshold == {"concurrency": 16, "p95_s_max": 2.0, "error_rate_max": 0.0, "throughput_vs_fallback_min": 1.0}
-    assert r.evidence["serving_run_id"] == "serving-tiny-llada" and r.evidence["baseline_serving_run_id"] == "serving-tiny-ar"
+    assert r.threshold == {
+        "concurrency": 16,
+        "p95_s_max": 2.0,
+        "error_rate_max": 0.0,
+        "throughput_vs_fallback_min": 1.0,
+    }
+    assert (
+        r.evidence["serving_run_id"] == "serving-tiny-llada"
+        and r.evidence["baseline_serving_run_id"] == "serving-tiny-ar"
+    )
     assert "at concurrency 16 (64 requests)" in r.reason
 
 
-@pytest.mark.parametrize("changed, stage, reason", [
-    (dict(latency_p95_s=2.5), "production", "p95 2500 ms > 2000 ms"),
-    (dict(latency_p95_s=None), "production", "no p95 measured"),
-    (dict(error_rate=0.02), "staging", "error rate 2.00% > 1.00%"),
-    (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1.00x"),
-    (dict(tokens_per_s=None), "staging", "no tokens/s vs fallback measured"),
-])
+@pytest.mark.parametrize(
+    "changed, stage, reason",
+    [
+        (dict(latency_p95_s=2.5), "production", "p95 2500 ms > 2000 ms"),
+        (dict(latency_p95_s=None), "production", "no p95 measured"),
+        (dict(error_rate=0.02), "staging", "error rate 2.00% > 1.00%"),
+        (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1.00x"),
+        (dict(tokens_per_s=None), "staging", "no tokens/s vs fallback measured"),
+    ],
+)
 def test_serving_gate_fails_for_its_reason(changed, stage, reason):
     r = judge(evidence(serving=[serving_record(**changed)]), stage)["serving"]
     assert not r.passed and reason in r.reason, r.reason
 
 
-@pytest.mark.parametrize("candidate_levels, fallback_levels, reason", [
-    ([], [16], "no serving record yet of tiny-llada at concurrency 16; run unmask loadtest --model tiny-llada "
-               "--concurrency 16"),
-    ([4], [16], "no serving record yet of tiny-llada at concurrency 16"),  # another level does not count
-    ([16], [], "no serving record yet of the fallback at concurrency 16; run unmask loadtest --model fallback"),
-])
+@pytest.mark.parametrize(
+    "candidate_levels, fallback_levels, reason",
+    [
+        (
+            [],
+            [16],
+            "no serving record yet of tiny-llada at concurrency 16; run unmask loadtest --model tiny-llada "
+            "--concurrency 16",
+        ),
+        ([4], [16], "no serving record yet of tiny-llada at concurrency 16"),  # another level does not count
+        ([16], [], "no serving record yet of the fallback at concurrency 16; run unmask loadtest --model fallback"),
+    ],
+)
 def test_serving_gate_without_a_record_says_which_load_test_to_run(candidate_levels, fallback_levels, reason):
     ev = evidence(serving=[serving_record(concurrency=c) for c in candidate_levels])
-    base = {"fallback": evidence("tiny-ar", serving=[serving_record("tiny-ar", concurrency=c) for c in fallback_levels]),
-            "production": None}
+    base = {
+        "fallback": evidence("tiny-ar", serving=[serving_record("tiny-ar", concurrency=c) for c in fallback_levels]),
+        "production": None,
+    }
     r = judge(ev, "staging", base=base)["serving"]
     assert not r.passed and r.value is None and reason in r.reason, r.reason
 
@@ -272,10 +315,22 @@ def test_serving_gate_without_a_record_says_which_load_test_to_run(candidate_lev
 def test_serving_gate_reads_only_the_limits_its_policy_states():
     from gates import parse_policy
 
-    data = {"stages": {s: {"operating_point": {"task": "arith", "gen_length": 32}, "scoring": {"weights": {"quality": 1}},
-                           "gates": {"serving": {"concurrency": 16, "p95_s_max": 1.0}}} for s in ("poc", "staging", "production")}}
-    [r] = evaluate_gates(evidence(serving=[serving_record(error_rate=0.5, tokens_per_s=1.0)]), parse_policy(data), "poc",
-                         {"fallback": None, "production": None})
+    data = {
+        "stages": {
+            s: {
+                "operating_point": {"task": "arith", "gen_length": 32},
+                "scoring": {"weights": {"quality": 1}},
+                "gates": {"serving": {"concurrency": 16, "p95_s_max": 1.0}},
+            }
+            for s in ("poc", "staging", "production")
+        }
+    }
+    [r] = evaluate_gates(
+        evidence(serving=[serving_record(error_rate=0.5, tokens_per_s=1.0)]),
+        parse_policy(data),
+        "poc",
+        {"fallback": None, "production": None},
+    )
     assert r.passed and r.value == {"p95_s": 0.9}  # no fallback needed, errors not judged: the policy did not ask
 
 
@@ -295,8 +350,10 @@ def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_
     decision = decide_promotion(thin, POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
     assert not decision.allowed and not decision.gates_passed
     kinds = {r.kind: r.text for r in decision.reasons}
-    assert kinds[ReasonKind.INCONCLUSIVE] == ("gate data_validity is inconclusive: arith measured on 16 items, fewer "
-                                              "than 50; needs 34 more items on arith (50 per task)")
+    assert kinds[ReasonKind.INCONCLUSIVE] == (
+        "gate data_validity is inconclusive: arith measured on 16 items, fewer "
+        "than 50; needs 34 more items on arith (50 per task)"
+    )
     assert ReasonKind.GATE not in kinds  # nothing failed: the evidence is too thin to judge
     assert next(r for r in decision.reasons if r.kind is ReasonKind.INCONCLUSIVE).blocking
     unlicensed = decide_promotion(evidence(license=None), POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
@@ -305,8 +362,9 @@ def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_
 
 
 def test_the_gate_report_counts_inconclusive_gates_apart():
-    results = evaluate_gates(evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY,
-                             "staging", BASE, SIGNED)
+    results = evaluate_gates(
+        evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY, "staging", BASE, SIGNED
+    )
     md = gate_report_markdown(results)
     assert "Stage **staging**: INCONCLUSIVE (10/11 gates, 1 inconclusive)" in md
     assert "| data_validity | *inconclusive* |" in md

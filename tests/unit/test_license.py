@@ -54,8 +54,13 @@ def test_card_that_disagrees_with_the_catalog_is_a_finding_and_the_stricter_tier
 
 def test_card_that_agrees_is_no_finding():
     assert check_license("m", "Apache-2.0", card={"license": "apache-2.0"}).findings == []
-    llama = check_license("m", "other", license_name="Meta Llama 3 Community License Agreement",
-                          card={"license": "llama3"}, card_alias="llama3")
+    llama = check_license(
+        "m",
+        "other",
+        license_name="Meta Llama 3 Community License Agreement",
+        card={"license": "llama3"},
+        card_alias="llama3",
+    )
     assert llama.findings == [] and llama.tier == "caution"
 
 
@@ -81,7 +86,9 @@ def test_policy_file_errors_name_the_key(tmp_path):
 
 def test_a_custom_policy_changes_the_verdict(tmp_path):
     path = tmp_path / "policy.yaml"
-    path.write_text("tiers:\n  permitted: {licenses: [MIT, GPL-*]}\n  caution: {}\n  restricted: {licenses: [Apache-2.0]}\n")
+    path.write_text(
+        "tiers:\n  permitted: {licenses: [MIT, GPL-*]}\n  caution: {}\n  restricted: {licenses: [Apache-2.0]}\n"
+    )
     policy = load_policy(path)
     assert classify("GPL-3.0-only", policy=policy).tier == "permitted"
     assert classify("Apache-2.0", policy=policy).tier == "restricted"

@@ -15,15 +15,24 @@ from evals.multiple_choice import arith_choices, choice_items, likelihood_accura
 from evals.tasks import get_task, make_split
 from models.loading import load
 from sampler.decode import decode_prompts
-from sampler.likelihood import (ELBO_ESTIMATORS, CommitLogprobs, causal_likelihood, causal_logprobs,
-                                diffusion_likelihood, elbo_estimator, elbo_exact, likelihood, prompt_scores)
+from sampler.likelihood import (
+    ELBO_ESTIMATORS,
+    CommitLogprobs,
+    causal_likelihood,
+    causal_logprobs,
+    diffusion_likelihood,
+    elbo_estimator,
+    elbo_exact,
+    likelihood,
+    prompt_scores,
+)
 from serving.decoding import operating_config
 
 PROMPT = "A box has 9 coins. Zoe takes 3. How many remain?"
 ANSWER = "9-3=6,0-0-0=0\n#### 6"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def handle(name: str):
     return load(name)
 
@@ -86,8 +95,9 @@ def test_autoregressive_likelihood_is_exact_and_matches_its_own_decoding():
         assert commit_value == pytest.approx(value, abs=1e-5)
         assert max(top.values()) == pytest.approx(commit_value, abs=1e-9)  # greedy: the token is the top one
     logp = causal_logprobs(h, context + generated)
-    assert exact.total == pytest.approx(sum(float(logp[i - 1, t]) for i, t in enumerate(context + generated)
-                                            if i >= len(context)), abs=1e-9)
+    assert exact.total == pytest.approx(
+        sum(float(logp[i - 1, t]) for i, t in enumerate(context + generated) if i >= len(context)), abs=1e-9
+    )
 
 
 def test_masked_diffusion_commit_logprobs_are_the_committed_tokens_probabilities():
@@ -135,7 +145,9 @@ def test_multiple_choice_items_hold_the_reference_answer_among_distinct_choices(
     for item in make_split(get_task("arith"), "test", 6):
         choice = arith_choices(item, rng)
         assert choice.context == item.prompt and choice.choices[choice.gold] == item.answer
-        assert len(set(choice.choices)) == 4 and all(c.startswith(item.answer.split("#### ")[0]) for c in choice.choices)
+        assert len(set(choice.choices)) == 4 and all(
+            c.startswith(item.answer.split("#### ")[0]) for c in choice.choices
+        )
     assert [i.gold for i in choice_items(n=6)] == [i.gold for i in choice_items(n=6)]  # seeded
     with pytest.raises(ValueError, match="arith"):
         choice_items(task="sort")

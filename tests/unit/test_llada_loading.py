@@ -10,25 +10,59 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from models import CheckpointError, load_checkpoint, load, save_checkpoint
+from models import CheckpointError, load, load_checkpoint, save_checkpoint
 from sampler import SamplerConfig, generate
 from tests.support.llada_fixtures import EOS_ID, MASK_ID, VOCAB, tiny_model
 
 # The config.json of GSAI-ML/LLaDA-8B-Base, scaled down; every key it has, including the ones the
 # native model ignores, so a real download's config parses unchanged.
 LLADA_STYLE_CONFIG = {
-    "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
-    "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
-    "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig"}, "bias_for_layer_norm": False,
-    "block_group_size": 1, "block_type": "llama", "d_model": 32, "embedding_dropout": 0.0,
-    "embedding_size": VOCAB, "eos_token_id": EOS_ID, "flash_attention": False, "include_bias": False,
-    "include_qkv_bias": False, "init_cutoff_factor": None, "init_device": "meta", "init_fn": "mitchell",
-    "init_std": 0.02, "input_emb_norm": False, "layer_norm_type": "rms", "layer_norm_with_affine": True,
-    "mask_token_id": MASK_ID, "max_sequence_length": 128, "mlp_hidden_size": 48, "mlp_ratio": 4,
-    "model_type": "llada", "multi_query_attention": None, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2,
-    "pad_token_id": 44, "precision": "amp_bf16", "residual_dropout": 0.0, "rms_norm_eps": 1e-05,
-    "rope": True, "rope_full_precision": True, "rope_theta": 500000.0, "scale_logits": False,
-    "transformers_version": "4.46.3", "use_cache": False, "vocab_size": VOCAB, "weight_tying": False,
+    "activation_type": "silu",
+    "alibi": False,
+    "alibi_bias_max": 8.0,
+    "architectures": ["LLaDAModelLM"],
+    "attention_dropout": 0.0,
+    "attention_layer_norm": False,
+    "attention_layer_norm_with_affine": True,
+    "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig"},
+    "bias_for_layer_norm": False,
+    "block_group_size": 1,
+    "block_type": "llama",
+    "d_model": 32,
+    "embedding_dropout": 0.0,
+    "embedding_size": VOCAB,
+    "eos_token_id": EOS_ID,
+    "flash_attention": False,
+    "include_bias": False,
+    "include_qkv_bias": False,
+    "init_cutoff_factor": None,
+    "init_device": "meta",
+    "init_fn": "mitchell",
+    "init_std": 0.02,
+    "input_emb_norm": False,
+    "layer_norm_type": "rms",
+    "layer_norm_with_affine": True,
+    "mask_token_id": MASK_ID,
+    "max_sequence_length": 128,
+    "mlp_hidden_size": 48,
+    "mlp_ratio": 4,
+    "model_type": "llada",
+    "multi_query_attention": None,
+    "n_heads": 4,
+    "n_kv_heads": 4,
+    "n_layers": 2,
+    "pad_token_id": 44,
+    "precision": "amp_bf16",
+    "residual_dropout": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope": True,
+    "rope_full_precision": True,
+    "rope_theta": 500000.0,
+    "scale_logits": False,
+    "transformers_version": "4.46.3",
+    "use_cache": False,
+    "vocab_size": VOCAB,
+    "weight_tying": False,
 }
 
 
@@ -37,15 +71,30 @@ def write_llada_layout(folder, config=LLADA_STYLE_CONFIG, seed=0, shards=2):
     g = torch.Generator().manual_seed(seed)
     d, hidden, vocab = config["d_model"], config["mlp_hidden_size"], config["embedding_size"]
     kv = d // config["n_heads"] * config["n_kv_heads"]
-    t = {"model.transformer.wte.weight": torch.randn(vocab, d, generator=g) * 0.3,
-         "model.transformer.ln_f.weight": 1 + 0.1 * torch.randn(d, generator=g),
-         "model.transformer.ff_out.weight": torch.randn(vocab, d, generator=g) * 0.3}
+    t = {
+        "model.transformer.wte.weight": torch.randn(vocab, d, generator=g) * 0.3,
+        "model.transformer.ln_f.weight": 1 + 0.1 * torch.randn(d, generator=g),
+        "model.transformer.ff_out.weight": torch.randn(vocab, d, generator=g) * 0.3,
+    }
     for i in range(config["n_layers"]):
         p = f"model.transformer.blocks.{i}."
-        shapes = {"attn_norm": (d,), "ff_norm": (d,), "q_proj": (d, d), "k_proj": (kv, d), "v_proj": (kv, d),
-                  "attn_out": (d, d), "ff_proj": (hidden, d), "up_proj": (hidden, d), "ff_out": (d, hidden)}
+        shapes = {
+            "attn_norm": (d,),
+            "ff_norm": (d,),
+            "q_proj": (d, d),
+            "k_proj": (kv, d),
+            "v_proj": (kv, d),
+            "attn_out": (d, d),
+            "ff_proj": (hidden, d),
+            "up_proj": (hidden, d),
+            "ff_out": (d, hidden),
+        }
         for name, shape in shapes.items():
-            t[p + name + ".weight"] = (1 + 0.1 * torch.randn(shape, generator=g)) if len(shape) == 1 else torch.randn(shape, generator=g) * 0.2
+            t[p + name + ".weight"] = (
+                (1 + 0.1 * torch.randn(shape, generator=g))
+                if len(shape) == 1
+                else torch.randn(shape, generator=g) * 0.2
+            )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
     names = sorted(t)
@@ -136,14 +185,17 @@ def test_missing_folder_and_config(tmp_path, good):
         load_checkpoint(good)
 
 
-@pytest.mark.parametrize("key,value,expect", [
-    ("d_model", "32", "key 'd_model' must be"),
-    ("rope_theta", "big", "key 'rope_theta' must be"),
-    ("weight_tying", 1, "key 'weight_tying' must be"),
-    ("n_heads", 5, "do not divide"),
-    ("block_type", "sequential", "key 'block_type'"),
-    ("scale_logits", True, "key 'scale_logits'"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("d_model", "32", "key 'd_model' must be"),
+        ("rope_theta", "big", "key 'rope_theta' must be"),
+        ("weight_tying", 1, "key 'weight_tying' must be"),
+        ("n_heads", 5, "do not divide"),
+        ("block_type", "sequential", "key 'block_type'"),
+        ("scale_logits", True, "key 'scale_logits'"),
+    ],
+)
 def test_bad_config_values_name_the_key(good, key, value, expect):
     cfg = json.loads((good / "config.json").read_text())
     cfg[key] = value
@@ -163,7 +215,10 @@ def test_wrong_tensor_shape_names_the_tensor(good, tmp_path):
     cfg = json.loads((good / "config.json").read_text())
     cfg["mlp_hidden_size"] = 64
     (good / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"model\.transformer\.blocks\.0\.ff_proj\.weight' has shape \(48, 32\), expected \(64, 32\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model\.transformer\.blocks\.0\.ff_proj\.weight' has shape \(48, 32\), expected \(64, 32\)",
+    ):
         load_checkpoint(good)
 
 
@@ -184,6 +239,7 @@ def test_missing_tensor_and_missing_shard(tmp_path):
         load_checkpoint(folder)
     folder2 = save_checkpoint(tiny_model(), tmp_path / "single")
     from safetensors.torch import load_file
+
     tensors = load_file(str(folder2 / "model.safetensors"))
     del tensors["model.transformer.ln_f.weight"]
     save_file(tensors, str(folder2 / "model.safetensors"))
@@ -204,6 +260,7 @@ def test_nan_logits_stop_decoding_with_a_clear_error(good):
         loaded.model.model.transformer.blocks[1].ff_out.weight[0, 0] = float("nan")
     cfg = SamplerConfig(steps=8, gen_length=8, block_length=8, mask_id=MASK_ID, eos_id=EOS_ID, eot_id=None)
     from sampler import NonFiniteLogitsError
+
     with pytest.raises(NonFiniteLogitsError, match=r"block 0 step 0: model returned \d+ non-finite logits"):
         generate(loaded.model, torch.tensor([[1, 2, 3]]), cfg)
 

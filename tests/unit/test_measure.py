@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.eval_fixtures import NaNWhen, write_model
 from evals.measure import FirstBlockClock, measure
 from models import load
 from sampler import SamplerConfig
+from tests.support.eval_fixtures import NaNWhen, write_model
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,9 @@ def autoregressive(tmp_path_factory):
 
 
 def config_for(loaded, **changes) -> SamplerConfig:
-    base = dict(steps=8, gen_length=16, block_length=8, mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id)
+    base = dict(
+        steps=8, gen_length=16, block_length=8, mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id
+    )
     return SamplerConfig(**(base | changes))
 
 

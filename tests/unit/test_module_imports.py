@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from pathlib import Path
+
 from tests.support import REPO
 
 ROOT = REPO
@@ -38,15 +38,18 @@ def in_function_imports() -> list[str]:
                     else:
                         continue
                     if any(n.split(".")[0] in PACKAGES and n not in OPTIONAL for n in names):
-                        found.setdefault((where, inner.lineno), f"{where}:{inner.lineno} {node.name}: {', '.join(names)}")
+                        found.setdefault(
+                            (where, inner.lineno), f"{where}:{inner.lineno} {node.name}: {', '.join(names)}"
+                        )
     return list(found.values())
 
 
 def test_project_imports_inside_functions_stay_within_the_bound():
     found = in_function_imports()
     assert BOUND <= GOAL
-    assert len(found) <= BOUND, f"{len(found)} project imports inside functions (bound {BOUND}, goal {GOAL}): " \
-                                + "; ".join(found[:20])
+    assert len(found) <= BOUND, (
+        f"{len(found)} project imports inside functions (bound {BOUND}, goal {GOAL}): " + "; ".join(found[:20])
+    )
 
 
 def test_the_counter_sees_an_import_inside_a_function(tmp_path, monkeypatch):
@@ -54,8 +57,10 @@ def test_the_counter_sees_an_import_inside_a_function(tmp_path, monkeypatch):
     counter = sys.modules[__name__]
 
     (tmp_path / "gates").mkdir()
-    (tmp_path / "gates" / "late.py").write_text("def outer():\n    def inner():\n        from registry import judge\n"
-                                                 "        return judge\n    return inner\n", encoding="utf-8")
+    (tmp_path / "gates" / "late.py").write_text(
+        "def outer():\n    def inner():\n        from registry import judge\n        return judge\n    return inner\n",
+        encoding="utf-8",
+    )
     monkeypatch.setattr(counter, "ROOT", tmp_path)
     monkeypatch.setattr(counter, "PACKAGES", ("gates", "registry"))
     assert counter.in_function_imports() == ["gates/late.py:3 outer: registry"]

@@ -18,8 +18,11 @@ def model():
 
 def test_backend_needs_a_native_torch_module():
     with pytest.raises(ValueError, match="backend='onnxruntime' needs a native LLaDA torch module"):
-        generate(lambda x, attention_mask=None: None, torch.tensor([[1, 2]]),
-                 SamplerConfig(steps=8, gen_length=8, block_length=8, backend="onnxruntime", **IDS))
+        generate(
+            lambda x, attention_mask=None: None,
+            torch.tensor([[1, 2]]),
+            SamplerConfig(steps=8, gen_length=8, block_length=8, backend="onnxruntime", **IDS),
+        )
 
 
 def test_exported_graphs_match_torch_at_any_batch_and_length(model):
@@ -33,7 +36,9 @@ def test_exported_graphs_match_torch_at_any_batch_and_length(model):
             x = torch.randint(0, 44, (B, T), generator=g)
             mask = torch.ones(B, T, dtype=torch.long)
             mask[0, : T // 3] = 0
-            assert torch.allclose(ort_model(x, attention_mask=mask).logits, model(x, attention_mask=mask).logits, atol=1e-4)
+            assert torch.allclose(
+                ort_model(x, attention_mask=mask).logits, model(x, attention_mask=mask).logits, atol=1e-4
+            )
         full = model(torch.randint(0, 44, (2, 20), generator=g), use_cache=True)
         past = [(k[:, :, :12], v[:, :, :12]) for k, v in full.past_key_values]
         x, keys = torch.randint(0, 44, (2, 5), generator=g), torch.ones(2, 17, dtype=torch.long)
@@ -44,10 +49,22 @@ def test_exported_graphs_match_torch_at_any_batch_and_length(model):
 
 
 GRID = [
-    ({}, 1), ({}, 3), ({"cfg_scale": 1.0}, 3),
-    ({"cache": "dual"}, 3), ({"cache": "prefix", "cache_refresh": 2}, 1),
+    ({}, 1),
+    ({}, 3),
+    ({"cfg_scale": 1.0}, 3),
+    ({"cache": "dual"}, 3),
+    ({"cache": "prefix", "cache_refresh": 2}, 1),
     ({"parallel": "threshold", "parallel_threshold": 0.5}, 3),
-    ({"cache": "dual", "parallel": "factor", "parallel_factor": 2.0, "speculative_draft": 3, "early_exit": "eos_decided"}, 3),
+    (
+        {
+            "cache": "dual",
+            "parallel": "factor",
+            "parallel_factor": 2.0,
+            "speculative_draft": 3,
+            "early_exit": "eos_decided",
+        },
+        3,
+    ),
 ]
 
 

@@ -41,10 +41,15 @@ def test_aup_reads_on_the_papers_scale_and_penalises_lost_accuracy():
     assert aup([(1.0, 0.0), (2.0, 0.0)]).aup == 0.0
 
 
-@pytest.mark.parametrize("points, message", [
-    ([], "no points"), ([(0.0, 0.5)], "tokens per forward must be a positive number, got 0.0"),
-    ([(1.0, 80.0)], "accuracy must be a share in [0, 1], got 80.0"), ([(float("nan"), 0.5)], "positive number"),
-])
+@pytest.mark.parametrize(
+    "points, message",
+    [
+        ([], "no points"),
+        ([(0.0, 0.5)], "tokens per forward must be a positive number, got 0.0"),
+        ([(1.0, 80.0)], "accuracy must be a share in [0, 1], got 80.0"),
+        ([(float("nan"), 0.5)], "positive number"),
+    ],
+)
 def test_aup_refuses_points_it_cannot_place(points, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         aup(points)
@@ -57,8 +62,18 @@ def test_tpf_at_accuracy_is_the_most_parallel_point_above_the_floor():
 
 
 def curve_records(candidate="tiny-llada", task="arith", curve=CURVE, **overrides):
-    return [record(candidate, task, config={"steps": int(32 / tpf)}, tokens_per_forward=tpf, accuracy=acc,
-                   run_id=f"run-{tpf}", **overrides) for tpf, acc in curve]
+    return [
+        record(
+            candidate,
+            task,
+            config={"steps": int(32 / tpf)},
+            tokens_per_forward=tpf,
+            accuracy=acc,
+            run_id=f"run-{tpf}",
+            **overrides,
+        )
+        for tpf, acc in curve
+    ]
 
 
 def test_record_curves_group_validated_records_by_candidate_task_and_length():
@@ -70,6 +85,7 @@ def test_record_curves_group_validated_records_by_candidate_task_and_length():
 
 
 # --- the parallelism gate ---------------------------------------------------------------------
+
 
 def policy_with(gate: dict):
     data = yaml.safe_load(POLICY_PATH.read_text())
@@ -99,8 +115,10 @@ def test_aup_min_judges_the_area_of_the_recorded_curve():
     ev = evidence(records=curve_records())
     passing = judge(ev, {"aup_min": 300})
     assert passing.verdict == "pass" and passing.value == pytest.approx(312.36, abs=0.01)
-    assert "AUP 312 over 3 of 4 configs on arith (tokens per forward 1.00-4.00, best accuracy 80.0%) >= 300" \
+    assert (
+        "AUP 312 over 3 of 4 configs on arith (tokens per forward 1.00-4.00, best accuracy 80.0%) >= 300"
         in passing.reason
+    )
     assert judge(ev, {"aup_min": 400}).verdict == "fail"
 
 
@@ -108,26 +126,37 @@ def test_the_gate_is_inconclusive_without_the_records_it_needs_and_names_the_com
     ev = evidence(records=curve_records(task="sort"))  # nothing on the stage's task
     result = judge(ev, {"aup_min": 100})
     assert result.verdict == "inconclusive"
-    assert "run unmask run (or unmask eval --sweep FILE) with points of tiny-llada on task 'arith' at gen_length 32" \
+    assert (
+        "run unmask run (or unmask eval --sweep FILE) with points of tiny-llada on task 'arith' at gen_length 32"
         in result.settle
+    )
     api = evidence(records=[record(tokens_per_forward=None)])
     assert "no tokens per forward recorded" in judge(api, {"aup_min": 100}).reason
     on_sort = judge(ev, {"aup_min": 100, "task": "sort"})  # the gate's own task
     assert on_sort.verdict == "pass"
 
 
-@pytest.mark.parametrize("gate, message", [
-    ({}, "a parallelism gate needs exactly one of tpf_at_accuracy or aup_min, got neither"),
-    ({"aup_min": 1, "tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.5}}, "got tpf_at_accuracy, aup_min"),
-    ({"tpf_at_accuracy": {"min_tpf": 2}}, "parallel.tpf_at_accuracy.accuracy_floor: expected a finite number, got None"),
-    ({"tpf_at_accuracy": {"min_tpf": 0, "accuracy_floor": 0.5}}, "min_tpf: expected tokens per forward above 0"),
-    ({"tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 80}}, "accuracy_floor: expected a share in [0, 1], got 80"),
-    ({"tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.5, "at": 1}}, "unknown key 'at'"),
-    ({"tpf_at_accuracy": [2, 0.5]}, "parallel.tpf_at_accuracy: expected dict"),
-    ({"aup_min": -1}, "parallel.aup_min: expected a non-negative number"),
-    ({"aup_min": float("nan")}, "parallel.aup_min: expected a finite number"),
-    ({"aup_min": 1, "task": "poetry"}, "parallel.task: unknown task 'poetry'"),
-])
+@pytest.mark.parametrize(
+    "gate, message",
+    [
+        ({}, "a parallelism gate needs exactly one of tpf_at_accuracy or aup_min, got neither"),
+        ({"aup_min": 1, "tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.5}}, "got tpf_at_accuracy, aup_min"),
+        (
+            {"tpf_at_accuracy": {"min_tpf": 2}},
+            "parallel.tpf_at_accuracy.accuracy_floor: expected a finite number, got None",
+        ),
+        ({"tpf_at_accuracy": {"min_tpf": 0, "accuracy_floor": 0.5}}, "min_tpf: expected tokens per forward above 0"),
+        (
+            {"tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 80}},
+            "accuracy_floor: expected a share in [0, 1], got 80",
+        ),
+        ({"tpf_at_accuracy": {"min_tpf": 2, "accuracy_floor": 0.5, "at": 1}}, "unknown key 'at'"),
+        ({"tpf_at_accuracy": [2, 0.5]}, "parallel.tpf_at_accuracy: expected dict"),
+        ({"aup_min": -1}, "parallel.aup_min: expected a non-negative number"),
+        ({"aup_min": float("nan")}, "parallel.aup_min: expected a finite number"),
+        ({"aup_min": 1, "task": "poetry"}, "parallel.task: unknown task 'poetry'"),
+    ],
+)
 def test_a_malformed_parallelism_gate_is_refused_naming_the_key(gate, message):
     with pytest.raises(PolicyError) as e:
         policy_with(gate)
@@ -144,15 +173,23 @@ def test_the_threshold_reads_as_a_person_writes_it_and_the_demo_policy_has_the_g
 
 # --- recorded with the evidence: the sweep's folder and the registered version -------------------
 
+
 def test_a_sweep_folder_holds_each_candidates_aup_with_the_records_of_its_curve(tmp_path):
-    from tests.support.eval_fixtures import write_model
     from evals.evidence import gather_evidence
     from evals.sweep import parse_sweep, run_sweep
+    from tests.support.eval_fixtures import write_model
 
     refs = [str(write_model(tmp_path / "diff")), str(write_model(tmp_path / "ar", causal=True))]
-    spec = parse_sweep({"name": "aup", "models": refs, "tasks": [{"task": "arith", "n": 2}],
-                        "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [2, 4, 8]},
-                        "measure": {"warmup": 0, "batch_size": 2}})
+    spec = parse_sweep(
+        {
+            "name": "aup",
+            "models": refs,
+            "tasks": [{"task": "arith", "n": 2}],
+            "base": {"gen_length": 8, "block_length": 4},
+            "grid": {"steps": [2, 4, 8]},
+            "measure": {"warmup": 0, "batch_size": 2},
+        }
+    )
     result = run_sweep(spec, tmp_path / "out")
     gather_evidence(spec, result, plots=False, reproducibility=False)
     saved = json.loads((tmp_path / "out" / "parallelism.json").read_text())

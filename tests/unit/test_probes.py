@@ -74,8 +74,14 @@ def test_the_command_probes_a_sort_band_at_a_chosen_canvas(monkeypatch, capsys):
 
     from evals import probes
 
-    monkeypatch.setattr("sys.argv", ["probes", str(WEIGHTS_DIR / "tiny-llada"), "--task", "sort-short", "--n", "3", "--canvas", "32"])
+    monkeypatch.setattr(
+        "sys.argv", ["probes", str(WEIGHTS_DIR / "tiny-llada"), "--task", "sort-short", "--n", "3", "--canvas", "32"]
+    )
     probes.main()
     out = json.loads(capsys.readouterr().out)
     letters = sum(len(i.answer) for i in make_split(probes.SORT_BANDS["sort-short"], "validation", 3))
-    assert out["task"] == "sort-short" and out["next"]["asked"] == out["hole"]["asked"] == letters and out["end"]["asked"] == 3
+    assert (
+        out["task"] == "sort-short"
+        and out["next"]["asked"] == out["hole"]["asked"] == letters
+        and out["end"]["asked"] == 3
+    )

@@ -12,14 +12,38 @@ from evals.store import RecordStore, load_records
 
 def make_record(**changes) -> EvalRecord:
     base = dict(
-        candidate="tiny-llada", role="candidate", kind="masked-diffusion", task="arith", split="test",
-        config={"steps": 8, "gen_length": 16, "block_length": 8}, config_hash="abc123", n_items=4, expected_items=4,
-        accuracy=0.5, accuracy_strict=0.5, accuracy_flexible=0.75, latency_p50_s=0.01, latency_p95_s=0.02,
-        latency_p99_s=0.03, time_to_first_block_s=0.004, throughput_items_per_s=80.0, batch_size=2,
-        tokens_per_s=100.0, tokens_per_s_with_padding=400.0, tokens_per_forward=2.0, nfe=8.0, peak_mem_mb=300.0,
-        errors=1, error_messages=["item 3: NonFiniteLogitsError: nan"], output_hash="f" * 64, dataset_hash="d" * 64,
-        weights_sha256="w" * 64, fingerprint={"torch": "2.13", "threads": 2}, valid=True,
-        validation={"success": True, "failed": []}, created_at="2026-11-30T10:00:00+00:00",
+        candidate="tiny-llada",
+        role="candidate",
+        kind="masked-diffusion",
+        task="arith",
+        split="test",
+        config={"steps": 8, "gen_length": 16, "block_length": 8},
+        config_hash="abc123",
+        n_items=4,
+        expected_items=4,
+        accuracy=0.5,
+        accuracy_strict=0.5,
+        accuracy_flexible=0.75,
+        latency_p50_s=0.01,
+        latency_p95_s=0.02,
+        latency_p99_s=0.03,
+        time_to_first_block_s=0.004,
+        throughput_items_per_s=80.0,
+        batch_size=2,
+        tokens_per_s=100.0,
+        tokens_per_s_with_padding=400.0,
+        tokens_per_forward=2.0,
+        nfe=8.0,
+        peak_mem_mb=300.0,
+        errors=1,
+        error_messages=["item 3: NonFiniteLogitsError: nan"],
+        output_hash="f" * 64,
+        dataset_hash="d" * 64,
+        weights_sha256="w" * 64,
+        fingerprint={"torch": "2.13", "threads": 2},
+        valid=True,
+        validation={"success": True, "failed": []},
+        created_at="2026-11-30T10:00:00+00:00",
     )
     return EvalRecord(**(base | changes))
 
@@ -32,8 +56,11 @@ def test_json_round_trip_keeps_every_field():
 
 
 def test_record_from_before_the_added_fields_still_loads():
-    old = {k: v for k, v in make_record().to_dict().items()
-           if k not in ("error_messages", "expected_items", "warmup", "sweep")}
+    old = {
+        k: v
+        for k, v in make_record().to_dict().items()
+        if k not in ("error_messages", "expected_items", "warmup", "sweep")
+    }
     record = EvalRecord.from_dict(old)
     assert record.error_messages == [] and record.expected_items is None and record.sweep == ""
 
@@ -54,9 +81,20 @@ def test_record_id_names_what_was_measured_not_when():
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_store_round_trips_through_each_format(tmp_path, suffix):
     store = RecordStore(tmp_path / "out")
-    records = [make_record(), make_record(candidate="tiny-ar", role="fallback", kind="autoregressive",
-                                          accuracy_strict=None, time_to_first_block_s=None, valid=None,
-                                          validation={}, error_messages=[], errors=0)]
+    records = [
+        make_record(),
+        make_record(
+            candidate="tiny-ar",
+            role="fallback",
+            kind="autoregressive",
+            accuracy_strict=None,
+            time_to_first_block_s=None,
+            valid=None,
+            validation={},
+            error_messages=[],
+            errors=0,
+        ),
+    ]
     for r in records:
         store.add(r)
     loaded = load_records(tmp_path / "out" / f"records{suffix}")
@@ -82,7 +120,13 @@ def test_frame_has_flat_columns():
 
 
 def test_evidence_types_serialise():
-    r = ReproducibilityResult(candidate="x", reproducible=False, same_process=True, fresh_process=False,
-                              batch_invariant=True, differences=["fresh process gave hash ..."])
+    r = ReproducibilityResult(
+        candidate="x",
+        reproducible=False,
+        same_process=True,
+        fresh_process=False,
+        batch_invariant=True,
+        differences=["fresh process gave hash ..."],
+    )
     assert json.loads(json.dumps(r.to_dict()))["differences"] == ["fresh process gave hash ..."]
     assert LicenseResult(candidate="x", expression="MIT", tier="permitted").to_dict()["tier"] == "permitted"

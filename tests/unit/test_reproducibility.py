@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.eval_fixtures import NaNWhen, write_model
 from evals.reproducibility import first_difference, probe
 from models import load
 from sampler import SamplerConfig
+from tests.support.eval_fixtures import NaNWhen, write_model
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,9 @@ def loaded(tmp_path_factory):
 
 
 def config_for(loaded, **changes) -> SamplerConfig:
-    base = dict(steps=4, gen_length=8, block_length=4, mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id)
+    base = dict(
+        steps=4, gen_length=8, block_length=4, mask_id=loaded.mask_id, eos_id=loaded.eos_id, eot_id=loaded.eot_id
+    )
     return SamplerConfig(**(base | changes))
 
 
@@ -86,8 +88,15 @@ def test_sweep_evidence_carries_a_verdict_and_a_license_per_candidate(tmp_path):
     from evals.sweep import parse_sweep, run_sweep
 
     folder = str(write_model(tmp_path / "diff", card_license="cc-by-nc-4.0"))
-    spec = parse_sweep({"models": [folder], "tasks": [{"task": "arith", "n": 2}], "base": {"gen_length": 8, "block_length": 4},
-                        "grid": {"steps": [4]}, "measure": {"warmup": 0, "batch_size": 2}})
+    spec = parse_sweep(
+        {
+            "models": [folder],
+            "tasks": [{"task": "arith", "n": 2}],
+            "base": {"gen_length": 8, "block_length": 4},
+            "grid": {"steps": [4]},
+            "measure": {"warmup": 0, "batch_size": 2},
+        }
+    )
     result = run_sweep(spec, tmp_path / "out")
     (evidence,) = gather_evidence(spec, result, plots=False).candidates
     assert evidence.reproducibility.reproducible and evidence.records == result.records

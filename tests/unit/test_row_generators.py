@@ -24,13 +24,21 @@ def model():
     return tiny_model(seed=4)
 
 
-@pytest.mark.parametrize("mode", [
-    {}, {"remasking": "random"}, {"remasking": "random", "temperature": 0.0}, {"cfg_scale": 1.0},
-    {"cache": "prefix"}, {"parallel": "threshold", "parallel_threshold": 0.5}, {"parallel": "entropy"},
-    {"parallel": "factor"},
-    {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5},  # rows finish blocks at different steps
-    {"early_exit": "eos_decided"},
-])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {},
+        {"remasking": "random"},
+        {"remasking": "random", "temperature": 0.0},
+        {"cfg_scale": 1.0},
+        {"cache": "prefix"},
+        {"parallel": "threshold", "parallel_threshold": 0.5},
+        {"parallel": "entropy"},
+        {"parallel": "factor"},
+        {"cache": "dual", "parallel": "threshold", "parallel_threshold": 0.5},  # rows finish blocks at different steps
+        {"early_exit": "eos_decided"},
+    ],
+)
 def test_a_seeded_sampled_row_decodes_in_a_batch_as_it_does_alone(model, mode):
     prompts, attention = left_padded_prompts(LENGTHS)
     config = SamplerConfig(steps=16, gen_length=32, block_length=8, temperature=0.9, **IDS).with_(**mode)

@@ -45,14 +45,40 @@ def run_continuously(llada, prompts: list[list[int]], config: SamplerConfig, len
 
 CONFIGS = [
     {"gen_length": 32, "block_length": 8, "steps": 16},
-    {"gen_length": 32, "block_length": 8, "steps": 32, "parallel": "threshold", "cache": "dual",
-     "early_exit": "eos_decided"},
-    {"gen_length": 64, "block_length": 8, "steps": 32, "parallel": "threshold", "cache": "prefix",
-     "future_window": 16, "early_exit": "eos_decided"},
-    {"gen_length": 64, "block_length": 16, "steps": 64, "cache": "dual", "eot_predict": "eos_run",
-     "early_exit": "eos_decided"},
-    {"gen_length": 48, "block_length": 16, "steps": 24, "remasking": "low_confidence", "cache": "dual",
-     "cache_refresh": 2, "future_window": 8},
+    {
+        "gen_length": 32,
+        "block_length": 8,
+        "steps": 32,
+        "parallel": "threshold",
+        "cache": "dual",
+        "early_exit": "eos_decided",
+    },
+    {
+        "gen_length": 64,
+        "block_length": 8,
+        "steps": 32,
+        "parallel": "threshold",
+        "cache": "prefix",
+        "future_window": 16,
+        "early_exit": "eos_decided",
+    },
+    {
+        "gen_length": 64,
+        "block_length": 16,
+        "steps": 64,
+        "cache": "dual",
+        "eot_predict": "eos_run",
+        "early_exit": "eos_decided",
+    },
+    {
+        "gen_length": 48,
+        "block_length": 16,
+        "steps": 24,
+        "remasking": "low_confidence",
+        "cache": "dual",
+        "cache_refresh": 2,
+        "future_window": 8,
+    },
 ] + [{"gen_length": 32, "block_length": 8, "steps": 32, "parallel": rule} for rule in COMMIT_RULES if rule != "none"]
 
 
@@ -69,13 +95,22 @@ def test_rows_joining_at_different_blocks_decode_what_they_decode_alone(llada, p
 
 
 def test_rows_of_different_lengths_share_a_running_batch_and_decode_what_they_decode_alone(llada, prompts):
-    config = SamplerConfig(gen_length=32, block_length=8, steps=32, parallel="threshold", cache="dual",
-                           future_window=8, **llada.sampler_ids())
+    config = SamplerConfig(
+        gen_length=32,
+        block_length=8,
+        steps=32,
+        parallel="threshold",
+        cache="dual",
+        future_window=8,
+        **llada.sampler_ids(),
+    )
     lengths = [8, 40, 16, 32, 24, 8, 48]  # max_tokens of seven requests, in whole blocks
     own = [config.with_(gen_length=n, steps=n) for n in lengths]
     assert len({running_key(c) for c in own}) == 1 and len({c.hash() for c in own}) == len(set(lengths))
     with torch.inference_mode():
-        alone = [generate(llada.model, torch.tensor([p]), c).sequences[0, len(p) :].tolist() for p, c in zip(prompts, own)]
+        alone = [
+            generate(llada.model, torch.tensor([p]), c).sequences[0, len(p) :].tolist() for p, c in zip(prompts, own)
+        ]
         rows = run_continuously(llada, prompts, config, lengths)
     assert [row.tokens for row in rows] == alone and [len(row.tokens) for row in rows] == lengths
 
@@ -92,8 +127,16 @@ def test_a_row_streams_only_what_no_later_block_can_change(llada, prompts):
     assert row.done and row.final_length(config) == 32
 
 
-@pytest.mark.parametrize("change", [{"temperature": 0.7}, {"remasking": "random"}, {"speculative_draft": 4},
-                                    {"cfg_scale": 1.0}, {"backend": "onnxruntime"}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.7},
+        {"remasking": "random"},
+        {"speculative_draft": 4},
+        {"cfg_scale": 1.0},
+        {"backend": "onnxruntime"},
+    ],
+)
 def test_configs_whose_rows_depend_on_the_batch_do_not_join_a_running_batch(llada, prompts, change):
     config = SamplerConfig(gen_length=32, block_length=8, steps=16, **llada.sampler_ids()).with_(**change)
     assert not joins_running_batch(config)

@@ -22,7 +22,11 @@ BLOCK = 8
 # As many steps per block as positions: top_k's schedule then commits one position per step (with
 # more steps than positions some scheduled steps commit nothing, by design).
 BASE = dict(steps=16, gen_length=16, block_length=BLOCK, mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID)
-CASES = [pytest.param(field, name, id=f"{field}={name}") for field, registry in POLICY_REGISTRIES.items() for name in registry]
+CASES = [
+    pytest.param(field, name, id=f"{field}={name}")
+    for field, registry in POLICY_REGISTRIES.items()
+    for name in registry
+]
 
 
 def config_for(field: str, name: str, **changes) -> SamplerConfig:
@@ -60,7 +64,9 @@ def test_every_mask_is_filled_and_every_step_commits_and_is_reported_once(model,
     config = config_for(field, name)
     out, steps = decode_with_steps(model, ids, config, mask)
     assert not (out.generated == MASK_ID).any()
-    assert torch.equal(out.sequences, generate(model, ids, config, attention_mask=mask).sequences)  # the callback changes nothing
+    assert torch.equal(
+        out.sequences, generate(model, ids, config, attention_mask=mask).sequences
+    )  # the callback changes nothing
 
     assert [s.step for s in steps] == list(range(out.sequential_calls))  # one call per step, each step reported once
     assert sum(out.block_nfe) == out.sequential_calls == out.nfe
@@ -109,10 +115,16 @@ def test_speculative_decoding_reports_the_kept_steps_only(model, prompts, field,
     plain, plain_steps = decode_with_steps(model, ids, config, mask)
     fast, fast_steps = decode_with_steps(model, ids, config.with_(speculative_draft=3), mask)
     assert torch.equal(fast.sequences, plain.sequences)
-    assert fast.speculative.drafted_steps > fast.speculative.accepted_steps  # drafts were rejected, and none shows below
-    assert [(s.step, s.block, s.block_done) for s in fast_steps] == [(s.step, s.block, s.block_done) for s in plain_steps]
-    assert all(torch.equal(f.committed, p.committed) and torch.equal(f.sequences, p.sequences)
-               for f, p in zip(fast_steps, plain_steps))
+    assert (
+        fast.speculative.drafted_steps > fast.speculative.accepted_steps
+    )  # drafts were rejected, and none shows below
+    assert [(s.step, s.block, s.block_done) for s in fast_steps] == [
+        (s.step, s.block, s.block_done) for s in plain_steps
+    ]
+    assert all(
+        torch.equal(f.committed, p.committed) and torch.equal(f.sequences, p.sequences)
+        for f, p in zip(fast_steps, plain_steps)
+    )
     assert fast.sequential_calls < plain.sequential_calls == len(fast_steps)
 
 

@@ -22,17 +22,20 @@ def model():
     return tiny_model(seed=3)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("parallel", "greedy", "SamplerConfig.parallel='greedy'"),
-    ("parallel_threshold", 0.0, "SamplerConfig.parallel_threshold must be in"),
-    ("parallel_factor", -1.0, "SamplerConfig.parallel_factor must be > 0"),
-    ("entropy_bound", 0.0, "SamplerConfig.entropy_bound must be > 0"),
-    ("cache", "both", "SamplerConfig.cache='both'"),
-    ("cache_refresh", -1, "SamplerConfig.cache_refresh must be a non-negative integer"),
-    ("speculative_draft", 1, "SamplerConfig.speculative_draft=1"),
-    ("early_exit", "soon", "SamplerConfig.early_exit='soon'"),
-    ("backend", "tensorrt", "SamplerConfig.backend='tensorrt'"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("parallel", "greedy", "SamplerConfig.parallel='greedy'"),
+        ("parallel_threshold", 0.0, "SamplerConfig.parallel_threshold must be in"),
+        ("parallel_factor", -1.0, "SamplerConfig.parallel_factor must be > 0"),
+        ("entropy_bound", 0.0, "SamplerConfig.entropy_bound must be > 0"),
+        ("cache", "both", "SamplerConfig.cache='both'"),
+        ("cache_refresh", -1, "SamplerConfig.cache_refresh must be a non-negative integer"),
+        ("speculative_draft", 1, "SamplerConfig.speculative_draft=1"),
+        ("early_exit", "soon", "SamplerConfig.early_exit='soon'"),
+        ("backend", "tensorrt", "SamplerConfig.backend='tensorrt'"),
+    ],
+)
 def test_bad_mode_settings_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         SamplerConfig(**{field: value})
@@ -48,8 +51,14 @@ def test_configs_recorded_before_the_modes_keep_their_hash():
     old_fields = {k: v for k, v in cfg.to_dict().items() if k not in SamplerConfig._HASH_OPTIONAL}
     old = hashlib.sha256(json.dumps(old_fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     assert cfg.hash() == old
-    changed = [cfg.with_(parallel="threshold"), cfg.with_(cache="dual"), cfg.with_(cache="dual", cache_refresh=4),
-               cfg.with_(early_exit="eos_decided"), cfg.with_(backend="onnxruntime"), cfg.with_(parallel_factor=2.0)]
+    changed = [
+        cfg.with_(parallel="threshold"),
+        cfg.with_(cache="dual"),
+        cfg.with_(cache="dual", cache_refresh=4),
+        cfg.with_(early_exit="eos_decided"),
+        cfg.with_(backend="onnxruntime"),
+        cfg.with_(parallel_factor=2.0),
+    ]
     assert len({c.hash() for c in changed} | {old}) == len(changed) + 1
     round_trip = SamplerConfig.from_json(changed[2].to_json())
     assert round_trip == changed[2] and round_trip.hash() == changed[2].hash()
@@ -95,8 +104,16 @@ def test_top_k_follows_the_schedule():
 @pytest.mark.parametrize("parallel", ["threshold", "factor", "entropy"])
 def test_parallel_rules_fill_every_block_in_fewer_calls(model, parallel):
     ids, mask = left_padded_prompts([5, 3], seed=2)
-    cfg = SamplerConfig(steps=32, gen_length=32, block_length=8, parallel=parallel, parallel_threshold=0.5,
-                        parallel_factor=3.0, entropy_bound=8.0, **IDS)
+    cfg = SamplerConfig(
+        steps=32,
+        gen_length=32,
+        block_length=8,
+        parallel=parallel,
+        parallel_threshold=0.5,
+        parallel_factor=3.0,
+        entropy_bound=8.0,
+        **IDS,
+    )
     out = generate(model, ids, cfg, attention_mask=mask)
     assert not (out.generated == MASK_ID).any()
     assert out.nfe < 32 and len(out.block_nfe) == 4
@@ -147,9 +164,14 @@ def test_stats_keeps_the_untyped_layout_for_readers_outside_unmask(model):
     out = generate(model, ids, cfg, attention_mask=mask)
     spec = out.speculative
     assert out.stats == {
-        "nfe": out.nfe, "sequential_calls": out.sequential_calls, "tokens_per_forward": out.tokens_per_forward,
-        "block_nfe": out.block_nfe, "blocks_skipped": out.early_exit.blocks_skipped,  # no nfe_saved: no fixed budget
-        "drafted_steps": spec.drafted_steps, "accepted_steps": spec.accepted_steps, "acceptance_rate": spec.acceptance_rate,
+        "nfe": out.nfe,
+        "sequential_calls": out.sequential_calls,
+        "tokens_per_forward": out.tokens_per_forward,
+        "block_nfe": out.block_nfe,
+        "blocks_skipped": out.early_exit.blocks_skipped,  # no nfe_saved: no fixed budget
+        "drafted_steps": spec.drafted_steps,
+        "accepted_steps": spec.accepted_steps,
+        "acceptance_rate": spec.acceptance_rate,
     }
     assert out.early_exit.nfe_saved is None and spec.drafted_steps > 0
 
@@ -189,8 +211,9 @@ def test_margin_and_entropy_remasking_rank_positions_their_own_way():
     spread = torch.tensor([0.4, 0.2, 0.2, 0.2])  # a clear winner over a flat rest
     logits = torch.stack([torn, spread]).clamp_min(1e-12).log()[None]  # (1, 2, 4)
     x0 = logits.argmax(-1)
-    low, margin, entropy = (remasking_policy(n).confidence(logits, x0, None)[0] for n in
-                            ("low_confidence", "margin", "entropy"))
+    low, margin, entropy = (
+        remasking_policy(n).confidence(logits, x0, None)[0] for n in ("low_confidence", "margin", "entropy")
+    )
     assert low[0] > low[1] and margin[0] < margin[1]  # margin commits the clear winner first
     assert margin.tolist() == pytest.approx([0.01, 0.2], abs=1e-5)
     assert entropy[0] > entropy[1] and 0 < entropy.min() and entropy.max() <= 1  # exp(-H): the flat rest is less sure
@@ -208,4 +231,6 @@ def test_every_remasking_policy_decodes_one_token_per_step(model, remasking):
     again = generate(model, ids, config, attention_mask=mask)
     assert torch.equal(out.sequences, again.sequences)
     plain = generate(model, ids, config.with_(remasking="low_confidence"), attention_mask=mask, on_step=plain_order)
-    assert plain_order.generated(plain.prompt_length) != order.generated(out.prompt_length)  # another order on this model
+    assert plain_order.generated(plain.prompt_length) != order.generated(
+        out.prompt_length
+    )  # another order on this model

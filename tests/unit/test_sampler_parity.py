@@ -19,12 +19,28 @@ from tests.support.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_pr
 
 
 @torch.no_grad()
-def reference_generate(model, prompt, attention_mask, steps, gen_length, block_length, temperature,
-                       cfg_scale, remasking, mask_id, eos_id, eot_id, logits_eos_inf, confidence_eos_eot_inf):
+def reference_generate(
+    model,
+    prompt,
+    attention_mask,
+    steps,
+    gen_length,
+    block_length,
+    temperature,
+    cfg_scale,
+    remasking,
+    mask_id,
+    eos_id,
+    eot_id,
+    logits_eos_inf,
+    confidence_eos_eot_inf,
+):
     x = torch.full((prompt.shape[0], prompt.shape[1] + gen_length), mask_id, dtype=torch.long)
     x[:, : prompt.shape[1]] = prompt.clone()
     if attention_mask is not None:
-        attention_mask = torch.cat([attention_mask, torch.ones((prompt.shape[0], gen_length), dtype=attention_mask.dtype)], dim=-1)
+        attention_mask = torch.cat(
+            [attention_mask, torch.ones((prompt.shape[0], gen_length), dtype=attention_mask.dtype)], dim=-1
+        )
     prompt_index = x != mask_id
     num_blocks = gen_length // block_length
     steps = steps // num_blocks
@@ -76,14 +92,16 @@ def reference_generate(model, prompt, attention_mask, steps, gen_length, block_l
 
 
 SHAPES = [(8, 8, 8), (16, 16, 4), (8, 16, 8), (12, 24, 8), (6, 12, 4)]  # (steps, gen_length, block_length)
-GRID = list(itertools.product(
-    SHAPES,
-    [0.0, 0.7],  # temperature
-    ["low_confidence", "random"],
-    [0.0, 1.0],  # cfg_scale
-    [(False, False), (True, False), (False, True), (True, True)],  # (logits_eos_inf, confidence_eos_eot_inf)
-    [1, 3],  # batch
-))
+GRID = list(
+    itertools.product(
+        SHAPES,
+        [0.0, 0.7],  # temperature
+        ["low_confidence", "random"],
+        [0.0, 1.0],  # cfg_scale
+        [(False, False), (True, False), (False, True), (True, True)],  # (logits_eos_inf, confidence_eos_eot_inf)
+        [1, 3],  # batch
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +117,35 @@ def test_vanilla_matches_reference(model, shape, temperature, remasking, cfg_sca
     attention_mask = mask if batch > 1 else None  # batch 1 runs without a mask, like most callers
     seed = 1234
     config = SamplerConfig(
-        steps=steps, gen_length=gen_length, block_length=block_length, temperature=temperature,
-        cfg_scale=cfg_scale, remasking=remasking, mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID,
-        seed=seed, logits_eos_inf=eos_opts[0], confidence_eos_eot_inf=eos_opts[1],
+        steps=steps,
+        gen_length=gen_length,
+        block_length=block_length,
+        temperature=temperature,
+        cfg_scale=cfg_scale,
+        remasking=remasking,
+        mask_id=MASK_ID,
+        eos_id=EOS_ID,
+        eot_id=EOT_ID,
+        seed=seed,
+        logits_eos_inf=eos_opts[0],
+        confidence_eos_eot_inf=eos_opts[1],
     )
     out = generate(model, ids, config, attention_mask=attention_mask)
     torch.manual_seed(seed)
     expected = reference_generate(
-        model, ids, attention_mask, steps, gen_length, block_length, temperature, cfg_scale, remasking,
-        MASK_ID, EOS_ID, EOT_ID, *eos_opts,
+        model,
+        ids,
+        attention_mask,
+        steps,
+        gen_length,
+        block_length,
+        temperature,
+        cfg_scale,
+        remasking,
+        MASK_ID,
+        EOS_ID,
+        EOT_ID,
+        *eos_opts,
     )
     assert torch.equal(out.sequences, expected)
     assert out.nfe == steps
@@ -133,8 +171,17 @@ def test_eos_options_change_output(model):
 
 def test_seeded_sampling_is_reproducible_and_seed_sensitive(model):
     ids, _ = left_padded_prompts([6], seed=0)
-    cfg = SamplerConfig(steps=16, gen_length=16, block_length=8, temperature=1.0, remasking="random",
-                        mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID, seed=7)
+    cfg = SamplerConfig(
+        steps=16,
+        gen_length=16,
+        block_length=8,
+        temperature=1.0,
+        remasking="random",
+        mask_id=MASK_ID,
+        eos_id=EOS_ID,
+        eot_id=EOT_ID,
+        seed=7,
+    )
     a, b = generate(model, ids, cfg).sequences, generate(model, ids, cfg).sequences
     c = generate(model, ids, cfg.with_(seed=8)).sequences
     assert torch.equal(a, b)
@@ -149,8 +196,13 @@ def test_cfg_counts_one_call_per_step_and_works_without_mask(model):
         calls.append(x.shape[0])
         return model(x, attention_mask=attention_mask)
 
-    out = generate(counting, ids, SamplerConfig(steps=8, gen_length=8, block_length=8, cfg_scale=1.0,
-                                                mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID))
+    out = generate(
+        counting,
+        ids,
+        SamplerConfig(
+            steps=8, gen_length=8, block_length=8, cfg_scale=1.0, mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID
+        ),
+    )
     assert out.nfe == 8 and calls == [4] * 8  # conditional + unconditional rows in one call
 
 
@@ -158,8 +210,17 @@ def test_cfg_counts_one_call_per_step_and_works_without_mask(model):
 def test_left_padded_batch_rows_equal_their_solo_runs(model, temperature, remasking):
     lengths = [5, 2, 8]
     ids, mask = left_padded_prompts(lengths, seed=4)
-    cfg = SamplerConfig(steps=16, gen_length=16, block_length=8, temperature=temperature, remasking=remasking,
-                        mask_id=MASK_ID, eos_id=EOS_ID, eot_id=EOT_ID, seed=None)
+    cfg = SamplerConfig(
+        steps=16,
+        gen_length=16,
+        block_length=8,
+        temperature=temperature,
+        remasking=remasking,
+        mask_id=MASK_ID,
+        eos_id=EOS_ID,
+        eot_id=EOT_ID,
+        seed=None,
+    )
     # Per-row randomness cannot be batch-invariant with one shared stream; compare greedy runs,
     # and for sampling compare each row's batch-of-one run against the same row in a batch of one.
     if temperature > 0 or remasking == "random":

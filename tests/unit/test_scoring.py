@@ -51,8 +51,10 @@ def test_sensitivity_table_moves_each_weight_by_20_percent():
     moved = table[(table.criterion == "quality") & (table.change == "+20%")]["weight"].item()
     assert moved == pytest.approx(0.4 * 1.2 / (1 + 0.4 * 0.2), abs=1e-4)
     # a close call flips: equal weights on quality and latency, near-equal alternatives
-    close = sensitivity([Alternative("q", 0.80, 0.30, 500, 3), Alternative("l", 0.70, 0.20, 500, 3)],
-                        {"quality": 0.5, "latency": 0.5, "memory": 0.0, "license": 0.0})
+    close = sensitivity(
+        [Alternative("q", 0.80, 0.30, 500, 3), Alternative("l", 0.70, 0.20, 500, 3)],
+        {"quality": 0.5, "latency": 0.5, "memory": 0.0, "license": 0.0},
+    )
     assert not close["weighted_sum_ranking_holds"].all()
 
 

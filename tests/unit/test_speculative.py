@@ -42,8 +42,9 @@ def test_speculative_tokens_equal_the_step_by_step_tokens(model, draft, mode, ba
     steps, gen_length, block_length = shape
     ids, mask = left_padded_prompts([5, 3, 7][:batch], seed=batch)
     mask = mask if batch > 1 else None
-    base = SamplerConfig(steps=steps, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale,
-                         **IDS, **mode)
+    base = SamplerConfig(
+        steps=steps, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale, **IDS, **mode
+    )
     plain = generate(model, ids, base, attention_mask=mask)
     fast = generate(model, ids, base.with_(speculative_draft=draft), attention_mask=mask)
     assert torch.equal(fast.sequences, plain.sequences)

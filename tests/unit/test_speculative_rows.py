@@ -72,10 +72,13 @@ def test_a_round_is_reported_once_and_the_trace_covers_every_commit(model, promp
     assert (torch.tensor(trace.generated(out.prompt_length)) >= 0)[filled].all()  # every filled position was committed
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({}, "speculative_rows=True lets rows of one speculative round advance apart: needs speculative_draft >= 2"),
-    ({"speculative_draft": 4, "cache": "dual", "cache_refresh": 2}, "and cache_refresh=0"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({}, "speculative_rows=True lets rows of one speculative round advance apart: needs speculative_draft >= 2"),
+        ({"speculative_draft": 4, "cache": "dual", "cache_refresh": 2}, "and cache_refresh=0"),
+    ],
+)
 def test_per_row_rounds_need_drafts_and_no_mid_block_refresh(changes, message):
     with pytest.raises(ValueError, match=message):
         SamplerConfig(speculative_rows=True, **changes)

@@ -95,12 +95,38 @@ def test_the_key_covers_files_catalog_code_and_parts(tmp_path):
 def _records(accuracy: float = 0.9):
     from evals.records import EvalRecord
 
-    common = dict(role="candidate", kind="masked-diffusion", task="arith", split="test", gen_length=16, n_items=8,
-                  valid=True, dataset_hash="d" * 16)
-    return [EvalRecord(candidate="tiny-llada", config={"steps": s}, config_hash=f"h{s}", accuracy=accuracy,
-                       latency_p50_s=0.01 * s, latency_p95_s=0.02 * s, **common) for s in (4, 8)] + \
-        [EvalRecord(**(common | {"role": "fallback", "kind": "autoregressive"}), candidate="tiny-ar", config={},
-                    config_hash="ar", accuracy=0.8, latency_p50_s=0.05, latency_p95_s=0.06)]
+    common = dict(
+        role="candidate",
+        kind="masked-diffusion",
+        task="arith",
+        split="test",
+        gen_length=16,
+        n_items=8,
+        valid=True,
+        dataset_hash="d" * 16,
+    )
+    return [
+        EvalRecord(
+            candidate="tiny-llada",
+            config={"steps": s},
+            config_hash=f"h{s}",
+            accuracy=accuracy,
+            latency_p50_s=0.01 * s,
+            latency_p95_s=0.02 * s,
+            **common,
+        )
+        for s in (4, 8)
+    ] + [
+        EvalRecord(
+            **(common | {"role": "fallback", "kind": "autoregressive"}),
+            candidate="tiny-ar",
+            config={},
+            config_hash="ar",
+            accuracy=0.8,
+            latency_p50_s=0.05,
+            latency_p95_s=0.06,
+        )
+    ]
 
 
 def test_a_plot_of_the_same_records_is_copied_not_drawn_again(tmp_path, monkeypatch):

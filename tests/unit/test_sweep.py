@@ -8,12 +8,12 @@ import pytest
 import torch
 import yaml
 
-from tests.support.eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model
 from evals import sweep as sweep_module
 from evals.plots import plot_quality_latency, quality_latency_front
 from evals.store import load_records
-from evals.sweep import SweepError, default_sweep_path, valid_points, load_sweep, parse_sweep, run_sweep
+from evals.sweep import SweepError, default_sweep_path, load_sweep, parse_sweep, run_sweep, valid_points
 from sampler.block_diffusion import BlockDiffusionConfig
+from tests.support.eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,14 @@ def models(tmp_path_factory):
 
 
 def small_sweep(model_refs, **changes) -> dict:
-    base = {"name": "t", "models": list(model_refs), "tasks": [{"task": "arith", "n": 3}],
-            "base": {"gen_length": 8, "block_length": 4}, "grid": {"steps": [2, 8]},
-            "measure": {"warmup": 0, "batch_size": 2}}
+    base = {
+        "name": "t",
+        "models": list(model_refs),
+        "tasks": [{"task": "arith", "n": 3}],
+        "base": {"gen_length": 8, "block_length": 4},
+        "grid": {"steps": [2, 8]},
+        "measure": {"warmup": 0, "batch_size": 2},
+    }
     return base | changes
 
 
@@ -133,8 +138,12 @@ def test_task_file_sweep(models, tmp_path):
     import json
 
     path = tmp_path / "gsm.jsonl"
-    path.write_text("\n".join(json.dumps({"question": f"What is {i}+1?", "answer": f"{i}+1={i + 1}\n#### {i + 1}"})
-                              for i in range(3)) + "\n")
+    path.write_text(
+        "\n".join(
+            json.dumps({"question": f"What is {i}+1?", "answer": f"{i}+1={i + 1}\n#### {i + 1}"}) for i in range(3)
+        )
+        + "\n"
+    )
     spec = parse_sweep(small_sweep(models[:1], tasks=[{"file": str(path)}], grid={"steps": [2]}))
     (record,) = run_sweep(spec, tmp_path / "out").records
     assert record.task == "gsm8k" and record.n_items == 3 and record.accuracy_strict is not None and record.valid

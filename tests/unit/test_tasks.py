@@ -8,9 +8,27 @@ import re
 
 import pytest
 
-from evals.tasks import TASKS, alphabet, check_disjoint, flexible_extract, get_task, load_gsm8k, make_split, score, split_of, strict_match
+from evals.tasks import (
+    TASKS,
+    alphabet,
+    check_disjoint,
+    flexible_extract,
+    get_task,
+    load_gsm8k,
+    make_split,
+    score,
+    split_of,
+    strict_match,
+)
 from evals.tasks.mixture import (
-    DEFAULT_BATCH_SIZES, DEFAULT_WEIGHTS, SORT_BANDS, SORT_CURRICULUM_START, SORT_FOCUS_START, TrainingMixture, build_mixture, describe_mixture,
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_WEIGHTS,
+    SORT_BANDS,
+    SORT_CURRICULUM_START,
+    SORT_FOCUS_START,
+    TrainingMixture,
+    build_mixture,
+    describe_mixture,
 )
 from models.tokenizer_build import build_char_tokenizer
 
@@ -130,8 +148,10 @@ def test_extractors_normalise():
 def test_gsm8k_loader_reads_real_jsonl(tmp_path):
     path = tmp_path / "gsm8k_test.jsonl"
     rows = [
-        {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
-         "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72.\n#### 72"},
+        {
+            "question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+            "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72.\n#### 72",
+        },
         {"question": "Weng earns $12 an hour. How much for 50 minutes?", "answer": "12/60*50 = 10\n#### 10"},
         {"question": "Big numbers?", "answer": "#### 1,000"},
     ]
@@ -188,7 +208,7 @@ def test_the_sort_curriculum_scores_canvas_keeps_arith_and_moves_to_longer_bands
 @pytest.mark.parametrize("band", sorted(SORT_BANDS))
 def test_sort_bands_fit_their_canvas_and_keep_the_split(band):
     task = SORT_BANDS[band]
-    (low, high, _), = task.bands
+    ((low, high, _),) = task.bands
     rng = random.Random(0)
     for _ in range(200):
         item = task.sample(rng)
