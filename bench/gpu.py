@@ -1,7 +1,8 @@
 """On a lent GPU, in under 5 minutes: vanilla vs the fast configs of a LLaDA-8B-shaped model, tokens/s and MFU.
 
     bench/gpu.sh                      # on the GPU host: two random-weight models of LLaDA-8B's shape in bf16
-    bench/gpu.sh --smoke              # the same code path on the CPU, a tiny shape (tests/e2e/test_gpu_bench.py runs it)
+    bench/gpu.sh --smoke              # the same code path on the CPU, a tiny shape
+                                      # (tests/e2e/test_gpu_bench.py runs it)
 
 The models are random-weight LLaDA-layout networks of LLaDA-8B's shape (models.random_weights.LLADA_8B),
 built in memory on the device: a masked-diffusion one and its causal twin (the AR reference, KV-cached).

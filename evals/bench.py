@@ -498,7 +498,8 @@ def memory_admission(runs: list[VariantRun], budget: int) -> None:
     peak = worst.computed_peak()
     if peak > budget:
         raise MemoryAdmissionError(
-            f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} ({peak} bytes) "
+            f"{worst.variant.name} at batch {worst.batch}, gen length {worst.gen_length} needs {mib(peak)} "
+            f"({peak} bytes) "
             f"at its peak ({mib(peak // worst.batch)} a row, sampler/memory.footprint), above the memory budget of "
             f"{mib(budget)} ({budget} bytes); lower --batch or --gen-lengths, or raise --memory-budget"
         )

@@ -119,7 +119,8 @@ def evaluate_point(
     sweep: str = "",
     on_request: Callable[[RequestResult], None] | None = None,
 ) -> EvalRecord:
-    """Measure and score one point under its effective config; the record is not yet validated (see evals.validation)."""
+    """Measure and score one point under its effective config; the record is not yet validated
+    (see evals.validation)."""
     loaded = candidate.loaded
     if loaded.kind == "api":  # text in, text out, through the endpoint: no token ids, no local decoder
 

@@ -37,7 +37,8 @@ def vanilla_config(gen_length: int, ratio: int = 1) -> SamplerConfig:
 # modes commit as many positions per step as their rule allows and stop once the answer is final), each the
 # settings of one `unmask bench` row (evals/bench.py VARIANTS), so a card and the bench decode alike.
 # `vanilla+exit` gives vanilla's text exactly (early exit stops only once the text before the first EOS is
-# final; tests/unit/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of the calls.
+# final; tests/unit/test_sampler_modes.py), so it measures vanilla's accuracy at long canvases for a fraction of
+# the calls.
 MODE_VARIANTS = {
     "vanilla": "vanilla",
     "vanilla+exit": "early-exit",
@@ -157,7 +158,10 @@ def row_groups(rows: list[dict[str, Any]]) -> list[RunGroup]:
 
 def reproduce_command(model: Path, group: RunGroup) -> str:
     tasks, n, override, ratios, modes = group
-    command = f"python -m evals.model_report {model} --split test --n {n} --tasks {','.join(tasks)} --ratios {','.join(map(str, ratios))}"
+    command = (
+        f"python -m evals.model_report {model} --split test --n {n} --tasks {','.join(tasks)} "
+        f"--ratios {','.join(map(str, ratios))}"
+    )
     if modes != ("vanilla",):
         command += f" --modes {','.join(modes)}"
     if override:
@@ -356,7 +360,8 @@ def _kind(config: dict[str, Any]) -> str:
 
 DECODING = {
     "autoregressive": "greedy AR decoding with a KV cache (sampler/autoregressive.py), up to gen_length new tokens",
-    "masked-diffusion": "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, low-confidence remasking",
+    "masked-diffusion": "vanilla LLaDA decoding: steps = gen_length, block_length 32, temperature 0, "
+    "low-confidence remasking",
     "block-diffusion": "DiffusionGemma's block decoding (sampler/block_diffusion.py): one canvas after another, at "
     "most steps / canvases denoising steps per canvas, entropy-bounded acceptance, the "
     "linear temperature schedule 0.8 -> 0.4, a canvas stops once stable and confident, seed 0",
@@ -402,6 +407,7 @@ def card_body(
     recipe = training.get("recipe", {})
     kind = _kind(config)
     decoding, objective = DECODING[kind], OBJECTIVE[kind]
+    loss_ema = training.get("final_loss_ema")
     sizes = ", ".join(
         f"{t}@{g} {n}" for (t, g), n in dict(((r["task"], r["gen_length"]), r["n"]) for r in rows).items()
     )
@@ -425,7 +431,7 @@ Difficulty, deliberately easy for the two-core budget:
 - objective: {objective}
 - recipe (`models/training.py` RECIPES["{model_id}"]): `{json.dumps(recipe)}`
 - steps: {training.get("steps")}, wall time: {training.get("wall_seconds")} s on a two-core CPU
-  (threads and run history in the notes below, where they matter), final training loss (EMA): {training.get("final_loss_ema")}
+  (threads and run history in the notes below, where they matter), final training loss (EMA): {loss_ema}
 - reproduce: {reproduce_training(model_id, recipe, training)} (add `--stop-after N` / `--resume` to
   split the run across sessions)
 
@@ -456,7 +462,8 @@ Columns right of the first commit 2, 4 and 8 tokens per step (steps = gen_length
     modes = "" if block else modes_table(rows)
     if modes:
         body += (
-            "\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls per batch of "
+            "\n### Per generation length and decoding mode\n\nAccuracy on the first metric, and model calls "
+            "per batch of "
             "50 (fwd); every mode at steps = gen_length. Modes (`evals/model_report.py` MODE_SETTINGS): "
             + "; ".join(f"`{m}` {json.dumps(v) if v else 'as above'}" for m, v in MODE_SETTINGS.items())
             + ".\n\n"

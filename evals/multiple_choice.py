@@ -150,7 +150,8 @@ def write_lm_eval_tasks(
                 "doc_to_text: prompt",
                 "doc_to_target: target",
                 "target_delimiter: ''",
-                f'generation_kwargs: {{until: ["\\n\\n"], max_gen_toks: {max_gen_toks}, do_sample: false, temperature: 0}}',
+                f'generation_kwargs: {{until: ["\\n\\n"], max_gen_toks: {max_gen_toks}, do_sample: false, '
+                "temperature: 0}",
                 "filter_list:",
                 "  - name: strict-match",
                 "    filter:",

@@ -287,7 +287,8 @@ def run_sweep(
     `folder` as soon as it is finished.
 
     on_event(kind, info) is told: "plan" (total), "point" (start of one), "request" (one prompt
-    done), "item" (done and total items inside the point), "record" (a saved record), "failure" (a model or point that could not run).
+    done), "item" (done and total items inside the point), "record" (a saved record), "failure" (a model or
+    point that could not run).
 
     measure_cells(plans), when given, measures the planned cells elsewhere (a cluster: flows.cells.fan_out) and
     yields (point, MeasuredPoint or the error in words) per cell; each is validated and saved here as it comes.

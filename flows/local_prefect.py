@@ -27,9 +27,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # Prefect's own setting, reused
 STOP_GRACE_S = 5.0
@@ -127,7 +127,7 @@ class LocalPrefect:
         return f"{state}{': ' + lines[-1] if lines else ''} (log: {self.log})"
 
 
-def api(local: LocalPrefect | None, warn: Callable[[str], object] = print) -> ContextManager[object]:
+def api(local: LocalPrefect | None, warn: Callable[[str], object] = print) -> AbstractContextManager[object]:
     """Prefect's settings for the command's flows: its API at `local` once that answers, and no flow-run
     heartbeats (they let a long-lived server find crashed runs; this server ends with the process, and joining
     the heartbeat thread cost up to 1 s a flow). If `local` never answers, Prefect's own local mode is left to

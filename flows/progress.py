@@ -23,6 +23,7 @@ def set_reporter(reporter: Reporter | None) -> None:
 
 
 def report(kind: str, **info: Any) -> None:
-    """Tell the reporter: "plan" (points), "item" (done/total inside a point), "point" (one settled), "stage" (a step of a candidate), "failure"."""
+    """Tell the reporter: "plan" (points), "item" (done/total inside a point), "point" (one settled), "stage"
+    (a step of a candidate), "failure"."""
     if _reporter is not None:
         _reporter(kind, info)

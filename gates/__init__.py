@@ -1,4 +1,5 @@
-"""Stage policies, gate evaluation, multi-criteria scoring and promotion rules; pure functions, no I/O but reading policy YAML."""
+"""Stage policies, gate evaluation, multi-criteria scoring and promotion rules; pure functions, no I/O but reading
+policy YAML."""
 
 from checklists import STAGES
 from gates.evaluate import all_passed, evaluate_gates, gate_report_markdown

@@ -5,8 +5,9 @@ one of three: `pass`, `fail`, or `inconclusive` when the evidence is not enough 
 validated record at the operating point, fewer items than `data_validity` asks, a quality interval
 that spans the bound when the gate asks for a settled result). An inconclusive gate does not pass,
 so nothing is promoted on it, and it says what would settle it (`GateResult.settle`). Reasons word
-their numbers as people read them (`gates.readable`: 3 significant digits, ms, %). Each stage judges one operating point: the candidate's
-records at the policy's task and generation length, for the SamplerConfig with the best quality
+their numbers as people read them (`gates.readable`: 3 significant digits, ms, %). Each stage judges one
+operating point: the candidate's records at the policy's task and generation length, for the SamplerConfig
+with the best quality
 there (ties: lower p95), unless the evidence's card names `operating_config_hash`. Every result's
 `evidence` names the record id, MLflow run id and hashes it was computed from.
 """

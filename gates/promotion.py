@@ -39,7 +39,7 @@ from gates.rollout_findings import failed_rollout, finding_text
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
 
 
-class ReasonKind(str, Enum):
+class ReasonKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of its members
     """What stands in the way of a promotion."""
 
     GATE = "gate"  # a gate of the stage failed
@@ -352,7 +352,8 @@ def current_signoffs(
                 PromotionReason(
                     ReasonKind.SIGN_OFF,
                     (
-                        f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates the latest "
+                        f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates "
+                        "the latest "
                         f"evaluation ({evaluated_at}); sign it off again"
                     ),
                 )

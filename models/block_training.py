@@ -40,7 +40,8 @@ NOISE_EPS = 1e-3  # floor on the corruption level: every canvas sees some noise
 
 @dataclass(frozen=True)
 class BlockDiffusionShape:
-    """The tiny DiffusionGemma's architecture (a Gemma-4-style stack with a small mixture of experts, full attention)."""
+    """The tiny DiffusionGemma's architecture (a Gemma-4-style stack with a small mixture of experts, full
+    attention)."""
 
     hidden_size: int = 128  # residual width
     n_layers: int = 4  # transformer blocks, shared by the encoder and the decoder

@@ -277,7 +277,8 @@ def check_safetensors_complete(path: Path, entry_id: str) -> None:
     end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     if 8 + header_len + end != size:
         raise PullError(
-            f"model '{entry_id}': {path} is truncated or padded: tensors need {8 + header_len + end} bytes, file has {size}"
+            f"model '{entry_id}': {path} is truncated or padded: tensors need {8 + header_len + end} bytes, "
+            f"file has {size}"
         )
 
 

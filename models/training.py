@@ -189,7 +189,8 @@ def diffusion_loss(
     mask_id: int,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions weighted 1/t.
+    """LLaDA SFT loss: mask response tokens w.p. t ~ U(0, 1] (stratified over the batch), CE on masked positions
+    weighted 1/t.
 
     The noise is drawn on the CPU from `generator` whatever the model's device, so a step masks the
     same positions on a GPU as on the CPU (only float summation order differs).

@@ -92,7 +92,8 @@ def record_rollout_start(
             model,
             version,
             comment=(
-                f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against {baseline}, "
+                f"rollout {rollout_id} of {model} v{version} to {stage} on route {route}: {candidate} against "
+                f"{baseline}, "
                 f"steps {steps}"
             ),
             evidence={"rollout": rollout_id, "run_id": run_id, "policy": policy, "actor": actor.to_dict()},

@@ -2,11 +2,13 @@
 
 Which lock is right depends on who can write the store, so it is chosen by the tracking URI:
 
-| store | lock | why it holds |
-|---|---|---|
-| `sqlite:///file` | a lock file beside the database | every writer opens that file, so shares its folder |
-| `postgresql://` (a client with database credentials) | a PostgreSQL session advisory lock | the database grants it to one session; it is released when that session ends, even on kill -9 |
-| `http(s)://` (an `mlflow server`) | a registry lock: a registered model created by exactly one client (compare-and-set by name) | the server's database enforces the unique name; clients on any host meet there |
+- `sqlite:///file`: a lock file beside the database. Why it holds: every writer opens that file, so shares
+  its folder.
+- `postgresql://` (a client with database credentials): a PostgreSQL session advisory lock. Why it holds: the
+  database grants it to one session; it is released when that session ends, even on kill -9.
+- `http(s)://` (an `mlflow server`): a registry lock: a registered model created by exactly one client
+  (compare-and-set by name). Why it holds: the server's database enforces the unique name; clients on any
+  host meet there.
 
 A file lock would not do for a server: writers on two hosts have two lock files. Writers of one store must
 reach it the same way (all through the server, as docs/team-setup.md sets up, or all with database credentials).

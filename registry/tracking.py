@@ -309,7 +309,8 @@ def _model_card(evidence: CandidateEvidence) -> str:
     lines += [f"- {k}: {v}" for k, v in sorted(evidence.card.items())]
     lines += ["", "| task | config | accuracy | p95 s | peak MB | valid |", "|---|---|---|---|---|---|"]
     lines += [
-        f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | {'-' if r.peak_mem_mb is None else f'{r.peak_mem_mb:.0f}'} | {r.valid} |"
+        f"| {r.task} | {r.config_hash[:8]} | {r.accuracy:.3f} | {r.latency_p95_s:.3f} | "
+        f"{'-' if r.peak_mem_mb is None else f'{r.peak_mem_mb:.0f}'} | {r.valid} |"
         for r in evidence.records
     ]
     return "\n".join(lines) + "\n"

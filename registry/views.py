@@ -37,12 +37,14 @@ POLICY_ENV = "UNMASK_POLICY"
 
 
 def dashboard_policy(path: str | Path | None = None) -> Policy:
-    """The stage policy the dashboard ranks and marks operating points by: `path`, else $UNMASK_POLICY, else the bundled one."""
+    """The stage policy the dashboard ranks and marks operating points by: `path`, else $UNMASK_POLICY, else the
+    bundled one."""
     return load_policy(path or os.environ.get(POLICY_ENV) or None)
 
 
 def shown_versions(registry: Registry) -> pd.DataFrame:
-    """The versions worth a row: each model's latest, and any that holds an alias or was judged (list_versions columns)."""
+    """The versions worth a row: each model's latest, and any that holds an alias or was judged (list_versions
+    columns)."""
     versions = read.list_versions(registry=registry)
     if versions.empty:
         return versions
@@ -354,9 +356,10 @@ MOVE_DECISIONS = {"promotion": "promotion", "rollback": "rollback", "reconcile":
 
 
 def decisions(registry: Registry) -> pd.DataFrame:
-    """Every decision in the audit trail, newest first as entered (DECISION_COLUMNS): sign-offs, approvals, declines, how each
-    approval ended (consumed, expired, void), promotions, rollbacks, reconciles and emergency rollbacks, with the
-    actor's name, host and identity source ("" for an event written before identities were recorded)."""
+    """Every decision in the audit trail, newest first as entered (DECISION_COLUMNS): sign-offs, approvals,
+    declines, how each approval ended (consumed, expired, void), promotions, rollbacks, reconciles and emergency
+    rollbacks, with the actor's name, host and identity source ("" for an event written before identities were
+    recorded)."""
     rows = []
     for e in audit.events(registry):
         kind = MOVE_DECISIONS.get(e.evidence.get("kind", "")) if e.event == audit.MOVE else DECISION_EVENTS.get(e.event)
@@ -446,8 +449,8 @@ ROLLOUT_EVENT_COLUMNS = [
 
 def rollout_board(registry: Registry) -> dict[str, pd.DataFrame]:
     """What the Rollout page shows: every rollout newest first (ROLLOUT_COLUMNS; `weight` is the candidate's live
-    weight as the controller last set it, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest first) and
-    the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
+    weight as the controller last set it, 0 once rolled back), each analysis per arm (ANALYSIS_COLUMNS, oldest
+    first) and the rollouts' audit entries (ROLLOUT_EVENT_COLUMNS: start, rollback, abort, completion)."""
     found = rollouts(registry)
     experiment = registry.experiment_id(ROLLOUTS_EXPERIMENT) if found else ""
     rollout_rows, analysis_rows = [], []

@@ -147,7 +147,8 @@ class SamplerConfig:
         if self.speculative_draft and (self.temperature > 0 or self.remasking != "low_confidence"):
             raise ValueError(
                 f"SamplerConfig.speculative_draft={self.speculative_draft} is lossless only for deterministic "
-                f"decoding: needs temperature=0 and remasking='low_confidence' (got {self.temperature!r}, {self.remasking!r})"
+                f"decoding: needs temperature=0 and remasking='low_confidence' (got {self.temperature!r}, "
+                f"{self.remasking!r})"
             )
 
     @property

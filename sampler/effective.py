@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any, Union
+from typing import Any
 
 from sampler.block_diffusion import BlockDiffusionConfig
 from sampler.config import SamplerConfig
 
-EffectiveConfig = Union[SamplerConfig, BlockDiffusionConfig]
+EffectiveConfig = SamplerConfig | BlockDiffusionConfig
 
 # The SamplerConfig settings each kind reads; a kind not listed (masked diffusion) reads every one.
 SETTINGS_READ: dict[str, frozenset[str]] = {

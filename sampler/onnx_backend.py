@@ -210,7 +210,8 @@ def onnx_denoiser(model: Any) -> OnnxDenoiser:
         return model
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise ValueError(
-            f"SamplerConfig.backend='onnxruntime' needs a native LLaDA torch module to export, got {type(model).__name__}"
+            f"SamplerConfig.backend='onnxruntime' needs a native LLaDA torch module to export, got "
+            f"{type(model).__name__}"
         )
     if model not in _EXPORTED:
         _EXPORTED[model] = OnnxDenoiser(model)

@@ -475,7 +475,8 @@ class Batcher:
         return group
 
     def _within_budget(self, group: list[Job], job: Job) -> bool:
-        """Whether `job` may join `group`: rows are left-padded to the longest prompt, so each costs the largest peak."""
+        """Whether `job` may join `group`: rows are left-padded to the longest prompt, so each costs the largest
+        peak."""
         if self.memory_budget is None or not group:
             return True
         return (len(group) + 1) * max(job.peak, *(j.peak for j in group)) <= self.memory_budget

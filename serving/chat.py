@@ -55,7 +55,8 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template of {self.source} failed: {e}") from None
 
     def render_chat(self, messages: list[dict[str, Any]]) -> Rendered:
-        """The prompt of `messages` (OpenAI's `developer` role reaches the template as `system`), and what it dropped."""
+        """The prompt of `messages` (OpenAI's `developer` role reaches the template as `system`), and what it
+        dropped."""
         shown = [m | {"role": "system"} if m["role"] == "developer" else m for m in messages]
         text = self.render(shown)
         dropped = [

@@ -146,7 +146,8 @@ class ServingMetrics:
         self.log_dropped = Counter("unmask_request_log_dropped", "Request-log rows dropped (writer behind)", registry=r)
 
     def expose_gateway_load(self, loads: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
-        """Also publish the load under vLLM's names (GatewayLoad); `loads()` gives (model, waiting, running, max batch)."""
+        """Also publish the load under vLLM's names (GatewayLoad); `loads()` gives (model, waiting, running, max
+        batch)."""
         self.registry.register(GatewayLoad(loads))
 
     def render(self) -> bytes:

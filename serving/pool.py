@@ -75,7 +75,8 @@ def load_checked(version: ServedVersion, sources: dict[str, str], device: str, d
     if handle.weights_sha256 != version.weights_sha256:
         raise WeightsMismatch(
             f"refusing to serve {version.ref} ({version.name}) from {handle.path}: its weights hash to "
-            f"{handle.weights_sha256 or 'nothing'} but the registry recorded {version.weights_sha256} for that version. "
+            f"{handle.weights_sha256 or 'nothing'} but the registry recorded {version.weights_sha256} for that "
+            "version. "
             f"Serve the folder that was evaluated (--weights {version.model}=FOLDER) or register these weights."
         )
     return handle

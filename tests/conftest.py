@@ -35,19 +35,17 @@ os.environ.update(TERMINAL_SET)
 
 # One torch thread, here and in the processes tests start: the test models are tiny, and on two cores
 # shared with other work a second intra-op thread spin-waits for a busy core (the torch-heavy fast
-# tests measured 5x slower with two). Set before torch is imported so children inherit it too;
-# OMP_NUM_THREADS in the environment still wins.
+# tests measured 5x slower with two). Set before torch is imported (torch reads it when it starts), so children
+# inherit it too; OMP_NUM_THREADS in the environment still wins. torch itself is not imported here: a run of
+# tests that need no model does not pay for it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
-import torch
 
 from flows.environment import QUIET_DEFAULTS
 
 for _k, _v in QUIET_DEFAULTS.items():
     os.environ.setdefault(_k, _v)
-
-torch.set_num_threads(min(2, int(os.environ["OMP_NUM_THREADS"])))
 
 
 TIERS = ("unit", "integration", "e2e")
@@ -77,7 +75,8 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 
 
 # The support modules whose fixtures any tier uses: the session's one Prefect harness, one PostgreSQL cluster, the
-# dashboard's filled registry, the team's signing key. Registered once here, so no test module imports a fixture by name.
+# dashboard's filled registry, the team's signing key. Registered once here, so no test module imports a fixture by
+# name.
 pytest.register_assert_rewrite("tests.support")  # a support module's assert explains itself as a test's does
 pytest_plugins = [
     "tests.support.servers",

@@ -332,7 +332,8 @@ BENCH_HELP = "\n\n".join(
     [
         bench_command.__doc__ or "",
         "The defaults (every default row at gen lengths 64 and 128, 4 prompts per task, 3 reps after 1 warm-up, "
-        "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core machine "
+        "1 thread) take a few minutes on two CPU cores (2 min 7 s of CPU, 5 min 3 s of wall clock on a two-core "
+        "machine "
         "shared with other jobs); "
         "--gen-lengths 128,256,512 --prompts 32 takes over half an hour.",
         "Under the table, one verdict line per generation length: the fastest config within --tolerance accuracy "

@@ -1,4 +1,5 @@
-"""`unmask promote`, `unmask rollback`, `unmask sign-off` and `unmask audit`: move aliases behind gates, and show who did."""
+"""`unmask promote`, `unmask rollback`, `unmask sign-off` and `unmask audit`: move aliases behind gates, and show
+who did."""
 
 from __future__ import annotations
 

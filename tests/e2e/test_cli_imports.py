@@ -1,7 +1,8 @@
 """A registry write from the command line loads what it writes with and no more: `unmask approve`, `reject` and
 `sign-off` (and `--help`) run as their own process, as a person types them, against a real SQLite registry, and
 never import Prefect (so never start its temporary server), torch, transformers, Great Expectations or the serving
-app. A paused `promote` flow still takes the approval (tests/integration/test_governance.py resumes one through `unmask approve`).
+app. A paused `promote` flow still takes the approval (tests/integration/test_governance.py resumes one through
+`unmask approve`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from flows.environment import QUIET_DEFAULTS
 from registry import Registry
 from tests.support import REPO
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
-from tests.support.dashboard_fixtures import rolled_back_registry, shared_dashboard_registry
+from tests.support.dashboard_fixtures import shared_dashboard_registry
+from tests.support.dashboard_pages import rolled_back_registry
 from tests.support.servers import free_port, stop, wait_healthy
 
 SCREENSHOT = REPO / "docs" / "landing.png"
@@ -76,7 +77,7 @@ OVERFLOW_JS = """
   }
   return found;
 }
-"""
+"""  # noqa: E501 - the string is code run as written; its long lines are part of its value
 
 
 # Every table on the screen has been drawn: Streamlit first paints an empty box, and an empty box cannot overflow.
@@ -119,7 +120,7 @@ DEFECTS_JS = """
   }
   return found;
 }
-"""
+"""  # noqa: E501 - the string is code run as written; its long lines are part of its value
 
 
 @contextmanager
@@ -273,7 +274,7 @@ st.html("<div data-testid='stTable' style='overflow-x: auto; width: 300px'><tabl
 figure = go.Figure(go.Scatter(x=[1, 2, 3], y=[0.0, 0.0, 0.0], name="candidate"))  # Plotly's default: -1..1
 figure.update_layout(title="error rate per arm", yaxis_title="share of requests")
 st.plotly_chart(figure)
-"""
+"""  # noqa: E501 - the string is code run as written; its long lines are part of its value
 
 
 def test_the_defect_checks_catch_each_defect_when_it_is_reintroduced(tmp_path):

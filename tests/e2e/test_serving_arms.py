@@ -279,7 +279,8 @@ NAN_TOKEN = "@"  # its embedding row is NaN in the front server's production wei
 
 
 def nan_weights(folder: Path) -> Path:
-    """tiny-llada with one NaN embedding row: warm-up and ordinary prompts decode, a prompt with `@` gives NaN logits."""
+    """tiny-llada with one NaN embedding row: warm-up and ordinary prompts decode, a prompt with `@` gives NaN
+    logits."""
     from safetensors.torch import load_file, save_file
 
     import models

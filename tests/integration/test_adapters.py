@@ -1,4 +1,5 @@
-"""Adapters: every kind of candidate behind one model handle (`models.load`) and one `decode`; every entry loads or says why."""
+"""Adapters: every kind of candidate behind one model handle (`models.load`) and one `decode`; every entry loads or
+says why."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from gates.results import GateResult
 from registry import STAGE_ALIASES, Registry, signing
 from registry.views import current_version, dashboard_policy
 from tests.support import REPO
-from tests.support.dashboard_fixtures import page
+from tests.support.dashboard_pages import page
 from tests.support.servers import free_port, stop, wait_healthy
 
 PAGES = [

@@ -13,8 +13,8 @@ from gates.canary import Observation, analyse
 from registry import audit
 from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.store import now_iso
-from tests.support.dashboard_fixtures import APP, interval, rolled_back_registry
-from tests.support.dashboard_fixtures import POLICY_ROLLOUT as POLICY
+from tests.support.dashboard_pages import APP, interval, rolled_back_registry
+from tests.support.dashboard_pages import POLICY_ROLLOUT as POLICY
 
 
 @pytest.fixture(scope="module")

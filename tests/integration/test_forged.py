@@ -226,7 +226,7 @@ def decided_registry(tmp_path):
 def dashboard(reg, monkeypatch, path: str | None = None):
     import streamlit as st
 
-    from tests.support.dashboard_fixtures import page
+    from tests.support.dashboard_pages import page
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.delenv("UNMASK_POLICY", raising=False)

@@ -1,7 +1,8 @@
 """Golden gate reports: the exact gate results, Markdown tables, stage verdicts and stored reports that fixed
 records give, so a refactoring of gates/ or registry/ that changes a byte of what users read fails here.
 
-Regenerate (only when a change of wording is intended): UNMASK_WRITE_GOLDEN=1 pytest tests/integration/test_golden_reports.py
+Regenerate (only when a change of wording is intended):
+UNMASK_WRITE_GOLDEN=1 pytest tests/integration/test_golden_reports.py
 """
 
 from __future__ import annotations

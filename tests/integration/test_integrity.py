@@ -300,7 +300,7 @@ def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_cras
     _poc_held_by_llada(reg)
     forge_records(reg)
     reg.client.set_registered_model_alias("tiny-ar", "staging", "1")  # and an alias moved by hand
-    from tests.support.dashboard_fixtures import APP as app
+    from tests.support.dashboard_pages import APP as app
 
     at = AppTest.from_file(app, default_timeout=120)
     at.run()

@@ -9,7 +9,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.support.dashboard_fixtures import APP
+from tests.support.dashboard_pages import APP
 from tests.support.serving_fixtures import serving_registry
 
 pytestmark = pytest.mark.timeout(300)

@@ -21,13 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from streamlit.testing.v1 import AppTest
 
-from gates.canary import Observation, analyse
 from gates.policy import POLICY_PATH
-from gates.rollout_policy import parse_rollout_policy
-from registry.rollouts import log_analysis, set_rollout_status, start_rollout_run
-from tests.support import REPO
 
 TASK, GEN_LENGTH, ITEMS = "arith", 32, 2  # arith answers (worked line + `#### N`) need 32 positions
 APPROVER, SIGNER, ONCALL = "grace", "ada", "oncall"
@@ -209,50 +204,3 @@ def env(filled, monkeypatch) -> DashboardRegistry:
     for key, value in filled.env().items():
         monkeypatch.setenv(key, value)
     return filled
-
-
-# the app under AppTest -------------------------------------------------------------------------------------------
-APP = str(REPO / "dashboards" / "app.py")
-
-
-def page(path: str | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    assert not at.exception, at.exception
-    if path:
-        at.switch_page(path).run()
-        assert not at.exception, at.exception
-    return at
-
-
-POLICY_ROLLOUT = parse_rollout_policy(
-    {
-        "steps": [5, 25, 50, 100],
-        "interval_s": 2,
-        "min_requests": 5,
-        "analysis": {"p95_latency_s": {"max": 0.5}, "error_rate": {"max": 0.05}},
-    }
-)
-
-
-def interval(candidate_latency: float, candidate_errors: int, n: int = 10) -> list[Observation]:
-    rows = [
-        Observation("staging", "2", status=500 if i < candidate_errors else 200, latency_s=candidate_latency)
-        for i in range(n)
-    ]
-    return rows + [Observation("production", "1", latency_s=0.05) for _ in range(n)]
-
-
-def rolled_back_registry(folder):
-    """A registry whose tiny-llada v1 was rolled back by rollout `default-9` (its p95 breached at 5%)."""
-    from tests.support.gate_fixtures import fresh_registry, register_pair
-
-    reg = fresh_registry(folder)
-    register_pair(reg)
-    run = start_rollout_run(
-        reg, "default-9", "tiny-llada", "1", "default", "production", "staging", "production", POLICY_ROLLOUT.to_dict()
-    )
-    breach = analyse(interval(0.9, 3), "staging", "production", POLICY_ROLLOUT).to_dict()
-    log_analysis(reg, run, "default-9", 0, 5, breach)
-    set_rollout_status(reg, run, "rolled_back", "p95_latency_s breached")
-    return reg

@@ -104,7 +104,8 @@ def hub_llama_copy(folder, out):
 
 
 def tiny_diffusion_gemma_config():
-    """A tiny random DiffusionGemma: 2 layers, 4 experts, vocabulary 128 (the char tokenizer's 101 ids fit), canvas 8."""
+    """A tiny random DiffusionGemma: 2 layers, 4 experts, vocabulary 128 (the char tokenizer's 101 ids fit),
+    canvas 8."""
     import transformers
 
     text = dict(

@@ -1,4 +1,5 @@
-"""tiny-dgemma's recipe: DiffusionGemma's block-diffusion objective trains, saves, loads, decodes and resumes exactly."""
+"""tiny-dgemma's recipe: DiffusionGemma's block-diffusion objective trains, saves, loads, decodes and resumes
+exactly."""
 
 from __future__ import annotations
 

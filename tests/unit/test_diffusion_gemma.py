@@ -1,8 +1,8 @@
 """DiffusionGemma block diffusion: unmask's sampler reproduces transformers' generate() token for token.
 
 A tiny random DiffusionGemma (2 layers, 4 experts, vocabulary 128, canvas 8) with a tiny vision
-tower (tests/support/eval_fixtures.py) is built; both decoders run from the same seed, so they see the same random draws in
-the same order (initial canvas; per step: sample, re-noise).
+tower (tests/support/eval_fixtures.py) is built; both decoders run from the same seed, so they see the same random
+draws in the same order (initial canvas; per step: sample, re-noise).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ def test_the_dockerfile_repeats_the_makefile_install_step_by_step():
     # runtime extras a worker needs; torch comes from pyproject's exact pin in both
     assert make[2] == ".venv/bin/python -m pip install -q -e '.[${ONNX_FLAVOUR},dev]'"
     assert (
-        docker[2]
-        == '.venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" ".[${ONNX_FLAVOUR},dask,ray,postgres]"'
+        docker[2] == '.venv/bin/python -m pip install -q --extra-index-url "${TORCH_INDEX}" '
+        '".[${ONNX_FLAVOUR},dask,ray,postgres]"'
     )
     assert "torch" not in " ".join(docker)  # no second torch install that could override the pin
 

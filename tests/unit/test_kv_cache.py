@@ -93,8 +93,8 @@ def test_cached_calls_use_only_the_window(model):
     widths = {"prefix": [], "dual": []}
     for reuse in widths:
 
-        def spy(x, attention_mask=None, **kw):
-            widths[reuse].append(x.shape[1])
+        def spy(x, attention_mask=None, _seen=widths[reuse], **kw):
+            _seen.append(x.shape[1])
             return model(x, attention_mask=attention_mask, **kw)
 
         generate(spy, ids, SamplerConfig(steps=8, gen_length=16, block_length=8, cache=reuse, **IDS))

@@ -44,7 +44,8 @@ def test_reproduce_commands_name_each_evaluation_run():
     commands = [model_report.reproduce_command("models/weights/m", g) for g in model_report.row_groups(rows)]
     assert commands == [
         "python -m evals.model_report models/weights/m --split test --n 200 --tasks arith --ratios 1,2",
-        "python -m evals.model_report models/weights/m --split test --n 50 --tasks sort --ratios 1 --gen-length sort=256",
+        "python -m evals.model_report models/weights/m --split test --n 50 --tasks sort --ratios 1 "
+        "--gen-length sort=256",
     ]
     # two runs at one length and item count, with different modes, stay two commands (neither re-runs the other)
     rows = [

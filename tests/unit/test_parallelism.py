@@ -1,4 +1,5 @@
-"""AUP (accuracy under parallelism) on hand-computed curves, and the `parallelism` gate kind on recorded sweep points."""
+"""AUP (accuracy under parallelism) on hand-computed curves, and the `parallelism` gate kind on recorded sweep
+points."""
 
 from __future__ import annotations
 
