@@ -15,26 +15,12 @@ from typer.testing import CliRunner
 
 from tests.support.eval_fixtures import write_model
 from tests.support.flow_fixtures import (
-    CANDIDATE,
-    FALLBACK,
     cli_app,
-    seed_registry,
-    tiny_models,
-    write_policy,
-    write_sweep,
 )
 from tests.support.gate_fixtures import evidence, fresh_registry, login, record, register_pair
+from tests.support.tables import NARROW, dropped, fits_80
 
-NARROW = {"COLUMNS": "80"}
 RAW_FLOAT = re.compile(r"\d\.\d{5,}")  # 0.02230288574997985: more digits than any measurement here supports
-
-
-def header_block(text: str) -> str:
-    """The header rows of the (first) table: between its top border and the line under the headers."""
-    lines = text.splitlines()
-    top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
-    under = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┡"))
-    return "\n".join(lines[top + 1 : under])
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -49,28 +35,6 @@ def rows(text: str) -> dict[str, list[str]]:
         else:  # a wrapped line of the row above
             found[-1] = [f"{a} {b}".strip() for a, b in zip(found[-1], cells)]
     return {cells[0]: cells for cells in found}
-
-
-def dropped(text: str) -> str:
-    found = re.search(r"not shown at 80 columns: (.*?) \(a wider", text.replace("\n", " "), re.S)
-    return found.group(1) if found else ""
-
-
-def fits_80(text: str, headers: list[str], names: list[str]) -> None:
-    """Every table line fits 80 characters, nothing is cut into `…`, each header is shown with its words
-    whole (wrapped at spaces at most) or named as not shown, and each model name appears whole.
-    (A `next:` command may run longer: it is printed unbroken, to be copied.)"""
-    assert "…" not in text, text
-    assert all(len(line) <= 80 for line in text.splitlines() if set(line) & set("┏┃┡│└")), text
-    block = header_block(text)
-    words = set(re.split(r"[\s┃]+", block))
-    for header in headers:
-        shown = all(word in words for word in header.split())
-        assert shown or header in dropped(text), f"header {header!r} is neither whole nor named as dropped:\n{text}"
-        assert not (shown and header in dropped(text).split(", ")), header
-    cells = set(re.split(r"[\s│┃]+", text))
-    for name in names:
-        assert name in cells, f"model name {name!r} is not whole:\n{text}"
 
 
 @pytest.fixture
@@ -362,29 +326,6 @@ def test_bench_at_80_columns(tmp_path):
     )
     assert re.search(r"│ vanilla .*│ +1\.00x │", text), text  # the baseline's speedup, to 3 digits
     assert not RAW_FLOAT.search(text)
-
-
-def test_run_at_80_columns_then_next_names_the_sign_off(prefect_harness, tmp_path, monkeypatch):
-    models = tiny_models(tmp_path / "models")
-    sweep = write_sweep(tmp_path / "tiny.yaml", [models[CANDIDATE], models[FALLBACK]], steps=(8,))
-    monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
-    seed_registry(tmp_path / "home")
-    policy = write_policy(tmp_path / "policy.yaml")  # judged at the tiny sweep's gen_length: gates pass
-    result = CliRunner().invoke(cli_app("run"), ["run", "--sweep", sweep, "--policy", policy], env=NARROW)
-    assert result.exit_code == 0, result.output
-    text = result.output[result.output.index("scorecard") :]
-    fits_80(
-        text.split("done in")[0],
-        ["candidate", "qualifies for", "gates passed", "failed gates: reasons", "score (poc)"],
-        [CANDIDATE, FALLBACK],
-    )
-    lines = [line.strip() for line in text.splitlines()]
-    at = lines.index(f"next for {CANDIDATE} v1 -> poc:")
-    assert lines[at + 1] == (
-        f'unmask sign-off {CANDIDATE} --stage poc --item fallback-plan --comment "what was checked"'
-    ), text
-    assert "unmask approve MODEL STAGE" not in text  # the old hint, whatever the blocker
-    assert f"next for {FALLBACK}" not in text  # the fallback is not promoted through the stages
 
 
 def test_numbers_keep_the_digits_a_measurement_supports():

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import yaml
 
+import registry.read as read
 from checklists import load_checklist
-from registry import sign_off
+from registry import promote, sign_off
 from registry.identity import os_account
-from tests.support.gate_fixtures import fast_llada, fresh_registry, register_pair
+from tests.support.gate_fixtures import OK, fast_llada, fresh_registry, register_pair
 
 PEOPLE = ["ada", "bob", "eve", "grace", "linus", "mallory", "olga"]
 ME = os_account()  # the identity of this process on the embedded store: no environment variable changes it
@@ -42,3 +43,18 @@ def governed_registry(tmp_path, monkeypatch):
         for item in load_checklist(stage).manual_items():
             sign_off(registry, "tiny-llada", "1", stage, item, "ada", f"{item} checked for {stage}")
     return registry
+
+
+def at_poc(reg):
+    promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)  # poc: bob may approve his own request
+
+
+def refusals(reg, event):
+    return read.audit_events(event=event, registry=reg)
+
+
+def roles_with_me(tmp_path) -> None:
+    """The test roles with this OS account among the approvers (the CLI acts as the OS account, always)."""
+    data = roles_data()
+    data["users"], data["groups"]["approvers"] = PEOPLE + [ME], data["groups"]["approvers"] + [ME]
+    (tmp_path / "roles.yaml").write_text(yaml.safe_dump(data))
