@@ -18,6 +18,8 @@ def local_mode(tmp_path, monkeypatch):
     (they live in Prefect's settings context, which `_configured_api` reads once Prefect is imported)."""
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    if LocalPrefect._running is not None:  # an earlier test's command in this process booted one: these check
+        LocalPrefect._running.stop()  # a boot of their own (tests share a process under pytest-xdist too)
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
