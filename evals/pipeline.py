@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,11 @@ from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
 from evals.fingerprint import package_version
 from evals.license import license_for_model
 from evals.measure import RequestResult
+from evals.paired import host_during, host_sample, is_steady, measure_paired, paired_ratios, round_spread
 from evals.parallelism import parallelism_summary
 from evals.plots import plot_quality_latency
 from evals.points import build_config, point_problems, valid_points
-from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from evals.reproducibility import probe
 from evals.store import RecordStore
 from evals.validation import TaskDataError, check_task
@@ -35,7 +37,7 @@ from models.catalog import load_catalog
 from models.digest import weight_files
 from models.loading import catalog_decoding, catalog_entry, resolve_model_path
 from models.pull import pull, pulled_path
-from sampler.decode import DecodeError, check_fits, check_prompt_text
+from sampler.decode import DecodeError, check_fits, check_prompt_text, decode_prompts
 from sampler.effective import config_from_dict, effective_config
 
 if TYPE_CHECKING:
@@ -394,6 +396,85 @@ def probe_point(point: SweepPoint, plan: SweepPlan, fresh_process: bool = True) 
     )
 
 
+PAIRED_ROUNDS = 4  # rounds of a paired speed measurement (evals.paired); each decodes every item on both sides
+
+
+def measure_speed(
+    point: SweepPoint,
+    plan: SweepPlan,
+    baseline: EvalRecord,
+    baseline_ref: str,
+    rounds: int = PAIRED_ROUNDS,
+    seed: int = 0,
+) -> SpeedComparison:
+    """The candidate at `point` and the baseline model (`baseline_ref`) at its record's config, timed
+    interleaved on the items of `point`'s task (each side's tokenizer encodes the same text), in this process
+    at the plan's thread count (evals.paired)."""
+    if plan.threads:
+        import torch
+
+        torch.set_num_threads(plan.threads)
+    warmup = plan.measure.get("warmup", 1)
+    sides = []
+    items = task_data(point.task).items
+    for ref, config in ((point.ref, point.config), (baseline_ref, baseline.config)):
+        handle = handle_for(ref, plan.device, plan.dtype)
+        prompts = [handle.encode(item.prompt) for item in items]
+        sides.append(_decoder(handle, prompts, config_from_dict(config)))
+    before = host_sample()
+    timings = measure_paired(sides[0], sides[1], len(items), rounds, warmup, seed)
+    spread = round_spread(timings)
+    return SpeedComparison(
+        task=point.task["task"],
+        gen_length=int(point.config.get("gen_length", baseline.gen_length)),
+        config_hash=point.config_hash,
+        baseline_model=baseline.candidate,
+        baseline_weights_sha256=baseline.weights_sha256,
+        baseline_config_hash=baseline.config_hash,
+        items=len(items),
+        rounds=rounds,
+        warmup=warmup,
+        timings=timings.to_dict(),
+        ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings, seed=seed).items()},
+        spread=round(spread, 4),
+        steady=is_steady(spread),
+        seed=seed,
+        host=host_during(before, host_sample()) | {"threads": plan.threads},
+        when=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def measure_speeds(
+    pairs: list[tuple[EvalRecord, EvalRecord]],
+    plan: SweepPlan,
+    baseline_ref: str,
+    on_pair: Callable[[EvalRecord], None] | None = None,
+) -> list[SpeedComparison]:
+    """`measure_speed` for each (candidate record, baseline record) of `pairs` (gates.results.speed_points), at
+    the point of `plan` that measured the candidate's record; a record no point of the plan made is skipped."""
+    found = []
+    for mine, theirs in pairs:
+        point = next(
+            (p for p in plan.points if (p.config_hash, p.dataset_hash) == (mine.config_hash, mine.dataset_hash)), None
+        )
+        if point is not None:
+            if on_pair is not None:
+                on_pair(mine)
+            found.append(measure_speed(point, plan, theirs, baseline_ref))
+    return found
+
+
+def _decoder(handle: Any, prompts: list[list[int]], config: Any) -> Callable[[int], int]:
+    """Decode prompt i alone; its text tokens (before EOS). A decode error propagates: it ends the measurement."""
+
+    def decode_item(i: int) -> int:
+        out = decode_prompts(handle, [prompts[i]], config)
+        useful: int = handle.useful_length(out.sequences[0, out.prompt_length :].tolist())
+        return useful
+
+    return decode_item
+
+
 def check_license(prepared: PreparedCandidate) -> LicenseResult:
     """The catalog license checked against the model card (evals.license)."""
     card = {k: v for k, v in prepared.card.items() if k != "source"}
@@ -408,6 +489,7 @@ def assemble_evidence(
     reproducibility: ReproducibilityResult | None,
     license: LicenseResult,
     failures: list[str],
+    speed: list[SpeedComparison] | None = None,
 ) -> CandidateEvidence:
     """Everything the gates judge of one candidate version."""
     return CandidateEvidence(
@@ -421,6 +503,7 @@ def assemble_evidence(
         weights_sha256=prepared.weights_sha256,
         card=dict(prepared.card),
         failures=list(failures),
+        speed=list(speed or []),
     )
 
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from evals.paired import RatioEstimate
+
 if TYPE_CHECKING:
     import pandas as pd
     from _typeshed import DataclassInstance
@@ -154,6 +156,70 @@ class CandidateEvidence:
     # the version's rollouts (registry.rollouts.canary_evidence): {id, status, analyses: [{weight, verdict}]}; the
     # canary gate reads them
     canary: list[dict[str, Any]] = field(default_factory=list)
+    # candidate vs baseline timed interleaved on the same prompts (evals.paired); the speed gates read them
+    speed: list[SpeedComparison] = field(default_factory=list)
+
+    def speed_against(
+        self, baseline: CandidateEvidence | None, task: str, gen_length: int, config_hash: str
+    ) -> SpeedComparison | None:
+        """The latest paired comparison of `config_hash` on `task` at `gen_length` against exactly `baseline`'s
+        weights, else None."""
+        if baseline is None:
+            return None
+        found = [
+            s
+            for s in self.speed
+            if (s.task, s.gen_length, s.config_hash) == (task, gen_length, config_hash)
+            and s.baseline_model == baseline.candidate
+            and s.baseline_weights_sha256 == baseline.weights_sha256
+        ]
+        return max(found, key=lambda s: s.when) if found else None
+
+
+@dataclass(frozen=True)
+class SpeedComparison:
+    """A candidate's decoding config and a baseline model's, timed interleaved on the same prompts of one task
+    (evals.paired): the raw timings, each ratio with its 95% interval, how steady the host was."""
+
+    task: str
+    gen_length: int
+    config_hash: str  # the candidate's effective config that decoded
+    baseline_model: str  # registered name of the model compared against (the fallback's)
+    baseline_weights_sha256: str
+    baseline_config_hash: str
+    items: int
+    rounds: int
+    warmup: int
+    timings: dict[str, Any]  # evals.paired.PairedTimings.to_dict(): seconds [round][item] per side, tokens, order
+    ratios: dict[str, dict[str, float] | None]  # p50, p95, tokens_per_s: {estimate, low, high}, candidate/baseline
+    spread: float  # evals.paired.round_spread: 1.0 when each item's paired ratio repeats exactly
+    steady: bool  # spread within evals.paired.UNSTEADY_SPREAD
+    concurrency: int = 1
+    seed: int = 0
+    host: dict[str, Any] = field(default_factory=dict)  # load average, busy and steal shares during the run
+    when: str = ""  # ISO 8601 UTC
+
+    def ratio(self, name: str) -> RatioEstimate | None:
+        value = self.ratios.get(name)
+        return RatioEstimate.from_dict(value) if value else None
+
+    def key(self) -> tuple[Any, ...]:
+        """What was compared (not how it timed): evidence that holds the same key judges alike."""
+        return (
+            self.task,
+            self.gen_length,
+            self.config_hash,
+            self.baseline_model,
+            self.baseline_weights_sha256,
+            self.baseline_config_hash,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeedComparison:
+        return _from_fields(cls, data)
 
 
 @dataclass(frozen=True)

@@ -130,9 +130,19 @@ def evaluate_candidate(
         else:  # a decode failure of the probe is evidence too: the error-rate gate reads it
             error = state.result(raise_on_failure=False)
             failures.append(f"reproducibility probe: {type(error).__name__}: {error}")
+    speed: list[dict[str, Any]] = []
+    if prepared.role == "candidate" and prepared.kind != "api":
+        timed = tasks.measure_speed(
+            prepared, plan, records, tracking_uri, options.policy, options.remeasure, return_state=True
+        )
+        if timed.is_completed():
+            speed = timed.result()
+        else:  # the speed gates then say no paired measurement was made, and why is among the failures
+            error = timed.result(raise_on_failure=False)
+            failures.append(f"paired speed measurement: {type(error).__name__}: {error}")
     license_result = tasks.check_license(prepared)
     files = tasks.write_files(prepared, sweep, plan, measured, license_result, reproducibility, failures)
-    evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures)
+    evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures, speed)
     report("stage", candidate=prepared.candidate, step="logging to MLflow")
     logged = log_or_keep(evidence, tracking_uri, options)
     verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)

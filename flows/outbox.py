@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from models.state import state_dir
 
 
@@ -27,6 +27,7 @@ def evidence_to_dict(evidence: CandidateEvidence) -> dict[str, Any]:
         "weights_sha256": evidence.weights_sha256,
         "card": evidence.card,
         "failures": list(evidence.failures),
+        "speed": [s.to_dict() for s in evidence.speed],
     }
 
 
@@ -43,6 +44,7 @@ def evidence_from_dict(data: dict[str, Any]) -> CandidateEvidence:
         weights_sha256=data.get("weights_sha256", ""),
         card=data.get("card") or {},
         failures=list(data.get("failures") or []),
+        speed=[SpeedComparison.from_dict(s) for s in data.get("speed") or []],
     )
 
 

@@ -21,16 +21,17 @@ from prefect.settings import PREFECT_API_URL
 
 from evals import pipeline
 from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
-from evals.records import EvalRecord, LicenseResult, ReproducibilityResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from evals.sweep import load_sweep, timestamped_folder
 from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
 from flows.progress import report
 from gates import STAGES, PromotionDecision, load_policy
+from gates.results import speed_points
 from models.state import state_dir
 from registry import Registry, register_or_reuse
 from registry.connection import EVALUATIONS_EXPERIMENT
-from registry.judging import judge_each
-from registry.tracking import evidence_run_id
+from registry.judging import fallback_evidence, judge_each
+from registry.tracking import evidence_run_id, registered_speed
 
 
 def result_storage() -> LocalFileSystem:
@@ -139,6 +140,48 @@ def probe_reproducibility(point: SweepPoint, plan: SweepPlan, fresh_process: boo
     return pipeline.probe_point(point, plan, fresh_process).to_dict()
 
 
+@task(
+    name="paired-speed", cache_policy=NO_CACHE, persist_result=False, task_run_name="paired speed {prepared.candidate}"
+)
+def measure_speed(
+    prepared: PreparedCandidate,
+    plan: SweepPlan,
+    records: list[dict[str, Any]],
+    tracking_uri: str,
+    policy_path: str | None = None,
+    remeasure: bool = False,
+) -> list[dict[str, Any]]:
+    """The candidate and the registered fallback timed interleaved (evals.pipeline.measure_speed) at each
+    operating point the stages judge; [] when no other model holds the fallback alias. What the registered
+    version of these weights already holds for the same configs and fallback is kept, not measured again
+    (unless `remeasure`): a re-run that registers nothing new measures nothing new."""
+    registry = Registry(tracking_uri)
+    baseline = fallback_evidence(registry)
+    if baseline is None or baseline.candidate == prepared.candidate or baseline.kind == "api":
+        return []
+    mine = CandidateEvidence(
+        prepared.candidate, prepared.role, prepared.kind, [EvalRecord.from_dict(r) for r in records], card=prepared.card
+    )
+    pairs = speed_points(mine, baseline, load_policy(policy_path).stages.values())
+    wanted = {
+        (m.task, m.gen_length, m.config_hash, baseline.candidate, baseline.weights_sha256, b.config_hash)
+        for m, b in pairs
+    }
+    known = [] if remeasure else registered_speed(registry, prepared.candidate, prepared.weights_sha256)
+    kept = [s for s in known if s.key() in wanted]
+    if wanted and wanted <= {s.key() for s in kept}:
+        return [s.to_dict() for s in kept]
+    found = pipeline.measure_speeds(
+        pairs,
+        plan,
+        baseline.card.get("source") or baseline.candidate,
+        lambda ours: report(
+            "stage", candidate=prepared.candidate, step=f"paired speed vs {baseline.candidate} on {ours.task}"
+        ),
+    )
+    return [s.to_dict() for s in found]
+
+
 @task(name="license-check", cache_policy=NO_CACHE, persist_result=False, task_run_name="license {prepared.candidate}")
 def check_license(prepared: PreparedCandidate) -> dict[str, Any]:
     """The catalog license checked against the model card (evals.pipeline.check_license)."""
@@ -154,6 +197,7 @@ def assemble_evidence(
     reproducibility: dict[str, Any] | None,
     license: dict[str, Any],
     failures: list[str],
+    speed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The candidate's CandidateEvidence (evals.pipeline), kept in the local outbox until the registry has it."""
     evidence = pipeline.assemble_evidence(
@@ -162,6 +206,7 @@ def assemble_evidence(
         ReproducibilityResult(**reproducibility) if reproducibility else None,
         LicenseResult(**license),
         failures,
+        [SpeedComparison.from_dict(s) for s in speed or []],
     )
     hold(evidence)
     return evidence_to_dict(evidence)

@@ -12,9 +12,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from evals.paired import UNSTEADY_SPREAD
 from evals.parallelism import aup, tpf_at_accuracy  # gates read evals' records and measures
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.intervals import difference_interval, items_to_settle, spans_bound, wilson_interval
+from gates.intervals import (
+    difference_interval,
+    items_to_settle,
+    ratio_verdict,
+    rounds_to_settle,
+    spans_bound,
+    wilson_interval,
+)
 from gates.policy import SERVING_LIMITS, GateSpec, StagePolicy
 from gates.readable import exact, gate_threshold, milliseconds, percent, signed_points, significant
 from gates.results import GateResult, cite, operating_records
@@ -224,12 +232,15 @@ class SpeedupGate:
     kind: ClassVar[str] = "speedup"
 
     def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
+        """Fallback p95 / candidate p95 from a paired, interleaved measurement (evals.paired), judged on its 95%
+        interval: pass when it clears `min_speedup`, fail when wholly below, else inconclusive; an unsteady
+        host's measurement is inconclusive whatever its ratio."""
         need = spec.params["min_speedup"]
         relative_to = spec.params.get("relative_to", "fallback")
         if ctx.primary is None:
             return _no_record(ctx, spec, need)
-        _, base = ctx.baselines.get(relative_to, (None, None))
-        if base is None:
+        base_evidence, base = ctx.baselines.get(relative_to, (None, None))
+        if base is None or base_evidence is None:
             return _inconclusive(
                 ctx,
                 spec,
@@ -238,23 +249,87 @@ class SpeedupGate:
                 f"no validated {relative_to} record to measure a speedup against",
                 f"{_measure_at(ctx)} for the {relative_to} model too",
             )
-        if ctx.primary.latency_p95_s <= 0:
+        op, name = ctx.stage.operating_point, ctx.evidence.candidate
+        if (base_evidence.candidate, base_evidence.weights_sha256) == (name, ctx.evidence.weights_sha256):
+            ok = need <= 1.0  # the baseline itself: its speedup over itself is 1 by definition, not a measurement
             return _result(
-                ctx, spec, False, None, need, "candidate p95 latency is not positive; the record is unusable"
+                ctx,
+                spec,
+                ok,
+                1.0,
+                need,
+                f"{name} is the {relative_to} itself: speedup 1x {'>=' if ok else '<'} {exact(need)}x",
+                baseline=relative_to,
             )
-        speedup = base.latency_p95_s / ctx.primary.latency_p95_s
-        ok = speedup >= need
+        paired = ctx.evidence.speed_against(base_evidence, op.task, op.gen_length, ctx.primary.config_hash)
+        settle = f"run `unmask run --model {name} --model {base_evidence.candidate}` (it times both interleaved)"
+        p95 = paired.ratio("p95") if paired is not None else None
+        if paired is None or p95 is None or paired.baseline_config_hash != base.config_hash:
+            what = "no paired" if paired is None or p95 is None else "no current paired"
+            return _inconclusive(
+                ctx,
+                spec,
+                None,
+                need,
+                f"{what} speed measurement of {name} (config {ctx.primary.config_hash[:8]}) against {relative_to} "
+                f"{base_evidence.candidate} (config {base.config_hash[:8]}) on {op.task!r} at gen_length "
+                f"{op.gen_length}",
+                settle,
+                baseline=relative_to,
+                baseline_record_id=base.record_id,
+            )
+        speedup = p95.inverse()
+        cited = {
+            "baseline": relative_to,
+            "baseline_record_id": base.record_id,
+            "baseline_run_id": base.run_id,
+            "ci95": [round(speedup.low, 4), round(speedup.high, 4)],
+            "paired": {"rounds": paired.rounds, "items": paired.items, "spread": paired.spread, "when": paired.when},
+            "host": paired.host,
+        }
+        measured = (
+            f"speedup over {relative_to} {significant(speedup.estimate)}x on p95 (95% CI "
+            f"{significant(speedup.low)}-{significant(speedup.high)}x, paired: {paired.rounds} rounds x "
+            f"{paired.items} items)"
+        )
+        if not paired.steady:
+            return _inconclusive(
+                ctx,
+                spec,
+                round(speedup.estimate, 4),
+                need,
+                f"{measured}; the host was unsteady: an item's paired ratio varied {paired.spread:.3g}x across "
+                f"rounds (median over items; above {UNSTEADY_SPREAD}x reads as unsteady)",
+                f"measure again on a steadier host: {settle}",
+                **cited,
+            )
+        verdict = ratio_verdict(speedup, need)
+        if verdict == INCONCLUSIVE:
+            rounds = rounds_to_settle(speedup, need, paired.rounds)
+            more = (
+                f"needs {rounds - paired.rounds} more rounds ({rounds} in all) at this ratio: {settle}"
+                if rounds
+                else "the ratio lies on its bound; no number of rounds settles it"
+            )
+            return _inconclusive(
+                ctx,
+                spec,
+                round(speedup.estimate, 4),
+                need,
+                f"{measured}; its interval spans {exact(need)}x",
+                more,
+                rounds_needed=rounds,
+                **cited,
+            )
+        ok = verdict == PASS
         return _result(
             ctx,
             spec,
             ok,
-            round(speedup, 4),
+            round(speedup.estimate, 4),
             need,
-            f"speedup over {relative_to} {significant(speedup)}x (p95 {milliseconds(base.latency_p95_s)} ms / "
-            f"{milliseconds(ctx.primary.latency_p95_s)} ms) {'>=' if ok else '<'} {exact(need)}x",
-            baseline=relative_to,
-            baseline_record_id=base.record_id,
-            baseline_run_id=base.run_id,
+            f"{measured} {'>=' if ok else '<'} {exact(need)}x",
+            **cited,
         )
 
 

@@ -30,16 +30,36 @@ class DecisionLine:
     n_items: int = 0
     task: str = ""
     fallback: str = ""  # "tiny-ar v1"; "" when no fallback is registered
-    concurrency: int = 1  # requests in flight the ratios compare at (1: the sweep, solo)
+    concurrency: int = 1  # requests in flight the ratios compare at (1: solo, timed paired with the fallback)
     p95_ratio: float | None = None  # candidate p95 / fallback p95 (below 1: faster)
     tokens_per_s_ratio: float | None = None  # candidate text tokens/s / fallback's (above 1: faster)
     fallback_accuracy: float | None = None
     blocks: tuple[str, ...] = ()  # "gate: reason" for each gate not passing
     open_signoffs: tuple[str, ...] = ()  # the sign-off gates among them
+    p95_interval: tuple[float, float] | None = None  # 95% interval of p95_ratio (paired measurement)
+    tokens_per_s_interval: tuple[float, float] | None = None
+    paired: bool = False  # the ratios come from a paired, interleaved measurement (evals.paired)
+    steady: bool = True  # the paired measurement's rounds agree (evals.paired.is_steady)
 
     @property
     def promotable(self) -> bool:
         return self.verdict == "pass"
+
+    def p95_text(self) -> str:
+        """The p95 ratio as every surface shows it: `4.0x faster (3.5-4.6x)`, `at 16 in flight, unpaired`."""
+        return ratio_text(self.p95_ratio, True, self.p95_interval) + self._where()
+
+    def tokens_per_s_text(self) -> str:
+        return ratio_text(self.tokens_per_s_ratio, False, self.tokens_per_s_interval) + self._where()
+
+    def _where(self) -> str:
+        if self.p95_ratio is None and self.tokens_per_s_ratio is None:
+            return ""
+        if self.concurrency > 1:
+            return f" at {self.concurrency} in flight" + ("" if self.paired else ", unpaired")
+        if not self.paired:
+            return " (unpaired)"
+        return "" if self.steady else " (host unsteady)"
 
     @property
     def measured_pass(self) -> bool:
@@ -71,16 +91,18 @@ def decision_line(
     """The decision line of one candidate's evidence at a stage, from gate results judged on that evidence."""
     primary, theirs = _primary(evidence, stage), _primary(fallback, stage)
     interval = wilson_interval(primary.accuracy, primary.n_items) if primary else None
-    concurrency, p95, tps = 1, None, None
-    if primary and theirs:
-        p95, tps = (
-            _ratio(primary.latency_p95_s, theirs.latency_p95_s),
-            _ratio(primary.tokens_per_s, theirs.tokens_per_s),
-        )
+    concurrency, p95, tps, p95_ci, tps_ci, paired, steady = 1, None, None, None, None, False, True
+    op = stage.operating_point
+    speed = evidence.speed_against(fallback, op.task, op.gen_length, primary.config_hash) if primary else None
+    if speed is not None and theirs is not None and speed.baseline_config_hash == theirs.config_hash:
+        p95_est, tps_est = speed.ratio("p95"), speed.ratio("tokens_per_s")
+        p95, p95_ci = (p95_est.estimate, (p95_est.low, p95_est.high)) if p95_est else (None, None)
+        tps, tps_ci = (tps_est.estimate, (tps_est.low, tps_est.high)) if tps_est else (None, None)
+        paired, steady = True, speed.steady
     load = next((g.params["concurrency"] for g in stage.gates if g.kind == "serving"), None)
     served, served_theirs = _serving(evidence, load), _serving(fallback, load)
-    if load and served and served_theirs:
-        concurrency = load
+    if load and served and served_theirs:  # two load tests, one after the other: unpaired, no interval
+        concurrency, p95_ci, tps_ci, paired = load, None, None, False
         p95 = _ratio(served.latency_p95_s, served_theirs.latency_p95_s)
         tps = _ratio(served.tokens_per_s, served_theirs.tokens_per_s)
     kinds = {g.name: g.kind for g in stage.gates}
@@ -101,14 +123,24 @@ def decision_line(
         theirs.accuracy if theirs else None,
         tuple(f"{r.gate}: {r.reason}" for r in open_),
         tuple(r.gate for r in open_ if kinds.get(r.gate) in SIGNED_KINDS),
+        p95_interval=p95_ci,
+        tokens_per_s_interval=tps_ci,
+        paired=paired,
+        steady=steady,
     )
 
 
-def ratio_text(ratio: float | None, faster_below_one: bool) -> str:
-    """`0.25x (4.0x faster)`: a ratio to the fallback with its reading; "—" when one side was not measured."""
+def ratio_text(ratio: float | None, faster_below_one: bool, interval: tuple[float, float] | None = None) -> str:
+    """A ratio to the fallback as read, with its 95% interval when it has one: a latency ratio (below 1:
+    faster) as `4.0x faster (3.5-4.6x)`, any other as `2.1x (1.8-2.4x)`; "—" when one side was not measured."""
     if ratio is None:
         return "—"
     if ratio <= 0 or not faster_below_one:
-        return f"{ratio:.2g}x"
-    speed = 1 / ratio
-    return f"{ratio:.2g}x ({max(speed, ratio):.2g}x {'faster' if speed >= 1 else 'slower'})"
+        return f"{ratio:.2g}x" + (f" ({interval[0]:.2g}–{interval[1]:.2g}x)" if interval else "")
+    faster = ratio <= 1
+    shown = 1 / ratio if faster else ratio
+    text = f"{shown:.2g}x {'faster' if faster else 'slower'}"
+    if interval:
+        low, high = (1 / interval[1], 1 / interval[0]) if faster else interval
+        text += f" ({low:.2g}–{high:.2g}x)"
+    return text

@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from evals.paired import RatioEstimate
+from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
+
 Z95 = 1.959964  # two-sided 95% normal quantile
 
 
@@ -63,3 +66,29 @@ def items_to_settle(
         mid = (low + high) // 2
         low, high = (mid, high) if spans(mid) else (low, mid)
     return high
+
+
+MAX_ROUNDS_TO_SETTLE = 10_000
+
+
+def ratio_verdict(ratio: RatioEstimate, bound: float) -> Verdict:
+    """A ratio that must reach `bound` (at least), judged on its 95% interval: pass when the whole interval
+    clears the bound, fail when it lies wholly below, inconclusive when it spans it."""
+    if ratio.low >= bound:
+        return PASS
+    return FAIL if ratio.high < bound else INCONCLUSIVE
+
+
+def rounds_to_settle(ratio: RatioEstimate, bound: float, rounds: int) -> int | None:
+    """Rounds in all at which an interval like this one (its width in log space shrinking as 1/sqrt(rounds))
+    would leave `bound` outside at the same estimate; None when the estimate lies on the bound or more than
+    MAX_ROUNDS_TO_SETTLE would be needed."""
+    if bound <= 0:
+        return rounds
+    centre, edge = math.log(ratio.estimate), math.log(bound)
+    distance = abs(centre - edge)
+    reach = centre - math.log(ratio.low) if edge < centre else math.log(ratio.high) - centre
+    if distance < 1e-9:
+        return None
+    need = math.ceil(rounds * (reach / distance) ** 2)
+    return need if need <= MAX_ROUNDS_TO_SETTLE else None

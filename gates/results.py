@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,6 +93,20 @@ def operating_records(evidence: CandidateEvidence | None, stage: StagePolicy) ->
             return []
         chosen = max(at_task, key=lambda r: (r.accuracy, -r.latency_p95_s, r.config_hash)).config_hash
     return [r for r in valid if r.config_hash == chosen]
+
+
+def speed_points(
+    evidence: CandidateEvidence, baseline: CandidateEvidence, stages: Iterable[StagePolicy]
+) -> list[tuple[EvalRecord, EvalRecord]]:
+    """(candidate record, baseline record) at each distinct operating point of `stages`: the configs a speed
+    gate compares, which a paired measurement times."""
+    pairs: dict[tuple[str, str, str], tuple[EvalRecord, EvalRecord]] = {}
+    for stage in stages:
+        mine = primary_record(operating_records(evidence, stage), stage)
+        theirs = primary_record(operating_records(baseline, stage), stage)
+        if mine is not None and theirs is not None:
+            pairs.setdefault((mine.record_id, theirs.record_id, mine.task), (mine, theirs))
+    return list(pairs.values())
 
 
 def primary_record(records: list[EvalRecord], stage: StagePolicy) -> EvalRecord | None:

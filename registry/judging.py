@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from evals.records import CandidateEvidence
 from gates.policy import Policy, load_policy
 from gates.promotion import Duties, PromotionDecision, decide_promotion
 from gates.roles import Roles
@@ -91,6 +92,12 @@ def judge_each(
             )
         decisions[stage] = decision
     return decisions
+
+
+def fallback_evidence(registry: Registry) -> CandidateEvidence | None:
+    """The checked evidence of the version the fallback alias names; None when no model holds it."""
+    holder = fallback_holder(registry)
+    return checked_evidence(registry, *holder)[0] if holder else None
 
 
 def _baseline_evidence(

@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from evals.parallelism import parallelism_summary
-from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult
+from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
@@ -246,7 +246,21 @@ def evidence_identity(evidence: CandidateEvidence) -> str:
         evidence.role,
         evidence.kind,
     ]
+    if evidence.speed:  # what was compared, not how it timed: a re-run's timings alone reuse the version
+        parts.append(sorted(s.key() for s in evidence.speed))
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def registered_speed(registry: Registry, model: str, weights_sha256: str) -> list[SpeedComparison]:
+    """The paired speed measurements the registered version of these weights holds ([] when none is registered
+    or its evidence cannot be read untouched)."""
+    version = registry.version_of_weights(model, weights_sha256)
+    if version is None:
+        return []
+    try:
+        return verified_evidence(registry, model, version)[0].speed
+    except RegistryError:
+        return []
 
 
 def registered_unchanged(registry: Registry, evidence: CandidateEvidence) -> str | None:
@@ -292,6 +306,7 @@ def _evidence_summary(evidence: CandidateEvidence) -> dict[str, Any]:
         "failures": evidence.failures,
         "record_run_ids": [r.run_id for r in evidence.records],
         "parallelism": parallelism_summary(evidence.records),
+        "speed": [s.to_dict() for s in evidence.speed],
     }
 
 
@@ -419,6 +434,7 @@ def _evidence_from(summary: dict[str, Any], records: list[dict[str, Any]]) -> Ca
         weights_sha256=summary.get("weights_sha256", ""),
         card=summary.get("card") or {},
         failures=summary.get("failures") or [],
+        speed=[SpeedComparison.from_dict(s) for s in summary.get("speed") or []],
     )
 
 

@@ -82,7 +82,12 @@ def demo_marks(registry: Registry, policy: Policy, roles: Roles | None) -> list[
 
 
 def _line(d: DecisionLine) -> dict[str, Any]:
-    return dict(d.__dict__) | {"promotable": d.promotable, "measured_pass": d.measured_pass}
+    return dict(d.__dict__) | {
+        "promotable": d.promotable,
+        "measured_pass": d.measured_pass,
+        "p95_text": d.p95_text(),
+        "tokens_per_s_text": d.tokens_per_s_text(),
+    }
 
 
 def recommendation(lines: list[DecisionLine], found: list[Any], version: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from evals.plots import plot_quality_latency
-from gates.decision import ratio_text
 from gates.readable import significant
 
 TEMPLATE = "dossier.html.j2"
@@ -87,7 +86,6 @@ def _environment() -> Environment:
     env.filters["num"] = _num
     env.filters["ms"] = lambda v: "-" if v is None else _num(v * 1000)
     env.filters["short"] = lambda v, n=8: (v or "")[:n]
-    env.filters["ratio"] = lambda v, faster_below_one: ratio_text(v, faster_below_one).replace("—", "-")
     return env
 
 

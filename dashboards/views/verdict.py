@@ -10,7 +10,7 @@ from dashboards.alerts import show_chain_broken, show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
 from dashboards.verdict import StageVerdict
-from gates.decision import DecisionLine, ratio_text
+from gates.decision import DecisionLine
 from gates.readable import percent, significant
 
 reg = source.registry_or_stop()
@@ -33,17 +33,14 @@ def accuracy_cell(line: DecisionLine) -> str:
     return f"{percent(line.accuracy)} ({percent(low)} to {percent(high)}, n={line.n_items})"
 
 
-def versus(ratio_text_: str, line: DecisionLine) -> str:
-    return ratio_text_ + (f" at {line.concurrency} in flight" if line.concurrency > 1 else "")
-
-
 if decided:
     st.subheader("The decision, against the AR fallback")
     st.caption(
         f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
-        f"tokens/s as ratios to the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
-        "concurrency (solo on the sweep, or the serving gate's load test where both have one), the verdict "
-        "on the gates judged afresh, and what blocks it."
+        f"tokens/s against the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
+        "concurrency with 95% intervals (solo: timed interleaved with the fallback on the same prompts; or the "
+        "serving gate's load tests where both have one, unpaired), the verdict on the gates judged afresh, and "
+        "what blocks it."
     )
     st.dataframe(
         pd.DataFrame(
@@ -51,8 +48,8 @@ if decided:
                 "candidate": [f"{d.model} v{d.version}" for d in decided],
                 "stage": [d.stage for d in decided],
                 "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
-                "p95 vs AR": [versus(ratio_text(d.p95_ratio, True), d) for d in decided],
-                "tokens/s vs AR": [versus(ratio_text(d.tokens_per_s_ratio, False), d) for d in decided],
+                "p95 vs AR": [d.p95_text() for d in decided],
+                "tokens/s vs AR": [d.tokens_per_s_text() for d in decided],
                 "verdict": [
                     d.verdict + (" (ranked on evidence)" if d.measured_pass and not d.promotable else "")
                     for d in decided

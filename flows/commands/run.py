@@ -321,7 +321,6 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
     fallback at the same concurrency, the verdict, what blocks it."""
     from rich.markup import escape
 
-    from gates.decision import ratio_text
     from gates.readable import percent
 
     table = FittedTable(
@@ -335,8 +334,8 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
             Column("verdict"),
             Column("what blocks it", wrap=True),
         ],
-        caption="ratios: candidate / AR fallback at the same concurrency (solo on the sweep, or the serving gate's "
-        "load test where both have one)",
+        caption="against the AR fallback at the same concurrency, with 95% intervals: solo, timed interleaved "
+        "with the fallback on the same prompts; or the serving gate's load tests where both have one (unpaired)",
     )
     colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for line in lines:
@@ -346,7 +345,6 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
             assert line.accuracy_interval is not None  # set with the accuracy (gates.decision)
             low, high = line.accuracy_interval
             accuracy = f"{percent(line.accuracy)} ({percent(low)}–{percent(high)}, n={line.n_items})"
-        at = f" @{line.concurrency}" if line.concurrency > 1 else ""
         verdict = f"[{colour.get(line.verdict, 'white')}]{line.verdict}[/]"
         if line.measured_pass and not line.promotable:
             verdict += "\n[dim]ranked on evidence[/dim]"
@@ -354,8 +352,8 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
             f"{line.model} v{line.version}",
             line.stage,
             accuracy,
-            ratio_text(line.p95_ratio, True) + at,
-            ratio_text(line.tokens_per_s_ratio, False) + at,
+            line.p95_text(),
+            line.tokens_per_s_text(),
             verdict,
             escape("; ".join(line.blocks)) or "nothing",
         )

@@ -8,6 +8,7 @@ from prefect.artifacts import Artifact
 
 from flows.evaluate import EvaluationOptions, evaluate_candidate
 from flows.review import gate_review
+from registry import Registry, load_evidence
 from tests.support import REPO
 from tests.support.flow_fixtures import (
     CANDIDATE,
@@ -86,6 +87,10 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(
         assert any(r.startswith("tooling_maturity:") for r in rows[name]["reasons"])
         assert rows[name]["score"] is None and rows[name]["rank"] is None  # hard gates filter before scores rank
     assert "| " + broken + " |" in Artifact.get("gate-review-summary").data
+    stored = load_evidence(Registry(review["tracking_uri"]), CANDIDATE, "1")  # timed in pairs with the fallback
+    [speed] = stored.speed
+    assert speed.baseline_model == FALLBACK and speed.rounds >= 2 and speed.ratio("p95") is not None
+    assert not load_evidence(Registry(review["tracking_uri"]), FALLBACK, "1").speed  # the fallback has no baseline
 
 
 def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regression(

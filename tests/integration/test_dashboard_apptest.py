@@ -6,6 +6,7 @@ unreachable registry is explained; no alias moves."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pyarrow as pa
@@ -120,7 +121,6 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
 
 
 def test_the_verdict_page_leads_with_the_decision_line_against_the_fallback(reg, env):
-    from gates.decision import ratio_text
     from registry.decision import decision_lines
 
     at = page()
@@ -130,8 +130,9 @@ def test_the_verdict_page_leads_with_the_decision_line_against_the_fallback(reg,
     for row, d in zip(shown.itertuples(), lines):
         assert (row.candidate, row.stage) == (f"{d.model} v{d.version}", d.stage)
         assert row._3.startswith(percent(d.accuracy)) and f"n={d.n_items}" in row._3
-        assert row._4.startswith(ratio_text(d.p95_ratio, True)) and d.p95_ratio is not None
-        assert row._5.startswith(ratio_text(d.tokens_per_s_ratio, False)) and d.tokens_per_s_ratio is not None
+        assert row._4 == d.p95_text() and d.p95_ratio is not None
+        assert d.paired and re.search(r"x (faster|slower) \([\d.]+–[\d.]+x\)", row._4), row._4  # with its interval
+        assert row._5 == d.tokens_per_s_text() and d.tokens_per_s_ratio is not None
         assert row.verdict.startswith(d.verdict)
         assert row._7 == ("; ".join(d.blocks) or "nothing")
 

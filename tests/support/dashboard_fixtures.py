@@ -104,9 +104,11 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
     """Evaluate, register, judge, approve, promote and roll back, into a new registry under `root`."""
     from evals.evaluate import load_task
     from evals.evidence import gather_evidence
+    from evals.pipeline import measure_speeds
     from evals.reproducibility import probe_model
     from evals.sweep import run_sweep
     from gates.policy import load_policy
+    from gates.results import speed_points
     from registry import Registry, audit, judge, promote, register_evidence, rollback, sign_off
     from registry.audit import AuditEvent
     from registry.promotion import PromotionRefused
@@ -131,6 +133,9 @@ def build_dashboard_registry(root: Path) -> DashboardRegistry:
         # same-process and batch-invariance only: a fresh interpreter per model costs more than the test is worth
         verdict = probe_model(ref, settings, prompts, fresh_process=False)
         evidence[ref] = replace(ev, reproducibility=verdict)
+    candidate_plan = next(plan for plan in result.plans.values() if any(p.ref == diffusion for p in plan.points))
+    pairs = speed_points(evidence[diffusion], evidence[ar], policy.stages.values())
+    evidence[diffusion] = replace(evidence[diffusion], speed=measure_speeds(pairs, candidate_plan, ar))
 
     reg = Registry(tracking_uri)
     fallback_version, fallback = register_evidence(reg, evidence[ar])

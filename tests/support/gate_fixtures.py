@@ -16,7 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import registry.identity as identity
-from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, ServingRecord
+from evals.paired import PairedTimings, paired_ratios, round_spread
+from evals.records import (
+    CandidateEvidence,
+    EvalRecord,
+    LicenseResult,
+    ReproducibilityResult,
+    ServingRecord,
+    SpeedComparison,
+)
 
 WEIGHTS = {
     "tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
@@ -120,7 +128,43 @@ def evidence(
     )
     values.update(overrides)
     values.setdefault("serving", [serving_record(candidate, weights_sha256=values["weights_sha256"])])
+    if candidate != "tiny-ar":
+        values.setdefault("speed", [paired(r, record("tiny-ar", r.task)) for r in records if r.task == "arith"])
     return CandidateEvidence(**values)
+
+
+def paired(
+    mine: EvalRecord, theirs: EvalRecord, ratio: float | None = None, items: int = 8, rounds: int = 3, **overrides
+) -> SpeedComparison:
+    """A paired speed measurement of `mine` against `theirs` whose every pair has the candidate/baseline p95
+    ratio of the two records (or `ratio`): a steady host, an interval of zero width."""
+    ratio = mine.latency_p95_s / theirs.latency_p95_s if ratio is None else ratio
+    base = tuple(theirs.latency_p95_s * (0.8 + 0.2 * i / (items - 1)) for i in range(items))
+    timings = PairedTimings(
+        tuple(tuple(t * ratio for t in base) for _ in range(rounds)),
+        tuple(base for _ in range(rounds)),
+        tuple([24] * items),
+        tuple([24] * items),
+        tuple(tuple(i % 2 == 0 for i in range(items)) for _ in range(rounds)),
+    )
+    values = dict(
+        task=mine.task,
+        gen_length=mine.gen_length,
+        config_hash=mine.config_hash,
+        baseline_model=theirs.candidate,
+        baseline_weights_sha256=theirs.weights_sha256,
+        baseline_config_hash=theirs.config_hash,
+        items=items,
+        rounds=rounds,
+        warmup=1,
+        timings=timings.to_dict(),
+        ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings).items()},
+        spread=round_spread(timings),
+        steady=True,
+        when="2026-11-30T10:00:00Z",
+    )
+    values.update(overrides)
+    return SpeedComparison(**values)
 
 
 def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvidence:
