@@ -21,7 +21,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,10 @@ class LoadSpec:
     api_key: str = "unused"
     timeout_s: float = 120.0  # per request
     stream: bool = True  # probe for streaming; False: measure non-streamed only
+    # with several models, each level's requests go in `rounds` blocks per model, the models' blocks of a round
+    # in an order drawn per round (seeded): a change of load lands on every model alike (evals.paired)
+    rounds: int = 4
+    seed: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadSpec:
@@ -92,6 +96,8 @@ def check_spec(spec: LoadSpec) -> None:
         raise LoadTestError(f"--duration: {spec.duration_s!r} is not a positive number of seconds")
     if spec.max_tokens is not None and spec.max_tokens < 1:
         raise LoadTestError(f"--max-tokens: {spec.max_tokens!r} is not a positive integer")
+    if not isinstance(spec.rounds, int) or isinstance(spec.rounds, bool) or spec.rounds < 1:
+        raise LoadTestError(f"--rounds: {spec.rounds!r} is not a positive integer (blocks per model and level)")
     if spec.endpoint not in ENDPOINTS:
         raise LoadTestError(f"--endpoint: {spec.endpoint!r}; expected one of {', '.join(ENDPOINTS)}")
     if spec.duration_s is not None and not math.isfinite(spec.duration_s):
@@ -132,6 +138,10 @@ class Cell:
     answers: list[Answer]
     wall_s: float
     same_answer_share: float | None = None  # against the solo answers; None for the solo cell itself
+    # per round of a paired load test, in round order: {"tokens", "wall_s", "answered", "first"} (first: the
+    # model's block opened the round); [] when the cell ran as one block
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    paired_run: str = ""  # the id every cell of one paired load test shares; "" when unpaired
 
     @property
     def ok(self) -> list[Answer]:
@@ -339,6 +349,58 @@ async def run_cell(
     return Cell(model, concurrency, mode, answers, time.perf_counter() - started)
 
 
+def round_sizes(requests: int, concurrency: int, rounds: int) -> list[int]:
+    """Requests per round: `rounds` blocks (fewer when a block would not fill `concurrency` workers), sizes
+    differing by at most one and summing to `requests`."""
+    n = max(1, min(rounds, requests // max(concurrency, 1)))
+    return [requests // n + (i < requests % n) for i in range(n)]
+
+
+async def run_paired_level(
+    client: Any,
+    spec: LoadSpec,
+    prompts: list[str],
+    concurrency: int,
+    modes: dict[str, str],
+    run_id: str,
+    rng: Any,
+    on_event: Event,
+) -> dict[str, Cell]:
+    """Every model at one level, in rounds: each round runs one block per model, in an order drawn per round; a
+    model's cell joins its blocks (its wall time is theirs summed, its answers theirs) and keeps each block."""
+    blocks: dict[str, list[Cell]] = {m: [] for m in spec.models}
+    first: dict[str, list[bool]] = {m: [] for m in spec.models}
+    for model in spec.models:
+        on_event("cell", {"model": model, "concurrency": concurrency, "total": spec.requests, "mode": modes[model]})
+    for size in round_sizes(spec.requests, concurrency, spec.rounds):
+        order = [spec.models[i] for i in rng.permutation(len(spec.models))]
+        for model in order:
+            sized = replace(spec, requests=size)
+            blocks[model].append(await run_cell(client, sized, model, prompts, concurrency, modes[model], on_event))
+            first[model].append(model == order[0])
+    cells = {}
+    for model, parts in blocks.items():
+        cells[model] = Cell(
+            model,
+            concurrency,
+            modes[model],
+            [a for part in parts for a in part.answers],
+            sum(part.wall_s for part in parts),
+            blocks=[
+                {
+                    "tokens": sum(a.tokens or 0 for a in part.ok),
+                    "wall_s": round(part.wall_s, 6),
+                    "answered": len(part.ok),
+                    "counted": all(a.tokens is not None for a in part.ok),
+                    "first": opened,
+                }
+                for part, opened in zip(parts, first[model], strict=True)
+            ],
+            paired_run=run_id,
+        )
+    return cells
+
+
 def same_answer_share(cell: Cell, solo: Cell) -> float | None:
     """Share of `cell`'s answered prompts whose text is byte-identical to the solo answer to that prompt."""
     reference = {a.prompt: a.text for a in solo.ok}
@@ -354,6 +416,9 @@ async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | N
     result = LoadResult(spec, [])
     async with client_for(spec) as client:
         await check_endpoint(client, spec)
+        if len(spec.models) > 1 and spec.rounds > 1:
+            await _run_paired(client, spec, prompts, result, notify)
+            return result
         for model in spec.models:
             mode, note = await probe_mode(client, spec, model, prompts[0])
             if note:
@@ -368,13 +433,36 @@ async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | N
                     assert solo is not None  # levels() runs concurrency 1 first
                     cell.same_answer_share = same_answer_share(cell, solo)
                 result.cells.append(cell)
-            names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model for a in c.ok}
-            if len(names) > 1:
-                result.notes.append(
-                    f"{model}: answers came from {len(names)} different versions during the test "
-                    "(an alias moved?); each record names the one most answers came from"
-                )
+            _note_versions(result, model)
     return result
+
+
+async def _run_paired(client: Any, spec: LoadSpec, prompts: list[str], result: LoadResult, notify: Event) -> None:
+    """Every level with the models interleaved round by round (`run_paired_level`); cells model by model."""
+    modes = {}
+    for model in spec.models:
+        modes[model], note = await probe_mode(client, spec, model, prompts[0])
+        if note:
+            result.notes.append(note)
+    run_id = hashlib.sha256(f"{time.time_ns()}:{spec.base_url}:{spec.models}".encode()).hexdigest()[:16]
+    rng = np.random.default_rng(spec.seed)
+    by_level = {c: await run_paired_level(client, spec, prompts, c, modes, run_id, rng, notify) for c in levels(spec)}
+    for model in spec.models:
+        solo = by_level[1][model]
+        for concurrency, cells in by_level.items():
+            if concurrency != 1:
+                cells[model].same_answer_share = same_answer_share(cells[model], solo)
+            result.cells.append(cells[model])
+        _note_versions(result, model)
+
+
+def _note_versions(result: LoadResult, model: str) -> None:
+    names = {tuple(sorted(_identity(a.served).items())) for c in result.cells if c.model == model for a in c.ok}
+    if len(names) > 1:
+        result.notes.append(
+            f"{model}: answers came from {len(names)} different versions during the test "
+            "(an alias moved?); each record names the one most answers came from"
+        )
 
 
 def run_load(spec: LoadSpec, prompts: list[str], on_event: Event | None = None) -> LoadResult:
@@ -420,6 +508,8 @@ def serving_records(result: LoadResult, environment: dict[str, Any] | None = Non
                 error_rate=cell.error_rate,
                 same_answer_share=cell.same_answer_share,
                 streamed=cell.streamed,
+                paired_run=cell.paired_run,
+                blocks=list(cell.blocks),
                 served_as=cell.model,
                 base_url=result.spec.base_url,
                 when=when,

@@ -18,7 +18,7 @@ unsteady, and a gate reads it as inconclusive, never as pass or fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -199,6 +199,30 @@ def paired_ratios(timings: PairedTimings, resamples: int = RESAMPLES, seed: int 
         low, high = np.percentile(spread, [2.5, 97.5]) if len(spread) else (point, point)
         out[name] = RatioEstimate(point, float(low), float(high))
     return out
+
+
+def block_ratio(
+    mine: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping[str, Any]], resamples: int = RESAMPLES, seed: int = 0
+) -> RatioEstimate | None:
+    """Text tokens per wall second of `mine` over `theirs`, where block i of each side ran in round i of one
+    paired load test (evals.loadtest): the point over every round, and a 95% interval from a bootstrap drawing
+    rounds (a drawn round brings both sides' blocks). None with fewer than 2 rounds (no spread to read), rounds
+    of unequal count, or a block whose tokens were not counted or that made none."""
+    if len(mine) != len(theirs) or len(mine) < 2:
+        return None
+    if any(not b.get("counted", True) or b["wall_s"] <= 0 for b in [*mine, *theirs]):
+        return None
+    tok_m, wall_m = (np.array([float(b[k]) for b in mine]) for k in ("tokens", "wall_s"))
+    tok_t, wall_t = (np.array([float(b[k]) for b in theirs]) for k in ("tokens", "wall_s"))
+    if tok_m.sum() <= 0 or tok_t.sum() <= 0:
+        return None
+    point = float((tok_m.sum() / wall_m.sum()) / (tok_t.sum() / wall_t.sum()))
+    draw = np.random.default_rng(seed).integers(0, len(mine), (resamples, len(mine)))
+    mine_rate = tok_m[draw].sum(axis=1) / wall_m[draw].sum(axis=1)
+    their_rate = tok_t[draw].sum(axis=1) / wall_t[draw].sum(axis=1)
+    spread = (mine_rate / np.where(their_rate > 0, their_rate, np.nan))[their_rate > 0]
+    low, high = np.percentile(spread, [2.5, 97.5]) if len(spread) else (point, point)
+    return RatioEstimate(point, float(low), float(high))
 
 
 def round_spread(timings: PairedTimings) -> float:

@@ -12,7 +12,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from evals.paired import RatioEstimate
+from evals.paired import RatioEstimate, block_ratio
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -245,6 +245,17 @@ class ServingRecord:
     when: str = ""  # ISO 8601 UTC
     environment: dict[str, Any] = field(default_factory=dict)  # evals.fingerprint.environment_fingerprint
     run_id: str | None = None  # MLflow run holding it, once logged
+    # a paired load test (several models, their blocks interleaved round by round, evals.loadtest): the id its
+    # records share, and this model's block per round ({"tokens", "wall_s", "answered", "counted", "first"})
+    paired_run: str = ""
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+
+    def tokens_per_s_against(self, other: ServingRecord) -> RatioEstimate | None:
+        """Text tokens/s of this record over `other`'s with a 95% interval, when both come from one paired load
+        test with the same rounds (a bootstrap over rounds, evals.paired.block_ratio); else None."""
+        if not self.paired_run or self.paired_run != other.paired_run or len(self.blocks) != len(other.blocks):
+            return None
+        return block_ratio(self.blocks, other.blocks)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -138,8 +138,8 @@ def evaluate_candidate(
         if timed.is_completed():
             speed = timed.result()
         else:  # the speed gates then say no paired measurement was made, and why is among the failures
-            error = timed.result(raise_on_failure=False)
-            failures.append(f"paired speed measurement: {type(error).__name__}: {error}")
+            problem = timed.result(raise_on_failure=False)
+            failures.append(f"paired speed measurement: {type(problem).__name__}: {problem}")
     license_result = tasks.check_license(prepared)
     files = tasks.write_files(prepared, sweep, plan, measured, license_result, reproducibility, failures)
     evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures, speed)

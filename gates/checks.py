@@ -537,8 +537,11 @@ def _missing_evidence(
     return _inconclusive(ctx, spec, None, threshold, reason, settle, settle_command=command)
 
 
-def _serving_at(evidence: CandidateEvidence | None, concurrency: int) -> ServingRecord | None:
-    return next((r for r in (evidence.serving if evidence else []) if r.concurrency == concurrency), None)
+def serving_at(evidence: CandidateEvidence | None, concurrency: int, paired_run: str = "") -> ServingRecord | None:
+    """The latest serving record at `concurrency`; of those from the paired load test `paired_run` if any."""
+    found = [r for r in (evidence.serving if evidence else []) if r.concurrency == concurrency]
+    paired = [r for r in found if paired_run and r.paired_run == paired_run]
+    return max(paired or found, key=lambda r: r.when) if found else None
 
 
 class ServingGate:
@@ -548,7 +551,7 @@ class ServingGate:
         p = spec.params
         level = p["concurrency"]
         threshold = {"concurrency": level} | {k: p[k] for k in SERVING_LIMITS if k in p}
-        record = _serving_at(ctx.evidence, level)
+        record = serving_at(ctx.evidence, level)
         name = ctx.evidence.candidate
         if record is None:
             command = f"unmask loadtest --model {name} --concurrency {level}"
@@ -581,7 +584,7 @@ class ServingGate:
             check("error_rate", record.error_rate, p["error_rate_max"], "error rate", percent, True)
         cite = {"serving_run_id": record.run_id, "serving_version": record.version, "concurrency": level}
         if "throughput_vs_fallback_min" in p:
-            base = _serving_at(ctx.baselines.get("fallback", (None, None))[0], level)
+            base = serving_at(ctx.baselines.get("fallback", (None, None))[0], level, record.paired_run)
             if base is None:
                 command = f"unmask loadtest --model fallback --concurrency {level}"
                 return _missing_evidence(
@@ -592,20 +595,40 @@ class ServingGate:
                     f"run {command}",
                     command,
                 )
-            ratio = (
-                record.tokens_per_s / base.tokens_per_s
-                if record.tokens_per_s is not None and base.tokens_per_s
-                else None
-            )
-            check(
-                "throughput_vs_fallback",
-                ratio,
-                p["throughput_vs_fallback_min"],
-                "tokens/s vs fallback",
-                lambda v: f"{significant(v)}x",
-                False,
-            )
+            need = p["throughput_vs_fallback_min"]
+            ratio = record.tokens_per_s_against(base)
             cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
+            command = f"unmask loadtest --model {name} --model fallback --concurrency {level}"
+            if ratio is None:  # two load tests one after the other: the ratio is mostly the load between them
+                value["throughput_vs_fallback"] = None
+                unsettled = (
+                    f"tokens/s vs fallback not measured in pairs (needs one load test of both, at least 2 rounds of "
+                    f"{level} requests each)"
+                )
+            else:
+                value["throughput_vs_fallback"] = round(ratio.estimate, 6)
+                cite["throughput_ci95"] = [round(ratio.low, 4), round(ratio.high, 4)]
+                shown = (
+                    f"tokens/s vs fallback {significant(ratio.estimate)}x (95% CI {significant(ratio.low)}-"
+                    f"{significant(ratio.high)}x, paired: {len(record.blocks)} rounds)"
+                )
+                verdict = ratio_verdict(ratio, need)
+                unsettled = f"{shown} spans {significant(need)}x" if verdict == INCONCLUSIVE else ""
+                if not unsettled:
+                    (meets if verdict == PASS else misses).append(
+                        f"{shown} {'>=' if verdict == PASS else '<'} {significant(need)}x"
+                    )
+            if unsettled and not misses:
+                return _inconclusive(
+                    ctx,
+                    spec,
+                    value,
+                    threshold,
+                    f"at concurrency {level} ({record.requests} requests): " + "; ".join([*meets, unsettled]),
+                    f"run {command} (more --requests for more rounds)",
+                    settle_command=command,
+                    **cite,
+                )
         words = "; ".join(misses or meets)
         return _result(
             ctx,

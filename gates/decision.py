@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evals.records import CandidateEvidence, EvalRecord, ServingRecord
+from evals.records import CandidateEvidence, EvalRecord
+from gates.checks import serving_at
 from gates.evaluate import SIGNED_KINDS, stage_verdict
 from gates.intervals import wilson_interval
 from gates.policy import StagePolicy
@@ -71,11 +72,6 @@ def _primary(evidence: CandidateEvidence | None, stage: StagePolicy) -> EvalReco
     return next((r for r in operating_records(evidence, stage) if r.task == stage.operating_point.task), None)
 
 
-def _serving(evidence: CandidateEvidence | None, concurrency: int | None) -> ServingRecord | None:
-    found = [r for r in (evidence.serving if evidence else ()) if r.concurrency == concurrency]
-    return max(found, key=lambda r: r.when) if found else None
-
-
 def _ratio(mine: float | None, theirs: float | None) -> float | None:
     return mine / theirs if mine is not None and theirs else None
 
@@ -100,11 +96,16 @@ def decision_line(
         tps, tps_ci = (tps_est.estimate, (tps_est.low, tps_est.high)) if tps_est else (None, None)
         paired, steady = True, speed.steady
     load = next((g.params["concurrency"] for g in stage.gates if g.kind == "serving"), None)
-    served, served_theirs = _serving(evidence, load), _serving(fallback, load)
-    if load and served and served_theirs:  # two load tests, one after the other: unpaired, no interval
-        concurrency, p95_ci, tps_ci, paired = load, None, None, False
+    served = serving_at(evidence, load) if load else None
+    served_theirs = serving_at(fallback, load, served.paired_run) if load and served else None
+    if load and served and served_theirs:  # one paired load test of both (tokens/s with its interval), or two
+        concurrency, p95_ci, steady = load, None, True
         p95 = _ratio(served.latency_p95_s, served_theirs.latency_p95_s)
         tps = _ratio(served.tokens_per_s, served_theirs.tokens_per_s)
+        paired_tps = served.tokens_per_s_against(served_theirs)
+        paired = paired_tps is not None
+        tps_ci = (paired_tps.low, paired_tps.high) if paired_tps else None
+        tps = paired_tps.estimate if paired_tps else tps
     kinds = {g.name: g.kind for g in stage.gates}
     open_ = [r for r in results if r.verdict != "pass"]
     return DecisionLine(

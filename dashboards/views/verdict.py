@@ -39,7 +39,7 @@ if decided:
         f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
         f"tokens/s against the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
         "concurrency with 95% intervals (solo: timed interleaved with the fallback on the same prompts; or the "
-        "serving gate's load tests where both have one, unpaired), the verdict on the gates judged afresh, and "
+        "serving gate's load test of both, round by round), the verdict on the gates judged afresh, and "
         "what blocks it."
     )
     st.dataframe(

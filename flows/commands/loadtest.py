@@ -153,6 +153,13 @@ def loadtest_command(
     ),
     requests: int = typer.Option(32, "--requests", "-n", help="Requests per model and concurrency."),
     duration: float = typer.Option(None, "--duration", help="Seconds per model and concurrency at most."),
+    rounds: int = typer.Option(
+        4,
+        "--rounds",
+        help="With several models: each level's requests in this many blocks per model, interleaved round by round "
+        "in an order drawn per round, so ratios between models are paired and carry an interval (1: one after the "
+        "other, unpaired).",
+    ),
     url: str = typer.Option(
         None,
         "--url",
@@ -214,6 +221,7 @@ def loadtest_command(
             timeout_s=timeout_s,
             stream=stream,
             api_key=key,
+            rounds=rounds,
         )
         check_spec(spec)
         try:

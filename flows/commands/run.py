@@ -335,7 +335,7 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
             Column("what blocks it", wrap=True),
         ],
         caption="against the AR fallback at the same concurrency, with 95% intervals: solo, timed interleaved "
-        "with the fallback on the same prompts; or the serving gate's load tests where both have one (unpaired)",
+        "with the fallback on the same prompts; or the serving gate's load test of both, round by round",
     )
     colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for line in lines:

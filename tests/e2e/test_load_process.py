@@ -53,7 +53,7 @@ def test_the_client_apart_measures_what_the_client_in_process_measures(served, p
     assert apart.cell("production", 3).same_answer_share == 1.0
     answers = [info["answer"] for kind, info in events if kind == "answer"]
     assert len(answers) == 24 and all(isinstance(a, Answer) and a.ok for a in answers)  # as in process: Answer objects
-    assert [info["concurrency"] for kind, info in events if kind == "cell"] == [1, 3, 1, 3]
+    assert [info["concurrency"] for kind, info in events if kind == "cell"] == [1, 1, 3, 3]
 
 
 def test_a_result_round_trips_through_plain_json_types(served, prompts):

@@ -62,7 +62,25 @@ def test_every_model_and_level_is_measured_with_exact_answers_under_concurrency(
     assert result.cell("production", 4).same_answer_share == 1.0
     assert result.cell("fallback", 4).same_answer_share == 1.0
     assert sum(kind == "answer" for kind, _ in events) == 32
-    assert [info["concurrency"] for kind, info in events if kind == "cell"] == [1, 4, 1, 4]
+    assert [info["concurrency"] for kind, info in events if kind == "cell"] == [1, 1, 4, 4]  # both models per level
+
+
+def test_both_models_are_loaded_round_by_round_so_their_ratio_is_paired(load):
+    from evals.loadtest import serving_records
+
+    result, _ = load
+    runs = {cell.paired_run for cell in result.cells}
+    assert len(runs) == 1 and "" not in runs  # one paired load test
+    for level, rounds in ((1, 4), (4, 2)):  # 8 requests: 4 blocks of 2 solo, 2 blocks of 4 at 4 in flight
+        mine, theirs = result.cell("production", level), result.cell("fallback", level)
+        assert len(mine.blocks) == len(theirs.blocks) == rounds
+        assert sum(b["answered"] for b in mine.blocks) == len(mine.ok) == 8
+        assert sum(b["tokens"] for b in mine.blocks) == sum(a.tokens for a in mine.ok)
+        assert abs(sum(b["wall_s"] for b in mine.blocks) - mine.wall_s) < 1e-3
+        assert all(a["first"] != b["first"] for a, b in zip(mine.blocks, theirs.blocks))  # one opens each round
+    [mine, theirs] = [r for r in serving_records(result) if r.concurrency == 4]
+    ratio = mine.tokens_per_s_against(theirs)
+    assert ratio is not None and ratio.low <= ratio.estimate <= ratio.high
 
 
 def test_a_server_that_refuses_streaming_is_measured_plain_and_says_ttfb_is_latency(load):
@@ -233,7 +251,7 @@ def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gat
         "--concurrency",
         "1,4",
         "--requests",
-        "4",
+        "8",
         "--max-tokens",
         "8",
         "--json",
@@ -276,6 +294,7 @@ def test_the_command_serves_the_registry_itself_logs_records_and_the_serving_gat
     [gate] = evaluate_gates(llada, policy, "staging", {"fallback": ar})
     assert gate.passed, gate.reason
     assert gate.value["error_rate"] == 0.0 and gate.value["throughput_vs_fallback"] > 0
+    assert "paired: 2 rounds" in gate.reason and len(gate.evidence["throughput_ci95"]) == 2
     assert gate.evidence["serving_run_id"] == llada.serving[1].run_id
 
 

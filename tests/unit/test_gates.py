@@ -286,8 +286,8 @@ def test_serving_gate_passes_on_the_record_at_its_concurrency_and_cites_its_run(
         (dict(latency_p95_s=2.5), "production", "p95 2500 ms > 2000 ms"),
         (dict(latency_p95_s=None), "production", "no p95 measured"),
         (dict(error_rate=0.02), "staging", "error rate 2.00% > 1.00%"),
-        (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x < 1.00x"),
-        (dict(tokens_per_s=None), "staging", "no tokens/s vs fallback measured"),
+        (dict(tokens_per_s=700.0), "production", "tokens/s vs fallback 0.875x (95% CI 0.875-0.875x, paired: 4 rounds)"),
+        (dict(tokens_per_s=None), "staging", "tokens/s vs fallback not measured in pairs"),
     ],
 )
 def test_serving_gate_fails_for_its_reason(changed, stage, reason):

@@ -27,7 +27,7 @@ from evals.paired import (
 from gates.evaluate import evaluate_gates
 from gates.intervals import ratio_verdict, rounds_to_settle
 from gates.policy import load_policy
-from tests.support.gate_fixtures import evidence, paired, record
+from tests.support.gate_fixtures import evidence, paired, record, serving_record
 
 ITEMS, ROUNDS, TRUE_RATIO = 16, 4, 0.4  # the candidate takes 0.4x the baseline's time on every item
 BASE_COST = [0.02 + 0.002 * i for i in range(ITEMS)]
@@ -259,5 +259,26 @@ def test_the_decision_line_shows_the_paired_ratios_with_their_intervals_and_says
     unmeasured = decision_line(evidence(speed=[]), "1", stage, [], fallback, "1")
     assert unmeasured.p95_ratio is None and unmeasured.p95_text() == "—"  # no figure without pairing
 
-    served = decision_line(mine, "1", POLICY.stage("staging"), [], fallback, "1")  # both have a load test at 16
-    assert served.concurrency == 16 and served.p95_text().endswith("at 16 in flight, unpaired")
+    served = decision_line(mine, "1", POLICY.stage("staging"), [], fallback, "1")  # one paired load test at 16
+    assert served.concurrency == 16 and served.p95_text() == "1.5x slower at 16 in flight"
+    assert served.tokens_per_s_text() == "1.2x (1.2–1.2x) at 16 in flight"
+    apart = evidence("tiny-ar", serving=[serving_record("tiny-ar", paired_run="", blocks=[])])
+    unpaired = decision_line(mine, "1", POLICY.stage("staging"), [], apart, "1")
+    assert unpaired.tokens_per_s_text() == "1.2x at 16 in flight, unpaired"
+
+
+def test_the_serving_gate_judges_tokens_per_second_on_the_paired_interval():
+    def serving(mine, theirs):
+        fallback = evidence("tiny-ar", serving=[theirs])
+        results = evaluate_gates(evidence(serving=[mine]), POLICY, "production", {"fallback": fallback})
+        return next(r for r in results if r.gate == "serving")
+
+    assert serving(serving_record(), serving_record("tiny-ar")).verdict == "pass"  # 1.2x, every round alike
+    apart = serving(serving_record(), serving_record("tiny-ar", paired_run="another", blocks=[]))
+    assert apart.verdict == "inconclusive" and "not measured in pairs" in apart.reason
+    assert apart.evidence["settle_command"].startswith("unmask loadtest --model tiny-llada --model fallback")
+    wobbly = [{"tokens": t, "wall_s": 1.0, "answered": 16, "counted": True, "first": True} for t in (700, 1300)] * 2
+    spans = serving(serving_record(blocks=wobbly), serving_record("tiny-ar"))  # rounds at 0.875x and 1.6x
+    assert spans.verdict == "inconclusive" and "spans 1.00x" in spans.reason, spans.reason
+    slow = serving(serving_record(latency_p95_s=9.0, blocks=wobbly), serving_record("tiny-ar"))
+    assert slow.verdict == "fail"  # a limit missed outright fails, whatever the ratio's interval
