@@ -449,6 +449,7 @@ def measure_speeds(
     plan: SweepPlan,
     baseline_ref: str,
     on_pair: Callable[[EvalRecord], None] | None = None,
+    rounds: int = PAIRED_ROUNDS,
 ) -> list[SpeedComparison]:
     """`measure_speed` for each (candidate record, baseline record) of `pairs` (gates.results.speed_points), at
     the point of `plan` that measured the candidate's record; a record no point of the plan made is skipped."""
@@ -460,7 +461,7 @@ def measure_speeds(
         if point is not None:
             if on_pair is not None:
                 on_pair(mine)
-            found.append(measure_speed(point, plan, theirs, baseline_ref))
+            found.append(measure_speed(point, plan, theirs, baseline_ref, rounds))
     return found
 
 

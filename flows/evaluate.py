@@ -18,7 +18,7 @@ from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from pydantic import BaseModel, Field
 
-from evals.pipeline import SweepPlan, SweepPoint
+from evals.pipeline import PAIRED_ROUNDS, SweepPlan, SweepPoint
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.outbox import outbox_dir
@@ -50,6 +50,9 @@ class EvaluationOptions(BaseModel):
     mlflow_retries: int = Field(default=2, description="Retries of MLflow logging before the flow gives up.")
     mlflow_retry_delay_s: float = Field(default=2.0, description="Seconds between MLflow retries.")
     threads: int | None = Field(default=None, description="torch CPU threads while measuring (None: the sweep's).")
+    speed_rounds: int = Field(
+        default=PAIRED_ROUNDS, ge=2, description="Rounds of the paired speed measurement against the fallback."
+    )
 
 
 class RegistryUnreachable(RuntimeError):
@@ -133,7 +136,14 @@ def evaluate_candidate(
     speed: list[dict[str, Any]] = []
     if prepared.role == "candidate" and prepared.kind != "api":
         timed = tasks.measure_speed(
-            prepared, plan, records, tracking_uri, options.policy, options.remeasure, return_state=True
+            prepared,
+            plan,
+            records,
+            tracking_uri,
+            options.policy,
+            options.remeasure,
+            options.speed_rounds,
+            return_state=True,
         )
         if timed.is_completed():
             speed = timed.result()

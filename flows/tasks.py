@@ -150,11 +150,13 @@ def measure_speed(
     tracking_uri: str,
     policy_path: str | None = None,
     remeasure: bool = False,
+    rounds: int = pipeline.PAIRED_ROUNDS,
 ) -> list[dict[str, Any]]:
     """The candidate and the registered fallback timed interleaved (evals.pipeline.measure_speed) at each
     operating point the stages judge; [] when no other model holds the fallback alias. What the registered
     version of these weights already holds for the same configs and fallback is kept, not measured again
-    (unless `remeasure`): a re-run that registers nothing new measures nothing new."""
+    (unless `remeasure`, or it has fewer than `rounds` rounds): a re-run that registers nothing new measures
+    nothing new."""
     registry = Registry(tracking_uri)
     baseline = fallback_evidence(registry)
     if baseline is None or baseline.candidate == prepared.candidate or baseline.kind == "api":
@@ -168,7 +170,7 @@ def measure_speed(
         for m, b in pairs
     }
     known = [] if remeasure else registered_speed(registry, prepared.candidate, prepared.weights_sha256)
-    kept = [s for s in known if s.key() in wanted]
+    kept = [s for s in known if s.key() in wanted and s.rounds >= rounds]
     if wanted and wanted <= {s.key() for s in kept}:
         return [s.to_dict() for s in kept]
     found = pipeline.measure_speeds(
@@ -178,6 +180,7 @@ def measure_speed(
         lambda ours: report(
             "stage", candidate=prepared.candidate, step=f"paired speed vs {baseline.candidate} on {ours.task}"
         ),
+        rounds,
     )
     return [s.to_dict() for s in found]
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from evals.paired import UNSTEADY_SPREAD
+from evals.paired import UNSTEADY_SPREAD, RatioEstimate
 from evals.parallelism import aup, tpf_at_accuracy  # gates read evals' records and measures
-from evals.records import CandidateEvidence, EvalRecord, ServingRecord
+from evals.records import CandidateEvidence, EvalRecord, ServingRecord, SpeedComparison
 from gates.intervals import (
     difference_interval,
     items_to_settle,
@@ -262,7 +262,6 @@ class SpeedupGate:
                 baseline=relative_to,
             )
         paired = ctx.evidence.speed_against(base_evidence, op.task, op.gen_length, ctx.primary.config_hash)
-        settle = f"run `unmask run --model {name} --model {base_evidence.candidate}` (it times both interleaved)"
         p95 = paired.ratio("p95") if paired is not None else None
         if paired is None or p95 is None or paired.baseline_config_hash != base.config_hash:
             what = "no paired" if paired is None or p95 is None else "no current paired"
@@ -274,63 +273,63 @@ class SpeedupGate:
                 f"{what} speed measurement of {name} (config {ctx.primary.config_hash[:8]}) against {relative_to} "
                 f"{base_evidence.candidate} (config {base.config_hash[:8]}) on {op.task!r} at gen_length "
                 f"{op.gen_length}",
-                settle,
+                f"run `unmask run --model {name} --model {base_evidence.candidate}` (it times both interleaved)",
                 baseline=relative_to,
                 baseline_record_id=base.record_id,
             )
-        speedup = p95.inverse()
-        cited = {
-            "baseline": relative_to,
-            "baseline_record_id": base.record_id,
-            "baseline_run_id": base.run_id,
-            "ci95": [round(speedup.low, 4), round(speedup.high, 4)],
-            "paired": {"rounds": paired.rounds, "items": paired.items, "spread": paired.spread, "when": paired.when},
-            "host": paired.host,
-        }
-        measured = (
-            f"speedup over {relative_to} {significant(speedup.estimate)}x on p95 (95% CI "
-            f"{significant(speedup.low)}-{significant(speedup.high)}x, paired: {paired.rounds} rounds x "
-            f"{paired.items} items)"
-        )
-        if not paired.steady:
-            return _inconclusive(
-                ctx,
-                spec,
-                round(speedup.estimate, 4),
-                need,
-                f"{measured}; the host was unsteady: an item's paired ratio varied {paired.spread:.3g}x across "
-                f"rounds (median over items; above {UNSTEADY_SPREAD}x reads as unsteady)",
-                f"measure again on a steadier host: {settle}",
-                **cited,
-            )
-        verdict = ratio_verdict(speedup, need)
-        if verdict == INCONCLUSIVE:
-            rounds = rounds_to_settle(speedup, need, paired.rounds)
-            more = (
-                f"needs {rounds - paired.rounds} more rounds ({rounds} in all) at this ratio: {settle}"
-                if rounds
-                else "the ratio lies on its bound; no number of rounds settles it"
-            )
-            return _inconclusive(
-                ctx,
-                spec,
-                round(speedup.estimate, 4),
-                need,
-                f"{measured}; its interval spans {exact(need)}x",
-                more,
-                rounds_needed=rounds,
-                **cited,
-            )
-        ok = verdict == PASS
-        return _result(
+        cited = {"baseline": relative_to, "baseline_record_id": base.record_id, "baseline_run_id": base.run_id}
+        return _judge_speedup(ctx, spec, paired, p95.inverse(), base_evidence.candidate, cited)
+
+
+def _judge_speedup(
+    ctx: GateContext, spec: GateSpec, paired: SpeedComparison, speedup: RatioEstimate, base: str, cited: dict[str, Any]
+) -> GateResult:
+    """The speedup gate on a paired measurement: unsteady, spanning (with the rounds that would settle it), or
+    decided by its whole interval."""
+    need, name, relative_to = spec.params["min_speedup"], ctx.evidence.candidate, cited["baseline"]
+    cited = cited | {
+        "ci95": [round(speedup.low, 4), round(speedup.high, 4)],
+        "paired": {"rounds": paired.rounds, "items": paired.items, "spread": paired.spread, "when": paired.when},
+        "host": paired.host,
+    }
+    measured = (
+        f"speedup over {relative_to} {significant(speedup.estimate)}x on p95 (95% CI "
+        f"{significant(speedup.low)}-{significant(speedup.high)}x, paired: {paired.rounds} rounds x "
+        f"{paired.items} items)"
+    )
+    value = round(speedup.estimate, 4)
+    if not paired.steady:
+        return _inconclusive(
             ctx,
             spec,
-            ok,
-            round(speedup.estimate, 4),
+            value,
             need,
-            f"{measured} {'>=' if ok else '<'} {exact(need)}x",
+            f"{measured}; the host was unsteady: an item's paired ratio varied {paired.spread:.3g}x across "
+            f"rounds (median over items; above {UNSTEADY_SPREAD}x reads as unsteady)",
+            f"measure again on a steadier host: `unmask run --model {name} --model {base} --remeasure`",
             **cited,
         )
+    verdict = ratio_verdict(speedup, need)
+    if verdict == INCONCLUSIVE:
+        rounds = rounds_to_settle(speedup, need, paired.rounds)
+        more = (
+            f"needs {rounds - paired.rounds} more rounds ({rounds} in all) at this ratio: "
+            f"`unmask run --model {name} --model {base} --speed-rounds {rounds}`"
+            if rounds
+            else "the ratio lies on its bound; no number of rounds settles it"
+        )
+        return _inconclusive(
+            ctx,
+            spec,
+            value,
+            need,
+            f"{measured}; its interval spans {exact(need)}x",
+            more,
+            rounds_needed=rounds,
+            **cited,
+        )
+    ok = verdict == PASS
+    return _result(ctx, spec, ok, value, need, f"{measured} {'>=' if ok else '<'} {exact(need)}x", **cited)
 
 
 class MemoryGate:
@@ -544,6 +543,30 @@ def serving_at(evidence: CandidateEvidence | None, concurrency: int, paired_run:
     return max(paired or found, key=lambda r: r.when) if found else None
 
 
+def _throughput_vs_fallback(
+    record: ServingRecord, base: ServingRecord, need: float, value: dict[str, Any], meets: list[str], misses: list[str]
+) -> tuple[str, list[float] | None]:
+    """Tokens/s of `record` over the fallback's `base` from one paired load test, judged on its interval: a pass
+    or a fail joins `meets` or `misses`, `value` gets the ratio. Returns what leaves it unsettled, in words (""
+    when settled: unpaired, or an interval spanning `need`), and the interval."""
+    ratio = record.tokens_per_s_against(base)
+    if ratio is None:  # two load tests one after the other: the ratio is mostly the load between them
+        value["throughput_vs_fallback"] = None
+        unpaired = "tokens/s vs fallback not measured in pairs (needs one load test of both, at least 2 rounds of "
+        return unpaired + f"{record.concurrency} requests each)", None
+    value["throughput_vs_fallback"] = round(ratio.estimate, 6)
+    interval = [round(ratio.low, 4), round(ratio.high, 4)]
+    shown = (
+        f"tokens/s vs fallback {significant(ratio.estimate)}x (95% CI {significant(ratio.low)}-"
+        f"{significant(ratio.high)}x, paired: {len(record.blocks)} rounds)"
+    )
+    verdict = ratio_verdict(ratio, need)
+    if verdict == INCONCLUSIVE:
+        return f"{shown} spans {significant(need)}x", interval
+    (meets if verdict == PASS else misses).append(f"{shown} {'>=' if verdict == PASS else '<'} {significant(need)}x")
+    return "", interval
+
+
 class ServingGate:
     kind: ClassVar[str] = "serving"
 
@@ -595,29 +618,12 @@ class ServingGate:
                     f"run {command}",
                     command,
                 )
-            need = p["throughput_vs_fallback_min"]
-            ratio = record.tokens_per_s_against(base)
             cite |= {"baseline": "fallback", "baseline_serving_run_id": base.run_id}
+            unsettled, interval = _throughput_vs_fallback(
+                record, base, p["throughput_vs_fallback_min"], value, meets, misses
+            )
+            cite["throughput_ci95"] = interval
             command = f"unmask loadtest --model {name} --model fallback --concurrency {level}"
-            if ratio is None:  # two load tests one after the other: the ratio is mostly the load between them
-                value["throughput_vs_fallback"] = None
-                unsettled = (
-                    f"tokens/s vs fallback not measured in pairs (needs one load test of both, at least 2 rounds of "
-                    f"{level} requests each)"
-                )
-            else:
-                value["throughput_vs_fallback"] = round(ratio.estimate, 6)
-                cite["throughput_ci95"] = [round(ratio.low, 4), round(ratio.high, 4)]
-                shown = (
-                    f"tokens/s vs fallback {significant(ratio.estimate)}x (95% CI {significant(ratio.low)}-"
-                    f"{significant(ratio.high)}x, paired: {len(record.blocks)} rounds)"
-                )
-                verdict = ratio_verdict(ratio, need)
-                unsettled = f"{shown} spans {significant(need)}x" if verdict == INCONCLUSIVE else ""
-                if not unsettled:
-                    (meets if verdict == PASS else misses).append(
-                        f"{shown} {'>=' if verdict == PASS else '<'} {significant(need)}x"
-                    )
             if unsettled and not misses:
                 return _inconclusive(
                     ctx,

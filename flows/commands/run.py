@@ -55,6 +55,13 @@ def run_command(
     policy: Path = typer.Option(None, "--policy", help="Stage policy YAML (default: gates/policy.yaml)."),
     reproducibility: bool = typer.Option(True, "--repro/--no-repro", help="Run the reproducibility probe."),
     remeasure: bool = typer.Option(False, "--remeasure", help="Measure every point again; ignore cached records."),
+    speed_rounds: int = typer.Option(
+        4,
+        "--speed-rounds",
+        min=2,
+        help="Rounds of the paired speed measurement against the fallback (what settles an inconclusive speedup "
+        "gate: it names the rounds needed).",
+    ),
     items: int = typer.Option(
         None,
         "--items",
@@ -98,6 +105,7 @@ def run_command(
         remeasure,
         items,
         threads,
+        speed_rounds,
     )
     models = list(model or spec.models)
     console.print(
@@ -148,6 +156,7 @@ def _checked_options(
     remeasure: bool,
     items: int | None,
     threads: int | None,
+    speed_rounds: int = 4,
 ) -> tuple[SweepSpec, str | Path, EvaluationOptions, str]:
     """The sweep, its path (with `items`, a copy with `n` raised), the evaluation options and where the thread
     count came from; exit 2 naming what is wrong, before anything is measured."""
@@ -174,6 +183,7 @@ def _checked_options(
             dask_address=dask_address,
             remeasure=remeasure,
             threads=threads,
+            speed_rounds=speed_rounds,
             gpus_per_cell=gpus_per_cell,
         )
         make_task_runner(options.task_runner, options.dask_address)  # an unknown runner or a missing extra, now

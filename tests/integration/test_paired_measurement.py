@@ -57,6 +57,7 @@ def test_a_rerun_keeps_the_paired_measurement_its_registered_version_holds(tmp_p
     )
     no_points = pipeline.SweepPlan(name="tiny", device="cpu", dtype="float32", measure={}, points=[])
     records = [r.to_dict() for r in held.records]
-    kept = measure_speed.fn(prepared, no_points, records, reg.tracking_uri)  # nothing to measure with: kept ones
+    kept = measure_speed.fn(prepared, no_points, records, reg.tracking_uri, rounds=3)  # nothing to measure: kept
     assert [SpeedComparison.from_dict(s) for s in kept] == held.speed and held.speed
     assert measure_speed.fn(prepared, no_points, records, reg.tracking_uri, remeasure=True) == []
+    assert measure_speed.fn(prepared, no_points, records, reg.tracking_uri, rounds=5) == []  # held 3 rounds: anew
