@@ -298,6 +298,10 @@ def _judge_speedup(
         f"{paired.items} items)"
     )
     value = round(speedup.estimate, 4)
+    if need <= 0:  # any measured speed clears a bound of 0: nothing for the host's steadiness to decide
+        return _result(
+            ctx, spec, True, value, need, f"{measured} > 0; min_speedup {exact(need)}x asks no more", **cited
+        )
     if not paired.steady:
         return _inconclusive(
             ctx,

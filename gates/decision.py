@@ -15,6 +15,7 @@ from gates.checks import serving_at
 from gates.evaluate import SIGNED_KINDS, stage_verdict
 from gates.intervals import wilson_interval
 from gates.policy import StagePolicy
+from gates.readable import significant
 from gates.results import GateResult, operating_records
 
 
@@ -133,15 +134,18 @@ def decision_line(
 
 def ratio_text(ratio: float | None, faster_below_one: bool, interval: tuple[float, float] | None = None) -> str:
     """A ratio to the fallback as read, with its 95% interval when it has one: a latency ratio (below 1:
-    faster) as `4.0x faster (3.5-4.6x)`, any other as `2.1x (1.8-2.4x)`; "—" when one side was not measured."""
+    faster) as `4.02x faster (3.51-4.60x)`, any other as `2.10x (1.80-2.40x)`, three significant digits (an
+    edge near a bound of 1 stays legible); "—" when one side was not measured."""
     if ratio is None:
         return "—"
     if ratio <= 0 or not faster_below_one:
-        return f"{ratio:.2g}x" + (f" ({interval[0]:.2g}–{interval[1]:.2g}x)" if interval else "")
+        return f"{significant(ratio)}x" + (
+            f" ({significant(interval[0])}–{significant(interval[1])}x)" if interval else ""
+        )
     faster = ratio <= 1
     shown = 1 / ratio if faster else ratio
-    text = f"{shown:.2g}x {'faster' if faster else 'slower'}"
+    text = f"{significant(shown)}x {'faster' if faster else 'slower'}"
     if interval:
         low, high = (1 / interval[1], 1 / interval[0]) if faster else interval
-        text += f" ({low:.2g}–{high:.2g}x)"
+        text += f" ({significant(low)}–{significant(high)}x)"
     return text

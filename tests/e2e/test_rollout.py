@@ -51,11 +51,12 @@ def stack(tmp_path_factory, prefect_harness):
     os.environ["UNMASK_HOME"] = str(home)
     reg = fresh_registry(root)
     os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
-    versions = {}
+    versions, recs = {}, {}
     for name in ("tiny-ar", "tiny-llada"):
         sha = digest(name)
-        rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
-        versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha, serving=[]))
+        recs[name] = rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
+        ev = evidence(name, [rec], weights_sha256=sha, serving=[], fallback=recs["tiny-ar"])
+        versions[name], _ = register_evidence(reg, ev)
     v = versions["tiny-llada"]
     _move(reg, "staging", None, ("tiny-llada", v), "fixture", "staging passed", {"kind": "promotion"})
     for item in load_checklist("production").manual_items():

@@ -51,7 +51,7 @@ def stack(tmp_path_factory, prefect_harness):
     sha = digest("tiny-ar")
     rec = record("tiny-ar", "arith", config=OPERATING["tiny-ar"], weights_sha256=sha)
     register_evidence(reg, evidence("tiny-ar", [rec], weights_sha256=sha, serving=[]))
-    version, _ = register_evidence(reg, block_evidence(MODEL, BLOCK_OPERATING, digest(MODEL)))
+    version, _ = register_evidence(reg, block_evidence(MODEL, BLOCK_OPERATING, digest(MODEL), fallback=rec))
     _move(reg, "staging", None, (MODEL, version), "fixture", "staging passed", {"kind": "promotion"})
     for item in load_checklist("production").manual_items():
         sign_off(reg, MODEL, version, "production", item, "ada", f"{item} checked for production")

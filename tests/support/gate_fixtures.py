@@ -95,8 +95,11 @@ def evidence(
     records: list[EvalRecord] | None = None,
     tier: str = "permitted",
     reproducible: bool = True,
+    fallback: EvalRecord | None = None,
     **overrides,
 ) -> CandidateEvidence:
+    """`candidate`'s evidence; a candidate's arith records timed in pairs against `fallback` (default: the
+    fixture's tiny-ar record), each pair at the two records' p95 ratio."""
     records = records if records is not None else [record(candidate, "arith"), record(candidate, "sort")]
     first = records[0] if records else record(candidate)
     repro = ReproducibilityResult(
@@ -129,7 +132,8 @@ def evidence(
     values.update(overrides)
     values.setdefault("serving", [serving_record(candidate, weights_sha256=values["weights_sha256"])])
     if candidate != "tiny-ar":
-        values.setdefault("speed", [paired(r, record("tiny-ar", r.task)) for r in records if r.task == "arith"])
+        theirs = fallback or record("tiny-ar", "arith")
+        values.setdefault("speed", [paired(r, theirs) for r in records if r.task == "arith"])
     return CandidateEvidence(**values)
 
 
@@ -167,7 +171,9 @@ def paired(
     return SpeedComparison(**values)
 
 
-def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvidence:
+def block_evidence(
+    name: str, config: dict, weights_sha256: str, fallback: EvalRecord | None = None
+) -> CandidateEvidence:
     """Evidence of a block-diffusion candidate `name` at its recorded BlockDiffusionConfig `config`: a diffusion
     candidate's arith record and evidence, renamed, with its own weights digest and no serving records."""
     rec = replace(
@@ -178,7 +184,9 @@ def block_evidence(name: str, config: dict, weights_sha256: str) -> CandidateEvi
         weights_sha256=weights_sha256,
     )
     return replace(
-        evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[]), candidate=name, kind="block-diffusion"
+        evidence("tiny-llada", [rec], weights_sha256=weights_sha256, serving=[], fallback=fallback),
+        candidate=name,
+        kind="block-diffusion",
     )
 
 

@@ -59,11 +59,12 @@ def serving_registry(folder: Path, weights: dict[str, str] | None = None) -> Ser
     from registry import register_evidence
 
     reg = fresh_registry(folder)
-    versions = {}
+    versions, recs = {}, {}
     for name in ("tiny-ar", "tiny-llada"):
         sha = (weights or {}).get(name) or digest(name)
-        rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
-        versions[name], _ = register_evidence(reg, evidence(name, [rec], weights_sha256=sha, serving=[]))
+        recs[name] = rec = record(name, "arith", config=OPERATING[name], weights_sha256=sha)
+        ev = evidence(name, [rec], weights_sha256=sha, serving=[], fallback=recs["tiny-ar"])
+        versions[name], _ = register_evidence(reg, ev)
     # a settled, audited move (what a promotion ends in), so production has not drifted and can be rolled back
     from registry.promotion import _move
 

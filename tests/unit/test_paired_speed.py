@@ -27,6 +27,7 @@ from evals.paired import (
 from gates.evaluate import evaluate_gates
 from gates.intervals import ratio_verdict, rounds_to_settle
 from gates.policy import load_policy
+from tests.support import REPO
 from tests.support.gate_fixtures import evidence, paired, record, serving_record
 
 ITEMS, ROUNDS, TRUE_RATIO = 16, 4, 0.4  # the candidate takes 0.4x the baseline's time on every item
@@ -251,7 +252,7 @@ def test_the_decision_line_shows_the_paired_ratios_with_their_intervals_and_says
     mine = with_speed(0.4)
     line = decision_line(mine, "1", stage, [], fallback, "1")
     assert line.paired and line.p95_ratio == pytest.approx(0.4) and line.p95_interval is not None
-    assert line.p95_text() == "2.5x faster (2.5–2.5x)" and line.tokens_per_s_text() == "2.5x (2.5–2.5x)"
+    assert line.p95_text() == "2.50x faster (2.50–2.50x)" and line.tokens_per_s_text() == "2.50x (2.50–2.50x)"
 
     shaky = evidence(speed=[paired(record(), record("tiny-ar"), ratio=0.4, steady=False)])
     assert decision_line(shaky, "1", stage, [], fallback, "1").p95_text().endswith("(host unsteady)")
@@ -260,11 +261,11 @@ def test_the_decision_line_shows_the_paired_ratios_with_their_intervals_and_says
     assert unmeasured.p95_ratio is None and unmeasured.p95_text() == "—"  # no figure without pairing
 
     served = decision_line(mine, "1", POLICY.stage("staging"), [], fallback, "1")  # one paired load test at 16
-    assert served.concurrency == 16 and served.p95_text() == "1.5x slower at 16 in flight"
-    assert served.tokens_per_s_text() == "1.2x (1.2–1.2x) at 16 in flight"
+    assert served.concurrency == 16 and served.p95_text() == "1.50x slower at 16 in flight"
+    assert served.tokens_per_s_text() == "1.20x (1.20–1.20x) at 16 in flight"
     apart = evidence("tiny-ar", serving=[serving_record("tiny-ar", paired_run="", blocks=[])])
     unpaired = decision_line(mine, "1", POLICY.stage("staging"), [], apart, "1")
-    assert unpaired.tokens_per_s_text() == "1.2x at 16 in flight, unpaired"
+    assert unpaired.tokens_per_s_text() == "1.20x at 16 in flight, unpaired"
 
 
 def test_the_serving_gate_judges_tokens_per_second_on_the_paired_interval():
@@ -282,3 +283,13 @@ def test_the_serving_gate_judges_tokens_per_second_on_the_paired_interval():
     assert spans.verdict == "inconclusive" and "spans 1.00x" in spans.reason, spans.reason
     slow = serving(serving_record(latency_p95_s=9.0, blocks=wobbly), serving_record("tiny-ar"))
     assert slow.verdict == "fail"  # a limit missed outright fails, whatever the ratio's interval
+
+
+def test_a_bound_of_zero_passes_any_paired_measurement_even_on_an_unsteady_host():
+    demo = load_policy(REPO / "gates" / "demo-policy.yaml")  # min_speedup 0.0: the demo asks no speed
+    shaky = paired(record(), record("tiny-ar"), ratio=3.0, steady=False, spread=2.0)
+    results = evaluate_gates(evidence(speed=[shaky]), demo, "poc", {"fallback": evidence("tiny-ar")})
+    result = next(r for r in results if r.gate == "speedup")
+    assert result.verdict == "pass" and "asks no more" in result.reason
+    missing = evaluate_gates(evidence(speed=[]), demo, "poc", {"fallback": evidence("tiny-ar")})
+    assert next(r for r in missing if r.gate == "speedup").verdict == "inconclusive"  # but it needs a measurement
