@@ -236,15 +236,6 @@ def is_steady(spread: float) -> bool:
     return spread <= UNSTEADY_SPREAD
 
 
-def sequential_ratio(timings: PairedTimings, name: str = "p95") -> float:
-    """What the unpaired procedure reports from the same requests: the ratio of the two sides' statistics,
-    each over all its requests, with no interval (kept for comparison in tests and benchmarks)."""
-    mine, theirs = np.asarray(timings.candidate_s).ravel(), np.asarray(timings.baseline_s).ravel()
-    my_tok = np.broadcast_to(np.asarray(timings.candidate_tokens, float), np.shape(timings.candidate_s)).ravel()
-    their_tok = np.broadcast_to(np.asarray(timings.baseline_tokens, float), np.shape(timings.baseline_s)).ravel()
-    return float(_statistic(name, mine, theirs, my_tok, their_tok))
-
-
 def host_sample() -> dict[str, float]:
     """The host's 1-minute load average and its CPU time counters (jiffies: total, idle, steal), where Linux
     exposes them; {} elsewhere."""

@@ -24,7 +24,7 @@ from evals.evaluate import Candidate, TaskData, evaluate_point, load_task
 from evals.fingerprint import package_version
 from evals.license import license_for_model
 from evals.measure import RequestResult
-from evals.paired import host_during, host_sample, is_steady, measure_paired, paired_ratios, round_spread
+from evals.paired import host_during, host_sample, measure_paired
 from evals.parallelism import parallelism_summary
 from evals.plots import plot_quality_latency
 from evals.points import build_config, point_problems, valid_points
@@ -423,22 +423,16 @@ def measure_speed(
         sides.append(_decoder(handle, prompts, config_from_dict(config)))
     before = host_sample()
     timings = measure_paired(sides[0], sides[1], len(items), rounds, warmup, seed)
-    spread = round_spread(timings)
-    return SpeedComparison(
+    return SpeedComparison.of(
+        timings,
+        seed,
         task=point.task["task"],
         gen_length=int(point.config.get("gen_length", baseline.gen_length)),
         config_hash=point.config_hash,
         baseline_model=baseline.candidate,
         baseline_weights_sha256=baseline.weights_sha256,
         baseline_config_hash=baseline.config_hash,
-        items=len(items),
-        rounds=rounds,
         warmup=warmup,
-        timings=timings.to_dict(),
-        ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings, seed=seed).items()},
-        spread=round(spread, 4),
-        steady=is_steady(spread),
-        seed=seed,
         host=host_during(before, host_sample()) | {"threads": plan.threads},
         when=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )

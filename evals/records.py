@@ -12,7 +12,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from evals.paired import RatioEstimate, block_ratio
+from evals.paired import PairedTimings, RatioEstimate, block_ratio, is_steady, paired_ratios, round_spread
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -198,6 +198,22 @@ class SpeedComparison:
     seed: int = 0
     host: dict[str, Any] = field(default_factory=dict)  # load average, busy and steal shares during the run
     when: str = ""  # ISO 8601 UTC
+
+    @classmethod
+    def of(cls, timings: PairedTimings, seed: int = 0, **identity: Any) -> SpeedComparison:
+        """A comparison from its raw timings: the ratios with their intervals, the spread and whether the host was
+        steady follow from them (evals.paired); `identity` names what was compared and how (task, configs, ...)."""
+        spread = round(round_spread(timings), 4)
+        return cls(
+            **identity,
+            items=timings.items,
+            rounds=timings.rounds,
+            timings=timings.to_dict(),
+            ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings, seed=seed).items()},
+            spread=spread,
+            steady=is_steady(spread),
+            seed=seed,
+        )
 
     def ratio(self, name: str) -> RatioEstimate | None:
         value = self.ratios.get(name)

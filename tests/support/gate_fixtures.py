@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import registry.identity as identity
-from evals.paired import PairedTimings, paired_ratios, round_spread
+from evals.paired import PairedTimings
 from evals.records import (
     CandidateEvidence,
     EvalRecord,
@@ -151,24 +151,18 @@ def paired(
         tuple([24] * items),
         tuple(tuple(i % 2 == 0 for i in range(items)) for _ in range(rounds)),
     )
-    values = dict(
+    measured = SpeedComparison.of(
+        timings,
         task=mine.task,
         gen_length=mine.gen_length,
         config_hash=mine.config_hash,
         baseline_model=theirs.candidate,
         baseline_weights_sha256=theirs.weights_sha256,
         baseline_config_hash=theirs.config_hash,
-        items=items,
-        rounds=rounds,
         warmup=1,
-        timings=timings.to_dict(),
-        ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings).items()},
-        spread=round_spread(timings),
-        steady=True,
         when="2026-11-30T10:00:00Z",
     )
-    values.update(overrides)
-    return SpeedComparison(**values)
+    return replace(measured, **overrides)
 
 
 def block_evidence(
