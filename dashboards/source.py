@@ -191,9 +191,9 @@ def failed_rollouts(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def decision_lines(uri: str, policy: str) -> list[Any]:
-    """Every candidate's decision line per stage (`registry.decision`), judged afresh under the page's policy."""
-    return decision.decision_lines(_registry(uri), views.dashboard_policy(policy or None))
+def decided(uri: str, policy: str) -> list[Any]:
+    """Every candidate's decision per stage (`registry.decision`), judged afresh under the page's policy."""
+    return decision.decisions(_registry(uri), views.dashboard_policy(policy or None))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

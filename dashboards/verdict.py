@@ -2,21 +2,19 @@
 
 Composed from registry reads only (`registry.read`, `registry.views`): the recommendation is the best
 passing version by the policy's scoring (`read.scores`, TOPSIS), its blocker is the first of the
-commands `unmask gates` would print (`next_steps`, judged afresh and recorded nowhere). A holder that
+commands `unmask gates` would print (the decision's steps, judged afresh and recorded nowhere). A holder that
 fails the gates of the stage it holds is a red finding; evidence judged under another policy, stale
 sign-offs or approvals, and inconclusive gates are amber ones.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 import registry.read as read
 import registry.views as views
-from gates.next_steps import names_version, next_steps
 from gates.policy import Policy
 from registry import STAGE_ALIASES, Registry
 
@@ -49,11 +47,6 @@ def _label(holder: tuple[str, str | None] | None) -> str:
     return f"{holder[0]} v{holder[1]}" if holder else ""
 
 
-def policy_path_flag() -> str | None:
-    """The policy file commands must name to judge as this dashboard does (None: the bundled one)."""
-    return os.environ.get(views.POLICY_ENV) or None
-
-
 def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
     """The landing page's verdict, one StageVerdict per stage, poc first."""
     held = read.aliases(reg)
@@ -71,6 +64,9 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
         mine = _results_of(results, holder, stage)
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
+        first = str(ranking.candidate.iloc[0]) if len(ranking) else ""
+        first_version = views.current_version(reg, first) if first else None
+        top = (first, first_version) if first and first_version else None
         recommended, score, score_iv, quality, quality_iv, n = None, None, None, None, None, 0
         waiting = ranking[ranking.open_signoffs != ""]
         pending = tuple(
@@ -88,7 +84,8 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
                 iv = intervals.loc[best.candidate]
                 score_iv = (float(iv.topsis_low), float(iv.topsis_high))
                 quality_iv, n = (float(iv.quality_low), float(iv.quality_high)), int(iv.n_items)
-        subject = recommended or (adopting[0] if adopting else None)
+        # whom the blocker is about: the recommendation, else the top-ranked candidate, else the first registered
+        subject = recommended or top or (adopting[0] if adopting else None)
         blocker, command, more = _blocker(reg, policy, subject, holder, stage)
         stale = _stale(reg, judged, policy, [h for h in (holder, subject) if h], stage)
         shown = pd.concat([mine, _results_of(results, subject, stage)]) if subject != holder else mine
@@ -145,17 +142,12 @@ def _blocker(
             f"unmask run --model {subject[0]}",
             (),
         )
-    aliases = reg.aliases_of(subject[0])
-    steps = next_steps(
-        subject[0],
-        subject[1],
-        decision,
-        policy.stage(stage),
-        name_version=names_version(aliases, subject[1]),
-        policy_path=policy_path_flag(),
-    )
-    why = steps[0].why if not decision.allowed else f"nothing: {steps[0].why}"
-    return why, steps[0].command, tuple(s.command for s in steps[1:])
+    steps = [s.command for s in decision.steps]
+    if not decision.blockers:
+        return f"nothing: {decision.headline()}", steps[0] if steps else "", tuple(steps[1:])
+    why = f"{decision.outcome.value}: {decision.blockers[0].text}"
+    more = len(decision.blockers) - 1
+    return why + (f" (and {more} more)" if more else ""), steps[0] if steps else "", tuple(steps[1:])
 
 
 def _stale(

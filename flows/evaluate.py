@@ -25,8 +25,8 @@ from flows.outbox import outbox_dir
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from flows.runners import RunnerKind, cell_resources, check_cell_resources, make_task_runner, runner_kind
+from gates.decision import Decision
 from gates.evaluate import gate_report_markdown
-from gates.promotion import PromotionDecision
 from gates.stages import qualified_stage
 from registry.connection import resolve_tracking_uri
 from registry.links import mlflow_ui_command, run_link
@@ -166,7 +166,7 @@ def evaluate_candidate(
         points=len(plan.points),
         cached=cached,
         failures=failures,
-        verdicts={stage: verdict.verdict_dict() for stage, verdict in verdicts.items()},
+        verdicts={stage: decision.to_dict() for stage, decision in verdicts.items()},
         qualified=qualified_stage(verdicts),
         mlflow_run=run_link(tracking_uri, logged["experiment_id"], logged["evidence_run_id"]),
         evidence_run_id=logged["evidence_run_id"],
@@ -201,7 +201,7 @@ def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: Evaluation
     )
 
 
-def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]:
+def gate_rows(verdicts: Mapping[str, Decision]) -> list[dict[str, Any]]:
     """The rows of the gate table artifact: one per (stage, gate), values as text."""
     return [
         {
@@ -218,7 +218,7 @@ def gate_rows(verdicts: Mapping[str, PromotionDecision]) -> list[dict[str, Any]]
     ]
 
 
-def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Mapping[str, PromotionDecision]) -> str:
+def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Mapping[str, Decision]) -> str:
     outcome = CandidateOutcome.of(outcome)
     lines = [
         f"# {outcome.candidate} v{outcome.version}",
@@ -236,7 +236,7 @@ def summary_markdown(outcome: CandidateOutcome | Mapping[str, Any], verdicts: Ma
     return "\n".join(lines) + "\n"
 
 
-def publish_candidate(outcome: CandidateOutcome, verdicts: Mapping[str, PromotionDecision]) -> None:
+def publish_candidate(outcome: CandidateOutcome, verdicts: Mapping[str, Decision]) -> None:
     key = slug(outcome.candidate)
     create_table_artifact(
         gate_rows(verdicts), key=f"gates-{key}", description=f"Gate results of {outcome.candidate} v{outcome.version}"

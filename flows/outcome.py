@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gates.decision import Decision
+
 
 @dataclass(frozen=True)
 class CandidateOutcome:
@@ -24,7 +26,7 @@ class CandidateOutcome:
     points: int = 0  # sweep points planned
     cached: int = 0  # of them, served from cache
     failures: list[str] = field(default_factory=list)
-    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> PromotionDecision.verdict_dict()
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> gates.decision.Decision.to_dict()
     qualified: str | None = None  # the highest stage whose gates all passed
     mlflow_run: str = ""
     evidence_run_id: str = ""
@@ -44,6 +46,10 @@ class CandidateOutcome:
             return value
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in value.items() if k in known})
+
+    def decisions(self) -> list[Decision]:
+        """The decision of every stage judged, poc first (none for a failed evaluation)."""
+        return [] if self.error else [Decision.from_dict(d) for d in self.verdicts.values()]
 
     def gates(self, stage: str) -> list[dict[str, Any]]:
         """The gate result dicts of `stage` (none for a stage not judged, or a failed evaluation)."""

@@ -25,7 +25,7 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from evals.sweep import load_sweep, timestamped_folder
 from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
 from flows.progress import report
-from gates import STAGES, PromotionDecision, load_policy
+from gates import STAGES, Decision, load_policy
 from gates.results import speed_points
 from models.state import state_dir
 from registry import Registry, register_or_reuse
@@ -293,11 +293,9 @@ def flush_outbox(tracking_uri: str) -> list[str]:
     retry_delay_seconds=2,
     task_run_name="gates {model}",
 )
-def judge_stages(
-    model: str, version: str, tracking_uri: str, policy_path: str | None = None
-) -> dict[str, PromotionDecision]:
-    """Every stage's verdict on the registered evidence, {stage: gates.promotion.PromotionDecision}
-    (registry.judge_each records each report)."""
+def judge_stages(model: str, version: str, tracking_uri: str, policy_path: str | None = None) -> dict[str, Decision]:
+    """Every stage's decision on the registered evidence, {stage: gates.decision.Decision}: the one judgement of
+    the run, which the decision table and the next steps render (registry.judge_each records each report)."""
     registry = Registry(tracking_uri)
     policy = load_policy(policy_path)
     return judge_each(registry, model, version, STAGES, policy, record=True)

@@ -2,9 +2,10 @@
 policy YAML."""
 
 from checklists import STAGES
+from gates.decision import Decision, Outcome, decide
 from gates.evaluate import all_passed, evaluate_gates, gate_report_markdown
 from gates.policy import MetricThreshold, Policy, PolicyError, load_policy, parse_policy
-from gates.promotion import Approval, PromotionDecision, PromotionReason, ReasonKind, decide_promotion
+from gates.promotion import Approval, PromotionReason, ReasonKind
 from gates.results import GateResult, operating_records
 from gates.roles import Roles, RolesError, load_roles, parse_roles
 
@@ -15,11 +16,12 @@ __all__ = [
     "MetricThreshold",
     "Policy",
     "PolicyError",
-    "PromotionDecision",
+    "Decision",
+    "Outcome",
     "PromotionReason",
     "ReasonKind",
     "all_passed",
-    "decide_promotion",
+    "decide",
     "evaluate_gates",
     "gate_report_markdown",
     "load_policy",

@@ -1,51 +1,132 @@
-"""The decision line: per candidate and stage, what an architect reads first (pure; no I/O).
+"""The decision: one typed value per (model version, stage), computed once, that every surface renders (pure; no I/O).
 
-Accuracy with its 95% Wilson interval at the stage's operating point; p95 latency and text tokens/s as ratios to
-the AR fallback at the same concurrency (the serving gate's, where both have a load test there, else solo on the
-sweep); the stage verdict on the gates judged afresh; and what blocks it. Sign-off gates (`SIGNED_KINDS`) block
-promotion, never the ranking: a candidate whose measured gates pass is ranked on its evidence.
+`decide` judges a version against a stage from what one read of the registry gave it (the version's evidence,
+sign-offs, approvals, reached stages and rollouts; the baselines' evidence) and returns a `Decision`:
+- every gate verdict (with its interval and what would settle it) and the checklist state;
+- each approval and sign-off with its standing (`Standing`: counts, or void and why);
+- the version's rollouts to the stage and whether a failed one stands;
+- the resulting `Outcome` (`adopt`, `blocked`, `inconclusive`), the blocking reasons in order, and the next
+  actions that clear them (`gates.next_steps`);
+- the figures an architect reads first (`Figures`: accuracy with its interval, p95 and tokens/s against the AR
+  fallback at the same concurrency, with their intervals).
+
+The CLI (`unmask run`, `unmask gates` and its exit code, `next:` lines, `unmask promote`'s refusal), the
+dashboard's pages and the dossier render a `Decision` and derive nothing of their own. `to_dict`/`from_dict`
+store and read it (`DECISION_SCHEMA` versions the layout).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
 
+from checklists import Checklist, ChecklistStatus, ItemStatus, checklist_status, load_checklist
 from evals.records import CandidateEvidence, EvalRecord
 from gates.checks import serving_at
-from gates.evaluate import SIGNED_KINDS, stage_verdict
+from gates.evaluate import SIGNED_KINDS, evaluate_gates
 from gates.intervals import wilson_interval
-from gates.policy import StagePolicy
+from gates.next_steps import NextStep, next_steps
+from gates.policy import Policy, StagePolicy
+from gates.promotion import (
+    PROMOTABLE,
+    SETTLED_BY_AN_APPROVER,
+    TOOLING_ITEM,
+    Approval,
+    Duties,
+    PromotionReason,
+    ReasonKind,
+    approval_problems,
+    current_signoffs,
+    declined_problems,
+    judge_approvals,
+    predates,
+    rollout_problems,
+)
 from gates.readable import significant
 from gates.results import GateResult, operating_records
+from gates.roles import Roles, load_roles
+from gates.rollout_findings import FAILED_ROLLOUT
+
+DECISION_SCHEMA = 1  # the layout of Decision.to_dict(); a stored decision of another schema is not read as this one
+
+# the order blocking reasons are listed in: what no approver or measurement can settle first
+BLOCKING_ORDER = (
+    ReasonKind.DECLINED,
+    ReasonKind.ROLLOUT,
+    ReasonKind.GATE,
+    ReasonKind.INCONCLUSIVE,
+    ReasonKind.STAGE,
+    ReasonKind.CHECKLIST,
+    ReasonKind.SIGN_OFF,
+    ReasonKind.APPROVAL,
+    ReasonKind.DUTY,
+    ReasonKind.ROLE,
+)
+
+
+class Outcome(StrEnum):
+    """What the decision says about the version at the stage."""
+
+    ADOPT = "adopt"  # it may hold the stage: it holds it and still passes, or everything to move it is in place
+    BLOCKED = "blocked"  # something stands: a failed gate or rollout, a decline, or what people must still do
+    INCONCLUSIVE = "inconclusive"  # nothing failed, but a gate lacks the evidence to judge (more evidence settles it)
 
 
 @dataclass(frozen=True)
-class DecisionLine:
-    """One candidate at one stage, against the AR fallback."""
+class Standing:
+    """One approval or sign-off recorded for the stage, and whether it counts (and why not)."""
 
-    model: str
-    version: str
-    stage: str
-    verdict: str  # pass / fail / inconclusive (gates judged afresh on the stored evidence)
+    act: str  # "approval" | "sign-off"
+    by: str
+    at: str
+    what: str  # the approval's id, or the checklist item signed off
+    comment: str = ""
+    counts: bool = False
+    why: str = ""  # why it does not count ("" when it counts)
+    run: str = ""  # the audit run of the move that used the approval ("" while it is open)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """One rollout of the version to the stage, and whether it stands against the version (a failed last one)."""
+
+    id: str
+    status: str  # running | paused | completed | rolled_back | aborted
+    route: str = ""
+    updated: str = ""
+    reason: str = ""
+    stands: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED_ROLLOUT
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What an architect reads first about the version at the stage, against the AR fallback."""
+
     accuracy: float | None = None
     accuracy_interval: tuple[float, float] | None = None
     n_items: int = 0
     task: str = ""
-    fallback: str = ""  # "tiny-ar v1"; "" when no fallback is registered
+    fallback: str = ""  # "tiny-ar v1"; "" when no fallback is registered (or the version is the fallback)
     concurrency: int = 1  # requests in flight the ratios compare at (1: solo, timed paired with the fallback)
     p95_ratio: float | None = None  # candidate p95 / fallback p95 (below 1: faster)
     tokens_per_s_ratio: float | None = None  # candidate text tokens/s / fallback's (above 1: faster)
     fallback_accuracy: float | None = None
-    blocks: tuple[str, ...] = ()  # "gate: reason" for each gate not passing
-    open_signoffs: tuple[str, ...] = ()  # the sign-off gates among them
     p95_interval: tuple[float, float] | None = None  # 95% interval of p95_ratio (paired measurement)
     tokens_per_s_interval: tuple[float, float] | None = None
     paired: bool = False  # the ratios come from a paired, interleaved measurement (evals.paired)
     steady: bool = True  # the paired measurement's rounds agree (evals.paired.is_steady)
-
-    @property
-    def promotable(self) -> bool:
-        return self.verdict == "pass"
 
     def p95_text(self) -> str:
         """The p95 ratio as every surface shows it: `4.0x faster (3.5-4.6x)`, `at 16 in flight, unpaired`."""
@@ -63,10 +144,316 @@ class DecisionLine:
             return " (unpaired)"
         return "" if self.steady else " (host unsteady)"
 
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Figures:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for name in ("accuracy_interval", "p95_interval", "tokens_per_s_interval"):
+            if known.get(name) is not None:
+                known[name] = tuple(known[name])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One version at one stage: what was judged, what stands in the way, and what to do about it."""
+
+    model: str
+    version: str
+    stage: str
+    reasons: tuple[PromotionReason, ...]  # what blocks a move to the stage, in BLOCKING_ORDER (empty: nothing)
+    gate_results: tuple[GateResult, ...] = ()
+    checklist: ChecklistStatus | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)  # what it was judged on (records, policy, approvals)
+    approvals: tuple[Standing, ...] = ()
+    signoffs: tuple[Standing, ...] = ()
+    rollouts: tuple[RolloutOutcome, ...] = ()
+    steps: tuple[NextStep, ...] = ()  # the commands that clear `blockers`, first to do first
+    figures: Figures = field(default_factory=Figures)
+    holds: bool = False  # the version holds the stage alias now
+    open_signoffs: tuple[str, ...] = ()  # sign-off gates not passing (they block promotion, never the ranking)
+    schema: int = DECISION_SCHEMA
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the alias may move to this version now: nothing blocks it."""
+        return not self.reasons
+
+    @property
+    def blockers(self) -> tuple[PromotionReason, ...]:
+        """What stands between the version and the stage: every reason, but a holder needs no new approval."""
+        if self.holds:
+            return tuple(r for r in self.reasons if r.kind not in SETTLED_BY_AN_APPROVER)
+        return self.reasons
+
+    @property
+    def outcome(self) -> Outcome:
+        kinds = {r.kind for r in self.blockers}
+        if not kinds:
+            return Outcome.ADOPT
+        if kinds & {ReasonKind.GATE, ReasonKind.ROLLOUT, ReasonKind.DECLINED}:
+            return Outcome.BLOCKED
+        return Outcome.INCONCLUSIVE if ReasonKind.INCONCLUSIVE in kinds else Outcome.BLOCKED
+
+    @property
+    def gates_passed(self) -> bool:
+        """Whether the stage judged at least one gate and every one passed (checklist and approval aside)."""
+        return bool(self.gate_results) and all(r.passed for r in self.gate_results)
+
     @property
     def measured_pass(self) -> bool:
         """Every gate that judges a measurement passes (only sign-offs may be open): ranked on evidence."""
-        return len(self.blocks) == len(self.open_signoffs)
+        return bool(self.gate_results) and sum(not r.passed for r in self.gate_results) == len(self.open_signoffs)
+
+    @property
+    def counted_approvals(self) -> tuple[Standing, ...]:
+        return tuple(a for a in self.approvals if a.counts)
+
+    def blocker_texts(self) -> tuple[str, ...]:
+        return tuple(r.text for r in self.blockers)
+
+    def headline(self) -> str:
+        """The decision in one line: `tiny-llada v1 -> staging: blocked (2 reasons)`."""
+        n = len(self.blockers)
+        why = f" ({n} reason{'' if n == 1 else 's'})" if n else (" (holds it)" if self.holds else "")
+        return f"{self.model} v{self.version} -> {self.stage}: {self.outcome.value}{why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "model": self.model,
+            "version": self.version,
+            "stage": self.stage,
+            "outcome": self.outcome.value,
+            "holds": self.holds,
+            "reasons": [{"kind": r.kind.value, "text": r.text, "gate": r.gate} for r in self.reasons],
+            "blockers": list(self.blocker_texts()),
+            "gates": [r.to_dict() for r in self.gate_results],
+            "checklist": self.checklist.to_dicts() if self.checklist else None,
+            "approvals": [a.to_dict() for a in self.approvals],
+            "signoffs": [s.to_dict() for s in self.signoffs],
+            "rollouts": [r.to_dict() for r in self.rollouts],
+            "steps": [{"why": s.why, "command": s.command} for s in self.steps],
+            "figures": self.figures.to_dict(),
+            "open_signoffs": list(self.open_signoffs),
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        """A stored decision; one of another schema is refused (ValueError), never misread."""
+        if data.get("schema") != DECISION_SCHEMA:
+            raise ValueError(f"a decision of schema {data.get('schema')!r}; this unmask reads {DECISION_SCHEMA}")
+        checklist = data.get("checklist")
+        return cls(
+            str(data["model"]),
+            str(data["version"]),
+            str(data["stage"]),
+            tuple(PromotionReason(ReasonKind(r["kind"]), r["text"], r.get("gate", "")) for r in data["reasons"]),
+            tuple(GateResult.from_dict(r) for r in data.get("gates", [])),
+            _checklist_from_dicts(str(data["stage"]), checklist) if checklist is not None else None,
+            dict(data.get("evidence") or {}),
+            tuple(Standing(**a) for a in data.get("approvals", [])),
+            tuple(Standing(**s) for s in data.get("signoffs", [])),
+            tuple(RolloutOutcome(**r) for r in data.get("rollouts", [])),
+            tuple(NextStep(s["why"], s["command"]) for s in data.get("steps", [])),
+            Figures.from_dict(data.get("figures") or {}),
+            bool(data.get("holds")),
+            tuple(data.get("open_signoffs", [])),
+        )
+
+
+def _checklist_from_dicts(stage: str, items: Sequence[Mapping[str, Any]]) -> ChecklistStatus:
+    return ChecklistStatus(
+        stage,
+        tuple(
+            ItemStatus(i["item"], i["text"], i["kind"], bool(i["done"]), i["reason"], dict(i.get("evidence") or {}))
+            for i in items
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who the version is, besides its evidence: what one read of the registry says about it."""
+
+    model: str = ""
+    version: str = ""
+    holds: bool = False  # it holds the stage alias now
+    name_version: bool = False  # commands must say --version (it is not the version they default to)
+    policy_path: str | None = None  # the policy file commands must name to judge alike (None: the bundled one)
+    fallback_version: str = ""  # the version holding `fallback` ("" when none does)
+
+
+def decide(
+    evidence: CandidateEvidence,
+    policy: Policy,
+    stage: str,
+    baseline: Mapping[str, CandidateEvidence | None],
+    signoffs: Mapping[str, Mapping[str, Any]],
+    approval: Approval | Sequence[Approval] | None,
+    reached: set[str],
+    checklist: Checklist | None = None,
+    evaluated_at: str = "",
+    roles: Roles | None = None,
+    duties: Duties | None = None,
+    context: Context | None = None,
+) -> Decision:
+    """The one judgement of a version at `stage`; `reached` holds the stages the version held before.
+
+    `signoffs` and `approval` (one, or every approval recorded for the stage) are all that were recorded;
+    those older than `evaluated_at` (when the version's evidence was last registered) do not count, and
+    each says so. `roles` and `duties` apply the separation-of-duties rules (default roles: the bundled file).
+    """
+    context = context or Context(model=evidence.candidate)
+    model, version = context.model or evidence.candidate, context.version
+    if stage not in PROMOTABLE:
+        why = f"unknown stage {stage!r}; promotions go to {', '.join(PROMOTABLE)}"
+        return Decision(model, version, stage, (PromotionReason(ReasonKind.STAGE, why),))
+    stage_policy = policy.stage(stage)
+    current, stale_signoffs = current_signoffs(signoffs, evaluated_at)
+    results = evaluate_gates(evidence, policy, stage, baseline, current)
+    status = checklist_status(checklist or load_checklist(stage), results, evidence.records, current)
+    reasons = [
+        PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate)
+        for r in results
+        if not r.passed and not r.inconclusive
+    ]
+    reasons += [
+        PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
+        for r in results
+        if r.inconclusive
+    ]
+    reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
+    if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
+        reasons.append(
+            PromotionReason(
+                ReasonKind.STAGE,
+                f"stage {stage} requires the version to have reached {stage_policy.requires_stage} first",
+            )
+        )
+    roles = roles or load_roles()
+    duties = duties or Duties()
+    reasons += declined_problems(duties.declined, stage, evaluated_at)
+    reasons += rollout_problems(evidence.canary, stage, evaluated_at)
+    approvals, approval_reasons, counted = _approvals(
+        approval, stage, stage_policy, evaluated_at, roles, duties, current, context.holds
+    )
+    reasons += approval_reasons + stale_signoffs
+    reasons.sort(key=lambda r: BLOCKING_ORDER.index(r.kind))
+    kinds = {g.name: g.kind for g in stage_policy.gates}
+    cited = {
+        "gates": {r.gate: r.evidence.get("record_id") for r in results},
+        "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
+        "policy": policy.cited(),
+        "roles": roles.cited(),
+        "thresholds": {r.gate: r.threshold for r in results},
+        "approvals": [a.to_dict() for a in counted],
+    }
+    decision = Decision(
+        model,
+        version,
+        stage,
+        tuple(reasons),
+        tuple(results),
+        status,
+        cited,
+        approvals,
+        _signoff_standings(signoffs, evaluated_at),
+        _rollouts(evidence.canary, stage, evaluated_at),
+        figures=figures(evidence, stage_policy, results, _fallback(baseline, model), context.fallback_version),
+        holds=context.holds,
+        open_signoffs=tuple(r.gate for r in results if not r.passed and kinds.get(r.gate) in SIGNED_KINDS),
+    )
+    if decision.outcome == Outcome.ADOPT and decision.holds:
+        return decision
+    steps = next_steps(
+        model,
+        version,
+        stage,
+        decision.blockers,
+        results,
+        status,
+        stage_policy,
+        name_version=context.name_version,
+        policy_path=context.policy_path,
+    )
+    return Decision(**{**decision.__dict__, "steps": tuple(steps)})
+
+
+def _approvals(
+    approval: Approval | Sequence[Approval] | None,
+    stage: str,
+    stage_policy: StagePolicy,
+    evaluated_at: str,
+    roles: Roles,
+    duties: Duties,
+    signoffs: Mapping[str, Mapping[str, Any]],
+    holds: bool = False,
+) -> tuple[tuple[Standing, ...], list[PromotionReason], list[Approval]]:
+    """Each approval's standing, why the approvals do not allow the move, and the ones that count. For a version
+    holding the stage, the approvals the move that put it there used up count (those of its newest request)."""
+    recorded = [approval] if isinstance(approval, Approval) else list(approval or ())
+    tooling = str(signoffs.get(TOOLING_ITEM, {}).get("by", ""))
+    rules = roles.stage(stage)
+    args = (stage, stage_policy.approval_min_comment_chars, evaluated_at, rules, duties, tooling, roles)
+    problems, counted = approval_problems(recorded, *args, counted=True)
+    judged = dict((a.id or a.at, p) for a, p in judge_approvals([a for a in recorded if a.by.strip()], *args))
+    used = {a.id or a.at for a in counted}
+    if holds:  # what counts is what moved it there; an approval given since moves nothing
+        moved = [a for a in recorded if a.status == "consumed"]
+        last = max((a.at, a.request) for a in moved)[1] if moved else None
+        used = {a.id or a.at for a in moved if a.request == last}
+    standings = []
+    for a in recorded:
+        key = a.id or a.at
+        problem = judged.get(key)
+        if key in used:
+            why = ""
+        elif holds and a.status == "open":
+            why = f"the version already holds {stage}: this approval moves nothing"
+        elif problem:
+            why = problem.text
+        else:
+            why = f"not needed: {len(counted)} approvals count"
+        standings.append(Standing("approval", a.by, a.at, a.id, a.comment, key in used, why, a.closed_by))
+    return tuple(standings), problems, counted
+
+
+def _signoff_standings(signoffs: Mapping[str, Mapping[str, Any]], evaluated_at: str) -> tuple[Standing, ...]:
+    out = []
+    for item, s in sorted(signoffs.items()):
+        stale = predates(s.get("at"), evaluated_at)
+        why = f"predates the latest evaluation ({evaluated_at}); sign it off again" if stale else ""
+        out.append(
+            Standing(
+                "sign-off", str(s.get("by", "")), str(s.get("at", "")), item, str(s.get("comment", "")), not stale, why
+            )
+        )
+    return tuple(out)
+
+
+def _rollouts(canary: Sequence[Mapping[str, Any]], stage: str, evaluated_at: str) -> tuple[RolloutOutcome, ...]:
+    mine = [r for r in canary if r.get("stage", stage) == stage]
+    standing = bool(rollout_problems(canary, stage, evaluated_at))
+    return tuple(
+        RolloutOutcome(
+            str(r.get("id", "")),
+            str(r.get("status", "")),
+            str(r.get("route", "")),
+            str(r.get("updated", "")),
+            str(r.get("reason", "")),
+            standing and i == len(mine) - 1,
+        )
+        for i, r in enumerate(mine)
+    )
+
+
+def _fallback(baseline: Mapping[str, CandidateEvidence | None], model: str) -> CandidateEvidence | None:
+    fallback = baseline.get("fallback")
+    return fallback if fallback is not None and fallback.candidate != model else None
 
 
 def _primary(evidence: CandidateEvidence | None, stage: StagePolicy) -> EvalRecord | None:
@@ -77,15 +464,16 @@ def _ratio(mine: float | None, theirs: float | None) -> float | None:
     return mine / theirs if mine is not None and theirs else None
 
 
-def decision_line(
+def figures(
     evidence: CandidateEvidence,
-    version: str,
     stage: StagePolicy,
-    results: list[GateResult],
+    results: Sequence[GateResult],
     fallback: CandidateEvidence | None = None,
     fallback_version: str = "",
-) -> DecisionLine:
-    """The decision line of one candidate's evidence at a stage, from gate results judged on that evidence."""
+) -> Figures:
+    """Accuracy with its 95% Wilson interval at the stage's operating point; p95 latency and text tokens/s as ratios
+    to the AR fallback at the same concurrency (the serving gate's, where both have a load test there, else the
+    paired solo measurement), with their intervals."""
     primary, theirs = _primary(evidence, stage), _primary(fallback, stage)
     interval = wilson_interval(primary.accuracy, primary.n_items) if primary else None
     concurrency, p95, tps, p95_ci, tps_ci, paired, steady = 1, None, None, None, None, False, True
@@ -102,33 +490,24 @@ def decision_line(
     if load and served and served_theirs:  # one paired load test of both (tokens/s with its interval), or two
         concurrency, p95_ci, steady = load, None, True
         p95 = _ratio(served.latency_p95_s, served_theirs.latency_p95_s)
-        tps = _ratio(served.tokens_per_s, served_theirs.tokens_per_s)
         paired_tps = served.tokens_per_s_against(served_theirs)
         paired = paired_tps is not None
         tps_ci = (paired_tps.low, paired_tps.high) if paired_tps else None
-        tps = paired_tps.estimate if paired_tps else tps
-    kinds = {g.name: g.kind for g in stage.gates}
-    open_ = [r for r in results if r.verdict != "pass"]
-    return DecisionLine(
-        evidence.candidate,
-        version,
-        stage.stage,
-        stage_verdict(results) if results else "inconclusive",
+        tps = paired_tps.estimate if paired_tps else _ratio(served.tokens_per_s, served_theirs.tokens_per_s)
+    return Figures(
         primary.accuracy if primary else None,
         interval,
         primary.n_items if primary else 0,
-        stage.operating_point.task,
+        op.task,
         f"{fallback.candidate} v{fallback_version}" if fallback else "",
         concurrency,
         p95,
         tps,
         theirs.accuracy if theirs else None,
-        tuple(f"{r.gate}: {r.reason}" for r in open_),
-        tuple(r.gate for r in open_ if kinds.get(r.gate) in SIGNED_KINDS),
-        p95_interval=p95_ci,
-        tokens_per_s_interval=tps_ci,
-        paired=paired,
-        steady=steady,
+        p95_ci,
+        tps_ci,
+        paired,
+        steady,
     )
 
 

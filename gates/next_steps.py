@@ -1,21 +1,23 @@
 """What to run next: the commands that clear what blocks a promotion, in the order they need doing.
 
-Read from the typed reasons of a `PromotionDecision` (`ReasonKind`) and its checklist status, never
-from their wording: a failed measurement needs new evidence, a missing or stale sign-off needs
-`unmask sign-off` (the tooling-maturity gate is one too), an inconclusive gate needs more evidence
-(`unmask run --items N` when items would settle it, or the command its result names: `unmask loadtest`,
-`unmask rollout start`), a stage not yet reached needs that promotion
-first, a missing approval needs `unmask approve`; with nothing left, `unmask promote`.
+Read from the typed reasons of a decision (`ReasonKind`) and its checklist status, never from their wording: a
+failed rollout or a decline needs new evidence registered, a failed measurement needs new evidence, a missing or
+stale sign-off needs `unmask sign-off` (the tooling-maturity gate is one too), an inconclusive gate needs more
+evidence (`unmask run --items N` when items would settle it, or the command its result names: `unmask loadtest`,
+`unmask rollout start`), a stage not yet reached needs that promotion first, a missing approval needs
+`unmask approve`; with nothing left, `unmask promote`.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checklists import ChecklistStatus
 from gates.evaluate import SIGNED_KINDS
 from gates.policy import StagePolicy
-from gates.promotion import PromotionDecision, ReasonKind
+from gates.promotion import PromotionReason, ReasonKind
 from gates.results import GateResult
 from gates.verdict import Verdict
 
@@ -35,25 +37,27 @@ def names_version(held: dict[str, str], version: str) -> bool:
 def next_steps(
     model: str,
     version: str,
-    decision: PromotionDecision,
+    stage: str,
+    reasons: Sequence[PromotionReason],
+    gate_results: Sequence[GateResult],
+    checklist: ChecklistStatus | None,
     stage_policy: StagePolicy,
     name_version: bool = False,
     policy_path: str | None = None,
 ) -> list[NextStep]:
-    """The commands that clear `decision`'s reasons, first to do first; `name_version` adds --version
+    """The commands that clear `reasons` (a decision's blockers), first to do first; `name_version` adds --version
     (when `version` is not the one the commands default to, its `candidate`); a `policy_path` the
     decision was judged under goes to the commands that judge again (run, promote)."""
-    stage = decision.stage
     flag = f" --version {version}" if name_version else ""
     judged = f" --policy {shlex.quote(str(policy_path))}" if policy_path else ""  # the same policy judges again
-    kinds = {r.kind for r in decision.reasons}
-    if decision.allowed:
+    kinds = {r.kind for r in reasons}
+    if not reasons:
         return [NextStep(f"everything {stage} needs is in place", f"unmask promote {model} --to {stage}{flag}{judged}")]
     specs = {g.name: g for g in stage_policy.gates}
-    failed = [specs[r.gate] for r in decision.gate_results if r.verdict == Verdict.FAIL and r.gate in specs]
-    undecided = [r for r in decision.gate_results if r.inconclusive]
+    failed = [specs[r.gate] for r in gate_results if r.verdict == Verdict.FAIL and r.gate in specs]
+    undecided = [r for r in gate_results if r.inconclusive]
     measured = [g.name for g in failed if g.kind not in SIGNED_KINDS]
-    undone = [i for i in (decision.checklist.items if decision.checklist else ()) if not i.done]
+    undone = [i for i in (checklist.items if checklist else ()) if not i.done]
     to_sign = [i.id for i in undone if i.kind == "manual"]
     to_sign += [
         g.params["checklist_item"]
@@ -63,6 +67,15 @@ def next_steps(
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
+    standing = [r.text for r in reasons if r.kind in (ReasonKind.ROLLOUT, ReasonKind.DECLINED)]
+    if standing and not unmet:  # only evidence registered after them lifts a failed rollout or a decline
+        steps.append(
+            NextStep(
+                f"{'; '.join(standing)}: it stands until new evidence is registered (change the model or "
+                "its sweep; evidence unchanged is reused and does not lift it)",
+                f"unmask run --model {model}{judged}",
+            )
+        )
     if unmet:
         steps.append(
             NextStep(

@@ -22,17 +22,15 @@ decline is terminal for the version and stage until new evidence is registered.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Literal, overload
 
-from checklists import STAGES, Checklist, ChecklistError, ChecklistStatus, checklist_status, load_checklist
-from evals.records import CandidateEvidence, EvalRecord
-from gates.evaluate import evaluate_gates
+from checklists import STAGES, Checklist, ChecklistError, load_checklist
+from evals.records import EvalRecord
 from gates.policy import Policy
-from gates.results import GateResult
 from gates.roles import Roles, StageRoles, load_roles
 from gates.rollout_findings import failed_rollout, finding_text
 
@@ -107,6 +105,7 @@ class Approval:
     status: str = "open"  # open | consumed (by a move) | expired | void (typed into a refused promote)
     closed_by: str = ""  # the audit run that closed it (the move that consumed it)
     account: str = ""  # the OS account that gave it ("" in data from before it was recorded)
+    closed_why: str = ""  # why it was closed ("rollout default-1 was rolled_back: ..."; "" while open, or older data)
 
     @property
     def person(self) -> str:
@@ -125,6 +124,7 @@ class Approval:
             "status": self.status,
             "closed_by": self.closed_by,
             "account": self.account,
+            "closed_why": self.closed_why,
         }
 
 
@@ -190,25 +190,6 @@ class Duties:
     now: str = ""  # ISO time the decision is made at (expiry); "" skips expiry
 
 
-@dataclass(frozen=True)
-class PromotionDecision:
-    stage: str
-    allowed: bool
-    reasons: tuple[PromotionReason, ...]  # why not (empty when allowed)
-    gate_results: tuple[GateResult, ...] = ()
-    checklist: ChecklistStatus | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def gates_passed(self) -> bool:
-        """Whether the stage judged at least one gate and every one passed (checklist and approval aside)."""
-        return bool(self.gate_results) and all(r.passed for r in self.gate_results)
-
-    def verdict_dict(self) -> dict[str, Any]:
-        """The stage verdict as plain data (a flow's outcome, JSON): gate result dicts and reason texts."""
-        return {"gates": [r.to_dict() for r in self.gate_results], "reasons": [r.text for r in self.reasons]}
-
-
 def check_checklist_against_policy(checklist: Checklist, policy: Policy) -> list[str]:
     """What a checklist names that cannot exist: a gate the stage's policy does not have, a record field an
     eval record does not have (either item could never be done)."""
@@ -234,83 +215,6 @@ def require_checklists_match(policy: Policy, stages: Sequence[str] = STAGES) -> 
         problems = check_checklist_against_policy(load_checklist(stage), policy)
         if problems:
             raise ChecklistError(problems[0])
-
-
-def decide_promotion(
-    evidence: CandidateEvidence,
-    policy: Policy,
-    stage: str,
-    baseline: Mapping[str, CandidateEvidence | None],
-    signoffs: Mapping[str, Mapping[str, Any]],
-    approval: Approval | Sequence[Approval] | None,
-    reached: set[str],
-    checklist: Checklist | None = None,
-    evaluated_at: str = "",
-    roles: Roles | None = None,
-    duties: Duties | None = None,
-) -> PromotionDecision:
-    """Judge a promotion of one version to `stage`; `reached` holds the stages the version held before.
-
-    `signoffs` and `approval` (one, or every approval recorded for the stage) are all that were recorded;
-    those older than `evaluated_at` (when the version's evidence was last registered) do not count, and
-    each says so. `roles` and `duties` apply the separation-of-duties rules (default roles: the bundled file).
-    """
-    if stage not in PROMOTABLE:
-        return PromotionDecision(
-            stage,
-            False,
-            (PromotionReason(ReasonKind.STAGE, f"unknown stage {stage!r}; promotions go to {', '.join(PROMOTABLE)}"),),
-        )
-    stage_policy = policy.stage(stage)
-    signoffs, stale_signoffs = current_signoffs(signoffs, evaluated_at)
-    results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
-    checklist = checklist or load_checklist(stage)
-    status = checklist_status(checklist, results, evidence.records, signoffs)
-    reasons = [
-        PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate)
-        for r in results
-        if not r.passed and not r.inconclusive
-    ]
-    reasons += [
-        PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
-        for r in results
-        if r.inconclusive
-    ]
-    reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
-    if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
-        reasons.append(
-            PromotionReason(
-                ReasonKind.STAGE,
-                f"stage {stage} requires the version to have reached {stage_policy.requires_stage} first",
-            )
-        )
-    roles = roles or load_roles()
-    duties = duties or Duties()
-    reasons += declined_problems(duties.declined, stage, evaluated_at)
-    reasons += rollout_problems(evidence.canary, stage, evaluated_at)
-    tooling = signoffs.get(TOOLING_ITEM, {}).get("by", "")
-    problems, counted = approval_problems(
-        approval,
-        stage,
-        stage_policy.approval_min_comment_chars,
-        evaluated_at,
-        roles.stage(stage),
-        duties,
-        tooling_signer=tooling,
-        roles=roles,
-        counted=True,
-    )
-    reasons += problems
-    reasons += stale_signoffs
-    cited = {
-        "gates": {r.gate: r.evidence.get("record_id") for r in results},
-        "run_ids": sorted({r.run_id for r in evidence.records if r.run_id}),
-        "policy": policy.cited(),
-        "roles": roles.cited(),
-        "thresholds": {r.gate: r.threshold for r in results},
-        "approvals": [a.to_dict() for a in counted],
-    }
-    return PromotionDecision(stage, not reasons, tuple(reasons), tuple(results), status, cited)
 
 
 def declined_problems(declined: Decline | None, stage: str, evaluated_at: str) -> list[PromotionReason]:
@@ -417,17 +321,11 @@ def approval_problems(
     # the preferred approval first (stable otherwise): of two names on one account only one counts, and the one
     # typed into this promotion is the one it uses, whoever of the two approved first
     approvals = sorted((a for a in approvals if a.by.strip()), key=lambda a: bool(prefer) and a.id != prefer)
-    reasons: list[PromotionReason] = []
-    valid: list[Approval] = []
-    for a in approvals:
-        problem = approval_problem(
-            a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer, roles
-        )
-        problem = problem or twin_problem(a, valid, stage)
-        if problem is not None:
-            reasons.append(problem)
-        else:
-            valid.append(a)
+    judged = judge_approvals(
+        approvals, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer, roles
+    )
+    reasons = [problem for _, problem in judged if problem is not None]
+    valid = [a for a, problem in judged if problem is None]
     need = stage_roles.approvals_count
     if len(valid) >= need:
         chosen = sorted(valid, key=lambda a: (a.id != prefer, a.at))[:need]
@@ -446,6 +344,27 @@ def approval_problems(
             )
         )
     return (reasons, []) if counted else reasons
+
+
+def judge_approvals(
+    approvals: Sequence[Approval],
+    stage: str,
+    min_comment_chars: int,
+    evaluated_at: str,
+    stage_roles: StageRoles,
+    duties: Duties,
+    tooling_signer: str,
+    roles: Roles,
+) -> list[tuple[Approval, PromotionReason | None]]:
+    """Each approval in the order given, with why it does not count (None: it counts, unless it is one more
+    than the stage needs)."""
+    judged: list[tuple[Approval, PromotionReason | None]] = []
+    for a in approvals:
+        problem = approval_problem(
+            a, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer, roles
+        )
+        judged.append((a, problem or twin_problem(a, [b for b, p in judged if p is None], stage)))
+    return judged
 
 
 def twin_problem(a: Approval, counted: Sequence[Approval], stage: str) -> PromotionReason | None:
@@ -486,7 +405,8 @@ def approval_problem(
             "expired": "has expired",
             "void": "is void (typed into a refused promotion, or the promotion was declined)",
         }
-        return problem(f"the approval by {a.by} at {a.at} {why.get(a.status, 'is ' + a.status)}; approve again")
+        said = f"is {a.status}: {a.closed_why}" if a.closed_why else why.get(a.status, "is " + a.status)
+        return problem(f"the approval by {a.by} at {a.at} {said}; approve again")
     if duties.request_id and a.request and a.request != duties.request_id:
         return problem(
             f"the approval by {a.by} at {a.at} answers request {a.request}, not this one "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.promotion import PromotionDecision
+from gates.decision import Decision
 from gates.results import GateResult
 from gates.verdict import Verdict
 
@@ -27,7 +27,7 @@ class ProductionVerdict:
 
     model: str
     version: str
-    decision: PromotionDecision
+    decision: Decision
     thinner: tuple[str, ...] = ()
     signed: tuple[str, ...] = ()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from checklists import STAGES
-from gates.promotion import PromotionDecision
+from gates.decision import Decision
 
 
 def next_stage(stage: str | None) -> str | None:
@@ -28,7 +28,7 @@ def next_stage_for(held: Mapping[str, str], version: str) -> str | None:
     return next((stage for stage in STAGES if held.get(stage) != version), None)
 
 
-def qualified_stage(verdicts: Mapping[str, PromotionDecision]) -> str | None:
+def qualified_stage(verdicts: Mapping[str, Decision]) -> str | None:
     """The highest stage whose gates all passed, every stage below it passed too."""
     reached = None
     for stage in STAGES:

@@ -269,7 +269,7 @@ def close(
     stored = next((a for a in approvals_of(registry, model, version, approval.stage) if a.id == approval.id), None)
     if stored is not None and stored.status != "open":
         return stored
-    closed = replace(approval, status=status, closed_by=closed_by)
+    closed = replace(approval, status=status, closed_by=closed_by, closed_why=why[:500])
     _write(registry, model, version, f"approvals.{approval.stage}.{approval.id}", closed.to_dict())
     _event(
         registry,

@@ -1,63 +1,49 @@
-"""The decision lines of the registry (`gates.decision`): every candidate's current version at every stage,
-judged afresh on its stored evidence against the AR fallback that holds `fallback` (nothing is recorded).
+"""The decisions of the registry (`gates.decision.Decision`): every candidate's current version at every stage,
+judged on its stored evidence (`registry.judging.judge_each`, one read of each version), recorded nowhere.
 
-The scorecard of `unmask run`, the dashboard's Verdict page and page 1 of the dossier lead with these.
+The decision table of `unmask run`, the dashboard's Verdict page and page 1 of the dossier render these.
 """
 
 from __future__ import annotations
 
-from evals.records import CandidateEvidence
-from gates.decision import DecisionLine, decision_line
-from gates.evaluate import evaluate_gates
+from gates.decision import Decision
 from gates.policy import Policy
-from gates.promotion import current_signoffs
-from registry.integrity import EvidenceTampered
-from registry.state import fallback_holder, stage_holder, version_state
+from registry.integrity import TAMPERED
+from registry.judging import judge_each
+from registry.state import fallback_holder, stage_holder
 from registry.store import STAGE_ALIASES, Registry, latest_registration, model_tag
-from registry.tracking import load_evidence
+from registry.tracking import evidence_integrity
 
 
-def decision_lines(
+def decisions(
     registry: Registry,
     policy: Policy,
     models: list[str] | None = None,
     stages: tuple[str, ...] = STAGE_ALIASES,
     versions: dict[str, str] | None = None,
-) -> list[DecisionLine]:
-    """One DecisionLine per (candidate, stage), candidates in registry order, stages poc first. `models`: only
+) -> list[Decision]:
+    """One Decision per (candidate, stage), candidates in registry order, stages poc first. `models`: only
     these (default: every registered model whose role is `candidate`); `versions`: {model: version} instead of
-    each one's current registration; tampered evidence gets no line."""
-    fallback = fallback_holder(registry)
-    fallback_evidence = _evidence(registry, *fallback) if fallback else None
-    production = stage_holder(registry, "production")
-    baseline = {"fallback": fallback_evidence, "production": _evidence(registry, *production) if production else None}
+    each one's current registration; tampered evidence gets none (the gate board shows it as tampered)."""
     if models is None:
         models = [m.name for m in registry.registered_models() if m.tags.get(model_tag("role")) == "candidate"]
-    lines = []
+    found = []
     for model in models:
         version = (versions or {}).get(model) or latest_registration(registry.aliases_of(model))
-        evidence = _evidence(registry, model, version) if version else None
-        if not version or evidence is None:
+        if not version:
             continue
-        state = version_state(registry, model, version)  # one read of the version for every stage
-        for stage in stages:
-            signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
-            results = evaluate_gates(evidence, policy, stage, baseline, signoffs)
-            lines.append(
-                decision_line(
-                    evidence,
-                    version,
-                    policy.stage(stage),
-                    results,
-                    fallback_evidence if fallback and fallback[0] != model else None,
-                    fallback[1] if fallback else "",
-                )
-            )
-    return lines
+        judged = decisions_of(registry, model, version, stages, policy)
+        found += [judged[stage] for stage in stages] if judged else []
+    return found
 
 
-def _evidence(registry: Registry, model: str, version: str) -> CandidateEvidence | None:
-    try:
-        return load_evidence(registry, model, version)
-    except EvidenceTampered:  # never judged here; the gate board shows it as tampered
+def decisions_of(
+    registry: Registry, model: str, version: str, stages: tuple[str, ...], policy: Policy
+) -> dict[str, Decision] | None:
+    """A version's decisions as `unmask gates` would make them now, recorded nowhere; None when its evidence (or a
+    baseline's) is tampered, which the integrity board shows instead (judging it would write a finding, and a
+    read never writes)."""
+    judged = [(model, version), fallback_holder(registry), stage_holder(registry, "production")]
+    if any(h and evidence_integrity(registry, *h)["status"] == TAMPERED for h in judged):
         return None
+    return judge_each(registry, model, version, stages, policy, record=False)

@@ -12,8 +12,10 @@ from dataclasses import replace
 from typing import Any
 
 from evals.records import CandidateEvidence
-from gates.policy import Policy, load_policy
-from gates.promotion import Duties, PromotionDecision, decide_promotion
+from gates.decision import Context, Decision, decide
+from gates.next_steps import names_version
+from gates.policy import POLICY_PATH, Policy, load_policy
+from gates.promotion import Duties
 from gates.roles import Roles
 from registry.state import VersionState, fallback_holder, stage_holder, version_state
 from registry.store import Registry
@@ -29,7 +31,7 @@ def judge(
     record: bool = True,
     roles: Roles | None = None,
     duties: Duties | None = None,
-) -> PromotionDecision:
+) -> Decision:
     """Evaluate a version against a stage: gates on its stored evidence, checklist, approvals and the
     separation of duties (`duties`: default, the open request and the version's registrant), stage order."""
     return judge_each(registry, model, version, [stage], policy, record, roles, duties)[stage]
@@ -44,7 +46,7 @@ def judge_each(
     record: bool = True,
     roles: Roles | None = None,
     duties: Duties | None = None,
-) -> dict[str, PromotionDecision]:
+) -> dict[str, Decision]:
     """`judge` for several stages, on one read of the version, its evidence and the baselines' (no stage
     changes what another reads: each records only its own report)."""
     policy = policy or load_policy()
@@ -63,10 +65,18 @@ def judge_each(
         "evidence_status": vouched["status"],
         "evidence_sha256": vouched["sha256"],
     }
+    held = everything.get(model, {})
+    context = Context(
+        model,
+        str(version),
+        name_version=names_version(held, str(version)),
+        policy_path=policy_flag(policy),
+        fallback_version=fallback[1] if fallback else "",
+    )
     decisions = {}
     for stage in stages:
         owed = state.duties(stage, state.open_request(stage)) if duties is None else duties
-        decision = decide_promotion(
+        decision = decide(
             evidence,
             policy,
             stage,
@@ -77,6 +87,7 @@ def judge_each(
             evaluated_at=state.evaluated_at,
             roles=roles,
             duties=owed,
+            context=replace(context, holds=held.get(stage) == str(version)),
         )
         decision = replace(decision, evidence=decision.evidence | vouching)
         if record and decision.gate_results:
@@ -92,6 +103,11 @@ def judge_each(
             )
         decisions[stage] = decision
     return decisions
+
+
+def policy_flag(policy: Policy) -> str | None:
+    """The policy file a command must name to judge as `policy` did (None: the bundled one)."""
+    return policy.path if policy.path and policy.path != str(POLICY_PATH) else None
 
 
 def fallback_evidence(registry: Registry) -> CandidateEvidence | None:

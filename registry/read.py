@@ -11,19 +11,20 @@ from typing import Any
 
 import pandas as pd
 
+from gates.decision import Decision
 from gates.evaluate import evaluate_gates
 from gates.intervals import wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
-from gates.promotion import Approval, PromotionDecision, current_signoffs, predates
+from gates.promotion import Approval, current_signoffs, predates
 from gates.results import GateResult
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
-from registry.integrity import TAMPERED, EvidenceTampered, GateReportTampered
-from registry.judging import judge
+from registry.decision import decisions_of
+from registry.integrity import EvidenceTampered, GateReportTampered
 from registry.signing import Anchor
 from registry.state import approvals_from_tags, fallback_holder, stage_holder, version_state
 from registry.store import ALIASES, STAGE_ALIASES, Registry, filter_literal, latest_registration, model_tag
-from registry.tracking import evidence_integrity, load_evidence, load_gate_report
+from registry.tracking import load_evidence, load_gate_report
 
 
 def _reg(registry: Registry | None) -> Registry:
@@ -325,14 +326,11 @@ def score_intervals(candidates: list[Any], ranked: list[str], stage: StagePolicy
 
 def promotion_decision(
     model: str, version: str, stage: str, registry: Registry | None = None, policy: Policy | None = None
-) -> PromotionDecision | None:
-    """A version's promotion verdict for a stage as `unmask gates` would judge it now, recorded nowhere;
-    None when its evidence (or a baseline's) is tampered, which the integrity board shows instead."""
-    reg = _reg(registry)
-    judged = [(model, version), fallback_holder(reg), stage_holder(reg, "production")]
-    if any(h and evidence_integrity(reg, *h)["status"] == TAMPERED for h in judged):
-        return None  # judging it would write an integrity finding: a read never writes
-    return judge(reg, model, version, stage, policy or load_policy(), record=False)
+) -> Decision | None:
+    """A version's decision at a stage as `unmask gates` would make it now, recorded nowhere; None when its
+    evidence (or a baseline's) is tampered, which the integrity board shows instead."""
+    judged = decisions_of(_reg(registry), model, version, (stage,), policy or load_policy())
+    return judged[stage] if judged else None
 
 
 JUDGED_COLUMNS = ["model", "version", "stage", "verdict", "evaluated_at", "policy_path", "policy_sha256"]

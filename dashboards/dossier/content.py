@@ -19,6 +19,7 @@ from gates.intervals import wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from gates.readable import gate_threshold, gate_value
 from gates.results import GateResult
+from gates.verdict import Verdict
 from models.catalog import CatalogError, load_catalog
 from registry import audit
 from registry.connection import RegistryError
@@ -393,8 +394,7 @@ def _gates(report: dict[str, Any]) -> dict[str, Any]:
                 "settled": ev.get("settled"),
             }
         )
-    verdicts = [g["verdict"] for g in results]
-    overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
+    overall = Verdict.combine(g["verdict"] for g in results).value  # the stored gates' verdict, not the decision
     return {
         "evaluated_at": report.get("evaluated_at", ""),
         "policy": report.get("policy") or {},

@@ -10,11 +10,11 @@ import re
 from typing import Any
 
 import registry.read as read
-from gates.decision import DecisionLine
+from gates.decision import Decision
 from gates.policy import Policy
 from gates.roles import Roles, RolesError, load_roles
 from registry import audit
-from registry.decision import decision_lines
+from registry.decision import decisions
 from registry.demo import is_demo_registry
 from registry.rollouts import RolloutRecord, analyses, rollouts
 from registry.store import STAGE_ALIASES, Registry
@@ -48,7 +48,7 @@ def decision_part(
     registry: Registry, model: str, version: str, policy: Policy, card_md: str, content: dict[str, Any]
 ) -> dict[str, Any]:
     """The dossier's decision content for one version (merged into `dossier_content`'s dict)."""
-    lines = decision_lines(registry, policy, [model], versions={model: version})
+    lines = decisions(registry, policy, [model], versions={model: version})
     try:
         roles = load_roles()
     except RolesError:
@@ -63,7 +63,7 @@ def decision_part(
         "decision": [_line(d) for d in lines],
         "holders": holders,
         "recommendation": recommendation(lines, found, version),
-        "signatures": signatures(registry, model, version, roles),
+        "signatures": signatures(lines, roles),
         "rollouts": [_rollout(registry, r) for r in found],
         "model_card": model_card(card_md, content, lines, policy),
         "changes": change_log(registry, model, version, content),
@@ -81,62 +81,55 @@ def demo_marks(registry: Registry, policy: Policy, roles: Roles | None) -> list[
     return marks
 
 
-def _line(d: DecisionLine) -> dict[str, Any]:
-    return dict(d.__dict__) | {
-        "promotable": d.promotable,
+def _line(d: Decision) -> dict[str, Any]:
+    """A decision as the template reads it: its figures, outcome and blockers (rendered, never re-derived)."""
+    return d.figures.to_dict() | {
+        "stage": d.stage,
+        "outcome": d.outcome.value,
+        "holds": d.holds,
+        "blocks": list(d.blocker_texts()),
         "measured_pass": d.measured_pass,
-        "p95_text": d.p95_text(),
-        "tokens_per_s_text": d.tokens_per_s_text(),
+        "p95_text": d.figures.p95_text(),
+        "tokens_per_s_text": d.figures.tokens_per_s_text(),
     }
 
 
-def recommendation(lines: list[DecisionLine], found: list[Any], version: str) -> dict[str, Any]:
-    """adopt / adopt for route R / do not adopt, with the lines and rollouts that decide it."""
-    by_stage = {d.stage: d for d in lines}
-    production = by_stage.get("production")
+def recommendation(lines: list[Decision], found: list[Any], version: str) -> dict[str, Any]:
+    """The production decision's outcome (adopt, blocked, inconclusive) with its blockers; the rollouts of the
+    version are cited, never weighed here (the decision already counts a failed one)."""
+    production = next((d for d in lines if d.stage == "production"), None)
+    deciding = [production] if production else lines
     mine = [r for r in found if r.version == version]
-    completed = [r for r in mine if r.status == "completed"]
-    failed = [r for r in mine if r.status in FAILED_ROLLOUTS]
-    deciding = [d for d in lines if d.stage == "production"] or lines
-    if production is not None and production.promotable and not failed:
-        verdict, why = "adopt", "every production gate passes on the stored evidence"
-    elif completed and not failed:
-        routes = sorted({r.route for r in completed})
-        verdict = f"adopt for route {', '.join(routes)}"
-        why = f"a staged rollout on {', '.join(routes)} completed; production gates not all passing: " + "; ".join(
-            production.blocks if production else ["not judged"]
-        )
-    else:
-        verdict = "do not adopt"
-        reasons = list(production.blocks) if production else ["production was not judged"]
-        reasons += [f"rollout {r.id} on {r.route} {r.status.replace('_', ' ')}: {r.reason}" for r in failed]
-        why = "; ".join(reasons) or "no production evidence"
-        passing = [d.stage for d in lines if d.promotable]
-        if passing:
-            why += f" (it passes every gate at {', '.join(passing)})"
-    return {"verdict": verdict, "why": why, "deciding": [_line(d) for d in deciding]}
+    if production is None:
+        return {"verdict": "blocked", "why": "production was not judged", "deciding": [_line(d) for d in deciding]}
+    why = "; ".join(production.blocker_texts()) or (
+        "it holds production and passes its gates" if production.holds else "everything production needs is in place"
+    )
+    completed = sorted({r.route for r in mine if r.status == "completed"})
+    if completed:
+        why += f" (a staged rollout on {', '.join(completed)} completed)"
+    passing = [d.stage for d in lines if d.outcome == "adopt" and d.stage != "production"]
+    if passing and production.outcome != "adopt":
+        why += f" (adopt at {', '.join(passing)})"
+    return {"verdict": production.outcome.value, "why": why, "deciding": [_line(d) for d in deciding]}
 
 
-def signatures(registry: Registry, model: str, version: str, roles: Roles | None) -> list[dict[str, Any]]:
-    """Per stage: the approvals the roles require (how many, from whom) and the ones recorded on this version."""
-    events = [e for e in audit.events(registry, model=model, event="approval") if e.version == version]
+def signatures(lines: list[Decision], roles: Roles | None) -> list[dict[str, Any]]:
+    """Per stage: the approvals the roles require (how many, from whom), the ones that count for the decision in
+    their slots, and the recorded ones that do not count apart, each with why (the decision's standings)."""
     out = []
-    for stage in STAGE_ALIASES:
-        rules = roles.stage(stage) if roles is not None else None
+    for d in lines:
+        rules = roles.stage(d.stage) if roles is not None else None
         count = rules.approvals_count if rules else 1
-        recorded = [
-            {"by": e.who, "at": e.when[:19], "comment": e.comment, "audit_run_id": e.run_id}
-            for e in events
-            if e.stage == stage
-        ]
-        slots = recorded + [None] * max(0, count - len(recorded))
+        counted: list[dict[str, Any] | None] = [a.to_dict() for a in d.approvals if a.counts]
         out.append(
             {
-                "stage": stage,
+                "stage": d.stage,
                 "required": count,
                 "who_may": ", ".join(rules.approve) if rules else "approvers",
                 "distinct": bool(rules.approvals_distinct) if rules else True,
-                "slots": slots,
+                "slots": counted + [None] * max(0, count - len(counted)),
+                "void": [a.to_dict() for a in d.approvals if not a.counts],
             }
         )
     return out
@@ -165,7 +158,7 @@ def _from_card(sections: dict[str, str], *names: str) -> str:
     return next((sections[n] for n in names if n in sections), "")
 
 
-def model_card(card_md: str, content: dict[str, Any], lines: list[DecisionLine], policy: Policy) -> dict[str, Any]:
+def model_card(card_md: str, content: dict[str, Any], lines: list[Decision], policy: Policy) -> dict[str, Any]:
     """The model card's headings (MODEL_CARD), each from the card's own text where it has one, else from the
     registry; "" means neither says (named as a limitation by the template)."""
     sections = card_sections(card_md)

@@ -10,7 +10,7 @@ from dashboards.alerts import show_chain_broken, show_drift, show_tampered
 from dashboards.cells import version_label
 from dashboards.policy_note import show_policy
 from dashboards.verdict import StageVerdict
-from gates.decision import DecisionLine
+from gates.decision import Decision
 from gates.readable import percent, significant
 
 reg = source.registry_or_stop()
@@ -22,25 +22,30 @@ show_chain_broken(uri)
 show_drift(uri)
 show_tampered(uri)
 lines = source.stage_verdicts(uri, source.policy_source())
-decided = source.decision_lines(uri, source.policy_source())
+decided = source.decided(uri, source.policy_source())
 
 
-def accuracy_cell(line: DecisionLine) -> str:
-    if line.accuracy is None:
+def accuracy_cell(d: Decision) -> str:
+    f = d.figures
+    if f.accuracy is None:
         return "—"
-    assert line.accuracy_interval is not None  # set with the accuracy (gates.decision)
-    low, high = line.accuracy_interval
-    return f"{percent(line.accuracy)} ({percent(low)} to {percent(high)}, n={line.n_items})"
+    assert f.accuracy_interval is not None  # set with the accuracy (gates.decision)
+    low, high = f.accuracy_interval
+    return f"{percent(f.accuracy)} ({percent(low)} to {percent(high)}, n={f.n_items})"
+
+
+def blocks_cell(d: Decision) -> str:
+    return "; ".join(d.blocker_texts()) or ("nothing: it holds the stage" if d.holds else "nothing")
 
 
 if decided:
     st.subheader("The decision, against the AR fallback")
     st.caption(
-        f"Per candidate and stage: accuracy on {decided[0].task} with its 95% interval, p95 latency and text "
-        f"tokens/s against the AR fallback ({decided[0].fallback or 'none registered'}) at the same "
+        f"Per candidate and stage: accuracy on {decided[0].figures.task} with its 95% interval, p95 latency and "
+        f"text tokens/s against the AR fallback ({decided[0].figures.fallback or 'none registered'}) at the same "
         "concurrency with 95% intervals (solo: timed interleaved with the fallback on the same prompts; or the "
-        "serving gate's load test of both, round by round), the verdict on the gates judged afresh, and "
-        "what blocks it."
+        "serving gate's load test of both, round by round), the decision (adopt, blocked, inconclusive) judged "
+        "afresh, and what blocks it, in order."
     )
     st.dataframe(
         pd.DataFrame(
@@ -48,13 +53,13 @@ if decided:
                 "candidate": [f"{d.model} v{d.version}" for d in decided],
                 "stage": [d.stage for d in decided],
                 "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
-                "p95 vs AR": [d.p95_text() for d in decided],
-                "tokens/s vs AR": [d.tokens_per_s_text() for d in decided],
-                "verdict": [
-                    d.verdict + (" (ranked on evidence)" if d.measured_pass and not d.promotable else "")
+                "p95 vs AR": [d.figures.p95_text() for d in decided],
+                "tokens/s vs AR": [d.figures.tokens_per_s_text() for d in decided],
+                "decision": [
+                    d.outcome.value + (" (ranked on evidence)" if d.measured_pass and d.outcome != "adopt" else "")
                     for d in decided
                 ],
-                "what blocks it": ["; ".join(d.blocks) or "nothing" for d in decided],
+                "what blocks it": [blocks_cell(d) for d in decided],
             }
         ),
         hide_index=True,

@@ -1,4 +1,5 @@
-"""`unmask gates MODEL [--stage STAGE]`: judge a registered version against each stage and print the gate table."""
+"""`unmask gates MODEL [--stage STAGE]`: the decision on a registered version at each stage, with its gate table;
+the exit code is the decision (`EXIT_CODES`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from checklists import STAGES, ChecklistError, load_checklist
 from flows.commands.banner import print_demo_banner
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
-from gates.next_steps import names_version, next_steps
+from gates.decision import Decision, Outcome
 from gates.readable import gate_threshold, gate_value
 from gates.stages import next_stage_for
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from registry.store import Registry
 
 console = table_console(160)
+EXIT_CODES = {Outcome.ADOPT: 0, Outcome.BLOCKED: 1, Outcome.INCONCLUSIVE: 3}  # 2: the command itself was wrong
 VERDICT_WORDS = {"pass": "[green]yes[/green]", "fail": "[red]no[/red]", "inconclusive": "[yellow]inconclusive[/yellow]"}
 
 
@@ -43,7 +45,9 @@ def gates_command(
         "the dashboard and the dossier show (default: only print).",
     ),
 ) -> None:
-    """Judge MODEL's gates afresh on its stored evidence and print them; --store records them for the dashboard."""
+    """Decide MODEL at each stage afresh on its stored evidence and print the decision with its gates; --store
+    records the gate reports for the dashboard. Exit 0 only when the decision (at --stage, else at the next stage
+    the version does not hold) is adopt; 1 when blocked, 3 when inconclusive, 2 when the command is wrong."""
     from gates import PolicyError, ReasonKind, load_policy
     from gates.promotion import require_checklists_match
     from registry import Registry, RegistryError, judge, latest_registration
@@ -66,13 +70,13 @@ def gates_command(
         if stored:
             _show_stored(reg, model, version, [stage] if stage else list(STAGES), policy)
             return
-        upcoming = next_stage_for(held, version)
+        upcoming = next_stage_for(held, version) or STAGES[-1]
+        deciding = None
         for name in [stage] if stage else STAGES:
             if drift := alias_drift(reg, name):
                 console.print(f"[yellow]warning:[/yellow] {drift}", highlight=False)
             decision = judge(reg, model, version, name, policy, record=store)
-            stage_policy = policy.stage(name)
-            console.print(_table(model, version, name, decision.gate_results, stage_policy))
+            console.print(_table(decision, policy.stage(name)))
             if decision.evidence.get("evidence_status") == "unverified":
                 console.print(
                     "  [yellow]-[/yellow] evidence unverified: registered before evidence hashes were "
@@ -82,21 +86,13 @@ def gates_command(
             for r in decision.gate_results:  # the table's row says why; this says what would settle it
                 if r.inconclusive:
                     console.print(f"  [yellow]inconclusive[/yellow] {r.gate}: {escape(r.settle)}", highlight=False)
-            for reason in decision.reasons:
+            for reason in decision.blockers:
                 if reason.kind not in (ReasonKind.GATE, ReasonKind.INCONCLUSIVE):  # gates are the table's rows
-                    console.print(f"  [yellow]-[/yellow] {reason.text}", markup=True, highlight=False)
-            verdict = "[green]may be promoted[/green]" if decision.allowed else "[red]not promotable yet[/red]"
-            console.print(f"  {model} v{version} -> {name}: {verdict}", highlight=False)
+                    console.print(f"  [yellow]-[/yellow] {escape(reason.text)}", highlight=False)
+            console.print(f"  decision: {_headline(decision)}", highlight=False)
             if name == (stage or upcoming):  # the steps of the promotion asked about, or else of the next one
-                steps = next_steps(
-                    model,
-                    version,
-                    decision,
-                    stage_policy,
-                    name_version=names_version(held, version),
-                    policy_path=policy_path,
-                )
-                for n, step in enumerate(steps):  # the reasons above say why; these say what to run
+                deciding = decision
+                for n, step in enumerate(decision.steps):  # the reasons above say why; these say what to run
                     console.print(
                         f"  {'then' if n else 'next'}: {step.command}", highlight=False, markup=False, soft_wrap=True
                     )
@@ -112,6 +108,8 @@ def gates_command(
     except (PolicyError, ChecklistError, RegistryError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
+    if deciding is not None and deciding.outcome != Outcome.ADOPT:  # the exit code is the decision: 0 only to adopt
+        raise typer.Exit(EXIT_CODES[deciding.outcome])
 
 
 def _show_stored(reg: Registry, model: str, version: str, stages: list[str], policy: Policy) -> None:
@@ -134,7 +132,15 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
             )
             continue
         results = [GateResult.from_dict(r) for r in report.get("results", [])]
-        console.print(_table(model, version, name, results, policy.stage(name), f", stored {report['evaluated_at']}"))
+        passed = sum(r.passed for r in results)
+        console.print(
+            _gate_table(
+                f"{model} v{version}: {name} gates as stored {report['evaluated_at']} ({passed}/{len(results)} "
+                "passed; the stored gates, not the decision)",
+                results,
+                policy.stage(name),
+            )
+        )
         if report["integrity"] == "unverified":
             console.print(
                 "  [yellow]-[/yellow] gate report unverified: written before gate reports were hashed "
@@ -145,14 +151,28 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
         console.print(f"  {model} v{version} -> {name}: the gates {word} when judged\n", highlight=False)
 
 
-def _table(
-    model: str, version: str, stage: str, results: Sequence[GateResult], stage_policy: StagePolicy, when: str = ""
-) -> FittedTable:
+def _headline(decision: Decision) -> str:
+    colour = {"adopt": "green", "blocked": "red", "inconclusive": "yellow"}[decision.outcome.value]
+    return f"[{colour}]{escape(decision.headline())}[/]"
+
+
+def _table(decision: Decision, stage_policy: StagePolicy) -> FittedTable:
+    """The gate table of a decision, titled with the decision itself (gates passing is not the decision)."""
+    results = decision.gate_results
     passed = sum(r.passed for r in results)
     undecided = sum(r.inconclusive for r in results)
     more = f", {undecided} inconclusive" if undecided else ""
+    return _gate_table(
+        f"{decision.model} v{decision.version} -> {decision.stage}: {decision.outcome.value} "
+        f"({passed}/{len(results)} gates passed{more})",
+        results,
+        stage_policy,
+    )
+
+
+def _gate_table(title: str, results: Sequence[GateResult], stage_policy: StagePolicy) -> FittedTable:
     table = FittedTable(
-        f"{model} v{version}: {stage} gates ({passed}/{len(results)} passed{more}{when})",
+        title,
         [
             Column("gate"),
             Column("passed"),

@@ -20,8 +20,6 @@ from flows.commands.options import threads as threads_option
 from flows.commands.options import threads_rule
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
-from gates.next_steps import names_version, next_steps
-from gates.stages import next_stage_for
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,7 +27,7 @@ if TYPE_CHECKING:
 
     from evals.sweep import SweepSpec
     from flows.evaluate import EvaluationOptions
-    from gates.decision import DecisionLine
+    from gates.decision import Decision
 
 console = table_console(160)
 
@@ -201,9 +199,7 @@ def _print_summary(result: dict[str, Any], options: EvaluationOptions, models: l
 
     rows = result["scorecard"]
     print_demo_banner(console, options.policy)
-    print_decision(
-        result["tracking_uri"], options.policy, [r["candidate"] for r in rows if r.get("role") == "candidate"]
-    )
+    print_decision(result["outcomes"])
     console.print(scorecard_table(rows, result["score_stage"]))
     points = sum(o.get("points", 0) for o in result["outcomes"])
     cached = sum(o.get("cached", 0) for o in result["outcomes"])
@@ -213,7 +209,7 @@ def _print_summary(result: dict[str, Any], options: EvaluationOptions, models: l
     )
     for line in result.get("flushed") or []:
         console.print(f"logged evidence kept from an earlier run: {line}", highlight=False)
-    print_next_steps(result["outcomes"], result["tracking_uri"], options.policy)
+    print_next_steps(result["outcomes"])
     console.print(
         "see: [bold]unmask dashboard[/bold] (gates and scores), "
         f"[bold]{mlflow_ui_command(result['tracking_uri'])}[/bold] (runs, registry, audit)",
@@ -326,9 +322,9 @@ def mark_demo(out: Console) -> None:
     )
 
 
-def decision_table(lines: list[DecisionLine]) -> FittedTable:
-    """The decision line per candidate and stage: accuracy with interval, p95 and text tokens/s against the AR
-    fallback at the same concurrency, the verdict, what blocks it."""
+def decision_table(decisions: list[Decision]) -> FittedTable:
+    """The decision per candidate and stage: accuracy with interval, p95 and text tokens/s against the AR
+    fallback at the same concurrency, the decision's outcome and what blocks it (its blockers, in order)."""
     from rich.markup import escape
 
     from gates.readable import percent
@@ -341,81 +337,63 @@ def decision_table(lines: list[DecisionLine]) -> FittedTable:
             Column("accuracy (95% CI)", wrap=True),
             Column("p95 vs AR", "right", wrap=True),
             Column("tokens/s vs AR", "right", wrap=True),
-            Column("verdict"),
+            Column("decision"),
             Column("what blocks it", wrap=True),
         ],
         caption="against the AR fallback at the same concurrency, with 95% intervals: solo, timed interleaved "
         "with the fallback on the same prompts; or the serving gate's load test of both, round by round",
     )
-    colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
-    for line in lines:
-        if line.accuracy is None:
+    colour = {"adopt": "green", "blocked": "red", "inconclusive": "yellow"}
+    for d in decisions:
+        f = d.figures
+        if f.accuracy is None:
             accuracy = "—"
         else:
-            assert line.accuracy_interval is not None  # set with the accuracy (gates.decision)
-            low, high = line.accuracy_interval
-            accuracy = f"{percent(line.accuracy)} ({percent(low)}–{percent(high)}, n={line.n_items})"
-        verdict = f"[{colour.get(line.verdict, 'white')}]{line.verdict}[/]"
-        if line.measured_pass and not line.promotable:
-            verdict += "\n[dim]ranked on evidence[/dim]"
+            assert f.accuracy_interval is not None  # set with the accuracy (gates.decision)
+            low, high = f.accuracy_interval
+            accuracy = f"{percent(f.accuracy)} ({percent(low)}–{percent(high)}, n={f.n_items})"
+        outcome = d.outcome.value
+        shown = f"[{colour[outcome]}]{outcome}[/]"
+        if d.measured_pass and d.outcome != "adopt":
+            shown += "\n[dim]ranked on evidence[/dim]"
         table.add_row(
-            f"{line.model} v{line.version}",
-            line.stage,
+            f"{d.model} v{d.version}",
+            d.stage,
             accuracy,
-            line.p95_text(),
-            line.tokens_per_s_text(),
-            verdict,
-            escape("; ".join(line.blocks)) or "nothing",
+            f.p95_text(),
+            f.tokens_per_s_text(),
+            shown,
+            escape("; ".join(d.blocker_texts())) or ("nothing: it holds the stage" if d.holds else "nothing"),
         )
     return table
 
 
-def print_decision(tracking_uri: str, policy_path: str | None, candidates: list[str]) -> None:
-    """The decision table, judged afresh from the registry, first thing under the progress bars."""
-    from gates import PolicyError, load_policy
-    from registry import Registry, RegistryError
-    from registry.decision import decision_lines
+def print_decision(outcomes: list[dict[str, Any]]) -> None:
+    """The decision table of the run's candidates, as the flow judged them (each once), first thing under the
+    progress bars."""
+    from flows.outcome import CandidateOutcome
 
-    try:
-        lines = decision_lines(Registry(tracking_uri), load_policy(policy_path), candidates or None)
-    except (PolicyError, RegistryError) as e:  # the scorecard stands; only the summary is missing
-        console.print(f"[yellow]no decision table: {e}[/yellow]", highlight=False)
-        return
-    if lines:
-        console.print(decision_table(lines))
+    decisions = [d for o in map(CandidateOutcome.of, outcomes) if o.role == "candidate" for d in o.decisions()]
+    if decisions:
+        console.print(decision_table(decisions))
 
 
-def print_next_steps(outcomes: list[dict[str, Any]], tracking_uri: str, policy_path: str | None) -> None:
-    """For each reviewed candidate, the commands that clear what blocks its next promotion, judged afresh
-    (the typed reasons say which command; the review's outcome keeps only their words)."""
-    from gates import PolicyError, load_policy
-    from registry import Registry, RegistryError, judge
+def print_next_steps(outcomes: list[dict[str, Any]]) -> None:
+    """For each reviewed candidate, the commands that clear what blocks its next promotion: the steps of the
+    decision the flow made for the first stage it does not hold."""
+    from flows.outcome import CandidateOutcome
 
-    try:
-        policy, registry = load_policy(policy_path), Registry(tracking_uri)
-        for outcome in outcomes:
-            if outcome.get("error") or outcome.get("role") == "fallback":
-                continue
-            model, version = outcome["candidate"], outcome["version"]
-            held = registry.aliases_of(model)
-            stage = next_stage_for(held, version)
-            if stage is None:
-                console.print(f"{model} v{version} holds every stage", highlight=False)
-                continue
-            decision = judge(registry, model, version, stage, policy, record=False)
-            console.print(f"next for {model} v{version} -> {stage}:", highlight=False)
-            for step in next_steps(
-                model,
-                version,
-                decision,
-                policy.stage(stage),
-                name_version=names_version(held, version),
-                policy_path=policy_path,
-            ):
-                console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
-                console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
-    except (PolicyError, RegistryError) as e:  # the scorecard stands; only the hint is missing
-        console.print(f"[yellow]no next steps: {e}[/yellow]", highlight=False)
+    for outcome in map(CandidateOutcome.of, outcomes):
+        if outcome.error or outcome.role == "fallback":
+            continue
+        upcoming = next((d for d in outcome.decisions() if not d.holds), None)
+        if upcoming is None:
+            console.print(f"{outcome.candidate} v{outcome.version} holds every stage", highlight=False)
+            continue
+        console.print(f"next for {outcome.candidate} v{outcome.version} -> {upcoming.stage}:", highlight=False)
+        for step in upcoming.steps:
+            console.print(f"  {step.command}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"    {step.why}", style="dim", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

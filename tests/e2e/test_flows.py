@@ -325,13 +325,13 @@ def test_only_models_that_pass_every_gate_of_the_stage_are_scored():
 def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the_outcome():
     from flows.evaluate import gate_rows, summary_markdown
     from gates import STAGES, GateResult, load_policy
-    from gates.promotion import decide_promotion
+    from gates.decision import decide
     from gates.stages import qualified_stage
     from tests.support.gate_fixtures import evidence, signoffs
 
     base = {"fallback": evidence("tiny-ar"), "production": None}
     verdicts = {
-        stage: decide_promotion(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None, set())
+        stage: decide(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None, set())
         for stage in STAGES
     }
     assert qualified_stage(verdicts) == "staging"  # too slow for production: speedup 0.5x
@@ -339,11 +339,10 @@ def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the
     rows = gate_rows(verdicts)
     assert len(rows) == sum(len(v.gate_results) for v in verdicts.values())
     assert {r["gate"] for r in rows if not r["passed"]} == {"speedup"} and all(r["record_id"] for r in rows)
-    plain = {stage: v.verdict_dict() for stage, v in verdicts.items()}
+    plain = {stage: v.to_dict() for stage, v in verdicts.items()}
     assert [GateResult.from_dict(g) for g in plain["production"]["gates"]] == list(verdicts["production"].gate_results)
-    assert (
-        "no approval recorded for production: an approver must sign off the promotion" in plain["production"]["reasons"]
-    )
+    no_approval = "no approval recorded for production: an approver must sign off the promotion"
+    assert no_approval in plain["production"]["blockers"]
     outcome = {
         "candidate": "tiny-llada",
         "version": "1",

@@ -157,7 +157,8 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
         ["gates", "tiny-llada", "--stage", "production", "--policy", str(stack["policy"])],
         env={"COLUMNS": "250"},
     )
-    assert "not promotable yet" in shown.output and state.id in shown.output, shown.output
+    assert "-> production: blocked" in shown.output and state.id in shown.output, shown.output
+    assert shown.exit_code == 1  # the exit code is the decision
     assert "rolled back by its canary analysis" in shown.output and "put the previous" not in shown.output
     from flows.rollout import plan_rollout
 

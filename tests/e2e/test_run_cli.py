@@ -35,19 +35,19 @@ def test_the_scorecard_shows_what_the_evidence_cannot_judge_yet_and_how_many_ite
     from flows.commands.run import scorecard_table
     from flows.review import scorecard_row
     from gates import STAGES, load_policy
-    from gates.promotion import decide_promotion
+    from gates.decision import decide
     from gates.stages import qualified_stage
     from tests.support.gate_fixtures import evidence, record
 
     thin = evidence(records=[record(n_items=16), record(task="infill", n_items=16)])
     base = {"fallback": evidence("tiny-ar"), "production": None}
-    verdicts = {stage: decide_promotion(thin, load_policy(), stage, base, {}, None, set()) for stage in STAGES}
+    verdicts = {stage: decide(thin, load_policy(), stage, base, {}, None, set()) for stage in STAGES}
     outcome = {
         "candidate": "tiny-llada",
         "role": "candidate",
         "version": "1",
         "qualified": qualified_stage(verdicts),
-        "verdicts": {stage: v.verdict_dict() for stage, v in verdicts.items()},
+        "verdicts": {stage: v.to_dict() for stage, v in verdicts.items()},
         "failures": [],
         "cached": 0,
         "points": 2,

@@ -16,7 +16,6 @@ from streamlit.testing.v1 import AppTest
 
 import registry.read as read
 from dashboards.cells import value_text
-from gates.next_steps import names_version, next_steps
 from gates.policy import POLICY_PATH, load_policy
 from gates.readable import gate_threshold, gate_value, milliseconds, percent, significant
 from gates.results import GateResult
@@ -79,10 +78,11 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     for stage in STAGE_ALIASES:
         scored = read.scores(stage, registry=reg, policy=policy)
         ranking, intervals = scored["ranking"], scored["intervals"].set_index("candidate")
+        top = ranking.candidate.iloc[0] if len(ranking) else None  # the page leads with the top-ranked candidate
         ranking = ranking[ranking.open_signoffs == ""]  # recommended: promotable, not only ranked on evidence
         if ranking.empty:
             assert verdict.loc[stage, "recommended"] == "none passes" and verdict.loc[stage, "score"] == "—"
-            subject = (env.candidate, env.candidate_version)
+            subject = (top, current_version(reg, top)) if top else (env.candidate, env.candidate_version)
         else:
             best = ranking.candidate.iloc[0]
             subject = (best, current_version(reg, best))
@@ -98,17 +98,12 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
         if subject == holder:
             assert verdict.loc[stage, "next command"] == "—"
             continue
-        # the blocker and its command are the ones `unmask gates` prints for the same verdict
+        # the blocker and its command are the decision's, as `unmask gates` prints it
         decision = read.promotion_decision(*subject, stage, registry=reg, policy=policy)
-        steps = next_steps(
-            *subject,
-            decision,
-            policy.stage(stage),
-            policy_path=str(env.policy_path),
-            name_version=names_version(reg.aliases_of(subject[0]), subject[1]),
-        )
-        assert verdict.loc[stage, "next command"] == steps[0].command
-        assert verdict.loc[stage, "what blocks it"] == f"{subject[0]} v{subject[1]}: {steps[0].why}"
+        assert verdict.loc[stage, "next command"] == decision.steps[0].command
+        first = decision.blockers[0].text
+        blocks = verdict.loc[stage, "what blocks it"]
+        assert blocks.startswith(f"{subject[0]} v{subject[1]}: {decision.outcome}: {first}")
     # staging and production: the candidate fails measured gates, so the step is to measure again
     assert verdict.loc["staging", "next command"].startswith(f"unmask run --model {env.candidate} --policy ")
     assert verdict.loc["staging", "held by"] == "nobody"
@@ -120,21 +115,22 @@ def test_the_landing_verdict_names_per_stage_the_best_passing_version_its_holder
     assert all(": inconclusive.**" in w.value for w in at.warning)
 
 
-def test_the_verdict_page_leads_with_the_decision_line_against_the_fallback(reg, env):
-    from registry.decision import decision_lines
+def test_the_verdict_page_leads_with_the_decision_against_the_fallback(reg, env):
+    from registry.decision import decisions
 
     at = page()
     shown = at.dataframe[0].value  # the first table on the page: the decision, before the stage verdicts
-    lines = decision_lines(reg, dashboard_policy())
-    assert len(shown) == len(lines) == 3 * len({d.model for d in lines}) and len(lines)
-    for row, d in zip(shown.itertuples(), lines):
+    decided = decisions(reg, dashboard_policy())
+    assert len(shown) == len(decided) == 3 * len({d.model for d in decided}) and len(decided)
+    for row, d in zip(shown.itertuples(), decided):
+        f = d.figures
         assert (row.candidate, row.stage) == (f"{d.model} v{d.version}", d.stage)
-        assert row._3.startswith(percent(d.accuracy)) and f"n={d.n_items}" in row._3
-        assert row._4 == d.p95_text() and d.p95_ratio is not None
-        assert d.paired and re.search(r"x (faster|slower) \([\d.]+–[\d.]+x\)", row._4), row._4  # with its interval
-        assert row._5 == d.tokens_per_s_text() and d.tokens_per_s_ratio is not None
-        assert row.verdict.startswith(d.verdict)
-        assert row._7 == ("; ".join(d.blocks) or "nothing")
+        assert row._3.startswith(percent(f.accuracy)) and f"n={f.n_items}" in row._3
+        assert row._4 == f.p95_text() and f.p95_ratio is not None
+        assert f.paired and re.search(r"x (faster|slower) \([\d.]+–[\d.]+x\)", row._4), row._4  # with its interval
+        assert row._5 == f.tokens_per_s_text() and f.tokens_per_s_ratio is not None
+        assert row.decision.split(" ")[0] == d.outcome.value
+        assert row._7 == ("; ".join(d.blocker_texts()) or ("nothing: it holds the stage" if d.holds else "nothing"))
 
 
 def test_the_demo_banner_is_on_every_page_under_demo_roles_and_on_none_without(reg, env, monkeypatch):

@@ -118,6 +118,9 @@ def _normalised(value):
     return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", text)))
 
 
+DECISION_PARTS = ("schema", "outcome", "holds", "blockers", "approvals", "signoffs", "rollouts", "steps", "figures")
+
+
 def _judged(tmp_path) -> dict:
     reg = fresh_registry(tmp_path)
     _, v = register_pair(reg, evidence(records=[record(n_items=60), record(task="sort", n_items=60)]))
@@ -133,6 +136,9 @@ def _judged(tmp_path) -> dict:
             "gates": [r.to_dict() for r in decision.gate_results],
             "checklist": decision.checklist.to_dicts() if decision.checklist else [],
             "evidence_keys": sorted(decision.evidence),
+            "decision": {  # the decision's own parts besides the above: outcome, standings, rollouts, steps, figures
+                k: v for k, v in decision.to_dict().items() if k in DECISION_PARTS
+            },
             "stored": stored,
             "tags": {
                 k: t

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from checklists import load_checklist
-from gates.promotion import Approval, Decline, Duties, ReasonKind, decide_promotion
+from gates.decision import decide
+from gates.promotion import Approval, Decline, Duties, ReasonKind
 from gates.roles import RolesError, load_roles, parse_roles
 from registry import (
     ApprovalRefused,
@@ -232,7 +233,7 @@ def test_the_rules_state_each_duty_as_a_typed_reason_an_approver_can_settle():
     by_eve = Approval("staging", "eve", "2026-11-30T11:30:00Z", OK, id="a1", request="r1")
     by_mallory = Approval("staging", "mallory", "2026-11-30T11:31:00Z", OK, id="a2", request="r1")
     duties = Duties(requester="bob", registered_by="eve", request_id="r1", now="2026-11-30T12:00:00Z")
-    decision = decide_promotion(
+    decision = decide(
         fast_llada(),
         load_roles_free_policy(),
         "staging",
@@ -251,7 +252,7 @@ def test_the_rules_state_each_duty_as_a_typed_reason_an_approver_can_settle():
         "(bob, eve, grace, linus)",
     }, decision.reasons
     declined = Decline("staging", "grace", "2026-11-30T11:00:00Z", "no")
-    decision = decide_promotion(
+    decision = decide(
         fast_llada(),
         load_roles_free_policy(),
         "staging",

@@ -126,7 +126,7 @@ def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
     shown = CliRunner().invoke(cli(), ["gates", "tiny-llada", "--stage", "poc"])
-    assert shown.exit_code == 0 and "evidence unverified: registered before evidence hashes" in shown.output
+    assert shown.exit_code == 1 and "evidence unverified: registered before evidence hashes" in shown.output  # blocked
 
 
 def test_re_evaluating_replaces_forged_or_unverified_evidence_with_hashed_evidence(reg):
@@ -248,7 +248,7 @@ def test_cli_reports_drift_and_reconciles(reg, monkeypatch):
     reg.client.delete_registered_model_alias("tiny-llada", "poc")
     app = cli()
     shown = CliRunner().invoke(app, ["gates", "tiny-llada", "--stage", "poc"])
-    assert shown.exit_code == 0 and "warning: alias poc drifted" in shown.output
+    assert shown.exit_code == 1 and "warning: alias poc drifted" in shown.output  # blocked: no poc approval
     refused = CliRunner().invoke(app, ["rollback", "--stage", "poc"])
     assert refused.exit_code == 1 and "alias poc drifted" in refused.output
     fixed = CliRunner().invoke(app, ["rollback", "--stage", "poc", "--reconcile", "--by", "oncall"])

@@ -273,8 +273,9 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     run = CliRunner().invoke
 
     shown = run(app, ["gates", "tiny-llada", "--stage", "poc"])
-    assert shown.exit_code == 0, shown.output
-    assert "tiny-llada v1: poc gates (9/10 passed)" in shown.output and "not promotable yet" in shown.output
+    assert shown.exit_code == 1, shown.output  # the exit code is the decision: blocked
+    assert "tiny-llada v1 -> poc: blocked (9/10 gates passed)" in shown.output
+    assert "decision: tiny-llada v1 -> poc: blocked (" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
     login(monkeypatch, "grace")  # the OS account is the identity on the embedded store
@@ -345,7 +346,8 @@ def test_approvals_and_sign_offs_older_than_the_latest_evaluation_are_stale(reg)
 
 def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind():
     from gates import load_policy
-    from gates.promotion import Approval, PromotionReason, ReasonKind, decide_promotion
+    from gates.decision import decide as judge
+    from gates.promotion import Approval, PromotionReason, ReasonKind
     from tests.support.gate_fixtures import signoffs
 
     base = {"fallback": evidence("tiny-ar"), "production": None}
@@ -353,9 +355,7 @@ def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind()
     approval = Approval("poc", "grace", "2026-11-30T11:30:00Z", OK)
 
     def decide(evaluated_at):
-        return decide_promotion(
-            evidence(), load_policy(), "poc", base, signed, approval, set(), evaluated_at=evaluated_at
-        )
+        return judge(evidence(), load_policy(), "poc", base, signed, approval, set(), evaluated_at=evaluated_at)
 
     assert decide("2026-11-30T10:30:00Z").allowed
     later = decide("2026-11-30T12:00:00Z")  # re-evaluated after the sign-offs and the approval

@@ -51,7 +51,7 @@ def registered(tmp_path, monkeypatch):
 
 def test_gates_at_80_columns_reads_as_words_and_names_the_sign_off_first(registered):
     result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # blocked: the sign-offs and the approval are missing
     text = result.output
     fits_80(
         text,
@@ -91,8 +91,10 @@ def test_gates_hint_follows_the_blocker_once_the_sign_offs_are_in(registered):
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
     assert steps[0].startswith("next: unmask approve tiny-llada poc --comment") and "sign-off" not in " ".join(steps)
     approve(reg, "tiny-llada", version, "poc", "grace", "poc evidence reviewed")
-    text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW).output
-    assert "may be promoted" in text and "next: unmask promote tiny-llada --to poc" in text
+    adopt = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "poc"], env=NARROW)
+    text = adopt.output
+    assert adopt.exit_code == 0 and "decision: tiny-llada v1 -> poc: adopt" in text
+    assert "next: unmask promote tiny-llada --to poc" in text
     # staging needs poc first: that promotion is named before the approval staging needs
     text = run(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW).output
     steps = [line.strip() for line in text.splitlines() if line.strip().startswith(("next:", "then:"))]
@@ -160,10 +162,10 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
     result = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # blocked: tooling_maturity fails (a missing sign-off)
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
-    assert "staging gates (9/11 passed, 1 inconclusive)" in text
+    assert "-> staging: blocked (9/11 gates passed, 1 inconclusive)" in text
     assert rows(text)["data_validity"][1:4] == ["inconclusive", "16 items", ">= 50 items"]
     assert rows(text)["tooling_maturity"][1] == "no"  # a missing sign-off is still a fail
     lines = [line.strip() for line in text.splitlines()]
@@ -396,11 +398,11 @@ def test_unmask_gates_records_nothing_unless_asked_to_store(tmp_path, monkeypatc
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
     shown = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging"], env=NARROW)
-    assert shown.exit_code == 0, shown.output
+    assert shown.exit_code == 1, shown.output  # blocked, and printed all the same
     assert "recorded nowhere" in shown.output
     assert gate_results("tiny-llada", "1", "staging", registry=reg).empty  # the dashboard's verdicts untouched
     stored = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
-    assert stored.exit_code == 0, stored.output
+    assert stored.exit_code == 1, stored.output
     assert not gate_results("tiny-llada", "1", "staging", registry=reg).empty
 
 

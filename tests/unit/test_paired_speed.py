@@ -237,27 +237,27 @@ def test_the_fallback_against_itself_is_one_by_definition():
     assert result.verdict == "pass" and result.value == 1.0 and "itself" in result.reason
 
 
-def test_the_decision_line_shows_the_paired_ratios_with_their_intervals_and_says_when_they_are_not():
-    from gates.decision import decision_line
+def test_the_decision_figures_show_the_paired_ratios_with_their_intervals_and_says_when_they_are_not():
+    from gates.decision import figures
 
     stage = POLICY.stage("poc")
     fallback = evidence("tiny-ar")
     mine = with_speed(0.4)
-    line = decision_line(mine, "1", stage, [], fallback, "1")
+    line = figures(mine, stage, [], fallback, "1")
     assert line.paired and line.p95_ratio == pytest.approx(0.4) and line.p95_interval is not None
     assert line.p95_text() == "2.50x faster (2.50–2.50x)" and line.tokens_per_s_text() == "2.50x (2.50–2.50x)"
 
     shaky = evidence(speed=[paired(record(), record("tiny-ar"), ratio=0.4, steady=False)])
-    assert decision_line(shaky, "1", stage, [], fallback, "1").p95_text().endswith("(host unsteady)")
+    assert figures(shaky, stage, [], fallback, "1").p95_text().endswith("(host unsteady)")
 
-    unmeasured = decision_line(evidence(speed=[]), "1", stage, [], fallback, "1")
+    unmeasured = figures(evidence(speed=[]), stage, [], fallback, "1")
     assert unmeasured.p95_ratio is None and unmeasured.p95_text() == "—"  # no figure without pairing
 
-    served = decision_line(mine, "1", POLICY.stage("staging"), [], fallback, "1")  # one paired load test at 16
+    served = figures(mine, POLICY.stage("staging"), [], fallback, "1")  # one paired load test at 16
     assert served.concurrency == 16 and served.p95_text() == "1.50x slower at 16 in flight"
     assert served.tokens_per_s_text() == "1.20x (1.20–1.20x) at 16 in flight"
     apart = evidence("tiny-ar", serving=[serving_record("tiny-ar", paired_run="", blocks=[])])
-    unpaired = decision_line(mine, "1", POLICY.stage("staging"), [], apart, "1")
+    unpaired = figures(mine, POLICY.stage("staging"), [], apart, "1")
     assert unpaired.tokens_per_s_text() == "1.20x at 16 in flight, unpaired"
 
 
