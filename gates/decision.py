@@ -66,6 +66,16 @@ BLOCKING_ORDER = (
 )
 
 
+SHORT = {  # a blocking reason's kind in a word or two (`Decision.blocker_labels`)
+    ReasonKind.DECLINED: "declined",
+    ReasonKind.STAGE: "earlier stage first",
+    ReasonKind.SIGN_OFF: "stale sign-off",
+    ReasonKind.APPROVAL: "approval",
+    ReasonKind.DUTY: "four eyes",
+    ReasonKind.ROLE: "approver's role",
+}
+
+
 class Outcome(StrEnum):
     """What the decision says about the version at the stage."""
 
@@ -213,6 +223,28 @@ class Decision:
 
     def blocker_texts(self) -> tuple[str, ...]:
         return tuple(r.text for r in self.blockers)
+
+    def blocker_labels(self) -> tuple[str, ...]:
+        """The blockers in a few words each, in order, for a table a terminal must fit (`unmask gates` has them in
+        full): `rollout default-1 rolled back`, `speedup failed`, `data_validity inconclusive`, `3 checklist items`,
+        `approval`."""
+        labels: list[str] = []
+        for kind in BLOCKING_ORDER:
+            mine = [r for r in self.blockers if r.kind == kind]
+            if not mine:
+                continue
+            if kind in (ReasonKind.GATE, ReasonKind.INCONCLUSIVE):
+                word = "failed" if kind == ReasonKind.GATE else "inconclusive"
+                labels += [f"{r.gate} {word}" for r in mine]
+            elif kind == ReasonKind.ROLLOUT:
+                labels += [f"rollout {r.id} {r.status.replace('_', ' ')}" for r in self.rollouts if r.stands] or [
+                    "failed rollout"
+                ]
+            elif kind == ReasonKind.CHECKLIST:
+                labels.append(f"{len(mine)} checklist item{'' if len(mine) == 1 else 's'}")
+            else:
+                labels.append(SHORT[kind])
+        return tuple(dict.fromkeys(labels))
 
     def headline(self) -> str:
         """The decision in one line: `tiny-llada v1 -> staging: blocked (2 reasons)`."""

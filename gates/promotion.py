@@ -405,7 +405,11 @@ def approval_problem(
             "expired": "has expired",
             "void": "is void (typed into a refused promotion, or the promotion was declined)",
         }
-        said = f"is {a.status}: {a.closed_why}" if a.closed_why else why.get(a.status, "is " + a.status)
+        said = why.get(a.status, "is " + a.status)
+        if a.closed_why and a.status == "void":  # why it was voided, as the closing act recorded it
+            said = f"is void ({a.closed_why})"
+        elif a.closed_why and a.status == "expired":
+            said += f" ({a.closed_why})"
         return problem(f"the approval by {a.by} at {a.at} {said}; approve again")
     if duties.request_id and a.request and a.request != duties.request_id:
         return problem(

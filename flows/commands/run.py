@@ -324,7 +324,8 @@ def mark_demo(out: Console) -> None:
 
 def decision_table(decisions: list[Decision]) -> FittedTable:
     """The decision per candidate and stage: accuracy with interval, p95 and text tokens/s against the AR
-    fallback at the same concurrency, the decision's outcome and what blocks it (its blockers, in order)."""
+    fallback at the same concurrency, the decision's outcome and what blocks it (its blockers in a few words each,
+    in order; `unmask gates` says each in full)."""
     from rich.markup import escape
 
     from gates.readable import percent
@@ -332,16 +333,16 @@ def decision_table(decisions: list[Decision]) -> FittedTable:
     table = FittedTable(
         "decision",
         [
-            Column("candidate"),
-            Column("stage"),
+            Column("candidate, stage", wrap=True),
             Column("accuracy (95% CI)", wrap=True),
-            Column("p95 vs AR", "right", wrap=True),
-            Column("tokens/s vs AR", "right", wrap=True),
-            Column("decision"),
+            Column("p95 vs AR", "right", wrap=True, drop=1),
+            Column("tokens/s vs AR", "right", wrap=True, drop=2),
+            Column("decision", wrap=True),
             Column("what blocks it", wrap=True),
         ],
-        caption="against the AR fallback at the same concurrency, with 95% intervals: solo, timed interleaved "
-        "with the fallback on the same prompts; or the serving gate's load test of both, round by round",
+        caption="vs the AR fallback at the same concurrency, 95% intervals (docs/speed-evidence.md); "
+        "`unmask gates MODEL --stage S` says each blocker in full",
+        whole_words=True,
     )
     colour = {"adopt": "green", "blocked": "red", "inconclusive": "yellow"}
     for d in decisions:
@@ -355,15 +356,17 @@ def decision_table(decisions: list[Decision]) -> FittedTable:
         outcome = d.outcome.value
         shown = f"[{colour[outcome]}]{outcome}[/]"
         if d.measured_pass and d.outcome != "adopt":
-            shown += "\n[dim]ranked on evidence[/dim]"
+            shown += "\n[dim](ranked on evidence)[/dim]"
+        blocks = [label.replace("_", " ") for label in d.blocker_labels()]  # gate names break at words
+        if len(blocks) > 2:  # the first ones, and how many more `unmask gates` lists
+            blocks = [*blocks[:2], f"+{len(blocks) - 2} more"]
         table.add_row(
-            f"{d.model} v{d.version}",
-            d.stage,
+            f"{d.model} v{d.version}\n[bold]{d.stage}[/bold]",
             accuracy,
             f.p95_text(),
             f.tokens_per_s_text(),
             shown,
-            escape("; ".join(d.blocker_texts())) or ("nothing: it holds the stage" if d.holds else "nothing"),
+            escape(", ".join(blocks)) or ("nothing: holds it" if d.holds else "nothing"),
         )
     return table
 

@@ -65,9 +65,17 @@ class FittedTable:
     """A rich renderable: a table laid out for the width it is printed at, plus a line naming dropped columns."""
 
     def __init__(
-        self, title: str | None, columns: Iterable[Column], caption: str | None = None, **table_options: Any
+        self,
+        title: str | None,
+        columns: Iterable[Column],
+        caption: str | None = None,
+        whole_words: bool = False,
+        **table_options: Any,
     ) -> None:
+        """`whole_words`: columns are dropped (highest `drop` first) until every kept one fits its longest word,
+        so no word is ever folded; otherwise only until each fits its floor (`WRAP_MIN`)."""
         self.title, self.caption, self.table_options = title, caption, table_options
+        self.whole_words = whole_words
         self.columns = list(columns)
         self.rows: list[list[str]] = []
 
@@ -99,7 +107,8 @@ class FittedTable:
         def room() -> int:  # what the borders and padding leave: "│ a │ b │" is 3 per column and 1
             return width - 3 * len(kept) - 1
 
-        while sum(bounds[i][0] for i in kept) > room():
+        need = 1 if self.whole_words else 0  # the bound every kept column must get: its longest word, or its floor
+        while sum(bounds[i][need] for i in kept) > room():
             droppable = [i for i in kept if self.columns[i].drop]
             if not droppable:
                 break  # nothing may go: rich squeezes the rest as it can

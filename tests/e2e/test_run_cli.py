@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from typer.testing import CliRunner
 
+import registry.judging
 from tests.support.flow_fixtures import CANDIDATE, FALLBACK, cli_app, seed_registry, tiny_models, write_sweep
 
 
@@ -15,8 +17,20 @@ def test_unmask_run_prints_the_scorecard_and_the_second_run_reuses_the_cache(pre
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
     app = cli_app("run")
+    judged = Counter()
+    decide = registry.judging.decide
+
+    def counting(evidence, policy, stage, *args, **kwargs):
+        judged[(evidence.candidate, stage)] += 1
+        return decide(evidence, policy, stage, *args, **kwargs)
+
+    monkeypatch.setattr(registry.judging, "decide", counting)
     first = CliRunner().invoke(app, ["run", "--sweep", sweep, "--no-repro"], env={"COLUMNS": "200"})
     assert first.exit_code == 0, first.output
+    # each model judged once per stage: the flow's decision is what the table and the next steps render
+    assert set(judged.values()) == {1} and len(judged) == 2 * 3, judged
+    table = first.output.split("decision", 1)[1].split("scorecard", 1)[0]
+    assert re.search(rf"{CANDIDATE} v1 .*│ poc .*│ (adopt|blocked|inconclusive)", table), table
     assert "scorecard" in first.output and CANDIDATE in first.output and FALLBACK in first.output
     assert "0 of 3 sweep points reused from cache" in first.output
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'home'}" in first.output.replace("\n", "")

@@ -426,3 +426,29 @@ def test_help_groups_the_commands_by_task_with_plain_flag_types():
         out = CliRunner().invoke(app, command, env={"COLUMNS": "160"}).output
         assert "<bool>" not in out and "<str>" not in out and "<path>" not in out, command
     assert "PATH" in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "160"}).output
+
+
+def test_the_decision_table_of_two_candidates_fits_80_columns_in_40_lines_with_every_word_whole(tmp_path, monkeypatch):
+    """The default run's decision table (two candidates, three stages) at COLUMNS=80: the less read speed columns
+    give way (named under it), no word is folded, the blockers shown in a few words each, and 40 lines at most."""
+    from flows.commands.run import console, decision_table
+    from gates import load_policy
+    from registry.decision import decisions
+
+    reg = fresh_registry(tmp_path)
+    register_pair(reg, evidence(records=[record(n_items=16), record(task="sort", n_items=16)]))
+    found = decisions(reg, load_policy())
+    two = found + [replace(d, model="tiny-dgemma") for d in found]  # a second candidate, judged alike
+    monkeypatch.setenv("COLUMNS", "80")
+    with console.capture() as cap:
+        console.print(decision_table(two))
+    text = cap.get()
+    fits_80(text, ["candidate, stage", "accuracy (95% CI)", "p95 vs AR", "tokens/s vs AR", "decision"], ["tiny-llada"])
+    assert len(text.splitlines()) <= 40, text
+    assert "tokens/s vs AR" in dropped(text)
+    words = set(re.split(r"[\s│┃]+", text)) | {w.rstrip(",") for w in re.split(r"[\s│┃]+", text)}
+    for d in two:  # every word of the blockers shown, the outcome and the stage appear whole, never folded
+        for label in d.blocker_labels()[:2]:
+            assert set(label.replace("_", " ").split()) <= words, (label, text)
+        assert {d.outcome.value, d.stage} <= words
+    assert {"(47.5%–88.0%,", "n=16)", "slower", "(2.00–2.00x)"} <= words, text
