@@ -100,6 +100,7 @@ def judge_each(
                 decision.checklist.to_dicts() if decision.checklist else [],
                 policy=decision.evidence.get("policy"),
                 tags=state.tags,
+                decision=decision.to_dict(),
             )
         decisions[stage] = decision
     return decisions

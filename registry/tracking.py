@@ -452,10 +452,13 @@ def record_gate_report(
     policy: dict[str, str] | None = None,
     who: str = "unmask",
     tags: Mapping[str, str] | None = None,
+    decision: dict[str, Any] | None = None,
 ) -> None:
     """Store a stage's gate results (JSON + Markdown) in the version's evidence run and its verdict as tags.
 
     policy: {path, sha256} of the policy file the gates applied (`Policy.cited()`), kept with the verdict.
+    decision: the whole decision (`gates.decision.Decision.to_dict()`, versioned by its `schema`), hashed with
+    the report.
     The JSON report's sha256 is kept beside the verdict (`unmask.gates.<stage>.sha256`) and checked on every
     `load_gate_report`; a stored report edited since it was written is recorded as a finding before this one
     replaces it. `tags`: the version's tags as the caller has just read them.
@@ -477,6 +480,8 @@ def record_gate_report(
         "checklist": checklist or [],
         "policy": policy or {},
     }
+    if decision is not None:
+        payload["decision"] = decision
     report = json.dumps(payload, indent=2)  # the exact bytes the sha256 vouches for
     markdown = gate_report_markdown(results, f"{model} v{version}: {stage} gates")
     registry.client.log_text(run_id, report, gate_report_path(stage))

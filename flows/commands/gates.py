@@ -148,7 +148,13 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
                 highlight=False,
             )
         word = "[green]passed[/green]" if report.get("passed") else "[red]did not pass[/red]"
-        console.print(f"  {model} v{version} -> {name}: the gates {word} when judged\n", highlight=False)
+        console.print(f"  {model} v{version} -> {name}: the gates {word} when judged", highlight=False)
+        if report.get("decision"):  # the decision stored with them (hashed alike), as it was then
+            try:
+                console.print(f"  decision when judged: {_headline(Decision.from_dict(report['decision']))}")
+            except (ValueError, KeyError, TypeError) as e:
+                console.print(f"  [yellow]-[/yellow] the stored decision cannot be read: {escape(str(e))}")
+        console.print()
 
 
 def _headline(decision: Decision) -> str:

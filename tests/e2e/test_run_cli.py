@@ -30,7 +30,8 @@ def test_unmask_run_prints_the_scorecard_and_the_second_run_reuses_the_cache(pre
     # each model judged once per stage: the flow's decision is what the table and the next steps render
     assert set(judged.values()) == {1} and len(judged) == 2 * 3, judged
     table = first.output.split("decision", 1)[1].split("scorecard", 1)[0]
-    assert re.search(rf"{CANDIDATE} v1 .*│ poc .*│ (adopt|blocked|inconclusive)", table), table
+    rows = re.findall(rf"│ {CANDIDATE} v1 .*│ (adopt|blocked|inconclusive) .*\n│ (poc|staging|production) ", table)
+    assert [stage for _, stage in rows] == ["poc", "staging", "production"], table  # the decision per stage
     assert "scorecard" in first.output and CANDIDATE in first.output and FALLBACK in first.output
     assert "0 of 3 sweep points reused from cache" in first.output
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'home'}" in first.output.replace("\n", "")

@@ -404,6 +404,9 @@ def test_unmask_gates_records_nothing_unless_asked_to_store(tmp_path, monkeypatc
     stored = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--store"], env=NARROW)
     assert stored.exit_code == 1, stored.output
     assert not gate_results("tiny-llada", "1", "staging", registry=reg).empty
+    # the decision is stored with the gate report (hashed alike) and read back as it was
+    shown = CliRunner().invoke(cli_app("gates"), ["gates", "tiny-llada", "--stage", "staging", "--stored"], env=NARROW)
+    assert "decision when judged: tiny-llada v1 -> staging: blocked (" in " ".join(shown.output.split()), shown.output
 
 
 def test_help_groups_the_commands_by_task_with_plain_flag_types():
