@@ -197,6 +197,13 @@ def decided(uri: str, policy: str) -> list[Any]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def version_decisions(uri: str, model: str, version: str, policy: str) -> list[Any]:
+    """One version's decision per stage (`registry.decision`), judged afresh under the page's policy."""
+    judged_under = views.dashboard_policy(policy or None)
+    return decision.decisions(_registry(uri), judged_under, [model], versions={model: version})
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def demo_marks(uri: str, policy: str, roles_file: str) -> list[str]:
     """What makes this dashboard a demonstration: a `demo: true` policy or roles file (`roles_file`: $UNMASK_ROLES,
     "" for the bundled one; part of the cache key), a registry marked demo."""

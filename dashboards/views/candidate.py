@@ -49,6 +49,34 @@ st.table(
 if view["failures"]:
     st.error("Load or decode failures: " + "; ".join(view["failures"]))
 
+decided = source.version_decisions(uri, model, version, source.policy_source())
+if decided:
+    st.subheader("The decision")
+    st.caption(
+        "Per stage, judged afresh on the stored evidence (docs/decision.md): adopt, blocked or inconclusive, what "
+        "blocks it in order, the command that clears it, and the approvals recorded with their standing."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "stage": [d.stage for d in decided],
+                "decision": [d.outcome.value + (" (holds it)" if d.holds else "") for d in decided],
+                "what blocks it": ["; ".join(d.blocker_texts()) or "nothing" for d in decided],
+                "next command": [d.steps[0].command if d.steps else "—" for d in decided],
+                "approvals that count": [
+                    ", ".join(f"{a.by} ({a.at[:16]})" for a in d.approvals if a.counts) or "—" for d in decided
+                ],
+                "approvals that do not": [
+                    "; ".join(f"{a.by}: {a.why}" for a in d.approvals if not a.counts) or "—" for d in decided
+                ],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+        key="candidate_decision",
+        column_config={"what blocks it": st.column_config.TextColumn(width="large")},
+    )
+
 dossier = latest_dossier(reg, model, version)  # the board's document: `unmask report`, or the promote flow
 if dossier is None:
     st.caption(f"No adoption dossier yet: `unmask report {model} --version {version} --out DIR` writes one.")

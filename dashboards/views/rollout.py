@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboards import source
 from dashboards.cells import value_text
+from registry import RegistryError
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
@@ -74,6 +75,19 @@ chosen = st.selectbox(
     ),
 )
 r = mine.set_index("id").loc[chosen]
+try:
+    judged = source.version_decisions(uri, str(r.model), str(r.version), source.policy_source())
+except RegistryError as e:  # a rollout of a version the registry no longer holds: the board still shows it
+    judged = []
+    st.caption(f"No decision on {r.model} v{r.version}: {e}")
+decided = {d.stage: d for d in judged}.get(str(r.stage))
+if decided is not None:  # what the rollout leaves the version with: the decision every surface renders
+    said = "; ".join(decided.blocker_texts()[:1]) or "nothing blocks it"
+    st.markdown(
+        f"**Decision on {r.model} v{r.version} at {r.stage}: {decided.outcome.value}** ({said}"
+        + (f"; {len(decided.blockers) - 1} more" if len(decided.blockers) > 1 else "")
+        + f"). `unmask gates {r.model} --stage {r.stage}` lists everything."
+    )
 
 left, mid, right = st.columns(3)
 left.metric("status", r.status)

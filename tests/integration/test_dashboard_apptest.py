@@ -409,7 +409,14 @@ def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(r
     probe = at.table[1].value.loc["probe"]
     assert probe["same process"] == ("yes" if evidence.reproducibility.same_process else "no")
     assert probe["fresh process"] == ("yes" if evidence.reproducibility.fresh_process else "no")
-    card = at.dataframe[0].value.set_index("field")["value"]
+    decided = at.dataframe[0].value  # the decision per stage leads, as every surface renders it
+    from registry.decision import decisions
+
+    expected = decisions(reg, dashboard_policy(), [env.candidate], versions={env.candidate: env.candidate_version})
+    assert list(decided.stage) == [d.stage for d in expected]
+    assert [c.split(" ")[0] for c in decided.decision] == [d.outcome.value for d in expected]
+    assert list(decided["what blocks it"]) == ["; ".join(d.blocker_texts()) or "nothing" for d in expected]
+    card = at.dataframe[1].value.set_index("field")["value"]
     assert card["weights sha256"] == evidence.weights_sha256
     assert evidence.license.expression in " ".join(m.value for m in at.markdown)
     assert [w.value for w in at.warning if w.value.startswith("Finding")] == [

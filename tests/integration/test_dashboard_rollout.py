@@ -155,3 +155,11 @@ def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tm
     assert not app.exception, app.exception
     shown = [e.value for e in app.error if "default-9" in e.value]
     assert shown and "may not be promoted" in shown[0] and "new approvals" in shown[0], [e.value for e in app.error]
+    # under the red banner, the decision table says the same: blocked, the rollout first (never "pass")
+    table = app.dataframe[0].value
+    row = table[(table.candidate == "tiny-llada v1") & (table.stage == "production")].iloc[0]
+    assert row.decision.startswith("blocked") and row["what blocks it"].startswith("rollout default-9"), row
+    app.switch_page("views/rollout.py").run()
+    assert not app.exception, app.exception
+    said = next(m.value for m in app.markdown if m.value.startswith("**Decision on "))
+    assert said.startswith("**Decision on tiny-llada v1 at production: blocked** (rollout default-9"), said
