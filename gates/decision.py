@@ -348,24 +348,7 @@ def decide(
     current, stale_signoffs = current_signoffs(signoffs, evaluated_at)
     results = evaluate_gates(evidence, policy, stage, baseline, current)
     status = checklist_status(checklist or load_checklist(stage), results, evidence.records, current)
-    reasons = [
-        PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate)
-        for r in results
-        if not r.passed and not r.inconclusive
-    ]
-    reasons += [
-        PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
-        for r in results
-        if r.inconclusive
-    ]
-    reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
-    if stage_policy.requires_stage and stage_policy.requires_stage not in reached:
-        reasons.append(
-            PromotionReason(
-                ReasonKind.STAGE,
-                f"stage {stage} requires the version to have reached {stage_policy.requires_stage} first",
-            )
-        )
+    reasons = _measured_reasons(results, status, stage_policy, reached)
     roles = roles or load_roles()
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
@@ -413,6 +396,29 @@ def decide(
         policy_path=context.policy_path,
     )
     return Decision(**{**decision.__dict__, "steps": tuple(steps)})
+
+
+def _measured_reasons(
+    results: Sequence[GateResult], status: ChecklistStatus, stage_policy: StagePolicy, reached: set[str]
+) -> list[PromotionReason]:
+    """What the evidence and the stage order stand in the way with: failed and inconclusive gates, open checklist
+    items, an earlier stage not reached yet."""
+    reasons = [
+        PromotionReason(ReasonKind.GATE, f"gate {r.gate} failed: {r.reason}", r.gate)
+        for r in results
+        if not r.passed and not r.inconclusive
+    ]
+    reasons += [
+        PromotionReason(ReasonKind.INCONCLUSIVE, f"gate {r.gate} is inconclusive: {r.reason}", r.gate)
+        for r in results
+        if r.inconclusive
+    ]
+    reasons += [PromotionReason(ReasonKind.CHECKLIST, text) for text in status.missing()]
+    required = stage_policy.requires_stage
+    if required and required not in reached:
+        why = f"stage {stage_policy.stage} requires the version to have reached {required} first"
+        reasons.append(PromotionReason(ReasonKind.STAGE, why))
+    return reasons
 
 
 def _approvals(
