@@ -15,8 +15,10 @@ import pandas as pd
 
 import registry.read as read
 import registry.views as views
+from gates.decision import Decision
 from gates.policy import Policy
 from registry import STAGE_ALIASES, Registry
+from registry.decision import decisions_of
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
     versions = [(m, views.current_version(reg, m)) for m in candidates[candidates.role == "candidate"].model]
     adopting = [(m, v) for m, v in versions if v and (m, v) not in tampered]
     lines = []
+    decided: dict[tuple[str, str], dict[str, Decision] | None] = {}
     for stage in STAGE_ALIASES:
         alias = held.get(stage)
         holder = (alias["model"], alias["version"]) if alias else None
@@ -86,7 +89,7 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
                 quality_iv, n = (float(iv.quality_low), float(iv.quality_high)), int(iv.n_items)
         # whom the blocker is about: the recommendation, else the top-ranked candidate, else the first registered
         subject = recommended or top or (adopting[0] if adopting else None)
-        blocker, command, more = _blocker(reg, policy, subject, holder, stage)
+        blocker, command, more = _blocker(reg, policy, subject, holder, stage, decided)
         stale = _stale(reg, judged, policy, [h for h in (holder, subject) if h], stage)
         shown = pd.concat([mine, _results_of(results, subject, stage)]) if subject != holder else mine
         lines.append(
@@ -128,14 +131,23 @@ def _results_of(results: pd.DataFrame, holder: tuple[str, str] | None, stage: st
 
 
 def _blocker(
-    reg: Registry, policy: Policy, subject: tuple[str, str] | None, holder: tuple[str, str] | None, stage: str
+    reg: Registry,
+    policy: Policy,
+    subject: tuple[str, str] | None,
+    holder: tuple[str, str] | None,
+    stage: str,
+    decided: dict[tuple[str, str], dict[str, Decision] | None],
 ) -> tuple[str, str, tuple[str, ...]]:
-    """(what blocks `subject` from holding `stage`, in words; the command that clears it; the commands after)."""
+    """(what blocks `subject` from holding `stage`, in words; the command that clears it; the commands after).
+    `decided`: the decisions made so far on this page, by version (each version judged once for all stages)."""
     if subject is None:
         return "no candidate is registered: nothing to adopt yet", "unmask run", ()
     if subject == holder:
         return "", "", ()
-    decision = read.promotion_decision(*subject, stage, registry=reg, policy=policy)
+    if subject not in decided:  # one judgement of a version for every stage it is the subject of
+        decided[subject] = decisions_of(reg, *subject, STAGE_ALIASES, policy)
+    judged = decided[subject]
+    decision = judged[stage] if judged else None
     if decision is None:
         return (
             f"{_label(subject)}'s evidence is tampered: nothing is judged on it",

@@ -37,12 +37,12 @@ from gates.promotion import (
     Duties,
     PromotionReason,
     ReasonKind,
-    approval_problems,
     current_signoffs,
     declined_problems,
     judge_approvals,
     predates,
     rollout_problems,
+    tally_approvals,
 )
 from gates.readable import significant
 from gates.results import GateResult, operating_records
@@ -216,6 +216,11 @@ class Decision:
     def measured_pass(self) -> bool:
         """Every gate that judges a measurement passes (only sign-offs may be open): ranked on evidence."""
         return bool(self.gate_results) and sum(not r.passed for r in self.gate_results) == len(self.open_signoffs)
+
+    @property
+    def ranked_only(self) -> bool:
+        """Ranked on evidence (its measured gates pass) while something else keeps it from the stage."""
+        return self.measured_pass and self.outcome != Outcome.ADOPT
 
     @property
     def counted_approvals(self) -> tuple[Standing, ...]:
@@ -437,8 +442,9 @@ def _approvals(
     tooling = str(signoffs.get(TOOLING_ITEM, {}).get("by", ""))
     rules = roles.stage(stage)
     args = (stage, stage_policy.approval_min_comment_chars, evaluated_at, rules, duties, tooling, roles)
-    problems, counted = approval_problems(recorded, *args, counted=True)
-    judged = dict((a.id or a.at, p) for a, p in judge_approvals([a for a in recorded if a.by.strip()], *args))
+    each = judge_approvals([a for a in recorded if a.by.strip()], *args)
+    problems, counted = tally_approvals(each, stage, rules.approvals_count)
+    judged = {a.id or a.at: problem for a, problem in each}
     used = {a.id or a.at for a in counted}
     if holds:  # what counts is what moved it there; an approval given since moves nothing
         moved = [a for a in recorded if a.status == "consumed"]

@@ -324,13 +324,20 @@ def approval_problems(
     judged = judge_approvals(
         approvals, stage, min_comment_chars, evaluated_at, stage_roles, duties, tooling_signer, roles
     )
+    reasons, chosen = tally_approvals(judged, stage, stage_roles.approvals_count, prefer)
+    return (reasons, chosen) if counted else reasons
+
+
+def tally_approvals(
+    judged: Sequence[tuple[Approval, PromotionReason | None]], stage: str, need: int, prefer: str = ""
+) -> tuple[list[PromotionReason], list[Approval]]:
+    """From each approval and its problem (`judge_approvals`): why they do not allow the move (empty when they
+    do), and the `need` approvals that count (the oldest, approval `prefer` first; none when too few count)."""
     reasons = [problem for _, problem in judged if problem is not None]
     valid = [a for a, problem in judged if problem is None]
-    need = stage_roles.approvals_count
     if len(valid) >= need:
-        chosen = sorted(valid, key=lambda a: (a.id != prefer, a.at))[:need]
-        return ([], chosen) if counted else []
-    if not approvals:
+        return [], sorted(valid, key=lambda a: (a.id != prefer, a.at))[:need]
+    if not judged:
         reasons = [
             PromotionReason(
                 ReasonKind.APPROVAL, f"no approval recorded for {stage}: an approver must sign off the promotion"
@@ -343,7 +350,7 @@ def approval_problems(
                 ReasonKind.APPROVAL, (f"{stage} needs {need} approvals from {need} different people; {have}")
             )
         )
-    return (reasons, []) if counted else reasons
+    return reasons, []
 
 
 def judge_approvals(

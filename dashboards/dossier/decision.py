@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 import registry.read as read
-from gates.decision import Decision
+from gates.decision import Decision, Outcome
 from gates.policy import Policy
 from gates.roles import Roles, RolesError, load_roles
 from registry import audit
@@ -88,7 +88,7 @@ def _line(d: Decision) -> dict[str, Any]:
         "outcome": d.outcome.value,
         "holds": d.holds,
         "blocks": list(d.blocker_texts()),
-        "measured_pass": d.measured_pass,
+        "ranked_only": d.ranked_only,
         "p95_text": d.figures.p95_text(),
         "tokens_per_s_text": d.figures.tokens_per_s_text(),
     }
@@ -101,15 +101,16 @@ def recommendation(lines: list[Decision], found: list[Any], version: str) -> dic
     deciding = [production] if production else lines
     mine = [r for r in found if r.version == version]
     if production is None:
-        return {"verdict": "blocked", "why": "production was not judged", "deciding": [_line(d) for d in deciding]}
+        why = "production was not judged"
+        return {"verdict": Outcome.BLOCKED.value, "why": why, "deciding": [_line(d) for d in deciding]}
     why = "; ".join(production.blocker_texts()) or (
         "it holds production and passes its gates" if production.holds else "everything production needs is in place"
     )
     completed = sorted({r.route for r in mine if r.status == "completed"})
     if completed:
         why += f" (a staged rollout on {', '.join(completed)} completed)"
-    passing = [d.stage for d in lines if d.outcome == "adopt" and d.stage != "production"]
-    if passing and production.outcome != "adopt":
+    passing = [d.stage for d in lines if d.outcome == Outcome.ADOPT and d.stage != "production"]
+    if passing and production.outcome != Outcome.ADOPT:
         why += f" (adopt at {', '.join(passing)})"
     return {"verdict": production.outcome.value, "why": why, "deciding": [_line(d) for d in deciding]}
 

@@ -55,10 +55,7 @@ if decided:
                 "accuracy (95% CI)": [accuracy_cell(d) for d in decided],
                 "p95 vs AR": [d.figures.p95_text() for d in decided],
                 "tokens/s vs AR": [d.figures.tokens_per_s_text() for d in decided],
-                "decision": [
-                    d.outcome.value + (" (ranked on evidence)" if d.measured_pass and d.outcome != "adopt" else "")
-                    for d in decided
-                ],
+                "decision": [d.outcome.value + (" (ranked on evidence)" if d.ranked_only else "") for d in decided],
                 "what blocks it": [blocks_cell(d) for d in decided],
             }
         ),

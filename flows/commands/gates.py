@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from checklists import STAGES, ChecklistError, load_checklist
 from flows.commands.banner import print_demo_banner
+from flows.commands.outcomes import outcome_markup
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
 from gates.decision import Decision, Outcome
@@ -158,8 +159,7 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
 
 
 def _headline(decision: Decision) -> str:
-    colour = {"adopt": "green", "blocked": "red", "inconclusive": "yellow"}[decision.outcome.value]
-    return f"[{colour}]{escape(decision.headline())}[/]"
+    return outcome_markup(decision.outcome, escape(decision.headline()))
 
 
 def _table(decision: Decision, stage_policy: StagePolicy) -> FittedTable:

@@ -328,6 +328,7 @@ def decision_table(decisions: list[Decision]) -> FittedTable:
     in order; `unmask gates` says each in full)."""
     from rich.markup import escape
 
+    from flows.commands.outcomes import outcome_markup
     from gates.readable import percent
 
     table = FittedTable(
@@ -344,7 +345,6 @@ def decision_table(decisions: list[Decision]) -> FittedTable:
         "`unmask gates MODEL --stage S` says each blocker in full",
         whole_words=True,
     )
-    colour = {"adopt": "green", "blocked": "red", "inconclusive": "yellow"}
     for d in decisions:
         f = d.figures
         if f.accuracy is None:
@@ -353,9 +353,8 @@ def decision_table(decisions: list[Decision]) -> FittedTable:
             assert f.accuracy_interval is not None  # set with the accuracy (gates.decision)
             low, high = f.accuracy_interval
             accuracy = f"{percent(f.accuracy)} ({percent(low)}–{percent(high)}, n={f.n_items})"
-        outcome = d.outcome.value
-        shown = f"[{colour[outcome]}]{outcome}[/]"
-        if d.measured_pass and d.outcome != "adopt":
+        shown = outcome_markup(d.outcome)
+        if d.ranked_only:
             shown += "\n[dim](ranked on evidence)[/dim]"
         blocks = [label.replace("_", " ") for label in d.blocker_labels()]  # gate names break at words
         if len(blocks) > 2:  # the first ones, and how many more `unmask gates` lists
