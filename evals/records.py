@@ -203,12 +203,14 @@ class SpeedComparison:
     def of(cls, timings: PairedTimings, seed: int = 0, **identity: Any) -> SpeedComparison:
         """A comparison from its raw timings: the ratios with their intervals, the spread and whether the host was
         steady follow from them (evals.paired); `identity` names what was compared and how (task, configs, ...)."""
+        kept = timings.to_dict()
+        timings = PairedTimings.from_dict(kept)  # figures from the stored (rounded) timings: a reviewer recomputes them
         spread = round(round_spread(timings), 4)
         return cls(
             **identity,
             items=timings.items,
             rounds=timings.rounds,
-            timings=timings.to_dict(),
+            timings=kept,
             ratios={k: v.to_dict() if v else None for k, v in paired_ratios(timings, seed=seed).items()},
             spread=spread,
             steady=is_steady(spread),

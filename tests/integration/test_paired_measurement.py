@@ -31,7 +31,7 @@ def test_a_candidate_and_the_fallback_are_timed_in_pairs_on_the_same_prompts(tmp
     for name in ("p50", "p95"):
         ratio = speed.ratio(name)
         assert ratio is not None and ratio.low <= ratio.estimate <= ratio.high
-        assert abs(ratio.estimate - recomputed[name].estimate) < 1e-5  # the stored figure is the raw data's
+        assert ratio.to_dict() == recomputed[name].to_dict()  # the stored figure is the stored data's, exactly
     assert speed.spread == round(round_spread(timings), 4) and speed.steady == (speed.spread <= 1.5)
     assert speed.host.get("threads") == plans[CANDIDATE].threads
     assert SpeedComparison.from_dict(speed.to_dict()) == speed

@@ -142,10 +142,12 @@ def paired(
 ) -> SpeedComparison:
     """A paired speed measurement of `mine` against `theirs` whose every pair has the candidate/baseline p95
     ratio of the two records (or `ratio`): a steady host, an interval of zero width."""
-    ratio = mine.latency_p95_s / theirs.latency_p95_s if ratio is None else ratio
-    base = tuple(theirs.latency_p95_s * (0.8 + 0.2 * i / (items - 1)) for i in range(items))
+    ratio = round(mine.latency_p95_s / theirs.latency_p95_s if ratio is None else ratio, 3)
+    # four decimals of a second times three of a ratio: the stored timings (seven decimals) keep every pair's
+    # ratio exact, so the interval has zero width as stored
+    base = tuple(round(theirs.latency_p95_s * (0.8 + 0.2 * i / (items - 1)), 4) for i in range(items))
     timings = PairedTimings(
-        tuple(tuple(t * ratio for t in base) for _ in range(rounds)),
+        tuple(tuple(round(t * ratio, 7) for t in base) for _ in range(rounds)),
         tuple(base for _ in range(rounds)),
         tuple([24] * items),
         tuple([24] * items),
