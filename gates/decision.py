@@ -40,8 +40,8 @@ from gates.promotion import (
     current_signoffs,
     declined_problems,
     judge_approvals,
-    predates,
     rollout_problems,
+    signoff_problem,
     tally_approvals,
 )
 from gates.readable import significant
@@ -53,6 +53,7 @@ DECISION_SCHEMA = 1  # the layout of Decision.to_dict(); a stored decision of an
 
 # the order blocking reasons are listed in: what no approver or measurement can settle first
 BLOCKING_ORDER = (
+    ReasonKind.EVIDENCE,
     ReasonKind.DECLINED,
     ReasonKind.ROLLOUT,
     ReasonKind.GATE,
@@ -67,6 +68,7 @@ BLOCKING_ORDER = (
 
 
 SHORT = {  # a blocking reason's kind in a word or two (`Decision.blocker_labels`)
+    ReasonKind.EVIDENCE: "unverified evidence",
     ReasonKind.DECLINED: "declined",
     ReasonKind.STAGE: "earlier stage first",
     ReasonKind.SIGN_OFF: "stale sign-off",
@@ -312,6 +314,17 @@ def _checklist_from_dicts(stage: str, items: Sequence[Mapping[str, Any]]) -> Che
     )
 
 
+UNVERIFIED = "unverified"  # the evidence status of a version whose evidence carries no hash (registry.integrity)
+
+
+def unverified_text(model: str, version: str) -> str:
+    return (
+        f"the evidence of {model} v{version} is unverified: its run carries no sha256 or signature tags (registered "
+        "before they were recorded, or stripped of them), so nothing vouches for what the gates read; nothing moves "
+        "on it until it is measured again"
+    )
+
+
 @dataclass(frozen=True)
 class Context:
     """Who the version is, besides its evidence: what one read of the registry says about it."""
@@ -322,6 +335,7 @@ class Context:
     name_version: bool = False  # commands must say --version (it is not the version they default to)
     policy_path: str | None = None  # the policy file commands must name to judge alike (None: the bundled one)
     fallback_version: str = ""  # the version holding `fallback` ("" when none does)
+    evidence_status: str = ""  # registry.integrity: verified, or unverified (no hashes: nothing is passed on it)
 
 
 def decide(
@@ -350,11 +364,13 @@ def decide(
         why = f"unknown stage {stage!r}; promotions go to {', '.join(PROMOTABLE)}"
         return Decision(model, version, stage, (PromotionReason(ReasonKind.STAGE, why),))
     stage_policy = policy.stage(stage)
-    current, stale_signoffs = current_signoffs(signoffs, evaluated_at)
+    roles = roles or load_roles()
+    current, stale_signoffs = current_signoffs(signoffs, evaluated_at, roles, (model, version, stage))
     results = evaluate_gates(evidence, policy, stage, baseline, current)
     status = checklist_status(checklist or load_checklist(stage), results, evidence.records, current)
     reasons = _measured_reasons(results, status, stage_policy, reached)
-    roles = roles or load_roles()
+    if context.evidence_status == UNVERIFIED:
+        reasons.append(PromotionReason(ReasonKind.EVIDENCE, unverified_text(model, version)))
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
@@ -381,7 +397,7 @@ def decide(
         status,
         cited,
         approvals,
-        _signoff_standings(signoffs, evaluated_at),
+        _signoff_standings(signoffs, evaluated_at, roles, (model, version, stage)),
         _rollouts(evidence.canary, stage, evaluated_at),
         figures=figures(evidence, stage_policy, results, _fallback(baseline, model), context.fallback_version),
         holds=context.holds,
@@ -466,14 +482,15 @@ def _approvals(
     return tuple(standings), problems, counted
 
 
-def _signoff_standings(signoffs: Mapping[str, Mapping[str, Any]], evaluated_at: str) -> tuple[Standing, ...]:
+def _signoff_standings(
+    signoffs: Mapping[str, Mapping[str, Any]], evaluated_at: str, roles: Roles, subject: tuple[str, str, str]
+) -> tuple[Standing, ...]:
     out = []
     for item, s in sorted(signoffs.items()):
-        stale = predates(s.get("at"), evaluated_at)
-        why = f"predates the latest evaluation ({evaluated_at}); sign it off again" if stale else ""
+        why = signoff_problem(item, s, evaluated_at, roles, subject) or ""
         out.append(
             Standing(
-                "sign-off", str(s.get("by", "")), str(s.get("at", "")), item, str(s.get("comment", "")), not stale, why
+                "sign-off", str(s.get("by", "")), str(s.get("at", "")), item, str(s.get("comment", "")), not why, why
             )
         )
     return tuple(out)

@@ -68,6 +68,13 @@ def next_steps(
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
     standing = [r.text for r in reasons if r.kind in (ReasonKind.ROLLOUT, ReasonKind.DECLINED)]
+    if any(r.kind == ReasonKind.EVIDENCE for r in reasons):
+        steps.append(
+            NextStep(
+                "measure it again: fresh evidence is registered hashed and signed",
+                f"unmask run --model {model}{judged}",
+            )
+        )
     if standing and not unmet:  # only evidence registered after them lifts a failed rollout or a decline
         steps.append(
             NextStep(

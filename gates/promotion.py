@@ -33,6 +33,7 @@ from evals.records import EvalRecord
 from gates.policy import Policy
 from gates.roles import Roles, StageRoles, load_roles
 from gates.rollout_findings import failed_rollout, finding_text
+from gates.signatures import SIGNED
 
 PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` are set on registration
 
@@ -40,6 +41,9 @@ PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` 
 class ReasonKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of its members
     """What stands in the way of a promotion."""
 
+    EVIDENCE = (
+        "evidence"  # nothing vouches for the evidence: no sha256 or signature tags (registered before, or stripped)
+    )
     GATE = "gate"  # a gate of the stage failed
     INCONCLUSIVE = "inconclusive"  # a gate lacks the evidence to judge (GateResult.settle says what would settle it)
     CHECKLIST = "checklist"  # an item of the stage's checklist is not done
@@ -59,9 +63,15 @@ TOOLING_ITEM = "tooling-maturity"
 
 
 def person(name: str, identity: str = "", account: str = "") -> str:
-    """Who someone is for the four-eyes rules: the name a server authenticated, else the OS account that acted
+    """Who someone is for the four-eyes rules: the name a listed key signed for or a server authenticated, else the
+    OS account that acted
     (`os:<account>`: whatever names it types, one account is one person); the name in data recorded without one."""
-    return name if identity == AUTHENTICATED or not account else f"os:{account}"
+    return name if identity in (AUTHENTICATED, SIGNED) or not account else f"os:{account}"
+
+
+def signed_payload(act: str, **fields: str) -> dict[str, str]:
+    """The payload a person signs for `act` (approval, sign-off, request): the act's name and its fields."""
+    return {"act": act} | {k: str(v) for k, v in fields.items()}
 
 
 def one_account(stage: str, by: str, account: str, already: str) -> str:
@@ -106,10 +116,30 @@ class Approval:
     closed_by: str = ""  # the audit run that closed it (the move that consumed it)
     account: str = ""  # the OS account that gave it ("" in data from before it was recorded)
     closed_why: str = ""  # why it was closed ("rollout default-1 was rolled_back: ..."; "" while open, or older data)
+    model: str = ""  # where it is stored (registry.state fills both in from the version it reads, never from the tag)
+    version: str = ""
+    key: str = ""  # the fingerprint of the key that signed it ("" unsigned)
+    signature: str = ""  # base64 Ed25519 signature over `payload()`
+    head: str = ""  # the audit chain head it followed ("seq:sha256")
 
     @property
     def person(self) -> str:
         return person(self.by, self.identity, self.account)
+
+    def payload(self) -> dict[str, str]:
+        """What its signature covers (gates.signatures.canonical): what was approved, by whom, when, why."""
+        return signed_payload(
+            "approval",
+            model=self.model,
+            version=self.version,
+            stage=self.stage,
+            request=self.request,
+            id=self.id,
+            by=self.by,
+            at=self.at,
+            comment=self.comment,
+            head=self.head,
+        )
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -125,6 +155,9 @@ class Approval:
             "closed_by": self.closed_by,
             "account": self.account,
             "closed_why": self.closed_why,
+            "key": self.key,
+            "signature": self.signature,
+            "head": self.head,
         }
 
 
@@ -245,25 +278,53 @@ def predates(at: str | None, evaluated_at: str) -> bool:
     return str(at or "") < evaluated_at
 
 
+def signoff_payload(model: str, version: str, stage: str, item: str, signoff: Mapping[str, Any]) -> dict[str, str]:
+    """What a sign-off's signature covers: the item of which version at which stage, who, when, what was said."""
+    fields = {k: str(signoff.get(k, "")) for k in ("by", "at", "comment", "head")}
+    return signed_payload("signoff", model=model, version=version, stage=stage, item=item, **fields)
+
+
+def signoff_problem(
+    item: str,
+    signoff: Mapping[str, Any],
+    evaluated_at: str,
+    roles: Roles | None = None,
+    subject: tuple[str, str, str] = ("", "", ""),
+) -> str | None:
+    """Why a sign-off of `item` does not count (None when it does): older than the latest evaluation, or (where
+    `roles` list keys) not signed by a key listed for its signer. `subject`: (model, version, stage)."""
+    by, at = str(signoff.get("by", "?")), str(signoff.get("at", "?"))
+    if predates(signoff.get("at"), evaluated_at):
+        return (
+            f"the sign-off of {item!r} by {by} at {at} predates the latest evaluation ({evaluated_at}); "
+            "sign it off again"
+        )
+    if roles is None:
+        return None
+    return roles.signature_problem(
+        f"the sign-off of {item!r} by {by} at {at}",
+        by,
+        signoff_payload(*subject, item, signoff),
+        str(signoff.get("key", "")),
+        str(signoff.get("signature", "")),
+        at,
+    )
+
+
 def current_signoffs(
-    signoffs: Mapping[str, Mapping[str, Any]], evaluated_at: str
+    signoffs: Mapping[str, Mapping[str, Any]],
+    evaluated_at: str,
+    roles: Roles | None = None,
+    subject: tuple[str, str, str] = ("", "", ""),
 ) -> tuple[dict[str, Mapping[str, Any]], list[PromotionReason]]:
-    """The sign-offs given since the latest evaluation, and why each older one no longer counts."""
+    """The sign-offs that count (`signoff_problem`), and why each other one does not."""
     current, stale = {}, []
     for item, signoff in signoffs.items():
-        if predates(signoff.get("at"), evaluated_at):
-            stale.append(
-                PromotionReason(
-                    ReasonKind.SIGN_OFF,
-                    (
-                        f"the sign-off of {item!r} by {signoff.get('by', '?')} at {signoff.get('at', '?')} predates "
-                        "the latest "
-                        f"evaluation ({evaluated_at}); sign it off again"
-                    ),
-                )
-            )
-        else:
+        problem = signoff_problem(item, signoff, evaluated_at, roles, subject)
+        if problem is None:
             current[item] = signoff
+        else:
+            stale.append(PromotionReason(ReasonKind.SIGN_OFF, problem))
     return current, stale
 
 
@@ -438,6 +499,9 @@ def approval_problem(
             f"{a.by} may not approve {stage}: the approve role is held by {roles.describe(stage, 'approve')}",
             ReasonKind.ROLE,
         )
+    unsigned = roles.signature_problem(f"the approval by {a.by} at {a.at}", a.by, a.payload(), a.key, a.signature, a.at)
+    if unsigned is not None:
+        return problem(unsigned)
     if stage in FOUR_EYES_STAGES and duties.registered_by and a.by == duties.registered_by:
         return problem(
             f"{a.by} registered the evidence of this version and cannot approve its {stage} promotion", ReasonKind.DUTY

@@ -11,12 +11,14 @@ import difflib
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from checklists import STAGES, ChecklistError, load_checklist
 from checklists.yaml_file import read_yaml_file
+from gates.signatures import KeyFormatError, PublicKey, parse_public_key, signature_problem
 
 ROLES_PATH = Path(__file__).resolve().parent / "roles.yaml"
 ROLES_ENV = "UNMASK_ROLES"
@@ -53,6 +55,20 @@ class Roles:
     path: str = ""
     sha256: str = ""
     demo: bool = False  # `demo: true`: people made up to show the rules (gates/demo-roles.yaml); pages say DEMO
+    keys: dict[str, tuple[PublicKey, ...]] = field(default_factory=dict)  # person -> public keys (allowed signers)
+
+    @property
+    def signed(self) -> bool:
+        """Whether acts must be signed: the roles file lists keys, so an act counts only as a listed key's."""
+        return bool(self.keys)
+
+    def signature_problem(
+        self, what: str, person: str, payload: dict[str, Any], key: str, signature: str, at: str
+    ) -> str | None:
+        """Why an act does not count as `person`'s signed act (None when it does, or when no keys are listed)."""
+        if not self.signed:
+            return None
+        return signature_problem(self.keys, what, person, payload, key, signature, at)
 
     def cited(self) -> dict[str, str]:
         """What a decision records of the roles behind it."""
@@ -102,9 +118,9 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
     """Validate roles given as plain data (what `yaml.safe_load` returns)."""
     if not isinstance(data, dict):
         raise RolesError(f"{source}: expected a mapping with users, groups and stages")
-    unknown = sorted(set(data) - {"users", "groups", "stages", "demo"})
+    unknown = sorted(set(data) - {"users", "groups", "stages", "demo", "keys"})
     if unknown:
-        raise RolesError(f"{source}: {unknown[0]}: unknown key; expected users, groups, stages, demo")
+        raise RolesError(f"{source}: {unknown[0]}: unknown key; expected users, groups, stages, demo, keys")
     if not isinstance(data.get("demo", False), bool):
         raise RolesError(f"{source}: demo: expected true or false, got {data['demo']!r}")
     users = _names(data.get("users"), f"{source}: users")
@@ -134,10 +150,65 @@ def parse_roles(data: Any, source: str = "<memory>") -> Roles:
         if stage not in stages_data:
             raise RolesError(f"{source}: stages.{stage}: missing; every stage ({', '.join(STAGES)}) needs its rules")
         stages[stage] = _parse_stage(stages_data[stage], stage, f"{source}: stages.{stage}", users, groups)
+    keys = _parse_keys(data.get("keys"), f"{source}: keys", users)
     canonical = json.dumps(data, sort_keys=True, default=str).encode()
     return Roles(
-        users, groups, stages, source=source, sha256=hashlib.sha256(canonical).hexdigest(), demo=data.get("demo", False)
+        users,
+        groups,
+        stages,
+        source=source,
+        sha256=hashlib.sha256(canonical).hexdigest(),
+        demo=data.get("demo", False),
+        keys=keys,
     )
+
+
+def _parse_keys(data: Any, where: str, users: tuple[str, ...]) -> dict[str, tuple[PublicKey, ...]]:
+    """`keys: {person: [ "ssh-ed25519 AAAA... comment" | {key: ..., added: ISO, revoked: ISO} ]}`: each person's
+    public keys; one key belongs to one person."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RolesError(f"{where}: expected a mapping of person to a list of public keys")
+    found: dict[str, tuple[PublicKey, ...]] = {}
+    owner: dict[str, str] = {}
+    for person, entries in data.items():
+        at = f"{where}.{person}"
+        if not isinstance(person, str) or not person.strip() or person == ANYONE:
+            raise RolesError(f"{at}: keys belong to a named person, not {person!r}")
+        _check_user(person, users, at)
+        if not isinstance(entries, list) or not entries:
+            raise RolesError(f"{at}: expected a non-empty list of public keys")
+        keys = []
+        for i, entry in enumerate(entries):
+            here = f"{at}[{i}]"
+            entry = {"key": entry} if isinstance(entry, str) else entry
+            if not isinstance(entry, dict) or set(entry) - {"key", "added", "revoked"} or "key" not in entry:
+                raise RolesError(f"{here}: expected a public key line or {{key: ..., added: ISO, revoked: ISO}}")
+            try:
+                _, fp = parse_public_key(entry["key"], here)
+            except KeyFormatError as e:
+                raise RolesError(str(e)) from None
+            times = {name: _utc(entry.get(name), f"{here}.{name}") for name in ("added", "revoked")}
+            if fp in owner:
+                raise RolesError(f"{here}: key {fp} is listed for {owner[fp]} already; one key is one person's")
+            owner[fp] = person
+            keys.append(PublicKey(person, entry["key"].strip(), fp, times["added"], times["revoked"]))
+        found[person] = tuple(keys)
+    return found
+
+
+def _utc(value: Any, where: str) -> str:
+    """An ISO time (YAML may have read it as a datetime) as the registry writes times (UTC ISO 8601)."""
+    if value is None or value == "":
+        return ""
+    try:
+        when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise RolesError(f"{where}: expected an ISO time like 2026-12-01T00:00:00Z, got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).isoformat()
 
 
 def _parse_stage(

@@ -31,15 +31,17 @@ from gates.promotion import (
     declined_problems,
     expired,
     person,
+    signoff_payload,
     twin_problem,
 )
 from gates.roles import Roles, load_roles
 from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
-from registry.identity import Actor, actor_for
+from registry.identity import Actor, actor_for, signing_actor
 from registry.integrity import trusted_chain
-from registry.state import approvals_from_tags, signoffs_from_tags, version_state
+from registry.keys import Signer
+from registry.state import signoffs_from_tags, version_state
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
 from registry.tracking import checked_evidence
 
@@ -95,6 +97,14 @@ def duties_for(
 
 
 # writing ---------------------------------------------------------------------------------------------
+def signed(approval: Approval, key: Signer | None) -> Approval:
+    """`approval` signed by `key` over its payload (as it is, when no key signs)."""
+    if key is None:
+        return approval
+    fingerprint, signature = key.sign(approval.payload())
+    return replace(approval, key=fingerprint, signature=signature)
+
+
 def _write(registry: Registry, model: str, version: str, key: str, value: Mapping[str, Any]) -> None:
     registry.set_version_tags(model, version, {model_tag(key): dict(value)})
 
@@ -181,8 +191,9 @@ def approve(
         raise RegistryError(f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}")
     actor = actor_for(registry.tracking_uri, approver)
     checked_evidence(registry, model, version, actor.name)  # nobody approves forged evidence (a finding)
-    trusted_chain(registry, f"approval of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
+    chain = trusted_chain(registry, f"approval of {model} v{version} for {stage}", actor.name)  # nor on a forged trail
     roles = roles or load_roles()
+    actor, key = signing_actor(actor, roles)
     action = f"approval of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
     state = version_state(registry, model, version)
@@ -192,23 +203,31 @@ def approve(
     reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
-    tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated)[0].get(TOOLING_ITEM, {}).get("by", "")
-    candidate = Approval(
-        stage,
-        actor.name,
-        now_iso(),
-        comment or "-",
-        request=request.id if request else "",
-        identity=actor.source,
-        account=actor.account,
+    tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated, roles, (model, version, stage))[0]
+    tooling_by = tooling.get(TOOLING_ITEM, {}).get("by", "")
+    opened = request or _new_request(registry, model, version, stage, "", "")  # written once the approval is
+    candidate = signed(
+        Approval(
+            stage,
+            actor.name,
+            now_iso(),
+            comment[:MAX_COMMENT_CHARS] or "-",
+            uuid.uuid4().hex[:12],
+            opened.id,
+            actor.host,
+            actor.source,
+            account=actor.account,
+            model=model,
+            version=str(version),
+            head=f"{chain.head_seq}:{chain.head_sha256}",
+        ),
+        key,
     )
-    problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling, roles)
+    problem = approval_problem(candidate, stage, 0, evaluated, roles.stage(stage), duties, tooling_by, roles)
     if problem is not None:
         reasons.append(problem.text)
     given = [
-        a
-        for a in approvals_from_tags(tags, stage)
-        if request is not None and a.status == "open" and a.request == request.id
+        a for a in state.approvals(stage) if request is not None and a.status == "open" and a.request == request.id
     ]
     twin = twin_problem(candidate, given, stage)
     # one name twice is refused at every stage; a second name of one account only where two people are needed
@@ -227,19 +246,8 @@ def approve(
             {"request": request.id if request else ""},
         )
     if request is None:  # nobody asked yet: this approval opens the request, its first promoter requests it
-        request = _new_request(registry, model, version, stage, "", "")
-        _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
-    approval = Approval(
-        stage,
-        actor.name,
-        now_iso(),
-        comment[:MAX_COMMENT_CHARS],
-        uuid.uuid4().hex[:12],
-        request.id,
-        actor.host,
-        actor.source,
-        account=actor.account,
-    )
+        _write(registry, model, version, f"requests.{stage}.{opened.id}", opened.to_dict())
+    approval = candidate
     _write(registry, model, version, f"approvals.{stage}.{approval.id}", approval.to_dict())
     _event(
         registry,
@@ -249,7 +257,7 @@ def approve(
         model,
         version,
         approval.comment,
-        {"approval": approval.id, "request": request.id},
+        {"approval": approval.id, "request": opened.id, "key": approval.key},
     )
     return approval
 
@@ -366,16 +374,39 @@ def sign_off(
         raise RegistryError(f"checklist {stage} has no manual item {item!r}; manual items: {', '.join(manual)}")
     actor = actor_for(registry.tracking_uri, who)
     checked_evidence(registry, model, version, actor.name)  # nobody signs off forged evidence (a finding)
-    trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on a forged
-    # audit trail
+    chain = trusted_chain(registry, f"sign-off of {item!r} of {model} v{version} for {stage}", actor.name)  # nor on
+    # a forged audit trail
     if not (comment or "").strip():
         raise RegistryError(f"a sign-off of {item!r} needs who and a comment")
     roles = roles or load_roles()
+    actor, key = signing_actor(actor, roles)
+    signoff = {
+        "by": actor.name,
+        "at": now_iso(),
+        "comment": comment.strip(),
+        "host": actor.host,
+        "identity": actor.source,
+        "account": actor.account,
+        "head": f"{chain.head_seq}:{chain.head_sha256}",
+    }
+    if key is not None:
+        signoff["key"], signoff["signature"] = key.sign(signoff_payload(model, str(version), stage, item, signoff))
+    reason = None
     if not roles.may(actor.name, stage, "sign_off", item):
         reason = (
             f"{actor.name} may not sign off {stage}/{item}: that is for "
             f"{roles.describe(stage, 'sign_off', item)} ({roles.source})"
         )
+    else:
+        reason = roles.signature_problem(
+            f"the sign-off of {item!r} by {actor.name}",
+            actor.name,
+            signoff_payload(model, str(version), stage, item, signoff),
+            signoff.get("key", ""),
+            signoff.get("signature", ""),
+            signoff["at"],
+        )
+    if reason is not None:
         audit.append(
             registry,
             AuditEvent(
@@ -390,14 +421,6 @@ def sign_off(
             ),
         )
         raise ApprovalRefused(f"sign-off of {stage}/{item} for {model} v{version}", [reason])
-    signoff = {
-        "by": actor.name,
-        "at": now_iso(),
-        "comment": comment.strip(),
-        "host": actor.host,
-        "identity": actor.source,
-        "account": actor.account,
-    }
     registry.set_version_tags(model, version, {model_tag(f"signoff.{stage}.{item}"): signoff})
     audit.append(
         registry,

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gates.promotion import AUTHENTICATED
-from registry import audit
+from gates.roles import Roles
+from gates.signatures import SIGNED
+from registry import audit, keys
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.store import now_iso
@@ -103,12 +105,26 @@ def authenticated_user(tracking_uri: str) -> str | None:
 
 
 def current_actor(tracking_uri: str) -> Actor:
-    """The identity of this process against this store."""
+    """The identity of this process against this store: the authenticated user, else the person this user's keys
+    folder acts as (`registry.keys`; proved by the signature `signing_actor` adds), else the OS account."""
     user = authenticated_user(tracking_uri)
     if user:
         return Actor(user, socket.gethostname(), MLFLOW_USER, os_account())
     account = os_account()
+    person = keys.default_person()
+    if person:
+        return Actor(person, socket.gethostname(), NAMED, account)
     return Actor(account, socket.gethostname(), OS_USER, account)
+
+
+def signing_actor(actor: Actor, roles: Roles) -> tuple[Actor, keys.Signer | None]:
+    """`actor` and the personal key that signs for them (None where this user's keys folder holds none). Where the
+    roles file lists keys, a signed act is the key owner's (source `ed25519-key`: two listed keys are two people,
+    with or without a server); elsewhere the signature is kept, and the person is who it was before."""
+    signer = keys.signer(actor.name)
+    if signer is not None and roles.signed and actor.source != MLFLOW_USER:
+        actor = Actor(actor.name, actor.host, SIGNED, actor.account)
+    return actor, signer
 
 
 def actor_for(tracking_uri: str, who: str | Actor | None) -> Actor:

@@ -26,6 +26,7 @@ from typing import Any
 
 from mlflow.entities import Metric
 
+from gates.decision import UNVERIFIED
 from registry import audit, signing
 from registry.audit import AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
@@ -35,7 +36,7 @@ DIGEST_PREFIX = model_tag("sha256.")
 SIGNATURE_PREFIX = model_tag("sig.")  # "<key id>:<hmac>" of each artifact's sha256 under the signing key
 EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")
 FINDING = "integrity_finding"
-VERIFIED, UNVERIFIED, TAMPERED = "verified", "unverified", "tampered"
+VERIFIED, TAMPERED = "verified", "tampered"  # and UNVERIFIED (gates.decision: nothing passes on it)
 
 log = logging.getLogger("unmask.registry")
 log.addHandler(logging.NullHandler())  # a library's warning: shown where the app configures logging (serve, Prefect),

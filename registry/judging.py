@@ -72,6 +72,7 @@ def judge_each(
         name_version=names_version(held, str(version)),
         policy_path=policy_flag(policy),
         fallback_version=fallback[1] if fallback else "",
+        evidence_status=vouched["status"],
     )
     decisions = {}
     for stage in stages:

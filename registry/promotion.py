@@ -394,7 +394,7 @@ def _approvals_to_consume(
     longer counts), so a move cites exactly the approvals it consumed."""
     policy = policy or load_policy()
     state = version_state(registry, model, version)
-    signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
+    signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at, roles, (model, version, stage))
     problems, used = approval_problems(
         state.approvals(stage),
         stage,

@@ -17,6 +17,7 @@ from gates.intervals import wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, current_signoffs, predates
 from gates.results import GateResult
+from gates.roles import load_roles
 from gates.scoring import alternative, rank, score_survivors
 from registry import audit
 from registry.decision import decisions_of
@@ -69,7 +70,9 @@ def list_versions(model: str | None = None, registry: Registry | None = None) ->
                 "evaluated_at": tags.get(model_tag("evaluated_at"), ""),
                 "aliases": sorted(a for a, ver in aliases.items() if ver == version),
                 "reached": sorted(s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in tags),
-                "approvals": {s: a.to_dict() for s in STAGE_ALIASES if (a := _approval_from_tags(tags, s)) is not None},
+                "approvals": {
+                    s: a.to_dict() for s in STAGE_ALIASES if (a := _newest_approval(tags, s, name, version)) is not None
+                },
             }
             row |= {f"gates_{s}": tags.get(model_tag(f"gates.{s}")) for s in STAGE_ALIASES}
             rows.append(row)
@@ -85,8 +88,8 @@ def _num(value: Any) -> Any:
     return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
-def _approval_from_tags(tags: dict[str, str], stage: str) -> Approval | None:
-    found = approvals_from_tags(tags, stage)
+def _newest_approval(tags: dict[str, str], stage: str, model: str, version: str) -> Approval | None:
+    found = approvals_from_tags(tags, stage, model, version)
     return found[-1] if found else None
 
 
@@ -251,6 +254,7 @@ def scores(
         "production": load_evidence(reg, *production) if production else None,
     }
     candidates, results = [], {}
+    roles = load_roles()
     for name, held in reg.all_aliases().items():
         version = latest_registration(held)
         if not version:
@@ -261,7 +265,7 @@ def scores(
             continue
         candidates.append(evidence)
         state = version_state(reg, name, version)
-        signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at)
+        signoffs, _ = current_signoffs(state.signoffs(stage), state.evaluated_at, roles, (name, version, stage))
         results[name] = evaluate_gates(evidence, policy, stage, baseline, signoffs)
     ranking, sensitivity, filtered = score_survivors(candidates, results, stage_policy)
     return {

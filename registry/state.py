@@ -40,11 +40,12 @@ def _prefixed(tags: Mapping[str, str], prefix: str) -> list[dict[str, Any]]:
     return found
 
 
-def approvals_from_tags(tags: Mapping[str, str], stage: str) -> list[Approval]:
-    """Every approval recorded for a stage, oldest first."""
-    fields = set(Approval.__dataclass_fields__)
+def approvals_from_tags(tags: Mapping[str, str], stage: str, model: str, version: str) -> list[Approval]:
+    """Every approval recorded for a stage of `model` `version`, oldest first. Where an approval belongs is where
+    it is stored, never what its tag says: a signed approval copied onto another version no longer verifies."""
+    fields = set(Approval.__dataclass_fields__) - {"model", "version"}
     found = [
-        Approval(**{k: str(v) for k, v in a.items() if k in fields})
+        Approval(**{k: str(v) for k, v in a.items() if k in fields}, model=model, version=str(version))
         for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
         if a.get("by") and a.get("stage") == stage
     ]
@@ -96,7 +97,7 @@ class VersionState:
         return {s for s in STAGE_ALIASES if model_tag(f"reached.{s}") in self.tags}
 
     def approvals(self, stage: str) -> list[Approval]:
-        return approvals_from_tags(self.tags, stage)
+        return approvals_from_tags(self.tags, stage, self.model, self.version)
 
     def approval(self, stage: str) -> Approval | None:
         """The newest approval recorded for a stage (whatever its status), or None."""

@@ -65,9 +65,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
-    """Every test gets its own state folder, so nothing leaks into the checkout's .unmask/, and the same terminal
+    """Every test gets its own state folder and personal keys folder (empty), so nothing leaks into the checkout's
+    .unmask/ or comes from the user's ~/.config/unmask/keys, and the same terminal
     and locale (TERMINAL_CLEARED, TERMINAL_SET), whatever the one before it set."""
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path_factory.mktemp("unmask_home")))
+    monkeypatch.setenv("UNMASK_KEYS_HOME", str(tmp_path_factory.mktemp("keys_home")))  # nobody's own keys sign here
     for name in TERMINAL_CLEARED:
         monkeypatch.delenv(name, raising=False)
     for name, value in TERMINAL_SET.items():

@@ -107,6 +107,7 @@ def _gate_reports() -> dict:
 
 
 _IDS = re.compile(r"\b[0-9a-f]{32}\b|\b[0-9a-f]{12}\b")
+_HEADS = re.compile(r'"head": "\d+:[0-9a-f]*"')  # the audit chain head an act followed: its hash covers clock times
 _TIMES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?")
 
 
@@ -115,7 +116,7 @@ def _normalised(value):
     machine to machine; everything else must not."""
     text = json.dumps(value, sort_keys=True, default=str).replace(str(REPO), "<repo>")  # the checkout's folder
     text = text.replace(f'"account": {json.dumps(os_account())}', '"account": "<account>"')
-    return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", text)))
+    return json.loads(_TIMES.sub("<time>", _IDS.sub("<id>", _HEADS.sub('"head": "<head>"', text))))
 
 
 DECISION_PARTS = ("schema", "outcome", "holds", "blockers", "approvals", "signoffs", "rollouts", "steps", "figures")

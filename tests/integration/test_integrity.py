@@ -122,11 +122,21 @@ def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg
         reg.client.delete_tag(run_id, key)  # no hash at all: registered before this check existed
     assert evidence_integrity(reg, "tiny-llada", v)["status"] == "unverified"
     assert load_evidence(reg, "tiny-llada", v).candidate == "tiny-llada"
-    assert judge(reg, "tiny-llada", v, "poc").evidence["evidence_status"] == "unverified"
+    decision = judge(reg, "tiny-llada", v, "poc")
+    assert decision.evidence["evidence_status"] == "unverified"
+    # nothing passes on it (issue 48: records edited, hash tags deleted, read as "unverified", then promoted)
+    assert decision.blockers[0].text.startswith(f"the evidence of tiny-llada v{v} is unverified: its run carries no")
+    assert decision.outcome == "blocked" and decision.blocker_labels()[0] == "unverified evidence"
+    assert decision.steps[0].command == "unmask run --model tiny-llada"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
     shown = CliRunner().invoke(cli(), ["gates", "tiny-llada", "--stage", "poc"])
     assert shown.exit_code == 1 and "evidence unverified: registered before evidence hashes" in shown.output  # blocked
+    assert "is unverified: its run carries no sha256" in shown.output
+    sign_all(reg, "tiny-llada", v, "poc")
+    with pytest.raises(PromotionRefused, match="is unverified: its run carries no sha256"):
+        promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
+    assert reg.aliases_of("tiny-llada").get("poc") is None
 
 
 def test_re_evaluating_replaces_forged_or_unverified_evidence_with_hashed_evidence(reg):

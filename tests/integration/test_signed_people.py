@@ -1,0 +1,250 @@
+"""Approvals and sign-offs signed by the people who made them (issue 48): where the roles file lists public keys,
+an act counts only when a key listed for its signer, valid at its time, signed exactly what the store holds.
+
+The attacks come first, each run against roles that list no keys (where they still succeed, which is why keys
+exist) and then against keyed roles (where they are refused in one line and no alias moves). One OS account runs
+every test: on the embedded store, with keys, two listed keys are two people, and no `login` stand-in is needed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import registry.read as read
+from gates.promotion import Approval
+from gates.roles import RolesError, load_roles, parse_roles
+from gates.signatures import verifies
+from registry import ApprovalRefused, PromotionRefused, approve, promote, sign_off
+from registry.identity import os_account
+from registry.state import approvals_from_tags, version_state
+from registry.store import model_tag, now_iso
+from tests.support.gate_fixtures import OK, fast_llada, fresh_registry, register_pair, sign_all
+from tests.support.governance import PEOPLE, roles_data
+from tests.support.people_keys import keyed_roles
+
+
+@pytest.fixture
+def reg(tmp_path):
+    registry = fresh_registry(tmp_path)
+    register_pair(registry, fast_llada())
+    return registry
+
+
+def _at_staging(reg):
+    sign_all(reg, "tiny-llada", "1", "poc", "staging", "production")
+    promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    approve(reg, "tiny-llada", "1", "staging", "grace", OK)
+    promote("tiny-llada", "staging", registry=reg)
+
+
+def _forge_approval(reg, stage, by, request, **fields):
+    """An approval tag written with the plain MLflow client, as anyone who can write the store can write it."""
+    forged = Approval(stage, by, now_iso(), OK, f"forged{by}", request, "laptop", "mlflow-basic-auth", account=by)
+    value = forged.to_dict() | fields
+    reg.client.set_model_version_tag("tiny-llada", "1", model_tag(f"approvals.{stage}.{forged.id}"), json.dumps(value))
+
+
+def _open_request(reg, stage):
+    from registry.approvals import request_promotion
+    from registry.identity import current_actor
+
+    return request_promotion(reg, "tiny-llada", "1", stage, current_actor(reg.tracking_uri)).id
+
+
+def test_four_eyes_on_the_embedded_store_two_listed_keys_are_two_people(reg, tmp_path, monkeypatch):
+    keyed_roles(tmp_path, monkeypatch)
+    _at_staging(reg)  # grace approved staging from this one OS account: her key, not the account, is the person
+    approve(reg, "tiny-llada", "1", "production", "grace", OK)
+    approve(reg, "tiny-llada", "1", "production", "linus", OK)
+    move = promote("tiny-llada", "production", registry=reg)
+    assert move.to_holder == ("tiny-llada", "1")
+    used = [a for a in version_state(reg, "tiny-llada", "1").approvals("production") if a.status == "consumed"]
+    assert sorted(a.by for a in used) == ["grace", "linus"]
+    assert all(a.identity == "ed25519-key" and a.key.startswith("SHA256:") and a.signature for a in used)
+
+
+def test_approval_tags_written_with_the_plain_client_count_for_nothing(reg, tmp_path, monkeypatch):
+    # without keys listed, two forged tags naming two authenticated users move production: the attack of issue 48
+    path = tmp_path / "plain.yaml"
+    path.write_text(json.dumps(roles_data()))
+    monkeypatch.setenv("UNMASK_ROLES", str(path))
+    from tests.support.gate_fixtures import approve_as
+
+    sign_all(reg, "tiny-llada", "1", "poc", "staging", "production")
+    promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    approve_as(reg, "tiny-llada", "1", "staging", OK, "grace")
+    promote("tiny-llada", "staging", registry=reg)
+    request = _open_request(reg, "production")
+    for by in ("grace", "linus"):
+        _forge_approval(reg, "production", by, request)
+    assert promote("tiny-llada", "production", registry=reg).to_holder == ("tiny-llada", "1")
+
+    # with keys listed, the same forgery on a fresh store is refused, each tag named, and nothing moves
+    other = fresh_registry(tmp_path / "keyed")
+    register_pair(other, fast_llada())
+    keyed_roles(tmp_path, monkeypatch)
+    _at_staging(other)
+    request = _open_request(other, "production")
+    for by in ("grace", "linus"):
+        _forge_approval(other, "production", by, request)
+    with pytest.raises(PromotionRefused) as e:
+        promote("tiny-llada", "production", registry=other)
+    text = "\n".join(e.value.reasons)
+    assert "the approval by grace at" in text and "is not signed: only an act signed by a key the roles" in text
+    assert "the approval by linus at" in text
+    assert read.aliases(other)["production"] is None
+
+
+def test_a_signed_approval_edited_copied_or_signed_with_anothers_key_counts_for_nothing(reg, tmp_path, monkeypatch):
+    signers = keyed_roles(tmp_path, monkeypatch)
+    _at_staging(reg)
+    grace = approve(reg, "tiny-llada", "1", "production", "grace", OK)
+    tag = model_tag(f"approvals.production.{grace.id}")
+    edited = grace.to_dict() | {"comment": OK + " (and I also approve the next three versions)"}
+    reg.client.set_model_version_tag("tiny-llada", "1", tag, json.dumps(edited))
+    # linus's name on an approval grace's key signed
+    stolen = Approval(
+        "production",
+        "linus",
+        now_iso(),
+        OK,
+        "stolen",
+        grace.request,
+        identity="ed25519-key",
+        account="x",
+        model="tiny-llada",
+        version="1",
+        head=grace.head,
+    )
+    key, signature = signers["grace"].sign(stolen.payload())
+    reg.client.set_model_version_tag(
+        "tiny-llada",
+        "1",
+        model_tag("approvals.production.stolen"),
+        json.dumps(stolen.to_dict() | {"key": key, "signature": signature}),
+    )
+    with pytest.raises(PromotionRefused) as e:
+        promote("tiny-llada", "production", registry=reg)
+    text = "\n".join(e.value.reasons)
+    assert f"the approval by grace at {grace.at} does not match its signature by {grace.key}: it was changed" in text
+    assert f"is signed with {grace.key}, a key of grace, not one of linus's" in text
+    assert read.aliases(reg)["production"] is None
+    # a signed approval of version 1 copied onto version 2 (same tag, same signature) is read as version 2's
+    copied = approvals_from_tags({tag: json.dumps(grace.to_dict())}, "production", "tiny-llada", "2")[0]
+    assert copied.version == "2" and copied.signature == grace.signature
+    assert not verifies(signers["grace"].public_line, copied.payload(), copied.signature)
+    assert verifies(signers["grace"].public_line, grace.payload(), grace.signature)
+
+
+def test_a_revoked_key_signs_nothing_that_counts_and_an_unlisted_person_cannot_approve(reg, tmp_path, monkeypatch):
+    keyed_roles(tmp_path, monkeypatch, [p for p in PEOPLE if p != "eve"], revoked={"linus": "2020-01-01T00:00:00Z"})
+    _at_staging(reg)
+    approve(reg, "tiny-llada", "1", "production", "grace", OK)
+    with pytest.raises(ApprovalRefused) as e:
+        approve(reg, "tiny-llada", "1", "production", "linus", OK)
+    assert "with linus's key SHA256:" in str(e.value) and "revoked at 2020-01-01T00:00:00+00:00" in str(e.value)
+    refused = read.audit_events(event="approval_refused", registry=reg)
+    assert "revoked at 2020-01-01" in refused["comment"].iloc[-1]
+    # eve holds the approve role but the roles file lists no key of hers: nothing she does counts
+    with pytest.raises(
+        ApprovalRefused, match="is not signed: only an act signed by a key the roles file lists for eve"
+    ):
+        approve(reg, "tiny-llada", "1", "production", "eve", OK)
+    with pytest.raises(PromotionRefused, match="production needs 2 approvals from 2 different people"):
+        promote("tiny-llada", "production", registry=reg)
+    assert read.aliases(reg)["production"] is None
+
+
+def test_a_forged_sign_off_tag_leaves_its_checklist_item_open(reg, tmp_path, monkeypatch):
+    keyed_roles(tmp_path, monkeypatch)
+    sign_all(reg, "tiny-llada", "1", "poc")
+    state = version_state(reg, "tiny-llada", "1")
+    item = next(iter(state.signoffs("poc")))
+    forged = state.signoffs("poc")[item] | {"comment": "rewritten after signing"}
+    reg.client.set_model_version_tag("tiny-llada", "1", model_tag(f"signoff.poc.{item}"), json.dumps(forged))
+    with pytest.raises(PromotionRefused) as e:
+        promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    text = "\n".join(e.value.reasons)
+    assert f"checklist poc/{item}: needs a sign-off" in text
+    assert read.aliases(reg)["poc"] is None
+    # signing it off again, signed, settles it
+    sign_off(reg, "tiny-llada", "1", "poc", item, "ada", f"{item} checked again")
+    assert promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg).to_holder == ("tiny-llada", "1")
+
+
+def test_verification_needs_only_the_roles_files_public_keys(reg, tmp_path, monkeypatch):
+    """A second OS account (another keys folder, no private key at all) reads the same decision."""
+    keyed_roles(tmp_path, monkeypatch)
+    _at_staging(reg)
+    approve(reg, "tiny-llada", "1", "production", "grace", OK)
+    mine = read.promotion_decision("tiny-llada", "1", "production", registry=reg).to_dict()
+    empty = tmp_path / "auditor-keys"
+    empty.mkdir()
+    monkeypatch.setenv("UNMASK_KEYS_HOME", str(empty))
+    theirs = read.promotion_decision("tiny-llada", "1", "production", registry=reg).to_dict()
+    assert theirs["reasons"] == mine["reasons"] and theirs["approvals"] == mine["approvals"]
+    assert theirs["signoffs"] == mine["signoffs"] and all(s["counts"] for s in theirs["signoffs"])
+    assert [a["by"] for a in theirs["approvals"]] == ["grace"] and "signed" not in theirs["approvals"][0]["why"]
+
+
+def test_the_roles_file_refuses_malformed_keys_naming_the_entry(tmp_path, monkeypatch):
+    signers = keyed_roles(tmp_path, monkeypatch, people=["ada", "grace"])
+    assert load_roles().signed and {k.fingerprint for k in load_roles().keys["grace"]} == {signers["grace"].fingerprint}
+    line = signers["ada"].public_line
+    cases = [
+        ({"ada": ["ssh-rsa AAAAB3NzaC1yc2E"]}, "keys.ada[0]: expected an OpenSSH Ed25519 public key"),
+        ({"ada": ["ssh-ed25519 AAAAnot-base64!"]}, "keys.ada[0]: not a readable ssh-ed25519 key"),
+        ({"ada": [line], "grace": [line]}, "keys.grace[0]: key SHA256:"),
+        ({"nobody": [line]}, "keys.nobody: 'nobody' is not a known user"),
+        ({"ada": [{"key": line, "revoked": "last tuesday"}]}, "keys.ada[0].revoked: expected an ISO time"),
+        ({"ada": []}, "keys.ada: expected a non-empty list of public keys"),
+        ({"*": [line]}, "keys.*: keys belong to a named person"),
+    ]
+    for keys, message in cases:
+        with pytest.raises(RolesError, match=message.replace("*", r"\*").replace("[", r"\[").replace("]", r"\]")):
+            parse_roles(roles_data() | {"keys": keys}, source="roles.yaml")
+    assert os_account()  # the OS account is still who runs this; keys decide who signed
+
+
+def test_people_make_their_keys_with_the_cli_and_their_cli_approvals_count(reg, tmp_path, monkeypatch):
+    """Each approver runs `unmask keys init` in their own keys folder; the lines it prints go into the roles file;
+    then each one's `unmask approve` is theirs, signed, and production moves on the two."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from tests.support.flow_fixtures import cli_app
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app, homes, lines = cli_app("keys", "approve"), {}, {}
+    for person in ("grace", "linus"):
+        homes[person] = str(tmp_path / f"{person}-config")
+        made = CliRunner().invoke(app, ["keys", "init", "--name", person], env={"UNMASK_KEYS_HOME": homes[person]})
+        assert made.exit_code == 0, made.output
+        lines[person] = yaml.safe_load(made.output.splitlines()[-1])[person]  # the line it says to paste
+    signers = keyed_roles(tmp_path, monkeypatch, people=["ada", "bob"])  # in the test's own keys folder
+    data = yaml.safe_load((tmp_path / "roles.yaml").read_text())
+    data["keys"] |= lines
+    (tmp_path / "roles.yaml").write_text(yaml.safe_dump(data))
+    shown = CliRunner().invoke(app, ["keys", "show"], env={"UNMASK_KEYS_HOME": homes["grace"], "COLUMNS": "300"})
+    assert shown.exit_code == 0 and "signs as: grace" in shown.output and "listed for grace in" in shown.output
+    assert signers["ada"].fingerprint not in shown.output
+
+    sign_all(reg, "tiny-llada", "1", "poc", "staging", "production")
+    promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    for stage, people in (("staging", ["grace"]), ("production", ["grace", "linus"])):
+        for person in people:
+            done = CliRunner().invoke(
+                app, ["approve", "tiny-llada", stage, "--comment", OK], env={"UNMASK_KEYS_HOME": homes[person]}
+            )
+            assert done.exit_code == 0, done.output
+        promote("tiny-llada", stage, registry=reg)
+    assert read.aliases(reg)["production"] == {"model": "tiny-llada", "version": "1"}
+    # a third run of grace's: her name typed by someone whose keys folder is linus's is refused, and audited
+    typed = CliRunner().invoke(
+        app,
+        ["approve", "tiny-llada", "production", "--by", "grace", "--comment", OK],
+        env={"UNMASK_KEYS_HOME": homes["linus"]},
+    )
+    assert typed.exit_code != 0 and "--by 'grace' is not you: you are 'linus'" in typed.output
