@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -113,6 +114,8 @@ SETTLED, SETTLED_SHA = model_tag("chain.settled"), model_tag("chain.settled_sha2
 HEAD = model_tag("chain.head")  # "seq:sha256" of the newest entry: a removed tail shows against it
 SIG = model_tag("chain.sig")  # "<key id>:<hmac>" of "seq:sha256" under the signing key (registry/signing.py)
 GENESIS = "0" * 64  # the previous hash of the first entry of a store that had no events before the chain
+STORE = model_tag("store_id")  # the store's identity, on the audit experiment: the same under any URI, or copied
+CHAIN_STORE = model_tag("chain.store")  # the identity each entry was written in (hashed: an entry names its store)
 FIELDS = {
     "actor": "who",
     "event": "event",
@@ -131,6 +134,8 @@ def canonical(tags: Mapping[str, str], seq: int, prev_sha256: str) -> bytes:
     """The bytes an entry's hash covers: what it says, as stored, with its place and the hash before it."""
     body: dict[str, str | int] = {name: tags.get(model_tag(key), "") for name, key in FIELDS.items()}
     body |= {"seq": seq, "prev_sha256": prev_sha256}
+    if tags.get(CHAIN_STORE):  # entries written before stores had an identity hash without it
+        body["store"] = tags[CHAIN_STORE]
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -163,6 +168,21 @@ def _last_chained(registry: Registry) -> Run | None:
     return runs[0] if runs else None
 
 
+_identities: dict[tuple[str, str], str] = {}  # (tracking URI, experiment) -> the store's identity, read once
+
+
+def store_identity(registry: Registry, experiment: str) -> str:
+    """The store's identity (a uuid4 kept on the audit experiment), made on the first write that needs it."""
+    key = (registry.tracking_uri, experiment)
+    if key not in _identities:
+        found = registry.client.get_experiment(experiment).tags.get(STORE, "")
+        if not found:
+            found = uuid.uuid4().hex
+            retry_busy(registry.client.set_experiment_tag, experiment, STORE, found)
+        _identities[key] = found
+    return _identities[key]
+
+
 def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> AuditEvent:
     """Write one event as the chain's next entry. With `open_intent`, the run stays RUNNING until `settle` ends it."""
     if event.event not in EVENTS:
@@ -182,6 +202,8 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
     }
     experiment = registry.experiment_id(AUDIT_EXPERIMENT)
     with chain_locked(registry):
+        store = store_identity(registry, experiment)
+        tags[CHAIN_STORE] = store
         last = _last_chained(registry)
         start = int(time.time() * 1000)
         if last is None:
@@ -200,7 +222,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip(),
         )
         retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
-        signing.remember(registry.tracking_uri, Anchor(seq, sha, signed))
+        signing.remember(registry.tracking_uri, Anchor(seq, sha, signed, store=store), store)
     if not open_intent:
         retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")
     status = "RUNNING" if open_intent else "FINISHED"
@@ -328,6 +350,7 @@ class ChainReport:
     starts_at: dict[str, Any] | None = None  # the first chained entry: position, run_id, when
     first_break: ChainBreak | None = None
     anchor: str = ""  # the signed head ("unmask-chain-anchor:seq:sha256:key:mac"), "" when the head is unsigned
+    store: str = ""  # the store's identity (STORE), "" before its first entry named one
 
     @property
     def ok(self) -> bool:
@@ -373,8 +396,14 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     # Read in the reverse of the order `append` writes (entry, then the head tag, then this machine's anchor): the
     # entries read last hold every one a head or anchor read before them names, so an append under way is never
     # mistaken for a removed entry (the head naming #n before the runs read show it).
-    anchors = [a for a in (signing.local_anchor(registry.tracking_uri), anchor) if a is not None]
-    head_tag = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags.get(HEAD, "")
+    experiment_tags = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags
+    head_tag, store = experiment_tags.get(HEAD, ""), experiment_tags.get(STORE, "")
+    if anchor is not None and anchor.store and store and anchor.store != store:
+        raise RegistryError(
+            f"{anchor.where or 'the witness'} is the signed head of store {anchor.store}, not of this one ({store} at "
+            f"{registry.tracking_uri}): another store's witness, which says nothing about this chain"
+        )
+    anchors = [a for a in (signing.local_anchor(registry.tracking_uri, store), anchor) if a is not None]
     runs = sorted(
         registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id)
     )
@@ -400,12 +429,14 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         "when": runs[first].data.tags.get(model_tag("when"), ""),
     }
     ring = signing.key_ring(registry.tracking_uri)
-    found = _first_break(runs, first, head_tag, ring, anchors, signing.signed_since(registry.tracking_uri))
-    found = found or _anchor_break(runs, chained, anchors, ring)
+    found = _first_break(runs, first, head_tag, ring, anchors, signing.signed_since(registry.tracking_uri, store))
+    found = found or _identity_break(runs, first, store) or _anchor_break(runs, chained, anchors, ring)
     last = chained[-1].data.tags
-    head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, "")) if last.get(SIG) else None
+    head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, ""), store=store) if last.get(SIG) else None
     if head is not None and found is None:
-        signing.remember(registry.tracking_uri, head)  # what this machine has seen verify: a later truncation shows
+        signing.remember(
+            registry.tracking_uri, head, store
+        )  # what this machine has seen verify: a later truncation shows
     return ChainReport(
         BROKEN if found else INTACT,
         len(runs),
@@ -416,6 +447,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         start,
         found,
         str(head) if head else "",
+        store,
     )
 
 
@@ -522,6 +554,19 @@ def _first_break(
         last = len(runs) - 1
         gap = f"#{expected_seq}" if int(head_seq) == expected_seq else f"#{expected_seq} to #{head_seq}"
         return named(REMOVED, last, f"entry {gap} after it is missing: the chain's head is #{head_seq}")
+    return None
+
+
+def _identity_break(runs: list[Run], first: int, store: str) -> ChainBreak | None:
+    """The first entry naming a store other than the one whose identity the audit experiment keeps: the identity
+    tag was changed or removed (to lose this machine's anchor, say)."""
+    for i in range(first, len(runs)):
+        named = runs[i].data.tags.get(CHAIN_STORE, "")
+        if named and named != store:
+            said = f"says {store}" if store else "is gone"
+            return _named(
+                runs, EDITED, i, f"it was written in store {named}, but the store's identity tag {said}: it was changed"
+            )
     return None
 
 

@@ -34,6 +34,8 @@ from registry.connection import RegistryError
 
 KEY_ENV, KEY_FILE_ENV = "UNMASK_SIGNING_KEY", "UNMASK_SIGNING_KEY_FILE"
 KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,40}$")
+STORE_ID = re.compile(r"^[0-9a-f]{32}$")  # a store's identity (registry.audit.store_identity): uuid4 hex
+STORE_LINE = re.compile(r"unmask-store:([0-9a-f]{32})")
 ANCHOR = re.compile(r"unmask-chain-anchor:(\d+):([0-9a-f]{64}):([A-Za-z0-9._-]{1,40}):([0-9a-f]{64})")
 
 
@@ -163,75 +165,93 @@ class Anchor:
     sha256: str
     signature: str  # "<key id>:<hex mac>"
     where: str = ""  # where it was read from, for messages
+    store: str = ""  # the identity of the store whose head it is (a witness names it; "" where unknown)
 
     def __str__(self) -> str:
         return f"unmask-chain-anchor:{self.seq}:{self.sha256}:{self.signature}"
 
+    def witness(self, exported_at: str) -> str:
+        """The text of a witness file (`unmask audit --export-head`): the store's identity and its signed head."""
+        return (
+            "# the signed head of an unmask audit chain, kept outside the store; check the store against it with\n"
+            "#   unmask audit --verify --witness THIS_FILE\n"
+            f"# exported {exported_at}\nunmask-store:{self.store}\n{self}\n"
+        )
+
     @classmethod
     def parse(cls, text: str, where: str = "") -> Anchor | None:
-        """The last signed head written in `text` (a dossier, a JSON file, a report), or None."""
+        """The last signed head written in `text` (a dossier, a JSON file, a report, a witness), or None."""
         found = ANCHOR.findall(text)
         if not found:
             return None
         seq, sha, key_id, mac = found[-1]
-        return cls(int(seq), sha, f"{key_id}:{mac}", where)
+        stores = STORE_LINE.findall(text)
+        return cls(int(seq), sha, f"{key_id}:{mac}", where, stores[-1] if stores else "")
 
 
-def anchor_from_file(path: str | Path) -> Anchor:
-    """The signed head in a file (a dossier's HTML, a nightly report, a saved `unmask audit --verify` line)."""
+def anchor_from_file(path: str | Path, flag: str = "--anchor") -> Anchor:
+    """The signed head in a file (a witness, a dossier's HTML, a nightly report, a saved `unmask audit --verify`
+    line); `flag` names the option it came from in messages."""
     file = Path(path)
     try:
         text = file.read_bytes().decode("utf-8", errors="replace")
     except OSError as e:
-        raise RegistryError(f"--anchor {file}: cannot be read ({e.strerror or e})") from None
+        raise RegistryError(f"{flag} {file}: cannot be read ({e.strerror or e})") from None
     anchor = Anchor.parse(text, str(file))
     if anchor is None:
         raise RegistryError(
-            f"--anchor {file}: holds no signed chain head (a line 'unmask-chain-anchor:SEQ:SHA256:"
-            "KEY:SIGNATURE', as a dossier or `unmask audit --verify` prints it)"
+            f"{flag} {file}: holds no signed chain head (a line 'unmask-chain-anchor:SEQ:SHA256:"
+            "KEY:SIGNATURE', as `unmask audit --export-head`, a dossier or `unmask audit --verify` writes it)"
         )
     return anchor
 
 
-def local_anchor_path(tracking_uri: str) -> Path:
-    """This machine's last signed head of a store (outside the store, beside the key ring)."""
-    return ring_path(tracking_uri).parent / f"anchor-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:12]}.json"
+def local_anchor_path(tracking_uri: str, store: str = "") -> Path:
+    """This machine's last signed head of a store (outside the store, beside the key ring): named by the store's
+    identity (`registry.audit.STORE`), so the same store under any URI spelling, or copied, finds it; by the
+    URI for a store that has no identity yet."""
+    name = store if store and STORE_ID.match(store) else hashlib.sha256(tracking_uri.encode()).hexdigest()[:12]
+    return ring_path(tracking_uri).parent / f"anchor-{name}.json"
 
 
-def local_anchor(tracking_uri: str) -> Anchor | None:
-    kept = _kept_anchor(tracking_uri)
+def local_anchor(tracking_uri: str, store: str = "") -> Anchor | None:
+    kept = _kept_anchor(tracking_uri, store)
     return kept[0] if kept else None
 
 
-def remember(tracking_uri: str, anchor: Anchor) -> None:
+def remember(tracking_uri: str, anchor: Anchor, store: str = "") -> None:
     """Keep `anchor` as this machine's signed head of the store, unless it already knows a newer one, and the
     first seq it saw signed (`signed_since`), which a newer head never raises."""
-    kept = _kept_anchor(tracking_uri)
+    kept = _kept_anchor(tracking_uri, store)
     if kept is not None and kept[0].seq >= anchor.seq:
         return
     write_json_atomic(
-        local_anchor_path(tracking_uri),
+        local_anchor_path(tracking_uri, store),
         {
             "seq": anchor.seq,
             "sha256": anchor.sha256,
             "signature": anchor.signature,
             "tracking_uri": tracking_uri,
+            "store": store,
             "signed_since": anchor.seq if kept is None else kept[1],
         },
     )
 
 
-def signed_since(tracking_uri: str) -> int | None:
+def signed_since(tracking_uri: str, store: str = "") -> int | None:
     """The first chain entry this machine saw signed: every entry from it on must carry a signature, so one
     stripped of it (or every one stripped) is forged, never unsigned. None before this machine saw one."""
-    kept = _kept_anchor(tracking_uri)
+    kept = _kept_anchor(tracking_uri, store)
     return kept[1] if kept else None
 
 
-def _kept_anchor(tracking_uri: str) -> tuple[Anchor, int] | None:
+def _kept_anchor(tracking_uri: str, store: str = "") -> tuple[Anchor, int] | None:
     """This machine's anchor file, read once: the anchor and its `signed_since` (an anchor kept before that field
-    existed, or one out of range: its own head). None when there is no file."""
-    path = local_anchor_path(tracking_uri)
+    existed, or one out of range: its own head). None when there is no file. A store with an identity reads the
+    file kept under its URI before it had one, until it keeps its own."""
+    path = local_anchor_path(tracking_uri, store)
+    if store and not path.exists():
+        path = local_anchor_path(tracking_uri)
     try:
         data = json.loads(path.read_text())
         anchor = Anchor(

@@ -145,6 +145,26 @@ def sign_off_command(
     console.print(f"{stage}/{item} signed off for {model} v{version} by {done['by']} at {done['at']}.", highlight=False)
 
 
+def _export_head(chain: dict, path: str) -> None:
+    """Write the verified chain's signed head and the store's identity to `path` (`unmask audit --export-head`)."""
+    from pathlib import Path
+
+    from registry import RegistryError
+    from registry.signing import Anchor
+    from registry.store import now_iso
+
+    head = Anchor.parse(chain.get("anchor") or "")
+    if head is None or not chain.get("store"):
+        _fail(
+            RegistryError(f"--export-head {path}: the chain has no signed head yet (no audit event); nothing to export")
+        )
+    try:
+        Path(path).write_text(Anchor(head.seq, head.sha256, head.signature, store=chain["store"]).witness(now_iso()))
+    except OSError as e:
+        _fail(RegistryError(f"--export-head {path}: cannot be written ({e.strerror or e})"))
+    console.print(f"witness written: {path} (store {chain['store']}, head #{head.seq})", highlight=False)
+
+
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", callback=options.alias_name, help="Only events of this stage."),
@@ -163,17 +183,40 @@ def audit_command(
         "dossier, a nightly report, a saved verify line): a truncation or consistent "
         "rewrite after it is named.",
     ),
+    witness: str = typer.Option(
+        None,
+        "--witness",
+        metavar="FILE",
+        help="With --verify: check the chain against a witness `--export-head` wrote (kept outside the store: "
+        "a git repository, another host); a chain that lost or rewrote entries since is named, another store's "
+        "witness is said to be one.",
+    ),
+    export_head: str = typer.Option(
+        None,
+        "--export-head",
+        metavar="FILE",
+        help="Verify the chain, then write its signed head and the store's identity to FILE, a witness to keep "
+        "outside the store.",
+    ),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
     from registry.read import audit_chain, audit_events
     from registry.signing import anchor_from_file
 
-    if anchor is not None and not verify:
-        _fail(RegistryError("--anchor checks the chain: give it with --verify"))
-    if verify:
+    if (anchor is not None or witness is not None) and not verify:
+        _fail(
+            RegistryError(
+                f"{'--anchor' if anchor is not None else '--witness'} checks the chain: give it with --verify"
+            )
+        )
+    if anchor is not None and witness is not None:
+        _fail(RegistryError("give --anchor or --witness, not both"))
+    if verify or export_head:
         try:
-            chain = audit_chain(anchor=anchor_from_file(anchor) if anchor is not None else None)
+            given = anchor_from_file(anchor) if anchor is not None else None
+            given = anchor_from_file(witness, "--witness") if witness is not None else given
+            chain = audit_chain(anchor=given)
         except RegistryError as e:
             _fail(e)
         console.print(
@@ -183,6 +226,8 @@ def audit_command(
             console.print(f"signed head: {chain['anchor']}", markup=False, highlight=False, soft_wrap=True)
         if not chain["ok"]:
             raise typer.Exit(1)
+        if export_head:
+            _export_head(chain, export_head)
         return
     try:
         events = audit_events(model=model, stage=stage)

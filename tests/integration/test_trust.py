@@ -8,11 +8,13 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from registry import EvidenceTampered, PromotionRefused, approve, audit, judge, promote, rollback, signing
+from registry import EvidenceTampered, PromotionRefused, Registry, approve, audit, judge, promote, rollback, signing
 from registry.audit import HEAD, PREV, SETTLED, SETTLED_SHA, SHA, SIG, AuditEvent, entry_sha256, settle_sha256
 from registry.connection import AUDIT_EXPERIMENT
 from registry.integrity import DIGEST_PREFIX, ChainBroken, GateReportTampered
@@ -107,7 +109,7 @@ def test_entries_are_signed_and_the_verified_head_is_kept_outside_the_store(poc_
         is None
         for r in chain(reg)
     )
-    kept = signing.local_anchor(reg.tracking_uri)
+    kept = signing.local_anchor(reg.tracking_uri, report.store)  # found by the store's identity, not its URI
     assert (kept.seq, kept.sha256) == (report.head_seq, report.head_sha256)
     move = audit.events(reg, event="alias_move")[-1]
     assert move.evidence["chain_head"].startswith("unmask-chain-anchor:")  # the signed head it was judged on
@@ -203,7 +205,7 @@ def test_audit_verify_anchor_catches_a_rewrite_and_a_truncation_even_by_a_key_ho
         reg.client.set_tag(
             run.info.run_id, SIG, ring.sign(signing.head_message(int(tags[model_tag("chain.seq")]), tags[SHA]))
         )
-    signing.local_anchor_path(reg.tracking_uri).unlink()
+    signing.local_anchor_path(reg.tracking_uri, audit.verify(reg).store).unlink()  # this machine's anchor, gone
     assert CliRunner().invoke(app, ["audit", "--verify"], env={"COLUMNS": "400"}).exit_code == 0
     done = CliRunner().invoke(app, ["audit", "--verify", "--anchor", str(saved)], env={"COLUMNS": "400"})
     assert done.exit_code == 1 and "was rewritten" in done.output and str(saved) in done.output, done.output
@@ -324,3 +326,64 @@ def test_the_server_and_recovery_do_not_follow_a_forged_move_intent(poc_held, mo
     assert [e.status for e in audit.events(reg, event="alias_move")][-1] == "RUNNING"  # not settled as a promotion
     with pytest.raises((ChainBroken, PromotionRefused)):
         rollback("poc", who="oncall", registry=reg)
+
+
+# the store's identity, and a witness kept outside it (issue 48) ---------------------------------------------------
+def test_the_same_store_under_another_uri_spelling_or_copied_keeps_its_anchor(poc_held, tmp_path, monkeypatch):
+    reg = poc_held
+    store = audit.verify(reg).store
+    assert len(store) == 32 and signing.local_anchor_path(reg.tracking_uri, store).name == f"anchor-{store}.json"
+    db = Path(reg.tracking_uri.removeprefix("sqlite:///"))
+    runs = chain(reg)
+    for run in runs[-2:]:  # truncated, and the head tag reset: only the anchor this machine kept knows
+        reg.client.delete_run(run.info.run_id)
+    set_head(reg, runs[-3])
+    monkeypatch.chdir(db.parent.parent)
+    relative = Registry(f"sqlite:///{db.parent.name}/{db.name}")  # the same file, spelled relative
+    assert relative.tracking_uri != reg.tracking_uri
+    report = audit.verify(relative)
+    assert report.store == store and report.first_break.kind == "truncated", report.summary()
+    # a copy of the store (database and its keys folder, as a backup holds them) is the same store: same verdict
+    copy = tmp_path / "copy"
+    shutil.copytree(db.parent, copy)
+    copied = Registry(f"sqlite:///{copy / db.name}")
+    signing.remember(copied.tracking_uri, signing.local_anchor(reg.tracking_uri, store), store)  # this machine's
+    assert audit.verify(copied).first_break.kind == "truncated"
+    # removing the identity tag to lose the anchor is itself named
+    experiment = reg.experiment_id(AUDIT_EXPERIMENT)
+    reg.client.delete_experiment_tag(experiment, audit.STORE)
+    gone = audit.verify(reg)
+    assert not gone.ok and "but the store's identity tag is gone: it was changed" in gone.summary()
+
+
+def test_a_witness_exported_outside_the_store_catches_a_later_truncation_and_names_a_foreign_one(
+    poc_held, tmp_path, monkeypatch
+):
+    reg = poc_held
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app = cli_app("promote")
+    witness = tmp_path / "team-repo" / "unmask-head.txt"
+    witness.parent.mkdir()
+    done = CliRunner().invoke(app, ["audit", "--export-head", str(witness)], env={"COLUMNS": "400"})
+    assert done.exit_code == 0 and f"witness written: {witness}" in done.output, done.output
+    text = witness.read_text()
+    assert f"unmask-store:{audit.verify(reg).store}" in text and "unmask-chain-anchor:" in text
+    ok = CliRunner().invoke(app, ["audit", "--verify", "--witness", str(witness)], env={"COLUMNS": "400"})
+    assert ok.exit_code == 0 and "audit chain: intact" in ok.output, ok.output
+    # the tail removed, the head tag reset, and this machine's own anchor deleted: the witness still knows
+    runs = chain(reg)
+    reg.client.delete_run(runs[-1].info.run_id)
+    set_head(reg, runs[-2])
+    signing.local_anchor_path(reg.tracking_uri, audit.verify(reg, None).store).unlink(missing_ok=True)
+    cut = CliRunner().invoke(app, ["audit", "--verify", "--witness", str(witness)], env={"COLUMNS": "400"})
+    assert cut.exit_code == 1 and "truncated" in cut.output.lower() and str(witness) in cut.output, cut.output
+    # another store's witness is named as such, not as a truncation of this one
+    other = fresh_registry(tmp_path / "other")
+    sign_all(other, "tiny-llada", register_pair(other)[1], "poc")  # a chain of its own
+    foreign = tmp_path / "other-head.txt"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other.tracking_uri)
+    assert CliRunner().invoke(app, ["audit", "--export-head", str(foreign)]).exit_code == 0
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    named = CliRunner().invoke(app, ["audit", "--verify", "--witness", str(foreign)], env={"COLUMNS": "400"})
+    assert named.exit_code == 2 and "another store's witness" in named.output, named.output
+    assert "truncated" not in named.output
