@@ -28,6 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
+from gates.decision import UNVERIFIED
 from gates.evaluate import all_passed, gate_report_markdown
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
@@ -36,7 +37,6 @@ from registry.integrity import (
     EVIDENCE_ARTIFACTS,
     SIGNATURE_PREFIX,
     TAMPERED,
-    UNVERIFIED,
     VERIFIED,
     EvidenceTampered,
     GateReportTampered,

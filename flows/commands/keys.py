@@ -7,6 +7,8 @@ signed it (docs/governance.md). The private key never leaves `$UNMASK_KEYS_HOME`
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -29,8 +31,10 @@ def _listed(fingerprint: str) -> str:
     return f"not listed in {roles.path or roles.source}: add it under keys: for the acts you sign to count"
 
 
-def _fail(e: Exception) -> None:
-    console.print(f"[red]error[/red]: {escape(str(e))}", highlight=False)
+def _fail(e: Exception) -> NoReturn:
+    from flows.failures import print_error
+
+    print_error(console, e)
     raise typer.Exit(2) from None
 
 

@@ -3,6 +3,8 @@ who did."""
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import typer
 
 from flows.commands import options
@@ -13,7 +15,7 @@ from flows.failures import print_error
 console = table_console(200)
 
 
-def _fail(e: Exception) -> None:
+def _fail(e: Exception) -> NoReturn:
     print_error(console, f"{e}")
     raise typer.Exit(2) from None
 
@@ -145,7 +147,7 @@ def sign_off_command(
     console.print(f"{stage}/{item} signed off for {model} v{version} by {done['by']} at {done['at']}.", highlight=False)
 
 
-def _export_head(chain: dict, path: str) -> None:
+def _export_head(chain: dict[str, Any], path: str) -> None:
     """Write the verified chain's signed head and the store's identity to `path` (`unmask audit --export-head`)."""
     from pathlib import Path
 
@@ -163,6 +165,32 @@ def _export_head(chain: dict, path: str) -> None:
     except OSError as e:
         _fail(RegistryError(f"--export-head {path}: cannot be written ({e.strerror or e})"))
     console.print(f"witness written: {path} (store {chain['store']}, head #{head.seq})", highlight=False)
+
+
+def _verify_chain(verify: bool, anchor: str | None, witness: str | None, export_head: str | None) -> None:
+    """`unmask audit --verify [--anchor FILE | --witness FILE]` and `--export-head FILE`."""
+    from registry import RegistryError
+    from registry.read import audit_chain
+    from registry.signing import anchor_from_file
+
+    if (anchor is not None or witness is not None) and not verify:
+        flag = "--anchor" if anchor is not None else "--witness"
+        _fail(RegistryError(f"{flag} checks the chain: give it with --verify"))
+    if anchor is not None and witness is not None:
+        _fail(RegistryError("give --anchor or --witness, not both"))
+    try:
+        given = anchor_from_file(anchor) if anchor is not None else None
+        given = anchor_from_file(witness, "--witness") if witness is not None else given
+        chain = audit_chain(anchor=given)
+    except RegistryError as e:
+        _fail(e)
+    console.print(chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False, soft_wrap=True)
+    if chain["ok"] and chain.get("anchor"):  # keep it outside the store: `--anchor` checks against it later
+        console.print(f"signed head: {chain['anchor']}", markup=False, highlight=False, soft_wrap=True)
+    if not chain["ok"]:
+        raise typer.Exit(1)
+    if export_head:
+        _export_head(chain, export_head)
 
 
 def audit_command(
@@ -201,33 +229,10 @@ def audit_command(
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
-    from registry.read import audit_chain, audit_events
-    from registry.signing import anchor_from_file
+    from registry.read import audit_events
 
-    if (anchor is not None or witness is not None) and not verify:
-        _fail(
-            RegistryError(
-                f"{'--anchor' if anchor is not None else '--witness'} checks the chain: give it with --verify"
-            )
-        )
-    if anchor is not None and witness is not None:
-        _fail(RegistryError("give --anchor or --witness, not both"))
     if verify or export_head:
-        try:
-            given = anchor_from_file(anchor) if anchor is not None else None
-            given = anchor_from_file(witness, "--witness") if witness is not None else given
-            chain = audit_chain(anchor=given)
-        except RegistryError as e:
-            _fail(e)
-        console.print(
-            chain["summary"], style=None if chain["ok"] else "red", markup=False, highlight=False, soft_wrap=True
-        )
-        if chain["ok"] and chain.get("anchor"):  # keep it outside the store: `--anchor` checks against it later
-            console.print(f"signed head: {chain['anchor']}", markup=False, highlight=False, soft_wrap=True)
-        if not chain["ok"]:
-            raise typer.Exit(1)
-        if export_head:
-            _export_head(chain, export_head)
+        _verify_chain(verify, anchor, witness, export_head)
         return
     try:
         events = audit_events(model=model, stage=stage)
