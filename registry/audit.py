@@ -519,7 +519,7 @@ def _first_break(
             )
         signature = tags.get(SIG, "")
         if signature:
-            problem = ring.problem(signing.head_message(seq, tags[SHA]), signature)
+            problem = ring.problem(signing.head_message(seq, tags[SHA]), signature, tags.get(model_tag("when"), ""))
             if problem:
                 return named(
                     FORGED,

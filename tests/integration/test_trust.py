@@ -387,3 +387,18 @@ def test_a_witness_exported_outside_the_store_catches_a_later_truncation_and_nam
     named = CliRunner().invoke(app, ["audit", "--verify", "--witness", str(foreign)], env={"COLUMNS": "400"})
     assert named.exit_code == 2 and "another store's witness" in named.output, named.output
     assert "truncated" not in named.output
+
+
+def test_a_store_restored_without_its_keys_folder_says_to_restore_it_and_with_it_verifies(poc_held, tmp_path):
+    reg = poc_held
+    db = Path(reg.tracking_uri.removeprefix("sqlite:///"))
+    restored = tmp_path / "restored"
+    shutil.copytree(db.parent, restored, ignore=shutil.ignore_patterns("keys"))  # database and artifacts only
+    bare = audit.verify(Registry(f"sqlite:///{restored / db.name}"))
+    assert bare.first_break.kind == "forged", bare.summary()
+    assert "a key ring made after it was signed: if the store was restored or copied, restore its keys/ folder" in (
+        bare.summary()
+    )
+    shutil.rmtree(restored / "keys")
+    shutil.copytree(db.parent / "keys", restored / "keys")  # the backup as docs/team-setup.md says to take it
+    assert audit.verify(Registry(f"sqlite:///{restored / db.name}")).ok
