@@ -92,8 +92,13 @@ class ChainBroken(RegistryError):
     def __init__(self, report: audit.ChainReport, action: str = ""):
         self.report = report
         refused = f"{action} refused: nothing acts on an audit trail that does not verify; " if action else ""
+        way_out = (
+            "; `unmask rollback --stage STAGE --to-fallback` still moves a stage to the fallback"
+            if action.startswith("rollback")
+            else ""
+        )
         super().__init__(
-            f"{refused}{report.summary()}; the audit trail was changed outside unmask (see docs/integrity.md)"
+            f"{refused}{report.summary()}; the audit trail was changed outside unmask (see docs/integrity.md){way_out}"
         )
 
     def finding(self) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.demo import demo_refusal
 from registry.identity import Actor, actor_for
-from registry.integrity import alias_drift, record_finding, trusted_chain
+from registry.integrity import ChainBroken, alias_drift, record_finding, trusted_chain
 from registry.judging import judge  # looked up when promote runs: tests pause a promotion inside it
 from registry.state import Holder, evaluated_at, fallback_holder, stage_holder, version_state
 from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
@@ -461,8 +461,11 @@ def rollback(
     reconcile: bool = False,
     policy: Policy | None = None,
     roles: Roles | None = None,
+    to_fallback: bool = False,
 ) -> Move:
-    """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`.
+    """Re-point `stage` to the version that held it before the current one was promoted, else to `fallback`;
+    with `to_fallback`, to `fallback` directly: the one target that needs nothing from the audit trail, so it
+    works on a broken chain too (the break is recorded as a finding, and the move names it).
 
     An emergency action: no approval, but only for the stage's `emergency_rollback` role (refused and
     audited otherwise), and every rollback opens an `emergency_rollback` finding for review.
@@ -477,7 +480,13 @@ def rollback(
     action = f"{'reconciliation' if reconcile else 'rollback'} of {stage}"
     if stage not in STAGE_ALIASES:
         raise PromotionRefused(action, [f"unknown stage {stage!r}; expected one of {', '.join(STAGE_ALIASES)}"])
-    trusted_chain(registry, action, who)  # a rollback target read from a forged trail never held the stage
+    broken = None
+    try:
+        trusted_chain(registry, action, who)  # a rollback target read from a forged trail never held the stage
+    except ChainBroken as e:
+        if not to_fallback or reconcile:
+            raise
+        broken = e  # the fallback alias is read from the registry, not from the trail
     if not roles.may(who, stage, "emergency_rollback"):
         _refuse(
             registry,
@@ -494,11 +503,12 @@ def rollback(
             {"actor": actor.to_dict()},
         )
     with _StageLock(registry, stage, lock_timeout_s, action):
-        recover(registry, stage)
+        if broken is None:  # a move intent read from a broken trail is not followed
+            recover(registry, stage)
         if reconcile:
             move = _restore(registry, stage, who, comment, action)
         else:
-            move = _rollback(registry, stage, actor, comment, action, policy)
+            move = _rollback(registry, stage, actor, comment, action, policy, to_fallback, broken)
     target = move.to_holder or ("", "")
     audit.append(
         registry,
@@ -518,13 +528,23 @@ def rollback(
     return move
 
 
-def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action: str, policy: Policy | None) -> Move:
+def _rollback(
+    registry: Registry,
+    stage: str,
+    actor: Actor,
+    comment: str,
+    action: str,
+    policy: Policy | None,
+    to_fallback: bool = False,
+    broken: ChainBroken | None = None,
+) -> Move:
     who = actor.name
-    _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
+    if broken is None:  # where the trail cannot be read, the alias as the registry holds it is what is rolled back
+        _refuse_drift(registry, "rollback_refused", who, stage, "", "", action, {})
     current = stage_holder(registry, stage)
     if current is None:
         _refuse(registry, "rollback_refused", who, stage, "", "", action, [f"nobody holds {stage}"], {})
-    target = _previous_holder(registry, stage, current)
+    target = None if to_fallback else _previous_holder(registry, stage, current)
     reason = "previous holder"
     if target is None or target == current:
         target, reason = fallback_holder(registry), "fallback"
@@ -541,6 +561,8 @@ def _rollback(registry: Registry, stage: str, actor: Actor, comment: str, action
             {},
         )
     evidence = {"kind": "rollback", "target": reason, "actor": actor.to_dict()}
+    if broken is not None:
+        evidence["broken_chain"] = str(broken)[:1000]
     if policy is not None:
         evidence["policy"] = policy.cited()
     return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)

@@ -83,6 +83,11 @@ def rollback_command(
     reconcile: bool = typer.Option(
         False, "--reconcile", help="Put an alias moved outside unmask back where the audit trail left it."
     ),
+    to_fallback: bool = typer.Option(
+        False,
+        "--to-fallback",
+        help="Straight to the `fallback` model: needs nothing from the audit trail, so it works on a broken chain.",
+    ),
 ) -> None:
     """Re-point STAGE to the version that held it before, or to the `fallback` model (emergency role, audited)."""
     from gates import RolesError
@@ -93,7 +98,7 @@ def rollback_command(
         reg = Registry()
         with server_permissions(reg.tracking_uri, "", f"rollback of {stage}"):
             me = claimed_actor(reg, by, "--by", f"rollback of {stage}", stage)
-            move = rollback(stage, who=me, comment=comment, reconcile=reconcile, registry=reg)
+            move = rollback(stage, who=me, comment=comment, reconcile=reconcile, registry=reg, to_fallback=to_fallback)
     except PromotionRefused as e:
         _refused(e)
     except (RolesError, RegistryError) as e:

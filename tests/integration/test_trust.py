@@ -402,3 +402,21 @@ def test_a_store_restored_without_its_keys_folder_says_to_restore_it_and_with_it
     shutil.rmtree(restored / "keys")
     shutil.copytree(db.parent / "keys", restored / "keys")  # the backup as docs/team-setup.md says to take it
     assert audit.verify(Registry(f"sqlite:///{restored / db.name}")).ok
+
+
+def test_an_emergency_rollback_to_the_fallback_works_on_a_broken_chain_and_names_the_break(poc_held, monkeypatch):
+    reg = poc_held
+    reg.client.set_tag(the_move(reg).info.run_id, model_tag("comment"), "edited")  # the chain no longer verifies
+    with pytest.raises(ChainBroken, match="--to-fallback` still moves a stage to the fallback"):
+        rollback("poc", who="oncall", registry=reg)
+    assert reg.holders("poc") == [("tiny-llada", "1")]
+    move = rollback("poc", who="oncall", comment="the trail is broken; AR takes poc", registry=reg, to_fallback=True)
+    assert move.to_holder == ("tiny-ar", "1") and reg.holders("poc") == [("tiny-ar", "1")]
+    assert "BROKEN at entry" in move.evidence["broken_chain"] and move.evidence["target"] == "fallback"
+    assert not audit.verify(reg).ok  # still broken: the move is recorded, nothing is repaired by it
+    # the CLI: the same flag, one line
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    done = CliRunner().invoke(
+        cli_app("promote"), ["rollback", "--stage", "poc", "--to-fallback"], env={"COLUMNS": "300"}
+    )
+    assert done.exit_code != 0 and "Traceback" not in done.output  # tiny-ar already holds poc: nothing to roll back
