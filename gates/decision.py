@@ -40,6 +40,7 @@ from gates.promotion import (
     current_signoffs,
     declined_problems,
     judge_approvals,
+    registration_payload,
     rollout_problems,
     signoff_problem,
     tally_approvals,
@@ -325,6 +326,20 @@ def unverified_text(model: str, version: str) -> str:
     )
 
 
+def _registration_problem(model: str, version: str, roles: Roles, registration: Mapping[str, Any] | None) -> str:
+    """Why the evidence's registration does not count as signed by its registrant ("" when it does, or when the
+    roles list no keys, or nothing was said about it)."""
+    if registration is None or not roles.signed:
+        return ""
+    by, at = str(registration.get("by", "")), str(registration.get("at", ""))
+    payload = registration_payload(model, str(registration.get("run", "")), registration.get("sha256") or {}, by, at)
+    what = f"the evidence of {model} v{version}, registered by {by or '?'} at {at or '?'},"
+    problem = roles.signature_problem(
+        what, by, payload, str(registration.get("key", "")), str(registration.get("signature", "")), at
+    )
+    return f"{problem}; measure it again as someone the roles file lists a key for" if problem else ""
+
+
 @dataclass(frozen=True)
 class Context:
     """Who the version is, besides its evidence: what one read of the registry says about it."""
@@ -336,6 +351,8 @@ class Context:
     policy_path: str | None = None  # the policy file commands must name to judge alike (None: the bundled one)
     fallback_version: str = ""  # the version holding `fallback` ("" when none does)
     evidence_status: str = ""  # registry.integrity: verified, or unverified (no hashes: nothing is passed on it)
+    registration: Mapping[str, Any] | None = None  # who registered the evidence, signed how: {by, at, key, signature,
+    # run, sha256 {artifact: hex}} (registry.judging); where the roles list keys, a listed key must have signed it
 
 
 def decide(
@@ -371,6 +388,9 @@ def decide(
     reasons = _measured_reasons(results, status, stage_policy, reached)
     if context.evidence_status == UNVERIFIED:
         reasons.append(PromotionReason(ReasonKind.EVIDENCE, unverified_text(model, version)))
+    unsigned = _registration_problem(model, version, roles, context.registration)
+    if unsigned:
+        reasons.append(PromotionReason(ReasonKind.EVIDENCE, unsigned))
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)

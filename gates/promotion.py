@@ -21,6 +21,7 @@ decline is terminal for the version and stage until new evidence is registered.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
@@ -60,6 +61,7 @@ SETTLED_BY_AN_APPROVER = (ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE)
 AUTHENTICATED = "mlflow-basic-auth"  # the identity source of a name a tracking server authenticated (registry.identity)
 FOUR_EYES_STAGES = ("staging", "production")  # where approver != registrant and != tooling signer
 TOOLING_ITEM = "tooling-maturity"
+EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")  # hashed, signed
 
 
 def person(name: str, identity: str = "", account: str = "") -> str:
@@ -72,6 +74,13 @@ def person(name: str, identity: str = "", account: str = "") -> str:
 def signed_payload(act: str, **fields: str) -> dict[str, str]:
     """The payload a person signs for `act` (approval, sign-off, request): the act's name and its fields."""
     return {"act": act} | {k: str(v) for k, v in fields.items()}
+
+
+def registration_payload(model: str, run_id: str, digests: Mapping[str, str], by: str, at: str) -> dict[str, str]:
+    """What the registrant of a version's evidence signs: the model, the evidence run, the sha256 of each evidence
+    artifact (`EVIDENCE_ARTIFACTS`), who and when (the version's `evaluated_at`)."""
+    kept = {path: str(digests.get(path, "")) for path in EVIDENCE_ARTIFACTS}
+    return signed_payload("evidence", model=model, run=run_id, sha256=json.dumps(kept, sort_keys=True), by=by, at=at)
 
 
 def one_account(stage: str, by: str, account: str, already: str) -> str:

@@ -34,7 +34,6 @@ from registry.store import Registry, model_tag, now_iso
 
 DIGEST_PREFIX = model_tag("sha256.")
 SIGNATURE_PREFIX = model_tag("sig.")  # "<key id>:<hmac>" of each artifact's sha256 under the signing key
-EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")
 FINDING = "integrity_finding"
 VERIFIED, TAMPERED = "verified", "tampered"  # and UNVERIFIED (gates.decision: nothing passes on it)
 

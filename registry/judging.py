@@ -18,7 +18,7 @@ from gates.policy import POLICY_PATH, Policy, load_policy
 from gates.promotion import Duties
 from gates.roles import Roles
 from registry.state import VersionState, fallback_holder, stage_holder, version_state
-from registry.store import Registry
+from registry.store import Registry, model_tag
 from registry.tracking import checked_evidence, record_gate_report
 
 
@@ -73,6 +73,14 @@ def judge_each(
         policy_path=policy_flag(policy),
         fallback_version=fallback[1] if fallback else "",
         evidence_status=vouched["status"],
+        registration={
+            "by": state.tags.get(model_tag("evaluated_by"), ""),
+            "at": state.evaluated_at,
+            "key": state.tags.get(model_tag("evaluated_key"), ""),
+            "signature": state.tags.get(model_tag("evaluated_signature"), ""),
+            "run": vouched["run_id"],
+            "sha256": vouched["sha256"],
+        },
     )
     decisions = {}
     for stage in stages:

@@ -30,11 +30,12 @@ from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from gates.decision import UNVERIFIED
 from gates.evaluate import all_passed, gate_report_markdown
+from gates.promotion import EVIDENCE_ARTIFACTS, registration_payload
+from registry import keys
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
 from registry.integrity import (
     DIGEST_PREFIX,
-    EVIDENCE_ARTIFACTS,
     SIGNATURE_PREFIX,
     TAMPERED,
     VERIFIED,
@@ -172,7 +173,8 @@ def register_evidence(
         }
         for path, data in contents.items():
             client.log_text(run_id, data.decode(), path)
-        for key, digest in digest_tags(contents, run_id, registry.tracking_uri).items():
+        vouching = digest_tags(contents, run_id, registry.tracking_uri)
+        for key, digest in vouching.items():
             client.set_tag(run_id, key, digest)
         ms = int(time.time() * 1000)  # AUP per task and length, for MLflow's own charts
         client.log_batch(
@@ -186,7 +188,7 @@ def register_evidence(
     except BaseException:
         client.set_terminated(run_id, "FAILED")
         raise
-    version = _version_for(registry, logged, run_id, run.info.artifact_uri)
+    version = _version_for(registry, logged, run_id, run.info.artifact_uri, recorded_digests(vouching))
     # serving records that came with the evidence (measured before registering) are kept with its version
     logged = replace(
         logged,
@@ -199,7 +201,9 @@ def register_evidence(
     return version, logged
 
 
-def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, artifact_uri: str) -> str:
+def _version_for(
+    registry: Registry, evidence: CandidateEvidence, run_id: str, artifact_uri: str, digests: Mapping[str, str]
+) -> str:
     client = registry.client
     model = evidence.candidate
     try:
@@ -212,14 +216,21 @@ def _version_for(registry: Registry, evidence: CandidateEvidence, run_id: str, a
         if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
             raise
     registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
+    at = now_iso()
     tags = {
         model_tag("evidence_run"): run_id,
-        model_tag("evaluated_at"): now_iso(),
+        model_tag("evaluated_at"): at,
         model_tag("evaluated_by"): registrant.name,
         model_tag("evaluated_from"): registrant.host,
         model_tag("evaluated_account"): registrant.account,
         model_tag("evaluated_identity"): registrant.source,
     }
+    signer = keys.signer(registrant.name)  # the registrant's own key signs what was registered (docs/governance.md)
+    if signer is not None:
+        key, signature = signer.sign(registration_payload(model, run_id, digests, registrant.name, at))
+        tags |= {model_tag("evaluated_key"): key, model_tag("evaluated_signature"): signature}
+    else:  # a version re-pointed at new evidence keeps no signature of the old
+        tags |= {model_tag("evaluated_key"): "", model_tag("evaluated_signature"): ""}
     existing = registry.version_of_weights(model, evidence.weights_sha256)
     if existing is not None:
         registry.set_version_tags(model, existing, tags)

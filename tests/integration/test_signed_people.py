@@ -27,9 +27,13 @@ from tests.support.people_keys import keyed_roles
 
 @pytest.fixture
 def reg(tmp_path):
-    registry = fresh_registry(tmp_path)
-    register_pair(registry, fast_llada())
-    return registry
+    return fresh_registry(tmp_path)
+
+
+def _registered(reg):
+    """The tiny pair registered by this OS account, signed with its key where it has one (`keyed_roles`)."""
+    register_pair(reg, fast_llada())
+    return reg
 
 
 def _at_staging(reg):
@@ -55,6 +59,7 @@ def _open_request(reg, stage):
 
 def test_four_eyes_on_the_embedded_store_two_listed_keys_are_two_people(reg, tmp_path, monkeypatch):
     keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
     _at_staging(reg)  # grace approved staging from this one OS account: her key, not the account, is the person
     approve(reg, "tiny-llada", "1", "production", "grace", OK)
     approve(reg, "tiny-llada", "1", "production", "linus", OK)
@@ -72,6 +77,7 @@ def test_approval_tags_written_with_the_plain_client_count_for_nothing(reg, tmp_
     monkeypatch.setenv("UNMASK_ROLES", str(path))
     from tests.support.gate_fixtures import approve_as
 
+    _registered(reg)
     sign_all(reg, "tiny-llada", "1", "poc", "staging", "production")
     promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
     approve_as(reg, "tiny-llada", "1", "staging", OK, "grace")
@@ -83,8 +89,8 @@ def test_approval_tags_written_with_the_plain_client_count_for_nothing(reg, tmp_
 
     # with keys listed, the same forgery on a fresh store is refused, each tag named, and nothing moves
     other = fresh_registry(tmp_path / "keyed")
-    register_pair(other, fast_llada())
     keyed_roles(tmp_path, monkeypatch)
+    _registered(other)
     _at_staging(other)
     request = _open_request(other, "production")
     for by in ("grace", "linus"):
@@ -99,6 +105,7 @@ def test_approval_tags_written_with_the_plain_client_count_for_nothing(reg, tmp_
 
 def test_a_signed_approval_edited_copied_or_signed_with_anothers_key_counts_for_nothing(reg, tmp_path, monkeypatch):
     signers = keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
     _at_staging(reg)
     grace = approve(reg, "tiny-llada", "1", "production", "grace", OK)
     tag = model_tag(f"approvals.production.{grace.id}")
@@ -140,6 +147,7 @@ def test_a_signed_approval_edited_copied_or_signed_with_anothers_key_counts_for_
 
 def test_a_revoked_key_signs_nothing_that_counts_and_an_unlisted_person_cannot_approve(reg, tmp_path, monkeypatch):
     keyed_roles(tmp_path, monkeypatch, [p for p in PEOPLE if p != "eve"], revoked={"linus": "2020-01-01T00:00:00Z"})
+    _registered(reg)
     _at_staging(reg)
     approve(reg, "tiny-llada", "1", "production", "grace", OK)
     with pytest.raises(ApprovalRefused) as e:
@@ -159,6 +167,7 @@ def test_a_revoked_key_signs_nothing_that_counts_and_an_unlisted_person_cannot_a
 
 def test_a_forged_sign_off_tag_leaves_its_checklist_item_open(reg, tmp_path, monkeypatch):
     keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
     sign_all(reg, "tiny-llada", "1", "poc")
     state = version_state(reg, "tiny-llada", "1")
     item = next(iter(state.signoffs("poc")))
@@ -174,9 +183,29 @@ def test_a_forged_sign_off_tag_leaves_its_checklist_item_open(reg, tmp_path, mon
     assert promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg).to_holder == ("tiny-llada", "1")
 
 
+def test_evidence_counts_only_as_registered_and_signed_by_a_listed_key(reg, tmp_path, monkeypatch):
+    _registered(reg)  # registered before anyone had a key: nothing signed it
+    keyed_roles(tmp_path, monkeypatch)
+    decision = read.promotion_decision("tiny-llada", "1", "poc", registry=reg)
+    assert decision.blocker_labels()[0] == "unverified evidence"
+    assert decision.blockers[0].text.startswith(f"the evidence of tiny-llada v1, registered by {os_account()} at ")
+    assert "is not signed" in decision.blockers[0].text and decision.steps[0].command == "unmask run --model tiny-llada"
+    _registered(reg)  # measured again, by someone whose key the roles file lists: signed, and nothing blocks on it
+    assert not any(
+        r.kind == "evidence" for r in read.promotion_decision("tiny-llada", "1", "poc", registry=reg).blockers
+    )
+    # the registration's time moved (to make older approvals count, say) no longer matches its signature
+    reg.set_version_tags("tiny-llada", "1", {model_tag("evaluated_at"): "2020-01-01T00:00:00+00:00"})
+    moved = read.promotion_decision("tiny-llada", "1", "poc", registry=reg)
+    assert "was changed after signing" in moved.blockers[0].text
+    with pytest.raises(PromotionRefused, match="was changed after signing"):
+        promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+
+
 def test_verification_needs_only_the_roles_files_public_keys(reg, tmp_path, monkeypatch):
     """A second OS account (another keys folder, no private key at all) reads the same decision."""
     keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
     _at_staging(reg)
     approve(reg, "tiny-llada", "1", "production", "grace", OK)
     mine = read.promotion_decision("tiny-llada", "1", "production", registry=reg).to_dict()
@@ -224,6 +253,7 @@ def test_people_make_their_keys_with_the_cli_and_their_cli_approvals_count(reg, 
         assert made.exit_code == 0, made.output
         lines[person] = yaml.safe_load(made.output.splitlines()[-1])[person]  # the line it says to paste
     signers = keyed_roles(tmp_path, monkeypatch, people=["ada", "bob"])  # in the test's own keys folder
+    _registered(reg)
     data = yaml.safe_load((tmp_path / "roles.yaml").read_text())
     data["keys"] |= lines
     (tmp_path / "roles.yaml").write_text(yaml.safe_dump(data))
