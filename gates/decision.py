@@ -326,6 +326,14 @@ def unverified_text(model: str, version: str) -> str:
     )
 
 
+def _evidence_reasons(model: str, version: str, context: Context, roles: Roles) -> list[PromotionReason]:
+    """Why nothing vouches for the evidence: no hashes at all, or (where the roles list keys) no signature by its
+    registrant's listed key over what was registered."""
+    found = [unverified_text(model, version)] if context.evidence_status == UNVERIFIED else []
+    found.append(_registration_problem(model, version, roles, context.registration))
+    return [PromotionReason(ReasonKind.EVIDENCE, text) for text in found if text]
+
+
 def _registration_problem(model: str, version: str, roles: Roles, registration: Mapping[str, Any] | None) -> str:
     """Why the evidence's registration does not count as signed by its registrant ("" when it does, or when the
     roles list no keys, or nothing was said about it)."""
@@ -386,11 +394,7 @@ def decide(
     results = evaluate_gates(evidence, policy, stage, baseline, current)
     status = checklist_status(checklist or load_checklist(stage), results, evidence.records, current)
     reasons = _measured_reasons(results, status, stage_policy, reached)
-    if context.evidence_status == UNVERIFIED:
-        reasons.append(PromotionReason(ReasonKind.EVIDENCE, unverified_text(model, version)))
-    unsigned = _registration_problem(model, version, roles, context.registration)
-    if unsigned:
-        reasons.append(PromotionReason(ReasonKind.EVIDENCE, unsigned))
+    reasons += _evidence_reasons(model, version, context, roles)
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
