@@ -389,22 +389,18 @@ def sign_off(
         "account": actor.account,
         "head": f"{chain.head_seq}:{chain.head_sha256}",
     }
+    payload = signoff_payload(model, str(version), stage, item, signoff)
     if key is not None:
-        signoff["key"], signoff["signature"] = key.sign(signoff_payload(model, str(version), stage, item, signoff))
-    reason = None
+        signoff["key"], signoff["signature"] = key.sign(payload)
     if not roles.may(actor.name, stage, "sign_off", item):
-        reason = (
+        reason: str | None = (
             f"{actor.name} may not sign off {stage}/{item}: that is for "
             f"{roles.describe(stage, 'sign_off', item)} ({roles.source})"
         )
     else:
+        who = f"the sign-off of {item!r} by {actor.name}"
         reason = roles.signature_problem(
-            f"the sign-off of {item!r} by {actor.name}",
-            actor.name,
-            signoff_payload(model, str(version), stage, item, signoff),
-            signoff.get("key", ""),
-            signoff.get("signature", ""),
-            signoff["at"],
+            who, actor.name, payload, signoff.get("key", ""), signoff.get("signature", ""), signoff["at"]
         )
     if reason is not None:
         audit.append(

@@ -105,33 +105,29 @@ def rotate(person: str | None = None, home: Path | None = None) -> tuple[str, Si
     """A new key pair for `person` (default: this folder's identity); the old one moves to `retired/`. Returns the
     old key's fingerprint and the new signer: list the new public key in the roles file, and revoke the old one
     there (signatures made before its `revoked:` time still count)."""
-    home = home or keys_home()
-    old = signer(person, home)
-    if old is None:
-        raise PersonalKeyError(
-            f"no key for {person or 'this folder'} under {home}; `unmask keys init --name NAME` makes one"
-        )
-    retired = old.path.parent / "retired"
-    retired.mkdir(mode=0o700, exist_ok=True)
-    stamp = now_iso().replace(":", "").replace("+", "_")
-    old.path.rename(retired / f"{stamp}.{PRIVATE}")
-    (old.path.parent / PUBLIC).rename(retired / f"{stamp}.{PUBLIC}")
+    old, _ = _retire(person, home or keys_home(), "")
     return old.fingerprint, _write(old.path.parent, Ed25519PrivateKey.generate(), old.person)
 
 
 def revoke(person: str | None = None, home: Path | None = None) -> tuple[Signer, str]:
     """Retire `person`'s key here for good (no new key) and say when: the roles file then gives that key a
     `revoked:` of that time, after which nothing it signs counts."""
-    home = home or keys_home()
+    return _retire(person, home or keys_home(), "revoked.")
+
+
+def _retire(person: str | None, home: Path, label: str) -> tuple[Signer, str]:
+    """Move `person`'s key pair into `<person>/retired/`, named by the time (and `label`); the key and that time."""
     old = signer(person, home)
     if old is None:
-        raise PersonalKeyError(f"no key for {person or 'this folder'} under {home}")
+        raise PersonalKeyError(
+            f"no key for {person or 'this folder'} under {home}; `unmask keys init --name NAME` makes one"
+        )
     when = now_iso()
     retired = old.path.parent / "retired"
     retired.mkdir(mode=0o700, exist_ok=True)
     stamp = when.replace(":", "").replace("+", "_")
-    old.path.rename(retired / f"{stamp}.revoked.{PRIVATE}")
-    (old.path.parent / PUBLIC).rename(retired / f"{stamp}.revoked.{PUBLIC}")
+    old.path.rename(retired / f"{stamp}.{label}{PRIVATE}")
+    (old.path.parent / PUBLIC).rename(retired / f"{stamp}.{label}{PUBLIC}")
     return old, when
 
 
