@@ -125,6 +125,11 @@ def load_curves(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def benchmarks(uri: str) -> pd.DataFrame:
+    return views.benchmark_frame(views.latest_benchmark_records(_registry(uri)))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def candidate_view(uri: str, model: str, version: str) -> dict[str, Any]:
     return views.candidate_view(_registry(uri), model, version)
 

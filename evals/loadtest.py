@@ -18,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import platform
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evals.intervals import bootstrap_interval, share_interval
+from evals.paired import RatioEstimate, block_rate
 from evals.records import ServingRecord
+from evals.tasks.scoring import score
 
 if TYPE_CHECKING:
     import openai  # imported where used: a load test's client only
@@ -122,6 +126,16 @@ class Answer:
     tokens: int | None = None  # usage.completion_tokens
     served: dict[str, Any] = field(default_factory=dict)  # model, and the `unmask` extension when the server adds it
     error: str | None = None
+    score: float | None = None  # against the prompt's target under the task's metric (`score_answers`)
+
+    @property
+    def tokens_per_forward(self) -> float | None:
+        """Text tokens over the model calls of the decode that made them (`unmask.nfe`; rows batched together share
+        their calls); None when the server does not say."""
+        nfe = (self.served.get("unmask") or {}).get("nfe")
+        if self.tokens is None or not isinstance(nfe, int | float) or nfe <= 0:
+            return None
+        return self.tokens / nfe
 
     @property
     def ok(self) -> bool:
@@ -173,6 +187,20 @@ class Cell:
         return sum(counted) / self.wall_s
 
     @property
+    def scores(self) -> list[float]:
+        """Every request's score, a failed one 0 (a figure over the requests that happened to work would flatter
+        the side that failed); [] when the answers were not scored."""
+        if not any(a.score is not None for a in self.answers):
+            return []
+        return [a.score if a.ok and a.score is not None else 0.0 for a in self.answers]
+
+    @property
+    def tokens_per_forward(self) -> float | None:
+        values = [a.tokens_per_forward for a in self.ok]
+        given = [v for v in values if v is not None]
+        return sum(given) / len(given) if given and len(given) == len(values) else None
+
+    @property
     def requests_per_s(self) -> float:
         return len(self.ok) / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -195,6 +223,7 @@ class LoadResult:
     spec: LoadSpec
     cells: list[Cell]
     notes: list[str] = field(default_factory=list)  # streaming refused, answers from several versions, ...
+    metric: str = ""  # what the answers were scored by (`score_answers`); "" when they were not
 
     def cell(self, model: str, concurrency: int) -> Cell | None:
         return next((c for c in self.cells if c.model == model and c.concurrency == concurrency), None)
@@ -206,7 +235,7 @@ class LoadResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadResult:
         cells = [Cell(**dict(c, answers=[Answer(**a) for a in c["answers"]])) for c in data["cells"]]
-        return cls(LoadSpec.from_dict(data["spec"]), cells, list(data.get("notes", [])))
+        return cls(LoadSpec.from_dict(data["spec"]), cells, list(data.get("notes", [])), str(data.get("metric", "")))
 
 
 def _identity(served: dict[str, Any]) -> dict[str, str]:
@@ -401,6 +430,15 @@ async def run_paired_level(
     return cells
 
 
+def score_answers(result: LoadResult, targets: Sequence[str], metric: str) -> None:
+    """Score every answer against its prompt's target under `metric` (evals.tasks.scoring); `targets[i]` is the
+    target of prompt i."""
+    for cell in result.cells:
+        for answer in cell.ok:
+            answer.score = float(score(metric, answer.text or "", targets[answer.prompt]))
+    result.metric = metric
+
+
 def same_answer_share(cell: Cell, solo: Cell) -> float | None:
     """Share of `cell`'s answered prompts whose text is byte-identical to the solo answer to that prompt."""
     reference = {a.prompt: a.text for a in solo.ok}
@@ -486,12 +524,42 @@ async def check_endpoint(client: Any, spec: LoadSpec) -> None:
         ) from None
 
 
+def figure_intervals(cell: Cell) -> dict[str, dict[str, float]]:
+    """The 95% interval of each INTERVAL_FIGURES the cell measured: latency and TTFB percentiles by a bootstrap
+    over its answered requests, accuracy by Wilson (a graded metric: the bootstrap of the mean) over every request,
+    tokens/s by a bootstrap over its rounds (evals.paired.block_rate; none for a cell run as one block)."""
+    latencies = [a.latency_s for a in cell.ok if a.latency_s is not None]
+    ttfbs = [a.ttfb_s for a in cell.ok if a.ttfb_s is not None]
+    found = {
+        "latency_p50_s": bootstrap_interval(latencies, 50),
+        "latency_p99_s": bootstrap_interval(latencies, 99),
+        "ttfb_p50_s": bootstrap_interval(ttfbs, 50),
+        "accuracy": share_interval(cell.scores),
+    }
+    out = {name: RatioEstimate(*figure).to_dict() for name, figure in found.items() if figure is not None}
+    rate = block_rate(cell.blocks)
+    if rate is not None:
+        out["tokens_per_s"] = rate.to_dict()
+    return out
+
+
+def per_request(cell: Cell) -> dict[str, list[Any]]:
+    """The cell's requests in the order sent: the values every figure and interval of its record comes from."""
+    return {
+        "latency_s": [a.latency_s if a.ok else None for a in cell.answers],
+        "ttfb_s": [a.ttfb_s if a.ok else None for a in cell.answers],
+        "tokens": [a.tokens if a.ok else None for a in cell.answers],
+        "score": [a.score if a.ok else None for a in cell.answers],
+    }
+
+
 def serving_records(result: LoadResult, environment: dict[str, Any] | None = None) -> list[ServingRecord]:
-    """One ServingRecord per cell, naming the version that answered."""
+    """One ServingRecord per cell, naming the version that answered, with its intervals and per-request values."""
     when = datetime.now(UTC).isoformat(timespec="seconds")
     records = []
     for cell in result.cells:
         served = cell.served()
+        scores = cell.scores
         records.append(
             ServingRecord(
                 model=served["model"] or cell.model,
@@ -514,6 +582,12 @@ def serving_records(result: LoadResult, environment: dict[str, Any] | None = Non
                 base_url=result.spec.base_url,
                 when=when,
                 environment=dict(environment or {}),
+                metric=result.metric if scores else "",
+                accuracy=sum(scores) / len(scores) if scores else None,
+                tokens_per_forward=cell.tokens_per_forward,
+                intervals=figure_intervals(cell),
+                per_request=per_request(cell),
+                host=platform.node(),
             )
         )
     return records

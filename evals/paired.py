@@ -32,7 +32,7 @@ MIN_ROUNDS = 2  # steadiness is read from the rounds: one round cannot show it
 
 @dataclass(frozen=True)
 class RatioEstimate:
-    """A ratio with its 95% interval (percentile bootstrap)."""
+    """A figure (mostly a ratio) with its 95% interval (percentile bootstrap, or Wilson for a share)."""
 
     estimate: float
     low: float
@@ -223,6 +223,19 @@ def block_ratio(
     spread = (mine_rate / np.where(their_rate > 0, their_rate, np.nan))[their_rate > 0]
     low, high = np.percentile(spread, [2.5, 97.5]) if len(spread) else (point, point)
     return RatioEstimate(point, float(low), float(high))
+
+
+def block_rate(blocks: Sequence[Mapping[str, Any]], resamples: int = RESAMPLES, seed: int = 0) -> RatioEstimate | None:
+    """One side's text tokens per wall second over its blocks (the rounds of a load test), with a 95% interval
+    from a bootstrap drawing blocks; None with fewer than 2 blocks, an uncounted one, or no tokens at all."""
+    if len(blocks) < 2 or any(not b.get("counted", True) or b["wall_s"] <= 0 for b in blocks):
+        return None
+    tokens, wall = (np.array([float(b[k]) for b in blocks]) for k in ("tokens", "wall_s"))
+    if tokens.sum() <= 0:
+        return None
+    draw = np.random.default_rng(seed).integers(0, len(blocks), (resamples, len(blocks)))
+    low, high = np.percentile(tokens[draw].sum(axis=1) / wall[draw].sum(axis=1), [2.5, 97.5])
+    return RatioEstimate(float(tokens.sum() / wall.sum()), float(low), float(high))
 
 
 def round_spread(timings: PairedTimings) -> float:

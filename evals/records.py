@@ -240,6 +240,9 @@ class SpeedComparison:
         return _from_fields(cls, data)
 
 
+INTERVAL_FIGURES = ("latency_p50_s", "latency_p99_s", "ttfb_p50_s", "tokens_per_s", "accuracy")
+
+
 @dataclass(frozen=True)
 class ServingRecord:
     """One (served version, concurrency) measurement of `unmask loadtest`: what N users in flight see."""
@@ -267,6 +270,21 @@ class ServingRecord:
     # records share, and this model's block per round ({"tokens", "wall_s", "answered", "counted", "first"})
     paired_run: str = ""
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    # answers scored against their prompts' targets: the task's metric, the mean score (a failed request 0)
+    metric: str = ""
+    accuracy: float | None = None
+    tokens_per_forward: float | None = None  # text tokens per model call of the decode that made them (unmask.nfe)
+    # 95% intervals, each {"estimate", "low", "high"}, of INTERVAL_FIGURES (evals.loadtest.figure_intervals)
+    intervals: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per request, in the order sent: latency_s, ttfb_s, tokens, score (None where failed): every figure and
+    # interval above recomputes from these and `blocks`
+    per_request: dict[str, list[Any]] = field(default_factory=dict)
+    host: str = ""  # the machine the load test ran on (its network name)
+
+    def interval(self, figure: str) -> RatioEstimate | None:
+        """The 95% interval of `figure` (one of INTERVAL_FIGURES), or None where it was not measured."""
+        data = self.intervals.get(figure)
+        return RatioEstimate.from_dict(data) if data else None
 
     def tokens_per_s_against(self, other: ServingRecord) -> RatioEstimate | None:
         """Text tokens/s of this record over `other`'s with a 95% interval, when both come from one paired load

@@ -12,17 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from evals.intervals import difference_interval, wilson_interval
 from evals.paired import UNSTEADY_SPREAD, RatioEstimate
 from evals.parallelism import aup, tpf_at_accuracy  # gates read evals' records and measures
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord, SpeedComparison
-from gates.intervals import (
-    difference_interval,
-    items_to_settle,
-    ratio_verdict,
-    rounds_to_settle,
-    spans_bound,
-    wilson_interval,
-)
+from gates.intervals import items_to_settle, ratio_verdict, rounds_to_settle, spans_bound
 from gates.policy import SERVING_LIMITS, GateSpec, StagePolicy
 from gates.readable import exact, gate_threshold, milliseconds, percent, signed_points, significant
 from gates.results import GateResult, cite, operating_records

@@ -23,10 +23,10 @@ from enum import StrEnum
 from typing import Any
 
 from checklists import Checklist, ChecklistStatus, ItemStatus, checklist_status, load_checklist
+from evals.intervals import wilson_interval
 from evals.records import CandidateEvidence, EvalRecord
 from gates.checks import serving_at
 from gates.evaluate import SIGNED_KINDS, evaluate_gates
-from gates.intervals import wilson_interval
 from gates.next_steps import NextStep, next_steps
 from gates.policy import Policy, StagePolicy
 from gates.promotion import (

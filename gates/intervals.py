@@ -1,5 +1,6 @@
-"""The sampling error behind a quality verdict: 95% intervals of a share (Wilson) and of the difference of
-two shares (Newcombe), whether one spans the bound a verdict turned on, and how many items would settle it.
+"""Verdicts on intervals: whether a share's 95% interval (evals.intervals: Wilson, Newcombe) spans the bound a
+quality verdict turned on and how many items would settle it; a ratio judged on its interval and how many rounds
+would settle it.
 
 Every quality metric is a share of items scored right, so its sampling error is a binomial one.
 """
@@ -9,28 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from evals.intervals import difference_interval, wilson_interval
 from evals.paired import RatioEstimate
 from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
-
-Z95 = 1.959964  # two-sided 95% normal quantile
-
-
-def wilson_interval(share: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion `share` measured on `n` items (0-1 when n is 0)."""
-    if n <= 0:
-        return 0.0, 1.0
-    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def difference_interval(a: float, n_a: int, b: float, n_b: int) -> tuple[float, float]:
-    """A 95% interval of the difference a - b of two independent proportions (Newcombe's hybrid
-    score method, built from each side's Wilson interval)."""
-    lo_a, hi_a = wilson_interval(a, n_a)
-    lo_b, hi_b = wilson_interval(b, n_b)
-    d = a - b
-    return d - math.hypot(a - lo_a, hi_b - b), d + math.hypot(hi_a - a, b - lo_b)
 
 
 def spans_bound(mt: Any, value: float, n: int, base_value: float | None, base_n: int | None) -> bool:

@@ -11,6 +11,7 @@ repr: `>= 30%`, `permitted or caution`, `>= fallback - 20 pts`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 NONE = "-"
@@ -42,6 +43,14 @@ def percent(share: float | None) -> str:
     return NONE if share is None else significant(share * 100) + "%"
 
 
+def with_interval(shown: Callable[[float | None], str], figure: Mapping[str, float] | None) -> str:
+    """A figure and its 95% interval in one unit, `shown` wording each number: `93.8% (85.0%–97.6%)`, with
+    `milliseconds` `312 (290–340)`; NONE when it was not measured."""
+    if not figure:
+        return NONE
+    return f"{shown(figure['estimate'])} ({shown(figure['low'])}–{shown(figure['high'])})"
+
+
 def exact(value: float | int) -> str:
     """A policy's own number, as written there: 16384 stays 16384, 1e9 is 1000000000 (a threshold is
     not a measurement, so it is not rounded)."""
@@ -59,9 +68,12 @@ def points(change: float) -> str:
     return f"{'+' if change >= 0 else '-'} {exact(abs(change) * 100)} pts"
 
 
-def signed_points(change: float) -> str:
-    """A measured difference of two shares in percentage points, 3 significant digits: 0.0213 -> '+2.13 pts'."""
-    return f"{'+' if change >= 0 else '-'}{significant(abs(change) * 100)} pts"
+def signed_points(change: float | None, unit: str = " pts") -> str:
+    """A measured difference of two shares in percentage points, 3 significant digits: 0.0213 -> '+2.13 pts'
+    (`unit=""` where a header names it: '+2.13')."""
+    if change is None:
+        return NONE
+    return f"{'+' if change >= 0 else '-'}{significant(abs(change) * 100)}{unit}"
 
 
 def gate_value(kind: str | None, value: Any) -> str:

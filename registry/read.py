@@ -11,9 +11,9 @@ from typing import Any
 
 import pandas as pd
 
+from evals.intervals import wilson_interval
 from gates.decision import Decision
 from gates.evaluate import evaluate_gates
-from gates.intervals import wilson_interval
 from gates.policy import CRITERIA, Policy, StagePolicy, load_policy
 from gates.promotion import Approval, current_signoffs, predates
 from gates.results import GateResult

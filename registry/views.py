@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 import registry.read as read
+from evals.benchmark import BenchmarkRecord, benchmark_records, latest_benchmarks
 from evals.parallelism import aup
 from evals.plots import point_label, quality_latency_front
 from evals.records import CandidateEvidence
+from gates.decision import ratio_text
 from gates.policy import Policy, load_policy
 from gates.promotion import predates
+from gates.readable import NONE, milliseconds, percent, signed_points, significant, with_interval
 from gates.results import operating_records
 from gates.rollout_findings import FAILED_ROLLOUT, failed_rollout, finding_text
 from registry import audit
@@ -206,6 +210,83 @@ def load_curves(registry: Registry) -> pd.DataFrame:
 # the x axes quality can be plotted against, and which way is better: the front of each is in `quality_latency`
 # as `pareto` (p95 latency) or `pareto_<axis>`
 QUALITY_AXES = {"latency_p95_s": "lower", "latency_p50_s": "lower", "steps": "lower", "tokens_per_forward": "higher"}
+
+
+BENCHMARK_COLUMNS = [
+    "host",
+    "in flight",
+    "model",
+    "role",
+    "accuracy",
+    "vs fallback (pts)",
+    "tokens/s",
+    "tokens/s vs fallback",
+    "tokens per forward",
+    "TTFT p50 (ms)",
+    "p50 (ms)",
+    "p99 (ms)",
+    "errors",
+    "task",
+    "when",
+    "paired run",
+]
+# the figures a chart draws, each with its interval: accuracy (a share) and tokens/s
+BENCHMARK_PLOTTED = ["accuracy_value", "accuracy_low", "accuracy_high", "tokens_value", "tokens_low", "tokens_high"]
+
+
+def benchmark_frame(benchmarks: list[BenchmarkRecord]) -> pd.DataFrame:
+    """One row per side of each benchmark record, the candidates then the fallback (BENCHMARK_COLUMNS worded,
+    each figure with its 95% interval; BENCHMARK_PLOTTED as numbers): what `unmask bench --concurrency` prints
+    and the Quality vs latency page shows."""
+    rows = []
+    for b in benchmarks:
+        for side in b.sides:
+            gap, ratio = b.accuracy_vs_fallback(side), b.tokens_per_s_vs_fallback(side)
+            accuracy, rate = side.intervals.get("accuracy"), side.intervals.get("tokens_per_s")
+            served = f"{side.model}/{side.version}" if side.version else side.model
+            rows.append(
+                {
+                    "host": b.host,
+                    "in flight": b.concurrency,
+                    "model": served if side.served_as in ("", side.model) else f"{side.served_as} ({served})",
+                    "role": "fallback" if side is b.fallback else "candidate",
+                    "accuracy": with_interval(percent, accuracy) if accuracy else percent(side.accuracy),
+                    "vs fallback (pts)": with_interval(partial(signed_points, unit=""), gap.to_dict() if gap else None),
+                    "tokens/s": with_interval(significant, rate) if rate else significant(side.tokens_per_s),
+                    "tokens/s vs fallback": "reference"
+                    if side is b.fallback
+                    else ratio_text(ratio.estimate, False, (ratio.low, ratio.high))
+                    if ratio
+                    else NONE,
+                    "tokens per forward": significant(side.tokens_per_forward),
+                    "TTFT p50 (ms)": with_interval(milliseconds, side.intervals.get("ttfb_p50_s"))
+                    + ("" if side.streamed else " (no stream)"),
+                    "p50 (ms)": with_interval(milliseconds, side.intervals.get("latency_p50_s")),
+                    "p99 (ms)": with_interval(milliseconds, side.intervals.get("latency_p99_s")),
+                    "errors": f"{round(side.error_rate * side.requests)} of {side.requests}",
+                    "task": f"{b.task} ({b.metric})" if b.metric else b.task,
+                    "when": b.when,
+                    "paired run": b.paired_run,
+                    "accuracy_value": side.accuracy,
+                    "accuracy_low": (accuracy or {}).get("low"),
+                    "accuracy_high": (accuracy or {}).get("high"),
+                    "tokens_value": side.tokens_per_s,
+                    "tokens_low": (rate or {}).get("low"),
+                    "tokens_high": (rate or {}).get("high"),
+                }
+            )
+    return pd.DataFrame(rows, columns=BENCHMARK_COLUMNS + BENCHMARK_PLOTTED)
+
+
+def latest_benchmark_records(registry: Registry) -> list[BenchmarkRecord]:
+    """The newest paired benchmark of each (host, concurrency) among the serving records of each model's current
+    version, the fallback's role naming the fallback side."""
+    records, fallbacks = [], set()
+    for _, _, evidence in current_evidence(registry):
+        records += evidence.serving
+        if evidence.role == "fallback":
+            fallbacks |= {id(r) for r in evidence.serving}
+    return latest_benchmarks(benchmark_records(records, lambda r: id(r) in fallbacks))
 
 
 INTEGRITY_COLUMNS = ["model", "version", "status", "detail", "artifact"]

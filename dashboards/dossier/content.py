@@ -13,9 +13,9 @@ from typing import Any
 import registry.read as read
 from checklists import STAGES, ChecklistError, load_checklist
 from dashboards.dossier.decision import decision_part
+from evals.intervals import wilson_interval
 from evals.plots import point_label
 from evals.records import CandidateEvidence, EvalRecord, ServingRecord
-from gates.intervals import wilson_interval
 from gates.policy import Policy, PolicyError, load_policy
 from gates.readable import gate_threshold, gate_value
 from gates.results import GateResult

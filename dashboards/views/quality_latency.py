@@ -13,7 +13,7 @@ from dashboards import source
 from dashboards.cells import CHART_PADDING
 from dashboards.policy_note import show_policy
 from gates.readable import milliseconds, percent, significant
-from registry.views import parallelism_curves
+from registry.views import BENCHMARK_COLUMNS, parallelism_curves
 
 reg = source.registry_or_stop()
 uri = reg.tracking_uri
@@ -204,6 +204,49 @@ else:
         "Each point: one concurrency of the latest load test (`unmask loadtest`) against each model's current "
         "version, at its served operating point (not the task and length chosen above); a line per version, "
         "the AR fallback in orange. Up and to the left is better."
+    )
+
+st.subheader("Benchmark record: each candidate beside the AR fallback")
+bench = source.benchmarks(uri)
+if bench.empty:
+    st.info(
+        "No benchmark record yet. Run `unmask bench --model tiny-llada --model tiny-dgemma --concurrency 1,16` to "
+        "serve the candidates and the AR fallback here and measure them paired at each concurrency."
+    )
+else:
+    marked = bench.assign(
+        series=[f"{m} (AR fallback)" if r == "fallback" else m for m, r in zip(bench.model, bench.role)]
+    )
+    bench_base = alt.Chart(marked).encode(color=alt.Color("series:N", title="version", legend=legend))
+    whiskers_x = bench_base.mark_rule().encode(
+        x=alt.X("tokens_low:Q", title="answer tokens/s (95% interval)"), x2="tokens_high:Q", y="accuracy_value:Q"
+    )
+    whiskers_y = bench_base.mark_rule().encode(
+        y=alt.Y("accuracy_low:Q", title="accuracy (95% interval)", axis=alt.Axis(format="%")),
+        y2="accuracy_high:Q",
+        x="tokens_value:Q",
+    )
+    dots = bench_base.mark_point(filled=True, size=120).encode(
+        x="tokens_value:Q",
+        y="accuracy_value:Q",
+        shape=alt.Shape("role:N", scale=alt.Scale(domain=["candidate", "fallback"], range=["circle", STAR])),
+        tooltip=["series:N", "in flight:Q", "accuracy:N", "tokens/s:N", "tokens/s vs fallback:N", "p99 (ms):N"],
+    )
+    for level, column in zip(sorted(marked["in flight"].unique()), st.columns(marked["in flight"].nunique())):
+        column.altair_chart(
+            alt.layer(whiskers_x, whiskers_y, dots)
+            .transform_filter(alt.datum["in flight"] == int(level))
+            .properties(height=300, title=f"{level} in flight", padding=CHART_PADDING),
+            width="stretch",
+            key=f"benchmark_chart_{level}",
+        )
+    st.dataframe(bench[BENCHMARK_COLUMNS], hide_index=True, width="stretch")
+    st.caption(
+        "One record per host and concurrency: the newest paired load test (`unmask bench --concurrency`) in which "
+        "the candidates' and the AR fallback's requests ran interleaved, round by round, on the same prompts. "
+        "Accuracy is every request's answer scored against its target (a failed request scores 0), with Wilson "
+        "intervals; tokens/s and its ratio to the fallback are bootstrapped over the rounds; latency and TTFT "
+        "percentiles over the requests. Tokens per forward: text tokens per model call of the decode."
     )
 
 st.dataframe(

@@ -21,6 +21,7 @@ from gates.readable import NONE, percent, significant
 
 if TYPE_CHECKING:
     from evals.bench import BenchReport, BenchRow, BenchSetup, Variant
+    from evals.benchmark import BenchmarkRecord
     from models.adapters import APIAdapter, ModelHandle
 
 console = table_console(220)
@@ -132,8 +133,31 @@ def progress_reporter(
 
 
 def bench_command(
-    model: str = typer.Option("tiny-llada", "--model", "-m", help="Diffusion model folder, or a bundled/catalog id."),
-    ar_model: str = typer.Option("tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row)."),
+    model: list[str] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="Diffusion model folder, or a bundled/catalog id (default tiny-llada); with --concurrency a registered "
+        "model or alias to serve, repeatable.",
+    ),
+    ar_model: str = typer.Option(
+        "tiny-ar", "--ar-model", help="AR reference model ('' to skip the AR row); with --concurrency the fallback."
+    ),
+    concurrency: str = typer.Option(
+        None,
+        "--concurrency",
+        "-c",
+        help="The benchmark record instead of the rows: serve --model and --ar-model here and measure them paired "
+        "at these requests in flight (comma-separated, e.g. 1,16): accuracy, tokens/s, tokens per forward, TTFT, "
+        "p50 and p99, each with its 95% interval, the candidates beside the fallback.",
+    ),
+    requests: int = typer.Option(
+        32, "--requests", "-n", callback=options.positive, help="With --concurrency: requests per model and level."
+    ),
+    rounds: int = typer.Option(
+        4, "--rounds", help="With --concurrency: rounds per level, the models' blocks interleaved (at least 2)."
+    ),
+    task: str = typer.Option("arith", "--task", help="With --concurrency: the task the prompts and targets come from."),
     gen_lengths: str = typer.Option(
         "64,128", "--gen-lengths", callback=options.positive_ints, help="Comma-separated generation lengths."
     ),
@@ -193,9 +217,28 @@ def bench_command(
     from evals.bench import MemoryAdmissionError, bench_report, planned_rows, row_groups, row_set, run_bench
     from sampler.memory import available_bytes
 
+    names = list(model or ["tiny-llada"])
+    if concurrency is not None:
+        _benchmark(names, ar_model, concurrency, requests, rounds, task, json_path)
+        return
+    if len(names) > 1:
+        print_error(console, f"--model: {len(names)} given; the rows measure one model (several with --concurrency)")
+        raise typer.Exit(2)
     budget = _memory_budget(memory_budget)
     variants, setup, threads_from, loaded = _prepared(
-        model, gen_lengths, batch, tolerance, block_length, prompts, reps, warmup, threads, seed, configs, device, plot
+        names[0],
+        gen_lengths,
+        batch,
+        tolerance,
+        block_length,
+        prompts,
+        reps,
+        warmup,
+        threads,
+        seed,
+        configs,
+        device,
+        plot,
     )
     console.print(f"torch threads: {setup.threads} ({threads_from})", highlight=False)
     ar_loaded = _ar_reference(ar_model, variants, device)
@@ -235,6 +278,74 @@ def bench_command(
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     _publish(report, json_path, plot)
+
+
+def _benchmark(
+    names: list[str], fallback: str, concurrency: str, requests: int, rounds: int, task: str, json_path: Path | None
+) -> None:
+    """The benchmark record: `names` and the `fallback` served here, their requests interleaved round by round at
+    each level (a paired load test), every answer scored; one table per level, logged to MLflow as serving records
+    against the versions that answered (the Quality vs latency page draws them)."""
+    from evals.benchmark import benchmark_records
+    from evals.loadtest import LoadSpec, LoadTestError, check_spec, round_sizes
+    from flows.commands.loadtest import measure_load, parse_levels, save_results
+
+    try:
+        if not fallback:
+            raise LoadTestError("--ar-model: the benchmark record sets the candidates beside the AR fallback; name it")
+        served = tuple(dict.fromkeys([*names, fallback]))
+        if len(served) < 2:
+            raise LoadTestError(f"--model: name a candidate other than the fallback {fallback}")
+        levels = parse_levels(concurrency)
+        spec = LoadSpec(base_url="http://127.0.0.1/v1", models=served, concurrency=levels, requests=requests)
+        check_spec(replace(spec, rounds=max(rounds, 1)))
+        if rounds < 2:
+            raise LoadTestError(f"--rounds {rounds}: the intervals are read from the rounds; give at least 2")
+        short = [c for c in levels if len(round_sizes(requests, c, rounds)) < 2]
+        if short:
+            raise LoadTestError(
+                f"--requests {requests}: at {short[0]} in flight that is one round (a round fills every worker); "
+                f"give at least {2 * short[0]}"
+            )
+        measured = measure_load(replace(spec, rounds=rounds), task, here=True, caps=False)
+    except LoadTestError as e:
+        print_error(console, str(e))
+        raise typer.Exit(2) from None
+    logged = save_results(measured.records, None, log=True)
+    benchmarks = [b for b in benchmark_records(logged, lambda r: r.served_as == fallback) if b.concurrency in levels]
+    for b in benchmarks:
+        console.print(benchmark_table(b, requests, rounds))
+    for note in measured.result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    for cell in measured.result.cells:
+        for message in cell.error_messages():
+            console.print(f"[red]errors[/red] {cell.model} at {cell.concurrency}: {message}", highlight=False)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        document = {"benchmarks": [b.to_dict() for b in benchmarks], "notes": measured.result.notes}
+        json_path.write_text(json.dumps(document, indent=2))
+        console.print(f"wrote {json_path}")
+
+
+def benchmark_table(benchmark: BenchmarkRecord, requests: int, rounds: int) -> FittedTable:
+    """One benchmark record: a row per side, the fallback last (registry.views.benchmark_frame's words)."""
+    from evals.loadtest import round_sizes
+    from registry.views import BENCHMARK_COLUMNS, benchmark_frame
+
+    frame = benchmark_frame([benchmark])
+    shown = [c for c in BENCHMARK_COLUMNS if c not in ("host", "in flight", "task", "when", "paired run")]
+    drops = {"TTFT p50 (ms)": 3, "p50 (ms)": 2, "tokens per forward": 1, "vs fallback (pts)": 4, "errors": 5}
+    columns = [Column(c, "left" if c in ("model", "role") else "right", drop=drops.get(c, 0)) for c in shown]
+    n = len(round_sizes(requests, benchmark.concurrency, rounds))
+    title = (
+        f"benchmark record: {benchmark.host}, {benchmark.concurrency} in flight, {benchmark.task} "
+        f"({benchmark.metric}), {requests} requests per model in {n} interleaved rounds, 95% intervals "
+        f"(paired run {benchmark.paired_run})"
+    )
+    table = FittedTable(title, columns)
+    for row in frame[shown].astype(str).values.tolist():
+        table.add_row(*row)
+    return table
 
 
 def _prepared(

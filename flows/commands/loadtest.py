@@ -196,8 +196,7 @@ def loadtest_command(
     ),
 ) -> None:
     """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness."""
-    from evals.evaluate import load_task
-    from evals.loadtest import LoadSpec, LoadTestError, check_spec
+    from evals.loadtest import LoadSpec, LoadTestError
 
     try:
         key = "unused"
@@ -223,41 +222,11 @@ def loadtest_command(
             api_key=key,
             rounds=rounds,
         )
-        check_spec(spec)
-        try:
-            prompts = [item.prompt for item in load_task(task, "test", max(requests, 1)).items]
-        except (KeyError, ValueError) as e:
-            raise LoadTestError(f"--task {task!r}: {e}") from None
-        from evals.batching_cap import cap_rows, measure_decode_cap
-        from evals.loadtest import levels
-
-        serve_here = local_server(
-            names,
-            max_batch=max_batch,
-            timeout_s=timeout_s,
-            max_tokens=max(256, max_tokens or 0),
-            asked_tokens=max_tokens,
-        )
-        with contextlib.nullcontext() if url else serve_here as here:
-            from dataclasses import replace
-
-            # serving here: the client runs in a process of its own, off the server's interpreter lock
-            result = run_with_progress(
-                replace(spec, base_url=here.url if here else spec.base_url), prompts, apart=here is not None
-            )
-            caps = served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch)) if here else None
-            decode_caps = (
-                served_caps(here.pool, names, prompts, cap_rows(levels(spec), max_batch), measure_decode_cap)
-                if here
-                else None
-            )
+        measured = measure_load(spec, task, here=not url, max_batch=max_batch)
     except LoadTestError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    from evals.fingerprint import environment_fingerprint
-    from evals.loadtest import serving_records
-
-    records = serving_records(result, environment_fingerprint("cpu", task=task, served_by="url" if url else "local"))
+    result, records, caps, decode_caps = measured.result, measured.records, measured.caps, measured.decode_caps
     show_results(result, records, caps, max_batch, decode_caps)
     logged = save_results(records, plot, log)
     if json_path:
@@ -275,6 +244,56 @@ def loadtest_command(
             )
         )
         console.print(f"records: {json_path}", highlight=False)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A load test's result, its records (scored, with intervals), and the batching caps where it served here."""
+
+    result: LoadResult
+    records: list[ServingRecord]
+    caps: dict[str, Any] | None = None
+    decode_caps: dict[str, Any] | None = None
+
+
+def measure_load(spec: LoadSpec, task: str, here: bool, max_batch: int = 16, caps: bool = True) -> Measured:
+    """Load `spec` with the prompts of `task`'s test split and score each answer against its target (the task's
+    bench metric); `here`: serve `spec.models` on this machine first (the client in a process of its own, off the
+    server's interpreter lock), and with `caps` time the batching caps. LoadTestError for anything that cannot
+    run, before a request is sent."""
+    from dataclasses import replace
+
+    from evals.bench import bench_metric
+    from evals.evaluate import load_task
+    from evals.fingerprint import environment_fingerprint
+    from evals.loadtest import LoadTestError, check_spec, levels, score_answers, serving_records
+
+    check_spec(spec)
+    try:
+        items = load_task(task, "test", max(spec.requests, 1)).items
+        metric = bench_metric(task)
+    except (KeyError, ValueError) as e:
+        raise LoadTestError(f"--task {task!r}: {e}") from None
+    prompts = [item.prompt for item in items]
+    serve_here = local_server(
+        list(spec.models),
+        max_batch=max_batch,
+        timeout_s=spec.timeout_s,
+        max_tokens=max(256, spec.max_tokens or 0),
+        asked_tokens=spec.max_tokens,
+    )
+    found: dict[str, dict[str, Any] | None] = {"caps": None, "decode_caps": None}
+    with serve_here if here else contextlib.nullcontext() as server:
+        result = run_with_progress(replace(spec, base_url=server.url) if server else spec, prompts, apart=here)
+        if server and caps:
+            from evals.batching_cap import cap_rows, measure_decode_cap
+
+            rows = cap_rows(levels(spec), max_batch)
+            found["caps"] = served_caps(server.pool, list(spec.models), prompts, rows)
+            found["decode_caps"] = served_caps(server.pool, list(spec.models), prompts, rows, measure_decode_cap)
+    score_answers(result, [item.target for item in items], metric)
+    environment = environment_fingerprint("cpu", task=task, served_by="local" if here else "url")
+    return Measured(result, serving_records(result, environment), found["caps"], found["decode_caps"])
 
 
 def save_results(records: list[ServingRecord], plot: Path | None, log: bool) -> list[ServingRecord]:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import registry.read as read
-from gates.intervals import wilson_interval
+from evals.intervals import wilson_interval
 from gates.policy import POLICY_PATH, load_policy
 from registry import judge
 from tests.support.gate_fixtures import evidence, fast_llada, fresh_registry, record, register_pair

@@ -180,3 +180,89 @@ def test_the_quality_latency_page_draws_throughput_against_p95_from_the_logged_l
         f"AR fallback (tiny-ar v{versions['tiny-ar']})",
     }
     assert set(drawn.label) == {"c=1", "c=2"}
+
+
+def test_the_quality_latency_page_shows_the_benchmark_record_of_the_load_test(loaded, monkeypatch):
+    """The same paired load test, read as the benchmark record: each side at each level with its intervals."""
+    from registry import Registry
+    from registry.views import benchmark_frame, latest_benchmark_records
+
+    registry, _, _, records = loaded
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri)
+    expected = benchmark_frame(latest_benchmark_records(Registry(registry.tracking_uri)))
+    assert sorted(zip(expected["in flight"], expected.role)) == [
+        (1, "candidate"),
+        (1, "fallback"),
+        (2, "candidate"),
+        (2, "fallback"),
+    ]
+    assert all(r["metric"] == "strict-match" and 0 <= r["accuracy"] <= 1 for r in records)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page("views/quality_latency.py").run()
+    assert not at.exception, at.exception
+    assert "Benchmark record: each candidate beside the AR fallback" in [s.value for s in at.subheader]
+    assert not any(i.value.startswith("No benchmark record yet") for i in at.info)
+    [table] = [d.value for d in at.dataframe if "tokens/s vs fallback" in d.value.columns]
+    assert list(table["tokens/s vs fallback"][table.role == "fallback"]) == ["reference", "reference"]
+    assert all("x (" in text for text in table["tokens/s vs fallback"][table.role == "candidate"])
+    assert list(table.accuracy) == list(expected.accuracy)
+
+
+def test_unmask_bench_at_a_concurrency_prints_the_benchmark_record_and_writes_it(tmp_path):
+    """`unmask bench --concurrency`: the candidate and the fallback served here, paired, scored, with intervals."""
+    from typer.testing import CliRunner
+
+    from evals.intervals import share_interval
+    from evals.paired import RatioEstimate, block_ratio
+    from tests.support.flow_fixtures import cli_app
+
+    registry = serving_registry(tmp_path / "registry")
+    out = tmp_path / "bench.json"
+    env = {"MLFLOW_TRACKING_URI": registry.tracking_uri, "UNMASK_HOME": str(tmp_path / "home"), "COLUMNS": "250"}
+    args = ["bench", "--model", "production", "--ar-model", "fallback", "--concurrency", "1,2", "--requests", "4"]
+    result = CliRunner().invoke(cli_app("bench"), [*args, "--rounds", "2", "--json", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "benchmark record:" in result.output and "1 in flight" in result.output and "2 in flight" in result.output
+    assert "arith (strict-match), 4 requests per model in 2 interleaved rounds" in result.output
+    benchmarks = json.loads(out.read_text())["benchmarks"]
+    assert [b["concurrency"] for b in benchmarks] == [1, 2] and len({b["paired_run"] for b in benchmarks}) == 1
+    for b in benchmarks:
+        candidate, fallback = b["sides"]
+        assert (candidate["role"], fallback["role"]) == ("candidate", "fallback")
+        assert candidate["record"]["model"] == "tiny-llada" and fallback["record"]["model"] == "tiny-ar"
+        for side in (candidate["record"], fallback["record"]):
+            scores = [s if s is not None else 0.0 for s in side["per_request"]["score"]]
+            assert side["accuracy"] == sum(scores) / len(scores)
+            assert side["intervals"]["accuracy"] == RatioEstimate(*share_interval(scores)).to_dict()
+            assert set(side["intervals"]) == {
+                "latency_p50_s",
+                "latency_p99_s",
+                "ttfb_p50_s",
+                "tokens_per_s",
+                "accuracy",
+            }
+            assert side["tokens_per_forward"] > 0 and side["run_id"]
+        ratio = block_ratio(candidate["record"]["blocks"], fallback["record"]["blocks"])
+        assert candidate["tokens_per_s_vs_fallback"] == ratio.to_dict()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ar-model", ""], "--ar-model: the benchmark record sets the candidates beside the AR fallback"),
+        (["--model", "fallback", "--ar-model", "fallback"], "--model: name a candidate other than the fallback"),
+        (["--rounds", "1"], "--rounds 1: the intervals are read from the rounds; give at least 2"),
+        (["--concurrency", "1,16", "--requests", "20"], "--requests 20: at 16 in flight that is one round"),
+        (["--concurrency", "0"], "--concurrency: 0 is not a positive integer"),
+    ],
+)
+def test_bench_at_a_concurrency_refuses_what_cannot_give_a_record_in_one_line(args, message):
+    from typer.testing import CliRunner
+
+    from tests.support.flow_fixtures import cli_app
+
+    result = CliRunner().invoke(cli_app("bench"), ["bench", "--concurrency", "1,2", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output

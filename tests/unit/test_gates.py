@@ -104,8 +104,9 @@ def test_no_record_at_all_is_inconclusive_but_invalid_records_fail():
 
 
 def test_a_gate_that_asks_for_a_settled_result_is_inconclusive_while_the_interval_spans_its_bound():
+    from evals.intervals import wilson_interval
     from gates import parse_policy
-    from gates.intervals import items_to_settle, wilson_interval
+    from gates.intervals import items_to_settle
 
     data = __import__("yaml").safe_load(__import__("gates.policy", fromlist=["POLICY_PATH"]).POLICY_PATH.read_text())
     data["stages"]["staging"]["gates"]["quality"]["require_settled"] = True  # threshold 0.5
@@ -223,7 +224,7 @@ def test_gate_report_markdown_and_roundtrip():
 
 
 def test_intervals_match_published_values():
-    from gates.intervals import difference_interval, wilson_interval
+    from evals.intervals import difference_interval, wilson_interval
 
     assert [round(x, 4) for x in wilson_interval(1.0, 16)] == [0.8064, 1.0]  # 16 of 16 right
     assert [round(x, 3) for x in wilson_interval(0.0, 10)] == [0.0, 0.278]
