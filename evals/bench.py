@@ -15,10 +15,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from evals.bench_summary import length_aup, summary_notes, verdicts
 from evals.measure import PeakMemory
+from evals.paired import round_ratio
 from evals.tasks import TaskItem, get_task, make_split, mean_score
 from sampler import SamplerConfig
 from sampler.decode import decode_prompts
@@ -278,6 +280,10 @@ class BenchRow:
     kind: str = "diffusion"  # or "ar": the AR twin's row
     lossless: bool = False  # the text equals vanilla's by construction (Variant.lossless)
     computed_peak_mb: float | None = None  # sampler.memory.footprint x batch at the run's longest prompt
+    times_s: list[float] = field(default_factory=list)  # each repetition's seconds, in round order
+    # the speedup's 95% interval (low, high): a bootstrap over the rounds, each round timing every row once in an
+    # order drawn per round (evals.paired.round_ratio); None with the speedup
+    speedup_interval: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -435,6 +441,7 @@ class VariantRun:
             kind=self.variant.kind,
             lossless=self.variant.lossless,
             computed_peak_mb=self.computed_peak() / 2**20,
+            times_s=[round(t, 7) for t in self.times],
         )
         return row, responses
 
@@ -546,13 +553,15 @@ def compared_rows(group: list[VariantRun], reference: str) -> list[BenchRow]:
     """The rows of one (length, batch) group, each with its speedup over `reference` and its same-text shares."""
     rows: list[BenchRow] = []
     texts_of: dict[str, list[str]] = {}
-    reference_seconds: float | None = None
+    reference_times: list[float] | None = None
     for run in group:
         row, texts = run.row()
         if row.config == reference:
-            reference_seconds = row.seconds
-        if reference_seconds is not None:
-            row.speedup_vs_vanilla = reference_seconds / row.seconds
+            reference_times = row.times_s
+        if reference_times is not None:
+            speedup = round_ratio(reference_times, row.times_s)
+            row.speedup_vs_vanilla = statistics.median(reference_times) / statistics.median(row.times_s)
+            row.speedup_interval = (speedup.low, speedup.high) if speedup else None
         row.same_text_as = {name: sum(a == b for a, b in zip(texts, ref)) / len(ref) for name, ref in texts_of.items()}
         row.same_text_as_vanilla = row.same_text_as.get(reference)
         texts_of[row.config] = texts
@@ -572,8 +581,9 @@ def run_bench(
 
     `on_row(row)` gets each finished row as soon as it is final: the rows of one generation length
     finish together, after that length's last repetition (speedups and same-text shares compare
-    rows of one length and batch size). Repetitions are interleaved (rep 1 of every run, then rep 2,
-    ...) so that a change in machine load during the run falls on every row alike. With
+    rows of one length and batch size). Repetitions are interleaved in rounds (rep 1 of every run, then rep 2,
+    ...), the runs of a round in an order drawn per round, so that a change in machine load during the run falls
+    on every row alike and no row always runs first; each speedup carries its interval over the rounds. With
     `setup.memory_budget`, every run at the longest generation length is admitted (`memory_admission`)
     before anything decodes.
     """
@@ -585,6 +595,7 @@ def run_bench(
     runnable = [v for v in variants if v.kind != "ar" or ar_loaded is not None]
     reference = row_set(loaded.kind).reference
     several = len(setup.batches) > 1
+    order = np.random.default_rng(setup.seed)
 
     def label(run: VariantRun) -> str:
         return f"{run.variant.name} @ {run.gen_length}" + (f" batch {run.batch}" if several else "")
@@ -607,7 +618,8 @@ def run_bench(
                     run.warm_up()
                     tick(f"warm-up {label(run)}")
             for rep in range(setup.reps):
-                for run in runs:
+                for at in order.permutation(len(runs)):  # a round's order drawn per round: no row always goes first
+                    run = runs[at]
                     run.timed_pass()
                     tick(f"rep {rep + 1}/{setup.reps} {label(run)}")
             for group in groups:

@@ -225,6 +225,21 @@ def block_ratio(
     return RatioEstimate(point, float(low), float(high))
 
 
+def round_ratio(
+    reference_s: Sequence[float], row_s: Sequence[float], resamples: int = RESAMPLES, seed: int = 0
+) -> RatioEstimate | None:
+    """The reference's median seconds over the row's (a speedup), where repetition k of both ran in round k (their
+    order in a round drawn per round, evals.bench), with a 95% interval from a bootstrap drawing rounds: a drawn
+    round brings both sides' times. None with fewer than 2 rounds, unequal counts, or a time that is not positive."""
+    ref, row = np.asarray(reference_s, dtype=float), np.asarray(row_s, dtype=float)
+    if len(ref) != len(row) or len(ref) < MIN_ROUNDS or not (np.all(ref > 0) and np.all(row > 0)):
+        return None
+    draw = np.random.default_rng(seed).integers(0, len(ref), (resamples, len(ref)))
+    spread = np.median(ref[draw], axis=1) / np.median(row[draw], axis=1)
+    low, high = np.percentile(spread, [2.5, 97.5])
+    return RatioEstimate(float(np.median(ref) / np.median(row)), float(low), float(high))
+
+
 def block_rate(blocks: Sequence[Mapping[str, Any]], resamples: int = RESAMPLES, seed: int = 0) -> RatioEstimate | None:
     """One side's text tokens per wall second over its blocks (the rounds of a load test), with a 95% interval
     from a bootstrap drawing blocks; None with fewer than 2 blocks, an uncounted one, or no tokens at all."""

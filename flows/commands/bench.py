@@ -50,6 +50,7 @@ def render(report: BenchReport) -> FittedTable:
             Column("tokens/s (padded)", "right", drop=6),
             Column("tokens/s (text)", "right", drop=5),
             Column("speedup", "right"),
+            Column("speedup 95% interval", "right", drop=9),
             Column("peak memory (MB)", "right", drop=7),
             Column("draft acceptance", "right", drop=1),
             Column("computed peak (MB)", "right", drop=8),
@@ -70,12 +71,21 @@ def render(report: BenchReport) -> FittedTable:
             significant(r.tokens_per_s),
             significant(r.text_tokens_per_s),
             NONE if r.speedup_vs_vanilla is None else f"{significant(r.speedup_vs_vanilla)}x",
+            interval_text(r, report.reference),
             significant(r.peak_mem_mb),
             percent(r.acceptance_rate),
             NONE if r.computed_peak_mb is None else significant(r.computed_peak_mb),
             same or NONE,
         )
     return table
+
+
+def interval_text(row: BenchRow, reference: str) -> str:
+    """`2.10–2.50x`: the 95% interval over the rounds of the row's speedup over `reference` (none for itself)."""
+    if row.speedup_interval is None or row.config == reference:
+        return NONE
+    low, high = row.speedup_interval
+    return f"{significant(low)}–{significant(high)}x"
 
 
 def write_json(report: BenchReport, path: Path) -> None:
@@ -120,7 +130,11 @@ def progress_reporter(
     def row_done(row: BenchRow) -> None:
         nonlocal finished
         finished += 1
-        speedup = NONE if row.speedup_vs_vanilla is None else f"{significant(row.speedup_vs_vanilla)}x {reference}"
+        speedup = (
+            NONE
+            if row.speedup_vs_vanilla is None
+            else f"{significant(row.speedup_vs_vanilla)}x ({interval_text(row, reference)}) {reference}"
+        )
         print(
             f"bench row {finished}/{rows} [{_clock(start)}] {row.config} @ {row.gen_length} batch {row.batch}: "
             f"accuracy {percent(row.accuracy)}, {speedup}, {significant(row.text_tokens_per_s)} text tokens/s, "

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.bench import BenchSetup, run_bench, variants_named
+from evals.paired import round_ratio
 from models import load
 from tests.support.eval_fixtures import write_random_model
 
@@ -45,8 +46,18 @@ def test_rows_for_every_variant_and_length_with_vanilla_as_the_baseline(folders)
     variants = variants_named(
         ["vanilla", "dual-cache", "dual+speculative (batch 1)", "speculative (batch 1)", "early-exit", "tiny-ar"]
     )
-    report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar)
+    ticks: list[str] = []
+    report = run_bench(loaded, BenchSetup(**SMALL), variants, ar_loaded=ar, tick=ticks.append)
     assert [(r.config, r.gen_length) for r in report.rows] == [(v.name, n) for n in (32, 64) for v in variants]
+    # each round times every row once, in an order drawn per round: no row always goes first
+    firsts = [t.split(" ", 2)[2].rsplit(" @ ", 1)[0] for t in ticks if t.startswith("rep ")][:: len(variants)]
+    assert len(firsts) == 6 and len(set(firsts)) > 1, firsts
+    for n in (32, 64):
+        base = next(r for r in report.rows if r.config == "vanilla" and r.gen_length == n)
+        for r in (r for r in report.rows if r.gen_length == n and r.config != "vanilla"):
+            ratio = round_ratio(base.times_s, r.times_s)  # a reviewer's recomputation from the stored times
+            assert len(r.times_s) == 3 and r.speedup_interval == (ratio.low, ratio.high)
+            assert r.speedup_vs_vanilla == ratio.estimate and ratio.low <= r.speedup_vs_vanilla <= ratio.high
     for r in report.rows:
         assert JSON_FIELDS <= set(r.to_dict())
         assert 0.0 <= r.accuracy <= 1.0 and set(r.accuracy_by_task) == {"arith", "sort"}
@@ -119,7 +130,10 @@ def test_cli_prints_the_table_and_writes_json(folders, tmp_path):
     assert data["complete"] is True
     # Not a terminal: one progress line per pass (3 rows x 3 reps), on stderr so the table stays clean.
     progress = [line for line in result.stderr.splitlines() if line.startswith("bench pass ")]
-    assert len(progress) == 9 and progress[-1].startswith("bench pass 9/9 ") and "tiny-ar @ 32" in progress[-1]
+    assert len(progress) == 9 and progress[-1].startswith("bench pass 9/9 ") and "rep 3/3" in progress[-1]
+    assert sorted(line.split("] ", 1)[1] for line in progress[-3:]) == [
+        f"rep 3/3 {name} @ 32" for name in ("parallel-threshold-0.9", "tiny-ar", "vanilla")
+    ]  # the last round times every row once, in its drawn order
     assert "bench pass" not in result.stdout
 
 

@@ -320,6 +320,7 @@ def test_bench_at_80_columns(tmp_path):
             "tokens/s (padded)",
             "tokens/s (text)",
             "speedup",
+            "speedup 95% interval",
             "peak memory (MB)",
             "draft acceptance",
             "same text as vanilla",

@@ -9,7 +9,7 @@ import pytest
 from evals.benchmark import benchmark_records, latest_benchmarks
 from evals.intervals import bootstrap_interval, share_interval, wilson_interval
 from evals.loadtest import Answer, Cell, LoadResult, LoadSpec, score_answers, serving_records
-from evals.paired import RatioEstimate, block_rate, block_ratio
+from evals.paired import RatioEstimate, block_rate, block_ratio, round_ratio
 from registry.views import BENCHMARK_COLUMNS, benchmark_frame
 
 TARGETS = ["5", "7", "9", "11"]
@@ -154,3 +154,12 @@ def test_every_surface_reads_one_worded_row_per_side_with_its_interval():
     assert fallback["tokens/s vs fallback"] == "reference" and fallback["vs fallback (pts)"] == "-"
     assert candidate["errors"] == "1 of 8" and candidate["tokens per forward"] == "2.00"
     assert candidate["accuracy_low"] < candidate["accuracy_value"] == 0.75 < candidate["accuracy_high"]
+
+
+def test_a_bench_speedup_is_read_over_rounds_that_time_both_rows():
+    ratio = round_ratio([2.0, 2.2, 1.8, 2.0], [1.0, 1.1, 0.9, 1.0])  # the load moved both rows alike: 2x each round
+    assert ratio == RatioEstimate(2.0, 2.0, 2.0)
+    shaky = round_ratio([2.0, 2.0, 2.0], [1.0, 0.5, 2.0])
+    assert shaky.estimate == 2.0 and shaky.low < 2.0 < shaky.high
+    assert round_ratio([2.0], [1.0]) is None  # one round shows no spread
+    assert round_ratio([2.0, 2.0], [1.0]) is None and round_ratio([2.0, 0.0], [1.0, 1.0]) is None
