@@ -396,7 +396,7 @@ def decide(
     reasons = _measured_reasons(results, status, stage_policy, reached)
     reasons += _evidence_reasons(model, version, context, roles)
     duties = duties or Duties()
-    reasons += declined_problems(duties.declined, stage, evaluated_at)
+    reasons += declined_problems(duties.declined, stage, evaluated_at, roles)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
     approvals, approval_reasons, counted = _approvals(
         approval, stage, stage_policy, evaluated_at, roles, duties, current, context.holds

@@ -204,16 +204,42 @@ class PromotionRequest:
 
 @dataclass(frozen=True)
 class Decline:
-    """A decision not to promote a version to a stage (`unmask reject`)."""
+    """A decision not to promote a version to a stage (`unmask reject`), signed by its decider where the roles list
+    keys (`key`: the fingerprint; `signature` over `payload()`)."""
 
     stage: str
     by: str
     at: str
     comment: str
     host: str = ""
+    key: str = ""
+    signature: str = ""
+    # what it declines, filled from where it is stored (registry.state), never from the stored value
+    model: str = ""
+    version: str = ""
+
+    def payload(self) -> dict[str, str]:
+        """What its signature covers: which version for which stage, by whom, when, why."""
+        return signed_payload(
+            "decline",
+            model=self.model,
+            version=self.version,
+            stage=self.stage,
+            by=self.by,
+            at=self.at,
+            comment=self.comment,
+        )
 
     def to_dict(self) -> dict[str, str]:
-        return {"stage": self.stage, "by": self.by, "at": self.at, "comment": self.comment, "host": self.host}
+        return {
+            "stage": self.stage,
+            "by": self.by,
+            "at": self.at,
+            "comment": self.comment,
+            "host": self.host,
+            "key": self.key,
+            "signature": self.signature,
+        }
 
 
 @dataclass(frozen=True)
@@ -259,9 +285,23 @@ def require_checklists_match(policy: Policy, stages: Sequence[str] = STAGES) -> 
             raise ChecklistError(problems[0])
 
 
-def declined_problems(declined: Decline | None, stage: str, evaluated_at: str) -> list[PromotionReason]:
-    """A decline given on the current evidence stands; one older than the latest evaluation no longer does."""
+def decline_problem(declined: Decline, roles: Roles | None) -> str | None:
+    """Why a recorded decline is no decision (None when it is one): where `roles` list keys, one not signed by a
+    key listed for its decider (a forged decline tag would otherwise block any version)."""
+    if roles is None:
+        return None
+    what = f"the decline of {declined.stage} by {declined.by} at {declined.at}"
+    return roles.signature_problem(what, declined.by, declined.payload(), declined.key, declined.signature, declined.at)
+
+
+def declined_problems(
+    declined: Decline | None, stage: str, evaluated_at: str, roles: Roles | None = None
+) -> list[PromotionReason]:
+    """A decline given on the current evidence stands; one older than the latest evaluation no longer does, nor
+    one whose signature does not verify where `roles` list keys (`decline_problem`)."""
     if declined is None or declined.stage != stage or predates(declined.at, evaluated_at):
+        return []
+    if decline_problem(declined, roles) is not None:
         return []
     return [
         PromotionReason(

@@ -28,6 +28,7 @@ from gates.promotion import (
     PromotionRequest,
     approval_problem,
     current_signoffs,
+    decline_problem,
     declined_problems,
     expired,
     person,
@@ -201,7 +202,7 @@ def approve(
     request = request or state.open_request(stage)
     duties = state.duties(stage, request)
     reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
-    reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated)]
+    reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated, roles)]
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
     tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated, roles, (model, version, stage))[0]
     tooling_by = tooling.get(TOOLING_ITEM, {}).get("by", "")
@@ -334,6 +335,7 @@ def decline(
     checked_evidence(registry, model, version, actor.name)  # a decision on forged evidence is no decision
     trusted_chain(registry, f"decline of {model} v{version} for {stage}", actor.name)  # nor on a forged audit trail
     roles = roles or load_roles()
+    actor, key = signing_actor(actor, roles)
     action = f"decline of {model} v{version} for {stage} by {actor.name}"
     comment = (comment or "").strip()
     reasons = []
@@ -343,9 +345,17 @@ def decline(
         reasons.append(
             f"{actor.name} may not decide on {stage}: the approve role is held by {roles.describe(stage, 'approve')}"
         )
+    declined = Decline(
+        stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], actor.host, model=model, version=str(version)
+    )
+    if key is not None:
+        fingerprint, signature = key.sign(declined.payload())
+        declined = replace(declined, key=fingerprint, signature=signature)
+    unsigned = decline_problem(declined, roles) if not reasons else None
+    if unsigned is not None:
+        reasons.append(unsigned)
     if reasons:
         _refuse(registry, "approval_refused", actor, stage, model, version, action, reasons)
-    declined = Decline(stage, actor.name, now_iso(), comment[:MAX_COMMENT_CHARS], actor.host)
     _write(registry, model, version, f"decline.{stage}", declined.to_dict())
     for r in requests_of(registry, model, version, stage):
         if r.status == "open":

@@ -63,12 +63,14 @@ def requests_from_tags(tags: Mapping[str, str], stage: str) -> list[PromotionReq
     return sorted(found, key=lambda r: (r.at, r.id))
 
 
-def decline_from_tags(tags: Mapping[str, str], stage: str) -> Decline | None:
+def decline_from_tags(tags: Mapping[str, str], stage: str, model: str = "", version: str = "") -> Decline | None:
+    """The decline recorded for a stage, naming the version it is stored on (`model`, `version`), or None."""
     raw = tags.get(model_tag(f"decline.{stage}"))
     if not raw:
         return None
     data = json.loads(raw)
-    return Decline(**{k: str(v) for k, v in data.items() if k in Decline.__dataclass_fields__})
+    fields = {k: str(v) for k, v in data.items() if k in Decline.__dataclass_fields__}
+    return Decline(**fields | {"model": model, "version": str(version)})
 
 
 def signoffs_from_tags(tags: Mapping[str, str], stage: str) -> dict[str, dict[str, str]]:
@@ -113,7 +115,7 @@ class VersionState:
         return found[-1] if found else None
 
     def declined(self, stage: str) -> Decline | None:
-        return decline_from_tags(self.tags, stage)
+        return decline_from_tags(self.tags, stage, self.model, self.version)
 
     def signoffs(self, stage: str) -> dict[str, dict[str, str]]:
         return signoffs_from_tags(self.tags, stage)

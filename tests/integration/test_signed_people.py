@@ -278,3 +278,44 @@ def test_people_make_their_keys_with_the_cli_and_their_cli_approvals_count(reg, 
         env={"UNMASK_KEYS_HOME": homes["linus"]},
     )
     assert typed.exit_code != 0 and "--by 'grace' is not you: you are 'linus'" in typed.output
+
+
+def test_a_decline_counts_only_signed_by_its_decider_and_a_forged_one_blocks_nothing(reg, tmp_path, monkeypatch):
+    from registry.approvals import decline
+
+    # without keys listed, a decline tag written with the plain client blocks the version: a forged veto
+    path = tmp_path / "plain.yaml"
+    path.write_text(json.dumps(roles_data()))
+    monkeypatch.setenv("UNMASK_ROLES", str(path))
+    _registered(reg)
+    forged = {"stage": "poc", "by": "grace", "at": now_iso(), "comment": "forged veto", "host": "laptop"}
+    reg.client.set_model_version_tag("tiny-llada", "1", model_tag("decline.poc"), json.dumps(forged))
+    assert "declined" in read.promotion_decision("tiny-llada", "1", "poc", registry=reg).blocker_labels()
+    # with keys listed the same tag is no decision, and the version moves
+    keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)  # signed evidence, after the forged decline
+    reg.client.set_model_version_tag(
+        "tiny-llada", "1", model_tag("decline.poc"), json.dumps(forged | {"at": now_iso()})
+    )
+    assert "declined" not in read.promotion_decision("tiny-llada", "1", "poc", registry=reg).blocker_labels()
+    # a decline signed by a listed approver stands; the same one with its comment edited does not
+    declined = decline(reg, "tiny-llada", "1", "poc", "grace", "not on this evidence")
+    assert declined.key.startswith("SHA256:") and declined.signature
+    assert verifies(load_roles().keys["grace"][0].line, declined.payload(), declined.signature)
+    decision = read.promotion_decision("tiny-llada", "1", "poc", registry=reg)
+    assert "declined" in decision.blocker_labels()
+    assert any("grace declined poc" in b.text and "not on this evidence" in b.text for b in decision.blockers)
+    edited = version_state(reg, "tiny-llada", "1").declined("poc").to_dict() | {"comment": "edited"}
+    reg.client.set_model_version_tag("tiny-llada", "1", model_tag("decline.poc"), json.dumps(edited))
+    assert "declined" not in read.promotion_decision("tiny-llada", "1", "poc", registry=reg).blocker_labels()
+
+
+def test_a_decline_by_someone_without_a_listed_key_is_refused_in_one_line(reg, tmp_path, monkeypatch):
+    from registry.approvals import decline
+
+    keyed_roles(tmp_path, monkeypatch, [p for p in PEOPLE if p != "eve"])
+    _registered(reg)
+    with pytest.raises(ApprovalRefused) as e:
+        decline(reg, "tiny-llada", "1", "poc", "eve", "no")
+    assert "is not signed: only an act signed by a key the roles file lists for eve" in str(e.value)
+    assert version_state(reg, "tiny-llada", "1").declined("poc") is None
