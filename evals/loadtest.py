@@ -420,6 +420,7 @@ async def run_paired_level(
                     "tokens": sum(a.tokens or 0 for a in part.ok),
                     "wall_s": round(part.wall_s, 6),
                     "answered": len(part.ok),
+                    "sent": len(part.answers),
                     "counted": all(a.tokens is not None for a in part.ok),
                     "first": opened,
                 }

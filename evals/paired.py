@@ -253,6 +253,30 @@ def block_rate(blocks: Sequence[Mapping[str, Any]], resamples: int = RESAMPLES, 
     return RatioEstimate(float(tokens.sum() / wall.sum()), float(low), float(high))
 
 
+def rounds_percentile_ratio(
+    mine: Sequence[Sequence[float]],
+    theirs: Sequence[Sequence[float]],
+    q: float,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> RatioEstimate | None:
+    """The `q`-th percentile of `mine`'s request latencies over `theirs`, where round i of each side ran in round i
+    of one paired load test: the point over every request, and a 95% interval from a bootstrap drawing rounds (a
+    drawn round brings both sides' requests). None with fewer than 2 rounds, unequal counts, or an empty side."""
+    if len(mine) != len(theirs) or len(mine) < MIN_ROUNDS or not all(mine) or not all(theirs):
+        return None
+    every_m, every_t = (np.concatenate([np.asarray(r, dtype=float) for r in side]) for side in (mine, theirs))
+    point = float(np.percentile(every_m, q) / np.percentile(every_t, q))
+    draw = np.random.default_rng(seed).integers(0, len(mine), (resamples, len(mine)))
+    spread = [
+        np.percentile(np.concatenate([mine[i] for i in rounds]), q)
+        / np.percentile(np.concatenate([theirs[i] for i in rounds]), q)
+        for rounds in draw
+    ]
+    low, high = np.percentile(spread, [2.5, 97.5])
+    return RatioEstimate(point, float(low), float(high))
+
+
 def round_spread(timings: PairedTimings) -> float:
     """The median over items of (largest / smallest paired ratio of the item across rounds): 1.0 when each
     item's candidate/baseline ratio repeats exactly."""

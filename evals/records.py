@@ -12,7 +12,15 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from evals.paired import PairedTimings, RatioEstimate, block_ratio, is_steady, paired_ratios, round_spread
+from evals.paired import (
+    PairedTimings,
+    RatioEstimate,
+    block_ratio,
+    is_steady,
+    paired_ratios,
+    round_spread,
+    rounds_percentile_ratio,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -292,6 +300,28 @@ class ServingRecord:
         if not self.paired_run or self.paired_run != other.paired_run or len(self.blocks) != len(other.blocks):
             return None
         return block_ratio(self.blocks, other.blocks)
+
+    def latencies_by_round(self) -> list[list[float]] | None:
+        """Each round's answered request latencies, in round order (the requests were kept in the order sent, block
+        by block); None when the record does not keep them (older records, or a load test run as one block)."""
+        latencies = self.per_request.get("latency_s")
+        sent = [b.get("sent") for b in self.blocks]
+        sizes = [n for n in sent if isinstance(n, int)]
+        if not latencies or not sizes or len(sizes) != len(sent) or sum(sizes) != len(latencies):
+            return None
+        out, at = [], 0
+        for n in sizes:
+            out.append([float(t) for t in latencies[at : at + n] if t is not None])
+            at += n
+        return out
+
+    def latency_against(self, other: ServingRecord, q: float = 95) -> RatioEstimate | None:
+        """The `q`-th percentile latency of this record over `other`'s with a 95% interval, when both come from one
+        paired load test with the same rounds and keep their requests (a bootstrap over rounds); else None."""
+        mine, theirs = self.latencies_by_round(), other.latencies_by_round()
+        if not self.paired_run or self.paired_run != other.paired_run or mine is None or theirs is None:
+            return None
+        return rounds_percentile_ratio(mine, theirs, q)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

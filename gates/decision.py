@@ -575,6 +575,9 @@ def figures(
     if load and served and served_theirs:  # one paired load test of both (tokens/s with its interval), or two
         concurrency, p95_ci, steady = load, None, True
         p95 = _ratio(served.latency_p95_s, served_theirs.latency_p95_s)
+        paired_p95 = served.latency_against(served_theirs, 95)
+        if paired_p95 is not None:  # records that keep their requests: the same p95, with its interval over rounds
+            p95, p95_ci = paired_p95.estimate, (paired_p95.low, paired_p95.high)
         paired_tps = served.tokens_per_s_against(served_theirs)
         paired = paired_tps is not None
         tps_ci = (paired_tps.low, paired_tps.high) if paired_tps else None

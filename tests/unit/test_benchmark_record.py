@@ -9,7 +9,7 @@ import pytest
 from evals.benchmark import benchmark_records, latest_benchmarks
 from evals.intervals import bootstrap_interval, share_interval, wilson_interval
 from evals.loadtest import Answer, Cell, LoadResult, LoadSpec, score_answers, serving_records
-from evals.paired import RatioEstimate, block_rate, block_ratio, round_ratio
+from evals.paired import RatioEstimate, block_rate, block_ratio, round_ratio, rounds_percentile_ratio
 from registry.views import BENCHMARK_COLUMNS, benchmark_frame
 
 TARGETS = ["5", "7", "9", "11"]
@@ -27,7 +27,8 @@ def _cell(model: str, concurrency: int, rates: list[float], right: int, run: str
     if right < 7:
         answers[7] = Answer(3, error="HTTP 500: boom")
     blocks = [
-        {"tokens": 32, "wall_s": 32 / r, "answered": 4, "counted": True, "first": i == 0} for i, r in enumerate(rates)
+        {"tokens": 32, "wall_s": 32 / r, "answered": 4, "sent": 4, "counted": True, "first": i == 0}
+        for i, r in enumerate(rates)
     ]
     return Cell(
         model, concurrency, "stream+usage", answers, sum(b["wall_s"] for b in blocks), blocks=blocks, paired_run=run
@@ -163,3 +164,18 @@ def test_a_bench_speedup_is_read_over_rounds_that_time_both_rows():
     assert shaky.estimate == 2.0 and shaky.low < 2.0 < shaky.high
     assert round_ratio([2.0], [1.0]) is None  # one round shows no spread
     assert round_ratio([2.0, 2.0], [1.0]) is None and round_ratio([2.0, 0.0], [1.0, 1.0]) is None
+
+
+def test_a_latency_ratio_at_a_concurrency_is_paired_by_round_from_the_requests_kept():
+    llada, ar = serving_records(_result())
+    rounds = llada.latencies_by_round()
+    assert [len(r) for r in rounds] == [4, 3]  # the failed request of round 2 has no latency
+    assert sum(rounds, []) == [t for t in llada.per_request["latency_s"] if t is not None]
+    ratio = llada.latency_against(ar, 95)
+    assert ratio == rounds_percentile_ratio(rounds, ar.latencies_by_round(), 95)
+    assert ratio.low <= ratio.estimate <= ratio.high
+    older = llada.__class__.from_dict(llada.to_dict() | {"blocks": [dict(b, sent=None) for b in llada.blocks]})
+    assert older.latencies_by_round() is None and older.latency_against(ar) is None  # kept no round sizes
+    apart = ar.__class__.from_dict(ar.to_dict() | {"paired_run": "another"})
+    assert llada.latency_against(apart) is None  # two load tests apart are not compared
+    assert rounds_percentile_ratio([[1.0]], [[1.0]], 95) is None
