@@ -125,6 +125,11 @@ def load_curves(uri: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def stage_timeline(uri: str) -> tuple[pd.DataFrame, str]:
+    return views.stage_timeline(_registry(uri))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def benchmarks(uri: str) -> pd.DataFrame:
     return views.benchmark_frame(views.latest_benchmark_records(_registry(uri)))
 

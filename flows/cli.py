@@ -136,6 +136,7 @@ COMMAND_MODULES = [
     "flows.commands.analysis",
     "flows.commands.deploy",
     "flows.commands.keys",
+    "flows.commands.history",
 ]
 
 
@@ -145,7 +146,7 @@ HELP_PANELS = {
     "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
     "serve": ["serve", "loadtest"],
     "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
-    "audit": ["audit", "nightly", "keys"],
+    "audit": ["audit", "history", "nightly", "keys"],
 }
 PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
 ORDER = [name for names in HELP_PANELS.values() for name in names]

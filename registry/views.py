@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from gates.results import operating_records
 from gates.rollout_findings import FAILED_ROLLOUT, failed_rollout, finding_text
 from registry import audit
 from registry.connection import EVALUATIONS_EXPERIMENT
+from registry.history import duration_text, stage_history
 from registry.integrity import EvidenceTampered, GateReportTampered, alias_drift
 from registry.links import run_url
 from registry.rollouts import ROLLOUTS_EXPERIMENT, analyses, canary_evidence, rollouts
@@ -287,6 +289,33 @@ def latest_benchmark_records(registry: Registry) -> list[BenchmarkRecord]:
         if evidence.role == "fallback":
             fallbacks |= {id(r) for r in evidence.serving}
     return latest_benchmarks(benchmark_records(records, lambda r: id(r) in fallbacks))
+
+
+TIMELINE_COLUMNS = ["stage", "holder", "since", "until", "held", "how", "moved_by", "approvals", "previous", "why"]
+
+
+def stage_timeline(registry: Registry) -> tuple[pd.DataFrame, str]:
+    """Which version held each stage when (`registry.history`, what `unmask history` prints): one row per tenure
+    (TIMELINE_COLUMNS; `until` is now's time while it holds), and why the timeline is not evidence ("" when the
+    audit chain verifies)."""
+    found = stage_history(registry)
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "stage": t.stage,
+            "holder": t.holder,
+            "since": t.since,
+            "until": t.until or now.isoformat(),
+            "held": duration_text(t.held_s(now)) + ("" if t.until else " (holds it)"),
+            "how": t.how,
+            "moved_by": t.moved_by,
+            "approvals": ", ".join(t.approvals),
+            "previous": t.previous or "nobody",
+            "why": t.why,
+        }
+        for t in found.tenures
+    ]
+    return pd.DataFrame(rows, columns=TIMELINE_COLUMNS), found.problem
 
 
 INTEGRITY_COLUMNS = ["model", "version", "status", "detail", "artifact"]

@@ -159,6 +159,35 @@ else:
         width="stretch",
     )
 
+st.subheader("Which version held each stage when")
+timeline, unverified = source.stage_timeline(uri)
+if unverified:
+    st.error(unverified)
+if timeline.empty:
+    st.info("No stage alias has moved yet: `unmask promote MODEL --to STAGE` moves one.")
+else:
+    order = [s for s in ("poc", "staging", "production") if s in set(timeline.stage)]
+    bars = (
+        alt.Chart(timeline)
+        .mark_bar(height=26, cornerRadius=3)
+        .encode(
+            x=alt.X("since:T", title="time (UTC)"),
+            x2="until:T",
+            y=alt.Y("stage:N", sort=order, title="stage"),
+            color=alt.Color("holder:N", title="version", legend=alt.Legend(orient="bottom", columns=3)),
+            tooltip=["stage:N", "holder:N", "since:N", "held:N", "how:N", "moved_by:N", "approvals:N", "why:N"],
+        )
+    )
+    st.altair_chart(
+        bars.properties(height=80 + 50 * len(order), padding=CHART_PADDING), width="stretch", key="stage_timeline"
+    )
+    st.dataframe(timeline.iloc[::-1], hide_index=True, width="stretch")
+    st.caption(
+        "From the audit chain's settled alias moves, as `unmask history` prints them: each move gives the stage to "
+        "a version until the stage's next move. `unmask history --stage production --at TIME` answers which "
+        "version served it at a given time."
+    )
+
 st.subheader("Nightly regression findings")
 findings = source.regression_findings(uri)
 if findings.empty:
