@@ -16,6 +16,7 @@ from gates.roles import Roles, RolesError, load_roles
 from registry import audit
 from registry.decision import decisions
 from registry.demo import is_demo_registry
+from registry.history import duration_text, stage_history
 from registry.rollouts import RolloutRecord, analyses, rollouts
 from registry.store import STAGE_ALIASES, Registry
 
@@ -211,9 +212,13 @@ def change_log(registry: Registry, model: str, version: str, content: dict[str, 
                 changes.append(
                     {"what": key.rsplit(".", 1)[-1], "before": before.get(key, "-"), "after": after.get(key, "-")}
                 )
+    held = stage_history(registry, model)
     return {
         "previous": previous,
         "changes": changes,
+        # the stages this version held and when (`unmask history`): the same tenures the Promotions page draws
+        "held": [t.to_dict() | {"held": duration_text(t.held_s())} for t in held.tenures if t.version == version],
+        "held_problem": held.problem,
         "events": [
             {
                 "when": e.when[:19],

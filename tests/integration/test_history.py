@@ -140,3 +140,18 @@ def test_the_promotions_page_draws_the_same_timeline(moved, monkeypatch):
     expected = [(t.stage, t.holder, t.how, t.since) for t in reversed(stage_history(moved).tenures)]
     assert list(zip(table.stage, table.holder, table.how, table.since)) == expected
     assert table.held.iloc[0].endswith("(holds it)") and not at.error
+
+
+def test_the_dossier_s_change_log_lists_the_stages_the_version_held(moved):
+    import re
+
+    from dashboards.dossier.content import dossier_content
+    from dashboards.dossier.render import render_html
+
+    html = render_html(dossier_content(moved, "tiny-ar", "1"))
+    held = re.search(r'<table id="stages-held">(.*?)</table>', html, re.S).group(1)
+    rows = re.findall(r'<tr class="tenure" data-stage="(\w+)">(.*?)</tr>', held, re.S)
+    ar = [t for t in stage_history(moved, "tiny-ar").tenures]
+    assert [stage for stage, _ in rows] == [t.stage for t in ar] == ["poc", "poc"]
+    assert ar[0].since[:19] in rows[0][1] and "promotion" in rows[0][1] and "holds it" in rows[1][1]
+    assert "rollback" in rows[1][1] and "tiny-llada@1" in rows[1][1]
