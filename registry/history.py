@@ -93,13 +93,73 @@ class Tenure:
         }
 
 
+CANARY_ENDS = {"rollout_rollback": "canary rollback", "rollout_abort": "canary abort"}
+
+
+@dataclass(frozen=True)
+class CanaryEnd:
+    """A rollout that ended without a move: its candidate's weight went back to 0 and the stage alias stayed with
+    `holder` (flows/rollout.py). It ends no tenure; it explains one."""
+
+    stage: str
+    model: str
+    version: str
+    when: str
+    who: str
+    how: str  # canary rollback | canary abort
+    why: str
+    holder: str  # "model@version" that kept the stage
+    audit_run_id: str = ""
+    seq: int = 0
+    sha256: str = ""
+
+    @classmethod
+    def of(cls, e: AuditEvent) -> CanaryEnd:
+        return cls(
+            e.stage,
+            e.model,
+            e.version,
+            e.when,
+            e.who,
+            CANARY_ENDS[e.event],
+            e.comment,
+            e.to_ref,
+            e.run_id,
+            e.seq,
+            e.sha256,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.how,
+            "stage": self.stage,
+            "model": self.model,
+            "version": self.version,
+            "since": self.when,
+            "moved_by": self.who,
+            "how": self.how,
+            "why": self.why,
+            "previous": self.holder,
+            "audit_run_id": self.audit_run_id,
+            "seq": self.seq,
+            "sha256": self.sha256,
+        }
+
+
 @dataclass(frozen=True)
 class StageHistory:
-    """The tenures asked for (oldest first), the chain's verification they were read under, and moves in flight."""
+    """The tenures asked for (oldest first), the chain's verification they were read under, moves in flight, and
+    the canaries that ended without moving the alias."""
 
     tenures: tuple[Tenure, ...]
     chain: ChainReport
     pending: tuple[AuditEvent, ...] = ()
+    canaries: tuple[CanaryEnd, ...] = ()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Tenures and canary ends as one list of dicts, in time order (what CSV and JSON print)."""
+        every = [t.to_dict() | {"kind": "tenure"} for t in self.tenures] + [c.to_dict() for c in self.canaries]
+        return sorted(every, key=lambda r: (r["since"], r["seq"]))
 
     @property
     def verified(self) -> bool:
@@ -171,7 +231,13 @@ def stage_history(registry: Registry, model: str | None = None, stage: str | Non
     moves = audit.events(registry, stage=stage, event=MOVE)
     found = [t for t in tenures(moves) if model is None or t.model == model]
     pending = tuple(e for e in moves if e.status == "RUNNING" and (model is None or e.model == model))
-    return StageHistory(tuple(found), chain, pending)
+    ends = [
+        CanaryEnd.of(e)
+        for kind in CANARY_ENDS
+        for e in audit.events(registry, model=model, stage=stage, event=kind)
+        if e.event == kind
+    ]
+    return StageHistory(tuple(found), chain, pending, tuple(sorted(ends, key=lambda c: (c.when, c.seq))))
 
 
 def duration_text(seconds: float) -> str:

@@ -29,7 +29,20 @@ if TYPE_CHECKING:
 
 console = table_console(200)
 FORMATS = ("table", "csv", "json")
-COLUMNS = ["stage", "model", "version", "since", "until", "held_s", "moved_by", "how", "why", "previous", "approvals"]
+COLUMNS = [
+    "kind",
+    "stage",
+    "model",
+    "version",
+    "since",
+    "until",
+    "held_s",
+    "moved_by",
+    "how",
+    "why",
+    "previous",
+    "approvals",
+]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -127,6 +140,13 @@ def _table(found: StageHistory, model: str | None, stage: str | None) -> None:
                 t.why,
             )
         console.print(table)
+    for c in found.canaries:
+        console.print(
+            f"{c.how}: {c.stage}, {c.model} v{c.version} at {c.when[:19].replace('T', ' ')} by {c.who}; the alias "
+            f"stayed with {c.holder or 'nobody'} ({c.why})",
+            highlight=False,
+            soft_wrap=True,
+        )
     for e in found.pending:
         console.print(
             f"[yellow]in flight or interrupted:[/yellow] {e.stage} to {e.to_ref} by {e.who} at {e.when[:19]} "
@@ -136,7 +156,7 @@ def _table(found: StageHistory, model: str | None, stage: str | None) -> None:
 
 
 def _rows(found: StageHistory, output: str) -> None:
-    _emit([t.to_dict() for t in found.tenures], output)
+    _emit(found.rows(), output)
 
 
 def _emit(rows: list[dict[str, Any]], output: str) -> None:

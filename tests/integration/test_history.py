@@ -155,3 +155,41 @@ def test_the_dossier_s_change_log_lists_the_stages_the_version_held(moved):
     assert [stage for stage, _ in rows] == [t.stage for t in ar] == ["poc", "poc"]
     assert ar[0].since[:19] in rows[0][1] and "promotion" in rows[0][1] and "holds it" in rows[1][1]
     assert "rollback" in rows[1][1] and "tiny-llada@1" in rows[1][1]
+
+
+def test_a_canary_rollback_is_on_the_timeline_and_moves_nothing(moved):
+    from registry.audit_events import record_rollout_end
+    from registry.identity import actor_for
+
+    actor = actor_for(moved.tracking_uri, "oncall")
+    record_rollout_end(
+        moved,
+        "rollout_rollback",
+        actor,
+        "poc",
+        "tiny-llada",
+        "1",
+        "r-1",
+        "default",
+        "p95 over the bound",
+        ("tiny-ar", "1"),
+        "run-1",
+        2,
+        25,
+        {"verdict": "fail"},
+    )
+    found = stage_history(moved)
+    [canary] = found.canaries
+    assert (canary.how, canary.stage, canary.model, canary.holder) == (
+        "canary rollback",
+        "poc",
+        "tiny-llada",
+        "tiny-ar@1",
+    )
+    assert len(found.tenures) == 3 and found.tenures[-1].until == ""  # the alias did not move
+    assert found.at("poc", datetime.now(UTC)).holder == "tiny-ar v1"
+    kinds = [r["kind"] for r in json.loads(_cli(moved, "--format", "json").output)]
+    assert kinds == ["tenure", "tenure", "tenure", "canary rollback"]
+    table = _cli(moved, "tiny-llada")
+    assert table.exit_code == 0, table.output
+    assert "canary rollback: poc, tiny-llada v1" in table.output and "stayed with tiny-ar@1" in table.output
