@@ -77,6 +77,7 @@ class AuditEvent:
     run_id: str = ""
     seq: int = 0  # its place in the hash chain (1 is the first); 0: written before the chain existed
     sha256: str = ""  # its chain hash ("" before the chain existed)
+    signature: str = ""  # "<key id>:<hmac>" of its place and hash under the store's signing key (SIG)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -261,6 +262,7 @@ def _from_run(run: Run) -> AuditEvent:
         run_id=run.info.run_id,
         seq=int(t[SEQ]) if str(t.get(SEQ, "")).isdigit() else 0,
         sha256=t.get(SHA, ""),
+        signature=t.get(SIG, ""),
     )
 
 

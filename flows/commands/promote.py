@@ -74,6 +74,24 @@ def promote_command(
         f"{move.who}, approved by {approvers}. Audit run {move.audit_run_id}.",
         highlight=False,
     )
+    _notify()
+
+
+def _notify() -> None:
+    """Send the configured webhooks the move (and whatever they have not taken before it): a receiver that is
+    down is said in one line and retried by the next delivery (`unmask events --deliver`), never an error here."""
+    from flows.webhooks import WebhookError, deliver, load_webhooks
+    from registry import Registry, RegistryError
+
+    try:
+        hooks = load_webhooks()
+        delivered = deliver(Registry(), hooks, attempts=2, backoff_s=0.2) if hooks else []
+    except (WebhookError, RegistryError) as e:
+        console.print(f"[yellow]webhooks:[/yellow] {e}", highlight=False)
+        return
+    for d in delivered:
+        left = f"; not delivered: {d.failed} (`unmask events --deliver` retries)" if d.failed else ""
+        console.print(f"webhook {d.webhook}: {d.delivered} event(s) delivered{left}", highlight=False)
 
 
 def rollback_command(
@@ -109,6 +127,7 @@ def rollback_command(
             f"(found on {', '.join(move.evidence['drift']['found']) or 'nobody'}).",
             highlight=False,
         )
+        _notify()
         return
     console.print(
         f"[yellow]{stage}[/yellow] rolled back from {'@'.join(move.from_holder)} to "
@@ -116,6 +135,7 @@ def rollback_command(
         "finding is open for review.",
         highlight=False,
     )
+    _notify()
 
 
 def sign_off_command(
