@@ -29,7 +29,7 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8010, "--port", min=1, max=65535),
 ) -> None:
-    """Answer GET /v1/unmask/analysis and POST /v1/unmask/analysis/flagger[/rollback] (docs/rollout.md)."""
+    """Answer GET /v1/unmask/analysis, POST /v1/unmask/analysis/flagger and .../flagger/rollback (docs/rollout.md)."""
     import uvicorn
 
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
