@@ -8,8 +8,10 @@ The thread rule lives here too, so eval, run, bench, serve and train choose `--t
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Any
+from urllib.parse import urlparse
 
 import typer
 
@@ -119,12 +121,22 @@ def threads_rule(given: int | None, configured: int | None = None) -> tuple[int,
         return configured, "the sweep's threads"
     env = os.environ.get(THREADS_ENV, "").strip()
     if env:
-        if not env.isdigit() or not 1 <= int(env) <= max_threads():
+        threads = env_threads(env)
+        if threads is None:
             raise typer.BadParameter(
                 f"${THREADS_ENV} must be an integer from 1 to {max_threads()} (this machine's cores), got {env!r}"
             )
-        return int(env), f"${THREADS_ENV}"
+        return threads, f"${THREADS_ENV}"
     return 1, f"default; --threads or ${THREADS_ENV} to change"
+
+
+def env_threads(value: str) -> int | None:
+    """$UNMASK_THREADS as a thread count, or None where it is not an integer from 1 to this machine's cores (ASCII
+    digits only: `'²'.isdigit()` is true, and int() then fails)."""
+    value = value.strip()
+    if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= max_threads():
+        return None
+    return int(value)
 
 
 def apply_threads(given: int | None, configured: int | None = None) -> tuple[int, str]:
@@ -198,6 +210,20 @@ def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
 # Environment variables unmask reads, and what each must name; checked before any command runs.
 FILE_VARIABLES = ("UNMASK_CATALOG", "UNMASK_ROLES", "UNMASK_POLICY", "UNMASK_CHROMIUM")
 FOLDER_VARIABLES = ("UNMASK_CHECKLISTS",)
+# what MLflow's clients accept as a tracking URI scheme (a bare path has none); "postgresql+psycopg2" reads as
+# postgresql
+TRACKING_SCHEMES = (
+    "file",
+    "sqlite",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "http",
+    "https",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)
 WRITABLE_VARIABLES = ("UNMASK_HOME", "UNMASK_MODEL_STORE")
 
 
@@ -214,7 +240,7 @@ def check_environment(environ: Any = None) -> None:
 
     for name in FILE_VARIABLES:
         if environ.get(name) and not Path(environ[name]).expanduser().is_file():
-            raise bad(name, "no such file")
+            raise bad(name, "a folder, not a file" if Path(environ[name]).expanduser().is_dir() else "no such file")
     for name in FOLDER_VARIABLES:
         if environ.get(name) and not Path(environ[name]).expanduser().is_dir():
             raise bad(name, "no such folder")
@@ -230,10 +256,15 @@ def check_environment(environ: Any = None) -> None:
             load_roles(environ["UNMASK_ROLES"])
         except RolesError as e:
             raise typer.BadParameter(str(e), param_hint="$UNMASK_ROLES") from None
-    if environ.get(THREADS_ENV, "").strip():
-        value = environ[THREADS_ENV].strip()
-        if not value.isdigit() or not 1 <= int(value) <= max_threads():
-            raise bad(THREADS_ENV, f"expected an integer from 1 to {max_threads()} (this machine's cores)")
+    if environ.get(THREADS_ENV, "").strip() and env_threads(environ[THREADS_ENV]) is None:
+        raise bad(THREADS_ENV, f"expected an integer from 1 to {max_threads()} (this machine's cores)")
+    scheme = urlparse(environ.get("MLFLOW_TRACKING_URI", "").strip()).scheme.split("+")[0]
+    if scheme and scheme not in TRACKING_SCHEMES:
+        raise bad(
+            "MLFLOW_TRACKING_URI",
+            f"unknown scheme {scheme!r}; expected sqlite:///PATH, postgresql://... or the http(s):// URL "
+            "of an mlflow server",
+        )
 
 
 def alias_name(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:

@@ -529,7 +529,8 @@ def _env_cases(tmp: Path) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
             cases.append((f"{name} under a file {value.name}", {name: str(value)}, (name, str(blocker), "is a file")))
     for name in ("UNMASK_CATALOG", "UNMASK_ROLES", "UNMASK_POLICY", "UNMASK_CHROMIUM"):
         for value in (tmp / "missing.yaml", folder, blocker / "x.yaml", tmp / "missing" / "deeper.yaml"):
-            cases.append((f"{name} {value.name}", {name: str(value)}, (name, str(value), "no such file")))
+            why = "a folder, not a file" if value == folder else "no such file"
+            cases.append((f"{name} {value.name}", {name: str(value)}, (name, str(value), why)))
     for value in (tmp / "missing", blocker, blocker / "x", tmp / "missing" / "x"):
         cases.append(
             (
@@ -559,8 +560,14 @@ def _env_cases(tmp: Path) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
         "1_000",
         "\u0663\u0663\u0663\u0663",
         "10000",
+        "\u00b2",  # superscript two: str.isdigit() says yes, int() says no
+        "1\u00b9",
     ):
         cases.append((f"UNMASK_THREADS {value}", {"UNMASK_THREADS": value}, ("UNMASK_THREADS", repr(value))))
+    for value in ("garbage:::", "ftp://host/store", "s3://bucket/mlruns", "javascript:alert(1)"):
+        cases.append(
+            (f"MLFLOW_TRACKING_URI {value}", {"MLFLOW_TRACKING_URI": value}, ("MLFLOW_TRACKING_URI", "unknown scheme"))
+        )
     return cases
 
 
