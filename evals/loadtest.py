@@ -279,6 +279,9 @@ def client_for(spec: LoadSpec) -> openai.AsyncOpenAI:
 def _request(spec: LoadSpec, model: str, prompt: str, mode: str) -> dict[str, Any]:
     # one user per prompt: a server's sticky traffic split (routes, rollouts) spreads the load over its arms
     body: dict[str, Any] = {"model": model, "user": f"loadtest-{hashlib.sha256(prompt.encode()).hexdigest()[:12]}"}
+    # one seed for every request: a sampled decode (block diffusion always samples) answers a prompt the same at
+    # every concurrency, so "same as solo" measures batching, not the seed a server drew
+    body["seed"] = spec.seed
     if spec.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:

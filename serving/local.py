@@ -330,7 +330,9 @@ class LocalServing:
         if likelihood:  # before anything is queued
             for p in parsed:
                 check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
-        planned = [(i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n)]
+        planned = [
+            (i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n, handle.kind)
+        ]
         room = self.pool.settings.max_pending
         if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
             raise RequestError(
@@ -501,7 +503,7 @@ def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:
     config = job.row.config
     nfe, batch_size = sum(d.nfe for d in decoded), max(d.batch_size for d in decoded)
     queue_s, decode_s = max(d.queue_s for d in decoded), max(d.decode_s for d in decoded)
-    seeds = [None if is_deterministic(r.config) else r.config.seed for r in job.rows]
+    seeds = [None if is_deterministic(r.config, handle.kind) else r.config.seed for r in job.rows]
     facts = {
         "config_hash": config.hash(),
         "queue_s": queue_s,
@@ -574,11 +576,12 @@ def response_body(job: Submitted, done: Finished) -> CompletionResponse | ChatCo
     )
 
 
-def seeded(config: SamplerConfig, seed: int | None, n: int) -> list[SamplerConfig]:
+def seeded(config: SamplerConfig, seed: int | None, n: int, kind: str = "masked-diffusion") -> list[SamplerConfig]:
     """The config of each of a prompt's `n` choices. Sampled decoding gives choice k the seed `seed + k`, or,
     without a seed, one drawn from the OS, so unseeded answers differ and each can be reproduced from the seed
-    its answer reports; a greedy decode reads no seed and all choices are one config."""
-    if is_deterministic(config):
+    its answer reports; a greedy decode reads no seed and all choices are one config. Whether a decode samples
+    depends on the model's `kind` (block diffusion always draws: `is_deterministic`)."""
+    if is_deterministic(config, kind):
         return [config] * n
     first = seed if seed is not None else None
     return [

@@ -82,7 +82,7 @@ async def all_at_once(server, texts: list[str], options: list[dict]) -> list[tup
 def test_16_concurrent_answers_are_byte_identical_to_the_solo_answers_seed_by_seed(server):
     client = openai_client(server)
     texts = prompts(16)
-    options = [{"seed": i % 5} if i % 3 else {} for i in range(16)]  # seeded rows and the operating point's seed
+    options = [{"seed": i % 5} for i in range(16)]  # an unseeded request draws its own seed (the test below)
     solo = []
     for prompt, extra in zip(texts, options):
         r = client.completions.create(model="production", prompt=prompt, **extra)
@@ -97,6 +97,23 @@ def test_16_concurrent_answers_are_byte_identical_to_the_solo_answers_seed_by_se
         other != solo[1]
         or other != client.completions.create(model="production", prompt=texts[1], seed=98).choices[0].text
     )
+
+
+def test_n_choices_and_unseeded_requests_draw_seeds_as_for_every_kind(server):
+    """Issue 51, item 1: block diffusion always samples, so choice k of seed s decodes with seed s + k, and an
+    unseeded request draws a fresh seed that it reports (it decoded at the operating point's seed 0 before)."""
+    client = openai_client(server)
+    prompt = prompts(3)[2]
+    four = client.completions.create(model="production", prompt=prompt, n=4, seed=40)
+    assert four.model_extra["unmask"]["seeds"] == [40, 41, 42, 43]
+    alone = [client.completions.create(model="production", prompt=prompt, seed=s).choices[0].text for s in (40, 43)]
+    assert [four.choices[0].text, four.choices[3].text] == alone  # choice k is seed 40 + k, reproducible alone
+    assert len({c.text for c in four.choices}) > 1  # four draws, not one answer four times
+    unseeded = [client.completions.create(model="production", prompt=prompt) for _ in range(2)]
+    seeds = [r.model_extra["unmask"]["seeds"][0] for r in unseeded]
+    assert all(isinstance(s, int) for s in seeds) and seeds[0] != seeds[1]
+    again = client.completions.create(model="production", prompt=prompt, seed=seeds[0]).choices[0].text
+    assert again == unseeded[0].choices[0].text  # the seed it reports reproduces it
 
 
 def stream_text(client, **request) -> tuple[list[str], str]:
