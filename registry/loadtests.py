@@ -14,6 +14,7 @@ A load test's throughput-vs-latency plot is one run of its own (`unmask.kind` = 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.integrity import seal_run, verify_artifact
 from registry.store import Registry, filter_literal, model_tag
 
+log = logging.getLogger(__name__)
 ARTIFACT = "serving/record.json"
 CURVE_ARTIFACT = "serving/curve.png"
 METRICS = (
@@ -124,13 +126,20 @@ def serving_records(
     for run in registry.search_runs(EVALUATIONS_EXPERIMENT, " and ".join(filters)):
         if run.info.status != "FINISHED":
             continue
-        data = registry.load_artifact_bytes(run.info.run_id, ARTIFACT)
+        # a record that is gone or unreadable weakens the evidence (the serving gate then lacks that level); it
+        # takes nothing down. One that reads but does not match its sha256 is tampered: EvidenceTampered.
+        try:
+            data = registry.load_artifact_bytes(run.info.run_id, ARTIFACT)
+        except RegistryError as e:
+            log.warning("%s version %s: serving record left out: %s", model, version, e)
+            continue
         verify_artifact(dict(run.data.tags), model, version, run.info.run_id, ARTIFACT, data)
         try:
             record = ServingRecord.from_dict(json.loads(data))
         except (ValueError, TypeError) as e:
-            raise RegistryError(
-                f"{model} version {version}: serving record of run {run.info.run_id} is unreadable ({e})"
-            ) from None
+            log.warning(
+                "%s version %s: serving record of run %s left out: unreadable (%s)", model, version, run.info.run_id, e
+            )
+            continue
         latest[record.concurrency] = record  # runs come oldest first: the last one of a level wins
     return [latest[c] for c in sorted(latest)]

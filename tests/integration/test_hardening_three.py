@@ -47,3 +47,31 @@ def test_the_team_setup_s_basic_auth_file_is_one_mlflow_server_accepts():
     _validate_password(config["mlflow"]["admin_password"])  # MLflow's own rule; raises below 12 characters
     with pytest.raises(Exception, match="at least 12"):
         _validate_password("CHANGE-ME")
+
+
+def test_a_missing_load_test_record_weakens_the_evidence_and_serve_still_starts(tmp_path):
+    """Item 9: `serve` did not start when one load-test artifact was missing; the record is left out instead."""
+    from dataclasses import replace
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from registry import Registry
+    from registry.loadtests import ARTIFACT, log_serving_record, serving_records
+    from registry.serving import served_version
+    from registry.store import model_tag
+    from tests.support.gate_fixtures import serving_record
+    from tests.support.serving_fixtures import serving_registry
+
+    registry = serving_registry(tmp_path / "registry")
+    reg = Registry(registry.tracking_uri)
+    version = registry.versions["tiny-llada"]
+    weights = reg.version_tags("tiny-llada", version)[model_tag("weights_sha256")]
+    kept, lost = (
+        log_serving_record(reg, replace(serving_record(concurrency=c), version=version, weights_sha256=weights))
+        for c in (4, 16)
+    )
+    artifact = Path(urlparse(reg.client.get_run(lost.run_id).info.artifact_uri).path) / ARTIFACT
+    artifact.unlink()
+    assert [r.concurrency for r in serving_records(reg, "tiny-llada", version)] == [kept.concurrency]
+    served = served_version(reg, "production")
+    assert (served.model, served.version) == ("tiny-llada", version)
