@@ -76,6 +76,12 @@ def signed_payload(act: str, **fields: str) -> dict[str, str]:
     return {"act": act} | {k: str(v) for k, v in fields.items()}
 
 
+def move_payload(stage: str, from_ref: str, to_ref: str, by: str, at: str, comment: str) -> dict[str, str]:
+    """What the mover of a stage alias signs: which stage, from which holder to which ("model@version"; "" for
+    nobody), who, when and why."""
+    return signed_payload("move", stage=stage, previous=from_ref, to=to_ref, by=by, at=at, comment=comment)
+
+
 def registration_payload(model: str, run_id: str, digests: Mapping[str, str], by: str, at: str) -> dict[str, str]:
     """What the registrant of a version's evidence signs: the model, the evidence run, the sha256 of each evidence
     artifact (`EVIDENCE_ARTIFACTS`), who and when (the version's `evaluated_at`)."""

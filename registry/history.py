@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gates.promotion import move_payload
+from gates.roles import Roles
 from registry import audit
 from registry.audit import MOVE, AuditEvent, ChainReport, parse_ref
 from registry.store import STAGE_ALIASES, Registry
@@ -61,6 +63,8 @@ class Tenure:
     audit_run_id: str = ""
     seq: int = 0
     sha256: str = ""
+    key: str = ""  # the fingerprint of the mover's key that signed the move ("" when unsigned)
+    signature: str = ""  # whether that signature verifies against the roles file's keys, in words
 
     @property
     def holder(self) -> str:
@@ -90,6 +94,8 @@ class Tenure:
             "audit_run_id": self.audit_run_id,
             "seq": self.seq,
             "sha256": self.sha256,
+            "key": self.key,
+            "signature": self.signature,
         }
 
 
@@ -190,8 +196,24 @@ def _approvers(event: AuditEvent) -> tuple[str, ...]:
     return tuple(str(a.get("by", "")) for a in approvals if isinstance(a, dict) and a.get("by"))
 
 
-def tenures(moves: Iterable[AuditEvent]) -> list[Tenure]:
-    """Every stage's tenures from its settled alias moves: each move starts one, the stage's next move ends it."""
+def move_signature(e: AuditEvent, roles: Roles | None) -> tuple[str, str]:
+    """(key fingerprint, in words whether the mover's signature over the move holds): checked against the keys
+    `roles` lists where it lists any; without them only said to be there."""
+    found = e.evidence.get("signed")
+    signed: dict[str, Any] = found if isinstance(found, dict) else {}
+    key, signature = str(signed.get("key", "")), str(signed.get("signature", ""))
+    if roles is None or not roles.keys:
+        return key, (f"signed with {key} (no keys listed to check it)" if key else "unsigned")
+    payload = move_payload(e.stage, e.from_ref, e.to_ref, e.who, e.when, e.comment)
+    problem = roles.signature_problem(
+        f"the move of {e.stage} by {e.who} at {e.when}", e.who, payload, key, signature, e.when
+    )
+    return key, problem or f"signed by {e.who}"
+
+
+def tenures(moves: Iterable[AuditEvent], roles: Roles | None = None) -> list[Tenure]:
+    """Every stage's tenures from its settled alias moves: each move starts one, the stage's next move ends it;
+    each says whether its mover signed it (`move_signature`)."""
     by_stage: dict[str, list[AuditEvent]] = {}
     for e in moves:
         if e.event == MOVE and e.status == "FINISHED" and e.stage:
@@ -216,20 +238,23 @@ def tenures(moves: Iterable[AuditEvent]) -> list[Tenure]:
                     e.run_id,
                     e.seq,
                     e.sha256,
+                    *move_signature(e, roles),
                 )
             )
     order = {s: i for i, s in enumerate(STAGE_ALIASES)}
     return sorted(out, key=lambda t: (order.get(t.stage, len(order)), t.since, t.seq))
 
 
-def stage_history(registry: Registry, model: str | None = None, stage: str | None = None) -> StageHistory:
+def stage_history(
+    registry: Registry, model: str | None = None, stage: str | None = None, roles: Roles | None = None
+) -> StageHistory:
     """The timeline of every stage alias (or `stage`'s), narrowed to the tenures of `model` when given, read from
-    the audit chain and verified with it."""
+    the audit chain and verified with it; each move's signature checked against `roles`' keys."""
     if stage is not None and stage not in STAGE_ALIASES:
         raise HistoryError(f"--stage {stage!r}: unknown stage; expected one of {', '.join(STAGE_ALIASES)}")
     chain = audit.verify(registry)
     moves = audit.events(registry, stage=stage, event=MOVE)
-    found = [t for t in tenures(moves) if model is None or t.model == model]
+    found = [t for t in tenures(moves, roles) if model is None or t.model == model]
     pending = tuple(e for e in moves if e.status == "RUNNING" and (model is None or e.model == model))
     ends = [
         CanaryEnd.of(e)

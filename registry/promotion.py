@@ -32,6 +32,7 @@ from gates.promotion import (
     PromotionRequest,
     approval_problems,
     current_signoffs,
+    move_payload,
 )
 from gates.roles import Roles, load_roles
 from registry import audit
@@ -48,9 +49,10 @@ from registry.approvals import (
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
 from registry.connection import RegistryError
 from registry.demo import demo_refusal
-from registry.identity import Actor, actor_for
+from registry.identity import Actor, actor_for, signing_actor
 from registry.integrity import ChainBroken, alias_drift, record_finding, trusted_chain
 from registry.judging import judge  # looked up when promote runs: tests pause a promotion inside it
+from registry.keys import Signer
 from registry.state import Holder, evaluated_at, fallback_holder, stage_holder, version_state
 from registry.store import STAGE_ALIASES, Registry, RegistryLock, latest_registration, model_tag, now_iso, retry_busy
 from registry.tracking import checked_evidence
@@ -106,21 +108,17 @@ def _move(
     who: str,
     comment: str,
     evidence: dict[str, Any],
+    signer: Signer | None = None,
 ) -> Move:
+    """The audited move (intent, alias, settle); `signer`: the mover's personal key, which signs what moved
+    (`gates.promotion.move_payload`) into the entry's evidence as `signed` {key, signature}."""
+    at, before, after = now_iso(), ref(*(previous or (None, None))), ref(*target)
+    if signer is not None:
+        key, signature = signer.sign(move_payload(stage, before, after, who, at, comment))
+        evidence = evidence | {"signed": {"key": key, "signature": signature}}
     intent = audit.append(
         registry,
-        AuditEvent(
-            MOVE,
-            who,
-            now_iso(),
-            stage,
-            target[0],
-            target[1],
-            ref(*(previous or (None, None))),
-            ref(*target),
-            comment,
-            evidence,
-        ),
+        AuditEvent(MOVE, who, at, stage, target[0], target[1], before, after, comment, evidence),
         open_intent=True,
     )
     _apply(registry, stage, previous, target)
@@ -265,7 +263,9 @@ def promote(
             }  # the signed head it was judged on
             if used:
                 evidence["approval"] = used[0].to_dict()  # the first, as before requests
-            move = _move(registry, stage, current, (model, version), who, comment, evidence)
+            move = _move(
+                registry, stage, current, (model, version), who, comment, evidence, signing_actor(mover, roles)[1]
+            )
             consume(registry, model, version, used, request, mover, move.audit_run_id)
             return move
     except PromotionRefused:
@@ -508,7 +508,9 @@ def rollback(
         if reconcile:
             move = _restore(registry, stage, who, comment, action)
         else:
-            move = _rollback(registry, stage, actor, comment, action, policy, to_fallback, broken)
+            move = _rollback(
+                registry, stage, actor, comment, action, policy, to_fallback, broken, signing_actor(actor, roles)[1]
+            )
     target = move.to_holder or ("", "")
     audit.append(
         registry,
@@ -537,6 +539,7 @@ def _rollback(
     policy: Policy | None,
     to_fallback: bool = False,
     broken: ChainBroken | None = None,
+    signer: Signer | None = None,
 ) -> Move:
     who = actor.name
     if broken is None:  # where the trail cannot be read, the alias as the registry holds it is what is rolled back
@@ -565,7 +568,8 @@ def _rollback(
         evidence["broken_chain"] = str(broken)[:1000]
     if policy is not None:
         evidence["policy"] = policy.cited()
-    return _move(registry, stage, current, target, who, comment or f"rollback of {stage} to {reason}", evidence)
+    said = comment or f"rollback of {stage} to {reason}"
+    return _move(registry, stage, current, target, who, said, evidence, signer)
 
 
 def _restore(registry: Registry, stage: str, who: str, comment: str, action: str) -> Move:

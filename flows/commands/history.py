@@ -61,6 +61,7 @@ def history_command(
     output: str = typer.Option("table", "--format", help="table, csv or json."),
 ) -> None:
     """Which version held each stage alias when: who moved it, from which version, why, and for how long."""
+    from gates.roles import RolesError, load_roles
     from registry import Registry, RegistryError
     from registry.history import HistoryError, parse_time, stage_history
 
@@ -68,8 +69,8 @@ def history_command(
         raise _fail(f"--format {output!r}: expected one of {', '.join(FORMATS)}")
     try:
         when = parse_time(at) if at is not None else None
-        found = stage_history(Registry(), model, stage)
-    except (HistoryError, RegistryError) as e:
+        found = stage_history(Registry(), model, stage, load_roles())
+    except (HistoryError, RegistryError, RolesError) as e:
         raise _fail(str(e)) from None
     if when is not None:
         _answer(found, stage, when, model, output)
@@ -125,6 +126,7 @@ def _table(found: StageHistory, model: str | None, stage: str | None) -> None:
                 Column("by"),
                 Column("from", drop=4),
                 Column("why", wrap=True, drop=1),
+                Column("signature", wrap=True, drop=5),
             ],
         )
         for t in found.tenures:
@@ -138,6 +140,7 @@ def _table(found: StageHistory, model: str | None, stage: str | None) -> None:
                 t.moved_by + (f" (approved: {', '.join(t.approvals)})" if t.approvals else ""),
                 t.previous or "nobody",
                 t.why,
+                t.signature,
             )
         console.print(table)
     for c in found.canaries:

@@ -319,3 +319,32 @@ def test_a_decline_by_someone_without_a_listed_key_is_refused_in_one_line(reg, t
         decline(reg, "tiny-llada", "1", "poc", "eve", "no")
     assert "is not signed: only an act signed by a key the roles file lists for eve" in str(e.value)
     assert version_state(reg, "tiny-llada", "1").declined("poc") is None
+
+
+def test_alias_moves_are_signed_by_their_movers_and_history_says_whose(reg, tmp_path, monkeypatch):
+    import shutil
+
+    from gates.promotion import move_payload
+    from registry import rollback
+    from registry.audit import events
+    from registry.history import stage_history
+
+    signers = keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
+    _at_staging(reg)  # this OS account promotes poc and staging, signing with its key
+    rollback("staging", who="olga", comment="canary latency", registry=reg)  # the on-call person, with her key
+    roles = load_roles()
+    found = stage_history(reg, roles=roles)
+    assert [(t.stage, t.how, t.signature) for t in found.tenures] == [
+        ("poc", "promotion", f"signed by {os_account()}"),
+        ("staging", "promotion", f"signed by {os_account()}"),
+        ("staging", "rollback", "signed by olga"),
+    ]
+    olga_move = [e for e in events(reg, event="alias_move") if e.who == "olga"][0]
+    payload = move_payload("staging", olga_move.from_ref, olga_move.to_ref, "olga", olga_move.when, olga_move.comment)
+    assert verifies(signers["olga"].public_line, payload, olga_move.evidence["signed"]["signature"])
+    # an on-call person whose key is gone still rolls back (an emergency waits for no key), unsigned, and says so
+    shutil.rmtree(signers["olga"].path.parent)
+    rollback("poc", who="olga", comment="no key at hand", registry=reg, to_fallback=True)
+    last = stage_history(reg, stage="poc", roles=roles).tenures[-1]
+    assert last.moved_by == "olga" and last.key == "" and "is not signed" in last.signature
