@@ -171,10 +171,11 @@ else:
         alt.Chart(timeline)
         .mark_bar(height=26, cornerRadius=3)
         .encode(
-            x=alt.X("since:T", title="time (UTC)"),
+            # no tick labels: a timeline of seconds or of months gets labels that collide at 800 px; hover tells
+            x=alt.X("since:T", title="time (UTC), oldest left: hover a bar", axis=alt.Axis(labels=False, ticks=False)),
             x2="until:T",
             y=alt.Y("stage:N", sort=order, title="stage"),
-            color=alt.Color("holder:N", title="version", legend=alt.Legend(orient="bottom", columns=3)),
+            color=alt.Color("holder:N", title="version", legend=None),  # the table below names each holder
             tooltip=["stage:N", "holder:N", "since:N", "held:N", "how:N", "moved_by:N", "approvals:N", "why:N"],
         )
     )
@@ -183,6 +184,7 @@ else:
     )
     st.dataframe(timeline.iloc[::-1], hide_index=True, width="stretch")
     st.caption(
+        "One bar per holder, one colour per version (hover for who, since when, how and by whom). "
         "From the audit chain's settled alias moves, as `unmask history` prints them: each move gives the stage to "
         "a version until the stage's next move. `unmask history --stage production --at TIME` answers which "
         "version served it at a given time."

@@ -35,7 +35,7 @@ PAGES = [
     ("scores", "Scores", 2),
     ("quality-latency", "Quality vs latency", 1),
     ("candidate", "Candidate", 0),
-    ("promotions", "Promotions", 1),
+    ("promotions", "Promotions", 2),  # the audit trail, and which version held each stage when
     ("rollout", "Rollout", 0),
 ]
 

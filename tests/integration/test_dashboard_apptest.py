@@ -448,8 +448,11 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     ]
     assert {"grace", "oncall", "nightly"} <= set(table.who)
     # the timeline: one mark per event, each kind its own shape and colour, labelled with model and version
-    ((spec, drawn),) = charts(at)
+    (spec, drawn), (_, held) = charts(at)  # the audit timeline, then which version held each stage when
     assert len(drawn) == len(events)
+    from registry.history import stage_history
+
+    assert list(held.holder) == [t.holder for t in stage_history(reg).tenures]
     # a refusal (the rules said no) has its own mark, apart from a decline (a person said no)
     assert {"promote", "rollback", "sign-off", "approval", "refusal", "nightly finding"} <= set(drawn.kind)
     # only alias moves carry a label ("model vN"); the other marks say who and what on hover
@@ -462,7 +465,7 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     assert len(set(colours["range"])) == len(colours["domain"])
     assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "label"
     assert set(drawn[drawn.kind == "rollback"].who) == {"oncall"}
-    findings = at.dataframe[1].value
+    [findings] = [d.value for d in at.dataframe if "failed gates" in d.value.columns]
     assert len(findings) == 1 and findings.model.iloc[0] == env.candidate and findings.stage.iloc[0] == "production"
     # the finding lists exactly the production gates the candidate's last judgement failed
     judged = read.gate_results(env.candidate, env.candidate_version, "production", registry=reg)
