@@ -107,6 +107,14 @@ class RolloutState:
     def active(self) -> bool:
         return self.status in ACTIVE
 
+    @property
+    def live_weight(self) -> int:
+        """The candidate's share of the route's traffic now: its step's weight while the rollout runs or pauses,
+        0 once it is rolled back or aborted (the weight went back to the baseline), 100 once promoted."""
+        if self.status in ("rolled_back", "aborted"):
+            return 0
+        return 100 if self.status == "completed" else self.weight
+
     def lock(self) -> FileLock:
         """Held by the controller driving this rollout; released by the OS when that process dies."""
         return FileLock(str(rollouts_dir() / f"{self.id}.lock"), timeout=0)

@@ -147,7 +147,7 @@ def status_command(
             s.route,
             f"{s.candidate} / {s.baseline}",
             f"{s.step_index + 1}/{len(s.steps)}",
-            f"{s.weight}%",
+            f"{s.live_weight}%" + (f" (was {s.weight}%)" if s.live_weight != s.weight and s.weight else ""),
             s.status,
             str(s.failures),
             f"{last['verdict']}: {last['reason']}" if last else (s.reason or "-"),

@@ -288,6 +288,15 @@ def test_too_little_traffic_pauses_resume_continues_and_abort_rolls_back(stack_h
     assert read_weights()["default"] == {"staging": 0, "fallback": 100}
     [entry] = audit.events(reg, event="rollout_abort")
     assert entry.evidence["rollout"] == state.id and "not enough traffic today" in entry.comment
+    # issue 51, item 15: the status says the weight the route gives the candidate now, not its last step's
+    row = next(
+        line
+        for line in CliRunner()
+        .invoke(unmask_app(), ["rollout", "status", state.id], env={"COLUMNS": "250"})
+        .output.splitlines()
+        if state.id in line
+    )
+    assert "aborted" in row and "0% (was 50%)" in row, row
     from registry.identity import current_actor
 
     assert entry.who == current_actor(reg.tracking_uri).name

@@ -75,3 +75,15 @@ def test_a_missing_load_test_record_weakens_the_evidence_and_serve_still_starts(
     assert [r.concurrency for r in serving_records(reg, "tiny-llada", version)] == [kept.concurrency]
     served = served_version(reg, "production")
     assert (served.model, served.version) == ("tiny-llada", version)
+
+
+@pytest.mark.parametrize(
+    "status, shown", [("running", 25), ("paused", 25), ("rolled_back", 0), ("aborted", 0), ("completed", 100)]
+)
+def test_a_rollout_s_weight_is_the_candidate_s_share_of_traffic_now(status, shown):
+    """Item 15: `rollout status` said `weight 25%` for rolled-back and aborted rollouts, whose candidate gets 0."""
+    from flows.rollout_state import RolloutState
+
+    state = RolloutState("r", "tiny-llada", "2", "default", "production", "staging", "production", [25, 100], {})
+    state.weight, state.status = 25, status
+    assert state.live_weight == shown
