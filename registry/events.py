@@ -19,9 +19,11 @@ from typing import Any
 
 from mlflow.exceptions import MlflowException
 
+from gates.decision import Outcome
 from registry import audit
 from registry.audit import MOVE, AuditEvent, parse_ref
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
+from registry.history import move_approvers, move_how
 from registry.store import Registry, model_tag
 
 # what each audit entry is, as a consumer filters on it
@@ -98,11 +100,6 @@ class Event:
         }
 
 
-def _how(entry: AuditEvent) -> str:
-    kind = str(entry.evidence.get("kind", ""))
-    return "emergency rollback" if kind == "rollback" and entry.evidence.get("broken_chain") else kind
-
-
 def _summary(entry: AuditEvent, how: str) -> str:
     what = f"{entry.model} v{entry.version}" if entry.version else entry.model
     if entry.event == MOVE:
@@ -141,12 +138,11 @@ class EventReader:
         return self._evidence[key]
 
     def event(self, entry: AuditEvent) -> Event:
-        how = _how(entry) if entry.event == MOVE else ""
+        how = move_how(entry) if entry.event == MOVE else ""
         settled = entry.event == MOVE and entry.status == "FINISHED"
-        approvals = tuple(
-            str(a.get("by", "")) for a in entry.evidence.get("approvals") or [] if isinstance(a, dict) and a.get("by")
-        )
-        verdict = str(entry.evidence.get("verdict", "")) or ("adopt" if settled and how == "promotion" else "")
+        approvals = move_approvers(entry)
+        adopted = Outcome.ADOPT.value if settled and how == "promotion" else ""
+        verdict = str(entry.evidence.get("verdict", "")) or adopted
         if not self._audit_experiment:
             self._audit_experiment = self.registry.experiment_id(AUDIT_EXPERIMENT)
         return Event(

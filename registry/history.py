@@ -186,12 +186,14 @@ class StageHistory:
         return [s for s in STAGE_ALIASES if any(t.stage == s for t in self.tenures)]
 
 
-def _how(event: AuditEvent) -> str:
+def move_how(event: AuditEvent) -> str:
+    """How an alias move came about: promotion, rollback, emergency rollback (on a broken chain), reconcile."""
     kind = str(event.evidence.get("kind", "")) or "move"
     return "emergency rollback" if kind == "rollback" and event.evidence.get("broken_chain") else kind
 
 
-def _approvers(event: AuditEvent) -> tuple[str, ...]:
+def move_approvers(event: AuditEvent) -> tuple[str, ...]:
+    """Who approved the move (the approvals a promotion used)."""
     approvals = event.evidence.get("approvals") or []
     return tuple(str(a.get("by", "")) for a in approvals if isinstance(a, dict) and a.get("by"))
 
@@ -231,10 +233,10 @@ def tenures(moves: Iterable[AuditEvent], roles: Roles | None = None) -> list[Ten
                     e.when,
                     ordered[i + 1].when if i + 1 < len(ordered) else "",
                     e.who,
-                    _how(e),
+                    move_how(e),
                     e.comment,
                     e.from_ref,
-                    _approvers(e),
+                    move_approvers(e),
                     e.run_id,
                     e.seq,
                     e.sha256,
@@ -253,15 +255,11 @@ def stage_history(
     if stage is not None and stage not in STAGE_ALIASES:
         raise HistoryError(f"--stage {stage!r}: unknown stage; expected one of {', '.join(STAGE_ALIASES)}")
     chain = audit.verify(registry)
-    moves = audit.events(registry, stage=stage, event=MOVE)
+    entries = audit.events(registry, stage=stage)  # one read: moves, and the canaries that ended without one
+    moves = [e for e in entries if e.event == MOVE]
     found = [t for t in tenures(moves, roles) if model is None or t.model == model]
     pending = tuple(e for e in moves if e.status == "RUNNING" and (model is None or e.model == model))
-    ends = [
-        CanaryEnd.of(e)
-        for kind in CANARY_ENDS
-        for e in audit.events(registry, model=model, stage=stage, event=kind)
-        if e.event == kind
-    ]
+    ends = [CanaryEnd.of(e) for e in entries if e.event in CANARY_ENDS and (model is None or e.model == model)]
     return StageHistory(tuple(found), chain, pending, tuple(sorted(ends, key=lambda c: (c.when, c.seq))))
 
 

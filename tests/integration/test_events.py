@@ -20,10 +20,10 @@ from flows.webhooks import (
     sign,
     verify_signature,
 )
-from registry import approve, promote, rollback
+from registry import approve, promote
 from registry.events import events_since
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import OK, fresh_registry, moved_twice_and_rolled_back
 
 SECRET = "s3cret-for-tests"
 
@@ -78,12 +78,7 @@ def chain(tmp_path, monkeypatch):
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HOOK_SECRET", SECRET)
     reg = fresh_registry(tmp_path)
-    register_pair(reg)
-    sign_all(reg, "tiny-llada", "1", "poc")
-    sign_all(reg, "tiny-ar", "1", "poc")
-    promote("tiny-ar", "poc", approver="grace", comment=OK, registry=reg)
-    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    rollback("poc", who="oncall", comment="p95 regression", registry=reg)
+    moved_twice_and_rolled_back(reg)
     return reg
 
 

@@ -11,23 +11,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from registry import promote, rollback
 from registry.history import HistoryError, parse_time, stage_history
 from registry.store import model_tag
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import fresh_registry, moved_twice_and_rolled_back
 
 
 @pytest.fixture
 def moved(tmp_path):
     """poc moved three times: tiny-ar, then tiny-llada, then rolled back to tiny-ar."""
     reg = fresh_registry(tmp_path)
-    register_pair(reg)
-    sign_all(reg, "tiny-llada", "1", "poc")
-    sign_all(reg, "tiny-ar", "1", "poc")
-    promote("tiny-ar", "poc", approver="grace", comment=OK, registry=reg)
-    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    rollback("poc", who="oncall", comment="p95 regression", registry=reg)
+    moved_twice_and_rolled_back(reg)
     return reg
 
 
@@ -84,7 +78,8 @@ def test_the_table_and_the_script_formats_carry_the_same_rows(moved):
         ("tiny-llada", "promotion"),
         ("tiny-ar", "rollback"),
     ]
-    assert rows[1]["approvals"] == "grace" and float(rows[0]["held_s"]) >= 0
+    held = datetime.fromisoformat(rows[0]["until"]) - datetime.fromisoformat(rows[0]["since"])
+    assert rows[1]["approvals"] == "grace" and float(rows[0]["held_s"]) == round(held.total_seconds(), 3)
     data = json.loads(_cli(moved, "--format", "json").output)
     assert [d["sha256"] for d in data] == [t.sha256 for t in stage_history(moved).tenures]
     at = json.loads(_cli(moved, "--stage", "poc", "--at", "now", "--format", "json").output)

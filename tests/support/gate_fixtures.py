@@ -307,3 +307,16 @@ def approve_as(reg, model: str, version: str, stage: str, comment: str, *people:
         with pytest.MonkeyPatch.context() as mp:
             login(mp, person)
             approve(reg, model, version, stage, person, comment)
+
+
+def moved_twice_and_rolled_back(reg) -> None:
+    """poc moved three times: tiny-ar, then tiny-llada, then rolled back to tiny-ar by oncall (the history and
+    events tests' chain: sign-offs, approvals, promotions and a rollback)."""
+    from registry import promote, rollback
+
+    register_pair(reg)
+    sign_all(reg, "tiny-llada", "1", "poc")
+    sign_all(reg, "tiny-ar", "1", "poc")
+    promote("tiny-ar", "poc", approver="grace", comment=OK, registry=reg)
+    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
+    rollback("poc", who="oncall", comment="p95 regression", registry=reg)
