@@ -1,7 +1,10 @@
 """How many MLflow calls one promotion makes: a poc and a staging promotion of the fixtures' tiny-llada on a fresh
 embedded store, every `MlflowClient` method counted while `registry.promote` runs (issue #46 asks for 20 at most).
 
-    PYTHONPATH=. .venv/bin/python bench/promotion_calls.py [--nested]
+    PYTHONPATH=. .venv/bin/python bench/promotion_calls.py [--nested] [--judged]
+
+With --judged each stage's gates are judged and stored before its approval, as `unmask run` and `unmask gates` do
+on the way to a promotion; without it the promotion stores the first gate report.
 
 Prints the total per promotion and the calls by method. By default only the calls unmask makes are counted; with
 --nested, the client calls MLflow's own client methods make inside them too (a `set_model_version_tag` reads the
@@ -11,8 +14,6 @@ registered model first).
 from __future__ import annotations
 
 import argparse
-import collections
-import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -20,62 +21,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from registry import approve, promote
+from registry.judging import judge
 from tests.support.gate_fixtures import OK, approve_as, fresh_registry, login, register_pair, sign_all
+from tests.support.mlflow_calls import Calls, counting
 
 
-class Counter:
-    """Counts MlflowClient method calls while `on`; nested ones only when `nested`."""
-
-    def __init__(self, nested: bool) -> None:
-        self.calls: collections.Counter[str] = collections.Counter()
-        self.on, self.nested, self.depth = False, nested, 0
-        for name in dir(MlflowClient):
-            method = getattr(MlflowClient, name)
-            if not name.startswith("_") and callable(method):
-                setattr(MlflowClient, name, self._wrap(name, method))
-
-    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            if self.on and (self.nested or not self.depth):
-                self.calls[name] += 1
-            self.depth += 1
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.depth -= 1
-
-        return counted
-
-    def during(self, label: str, act: Callable[[], Any]) -> None:
-        self.calls.clear()
-        self.on = True
-        try:
-            act()
-        finally:
-            self.on = False
-        top = ", ".join(f"{n} {name}" for name, n in self.calls.most_common())
-        print(f"{label}: {sum(self.calls.values())} MLflow client calls ({top})")
+def report(label: str, calls: Calls, act: Callable[[], Any]) -> None:
+    with calls.during():
+        act()
+    top = ", ".join(f"{n} {name}" for name, n in calls.by_method.most_common())
+    print(f"{label}: {len(calls.made)} MLflow client calls ({top})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nested", action="store_true", help="also count MLflow's own nested client calls")
-    counter = Counter(parser.parse_args().nested)
+    parser.add_argument("--judged", action="store_true", help="judge each stage before its approval")
+    args = parser.parse_args()
     reg = fresh_registry(Path(tempfile.mkdtemp(prefix="unmask-promotion-calls-")))
     os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
     _, version = register_pair(reg)
     sign_all(reg, "tiny-llada", version, "poc", "staging")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, counting(args.nested) as calls:
         login(mp, "grace")
+        if args.judged:
+            for stage in ("poc", "staging"):
+                judge(reg, "tiny-llada", version, stage)
         approve(reg, "tiny-llada", version, "poc", "grace", OK)
-        counter.during("poc promotion", lambda: promote("tiny-llada", "poc", registry=reg, actor="grace"))
+        report("poc promotion", calls, lambda: promote("tiny-llada", "poc", registry=reg, actor="grace"))
         approve_as(reg, "tiny-llada", version, "staging", OK + " for staging", "linus")
         login(mp, "grace")
-        counter.during("staging promotion", lambda: promote("tiny-llada", "staging", registry=reg, actor="grace"))
+        report("staging promotion", calls, lambda: promote("tiny-llada", "staging", registry=reg, actor="grace"))
 
 
 if __name__ == "__main__":

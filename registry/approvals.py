@@ -43,7 +43,7 @@ from registry.identity import Actor, actor_for, signing_actor
 from registry.integrity import trusted_chain
 from registry.keys import Signer
 from registry.state import signoffs_from_tags, version_state
-from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso
+from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso, reads_once
 from registry.tracking import checked_evidence
 
 MAX_COMMENT_CHARS = 2000  # a version tag holds 5000 characters; the rest of the JSON needs room
@@ -172,6 +172,7 @@ def _new_request(registry: Registry, model: str, version: str, stage: str, by: s
     return PromotionRequest(uuid.uuid4().hex[:12], stage, by, now_iso(), evaluated, host)
 
 
+@reads_once
 def approve(
     registry: Registry,
     model: str,
@@ -321,6 +322,7 @@ def consume(
     )
 
 
+@reads_once
 def decline(
     registry: Registry,
     model: str,
@@ -368,6 +370,7 @@ def decline(
 
 
 # sign-offs ------------------------------------------------------------------------------------------
+@reads_once
 def sign_off(
     registry: Registry,
     model: str,

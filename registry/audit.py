@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mlflow.entities import Run, ViewType
+from mlflow.entities import Run, RunTag, ViewType
 
 from registry import signing
 from registry.chain_lock import chain_locked
@@ -159,7 +159,7 @@ def seal(legacy: list[Run]) -> str:
 
 def _last_chained(registry: Registry) -> Run | None:
     """The newest entry that carries a chain hash (an unchained one after it was inserted: not built on)."""
-    runs = registry.client.search_runs(
+    runs = registry.direct.search_runs(  # the tail as it is now, under the chain lock: never a snapshot's
         [registry.experiment_id(AUDIT_EXPERIMENT)],
         f"tags.`{SHA}` LIKE '%'",
         ViewType.ACTIVE_ONLY,
@@ -208,7 +208,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
         last = _last_chained(registry)
         start = int(time.time() * 1000)
         if last is None:
-            seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT)))
+            seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT, fresh=True)))
         else:  # the store's order is the chain's: each entry starts strictly after the one before
             seq, prev = int(last.data.tags[SEQ]) + 1, last.data.tags[SHA]
             start = max(start, last.info.start_time + 1)
@@ -236,8 +236,8 @@ def settle(registry: Registry, event: AuditEvent, happened: bool) -> None:
     """End a move's intent: FINISHED when the alias moved, else FAILED, the outcome hashed onto its entry."""
     status = "FINISHED" if happened else "FAILED"
     if event.sha256:  # an intent written before the chain existed has nothing to tie the outcome to
-        retry_busy(registry.client.set_tag, event.run_id, SETTLED, status)
-        retry_busy(registry.client.set_tag, event.run_id, SETTLED_SHA, settle_sha256(event.sha256, status))
+        outcome = [RunTag(SETTLED, status), RunTag(SETTLED_SHA, settle_sha256(event.sha256, status))]
+        retry_busy(registry.client.log_batch, event.run_id, tags=outcome)
     retry_busy(registry.client.set_terminated, event.run_id, status)
 
 
@@ -273,7 +273,16 @@ def events(
     event: str | None = None,
     status: str | None = None,
 ) -> list[AuditEvent]:
-    """Audit events, oldest first, optionally for one model, stage, kind of event or run status."""
+    """Audit events, oldest first, optionally for one model, stage, kind of event or run status.
+
+    In a snapshot (`Registry.reading()`) they are picked from its one read of the whole trail, which the chain's
+    verification reads anyway; else the store filters them."""
+    if registry.snapshot:
+        found = [e for e in (_from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT)) if _about(e, model)]
+        return sorted(
+            (e for e in found if all(not want or have == want for want, have in _wanted(e, stage, event, status))),
+            key=lambda e: (e.when, e.run_id),
+        )
     filters = []
     for key, value in (("model", model), ("stage", stage), ("event", event)):
         if value:
@@ -288,15 +297,35 @@ def events(
                 _from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT, f"tags.`{model_tag('event')}` = '{MOVE}'")
             )
             if e.model != model
-            and (parse_ref(e.from_ref) or ("",))[0] == model
+            and _about(e, model)
             and (not stage or e.stage == stage)
             and (not status or e.status == status)
         ]
     return sorted(found, key=lambda e: (e.when, e.run_id))
 
 
+def _about(e: AuditEvent, model: str | None) -> bool:
+    """Whether an event belongs to `model`'s history: its own, or a move that took a stage from it."""
+    return not model or e.model == model or (e.event == MOVE and (parse_ref(e.from_ref) or ("",))[0] == model)
+
+
+def _wanted(e: AuditEvent, stage: str | None, event: str | None, status: str | None) -> list[tuple[Any, str]]:
+    return [(stage, e.stage), (event, e.event), (status, e.status)]
+
+
 def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:
-    """The newest FINISHED alias move of a stage: one query, however long the trail grows."""
+    """The newest FINISHED alias move of a stage: one query, however long the trail grows (in a snapshot, picked
+    from its read of the whole trail, in the same order)."""
+    if registry.snapshot:
+        settled = [
+            r
+            for r in registry.search_runs(AUDIT_EXPERIMENT)
+            if r.info.status == "FINISHED"
+            and r.data.tags.get(model_tag("stage")) == stage
+            and r.data.tags.get(model_tag("event")) == MOVE
+        ]
+        newest = max(settled, key=lambda r: (r.info.start_time, r.data.tags.get(model_tag("when"), "")), default=None)
+        return _from_run(newest) if newest is not None else None
     runs = registry.client.search_runs(
         [registry.experiment_id(AUDIT_EXPERIMENT)],
         f"tags.`{model_tag('stage')}` = {filter_literal(stage, 'stage')} and tags.`{model_tag('event')}` = '{MOVE}' "

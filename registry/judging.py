@@ -18,10 +18,11 @@ from gates.policy import POLICY_PATH, Policy, load_policy
 from gates.promotion import Duties
 from gates.roles import Roles
 from registry.state import VersionState, fallback_holder, stage_holder, version_state
-from registry.store import Registry, model_tag
+from registry.store import Registry, model_tag, reads_once
 from registry.tracking import checked_evidence, record_gate_report
 
 
+@reads_once
 def judge(
     registry: Registry,
     model: str,

@@ -218,35 +218,37 @@ def promote(
     registry = registry or Registry()
     roles = roles or load_roles()
     mover = actor_for(registry.tracking_uri, actor)
-    version = _version_to_promote(registry, model, stage, version)
-    action = f"promotion of {model} v{version} to {stage}"
-    who = mover.name
-    chain = trusted_chain(registry, action, who)  # nothing acts on a trail that does not verify
-    expected = stage_holder(registry, stage)
-    judged_evaluation = evaluated_at(registry, model, version)
-    _check_before_request(registry, model, version, stage, action, who, policy, roles)
-    expire_old(registry, model, version, stage, mover, roles)
-    request = request_promotion(registry, model, version, stage, mover)
-    typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
+    typed: Approval | None = None
     try:
-        duties = duties_for(registry, model, version, stage, request, mover)
-        decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
-        reasons: list[PromotionReason | str] = list(decision.reasons)
-        if expected == (model, version):
-            reasons.append(f"{model} v{version} already holds {stage}")
-        if reasons:
-            _refuse(
-                registry,
-                "promotion_refused",
-                who,
-                stage,
-                model,
-                version,
-                action,
-                reasons,
-                decision.evidence | {"request": request.id},
-            )
-        with _StageLock(registry, stage, lock_timeout_s, action):
+        with registry.reading():  # judged on one read of the store (and its own writes) ...
+            version = _version_to_promote(registry, model, stage, version)
+            action = f"promotion of {model} v{version} to {stage}"
+            who = mover.name
+            chain = trusted_chain(registry, action, who)  # nothing acts on a trail that does not verify
+            expected = stage_holder(registry, stage)
+            judged_evaluation = evaluated_at(registry, model, version)
+            _check_before_request(registry, model, version, stage, action, who, policy, roles)
+            expire_old(registry, model, version, stage, mover, roles)
+            request = request_promotion(registry, model, version, stage, mover)
+            typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
+            duties = duties_for(registry, model, version, stage, request, mover)
+            decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
+            reasons: list[PromotionReason | str] = list(decision.reasons)
+            if expected == (model, version):
+                reasons.append(f"{model} v{version} already holds {stage}")
+            if reasons:
+                _refuse(
+                    registry,
+                    "promotion_refused",
+                    who,
+                    stage,
+                    model,
+                    version,
+                    action,
+                    reasons,
+                    decision.evidence | {"request": request.id},
+                )
+        with _StageLock(registry, stage, lock_timeout_s, action), registry.reading():  # ... and once more under it
             recover(registry, stage)
             current = _holder_unchanged(
                 registry, model, version, stage, action, who, expected, judged_evaluation, decision.evidence
@@ -270,7 +272,7 @@ def promote(
             return move
     except PromotionRefused:
         if typed is not None:
-            close(registry, model, version, typed, "void", mover, f"typed into a refused {action}")
+            close(registry, model, str(version), typed, "void", mover, f"typed into a refused {action}")
         raise
 
 

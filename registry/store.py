@@ -7,12 +7,15 @@ shows the same facts the dashboard does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
@@ -23,6 +26,7 @@ from checklists import STAGES
 from models.state import state_dir
 from registry.clock import SYSTEM_CLOCK, Clock
 from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
+from registry.snapshot import ReadOnce
 
 STAGE_ALIASES = STAGES  # each stage is held through the alias of its name
 CANDIDATE_ALIAS = "candidate"  # set on a candidate's latest registration
@@ -74,12 +78,38 @@ class Registry:
     def __init__(self, tracking_uri: str | None = None):
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
         check_reachable(self.tracking_uri)
-        self.client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+        self.direct = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
         self._experiments: dict[str, str] = {}
         self._artifact_uris: dict[str, str] = {}  # run id -> its artifact root, which a run keeps for life
+        self._snapshots = threading.local()
 
     def __repr__(self) -> str:
         return f"Registry({self.tracking_uri!r})"
+
+    # one read per question ------------------------------------------------------------------
+    @property
+    def client(self) -> MlflowClient:
+        """The MLflow client: inside `reading()` (on this thread) through its snapshot, else `direct`."""
+        return cast(MlflowClient, getattr(self._snapshots, "client", None) or self.direct)  # ReadOnce stands in
+
+    @property
+    def snapshot(self) -> bool:
+        """Whether this thread reads through a snapshot (`reading()`)."""
+        return getattr(self._snapshots, "client", None) is not None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Within it, this thread asks MLflow each distinct read once (`registry.snapshot.ReadOnce`); a write
+        forgets what it could change. Nested blocks share the outer snapshot. Locks and the audit chain's tail
+        read through `direct`, which always asks."""
+        if self.snapshot:
+            yield
+            return
+        self._snapshots.client = ReadOnce(self.direct)
+        try:
+            yield
+        finally:
+            self._snapshots.client = None
 
     # experiments and runs -------------------------------------------------------------------
     def experiment_id(self, name: str) -> str:
@@ -99,11 +129,12 @@ class Registry:
                 self._experiments[name] = found.experiment_id
         return self._experiments[name]
 
-    def search_runs(self, experiment: str, filter_string: str = "") -> Iterator[Run]:
-        """Every active run of an experiment matching the filter, all pages."""
+    def search_runs(self, experiment: str, filter_string: str = "", fresh: bool = False) -> Iterator[Run]:
+        """Every active run of an experiment matching the filter, all pages; `fresh`: past any snapshot."""
         token = None
+        client = self.direct if fresh else self.client
         while True:
-            page = self.client.search_runs(
+            page = client.search_runs(
                 [self.experiment_id(experiment)],
                 filter_string,
                 ViewType.ACTIVE_ONLY,
@@ -164,7 +195,9 @@ class Registry:
         return {m.name: {k: str(v) for k, v in (m.aliases or {}).items()} for m in self.registered_models()}
 
     def aliases_of(self, model: str) -> dict[str, str]:
-        """{alias: version} of one registered model."""
+        """{alias: version} of one registered model (in a snapshot, from its one read of every model)."""
+        if self.snapshot and model in (everything := self.all_aliases()):
+            return everything[model]
         try:
             return {k: str(v) for k, v in self.client.get_registered_model(model).aliases.items()}
         except MlflowException as e:
@@ -186,9 +219,13 @@ class Registry:
         return dict(found.tags), int(found.creation_timestamp or 0) // 1000
 
     def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:
+        """Write the tags (MLflow takes one per call). In a snapshot, a tag that already holds the value as this
+        action read it is not written again (a re-judged verdict that did not change, say)."""
+        known = self.version_tags(model, version) if self.snapshot else {}
         for key, value in tags.items():
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-            retry_busy(self.client.set_model_version_tag, model, version, key, text)
+            if known.get(key) != text:
+                retry_busy(self.client.set_model_version_tag, model, version, key, text)
 
     def versions(self, model: str) -> list[str]:
         found = self.client.search_model_versions(f"name = {filter_literal(model, 'model')}", max_results=10000)
@@ -239,7 +276,7 @@ class RegistryLock:
         deadline = self.clock.monotonic() + timeout_s
         while True:
             try:
-                self.registry.client.create_registered_model(
+                self.registry.direct.create_registered_model(
                     self.name,
                     tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(self.clock.time())},
                     description="unmask promotion lock; deleted when the promotion ends",
@@ -255,7 +292,7 @@ class RegistryLock:
 
     def holder(self) -> dict[str, str] | None:
         try:
-            return dict(self.registry.client.get_registered_model(self.name).tags)
+            return dict(self.registry.direct.get_registered_model(self.name).tags)
         except MlflowException:
             return None
 
@@ -277,12 +314,30 @@ class RegistryLock:
 
     def _delete(self) -> None:
         try:
-            self.registry.client.delete_registered_model(self.name)
+            self.registry.direct.delete_registered_model(self.name)
         except MlflowException:
             pass  # someone else removed it first
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def reads_once(act: Callable[P, T]) -> Callable[P, T]:
+    """`act(registry, ...)` (the registry first, or named `registry`) run inside `registry.reading()`: an action
+    that judges reads the store once."""
+
+    @functools.wraps(act)
+    def once(*args: P.args, **kwargs: P.kwargs) -> T:
+        registry = args[0] if args else kwargs["registry"]
+        if not isinstance(registry, Registry):
+            raise TypeError(f"{act.__qualname__}: expected a Registry first, got {type(registry).__name__}")
+        with registry.reading():
+            return act(*args, **kwargs)
+
+    return once
+
+
 _TAKEN = ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST")  # the latter: it vanished while MLflow reported it
 
 

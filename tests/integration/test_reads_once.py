@@ -1,0 +1,142 @@
+"""One read of the store per question (issue #46, item 3): a promotion reads its context once, and once more under
+the stage lock, counted on the MLflow client; the snapshot (`Registry.reading`, `registry.snapshot.ReadOnce`)
+answers a repeated read without a call, reads back the action's own writes, forgets what a write can change, and
+is one thread's alone; the audit trail filtered from a snapshot says what the store's own filters say."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from mlflow.exceptions import MlflowException
+
+from registry import approve, audit, promote
+from registry.audit import MOVE
+from registry.connection import AUDIT_EXPERIMENT, EVALUATIONS_EXPERIMENT
+from registry.judging import judge
+from registry.store import model_tag
+from tests.support.gate_fixtures import (
+    OK,
+    fresh_registry,
+    login,
+    moved_twice_and_rolled_back,
+    register_pair,
+    sign_all,
+)
+from tests.support.mlflow_calls import counting
+
+
+@pytest.fixture
+def judged(tmp_path, monkeypatch):
+    """tiny-llada registered beside the fallback, signed off, its poc gates judged and stored (as `unmask run`
+    leaves it), approved by grace."""
+    reg = fresh_registry(tmp_path)
+    _, version = register_pair(reg)
+    sign_all(reg, "tiny-llada", version, "poc")
+    login(monkeypatch, "grace")
+    judge(reg, "tiny-llada", version, "poc")
+    approve(reg, "tiny-llada", version, "poc", "grace", OK)
+    return reg, version
+
+
+def test_a_promotion_reads_its_context_once_and_once_more_under_the_lock(judged):
+    reg, version = judged
+    with counting() as calls, calls.during():
+        promote("tiny-llada", "poc", registry=reg, actor="grace")
+    # the promoted version: judged on one read, read again under the lock, and once after its alias moved
+    assert calls.of("get_model_version", "tiny-llada", version) == 3, calls.made
+    assert calls.of("get_model_version", "tiny-ar", "1") == 1  # the fallback, the baseline judged against
+    assert calls.by_method["search_registered_models"] == 2  # every alias: to judge, and under the lock
+    assert calls.by_method["get_run"] == 2  # the evidence runs: the candidate's and the fallback's
+    assert calls.by_method["get_experiment"] == 1  # the chain's head, verified once
+    # a re-judged verdict that did not change is not written again: only the report's hash, signature and time
+    gate_tags = [a for name, a in calls.made if name == "set_model_version_tag" and ".gates.poc" in str(a[2])]
+    assert sorted(a[2] for a in gate_tags) == sorted(model_tag(f"gates.poc.{k}") for k in ("at", "sha256", "sig"))
+    assert len(calls.made) <= 41, calls.by_method  # 71 before the snapshot (bench/promotion_calls.py --judged)
+
+
+def test_a_read_in_a_snapshot_is_asked_once_and_the_actions_own_write_reads_back(judged):
+    reg, version = judged
+    with counting() as calls, calls.during():
+        with reg.reading():
+            first = reg.version_tags("tiny-llada", version)
+            reg.set_version_tags("tiny-llada", version, {model_tag("note"): "reviewed"})
+            again = reg.version_tags("tiny-llada", version)
+        outside = reg.version_tags("tiny-llada", version)
+    assert calls.of("get_model_version", "tiny-llada", version) == 2  # once in the snapshot, once after it
+    assert model_tag("note") not in first and again[model_tag("note")] == "reviewed" == outside[model_tag("note")]
+
+
+def test_a_tag_that_already_holds_the_value_is_not_written_again_in_a_snapshot(judged):
+    reg, version = judged
+    held = reg.version_tags("tiny-llada", version)[model_tag("gates.poc")]
+    with counting() as calls, calls.during():
+        with reg.reading():
+            reg.set_version_tags("tiny-llada", version, {model_tag("gates.poc"): held, model_tag("x"): "1"})
+        reg.set_version_tags("tiny-llada", version, {model_tag("gates.poc"): held})  # outside: always written
+    assert [a[2] for name, a in calls.made if name == "set_model_version_tag"] == [
+        model_tag("x"),
+        model_tag("gates.poc"),
+    ]
+
+
+def test_a_new_run_forgets_its_experiments_searches_and_no_other(judged):
+    reg, _ = judged
+    with counting() as calls, reg.reading():
+        with calls.during():
+            audit_before = list(reg.search_runs(AUDIT_EXPERIMENT))
+            list(reg.search_runs(EVALUATIONS_EXPERIMENT))
+            audit.append(reg, audit.AuditEvent("promotion_request", "grace", "", "poc", "tiny-llada", "1"))
+            audit_after = list(reg.search_runs(AUDIT_EXPERIMENT))
+            list(reg.search_runs(EVALUATIONS_EXPERIMENT))
+    assert len(audit_after) == len(audit_before) + 1  # the action reads its own entry
+    searched = [a[0] for name, a in calls.made if name == "search_runs" and len(a[0]) == 1]
+    evidence_id = reg.experiment_id(EVALUATIONS_EXPERIMENT)
+    assert searched.count([evidence_id]) == 1  # the evidence searched once: the audit entry did not touch it
+
+
+def test_a_write_that_fails_forgets_everything(judged):
+    reg, version = judged
+    with counting() as calls, reg.reading():
+        reg.version_tags("tiny-llada", version)
+        with pytest.raises(MlflowException):
+            reg.client.set_registered_model_alias("no-such-model", "poc", "1")
+        with calls.during():
+            reg.version_tags("tiny-llada", version)
+    assert calls.of("get_model_version", "tiny-llada", version) == 1
+
+
+def test_a_snapshot_is_one_threads_and_nested_blocks_share_it(judged):
+    reg, version = judged
+    seen: dict[str, bool] = {}
+    with reg.reading():
+        assert reg.snapshot
+        with reg.reading():
+            inner = reg.client
+        assert reg.client is inner  # the outer snapshot, shared
+        other = threading.Thread(target=lambda: seen.update(snapshot=reg.snapshot, direct=reg.client is reg.direct))
+        other.start()
+        other.join()
+    assert seen == {"snapshot": False, "direct": True} and not reg.snapshot and reg.client is reg.direct
+
+
+def test_the_trail_filtered_from_a_snapshot_is_what_the_stores_filters_give(tmp_path):
+    reg = fresh_registry(tmp_path)
+    moved_twice_and_rolled_back(reg)
+    asks = [
+        {},
+        {"model": "tiny-llada"},
+        {"model": "tiny-ar", "stage": "poc"},
+        {"stage": "poc", "event": MOVE},
+        {"event": MOVE, "status": "FINISHED"},
+        {"model": "tiny-ar", "event": MOVE, "status": "FINISHED"},
+        {"stage": "staging"},
+        {"event": "approval"},
+    ]
+    stored = [audit.events(reg, **ask) for ask in asks]
+    settled = audit.last_settled_move(reg, "poc")
+    with reg.reading():
+        assert [audit.events(reg, **ask) for ask in asks] == stored
+        assert audit.last_settled_move(reg, "poc") == settled and settled is not None
+        assert audit.last_settled_move(reg, "staging") is None
+    assert any(stored) and stored[1] != stored[0]  # the filters select: not all alike, not all empty
