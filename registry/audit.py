@@ -23,14 +23,15 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mlflow.entities import Run, RunTag, ViewType
 
 from registry import signing
-from registry.chain_lock import chain_locked
+from registry.chain_lock import chain_locked, held_tail, note_tail
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.signing import Anchor
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
@@ -157,6 +158,23 @@ def seal(legacy: list[Run]) -> str:
     return hashlib.sha256(b"\n".join(canonical(r.data.tags, 0, r.info.run_id) for r in legacy)).hexdigest()
 
 
+@dataclass(frozen=True)
+class Tail:
+    """The chain's newest entry, as the next append builds on it."""
+
+    seq: int
+    sha256: str
+    start_time: int
+
+
+@contextmanager
+def appending(registry: Registry) -> Iterator[None]:
+    """Hold the chain's lock across the appends of one action: each builds on the one before without reading the
+    trail's tail again, and no other writer's entry comes between them."""
+    with chain_locked(registry):
+        yield
+
+
 def _last_chained(registry: Registry) -> Run | None:
     """The newest entry that carries a chain hash (an unchained one after it was inserted: not built on)."""
     runs = registry.direct.search_runs(  # the tail as it is now, under the chain lock: never a snapshot's
@@ -205,13 +223,16 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
     with chain_locked(registry):
         store = store_identity(registry, experiment)
         tags[CHAIN_STORE] = store
-        last = _last_chained(registry)
+        tail = held_tail(registry)  # the entry this thread appended under the lock it still holds, else read
+        if not isinstance(tail, Tail):
+            last = _last_chained(registry)
+            tail = None if last is None else Tail(int(last.data.tags[SEQ]), last.data.tags[SHA], last.info.start_time)
         start = int(time.time() * 1000)
-        if last is None:
+        if tail is None:
             seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT, fresh=True)))
         else:  # the store's order is the chain's: each entry starts strictly after the one before
-            seq, prev = int(last.data.tags[SEQ]) + 1, last.data.tags[SHA]
-            start = max(start, last.info.start_time + 1)
+            seq, prev = tail.seq + 1, tail.sha256
+            start = max(start, tail.start_time + 1)
         sha = entry_sha256(tags, seq, prev)
         signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
         tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
@@ -223,6 +244,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip(),
         )
         retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
+        note_tail(registry, Tail(seq, sha, start))
         signing.remember(registry.tracking_uri, Anchor(seq, sha, signed, store=store), store)
     if not open_intent:
         retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")

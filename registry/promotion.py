@@ -265,10 +265,11 @@ def promote(
             }  # the signed head it was judged on
             if used:
                 evidence["approval"] = used[0].to_dict()  # the first, as before requests
-            move = _move(
-                registry, stage, current, (model, version), who, comment, evidence, signing_actor(mover, roles)[1]
-            )
-            consume(registry, model, version, used, request, mover, move.audit_run_id)
+            with audit.appending(registry):  # the move and the approvals it consumed, one after the other
+                move = _move(
+                    registry, stage, current, (model, version), who, comment, evidence, signing_actor(mover, roles)[1]
+                )
+                consume(registry, model, version, used, request, mover, move.audit_run_id)
             return move
     except PromotionRefused:
         if typed is not None:

@@ -52,7 +52,7 @@ def test_a_promotion_reads_its_context_once_and_once_more_under_the_lock(judged)
     # a re-judged verdict that did not change is not written again: only the report's hash, signature and time
     gate_tags = [a for name, a in calls.made if name == "set_model_version_tag" and ".gates.poc" in str(a[2])]
     assert sorted(a[2] for a in gate_tags) == sorted(model_tag(f"gates.poc.{k}") for k in ("at", "sha256", "sig"))
-    assert len(calls.made) <= 41, calls.by_method  # 71 before the snapshot (bench/promotion_calls.py --judged)
+    assert len(calls.made) <= 40, calls.by_method  # 71 before the snapshot (bench/promotion_calls.py --judged)
 
 
 def test_a_read_in_a_snapshot_is_asked_once_and_the_actions_own_write_reads_back(judged):
@@ -140,3 +140,25 @@ def test_the_trail_filtered_from_a_snapshot_is_what_the_stores_filters_give(tmp_
         assert audit.last_settled_move(reg, "poc") == settled and settled is not None
         assert audit.last_settled_move(reg, "staging") is None
     assert any(stored) and stored[1] != stored[0]  # the filters select: not all alike, not all empty
+
+
+def test_the_appends_of_one_action_read_the_tail_once_and_no_other_writer_comes_between(judged):
+    reg, _ = judged
+    entry = audit.AuditEvent("promotion_request", "grace", "", "poc", "tiny-llada", "1")
+    other = threading.Thread(
+        target=audit.append, args=(reg, audit.AuditEvent("approval", "linus", "", "poc", "x", "1"))
+    )
+    with counting() as calls, calls.during():
+        with audit.appending(reg):
+            mine = [audit.append(reg, entry)]
+            other.start()  # another writer: it waits for the lock this action holds
+            other.join(timeout=1.0)
+            assert other.is_alive()
+            mine += [audit.append(reg, entry), audit.append(reg, entry)]
+        other.join(timeout=60)
+    tail_reads = [a for name, a in calls.made if name == "search_runs" and "LIKE" in str(a[1:2])]
+    assert len(tail_reads) == 2  # the action's first append read it, its next two built on what it wrote; linus read it
+    assert [e.seq for e in mine] == [mine[0].seq, mine[0].seq + 1, mine[0].seq + 2]
+    last = max(audit.events(reg), key=lambda e: e.seq)
+    assert last.who == "linus" and last.seq == mine[-1].seq + 1  # after the action's entries, not between them
+    assert audit.verify(reg).ok
