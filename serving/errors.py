@@ -7,6 +7,8 @@ body (`unmask.steps`, `messages.0.role`); malformed JSON names `body`.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -92,8 +94,53 @@ def install(app: FastAPI, count: Callable[[str, int, str, str], None]) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == FASTAPI_PARSE_ERROR:  # FastAPI names nothing: say what, where
+            message = unparsable(await request.body())
+            count(request.url.path, 400, "invalid_json", message)
+            return error_response(400, message, "body", "invalid_json")
         count(request.url.path, exc.status_code, "http_error", str(exc.detail))
         return error_response(exc.status_code, str(exc.detail), None, "http_error", getattr(exc, "headers", None))
+
+
+FASTAPI_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's words for any body its JSON decoding failed on
+
+
+def unparsable(body: bytes) -> str:
+    """Why a body sent as JSON could not be parsed, naming the byte, the depth or the value: the cases FastAPI
+    reports only as "an error parsing the body" (bytes that are not UTF-8, nesting past the parser's recursion,
+    an integer too long to convert)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"body is not valid UTF-8: byte 0x{body[e.start]:02x} at offset {e.start}"
+    try:
+        json.loads(text)
+    except RecursionError:
+        return f"body nests arrays or objects {nesting(text)} levels deep, past what the parser follows"
+    except json.JSONDecodeError as e:
+        return f"body is not valid JSON: {e}"
+    except ValueError as e:  # an integer past Python's digit limit for converting text
+        digits = re.search(r"value has (\d+) digits", str(e))
+        length = digits.group(1) if digits else "too many"
+        return f"body holds an integer of {length} digits, past what the parser converts"
+    return "body could not be parsed as JSON"
+
+
+def nesting(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (brackets inside strings do not count)."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (not escaped and ch == "\\"), in_string and (escaped or ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 class BodyLimit:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs  # in typing from Python 3.13
 
 MAX_STOP = 4  # OpenAI's own limit on stop sequences
+MAX_STOP_CHARS = 1000  # per stop sequence: a longer one costs a scan of every decoded text and hardly ever matches
 MAX_CHOICES = 16  # n (and best_of): one request may not take over the batcher
 MAX_PROMPTS = 32  # prompts in one completions request
 
@@ -114,6 +115,9 @@ class Sampling(Strict):
             raise ValueError(f"at most {MAX_STOP} stop sequences, got {len(stops)}")
         if any(not s for s in stops):
             raise ValueError("stop sequences must not be empty")
+        longest = max((len(s) for s in stops), default=0)
+        if longest > MAX_STOP_CHARS:
+            raise ValueError(f"a stop sequence may have at most {MAX_STOP_CHARS} characters, got {longest}")
         return value
 
     def stops(self) -> list[str]:

@@ -87,3 +87,48 @@ def test_a_rollout_s_weight_is_the_candidate_s_share_of_traffic_now(status, show
     state = RolloutState("r", "tiny-llada", "2", "default", "production", "staging", "production", [25, 100], {})
     state.weight, state.status = 25, status
     assert state.live_weight == shown
+
+
+@pytest.fixture(scope="module")
+def app_client():
+    """The serving app in process (its refusals come before any model is needed)."""
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from tests.support.serving_fixtures import settings_for, shared_serving_registry
+
+    settings = settings_for(shared_serving_registry().tracking_uri)
+    settings.max_body_bytes = 1_000_000  # the default: 4 stop strings of 200k characters fit under it
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"model": "production", "prompt": "hi\xff"}', "body is not valid UTF-8: byte 0xff at offset 37"),
+        (b"[" * 3000 + b"]" * 3000, "body nests arrays or objects 3000 levels deep, past what the parser follows"),
+        (b'{"model": "production", "max_tokens": ' + b"9" * 5000 + b"}", "an integer of 5000 digits"),
+    ],
+)
+def test_a_body_that_cannot_be_parsed_says_why_and_where(app_client, body, says):
+    """What FastAPI reported only as "There was an error parsing the body" (a JSON syntax error it reports
+    itself, as `body is not valid JSON: ...`)."""
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        answer = app_client.post(path, content=body, headers={"content-type": "application/json"})
+        error = answer.json()["error"]
+        assert answer.status_code == 400 and says in error["message"], error
+        assert (error["param"], error["code"]) == ("body", "invalid_json")
+    assert app_client.get("/health").status_code in (200, 503)  # still serving
+
+
+def test_a_stop_sequence_longer_than_the_limit_is_refused_naming_it(app_client):
+    from serving.schemas import MAX_STOP_CHARS
+
+    long = {"model": "production", "prompt": "hi", "stop": ["x" * 200_000] * 4}
+    answer = app_client.post("/v1/completions", json=long)
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["param"] == "stop", error
+    assert f"at most {MAX_STOP_CHARS} characters, got 200000" in error["message"]
+    fits = app_client.post("/v1/completions", json=long | {"stop": ["x" * MAX_STOP_CHARS]})
+    assert fits.status_code != 400  # at the limit: not refused for its length (503 while the models load)
