@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from models.state import state_dir
+from registry.connection import not_authenticated
 
 if TYPE_CHECKING:
     import logging
@@ -58,6 +59,9 @@ def describe(exc: BaseException) -> tuple[int, str]:
 
 def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[int, str]:
     chain = _chain(exc) if exc is not None else []
+    refused = next((n for e in chain if (n := not_authenticated(_store(), e)) is not None), None)
+    if refused is not None:
+        return 2, str(refused)
     if "database is locked" in text or "database table is locked" in text:
         return 1, (
             f"the MLflow store {_store()} is locked by another process (another unmask run or an open "

@@ -29,6 +29,24 @@ class RegistryUnavailable(RegistryError):
     """The MLflow tracking server cannot be reached."""
 
 
+class NotAuthenticated(RegistryError):
+    """The tracking server did not accept the client's credentials (HTTP 401)."""
+
+
+def not_authenticated(tracking_uri: str, error: BaseException) -> NotAuthenticated | None:
+    """The one line for a tracking server's 401 (user name or password not accepted), else None: a read refused
+    for that reason is not "no registered model"."""
+    text = str(error)
+    if "error code 401" not in text and "UNAUTHENTICATED" not in text:
+        return None
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME", "")
+    who = f"MLflow user {user!r}" if user else "this client (MLFLOW_TRACKING_USERNAME is not set)"
+    return NotAuthenticated(
+        f"the MLflow server at {tracking_uri} did not authenticate {who} (401): check MLFLOW_TRACKING_USERNAME "
+        "and MLFLOW_TRACKING_PASSWORD"
+    )
+
+
 def default_tracking_uri() -> str:
     folder = state_dir() / "mlflow"
     folder.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from gates.promotion import Approval, Decline, Duties, PromotionRequest, person
 from registry import audit
 from registry.audit import parse_ref, ref
-from registry.connection import RegistryError
+from registry.connection import RegistryError, not_authenticated
 from registry.integrity import alias_drift, report_drift
 from registry.store import FALLBACK_ALIAS, STAGE_ALIASES, Registry, holders_of, model_tag, now_iso
 
@@ -148,7 +148,9 @@ def version_state(registry: Registry, model: str, version: str) -> VersionState:
     try:
         found = registry.client.get_model_version(model, version)
     except MlflowException as e:
-        raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+        raise not_authenticated(registry.tracking_uri, e) or RegistryError(
+            f"{model} version {version} does not exist: {e.message}"
+        ) from None
     return VersionState(model, str(version), MappingProxyType(dict(found.tags)), tuple(found.aliases or ()))
 
 

@@ -25,7 +25,13 @@ from mlflow.tracking import MlflowClient
 from checklists import STAGES
 from models.state import state_dir
 from registry.clock import SYSTEM_CLOCK, Clock
-from registry.connection import RegistryError, artifact_root, check_reachable, resolve_tracking_uri
+from registry.connection import (
+    RegistryError,
+    artifact_root,
+    check_reachable,
+    not_authenticated,
+    resolve_tracking_uri,
+)
 from registry.snapshot import ReadOnce
 
 STAGE_ALIASES = STAGES  # each stage is held through the alias of its name
@@ -201,7 +207,9 @@ class Registry:
         try:
             return {k: str(v) for k, v in self.client.get_registered_model(model).aliases.items()}
         except MlflowException as e:
-            raise RegistryError(f"no registered model {model!r}: {e.message}") from None
+            raise not_authenticated(self.tracking_uri, e) or RegistryError(
+                f"no registered model {model!r}: {e.message}"
+            ) from None
 
     def holders(self, alias: str) -> list[tuple[str, str]]:
         """(model, version) pairs that carry `alias` (a stage alias should have at most one)."""
@@ -215,7 +223,9 @@ class Registry:
         try:
             found = self.client.get_model_version(model, version)
         except MlflowException as e:
-            raise RegistryError(f"{model} version {version} does not exist: {e.message}") from None
+            raise not_authenticated(self.tracking_uri, e) or RegistryError(
+                f"{model} version {version} does not exist: {e.message}"
+            ) from None
         return dict(found.tags), int(found.creation_timestamp or 0) // 1000
 
     def set_version_tags(self, model: str, version: str, tags: dict[str, Any]) -> None:

@@ -202,3 +202,24 @@ def test_a_name_is_an_mlflow_identity_only_when_the_server_authenticated_it(gove
     act_as(monkeypatch, governed, "grace", password="not-her-password")  # the server refuses it: no identity
     assert not server_authenticated(governed, "grace", "not-her-password")
     assert (current_actor(governed).name, current_actor(governed).source) == (os_account(), OS_USER)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["approve", "tiny-llada", "poc", "-c", OK],
+        ["gates", "tiny-llada", "--stage", "poc"],
+        ["audit", "--verify"],
+        ["history"],
+        ["promote", "tiny-llada", "--to", "poc"],
+    ],
+)
+def test_a_wrong_password_is_said_as_such_never_as_a_missing_model(governed, monkeypatch, args):
+    from tests.support.flow_fixtures import cli_app
+
+    act_as(monkeypatch, governed, "grace", "not-grace-s-password")
+    app = cli_app("approve", "gates", "promote", "history")
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert f"the MLflow server at {governed} did not authenticate MLflow user 'grace' (401)" in result.output
+    assert "no registered model" not in result.output and "Traceback" not in result.output
