@@ -145,7 +145,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "best_of", COMPLETIONS, "unset or equal to n; larger: 400 (ranking samples is not implemented)", _best_of
     ),
-    Parameter("stop", BOTH, "up to 4 strings; the answer ends before the first one"),
+    Parameter("stop", BOTH, "up to 4 strings of at most 1,000 characters each; the answer ends before the first one"),
     Parameter(
         "stream",
         BOTH,
