@@ -59,7 +59,9 @@ def field_of(loc: tuple[Any, ...]) -> str:
 def validation_message(error: dict[str, Any]) -> tuple[str, str]:
     kind, field = error.get("type", ""), field_of(tuple(error.get("loc", ())))
     if kind == "json_invalid":
-        return "body", f"body is not valid JSON: {error.get('ctx', {}).get('error', error.get('msg'))}"
+        loc = tuple(error.get("loc", ()))
+        at = f" at character {loc[1]}" if len(loc) > 1 and isinstance(loc[1], int) else ""
+        return "body", f"body is not valid JSON: {error.get('ctx', {}).get('error', error.get('msg'))}{at}"
     if kind == "extra_forbidden":
         return field, f"{field}: unknown field (not an accepted parameter of this endpoint)"
     if kind == "missing" and field == "body":

@@ -122,6 +122,15 @@ def test_a_body_that_cannot_be_parsed_says_why_and_where(app_client, body, says)
     assert app_client.get("/health").status_code in (200, 503)  # still serving
 
 
+def test_a_json_syntax_error_names_the_character_where_parsing_stopped(app_client):
+    answer = app_client.post(
+        "/v1/completions", content=b'{"model": "production", "prompt": }', headers={"content-type": "application/json"}
+    )
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["param"] == "body", error
+    assert error["message"] == "body is not valid JSON: Expecting value at character 34"
+
+
 def test_a_stop_sequence_longer_than_the_limit_is_refused_naming_it(app_client):
     from serving.schemas import MAX_STOP_CHARS
 
