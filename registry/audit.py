@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -31,7 +32,7 @@ from typing import Any
 from mlflow.entities import Run, RunTag, ViewType
 
 from registry import signing
-from registry.chain_lock import chain_locked, held_tail, note_tail
+from registry.chain_lock import chain_locked
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.signing import Anchor
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
@@ -167,12 +168,29 @@ class Tail:
     start_time: int
 
 
+_holding = threading.local()  # per thread: {tracking URI: the tail it appended last while holding the chain's lock}
+
+
+def _held_tails() -> dict[str, Tail | None]:
+    tails: dict[str, Tail | None] = _holding.__dict__.setdefault("tails", {})
+    return tails
+
+
 @contextmanager
 def appending(registry: Registry) -> Iterator[None]:
     """Hold the chain's lock across the appends of one action: each builds on the one before without reading the
-    trail's tail again, and no other writer's entry comes between them."""
-    with chain_locked(registry):
+    trail's tail again, and no other writer's entry comes between them. Inside a block that holds it already
+    (this thread, this store) it is not taken again."""
+    held = _held_tails()
+    if registry.tracking_uri in held:
         yield
+        return
+    with chain_locked(registry):
+        held[registry.tracking_uri] = None
+        try:
+            yield
+        finally:
+            del held[registry.tracking_uri]
 
 
 def _last_chained(registry: Registry) -> Run | None:
@@ -220,13 +238,13 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
         model_tag("evidence"): json.dumps(event.evidence, sort_keys=True, default=str)[:7900],
     }
     experiment = registry.experiment_id(AUDIT_EXPERIMENT)
-    with chain_locked(registry):
+    held = _held_tails()
+    with appending(registry):
         store = store_identity(registry, experiment)
         tags[CHAIN_STORE] = store
-        tail = held_tail(registry)  # the entry this thread appended under the lock it still holds, else read
-        if not isinstance(tail, Tail):
-            last = _last_chained(registry)
-            tail = None if last is None else Tail(int(last.data.tags[SEQ]), last.data.tags[SHA], last.info.start_time)
+        tail = held[registry.tracking_uri]  # the entry this thread appended under the lock it still holds, else read
+        if tail is None and (last := _last_chained(registry)) is not None:
+            tail = Tail(int(last.data.tags[SEQ]), last.data.tags[SHA], last.info.start_time)
         start = int(time.time() * 1000)
         if tail is None:
             seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT, fresh=True)))
@@ -236,6 +254,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
         sha = entry_sha256(tags, seq, prev)
         signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
         tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
+        held[registry.tracking_uri] = None  # until this entry is written: a failed write leaves the tail to be read
         run = retry_busy(
             registry.client.create_run,
             experiment,
@@ -244,7 +263,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
             run_name=f"{event.event} {event.stage} {event.to_ref or event.model}".strip(),
         )
         retry_busy(registry.client.set_experiment_tag, experiment, HEAD, f"{seq}:{sha}")
-        note_tail(registry, Tail(seq, sha, start))
+        held[registry.tracking_uri] = Tail(seq, sha, start)
         signing.remember(registry.tracking_uri, Anchor(seq, sha, signed, store=store), store)
     if not open_intent:
         retry_busy(registry.client.set_terminated, run.info.run_id, "FINISHED")
@@ -300,11 +319,15 @@ def events(
     In a snapshot (`Registry.reading()`) they are picked from its one read of the whole trail, which the chain's
     verification reads anyway; else the store filters them."""
     if registry.snapshot:
-        found = [e for e in (_from_run(r) for r in registry.search_runs(AUDIT_EXPERIMENT)) if _about(e, model)]
-        return sorted(
-            (e for e in found if all(not want or have == want for want, have in _wanted(e, stage, event, status))),
-            key=lambda e: (e.when, e.run_id),
-        )
+        found = [
+            e
+            for e in map(_from_run, registry.search_runs(AUDIT_EXPERIMENT))
+            if _about(e, model)
+            and (not stage or e.stage == stage)
+            and (not event or e.event == event)
+            and (not status or e.status == status)
+        ]
+        return sorted(found, key=lambda e: (e.when, e.run_id))
     filters = []
     for key, value in (("model", model), ("stage", stage), ("event", event)):
         if value:
@@ -329,10 +352,6 @@ def events(
 def _about(e: AuditEvent, model: str | None) -> bool:
     """Whether an event belongs to `model`'s history: its own, or a move that took a stage from it."""
     return not model or e.model == model or (e.event == MOVE and (parse_ref(e.from_ref) or ("",))[0] == model)
-
-
-def _wanted(e: AuditEvent, stage: str | None, event: str | None, status: str | None) -> list[tuple[Any, str]]:
-    return [(stage, e.stage), (event, e.event), (status, e.status)]
 
 
 def last_settled_move(registry: Registry, stage: str) -> AuditEvent | None:

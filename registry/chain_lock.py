@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -142,35 +141,12 @@ def chain_lock_for(registry: Registry) -> ChainLock:
     return lock_kind(registry.tracking_uri)(registry)
 
 
-_held = threading.local()  # the stores whose chain lock this thread holds: {tracking URI: the tail it wrote}
-
-
 @contextmanager
-def chain_locked(registry: Registry, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[ChainLock | None]:
-    """`with chain_locked(registry):` the chain's lock, held for one append, or for several when the block holds
-    appends of one action (a move and the approvals it consumed). Inside a block that already holds it (this
-    thread, this store) it is not taken again: the lock yields None there."""
-    held: dict[str, object] = _held.__dict__.setdefault("stores", {})
-    if registry.tracking_uri in held:
-        yield None
-        return
+def chain_locked(registry: Registry, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[ChainLock]:
+    """`with chain_locked(registry):` the chain's lock, held for one append."""
     lock = chain_lock_for(registry)
     lock.acquire(timeout_s)
-    held[registry.tracking_uri] = None
     try:
         yield lock
     finally:
-        del held[registry.tracking_uri]
         lock.release()
-
-
-def held_tail(registry: Registry) -> object:
-    """What the holder of this store's chain lock on this thread noted as the chain's tail (None: nothing)."""
-    return _held.__dict__.get("stores", {}).get(registry.tracking_uri)
-
-
-def note_tail(registry: Registry, tail: object) -> None:
-    """Note the entry just appended under the held lock: nobody else appends until it is released."""
-    held = _held.__dict__.get("stores", {})
-    if registry.tracking_uri in held:
-        held[registry.tracking_uri] = tail
