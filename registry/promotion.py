@@ -237,17 +237,8 @@ def promote(
             if expected == (model, version):
                 reasons.append(f"{model} v{version} already holds {stage}")
             if reasons:
-                _refuse(
-                    registry,
-                    "promotion_refused",
-                    who,
-                    stage,
-                    model,
-                    version,
-                    action,
-                    reasons,
-                    decision.evidence | {"request": request.id},
-                )
+                cited = decision.evidence | {"request": request.id}
+                _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons, cited)
         with _StageLock(registry, stage, lock_timeout_s, action), registry.reading():  # ... and once more under it
             recover(registry, stage)
             current = _holder_unchanged(

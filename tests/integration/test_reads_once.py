@@ -10,7 +10,7 @@ import threading
 import pytest
 from mlflow.exceptions import MlflowException
 
-from registry import approve, audit, promote
+from registry import approve, audit, chain_lock, promote
 from registry.audit import MOVE
 from registry.connection import AUDIT_EXPERIMENT, EVALUATIONS_EXPERIMENT
 from registry.judging import judge
@@ -142,20 +142,29 @@ def test_the_trail_filtered_from_a_snapshot_is_what_the_stores_filters_give(tmp_
     assert any(stored) and stored[1] != stored[0]  # the filters select: not all alike, not all empty
 
 
-def test_the_appends_of_one_action_read_the_tail_once_and_no_other_writer_comes_between(judged):
+def test_the_appends_of_one_action_read_the_tail_once_and_no_other_writer_comes_between(judged, monkeypatch):
     reg, _ = judged
     entry = audit.AuditEvent("promotion_request", "grace", "", "poc", "tiny-llada", "1")
     other = threading.Thread(
         target=audit.append, args=(reg, audit.AuditEvent("approval", "linus", "", "poc", "x", "1"))
     )
+    asking = threading.Event()  # set when the other writer asks for the chain's lock (the lock itself unchanged)
+    acquire = chain_lock.FileChainLock.acquire
+
+    def observed(lock, timeout_s):
+        if threading.current_thread() is other:
+            asking.set()
+        return acquire(lock, timeout_s)
+
+    monkeypatch.setattr(chain_lock.FileChainLock, "acquire", observed)
     with counting() as calls, calls.during():
         with audit.appending(reg):
             mine = [audit.append(reg, entry)]
-            other.start()  # another writer: it waits for the lock this action holds
-            other.join(timeout=1.0)
-            assert other.is_alive()
+            other.start()  # another writer: it asks for the lock this action holds, and waits
+            asking.wait(60)
+            assert asking.is_set() and other.is_alive()
             mine += [audit.append(reg, entry), audit.append(reg, entry)]
-        other.join(timeout=60)
+        other.join()
     tail_reads = [a for name, a in calls.made if name == "search_runs" and "LIKE" in str(a[1:2])]
     assert len(tail_reads) == 2  # the action's first append read it, its next two built on what it wrote; linus read it
     assert [e.seq for e in mine] == [mine[0].seq, mine[0].seq + 1, mine[0].seq + 2]
