@@ -138,6 +138,7 @@ COMMAND_MODULES = [
     "flows.commands.keys",
     "flows.commands.history",
     "flows.commands.events",
+    "flows.commands.listen",
 ]
 
 
