@@ -224,7 +224,16 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     analysis = analyse(
         observations, state.candidate, state.baseline, policy, look=len(state.analyses) + 1
     ).to_dict()  # every look of the rollout spends its budget
-    run_id = log_analysis(Registry(tracking_uri), state.run_id, rollout_id, state.step_index, state.weight, analysis)
+    registry = Registry(tracking_uri)
+    run_id = log_analysis(registry, state.run_id, rollout_id, state.step_index, state.weight, analysis)
+    audit_events.record_rollout_step(
+        registry,
+        actor_for(registry.tracking_uri, None),
+        {"id": rollout_id, "stage": state.stage, "model": state.model, "version": state.version, "route": state.route},
+        state.step_index,
+        state.weight,
+        analysis | {"run_id": run_id},
+    )
     state.analyses.append(
         {
             "step": state.step_index,

@@ -59,6 +59,11 @@ EVENTS = (
     "rollout_start",
     "rollout_rollback",
     "rollout_abort",
+    # evidence and decisions (registry/tracking.py, registry/judging.py, flows/rollout.py): a version registered or
+    # re-pointed at new evidence, a stage's verdict changed, a rollout step judged by its canary analysis
+    "evidence_registered",
+    "decision_changed",
+    "rollout_step",
 )
 MOVE = "alias_move"
 

@@ -4,6 +4,7 @@ The flows decide when; these write the entry (`registry.audit`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gates.regression import ProductionVerdict
@@ -138,6 +139,36 @@ def record_rollout_end(
                 "analysis": analysis,
                 "actor": actor.to_dict(),
                 "stage_holder": held,
+            },
+        ),
+    )
+
+
+def record_rollout_step(
+    registry: Registry, actor: Actor, rollout: Mapping[str, str], step: int, weight: int, analysis: Mapping[str, Any]
+) -> AuditEvent:
+    """That a rollout's step was judged by its canary analysis (`rollout_step`): the verdict, at which weight, and
+    the analysis run. `rollout`: its id, stage, model, version and route."""
+    verdict = str(analysis.get("verdict", ""))
+    return append(
+        registry,
+        AuditEvent(
+            "rollout_step",
+            actor.name,
+            now_iso(),
+            rollout["stage"],
+            rollout["model"],
+            rollout["version"],
+            comment=f"rollout {rollout['id']} on route {rollout['route']}, step {step + 1} at {weight}%: {verdict}: "
+            f"{analysis.get('reason', '')}"[:500],
+            evidence={
+                "rollout": rollout["id"],
+                "step": step,
+                "weight": weight,
+                "verdict": verdict,
+                "look": analysis.get("look"),
+                "analysis_run": analysis.get("run_id", ""),
+                "actor": actor.to_dict(),
             },
         ),
     )

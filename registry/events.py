@@ -47,6 +47,9 @@ TYPES = {
     "rollout_start": "rollout.started",
     "rollout_rollback": "canary.failed",
     "rollout_abort": "rollout.aborted",
+    "evidence_registered": "evidence.registered",
+    "decision_changed": "decision.changed",
+    "rollout_step": "rollout.step_judged",
 }
 SCHEMA = 1
 

@@ -31,7 +31,8 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from gates.decision import UNVERIFIED
 from gates.evaluate import all_passed, gate_report_markdown
 from gates.promotion import EVIDENCE_ARTIFACTS, registration_payload
-from registry import keys
+from registry import audit, keys
+from registry.audit import AuditEvent
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
 from registry.integrity import (
@@ -188,7 +189,7 @@ def register_evidence(
     except BaseException:
         client.set_terminated(run_id, "FAILED")
         raise
-    version = _version_for(registry, logged, run_id, run.info.artifact_uri, recorded_digests(vouching))
+    version, registered = _version_for(registry, logged, run_id, run.info.artifact_uri, recorded_digests(vouching))
     # serving records that came with the evidence (measured before registering) are kept with its version
     logged = replace(
         logged,
@@ -198,12 +199,15 @@ def register_evidence(
         ],
     )
     retry_busy(client.set_registered_model_alias, model, registration_alias(evidence.role), version)
+    audit.append(registry, registered)
     return version, logged
 
 
 def _version_for(
     registry: Registry, evidence: CandidateEvidence, run_id: str, artifact_uri: str, digests: Mapping[str, str]
-) -> str:
+) -> tuple[str, AuditEvent]:
+    """The version these weights hold (registered now, or re-pointed at this evidence), and the audit entry that
+    says so (`evidence_registered`: by whom, the evidence run, the weights and the registrant's signature)."""
     client = registry.client
     model = evidence.candidate
     try:
@@ -232,9 +236,31 @@ def _version_for(
     else:  # a version re-pointed at new evidence keeps no signature of the old
         tags |= {model_tag("evaluated_key"): "", model_tag("evaluated_signature"): ""}
     existing = registry.version_of_weights(model, evidence.weights_sha256)
+
+    def entry(version: str) -> AuditEvent:
+        weights = evidence.weights_sha256[:12] or "none"
+        return AuditEvent(
+            "evidence_registered",
+            registrant.name,
+            at,
+            registration_alias(evidence.role),
+            model,
+            version,
+            comment=f"{'re-pointed at new' if existing else 'registered with'} evidence: {evidence.kind} "
+            f"{evidence.role}, revision {evidence.model_revision or 'local'}, weights {weights}",
+            evidence={
+                "evidence_run": run_id,
+                "weights_sha256": evidence.weights_sha256,
+                "revision": evidence.model_revision,
+                "digests": dict(digests),
+                "key": tags[model_tag("evaluated_key")],
+                "signature": tags[model_tag("evaluated_signature")],
+            },
+        )
+
     if existing is not None:
         registry.set_version_tags(model, existing, tags)
-        return existing
+        return existing, entry(existing)
     created = client.create_model_version(
         model,
         f"{artifact_uri}/evidence",
@@ -242,7 +268,7 @@ def _version_for(
         tags=_identity_tags(model, evidence.model_revision, evidence.weights_sha256) | tags,
         description=f"{model} at revision {evidence.model_revision or 'local'}, weights {evidence.weights_sha256[:12]}",
     )
-    return str(created.version)
+    return str(created.version), entry(str(created.version))
 
 
 def evidence_identity(evidence: CandidateEvidence) -> str:
@@ -513,8 +539,32 @@ def record_gate_report(
             model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
             model_tag(f"gates.{stage}.sig"): signed[SIGNATURE_PREFIX + gate_report_path(stage)],
             model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode()),
-        },
+        }
+        | ({model_tag(f"gates.{stage}.outcome"): decision["outcome"]} if decision is not None else {}),
     )
+    before = tags.get(model_tag(f"gates.{stage}.outcome"), "")
+    if decision is not None and decision["outcome"] != before:  # the verdict a consumer acts on moved
+        blockers = list(decision.get("blockers") or [])
+        audit.append(
+            registry,
+            AuditEvent(
+                "decision_changed",
+                who,
+                at,
+                stage,
+                model,
+                version,
+                comment=f"{before or 'not judged'} -> {decision['outcome']}"
+                + (f": {'; '.join(blockers[:3])}" if blockers else ""),
+                evidence={
+                    "verdict": decision["outcome"],
+                    "before": before,
+                    "blockers": blockers,
+                    "report_sha256": sha256_hex(report.encode()),
+                    "evidence_run": run_id,
+                },
+            ),
+        )
 
 
 def load_gate_report(
