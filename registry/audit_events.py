@@ -172,3 +172,31 @@ def record_rollout_step(
             },
         ),
     )
+
+
+def record_decision_change(
+    registry: Registry, who: str, at: str, before: str, decision: Mapping[str, Any], report_sha256: str, run_id: str
+) -> AuditEvent:
+    """That a stage's verdict moved (`decision_changed`): from `before` ("" when never judged) to the stored
+    decision's outcome, with its blockers, the gate report's sha256 and the evidence run it judged."""
+    blockers = list(decision.get("blockers") or [])
+    return append(
+        registry,
+        AuditEvent(
+            "decision_changed",
+            who,
+            at,
+            str(decision["stage"]),
+            str(decision["model"]),
+            str(decision["version"]),
+            comment=f"{before or 'not judged'} -> {decision['outcome']}"
+            + (f": {'; '.join(blockers[:3])}" if blockers else ""),
+            evidence={
+                "verdict": decision["outcome"],
+                "before": before,
+                "blockers": blockers,
+                "report_sha256": report_sha256,
+                "evidence_run": run_id,
+            },
+        ),
+    )

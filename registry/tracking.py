@@ -31,7 +31,7 @@ from evals.records import CandidateEvidence, EvalRecord, LicenseResult, Reproduc
 from gates.decision import UNVERIFIED
 from gates.evaluate import all_passed, gate_report_markdown
 from gates.promotion import EVIDENCE_ARTIFACTS, registration_payload
-from registry import audit, keys
+from registry import audit, audit_events, keys
 from registry.audit import AuditEvent
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
 from registry.identity import current_actor
@@ -501,8 +501,11 @@ def record_gate_report(
     replaces it. `tags`: the version's tags as the caller has just read them.
     """
     tags = registry.version_tags(model, version) if tags is None else tags
+    before = ""  # the stage's verdict as last recorded ("": never judged, or a report that cannot be trusted)
     try:
-        load_gate_report(registry, model, version, stage, tags)
+        before = str(
+            ((load_gate_report(registry, model, version, stage, tags) or {}).get("decision") or {}).get("outcome", "")
+        )
     except GateReportTampered as e:  # re-judging replaces the forged report; the forgery stays on the record
         record_finding(registry, e, who)
     run_id = evidence_run_id(registry, model, version, tags)
@@ -539,32 +542,10 @@ def record_gate_report(
             model_tag(f"gates.{stage}.sha256"): sha256_hex(report.encode()),
             model_tag(f"gates.{stage}.sig"): signed[SIGNATURE_PREFIX + gate_report_path(stage)],
             model_tag(f"gates.{stage}.md_sha256"): sha256_hex(markdown.encode()),
-        }
-        | ({model_tag(f"gates.{stage}.outcome"): decision["outcome"]} if decision is not None else {}),
+        },
     )
-    before = tags.get(model_tag(f"gates.{stage}.outcome"), "")
     if decision is not None and decision["outcome"] != before:  # the verdict a consumer acts on moved
-        blockers = list(decision.get("blockers") or [])
-        audit.append(
-            registry,
-            AuditEvent(
-                "decision_changed",
-                who,
-                at,
-                stage,
-                model,
-                version,
-                comment=f"{before or 'not judged'} -> {decision['outcome']}"
-                + (f": {'; '.join(blockers[:3])}" if blockers else ""),
-                evidence={
-                    "verdict": decision["outcome"],
-                    "before": before,
-                    "blockers": blockers,
-                    "report_sha256": sha256_hex(report.encode()),
-                    "evidence_run": run_id,
-                },
-            ),
-        )
+        audit_events.record_decision_change(registry, who, at, before, decision, sha256_hex(report.encode()), run_id)
 
 
 def load_gate_report(

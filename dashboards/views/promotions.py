@@ -10,6 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from checklists import STAGES
 from dashboards import source
 from dashboards.alerts import show_chain
 from dashboards.cells import CHART_PADDING, value_text
@@ -28,8 +29,11 @@ MARKS = {
     "refusal": ("triangle-right", "#d4a72c"),
     "rollout": ("wedge", "#1f6feb"),
     "nightly finding": ("circle", "#bc4c00"),
+    "registration": ("triangle-left", "#0a3069"),
+    "decision": ("arrow", "#9a6700"),
     "other": ("stroke", "#6e7781"),
 }
+QUIET = ("registration", "decision")  # on every evaluation and judgement: off the timeline unless asked for
 LABELLED = ("promote", "rollback")  # the alias moves carry a label; the rest say who and what on hover
 LABEL_LIMIT_PX = 110
 
@@ -47,6 +51,8 @@ def kind_of(event: str, evidence: dict[str, Any] | None) -> str:
         "approval": "approval",
         "decline": "decline",
         "gate_evaluation": "nightly finding",
+        "evidence_registered": "registration",
+        "decision_changed": "decision",
     }.get(event, "other")
 
 
@@ -72,13 +78,13 @@ if events.empty:
 else:
     events = events.assign(kind=[kind_of(e, ev) for e, ev in zip(events.event, events.evidence)])
     kinds = [k for k in MARKS if k in set(events.kind)]
-    chosen = st.multiselect("Events", kinds, default=kinds, key="audit_events")
+    chosen = st.multiselect("Events", kinds, default=[k for k in kinds if k not in QUIET] or kinds, key="audit_events")
     shown = events[events.kind.isin(chosen)].copy()
     shown["what"] = [
         f"{f or 'nobody'} → {t}" if e == "alias_move" else (f"{m} v{v}" if m else "")
         for e, f, t, m, v in zip(shown.event, shown["from"], shown["to"], shown.model, shown.version)
     ]
-    shown["stage "] = shown.stage.replace("", "—")
+    shown["stage "] = shown.stage.where(shown.stage.isin(STAGES), "—")  # a registration's candidate or fallback
     shown["n"] = range(1, len(shown) + 1)  # oldest first, evenly spaced: events seconds apart stay apart
     # the plot's width per event in an 800 px window with the sidebar open (axis title and labels take the rest);
     # two labels on a row are two events apart, so a label may be nearly twice that wide

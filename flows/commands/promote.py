@@ -266,18 +266,18 @@ def audit_command(
     if events.empty:
         console.print("No audit events yet. Register evidence (`unmask run`), then `unmask promote`.")
         return
-    # at 80 columns the run status and the alias move's ends go first; who, what and why stay
+    # at 80 columns the run status, the alias move's ends and then the stage go first; who, what and why stay
     table = FittedTable(
         f"audit trail ({len(events)} events)",
         [
             Column("when (UTC)", wrap=True),
             Column("event"),
             Column("who"),
-            Column("stage"),
+            Column("stage", drop=2),
             Column("model", wrap=True),
-            Column("from", drop=2),
-            Column("to", drop=3),
-            Column("status", drop=4),
+            Column("from", drop=3),
+            Column("to", drop=4),
+            Column("status", drop=5),
             Column("comment", wrap=True, drop=1),
         ],
     )

@@ -90,12 +90,13 @@ def governed(auth_server):
             auth.create_user(user, f"{user}-password-{len(user)}x")
         cheap_password_checks(auth_db, {"admin": admin_password} | {u: f"{u}-password-{len(u)}x" for u in USERS})
         audit_experiment = Registry(url).experiment_id(AUDIT_EXPERIMENT)
+        for user in USERS:  # a registration is an audit entry too: the evaluator writes the trail as well
+            auth.grant_user_permission(user, "experiment", audit_experiment, "EDIT" if user != "vera" else "READ")
         act_as(mp, url, "eve")
         reg = Registry(url)
         register_pair(reg, fast_llada())
         act_as(mp, url, "admin", admin_password)
         for user, permission in USERS.items():
-            auth.grant_user_permission(user, "experiment", audit_experiment, "EDIT" if user != "vera" else "READ")
             for model in MODELS:
                 if user == "eve":  # her models: the server made her MANAGE them on creation; an evaluator EDITs
                     auth.revoke_user_permission(user, "registered_model", model)

@@ -136,6 +136,9 @@ def test_a_breached_p95_rolls_back_within_the_interval_and_is_audited(stack_home
     [entry] = audit.events(reg, event="rollout_rollback")
     assert entry.evidence["rollout"] == state.id and entry.evidence["analysis"]["verdict"] == "fail"
     assert "p95_latency_s" in entry.comment and audit.verify(reg).ok
+    [step] = [e for e in audit.events(reg, event="rollout_step") if e.evidence["rollout"] == state.id]  # events out
+    assert (step.evidence["verdict"], step.evidence["step"], step.seq) == ("fail", 0, entry.seq - 1), step
+    assert step.evidence["analysis_run"] == after.analyses[0]["run_id"] and "p95_latency_s" in step.comment
     from registry.views import regression_findings
 
     finding = regression_findings(reg).iloc[0]  # a finding, beside the nightly's

@@ -232,6 +232,7 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     update = os.environ.get("UNMASK_UPDATE_SCREENSHOTS") == "1"
     try:
         walk(env, update, tmp_path)
+        deliver_every_event(env, tmp_path)
     finally:  # the page stops its server; if a step failed before that, stop it here (its own process group)
         pid_file = home / "mlflow-server.pid"
         if pid_file.is_file():
@@ -268,3 +269,33 @@ def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
                 tmp_path / "chromium-profile",
                 tmp_path,
             )
+
+
+def deliver_every_event(env: dict[str, str], tmp_path: Path) -> None:
+    """Events out over the walk's whole chain (issue 53): a real receiver on 127.0.0.1, down after its tenth event
+    until the next delivery, gets every event of the walk-through in chain order, each exactly once."""
+    import json
+
+    from tests.support.hook_receiver import HookReceiver
+
+    secret = "walkthrough-hook-secret"
+    receiver = HookReceiver(secret, down_after=10)
+    hooks = tmp_path / "webhooks.yaml"
+    hooks.write_text(json.dumps({"webhooks": [{"name": "deploy", "url": receiver.url, "secret_env": "HOOK_SECRET"}]}))
+    # the store file the demo server served (it is stopped now), as the dashboard reads it
+    store = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
+    store |= {"UNMASK_WEBHOOKS": str(hooks), "HOOK_SECRET": secret}
+    try:
+        code, during = run_line("unmask events --deliver", store)
+        assert code == 0 and "stopped at event" in during and len(receiver.got) == 10, during
+        receiver.down_after = None
+        code, after = run_line("unmask events --deliver", store)
+        assert code == 0 and "stopped at" not in after, after
+        code, listed = run_line("unmask events --format json", store)
+    finally:
+        receiver.stop()
+    every = [json.loads(line) for line in listed.splitlines() if line.startswith("{")]
+    assert [e["id"] for e in receiver.got] == [e["id"] for e in every], "each event once, in chain order"
+    kinds = {e["type"] for e in every}
+    assert {"evidence.registered", "decision.changed", "alias.moved", "approval.recorded"} <= kinds, kinds
+    assert {"rollback.emergency", "approval.consumed", "signoff.recorded"} <= kinds, kinds

@@ -440,7 +440,11 @@ def test_candidate_page_shows_card_license_reproducibility_checklists_and_runs(r
 
 def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(reg, env):
     at = page("views/promotions.py")
-    events = read.audit_events(registry=reg)
+    trail = read.audit_events(registry=reg)
+    # registrations and decision changes (one per evaluation and judgement) are off the timeline unless chosen
+    [kinds] = [m for m in at.multiselect if m.label == "Events"]
+    assert {"registration", "decision"} <= set(kinds.options) and not {"registration", "decision"} & set(kinds.value)
+    events = trail[~trail.event.isin(["evidence_registered", "decision_changed"])]
     table = at.dataframe[0].value
     assert len(table) == len(events)
     assert list(table["when (UTC)"]) == sorted(events["when"], reverse=True)
@@ -475,6 +479,8 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     failed = set(judged[~judged.passed.astype(bool)].gate)
     assert failed and set(findings["failed gates"].iloc[0].split(", ")) == failed
     assert findings.action.iloc[0] == "no rollback"
+    kinds.set_value(kinds.options).run()
+    assert len(at.dataframe[0].value) == len(trail)  # chosen, every entry is there
 
 
 def test_no_page_moves_an_alias_or_writes_to_the_audit_trail(reg, env):

@@ -5,14 +5,11 @@ and the `unmask events` stream."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from typer.testing import CliRunner
 
 from flows.webhooks import (
-    SIGNATURE_HEADER,
     WebhookError,
     cursor,
     deliver,
@@ -24,50 +21,14 @@ from registry import approve, promote
 from registry.events import events_since
 from tests.support.flow_fixtures import cli_app
 from tests.support.gate_fixtures import OK, fresh_registry, moved_twice_and_rolled_back
+from tests.support.hook_receiver import HookReceiver
 
 SECRET = "s3cret-for-tests"
 
 
-class Receiver:
-    """A webhook receiver on a free 127.0.0.1 port: keeps each verified body; answers 503 while `down`."""
-
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-        self.refused = 0
-        self.down = False
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if receiver.down:
-                    receiver.refused += 1
-                    self.send_response(503)
-                elif not verify_signature(SECRET.encode(), self.headers[SIGNATURE_HEADER], body):
-                    self.send_response(401)
-                else:
-                    event = json.loads(body)
-                    assert self.headers["Unmask-Event-Id"] == event["id"]
-                    receiver.got.append(event)
-                    self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/unmask"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver():
-    r = Receiver()
+    r = HookReceiver(SECRET)
     yield r
     r.stop()
 
@@ -106,6 +67,15 @@ def test_each_audit_entry_is_an_event_a_consumer_acts_on_without_a_second_call(c
     assert promoted.evidence["run_id"] and promoted.evidence["experiment_id"]  # the evidence, without another call
     assert chain.client.get_run(promoted.evidence["run_id"]).info.experiment_id == promoted.evidence["experiment_id"]
     assert {"signoff.recorded", "approval.consumed"} <= {e.type for e in events}
+    registered = [e for e in events if e.type == "evidence.registered"]
+    assert [(e.model, e.version, e.stage) for e in registered] == [
+        ("tiny-ar", "1", "fallback"),
+        ("tiny-llada", "1", "candidate"),
+    ]
+    assert registered[1].evidence["run_id"] and registered[1].seq < moves[0].seq and not registered[1].deployable
+    changed = [e for e in events if e.type == "decision.changed" and e.model == "tiny-llada" and e.stage == "poc"]
+    assert changed and changed[-1].verdict == "adopt" and changed[-1].seq < promoted.seq, changed  # judged, then moved
+    assert all("->" in e.comment for e in changed) and not any(e.deployable for e in changed)
     assert events_since(chain, promoted.seq)[0].seq == promoted.seq + 1
 
 

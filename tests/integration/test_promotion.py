@@ -77,9 +77,11 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
         "signoff",
         "promotion_request",
         "approval",
+        "decision_changed",  # judged for the first time, under the promotion's lock: adopt
         "alias_move",
         "approval_consumed",
     ]
+    assert (events.iloc[-3]["evidence"]["before"], events.iloc[-3]["evidence"]["verdict"]) == ("", "adopt")
     last = events.iloc[-2]
     mover = os_account()  # the identity requests and moves; grace approved in the same call
     assert (last["who"], last["from"], last["to"], last["status"]) == (mover, "", "tiny-llada@1", "FINISHED")

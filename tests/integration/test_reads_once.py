@@ -52,7 +52,13 @@ def test_a_promotion_reads_its_context_once_and_once_more_under_the_lock(judged)
     # a re-judged verdict that did not change is not written again: only the report's hash, signature and time
     gate_tags = [a for name, a in calls.made if name == "set_model_version_tag" and ".gates.poc" in str(a[2])]
     assert sorted(a[2] for a in gate_tags) == sorted(model_tag(f"gates.poc.{k}") for k in ("at", "sha256", "sig"))
-    assert len(calls.made) <= 40, calls.by_method  # 71 before the snapshot (bench/promotion_calls.py --judged)
+    # 71 before the snapshot (bench/promotion_calls.py --judged); 40 with it, and 4 more since the decision's change
+    # from blocked (judged before the approval) to adopt is an audit entry of its own (events out: decision.changed)
+    assert len(calls.made) <= 44, calls.by_method
+    [changed] = [
+        e for e in audit.events(reg, event="decision_changed") if e.stage == "poc" and e.model == "tiny-llada"
+    ][-1:]
+    assert changed.evidence["before"] == "blocked" and changed.evidence["verdict"] == "adopt"
 
 
 def test_a_read_in_a_snapshot_is_asked_once_and_the_actions_own_write_reads_back(judged):

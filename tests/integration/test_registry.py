@@ -118,8 +118,16 @@ def test_read_api_returns_plain_frames_and_dicts(reg):
     recs = read.records("tiny-llada", registry=reg)
     assert len(recs) == 2 and set(recs["task"]) == {"arith", "sort"} and recs["run_id"].notna().all()
     events = read.audit_events(registry=reg)
-    assert events[["event", "who", "model"]].values.tolist() == [["signoff", "ada", "tiny-llada"]]
-    assert events["evidence"][0]["item"] == "tooling-maturity" and events["evidence"][0]["actor"]["by"] == "ada"
+    assert events[["event", "model"]].values.tolist() == [
+        ["evidence_registered", "tiny-ar"],
+        ["evidence_registered", "tiny-llada"],
+        ["signoff", "tiny-llada"],
+    ]
+    registered, signed = events.iloc[1], events.iloc[2]
+    assert registered["evidence"]["evidence_run"] == reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
+    assert registered["version"] == v and registered["stage"] == "candidate"
+    assert signed["who"] == "ada" and signed["evidence"]["item"] == "tooling-maturity"
+    assert signed["evidence"]["actor"]["by"] == "ada"
     scored = read.scores("poc", registry=reg)
     # both rank on their measured evidence; tiny-ar lacks its tooling sign-off, so it is not yet promotable
     ranking = scored["ranking"].set_index("candidate")
