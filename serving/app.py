@@ -41,6 +41,7 @@ from serving.request_log import RequestLog, row
 from serving.responses import Batching, ModelCard, ModelFacts, TokenLimits
 from serving.routing import RouteTable
 from serving.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from serving.tokenizing import DetokenizeRequest, TokenizeRequest, Tokenizers
 
 log = logging.getLogger("unmask.serve")
 
@@ -155,7 +156,8 @@ def add_routes(
     local: LocalServing,
     metrics: ServingMetrics,
 ) -> None:
-    """The HTTP routes: health, routes in force, metrics, models, completions and chat completions."""
+    """The HTTP routes: health, routes in force, metrics, models, completions, chat completions and the
+    tokenizer endpoints."""
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -208,6 +210,20 @@ def add_routes(
             return Prompt([chat.text], chat.dropped)
 
         return await dispatch.answer(Attempt(request, "chat", body, rendered, body.requested_tokens()))
+
+    tokenizers = Tokenizers(local, settings.limits)  # vLLM's tokenizer endpoints, at the root as vLLM has them
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        return tokenizers.tokenize(body)
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        return tokenizers.detokenize(body)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info(model: str | None = None) -> dict[str, Any]:
+        return tokenizers.info(model)
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:
