@@ -7,7 +7,9 @@ model's name (its current version: `candidate`, else `fallback`, else the latest
 The server never serves what the registry did not move: a stage alias is read only on an audit chain that
 verifies (`ChainBroken` otherwise: the server keeps serving what it serves), and an alias moved outside unmask
 (drift: no recorded, verified move put it there) is not followed: the holder the audit trail's last settled
-move left keeps serving, and an alert is logged (once per drift and process).
+move left keeps serving, and an alert is logged (once per drift and process). The registration aliases
+(`fallback`, which the default route sends its traffic to, and `candidate`) are held to the same rule against the
+registrations in the trail.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def holder(registry: Registry, name: str, verified: bool = False) -> tuple[str, 
             _verified_chain(registry)
         return _moved_holder(registry, name)
     if name in ALIASES:
-        held = registry.holders(name)
+        held = _registered_holders(registry, name)
         if len(held) > 1:
             raise RegistryError(
                 f"alias {name!r} is held by {', '.join(f'{m}/{v}' for m, v in held)}; "
@@ -106,6 +108,32 @@ def _moved_holder(registry: Registry, stage: str) -> tuple[str, str] | None:
         kept = f"{drift.expected[0]}/{drift.expected[1]}" if drift.expected else "nothing new"
         log.error("alert: %s; the server does not follow it and keeps serving %s", drift, kept)
     return drift.expected
+
+
+def _registered_holders(registry: Registry, alias: str) -> list[tuple[str, str]]:
+    """Who holds a registration alias (`fallback`, `candidate`) as registrations put it there.
+
+    Each registration is an audit entry (`evidence_registered`, its stage the alias it set). When the registry says
+    otherwise (the alias set by hand on another version or model), the registrations' holders are served, with an
+    alert, as a stage alias's last settled move is. A store whose trail holds no registration (written before
+    registrations were audited) is read as the registry has it."""
+    found = sorted(registry.holders(alias))
+    registered = audit.events(registry, event="evidence_registered")
+    if not registered:
+        return found
+    last = {e.model: e.version for e in sorted(registered, key=lambda e: e.seq) if e.stage == alias}
+    expected = sorted(last.items())
+    if found == expected:
+        return found
+    drift = f"alias {alias} drifted: registrations left it on {_refs(expected)}, the registry has it on {_refs(found)}"
+    if drift not in _alerted:
+        _alerted.add(drift)
+        log.error("alert: %s (set outside unmask); the server does not follow it and serves %s", drift, _refs(expected))
+    return expected
+
+
+def _refs(held: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{m}@{v}" for m, v in held) or "nothing"
 
 
 def served_version(

@@ -323,9 +323,23 @@ def register_or_reuse(registry: Registry, evidence: CandidateEvidence) -> tuple[
     version = registered_unchanged(registry, evidence)
     if version is None:
         return register_evidence(registry, evidence)[0], False
-    retry_busy(
-        registry.client.set_registered_model_alias, evidence.candidate, registration_alias(evidence.role), version
-    )
+    alias = registration_alias(evidence.role)
+    if registry.aliases_of(evidence.candidate).get(alias) != version:  # the alias moves back: said in the trail
+        retry_busy(registry.client.set_registered_model_alias, evidence.candidate, alias, version)
+        tags = registry.version_tags(evidence.candidate, version)
+        audit.append(
+            registry,
+            AuditEvent(
+                "evidence_registered",
+                current_actor(registry.tracking_uri).name,
+                now_iso(),
+                alias,
+                evidence.candidate,
+                version,
+                comment=f"re-registered: the same evidence as version {version} holds, {alias} back on it",
+                evidence={"evidence_run": tags.get(model_tag("evidence_run"), ""), "reused": True},
+            ),
+        )
     return version, True
 
 

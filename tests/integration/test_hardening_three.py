@@ -141,3 +141,40 @@ def test_a_stop_sequence_longer_than_the_limit_is_refused_naming_it(app_client):
     assert f"at most {MAX_STOP_CHARS} characters, got 200000" in error["message"]
     fits = app_client.post("/v1/completions", json=long | {"stop": ["x" * MAX_STOP_CHARS]})
     assert fits.status_code != 400  # at the limit: not refused for its length (503 while the models load)
+
+
+def test_serve_does_not_follow_a_hand_moved_fallback_alias(tmp_path, caplog):
+    """Item 7: the fallback, which the default route sends all its traffic to, is held to the stage aliases' rule:
+    the registry's word alone (an alias set with the MLflow client) does not move what serves."""
+    from registry import audit, register_or_reuse
+    from registry.serving import holder
+    from tests.support.gate_fixtures import evidence, fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path)
+    register_pair(reg)
+    assert holder(reg, "fallback") == ("tiny-ar", "1")
+    v1 = reg.client.get_model_version("tiny-ar", "1")
+    reg.client.create_model_version("tiny-ar", v1.source, run_id=v1.run_id)  # v2, by hand: no evidence of its own
+    reg.client.set_registered_model_alias("tiny-ar", "fallback", "2")
+    with caplog.at_level("ERROR", logger="registry.integrity"):
+        assert holder(reg, "fallback") == ("tiny-ar", "1")  # what the registration put there keeps serving
+    assert "alias fallback drifted" in caplog.text and "tiny-ar@2" in caplog.text
+    # unmask putting it back (a re-run reusing the same evidence) is in the trail, so it is followed
+    reg.client.set_registered_model_alias("tiny-ar", "fallback", "1")
+    reg.client.set_registered_model_alias("tiny-ar", "fallback", "2")
+    assert register_or_reuse(reg, evidence("tiny-ar")) == ("1", True)
+    assert reg.aliases_of("tiny-ar")["fallback"] == "1" and holder(reg, "fallback") == ("tiny-ar", "1")
+    reused = audit.events(reg, model="tiny-ar", event="evidence_registered")[-1]
+    assert reused.stage == "fallback" and reused.evidence["reused"] is True
+
+
+def test_a_store_from_before_registrations_were_audited_serves_its_fallback_as_registered(tmp_path, monkeypatch):
+    from registry import audit
+    from registry.serving import holder
+    from tests.support.gate_fixtures import fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path)
+    with monkeypatch.context() as older:
+        older.setattr(audit, "append", lambda registry, event, open_intent=False: event)
+        register_pair(reg)
+    assert holder(reg, "fallback") == ("tiny-ar", "1")  # no registration in the trail: the registry's word
