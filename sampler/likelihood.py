@@ -327,18 +327,19 @@ class CommitLogprobs:
         """Per row, per generated position: (log-probability or None, {top id: log-probability})."""
         if self.logprob is None:
             return []
-        top_ids, top_logprobs = self.top_ids, self.top_logprobs
-        assert top_ids is not None and top_logprobs is not None, "_grow sets them with logprob"
-        rows = []
-        for b in range(self.logprob.shape[0]):
-            row = []
-            for pos in range(prompt_length, self.logprob.shape[1]):
-                value = float(self.logprob[b, pos])
-                tops = (
-                    {}
-                    if not self.top or math.isnan(value)
-                    else dict(zip(top_ids[b, pos].tolist(), top_logprobs[b, pos].tolist()))
-                )
-                row.append((None if math.isnan(value) else value, tops))
-            rows.append(row)
-        return rows
+        return [self.span(b, prompt_length, self.logprob.shape[1]) for b in range(self.logprob.shape[0])]
+
+    def span(self, row: int, start: int, end: int) -> list[tuple[float | None, dict[int, float]]]:
+        """Row `row`'s positions [start, end) as `generated` lists them (what a stream sends as its tokens settle)."""
+        if self.logprob is None or self.top_ids is None or self.top_logprobs is None:
+            return [(None, {})] * max(end - start, 0)
+        out = []
+        for pos in range(start, end):
+            value = float(self.logprob[row, pos]) if pos < self.logprob.shape[1] else math.nan
+            tops = (
+                {}
+                if not self.top or math.isnan(value)
+                else dict(zip(self.top_ids[row, pos].tolist(), self.top_logprobs[row, pos].tolist()))
+            )
+            out.append((None if math.isnan(value) else value, tops))
+        return out

@@ -51,6 +51,8 @@ QUIET_SHARE = 0.25
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+Scored = tuple[float | None, dict[int, float]]  # a token's log-probability (None: not committed) and alternatives
+OnTokens = Callable[[list[int], list[Scored] | None], None]  # a stream's newly final tokens and, if asked, scores
 
 
 class QueueFull(RuntimeError):
@@ -72,7 +74,7 @@ class Job:
     key: str | None  # None: decode alone
     future: asyncio.Future[Decoded]
     arrived: float  # monotonic time it was queued (the batcher's clock)
-    on_tokens: Callable[[list[int]], None] | None = None  # streamed: hears its newly final tokens, on the loop
+    on_tokens: OnTokens | None = None  # streamed: hears its newly final tokens (and their scores), on the loop
     first_block: float | None = None  # monotonic time its first block (AR: token) was final
     logprobs: int | None = None  # wants each generated token's log-probability and this many alternatives
     peak: int = 0  # bytes its row needs at the decode's peak (sampler/memory.py), at its own prompt length
@@ -108,17 +110,17 @@ def decode_rows(
     `row_seeds`: one generator per row (sampled decoding in a batch), in place of `config.seed`'s.
     `logprobs`: told every step too (it records each committed token's log-probability).
     """
-    steps = on_step if logprobs is None else _both(on_step, logprobs)
+    steps = on_step if logprobs is None else _both(logprobs, on_step)  # recorded first: a stream sends its scores
     with torch.inference_mode():
         out = decode_prompts(handle, prompts, config, on_step=steps, row_seeds=row_seeds)
     return out.generated.tolist(), int(out.nfe)
 
 
-def _both(first: StepCallback | None, second: StepCallback) -> StepCallback:
+def _both(first: StepCallback, second: StepCallback | None) -> StepCallback:
     def on_step(info: StepInfo) -> None:
-        if first is not None:
-            first(info)
-        second(info)
+        first(info)
+        if second is not None:
+            second(info)
 
     return on_step
 
@@ -129,8 +131,10 @@ def watch_rows(
     group: list[Job],
     loop: asyncio.AbstractEventLoop,
     clock: Clock = SYSTEM_CLOCK,
+    recorder: CommitLogprobs | None = None,
 ) -> StepCallback:
-    """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens, abandonment."""
+    """The `on_step` of one batch (runs in the decode thread): first-block times, streamed tokens (with their
+    log-probabilities from `recorder`, which has seen the step already, for a job that asked), abandonment."""
     prompt_length = max(len(job.prompt_ids) for job in group)  # left padding: every row's generation starts here
     sent = [0] * len(group)
 
@@ -140,8 +144,10 @@ def watch_rows(
             if job.first_block is None:
                 job.first_block = now
             if length > sent[row] and job.on_tokens is not None and not job.future.done():
-                tokens = info.sequences[row, prompt_length + sent[row] : prompt_length + length].tolist()
-                deliveries.append((job.on_tokens, tokens))
+                start, end = prompt_length + sent[row], prompt_length + length
+                tokens = info.sequences[row, start:end].tolist()
+                scored = recorder.span(row, start, end) if recorder is not None and job.logprobs is not None else None
+                deliveries.append((job.on_tokens, tokens, scored))
             sent[row] = max(sent[row], length)
         if deliveries:  # in order, before the batch's results: the loop runs callbacks first in, first out
             loop.call_soon_threadsafe(_deliver, deliveries)
@@ -167,9 +173,9 @@ def decode_running(handle: Handle, config: SamplerConfig, rows: list[Row], group
         return decode_block(handle.model, rows, config, padding_id(handle), on_step=lambda info: stop_when_gone(group))
 
 
-def _deliver(deliveries: list[tuple[Callable[[list[int]], None], list[int]]]) -> None:
-    for on_tokens, tokens in deliveries:
-        on_tokens(tokens)
+def _deliver(deliveries: list[tuple[OnTokens, list[int], list[Scored] | None]]) -> None:
+    for on_tokens, tokens, scored in deliveries:
+        on_tokens(tokens, scored)
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:
@@ -221,7 +227,7 @@ class Batcher:
         prompt_ids: list[int],
         config: SamplerConfig,
         key: str | None,
-        on_tokens: Callable[[list[int]], None] | None = None,
+        on_tokens: OnTokens | None = None,
         peak: int = 0,
         logprobs: int | None = None,
     ) -> asyncio.Future[Decoded]:
@@ -316,7 +322,7 @@ class Batcher:
                     self.handle,
                     config,
                     [j.prompt_ids for j in group],
-                    watch_rows(self.handle, config, group, loop, self.clock),
+                    watch_rows(self.handle, config, group, loop, self.clock, recorder),
                     seeds,
                     recorder,
                 )
@@ -420,7 +426,7 @@ class Batcher:
             job.first_block = now
         final = row.final_length(job.config)
         if job.on_tokens is not None and final > job.sent:
-            job.on_tokens(row.tokens[job.sent : final])
+            job.on_tokens(row.tokens[job.sent : final], None)  # a running batch holds no job that asked for scores
             job.sent = final
         if row.done:
             assert job.started is not None, "_decode_blocks sets it before the row's first block"

@@ -60,7 +60,7 @@ from serving.responses import (
     Extension,
     Usage,
 )
-from serving.streaming import DONE, Chunks, CommittedText, RowFeed, event
+from serving.streaming import DONE, Arrival, Chunks, CommittedText, RowFeed, StreamedScores, event
 from serving.surface import Served, check_surface
 
 SEED_SPACE = 2**63  # OpenAI's seed is a signed 64-bit integer; drawn seeds stay non-negative
@@ -393,7 +393,7 @@ class LocalServing:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def events(self, job: Submitted, outcome: Outcome, first: list[int] | None) -> AsyncIterator[bytes]:
+    async def events(self, job: Submitted, outcome: Outcome, first: Arrival | None) -> AsyncIterator[bytes]:
         """The server-sent events of a stream whose first final tokens are `first`; it records its own outcome."""
         v = job.route.version
         chunks = Chunks(
@@ -403,7 +403,10 @@ class LocalServing:
             v.model,
             fingerprint(v),
         )
-        texts = [CommittedText(job.route.loaded.handle, job.keep, job.stops) for _ in job.rows]
+        handle = job.route.loaded.handle
+        texts = [CommittedText(handle, job.keep, job.stops) for _ in job.rows]
+        asked, top = job.ask.top is not None, job.ask.top or 0
+        scores = [StreamedScores(handle, job.keep, job.endpoint == "chat", top) for _ in job.rows]
         try:
             ttfb_s = outcome.first_byte()
             for i, row in enumerate(job.rows):
@@ -411,20 +414,24 @@ class LocalServing:
                 if row.echo:
                     yield event(chunks.text(row.echo, i))
             left = lambda: max(self.settings.request_timeout_s - outcome.elapsed(), 0.0)  # noqa: E731
-            async for i, tokens in arrivals(job.rows, first, left):
+            async for i, (tokens, scored) in arrivals(job.rows, first, left):
                 delta = texts[i].add(tokens)
-                if delta:
-                    yield event(chunks.text(delta, i))
+                scores[i].add(tokens, scored)
+                if delta:  # with the scores of the tokens this text completes, when asked
+                    yield event(chunks.text(delta, i, scores[i].covered(texts[i].sent) if asked else None))
             done = finished(job, [r.future.result() for r in job.rows], ttfb_s=ttfb_s)
             rests = [text.finish(choice["text"]) for text, choice in zip(texts, done.choices)]
             outcome.answered(done.facts)  # complete: a client that leaves during the last sends is not a 499
             if job.on_text:  # the route's shadow copy goes now, to be compared with this text
                 job.on_text(job.row.echo + done.choices[0]["text"])
             for i, (rest, choice) in enumerate(zip(rests, done.choices)):
+                left_scores = scores[i].rest(choice.get("logprobs"))  # the stop id's, a cut tail's: the rest
                 if rest:
-                    yield event(chunks.text(rest, i))
+                    yield event(chunks.text(rest, i, left_scores))
+                    left_scores = None
                 last = i == len(done.choices) - 1  # the `unmask` object rides on the last finish chunk
-                yield event(chunks.finish(choice["finish_reason"], done.extension.model_dump() if last else None, i))
+                extension = done.extension.model_dump() if last else None
+                yield event(chunks.finish(choice["finish_reason"], extension, i, left_scores))
             if job.include_usage:
                 yield event(chunks.usage(done.usage.model_dump()))
             yield DONE
@@ -453,10 +460,10 @@ class LocalServing:
 
 
 async def arrivals(
-    rows: list[Row], first: list[int] | None, left: Callable[[], float]
-) -> AsyncIterator[tuple[int, list[int]]]:
-    """(row index, final tokens) as any streamed row's arrive, row 0's `first` first; ends when every row's
-    decode is over. asyncio.TimeoutError when `left()` seconds pass with nothing new."""
+    rows: list[Row], first: Arrival | None, left: Callable[[], float]
+) -> AsyncIterator[tuple[int, Arrival]]:
+    """(row index, (final tokens, their scores)) as any streamed row's arrive, row 0's `first` first; ends when
+    every row's decode is over. asyncio.TimeoutError when `left()` seconds pass with nothing new."""
     if first is not None:
         yield 0, first
     waiting = {i: asyncio.ensure_future(r.stream_feed.next()) for i, r in enumerate(rows) if i or first is not None}

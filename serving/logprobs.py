@@ -47,11 +47,11 @@ def asked_logprobs(endpoint: str, body: Sampling) -> Asked:
 
 
 def check_asked(ask: Asked, body: Sampling, endpoint: str, handle: Handle) -> None:
-    """RequestError for what cannot be answered: a stream, a decoder that shows no logits, or a scored prompt of a
-    kind with no likelihood."""
+    """RequestError for what cannot be answered: a streamed scored prompt, a decoder that shows no logits, or a
+    scored prompt of a kind with no likelihood."""
     kind = handle.kind
-    if ask.top is not None and getattr(body, "stream", False):
-        raise RequestError("logprobs", "logprobs with stream: true are not supported yet; use stream false")
+    if ask.echo and getattr(body, "stream", False):
+        raise RequestError("echo", "echo with logprobs scores the prompt before any token: use stream false")
     if ask.top is not None and not (handle.masked_diffusion or (handle.causal and handle.native)):
         raise RequestError(
             "logprobs",

@@ -16,10 +16,12 @@ import json
 from typing import Any
 
 from sampler.handle import Handle
-from serving.batching import Decoded
+from serving.batching import Decoded, Scored
 from serving.decoding import cut_at_stop
+from serving.logprobs import chat_logprobs, completion_logprobs
 
 DONE = b"data: [DONE]\n\n"
+Arrival = tuple[list[int], list[Scored] | None]  # a run of final tokens, and their scores when asked
 
 
 def event(data: dict[str, Any]) -> bytes:
@@ -78,17 +80,18 @@ class CommittedText:
 
 
 class RowFeed:
-    """What the batcher tells one streamed request: runs of final tokens, then its future's outcome."""
+    """What the batcher tells one streamed request: runs of final tokens (with their scores, when it asked for
+    log-probabilities), then its future's outcome."""
 
     def __init__(self) -> None:
-        self.tokens: asyncio.Queue[list[int]] = asyncio.Queue()
+        self.tokens: asyncio.Queue[Arrival] = asyncio.Queue()
         self.future: asyncio.Future[Decoded] | None = None  # set once the row is queued (LocalServing.submit)
 
-    def put(self, tokens: list[int]) -> None:
-        self.tokens.put_nowait(tokens)
+    def put(self, tokens: list[int], scored: list[Scored] | None = None) -> None:
+        self.tokens.put_nowait((tokens, scored))
 
-    async def next(self) -> list[int] | None:
-        """The next run of final tokens; None once decoding is over (read `future` then)."""
+    async def next(self) -> Arrival | None:
+        """The next run of final tokens and their scores; None once decoding is over (read `future` then)."""
         if not self.tokens.empty():
             return self.tokens.get_nowait()
         assert self.future is not None, "read only once its row is queued, which sets the future"
@@ -119,24 +122,81 @@ class Chunks:
             "system_fingerprint": fingerprint,
         }
 
-    def _choice(self, text: str | None, finish_reason: str | None, index: int, role: bool = False) -> dict[str, Any]:
+    def _choice(
+        self,
+        text: str | None,
+        finish_reason: str | None,
+        index: int,
+        role: bool = False,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         if self.chat:
             delta = ({"role": "assistant", "content": ""} if role else {}) | ({"content": text} if text else {})
-            return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return {"index": index, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+            return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
+        return {"index": index, "text": text or "", "finish_reason": finish_reason, "logprobs": logprobs}
 
     def opening(self, index: int = 0) -> dict[str, Any]:
         """Chat: the first delta of a choice, carrying the role. Completions: an empty text."""
         return self.head | {"choices": [self._choice(None, None, index, role=self.chat)]}
 
-    def text(self, text: str, index: int = 0) -> dict[str, Any]:
-        return self.head | {"choices": [self._choice(text, None, index)]}
+    def text(self, text: str, index: int = 0, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.head | {"choices": [self._choice(text, None, index, logprobs=logprobs)]}
 
-    def finish(self, finish_reason: str, extension: dict[str, Any] | None, index: int = 0) -> dict[str, Any]:
-        """A choice's last chunk; the request's last one also carries the `unmask` object."""
-        body = self.head | {"choices": [self._choice(None, finish_reason, index)]}
+    def finish(
+        self,
+        finish_reason: str,
+        extension: dict[str, Any] | None,
+        index: int = 0,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A choice's last chunk (with the scores no text chunk carried); the request's last one also carries the
+        `unmask` object."""
+        body = self.head | {"choices": [self._choice(None, finish_reason, index, logprobs=logprobs)]}
         return body | {"unmask": extension} if extension is not None else body
 
     def usage(self, usage: dict[str, int]) -> dict[str, Any]:
         """`stream_options.include_usage`: the last chunk, no choices, the request's usage."""
         return self.head | {"choices": [], "usage": usage}
+
+
+class StreamedScores:
+    """The log-probabilities of one streamed choice, each token's sent with the chunk whose text completes it;
+    the finished answer's `logprobs` supplies the rest (the stop id, a tail a stop sequence cut), so the chunks'
+    logprobs put together are the non-streamed answer's, entry for entry."""
+
+    def __init__(self, handle: Handle, keep: int, chat: bool, top: int):
+        self.handle, self.keep, self.chat, self.top = handle, keep, chat, top
+        self.tokens: list[int] = []
+        self.scored: list[Scored] = []
+        self.sent = 0  # tokens whose scores went out
+        self.offset = 0  # completions: characters of the answer before the next token's text_offset
+
+    def add(self, tokens: list[int], scored: list[Scored] | None) -> None:
+        self.tokens.extend(tokens)
+        self.scored.extend(scored or [(None, {})] * len(tokens))
+
+    def covered(self, text: str) -> dict[str, Any] | None:
+        """The `logprobs` of the tokens `text` (the answer as sent so far) now spells out whole, not sent yet."""
+        tokens = self.tokens[: self.keep]
+        useful, end = self.handle.useful_length(tokens), self.sent
+        while end < useful and text.startswith(self.handle.decode(tokens[: end + 1])):
+            end += 1
+        if end == self.sent:
+            return None
+        start, self.sent = self.sent, end
+        if self.chat:
+            return chat_logprobs(self.handle, tokens[start:end], self.scored[start:end], end - start, self.top)
+        part = completion_logprobs(self.handle, tokens[start:end], self.scored[start:end], end - start, self.top, None)
+        part["text_offset"] = [self.offset + at for at in part["text_offset"]]
+        self.offset += sum(len(t) for t in part["tokens"])
+        return part
+
+    def rest(self, final: dict[str, Any] | None) -> dict[str, Any] | None:
+        """What the finished answer's `logprobs` holds beyond the entries already sent (None: nothing)."""
+        if final is None:
+            return None
+        if self.chat:
+            left = final["content"][self.sent :]
+            return {"content": left, "refusal": None} if left else None
+        left_tokens = final["tokens"][self.sent :]
+        return {key: values[self.sent :] for key, values in final.items()} if left_tokens else None

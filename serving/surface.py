@@ -168,7 +168,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         "logprobs",
         BOTH,
         "completions: alternatives per token (0-20); chat: true or false; each token's "
-        "log-probability, see Log-probabilities (not with stream)",
+        "log-probability, see Log-probabilities (streamed: each chunk carries its tokens')",
     ),
     Parameter("top_logprobs", CHAT, "alternatives per token (0-20), with logprobs true"),
     Parameter("frequency_penalty", BOTH, "0 or unset; else 400 (no penalties in unmask's sampler)", _penalty),

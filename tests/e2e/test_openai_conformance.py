@@ -132,7 +132,7 @@ def test_a_value_that_cannot_be_honoured_is_a_400_naming_the_parameter_and_why(c
     cases = [
         ("top_p", lambda: client.completions.create(model="production", prompt="2+2", temperature=0.8, top_p=0.9)),
         ("frequency_penalty", lambda: client.completions.create(model="fallback", prompt="2+2", frequency_penalty=1)),
-        ("logprobs", lambda: client.completions.create(model="fallback", prompt="2+2", logprobs=2, stream=True)),
+        ("echo", lambda: client.completions.create(model="fallback", prompt="2+2", logprobs=2, echo=True, stream=True)),
         ("best_of", lambda: client.completions.create(model="fallback", prompt="2+2", best_of=3)),
         (
             "response_format",

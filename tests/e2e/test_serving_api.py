@@ -169,7 +169,7 @@ MALFORMED = [
     ({"model": "production", "prompt": "hi", "temperature": 0.7, "top_p": 0.9}, "top_p"),
     ({"model": "production", "prompt": "hi", "frequency_penalty": 0.5}, "frequency_penalty"),
     ({"model": "production", "prompt": "hi", "presence_penalty": -1}, "presence_penalty"),
-    ({"model": "production", "prompt": "hi", "logprobs": 2, "stream": True}, "logprobs"),
+    ({"model": "production", "prompt": "hi", "logprobs": 2, "echo": True, "stream": True}, "echo"),
     ({"model": "production", "prompt": "hi", "suffix": "!"}, "suffix"),
     ({"model": "production", "prompt": "hi", "stream": "yes"}, "stream"),
     ({"model": "production", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),

@@ -113,11 +113,42 @@ def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
     assert plain.choices[0].logprobs is None and plain.choices[0].text == r.choices[0].text
 
 
+@pytest.mark.parametrize("alias", ["fallback", "production"])
+def test_streamed_chunks_carry_the_logprobs_of_the_tokens_they_complete(server, client, alias):
+    """Issue 51, item 10: each chunk's logprobs are its tokens', and put together they are the non-streamed
+    answer's, entry for entry (autoregressive: token by token; masked diffusion: block by block)."""
+    whole = client.completions.create(model=alias, prompt=PROMPT, max_tokens=12, logprobs=2, temperature=0)
+    chunks = list(
+        client.completions.create(model=alias, prompt=PROMPT, max_tokens=12, logprobs=2, temperature=0, stream=True)
+    )
+    parts = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs is not None]
+    if alias == "fallback":  # autoregressive: a chunk per token, each with its own score, as the text goes out
+        assert [len(p.tokens) for p in parts] == [1] * len(whole.choices[0].logprobs.tokens)
+    for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        assert [x for p in parts for x in getattr(p, field)] == getattr(whole.choices[0].logprobs, field), field
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    for c in chunks:  # a chunk's logprobs are of its own text's tokens (a stop id's come with the last chunk)
+        if c.choices and c.choices[0].logprobs is not None and c.choices[0].text:
+            assert "".join(c.choices[0].logprobs.tokens).startswith(c.choices[0].text) or c.choices[0].text.startswith(
+                "".join(c.choices[0].logprobs.tokens)
+            )
+    messages = [{"role": "user", "content": PROMPT}]
+    said = client.chat.completions.create(model=alias, messages=messages, max_tokens=12, logprobs=True, top_logprobs=2)
+    streamed = client.chat.completions.create(
+        model=alias, messages=messages, max_tokens=12, logprobs=True, top_logprobs=2, stream=True
+    )
+    content = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.model_dump() for e in content] == [e.model_dump() for e in said.choices[0].logprobs.content]
+
+
 @pytest.mark.parametrize(
     "body, param",
     [
         ({"model": "production", "prompt": SHORT, "max_tokens": 0}, "max_tokens"),
-        ({"model": "production", "prompt": SHORT, "max_tokens": 4, "logprobs": 1, "stream": True}, "logprobs"),
+        (
+            {"model": "production", "prompt": SHORT, "max_tokens": 4, "logprobs": 1, "stream": True, "echo": True},
+            "echo",
+        ),
         (
             {
                 "model": "production",
