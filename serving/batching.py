@@ -80,6 +80,7 @@ class Job:
     peak: int = 0  # bytes its row needs at the decode's peak (sampler/memory.py), at its own prompt length
     started: float | None = None  # monotonic time its first block (a running batch) began
     sent: int = 0  # generated ids handed to `on_tokens` so far (a running batch)
+    client: str = ""  # who asked (serving.local.client_of): admission is fair between clients
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ class Batcher:
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decode-{name}")
         self._pending: deque[Job] = deque()
         self._running = 0
+        self._decoding: list[Job] = []  # the jobs of the batch being decoded now (its clients hold their rows)
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -230,6 +232,7 @@ class Batcher:
         on_tokens: OnTokens | None = None,
         peak: int = 0,
         logprobs: int | None = None,
+        client: str = "",
     ) -> asyncio.Future[Decoded]:
         """Queue one request; its future gives a `Decoded`. Raises QueueFull or Draining at once.
 
@@ -253,6 +256,7 @@ class Batcher:
             on_tokens=on_tokens,
             peak=peak,
             logprobs=logprobs,
+            client=client,
         )
         if self.load:
             self._company_at = job.arrived
@@ -260,6 +264,34 @@ class Batcher:
         self._depth_changed()
         self._wake.set()
         return job.future
+
+    @property
+    def most_one_client_holds(self) -> int:
+        """The rows one client may hold while no other has any: the queue less an eighth kept for others' requests
+        (none below 8: a queue that short is a test's or a one-client server's)."""
+        return self.max_pending - self.max_pending // 8
+
+    def admit(self, client: str, rows: int) -> None:
+        """QueueFull unless `rows` more rows of `client` fit: in the queue, and within the client's fair share.
+
+        A client holding rows (queued or decoding) while others hold some too may hold at most an equal share of
+        the queue; one alone may hold all but a reserve (`most_one_client_holds`), so another client's request
+        always finds room. A heavy client is then the one that gets 429, not the client that asks once."""
+        if self.load + rows > self.max_pending:
+            raise QueueFull(f"{self.load} requests queued or decoding (limit {self.max_pending})")
+        held: dict[str, int] = {}
+        for job in [*self._pending, *self._decoding]:
+            if not job.future.done():
+                held[job.client] = held.get(job.client, 0) + 1
+        others = len(set(held) - {client})
+        share = self.max_pending // (others + 1) if others else self.most_one_client_holds
+        if held.get(client, 0) + rows > share:
+            raise QueueFull(
+                f"this client holds {held.get(client, 0)} of the {self.load} requests queued or decoding; its fair "
+                f"share is {share} while {others} other client(s) wait"
+                if others
+                else f"one client may hold {share} of the {self.max_pending} requests a model queues"
+            )
 
     @property
     def load(self) -> int:
@@ -306,7 +338,7 @@ class Batcher:
             group = self._take()
             if not group:
                 continue
-            self._running = len(group)
+            self._running, self._decoding = len(group), group
             self._depth_changed()
             started = self.clock.monotonic()
             config = group[0].config
@@ -352,7 +384,7 @@ class Batcher:
                         )
                 self._on_batch(len(group))
             finally:
-                self._running = 0
+                self._running, self._decoding = 0, []
                 self._depth_changed()
 
     def _joins(self, job: Job) -> bool:
@@ -380,6 +412,7 @@ class Batcher:
                 if not running:
                     return
                 self._running = len(running)
+                self._decoding = [job for job, _ in running]
                 jobs, rows = [job for job, _ in running], [row for _, row in running]
                 started = self.clock.monotonic()
                 for job in jobs:
@@ -400,7 +433,7 @@ class Batcher:
                     self._hand_over(job, row)
                 running = [(job, row) for job, row in running if not row.done]
         finally:
-            self._running = 0
+            self._running, self._decoding = 0, []
             self._depth_changed()
 
     def _join(self, key: str, running: list[Job]) -> list[Job]:

@@ -10,6 +10,7 @@ sends only text no later step may change.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 import time
@@ -333,15 +334,18 @@ class LocalServing:
         planned = [
             (i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n, handle.kind)
         ]
-        room = self.pool.settings.max_pending
+        batcher, client = route.loaded.batcher, client_of(attempt)
+        room = batcher.most_one_client_holds
         if len(planned) > room:  # could never be queued whole: the request's fault, not a retry-later 429
             raise RequestError(
                 "n",
                 f"{len(asked.prompts)} prompt(s) x n={n} are {len(planned)} choices, above the "
-                f"{room} requests this server queues per model",
+                f"{room} requests one client may have queued per model on this server",
             )
         rows: list[Row] = []
         try:  # no await since `resolve`, so the route cannot have moved on: Draining is a bug guard, not a path
+            if not scoring_only:
+                batcher.admit(client, len(planned))  # each choice is a row; a heavy client waits, not the rest
             for i, p, config in planned:
                 key = batch_key(config, row_seeded(handle), handle.kind)
                 feed = RowFeed() if body.stream else None
@@ -349,8 +353,14 @@ class LocalServing:
                     future = asyncio.get_running_loop().create_future()
                     future.set_result(Decoded([], 0, 0, 0.0, 0.0, None, [] if ask.top is not None else None))
                 else:
-                    future = route.loaded.batcher.submit(
-                        p.ids, config, key, on_tokens=feed.put if feed else None, peak=p.peak, logprobs=ask.top
+                    future = batcher.submit(
+                        p.ids,
+                        config,
+                        key,
+                        on_tokens=feed.put if feed else None,
+                        peak=p.peak,
+                        logprobs=ask.top,
+                        client=client,
                     )
                 if feed:
                     feed.future = future
@@ -484,6 +494,20 @@ async def arrivals(
     finally:
         for task in waiting.values():
             task.cancel()
+
+
+def client_of(attempt: Attempt) -> str:
+    """Who a request is, for fair admission: its API key (hashed), else the body's `user`, else its address."""
+    request = attempt.request
+    if request is None:
+        return "shadow"  # a shadow copy is the server's own
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and key:
+        return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    user = getattr(attempt.body, "user", None)
+    if user:
+        return f"user:{user}"
+    return "address:" + (request.client.host if request.client else "")
 
 
 def finished(job: Submitted, decoded: list[Decoded], ttfb_s: float) -> Finished:

@@ -134,7 +134,8 @@ def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_
         late: list[asyncio.Future] = []
         streamed: list[int] = []
 
-        def first_block_final(tokens: list[int]) -> None:  # the first request's first block is done: two arrive
+        def first_block_final(tokens: list[int], scored: object) -> None:  # its first block is done: two arrive
+            assert scored is None  # it asked for no log-probabilities
             streamed.extend(tokens)
             if not late:
                 late.extend(batcher.submit(p, c, c.hash()) for p, c in zip(prompts[1:3], later))
@@ -207,6 +208,31 @@ def test_the_batcher_refuses_beyond_max_pending_and_frees_a_cancelled_slot(llada
         return batcher.load
 
     assert asyncio.run(run()) == 0
+
+
+def test_admission_is_fair_between_clients_so_a_heavy_one_gets_the_429(llada):
+    """Issue 51, item 8: one client looping on many choices took the whole queue and another got 429 on nearly
+    every request. Alone, a client may hold all but an eighth of the queue; while others hold rows, each may hold
+    an equal share, so the one over its share is refused, however empty the queue still is."""
+    config = BASE.with_(gen_length=16, block_length=16, steps=2)
+
+    async def run():
+        batcher = Batcher(llada, max_batch=1, window_s=0.0, max_pending=16)
+        assert batcher.most_one_client_holds == 14
+        with pytest.raises(QueueFull, match="one client may hold 14 of the 16"):
+            batcher.admit("heavy", 15)
+        batcher.admit("heavy", 10)
+        heavy = [batcher.submit([5, 6], config, "k", client="heavy") for _ in range(10)]
+        batcher.admit("light", 1)  # the reserve, and its share, leave room for the client that asks once
+        light = batcher.submit([5, 6], config, "k", client="light")
+        with pytest.raises(QueueFull, match="fair share is 8 while 1 other"):
+            batcher.admit("heavy", 1)  # 11 of 16 queued: room, but not for the client over its share
+        await light
+        await asyncio.gather(*heavy)
+        batcher.admit("heavy", 14)  # alone again: all but the reserve
+        await batcher.drain()
+
+    asyncio.run(run())
 
 
 def test_chat_templates_render_in_a_sandbox(tmp_path):
