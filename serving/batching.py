@@ -459,7 +459,12 @@ class Batcher:
             job.first_block = now
         final = row.final_length(job.config)
         if job.on_tokens is not None and final > job.sent:
-            job.on_tokens(row.tokens[job.sent : final], None)  # a running batch holds no job that asked for scores
+            try:
+                job.on_tokens(row.tokens[job.sent : final], None)  # a running batch holds no job that asked for scores
+            except Exception as e:  # a stream that cannot take its tokens fails alone; the rows beside it go on
+                log.exception("a stream's token callback failed; its request ends here")
+                job.future.set_exception(e)
+                return
             job.sent = final
         if row.done:
             assert job.started is not None, "_decode_blocks sets it before the row's first block"

@@ -153,6 +153,28 @@ def test_requests_that_arrive_mid_batch_join_at_the_next_block_and_decode_as_if_
     assert first.batch_size > 1  # the first request finished in the batch they joined: they did not wait for it
 
 
+@pytest.mark.timeout(120)  # before the fix the worker died and every request of the batch waited for ever
+def test_a_stream_whose_callback_fails_ends_alone_and_the_running_batch_goes_on(llada):
+    config = BASE.with_(gen_length=32, block_length=8, steps=16)
+    prompts = [llada.encode(p) for p in ("Tom has 4 pens.", "12")]
+
+    def broken(tokens: list[int], scored: object) -> None:
+        raise RuntimeError("the client's stream is gone")
+
+    async def run():
+        batcher = Batcher(llada, max_batch=8, window_s=0.0, max_pending=8)
+        failing = batcher.submit(prompts[0], config, "k", on_tokens=broken)
+        other = batcher.submit(prompts[1], config, "k")
+        outcomes = await asyncio.gather(failing, other, return_exceptions=True)
+        later = await batcher.submit(prompts[1], config, "k")  # the worker is still there
+        await batcher.drain()
+        return outcomes, later, batcher.load
+
+    (failed, answered), later, load = asyncio.run(run())
+    assert isinstance(failed, RuntimeError) and "stream is gone" in str(failed)
+    assert answered.generated == later.generated and load == 0
+
+
 def test_a_static_batch_takes_the_prompts_closest_in_length_to_the_oldest_and_the_rest_go_next(llada):
     config = BASE.with_(gen_length=16, block_length=16, steps=4)
     short, long = llada.encode("Tom has 4 pens."), llada.encode("A box has 9 coins. Zoe takes 3. How many remain? " * 3)
