@@ -121,7 +121,7 @@ def _registered_holders(registry: Registry, alias: str) -> list[tuple[str, str]]
     registered = audit.events(registry, event="evidence_registered")
     if not registered:
         return found
-    last = {e.model: e.version for e in sorted(registered, key=lambda e: e.seq) if e.stage == alias}
+    last = {e.model: e.version for e in sorted(registered, key=lambda e: e.seq) if e.stage == alias}  # chain order
     expected = sorted(last.items())
     if found == expected:
         return found

@@ -40,7 +40,7 @@ from serving.pool import ModelPool, PoolSettings, Route
 from serving.request_log import RequestLog, row
 from serving.responses import Batching, ModelCard, ModelFacts, TokenLimits
 from serving.routing import RouteTable
-from serving.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from serving.schemas import ChatCompletionRequest, CompletionRequest
 from serving.tokenizing import DetokenizeRequest, TokenizeRequest, Tokenizers
 
 log = logging.getLogger("unmask.serve")
@@ -203,7 +203,7 @@ def add_routes(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        messages = [template_message(m) for m in body.messages]
+        messages = [m.for_template() for m in body.messages]
 
         def rendered(route: Route) -> Prompt:
             chat = route.loaded.chat.render_chat(messages)
@@ -224,13 +224,6 @@ def add_routes(
     @app.get("/tokenizer_info")
     async def tokenizer_info(model: str | None = None) -> dict[str, Any]:
         return tokenizers.info(model)
-
-
-def template_message(message: ChatMessage) -> dict[str, Any]:
-    """A message as a chat template reads it: role, its text as `content`, and the fields templates know."""
-    return {"role": message.role, "content": message.text()} | message.model_dump(
-        include={"name", "tool_calls", "tool_call_id"}, exclude_none=True
-    )
 
 
 def default_weights_path() -> Path:

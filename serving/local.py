@@ -426,7 +426,8 @@ class LocalServing:
             left = lambda: max(self.settings.request_timeout_s - outcome.elapsed(), 0.0)  # noqa: E731
             async for i, (tokens, scored) in arrivals(job.rows, first, left):
                 delta = texts[i].add(tokens)
-                scores[i].add(tokens, scored)
+                if asked:
+                    scores[i].add(tokens, scored)
                 if delta:  # with the scores of the tokens this text completes, when asked
                     yield event(chunks.text(delta, i, scores[i].covered(texts[i].sent) if asked else None))
             done = finished(job, [r.future.result() for r in job.rows], ttfb_s=ttfb_s)

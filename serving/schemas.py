@@ -215,6 +215,12 @@ class ChatMessage(Strict):
             return "".join(p.text or "" for p in self.content if p.type == "text")
         return self.content or ""
 
+    def for_template(self) -> dict[str, Any]:
+        """The message as a chat template reads it: role, its text as `content`, and the fields templates know."""
+        return {"role": self.role, "content": self.text()} | self.model_dump(
+            include={"name", "tool_calls", "tool_call_id"}, exclude_none=True
+        )
+
 
 class ChatCompletionRequest(Sampling):
     """`POST /v1/chat/completions`: messages rendered to a prompt by the model's chat template."""

@@ -69,9 +69,8 @@ class Tokenizers:
     def tokenize(self, body: TokenizeRequest) -> dict[str, Any]:
         route, tokenizer = self.route(body.model)
         if body.messages is not None:
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             try:
-                text = route.loaded.chat.render_chat(messages).text
+                text = route.loaded.chat.render_chat([m.for_template() for m in body.messages]).text
             except ChatTemplateError as e:
                 raise RequestError("messages", str(e)) from None
         else:
