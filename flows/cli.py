@@ -112,7 +112,7 @@ def root(
 ) -> None:
     """unmask: evidence and gated rollout for diffusion language models."""
     ctx.meta["unmask.debug"] = debug
-    check_environment()  # a variable naming nothing usable is one line, before any command runs
+    check_environment(command=ctx.invoked_subcommand)  # a variable naming nothing usable: one line, before any command
 
 
 # One line per command module; each module defines `register(app)`.

@@ -44,11 +44,12 @@ def unusable_folder(path: Path) -> str | None:
 def state_dir(create: bool = True) -> Path:
     """The runtime state folder: $UNMASK_HOME, else .unmask/ in the current directory.
 
-    `create=False` only names it: looking something up (is a model pulled?) leaves no folder behind.
+    `create=False` only names it: looking something up (is a model pulled?) leaves no folder behind. A command that
+    writes into a read-only state folder is refused before it runs (`check_environment`), or fails naming the path.
     """
     home = os.environ.get(STATE_ENV)
     path = Path(home).expanduser() if home else Path.cwd() / ".unmask"
-    if create:
+    if create and not path.is_dir():  # an existing folder is returned as it is: reading needs no write access
         why = unusable_folder(path)
         if why:
             raise StateFolderError(

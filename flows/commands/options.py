@@ -227,8 +227,13 @@ TRACKING_SCHEMES = (
 WRITABLE_VARIABLES = ("UNMASK_HOME", "UNMASK_MODEL_STORE")
 
 
-def check_environment(environ: Any = None) -> None:
-    """typer.BadParameter (one line, naming the variable and its value) for the first unusable variable."""
+# commands that only read the store: an auditor's read-only copy of a state folder is enough for them
+READING_COMMANDS = ("audit", "history")
+
+
+def check_environment(environ: Any = None, command: str | None = None) -> None:
+    """typer.BadParameter (one line, naming the variable and its value) for the first unusable variable; a command
+    in READING_COMMANDS needs the state folder to exist, not to be writable."""
     from pathlib import Path
 
     from models.state import unusable_folder
@@ -245,6 +250,8 @@ def check_environment(environ: Any = None) -> None:
         if environ.get(name) and not Path(environ[name]).expanduser().is_dir():
             raise bad(name, "no such folder")
     for name in WRITABLE_VARIABLES:
+        if command in READING_COMMANDS and environ.get(name) and Path(environ[name]).expanduser().is_dir():
+            continue
         if environ.get(name):
             why = unusable_folder(Path(environ[name]).expanduser())
             if why:
@@ -258,7 +265,14 @@ def check_environment(environ: Any = None) -> None:
             raise typer.BadParameter(str(e), param_hint="$UNMASK_ROLES") from None
     if environ.get(THREADS_ENV, "").strip() and env_threads(environ[THREADS_ENV]) is None:
         raise bad(THREADS_ENV, f"expected an integer from 1 to {max_threads()} (this machine's cores)")
-    scheme = urlparse(environ.get("MLFLOW_TRACKING_URI", "").strip()).scheme.split("+")[0]
+    uri = environ.get("MLFLOW_TRACKING_URI", "").strip()
+    scheme = urlparse(uri).scheme.split("+")[0]
+    if uri and scheme in ("", "file") and environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
+        raise bad(
+            "MLFLOW_TRACKING_URI",
+            "a file store (a path or file: URI), which MLflow no longer opens; name a database, e.g. "
+            "sqlite:///PATH/mlflow.db, or the http(s):// URL of an mlflow server",
+        )
     if scheme and scheme not in TRACKING_SCHEMES:
         raise bad(
             "MLFLOW_TRACKING_URI",

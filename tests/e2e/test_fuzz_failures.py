@@ -82,6 +82,27 @@ def test_a_read_only_store_is_one_line_and_the_traceback_goes_to_the_log(registe
     assert "disk I/O error" in log.read_text() or "readonly database" in log.read_text()
 
 
+def test_a_read_only_state_folder_is_audited_and_verified_and_a_write_is_refused_before_it_runs(registered):
+    """Item 51.14: `audit --verify` on a read-only store was refused ("not writable") instead of verifying; an
+    auditor with read access reads and verifies it, while a command that writes is refused in one line."""
+    db = store_path(registered)
+    before = row_counts(db)
+    frozen = [registered, db.parent, db]
+    for path in frozen:
+        _immutable(path, True)
+    try:
+        env = {"UNMASK_HOME": str(registered), "COLUMNS": "200"}
+        verified = CliRunner().invoke(unmask_app(), ["audit", "--verify"], env=env)
+        assert verified.exit_code == 0 and "audit chain: intact, 2 entries" in verified.output, verified.output
+        shown = CliRunner().invoke(unmask_app(), ["audit"], env=env)
+        assert shown.exit_code == 0 and "evidence_registered" in shown.output, shown.output
+        one_line_failure(["gates", "tiny-llada"], "$UNMASK_HOME", "not writable", env=env)
+    finally:
+        for path in frozen:
+            _immutable(path, False)
+    assert row_counts(db) == before
+
+
 def test_a_corrupt_store_is_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("UNMASK_HOME", str(home))

@@ -568,6 +568,10 @@ def _env_cases(tmp: Path) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
         cases.append(
             (f"MLFLOW_TRACKING_URI {value}", {"MLFLOW_TRACKING_URI": value}, ("MLFLOW_TRACKING_URI", "unknown scheme"))
         )
+    for value in ("::::", "./mlruns", "file:///tmp/mlruns", "mlflow.db"):  # item 51.14: a file store MLflow refuses
+        cases.append(
+            (f"MLFLOW_TRACKING_URI {value}", {"MLFLOW_TRACKING_URI": value}, ("MLFLOW_TRACKING_URI", "a file store"))
+        )
     return cases
 
 
