@@ -17,7 +17,7 @@ import registry.read as read
 import registry.views as views
 from gates.decision import Decision
 from gates.policy import Policy
-from registry import STAGE_ALIASES, Registry
+from registry import FALLBACK_ALIAS, STAGE_ALIASES, Registry
 from registry.decision import decisions_of
 
 
@@ -30,6 +30,7 @@ class StageVerdict:
     holder_failed: tuple[str, ...] = ()  # gates the holder fails at this stage, as last judged
     holder_inconclusive: tuple[str, ...] = ()
     holder_judged: bool = False  # whether the holder was ever judged at this stage
+    holder_is_fallback: bool = False  # the AR fallback holds it (a rollback put it there): not judged as a candidate
     recommended: tuple[str, str] | None = None  # the best version passing every gate of the stage
     score: float | None = None  # its TOPSIS score among the passing versions
     score_interval: tuple[float, float] | None = None  # while its quality runs across its 95% interval
@@ -61,6 +62,8 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
     adopting = [(m, v) for m, v in versions if v and (m, v) not in tampered]
     lines = []
     decided: dict[tuple[str, str], dict[str, Decision] | None] = {}
+    fallback = held.get(FALLBACK_ALIAS)
+    fallbacks = {(f["model"], f["version"]) for f in ([fallback] if isinstance(fallback, dict) else fallback or [])}
     for stage in STAGE_ALIASES:
         alias = held.get(stage)
         holder = (alias["model"], alias["version"]) if alias else None
@@ -99,6 +102,7 @@ def stage_verdicts(reg: Registry, policy: Policy) -> list[StageVerdict]:
                 tuple(mine.gate[mine.verdict == "fail"]),
                 tuple(mine.gate[mine.verdict == "inconclusive"]),
                 bool(len(mine)),
+                holder in fallbacks,
                 recommended,
                 score,
                 score_iv,

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
+from urllib.parse import urlparse
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
@@ -40,6 +41,7 @@ FALLBACK_ALIAS = "fallback"  # set on the autoregressive fallback's latest regis
 ALIASES = (CANDIDATE_ALIAS, *STAGE_ALIASES, FALLBACK_ALIAS)
 LOCK_PREFIX = "unmask-lock."  # registered models used as cross-host mutexes; never shown as candidates
 TAG = "unmask."
+SERVED_ARTIFACTS = "mlflow-artifacts:"  # a run's artifact root when an mlflow server serves its artifacts
 
 
 def now_iso() -> str:
@@ -173,11 +175,29 @@ class Registry:
             try:
                 if run_id not in self._artifact_uris:
                     self.get_run(run_id)
-                repo = get_artifact_repository(self._artifact_uris[run_id], tracking_uri=self.tracking_uri)
+                repo = get_artifact_repository(self._artifact_root(run_id), tracking_uri=self.tracking_uri)
                 # mlflow leaves ArtifactRepository.download_artifacts unannotated
                 return Path(repo.download_artifacts(path, tmp)).read_bytes()  # type: ignore[no-untyped-call]
             except (MlflowException, OSError) as e:
                 raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
+
+    def _artifact_root(self, run_id: str) -> str:
+        """The run's artifact root as this client reaches it. A run logged through an `mlflow server` that serves
+        artifacts keeps `mlflow-artifacts:/...`, which only that server resolves; read from the store file, its
+        files are under the artifacts folder beside it, where docs/walkthrough.md's server puts them
+        (`--artifacts-destination <store folder>/artifacts`), and are read from there."""
+        uri = self._artifact_uris[run_id]
+        local = artifact_root(self.tracking_uri)
+        if not uri.startswith(SERVED_ARTIFACTS) or local is None:
+            return uri
+        folder = Path(local.removeprefix("file://")) / urlparse(uri).path.lstrip("/")  # mlflow-artifacts:[//host]/path
+        if not folder.is_dir():
+            raise RegistryError(
+                f"run {run_id} keeps its artifacts on an mlflow server ({uri}); reading the store file, they are "
+                f"looked for in {folder}, which does not exist: read through the server (MLFLOW_TRACKING_URI="
+                "http://...), or start it with --artifacts-destination set to the artifacts folder beside the store"
+            )
+        return folder.as_uri()
 
     def load_json_artifact(self, run_id: str, path: str) -> Any:
         return json.loads(self.load_artifact_bytes(run_id, path))

@@ -78,7 +78,14 @@ def label(holder: tuple[str, str] | None) -> str:
 
 
 for line in lines:
-    if line.holder and line.holder_failed:
+    if line.holder and line.holder_is_fallback:  # rolling back again would put back what was rolled back from
+        st.warning(
+            f"**{line.stage} is on the fallback, {label(line.holder)}**, where a rollback put it: the autoregressive "
+            f"stack answers while no candidate holds {line.stage}, and is not judged as one. A candidate comes back "
+            "only through a new promotion" + (f": `{line.command}`." if line.command else "."),
+            icon=":material/undo:",
+        )
+    elif line.holder and line.holder_failed:
         st.error(
             f"**{line.stage} is held by {label(line.holder)}, which fails its {line.stage} gates:** "
             f"{', '.join(line.holder_failed)}. Put the previous holder back with "
@@ -138,6 +145,8 @@ def blocks_text(line: StageVerdict) -> str:
 def holder_text(line: StageVerdict) -> str:
     if not line.holder:
         return "nobody"
+    if line.holder_is_fallback:
+        return f"{label(line.holder)} (the fallback)"
     if line.holder_failed:
         n = len(line.holder_failed)
         return f"{label(line.holder)}, failing {n} gate{'' if n == 1 else 's'}"

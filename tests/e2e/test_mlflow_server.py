@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 import registry.read as read
-from registry import Registry, RegistryUnavailable, load_evidence, promote, rollback, sign_off, stage_holder
+from registry import (
+    Registry,
+    RegistryError,
+    RegistryUnavailable,
+    load_evidence,
+    promote,
+    rollback,
+    sign_off,
+    stage_holder,
+)
 from tests.support.gate_fixtures import register_pair
 from tests.support.postgres_fixtures import backend_store
 from tests.support.servers import launch_mlflow_server, stop_group
@@ -18,10 +27,15 @@ def _team_key(team_signing_key):
     """The module's servers and stores sign with the team's key (tests/support/servers.py) from their first entry."""
 
 
+SERVED_FROM: dict[str, tuple[Path, str]] = {}  # a server's url -> (its folder, its backend store)
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def server(request, tmp_path_factory):
     folder: Path = tmp_path_factory.mktemp("mlflow_server")
-    url, proc = launch_mlflow_server(folder, backend_store(request, folder, "mlflow"))
+    store = backend_store(request, folder, "mlflow")
+    url, proc = launch_mlflow_server(folder, store)
+    SERVED_FROM[url] = folder, store
     try:
         yield url, proc
     finally:
@@ -160,8 +174,30 @@ def test_a_server_without_authentication_yields_no_mlflow_identity(server, monke
     assert recorded["identity"] == OS_USER and recorded["by"] == os_account()
 
 
-def test_a_stopped_server_is_unreachable(server):  # last: it stops the module's server
+def test_a_stopped_server_is_unreachable(server):  # it stops the module's server
     url, proc = server
     stop_group(proc)
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         Registry(url)
+
+
+def test_the_store_file_reads_the_evidence_the_server_served_once_it_has_stopped(server):
+    """Item 51.15: read from the store file (as the walk-through's dashboard reads it), a run the server logged
+    keeps `mlflow-artifacts:/...`, which MLflow resolves only through a server: every page that read an artifact
+    said "The registry cannot be read as it stands". Its files are read from the artifacts folder beside the store."""
+    url, _ = server
+    folder, store = SERVED_FROM[url]
+    reg = Registry(store)
+    if not store.startswith("sqlite"):  # a database has no folder beside it: only the server knows where they are
+        with pytest.raises(RegistryError, match="mlflow-artifacts URI was supplied"):
+            load_evidence(reg, "tiny-llada", "1")
+        return
+    assert reg.client.get_model_version("tiny-llada", "1").source.startswith("mlflow-artifacts:")
+    assert len(load_evidence(reg, "tiny-llada", "1").records) == 2
+    moved = folder / "artifacts-elsewhere"
+    (folder / "artifacts").rename(moved)  # a server that kept them elsewhere: named, with the way to read them
+    try:
+        with pytest.raises(RegistryError, match=r"keeps its artifacts on an mlflow server .*--artifacts-destination"):
+            load_evidence(Registry(store), "tiny-llada", "1")
+    finally:
+        moved.rename(folder / "artifacts")

@@ -209,6 +209,34 @@ def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_g
     assert staging.table[0].value.loc["quality", "result"] == "inconclusive"
 
 
+def test_after_a_rollback_to_the_fallback_the_page_does_not_advise_rolling_back_onto_what_was_rolled_back(
+    tmp_path, monkeypatch
+):
+    """Item 51.15: with the fallback on poc after a rollback (and failing the candidate gates it was never meant to
+    pass), the page said "Put the previous holder back with `unmask rollback --stage poc`": the rolled-back one."""
+    from registry import promote, record_gate_report, rollback, sign_off
+    from tests.support.gate_fixtures import fresh_registry, register_pair
+
+    reg = fresh_registry(tmp_path)
+    v_ar, v = register_pair(reg)
+    for item in ("fallback-plan", "tooling-maturity"):
+        sign_off(reg, "tiny-llada", v, "poc", item, "ada", f"{item} reviewed for the PoC")
+    promote(
+        "tiny-llada", "poc", approver="grace", comment="evidence reviewed, gates and checklist are green", registry=reg
+    )
+    rollback("poc", who="oncall", comment="p95 regression seen in the canary", registry=reg)
+    failing = GateResult("quality", "poc", False, 0.2, ">= 0.5", "accuracy 0.2 below 0.5")
+    record_gate_report(reg, "tiny-ar", v_ar, "poc", [failing], policy=load_policy().cited())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    monkeypatch.delenv("UNMASK_POLICY", raising=False)
+
+    at = page()
+    assert not any("rollback --stage poc" in e for e in texts(at, "error") + texts(at, "warning"))
+    on_fallback = [w for w in texts(at, "warning") if w.startswith(f"**poc is on the fallback, tiny-ar v{v_ar}**")]
+    assert len(on_fallback) == 1 and "only through a new promotion: `unmask " in on_fallback[0], texts(at, "warning")
+    assert at.table[0].value.loc["poc", "held by"] == f"tiny-ar v{v_ar} (the fallback)"
+
+
 def test_gate_board_shows_each_stored_verdict_and_every_gate_with_value_threshold_and_reason(reg, env):
     at = page("views/gate_board.py")
     assert at.title[0].value == "Gate board"
