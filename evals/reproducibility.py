@@ -23,7 +23,7 @@ from evals.measure import describe_error
 from evals.points import build_config
 from evals.records import ReproducibilityResult
 from models import load
-from sampler.decode import decode_prompts
+from sampler.decode import batch_row_seeds, decode_prompts
 from sampler.effective import config_from_dict, effective_config
 
 # Fingerprint keys that may differ between two processes without saying anything about the output.
@@ -48,9 +48,11 @@ def decode_alone(
 
 
 def decode_batched(loaded: Any, config: Any, prompts: list[list[int]], device: str = "cpu") -> list[list[int]] | str:
-    """All prompts in one left-padded batch; the error message if the batch failed."""
+    """All prompts in one left-padded batch, seeded row by row as `unmask serve` batches them (`batch_row_seeds`:
+    the batch whose answers serving promises equal to each prompt's alone); the error message if it failed."""
     try:
-        out = decode_prompts(loaded, prompts, config)
+        seeds = batch_row_seeds(loaded, config, [config.seed] * len(prompts))
+        out = decode_prompts(loaded, prompts, config, row_seeds=seeds)
     except Exception as e:
         return describe_error(e)
     return out.sequences[:, out.prompt_length :].tolist()

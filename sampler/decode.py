@@ -191,6 +191,22 @@ def row_seeded(handle: Handle) -> bool:
     return handle.masked_diffusion or handle.block_diffusion or (handle.causal and handle.native)
 
 
+def is_deterministic(config: Any, kind: str = "masked-diffusion") -> bool:
+    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking.
+    Block diffusion always draws (uniform noise, sampled canvases), whatever `temperature` says."""
+    return kind != "block-diffusion" and config.temperature == 0 and config.remasking != "random"
+
+
+def batch_row_seeds(handle: Handle, config: Any, seeds: list[int | None]) -> list[int] | None:
+    """The per-row seeds a batch decodes with, as `unmask serve` batches (and the reproducibility probe checks):
+    each row's own where the decode draws and `handle`'s decoder seeds rows, so a row draws what it would draw
+    alone; None where no draw reads a seed, where the decoder has one generator for the batch (transformers'
+    generate: a sampled request then decodes alone), or where a row has no seed (torch's global generator)."""
+    if is_deterministic(config, handle.kind) or not row_seeded(handle) or None in seeds:
+        return None
+    return [s for s in seeds if s is not None]
+
+
 def decode(
     handle: Handle,
     input_ids: torch.Tensor,
@@ -253,8 +269,10 @@ def decode_prompts(
     row_seeds: list[int] | None = None,
 ) -> GenerateOutput:
     """Decode token-id `prompts` (no padding) as one batch: left-padded to the longest (`padding_id`), on the
-    model's device, through `decode`. The sampler is batch invariant under left padding, so each row is what
-    it would be alone; `row_seeds` gives each row its own generator (see `decode`)."""
+    model's device, through `decode`. With `row_seeds` (each row its own generator: `batch_row_seeds`), or a
+    decode that draws nothing, the sampler is batch invariant under left padding: each row is what it would be
+    alone. Without them a block-diffusion batch is transformers' generate: one generator over the whole batch
+    and positions shared across rows, so a row depends on its neighbours."""
     ids, mask = left_pad(prompts, padding_id(handle))
     device = next(handle.model.parameters()).device
     return decode(

@@ -35,11 +35,10 @@ import torch
 from registry.clock import SYSTEM_CLOCK, Clock
 from sampler.config import SamplerConfig
 from sampler.continuous import Row, decode_block, joins_running_batch, running_key
-from sampler.decode import decode_prompts, padding_id
+from sampler.decode import batch_row_seeds, decode_prompts, padding_id
 from sampler.handle import Handle
 from sampler.likelihood import CommitLogprobs
 from sampler.output import FinalPrefix, StepCallback, StepInfo
-from serving.decoding import is_deterministic
 
 log = logging.getLogger("unmask.serve")
 # How long a request seen arriving while another was queued or decoding keeps the batching window open: an
@@ -343,8 +342,8 @@ class Batcher:
             started = self.clock.monotonic()
             config = group[0].config
             # a sampled batch is row-seeded: batch_key keys a sampled request only when it has a seed
-            sampled = group[0].key is not None and not is_deterministic(config, self.handle.kind)
-            seeds = [j.config.seed for j in group if j.config.seed is not None] if sampled else None
+            keyed = group[0].key is not None
+            seeds = batch_row_seeds(self.handle, config, [j.config.seed for j in group]) if keyed else None
             tops = [j.logprobs for j in group if j.logprobs is not None]
             recorder = CommitLogprobs(top=max(tops)) if tops else None
             try:

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeGuard, cast
 
 from sampler.block_diffusion import BlockDiffusionConfig
 from sampler.config import SamplerConfig
+from sampler.decode import is_deterministic
 from sampler.effective import block_config_for, config_from_dict
 from sampler.handle import Handle
 
@@ -192,12 +193,6 @@ def _diffusion(base: SamplerConfig, max_tokens: int | None, changes: dict[str, A
     except ValueError as e:  # SamplerConfig names its own field; the request knows it under `unmask`
         field = str(e).split("SamplerConfig.", 1)[-1].split(" ", 1)[0].split("=", 1)[0]
         raise RequestError(f"unmask.{field}" if field in changes else None, str(e)) from None
-
-
-def is_deterministic(config: SamplerConfig, kind: str = "masked-diffusion") -> bool:
-    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking.
-    Block diffusion always draws (uniform noise, sampled canvases), whatever `temperature` says."""
-    return kind != BLOCK and config.temperature == 0 and config.remasking != "random"
 
 
 def batch_key(config: SamplerConfig, row_seeded: bool = False, kind: str = "masked-diffusion") -> str | None:

@@ -26,7 +26,7 @@ from gates.request_limits import RequestLimits
 from models.adapters.base import AdapterError
 from registry.serving import ServedVersion
 from sampler.config import SamplerConfig
-from sampler.decode import fits_context, row_seeded
+from sampler.decode import fits_context, is_deterministic, row_seeded
 from sampler.handle import Handle
 from sampler.likelihood import PromptScores, prompt_scores
 from sampler.memory import footprint, mib
@@ -36,7 +36,7 @@ from serving.arms import ArmFailure, LocalArm
 from serving.attempt import Attempt
 from serving.batching import Decoded, Draining, QueueFull
 from serving.chat import ChatTemplateError
-from serving.decoding import Limits, RequestError, batch_key, choice_of, is_deterministic, request_config
+from serving.decoding import Limits, RequestError, batch_key, choice_of, request_config
 from serving.limits import check_compute
 from serving.logprobs import (
     Asked,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sampler.config import SamplerConfig
-from serving.decoding import RequestError, is_deterministic
+from sampler.decode import is_deterministic
+from serving.decoding import RequestError
 from serving.schemas import ChatCompletionRequest, Sampling
 
 

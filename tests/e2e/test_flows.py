@@ -405,9 +405,8 @@ def test_a_block_diffusion_candidate_is_evaluated_probed_and_judged(prefect_harn
     gates = {g["gate"]: g for g in outcome["verdicts"]["production"]["gates"]}
     for name in ("error_rate", "license", "data_validity"):
         assert gates[name]["passed"], gates[name]["reason"]
-    # Seeded block sampling repeats in this process and in a fresh one, but one generator serves the
-    # whole batch (as in transformers' generate, which the sampler matches token for token), so a row's
-    # draws depend on its batch: the probe finds it and the production gate says so.
+    # Seeded block sampling repeats in this process and in a fresh one, and in a batch as `unmask serve` forms
+    # it (each row its own generator, its positions counted from its first token) as alone (issue 51, item 2).
     repro = gates["reproducibility"]
-    assert repro["value"] == {"same_process": True, "fresh_process": True, "batch_invariant": False}
-    assert not repro["passed"] and "in a batch of 3 differs from its output alone" in repro["reason"]
+    assert repro["value"] == {"same_process": True, "fresh_process": True, "batch_invariant": True}
+    assert repro["passed"], repro["reason"]

@@ -67,6 +67,22 @@ def test_batch_dependence_is_reported_per_prompt(loaded):
     assert any(d.startswith("prompt 0: output in a batch of 3 differs") for d in result.differences)
 
 
+def test_block_diffusion_at_the_default_sweep_s_probe_point_is_batch_invariant_as_served():
+    """Item 51.2: the default `unmask run` found tiny-dgemma "not batch invariant" (prompt 1 of 4 differed at 1
+    of 32 positions) while serving promised byte-identical batched answers. The probe decoded its batch as
+    transformers' generate does (one generator over the batch, shared positions); serving seeds each row
+    (`batch_row_seeds`). The probe now checks the batch serving forms, and it holds at every default point."""
+    from evals.pipeline import plan_points, prepare_candidate, probe_point
+    from evals.sweep import load_sweep
+    from tests.support import REPO
+
+    spec = load_sweep(REPO / "evals" / "sweeps" / "default.yaml")
+    plan = plan_points(prepare_candidate("tiny-dgemma"), spec)
+    result = probe_point(plan.points[0], plan, fresh_process=False)
+    assert result.same_process and result.batch_invariant, result.differences
+    assert result.differences == ["fresh-process run skipped"]
+
+
 def test_nan_logits_make_the_verdict_negative_not_a_crash(loaded):
     broken = with_model(loaded, NaNWhen(loaded.model, token=loaded.encode("!")[0]))
     result = probe(broken, config_for(loaded), [loaded.encode(p) for p in PROMPTS], fresh_process=False)
