@@ -1,24 +1,42 @@
-"""The request log: one row per request, written to Parquet by a thread of its own.
+"""The request log: one row per request, journaled as it is appended and compacted to Parquet by a thread.
 
-A request only puts its row on a bounded in-memory queue (never waits on disk); the writer flushes
-every `flush_rows` rows or `flush_s` seconds, each flush a new file `requests-<start>-<pid>-<n>.parquet`
-written under a temporary name and renamed, so a reader never sees half a file. When the writer
-falls behind, rows are dropped and counted (`unmask_request_log_dropped`) rather than slowing answers.
+Every replica that shares the folder (one machine's state folder, or a volume the pods mount) writes its own
+files; a reader reads them all, so an analysis judges the union of the replicas' requests.
+
+    journal-<host>-<pid>-<n>.jsonl                                   rows appended since the last flush
+    <YYYYMMDDTHH>/requests-<first>-<last>-<host>-<pid>-<n>.parquet   one flush: partitioned by its last row's hour
+
+`append` writes the row's JSON line to the journal before it returns (one `write`, to the OS's page cache, no
+fsync): a request's row is in the log before its answer is sent, so a kill -9 of the server loses none of them
+(a power loss can lose what the OS had not written back, a few seconds). The writer thread rotates the journal
+every `flush_rows` rows or `flush_s` seconds, writes its rows to Parquet under a temporary name, renames it into
+place, then removes the journal; a reader skips a journal whose Parquet file exists, so a crash between the two
+counts no row twice. A journal left by a process that died is compacted by the next log opened on that host.
+
+A read for a window (`since`) opens only the files whose name says they hold rows in it: its cost follows the
+window, not the log's history. Partitions older than `retention_h` hours are removed by the writer.
+A write the disk refuses drops the row and counts it (`unmask_request_log_dropped`) rather than failing the answer.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import logging
 import os
-import queue
+import re
+import shutil
+import socket
 import threading
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+log = logging.getLogger("unmask.serve")
 
 SCHEMA = pa.schema(
     [
@@ -64,26 +82,16 @@ def row(**fields: Any) -> dict[str, Any]:
     return base | {"time": datetime.now(UTC).isoformat(timespec="milliseconds")} | fields
 
 
-def read_rows(folder: str | Path, since: datetime | None = None) -> list[dict[str, Any]]:
-    """Every finished row under `folder` (oldest file first), those at or after `since` when given.
+STAMP = "%Y%m%dT%H%M%S%f"  # a row time in a file name, to the microsecond
+HOUR = "%Y%m%dT%H"  # a partition's name
+PARQUET = re.compile(r"^requests-(\d{8}T\d{12})-(\d{8}T\d{12})-(.+)\.parquet$")
+JOURNAL = re.compile(r"^journal-(.+)\.jsonl$")
+RETENTION_H = 24 * 7  # a week of requests, then the writer removes their partitions
+_OPENED = itertools.count(1)  # the logs this process opened
 
-    Only renamed-into-place files are read; one that is gone by the time it is opened (a log rotated
-    or moved meanwhile) is skipped. Rows of older files lack the newer columns: they read as None.
-    """
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)  # the log's times are UTC
-    rows: list[dict[str, Any]] = []
-    for path in sorted(Path(folder).glob("requests-*.parquet")):
-        try:
-            table = pq.read_table(path)
-        except (FileNotFoundError, OSError):
-            continue
-        for entry in table.to_pylist():
-            entry = {name: None for name in SCHEMA.names} | entry
-            if since is not None and _time_of(entry["time"]) < since:
-                continue
-            rows.append(entry)
-    return rows
+
+def _stamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime(STAMP)
 
 
 def _time_of(text: str | None) -> datetime:
@@ -91,68 +99,207 @@ def _time_of(text: str | None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def _parquet_files(folder: Path) -> Iterator[tuple[Path, datetime, datetime, str]]:
+    """(path, first row time, last row time, segment) of every finished Parquet file, partitioned or (written
+    before partitions) at the top; a top-level file's times are unknown (min and max)."""
+    for path in [*folder.glob("requests-*.parquet"), *folder.glob("*/requests-*.parquet")]:
+        named = PARQUET.match(path.name)
+        if named:
+            first, last = (datetime.strptime(t, STAMP).replace(tzinfo=UTC) for t in named.group(1, 2))
+            yield path, first, last, named.group(3)
+        else:
+            yield path, datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC), path.stem
+
+
+def log_files(folder: str | Path) -> list[Path]:
+    """Every finished Parquet file of the log, oldest rows first."""
+    return [path for path, *_ in sorted(_parquet_files(Path(folder)), key=lambda f: (f[1], f[2], f[0].name))]
+
+
+def _journal_rows(path: Path) -> list[dict[str, Any]]:
+    """A journal's rows; a line torn by a crash mid-write is skipped."""
+    rows = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:  # compacted meanwhile: its Parquet file is read instead
+        return []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            rows.append(entry)
+    return rows
+
+
+def read_rows(folder: str | Path, since: datetime | None = None, until: datetime | None = None) -> list[dict[str, Any]]:
+    """Every row under `folder` with its time in [since, until) (either bound optional), oldest file first.
+
+    Only renamed-into-place Parquet files and the journals not yet compacted are read, and of those only the
+    ones whose name says they can hold rows in the window; a file gone by the time it is opened (compacted,
+    rotated, removed) is skipped. Rows of older files lack the newer columns: they read as None.
+    """
+    folder = Path(folder)
+    since = since.replace(tzinfo=UTC) if since is not None and since.tzinfo is None else since
+    until = until.replace(tzinfo=UTC) if until is not None and until.tzinfo is None else until
+    found = sorted(_parquet_files(folder), key=lambda f: (f[1], f[2], f[0].name))
+    compacted = {segment for *_, segment in found}
+    rows: list[dict[str, Any]] = []
+    for path, first, last, _ in found:
+        if (since is not None and last < since) or (until is not None and first >= until):
+            continue
+        try:
+            rows += pq.read_table(path).to_pylist()
+        except (FileNotFoundError, OSError):
+            continue
+    for journal in sorted(folder.glob("journal-*.jsonl")):
+        named = JOURNAL.match(journal.name)
+        if named and named.group(1) not in compacted:
+            rows += _journal_rows(journal)
+    out = []
+    for entry in rows:
+        entry = {name: None for name in SCHEMA.names} | entry
+        when = _time_of(entry["time"])
+        if (since is None or when >= since) and (until is None or when < until):
+            out.append(entry)
+    return out
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", socket.gethostname())[:63] or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class RequestLog:
-    """Append rows from any thread or task; `close()` flushes what is left."""
+    """Append rows from any thread or task (each is journaled before `append` returns); `close()` compacts the rest."""
 
     def __init__(
         self,
         folder: Path,
         flush_rows: int = 256,
         flush_s: float = 2.0,
-        capacity: int = 100_000,
+        retention_h: float = RETENTION_H,
         on_drop: Callable[[], None] | None = None,
     ):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.flush_rows, self.flush_s = flush_rows, flush_s
-        self._rows: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=capacity)
+        self.flush_rows, self.flush_s, self.retention = flush_rows, flush_s, timedelta(hours=retention_h)
         self._on_drop = on_drop or (lambda: None)
-        self._stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # two servers, one folder
-        self._files = 0
+        # host, process, and which of the process's logs: two logs on one folder never share a journal name
+        self._prefix = f"{_host()}-{os.getpid()}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.{next(_OPENED)}"
+        self._segments, self._pending, self._fd, self._journal = 0, 0, -1, self.folder
+        self._lock = threading.Lock()
+        self._due = threading.Event()
         self._stop = threading.Event()
+        self._pruned = datetime.min.replace(tzinfo=UTC)
+        self._open_segment()
+        self._recover()
         self._thread = threading.Thread(target=self._run, name="unmask-request-log", daemon=True)
         self._thread.start()
 
     def append(self, entry: dict[str, Any]) -> None:
-        try:
-            self._rows.put_nowait(entry)
-        except queue.Full:
-            self._on_drop()
+        line = (json.dumps(entry, default=str, ensure_ascii=False) + "\n").encode()
+        with self._lock:
+            try:
+                os.write(self._fd, line)
+            except OSError as e:
+                log.warning("request log: row dropped, %s cannot be written: %s", self._journal, e)
+                self._on_drop()
+                return
+            self._pending += 1
+            if self._pending >= self.flush_rows:
+                self._due.set()
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        self._due.set()
         self._thread.join(timeout_s)
 
     def files(self) -> list[Path]:
-        return sorted(self.folder.glob("requests-*.parquet"))
+        return log_files(self.folder)
+
+    def _open_segment(self) -> None:
+        self._segments += 1
+        self._journal = self.folder / f"journal-{self._prefix}-{self._segments:05d}.jsonl"
+        self._fd = os.open(self._journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _rotate(self) -> Path | None:
+        """Start a new journal; the one closed (None when it held no row)."""
+        with self._lock:
+            if not self._pending:
+                return None
+            closed, fd = self._journal, self._fd
+            self._pending = 0
+            self._open_segment()
+        os.close(fd)
+        return closed
 
     def _run(self) -> None:
-        batch: list[dict[str, Any]] = []
-        last = time.monotonic()
         while True:
+            self._due.wait(self.flush_s)
+            self._due.clear()
             stopping = self._stop.is_set()
-            try:
-                batch.append(self._rows.get(timeout=0.1))
-            except queue.Empty:
-                pass
-            due = time.monotonic() - last >= self.flush_s
-            if batch and (len(batch) >= self.flush_rows or due or stopping):
-                if stopping:  # take everything still queued
-                    while True:
-                        try:
-                            batch.append(self._rows.get_nowait())
-                        except queue.Empty:
-                            break
-                self._write(batch)
-                batch, last = [], time.monotonic()
-            elif due:
-                last = time.monotonic()
-            if stopping and not batch and self._rows.empty():
+            closed = self._rotate()
+            if closed is not None:
+                self._compact(closed)
+            self._prune()
+            if stopping:
+                with self._lock:  # a row appended after this is refused (and counted), not written and lost
+                    os.close(self._fd)
+                    self._fd, last, pending = -1, self._journal, self._pending
+                if pending:
+                    self._compact(last)
+                else:
+                    last.unlink(missing_ok=True)
                 return
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
-        self._files += 1
-        path = self.folder / f"requests-{self._stamp}-{self._files:05d}.parquet"
-        partial = path.with_suffix(".parquet.partial")
-        pq.write_table(pa.Table.from_pylist(batch, schema=SCHEMA), partial)
-        partial.rename(path)
+    def _compact(self, journal: Path) -> None:
+        """The journal's rows as one Parquet file in its last row's hour, then the journal removed."""
+        rows = _journal_rows(journal)
+        if rows:
+            times = [_time_of(r.get("time")) for r in rows]
+            segment = journal.name.removeprefix("journal-").removesuffix(".jsonl")
+            part = self.folder / max(times).strftime(HOUR)
+            part.mkdir(exist_ok=True)
+            path = part / f"requests-{_stamp(min(times))}-{_stamp(max(times))}-{segment}.parquet"
+            partial = path.with_suffix(".parquet.partial")
+            try:
+                pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), partial)
+                partial.rename(path)
+            except (OSError, pa.ArrowException) as e:  # kept as a journal: still read, compacted by a later log
+                log.warning("request log: %s not compacted to %s: %s", journal, path, e)
+                partial.unlink(missing_ok=True)
+                return
+        journal.unlink(missing_ok=True)
+
+    def _recover(self) -> None:
+        """Compact the journals this host's dead processes left (a kill -9 of an earlier server)."""
+        host = _host()
+        for journal in self.folder.glob(f"journal-{host}-*.jsonl"):
+            pid = journal.name.removeprefix(f"journal-{host}-").split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                self._compact(journal)
+
+    def _prune(self) -> None:
+        """Remove the partitions past the retention (once a minute at most)."""
+        now = datetime.now(UTC)
+        if now - self._pruned < timedelta(minutes=1):
+            return
+        self._pruned = now
+        for part in self.folder.iterdir():
+            try:
+                hour = datetime.strptime(part.name, HOUR).replace(tzinfo=UTC)
+            except ValueError:
+                continue
+            if part.is_dir() and hour + timedelta(hours=1) < now - self.retention:
+                shutil.rmtree(part, ignore_errors=True)

@@ -14,6 +14,7 @@ import openai
 import pandas as pd
 import pytest
 
+from serving.request_log import read_rows
 from tests.support import REPO
 from tests.support.serving_fixtures import (
     PROMPTS,
@@ -312,8 +313,7 @@ def test_every_request_gets_a_row_in_the_parquet_request_log(server, client):
         client.completions.create(model="production", prompt=PROMPTS[1], max_tokens=-1)
     deadline = time.monotonic() + 20
     while True:  # the log is written off the request path, every couple of seconds
-        files = sorted(server.log_dir.glob("requests-*.parquet"))
-        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
+        rows = pd.DataFrame(read_rows(server.log_dir))
         logged = len(rows) and (rows.alias == "not-served").any() and rows.error.str.contains("max_tokens").any()
         if logged or time.monotonic() > deadline:
             break

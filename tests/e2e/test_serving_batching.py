@@ -307,5 +307,7 @@ def test_unmask_serve_answers_logs_and_shuts_down_gracefully_on_sigterm(tmp_path
         stop(server)
     import pandas as pd
 
-    rows = pd.concat(pd.read_parquet(f) for f in (home / "serving" / "requests").glob("requests-*.parquet"))
+    from serving.request_log import read_rows
+
+    rows = pd.DataFrame(read_rows(home / "serving" / "requests"))
     assert list(rows.endpoint) == ["chat"] and list(rows.status) == [200] and list(rows.alias) == ["production"]

@@ -16,6 +16,7 @@ import openai
 import pandas as pd
 import pytest
 
+from serving.request_log import read_rows
 from tests.support.eval_fixtures import write_diffusion_gemma
 from tests.support.gate_fixtures import block_evidence, fresh_registry
 from tests.support.serving_fixtures import PROMPTS, openai_client, running_server, settings_for
@@ -170,8 +171,7 @@ def test_requests_reach_the_request_log_metrics_and_a_load_test(server):
     assert cells[4].error_rate == 0 and cells[4].same_answer_share == 1.0  # concurrency changed no answer
     deadline, rows = time.monotonic() + 20, pd.DataFrame()
     while time.monotonic() < deadline and len(rows) < 16:
-        files = sorted(server.log_dir.glob("requests-*.parquet"))
-        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else rows
+        rows = pd.DataFrame(read_rows(server.log_dir))
         time.sleep(0.2)
     assert len(rows) >= 16 and set(rows.model) == {MODEL} and (rows[rows.status == 200].nfe > 0).all()
     metrics = httpx.get(server.base_url + "/metrics", timeout=10).text

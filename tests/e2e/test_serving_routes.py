@@ -24,6 +24,7 @@ from gates.serving_policy import (
     parse_serving_policy,
     pick_arm,
 )
+from serving.request_log import read_rows
 from tests.support.serving_fixtures import (
     PROMPTS,
     ext,
@@ -320,8 +321,7 @@ def test_routes_on_a_real_server(routed, client, tmp_path):
     # the request log carries route and arm
     deadline = time.monotonic() + 20
     while True:
-        files = sorted(routed.log_dir.glob("requests-*.parquet"))
-        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
+        rows = pd.DataFrame(read_rows(routed.log_dir))
         if len(rows) and (rows.route == "tagged").any() or time.monotonic() > deadline:
             break
         time.sleep(0.2)

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
+from serving.request_log import read_rows
 from tests.support.llada_fixtures import EOS_ID, EOT_ID, MASK_ID, left_padded_prompts, tiny_model
 from tests.support.serving_fixtures import PROMPTS, openai_client, running_server, settings_for, shared_serving_registry
 
@@ -109,8 +110,7 @@ def logged_rows(server, until, timeout_s: float = 20.0) -> pd.DataFrame:
     """The request log so far, once `until(rows)` holds (it is written off the request path) or time is up."""
     deadline = time.monotonic() + timeout_s
     while True:
-        files = sorted(server.log_dir.glob("requests-*.parquet"))
-        rows = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame()
+        rows = pd.DataFrame(read_rows(server.log_dir))
         if (len(rows) and until(rows)) or time.monotonic() > deadline:
             return rows
         time.sleep(0.2)
