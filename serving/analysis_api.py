@@ -9,7 +9,8 @@ judges a route's recent requests (the request log, `<state>/serving/requests/`, 
   "confidence", "reason", "metrics": [{"name", "verdict", "value", "lower", "upper", "confidence", "n",
   "reason"}]}`: Argo Rollouts' web provider reads it with `jsonPath: "{$.verdict}"`,
   `successCondition: result == "pass"`, `failureCondition: result == "fail"` (anything else is
-  Inconclusive there too). A bad query is a 4xx naming the parameter.
+  Inconclusive there too). A bad query is a 4xx naming the parameter; so is a route or an arm the server does
+  not know (404, 422).
 - `POST /v1/unmask/analysis/flagger` takes Flagger's webhook body (`name`, `namespace`, `phase`, `metadata`
   with `route` and optionally `candidate`, `baseline`, `window_s`) and answers 200 on a pass, 412 on a fail
   or an inconclusive (Flagger counts a non-2xx rollout hook as a failed check and holds a confirm-promotion).
@@ -40,6 +41,7 @@ from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout
 from gates.serving_policy import load_serving_policy
 from gates.verdict import FAIL, PASS
 from models.state import state_dir
+from registry.store import ALIASES
 from serving.request_log import read_rows
 
 router = APIRouter(tags=["analysis"])
@@ -95,13 +97,24 @@ def _policy(source: AnalysisSource) -> RolloutPolicy:
 
 
 def _arms(request: Request, route: str, candidate: str | None, baseline: str | None) -> tuple[str, str]:
-    """The candidate and baseline arms: as given, else the route's live split (the smaller weight is the canary)."""
-    if candidate and baseline:
-        return candidate, baseline
+    """The candidate and baseline arms: as given, else the route's live split (the smaller weight is the canary).
+    A route or an arm this server does not know is refused (a typo must be an error the controller shows, not an
+    inconclusive that pauses the rollout)."""
     routes = getattr(request.app.state, "routes", None)
     path = _source(request).routes_path
     policy = routes.policy if routes is not None else (load_serving_policy(path) if path else None)
     spec = policy.named(route) if policy is not None else None
+    if policy is not None and spec is None:
+        raise AnalysisRefused(404, f"route {route!r}: no such route in {path}; routes: {', '.join(policy.names())}")
+    if policy is not None:
+        known = {*policy.arms(), *policy.declared, *ALIASES}
+        for what, arm in (("candidate", candidate), ("baseline", baseline)):
+            if arm and arm not in known:
+                raise AnalysisRefused(
+                    422, f"{what}={arm!r}: no such arm on this server; arms: {', '.join(sorted(known))}"
+                )
+    if candidate and baseline:
+        return candidate, baseline
     live = [(arm, w) for arm, w in (spec.split if spec else ()) if w > 0 or arm in (candidate, baseline)]
     if len(live) < 2 and not (candidate or baseline):
         raise AnalysisRefused(

@@ -118,6 +118,12 @@ def test_argo_web_provider_reads_pass_fail_and_inconclusive(tmp_path):
         assert httpx.get(f"{base}/v1/unmask/analysis?window_s=10").status_code == 422
         assert httpx.get(f"{base}/v1/unmask/analysis?route=default&window_s=-1").status_code == 422
         assert argo_measure(base, "route=default&window_s=600")[0] == "Successful"
+        # a typo is an error the controller shows (Argo: Error; five in a row abort), never a 200 inconclusive
+        typo = httpx.get(f"{base}/v1/unmask/analysis?route=defualt&candidate=staging&baseline=fallback")
+        assert typo.status_code == 404 and "route 'defualt': no such route" in typo.json()["error"]["message"]
+        arm = httpx.get(f"{base}/v1/unmask/analysis?route=default&candidate=stagign&baseline=fallback")
+        assert arm.status_code == 422 and "candidate='stagign': no such arm" in arm.json()["error"]["message"]
+        assert argo_measure(base, "route=default&window_s=600")[0] == "Successful"
     with analysis_server(tmp_path / "broken", traffic("staging", 30, status=500) + traffic("fallback", 90)) as base:
         phase, body = argo_measure(base, "route=default&candidate=staging&baseline=fallback&window_s=600")
         assert phase == "Failed" and "error_rate" in body["reason"]
@@ -142,6 +148,8 @@ def test_flagger_webhooks_answer_2xx_on_pass_and_non_2xx_otherwise(tmp_path):
         assert missing.status_code == 422 and "metadata.route" in missing.json()["error"]["message"]
         bad = flagger_hook(base, "/v1/unmask/analysis/flagger", meta | {"window_s": "soon"})
         assert bad.status_code == 422 and "metadata.window_s" in bad.text
+        typo = flagger_hook(base, "/v1/unmask/analysis/flagger", meta | {"baseline": "fallbak"})
+        assert typo.status_code == 422 and "baseline='fallbak': no such arm" in typo.text  # not a 412 "inconclusive"
     with analysis_server(tmp_path / "broken", traffic("staging", 30, status=500) + traffic("fallback", 90)) as base:
         gate = flagger_hook(base, "/v1/unmask/analysis/flagger", meta)
         assert gate.status_code == 412 and gate.json()["verdict"] == "fail"  # a failed check for Flagger
