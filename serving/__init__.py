@@ -5,7 +5,7 @@ resolves served names through the registry, checks weights and follows alias mov
 (serving/batching.py) groups concurrent requests only when that cannot change an answer.
 """
 
-from serving.access import ApiKeyError, load_api_keys
+from serving.access import ApiKeyError, load_analysis_keys, load_api_keys
 from serving.app import ServeSettings, create_app
 from serving.decoding import Limits
 from serving.pool import PoolSettings, ServeError, WeightsMismatch
@@ -13,6 +13,7 @@ from serving.pool import PoolSettings, ServeError, WeightsMismatch
 __all__ = [
     "ApiKeyError",
     "Limits",
+    "load_analysis_keys",
     "load_api_keys",
     "PoolSettings",
     "ServeError",

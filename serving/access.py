@@ -5,6 +5,12 @@ Keys come from a file (`--api-key-file`: one key a line, `#` comments and blank 
 `Authorization: Bearer <key>` (else 401, OpenAI's `invalid_api_key`); `/health` and `/metrics` stay open
 for probes and scrapers. A key is compared in constant time and never logged or echoed.
 
+Controllers get keys of their own, `$UNMASK_ANALYSIS_KEYS` (comma-separated, 8 characters or more): valid only
+on the canary analysis (`/v1/unmask/analysis...`), sent as `Authorization: Bearer <key>` (Argo Rollouts' web
+provider, its `headers` read from a Secret) or as `?token=<key>` on the URL (Flagger's webhooks have no
+headers). With analysis keys set the analysis needs one (or an API key) even where the rest of the API is open.
+The server logs no URL, so a token in one is written nowhere.
+
 `X-Request-Id` is accepted (printable, up to 128 characters), else one is made; it is echoed on the
 response and written to the request log row.
 """
@@ -24,6 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving import errors
 
 KEYS_ENV = "UNMASK_API_KEYS"
+ANALYSIS_KEYS_ENV = "UNMASK_ANALYSIS_KEYS"
+ANALYSIS_PATH = "/v1/unmask/analysis"
 REQUEST_ID = b"x-request-id"
 _GOOD_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 
@@ -50,6 +58,15 @@ def load_api_keys(path: Path | None, environ: Mapping[str, str] | None = None) -
     return frozenset(keys)
 
 
+def load_analysis_keys(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The controllers' keys, $UNMASK_ANALYSIS_KEYS; empty: the analysis is open as the rest of the API is."""
+    environ = os.environ if environ is None else environ
+    keys = {k.strip() for k in environ.get(ANALYSIS_KEYS_ENV, "").split(",") if k.strip()}
+    if any(len(k) < 8 or any(c.isspace() or c in "&#%" for c in k) for k in keys):
+        raise ApiKeyError(f"a key in {ANALYSIS_KEYS_ENV} is shorter than 8 characters or holds whitespace, & # or %")
+    return frozenset(keys)
+
+
 def request_id_of(request: Request | None) -> str | None:
     """The id the middleware gave this request (None for a shadow copy, which has no request)."""
     rid: str | None = None if request is None else request.scope.get("state", {}).get("request_id")
@@ -59,8 +76,15 @@ def request_id_of(request: Request | None) -> str | None:
 class Access:
     """ASGI middleware: the request id on every HTTP request; with keys configured, a key on every /v1/ path."""
 
-    def __init__(self, app: ASGIApp, keys: frozenset[str], count: Callable[[str, int, str, str], None]):
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: frozenset[str],
+        count: Callable[[str, int, str, str], None],
+        analysis_keys: frozenset[str] = frozenset(),
+    ):
         self.app, self.keys, self.count = app, [k.encode() for k in keys], count
+        self.analysis_keys = [k.encode() for k in analysis_keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,7 +99,7 @@ class Access:
                 message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID, rid.encode())]}
             await send(message)
 
-        if self.keys and scope.get("path", "").startswith("/v1/") and not self._admitted(headers):
+        if not self._admitted(scope.get("path", ""), headers, scope.get("query_string", b"")):
             message = "a valid API key is required: send Authorization: Bearer <key>"
             self.count(scope.get("path", ""), 401, "invalid_api_key", message)
             response = errors.error_response(
@@ -84,10 +108,17 @@ class Access:
             return await response(scope, receive, named)
         await self.app(scope, receive, named)
 
-    def _admitted(self, headers: dict[bytes, bytes]) -> bool:
+    def _admitted(self, path: str, headers: dict[bytes, bytes], query: bytes) -> bool:
+        """Whether the request may pass: open paths, else an API key, else (analysis only) an analysis key."""
+        analysis = path.startswith(ANALYSIS_PATH)
+        if not path.startswith("/v1/") or not (self.keys or (analysis and self.analysis_keys)):
+            return True
         scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer":
-            return False
-        key = key.strip()
-        matches = [hmac.compare_digest(key, k) for k in self.keys]  # every key compared: no early exit on a match
+        bearer = key.strip() if scheme.lower() == b"bearer" else b""
+        token = next((v for k, _, v in (p.partition(b"=") for p in query.split(b"&")) if k == b"token"), b"")
+        accepted = [*self.keys, *(self.analysis_keys if analysis else [])]
+        # every key compared against both: no early exit on a match
+        matches = [hmac.compare_digest(bearer, k) for k in accepted] + [
+            hmac.compare_digest(token, k) for k in (self.analysis_keys if analysis else [])
+        ]
         return any(matches)

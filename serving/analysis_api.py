@@ -42,6 +42,7 @@ from gates.serving_policy import load_serving_policy
 from gates.verdict import FAIL, PASS
 from models.state import state_dir
 from registry.store import ALIASES
+from serving.access import Access
 from serving.request_log import read_rows
 
 router = APIRouter(tags=["analysis"])
@@ -245,11 +246,18 @@ def flagger_rollback(request: Request, hook: FlaggerWebhook) -> JSONResponse:
     return JSONResponse(body, status_code=200 if body["verdict"] == FAIL else 409)
 
 
-def standalone_app(routes_path: Path, log_dir: Path | None = None) -> FastAPI:
-    """`unmask analysis serve`: the router alone, reading a server's routes file and request log."""
+def standalone_app(
+    routes_path: Path,
+    log_dir: Path | None = None,
+    keys: frozenset[str] = frozenset(),
+    analysis_keys: frozenset[str] = frozenset(),
+) -> FastAPI:
+    """`unmask analysis serve`: the router alone, reading a server's routes file and request log; behind the same
+    keys as `unmask serve` (an API key, or a controller's analysis key) when any is set."""
     app = FastAPI(title="unmask analysis", version="1")
     app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None)
     app.include_router(router)
+    app.add_middleware(Access, keys=keys, count=lambda *_: None, analysis_keys=analysis_keys)
 
     @app.get("/health")
     def health() -> dict[str, Any]:

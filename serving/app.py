@@ -75,6 +75,7 @@ class ServeSettings:
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
     compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
     api_keys: frozenset[str] = frozenset()  # empty: the API is open (serving/access.py)
+    analysis_keys: frozenset[str] = frozenset()  # the controllers' keys, valid on the canary analysis only
     likelihood_samples: int = DEFAULT_SAMPLES  # masked diffusion scoring an echoed prompt (sampler/likelihood.py)
 
 
@@ -109,7 +110,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     errors.install(app, count_refusal)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes, count=count_refusal)
-    app.add_middleware(Access, keys=settings.api_keys, count=count_refusal)  # outermost: before the body is read
+    # outermost: before the body is read
+    app.add_middleware(Access, keys=settings.api_keys, count=count_refusal, analysis_keys=settings.analysis_keys)
     add_routes(app, settings, pool, routes, dispatch, local, metrics)
     app.include_router(analysis_router)  # GET /v1/unmask/analysis, POST .../flagger (serving/analysis_api.py)
     return app

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 TARGETS = ("kserve", "argo-rollouts", "k8s")
 PORT = 8000
+ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-analysis --from-literal=token=<key>
 
 
 def _name(route: str) -> str:
@@ -92,20 +93,28 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "strategy": {"canary": {"steps": steps}},
         },
     }
+    # the controller's analysis key (serving/access.py), read from a Secret the team creates, sent as a header
+    token = {"name": "analysis-token", "valueFrom": {"secretKeyRef": {"name": ANALYSIS_SECRET, "key": "token"}}}
+    web = {
+        "url": _analysis_url(spec),
+        "headers": [{"key": "Authorization", "value": "Bearer {{args.analysis-token}}"}],
+        "jsonPath": "{$.verdict}",
+    }
     template = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "AnalysisTemplate",
         "metadata": {"name": f"{name}-analysis"},
         "spec": {
+            "args": [token],
             "metrics": [
                 {
                     "name": "unmask-verdict",
                     "count": 1,
                     "successCondition": 'result == "pass"',
                     "failureCondition": 'result == "fail"',
-                    "provider": {"web": {"url": _analysis_url(spec), "jsonPath": "{$.verdict}"}},
+                    "provider": {"web": web},
                 }
-            ]
+            ],
         },
     }
     return [rollout, template]

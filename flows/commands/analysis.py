@@ -28,19 +28,29 @@ def serve_command(
     ),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8010, "--port", min=1, max=65535),
+    api_key_file: Path = typer.Option(
+        None,
+        "--api-key-file",
+        dir_okay=False,
+        help="API keys (one a line) any of which the analysis accepts, as `unmask serve` takes them; "
+        "$UNMASK_API_KEYS adds more, $UNMASK_ANALYSIS_KEYS holds the controllers' own (analysis only).",
+    ),
 ) -> None:
     """Answer GET /v1/unmask/analysis, POST /v1/unmask/analysis/flagger and .../flagger/rollback (docs/rollout.md)."""
     import uvicorn
 
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
+    from serving import ApiKeyError, load_analysis_keys, load_api_keys
     from serving.analysis_api import standalone_app
 
     try:
         load_rollout_policy(routes)  # refuse a bad policy now, not on the first controller's call
-    except RolloutPolicyError as e:
+        keys, analysis_keys = load_api_keys(api_key_file), load_analysis_keys()
+    except (RolloutPolicyError, ApiKeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    uvicorn.run(standalone_app(routes, log_dir), host=host, port=port, log_level="info", access_log=False)
+    app = standalone_app(routes, log_dir, keys, analysis_keys)
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -151,7 +151,8 @@ def serve_command(
         routes_path=routes,
         weights_path=weights_file,
         max_shadows=max_shadows,
-        api_keys=api_keys,
+        api_keys=api_keys[0],
+        analysis_keys=api_keys[1],
         likelihood_samples=likelihood_samples,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -184,13 +185,14 @@ def serve_command(
 
 def checked_inputs(
     names: list[str], routes: Path | None, api_key_file: Path | None, memory_budget: str | None
-) -> tuple[list[str], RequestLimits, frozenset[str], int | None]:
-    """The names to serve (with what the routes need), the compute limits, the API keys and the memory budget, each
+) -> tuple[list[str], RequestLimits, tuple[frozenset[str], frozenset[str]], int | None]:
+    """The names to serve (with what the routes need), the compute limits, the API keys and the controllers' analysis
+    keys, and the memory budget, each
     checked before any model loads: a bad one is one `error:` line naming its flag (exit 2)."""
     from gates.request_limits import RequestLimits
     from gates.serving_policy import ServingPolicyError, load_serving_policy
     from sampler.memory import parse_bytes
-    from serving import ApiKeyError, load_api_keys
+    from serving import ApiKeyError, load_analysis_keys, load_api_keys
 
     compute = RequestLimits()
     if routes is not None:
@@ -202,7 +204,7 @@ def checked_inputs(
         names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
         compute = policy.limits
     try:
-        api_keys = load_api_keys(api_key_file)
+        api_keys = load_api_keys(api_key_file), load_analysis_keys()
     except ApiKeyError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -36,7 +36,7 @@ def write_log(folder: Path, rows: list[dict]) -> None:
 
 
 @contextmanager
-def analysis_server(tmp_path: Path, rows: list[dict]):
+def analysis_server(tmp_path: Path, rows: list[dict], keys=frozenset(), analysis_keys=frozenset()):
     import uvicorn
 
     from serving.analysis_api import standalone_app
@@ -50,7 +50,9 @@ def analysis_server(tmp_path: Path, rows: list[dict]):
     write_log(log_dir, rows)
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(standalone_app(routes, log_dir), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            standalone_app(routes, log_dir, keys, analysis_keys), host="127.0.0.1", port=port, log_level="warning"
+        )
     )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
@@ -171,3 +173,51 @@ def test_unmask_analysis_serve_refuses_a_bad_policy_in_one_line(tmp_path):
     result = CliRunner().invoke(unmask_app(), ["analysis", "serve", "--routes", str(routes)])
     assert result.exit_code == 2 and "rollout.analysis.p99: unknown metric" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_controllers_authenticate_with_analysis_keys_argo_by_header_flagger_by_url(tmp_path):
+    """Issue 49, item 5: with API keys set the analysis answered 401 to every controller (Flagger's webhook has no
+    headers field). A controller's analysis key opens the analysis only: Argo sends it as a Bearer header (from a
+    Secret, as the rendered AnalysisTemplate does), Flagger as ?token= on its URL."""
+    from serving.access import load_analysis_keys
+
+    api, controller = "api-key-0123456789", "argo-token-0123456789"
+    analysis_keys = load_analysis_keys({"UNMASK_ANALYSIS_KEYS": f"{controller}, flagger-token-0123456789"})
+    rows = traffic("staging", 150) + traffic("fallback", 300)
+    query = "route=default&candidate=staging&baseline=fallback&window_s=600"
+    meta = {"route": "default", "candidate": "staging", "baseline": "fallback", "window_s": "600"}
+    with analysis_server(tmp_path / "keyed", rows, frozenset({api}), analysis_keys) as base:
+        url = f"{base}/v1/unmask/analysis?{query}"
+        assert httpx.get(url, timeout=10).status_code == 401  # no key
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong-0123456789"}, timeout=10).status_code == 401
+        for key in (controller, api):  # the controller's key, and an API key, as a Bearer header
+            answer = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+            assert answer.status_code == 200 and answer.json()["verdict"] == "pass"
+        flagger = f"{base}/v1/unmask/analysis/flagger?token=flagger-token-0123456789"
+        body = {"name": "tiny-llada", "namespace": "test", "phase": "Progressing", "metadata": meta}
+        assert httpx.post(flagger, json=body, timeout=10).status_code == 200
+        assert httpx.post(flagger.replace("flagger-token", "other-token"), json=body, timeout=10).status_code == 401
+        assert httpx.get(f"{url}&token={api}", timeout=10).status_code == 401  # an API key never travels in a URL
+    with analysis_server(tmp_path / "open-api", rows, analysis_keys=analysis_keys) as base:
+        assert httpx.get(f"{base}/v1/unmask/analysis?{query}", timeout=10).status_code == 401  # analysis needs one
+        assert httpx.get(f"{base}/v1/unmask/analysis?{query}&token={controller}", timeout=10).status_code == 200
+
+
+def test_an_analysis_key_opens_nothing_but_the_analysis_on_unmask_serve():
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from tests.support.serving_fixtures import settings_for, shared_serving_registry
+
+    settings = settings_for(shared_serving_registry().tracking_uri)
+    settings.api_keys, settings.analysis_keys = frozenset({"api-key-0123456789"}), frozenset({"argo-token-0123456789"})
+    with TestClient(create_app(settings)) as client:
+        body = {"model": "production", "prompt": "hi", "max_tokens": 1}
+        refused = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer argo-token-0123456789"})
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        assert client.get("/v1/models", params={"token": "argo-token-0123456789"}).status_code == 401
+        analysis = client.get(
+            "/v1/unmask/analysis?route=default", headers={"Authorization": "Bearer argo-token-0123456789"}
+        )
+        assert analysis.status_code != 401  # past the key (this server has no routes file: a 404 naming that)
+        assert "no routes file" in analysis.json()["error"]["message"]

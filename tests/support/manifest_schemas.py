@@ -180,6 +180,19 @@ ANALYSIS_TEMPLATE = Obj(
         "metadata": METADATA,
         "spec": Obj(
             {
+                # args: a name, and a value or where to read it (a Secret's key here); required ones lack both
+                "args": Arr(
+                    Obj(
+                        {
+                            "name": "string",
+                            "value": "string",
+                            "valueFrom": Obj(
+                                {"secretKeyRef": Obj({"name": "string", "key": "string"}, required=("name", "key"))}
+                            ),
+                        },
+                        required=("name",),
+                    )
+                ),
                 "metrics": Arr(
                     Obj(
                         {
@@ -187,11 +200,25 @@ ANALYSIS_TEMPLATE = Obj(
                             "count": "int-or-string",
                             "successCondition": "string",
                             "failureCondition": "string",
-                            "provider": Obj({"web": Obj({"url": "string", "jsonPath": "string"}, required=("url",))}),
+                            "provider": Obj(
+                                {
+                                    "web": Obj(
+                                        {
+                                            "url": "string",
+                                            "jsonPath": "string",
+                                            "timeoutSeconds": "integer",
+                                            "headers": Arr(
+                                                Obj({"key": "string", "value": "string"}, required=("key", "value"))
+                                            ),
+                                        },
+                                        required=("url",),
+                                    )
+                                }
+                            ),
                         },
                         required=("name", "provider"),
                     )
-                )
+                ),
             }
         ),
     },

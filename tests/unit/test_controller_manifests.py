@@ -27,8 +27,10 @@ def test_the_argo_analysis_template_reads_the_verdict_with_the_documented_condit
     assert set(parse_qs(url.query)) == {"route", "candidate", "baseline", "window_s"}
     assert web["jsonPath"] == "{$.verdict}"
     assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
-    args = {a["name"] for a in template["spec"]["args"]}
-    assert args == {"route", "candidate", "baseline"}
+    args = {a["name"]: a for a in template["spec"]["args"]}
+    assert set(args) == {"route", "candidate", "baseline", "analysis-token"}
+    assert args["analysis-token"]["valueFrom"]["secretKeyRef"] == {"name": "unmask-analysis", "key": "token"}
+    assert web["headers"] == [{"key": "Authorization", "value": "Bearer {{args.analysis-token}}"}]
 
 
 def test_the_flagger_canary_hooks_call_the_gate_and_the_rollback_endpoints():
@@ -43,6 +45,7 @@ def test_the_flagger_canary_hooks_call_the_gate_and_the_rollback_endpoints():
     assert urlsplit(hooks["rollback"]["url"]).path == "/v1/unmask/analysis/flagger/rollback"
     for hook in hooks.values():
         assert urlsplit(hook["url"]).path in PATHS
+        assert set(parse_qs(urlsplit(hook["url"]).query)) == {"token"}  # the controller's analysis key
         assert hook["metadata"]["route"] and all(isinstance(v, str) for v in hook["metadata"].values())
 
 
