@@ -4,30 +4,31 @@
 judges a route's recent requests (the request log, `<state>/serving/requests/`, and the probe log,
 `<state>/serving/probes/`) with `gates.canary.analyse` under the `rollout:` policy of the routes file:
 
-- `GET /v1/unmask/analysis?route=R[&candidate=ARM][&baseline=ARM][&window_s=S]` answers 200 with
-  `{"verdict": "pass"|"fail"|"inconclusive", "route", "candidate", "baseline", "window_s", "look",
-  "confidence", "reason", "metrics": [{"name", "verdict", "value", "lower", "upper", "confidence", "n",
-  "reason"}]}`: Argo Rollouts' web provider reads it with `jsonPath: "{$.verdict}"`,
+- `GET /v1/unmask/analysis?route=R[&candidate=ARM][&baseline=ARM][&window_s=S][&revision=REV]` answers 200 with
+  `{"verdict": "pass"|"fail"|"inconclusive", "route", "candidate", "baseline", "revision", "window_s", "window":
+  {"start", "end"}, "look", "confidence", "reason", "metrics": [{"name", "verdict", "value", "lower", "upper",
+  "confidence", "n", "reason"}]}`: Argo Rollouts' web provider reads it with `jsonPath: "{$.verdict}"`,
   `successCondition: result == "pass"`, `failureCondition: result == "fail"` (anything else is
   Inconclusive there too). A bad query is a 4xx naming the parameter; so is a route or an arm the server does
   not know (404, 422).
-- `POST /v1/unmask/analysis/flagger` takes Flagger's webhook body (`name`, `namespace`, `phase`, `metadata`
-  with `route` and optionally `candidate`, `baseline`, `window_s`) and answers 200 on a pass, 412 on a fail
-  or an inconclusive (Flagger counts a non-2xx rollout hook as a failed check and holds a confirm-promotion).
+- `POST /v1/unmask/analysis/flagger` takes Flagger's webhook body (`name`, `namespace`, `phase`, `checksum`,
+  `metadata` with `route` and optionally `candidate`, `baseline`, `window_s`) and answers 200 on a pass, 412 on a
+  fail or an inconclusive (Flagger counts a non-2xx rollout hook as a failed check and holds a confirm-promotion).
 - `POST /v1/unmask/analysis/flagger/rollback` is the inverse for Flagger's `rollback` hook type (a 2xx there
   rolls the canary back): 200 on a fail only, 409 otherwise.
 
-Every call is a look: each (route, candidate, baseline) counts its looks in this process, and look k spends
-`look_alpha(1 - confidence, k)` (gates/sequential.py), so a controller polling every minute does not inflate
-the false-pass rate. Without `candidate`/`baseline` the route's split in force names them (the smaller live
-weight is the candidate).
+A call judges the route's last completed window of `window_s` (an epoch-aligned grid), at the look that window is
+of its rollout (serving/looks.py: the rollout is the route, the arms and the revision the controller names, Argo's
+pod-template hash or Flagger's checksum; looks are numbered in the request log's folder, shared by every replica).
+Look k spends `look_alpha(1 - confidence, k)` (gates/sequential.py). So the verdict depends on the evidence and the
+rollout's identity only: two replicas, a restart or repeated calls in one window give the same answer, and calls
+spend the error budget by the windows judged, never by their number. Without `candidate`/`baseline` the route's
+split in force names them (the smaller live weight is the candidate).
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,10 @@ from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout
 from gates.serving_policy import load_serving_policy
 from gates.verdict import FAIL, PASS
 from models.state import state_dir
+from registry.clock import SYSTEM_CLOCK, Clock
 from registry.store import ALIASES
 from serving.access import Access
+from serving.looks import LookBook, LooksError
 from serving.request_log import read_rows
 
 router = APIRouter(tags=["analysis"])
@@ -51,17 +54,16 @@ DEFAULT_WINDOW_S = 60.0
 
 @dataclass
 class AnalysisSource:
-    """Where the analysis reads: the routes file (its `rollout:` policy and splits) and the request log."""
+    """Where the analysis reads: the routes file (its `rollout:` policy and splits) and the request log, whose
+    `looks/` folder numbers each rollout's looks for every replica (serving/looks.py); `clock` says when it is."""
 
     routes_path: Path | None = None
     log_dir: Path | None = None
-    looks: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    clock: Clock = SYSTEM_CLOCK
 
-    def look(self, key: tuple[str, str, str]) -> int:
-        with self.lock:
-            self.looks[key] = self.looks.get(key, 0) + 1
-            return self.looks[key]
+    @property
+    def requests(self) -> Path:
+        return self.log_dir or state_dir() / "serving" / "requests"
 
 
 class AnalysisRefused(ValueError):
@@ -132,9 +134,14 @@ def _arms(request: Request, route: str, candidate: str | None, baseline: str | N
 
 
 def judge_route(
-    request: Request, route: str, candidate: str | None, baseline: str | None, window_s: float | None
+    request: Request,
+    route: str,
+    candidate: str | None,
+    baseline: str | None,
+    window_s: float | None,
+    revision: str | None = None,
 ) -> dict[str, Any]:
-    """The analysis of `route`'s last `window_s` seconds as the endpoint's JSON body."""
+    """The analysis of `route`'s last completed `window_s` window (serving/looks.py) as the endpoint's JSON body."""
     source = _source(request)
     policy = _policy(source)
     if not route:
@@ -144,21 +151,25 @@ def judge_route(
     candidate, baseline = _arms(request, route, candidate, baseline)
     if candidate == baseline:
         raise AnalysisRefused(422, f"candidate and baseline are both {candidate!r}")
-    since = datetime.now(UTC) - timedelta(seconds=window_s)
-    folder = source.log_dir or state_dir() / "serving" / "requests"
-    rows = [r for r in read_rows(folder, since) if r.get("route") == route]
+    identity = (route, candidate, baseline, revision or "", float(window_s))
+    try:
+        look = LookBook(source.requests / "looks").look(identity, source.clock.now())
+    except LooksError as e:
+        raise AnalysisRefused(409, str(e)) from None
+    rows = [r for r in read_rows(source.requests, look.start, look.end) if r.get("route") == route]
     observations = [Observation.from_row(r) for r in rows] + [
-        Observation.from_probe(p) for p in read_probe_results(route, since)
+        Observation.from_probe(p) for p in read_probe_results(route, look.start, look.end)
     ]
-    look = source.look((route, candidate, baseline))
-    result = analyse(observations, candidate, baseline, policy, look=look)
+    result = analyse(observations, candidate, baseline, policy, look=look.number)
     return {
         "verdict": result.verdict,
         "route": route,
         "candidate": candidate,
         "baseline": baseline,
+        "revision": revision or None,
         "window_s": window_s,
-        "look": look,
+        "window": {"start": look.start.isoformat(), "end": look.end.isoformat()},
+        "look": look.number,
         "confidence": result.confidence,
         "reason": result.reason,
         "arms": result.arms,
@@ -188,11 +199,12 @@ def analysis(
     route: str = Query(..., min_length=1, max_length=200),
     candidate: str | None = Query(None, min_length=1, max_length=200),
     baseline: str | None = Query(None, min_length=1, max_length=200),
-    window_s: float | None = Query(None, gt=0, le=86_400),
+    window_s: float | None = Query(None, ge=1, le=86_400),
+    revision: str | None = Query(None, min_length=1, max_length=200),
 ) -> JSONResponse:
     """The three-valued analysis of a route's recent traffic (Argo Rollouts' web metric provider reads it)."""
     try:
-        return JSONResponse(judge_route(request, route, candidate, baseline, window_s))
+        return JSONResponse(judge_route(request, route, candidate, baseline, window_s, revision))
     except AnalysisRefused as e:
         return _refused(e)
 
@@ -220,9 +232,11 @@ def _flagger(request: Request, hook: FlaggerWebhook) -> dict[str, Any]:
         window_s = float(window) if window else None
     except ValueError:
         raise AnalysisRefused(422, f"metadata.window_s: expected seconds, got {window!r}") from None
-    if window_s is not None and not 0 < window_s <= 86_400:
-        raise AnalysisRefused(422, f"metadata.window_s: expected seconds in (0, 86400], got {window!r}")
-    body = judge_route(request, meta["route"], meta.get("candidate"), meta.get("baseline"), window_s)
+    if window_s is not None and not 1 <= window_s <= 86_400:
+        raise AnalysisRefused(422, f"metadata.window_s: expected seconds in [1, 86400], got {window!r}")
+    # the canary's checksum (its revision) is the rollout's identity: a new revision starts again at look 1
+    revision = meta.get("revision") or hook.checksum
+    body = judge_route(request, meta["route"], meta.get("candidate"), meta.get("baseline"), window_s, revision)
     return body | {"canary": f"{hook.namespace}/{hook.name}", "phase": hook.phase}
 
 
@@ -251,11 +265,12 @@ def standalone_app(
     log_dir: Path | None = None,
     keys: frozenset[str] = frozenset(),
     analysis_keys: frozenset[str] = frozenset(),
+    clock: Clock = SYSTEM_CLOCK,
 ) -> FastAPI:
     """`unmask analysis serve`: the router alone, reading a server's routes file and request log; behind the same
     keys as `unmask serve` (an API key, or a controller's analysis key) when any is set."""
     app = FastAPI(title="unmask analysis", version="1")
-    app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None)
+    app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None, clock)
     app.include_router(router)
     app.add_middleware(Access, keys=keys, count=lambda *_: None, analysis_keys=analysis_keys)
 

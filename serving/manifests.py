@@ -67,7 +67,9 @@ def _analysis_url(spec: dict[str, Any]) -> str:
     if len(spec["arms"]) > 1:
         query.update(candidate=spec["arms"][0]["name"], baseline=spec["arms"][1]["name"])
     query["window_s"] = str(int(spec["interval_s"]))
-    return f"{spec['analysis_url']}?{urlencode(query)}"
+    # the rollout's identity for its looks (serving/looks.py): the canary's pod-template hash, an argument of the
+    # analysis step, substituted by Argo (so written out, not URL-encoded)
+    return f"{spec['analysis_url']}?{urlencode(query)}&revision={{{{args.revision}}}}"
 
 
 def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,7 +80,8 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
     for weight in spec["steps"]:
         steps.append({"setWeight": int(weight)})
         steps.append({"pause": {"duration": f"{int(spec['interval_s'])}s"}})
-        steps.append({"analysis": {"templates": [{"templateName": f"{name}-analysis"}]}})
+        revision = {"name": "revision", "valueFrom": {"podTemplateHashValue": "Latest"}}
+        steps.append({"analysis": {"templates": [{"templateName": f"{name}-analysis"}], "args": [revision]}})
     rollout = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Rollout",
@@ -105,7 +108,7 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
         "kind": "AnalysisTemplate",
         "metadata": {"name": f"{name}-analysis"},
         "spec": {
-            "args": [token],
+            "args": [{"name": "revision"}, token],  # revision: required, given by each analysis step
             "metrics": [
                 {
                     "name": "unmask-verdict",

@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from registry.clock import SimulatedClock
 from tests.support.servers import free_port, wait_healthy
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,8 +37,16 @@ def write_log(folder: Path, rows: list[dict]) -> None:
     log.close()
 
 
+# The analysis judges the last completed window of an epoch-aligned grid (serving/looks.py): asked at NOW with
+# window_s=600, the window [11:50, 12:00), where the traffic below is timed.
+NOW = datetime(2026, 12, 6, 12, 0, 30, tzinfo=UTC)
+IN_WINDOW = datetime(2026, 12, 6, 11, 55, tzinfo=UTC)
+
+
 @contextmanager
-def analysis_server(tmp_path: Path, rows: list[dict], keys=frozenset(), analysis_keys=frozenset()):
+def analysis_server(
+    tmp_path: Path, rows: list[dict], keys=frozenset(), analysis_keys=frozenset(), clock=None, log_dir=None
+):
     import uvicorn
 
     from serving.analysis_api import standalone_app
@@ -46,14 +56,13 @@ def analysis_server(tmp_path: Path, rows: list[dict], keys=frozenset(), analysis
     routes.write_text(
         yaml.safe_dump({"routes": {}, "default": {"split": {"staging": 25, "fallback": 75}}, "rollout": POLICY})
     )
-    log_dir = tmp_path / "requests"
-    write_log(log_dir, rows)
+    log_dir = log_dir or tmp_path / "requests"
+    if rows:
+        write_log(log_dir, rows)
+    clock = clock or SimulatedClock(NOW)
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            standalone_app(routes, log_dir, keys, analysis_keys), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
+    app = standalone_app(routes, log_dir, keys, analysis_keys, clock)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -65,9 +74,16 @@ def analysis_server(tmp_path: Path, rows: list[dict], keys=frozenset(), analysis
         thread.join(10)
 
 
-def traffic(arm: str, n: int, latency: float = 0.1, status: int = 200) -> list[dict]:
+def traffic(arm: str, n: int, latency: float = 0.1, status: int = 200, at: datetime = IN_WINDOW) -> list[dict]:
     return [
-        {"route": "default", "arm": arm, "status": status, "latency_s": latency + i * 1e-4, "endpoint": "completions"}
+        {
+            "route": "default",
+            "arm": arm,
+            "status": status,
+            "latency_s": latency + i * 1e-4,
+            "endpoint": "completions",
+            "time": (at + timedelta(milliseconds=i)).isoformat(timespec="milliseconds"),
+        }
         for i in range(n)
     ]
 
@@ -112,10 +128,11 @@ def test_argo_web_provider_reads_pass_fail_and_inconclusive(tmp_path):
         for m in body["metrics"]:
             assert set(m) >= {"name", "verdict", "value", "lower", "upper", "confidence", "n", "reason"}
             assert m["verdict"] == "pass" and m["n"] == 150 and 0.95 < m["confidence"] < 1
+        assert body["window"] == {"start": "2026-12-06T11:50:00+00:00", "end": "2026-12-06T12:00:00+00:00"}
         # no candidate/baseline: the split in force names them (the smaller weight is the canary)
-        phase, body = argo_measure(base, "route=default&window_s=600")
-        assert (body["candidate"], body["baseline"]) == ("staging", "fallback")
-        assert body["look"] == 2 and argo_measure(base, "route=default&window_s=600")[1]["look"] == 3  # counted
+        phase, again = argo_measure(base, "route=default&window_s=600")
+        assert (again["candidate"], again["baseline"]) == ("staging", "fallback")
+        assert again == body and body["look"] == 1  # the same window asked again: the same look, the same answer
         # a bad query is a 4xx naming the parameter, and the server keeps serving
         assert httpx.get(f"{base}/v1/unmask/analysis?window_s=10").status_code == 422
         assert httpx.get(f"{base}/v1/unmask/analysis?route=default&window_s=-1").status_code == 422
@@ -221,3 +238,34 @@ def test_an_analysis_key_opens_nothing_but_the_analysis_on_unmask_serve():
         )
         assert analysis.status_code != 401  # past the key (this server has no routes file: a 404 naming that)
         assert "no routes file" in analysis.json()["error"]["message"]
+
+
+def test_the_verdict_depends_on_the_evidence_and_the_rollout_only_not_on_a_process(tmp_path):
+    """Issue 49, item 4: looks were counted per process (never reset between rollouts, reset by a restart, pushed
+    up by anyone's calls: 500 anonymous calls made look 504), so two replicas gave two answers. Looks now number the
+    windows a rollout was judged in, kept beside the request log that every replica reads."""
+    log_dir = tmp_path / "requests"
+    write_log(log_dir, traffic("staging", 150) + traffic("fallback", 300))
+    query = "route=default&candidate=staging&baseline=fallback&window_s=600&revision=rs-6d9f8c7b"
+    clocks = [SimulatedClock(NOW), SimulatedClock(NOW)]
+    with analysis_server(tmp_path / "a", [], clock=clocks[0], log_dir=log_dir) as a:
+        with analysis_server(tmp_path / "b", [], clock=clocks[1], log_dir=log_dir) as b:
+            first, other = argo_measure(a, query)[1], argo_measure(b, query)[1]
+            assert first == other and first["look"] == 1 and first["verdict"] == "pass"
+            assert first["revision"] == "rs-6d9f8c7b"
+            for _ in range(50):  # anyone's calls within the window spend nothing
+                httpx.get(f"{a}/v1/unmask/analysis?{query}", timeout=10)
+            assert argo_measure(b, query)[1] == first
+            for clock in clocks:  # the next window: the next look, on both replicas, of rows it no longer holds
+                clock.advance(600)
+            later = argo_measure(b, query)[1]
+            assert later["look"] == 2 and later["verdict"] == "inconclusive" and argo_measure(a, query)[1] == later
+            new = argo_measure(a, query.replace("rs-6d9f8c7b", "rs-0a1b2c3d"))[1]
+            assert new["look"] == 1  # a new revision is a new rollout: its budget starts whole
+    with analysis_server(tmp_path / "c", [], clock=SimulatedClock(NOW), log_dir=log_dir) as restarted:
+        assert argo_measure(restarted, query)[1] == first  # after a restart: the same window, the same look
+    [record] = [f for f in (log_dir / "looks").glob("*.json") if "rs-6d9f8c7b" in f.read_text()]
+    record.write_text("{not json")  # edited by hand: refused naming the file, never a guessed look
+    with analysis_server(tmp_path / "d", [], clock=SimulatedClock(NOW), log_dir=log_dir) as edited:
+        refused = httpx.get(f"{edited}/v1/unmask/analysis?{query}", timeout=10)
+        assert refused.status_code == 409 and str(record) in refused.json()["error"]["message"]

@@ -137,6 +137,11 @@ def test_argo_rollout_steps_and_analysis_template():
         "route=default" in metric["provider"]["web"]["url"] and "candidate=staging" in metric["provider"]["web"]["url"]
     )
     assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
+    # each analysis names the canary's revision (the rollout's looks are counted per revision: serving/looks.py)
+    assert metric["provider"]["web"]["url"].endswith("&revision={{args.revision}}")
+    assert {"name": "revision"} in template["spec"]["args"]
+    for step in (s for s in steps if "analysis" in s):
+        assert step["analysis"]["args"] == [{"name": "revision", "valueFrom": {"podTemplateHashValue": "Latest"}}]
 
 
 def test_unknown_target_is_refused():

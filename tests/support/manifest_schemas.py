@@ -159,7 +159,21 @@ ROLLOUT = Obj(
                                         {
                                             "setWeight": "integer",
                                             "pause": Obj({"duration": "int-or-string"}),
-                                            "analysis": Obj({"templates": Arr(Obj({"templateName": "string"}))}),
+                                            "analysis": Obj(
+                                                {
+                                                    "templates": Arr(Obj({"templateName": "string"})),
+                                                    "args": Arr(
+                                                        Obj(
+                                                            {
+                                                                "name": "string",
+                                                                "value": "string",
+                                                                "valueFrom": Obj({"podTemplateHashValue": "string"}),
+                                                            },
+                                                            required=("name",),
+                                                        )
+                                                    ),
+                                                }
+                                            ),
                                         }
                                     )
                                 )

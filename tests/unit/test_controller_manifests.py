@@ -24,11 +24,15 @@ def test_the_argo_analysis_template_reads_the_verdict_with_the_documented_condit
     web = metric["provider"]["web"]
     url = urlsplit(web["url"])
     assert url.path in PATHS and url.path == "/v1/unmask/analysis"
-    assert set(parse_qs(url.query)) == {"route", "candidate", "baseline", "window_s"}
+    assert set(parse_qs(url.query)) == {"route", "candidate", "baseline", "window_s", "revision"}
     assert web["jsonPath"] == "{$.verdict}"
     assert metric["successCondition"] == 'result == "pass"' and metric["failureCondition"] == 'result == "fail"'
     args = {a["name"]: a for a in template["spec"]["args"]}
-    assert set(args) == {"route", "candidate", "baseline", "analysis-token"}
+    assert set(args) == {"route", "candidate", "baseline", "revision", "analysis-token"}
+    steps = [step["analysis"] for step in rollout["spec"]["strategy"]["canary"]["steps"] if "analysis" in step]
+    assert steps and all(
+        a["args"] == [{"name": "revision", "valueFrom": {"podTemplateHashValue": "Latest"}}] for a in steps
+    )
     assert args["analysis-token"]["valueFrom"]["secretKeyRef"] == {"name": "unmask-analysis", "key": "token"}
     assert web["headers"] == [{"key": "Authorization", "value": "Bearer {{args.analysis-token}}"}]
 
