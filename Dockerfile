@@ -1,4 +1,5 @@
-# unmask in a container: `unmask serve` (the default command) and the sweep workers (`dask worker ...`).
+# unmask in a container: `unmask serve` (the default command) and any other sub-command given as args; the sweep
+# workers with another entrypoint (`docker run --entrypoint dask IMAGE worker ...`, a pod's `command: [dask]`).
 # The install steps are the Makefile's `setup` (README "make run"), minus the test extra:
 # a Python 3.11 venv at .venv, pip upgraded, then the project with one onnxruntime flavour, which brings
 # torch==2.13.0 pinned exactly in pyproject.toml. tests/unit/test_dockerfile.py keeps the two in step.
@@ -34,4 +35,6 @@ RUN useradd --system --uid 10001 --home-dir /var/lib/unmask --create-home unmask
 USER unmask
 ENV PATH=/opt/unmask/.venv/bin:$PATH
 EXPOSE 8000
-CMD ["unmask", "serve", "--host", "0.0.0.0", "--port", "8000"]
+# the image runs `unmask`: a manifest's args (Kubernetes, KServe, Argo) are its sub-command, e.g. ["serve", ...]
+ENTRYPOINT ["unmask"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

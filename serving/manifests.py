@@ -43,7 +43,8 @@ def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> d
 
 
 def _serve_args(alias: str) -> list[str]:
-    return ["unmask", "serve", "--alias", alias, "--host", "0.0.0.0", "--port", str(PORT)]
+    """The container's args: the image's ENTRYPOINT is `unmask` (Dockerfile), so they start at the sub-command."""
+    return ["serve", "--alias", alias, "--host", "0.0.0.0", "--port", str(PORT)]
 
 
 def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -127,7 +128,7 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The unmask router (`unmask serve --routes`) as a Deployment and a Service."""
     name = _name(spec["route"]) + "-router"
     labels = {"app": name}
-    args = ["unmask", "serve", "--routes", spec["routes_file"], "--host", "0.0.0.0", "--port", str(PORT)]
+    args = ["serve", "--routes", spec["routes_file"], "--host", "0.0.0.0", "--port", str(PORT)]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

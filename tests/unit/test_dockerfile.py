@@ -60,3 +60,55 @@ def test_the_image_pins_the_python_and_torch_of_the_project():
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     )
     assert {p.rstrip("*") for p in packages} == copied  # every package the wheel includes is in the image
+
+
+def test_every_container_the_project_renders_or_documents_runs_an_unmask_sub_command():
+    """Issue 49: the docs' KServe example passed args ["serve", ...] to an image with only a CMD (no ENTRYPOINT), so
+    the container ran `serve` as a program. The image's ENTRYPOINT is `unmask`; every container's args, rendered
+    (serving/manifests.py) or documented (docs/controllers/), start with a sub-command the CLI registers."""
+    import json
+
+    import typer.main
+    import yaml
+
+    from flows.cli import _register_all, app
+    from serving.manifests import TARGETS, render
+
+    text = (ROOT / "Dockerfile").read_text()
+    entrypoint = re.findall(r"^ENTRYPOINT (.+)$", text, flags=re.M)
+    assert [json.loads(e) for e in entrypoint] == [["unmask"]]
+    _register_all()
+    commands = set(typer.main.get_command(app).commands)
+    assert json.loads(re.search(r"^CMD (.+)$", text, flags=re.M).group(1))[0] in commands
+
+    arm = {"name": "staging", "alias": "staging", "model": "m", "version": "2", "source": "s", "weights_sha256": "0"}
+    spec = {
+        "route": "default",
+        "image": "unmask:0.1.0",
+        "weight": 25,
+        "resources": {},
+        "arms": [arm, arm | {"name": "production", "alias": "production"}],
+        "steps": [25, 100],
+        "interval_s": 60,
+        "analysis_url": "http://r/v1/unmask/analysis",
+        "routes_file": "serving.yaml",
+    }
+    documented = [
+        d for f in sorted((ROOT / "docs" / "controllers").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+    ]
+    manifests = [m for target in TARGETS for m in render(target, spec)] + [d for d in documented if d]
+    containers = []
+
+    def find(node):
+        if isinstance(node, dict):
+            containers.extend(c for c in node.get("containers", []) if isinstance(c, dict))
+            for value in node.values():
+                find(value)
+        elif isinstance(node, list):
+            for value in node:
+                find(value)
+
+    find(manifests)
+    assert len(containers) >= 4
+    for container in containers:
+        assert "command" not in container and container["args"][0] in commands, container
