@@ -2,9 +2,10 @@
 
 Pure: `render(target, spec)` takes a plain `spec` dict and returns a list of manifest dicts; no I/O. `spec`:
 route, image, resources ({requests, limits}), weight (the candidate's % at the current rollout step),
-steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_file,
-and arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the
-baseline second when a rollout is in flight (else the route's one serving arm).
+steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_text (the
+routes file, mounted from a ConfigMap), tracking_uri (the team's mlflow server, as the pods reach it), and
+arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the baseline second
+when a rollout is in flight (else the route's one serving arm).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from urllib.parse import urlencode
 
 TARGETS = ("kserve", "argo-rollouts", "k8s")
 PORT = 8000
+ROUTES_MOUNT, ROUTES_FILE = "/etc/unmask/routes", "serving.yaml"  # where the router's pod reads its routes
 ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-analysis --from-literal=token=<key>
 
 
@@ -23,10 +25,12 @@ def _name(route: str) -> str:
 
 
 def _annotations(arm: dict[str, Any]) -> dict[str, str]:
+    """What a pod serves, as the registry names it: `models:/M/V` resolves through the tracking server from any
+    pod (the version's own source is a path on the machine that registered it)."""
     return {
         "unmask.dev/model": str(arm["model"]),
         "unmask.dev/version": str(arm["version"]),
-        "unmask.dev/source": str(arm["source"]),
+        "unmask.dev/source": f"models:/{arm['model']}/{arm['version']}",
         "unmask.dev/weights-sha256": str(arm["weights_sha256"]),
     }
 
@@ -37,7 +41,7 @@ def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> d
         "image": spec["image"],
         "args": args,
         "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec.get("tracking_uri", "")}],
+        "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]}],
         "resources": spec["resources"],
     }
 
@@ -125,10 +129,20 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The unmask router (`unmask serve --routes`) as a Deployment and a Service."""
+    """The unmask router (`unmask serve --routes`) as a Deployment and a Service, its routes file a ConfigMap the
+    pod mounts (the renderer's path means nothing in a pod)."""
     name = _name(spec["route"]) + "-router"
     labels = {"app": name}
-    args = ["serve", "--routes", spec["routes_file"], "--host", "0.0.0.0", "--port", str(PORT)]
+    routes = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-routes", "labels": labels},
+        "data": {ROUTES_FILE: spec["routes_text"]},
+    }
+    args = ["serve", "--routes", f"{ROUTES_MOUNT}/{ROUTES_FILE}", "--host", "0.0.0.0", "--port", str(PORT)]
+    container = _container(spec, args) | {
+        "volumeMounts": [{"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True}]
+    }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -138,7 +152,10 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
-                "spec": {"containers": [_container(spec, args)]},
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "routes", "configMap": {"name": f"{name}-routes"}}],
+                },
             },
         },
     }
@@ -148,7 +165,7 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
         "metadata": {"name": name, "labels": labels},
         "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]},
     }
-    return [deployment, service]
+    return [routes, deployment, service]
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlparse
 
 import typer
 import yaml
@@ -27,18 +28,31 @@ def render_command(
     gpus: int = typer.Option(0, "--gpus", min=0),
     analysis_url: str = typer.Option("http://unmask-default-router/v1/unmask/analysis", "--analysis-url"),
     out: Path = typer.Option(None, "--out", help="Folder for <kind>-<name>.yaml (default: stdout)."),
+    tracking_uri: str = typer.Option(
+        None,
+        "--tracking-uri",
+        help="The team's mlflow server as the pods reach it (default: the registry this command reads). "
+        "A local store (sqlite:, file:, a path) is refused: a pod cannot open a file on this machine.",
+    ),
 ) -> None:
     """Write the manifests for one route's arms, from the serving policy and the registry."""
     from flows.rollout_state import all_states
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
     from gates.serving_policy import SERVING_POLICY_PATH, ServingPolicyError, load_serving_policy
     from registry import RegistryError
+    from registry.connection import resolve_tracking_uri
     from registry.serving import holder
     from registry.store import Registry, model_tag
     from serving.manifests import TARGETS, render
 
     if target not in TARGETS:
         _fail(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    pods_uri = tracking_uri or resolve_tracking_uri()
+    if urlparse(pods_uri).scheme.split("+")[0] not in ("http", "https", "postgresql", "mysql"):
+        _fail(
+            f"--tracking-uri {pods_uri!r}: a pod cannot reach a store on this machine; give the URL of the team's "
+            "mlflow server (docs/team-setup.md), e.g. --tracking-uri http://mlflow.team:5000"
+        )
     path = routes or SERVING_POLICY_PATH
     try:
         policy = load_serving_policy(path)
@@ -88,7 +102,8 @@ def render_command(
         "steps": list(rollout.steps),
         "interval_s": rollout.interval_s,
         "analysis_url": analysis_url,
-        "routes_file": str(path),
+        "routes_text": Path(path).read_text(),
+        "tracking_uri": pods_uri,
     }
     manifests = render(target, spec)
     if out is None:

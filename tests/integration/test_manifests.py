@@ -27,7 +27,8 @@ SPEC = {
     "steps": [5, 25, 50, 100],
     "interval_s": 60,
     "analysis_url": "http://r/v1/unmask/analysis",
-    "routes_file": "gates/serving.yaml",
+    "routes_text": "default: {arm: production}\n",
+    "tracking_uri": "http://mlflow.team:5000",
 }
 
 
@@ -106,10 +107,16 @@ def test_core_kinds_deserialise_into_kubernetes_models():
         def __init__(self, obj):
             self.data = json.dumps(obj)
 
-    deployment, service = render("k8s", SPEC)
+    routes, deployment, service = render("k8s", SPEC)
     d = ApiClient().deserialize(Response(deployment), "V1Deployment")
-    assert d.spec.template.spec.containers[0].image == "unmask:0.1.0"
-    assert "--routes" in d.spec.template.spec.containers[0].args
+    [container] = d.spec.template.spec.containers
+    assert container.image == "unmask:0.1.0" and container.env[0].value == "http://mlflow.team:5000"
+    # the routes file travels as a ConfigMap the pod mounts, read where the args say (issue 49: it named a host path)
+    args = container.args
+    [mount], [volume] = container.volume_mounts, d.spec.template.spec.volumes
+    assert args[args.index("--routes") + 1] == f"{mount.mount_path}/serving.yaml" and mount.name == volume.name
+    c = ApiClient().deserialize(Response(routes), "V1ConfigMap")
+    assert volume.config_map.name == c.metadata.name and c.data == {"serving.yaml": SPEC["routes_text"]}
     s = ApiClient().deserialize(Response(service), "V1Service")
     assert s.spec.ports[0].target_port == 8000
 
@@ -156,8 +163,13 @@ def test_cli_bad_route_and_target_are_one_line_exit_2(tmp_path, monkeypatch):
     _register_all()
     r = CliRunner().invoke(app, ["deploy", "render", "--target", "helm"])
     assert r.exit_code == 2 and "error: --target 'helm'" in r.output
-    r = CliRunner().invoke(app, ["deploy", "render", "--target", "k8s", "--route", "nope"])
+    team = ["--tracking-uri", "http://mlflow.team:5000"]
+    r = CliRunner().invoke(app, ["deploy", "render", "--target", "k8s", "--route", "nope", *team])
     assert r.exit_code == 2 and "error: --route 'nope'" in r.output
+    # a pod cannot open the renderer's store file: the tracking URI the pods get must be a server (issue 49)
+    for local in ([], ["--tracking-uri", "sqlite:////srv/mlflow.db"], ["--tracking-uri", "./mlruns"]):
+        r = CliRunner().invoke(app, ["deploy", "render", "--target", "k8s", *local])
+        assert r.exit_code == 2 and "a pod cannot reach a store on this machine" in r.output, r.output
 
 
 # slow: a real MLflow SQLite registry with two registered versions and an audited alias move
@@ -173,9 +185,11 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
     monkeypatch.setenv("MLFLOW_TRACKING_URI", served.tracking_uri)
     version = served.versions["tiny-llada"]
     source = Registry(served.tracking_uri).client.get_model_version("tiny-llada", version).source
+    assert not source.startswith("models:/")  # the version's own source: where it was registered from
     _register_all()
+    team = ["--tracking-uri", "http://mlflow.team:5000"]
     for target in TARGETS:
-        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, "--gpus", "1"])
+        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, "--gpus", "1", *team])
         assert r.exit_code == 0, r.output
         manifests = list(yaml.safe_load_all(r.output))
         assert manifests and all(check_manifest(m) == [] for m in manifests), manifests
@@ -188,7 +202,7 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
             {
                 "unmask.dev/model": "tiny-llada",
                 "unmask.dev/version": version,
-                "unmask.dev/source": source,
+                "unmask.dev/source": f"models:/tiny-llada/{version}",  # not `source`: no pod can read it
                 "unmask.dev/weights-sha256": digest("tiny-llada"),
             }
         ]

@@ -263,6 +263,7 @@ INFERENCE_SERVICE = Obj(
 KINDS = {
     ("apps/v1", "Deployment"): Core("V1Deployment"),
     ("v1", "Service"): Core("V1Service"),
+    ("v1", "ConfigMap"): Core("V1ConfigMap"),
     ("argoproj.io/v1alpha1", "Rollout"): ROLLOUT,
     ("argoproj.io/v1alpha1", "AnalysisTemplate"): ANALYSIS_TEMPLATE,
     ("serving.kserve.io/v1beta1", "InferenceService"): INFERENCE_SERVICE,

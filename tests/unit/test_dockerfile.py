@@ -91,7 +91,8 @@ def test_every_container_the_project_renders_or_documents_runs_an_unmask_sub_com
         "steps": [25, 100],
         "interval_s": 60,
         "analysis_url": "http://r/v1/unmask/analysis",
-        "routes_file": "serving.yaml",
+        "routes_text": "default: {arm: production}\n",
+        "tracking_uri": "http://mlflow.team:5000",
     }
     documented = [
         d for f in sorted((ROOT / "docs" / "controllers").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
