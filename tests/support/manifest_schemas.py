@@ -135,7 +135,10 @@ def check_crd(value: Any, schema: Any, path: str = "") -> list[str]:
 
 
 # The object metadata a CRD leaves to the API server (ObjectMeta): the fields unmask writes.
-METADATA = Obj({"name": "string", "labels": Map("string"), "annotations": Map("string")}, required=("name",))
+METADATA = Obj(
+    {"name": "string", "namespace": "string", "labels": Map("string"), "annotations": Map("string")},
+    required=("name",),
+)
 POD_TEMPLATE = Obj(
     {"metadata": Obj({"labels": Map("string"), "annotations": Map("string")}), "spec": Core("V1PodSpec")}
 )
@@ -212,6 +215,9 @@ ANALYSIS_TEMPLATE = Obj(
                         {
                             "name": "string",
                             "count": "int-or-string",
+                            "interval": "string",
+                            "failureLimit": "int-or-string",
+                            "inconclusiveLimit": "int-or-string",
                             "successCondition": "string",
                             "failureCondition": "string",
                             "provider": Obj(
@@ -270,8 +276,49 @@ KINDS = {
 }
 
 
+def rollout_problems(rollout: dict[str, Any]) -> list[str]:
+    """What Argo Rollouts' admission refuses in a Rollout, for the fields unmask writes: the rules of
+    argo-rollouts' pkg/apis/rollouts/validation/validation.go (ValidateRolloutSpec, ValidateRolloutStrategy,
+    ValidateRolloutStrategyCanary, hasMultipleStepsType; read at commit 9f8d111d8), in its words where it has them."""
+    spec, problems = rollout.get("spec") or {}, []
+    selector, template = spec.get("selector"), spec.get("template") or {}
+    if spec.get("workloadRef") is None:
+        if selector is None:
+            problems.append("spec.selector: Rollout has missing field '.spec.selector'")
+        elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+            problems.append("spec.selector: empty selector is invalid for deployment")
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        if selector and any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+            problems.append("spec.template.metadata.labels: `selector` does not match template `labels`")
+        if not ((template.get("spec") or {}).get("containers")):
+            problems.append("spec.template.spec.containers: Required value")
+    elif template:
+        problems.append("spec.template: template must be empty for workload reference rollout")
+    for name in ("replicas", "minReadySeconds", "revisionHistoryLimit", "progressDeadlineSeconds"):
+        if isinstance(spec.get(name), int) and spec[name] < 0:
+            problems.append(f"spec.{name}: must be greater than or equal to 0")
+    deadline, ready = spec.get("progressDeadlineSeconds", 600), spec.get("minReadySeconds", 0)
+    if isinstance(deadline, int) and isinstance(ready, int) and deadline <= ready:
+        problems.append("spec.progressDeadlineSeconds: must be greater than minReadySeconds")
+    strategy = spec.get("strategy") or {}
+    if ("canary" in strategy) == ("blueGreen" in strategy):
+        problems.append("spec.strategy: exactly one of .spec.strategy.canary or .spec.strategy.blueGreen")
+    kinds = ("setWeight", "pause", "experiment", "analysis", "setCanaryScale", "setHeaderRoute", "setMirrorRoute")
+    for i, step in enumerate((strategy.get("canary") or {}).get("steps") or []):
+        where = f"spec.strategy.canary.steps[{i}]"
+        if sum(k in step for k in ("setWeight", "pause", "experiment", "analysis")) > 1 or not any(
+            k in step for k in (*kinds, "plugin")
+        ):
+            problems.append(f"{where}: Step must have one of the following set: experiment, setWeight, ...")
+        weight = step.get("setWeight")
+        if isinstance(weight, int) and not 0 <= weight <= 100:  # a wrong type is the schema check's finding
+            problems.append(f"{where}.setWeight: SetWeight needs to be between 0 and 100")
+    return problems
+
+
 def check_manifest(manifest: dict[str, Any]) -> list[str]:
-    """Problems of one rendered manifest, whatever its kind; an unknown apiVersion/kind is one."""
+    """Problems of one rendered manifest, whatever its kind; an unknown apiVersion/kind is one. A Rollout is also
+    held to Argo's own admission rules (`rollout_problems`)."""
     schema = KINDS.get((manifest.get("apiVersion"), manifest.get("kind")))
     if schema is None:
         return [f"{manifest.get('apiVersion')}/{manifest.get('kind')}: not a kind these checks know"]
@@ -279,6 +326,8 @@ def check_manifest(manifest: dict[str, Any]) -> list[str]:
     problems = (
         check_core(manifest, schema.type_name, kind) if isinstance(schema, Core) else check_crd(manifest, schema, kind)
     )
+    if kind == "Rollout":
+        problems += rollout_problems(manifest)
     for path, value in _quantities(manifest, kind):  # every container's limits/requests are quantities
         if not QUANTITY.match(str(value)):
             problems.append(f"{path}: not a resource quantity: {value!r}")

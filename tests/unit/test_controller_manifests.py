@@ -57,3 +57,21 @@ def test_the_kserve_canary_percent_is_a_step_of_the_rollout_policy():
     service = yaml.safe_load((DOCS / "kserve-inferenceservice.yaml").read_text())
     percent = service["spec"]["predictor"]["canaryTrafficPercent"]
     assert service["kind"] == "InferenceService" and percent in load_rollout_policy(SERVING_POLICY_PATH).steps
+
+
+def test_every_documented_manifest_passes_the_controllers_own_checks():
+    """Issue 49: the documented Rollout had no selector and no template: Argo's validation refuses it ("Rollout has
+    missing field '.spec.selector'"). Each documented manifest now passes the checks the rendered ones pass, the
+    Rollout also Argo's admission rules (tests/support/manifest_schemas.py, written from its validation.go)."""
+    from tests.support.manifest_schemas import check_manifest, rollout_problems
+
+    documents = [d for f in sorted(DOCS.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    assert {d["kind"] for d in documents} >= {"Rollout", "AnalysisTemplate", "InferenceService"}
+    for document in documents:
+        if document["kind"] == "Canary":  # Flagger's CRD: its hooks are checked above
+            continue
+        assert check_manifest(document) == [], (document["kind"], check_manifest(document))
+    assert rollout_problems({"spec": {"strategy": {"canary": {"steps": [{"setWeight": 5}]}}}}) == [
+        "spec.selector: Rollout has missing field '.spec.selector'",
+        "spec.template.spec.containers: Required value",
+    ]
