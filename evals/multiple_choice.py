@@ -3,9 +3,10 @@
 An `arith` item becomes a question with four answers: the reference response (worked line, `#### c`)
 and three that keep the worked line and end in a wrong number (c + 1, c + 10, and c - 1 or c + 2),
 in a seeded order. A model picks the answer it finds most likely given the prompt
-(`sampler.likelihood.likelihood`: exact for autoregressive models, the masked-diffusion bound's Monte
-Carlo estimate otherwise), so accuracy here is what lm-evaluation-harness's `acc` reports for the same
-items (`write_lm_eval_task` writes them as an lm-eval task folder).
+(`sampler.likelihood.likelihood`: exact for autoregressive models; for masked diffusion the bound's Monte
+Carlo estimate, or with `method="left-to-right"` the exact left-to-right log-probability, which is what
+lm-evaluation-harness's `acc` reads through `unmask serve` for the same items: docs/serving.md,
+"Log-probabilities"; `write_lm_eval_task` writes them as an lm-eval task folder).
 """
 
 from __future__ import annotations
@@ -64,22 +65,29 @@ class ChoiceResult:
     stderrs: list[list[float | None]]
     samples: int
     seed: int
+    method: str = "elbo"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def likelihood_accuracy(
-    handle: Handle, items: list[ChoiceItem], samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED
+    handle: Handle,
+    items: list[ChoiceItem],
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+    method: str = "elbo",
 ) -> ChoiceResult:
-    """Pick, per item, the choice of highest log-likelihood given the context (ties: the first)."""
+    """Pick, per item, the choice of highest log-likelihood given the context (ties: the first); `method` as
+    `sampler.likelihood.likelihood` reads it."""
     if not items:
         raise ValueError("likelihood_accuracy: no items")
     picks, scores, stderrs = [], [], []
     for item in items:
         context = handle.encode(item.context)
         found = [
-            likelihood(handle, context, handle.encode(choice), samples=samples, seed=seed) for choice in item.choices
+            likelihood(handle, context, handle.encode(choice), samples=samples, seed=seed, method=method)
+            for choice in item.choices
         ]
         totals = [f.total for f in found]
         picks.append(totals.index(max(totals)))
@@ -87,7 +95,13 @@ def likelihood_accuracy(
         stderrs.append([f.stderr for f in found])
     right = sum(p == item.gold for p, item in zip(picks, items))
     return ChoiceResult(
-        accuracy=right / len(items), picks=picks, scores=scores, stderrs=stderrs, samples=samples, seed=seed
+        accuracy=right / len(items),
+        picks=picks,
+        scores=scores,
+        stderrs=stderrs,
+        samples=samples,
+        seed=seed,
+        method=method,
     )
 
 

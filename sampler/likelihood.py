@@ -19,6 +19,11 @@ Both have the same expectation, `elbo_exact` (every mask set, weighted), which t
 against. Samples come from a private CPU generator seeded by `seed`, so an estimate is reproducible
 on any device and the same in process and through the server. Per-token values split the estimate by
 position (a sample's weighted log-probability at each masked position), so they sum to the estimate.
+
+`left_to_right_likelihood` is the one order a masked-diffusion model can be scored in without sampling and
+without knowing where the context ends: token i given the tokens before it, every later position masked. The
+bound above is the average of such orders' log-probabilities over every order of the continuation; this is
+one of them, computed exactly, and each of its terms is a true log-probability (sampler/prompt_scoring.py).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ DEFAULT_SAMPLES = (
 )
 DEFAULT_SEED = 0
 SAMPLE_BATCH = 32  # masked canvases per forward call
+LIKELIHOOD_METHODS = ("elbo", "left-to-right")  # a masked-diffusion model's: the bound's estimate, or one fixed order
 
 
 class ElboEstimator(Protocol):
@@ -140,41 +146,58 @@ def causal_likelihood(handle: Handle, context: list[int], continuation: list[int
 
 
 @torch.no_grad()
-def _masked_logprobs(handle: Handle, context: list[int], continuation: list[int], masks: torch.Tensor) -> torch.Tensor:
-    """`(n, L)` float64: log p(continuation_i | context, continuation with `masks` masked) at every position
-    (read only where masked), in forward calls of SAMPLE_BATCH canvases."""
-    if handle.mask_id is None:  # diffusion_likelihood says so first; elbo_exact comes here unchecked
-        raise ValueError(f"likelihood: {handle.entry_id} has no mask token; it is not a masked-diffusion model")
-    device, P = _device(handle), len(context)
-    row = torch.tensor(list(context) + list(continuation), dtype=torch.long)
-    target = row[P:].to(device)
-    out = []
-    for chunk in torch.split(masks, SAMPLE_BATCH):  # torch.split: Tensor.split is unannotated
-        x = row.repeat(chunk.shape[0], 1)
-        x[:, P:] = torch.where(chunk, handle.mask_id, x[:, P:])
-        logits = handle.model(x.to(device)).logits[:, P:]  # (b, L, V)
-        logp = F.log_softmax(logits.double(), dim=-1)
-        out.append(logp.gather(-1, target.expand(chunk.shape[0], -1)[..., None])[..., 0].cpu())
-    return torch.cat(out)
+def canvas_logprobs(
+    handle: Handle, canvases: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor, top: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Read canvases `(N, T)` long at `positions` `(N, K)`: (log p(targets) `(N, K)` float64, the `top` most likely
+    ids `(N, K, top)` and their log-probabilities), in forward calls of SAMPLE_BATCH canvases (the same numbers
+    whatever else shares a call: the models here are batch invariant)."""
+    values, ids, best = [], [], []
+    for rows, at, want in zip(*(torch.split(t, SAMPLE_BATCH) for t in (canvases, positions, targets))):
+        logits = handle.model(rows.to(_device(handle))).logits  # (b, T, V)
+        logp = F.log_softmax(logits[torch.arange(rows.shape[0])[:, None], at.to(logits.device)].double(), dim=-1)
+        values.append(logp.gather(-1, want.to(logp.device)[..., None])[..., 0].cpu())  # (b, K)
+        chosen = torch.topk(logp, k=min(top, logp.shape[-1]), dim=-1)
+        ids.append(chosen.indices.cpu())
+        best.append(chosen.values.cpu())
+    return torch.cat(values), torch.cat(ids), torch.cat(best)
 
 
-def diffusion_likelihood(
-    handle: Handle,
-    context: list[int],
-    continuation: list[int],
-    samples: int = DEFAULT_SAMPLES,
-    seed: int = DEFAULT_SEED,
-    estimator: str = "count",
-) -> Likelihood:
-    """Monte Carlo estimate of the masked-diffusion lower bound on log p(continuation | context)."""
-    _check_ids(context, continuation)
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise ValueError(f"likelihood: samples must be a positive integer, got {samples!r}")
+def _mask_id(handle: Handle) -> int:
     if handle.mask_id is None:
         raise ValueError(f"likelihood: {handle.entry_id} has no mask token; it is not a masked-diffusion model")
-    generator = torch.Generator().manual_seed(seed)
-    masks, weights = elbo_estimator(estimator).draw(len(continuation), samples, generator)
-    logp = _masked_logprobs(handle, context, continuation, masks)  # (n, L)
+    return handle.mask_id
+
+
+def elbo_canvases(
+    handle: Handle, context: list[int], continuation: list[int], masks: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(canvases `(n, T)`, positions `(n, L)`, targets `(n, L)`): context + continuation with `masks` `(n, L)` masked,
+    read at every continuation position (only the masked ones count)."""
+    P, n = len(context), masks.shape[0]
+    row = torch.tensor(list(context) + list(continuation), dtype=torch.long)
+    canvases = row.repeat(n, 1)
+    canvases[:, P:] = torch.where(masks, _mask_id(handle), canvases[:, P:])
+    return canvases, torch.arange(P, len(row)).expand(n, -1), row[P:].expand(n, -1)
+
+
+def left_to_right_canvases(
+    handle: Handle, ids: list[int], start: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(canvases, positions `(n, 1)`, targets `(n, 1)`) for tokens start.. of `ids`: canvas i shows the tokens before
+    token i and masks it and every later one, so the model's distribution there is log p(token i | tokens before it)."""
+    row = torch.tensor(ids, dtype=torch.long)
+    at = torch.arange(start, len(ids))  # (n,)
+    canvases = torch.where(torch.arange(len(ids))[None, :] < at[:, None], row, _mask_id(handle))  # (n, T)
+    return canvases, at[:, None], row[at][:, None]
+
+
+def elbo_estimate(
+    masks: torch.Tensor, weights: torch.Tensor, logp: torch.Tensor, seed: int, estimator: str
+) -> Likelihood:
+    """The Monte Carlo estimate from `masks` `(n, L)`, their `weights` `(n,)` and the log-probabilities `logp` `(n, L)`
+    read on those canvases."""
+    samples = masks.shape[0]
     scored = torch.where(masks, logp, torch.zeros_like(logp)) * weights[:, None]  # (n, L): each sample's terms
     per_sample = scored.sum(dim=1)  # (n,)
     stderr = float(per_sample.std(unbiased=True) / math.sqrt(samples)) if samples > 1 else None
@@ -189,6 +212,47 @@ def diffusion_likelihood(
     )
 
 
+def draw_masks(
+    handle: Handle, context: list[int], continuation: list[int], samples: int, seed: int, estimator: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(masks `(samples, L)`, weights `(samples,)`) of one estimate, checked and drawn from `seed`."""
+    _check_ids(context, continuation)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise ValueError(f"likelihood: samples must be a positive integer, got {samples!r}")
+    _mask_id(handle)
+    return elbo_estimator(estimator).draw(len(continuation), samples, torch.Generator().manual_seed(seed))
+
+
+def diffusion_likelihood(
+    handle: Handle,
+    context: list[int],
+    continuation: list[int],
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+    estimator: str = "count",
+) -> Likelihood:
+    """Monte Carlo estimate of the masked-diffusion lower bound on log p(continuation | context)."""
+    masks, weights = draw_masks(handle, context, continuation, samples, seed, estimator)
+    logp, _, _ = canvas_logprobs(handle, *elbo_canvases(handle, context, continuation, masks))  # (n, L)
+    return elbo_estimate(masks, weights, logp, seed, estimator)
+
+
+def left_to_right_likelihood(handle: Handle, context: list[int], continuation: list[int]) -> Likelihood:
+    """Exact log-probability of `continuation` when a masked-diffusion model unmasks it one token at a time, left
+    to right: the sum over its tokens of log p(token | context and the tokens before it, the rest masked). One
+    canvas per token, no sampling; the terms are what an echoed prompt's tokens carry (sampler.prompt_scoring)."""
+    _check_ids(context, continuation)
+    if not context:
+        raise ValueError("likelihood: left-to-right needs a context of at least one token")
+    logp, _, _ = canvas_logprobs(
+        handle, *left_to_right_canvases(handle, list(context) + list(continuation), len(context))
+    )
+    tokens = logp[:, 0].tolist()
+    return Likelihood(
+        total=math.fsum(tokens), tokens=tokens, stderr=0.0, samples=0, exact=True, estimator="left-to-right"
+    )
+
+
 def elbo_exact(handle: Handle, context: list[int], continuation: list[int]) -> float:
     """The bound both estimators estimate, summed over every mask set S (weight 1 / (|S| C(L, |S|))):
     2^L - 1 masked canvases, so for short continuations only (tests)."""
@@ -200,7 +264,7 @@ def elbo_exact(handle: Handle, context: list[int], continuation: list[int]) -> f
     masks = torch.zeros(len(sets), L, dtype=torch.bool)
     for r, s in enumerate(sets):
         masks[r, list(s)] = True
-    logp = _masked_logprobs(handle, context, continuation, masks)
+    logp, _, _ = canvas_logprobs(handle, *elbo_canvases(handle, context, continuation, masks))
     size = masks.sum(dim=1)
     weight = torch.tensor([1.0 / (k * math.comb(L, k)) for k in size.tolist()], dtype=torch.float64)
     return float((torch.where(masks, logp, torch.zeros_like(logp)).sum(dim=1) * weight).sum())
@@ -213,68 +277,23 @@ def likelihood(
     samples: int = DEFAULT_SAMPLES,
     seed: int = DEFAULT_SEED,
     estimator: str = "count",
+    method: str = "elbo",
 ) -> Likelihood:
-    """log p(continuation | context): exact for an autoregressive model (samples, seed, estimator unread), the
-    Monte Carlo lower bound for a masked-diffusion one."""
+    """log p(continuation | context): exact for an autoregressive model (samples, seed, estimator, method unread);
+    for a masked-diffusion one, `method` elbo: the Monte Carlo lower bound, left-to-right: the exact log-probability
+    of unmasking it one token at a time (what lm-eval sums through the server, docs/serving.md)."""
+    if method not in LIKELIHOOD_METHODS:
+        raise ValueError(f"likelihood: unknown method {method!r}; known: {', '.join(LIKELIHOOD_METHODS)}")
     if handle.causal:
         return causal_likelihood(handle, context, continuation)
+    if handle.masked_diffusion and method == "left-to-right":
+        return left_to_right_likelihood(handle, context, continuation)
     if handle.masked_diffusion:
         return diffusion_likelihood(handle, context, continuation, samples, seed, estimator)
     raise ValueError(
         f"likelihood: {handle.kind} models ({handle.entry_id}) have no likelihood here; "
         "autoregressive and masked-diffusion models do"
     )
-
-
-@dataclass(frozen=True)
-class PromptScores:
-    """Per token of a prompt, as OpenAI's `echo` reports it: the first token has no value (None).
-
-    logprobs[i]: AR, log p(token i | tokens before it); masked diffusion, `suffix[i] - suffix[i + 1]`,
-    where suffix[c] estimates log p(tokens c.. | tokens ..c) by `diffusion_likelihood`, so the values from
-    any token c to the end sum to the estimate for that split (what lm-eval sums). top: per token, the
-    most likely ids and their log-probabilities (AR); masked diffusion reports only the token itself.
-    suffix_stderr[i]: the standard error of suffix[i] (AR: 0.0).
-    """
-
-    ids: list[int]
-    logprobs: list[float | None]
-    top: list[dict[int, float] | None]
-    suffix_stderr: list[float | None]
-    samples: int
-    exact: bool
-    estimator: str | None = None
-    seed: int | None = None
-
-
-def prompt_scores(
-    handle: Handle,
-    ids: list[int],
-    top: int = 1,
-    samples: int = DEFAULT_SAMPLES,
-    seed: int = DEFAULT_SEED,
-    estimator: str = "count",
-) -> PromptScores:
-    """Score every token of `ids` after the first (see PromptScores). Masked diffusion costs one
-    `diffusion_likelihood` per split: (len(ids) - 1) * samples masked canvases."""
-    if not ids:
-        raise ValueError("prompt_scores: no tokens")
-    n = len(ids)
-    if handle.causal:
-        if n == 1:
-            return PromptScores(list(ids), [None], [None], [None], 0, True)
-        logp = causal_logprobs(handle, ids)  # (n - 1, V)
-        best = torch.topk(logp, k=min(max(top, 1), logp.shape[-1]), dim=-1)
-        lps = [None] + [float(logp[i - 1, ids[i]]) for i in range(1, n)]
-        tops = [None] + [dict(zip(best.indices[i].tolist(), best.values[i].tolist())) for i in range(n - 1)]
-        return PromptScores(list(ids), lps, tops, [None] + [0.0] * (n - 1), 0, True)
-    if not handle.masked_diffusion:
-        raise ValueError(f"prompt_scores: {handle.kind} models ({handle.entry_id}) cannot score a prompt here")
-    suffix = [diffusion_likelihood(handle, ids[:c], ids[c:], samples, seed, estimator) for c in range(1, n)]
-    totals = [s.total for s in suffix] + [0.0]
-    lps = [None] + [totals[i] - totals[i + 1] for i in range(n - 1)]
-    tops = [None] + [{ids[c]: lps[c]} for c in range(1, n)]
-    return PromptScores(list(ids), lps, tops, [None, *[s.stderr for s in suffix]], samples, False, estimator, seed)
 
 
 class CommitLogprobs:

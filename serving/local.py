@@ -28,8 +28,8 @@ from registry.serving import ServedVersion
 from sampler.config import SamplerConfig
 from sampler.decode import fits_context, is_deterministic, row_seeded
 from sampler.handle import Handle
-from sampler.likelihood import PromptScores, prompt_scores
 from sampler.memory import footprint, mib
+from sampler.prompt_scoring import PromptScores, ScoringSettings, score_prompts
 from sampler.proposal import NonFiniteLogitsError
 from serving import errors
 from serving.arms import ArmFailure, LocalArm
@@ -43,7 +43,7 @@ from serving.logprobs import (
     asked_logprobs,
     chat_logprobs,
     check_asked,
-    check_scoring_cost,
+    check_scoring,
     completion_logprobs,
     kept_tokens,
     likelihood_settings,
@@ -125,7 +125,7 @@ class Submitted:
     retry_of: str | None = None  # the arm that failed, when this answers for it
     dropped: list[dict[str, Any]] | None = None  # chat: messages the template left out
     ask: Asked = Asked(None, False)  # log-probabilities asked for (serving/logprobs.py)
-    likelihood: tuple[int, int, str] | None = None  # (samples, seed, estimator) when the prompt is scored
+    likelihood: ScoringSettings | None = None  # how a masked-diffusion prompt is estimated, when it is scored
     scores: dict[int, PromptScores] | None = None  # per prompt, its scored tokens (echo with logprobs)
     ignored: list[str] | None = None  # settings the model does not read
 
@@ -231,12 +231,11 @@ class LocalServing:
         """Each prompt's tokens scored (echo with logprobs), in the version's decode thread."""
         handle, batcher = job.route.loaded.handle, job.route.loaded.batcher
         assert job.likelihood is not None, "scored only when echo asks, which sets the likelihood settings"
-        samples, seed, estimator = job.likelihood
-        prompts = {r.prompt: r.ids for r in job.rows}
-        return {
-            i: await batcher.run(prompt_scores, handle, ids, max(job.ask.top or 0, 1), samples, seed, estimator)
-            for i, ids in prompts.items()
-        }
+        prompts = {r.prompt: r.ids for r in job.rows}  # each prompt once, all in one call: they share forwards
+        scored = await batcher.run(
+            score_prompts, handle, list(prompts.values()), max(job.ask.top or 0, 1), job.likelihood
+        )
+        return dict(zip(prompts, scored))
 
     def parse(self, route: Route, endpoint: str, prompt: str | list[int], attempt: Attempt) -> Parsed:
         """Check one prompt (text, or token ids) and the request's settings against the limits and the model;
@@ -330,7 +329,7 @@ class LocalServing:
         likelihood = likelihood_settings(body, self.settings.likelihood_samples) if ask.echo else None
         if likelihood:  # before anything is queued
             for p in parsed:
-                check_scoring_cost(len(p.ids), likelihood[0], handle.kind, self.settings.compute.max_token_forwards)
+                check_scoring(len(p.ids), likelihood, handle.kind, self.settings.compute.max_token_forwards)
         planned = [
             (i, p, config) for i, p in enumerate(parsed) for config in seeded(p.config, body.seed, n, handle.kind)
         ]

@@ -3,11 +3,11 @@
 Generated tokens carry the log-probability each had at the step that committed it (the batcher records it,
 `sampler.likelihood.CommitLogprobs`): for an autoregressive model the exact next-token log softmax, for a
 masked-diffusion model the model's distribution at that position on its commit step. With completions'
-`echo`, the prompt's tokens are scored too (`sampler.likelihood.prompt_scores`: exact for autoregressive
-models; for masked diffusion, differences of Monte Carlo estimates of the masked-diffusion bound, so the
-values from any token to the end of the prompt sum to the estimated log-likelihood of that part given the
-rest; `unmask.likelihood` sets samples, seed and estimator). docs/serving.md ("Log-probabilities") says
-what each number means.
+`echo`, the prompt's tokens are scored too (`sampler.prompt_scoring.score_prompts`): each carries a true
+log-probability, exact for autoregressive models, the left-to-right order's for masked diffusion, so the values
+from any token to the end of the prompt sum to a log-likelihood of that part given the rest; the masked-diffusion
+bound's Monte Carlo estimate and its standard error travel in `unmask.likelihood` (which sets samples, seed,
+estimator and where the context ends). docs/serving.md ("Log-probabilities") says what each number means.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sampler.handle import Handle
-from sampler.likelihood import ELBO_ESTIMATORS, PromptScores
+from sampler.likelihood import ELBO_ESTIMATORS
+from sampler.prompt_scoring import PromptScores, ScoringSettings
 from serving.decoding import RequestError
 from serving.schemas import Sampling
 
@@ -78,30 +79,38 @@ def unread_likelihood(body: Sampling, handle: Handle) -> list[str]:
     return ["unmask.likelihood"] if options is not None and handle.causal else []
 
 
-def likelihood_settings(body: Sampling, default_samples: int) -> tuple[int, int, str]:
-    """(samples, seed, estimator) for scoring a masked-diffusion prompt: `unmask.likelihood`, else the server's
-    default samples, seed 0 and LLaDA's `count` estimator."""
+def likelihood_settings(body: Sampling, default_samples: int) -> ScoringSettings:
+    """How a masked-diffusion prompt's estimate is drawn, and for which split: `unmask.likelihood`, else the
+    server's default samples, seed 0, LLaDA's `count` estimator and the whole prompt after its first token."""
     options = getattr(getattr(body, "unmask", None), "likelihood", None)
     samples = options.samples if options is not None and options.samples is not None else default_samples
     seed = options.seed if options is not None and options.seed is not None else 0
     estimator = options.estimator if options is not None and options.estimator is not None else "count"
+    split = options.context_tokens if options is not None and options.context_tokens is not None else 1
     if estimator not in ELBO_ESTIMATORS:
         raise RequestError("unmask.likelihood.estimator", f"{estimator!r} is not one of {', '.join(ELBO_ESTIMATORS)}")
-    return samples, seed, estimator
+    return ScoringSettings(samples, seed, estimator, split)
 
 
-def check_scoring_cost(prompt_tokens: int, samples: int, kind: str, max_token_forwards: int) -> None:
-    """RequestError when scoring a masked-diffusion prompt would cost more token-forwards than one request may:
-    every split is estimated, (prompt_tokens - 1) * samples canvases of prompt_tokens each."""
+def check_scoring(prompt_tokens: int, settings: ScoringSettings, kind: str, max_token_forwards: int) -> None:
+    """RequestError for a split outside the prompt, or a masked-diffusion prompt whose scoring would cost more
+    token-forwards than one request may: a left-to-right canvas per token and `samples` masked copies, each
+    prompt_tokens long."""
+    if prompt_tokens > 1 and not settings.split < prompt_tokens:
+        raise RequestError(
+            "unmask.likelihood.context_tokens",
+            f"context_tokens={settings.split} leaves nothing to score in a prompt of {prompt_tokens} tokens",
+        )
     if kind != "masked-diffusion":
         return  # an autoregressive model scores a prompt in one forward
-    cost = (prompt_tokens - 1) * samples * prompt_tokens
+    order = (prompt_tokens - 1) * prompt_tokens
+    cost = order + settings.samples * prompt_tokens
     if cost > max_token_forwards:
         raise RequestError(
-            "unmask.likelihood.samples",
-            f"scoring {prompt_tokens} prompt tokens with {samples} samples "
-            f"per split is {cost} token-forwards, above this server's limit of {max_token_forwards} per "
-            "request; lower unmask.likelihood.samples or shorten the prompt",
+            "prompt" if order > max_token_forwards else "unmask.likelihood.samples",
+            f"scoring {prompt_tokens} prompt tokens (a canvas per token) with {settings.samples} samples is {cost} "
+            f"token-forwards, above this server's limit of {max_token_forwards} per request; shorten the prompt "
+            "or lower unmask.likelihood.samples",
         )
 
 
@@ -182,11 +191,16 @@ def chat_logprobs(
 
 
 def prompt_extension(scores: PromptScores) -> dict[str, Any]:
-    """What the `unmask.likelihood` of an answer says of a scored prompt: how its values were computed."""
+    """What the `unmask.likelihood` of an answer says of a scored prompt: what its token values condition on, and
+    the log-likelihood of its tokens after `context_tokens` (exact, or the Monte Carlo estimate with its error)."""
+    estimate = scores.estimate
     return {
-        "exact": scores.exact,
-        "samples": scores.samples,
-        "seed": scores.seed,
-        "estimator": scores.estimator,
-        "suffix_stderr": scores.suffix_stderr,
+        "token_logprobs": scores.order,
+        "context_tokens": scores.split,
+        "loglikelihood": None if estimate is None else estimate.total,
+        "stderr": None if estimate is None else estimate.stderr,
+        "exact": True if estimate is None else estimate.exact,
+        "samples": 0 if estimate is None else estimate.samples,
+        "seed": None if estimate is None else estimate.seed,
+        "estimator": None if estimate is None else estimate.estimator,
     }

@@ -55,6 +55,7 @@ class LikelihoodOptions(Strict):
     samples: StrictInt | None = Field(None, ge=1, le=1024)  # Monte Carlo mask samples per estimate
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)  # the samples' generator (default 0)
     estimator: str | None = None  # count (LLaDA's, the default) or ratio
+    context_tokens: StrictInt | None = Field(None, ge=1)  # the estimate is of the tokens after these (default 1)
 
 
 class UnmaskOptions(Strict):

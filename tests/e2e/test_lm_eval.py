@@ -1,7 +1,8 @@
 """lm-evaluation-harness against a real uvicorn server: its `local-completions` model on local task files built
 from the bundled arith task, a multiple-choice (loglikelihood) one and a generate_until one. What lm-eval
 measures through the server equals unmask's own in-process figures: the likelihood accuracy and every
-choice's log-likelihood (`evals.multiple_choice`), and each generated answer (the project's own decode)."""
+choice's log-likelihood (`evals.multiple_choice`; for masked diffusion its left-to-right method, which is what
+the echoed token values add up to), and each generated answer (the project's own decode)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def test_lm_eval_through_the_server_equals_unmask_in_process(tmp_path, monkeypat
             out = run_lm_eval(server, alias, model, names, tmp_path / "tasks")
 
             # loglikelihood multiple choice: the accuracy and each choice's log-likelihood
-            own = likelihood_accuracy(handle, items, samples=SAMPLES, seed=0)
+            # masked diffusion: lm-eval sums echoed token values, the left-to-right order's (docs/serving.md)
+            own = likelihood_accuracy(handle, items, samples=SAMPLES, seed=0, method="left-to-right")
             assert out["results"]["unmask_arith_mc"]["acc,none"] == own.accuracy, alias
             docs = sorted(out["samples"]["unmask_arith_mc"], key=lambda d: d["doc_id"])
             assert len(docs) == ITEMS

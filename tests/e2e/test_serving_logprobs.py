@@ -10,7 +10,9 @@ import math
 import openai
 import pytest
 
-from sampler.likelihood import causal_likelihood, diffusion_likelihood, prompt_scores
+from gates.request_limits import RequestLimits
+from sampler.likelihood import SAMPLE_BATCH, causal_likelihood, diffusion_likelihood, left_to_right_likelihood
+from sampler.prompt_scoring import ScoringSettings, score_prompts
 from tests.support.serving_fixtures import openai_client, running_server, settings_for, shared_serving_registry
 
 PROMPT = "A box has 9 coins. Zoe takes 3. How many remain?"
@@ -19,7 +21,11 @@ SHORT = "A box has 9 coins."
 
 @pytest.fixture(scope="module")
 def server():
-    settings = dataclasses.replace(settings_for(shared_serving_registry().tracking_uri), likelihood_samples=3)
+    settings = dataclasses.replace(
+        settings_for(shared_serving_registry().tracking_uri),
+        likelihood_samples=3,
+        compute=RequestLimits(max_token_forwards=65536),  # low enough that scoring 1024 samples meets it
+    )
     with running_server(settings) as s:
         yield s
 
@@ -51,7 +57,8 @@ def test_autoregressive_echo_scores_the_prompt_exactly(server, client):
         assert served == pytest.approx(causal_likelihood(h, ids[:ctxlen], ids[ctxlen:]).total, abs=1e-6)
         assert all(len(t) == 1 for t in lp.top_logprobs[1:])
         assert lp.text_offset[:3] == [0, 1, 2]
-    assert r.model_extra["unmask"]["likelihood"][0]["exact"] is True
+    said = r.model_extra["unmask"]["likelihood"][0]
+    assert said["exact"] is True and said["token_logprobs"] == "next-token" and said["stderr"] == 0.0
     sampled = client.completions.create(
         model="fallback",
         prompt=context,
@@ -63,28 +70,68 @@ def test_autoregressive_echo_scores_the_prompt_exactly(server, client):
     assert sampled.model_extra["unmask"]["ignored"] == ["unmask.likelihood"]  # exact: nothing to sample, and said so
 
 
-def test_masked_diffusion_echo_is_the_monte_carlo_bound_with_its_settings_and_errors(server, client):
+def test_masked_diffusion_echo_carries_log_probabilities_and_the_bound_in_its_own_field(server, client):
+    """Issue 51, item 3: every echoed token_logprob is a true log-probability (<= 0; the left-to-right order's),
+    what lm-eval sums (token_logprobs[ctxlen:-1] of a max_tokens 1 answer) is that order's log-likelihood of the
+    continuation, and the Monte Carlo bound's estimate and standard error for the split the client names travel in
+    unmask.likelihood, each equal to the in-process computation."""
     h = handle_of(server, "production")
-    ids = h.encode(SHORT)
+    context, continuation = PROMPT, "9-3=6,0-0-0=0\n#### 6"
+    ids, ctxlen = h.encode(context + continuation), len(h.encode(context))
     r = client.completions.create(
         model="production",
-        prompt=SHORT,
-        max_tokens=0,
+        prompt=context + continuation,
+        max_tokens=1,
         echo=True,
         logprobs=1,
-        extra_body={"unmask": {"likelihood": {"samples": 4, "seed": 7}}},
+        extra_body={"unmask": {"likelihood": {"samples": 4, "seed": 7, "context_tokens": ctxlen}}},
     )
     lp = r.choices[0].logprobs
+    assert lp.token_logprobs[0] is None and len(lp.token_logprobs) == len(ids) + 1
+    for value, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert value <= 0.0 and max(top.values()) >= value
+    order = left_to_right_likelihood(h, ids[:ctxlen], ids[ctxlen:])
+    assert math.fsum(lp.token_logprobs[ctxlen:-1]) == pytest.approx(order.total, abs=1e-9)
     scored = r.model_extra["unmask"]["likelihood"][0]
+    direct = diffusion_likelihood(h, ids[:ctxlen], ids[ctxlen:], samples=4, seed=7)
+    assert scored["token_logprobs"] == "left-to-right" and scored["context_tokens"] == ctxlen
     assert scored["samples"] == 4 and scored["seed"] == 7 and scored["estimator"] == "count" and not scored["exact"]
-    local = prompt_scores(h, ids, samples=4, seed=7)
-    assert lp.token_logprobs == pytest.approx(local.logprobs, abs=1e-9) and lp.token_logprobs[0] is None
-    for c in (1, 10):  # any split: the served values from c on add up to the in-process estimate for that split
-        direct = diffusion_likelihood(h, ids[:c], ids[c:], samples=4, seed=7)
-        assert math.fsum(lp.token_logprobs[c:]) == pytest.approx(direct.total, abs=1e-9)
-        assert scored["suffix_stderr"][c] == pytest.approx(direct.stderr)
+    assert scored["loglikelihood"] == pytest.approx(direct.total, abs=1e-9)
+    assert scored["stderr"] == pytest.approx(direct.stderr)
     default = client.completions.create(model="production", prompt=SHORT, max_tokens=0, echo=True, logprobs=1)
-    assert default.model_extra["unmask"]["likelihood"][0]["samples"] == 3  # the server's --likelihood-samples
+    said = default.model_extra["unmask"]["likelihood"][0]
+    assert said["samples"] == 3 and said["context_tokens"] == 1  # the server's --likelihood-samples, whole prompt
+
+
+def test_the_prompts_of_one_request_share_forwards_and_score_as_each_alone_and_in_process(server, client):
+    """Issue 51, item 4: lm-eval may send several prompts in one request; they are scored in shared forward calls
+    (every left-to-right canvas and Monte Carlo copy of prompts of one length), and each prompt's numbers are
+    what it gets alone and what `score_prompts` gives in process."""
+    h = handle_of(server, "production")
+    prompts = [PROMPT + " 6", PROMPT + " 7", SHORT]
+    ids = [h.encode(p) for p in prompts]
+    options = {"unmask": {"likelihood": {"samples": 4, "seed": 7}}}
+    calls: list[int] = []
+    hook = h.model.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    try:
+        together = client.completions.create(
+            model="production", prompt=prompts, max_tokens=0, echo=True, logprobs=1, extra_body=options
+        )
+    finally:
+        hook.remove()
+    assert len(ids[0]) == len(ids[1]) != len(ids[2])  # the first two share a length, so they share calls
+    canvases = [2 * (len(ids[0]) - 1), 2 * 4, len(ids[2]) - 1, 4]  # per length: left-to-right, then the samples
+    assert sum(calls) == sum(canvases) and len(calls) == sum(-(-c // SAMPLE_BATCH) for c in canvases)
+    local = score_prompts(h, ids, top=1, settings=ScoringSettings(samples=4, seed=7))
+    for k, prompt in enumerate(prompts):
+        alone = client.completions.create(
+            model="production", prompt=prompt, max_tokens=0, echo=True, logprobs=1, extra_body=options
+        )
+        assert together.choices[k].logprobs == alone.choices[0].logprobs
+        assert together.choices[k].logprobs.token_logprobs == local[k].logprobs
+        said = together.model_extra["unmask"]["likelihood"][k]
+        assert said == alone.model_extra["unmask"]["likelihood"][0]
+        assert said["loglikelihood"] == local[k].estimate.total and said["stderr"] == local[k].estimate.stderr
 
 
 def test_generated_tokens_carry_their_commit_step_logprobs(server, client):
@@ -167,7 +214,7 @@ def test_streamed_chunks_carry_the_logprobs_of_the_tokens_they_complete(server, 
         (
             {
                 "model": "production",
-                "prompt": PROMPT,
+                "prompt": " ".join([PROMPT] * 4),
                 "max_tokens": 0,
                 "echo": True,
                 "logprobs": 1,
@@ -175,6 +222,17 @@ def test_streamed_chunks_carry_the_logprobs_of_the_tokens_they_complete(server, 
             },
             "unmask.likelihood.samples",
         ),  # the compute cap
+        (
+            {
+                "model": "production",
+                "prompt": SHORT,
+                "max_tokens": 0,
+                "echo": True,
+                "logprobs": 1,
+                "unmask": {"likelihood": {"context_tokens": 500}},
+            },
+            "unmask.likelihood.context_tokens",
+        ),  # a split past the prompt's end
     ],
 )
 def test_what_cannot_be_answered_is_a_400_naming_it(server, client, body, param):

@@ -17,6 +17,7 @@ from models.loading import load
 from sampler.decode import decode_prompts
 from sampler.likelihood import (
     ELBO_ESTIMATORS,
+    SAMPLE_BATCH,
     CommitLogprobs,
     causal_likelihood,
     causal_logprobs,
@@ -24,8 +25,8 @@ from sampler.likelihood import (
     elbo_estimator,
     elbo_exact,
     likelihood,
-    prompt_scores,
 )
+from sampler.prompt_scoring import ScoringSettings, score_prompts
 from serving.decoding import operating_config
 
 PROMPT = "A box has 9 coins. Zoe takes 3. How many remain?"
@@ -113,19 +114,51 @@ def test_masked_diffusion_commit_logprobs_are_the_committed_tokens_probabilities
         assert len(top) == 2 and max(top.values()) == pytest.approx(value, abs=1e-12)
 
 
-def test_prompt_scores_sum_to_the_likelihood_of_any_split():
-    """Echo's per-token values: from any token to the end they add up to that suffix's likelihood given the rest."""
-    short = "A box has 9 coins."
+def test_prompt_scores_are_log_probabilities_that_sum_to_a_likelihood_of_any_split():
+    """Issue 51, item 3: echo's per-token values are true log-probabilities (<= 0, the top alternative at least
+    as likely), and from any token to the end they add up to a likelihood of that suffix given the rest: exact
+    for AR, the left-to-right order's for masked diffusion. The Monte Carlo bound travels whole, with its error."""
     for name in ("tiny-ar", "tiny-llada"):
         h = handle(name)
-        ids = h.encode(short)
-        scores = prompt_scores(h, ids, top=2, samples=3, seed=2)
-        assert scores.logprobs[0] is None and len(scores.logprobs) == len(ids)
-        for c in (1, 7, len(ids) - 1):
-            direct = likelihood(h, ids[:c], ids[c:], samples=3, seed=2)
-            assert math.fsum(scores.logprobs[c:]) == pytest.approx(direct.total, abs=1e-9)
-            if not scores.exact:
-                assert scores.suffix_stderr[c] == pytest.approx(direct.stderr)
+        ids = h.encode(PROMPT + ANSWER)
+        for split in (1, 7, len(h.encode(PROMPT))):
+            [scores] = score_prompts(h, [ids], top=2, settings=ScoringSettings(samples=3, seed=2, split=split))
+            assert scores.logprobs[0] is None and len(scores.logprobs) == len(ids)
+            for value, top in zip(scores.logprobs[1:], scores.top[1:]):
+                assert value <= 0.0 and len(top) == 2 and max(top.values()) >= value
+            for c in (1, 7, len(ids) - 1):
+                order = likelihood(h, ids[:c], ids[c:], method="left-to-right")
+                assert math.fsum(scores.logprobs[c:]) == pytest.approx(order.total, abs=1e-9)
+            direct = likelihood(h, ids[:split], ids[split:], samples=3, seed=2)
+            assert scores.estimate.total == pytest.approx(direct.total, abs=1e-9)
+            assert scores.estimate.stderr == pytest.approx(direct.stderr) and scores.split == split
+
+
+def test_prompts_scored_together_are_each_scored_alone_in_fewer_forwards():
+    """Issue 51, item 4: a request's prompts share forward calls (every left-to-right canvas and Monte Carlo copy
+    of prompts of one length), and each gets the numbers it gets alone."""
+    h = handle("tiny-llada")
+    prompts = [h.encode(PROMPT + " 6"), h.encode(PROMPT + " 7"), h.encode("A box has 9 coins.")]
+    settings = ScoringSettings(samples=4, seed=7)
+    calls = []
+    hook = h.model.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    try:
+        together = score_prompts(h, prompts, top=1, settings=settings)
+    finally:
+        hook.remove()
+    alone = [score_prompts(h, [ids], top=1, settings=settings)[0] for ids in prompts]
+    assert together == alone
+    same = len(prompts[0])  # the first two share a length, so their canvases share calls
+    assert len(prompts[1]) == same and len(prompts[2]) != same
+    expected = [
+        -(-2 * (same - 1) // SAMPLE_BATCH),  # left-to-right canvases, both prompts
+        -(-2 * 4 // SAMPLE_BATCH),  # their samples
+        -(-(len(prompts[2]) - 1) // SAMPLE_BATCH),
+        -(-4 // SAMPLE_BATCH),
+    ]
+    assert len(calls) == sum(expected) and sum(calls) == 2 * (same - 1 + 4) + len(prompts[2]) - 1 + 4
+    own = likelihood_accuracy(h, choice_items(n=2), samples=3, seed=0, method="left-to-right")
+    assert own.method == "left-to-right" and own.stderrs[0][0] == 0.0
 
 
 def test_bad_input_names_what_is_wrong():
