@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,29 @@ from evals.records import EvalRecord, records_from_frame, records_to_frame
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file of its own in the same folder, then rename, so readers never see half a
     file and two writers never share a temporary; a failed write leaves the old file and no temporary."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        try:
+            write(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError inside names `path`: a refused `write()` (a full disk) names no file, and the temporary file a
+    write went to is not the one the user knows."""
     try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        yield
+    except OSError as e:
+        named = Path(os.fsdecode(e.filename)).name if isinstance(e.filename, (str, bytes)) else None
+        if e.errno is None or named is not None and not named.startswith(f".{path.name}."):  # it says what it is
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e  # the same subclass: OSError maps errno to it
 
 
 def write_json_atomic(path: Path, data: Any, **dumps: Any) -> None:
@@ -70,7 +85,7 @@ class RecordStore:
         tables: rewrite the Parquet and CSV tables now (a caller adding many records at once writes them once,
         `write_tables`, instead of once per record: 36 rewrites of both for a default run's folder)."""
         self.records.append(record)
-        with self.jsonl.open("a", encoding="utf-8") as f:
+        with naming(self.jsonl), self.jsonl.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
+from flows.interrupt import EXIT_CODE, INTERRUPT
 from flows.quick_exit import QUICK_EXIT  # first: its exit hook must be the first one registered (it runs last)
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ class UnmaskGroup(TyperGroup):
         except (typer.Exit, typer.Abort, TyperException):
             raise
         except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
+            INTERRUPT.announce()
+            raise typer.Exit(EXIT_CODE) from None
         except Exception as e:
             if ctx.meta.get("unmask.debug") or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
                 raise
@@ -225,6 +226,7 @@ def stop_on_sigterm() -> None:
 
 def main() -> None:
     stop_on_sigterm()
+    INTERRUPT.install()  # Ctrl-C: out within seconds, never through a registry write (flows.interrupt)
     try:
         configure_environment()
     except ValueError as e:  # $UNMASK_HOME that cannot be a folder: models.state says which and why

@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 from evals.pipeline import PAIRED_ROUNDS, SweepPlan, SweepPoint
 from evals.sweep import default_sweep_path
 from flows import tasks
+from flows.failures import refused_write
+from flows.interrupt import INTERRUPT
 from flows.outbox import outbox_dir
 from flows.outcome import CandidateOutcome
 from flows.progress import report
@@ -99,6 +101,8 @@ def measure_all(
             measured.append(value)
             cached += state.name == "Cached"
             report("point", candidate=point.candidate, label=point.label, cached=state.name == "Cached")
+        elif refused_write(value):  # the machine's failure, not the point's: the run ends with it
+            raise value
         else:
             failures.append(f"{point.label}: {type(value).__name__}: {value}")
             report("failure", candidate=point.candidate, message=failures[-1])
@@ -132,6 +136,8 @@ def evaluate_candidate(
             reproducibility = state.result()
         else:  # a decode failure of the probe is evidence too: the error-rate gate reads it
             error = state.result(raise_on_failure=False)
+            if refused_write(error):
+                raise error
             failures.append(f"reproducibility probe: {type(error).__name__}: {error}")
     speed: list[dict[str, Any]] = []
     if prepared.role == "candidate" and prepared.kind != "api":
@@ -149,13 +155,16 @@ def evaluate_candidate(
             speed = timed.result()
         else:  # the speed gates then say no paired measurement was made, and why is among the failures
             problem = timed.result(raise_on_failure=False)
+            if refused_write(problem):
+                raise problem
             failures.append(f"paired speed measurement: {type(problem).__name__}: {problem}")
     license_result = tasks.check_license(prepared)
     files = tasks.write_files(prepared, sweep, plan, measured, license_result, reproducibility, failures)
     evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures, speed)
     report("stage", candidate=prepared.candidate, step="logging to MLflow")
-    logged = log_or_keep(evidence, tracking_uri, options)
-    verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
+    with INTERRUPT.shielded():  # a version, its evidence run and their audit entries land together
+        logged = log_or_keep(evidence, tracking_uri, options)
+        verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
     outcome = CandidateOutcome(
         candidate=prepared.candidate,
         ref=model_id,
@@ -186,7 +195,8 @@ def evaluate_on(options: EvaluationOptions) -> Flow[[str, str, EvaluationOptions
 
 
 def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: EvaluationOptions) -> dict[str, Any]:
-    """Log to MLflow with retries; when that fails, say so clearly, keeping the evidence in the outbox."""
+    """Log to MLflow with retries; when that fails, say so clearly, keeping the evidence in the outbox (a full or
+    read-only disk is said as such: retrying against it later would not help)."""
     log = tasks.log_evidence.with_options(
         retries=options.mlflow_retries, retry_delay_seconds=options.mlflow_retry_delay_s
     )
@@ -194,6 +204,8 @@ def log_or_keep(evidence: dict[str, Any], tracking_uri: str, options: Evaluation
     if state.is_completed():
         return state.result()
     error = state.result(raise_on_failure=False)
+    if refused_write(error):
+        raise error
     raise RegistryUnreachable(
         f"could not log {evidence['candidate']} to MLflow at {tracking_uri} after {options.mlflow_retries + 1} "
         f"attempt(s): {error}. Its {len(evidence['records'])} finished record(s) are kept in {outbox_dir()} and "

@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import os
+import shutil
 import sqlite3
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from models.state import state_dir
 from registry.connection import not_authenticated
@@ -72,14 +73,11 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
             f"the MLflow store {_store()} is read-only; make the file and its folder writable, or set "
             f"UNMASK_HOME to a writable folder"
         )
-    if (
-        "database or disk is full" in text
-        or "no space left on device" in text
-        or any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain)
-    ):
+    if "database or disk is full" in text or "no space left on device" in text or _full_disk(chain) is not None:
+        where = _full_path(chain) or _store().removeprefix("sqlite:///")
         return 1, (
-            f"the disk holding {_full_path(chain) or _store()} is full; free some space (or set UNMASK_HOME to "
-            f"a folder on another disk) and run again: the store was left as it was, nothing is lost"
+            f"cannot write {where}: {_full_reason(chain)}{free_space(where)}; the disk is full: free some space "
+            f"(or set UNMASK_HOME to a folder on another disk) and run again: what was recorded before is kept"
         )
     if "read-only file system" in text or any(isinstance(e, OSError) and e.errno == errno.EROFS for e in chain):
         return 1, (
@@ -107,8 +105,14 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
         or "connection refused" in text
         or "max retries exceeded" in text
     ):
+        tracking = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not tracking or tracking.startswith(("sqlite:", "file:", "/")):  # no server to MLflow: Prefect's it was
+            return 1, (
+                f"the Prefect server {os.environ.get('PREFECT_API_URL') or 'this command started'} cannot be "
+                f"reached (stopped while the command ran?); run the command again: what was measured is kept"
+            )
         return 1, (
-            f"the tracking server {os.environ.get('MLFLOW_TRACKING_URI', '')} cannot be reached; start it, "
+            f"the tracking server {tracking} cannot be reached; start it, "
             f"or unset MLFLOW_TRACKING_URI to use the embedded store"
         )
     if "PromotionBlocked" in names:
@@ -135,6 +139,57 @@ def _classify(text: str, names: set[str], exc: BaseException | None) -> tuple[in
 def _full_path(chain: list[BaseException]) -> str:
     """The file an OSError in the chain names, if any."""
     return next((str(e.filename) for e in chain if isinstance(e, OSError) and e.filename), "")
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)  # no space left, or none left to this user
+
+
+def _full_disk(chain: list[BaseException]) -> OSError | None:
+    return next((e for e in chain if isinstance(e, OSError) and e.errno in FULL_DISK), None)
+
+
+def _full_reason(chain: list[BaseException]) -> str:
+    """The system's words for the refused write ("No space left on device"), or SQLite's."""
+    full = _full_disk(chain)
+    return (full.strerror if full is not None else None) or "database or disk is full"
+
+
+def free_space(path: str) -> str:
+    """` (0 B free on /mnt/data)`: the free space of the file system that holds `path` (its nearest existing
+    folder), and where it is mounted; nothing for what is not a local path (a server's URL)."""
+    if not os.path.isabs(path):
+        return ""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = float(shutil.disk_usage(folder).free)
+    except OSError:
+        return f" (free space unknown on {mount})"
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while free >= 1024 and power < len(units) - 1:
+        free /= 1024
+        power += 1
+    shown = f"{free:.0f} B" if power == 0 else f"{free:.1f} {units[power]}"
+    return f" ({shown} free on {mount})"
+
+
+def refused_write(error: object) -> TypeGuard[BaseException]:
+    """Whether `error` is a write the machine refused (a full disk or quota, a read-only file system or store):
+    that is no candidate's failure, and a flow that collects failures re-raises it, ending the run with its line."""
+    if not isinstance(error, BaseException):
+        return False
+    chain = _chain(error)
+    text = " ".join(str(e) for e in chain).lower()
+    return (
+        any(isinstance(e, OSError) and e.errno in (*FULL_DISK, errno.EROFS) for e in chain)
+        or "database or disk is full" in text
+        or "readonly database" in text
+    )
 
 
 def _joined(exc: BaseException | None) -> str:

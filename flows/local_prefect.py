@@ -12,6 +12,14 @@ The child serves Prefect's app behind `RetryLocked` (`create_app` here): over SQ
 meets the server's own event consumers' write answers 503 at once ("database is locked", a deferred
 transaction that cannot wait), and Prefect's client retries it after 2 s of backoff, a fifth of a fully cached
 `unmask run`. The child retries such a request itself within milliseconds, as the client would have.
+
+The child never outlives the command. It runs in a session of its own, so the terminal's Ctrl-C (sent to the
+command's process group) does not stop it mid-run: the flows then record how they ended on a live server instead of
+retrying a dead one for minutes, and the command stops the child as it exits. Should the command die without exiting
+(kill -9, the OOM killer), the child's `ParentWatch` sees its parent gone within PARENT_POLL_S and stops itself.
+A watch, rather than Linux's PR_SET_PDEATHSIG: that signal fires when the *thread* that started the child ends (a
+command may boot from a worker thread), needs a preexec_fn (unsafe once threads run), and is Linux only; the watch
+is told the parent's pid, so a parent that died before the child even started is caught too.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +42,8 @@ from typing import Any
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # Prefect's own setting, reused
 STOP_GRACE_S = 5.0
+PARENT_ENV = "UNMASK_PREFECT_PARENT_PID"  # the command that started the child, for its ParentWatch
+PARENT_POLL_S = 0.5
 LOCKED_RETRY_DELAYS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)  # then the 503 goes to the client, which backs off
 
 
@@ -63,10 +74,16 @@ class LocalPrefect:
                     "on",
                 ],
                 env=os.environ
-                | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"},
+                | {
+                    "PREFECT_UI_ENABLED": "0",
+                    "PREFECT__SERVER_EPHEMERAL": "1",
+                    "PREFECT__SERVER_FINAL": "1",
+                    PARENT_ENV: str(os.getpid()),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # out of reach of the terminal's Ctrl-C: the command stops it (see above)
             )
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._ready = False
@@ -157,10 +174,30 @@ def _settings(api_url: str) -> Iterator[None]:
 
 
 def create_app() -> RetryLocked:
-    """The child's app (`uvicorn --factory flows.local_prefect:create_app`): Prefect's, behind `RetryLocked`."""
+    """The child's app (`uvicorn --factory flows.local_prefect:create_app`): Prefect's, behind `RetryLocked`,
+    watching the command that started it."""
     from prefect.server.api.server import create_app as prefect_app
 
+    if os.environ.get(PARENT_ENV):
+        ParentWatch(int(os.environ[PARENT_ENV])).start()
     return RetryLocked(prefect_app())
+
+
+class ParentWatch(threading.Thread):
+    """In the child: once its parent is no longer `parent` (it died, and the child was handed to init or a
+    subreaper), stop this server as a SIGTERM does (uvicorn's graceful shutdown), and at once after STOP_GRACE_S."""
+
+    def __init__(self, parent: int, poll_s: float = PARENT_POLL_S) -> None:
+        super().__init__(name="parent-watch", daemon=True)
+        self.parent = parent
+        self.poll_s = poll_s
+
+    def run(self) -> None:
+        while os.getppid() == self.parent:
+            time.sleep(self.poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_S)
+        os._exit(1)
 
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]

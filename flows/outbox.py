@@ -7,11 +7,11 @@ stays in `<state>/outbox/` as JSON and is logged by the next flow that reaches t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
+from evals.store import write_atomic
 from models.state import state_dir
 
 
@@ -62,9 +62,8 @@ def outbox_path(evidence: CandidateEvidence) -> Path:
 def hold(evidence: CandidateEvidence) -> Path:
     """Keep `evidence` locally (atomically) until `release`; a later hold of the same version replaces it."""
     path = outbox_path(evidence)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(evidence_to_dict(evidence), default=str))
-    os.replace(tmp, path)
+    text = json.dumps(evidence_to_dict(evidence), default=str)
+    write_atomic(path, lambda tmp: tmp.write_text(text))  # a refused write names `path`
     return path
 
 

@@ -17,6 +17,8 @@ from prefect.cache_policies import NO_CACHE
 from evals.sweep import default_sweep_path, load_sweep, model_is_causal
 from flows import tasks
 from flows.evaluate import EvaluationOptions, evaluate_on
+from flows.failures import refused_write
+from flows.interrupt import INTERRUPT
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from gates import load_policy
@@ -134,7 +136,11 @@ def passed_stage(
 
 
 def failed_outcome(model_id: str, state: Any) -> CandidateOutcome:
+    """The outcome of a candidate whose evaluation failed; a write the machine refused (a full disk) is raised
+    instead: no candidate failed, and the next one would meet the same disk."""
     error = state.result(raise_on_failure=False)
+    if refused_write(error):
+        raise error
     message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(state.message)
     return CandidateOutcome.failed(model_id, message)
 
@@ -178,7 +184,10 @@ def gate_review(
 
 def flush_kept_evidence(tracking_uri: str) -> list[str]:
     """Log evidence kept back by an earlier run; if the registry is still down, that run's logging says so."""
-    state = tasks.flush_outbox(tracking_uri, return_state=True)
+    with INTERRUPT.shielded():  # each kept evidence is registered and leaves the outbox, or neither
+        state = tasks.flush_outbox(tracking_uri, return_state=True)
+    if not state.is_completed() and refused_write(error := state.result(raise_on_failure=False)):
+        raise error
     return state.result() if state.is_completed() else []
 
 

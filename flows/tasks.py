@@ -22,7 +22,9 @@ from prefect.settings import PREFECT_API_URL
 from evals import pipeline
 from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPoint
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
+from evals.store import naming
 from evals.sweep import load_sweep, timestamped_folder
+from flows.interrupt import INTERRUPT
 from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
 from flows.progress import report
 from gates import STAGES, Decision, load_policy
@@ -119,9 +121,11 @@ def plan_points(prepared: PreparedCandidate, sweep_path: str) -> SweepPlan:
 )
 def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
     """Measure, score and validate one point (evals.pipeline.measure_point), as JSON for the cache.
-    Each item measured is reported ("item": done of total) to the process's progress reporter, if any."""
+    Each item measured is reported ("item": done of total) to the process's progress reporter, if any; after
+    Ctrl-C the point stops at its next item, unrecorded (flows.interrupt)."""
 
     def on_item(done: int, total: int) -> None:
+        INTERRUPT.stop_if_interrupted()
         report("item", candidate=point.candidate, label=point.label, done=done, total=total)
 
     return pipeline.measure_point(point, plan, on_item=on_item).model_dump()
@@ -232,8 +236,8 @@ def write_files(
 ) -> str:
     """The candidate's evaluation folder under `<state>/evals/`, the same files `unmask eval` writes."""
     folder = timestamped_folder(state_dir() / "evals", f"{plan.name}-{prepared.candidate}")
-    return str(
-        pipeline.write_candidate_files(
+    with naming(folder):  # a refused write says where (evals.store names each file it writes)
+        written = pipeline.write_candidate_files(
             folder,
             load_sweep(sweep_path),
             plan,
@@ -242,7 +246,7 @@ def write_files(
             ReproducibilityResult(**reproducibility) if reproducibility else None,
             failures,
         )
-    )
+    return str(written)
 
 
 @task(

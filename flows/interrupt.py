@@ -1,0 +1,108 @@
+"""What Ctrl-C does to a command: it stops within seconds, exits 130 with one line, and half-records nothing.
+
+The first SIGINT raises KeyboardInterrupt in the main thread, as Python's own handler does, unless the main thread
+is inside `shielded()` (a registry write: an evidence run and the version it backs, an audit entry), where it is
+held until the section ends. A worker thread measuring a sweep point stops at its next item (`stop_if_interrupted`):
+its point is left unrecorded, every finished point stays in the result storage for the next run to reuse. Should the
+process still be exiting GRACE_S later (a decode stuck in one long forward, an exit hook that waits on a network), it
+leaves at once, as a second Ctrl-C makes it; either waits for a shielded section in progress, at most WRITE_WAIT_S.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+GRACE_S = 10.0
+WRITE_WAIT_S = 20.0
+
+
+class Interrupt:
+    """The process's Ctrl-C: whether it came, the registry writes it must not cut, and how the process leaves."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._writes = threading.Condition()
+        self._writing = 0  # shielded sections in progress, in any thread
+        self._main_depth = 0  # those of the main thread, where the signal handler runs
+        self._held = False  # a KeyboardInterrupt owed to the main thread when its section ends
+        self._leave_after = False  # a second Ctrl-C during a section: leave when it ends
+        self._said = False
+
+    def install(self) -> None:
+        """Take over SIGINT (the main thread only can), unless the process was started with it ignored (a job
+        started with `&` by a non-interactive shell): Python keeps that, and so does unmask."""
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        if threading.current_thread() is threading.main_thread() and not ignored:
+            signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested.is_set():  # the second Ctrl-C: now
+            if self._main_depth:
+                self._leave_after = True
+                return
+            self.leave()
+        self.requested.set()
+        deadline = threading.Timer(GRACE_S, self.leave)
+        deadline.daemon = True  # an exit that finishes in time is not held up by it
+        deadline.start()
+        if self._main_depth:
+            self._held = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """A write that must land whole or not at all: Ctrl-C waits for it to end."""
+        main = threading.current_thread() is threading.main_thread()
+        with self._writes:
+            self._writing += 1
+            if main:
+                self._main_depth += 1
+        try:
+            yield
+        finally:
+            with self._writes:
+                if main:
+                    self._main_depth -= 1
+                self._writing -= 1
+                self._writes.notify_all()
+        if main and not self._main_depth:
+            if self._leave_after:
+                self.leave()
+            if self._held:
+                self._held = False
+                raise KeyboardInterrupt
+
+    def stop_if_interrupted(self) -> None:
+        """In a worker thread: end the work it is doing once Ctrl-C came (the main thread has its KeyboardInterrupt)."""
+        if self.requested.is_set() and threading.current_thread() is not threading.main_thread():
+            raise KeyboardInterrupt
+
+    def announce(self) -> None:
+        """The command's one line about it (`leave` says it only if nothing did)."""
+        self._said = True
+        print("interrupted", file=sys.stderr, flush=True)
+
+    def leave(self) -> None:
+        """Exit now with EXIT_CODE, once no shielded write is in progress (at most WRITE_WAIT_S), stopping the local
+        Prefect server on the way (it would notice its parent gone, a moment later)."""
+        from flows.local_prefect import LocalPrefect
+
+        with self._writes:
+            self._writes.wait_for(lambda: self._writing == 0, timeout=WRITE_WAIT_S)
+        server = LocalPrefect._running
+        if server is not None and server.child.poll() is None:
+            server.child.terminate()
+        if not self._said:
+            self.announce()
+        os._exit(EXIT_CODE)
+
+
+INTERRUPT = Interrupt()
