@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from flows.local_prefect import LocalPrefect
+
 EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 GRACE_S = 10.0
 WRITE_WAIT_S = 20.0
@@ -93,8 +95,6 @@ class Interrupt:
     def leave(self) -> None:
         """Exit now with EXIT_CODE, once no shielded write is in progress (at most WRITE_WAIT_S), stopping the local
         Prefect server on the way (it would notice its parent gone, a moment later)."""
-        from flows.local_prefect import LocalPrefect
-
         with self._writes:
             self._writes.wait_for(lambda: self._writing == 0, timeout=WRITE_WAIT_S)
         server = LocalPrefect._running
