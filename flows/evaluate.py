@@ -22,7 +22,7 @@ from evals.pipeline import PAIRED_ROUNDS, SweepPlan, SweepPoint
 from evals.sweep import default_sweep_path
 from flows import tasks
 from flows.failures import refused_write
-from flows.interrupt import INTERRUPT
+from flows.interrupt import shielded
 from flows.outbox import outbox_dir
 from flows.outcome import CandidateOutcome
 from flows.progress import report
@@ -162,7 +162,7 @@ def evaluate_candidate(
     files = tasks.write_files(prepared, sweep, plan, measured, license_result, reproducibility, failures)
     evidence = tasks.assemble_evidence(prepared, records, reproducibility, license_result, failures, speed)
     report("stage", candidate=prepared.candidate, step="logging to MLflow")
-    with INTERRUPT.shielded():  # a version, its evidence run and their audit entries land together
+    with shielded():  # a version, its evidence run and their audit entries land together
         logged = log_or_keep(evidence, tracking_uri, options)
         verdicts = tasks.judge_stages(prepared.candidate, logged["version"], tracking_uri, options.policy)
     outcome = CandidateOutcome(

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 
 from flows.local_prefect import LocalPrefect
@@ -106,3 +106,18 @@ class Interrupt:
 
 
 INTERRUPT = Interrupt()
+
+
+# Flows and tasks use the process's Interrupt through these module functions: a task shipped to a Dask or Ray
+# worker (and the flow it runs in, which Prefect's context carries along) is pickled by value, and refers to a
+# module function by name, where the Interrupt itself (its locks) cannot be pickled.
+
+
+def stop_if_interrupted() -> None:
+    """`INTERRUPT.stop_if_interrupted()`."""
+    INTERRUPT.stop_if_interrupted()
+
+
+def shielded() -> AbstractContextManager[None]:
+    """`INTERRUPT.shielded()`."""
+    return INTERRUPT.shielded()

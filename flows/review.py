@@ -18,7 +18,7 @@ from evals.sweep import default_sweep_path, load_sweep, model_is_causal
 from flows import tasks
 from flows.evaluate import EvaluationOptions, evaluate_on
 from flows.failures import refused_write
-from flows.interrupt import INTERRUPT
+from flows.interrupt import shielded
 from flows.outcome import CandidateOutcome
 from flows.progress import report
 from gates import load_policy
@@ -184,7 +184,7 @@ def gate_review(
 
 def flush_kept_evidence(tracking_uri: str) -> list[str]:
     """Log evidence kept back by an earlier run; if the registry is still down, that run's logging says so."""
-    with INTERRUPT.shielded():  # each kept evidence is registered and leaves the outbox, or neither
+    with shielded():  # each kept evidence is registered and leaves the outbox, or neither
         state = tasks.flush_outbox(tracking_uri, return_state=True)
     if not state.is_completed() and refused_write(error := state.result(raise_on_failure=False)):
         raise error

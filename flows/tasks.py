@@ -24,7 +24,7 @@ from evals.pipeline import UNMASK_VERSION, PreparedCandidate, SweepPlan, SweepPo
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from evals.store import naming
 from evals.sweep import load_sweep, timestamped_folder
-from flows.interrupt import INTERRUPT
+from flows.interrupt import stop_if_interrupted
 from flows.outbox import evidence_from_dict, evidence_to_dict, hold, pending, release
 from flows.progress import report
 from gates import STAGES, Decision, load_policy
@@ -125,7 +125,7 @@ def measure_point(point: SweepPoint, plan: SweepPlan) -> dict[str, Any]:
     Ctrl-C the point stops at its next item, unrecorded (flows.interrupt)."""
 
     def on_item(done: int, total: int) -> None:
-        INTERRUPT.stop_if_interrupted()
+        stop_if_interrupted()
         report("item", candidate=point.candidate, label=point.label, done=done, total=total)
 
     return pipeline.measure_point(point, plan, on_item=on_item).model_dump()
