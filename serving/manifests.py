@@ -17,6 +17,9 @@ from urllib.parse import urlencode
 TARGETS = ("kserve", "argo-rollouts", "k8s")
 PORT = 8000
 ROUTES_MOUNT, ROUTES_FILE = "/etc/unmask/routes", "serving.yaml"  # where the router's pod reads its routes
+# the store's key ring (UNMASK_SIGNING_KEY_FILE): kubectl create secret generic unmask-signing-keys \
+#   --from-file=signing.keys=<the team's ring>
+KEYS_MOUNT, KEYS_FILE, KEYS_SECRET = "/etc/unmask/keys", "signing.keys", "unmask-signing-keys"
 ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-analysis --from-literal=token=<key>
 
 
@@ -36,14 +39,24 @@ def _annotations(arm: dict[str, Any]) -> dict[str, str]:
 
 
 def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> dict[str, Any]:
+    """One unmask container: the team's tracking server, and the store's signing key ring from a Secret (a server
+    verifies the audit chain before it follows a stage alias; docs/integrity.md)."""
     return {
         "name": name,
         "image": spec["image"],
         "args": args,
         "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]}],
+        "env": [
+            {"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]},
+            {"name": "UNMASK_SIGNING_KEY_FILE", "value": f"{KEYS_MOUNT}/{KEYS_FILE}"},
+        ],
+        "volumeMounts": [{"name": "signing-keys", "mountPath": KEYS_MOUNT, "readOnly": True}],
         "resources": spec["resources"],
     }
+
+
+def _volumes() -> list[dict[str, Any]]:
+    return [{"name": "signing-keys", "secret": {"secretName": KEYS_SECRET}}]
 
 
 def _serve_args(alias: str) -> list[str]:
@@ -54,7 +67,10 @@ def _serve_args(alias: str) -> list[str]:
 def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """One InferenceService: the predictor serves the candidate; KServe keeps the last revision for the rest."""
     arm = spec["arms"][0]
-    predictor: dict[str, Any] = {"containers": [_container(spec, _serve_args(arm["alias"]), "kserve-container")]}
+    predictor: dict[str, Any] = {
+        "containers": [_container(spec, _serve_args(arm["alias"]), "kserve-container")],
+        "volumes": _volumes(),
+    }
     if len(spec["arms"]) > 1:
         predictor["canaryTrafficPercent"] = int(spec["weight"])
     return [
@@ -96,7 +112,7 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))]},
+                "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))], "volumes": _volumes()},
             },
             "strategy": {"canary": {"steps": steps}},
         },
@@ -140,9 +156,8 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
         "data": {ROUTES_FILE: spec["routes_text"]},
     }
     args = ["serve", "--routes", f"{ROUTES_MOUNT}/{ROUTES_FILE}", "--host", "0.0.0.0", "--port", str(PORT)]
-    container = _container(spec, args) | {
-        "volumeMounts": [{"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True}]
-    }
+    container = _container(spec, args)
+    container["volumeMounts"].append({"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True})
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -154,7 +169,7 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 "metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
                 "spec": {
                     "containers": [container],
-                    "volumes": [{"name": "routes", "configMap": {"name": f"{name}-routes"}}],
+                    "volumes": [*_volumes(), {"name": "routes", "configMap": {"name": f"{name}-routes"}}],
                 },
             },
         },

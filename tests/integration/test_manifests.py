@@ -113,8 +113,15 @@ def test_core_kinds_deserialise_into_kubernetes_models():
     assert container.image == "unmask:0.1.0" and container.env[0].value == "http://mlflow.team:5000"
     # the routes file travels as a ConfigMap the pod mounts, read where the args say (issue 49: it named a host path)
     args = container.args
-    [mount], [volume] = container.volume_mounts, d.spec.template.spec.volumes
+    [keys, mount], [secret, volume] = container.volume_mounts, d.spec.template.spec.volumes
     assert args[args.index("--routes") + 1] == f"{mount.mount_path}/serving.yaml" and mount.name == volume.name
+    # the store's key ring from a Secret: the server verifies the audit chain before it follows a stage alias
+    assert (
+        (keys.name, secret.secret.secret_name)
+        == ("signing-keys", "unmask-signing-keys")
+        == (secret.name, "unmask-signing-keys")
+    )
+    assert container.env[1].value == f"{keys.mount_path}/signing.keys"
     c = ApiClient().deserialize(Response(routes), "V1ConfigMap")
     assert volume.config_map.name == c.metadata.name and c.data == {"serving.yaml": SPEC["routes_text"]}
     s = ApiClient().deserialize(Response(service), "V1Service")

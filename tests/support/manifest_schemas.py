@@ -256,6 +256,7 @@ INFERENCE_SERVICE = Obj(
                     {
                         "canaryTrafficPercent": "integer",
                         "containers": Arr(Core("V1Container")),
+                        "volumes": Arr(Core("V1Volume")),
                     }
                 )
             },
