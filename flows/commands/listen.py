@@ -81,10 +81,13 @@ def listen_command(
     server = uvicorn.Server(
         uvicorn.Config(receiver_app(receiver), host=host, port=port, log_level="warning", access_log=False)
     )
+    deadline = threading.Timer(for_s or 0.0, lambda: setattr(server, "should_exit", True))
+    deadline.daemon = True  # a SIGTERM or Ctrl-C before it fires is not held up by it (it was: --for 600, 600 s)
     if for_s is not None:
-        threading.Timer(for_s, lambda: setattr(server, "should_exit", True)).start()
+        deadline.start()
     console.print(f"unmask listen: http://{host}:{port}/mlflow for {registry.tracking_uri} (journal: {inbox_path()})")
     server.run()
+    deadline.cancel()
     receiver.stop()
 
 

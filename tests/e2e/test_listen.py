@@ -161,3 +161,24 @@ def test_a_forged_stale_or_replayed_delivery_is_refused_and_the_receiver_keeps_s
     once = [e for e in entries if e["delivery"] == "d-once"]
     assert len(once) == 1 and once[0]["outcome"] == "ignored", once  # "x" is neither a checkpoint nor in the catalog
     assert httpx.get(f"{base}/healthz", timeout=10).json()["ok"] is True
+
+
+def test_sigterm_stops_the_receiver_at_once_whatever_its_deadline(tmp_path):
+    """`unmask listen --for 600` ignored SIGTERM (what Kubernetes and systemd send) for the whole 600 s: its deadline
+    timer was a non-daemon thread, which the interpreter waits for at exit. The module's teardown paid 30 s of it."""
+    import signal
+
+    port, home = free_port(), tmp_path / "home"
+    env = dict(os.environ, UNMASK_HOME=str(home), UNMASK_LISTEN_SECRET=SECRET)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    log = tmp_path / "listen.log"
+    command = [str(Path(sys.executable).with_name("unmask")), "listen", "--port", str(port), "--for", "600"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/healthz", proc, log=log, timeout_s=120)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)  # a bound on the hang, not a timing: it exits in well under a second
+        assert proc.returncode == 128 + signal.SIGTERM, log.read_text()
+    finally:
+        stop_group(proc)
