@@ -3,7 +3,7 @@
 The served names are aliases (`--alias`, repeatable; default production and fallback) or registered
 models (`--model`). Weights are loaded from each version's recorded model reference and refused
 unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a registered model
-at another folder (still checked). The request log goes to <state folder>/serving/requests/.
+at another folder (still checked). The request log goes to <state folder>/serving/requests/ (--request-log-dir).
 `--routes FILE` (a serving policy, e.g. gates/serving.yaml) routes requests whose `model` is `auto`
 (or a route's name) to the arm its routes pick; the aliases its arms need are served too, and the file
 is re-read when it changes, as is the live weights overlay a rollout writes (`--weights-file`, default
@@ -94,6 +94,13 @@ def serve_command(
     ),
     poll_s: float = typer.Option(5.0, "--poll", min=0.1, help="Seconds between registry polls for alias moves."),
     request_log: bool = typer.Option(True, "--request-log/--no-request-log", help="Write the Parquet request log."),
+    request_log_dir: Path = typer.Option(
+        None,
+        "--request-log-dir",
+        file_okay=False,
+        help="Where the request log goes (default: <state folder>/serving/requests). Replicas that share a "
+        "folder (a volume every pod mounts) share their canary evidence: the analysis reads them all.",
+    ),
     routes: Path = typer.Option(
         None,
         "--routes",
@@ -147,7 +154,7 @@ def serve_command(
         limits=Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens),
         request_timeout_s=min(timeout_s, compute.time_budget_s),
         compute=compute,
-        request_log_dir=state / "serving" / "requests" if request_log else None,
+        request_log_dir=(request_log_dir or state / "serving" / "requests") if request_log else None,
         routes_path=routes,
         weights_path=weights_file,
         max_shadows=max_shadows,

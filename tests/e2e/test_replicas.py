@@ -1,0 +1,89 @@
+"""Canary evidence every replica shares (issue 49, item 3): three `unmask serve --routes` replicas behind one
+address, each a process of its own with its own state folder, log to one request-log folder (what a volume every
+pod mounts gives them). The analysis any of them answers judges the union of the three replicas' requests: its
+verdict and its per-arm counts are those of `gates.canary.analyse` over every row the three wrote in the window.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from gates.canary import Observation, analyse
+from gates.rollout_policy import load_rollout_policy
+from serving.request_log import JOURNAL, PARQUET, read_rows
+from tests.support.servers import free_port, stop_group, wait_healthy
+from tests.support.serving_fixtures import PROMPTS, serving_registry
+
+pytestmark = pytest.mark.timeout(600)
+WINDOW_S = 30  # the analysis grid: the load goes into one window, then that window is judged
+
+
+def writer(name: str) -> str:
+    """The process that wrote a log file: its segment is `<host>-<pid>-...`."""
+    named = PARQUET.match(name) or JOURNAL.match(name)
+    assert named, name
+    return named.group(named.re.groups).split("-")[1]
+
+
+def replica(home: Path, tracking_uri: str, port: int, routes: Path, shared: Path) -> subprocess.Popen:
+    home.mkdir(parents=True)
+    env = dict(os.environ, UNMASK_HOME=str(home), MLFLOW_TRACKING_URI=tracking_uri, UNMASK_THREADS="1")
+    argv = ["serve", "--port", str(port), "--routes", str(routes), "--request-log-dir", str(shared), "--poll", "5"]
+    log = open(home.parent / f"{home.name}.log", "wb")
+    return subprocess.Popen(
+        [sys.executable, "-c", "from flows.cli import main; main()", *argv],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def test_three_replicas_share_their_evidence_and_the_analysis_judges_the_union(tmp_path):
+    registry = serving_registry(tmp_path / "registry")  # production: tiny-llada; fallback: tiny-ar
+    routes = tmp_path / "serving.yaml"
+    rollout = {"steps": [50, 100], "interval_s": WINDOW_S, "min_requests": 5, "analysis": {"error_rate": {"max": 0.2}}}
+    routes.write_text(
+        yaml.safe_dump({"routes": {}, "default": {"split": {"production": 50, "fallback": 50}}, "rollout": rollout})
+    )
+    shared, ports = tmp_path / "requests", [free_port() for _ in range(3)]
+    procs = []
+    try:
+        for i, port in enumerate(ports):
+            procs.append(replica(tmp_path / f"replica-{i}", registry.tracking_uri, port, routes, shared))
+        for i, (proc, port) in enumerate(zip(procs, ports)):
+            wait_healthy(f"http://127.0.0.1:{port}/health", proc, tmp_path / f"replica-{i}.log", timeout_s=300)
+        time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.5)  # the start of a window: the load lands inside it
+        answered = 0
+        with httpx.Client(timeout=60) as http:
+            for n in range(48):  # round-robin over the replicas, as a Service spreads its connections
+                body = {"model": "auto", "prompt": PROMPTS[n % len(PROMPTS)], "max_tokens": 4, "user": f"u{n}"}
+                answer = http.post(f"http://127.0.0.1:{ports[n % 3]}/v1/completions", json=body)
+                answered += answer.status_code == 200
+            assert time.time() % WINDOW_S < WINDOW_S - 2, "the load spilled into the next window: nothing proven"
+            time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.5)  # that window is now the last completed one
+            query = {"route": "default", "candidate": "production", "baseline": "fallback", "window_s": WINDOW_S}
+            verdicts = [http.get(f"http://127.0.0.1:{p}/v1/unmask/analysis", params=query).json() for p in ports]
+    finally:
+        for proc in procs:
+            stop_group(proc)
+    assert answered == 48
+    assert len({(v["verdict"], v["look"], str(v["metrics"]), str(v["arms"])) for v in verdicts}) == 1, verdicts
+    judged = verdicts[0]
+    # the union: every row of the window, whichever replica wrote it (each wrote its own files into the folder)
+    start, stop = (datetime.fromisoformat(judged["window"][k]) for k in ("start", "end"))
+    rows = [r for r in read_rows(shared, start, stop) if r["route"] == "default"]
+    writers = {writer(p.name) for p in shared.rglob("*") if p.suffix in (".parquet", ".jsonl")}
+    assert len(rows) == 48 and len(writers) == 3, (len(rows), writers)  # every replica's rows, in one folder
+    union = analyse([Observation.from_row(r) for r in rows], "production", "fallback", load_rollout_policy(routes))
+    assert judged["verdict"] == union.verdict and judged["arms"] == union.arms
+    assert sum(a["requests"] for a in judged["arms"].values()) == 48
