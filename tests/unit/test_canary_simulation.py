@@ -183,3 +183,31 @@ def test_a_bad_candidate_fails_on_few_requests_and_a_later_look_is_stricter():
     assert analyse(broken, "staging", "fallback", policy).verdict == FAIL
     first, later = (analyse(broken, "staging", "fallback", policy, look=k).confidence for k in (1, 4))
     assert later > first > CONFIDENCE
+
+
+def test_looks_numbered_by_window_keep_the_rate_under_repeated_calls_and_restarts(tmp_path):
+    """Issue 49, item 4: the analysis endpoint's looks are numbered by the windows a rollout was judged in
+    (serving/looks.py), not by calls or by a process. Under what an endpoint meets (the controller and anyone else
+    calling many times a window, the endpoint restarted half-way) each window is judged at one look, the looks run
+    1..8, and the rollout's false-pass rate stays under the stated 5%. Numbered per process, as before, a restart
+    before every window judges each at look 1: the stated rate breaks."""
+    from datetime import UTC, datetime, timedelta
+
+    from serving.looks import LookBook
+
+    rng = np.random.default_rng(49)
+    identity, start = ("default", "staging", "fallback", "rs-6d9f8c7b", 60.0), datetime(2026, 1, 1, tzinfo=UTC)
+    book, looks_of = LookBook(tmp_path), {w: set() for w in range(LOOKS)}
+    for window in range(LOOKS):
+        if window == LOOKS // 2:
+            book = LookBook(tmp_path)  # a restart of the endpoint (or another replica): the same folder
+        for call in range(int(rng.integers(1, 20))):  # seconds into the next window: this one is the last completed
+            looks_of[window].add(book.look(identity, start + timedelta(seconds=60 * (window + 1) + call)).number)
+    assert [sorted(looks_of[w]) for w in range(LOOKS)] == [[w + 1] for w in range(LOOKS)]
+    bound, n = 2.0, 80
+    # every call of a window judges that window's rows at its one look: the rollout passes when any window does
+    by_window = any_look_passes(_p95_passes(rng, bound, bound, n, lambda look: look_alpha(ALPHA, look)))
+    restarted = any_look_passes(_p95_passes(rng, bound, bound, n, lambda look: look_alpha(ALPHA, 1)))
+    report("p95 looks by window", "equal", by_window)
+    report("p95 looks per process", "restart per window", restarted)
+    assert by_window <= LIMIT and restarted > LIMIT
