@@ -3,7 +3,8 @@
 Pure: `render(target, spec)` takes a plain `spec` dict and returns a list of manifest dicts; no I/O. `spec`:
 route, image, resources ({requests, limits}), weight (the candidate's % at the current rollout step),
 steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_text (the
-routes file, mounted from a ConfigMap), tracking_uri (the team's mlflow server, as the pods reach it), and
+routes file, mounted from a ConfigMap), tracking_uri (the team's mlflow server, as the pods reach it),
+request_log_claim (optional: a PersistentVolumeClaim every router replica logs to), and
 arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the baseline second
 when a rollout is in flight (else the route's one serving arm).
 """
@@ -17,6 +18,7 @@ from urllib.parse import urlencode
 TARGETS = ("kserve", "argo-rollouts", "k8s")
 PORT = 8000
 ROUTES_MOUNT, ROUTES_FILE = "/etc/unmask/routes", "serving.yaml"  # where the router's pod reads its routes
+REQUESTS_MOUNT = "/var/lib/unmask/shared/requests"  # the request log on a volume every replica mounts
 # the store's key ring (UNMASK_SIGNING_KEY_FILE): kubectl create secret generic unmask-signing-keys \
 #   --from-file=signing.keys=<the team's ring>
 KEYS_MOUNT, KEYS_FILE, KEYS_SECRET = "/etc/unmask/keys", "signing.keys", "unmask-signing-keys"
@@ -156,8 +158,14 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
         "data": {ROUTES_FILE: spec["routes_text"]},
     }
     args = ["serve", "--routes", f"{ROUTES_MOUNT}/{ROUTES_FILE}", "--host", "0.0.0.0", "--port", str(PORT)]
+    volumes = [*_volumes(), {"name": "routes", "configMap": {"name": f"{name}-routes"}}]
+    if spec.get("request_log_claim"):  # every replica logs to one volume: the analysis judges them all
+        args += ["--request-log-dir", REQUESTS_MOUNT]
+        volumes.append({"name": "requests", "persistentVolumeClaim": {"claimName": spec["request_log_claim"]}})
     container = _container(spec, args)
     container["volumeMounts"].append({"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True})
+    if spec.get("request_log_claim"):
+        container["volumeMounts"].append({"name": "requests", "mountPath": REQUESTS_MOUNT})
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -169,7 +177,7 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 "metadata": {"labels": labels, "annotations": _annotations(spec["arms"][0])},
                 "spec": {
                     "containers": [container],
-                    "volumes": [*_volumes(), {"name": "routes", "configMap": {"name": f"{name}-routes"}}],
+                    "volumes": volumes,
                 },
             },
         },

@@ -28,6 +28,12 @@ def render_command(
     gpus: int = typer.Option(0, "--gpus", min=0),
     analysis_url: str = typer.Option("http://unmask-default-router/v1/unmask/analysis", "--analysis-url"),
     out: Path = typer.Option(None, "--out", help="Folder for <kind>-<name>.yaml (default: stdout)."),
+    request_log_claim: str = typer.Option(
+        None,
+        "--request-log-claim",
+        help="k8s: a PersistentVolumeClaim (ReadWriteMany) every router replica writes its request log to, so the "
+        "canary analysis any replica answers judges them all.",
+    ),
     tracking_uri: str = typer.Option(
         None,
         "--tracking-uri",
@@ -104,6 +110,7 @@ def render_command(
         "analysis_url": analysis_url,
         "routes_text": Path(path).read_text(),
         "tracking_uri": pods_uri,
+        "request_log_claim": request_log_claim,
     }
     manifests = render(target, spec)
     if out is None:

@@ -128,6 +128,20 @@ def test_core_kinds_deserialise_into_kubernetes_models():
     assert s.spec.ports[0].target_port == 8000
 
 
+def test_router_replicas_can_share_one_request_log_volume():
+    """Issue 49, item 3: with a claim, every router replica logs to one volume (`--request-log-dir` on it), so the
+    analysis any replica answers judges all of them (tests/e2e/test_replicas.py runs that with three processes)."""
+    _, alone, _ = render("k8s", SPEC)
+    assert "--request-log-dir" not in alone["spec"]["template"]["spec"]["containers"][0]["args"]
+    _, shared, _ = render("k8s", SPEC | {"request_log_claim": "unmask-requests"})
+    assert check_manifest(shared) == []
+    pod = shared["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "requests"]
+    assert container["args"][container["args"].index("--request-log-dir") + 1] == mount["mountPath"]
+    assert {"name": "requests", "persistentVolumeClaim": {"claimName": "unmask-requests"}} in pod["volumes"]
+
+
 def test_kserve_canary_percent_from_the_rollout_step():
     (isvc,) = render("kserve", SPEC)
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
