@@ -86,9 +86,15 @@ def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _analysis_url(spec: dict[str, Any]) -> str:
-    query = {"route": spec["route"]}
+    """The analysis the template calls, always naming both arms: a rollout's candidate and baseline; with none in
+    flight, the `candidate` alias (what the next rollout brings) against the arm serving the route. Left to the
+    route's split, a 100/0 step names one live arm and the analysis answers 422: an Error at every last step."""
     if len(spec["arms"]) > 1:
-        query.update(candidate=spec["arms"][0]["name"], baseline=spec["arms"][1]["name"])
+        candidate, baseline = spec["arms"][0]["name"], spec["arms"][1]["name"]
+    else:
+        serving = spec["arms"][0]["name"]
+        candidate, baseline = ("candidate", serving) if serving != "candidate" else ("candidate", "fallback")
+    query = {"route": spec["route"], "candidate": candidate, "baseline": baseline}
     query["window_s"] = str(int(spec["interval_s"]))
     # the rollout's identity for its looks (serving/looks.py): the canary's pod-template hash, an argument of the
     # analysis step, substituted by Argo (so written out, not URL-encoded)

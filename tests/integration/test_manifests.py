@@ -128,6 +128,22 @@ def test_core_kinds_deserialise_into_kubernetes_models():
     assert s.spec.ports[0].target_port == 8000
 
 
+def test_the_analysis_template_always_names_both_arms():
+    """Issue 49, item 6: with no rollout in flight the URL named neither arm, and at a 100/0 split (the default
+    route, every last step) the analysis answers 422: five Errors and Argo aborts the rollout."""
+    from urllib.parse import parse_qs, urlsplit
+
+    def arms_named(spec) -> tuple[str, str]:
+        _, template = render("argo-rollouts", spec)
+        query = parse_qs(urlsplit(template["spec"]["metrics"][0]["provider"]["web"]["url"]).query)
+        return query["candidate"][0], query["baseline"][0]
+
+    assert arms_named(SPEC) == ("staging", "production")  # a rollout in flight: its candidate and baseline
+    assert arms_named(SPEC | {"arms": SPEC["arms"][1:]}) == ("candidate", "production")  # none: the next candidate
+    alone = SPEC["arms"][0] | {"name": "candidate", "alias": "candidate"}
+    assert arms_named(SPEC | {"arms": [alone]}) == ("candidate", "fallback")
+
+
 def test_router_replicas_can_share_one_request_log_volume():
     """Issue 49, item 3: with a claim, every router replica logs to one volume (`--request-log-dir` on it), so the
     analysis any replica answers judges all of them (tests/e2e/test_replicas.py runs that with three processes)."""
