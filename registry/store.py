@@ -187,8 +187,8 @@ class Registry:
         files are under the artifacts folder beside it, where docs/walkthrough.md's server puts them
         (`--artifacts-destination <store folder>/artifacts`), and are read from there."""
         uri = self._artifact_uris[run_id]
-        local = artifact_root(self.tracking_uri)
-        if not uri.startswith(SERVED_ARTIFACTS) or local is None:
+        local = artifact_root(self.tracking_uri) if uri.startswith(SERVED_ARTIFACTS) else None
+        if local is None:  # a root this client reaches itself (most runs): no folder looked up per read
             return uri
         folder = Path(local.removeprefix("file://")) / urlparse(uri).path.lstrip("/")  # mlflow-artifacts:[//host]/path
         if not folder.is_dir():

@@ -40,10 +40,15 @@ class ApiKeyError(ValueError):
     """Keys that cannot be read; the message names the file or variable, never a key."""
 
 
+def _listed(name: str, environ: Mapping[str, str] | None) -> frozenset[str]:
+    """The comma-separated keys of the variable `name`."""
+    environ = os.environ if environ is None else environ
+    return frozenset(k.strip() for k in environ.get(name, "").split(",") if k.strip())
+
+
 def load_api_keys(path: Path | None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """The configured keys: those in `path` and in $UNMASK_API_KEYS; empty: the API is open."""
-    environ = os.environ if environ is None else environ
-    keys = {k.strip() for k in environ.get(KEYS_ENV, "").split(",") if k.strip()}
+    keys = set(_listed(KEYS_ENV, environ))
     if path is not None:
         try:
             lines = Path(path).read_text().splitlines()
@@ -60,8 +65,7 @@ def load_api_keys(path: Path | None, environ: Mapping[str, str] | None = None) -
 
 def load_analysis_keys(environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """The controllers' keys, $UNMASK_ANALYSIS_KEYS; empty: the analysis is open as the rest of the API is."""
-    environ = os.environ if environ is None else environ
-    keys = {k.strip() for k in environ.get(ANALYSIS_KEYS_ENV, "").split(",") if k.strip()}
+    keys = _listed(ANALYSIS_KEYS_ENV, environ)
     if any(len(k) < 8 or any(c.isspace() or c in "&#%" for c in k) for k in keys):
         raise ApiKeyError(f"a key in {ANALYSIS_KEYS_ENV} is shorter than 8 characters or holds whitespace, & # or %")
     return frozenset(keys)
@@ -115,10 +119,13 @@ class Access:
             return True
         scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
         bearer = key.strip() if scheme.lower() == b"bearer" else b""
-        token = next((v for k, _, v in (p.partition(b"=") for p in query.split(b"&")) if k == b"token"), b"")
-        accepted = [*self.keys, *(self.analysis_keys if analysis else [])]
-        # every key compared against both: no early exit on a match
-        matches = [hmac.compare_digest(bearer, k) for k in accepted] + [
-            hmac.compare_digest(token, k) for k in (self.analysis_keys if analysis else [])
-        ]
-        return any(matches)
+        controllers = self.analysis_keys if analysis else []
+        # the URL is read for a token only on the analysis, where a controller may send one there
+        token = (
+            next((v for k, _, v in (p.partition(b"=") for p in query.split(b"&")) if k == b"token"), b"")
+            if analysis
+            else b""
+        )
+        # every key compared: no early exit on a match
+        matches = [hmac.compare_digest(bearer, k) for k in (*self.keys, *controllers)]
+        return any([*matches, *(hmac.compare_digest(token, k) for k in controllers)])

@@ -93,7 +93,7 @@ def _analysis_url(spec: dict[str, Any]) -> str:
         candidate, baseline = spec["arms"][0]["name"], spec["arms"][1]["name"]
     else:
         serving = spec["arms"][0]["name"]
-        candidate, baseline = ("candidate", serving) if serving != "candidate" else ("candidate", "fallback")
+        candidate, baseline = "candidate", serving if serving != "candidate" else "fallback"
     query = {"route": spec["route"], "candidate": candidate, "baseline": baseline}
     query["window_s"] = str(int(spec["interval_s"]))
     # the rollout's identity for its looks (serving/looks.py): the canary's pod-template hash, an argument of the

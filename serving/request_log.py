@@ -99,10 +99,23 @@ def _time_of(text: str | None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _parquet_files(folder: Path) -> Iterator[tuple[Path, datetime, datetime, str]]:
+def _partitions(folder: Path) -> Iterator[tuple[Path, datetime]]:
+    """(folder, its hour) of every partition: each holds files whose last row is of that hour."""
+    for part in folder.iterdir() if folder.is_dir() else ():
+        try:
+            hour = datetime.strptime(part.name, HOUR).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        if part.is_dir():
+            yield part, hour
+
+
+def _parquet_files(folder: Path, since: datetime | None = None) -> Iterator[tuple[Path, datetime, datetime, str]]:
     """(path, first row time, last row time, segment) of every finished Parquet file, partitioned or (written
-    before partitions) at the top; a top-level file's times are unknown (min and max)."""
-    for path in [*folder.glob("requests-*.parquet"), *folder.glob("*/requests-*.parquet")]:
+    before partitions) at the top; a top-level file's times are unknown (min and max). With `since`, the
+    partitions of an hour before it are not even listed: a day's files cost a window nothing."""
+    recent = [p for p, hour in _partitions(folder) if since is None or hour + timedelta(hours=1) > since]
+    for path in [*folder.glob("requests-*.parquet"), *(f for p in recent for f in p.glob("requests-*.parquet"))]:
         named = PARQUET.match(path.name)
         if named:
             first, last = (datetime.strptime(t, STAMP).replace(tzinfo=UTC) for t in named.group(1, 2))
@@ -143,8 +156,8 @@ def read_rows(folder: str | Path, since: datetime | None = None, until: datetime
     folder = Path(folder)
     since = since.replace(tzinfo=UTC) if since is not None and since.tzinfo is None else since
     until = until.replace(tzinfo=UTC) if until is not None and until.tzinfo is None else until
-    found = sorted(_parquet_files(folder), key=lambda f: (f[1], f[2], f[0].name))
-    compacted = {segment for *_, segment in found}
+    found = sorted(_parquet_files(folder, since), key=lambda f: (f[1], f[2], f[0].name))
+    compacted = {segment for *_, segment in found}  # an older partition's journal holds only rows before `since`
     rows: list[dict[str, Any]] = []
     for path, first, last, _ in found:
         if (since is not None and last < since) or (until is not None and first >= until):
@@ -296,10 +309,6 @@ class RequestLog:
         if now - self._pruned < timedelta(minutes=1):
             return
         self._pruned = now
-        for part in self.folder.iterdir():
-            try:
-                hour = datetime.strptime(part.name, HOUR).replace(tzinfo=UTC)
-            except ValueError:
-                continue
-            if part.is_dir() and hour + timedelta(hours=1) < now - self.retention:
+        for part, hour in _partitions(self.folder):
+            if hour + timedelta(hours=1) < now - self.retention:
                 shutil.rmtree(part, ignore_errors=True)

@@ -135,7 +135,7 @@ def serve_command(
     state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
-    names, compute, api_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
+    names, compute, api_keys, analysis_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(
         names=names,
@@ -158,8 +158,8 @@ def serve_command(
         routes_path=routes,
         weights_path=weights_file,
         max_shadows=max_shadows,
-        api_keys=api_keys[0],
-        analysis_keys=api_keys[1],
+        api_keys=api_keys,
+        analysis_keys=analysis_keys,
         likelihood_samples=likelihood_samples,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -192,10 +192,10 @@ def serve_command(
 
 def checked_inputs(
     names: list[str], routes: Path | None, api_key_file: Path | None, memory_budget: str | None
-) -> tuple[list[str], RequestLimits, tuple[frozenset[str], frozenset[str]], int | None]:
-    """The names to serve (with what the routes need), the compute limits, the API keys and the controllers' analysis
-    keys, and the memory budget, each
-    checked before any model loads: a bad one is one `error:` line naming its flag (exit 2)."""
+) -> tuple[list[str], RequestLimits, frozenset[str], frozenset[str], int | None]:
+    """The names to serve (with what the routes need), the compute limits, the API keys, the controllers' analysis
+    keys and the memory budget, each checked before any model loads: a bad one is one `error:` line naming its flag
+    (exit 2)."""
     from gates.request_limits import RequestLimits
     from gates.serving_policy import ServingPolicyError, load_serving_policy
     from sampler.memory import parse_bytes
@@ -211,7 +211,7 @@ def checked_inputs(
         names = list(dict.fromkeys([*names, *policy.aliases()]))  # what the routes need
         compute = policy.limits
     try:
-        api_keys = load_api_keys(api_key_file), load_analysis_keys()
+        api_keys, analysis_keys = load_api_keys(api_key_file), load_analysis_keys()
     except ApiKeyError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -220,7 +220,7 @@ def checked_inputs(
     except ValueError as e:
         typer.echo(f"error: --memory-budget: {e}", err=True)
         raise typer.Exit(2) from None
-    return names, compute, api_keys, budget
+    return names, compute, api_keys, analysis_keys, budget
 
 
 def register(app: typer.Typer) -> None:
