@@ -167,9 +167,15 @@ def _evidence(data: Any, where: str) -> Evidence:
     if not isinstance(data, dict) or data.get("kind") not in ("automatic", "manual"):
         raise ChecklistError(f"{where}.evidence.kind: expected 'automatic' or 'manual', got {data!r}")
     if data["kind"] == "manual":
-        if set(data) != {"kind"}:
-            raise ChecklistError(f"{where}.evidence: a manual item takes only kind (its sign-off is recorded later)")
-        return Evidence("manual")
+        if set(data) - {"kind", "gate"}:
+            raise ChecklistError(
+                f"{where}.evidence: a manual item takes only kind, and a gate that reads its sign-off "
+                f"(its sign-off is recorded later)"
+            )
+        gate = data.get("gate")
+        if gate is not None and (not isinstance(gate, str) or not gate):
+            raise ChecklistError(f"{where}.evidence.gate: expected the name of the gate that reads this sign-off")
+        return Evidence("manual", (gate,) if gate else ())
     unknown = sorted(set(data) - {"kind", "gate", "record_field", "equals", "non_empty"})
     if unknown:
         raise ChecklistError(
@@ -214,7 +220,9 @@ def checklist_status(
     statuses = []
     for item in checklist.items:
         ev = item.evidence
-        if ev.kind == "manual":
+        if ev.kind == "manual" and ev.gates:  # its gate says whether a sign-off is needed, and reads it
+            statuses.append(_gated_manual_status(item, by_gate.get(ev.gates[0]), signoffs.get(item.id)))
+        elif ev.kind == "manual":
             statuses.append(_manual_status(item, signoffs.get(item.id)))
         elif ev.gates:
             missing = [g for g in ev.gates if g not in by_gate]
@@ -249,6 +257,16 @@ def _manual_status(item: ChecklistItem, signoff: Mapping[str, Any] | None) -> It
         f"signed off by {signoff['by']} at {signoff['at']}: {signoff['comment']}",
         dict(signoff),
     )
+
+
+def _gated_manual_status(item: ChecklistItem, result: Any, signoff: Mapping[str, Any] | None) -> ItemStatus:
+    """A manual item whose gate decides it: done when the gate passed (with this sign-off, or needing none)."""
+    shown = dict(signoff or {})
+    if result is None:
+        return ItemStatus(item.id, item.text, "manual", False, f"gate {item.evidence.gates[0]} not evaluated", shown)
+    if not _get(result, "passed"):
+        return ItemStatus(item.id, item.text, "manual", False, str(_get(result, "reason")), shown)
+    return ItemStatus(item.id, item.text, "manual", True, str(_get(result, "reason")), shown)
 
 
 def _field_status(item: ChecklistItem, records: list[Any]) -> ItemStatus:

@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from evals.records import LicenseResult
-from models.catalog import load_catalog, spdx_licensing
+from models.catalog import load_catalog
+from models.licenses import PERMISSIVE, SIGN_OFF_CLASS, review_class, spdx_licensing
 from models.unique_keys import load_yaml
 
 POLICY_PATH = Path(__file__).resolve().parent / "license_policy.yaml"
@@ -77,6 +78,8 @@ def _load_policy(path: str) -> LicensePolicy:
             if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
                 raise LicensePolicyError(f"{path}: key 'tiers.{tier}.{key}' must be a list of strings")
             out[tier] = tuple(values)
+    # the permitted tier starts from the license-class table, so a permissive license is never judged stricter
+    licenses["permitted"] = (*sorted(PERMISSIVE), *licenses["permitted"])
     unknown = sorted(set(tiers) - set(TIERS))
     if unknown:
         raise LicensePolicyError(f"{path}: key 'tiers.{unknown[0]}' is not a tier; tiers: {', '.join(TIERS)}")
@@ -184,7 +187,8 @@ def check_license(
                 tier = card_tier
     elif card:
         reasons.append("the model card has no license tag")
-    return LicenseResult(candidate=candidate, expression=expression, tier=tier, reasons=reasons, findings=findings)
+    review = review_class(expression) if not findings else SIGN_OFF_CLASS  # a disagreement is for a person to read
+    return LicenseResult(candidate, expression, tier, reasons, findings, license_class=review)
 
 
 def license_for_entry(

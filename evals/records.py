@@ -21,6 +21,7 @@ from evals.paired import (
     round_spread,
     rounds_percentile_ratio,
 )
+from models.licenses import review_class
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -140,6 +141,12 @@ class LicenseResult:
     tier: str  # "permitted", "caution", "restricted", "unknown"
     reasons: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # e.g. catalog and model card disagree
+    # models/licenses.py: "permissive" passes the license review, "sign-off" waits for a named person's
+    license_class: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.license_class:  # evidence stored before license classes: classed from its expression
+            self.license_class = review_class(self.expression)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -247,6 +247,8 @@ def nfe_bound(record: EvalRecord) -> float:
     cfg = record.config or {}
     if record.kind == "autoregressive":
         return float(cfg.get("gen_length", record.gen_length) + 1)
+    if cfg.get("canvas") == "masked":  # SDAR: each block's steps and the pass caching it; a block per new token at most
+        return float((cfg["max_denoising_steps"] + 1) * (cfg["max_new_tokens"] + 1))
     steps = float(cfg.get("steps", record.gen_length))
     draft = cfg.get("speculative_draft") or 0
     return steps * max(1, int(draft))  # a speculative call evaluates up to `draft` drafted canvases

@@ -390,6 +390,48 @@ class LicenseGate:
         )
 
 
+class LicenseReviewGate:
+    """A license of class `sign-off` (models/licenses.py) waits for a named person's sign-off of the checklist
+    item; a `permissive` one passes without. The class comes with the license evidence, never re-derived here."""
+
+    kind: ClassVar[str] = "license_review"
+
+    def check(self, ctx: GateContext, spec: GateSpec) -> GateResult:
+        item = spec.params["checklist_item"]
+        lic, threshold = ctx.evidence.license, f"sign-off of {item!r} unless permissive"
+        if lic is None:
+            return _inconclusive(
+                ctx, spec, None, threshold, "no license check result", "run the license check (unmask run does)"
+            )
+        if lic.license_class == "permissive":
+            return _result(
+                ctx, spec, True, lic.license_class, threshold, f"license {lic.expression} is permissive: no review"
+            )
+        signoff = ctx.signoffs.get(item)
+        if not signoff or not signoff.get("by"):
+            return _result(
+                ctx,
+                spec,
+                False,
+                lic.license_class,
+                threshold,
+                f"license {lic.expression} is class {lic.license_class!r}: checklist item {item!r} needs a named "
+                "person's sign-off",
+                license=lic.expression,
+            )
+        return _result(
+            ctx,
+            spec,
+            True,
+            lic.license_class,
+            threshold,
+            f"license {lic.expression} reviewed by {signoff['by']} at {signoff.get('at', '?')}: "
+            f"{signoff.get('comment', '')}",
+            license=lic.expression,
+            signoff=dict(signoff),
+        )
+
+
 class ReproducibilityGate:
     kind: ClassVar[str] = "reproducibility"
 
@@ -796,6 +838,7 @@ GATE_CHECKS: dict[str, GateCheck] = {
         SpeedupGate,
         MemoryGate,
         LicenseGate,
+        LicenseReviewGate,
         ReproducibilityGate,
         DataValidityGate,
         ErrorRateGate,

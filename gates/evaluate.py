@@ -19,11 +19,10 @@ from typing import Any
 
 from evals.records import CandidateEvidence, EvalRecord
 from gates.checks import GATE_CHECKS, GateContext
+from gates.policy import SIGNED_KINDS as SIGNED_KINDS  # re-exported: where sign-off gates were always read
 from gates.policy import Policy
 from gates.results import Baseline, GateResult, as_evidence, operating_records, primary_record
 from gates.verdict import FAIL, INCONCLUSIVE, PASS, Verdict
-
-SIGNED_KINDS = frozenset({"tooling_maturity"})  # gate kinds a checklist sign-off decides, not a measurement
 
 
 def evaluate_gates(

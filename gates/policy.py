@@ -162,6 +162,7 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "data_validity": {"min_items": ((int,), False)},
     "error_rate": {"max_error_rate": (_NUM, True)},
     "tooling_maturity": {"checklist_item": ((str,), True)},
+    "license_review": {"checklist_item": ((str,), True)},
     "serving": {
         "concurrency": ((int,), True),
         "p95_s_max": (_NUM, False),
@@ -171,6 +172,8 @@ GATE_KINDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "canary": {"min_weight": ((int,), True)},
     "parallelism": {"task": ((str,), False), "tpf_at_accuracy": ((dict,), False), "aup_min": (_NUM, False)},
 }
+# Gate kinds a checklist sign-off decides, not a measurement (each names its manual `checklist_item`).
+SIGNED_KINDS = frozenset({"tooling_maturity", "license_review"})
 # Kinds the bundled policy leaves to the policies that ask for them (gates/demo-policy.yaml shows each).
 OPT_IN_KINDS = frozenset({"parallelism"})
 PARALLELISM_MODES = ("tpf_at_accuracy", "aup_min")
@@ -339,8 +342,8 @@ def _check_task(task: str, where: str) -> None:
 
 
 def _check_checklist_items(gates: tuple[GateSpec, ...], stage: str, where: str) -> None:
-    """A tooling_maturity gate waits for a sign-off of a manual item of the stage's checklist: one that exists."""
-    named = [g for g in gates if g.kind == "tooling_maturity"]
+    """A sign-off gate waits for a sign-off of a manual item of the stage's checklist: one that exists."""
+    named = [g for g in gates if g.kind in SIGNED_KINDS]
     if not named:
         return
     manual = load_checklist(stage).manual_items()

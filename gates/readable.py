@@ -148,6 +148,8 @@ def gate_threshold(spec: Any, threshold: Any) -> str:
         return "no errors" if params["max_error_rate"] == 0 else f"<= {exact(params['max_error_rate'] * 100)}%"
     if kind == "tooling_maturity":
         return f"sign-off of {params['checklist_item']}"
+    if kind == "license_review":
+        return f"permissive, or sign-off of {params['checklist_item']}"
     if kind == "serving":
         parts = [f"p95 <= {exact(params['p95_s_max'] * 1e3)} ms"] if "p95_s_max" in params else []
         if "error_rate_max" in params:

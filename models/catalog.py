@@ -17,13 +17,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from models.licenses import LicenseClassError, license_class, normalized_spdx
 from models.unique_keys import DuplicateKeyError, load_yaml
 
 CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
 KINDS = ("masked-diffusion", "block-diffusion", "autoregressive", "api")
 ROLES = ("candidate", "fallback")
-ADAPTERS = ("llada", "diffusion-gemma", "causal-lm", "api", "none")
+ADAPTERS = ("llada", "diffusion-gemma", "dream", "sdar", "causal-lm", "api", "none")
 FIELDS = {
     "id",
     "family",
@@ -38,6 +39,7 @@ FIELDS = {
     "license_link",
     "card_license",
     "parameters",
+    "active_parameters",
     "adapter",
     "decoding",
     "notes",
@@ -59,6 +61,12 @@ DECODING_FIELDS = {
     "stability_threshold": int,
     "confidence_threshold": float,
     "temperature": float,
+    # the masked block canvas (SDAR: sampler/masked_blocks.py)
+    "canvas": str,
+    "remasking": str,
+    "commit_threshold": float,
+    "top_k": int,
+    "top_p": float,
 }
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -100,6 +108,7 @@ class CatalogEntry:
     license_link: str | None = None
     card_license: str | None = None
     parameters: int | None = None
+    active_parameters: int | None = None  # per token, for a mixture of experts; None: all of them, or unknown
     decoding: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
     api_model: str | None = None
@@ -112,6 +121,11 @@ class CatalogEntry:
     @property
     def license_label(self) -> str:
         return self.license_name if self.license == "other" and self.license_name else self.license
+
+    @property
+    def license_class(self) -> str:
+        """`permissive` (passes on its own) or `sign-off` (a named person signs the license review off)."""
+        return license_class(self.license)
 
     def license_matches(self, card_license: str) -> bool:
         """Whether a model card's `license:` tag agrees with this entry (case-insensitive)."""
@@ -258,14 +272,7 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
         raise fail("pinned", f"must be true or false, got {pinned!r}")
     if pinned and source.scheme == "hf" and not COMMIT_PATTERN.match(revision or ""):
         raise fail("revision", f"must be a 40-hex commit when pinned is true, got {revision!r}")
-    sha256 = raw.get("sha256") or {}
-    if not isinstance(sha256, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and SHA256_PATTERN.match(v) for k, v in sha256.items()
-    ):
-        raise fail("sha256", "must map file names to 64 lower-case hex digits")
-    parameters = raw.get("parameters")
-    if parameters is not None and (not isinstance(parameters, int) or isinstance(parameters, bool) or parameters <= 0):
-        raise fail("parameters", f"must be a positive integer or null, got {parameters!r}")
+    sha256, (parameters, active) = parse_sha256(raw, fail), parse_counts(raw, fail)
     decoding = parse_decoding(raw.get("decoding"), fail)
     if kind == "api" and not raw.get("api_model"):
         raise fail("api_model", "is missing; an API entry names the model its endpoint serves")
@@ -284,11 +291,35 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
         license_link=link,
         card_license=text("card_license", required=False),
         parameters=parameters,
+        active_parameters=active,
         decoding=decoding,
         notes=str(raw.get("notes") or "").strip(),
         api_model=text("api_model", required=False),
         api_key_env=text("api_key_env", required=False),
     )
+
+
+def parse_sha256(raw: dict[str, Any], fail: Callable[[str, str], CatalogError]) -> dict[str, str]:
+    sha256 = raw.get("sha256") or {}
+    if not isinstance(sha256, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and SHA256_PATTERN.match(v) for k, v in sha256.items()
+    ):
+        raise fail("sha256", "must map file names to 64 lower-case hex digits")
+    return sha256
+
+
+def parse_counts(raw: dict[str, Any], fail: Callable[[str, str], CatalogError]) -> tuple[int | None, int | None]:
+    """`parameters` and `active_parameters`: positive integers or null, the active ones at most all of them."""
+    counts: list[int | None] = []
+    for name in ("parameters", "active_parameters"):
+        value = raw.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise fail(name, f"must be a positive integer or null, got {value!r}")
+        counts.append(value)
+    parameters, active = counts
+    if active is not None and (parameters is None or active > parameters):
+        raise fail("active_parameters", f"must be at most 'parameters' ({parameters}), got {active}")
+    return parameters, active
 
 
 def parse_source(
@@ -357,29 +388,9 @@ def parse_license(raw: dict[str, Any], fail: Callable[[str, str], CatalogError])
             raise fail(missing, f"is required when license is '{value}'")
         return value, name, link
     try:
-        info = spdx_licensing().validate(value)
-    except AttributeError:
-        # license-expression's validate() fails on its own error path for some characters (e.g. '\x1b'):
-        # an expression it cannot even report on is not an SPDX id.
-        raise fail(
-            "license",
-            f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link",
-        ) from None
-    invalid = [s for s in info.invalid_symbols if not str(s).startswith("LicenseRef-")]
-    if invalid or info.normalized_expression is None and not info.invalid_symbols:
-        raise fail(
-            "license",
-            f"{value!r} is not an SPDX license id; use an SPDX id, or 'other' with license_name and license_link",
-        )
-    return info.normalized_expression or value, name, link
-
-
-@functools.cache
-def spdx_licensing() -> Any:  # license_expression's Licensing (the package ships no types)
-    """The SPDX license index; building it parses a large JSON, so it is built once per process."""
-    from license_expression import get_spdx_licensing
-
-    return get_spdx_licensing()
+        return normalized_spdx(value), name, link
+    except LicenseClassError as e:
+        raise fail("license", f"{e}; use an SPDX id, or 'other' with license_name and license_link") from None
 
 
 def parse_decoding(value: Any, fail: Callable[[str, str], CatalogError]) -> dict[str, Any]:
@@ -393,7 +404,9 @@ def parse_decoding(value: Any, fail: Callable[[str, str], CatalogError]) -> dict
             raise fail(f"decoding.{key}", f"is not a decoding setting; known: {', '.join(sorted(DECODING_FIELDS))}")
         want = DECODING_FIELDS[key]
         ok = (
-            isinstance(given, int) and not isinstance(given, bool)
+            isinstance(given, str)
+            if want is str
+            else isinstance(given, int) and not isinstance(given, bool)
             if want is int
             else isinstance(given, (int, float)) and not isinstance(given, bool)
         )

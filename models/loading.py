@@ -66,7 +66,9 @@ def model_kind(ref: str | Path) -> str:
     layout = model_layout(path)
     if layout == "llada":
         return "autoregressive" if read_config(path)[0].causal else "masked-diffusion"
-    return "block-diffusion" if layout == "diffusion-gemma" else "autoregressive"
+    if layout == "dream":
+        return "masked-diffusion"
+    return "block-diffusion" if layout in ("diffusion-gemma", "sdar") else "autoregressive"
 
 
 def catalog_decoding(ref: str | Path) -> dict[str, Any]:

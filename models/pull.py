@@ -101,11 +101,13 @@ def pull(
     cache_dir: str | Path | None = None,
     endpoint: str | None = None,
     offline: bool | None = None,
+    fit: dict[str, Any] | None = None,
 ) -> PullResult:
     """Fetch, verify and install one catalog entry into the model store; return where it landed.
 
     offline: None reads $HF_HUB_OFFLINE at call time; True uses the Hugging Face cache only.
     endpoint: a Hub mirror URL (default: huggingface_hub's, i.e. $HF_ENDPOINT).
+    fit: the memory fit judged before the pull (sampler/fit.py, and whether it was overridden), kept in the manifest.
     """
     entry = entry_or_id if isinstance(entry_or_id, CatalogEntry) else (catalog or load_catalog()).get(entry_or_id)
     if entry.is_api:
@@ -131,6 +133,7 @@ def pull(
             "pinned": entry.pinned,
             "files": files,
             "findings": len(findings),
+            "memory_fit": fit,
             "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # written last: marks completeness

@@ -20,12 +20,13 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 import torch
 
 from sampler.generate import make_generator
+from sampler.masked_blocks import MASKED_COMMITS, generate_masked_blocks
 from sampler.output import BlockDiffusionStats, GenerateOutput, StepCallback, StepInfo
 
 
@@ -43,6 +44,17 @@ class BlockDiffusionConfig:
     eos_ids: tuple[int, ...] = ()  # a canvas holding one ends its row
     pad_id: int | None = None  # replaces tokens after EOS and canvases of finished rows
     seed: int | None = 0  # private generator; None draws from torch's global RNG
+    # The masked canvas (SDAR: sampler/masked_blocks.py). Left out of a uniform canvas's `to_dict()` and `hash()`
+    # (where they must keep their defaults), so every config recorded before they existed keeps its hash.
+    canvas: str = "uniform"  # uniform: DiffusionGemma's uniform-state canvas; masked: mask tokens unmasked in steps
+    remasking: str = "low_confidence_dynamic"  # masked: which masked positions a step commits (MASKED_COMMITS)
+    commit_threshold: float = 0.9  # low_confidence_dynamic: commit every masked position this confident
+    temperature: float = 1.0  # masked: sampling temperature; 0 takes the argmax
+    top_k: int = 0  # masked: sample among the k most likely tokens; 0 = all
+    top_p: float = 1.0  # masked: sample within the smallest set of probability p
+    mask_id: int | None = None  # masked: the model's mask token
+
+    _OPTIONAL = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id")
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_denoising_steps"):
@@ -57,6 +69,24 @@ class BlockDiffusionConfig:
             )
         if self.stability_threshold < 0:
             raise ValueError(f"BlockDiffusionConfig.stability_threshold must be >= 0, got {self.stability_threshold!r}")
+        self._check_masked()
+
+    def _check_masked(self) -> None:
+        known = {"canvas": ("uniform", "masked"), "remasking": tuple(MASKED_COMMITS)}
+        for name, allowed in known.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"BlockDiffusionConfig.{name}={getattr(self, name)!r}; known: {', '.join(allowed)}")
+        if self.canvas == "uniform":
+            changed = [k for k in self._OPTIONAL[1:] if getattr(self, k) != BLOCK_FIELD_DEFAULTS[k]]
+            if changed:
+                raise ValueError(
+                    f"BlockDiffusionConfig.{changed[0]} is read by the masked canvas only (canvas='masked')"
+                )
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or not 0 <= self.commit_threshold <= 1:
+            raise ValueError(
+                f"BlockDiffusionConfig needs temperature >= 0, 0 < top_p <= 1, top_k >= 0, 0 <= commit_threshold <= 1; "
+                f"got {self.temperature!r}, {self.top_p!r}, {self.top_k!r}, {self.commit_threshold!r}"
+            )
 
     @property
     def gen_length(self) -> int:
@@ -64,13 +94,17 @@ class BlockDiffusionConfig:
         return self.max_new_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        return data if self.canvas == "masked" else {k: v for k, v in data.items() if k not in self._OPTIONAL}
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     def hash(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+BLOCK_FIELD_DEFAULTS = {f.name: f.default for f in fields(BlockDiffusionConfig)}
 
 
 class BlockDenoiser(Protocol):
@@ -237,6 +271,8 @@ def generate_block_diffusion(
     if row_seeds is not None and len(row_seeds) != B:
         raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {B} rows")
     draws = BatchDraws(make_generator(config.seed, device)) if row_seeds is None else RowDraws(row_seeds, device)
+    if config.canvas == "masked":
+        return generate_masked_blocks(model, input_ids, config, draws, attention_mask, on_step)
     rules = CanvasRules.of(config, model.vocab_size, L)
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
 

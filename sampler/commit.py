@@ -1,8 +1,9 @@
 """Commit rules: which masked positions of the current block a step fills.
 
 `top_k` is LLaDA's: a fixed number per step from the transfer schedule, so a block takes exactly
-`steps_per_block` model calls. The parallel rules commit as many positions as the model is sure
-of (always at least the most confident one) and a block ends when it holds no mask. A new rule
+`steps_per_block` model calls; `timesteps` is Dream's, a share of the masks left that grows step by
+step. The parallel rules commit as many positions as the model is sure of (always at least the most
+confident one) and a block ends when it holds no mask. A new rule
 is one class and one line in COMMIT_RULES.
 """
 
@@ -91,6 +92,39 @@ class TopKCommit:
         return step >= steps
 
 
+class TimestepCommit:
+    """Dream's rule: the block's steps walk a time grid from 1 down to `eps`; step i commits
+    int(n * (1 - t_{i+1} / t_i)) of the n masks the row still holds (the most confident), the last step all.
+
+    The count follows the masks each row really holds at that step, so a row decodes as it would alone.
+    """
+
+    eps = 1e-3  # Dream's published generation default: the grid ends at t = eps, not 0
+    # Early steps of a long schedule round down to nothing (16 masks, 16 steps: step 0 commits int(0.999) = 0);
+    # Dream's generate spends those calls too, so the exact decode does.
+    commits_every_step = False
+
+    def __init__(self, config: SamplerConfig):
+        pass
+
+    def plan(self, block_mask: torch.Tensor, steps: int) -> torch.Tensor | None:
+        """`(batch, steps)` float32: the share of the remaining masks each step commits."""
+        t = torch.linspace(1, self.eps, steps + 1, device=block_mask.device)  # float32, as Dream's own grid
+        share = 1 - t[1:] / t[:-1]
+        share[-1] = 1.0
+        return share[None].expand(block_mask.shape[0], steps)
+
+    def select(
+        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+    ) -> torch.Tensor:
+        assert plan is not None, "timesteps' plan() always gives the per-step shares"
+        left = torch.isfinite(confidence).sum(dim=-1)  # (B,) masks each row still holds
+        return commit_top_k(confidence, (left.float() * plan[:, step]).long())  # int() of the float32 product
+
+    def block_done(self, step: int, steps: int, block_mask: torch.Tensor) -> bool:
+        return step >= steps
+
+
 class ParallelCommit:
     """Shared by the parallel rules: no plan, the block ends when no row has a mask left in it.
 
@@ -160,6 +194,7 @@ COMMIT_RULES: dict[str, type] = {
     "threshold": ThresholdCommit,
     "factor": FactorCommit,
     "entropy": EntropyBoundedCommit,
+    "timesteps": TimestepCommit,
 }
 
 

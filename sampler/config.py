@@ -45,7 +45,7 @@ class SamplerConfig:
     confidence_eos_eot_inf: bool = False  # give EOS/EoT predictions confidence 0 (commit them last)
     # Fast decoding. Each field picks a small object (sampler/commit.py, cache.py, speculative.py,
     # early_exit.py, backends.py); the defaults are the exact vanilla sampler.
-    parallel: str = "top_k"  # commit rule: top_k (the step schedule), threshold, factor, entropy
+    parallel: str = "top_k"  # commit rule: top_k (the step schedule), threshold, factor, entropy, timesteps (Dream)
     parallel_threshold: float = 0.9  # threshold rule: commit every masked position this confident
     parallel_factor: float = 1.0  # factor rule: commit the n-th most confident while (n + 1)(1 - c_n) < f
     entropy_bound: float = 1.0  # entropy rule: commit lowest-entropy positions while their sum (nats) stays under
@@ -61,6 +61,9 @@ class SamplerConfig:
     eot_confidence: float = 0.9  # eos_run: the EOS probability a masked position needs to count as padding
     compile: bool = False  # torch backend: run the module through torch.compile (sampler/backends.py)
     speculative_rows: bool = False  # speculative rounds: each row accepts its own verified prefix (lossless)
+    # Only the k likeliest tokens of a position count (proposal and confidence); 0 = all. Dream's generate keeps
+    # 50 unless told otherwise (transformers 4.46's config default), which reorders its commits even at temperature 0.
+    top_k: int = 0
 
     # Fields added after configs were first recorded: left out of `hash()` while at their default,
     # so every config recorded before they existed keeps its hash.
@@ -80,6 +83,7 @@ class SamplerConfig:
         "compile",
         "speculative_rows",
         "refresh_span",
+        "top_k",
     )
 
     def __post_init__(self) -> None:
@@ -138,7 +142,7 @@ class SamplerConfig:
         for name in ("parallel_factor", "entropy_bound"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SamplerConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("cache_refresh", "speculative_draft", "future_window"):
+        for name in ("cache_refresh", "speculative_draft", "future_window", "top_k"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"SamplerConfig.{name} must be a non-negative integer, got {value!r}")

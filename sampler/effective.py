@@ -3,7 +3,8 @@
 A `SamplerConfig` is what a user asks for. A masked-diffusion model reads all of it; the
 autoregressive decoders read only `gen_length`, `temperature` and `seed`; the block-diffusion
 sampler reads `gen_length`, `steps` and `seed` and takes the rest (entropy bound, temperature
-schedule, stopping thresholds) from the model's catalog defaults. `effective_config` turns the
+schedule, stopping thresholds; for SDAR's masked canvas its commit rule, threshold and sampling) from the model's
+catalog defaults. `effective_config` turns the
 request into the config that decodes; records, cache keys and dossiers hold that one and its hash,
 so changing a catalog default changes the hash and re-measures.
 """
@@ -27,6 +28,8 @@ SETTINGS_READ: dict[str, frozenset[str]] = {
 }
 # Catalog decoding defaults the block sampler takes in place of SamplerConfig fields.
 BLOCK_DEFAULTS = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")
+# ... and, for a model decoded on the masked canvas (SDAR: `canvas: masked`), these.
+MASKED_DEFAULTS = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id")
 
 
 def settings_read(kind: str) -> frozenset[str] | None:
@@ -38,13 +41,14 @@ def block_config_for(handle: Any, config: SamplerConfig) -> BlockDiffusionConfig
     """gen_length -> new tokens, steps spread over the model's canvases, seed; the catalog's defaults
     (`handle.defaults`) supply the entropy bound, temperature schedule and stopping thresholds."""
     canvases = math.ceil(config.gen_length / handle.canvas_length)
+    read = BLOCK_DEFAULTS + (MASKED_DEFAULTS if handle.defaults.get("canvas") == "masked" else ())
     return BlockDiffusionConfig(
         max_new_tokens=config.gen_length,
         max_denoising_steps=max(1, config.steps // canvases),
         eos_ids=tuple(handle.eos_ids),
         pad_id=handle.pad_id,
         seed=config.seed,
-        **{k: handle.defaults[k] for k in BLOCK_DEFAULTS if k in handle.defaults},
+        **{k: handle.defaults[k] for k in read if k in handle.defaults},
     )
 
 

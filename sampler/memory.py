@@ -64,6 +64,22 @@ def peak_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     return result, max(total for _, _, total in allocations) - base
 
 
+def canvas_logits_bytes(kind: str, positions: int, canvas: int, vocab: int, dtype_bytes: int) -> int:
+    """The `(canvas, vocab)` float32 temporaries one row of a decode holds at its peak: a block-diffusion step's
+    seven `(L, V)` tensors (six in float32, the self-conditioning copy in the model's dtype) over its canvas `L`;
+    a masked-diffusion forward's logits over every position; an autoregressive step's logits and their softmax."""
+    if kind == "block-diffusion":
+        return 6 * canvas * vocab * F32 + canvas * vocab * dtype_bytes
+    if kind == "masked-diffusion":
+        return positions * vocab * F32
+    return 2 * positions * vocab * F32
+
+
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, positions: int, dtype_bytes: int) -> int:
+    """Keys and values of `positions` tokens in `layers` layers of `kv_heads` heads of `head_dim`, one row."""
+    return 2 * layers * kv_heads * head_dim * positions * dtype_bytes
+
+
 def _dtype_bytes(model: torch.nn.Module) -> int:
     return next(model.parameters()).element_size()
 
@@ -86,8 +102,8 @@ def block_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effective
     kv = 0
     for layer, kind in zip(layers, text.layer_types):
         kept = min(positions, text.sliding_window) if kind == "sliding_attention" else positions
-        kv += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype
-    denoise = 6 * L * V * F32 + L * V * dtype  # the self-conditioning copy is in the model's dtype
+        kv += kv_cache_bytes(1, layer.num_key_value_heads, layer.head_dim, kept, dtype)
+    denoise = canvas_logits_bytes("block-diffusion", positions, L, V, dtype)
     # the encoder's pass: residual, norms and queries/keys/values/attention output, the MLP and the routed experts
     attention = max(
         (2 * layer.num_attention_heads + 2 * layer.num_key_value_heads) * layer.head_dim for layer in layers
@@ -102,6 +118,27 @@ def block_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effective
     return Footprint(
         per_row=max(denoise, encoder) + kv,
         terms={"canvas_x_vocab": denoise, "encoder_activations": encoder, "kv_cache": kv},
+    )
+
+
+def masked_blocks_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
+    """SDAR (a masked canvas of `block_size` positions over a Qwen3-shaped network, sampler/masked_blocks.py): the
+    KV cache of the prompt and every committed block, plus the larger of the prompt's forward (its activations and
+    float32 logits over every prompt position) and a denoising step's `(block, vocab)` float32 temporaries (the
+    logits, their softmax and the draw's probabilities). An estimate from the shapes, not a measured peak."""
+    block = effective_config(handle, config)
+    assert isinstance(block, BlockDiffusionConfig), "a block-diffusion handle decodes a block config"
+    cfg = handle.model.config
+    L, V, dtype = handle.canvas_length, int(cfg.vocab_size), _dtype_bytes(handle.model)
+    positions = prompt_tokens + -(-block.max_new_tokens // L) * L
+    kv = kv_cache_bytes(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, positions, dtype)
+    attention = (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
+    width = cfg.hidden_size * 4 + attention + cfg.intermediate_size * 3
+    prefill = prompt_tokens * (width * dtype + V * F32)
+    step = 3 * L * V * F32
+    return Footprint(
+        per_row=max(step, prefill) + kv,
+        terms={"canvas_x_vocab": step, "encoder_activations": prefill, "kv_cache": kv},
     )
 
 
@@ -121,7 +158,7 @@ def masked_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effectiv
     if getattr(config, "cache", "none") != "none":  # cached keys/values of the positions outside the block
         per_position += 2 * cfg.kv_heads * cfg.head_dim * cfg.n_layers
     activations = T * (per_position - cfg.vocab_size) * F32
-    logits = T * cfg.vocab_size * F32
+    logits = canvas_logits_bytes("masked-diffusion", T, T, cfg.vocab_size, F32)
     return Footprint(per_row=activations + logits, terms={"canvas_x_vocab": logits, "activations": activations})
 
 
@@ -132,14 +169,15 @@ def generic_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) 
     hidden = getattr(cfg, "hidden_size", 0)
     width = 4 * hidden + 4 * getattr(cfg, "intermediate_size", 4 * hidden)
     kv = 2 * hidden * getattr(cfg, "num_hidden_layers", 1)
-    logits = 2 * T * getattr(cfg, "vocab_size", 0) * F32
+    logits = canvas_logits_bytes("autoregressive", T, T, getattr(cfg, "vocab_size", 0), F32)
     return Footprint(per_row=logits + T * (width + kv) * F32, terms={"canvas_x_vocab": logits})
 
 
 def footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """The peak bytes per row of decoding `prompt_tokens` + `config.gen_length` on `handle`'s model."""
     if handle.kind == "block-diffusion":
-        return block_diffusion_footprint(handle, prompt_tokens, config)
+        masked = getattr(effective_config(handle, config), "canvas", "") == "masked"
+        return (masked_blocks_footprint if masked else block_diffusion_footprint)(handle, prompt_tokens, config)
     if getattr(handle, "native", False):
         return masked_diffusion_footprint(handle, prompt_tokens, config)
     return generic_footprint(handle, prompt_tokens, config)

@@ -39,6 +39,13 @@ def add_gumbel_noise(
     return logits.exp() / (-torch.log(noise)) ** temperature
 
 
+def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """`logits` with every entry below the position's k-th largest set to the dtype's lowest value (as Dream
+    does: a softmax then gives them zero, and ties with the k-th stay)."""
+    kth = torch.topk(logits, min(k, logits.shape[-1]), dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+
+
 def propose(
     logits: torch.Tensor,
     config: SamplerConfig,
@@ -51,6 +58,8 @@ def propose(
     """
     if config.logits_eos_inf:
         logits[:, :, config.eos_id] = -torch.inf
+    if config.top_k:
+        logits = keep_top_k(logits, config.top_k)
     noisy = add_gumbel_noise(logits, config.temperature, generator)
     x0 = torch.argmax(noisy, dim=-1)
     if config.confidence_eos_eot_inf:

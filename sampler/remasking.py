@@ -68,11 +68,23 @@ class EntropyRemasking:
         return torch.exp((logp.exp() * logp).sum(-1))
 
 
+class NegEntropyRemasking:
+    """Dream's `entropy` order: sum p log(p + 1e-10), the negative entropy, computed as Dream computes it so
+    near-ties break the same way (`entropy` above orders alike in exact arithmetic)."""
+
+    def confidence(
+        self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None
+    ) -> torch.Tensor:
+        p = torch.softmax(logits, dim=-1)
+        return (p * torch.log(p + 1e-10)).sum(dim=-1)
+
+
 REMASKING_POLICIES: dict[str, type] = {
     "low_confidence": LowConfidenceRemasking,
     "random": RandomRemasking,
     "margin": MarginRemasking,
     "entropy": EntropyRemasking,
+    "neg_entropy": NegEntropyRemasking,
 }
 
 

@@ -85,6 +85,8 @@ def operating_config(handle: ServedHandle, recorded: dict[str, Any] | None) -> t
         source = "operating point"
     else:
         known = {"gen_length", "block_length", "steps", "temperature", "remasking"}
+        if is_block(handle):  # its temperature and remasking are block-loop settings (BlockDiffusionConfig's)
+            known -= {"temperature", "remasking"}
         config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
         source = "catalog defaults"
     config = config.with_(**handle.sampler_ids())

@@ -1,13 +1,17 @@
-"""`unmask models`: the catalog as a table (id, kind, role, license, size, pulled or not)."""
+"""`unmask models`: the catalog as a table (id, kind, role, license and its class, size, pulled or not, memory fit)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from flows.commands.pull import DEVICE_HELP, DTYPE_HELP, MEMORY_HELP, entry_fit
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+
+if TYPE_CHECKING:
+    from sampler.fit import MemoryFit
 
 console = table_console(200)
 
@@ -21,34 +25,36 @@ def human_count(n: int | None) -> str:
     return str(n)
 
 
-def parameters_on_disk(folder: Path) -> int | None:
-    """Count parameters from the safetensors headers (no tensor is read)."""
-    from safetensors import safe_open
+def fit_cell(fit: MemoryFit | None) -> str:
+    """The fit column: verdict, then need (known terms; `+?` for unknown ones) against have, in GiB."""
+    from sampler.fit import DOES_NOT_FIT, FITS
 
-    total = 0
-    files = sorted(folder.glob("*.safetensors"))
-    for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                n = 1
-                for d in f.get_slice(name).get_shape():
-                    n *= d
-                total += n
-    return total or None
+    if fit is None:
+        return "api"
+    need = f"{fit.need_known / 2**30:.1f}" + ("+?" if fit.unknown else "")
+    have = f"{fit.have / 2**30:.1f} GiB"
+    if fit.verdict == DOES_NOT_FIT:
+        return f"[red]no[/red] {need} > {have}"
+    return f"[green]fits[/green] {need}/{have}" if fit.verdict == FITS else f"? {need}/{have}"
 
 
 def models_command(
     catalog: str = typer.Option(None, "--catalog", help="Catalog file (default: $UNMASK_CATALOG or the bundled one)."),
     explain: bool = typer.Option(False, "--explain", help="Add a column saying why an entry cannot run now."),
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    memory: str = typer.Option(None, "--memory", help=MEMORY_HELP),
+    dtype: str = typer.Option(None, "--dtype", help=DTYPE_HELP),
 ) -> None:
-    """List the candidate catalog."""
+    """List the candidate catalog, with each entry's license class and memory fit."""
     from models.adapters import availability
     from models.catalog import CatalogError, load_catalog
     from models.pull import entry_path, pulled_path, read_findings
+    from sampler.fit import parameters_on_disk
 
     try:
         entries = load_catalog(catalog, tolerant=True)  # one broken entry is marked, the others still listed
-    except CatalogError as e:
+        fits = {entry.id: entry_fit(entry, device, memory, dtype) for entry in entries}
+    except (CatalogError, ValueError) as e:
         print_error(console, f"{e}")
         raise typer.Exit(2) from None
     # at 80 columns the size goes first, then `pulled` and the kind (with --explain, the status says them in words)
@@ -57,8 +63,10 @@ def models_command(
         Column("kind", drop=1),
         Column("role"),
         Column("license", wrap=True),
+        Column("class", drop=4),
         Column("size", "right", drop=3),
         Column("pulled", drop=2),
+        Column("fit", drop=5),
     ]
     table = FittedTable(
         f"candidate catalog ({entries.path})", columns + ([Column("status", wrap=True)] if explain else [])
@@ -76,13 +84,22 @@ def models_command(
         size = entry.parameters
         if size is None and state != "no" and not entry.is_api:
             size = parameters_on_disk(entry_path(entry))
-        row = [entry.id, entry.kind, entry.role, entry.license_label, human_count(size), state]
+        row = [entry.id, entry.kind, entry.role, entry.license_label, entry.license_class, human_count(size), state]
+        row.append(fit_cell(fits[entry.id]))
         if explain:
             row.append(availability(entry)[1])
         table.add_row(*row)
     for label, _ in entries.broken:
         table.add_row(
-            label, "-", "-", "-", "-", "[red]broken[/red]", *(["invalid entry: see the error below"] if explain else [])
+            label,
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "[red]broken[/red]",
+            "-",
+            *(["invalid entry: see the error below"] if explain else []),
         )
     console.print(table)
     for _, error in entries.broken:

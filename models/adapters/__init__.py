@@ -14,7 +14,9 @@ from models.adapters.api import APIAdapter
 from models.adapters.base import AdapterError, ModelHandle, NotEvaluable, read_json
 from models.adapters.causal_lm import CausalLMAdapter
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
+from models.adapters.dream import DreamAdapter
 from models.adapters.llada import LLaDAAdapter
+from models.adapters.sdar import SDARAdapter
 from models.catalog import CatalogEntry
 from models.pull import PullError, entry_path
 
@@ -24,9 +26,11 @@ __all__ = [
     "AdapterError",
     "CausalLMAdapter",
     "DiffusionGemmaAdapter",
+    "DreamAdapter",
     "LLaDAAdapter",
     "ModelHandle",
     "NotEvaluable",
+    "SDARAdapter",
     "availability",
     "folder_layout",
     "model_layout",
@@ -34,17 +38,27 @@ __all__ = [
 ]
 
 # folder layout -> the adapter that loads it
-ADAPTERS: dict[str, type[LLaDAAdapter] | type[CausalLMAdapter] | type[DiffusionGemmaAdapter]] = {
+ADAPTERS: dict[
+    str,
+    type[LLaDAAdapter] | type[CausalLMAdapter] | type[DiffusionGemmaAdapter] | type[DreamAdapter] | type[SDARAdapter],
+] = {
     "llada": LLaDAAdapter,
     "causal-lm": CausalLMAdapter,
     "diffusion-gemma": DiffusionGemmaAdapter,
+    "dream": DreamAdapter,
+    "sdar": SDARAdapter,
 }
 
 
 def folder_layout(config: dict[str, Any]) -> str:
-    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma' or 'causal-lm', from config.json."""
+    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma', 'dream', 'sdar' or 'causal-lm',
+    from config.json."""
     if config.get("model_type") == "diffusion_gemma":
         return "diffusion-gemma"
+    if config.get("model_type") == "Dream":
+        return "dream"
+    if config.get("model_type") == "sdar":
+        return "sdar"
     if config.get("model_type") in (None, "llada") or "d_model" in config:
         return "llada"
     return "causal-lm"

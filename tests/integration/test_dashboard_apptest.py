@@ -203,7 +203,7 @@ def test_a_holder_failing_its_gates_is_red_and_other_policies_and_inconclusive_g
         assert f"`{strict_path.resolve()}` (sha256 `{strict_policy.sha256}`): tiny-llada v{v} at poc" in flagged[0]
         assert f"sha256 `{load_policy().sha256}`" in next(c for c in texts(shown, "caption") if c.startswith("Policy "))
     board = page("views/gate_board.py").table[1].value
-    assert board.loc[f"tiny-llada v{v} [candidate, poc]", "poc"] == "failed 9/10"
+    assert board.loc[f"tiny-llada v{v} [candidate, poc]", "poc"] == "failed 10/11"
     cells = page("views/gate_board.py")
     staging = next(e for e in cells.expander if "· staging ·" in e.label and e.label.startswith("tiny-llada"))
     assert staging.table[0].value.loc["quality", "result"] == "inconclusive"
@@ -549,7 +549,7 @@ def test_candidate_page_says_when_an_approval_and_sign_offs_predate_the_latest_e
     board = page("views/gate_board.py")  # a gate board where only part of the versions and stages were judged
     matrix = board.table[1].value
     assert matrix.loc["tiny-ar v1 [fallback]", "poc"] == "not judged"
-    assert matrix.loc["tiny-llada v1 [candidate]", "poc"] == "passed 10/10"
+    assert matrix.loc["tiny-llada v1 [candidate]", "poc"] == "passed 11/11"
     at = page("views/candidate.py")
     at.selectbox(key="candidate_model").set_value("tiny-llada").run()
     assert "approved by grace" in at.tabs[0].success[0].value.lower() and not at.tabs[0].warning

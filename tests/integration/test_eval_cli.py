@@ -37,7 +37,7 @@ def test_sweep_prints_a_table_and_writes_files(app, model_dirs, tmp_path):
         yaml.safe_dump(
             {
                 "name": "cli",
-                "models": list(model_dirs),
+                "models": [*model_dirs, "tiny-dream"],  # Dream: the native adapter of issue 52
                 "tasks": [{"task": "arith", "n": 2}],
                 "base": {"gen_length": 8, "block_length": 4},
                 "grid": {"steps": [4]},
@@ -51,7 +51,8 @@ def test_sweep_prints_a_table_and_writes_files(app, model_dirs, tmp_path):
     assert "eval records" in text and "diff" in text and "AR greedy" in text
     assert "license diff: permitted" in text
     records = load_records(out / "records.parquet")
-    assert len(records) == 2 and all(r.valid for r in records)
+    assert len(records) == 3 and all(r.valid for r in records)
+    assert {r.candidate: r.kind for r in records}["tiny-dream"] == "masked-diffusion"
     assert (out / "records.csv").is_file() and (out / "quality-latency-arith.png").is_file()
     assert json.loads((out / "license.json").read_text())[0]["tier"] == "permitted"
 

@@ -296,7 +296,8 @@ CHECKLIST_EDITS = [  # (what, edit of the poc checklist, named in the error)
     ),
     ("evidence kind unknown", _item(0, evidence={"kind": "vibes"}), ".evidence.kind"),
     ("evidence missing", _item(0, evidence=KeyError), ".evidence.kind"),
-    ("manual with a gate", _item(0, evidence={"kind": "manual", "gate": "license"}), ".evidence"),
+    ("manual with a record field", _item(0, evidence={"kind": "manual", "record_field": "valid"}), ".evidence"),
+    ("manual with a list of gates", _item(0, evidence={"kind": "manual", "gate": ["a", "b"]}), ".evidence.gate"),
     (
         "automatic with gate and field",
         _item(0, evidence={"kind": "automatic", "gate": "license", "record_field": "valid", "equals": True}),

@@ -278,7 +278,7 @@ def test_a_promotion_and_its_verdict_record_the_policy_path_sha256_and_threshold
     move = read.audit_events(stage="poc", event="alias_move", registry=reg).iloc[-1]
     assert move["evidence"]["policy"] == {"path": str(relaxed.resolve()), "sha256": sha}
     report = read.gate_results("tiny-llada", v, "poc", registry=reg)
-    assert move["evidence"]["thresholds"] == dict(zip(report.gate, report.threshold)) and len(report) == 10
+    assert move["evidence"]["thresholds"] == dict(zip(report.gate, report.threshold)) and len(report) == 11
     records = artifact_file(reg, "tiny-llada", v, "evidence/records.json").read_bytes()
     assert move["evidence"]["evidence_sha256"]["evidence/records.json"] == hashlib.sha256(records).hexdigest()
     tags = reg.version_tags("tiny-llada", v)

@@ -75,6 +75,7 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
     assert list(events["event"]) == [
         "signoff",
         "signoff",
+        "signoff",  # fallback-plan, tooling-maturity and license-review (Apache-2.0 needs none; sign_all signs it)
         "promotion_request",
         "approval",
         "decision_changed",  # judged for the first time, under the promotion's lock: adopt
@@ -276,7 +277,7 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
 
     shown = run(app, ["gates", "tiny-llada", "--stage", "poc"])
     assert shown.exit_code == 1, shown.output  # the exit code is the decision: blocked
-    assert "tiny-llada v1 -> poc: blocked (9/10 gates passed)" in shown.output
+    assert "tiny-llada v1 -> poc: blocked (10/11 gates passed)" in shown.output
     assert "decision: tiny-llada v1 -> poc: blocked (" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output

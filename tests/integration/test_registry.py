@@ -96,7 +96,7 @@ def test_judging_stores_a_gate_report_as_markdown_json_and_version_tags(reg):
     run_id = tags["unmask.evidence_run"]
     assert {a.path for a in reg.client.list_artifacts(run_id, "gates")} == {"gates/poc.json", "gates/poc.md"}
     table = read.gate_results("tiny-llada", registry=reg)
-    assert len(table) == 10 and set(table["stage"]) == {"poc"}
+    assert len(table) == 11 and set(table["stage"]) == {"poc"}
     assert table.set_index("gate").loc["speedup", "value"] == 0.5
     assert table["record_id"].notna().all() and table["run_id"].notna().all()
     items = read.checklist("tiny-llada", v, "poc", registry=reg)

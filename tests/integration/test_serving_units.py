@@ -103,8 +103,18 @@ def test_request_schema_refuses_unknown_fields_and_accepts_whole_numbers_for_flo
         CompletionRequest.model_validate({"model": "production", "prompt": "hi", "temperature": "0.5"})
 
 
-def test_the_batcher_groups_same_key_requests_and_decodes_each_row_as_if_alone(llada):
-    config = BASE.with_(gen_length=16, block_length=16, steps=4)
+@pytest.fixture(scope="module")
+def dream():
+    return models.load("tiny-dream")
+
+
+# Dream (issue 52) decodes with its own schedule and order: one block, parallel=timesteps, remasking neg_entropy
+@pytest.mark.parametrize(
+    "family,settings", [("llada", {}), ("dream", {"parallel": "timesteps", "remasking": "neg_entropy", "top_k": 50})]
+)
+def test_the_batcher_groups_same_key_requests_and_decodes_each_row_as_if_alone(request, family, settings):
+    llada = request.getfixturevalue(family)
+    config = BASE.with_(gen_length=16, block_length=16, steps=4, **settings, **llada.sampler_ids())
     prompts = [llada.encode(p) for p in ("A box has 9 coins. Zoe takes 3. How many remain?", "Tom has 4 pens.", "12")]
     sizes: list[int] = []
 
@@ -392,3 +402,30 @@ def test_a_chat_template_that_leaves_messages_out_says_which():
     rendered = bundled.render_chat(messages)
     assert rendered.text == "2+2?"
     assert rendered.dropped == [{"index": 0, "role": "developer"}, {"index": 1, "role": "user"}]
+
+
+def test_the_batcher_decodes_each_sdar_row_as_if_alone(tmp_path):
+    """A random SDAR (masked block diffusion) behind the batcher: sampled requests with their own seeds share a
+    left-padded batch, and each answer is the one its request gets alone."""
+    from serving.decoding import BLOCK, operating_config
+    from tests.support.eval_fixtures import write_sdar
+
+    handle = models.load(write_sdar(tmp_path / "sdar"))
+    base, _ = operating_config(handle, None)
+    config, _ = request_config(base.with_(gen_length=8, block_length=4, steps=8), BLOCK, 12, None, 5, {}, LIMITS)
+    prompts = [handle.encode(p) for p in ("Sort: cab", "Tom has 4 pens.", "12")]
+    seeds = [config.with_(seed=s) for s in (5, 6, 7)]
+    sizes: list[int] = []
+
+    async def run():
+        batcher = Batcher(handle, max_batch=8, window_s=0.2, max_pending=8, on_batch=sizes.append)
+        keys = [batch_key(c, True, BLOCK) for c in seeds]
+        together = await asyncio.gather(*(batcher.submit(p, c, k) for p, c, k in zip(prompts, seeds, keys)))
+        solo = [await batcher.submit(p, c, k) for p, c, k in zip(prompts, seeds, keys)]
+        await batcher.drain()
+        return together, solo
+
+    together, solo = asyncio.run(run())
+    assert sizes[0] == 3 and [r.batch_size for r in together] == [3, 3, 3]
+    assert [r.generated for r in together] == [r.generated for r in solo]
+    assert len({tuple(r.generated) for r in together}) == 3

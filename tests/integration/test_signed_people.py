@@ -170,7 +170,8 @@ def test_a_forged_sign_off_tag_leaves_its_checklist_item_open(reg, tmp_path, mon
     _registered(reg)
     sign_all(reg, "tiny-llada", "1", "poc")
     state = version_state(reg, "tiny-llada", "1")
-    item = next(iter(state.signoffs("poc")))
+    item = "fallback-plan"  # a manual item only a sign-off settles (license-review passes on a permissive license)
+    assert item in state.signoffs("poc")
     forged = state.signoffs("poc")[item] | {"comment": "rewritten after signing"}
     reg.client.set_model_version_tag("tiny-llada", "1", model_tag(f"signoff.poc.{item}"), json.dumps(forged))
     with pytest.raises(PromotionRefused) as e:

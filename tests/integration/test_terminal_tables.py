@@ -165,7 +165,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
     assert result.exit_code == 1, result.output  # blocked: tooling_maturity fails (a missing sign-off)
     text = result.output
     fits_80(text, ["gate", "passed", "measured", "required", "why"], ["tiny-llada", "data_validity"])
-    assert "-> staging: blocked (9/11 gates passed, 1 inconclusive)" in text
+    assert "-> staging: blocked (10/12 gates passed, 1 inconclusive)" in text
     assert rows(text)["data_validity"][1:4] == ["inconclusive", "16 items", ">= 50 items"]
     assert rows(text)["tooling_maturity"][1] == "no"  # a missing sign-off is still a fail
     lines = [line.strip() for line in text.splitlines()]
@@ -358,6 +358,7 @@ def test_every_bundled_threshold_reads_as_a_person_writes_it():
         "data_validity": ">= 100 items",
         "error_rate": "no errors",
         "tooling_maturity": "sign-off of tooling-maturity",
+        "license_review": "permissive, or sign-off of license-review",
         "serving": "16 in flight: p95 <= 2000 ms, no errors, >= 1x fallback tokens/s",
     }
     staging = {g.name: gate_threshold(g, None) for g in load_policy().stage("staging").gates}

@@ -159,3 +159,30 @@ def write_diffusion_gemma(folder: Path, seed: int = 0) -> Path:
     shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny block-diffusion test model\n")
     return folder
+
+
+def write_sdar(folder: Path, seed: int = 0) -> Path:
+    """A tiny random SDAR (2 layers, vocabulary 128, block 4) in the published layout, with the char tokenizer,
+    its chat template and a card; mask, EOS and pad are the tokenizer's."""
+    from models.sdar import SDARConfig, random_sdar, save_sdar
+
+    tokenizer = build_char_tokenizer("")
+    ids = special_ids(tokenizer)
+    cfg = SDARConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        block_size=4,
+        mask_token_id=ids["mask_token_id"],
+        eos_token_id=ids["eos_token_id"],
+    )
+    save_sdar(random_sdar(cfg, seed=seed, std=0.3), folder, {"pad_token_id": ids["pad_token_id"]})
+    tokenizer.save(str(folder / "tokenizer.json"))
+    shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny SDAR test model\n")
+    return folder

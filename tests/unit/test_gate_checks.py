@@ -87,6 +87,14 @@ CASES = {
         {"checklist_item": "tooling-maturity"},
         {PASS: (evidence(), FALLBACK, signoffs("tooling-maturity")), FAIL: (evidence(), FALLBACK, {})},
     ),
+    "license_review": (
+        {"checklist_item": "license-review"},
+        {
+            PASS: (evidence(), FALLBACK, {}),  # Apache-2.0: permissive, no sign-off needed
+            FAIL: (evidence(tier="caution"), FALLBACK, {}),  # a LicenseRef-*: class sign-off, not signed
+            INCONCLUSIVE: (evidence(license=None), FALLBACK, {}),
+        },
+    ),
     "serving": (
         {"concurrency": 16, "p95_s_max": 5.0},
         {

@@ -219,7 +219,7 @@ def test_bare_records_are_accepted_and_must_be_one_candidate():
 def test_gate_report_markdown_and_roundtrip():
     results = evaluate_gates(evidence(), POLICY, "production", BASE, SIGNED)
     md = gate_report_markdown(results, "tiny-llada v1")
-    assert "Stage **production**: FAILED (11/12 gates)" in md and "| speedup | **no** |" in md
+    assert "Stage **production**: FAILED (12/13 gates)" in md and "| speedup | **no** |" in md
     assert [GateResult.from_dict(r.to_dict()) for r in results] == results
 
 
@@ -373,5 +373,5 @@ def test_the_gate_report_counts_inconclusive_gates_apart():
         evidence(records=[record(n_items=16), record(task="sort", n_items=16)]), POLICY, "staging", BASE, SIGNED
     )
     md = gate_report_markdown(results)
-    assert "Stage **staging**: INCONCLUSIVE (10/11 gates, 1 inconclusive)" in md
+    assert "Stage **staging**: INCONCLUSIVE (11/12 gates, 1 inconclusive)" in md
     assert "| data_validity | *inconclusive* |" in md

@@ -62,6 +62,8 @@ def decode_with_steps(model, ids, config, mask=None):
 def test_every_mask_is_filled_and_every_step_commits_and_is_reported_once(model, prompts, field, name):
     ids, mask = prompts
     config = config_for(field, name)
+    # a rule whose reference leaves some steps empty (Dream's timesteps) says so; it must still fill every mask
+    every_step = getattr(POLICY_REGISTRIES[field][name], "commits_every_step", True)
     out, steps = decode_with_steps(model, ids, config, mask)
     assert not (out.generated == MASK_ID).any()
     assert torch.equal(
@@ -77,7 +79,8 @@ def test_every_mask_is_filled_and_every_step_commits_and_is_reported_once(model,
         assert not (s.committed & ~masked).any(), f"step {s.step} rewrote a decided position"
         start = ids.shape[1] + s.block * BLOCK
         open_rows = masked[:, start : start + BLOCK].any(dim=-1)  # rows with a mask left in the step's block
-        assert s.committed[open_rows].any(dim=-1).all(), f"step {s.step} committed nothing in a row that had masks"
+        if every_step:
+            assert s.committed[open_rows].any(dim=-1).all(), f"step {s.step} committed nothing in a row with masks"
         canvas = s.sequences
     assert torch.equal(canvas, out.sequences)
     finished = [s.block for s in steps if s.block_done]

@@ -13,7 +13,7 @@ from evals.plots import plot_quality_latency, quality_latency_front
 from evals.store import load_records
 from evals.sweep import SweepError, default_sweep_path, load_sweep, parse_sweep, run_sweep, valid_points
 from sampler.block_diffusion import BlockDiffusionConfig
-from tests.support.eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model
+from tests.support.eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_model, write_sdar
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +213,20 @@ def test_a_diffusion_gemma_block_diffusion_model_is_swept_on_its_own_settings(mo
     assert 1 <= fast.nfe <= 2 < slow.nfe <= 8  # denoising steps per canvas, at most the budget
     again = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2]})), tmp_path / "again")
     assert again.records[0].output_hash == fast.output_hash  # seeded block sampling: the same tokens
+
+
+# slow: GX validation and a plot-free sweep, about 8 s on two cores
+def test_an_sdar_block_diffusion_model_is_swept_on_its_masked_canvas(models, tmp_path):
+    """What `unmask eval` runs, on a random SDAR: block-diffusion records holding the masked canvas that decoded."""
+    folder = write_sdar(tmp_path / "sdar")
+    result = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2, 8]})), tmp_path / "out")
+    assert result.failures == []
+    for r in result.records:
+        assert (r.candidate, r.kind, r.role) == ("sdar", "block-diffusion", "candidate")
+        assert r.valid is True and r.n_items == 3 and r.errors == 0
+        assert (r.config["canvas"], r.config["remasking"], r.config["max_new_tokens"]) == (
+            "masked",
+            "low_confidence_dynamic",
+            8,
+        )
+    assert [r.config["max_denoising_steps"] for r in result.records] == [1, 4]  # steps spread over 2 blocks of 4
