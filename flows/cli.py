@@ -137,6 +137,7 @@ COMMAND_MODULES = [
     "flows.commands.analysis",
     "flows.commands.deploy",
     "flows.commands.keys",
+    "flows.commands.migrate",
     "flows.commands.history",
     "flows.commands.events",
     "flows.commands.listen",
@@ -149,7 +150,7 @@ HELP_PANELS = {
     "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
     "serve": ["serve", "loadtest"],
     "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
-    "audit": ["audit", "history", "events", "nightly", "keys"],
+    "audit": ["audit", "history", "events", "nightly", "keys", "migrate"],
 }
 PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
 ORDER = [name for names in HELP_PANELS.values() for name in names]

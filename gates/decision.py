@@ -54,6 +54,7 @@ DECISION_SCHEMA = 1  # the layout of Decision.to_dict(); a stored decision of an
 
 # the order blocking reasons are listed in: what no approver or measurement can settle first
 BLOCKING_ORDER = (
+    ReasonKind.KEYS,
     ReasonKind.EVIDENCE,
     ReasonKind.DECLINED,
     ReasonKind.ROLLOUT,
@@ -69,6 +70,7 @@ BLOCKING_ORDER = (
 
 
 SHORT = {  # a blocking reason's kind in a word or two (`Decision.blocker_labels`)
+    ReasonKind.KEYS: "no people's keys",
     ReasonKind.EVIDENCE: "unverified evidence",
     ReasonKind.DECLINED: "declined",
     ReasonKind.STAGE: "earlier stage first",
@@ -326,26 +328,48 @@ def unverified_text(model: str, version: str) -> str:
     )
 
 
-def _evidence_reasons(model: str, version: str, context: Context, roles: Roles) -> list[PromotionReason]:
-    """Why nothing vouches for the evidence: no hashes at all, or (where the roles list keys) no signature by its
-    registrant's listed key over what was registered."""
+def _evidence_reasons(model: str, version: str, stage: str, context: Context, roles: Roles) -> list[PromotionReason]:
+    """Why nothing vouches for the evidence: no hashes at all, or (where only signed acts count: `Roles.signs`) no
+    signature by its registrant's listed key over what was registered."""
     found = [unverified_text(model, version)] if context.evidence_status == UNVERIFIED else []
-    found.append(_registration_problem(model, version, roles, context.registration))
+    if roles.signs(stage) and not roles.signed:  # one reason says it for the evidence and every act (`_keys_reasons`)
+        return [PromotionReason(ReasonKind.EVIDENCE, text) for text in found]
+    found.append(_registration_problem(model, version, stage, roles, context.registration))
     return [PromotionReason(ReasonKind.EVIDENCE, text) for text in found if text]
 
 
-def _registration_problem(model: str, version: str, roles: Roles, registration: Mapping[str, Any] | None) -> str:
-    """Why the evidence's registration does not count as signed by its registrant ("" when it does, or when the
-    roles list no keys, or nothing was said about it)."""
-    if registration is None or not roles.signed:
+def _keys_reasons(stage: str, roles: Roles) -> list[PromotionReason]:
+    """The one reason a stage that counts only signed acts blocks while the roles file lists no keys: nothing
+    anyone records there counts (their sign-offs and approvals also say so, each in a line of its own)."""
+    if not roles.signs(stage) or roles.signed:
+        return []
+    text = (
+        f"{stage} counts only acts signed by a person's key the roles file lists, and {roles.path or roles.source} "
+        "lists none: no evidence, sign-off or approval counts there until it does (each person runs `unmask keys "
+        "init --name NAME` and their public line goes under `keys:` in the roles file; docs/governance.md)"
+    )
+    return [PromotionReason(ReasonKind.KEYS, text)]
+
+
+def _registration_problem(
+    model: str, version: str, stage: str, roles: Roles, registration: Mapping[str, Any] | None
+) -> str:
+    """Why the evidence's registration does not count as signed by its registrant ("" when it does, or when `stage`
+    counts unsigned acts, or nothing was said about it)."""
+    if registration is None or not roles.signs(stage):
         return ""
     by, at = str(registration.get("by", "")), str(registration.get("at", ""))
     payload = registration_payload(model, str(registration.get("run", "")), registration.get("sha256") or {}, by, at)
     what = f"the evidence of {model} v{version}, registered by {by or '?'} at {at or '?'},"
     problem = roles.signature_problem(
-        what, by, payload, str(registration.get("key", "")), str(registration.get("signature", "")), at
+        what, by, payload, str(registration.get("key", "")), str(registration.get("signature", "")), at, stage
     )
-    return f"{problem}; measure it again as someone the roles file lists a key for" if problem else ""
+    vouch = f"unmask migrate {model} --version {version}"
+    return (
+        f"{problem}; measure it again as someone the roles file lists a key for, or vouch for it ({vouch})"
+        if problem
+        else ""
+    )
 
 
 @dataclass(frozen=True)
@@ -394,7 +418,7 @@ def decide(
     results = evaluate_gates(evidence, policy, stage, baseline, current)
     status = checklist_status(checklist or load_checklist(stage), results, evidence.records, current)
     reasons = _measured_reasons(results, status, stage_policy, reached)
-    reasons += _evidence_reasons(model, version, context, roles)
+    reasons += _keys_reasons(stage, roles) + _evidence_reasons(model, version, stage, context, roles)
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at, roles)
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)

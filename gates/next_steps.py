@@ -67,6 +67,14 @@ def next_steps(
     # an automatic checklist item reads the gates and records: only new evidence clears it
     unmet = measured or [f"checklist item {i.id}" for i in undone if i.kind != "manual"]
     steps = []
+    if ReasonKind.KEYS in kinds:  # nothing below counts until people's keys are listed
+        steps.append(
+            NextStep(
+                f"{stage} counts only acts signed by keys the roles file lists: each person makes one, and their "
+                "public line goes under `keys:` in the roles file",
+                "unmask keys init --name NAME",
+            )
+        )
     standing = [r.text for r in reasons if r.kind in (ReasonKind.ROLLOUT, ReasonKind.DECLINED)]
     if any(r.kind == ReasonKind.EVIDENCE for r in reasons):
         steps.append(

@@ -32,7 +32,7 @@ from typing import Any, Literal, overload
 from checklists import STAGES, Checklist, ChecklistError, load_checklist
 from evals.records import EvalRecord
 from gates.policy import Policy
-from gates.roles import Roles, StageRoles, load_roles
+from gates.roles import FOUR_EYES_STAGES, Roles, StageRoles, load_roles
 from gates.rollout_findings import failed_rollout, finding_text
 from gates.signatures import SIGNED
 
@@ -42,6 +42,7 @@ PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` 
 class ReasonKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of its members
     """What stands in the way of a promotion."""
 
+    KEYS = "keys"  # the stage counts only signed acts (gates.roles.SIGNED_STAGES) and the roles file lists no keys
     EVIDENCE = (
         "evidence"  # nothing vouches for the evidence: no sha256 or signature tags (registered before, or stripped)
     )
@@ -59,7 +60,6 @@ class ReasonKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and for
 
 SETTLED_BY_AN_APPROVER = (ReasonKind.APPROVAL, ReasonKind.DUTY, ReasonKind.ROLE)
 AUTHENTICATED = "mlflow-basic-auth"  # the identity source of a name a tracking server authenticated (registry.identity)
-FOUR_EYES_STAGES = ("staging", "production")  # where approver != registrant and != tooling signer
 TOOLING_ITEM = "tooling-maturity"
 EVIDENCE_ARTIFACTS = ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md")  # hashed, signed
 
@@ -297,7 +297,9 @@ def decline_problem(declined: Decline, roles: Roles | None) -> str | None:
     if roles is None:
         return None
     what = f"the decline of {declined.stage} by {declined.by} at {declined.at}"
-    return roles.signature_problem(what, declined.by, declined.payload(), declined.key, declined.signature, declined.at)
+    return roles.signature_problem(
+        what, declined.by, declined.payload(), declined.key, declined.signature, declined.at, declined.stage
+    )
 
 
 def declined_problems(
@@ -363,6 +365,7 @@ def signoff_problem(
         str(signoff.get("key", "")),
         str(signoff.get("signature", "")),
         at,
+        subject[2],
     )
 
 
@@ -554,7 +557,9 @@ def approval_problem(
             f"{a.by} may not approve {stage}: the approve role is held by {roles.describe(stage, 'approve')}",
             ReasonKind.ROLE,
         )
-    unsigned = roles.signature_problem(f"the approval by {a.by} at {a.at}", a.by, a.payload(), a.key, a.signature, a.at)
+    unsigned = roles.signature_problem(
+        f"the approval by {a.by} at {a.at}", a.by, a.payload(), a.key, a.signature, a.at, stage
+    )
     if unsigned is not None:
         return problem(unsigned)
     if stage in FOUR_EYES_STAGES and duties.registered_by and a.by == duties.registered_by:

@@ -28,6 +28,12 @@ MAX_APPROVALS = 10  # with "*" for approvers nothing bounds the count; more than
 _STAGE_KEYS = {"sign_off", "approve", "emergency_rollback", "approvals", "approval_ttl_hours", "self_approval"}
 
 
+# Where four eyes hold (approver != registrant, != tooling signer, != requester) and where only acts signed by a
+# key the roles file lists count, whatever the file says: a tag anyone with write access can write is no person.
+FOUR_EYES_STAGES = ("staging", "production")
+SIGNED_STAGES = FOUR_EYES_STAGES
+
+
 class RolesError(ValueError):
     """A roles file that cannot be used; the message names the file and the key."""
 
@@ -59,15 +65,26 @@ class Roles:
 
     @property
     def signed(self) -> bool:
-        """Whether acts must be signed: the roles file lists keys, so an act counts only as a listed key's."""
+        """Whether the roles file lists keys: then an act counts only as a listed key's, at every stage."""
         return bool(self.keys)
 
+    def signs(self, stage: str) -> bool:
+        """Whether only signed acts count at `stage`: always at staging and production (`SIGNED_STAGES`), whatever
+        this file says, and at every stage once it lists keys."""
+        return self.signed or stage in SIGNED_STAGES
+
     def signature_problem(
-        self, what: str, person: str, payload: dict[str, Any], key: str, signature: str, at: str
+        self, what: str, person: str, payload: dict[str, Any], key: str, signature: str, at: str, stage: str
     ) -> str | None:
-        """Why an act does not count as `person`'s signed act (None when it does, or when no keys are listed)."""
-        if not self.signed:
+        """Why an act at `stage` does not count as `person`'s signed act (None when it does, or when the stage
+        counts unsigned acts: poc under a roles file that lists no keys)."""
+        if not self.signs(stage):
             return None
+        if not self.signed:
+            return (
+                f"{what} counts for nothing: {stage} counts only acts signed by a key the roles file lists, and "
+                f"{self.path or self.source} lists none (`unmask keys init`, docs/governance.md)"
+            )
         return signature_problem(self.keys, what, person, payload, key, signature, at)
 
     def cited(self) -> dict[str, str]:

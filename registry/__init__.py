@@ -15,7 +15,7 @@ from importlib import import_module
 from typing import Any
 
 _HOMES = {
-    "registry.approvals": ("ApprovalRefused", "decline", "approve", "sign_off"),
+    "registry.approvals": ("ApprovalRefused", "decline", "approve", "sign_off", "vouch"),
     "registry.connection": ("RegistryError", "RegistryUnavailable", "resolve_tracking_uri"),
     "registry.identity": ("Actor", "IdentityMismatch", "current_actor"),
     "registry.integrity": ("AliasDrift", "EvidenceTampered", "alias_drift"),

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from checklists import load_checklist
+from gates.decision import UNVERIFIED, unverified_text
 from gates.promotion import (
     TOOLING_ITEM,
     Approval,
@@ -32,10 +33,12 @@ from gates.promotion import (
     declined_problems,
     expired,
     person,
+    registration_payload,
     signoff_payload,
     twin_problem,
 )
 from gates.roles import Roles, load_roles
+from gates.signatures import signature_problem
 from registry import audit
 from registry.audit import AuditEvent
 from registry.connection import RegistryError
@@ -413,7 +416,7 @@ def sign_off(
     else:
         who = f"the sign-off of {item!r} by {actor.name}"
         reason = roles.signature_problem(
-            who, actor.name, payload, signoff.get("key", ""), signoff.get("signature", ""), signoff["at"]
+            who, actor.name, payload, signoff.get("key", ""), signoff.get("signature", ""), signoff["at"], stage
         )
     if reason is not None:
         audit.append(
@@ -450,3 +453,60 @@ def sign_off(
 def signoffs_of(registry: Registry, model: str, version: str, stage: str) -> dict[str, dict[str, str]]:
     """Every sign-off recorded for a stage, current or not (see `gates.promotion.current_signoffs`)."""
     return version_state(registry, model, version).signoffs(stage)
+
+
+@reads_once
+def vouch(registry: Registry, model: str, version: str, comment: str, voucher: str | Actor | None = None) -> str:
+    """`unmask migrate`: the voucher signs, with their own listed key, the registration of evidence whose hashes
+    still verify but whose registration no listed key signed (registered before keys, or by a process without one).
+    The voucher becomes its registrant for the four-eyes rules (they may not approve it past poc); `evaluated_at`
+    stays, so sign-offs and approvals given since still stand. Refused (audited) where nothing would vouch: no
+    comment, no key of theirs listed in the roles file, evidence with no hashes (measure it again) or changed since
+    (an integrity finding), a registration that is already signed by a listed key. Returns the new key fingerprint."""
+    actor = actor_for(registry.tracking_uri, voucher)
+    _, vouched = checked_evidence(registry, model, version, actor.name)  # changed evidence raises (a finding)
+    trusted_chain(registry, f"vouching for {model} v{version}", actor.name)
+    roles = load_roles()
+    actor, key = signing_actor(actor, roles)
+    tags = version_state(registry, model, version).tags
+    at, before = tags.get(model_tag("evaluated_at"), ""), tags.get(model_tag("evaluated_by"), "")
+    payload = registration_payload(model, vouched["run_id"], vouched["sha256"] or {}, actor.name, at)
+    signed = key.sign(payload) if key is not None else ("", "")
+    old = registration_payload(model, vouched["run_id"], vouched["sha256"] or {}, before, at)
+    reasons = [] if comment.strip() else ["vouching needs a comment saying what you checked"]
+    if vouched["status"] == UNVERIFIED:
+        reasons.append(f"{unverified_text(model, version)}: there is nothing to vouch for")
+    elif not roles.signed:
+        reasons.append(
+            f"{roles.path or roles.source} lists no keys: nothing signed would count (`unmask keys init`, "
+            "docs/governance.md)"
+        )
+    else:
+        registered = tags.get(model_tag("evaluated_key"), ""), tags.get(model_tag("evaluated_signature"), "")
+        if signature_problem(roles.keys, "", before, old, *registered, at) is None:
+            reasons.append(f"the evidence of {model} v{version} is signed by {before}'s listed key already")
+        problem = signature_problem(roles.keys, f"vouching by {actor.name}", actor.name, payload, *signed, at)
+        if problem is not None:
+            reasons.append(problem)
+    if reasons:
+        _refuse(registry, "vouch_refused", actor, "", model, version, f"vouching for {model} v{version}", reasons)
+    registry.set_version_tags(
+        model,
+        version,
+        {
+            model_tag("evaluated_by"): actor.name,
+            model_tag("evaluated_from"): actor.host,
+            model_tag("evaluated_account"): actor.account,
+            model_tag("evaluated_identity"): actor.source,
+            model_tag("evaluated_key"): signed[0],
+            model_tag("evaluated_signature"): signed[1],
+        },
+    )
+    evidence = {
+        "previous_registrant": before,
+        "key": signed[0],
+        "signature": signed[1],
+        "evidence_run": vouched["run_id"],
+    }
+    _event(registry, "evidence_vouched", actor, "", model, version, comment.strip()[:MAX_COMMENT_CHARS], evidence)
+    return signed[0]

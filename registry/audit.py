@@ -64,6 +64,9 @@ EVENTS = (
     "evidence_registered",
     "decision_changed",
     "rollout_step",
+    # a person's key vouching for evidence registered before it could be signed (`unmask migrate`), or refused
+    "evidence_vouched",
+    "vouch_refused",
 )
 MOVE = "alias_move"
 

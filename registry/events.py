@@ -50,6 +50,8 @@ TYPES = {
     "evidence_registered": "evidence.registered",
     "decision_changed": "decision.changed",
     "rollout_step": "rollout.step_judged",
+    "evidence_vouched": "evidence.vouched",
+    "vouch_refused": "evidence.vouch_refused",
 }
 SCHEMA = 1
 

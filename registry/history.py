@@ -208,7 +208,7 @@ def move_signature(e: AuditEvent, roles: Roles | None) -> tuple[str, str]:
         return key, (f"signed with {key} (no keys listed to check it)" if key else "unsigned")
     payload = move_payload(e.stage, e.from_ref, e.to_ref, e.who, e.when, e.comment)
     problem = roles.signature_problem(
-        f"the move of {e.stage} by {e.who} at {e.when}", e.who, payload, key, signature, e.when
+        f"the move of {e.stage} by {e.who} at {e.when}", e.who, payload, key, signature, e.when, e.stage
     )
     return key, problem or f"signed by {e.who}"
 

@@ -77,12 +77,13 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 
 
 # The support modules whose fixtures any tier uses: the session's one Prefect harness, one PostgreSQL cluster, the
-# dashboard's filled registry, the team's signing key. Registered once here, so no test module imports a fixture by
-# name.
+# dashboard's filled registry, the team's signing key, the people's keys. Registered once here, so no test module
+# imports a fixture by name.
 pytest.register_assert_rewrite("tests.support")  # a support module's assert explains itself as a test's does
 pytest_plugins = [
     "tests.support.servers",
     "tests.support.prefect_fixtures",
     "tests.support.postgres_fixtures",
     "tests.support.dashboard_fixtures",
+    "tests.support.governance",
 ]

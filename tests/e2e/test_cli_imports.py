@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support.gate_fixtures import fast_llada, fresh_registry, register_pair
-from tests.support.governance import ME, roles_data
+from tests.support.governance import ME, roles_data, with_keys
 
 HEAVY = ("prefect", "torch", "transformers", "great_expectations", "serving", "sampler", "streamlit", "uvicorn")
 # The command in a process of its own; after it, which heavy packages it imported (stderr, last line).
@@ -30,7 +30,7 @@ def registry_env(tmp_path, monkeypatch):
     roles = roles_data()  # the governance tests' roles, with this process's OS account (its identity) in each group
     roles["users"] = [*roles["users"], ME]
     roles["groups"] = {group: [*people, ME] for group, people in roles["groups"].items()}
-    (tmp_path / "roles.yaml").write_text(yaml.safe_dump(roles))
+    (tmp_path / "roles.yaml").write_text(yaml.safe_dump(with_keys(roles)))  # and their keys: staging counts signed acts
     monkeypatch.setenv("UNMASK_ROLES", str(tmp_path / "roles.yaml"))
     reg = fresh_registry(tmp_path)
     register_pair(reg, fast_llada())

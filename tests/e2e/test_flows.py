@@ -94,7 +94,7 @@ def test_gate_review_scores_the_models_and_a_broken_one_fails_alone(
 
 
 def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regression(
-    prefect_harness, models, sweep, tmp_path, monkeypatch
+    prefect_harness, models, sweep, tmp_path, monkeypatch, team_keys
 ):
     import threading
     import time
@@ -108,7 +108,7 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     from registry import Registry, promote, sign_off, stage_holder
     from registry.read import audit_events
     from tests.support.flow_fixtures import cli_app
-    from tests.support.gate_fixtures import approve_as, login
+    from tests.support.gate_fixtures import act_as, approve_as
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     seed_registry(tmp_path / "home")
@@ -141,11 +141,11 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     assert registry.version_tags(CANDIDATE, "1")["unmask.waiting_flow.poc"] == str(
         waiting_promotions(CANDIDATE, "poc")[0].id
     )
-    with pytest.MonkeyPatch.context() as as_grace:  # grace approves from her own OS account (gate_fixtures.login)
-        login(as_grace, "grace")
-        approved = CliRunner().invoke(
-            cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace", "--comment", "PoC evidence reviewed"]
-        )
+    act_as("grace")  # grace approves from her own keys folder
+    approved = CliRunner().invoke(
+        cli_app("approve"), ["approve", CANDIDATE, "poc", "--by", "grace", "--comment", "PoC evidence reviewed"]
+    )
+    act_as(None)
     assert approved.exit_code == 0, approved.output
     thread.join(120)
     assert outcome["status"] == "promoted" and stage_holder(registry, "poc") == (CANDIDATE, "1")
@@ -153,7 +153,7 @@ def test_promotion_waits_for_a_typed_approval_and_nightly_rolls_back_a_regressio
     approvals = audit_events(model=CANDIDATE, event="approval", registry=registry)
     assert list(approvals["who"]) == ["grace"]
 
-    for stage in ("staging", "production"):  # four eyes: approvers from OS accounts of their own
+    for stage in ("staging", "production"):  # four eyes: approvers with listed keys of their own
         approve_as(
             registry,
             CANDIDATE,

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.gate_fixtures import OK, fast_llada, register_pair
+from tests.support.governance import team_environment
 from tests.support.postgres_fixtures import backend_store
 from tests.support.servers import launch_mlflow_server, stop_group
 
@@ -21,12 +22,16 @@ MODELS = ("tiny-llada", "tiny-ar")
 USERS = {"vera": "READ", "eve": "EDIT", "grace": "MANAGE", "linus": "MANAGE"}
 # every client of a shared server signs with the same key (docs/integrity.md): here, the whole module's
 SIGNING_KEY = f"srv:{secrets.token_hex(32)}"
+# staging and production count only acts signed by a listed key, authenticated or not: the users' keys and the
+# bundled roles listing them (`team_environment`), made once for the module
+TEAM: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def auth_server(request, tmp_path_factory):
     """The basic-auth server on a SQLite file or on PostgreSQL (store and users both in the cluster)."""
     folder: Path = tmp_path_factory.mktemp("mlflow_auth_server")
+    TEAM.update(team_environment(tmp_path_factory.mktemp("team"), [*USERS, "admin"]))
     admin_password = secrets.token_urlsafe(16)
     auth_db = backend_store(request, folder, "basic_auth")
     (folder / "basic_auth.ini").write_text(
@@ -71,7 +76,8 @@ def act_as(monkeypatch, url, user, password=None):
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password or f"{user}-password-{len(user)}x")
     monkeypatch.setenv("UNMASK_SIGNING_KEY", SIGNING_KEY)
-    monkeypatch.delenv("UNMASK_ROLES", raising=False)  # the bundled roles: anyone may; the four-eyes rules hold
+    for key, value in TEAM.items():  # the bundled roles with the users' keys: anyone may; four eyes hold
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +230,19 @@ def test_a_wrong_password_is_said_as_such_never_as_a_missing_model(governed, mon
     assert result.exit_code == 2, result.output
     assert f"the MLflow server at {governed} did not authenticate MLflow user 'grace' (401)" in result.output
     assert "no registered model" not in result.output and "Traceback" not in result.output
+
+
+def test_a_user_the_server_authenticates_without_their_key_approves_nothing_past_poc(governed, monkeypatch, tmp_path):
+    """The writer of a store can run a basic-auth server over it and make any user (issue 48): the server then
+    vouches for the name, but staging and production count only acts signed by a key the roles file lists, and the
+    writer holds nobody's private key but their own. The approval is refused in one line and nothing moves."""
+    from registry import ApprovalRefused, Registry, approve, stage_holder
+
+    act_as(monkeypatch, governed, "linus")  # authenticated by the server: the writer made the user
+    monkeypatch.setenv("UNMASK_KEYS_HOME", str(tmp_path / "writer-keys"))  # and holds no key of linus's
+    held = stage_holder(Registry(governed), "staging")
+    with pytest.raises(ApprovalRefused) as refused:
+        approve(Registry(governed), "tiny-llada", "1", "staging", None, OK)
+    [reason] = [r for r in refused.value.reasons if "linus" in r]
+    assert "is not signed: only an act signed by a key the roles file lists for linus counts" in reason, reason
+    assert stage_holder(Registry(governed), "staging") == held

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(600)
 def approve_production(reg, version: str) -> None:
     from tests.support.gate_fixtures import approve_as
 
-    approve_as(reg, "tiny-llada", version, "production", OK, "linus", "grace")  # two OS accounts: four eyes
+    approve_as(reg, "tiny-llada", version, "production", OK, "linus", "grace")  # two listed keys: four eyes
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +44,14 @@ def stack(tmp_path_factory, prefect_harness):
     from registry import register_evidence, sign_off
     from registry.promotion import _move
     from tests.support.gate_fixtures import evidence, fresh_registry, record
+    from tests.support.governance import team_environment
 
     root = tmp_path_factory.mktemp("rollout")
     home = root / "home"
-    saved = {k: os.environ.get(k) for k in ("UNMASK_HOME", "MLFLOW_TRACKING_URI")}
+    team = team_environment(root)  # production counts only acts signed by listed keys
+    saved = {k: os.environ.get(k) for k in ("UNMASK_HOME", "MLFLOW_TRACKING_URI", *team)}
     os.environ["UNMASK_HOME"] = str(home)
+    os.environ.update(team)
     reg = fresh_registry(root)
     os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
     versions, recs = {}, {}
@@ -78,6 +81,7 @@ def stack(tmp_path_factory, prefect_harness):
             "server": server,
             "policy": write_policy(root / "policy.yaml"),
             "prefect": prefect_harness,
+            "team": team,
         }
     for key, value in saved.items():
         if value is None:
@@ -91,6 +95,8 @@ def stack_home(stack, monkeypatch):
     """The stack's state folder for this test too (conftest gives every test its own): the server follows the
     overlay there and logs its requests there."""
     monkeypatch.setenv("UNMASK_HOME", str(stack["home"]))
+    for key, value in stack["team"].items():  # and its people's keys
+        monkeypatch.setenv(key, value)
     return stack
 
 

@@ -2,7 +2,7 @@
 (tiny-ar), a shadow copy, and the serving contract on its trained weights.
 
 The steps of docs/rollout.md, on the real parts: a real MLflow SQLite registry (tiny-ar the fallback, tiny-dgemma at
-staging with production's sign-offs and two approvals from two OS accounts), uvicorn serving `auto` through the
+staging with production's sign-offs and two approvals signed by two listed keys), uvicorn serving `auto` through the
 route's split, clients of the `openai` package as the load, and the rollout flow run by Prefect. The rollout walks
 its steps on tiny-dgemma's answers and promotes it to production, and the canary gate then passes on that rollout.
 """
@@ -41,11 +41,15 @@ def stack(tmp_path_factory, prefect_harness):
     from registry import register_evidence, sign_off
     from registry.promotion import _move
     from tests.support.gate_fixtures import approve_as
+    from tests.support.governance import team_environment
 
     root = tmp_path_factory.mktemp("rollout-dgemma")
     home = root / "home"
-    env = pytest.MonkeyPatch()  # the module's state folder and registry, restored after its last test
+    env = pytest.MonkeyPatch()  # the module's state folder, registry and people's keys, restored after its last test
     env.setenv("UNMASK_HOME", str(home))
+    team = team_environment(root)  # production counts only acts signed by listed keys
+    for key, value in team.items():
+        env.setenv(key, value)
     reg = fresh_registry(root)
     env.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     sha = digest("tiny-ar")
@@ -55,7 +59,7 @@ def stack(tmp_path_factory, prefect_harness):
     _move(reg, "staging", None, (MODEL, version), "fixture", "staging passed", {"kind": "promotion"})
     for item in load_checklist("production").manual_items():
         sign_off(reg, MODEL, version, "production", item, "ada", f"{item} checked for production")
-    approve_as(reg, MODEL, version, "production", OK, "linus", "grace")  # two OS accounts: four eyes
+    approve_as(reg, MODEL, version, "production", OK, "linus", "grace")  # two listed keys: four eyes
     routes = write_routes(root / "serving.yaml", STEPS_OK)
     settings = replace(
         settings_for(
@@ -70,6 +74,7 @@ def stack(tmp_path_factory, prefect_harness):
             "root": root,
             "server": server,
             "policy": write_policy(root / "policy.yaml"),
+            "team": team,
         }
     env.undo()
 

@@ -112,12 +112,12 @@ def test_unmask_approve_with_no_promotion_waiting_records_the_approval_in_the_re
     prefect_harness, tmp_path, monkeypatch
 ):
     from registry.approvals import approval_of
-    from tests.support.gate_fixtures import fresh_registry, login, register_pair
+    from tests.support.gate_fixtures import act_as, fresh_registry, register_pair
 
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path))
     registry = fresh_registry(tmp_path)  # the state folder's own embedded store
     _, version = register_pair(registry)
-    login(monkeypatch, "grace")  # grace's own OS account: the identity on the embedded store
+    act_as("grace")  # grace's own keys folder: who she is on the embedded store
     as_grace = {"COLUMNS": "200"}
     result = CliRunner().invoke(
         cli_app("approve"),

@@ -142,7 +142,7 @@ def test_a_running_rollout_shows_the_weight_the_controller_set_last(at, filled):
     assert 0.96 < made["probed"]["confidence"] < 0.97  # the first look's share of a 95% rollout
 
 
-def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tmp_path, monkeypatch):
+def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tmp_path, monkeypatch, team_keys):
     reg = rolled_back_registry(tmp_path)
     from registry.views import failed_rollouts
 

@@ -26,7 +26,7 @@ from registry.rollouts import set_rollout_status, start_rollout_run
 from tests.support import REPO
 from tests.support.dashboard_pages import page
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, fresh_registry, login, register_pair, sign_all
+from tests.support.gate_fixtures import OK, act_as, fresh_registry, register_pair, sign_all
 
 EXIT = {"adopt": 0, "blocked": 1, "inconclusive": 3}
 ROLLOUT = parse_rollout_policy(
@@ -75,7 +75,7 @@ class Cells(HTMLParser):
 
 
 @pytest.fixture
-def life(tmp_path, monkeypatch):
+def life(tmp_path, monkeypatch, team_keys):  # the people's keys listed: declines and stages past poc count signed acts
     reg = fresh_registry(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
@@ -138,7 +138,7 @@ def test_every_surface_states_the_one_decision_through_a_versions_life(life, mon
     signed = agree(reg, v, "poc", Outcome.BLOCKED, "no approval recorded for poc")
     assert signed["next"].startswith("unmask approve tiny-llada poc") and "poc" not in signed["signed"]
 
-    login(monkeypatch, "grace")
+    act_as("grace")
     approve(reg, "tiny-llada", v, "poc", "grace", OK)
     approved = agree(reg, v, "poc", Outcome.ADOPT)
     assert approved["next"] == "unmask promote tiny-llada --to poc" and "poc" in approved["signed"]
@@ -166,7 +166,7 @@ def test_every_surface_states_the_one_decision_through_a_versions_life(life, mon
     refused = CliRunner().invoke(cli_app("promote"), ["promote", "tiny-llada", "--to", "poc"])
     assert refused.exit_code == 1 and "rolled back" in refused.output  # what the next line never suggests
 
-    login(monkeypatch, "ada")
+    act_as("ada")
     decline(reg, "tiny-llada", v, "staging", "ada", "not before the canary is understood")
     agree(reg, v, "staging", Outcome.BLOCKED, "ada declined staging")
 
@@ -174,7 +174,7 @@ def test_every_surface_states_the_one_decision_through_a_versions_life(life, mon
 def test_a_holder_adopts_its_stage_and_the_signature_block_counts_the_approval_its_move_used(life, monkeypatch):
     reg, v = life
     sign_all(reg, "tiny-llada", v, "poc")
-    login(monkeypatch, "grace")
+    act_as("grace")
     approve(reg, "tiny-llada", v, "poc", "grace", OK)
     promote("tiny-llada", "poc", registry=reg, actor="grace")
     held = agree(reg, v, "poc", Outcome.ADOPT)
@@ -194,7 +194,7 @@ def test_under_the_demo_policy_every_surface_states_the_demo_decision(life, monk
     fresh = agree(reg, v, "poc", Outcome.BLOCKED, "gate tooling_maturity failed")
     assert fresh["next"].startswith("unmask sign-off tiny-llada --stage poc")
     sign_all(reg, "tiny-llada", v, "poc")
-    login(monkeypatch, "grace")
+    act_as("grace")
     approve(reg, "tiny-llada", v, "poc", "grace", OK)
     approved = agree(reg, v, "poc", Outcome.ADOPT)
     assert approved["next"].startswith("unmask promote tiny-llada --to poc --policy ")  # judged under the demo policy

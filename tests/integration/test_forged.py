@@ -19,7 +19,7 @@ from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
 from tests.support.forgery import artifact_file, findings, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK, fresh_registry, login, register_pair
+from tests.support.gate_fixtures import OK, act_as, fresh_registry, register_pair
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_untouched_evidence_is_approved_signed_and_declined_as_before(reg):
 
 def _cli(reg, monkeypatch, user: str, args: list[str]):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    login(monkeypatch, user)  # `user`'s own OS account (no environment variable names an identity)
+    act_as(user)  # `user`'s own keys folder (no environment variable names an identity)
     return CliRunner().invoke(cli_app("approve", "promote", "gates"), args, env={"COLUMNS": "400"})
 
 

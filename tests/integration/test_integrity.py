@@ -27,7 +27,7 @@ from registry import (
 from registry.approvals import approval_of
 from registry.integrity import DIGEST_PREFIX
 from tests.support.forgery import artifact_file, findings, forge_records
-from tests.support.gate_fixtures import OK, fresh_registry, login, register_pair, sign_all
+from tests.support.gate_fixtures import OK, act_as, fresh_registry, register_pair, sign_all
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_a_forged_baseline_is_refused_too(reg):
 def test_cli_gates_and_promote_refuse_forged_evidence_with_one_line(reg, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
-    login(monkeypatch, "grace")  # the OS account that approves (--approver may only repeat it)
+    act_as("grace")  # who approves (--approver may only repeat who this keys folder acts as)
     register_pair(reg)
     forge_records(reg)
     app = cli()
@@ -252,7 +252,7 @@ def test_the_nightly_reports_drift_and_its_rollback_refuses_it(reg):
 def test_cli_reports_drift_and_reconciles(reg, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     monkeypatch.setenv("COLUMNS", "200")
-    login(monkeypatch, "oncall")  # the OS account that reconciles (--by may only repeat it)
+    act_as("oncall")  # who reconciles (--by may only repeat it)
     _poc_held_by_llada(reg)
     reg.client.set_registered_model_alias("tiny-ar", "poc", "1")
     reg.client.delete_registered_model_alias("tiny-llada", "poc")

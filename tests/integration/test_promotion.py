@@ -14,15 +14,18 @@ from registry import PromotionRefused, approve, promote, recover, register_evide
 from registry.identity import os_account
 from tests.support.gate_fixtures import (
     OK,
+    act_as,
     approve_as,
     evidence,
     fast_llada,
     fresh_registry,
-    login,
     record,
     register_pair,
     sign_all,
 )
+
+# past poc only acts signed by listed keys count: the bundled roles with the people's keys listed
+pytestmark = pytest.mark.usefixtures("team_keys")
 
 
 @pytest.fixture
@@ -100,9 +103,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     with pytest.raises(PromotionRefused, match="requires the version to have reached poc first"):
         promote("tiny-llada", "staging", registry=reg)
     promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    with pytest.raises(PromotionRefused, match="without an authenticated server one OS account is one person"):
-        promote("tiny-llada", "staging", approver="grace", comment=OK, registry=reg)  # grace typed by the mover
-    approve_as(reg, "tiny-llada", v, "staging", OK, "grace")  # from her own OS account
+    approve_as(reg, "tiny-llada", v, "staging", OK, "grace")  # signed with her listed key
     promote("tiny-llada", "staging", registry=reg)
     approve_as(reg, "tiny-llada", v, "production", OK, "grace")
     with pytest.raises(PromotionRefused) as e:
@@ -114,7 +115,7 @@ def test_stages_go_in_order_and_production_needs_the_fast_config(reg):
     # re-evaluated with parallel decoding (same weights, so the same version): production passes
     assert register_evidence(reg, fast_llada())[0] == v
     sign_all(reg, "tiny-llada", v, "production")  # the sign-offs vouched for the slow evidence
-    approve_as(reg, "tiny-llada", v, "production", OK, "grace", "linus")  # two approvers, two OS accounts
+    approve_as(reg, "tiny-llada", v, "production", OK, "grace", "linus")  # two approvers, two listed keys
     move = promote("tiny-llada", "production", registry=reg)
     assert move.to_holder == ("tiny-llada", v)
     assert read.aliases(reg)["production"] == {"model": "tiny-llada", "version": v}
@@ -124,7 +125,7 @@ def _to_production(reg, candidate=None):
     """Put tiny-llada (or `candidate`) through poc, staging and production."""
     v = register_evidence(reg, candidate or fast_llada())[0]
     sign_all(reg, "tiny-llada", v, "poc", "staging", "production")
-    for stage in ("poc", "staging", "production"):  # four eyes: approvers with OS accounts of their own
+    for stage in ("poc", "staging", "production"):  # four eyes: approvers with listed keys of their own
         approve_as(reg, "tiny-llada", v, stage, OK, *(("grace", "linus") if stage == "production" else ("grace",)))
         promote("tiny-llada", stage, version=v, registry=reg)
     return v
@@ -281,22 +282,22 @@ def test_cli_gates_promote_sign_off_rollback_and_audit(reg, monkeypatch):
     assert "decision: tiny-llada v1 -> poc: blocked (" in shown.output
     # under the table: what else stands in the way; the failed gate is a row already, not a line again
     assert "- no approval recorded for poc" in shown.output and "gate tooling_maturity failed" not in shown.output
-    login(monkeypatch, "grace")  # the OS account is the identity on the embedded store
+    act_as("grace")  # her keys folder says who she is on the embedded store
     refused = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert refused.exit_code == 1 and "checklist poc/fallback-plan: needs a sign-off" in refused.output
     impostor = run(
         app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", "fallback-plan", "--by", "ada", "--comment", "ok"]
     )  # grace typing another name
     assert impostor.exit_code == 2 and "--by 'ada' is not you: you are 'grace'" in impostor.output
-    login(monkeypatch, "ada")
+    act_as("ada")
     for item in ("fallback-plan", "tooling-maturity"):
         signed = run(app, ["sign-off", "tiny-llada", "--stage", "poc", "--item", item, "--comment", "ok"])
         assert signed.exit_code == 0 and "signed off for tiny-llada v1 by ada" in signed.output, signed.output
-    login(monkeypatch, "grace")
+    act_as("grace")
     moved = run(app, ["promote", "tiny-llada", "--to", "poc", "--approver", "grace", "--comment", OK])
     assert moved.exit_code == 0 and "poc now points at tiny-llada v1 (was nobody)" in moved.output
     assert "requested by grace, approved by grace" in moved.output  # poc allows self-approval (gates/roles.yaml)
-    login(monkeypatch, "oncall")
+    act_as("oncall")
     back = run(app, ["rollback", "--stage", "poc", "--by", "oncall"])
     assert back.exit_code == 0 and "rolled back from tiny-llada@1 to tiny-ar@1 (fallback)" in back.output
     refused_claims = read.audit_events(event="identity_refused", registry=reg)
@@ -351,14 +352,18 @@ def test_each_reason_has_a_kind_and_an_approver_settles_only_the_approval_kind()
     from gates import load_policy
     from gates.decision import decide as judge
     from gates.promotion import Approval, PromotionReason, ReasonKind
+    from gates.roles import ROLES_PATH, load_roles
     from tests.support.gate_fixtures import signoffs
 
     base = {"fallback": evidence("tiny-ar"), "production": None}
     signed = signoffs("fallback-plan", "tooling-maturity")  # at 2026-11-30T11:00:00Z
     approval = Approval("poc", "grace", "2026-11-30T11:30:00Z", OK)
+    bundled = load_roles(ROLES_PATH)  # no keys listed: poc counts unsigned acts
 
     def decide(evaluated_at):
-        return judge(evidence(), load_policy(), "poc", base, signed, approval, set(), evaluated_at=evaluated_at)
+        return judge(
+            evidence(), load_policy(), "poc", base, signed, approval, set(), evaluated_at=evaluated_at, roles=bundled
+        )
 
     assert decide("2026-11-30T10:30:00Z").allowed
     later = decide("2026-11-30T12:00:00Z")  # re-evaluated after the sign-offs and the approval

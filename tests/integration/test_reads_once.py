@@ -17,8 +17,8 @@ from registry.judging import judge
 from registry.store import model_tag
 from tests.support.gate_fixtures import (
     OK,
+    act_as,
     fresh_registry,
-    login,
     moved_twice_and_rolled_back,
     register_pair,
     sign_all,
@@ -33,7 +33,7 @@ def judged(tmp_path, monkeypatch):
     reg = fresh_registry(tmp_path)
     _, version = register_pair(reg)
     sign_all(reg, "tiny-llada", version, "poc")
-    login(monkeypatch, "grace")
+    act_as("grace")
     judge(reg, "tiny-llada", version, "poc")
     approve(reg, "tiny-llada", version, "poc", "grace", OK)
     return reg, version

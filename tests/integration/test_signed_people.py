@@ -3,7 +3,8 @@ an act counts only when a key listed for its signer, valid at its time, signed e
 
 The attacks come first, each run against roles that list no keys (where they still succeed, which is why keys
 exist) and then against keyed roles (where they are refused in one line and no alias moves). One OS account runs
-every test: on the embedded store, with keys, two listed keys are two people, and no `login` stand-in is needed.
+every test: on the embedded store, with keys, two listed keys are two people, and no stand-in for a second login is
+needed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from registry import ApprovalRefused, PromotionRefused, approve, promote, sign_o
 from registry.identity import os_account
 from registry.state import approvals_from_tags, version_state
 from registry.store import model_tag, now_iso
-from tests.support.gate_fixtures import OK, fast_llada, fresh_registry, register_pair, sign_all
-from tests.support.governance import PEOPLE, roles_data
-from tests.support.people_keys import keyed_roles
+from tests.support.gate_fixtures import OK, act_as, fast_llada, fresh_registry, register_pair, sign_all
+from tests.support.governance import PEOPLE, keyed_roles, roles_data
 
 
 @pytest.fixture
@@ -71,21 +71,23 @@ def test_four_eyes_on_the_embedded_store_two_listed_keys_are_two_people(reg, tmp
 
 
 def test_approval_tags_written_with_the_plain_client_count_for_nothing(reg, tmp_path, monkeypatch):
-    # without keys listed, two forged tags naming two authenticated users move production: the attack of issue 48
+    # before issue 48's rule, two forged tags naming two authenticated users moved production under roles that list
+    # no keys; now staging and production count no unsigned act whatever the roles file says, so they move nothing
     path = tmp_path / "plain.yaml"
     path.write_text(json.dumps(roles_data()))
     monkeypatch.setenv("UNMASK_ROLES", str(path))
-    from tests.support.gate_fixtures import approve_as
-
     _registered(reg)
-    sign_all(reg, "tiny-llada", "1", "poc", "staging", "production")
+    sign_all(reg, "tiny-llada", "1", "poc")
     promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
-    approve_as(reg, "tiny-llada", "1", "staging", OK, "grace")
-    promote("tiny-llada", "staging", registry=reg)
-    request = _open_request(reg, "production")
+    request = _open_request(reg, "staging")
     for by in ("grace", "linus"):
-        _forge_approval(reg, "production", by, request)
-    assert promote("tiny-llada", "production", registry=reg).to_holder == ("tiny-llada", "1")
+        _forge_approval(reg, "staging", by, request)
+    with pytest.raises(PromotionRefused) as e:
+        promote("tiny-llada", "staging", registry=reg)
+    text = "\n".join(e.value.reasons)
+    assert f"staging counts only acts signed by a person's key the roles file lists, and {path} lists none" in text
+    assert "the approval by grace at" in text and "counts for nothing" in text, text
+    assert read.aliases(reg)["staging"] is None
 
     # with keys listed, the same forgery on a fresh store is refused, each tag named, and nothing moves
     other = fresh_registry(tmp_path / "keyed")
@@ -349,3 +351,40 @@ def test_alias_moves_are_signed_by_their_movers_and_history_says_whose(reg, tmp_
     rollback("poc", who="olga", comment="no key at hand", registry=reg, to_fallback=True)
     last = stage_history(reg, stage="poc", roles=roles).tenures[-1]
     assert last.moved_by == "olga" and last.key == "" and "is not signed" in last.signature
+
+
+def test_evidence_registered_before_keys_is_vouched_for_by_a_listed_person_and_then_counts(reg, tmp_path, monkeypatch):
+    """`unmask migrate` (issue 48 item 3): no unsigned record is a pass, and an explicit, audited act of a named
+    person re-signs what they vouch for; the voucher is its registrant for the four-eyes rules."""
+    from typer.testing import CliRunner
+
+    from registry import EvidenceTampered, vouch
+    from tests.support.flow_fixtures import cli_app
+    from tests.support.forgery import forge_records
+
+    _registered(reg)  # before anyone had a key
+    keyed_roles(tmp_path, monkeypatch, [p for p in PEOPLE if p != "mallory"])
+    blocked = read.promotion_decision("tiny-llada", "1", "staging", registry=reg).blockers[0].text
+    assert "is not signed" in blocked and "or vouch for it (unmask migrate tiny-llada --version 1)" in blocked
+    with pytest.raises(ApprovalRefused, match="is not signed: only an act signed by a key the roles file lists"):
+        vouch(reg, "tiny-llada", "1", "records and card read", "mallory")  # no key of hers is listed
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    act_as("eve")  # an approver
+    done = CliRunner().invoke(
+        cli_app("migrate"), ["migrate", "tiny-llada", "--comment", "records, card and hashes checked"]
+    )
+    assert done.exit_code == 0 and "vouched for by eve, signed with SHA256:" in done.output, done.output
+    staging = read.promotion_decision("tiny-llada", "1", "staging", registry=reg)
+    assert not any(r.kind == "evidence" for r in staging.blockers), staging.blockers
+    with pytest.raises(ApprovalRefused, match="eve registered the evidence of this version and cannot approve"):
+        approve(reg, "tiny-llada", "1", "staging", "eve", OK)  # who vouched is the registrant now
+    again = CliRunner().invoke(cli_app("migrate"), ["migrate", "tiny-llada", "--comment", "once more"])
+    assert again.exit_code == 1 and "is signed by eve's listed key already" in again.output, again.output
+    events = read.audit_events(model="tiny-llada", registry=reg)
+    vouched = events[events.event == "evidence_vouched"].iloc[-1]
+    assert vouched.who == "eve" and vouched.evidence["previous_registrant"] == os_account()
+    assert events[events.event == "vouch_refused"]["who"].tolist() == ["mallory", "eve"]
+    # evidence changed after registration is never vouched for: an integrity finding, nothing re-signed
+    forge_records(reg)
+    with pytest.raises(EvidenceTampered):
+        vouch(reg, "tiny-llada", "1", "looks fine to me", "grace")

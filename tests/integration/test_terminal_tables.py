@@ -17,8 +17,11 @@ from tests.support.eval_fixtures import write_model
 from tests.support.flow_fixtures import (
     cli_app,
 )
-from tests.support.gate_fixtures import evidence, fresh_registry, login, record, register_pair
+from tests.support.gate_fixtures import act_as, evidence, fresh_registry, record, register_pair
 from tests.support.tables import NARROW, dropped, fits_80
+
+# staging and production count only acts signed by listed keys: the bundled roles with the people's keys listed
+pytestmark = pytest.mark.usefixtures("team_keys")
 
 RAW_FLOAT = re.compile(r"\d\.\d{5,}")  # 0.02230288574997985: more digits than any measurement here supports
 
@@ -186,7 +189,7 @@ def test_an_inconclusive_gate_has_its_own_word_says_what_settles_it_and_the_run_
 def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered, monkeypatch):
     run = CliRunner().invoke
     app = cli_app("promote")
-    login(monkeypatch, "ada")  # each from their own OS account (gate_fixtures.login)
+    act_as("ada")  # each from their own keys folder (gate_fixtures.act_as)
     signed = run(
         app,
         [
@@ -204,7 +207,7 @@ def test_audit_at_80_columns_keeps_who_what_and_the_comment(registered, monkeypa
         env=NARROW,
     )
     assert signed.exit_code == 0, signed.output
-    login(monkeypatch, "grace")
+    act_as("grace")
     refused = run(
         app,
         [

@@ -15,7 +15,6 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import registry.identity as identity
 from evals.paired import PairedTimings
 from evals.records import (
     CandidateEvidence,
@@ -25,6 +24,7 @@ from evals.records import (
     ServingRecord,
     SpeedComparison,
 )
+from registry import keys
 
 WEIGHTS = {
     "tiny-llada": hashlib.sha256(b"tiny-llada weights").hexdigest(),
@@ -285,28 +285,27 @@ def sign_all(reg, model: str, version: str, *stages: str) -> None:
             sign_off(reg, model, version, stage, item, "ada", f"{item} checked for {stage}")
 
 
-def login(monkeypatch, account: str) -> None:
-    """From here on the test acts as another OS account sharing the state folder, as that account's own login would.
-
-    On the embedded store the identity is the real uid's account (`registry.identity.os_account`; no environment
-    variable changes it), and a test process is one uid: it cannot be a second person without root and a second
-    login. So the tests of promotion mechanics that need four eyes stand in for one here. The identity itself is
-    tested unpatched: one OS account is refused (test_governance), authenticated users act on a real basic-auth
-    server (test_governance_server), and docs/walkthrough.md takes staging and production through one.
+def act_as(person: str | None) -> None:
+    """From here on the CLI and every call that names nobody act as `person`: the test's keys folder (one per test,
+    holding every person's key pair) acts as them, as `person`'s own folder would (`unmask keys init --name`).
+    None: as this OS account again. The in-process API names its actor instead (`approve(reg, ..., "grace", ...)`),
+    and `person`'s key signs for them; where the roles list that key, it is `person` (two listed keys, two people).
     """
-    monkeypatch.setattr(identity, "os_account", lambda: account)
+    home = keys.keys_home()
+    home.mkdir(parents=True, exist_ok=True)
+    if person is None:
+        (home / keys.IDENTITY).unlink(missing_ok=True)
+        return
+    keys.signer(person, home) or keys.init(person, home, default=False)
+    (home / keys.IDENTITY).write_text(person + "\n")
 
 
 def approve_as(reg, model: str, version: str, stage: str, comment: str, *people: str) -> None:
-    """Each of `people` approves from their own OS account (`login`); the test's own account is restored after."""
-    import pytest
-
+    """Each of `people` approves, signing with their own key (listed in the roles: `tests.support.governance`)."""
     from registry import approve
 
     for person in people:
-        with pytest.MonkeyPatch.context() as mp:
-            login(mp, person)
-            approve(reg, model, version, stage, person, comment)
+        approve(reg, model, version, stage, person, comment)
 
 
 def moved_twice_and_rolled_back(reg) -> None:

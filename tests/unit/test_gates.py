@@ -351,10 +351,13 @@ def test_serving_verdicts_read_as_a_person_writes_them():
 
 def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_kind():
     from gates import ReasonKind, decide
-    from tests.support.gate_fixtures import ALL_MANUAL
+    from gates.roles import parse_roles
+    from tests.support.governance import bundled_with_keys, signed_signoffs, signers_of
 
+    roles = parse_roles(bundled_with_keys(["ada"]))  # staging counts only signed sign-offs
+    signed = signed_signoffs("staging", signers_of(["ada"])["ada"])
     thin = evidence(records=[record(n_items=16), record(task="sort", n_items=16)])
-    decision = decide(thin, POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
+    decision = decide(thin, POLICY, "staging", BASE, signed, None, {"poc"}, roles=roles)
     assert not decision.allowed and not decision.gates_passed
     kinds = {r.kind: r.text for r in decision.reasons}
     assert kinds[ReasonKind.INCONCLUSIVE] == (
@@ -363,7 +366,7 @@ def test_promotion_is_refused_for_an_inconclusive_gate_with_a_reason_of_its_own_
     )
     assert ReasonKind.GATE not in kinds  # nothing failed: the evidence is too thin to judge
     assert next(r for r in decision.reasons if r.kind is ReasonKind.INCONCLUSIVE).blocking
-    unlicensed = decide(evidence(license=None), POLICY, "staging", BASE, signoffs(*ALL_MANUAL), None, {"poc"})
+    unlicensed = decide(evidence(license=None), POLICY, "staging", BASE, signed, None, {"poc"}, roles=roles)
     checklist = [r.text for r in unlicensed.reasons if r.kind is ReasonKind.CHECKLIST]
     assert any("gate license is inconclusive: no license check result" in text for text in checklist), checklist
 
