@@ -57,15 +57,15 @@ def shows(output: str, line: str) -> bool:
 def test_the_page_is_well_formed_and_labels_its_demo_files():
     steps = parse(DOC.read_text())
     commands = [c for s in steps for c, _ in s.commands]
-    assert commands[0].startswith("unmask run --demo")  # the demo sweep and policy; the registry marked
-    # one person (the OS account) up to poc; staging and production only through an authenticated server
-    server = next(n for n, c in enumerate(commands) if "mlflow server --app-name basic-auth" in c)
-    assert all(
-        n > server
-        for n, c in enumerate(commands)
-        if re.search(r"approve tiny-llada (staging|production)", c) and "LOGNAME" not in c
-    )
-    assert not any("LOGNAME" in c for c in commands[server:]) and "one person" in DOC.read_text()
+    # the people's keys first, then the demo sweep and policy (the registry marked)
+    assert next(c for c in commands if c.startswith("unmask ") and "keys" not in c).startswith("unmask run --demo")
+    # you (ada) up to poc; every approval of staging and production from another person's own keys folder, with no
+    # server: two listed keys are two people
+    approvals = [c for c in commands if re.search(r"unmask approve tiny-llada (staging|production)", c)]
+    others = [c for c in approvals if c.startswith("UNMASK_KEYS_HOME=$UNMASK_HOME/people/")]
+    assert others and all("/people/ada " not in c for c in others), approvals
+    assert not any("mlflow server" in c or "MLFLOW_TRACKING_USERNAME" in c for c in commands)
+    assert any("unmask keys init" in c for c in commands) and "two listed keys are two people" in DOC.read_text()
     for needed in (
         "unmask sign-off",
         "--to poc",
@@ -122,8 +122,9 @@ def run_line(command: str, env: dict[str, str]) -> tuple[int, str]:
     """Run one of the page's command lines with `env` as the whole environment; (exit code, what it printed)."""
     words = shlex.split(command) if not SHELL_SYNTAX.search(command) else []
     assignments = {}
-    while words and (assignment := ASSIGNMENT.match(words[0])):
-        assignments[assignment.group(1)] = assignment.group(2)
+    while words and (assignment := ASSIGNMENT.match(words[0])):  # $NAME in a value expands, as in a shell
+        value = VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), assignment.group(2))
+        assignments[assignment.group(1)] = value
         words.pop(0)
     if not words or words[0] != "unmask":
         done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -259,9 +260,7 @@ def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
             )
         for png in step.screenshots:
             out = (REPO / "docs" / png) if update else tmp_path / "shots" / Path(png).name
-            # the dashboard only reads: on this machine it opens the store file the demo server serves (through
-            # basic auth every request pays a password-hash check), as docs/walkthrough.md says
-            reader = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
+            reader = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}  # the store file
             screenshot(
                 png,
                 reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")},
@@ -282,7 +281,7 @@ def deliver_every_event(env: dict[str, str], tmp_path: Path) -> None:
     receiver = HookReceiver(secret, down_after=10)
     hooks = tmp_path / "webhooks.yaml"
     hooks.write_text(json.dumps({"webhooks": [{"name": "deploy", "url": receiver.url, "secret_env": "HOOK_SECRET"}]}))
-    # the store file the demo server served (it is stopped now), as the dashboard reads it
+    # the store file, as the dashboard reads it
     store = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
     store |= {"UNMASK_WEBHOOKS": str(hooks), "HOOK_SECRET": secret}
     try:
