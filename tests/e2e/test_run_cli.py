@@ -78,7 +78,7 @@ def test_the_scorecard_shows_what_the_evidence_cannot_judge_yet_and_how_many_ite
     console.print(scorecard_table([row], "poc"))
     text = console.export_text()
     assert "inconclusive staging data_validity: needs 34 more items on arith (50 per task)" in text
-    assert "9/10 at poc" in text
+    assert "10/11 at poc" in text
 
 
 def test_run_items_must_be_positive_and_raise_every_task_of_the_sweep(tmp_path, monkeypatch):
