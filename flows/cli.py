@@ -150,7 +150,7 @@ HELP_PANELS = {
     "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
     "serve": ["serve", "loadtest"],
     "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
-    "audit": ["audit", "history", "events", "nightly", "keys", "migrate"],
+    "audit": ["audit", "history", "events", "migrate", "nightly", "keys"],
 }
 PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
 ORDER = [name for names in HELP_PANELS.values() for name in names]
