@@ -41,6 +41,7 @@ from gates.promotion import (
     declined_problems,
     judge_approvals,
     registration_payload,
+    request_problem,
     rollout_problems,
     signoff_problem,
     tally_approvals,
@@ -56,6 +57,7 @@ DECISION_SCHEMA = 1  # the layout of Decision.to_dict(); a stored decision of an
 BLOCKING_ORDER = (
     ReasonKind.KEYS,
     ReasonKind.EVIDENCE,
+    ReasonKind.REQUEST,
     ReasonKind.DECLINED,
     ReasonKind.ROLLOUT,
     ReasonKind.GATE,
@@ -71,6 +73,7 @@ BLOCKING_ORDER = (
 
 SHORT = {  # a blocking reason's kind in a word or two (`Decision.blocker_labels`)
     ReasonKind.KEYS: "no people's keys",
+    ReasonKind.REQUEST: "unsigned request",
     ReasonKind.EVIDENCE: "unverified evidence",
     ReasonKind.DECLINED: "declined",
     ReasonKind.STAGE: "earlier stage first",
@@ -421,6 +424,8 @@ def decide(
     reasons += _keys_reasons(stage, roles) + _evidence_reasons(model, version, stage, context, roles)
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at, roles)
+    unsigned = request_problem(duties.request, model, version, roles)
+    reasons += [PromotionReason(ReasonKind.REQUEST, unsigned)] if unsigned else []
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
     approvals, approval_reasons, counted = _approvals(
         approval, stage, stage_policy, evaluated_at, roles, duties, current, context.holds

@@ -42,6 +42,7 @@ PROMOTABLE = STAGES  # aliases a promotion may move; `candidate` and `fallback` 
 class ReasonKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of its members
     """What stands in the way of a promotion."""
 
+    REQUEST = "request"  # the open request is not signed by its requester where the stage counts only signed acts
     KEYS = "keys"  # the stage counts only signed acts (gates.roles.SIGNED_STAGES) and the roles file lists no keys
     EVIDENCE = (
         "evidence"  # nothing vouches for the evidence: no sha256 or signature tags (registered before, or stripped)
@@ -189,10 +190,17 @@ class PromotionRequest:
     status: str = "open"  # open | done (moved) | declined
     account: str = ""  # the OS account of the requester
     identity: str = ""  # how the requester's name was known
+    key: str = ""  # the fingerprint of the requester's key that signed `payload()` ("" unsigned)
+    signature: str = ""
 
     @property
     def person(self) -> str:
         return person(self.by, self.identity, self.account) if self.by else ""
+
+    def payload(self, model: str, version: str) -> dict[str, str]:
+        """What the requester signs: which version to which stage, the request, who, when, on which evidence."""
+        fields = {"id": self.id, "by": self.by, "at": self.at, "evaluated_at": self.evaluated_at}
+        return signed_payload("request", model=model, version=version, stage=self.stage, **fields)
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -205,7 +213,22 @@ class PromotionRequest:
             "status": self.status,
             "account": self.account,
             "identity": self.identity,
+            "key": self.key,
+            "signature": self.signature,
         }
+
+
+def request_problem(request: PromotionRequest | None, model: str, version: str, roles: Roles | None) -> str | None:
+    """Why a promotion request is not its requester's (None when it is, when nobody has claimed it yet, or where its
+    stage counts unsigned acts): where only signed acts count, a request whose requester is a typed or rewritten
+    name would let that requester approve their own promotion."""
+    if request is None or not request.by or roles is None:
+        return None
+    what = f"the request {request.id} of {request.stage} by {request.by} at {request.at}"
+    problem = roles.signature_problem(
+        what, request.by, request.payload(model, version), request.key, request.signature, request.at, request.stage
+    )
+    return f"{problem}; the next `unmask promote` opens a new request" if problem else None
 
 
 @dataclass(frozen=True)
@@ -260,6 +283,7 @@ class Duties:
     mover_person: str = ""
     registered_person: str = ""
     request_id: str = ""  # the request approvals must answer ("" = any)
+    request: PromotionRequest | None = None  # that request, whose signature says it is its requester's
     declined: Decline | None = None
     now: str = ""  # ISO time the decision is made at (expiry); "" skips expiry
 

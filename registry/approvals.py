@@ -34,6 +34,7 @@ from gates.promotion import (
     expired,
     person,
     registration_payload,
+    request_problem,
     signoff_payload,
     twin_problem,
 )
@@ -146,16 +147,29 @@ def _refuse(
     raise ApprovalRefused(action, reasons)
 
 
-def request_promotion(registry: Registry, model: str, version: str, stage: str, actor: Actor) -> PromotionRequest:
-    """The open request for this promotion (claimed by `actor` if an approval opened it), or a new one."""
+def request_promotion(
+    registry: Registry, model: str, version: str, stage: str, actor: Actor, roles: Roles | None = None
+) -> PromotionRequest:
+    """The open request for this promotion (claimed by `actor` if an approval opened it), or a new one, signed by
+    its requester's key. An open request that is not its requester's (`request_problem`: a rewritten or unsigned
+    tag where only signed acts count) is voided, audited, and a new one opened: approvals given to it lapse."""
+    roles = roles or load_roles()
     request = open_request(registry, model, version, stage)
+    forged = request_problem(request, model, version, roles)
+    if request is not None and forged is not None:
+        _write(registry, model, version, f"requests.{stage}.{request.id}", replace(request, status="void").to_dict())
+        _event(registry, "approval_void", actor, stage, model, version, forged, {"request": request.id})
+        request = None
     if request is not None and request.by:
         return request
+    actor, key = signing_actor(actor, roles)
     if request is not None:  # opened by an approval: whoever promotes it is its requester
         request = replace(request, by=actor.name, host=actor.host)
     else:
         request = _new_request(registry, model, version, stage, actor.name, actor.host)
     request = replace(request, account=actor.account, identity=actor.source)  # the person behind the name (four eyes)
+    if key is not None:
+        request = replace(request, **dict(zip(("key", "signature"), key.sign(request.payload(model, str(version))))))
     _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
     _event(
         registry,
@@ -207,6 +221,8 @@ def approve(
     duties = state.duties(stage, request)
     reasons = [] if comment else ["an approval needs a comment saying why (empty or whitespace is not one)"]
     reasons += [r.text for r in declined_problems(duties.declined, stage, evaluated, roles)]
+    forged = request_problem(request, model, str(version), roles)  # approving it would approve a rewritten name's
+    reasons += [forged] if forged else []
     # the rules a promotion applies, applied before anything is recorded (gates.promotion)
     tooling = current_signoffs(signoffs_from_tags(tags, stage), evaluated, roles, (model, version, stage))[0]
     tooling_by = tooling.get(TOOLING_ITEM, {}).get("by", "")

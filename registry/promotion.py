@@ -229,7 +229,7 @@ def promote(
             judged_evaluation = evaluated_at(registry, model, version)
             _check_before_request(registry, model, version, stage, action, who, policy, roles)
             expire_old(registry, model, version, stage, mover, roles)
-            request = request_promotion(registry, model, version, stage, mover)
+            request = request_promotion(registry, model, version, stage, mover, roles)
             typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
             duties = duties_for(registry, model, version, stage, request, mover)
             decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)

@@ -138,6 +138,7 @@ class VersionState:
             if registrant
             else "",
             request_id=request.id if request else "",
+            request=request,
             declined=self.declined(stage),
             now=now_iso(),
         )

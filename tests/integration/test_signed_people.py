@@ -388,3 +388,40 @@ def test_evidence_registered_before_keys_is_vouched_for_by_a_listed_person_and_t
     forge_records(reg)
     with pytest.raises(EvidenceTampered):
         vouch(reg, "tiny-llada", "1", "looks fine to me", "grace")
+
+
+def test_a_rewritten_promotion_request_counts_for_nothing_and_the_next_promote_opens_a_new_one(
+    reg, tmp_path, monkeypatch
+):
+    """A request is signed by its requester (issue 48 item 2): bob rewriting his own request's requester to eve, so
+    that he could approve his own promotion, leaves a request that is nobody's."""
+    from registry.approvals import open_request
+
+    signers = keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
+    sign_all(reg, "tiny-llada", "1", "poc", "staging")
+    promote("tiny-llada", "poc", approver="bob", comment=OK, registry=reg)
+    with pytest.raises(PromotionRefused, match="no approval recorded for staging"):
+        promote("tiny-llada", "staging", registry=reg, actor="bob")
+    asked = open_request(reg, "tiny-llada", "1", "staging")
+    assert (
+        asked.by == "bob"
+        and asked.key
+        and verifies(signers["bob"].public_line, asked.payload("tiny-llada", "1"), asked.signature)
+    )
+    tag = model_tag(f"requests.staging.{asked.id}")
+    rewritten = json.loads(reg.version_tags("tiny-llada", "1")[tag]) | {"by": "eve"}
+    reg.client.set_model_version_tag("tiny-llada", "1", tag, json.dumps(rewritten))
+    with pytest.raises(ApprovalRefused, match=f"the request {asked.id} of staging by eve at .* counts for nothing"):
+        approve(reg, "tiny-llada", "1", "staging", "bob", OK)
+    blocked = read.promotion_decision("tiny-llada", "1", "staging", registry=reg)
+    assert "unsigned request" in blocked.blocker_labels(), blocked.blockers
+    # the next promotion voids it (audited) and opens a request of its own, signed by who runs it
+    with pytest.raises(PromotionRefused, match="no approval recorded for staging"):
+        promote("tiny-llada", "staging", registry=reg, actor="bob")
+    fresh = open_request(reg, "tiny-llada", "1", "staging")
+    assert fresh.id != asked.id and fresh.by == "bob" and fresh.signature
+    voided = read.audit_events(event="approval_void", registry=reg)
+    assert any(asked.id in str(e) and "counts for nothing" in c for e, c in zip(voided["evidence"], voided["comment"]))
+    approve(reg, "tiny-llada", "1", "staging", "grace", OK)
+    assert promote("tiny-llada", "staging", registry=reg, actor="bob").to_holder == ("tiny-llada", "1")
