@@ -24,7 +24,7 @@ CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
 KINDS = ("masked-diffusion", "block-diffusion", "autoregressive", "api")
 ROLES = ("candidate", "fallback")
-ADAPTERS = ("llada", "diffusion-gemma", "dream", "sdar", "causal-lm", "api", "none")
+ADAPTERS = ("llada", "diffusion-gemma", "dream", "sdar", "llada2", "causal-lm", "api", "none")
 FIELDS = {
     "id",
     "family",

@@ -116,13 +116,28 @@ class SDARAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(B, T, -1, cfg.head_dim)).transpose(1, 2)  # (B, nkv, T, hs)
         v = self.v_proj(x).view(B, T, -1, cfg.head_dim).transpose(1, 2)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        new = (k, v)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nkv, S + T, hs)
-        if cfg.kv_groups > 1:
-            k, v = k.repeat_interleave(cfg.kv_groups, dim=1), v.repeat_interleave(cfg.kv_groups, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=cfg.head_dim**-0.5)  # (B, nh, T, hs)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1)), new
+        y, new = attend(q, k, v, allowed, past)
+        return self.o_proj(y), new
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    past: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Grouped-query attention of `q` `(B, nh, T, hs)` over the cached keys and the new `k`, `v` `(B, nkv, T, hs)`
+    (after RoPE) where `allowed` `(B, 1, T, S + T)`; returns `(B, T, nh * hs)` and the new keys/values."""
+    B, nh, T, hs = q.shape
+    new = (k, v)
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nkv, S + T, hs)
+    groups = nh // k.shape[1]
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=hs**-0.5)  # (B, nh, T, hs)
+    return y.transpose(1, 2).reshape(B, T, nh * hs), new
 
 
 class SDARMLP(nn.Module):
@@ -200,17 +215,30 @@ class SDARForBlockDiffusion(nn.Module):
     def __init__(self, cfg: SDARConfig):
         super().__init__()
         self.config = cfg
+        self.block_size = cfg.block_size  # the block the attention mask follows
         self.model = SDARBackbone(cfg)
         if not cfg.tie_word_embeddings:
             self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     @property
     def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
+        return self.embeddings.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.embed_tokens.weight.dtype
+        return self.embeddings.weight.dtype
+
+    # What a block-causal network on this forward names differently (LLaDA2, models/llada2.py, overrides them).
+    @property
+    def embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def output_weight(self) -> torch.Tensor:
+        """`(vocab, hidden)`: lm_head's, or the embedding's when tied."""
+        return self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+
+    def rope(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_angles(position_ids, self.config.head_dim, self.config.rope_theta)
 
     def forward(
         self,
@@ -225,15 +253,15 @@ class SDARForBlockDiffusion(nn.Module):
         A query sees the cached keys and the new keys whose block (`position // block_size`) is not after its own;
         `key_mask` `(B, T)` marks the new keys that are real (False: left padding). With `store`, the new keys
         and values are appended to `cache`."""
-        cfg, B, T = self.config, *input_ids.shape
+        B, T = input_ids.shape
         cache = cache if cache is not None else SDARCache()
         if position_ids is None:
             position_ids = torch.arange(cache.length, cache.length + T, device=input_ids.device).expand(B, T)
         if key_mask is None:
             key_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
         allowed = self._allowed(position_ids, key_mask.bool(), cache)
-        rope = rope_angles(position_ids, cfg.head_dim, cfg.rope_theta)
-        x = self.model.embed_tokens(input_ids)  # (B, T, d)
+        rope = self.rope(position_ids)
+        x = self.embeddings(input_ids)  # (B, T, d)
         new: list[tuple[torch.Tensor, torch.Tensor]] = []
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, rope, allowed, cache.layers[i] if cache.layers else None)
@@ -244,12 +272,11 @@ class SDARForBlockDiffusion(nn.Module):
             mask = key_mask.bool()
             cache.key_mask = mask if cache.key_mask is None else torch.cat([cache.key_mask, mask], 1)
         x = self.model.norm(x)
-        weight = self.model.embed_tokens.weight if cfg.tie_word_embeddings else self.lm_head.weight
-        return SDAROutput(logits=F.linear(x, weight).float())
+        return SDAROutput(logits=F.linear(x, self.output_weight()).float())
 
     def _allowed(self, positions: torch.Tensor, key_mask: torch.Tensor, cache: SDARCache) -> torch.Tensor:
         """Boolean `(B, 1, T, S + T)` of allowed (query, key) pairs: the block-causal rule over real keys."""
-        blocks = torch.div(positions, self.config.block_size, rounding_mode="floor")  # (B, T)
+        blocks = torch.div(positions, self.block_size, rounding_mode="floor")  # (B, T)
         within = blocks[:, None, :] <= blocks[:, :, None]  # (B, Tq, Tk)
         within &= key_mask[:, None, :]
         # a padded query with no real key in view would give NaN, which its values would carry on: it sees itself
@@ -276,11 +303,17 @@ def read_config(folder: Path) -> SDARConfig:
 def load_sdar(folder: Path, dtype: torch.dtype = torch.float32) -> SDARForBlockDiffusion:
     """The network of an SDAR folder (config.json + safetensors, single or sharded), names and shapes checked."""
     cfg = read_config(folder)
-    tensors = read_tensors(folder)
     with torch.device("meta"):
         model = SDARForBlockDiffusion(cfg)
+    return assign_checked(model, read_tensors(folder), folder, dtype, "an SDAR")
+
+
+def assign_checked(
+    model: SDARForBlockDiffusion, tensors: dict[str, torch.Tensor], folder: Path, dtype: torch.dtype, family: str
+) -> SDARForBlockDiffusion:
+    """`model` (built on the meta device) holding `tensors`, every name and shape checked against its own."""
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
-    if cfg.tie_word_embeddings:
+    if model.config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some tied checkpoints still write it
     for name, shape in expected.items():
         if name not in tensors:
@@ -289,7 +322,7 @@ def load_sdar(folder: Path, dtype: torch.dtype = torch.float32) -> SDARForBlockD
             raise CheckpointError(f"{folder}: tensor '{name}' has shape {tuple(tensors[name].shape)}, expected {shape}")
     extra = sorted(set(tensors) - set(expected))
     if extra:
-        raise CheckpointError(f"{folder}: unexpected tensor '{extra[0]}' ({len(extra)} in all); not an SDAR layout?")
+        raise CheckpointError(f"{folder}: unexpected tensor '{extra[0]}' ({len(extra)} in all); not {family} layout?")
     model.load_state_dict({k: v.to(dtype) for k, v in tensors.items()}, assign=True, strict=True)
     return model.eval()
 

@@ -16,6 +16,7 @@ from models.adapters.causal_lm import CausalLMAdapter
 from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
 from models.adapters.dream import DreamAdapter
 from models.adapters.llada import LLaDAAdapter
+from models.adapters.llada2 import LLaDA2Adapter
 from models.adapters.sdar import SDARAdapter
 from models.catalog import CatalogEntry
 from models.pull import PullError, entry_path
@@ -27,6 +28,7 @@ __all__ = [
     "CausalLMAdapter",
     "DiffusionGemmaAdapter",
     "DreamAdapter",
+    "LLaDA2Adapter",
     "LLaDAAdapter",
     "ModelHandle",
     "NotEvaluable",
@@ -47,18 +49,21 @@ ADAPTERS: dict[
     "diffusion-gemma": DiffusionGemmaAdapter,
     "dream": DreamAdapter,
     "sdar": SDARAdapter,
+    "llada2": LLaDA2Adapter,  # a subclass of SDAR's: the same block loop, LLaDA2's network
 }
 
 
 def folder_layout(config: dict[str, Any]) -> str:
-    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma', 'dream', 'sdar' or 'causal-lm',
-    from config.json."""
+    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma', 'dream', 'sdar', 'llada2' or
+    'causal-lm', from config.json."""
     if config.get("model_type") == "diffusion_gemma":
         return "diffusion-gemma"
     if config.get("model_type") == "Dream":
         return "dream"
     if config.get("model_type") == "sdar":
         return "sdar"
+    if config.get("model_type") == "llada2_moe":
+        return "llada2"
     if config.get("model_type") in (None, "llada") or "d_model" in config:
         return "llada"
     return "causal-lm"
