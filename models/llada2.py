@@ -64,7 +64,7 @@ class LLaDA2Config:
     max_position_embeddings: int = 16384
     pad_token_id: int | None = 126081
     eos_token_id: int | list[int] | None = 156892  # generate's default eos_id when config.json names none
-    mask_token_id: int = 156895  # not in config.json: generate's default mask_id
+    mask_token_id: int = 156895  # generate's default mask_id; the published config.json names none (a copy may)
     block_size: int = 32  # not in config.json: generate's block_length, which its block mask follows
 
     @property
@@ -90,7 +90,7 @@ class LLaDA2Config:
         missing = [k for k in required if k not in raw]
         if missing:
             raise CheckpointError(f"{path}: required key '{missing[0]}' is missing")
-        names = {f.name for f in fields(cls)} - {"mask_token_id", "block_size"}
+        names = {f.name for f in fields(cls)} - {"block_size"}
         kwargs = {k: v for k, v in raw.items() if k in names and (v is not None or k == "num_experts")}
         kwargs["head_dim"] = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
         kwargs["num_key_value_heads"] = raw.get("num_key_value_heads") or raw["num_attention_heads"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from models.checkpoint import save_checkpoint
 from models.llada import LLaDAConfig, LLaDAModelLM, init_weights
 from models.loading import WEIGHTS_DIR
 from models.tokenizer_build import build_char_tokenizer, special_ids
+from tests.support import REPO
 
 
 class NaNWhen(torch.nn.Module):
@@ -185,4 +187,19 @@ def write_sdar(folder: Path, seed: int = 0) -> Path:
     tokenizer.save(str(folder / "tokenizer.json"))
     shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny SDAR test model\n")
+    return folder
+
+
+def write_llada2(folder: Path) -> Path:
+    """The LLaDA2 parity checkpoint (tests/golden/llada2: 2 layers, 8 routed experts in 4 groups, vocabulary 300) with
+    the char tokenizer, its mask, EOS and pad ids named in config.json, and a card."""
+    shutil.copytree(REPO / "tests" / "golden" / "llada2" / "checkpoint", folder)
+    tokenizer = build_char_tokenizer("")
+    ids = special_ids(tokenizer)
+    config = json.loads((folder / "config.json").read_text())
+    config |= {k: ids[k] for k in ("mask_token_id", "eos_token_id", "pad_token_id")}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny LLaDA2 test model\n")
     return folder
