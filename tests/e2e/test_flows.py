@@ -247,7 +247,7 @@ def test_thinner_evidence_is_inconclusive_never_a_regression_and_rolls_nothing_b
 
 
 def test_a_nightly_on_a_thin_sweep_measures_enough_and_an_unsettled_gate_rolls_nothing_back(
-    prefect_harness, models, tmp_path, monkeypatch
+    prefect_harness, models, tmp_path, monkeypatch, team_keys
 ):
     from flows.nightly import nightly
     from registry import Registry, sign_off, stage_holder
@@ -326,12 +326,24 @@ def test_stage_verdicts_stay_typed_in_the_flow_and_become_plain_data_only_in_the
     from flows.evaluate import gate_rows, summary_markdown
     from gates import STAGES, GateResult, load_policy
     from gates.decision import decide
+    from gates.roles import parse_roles
     from gates.stages import qualified_stage
-    from tests.support.gate_fixtures import evidence, signoffs
+    from tests.support.gate_fixtures import evidence
+    from tests.support.governance import bundled_with_keys, signed_signoffs, signers_of
 
     base = {"fallback": evidence("tiny-ar"), "production": None}
+    roles, ada = parse_roles(bundled_with_keys(["ada"])), signers_of(["ada"])["ada"]  # past poc: signed acts only
     verdicts = {
-        stage: decide(evidence(), load_policy(), stage, base, signoffs("tooling-maturity"), None, set())
+        stage: decide(
+            evidence(),
+            load_policy(),
+            stage,
+            base,
+            signed_signoffs(stage, ada, ("tooling-maturity",)),
+            None,
+            set(),
+            roles=roles,
+        )
         for stage in STAGES
     }
     assert qualified_stage(verdicts) == "staging"  # too slow for production: speedup 0.5x

@@ -58,7 +58,7 @@ def test_register_promote_rollback_and_audit_through_a_server(server, monkeypatc
     assert read.aliases(reg)["poc"] == {"model": "tiny-ar", "version": "1"}
     moves = read.audit_events(event="alias_move", registry=reg)
     assert list(moves["to"]) == ["tiny-llada@1", "tiny-ar@1"] and set(moves["status"]) == {"FINISHED"}
-    assert len(read.gate_results("tiny-llada", registry=reg)) == 10
+    assert len(read.gate_results("tiny-llada", registry=reg)) == 11
 
 
 def test_two_hosts_racing_through_the_server_exactly_one_wins(server, monkeypatch, tmp_path):
