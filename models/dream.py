@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.llada import RMSNorm, rope_angles
+from models.llada import RMSNorm, SwiGLU, rope_angles
 
 
 @dataclass(frozen=True)
@@ -87,18 +87,6 @@ class DreamAttention(nn.Module):
         return out
 
 
-class DreamMLP(nn.Module):
-    def __init__(self, cfg: DreamConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
-
-
 class DreamLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
@@ -107,7 +95,7 @@ class DreamLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = DreamAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = DreamMLP(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], allowed: torch.Tensor | None

@@ -76,6 +76,21 @@ class LLaDAOutput:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) with the names Qwen-shaped checkpoints publish (`gate_proj`, `up_proj`,
+    `down_proj`, no biases): the MLP of Dream, SDAR and LLaDA2's dense layers and experts."""
+
+    def __init__(self, hidden: int, width: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, width, bias=False)
+        self.up_proj = nn.Linear(hidden, width, bias=False)
+        self.down_proj = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
+
+
 class RMSNorm(nn.Module):
     """RMSNorm computed in float32 whatever the model dtype, as LLaDA does."""
 

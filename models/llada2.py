@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.checkpoint import CheckpointError, read_tensors
-from models.llada import RMSNorm, apply_rope, rope_angles
+from models.llada import RMSNorm, SwiGLU, apply_rope, rope_angles
 from models.sdar import SDARForBlockDiffusion, assign_checked, attend
 
 # config.json keys whose other values the published modeling code does not compute (key -> what it computes)
@@ -117,18 +117,6 @@ class LLaDA2Config:
             )
 
 
-class LLaDA2MLP(nn.Module):
-    def __init__(self, hidden: int, width: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, width, bias=False)
-        self.up_proj = nn.Linear(hidden, width, bias=False)
-        self.down_proj = nn.Linear(width, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
-
-
 class LLaDA2Router(nn.Module):
     """Sigmoid scores in float32; `expert_bias` steers the choice only; the best groups first, then the top-k."""
 
@@ -164,12 +152,10 @@ class LLaDA2Experts(nn.Module):
         super().__init__()
         assert cfg.num_experts is not None
         self.gate = LLaDA2Router(cfg)
-        self.experts = nn.ModuleList(
-            LLaDA2MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts)
-        )
+        self.experts = nn.ModuleList(SwiGLU(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts))
         shared = cfg.num_shared_experts
         width = cfg.moe_intermediate_size * (shared or 0)
-        self.shared_experts: LLaDA2MLP | None = None if shared is None else LLaDA2MLP(cfg.hidden_size, width)
+        self.shared_experts: SwiGLU | None = None if shared is None else SwiGLU(cfg.hidden_size, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, H = x.shape
@@ -226,7 +212,7 @@ class LLaDA2Layer(nn.Module):
     def __init__(self, cfg: LLaDA2Config, index: int):
         super().__init__()
         self.attention = LLaDA2Attention(cfg)
-        self.mlp = LLaDA2Experts(cfg) if cfg.sparse(index) else LLaDA2MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = LLaDA2Experts(cfg) if cfg.sparse(index) else SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.checkpoint import CheckpointError, read_tensors
-from models.llada import apply_rope, rope_angles
+from models.llada import SwiGLU, apply_rope, rope_angles
 
 
 @dataclass(frozen=True)
@@ -140,25 +140,13 @@ def attend(
     return y.transpose(1, 2).reshape(B, T, nh * hs), new
 
 
-class SDARMLP(nn.Module):
-    def __init__(self, cfg: SDARConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
-
-
 class SDARLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, cfg: SDARConfig):
         super().__init__()
         self.self_attn = SDARAttention(cfg)
-        self.mlp = SDARMLP(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = SDARNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = SDARNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
