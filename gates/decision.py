@@ -424,7 +424,7 @@ def decide(
     reasons += _keys_reasons(stage, roles) + _evidence_reasons(model, version, stage, context, roles)
     duties = duties or Duties()
     reasons += declined_problems(duties.declined, stage, evaluated_at, roles)
-    unsigned = request_problem(duties.request, model, version, roles) if roles.signed else None  # else KEYS says it
+    unsigned = request_problem(duties.request, model, version, roles)
     reasons += [PromotionReason(ReasonKind.REQUEST, unsigned)] if unsigned else []
     reasons += rollout_problems(evidence.canary, stage, evaluated_at)
     approvals, approval_reasons, counted = _approvals(

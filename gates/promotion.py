@@ -219,10 +219,11 @@ class PromotionRequest:
 
 
 def request_problem(request: PromotionRequest | None, model: str, version: str, roles: Roles | None) -> str | None:
-    """Why a promotion request is not its requester's (None when it is, when nobody has claimed it yet, or where its
-    stage counts unsigned acts): where only signed acts count, a request whose requester is a typed or rewritten
-    name would let that requester approve their own promotion."""
-    if request is None or not request.by or roles is None:
+    """Why a promotion request is not its requester's (None when it is, when nobody has claimed it yet, where its
+    stage counts unsigned acts, or where the roles list no keys, which the decision says once). Where only signed
+    acts count, a request whose requester is a typed or rewritten name would let that requester approve their own
+    promotion."""
+    if request is None or not request.by or roles is None or not roles.signed:  # no keys: `ReasonKind.KEYS` says it
         return None
     what = f"the request {request.id} of {request.stage} by {request.by} at {request.at}"
     problem = roles.signature_problem(

@@ -87,6 +87,8 @@ def test_a_canary_of_tiny_dgemma_against_tiny_ar_walks_its_steps_and_promotes(st
     from registry import audit, load_evidence, stage_holder
 
     monkeypatch.setenv("UNMASK_HOME", str(stack["root"] / "home"))  # the server follows the overlay there
+    for key, value in stack["team"].items():  # and the people's keys: the controller's request is signed
+        monkeypatch.setenv(key, value)
     reg, v = stack["reg"], stack["version"]
     # judged on the error rate: at this machine's few requests per second a p95 bound needs more answers per look
     rollout = STEPS_OK | {"interval_s": 6, "confidence": 0.8, "analysis": {"error_rate": {"max": 0.5}}}
