@@ -48,7 +48,7 @@ from registry.integrity import trusted_chain
 from registry.keys import Signer
 from registry.state import signoffs_from_tags, version_state
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso, reads_once
-from registry.tracking import checked_evidence
+from registry.tracking import checked_evidence, registrant_tags
 
 MAX_COMMENT_CHARS = 2000  # a version tag holds 5000 characters; the rest of the JSON needs room
 
@@ -506,18 +506,7 @@ def vouch(registry: Registry, model: str, version: str, comment: str, voucher: s
             reasons.append(problem)
     if reasons:
         _refuse(registry, "vouch_refused", actor, "", model, version, f"vouching for {model} v{version}", reasons)
-    registry.set_version_tags(
-        model,
-        version,
-        {
-            model_tag("evaluated_by"): actor.name,
-            model_tag("evaluated_from"): actor.host,
-            model_tag("evaluated_account"): actor.account,
-            model_tag("evaluated_identity"): actor.source,
-            model_tag("evaluated_key"): signed[0],
-            model_tag("evaluated_signature"): signed[1],
-        },
-    )
+    registry.set_version_tags(model, version, registrant_tags(actor, *signed))
     evidence = {
         "previous_registrant": before,
         "key": signed[0],

@@ -34,7 +34,7 @@ from gates.promotion import EVIDENCE_ARTIFACTS, registration_payload
 from registry import audit, audit_events, keys
 from registry.audit import AuditEvent
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
-from registry.identity import current_actor
+from registry.identity import Actor, current_actor
 from registry.integrity import (
     DIGEST_PREFIX,
     SIGNATURE_PREFIX,
@@ -203,6 +203,18 @@ def register_evidence(
     return version, logged
 
 
+def registrant_tags(registrant: Actor, key: str, signature: str) -> dict[str, str]:
+    """The version tags that say who registered (or vouched for) its evidence, and their signature over it."""
+    return {
+        model_tag("evaluated_by"): registrant.name,
+        model_tag("evaluated_from"): registrant.host,
+        model_tag("evaluated_account"): registrant.account,
+        model_tag("evaluated_identity"): registrant.source,
+        model_tag("evaluated_key"): key,
+        model_tag("evaluated_signature"): signature,
+    }
+
+
 def _version_for(
     registry: Registry, evidence: CandidateEvidence, run_id: str, artifact_uri: str, digests: Mapping[str, str]
 ) -> tuple[str, AuditEvent]:
@@ -221,20 +233,10 @@ def _version_for(
             raise
     registrant = current_actor(registry.tracking_uri)  # who registered this evidence: never its approver (four-eyes)
     at = now_iso()
-    tags = {
-        model_tag("evidence_run"): run_id,
-        model_tag("evaluated_at"): at,
-        model_tag("evaluated_by"): registrant.name,
-        model_tag("evaluated_from"): registrant.host,
-        model_tag("evaluated_account"): registrant.account,
-        model_tag("evaluated_identity"): registrant.source,
-    }
     signer = keys.signer(registrant.name)  # the registrant's own key signs what was registered (docs/governance.md)
-    if signer is not None:
-        key, signature = signer.sign(registration_payload(model, run_id, digests, registrant.name, at))
-        tags |= {model_tag("evaluated_key"): key, model_tag("evaluated_signature"): signature}
-    else:  # a version re-pointed at new evidence keeps no signature of the old
-        tags |= {model_tag("evaluated_key"): "", model_tag("evaluated_signature"): ""}
+    # a version re-pointed at new evidence keeps no signature of the old
+    signed = signer.sign(registration_payload(model, run_id, digests, registrant.name, at)) if signer else ("", "")
+    tags = {model_tag("evidence_run"): run_id, model_tag("evaluated_at"): at} | registrant_tags(registrant, *signed)
     existing = registry.version_of_weights(model, evidence.weights_sha256)
 
     def entry(version: str) -> AuditEvent:
