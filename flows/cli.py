@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -17,7 +15,7 @@ from typer.exceptions import TyperException
 from flows.commands.options import check_environment
 from flows.environment import configure_environment
 from flows.failures import DEBUG_ENV, describe, log_traceback, quiet_store_tracebacks
-from flows.interrupt import EXIT_CODE, INTERRUPT
+from flows.interrupt import INTERRUPT
 from flows.quick_exit import QUICK_EXIT  # first: its exit hook must be the first one registered (it runs last)
 
 if TYPE_CHECKING:
@@ -72,7 +70,7 @@ class UnmaskGroup(TyperGroup):
             raise
         except KeyboardInterrupt:
             INTERRUPT.announce()
-            raise typer.Exit(EXIT_CODE) from None
+            raise typer.Exit(INTERRUPT.exit_code) from None
         except Exception as e:
             if ctx.meta.get("unmask.debug") or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
                 raise
@@ -214,20 +212,8 @@ def plain_help_types(command: Any) -> None:
         plain_help_types(sub)
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM exits like Ctrl-C does: through Python's exit path, so atexit hooks run, among them the one
-    that stops the temporary server Prefect's local mode started (a `python -m uvicorn ...
-    prefect.server.api.server:create_app` child, orphaned when the default handler killed unmask)."""
-
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
-
-
 def main() -> None:
-    stop_on_sigterm()
-    INTERRUPT.install()  # Ctrl-C: out within seconds, never through a registry write (flows.interrupt)
+    INTERRUPT.install()  # Ctrl-C and SIGTERM: out within seconds, never through a registry write (flows.interrupt)
     try:
         configure_environment()
     except ValueError as e:  # $UNMASK_HOME that cannot be a folder: models.state says which and why
@@ -237,8 +223,9 @@ def main() -> None:
     try:
         app(prog_name="unmask")
     except SystemExit as e:
+        e = SystemExit(INTERRUPT.settled(e.code))
         QUICK_EXIT.leaving(e)
-        raise
+        raise e from None
 
 
 if __name__ == "__main__":

@@ -1,11 +1,16 @@
-"""What Ctrl-C does to a command: it stops within seconds, exits 130 with one line, and half-records nothing.
+"""What Ctrl-C or SIGTERM does to a command: it stops within seconds, exits 128 + the signal's number (130, 143) with
+one line, and half-records nothing.
 
-The first SIGINT raises KeyboardInterrupt in the main thread, as Python's own handler does, unless the main thread
+The first SIGINT or SIGTERM (what Kubernetes and systemd send) raises KeyboardInterrupt in the main thread, as
+Python's own SIGINT handler does, unless the main thread
 is inside `shielded()` (a registry write: an evidence run and the version it backs, an audit entry), where it is
 held until the section ends. A worker thread measuring a sweep point stops at its next item (`stop_if_interrupted`):
 its point is left unrecorded, every finished point stays in the result storage for the next run to reuse. Should the
 process still be exiting GRACE_S later (a decode stuck in one long forward, an exit hook that waits on a network), it
 leaves at once, as a second Ctrl-C makes it; either waits for a shielded section in progress, at most WRITE_WAIT_S.
+That deadline also covers an exception the interpreter drops: a signal handled while the main thread runs a finalizer
+or an atexit hook raises there, and Python prints "Exception ignored" and goes on (`unmask run` once exited 0 after
+a SIGTERM that way). A process that ends by itself after the signal still exits with the signal's code (`exit_code`).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from types import FrameType
 
 from flows.local_prefect import LocalPrefect
 
-EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 10.0
 WRITE_WAIT_S = 20.0
 
 
 class Interrupt:
-    """The process's Ctrl-C: whether it came, the registry writes it must not cut, and how the process leaves."""
+    """The process's Ctrl-C or SIGTERM: whether it came, the registry writes it must not cut, and how the process
+    leaves."""
 
     def __init__(self) -> None:
         self.requested = threading.Event()
@@ -36,20 +42,29 @@ class Interrupt:
         self._held = False  # a KeyboardInterrupt owed to the main thread when its section ends
         self._leave_after = False  # a second Ctrl-C during a section: leave when it ends
         self._said = False
+        self.signum = int(signal.SIGINT)  # the first signal that came
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process that signal ended (Ctrl-C: 130, SIGTERM: 143)."""
+        return 128 + self.signum
 
     def install(self) -> None:
-        """Take over SIGINT (the main thread only can), unless the process was started with it ignored (a job
-        started with `&` by a non-interactive shell): Python keeps that, and so does unmask."""
-        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        if threading.current_thread() is threading.main_thread() and not ignored:
-            signal.signal(signal.SIGINT, self._on_signal)
+        """Take over SIGINT and SIGTERM (the main thread only can), each unless the process was started with it
+        ignored (SIGINT in a job started with `&` by a non-interactive shell): Python keeps that, and so does unmask."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested.is_set():  # the second Ctrl-C: now
+        if self.requested.is_set():  # the second signal: now
             if self._main_depth:
                 self._leave_after = True
                 return
             self.leave()
+        self.signum = signum
         self.requested.set()
         deadline = threading.Timer(GRACE_S, self.leave)
         deadline.daemon = True  # an exit that finishes in time is not held up by it
@@ -90,10 +105,19 @@ class Interrupt:
     def announce(self) -> None:
         """The command's one line about it (`leave` says it only if nothing did)."""
         self._said = True
-        print("interrupted", file=sys.stderr, flush=True)
+        print("interrupted" if self.signum == signal.SIGINT else "terminated", file=sys.stderr, flush=True)
+
+    def settled(self, code: object) -> object:
+        """The exit code of a command that ended by itself: `code`, unless a signal came and the command ended as if
+        none had (its exception dropped, see the module's doc): then the signal's, said in one line."""
+        if not self.requested.is_set() or code not in (None, 0):
+            return code
+        if not self._said:
+            self.announce()
+        return self.exit_code
 
     def leave(self) -> None:
-        """Exit now with EXIT_CODE, once no shielded write is in progress (at most WRITE_WAIT_S), stopping the local
+        """Exit now with `exit_code`, once no shielded write is in progress (at most WRITE_WAIT_S), stopping the local
         Prefect server on the way (it would notice its parent gone, a moment later)."""
         with self._writes:
             self._writes.wait_for(lambda: self._writing == 0, timeout=WRITE_WAIT_S)
@@ -102,7 +126,7 @@ class Interrupt:
             server.child.terminate()
         if not self._said:
             self.announce()
-        os._exit(EXIT_CODE)
+        os._exit(self.exit_code)
 
 
 INTERRUPT = Interrupt()

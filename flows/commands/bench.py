@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from flows.commands import options
 from flows.commands.table import Column, FittedTable, table_console
 from flows.failures import print_error
+from flows.interrupt import INTERRUPT
 from gates.readable import NONE, percent, significant
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ def bench_command(
             else ""
         )
         print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPT.exit_code) from None
     _publish(report, json_path, plot)
 
 

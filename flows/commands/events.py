@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from flows.interrupt import INTERRUPT
+
 if TYPE_CHECKING:
     from registry import Registry
 
@@ -61,7 +63,7 @@ def events_command(
         print_error(console, str(e))
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPT.exit_code) from None
 
 
 def _deliver(registry: Registry, follow: bool, for_s: float | None, poll_s: float) -> None:

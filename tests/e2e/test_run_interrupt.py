@@ -274,3 +274,27 @@ def test_ctrl_c_during_a_shielded_write_is_raised_once_the_write_landed(tmp_path
     finally:
         proc.kill()
         proc.wait()
+
+
+SIGNAL_IN_A_FINALIZER = """
+import os, signal
+from flows.interrupt import INTERRUPT
+INTERRUPT.install()
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs here: its KeyboardInterrupt is dropped ("Exception ignored")
+            pass
+Finalized()
+print("went on", flush=True)
+raise SystemExit(INTERRUPT.settled(0))
+"""
+
+
+def test_a_sigterm_whose_exception_the_interpreter_dropped_still_ends_the_command_with_143():
+    """`unmask run` exited 0 after a SIGTERM (CI, stop 62): a signal handled while the main thread runs a finalizer
+    raises there, and Python drops the exception and goes on. The command that then ends by itself says so and
+    exits with the signal's code."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_IN_A_FINALIZER], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "went on\n" and "Exception ignored" in done.stderr, (done.stdout, done.stderr)
+    assert done.returncode == 128 + signal.SIGTERM and done.stderr.splitlines()[-1] == "terminated", done.stderr
