@@ -20,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from registry import approve, promote
 from registry.judging import judge
-from tests.support.gate_fixtures import OK, approve_as, fresh_registry, login, register_pair, sign_all
+from tests.support.gate_fixtures import OK, act_as, approve_as, fresh_registry, register_pair, sign_all
+from tests.support.governance import team_environment
 from tests.support.mlflow_calls import Calls, counting
 
 
@@ -40,19 +39,21 @@ def main() -> None:
     parser.add_argument("--nested", action="store_true", help="also count MLflow's own nested client calls")
     parser.add_argument("--judged", action="store_true", help="judge each stage before its approval")
     args = parser.parse_args()
-    reg = fresh_registry(Path(tempfile.mkdtemp(prefix="unmask-promotion-calls-")))
+    root = Path(tempfile.mkdtemp(prefix="unmask-promotion-calls-"))
+    os.environ.update(team_environment(root))  # the people's keys, listed in the bundled roles: signed acts count
+    reg = fresh_registry(root)
     os.environ["MLFLOW_TRACKING_URI"] = reg.tracking_uri
     _, version = register_pair(reg)
     sign_all(reg, "tiny-llada", version, "poc", "staging")
-    with pytest.MonkeyPatch.context() as mp, counting(args.nested) as calls:
-        login(mp, "grace")
+    with counting(args.nested) as calls:
+        act_as("grace")
         if args.judged:
             for stage in ("poc", "staging"):
                 judge(reg, "tiny-llada", version, stage)
         approve(reg, "tiny-llada", version, "poc", "grace", OK)
         report("poc promotion", calls, lambda: promote("tiny-llada", "poc", registry=reg, actor="grace"))
         approve_as(reg, "tiny-llada", version, "staging", OK + " for staging", "linus")
-        login(mp, "grace")
+        act_as("grace")
         report("staging promotion", calls, lambda: promote("tiny-llada", "staging", registry=reg, actor="grace"))
 
 

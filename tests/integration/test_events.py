@@ -20,7 +20,7 @@ from flows.webhooks import (
 from registry import approve, promote
 from registry.events import events_since
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, fresh_registry, moved_twice_and_rolled_back
+from tests.support.gate_fixtures import OK, built_registry, moved_twice_and_rolled_back
 from tests.support.hook_receiver import HookReceiver
 
 SECRET = "s3cret-for-tests"
@@ -38,9 +38,7 @@ def chain(tmp_path, monkeypatch):
     """A registry whose chain holds sign-offs, approvals, two promotions and a rollback; webhooks file here."""
     monkeypatch.setenv("UNMASK_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HOOK_SECRET", SECRET)
-    reg = fresh_registry(tmp_path)
-    moved_twice_and_rolled_back(reg)
-    return reg
+    return built_registry(tmp_path, moved_twice_and_rolled_back)
 
 
 def _hooks_file(tmp_path, monkeypatch, url, **extra):

@@ -14,15 +14,13 @@ from typer.testing import CliRunner
 from registry.history import HistoryError, parse_time, stage_history
 from registry.store import model_tag
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import fresh_registry, moved_twice_and_rolled_back
+from tests.support.gate_fixtures import built_registry, moved_twice_and_rolled_back
 
 
 @pytest.fixture
 def moved(tmp_path):
     """poc moved three times: tiny-ar, then tiny-llada, then rolled back to tiny-ar."""
-    reg = fresh_registry(tmp_path)
-    moved_twice_and_rolled_back(reg)
-    return reg
+    return built_registry(tmp_path, moved_twice_and_rolled_back)
 
 
 def _cli(reg, *args):

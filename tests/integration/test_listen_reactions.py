@@ -27,7 +27,7 @@ from registry.mlflow_hooks import (
     subscribe,
     verify_delivery,
 )
-from tests.support.gate_fixtures import fresh_registry, moved_twice_and_rolled_back
+from tests.support.gate_fixtures import built_registry, fresh_registry, moved_twice_and_rolled_back
 
 SECRET = b"s3cret"
 
@@ -148,8 +148,7 @@ def test_the_journal_acts_once_per_delivery_and_acts_after_a_restart_on_what_was
 
 @pytest.fixture
 def reactions(tmp_path):
-    reg = fresh_registry(tmp_path)
-    moved_twice_and_rolled_back(reg)  # poc: tiny-ar v1, after promotions and a rollback, all in the trail
+    reg = built_registry(tmp_path, moved_twice_and_rolled_back)  # poc: tiny-ar v1, after promotions and a rollback
     return Reactions(reg, "unused.yaml", EvaluationOptions(), tmp_path / "downloads")
 
 

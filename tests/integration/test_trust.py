@@ -22,7 +22,7 @@ from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
 from tests.support.forgery import artifact_file, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import OK, built_registry, fresh_registry, register_pair, sign_all
 
 
 @pytest.fixture
@@ -30,13 +30,16 @@ def reg(tmp_path):
     return fresh_registry(tmp_path)
 
 
-@pytest.fixture
-def poc_held(reg):
+def held_at_poc(reg) -> None:
     """poc held by tiny-llada@1 through a real promotion (requested, approved, moved, consumed)."""
     _, v = register_pair(reg)
     sign_all(reg, "tiny-llada", v, "poc")
     promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
-    return reg
+
+
+@pytest.fixture
+def poc_held(tmp_path):
+    return built_registry(tmp_path, held_at_poc)
 
 
 def chain(reg) -> list:
