@@ -19,7 +19,7 @@ from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
 from tests.support.forgery import artifact_file, findings, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK, act_as, fresh_registry, register_pair
+from tests.support.gate_fixtures import OK, act_as, fresh_registry, paired_registry, register_pair
 
 
 @pytest.fixture
@@ -69,8 +69,8 @@ def test_approve_decline_and_sign_off_refuse_forged_evidence_and_record_only_the
     assert recorded.who.iloc[0] == "grace" and (recorded.model.iloc[0], recorded.version.iloc[0]) == ("tiny-llada", v)
 
 
-def test_a_sign_off_check_names_its_own_forgery_after_another_was_recorded(reg):
-    _, v = register_pair(reg)
+def test_a_sign_off_check_names_its_own_forgery_after_another_was_recorded(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     forge_records(reg)
     with pytest.raises(EvidenceTampered):
         sign_off(reg, "tiny-llada", v, "poc", "fallback-plan", "ada", "fallback plan reviewed")
@@ -84,8 +84,8 @@ def test_a_sign_off_check_names_its_own_forgery_after_another_was_recorded(reg):
     assert list(findings(reg, "tampered").who) == ["ada", "grace"]
 
 
-def test_untouched_evidence_is_approved_signed_and_declined_as_before(reg):
-    _, v = register_pair(reg)
+def test_untouched_evidence_is_approved_signed_and_declined_as_before(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     sign_off(reg, "tiny-llada", v, "poc", "fallback-plan", "ada", "fallback plan reviewed")
     approval = approve(reg, "tiny-llada", v, "poc", "grace", OK)
     assert [a.id for a in approvals_of(reg, "tiny-llada", v, "poc")] == [approval.id]
@@ -124,8 +124,8 @@ def test_cli_approve_reject_and_sign_off_refuse_forged_evidence_with_one_line(re
 
 
 # gate reports hashed ---------------------------------------------------------------------------------------------
-def test_a_gate_report_is_hashed_when_written_and_verified_when_read(reg):
-    _, v = register_pair(reg)
+def test_a_gate_report_is_hashed_when_written_and_verified_when_read(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     judge(reg, "tiny-llada", v, "staging")
     tags = reg.version_tags("tiny-llada", v)
     file = artifact_file(reg, "tiny-llada", v, "gates/staging.json")
@@ -137,8 +137,8 @@ def test_a_gate_report_is_hashed_when_written_and_verified_when_read(reg):
     assert set(read.gate_results(stage="staging", registry=reg).report_integrity) == {"verified"}
 
 
-def test_a_flipped_gate_report_is_refused_by_every_reader_and_named(reg):
-    _, v = register_pair(reg)
+def test_a_flipped_gate_report_is_refused_by_every_reader_and_named(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     judge(reg, "tiny-llada", v, "staging")
     judge(reg, "tiny-llada", v, "poc")
     assert len(read.gate_results(model="tiny-llada", stage="staging", registry=reg))
@@ -163,8 +163,8 @@ def test_a_flipped_gate_report_is_refused_by_every_reader_and_named(reg):
     assert "integrity_finding" not in set(read.audit_events(registry=reg).event)  # reading writes no finding
 
 
-def test_cli_gates_stored_shows_reports_without_re_judging_and_refuses_a_flipped_one(reg, monkeypatch):
-    _, v = register_pair(reg)
+def test_cli_gates_stored_shows_reports_without_re_judging_and_refuses_a_flipped_one(tmp_path, monkeypatch):
+    reg, v = paired_registry(tmp_path), "1"
     judge(reg, "tiny-llada", v, "staging")
     at = reg.version_tags("tiny-llada", v)[model_tag("gates.staging.at")]
     shown = _cli(reg, monkeypatch, "grace", ["gates", "tiny-llada", "--stage", "staging", "--stored"])
@@ -185,8 +185,8 @@ def test_cli_gates_stored_shows_reports_without_re_judging_and_refuses_a_flipped
     assert len(findings(reg, "tampered")) == 1
 
 
-def test_re_judging_over_a_flipped_report_records_the_forgery_first(reg):
-    _, v = register_pair(reg)
+def test_re_judging_over_a_flipped_report_records_the_forgery_first(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     judge(reg, "tiny-llada", v, "staging")
     flip_gate_report(reg)
     decision = judge(reg, "tiny-llada", v, "staging")
@@ -194,8 +194,8 @@ def test_re_judging_over_a_flipped_report_records_the_forgery_first(reg):
     assert list(findings(reg, "tampered").evidence.map(lambda e: e["artifact"])) == ["gates/staging.json"]
 
 
-def test_a_gate_report_written_before_reports_were_hashed_reads_as_unverified(reg, monkeypatch):
-    _, v = register_pair(reg)
+def test_a_gate_report_written_before_reports_were_hashed_reads_as_unverified(tmp_path, monkeypatch):
+    reg, v = paired_registry(tmp_path), "1"
     judge(reg, "tiny-llada", v, "staging")
     for key in ("gates.staging.sha256", "gates.staging.md_sha256"):
         reg.client.delete_model_version_tag("tiny-llada", v, model_tag(key))

@@ -27,7 +27,7 @@ from registry import (
 from registry.approvals import approval_of
 from registry.integrity import DIGEST_PREFIX
 from tests.support.forgery import artifact_file, findings, forge_records
-from tests.support.gate_fixtures import OK, act_as, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import OK, act_as, fresh_registry, paired_registry, register_pair, sign_all
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def cli():
 
 
 # forged evidence ---------------------------------------------------------------------------------------
-def test_registration_records_a_sha256_per_evidence_artifact_and_reads_verify_it(reg):
-    _, v = register_pair(reg)
+def test_registration_records_a_sha256_per_evidence_artifact_and_reads_verify_it(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
     tags = reg.client.get_run(run_id).data.tags
     for path in ("evidence/evidence.json", "evidence/records.json", "evidence/model_card.md"):
@@ -61,8 +61,8 @@ def test_registration_records_a_sha256_per_evidence_artifact_and_reads_verify_it
     assert evidence_integrity(reg, "tiny-llada", v)["status"] == "verified"
 
 
-def test_an_edited_records_json_is_named_recorded_once_and_moves_nothing(reg):
-    _, v = register_pair(reg)
+def test_an_edited_records_json_is_named_recorded_once_and_moves_nothing(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     sign_all(reg, "tiny-llada", v, "poc")
     expected, found = forge_records(reg)
     with pytest.raises(EvidenceTampered) as e:
@@ -90,8 +90,8 @@ def test_an_edited_records_json_is_named_recorded_once_and_moves_nothing(reg):
     assert (recorded.model.iloc[0], recorded.version.iloc[0]) == ("tiny-llada", v)
 
 
-def test_a_forged_baseline_is_refused_too(reg):
-    _, v = register_pair(reg)
+def test_a_forged_baseline_is_refused_too(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     forge_records(reg, "tiny-ar", "1")  # a forged baseline moves the speedup and relative-quality gates
     with pytest.raises(EvidenceTampered, match="tiny-ar version 1: evidence artifact evidence/records.json"):
         judge(reg, "tiny-llada", v, "production")
@@ -112,8 +112,8 @@ def test_cli_gates_and_promote_refuse_forged_evidence_with_one_line(reg, monkeyp
     assert moved.exit_code == 2 and "evidence/records.json" in moved.output and "poc now points" not in moved.output
 
 
-def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(reg, monkeypatch):
-    _, v = register_pair(reg)
+def test_evidence_registered_before_hashes_were_recorded_reads_as_unverified(tmp_path, monkeypatch):
+    reg, v = paired_registry(tmp_path), "1"
     run_id = reg.version_tags("tiny-llada", v)["unmask.evidence_run"]
     digests = [k for k in reg.client.get_run(run_id).data.tags if k.startswith(DIGEST_PREFIX)]
     reg.client.delete_tag(run_id, digests[0])  # one hash stripped: that is tampering, not an old version
@@ -167,8 +167,8 @@ def test_the_nightly_records_forged_evidence_as_a_finding_and_re_evaluates_the_m
     assert list(recorded.who) == ["nightly"] and list(recorded.model) == ["tiny-llada"]
 
 
-def test_the_dashboard_reads_show_a_forged_version_as_tampered_and_do_not_rank_or_plot_it(reg):
-    register_pair(reg)
+def test_the_dashboard_reads_show_a_forged_version_as_tampered_and_do_not_rank_or_plot_it(tmp_path):
+    reg = paired_registry(tmp_path)
     forge_records(reg)
     board = views.integrity_board(reg).set_index("model")
     assert (
@@ -218,8 +218,8 @@ def test_a_drifted_alias_is_reported_and_neither_rolled_back_nor_promoted_until_
     assert rollback("poc", who="oncall", registry=reg).to_holder == ("tiny-ar", "1")  # reconciled: acts again
 
 
-def test_an_alias_set_where_nobody_was_is_taken_off_by_reconcile(reg):
-    register_pair(reg)
+def test_an_alias_set_where_nobody_was_is_taken_off_by_reconcile(tmp_path):
+    reg = paired_registry(tmp_path)
     reg.client.set_registered_model_alias("tiny-llada", "staging", "1")
     assert str(alias_drift(reg, "staging")).startswith(
         "alias staging drifted: the audit trail's last settled move "
@@ -325,8 +325,8 @@ def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_cras
     assert any("Evidence tampered." in e.value for e in at.error)
 
 
-def test_the_same_drift_after_a_reconcile_is_a_new_finding(reg):
-    register_pair(reg)
+def test_the_same_drift_after_a_reconcile_is_a_new_finding(tmp_path):
+    reg = paired_registry(tmp_path)
     for _ in range(2):
         reg.client.set_registered_model_alias("tiny-llada", "staging", "1")
         with pytest.raises(PromotionRefused):

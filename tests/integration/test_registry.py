@@ -12,7 +12,7 @@ from registry import Registry, RegistryUnavailable, load_evidence, log_record, r
 from registry.approvals import sign_off
 from registry.connection import default_tracking_uri
 from registry.judging import judge
-from tests.support.gate_fixtures import evidence, fresh_registry, record, register_pair
+from tests.support.gate_fixtures import evidence, fresh_registry, paired_registry, record, register_pair
 
 
 @pytest.fixture
@@ -69,8 +69,8 @@ def test_a_version_per_evaluated_revision_with_candidate_and_fallback_aliases(re
     assert v2 == "2" and reg.aliases_of("tiny-llada")["candidate"] == "2"
 
 
-def test_evidence_round_trips_through_mlflow(reg):
-    _, v = register_pair(reg)
+def test_evidence_round_trips_through_mlflow(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     back = load_evidence(reg, "tiny-llada", v)
     original = evidence()
     assert [r.record_id for r in back.records] == [r.record_id for r in original.records]
@@ -87,8 +87,8 @@ def test_evidence_round_trips_through_mlflow(reg):
     assert [(r.version, r.concurrency, r.latency_p95_s) for r in back.serving] == [(v, 16, 0.9)]
 
 
-def test_judging_stores_a_gate_report_as_markdown_json_and_version_tags(reg):
-    _, v = register_pair(reg)
+def test_judging_stores_a_gate_report_as_markdown_json_and_version_tags(tmp_path):
+    reg, v = paired_registry(tmp_path), "1"
     decision = judge(reg, "tiny-llada", v, "poc")
     assert not decision.allowed
     tags = reg.version_tags("tiny-llada", v)

@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlflow.tracking._tracking_service import utils as _tracking_utils
+
 from evals.paired import PairedTimings
 from evals.records import (
     CandidateEvidence,
@@ -309,6 +311,9 @@ def built_registry(folder: Path, build: Callable[[Any], object]):
             for column in columns:
                 db.execute(f"UPDATE {table} SET {column} = REPLACE({column}, ?, ?)", (str(source), str(target)))
     db.close()
+    # every copy holds the same run ids, and MLflow keeps each run's artifact repository for the process, by run id
+    # (its client's `_artifact_repos_cache`): forget them, or a copy's artifacts are written into an earlier one's
+    _tracking_utils._artifact_repos_cache.clear()
     return Registry(f"sqlite:///{target / 'mlflow.db'}")
 
 
@@ -319,6 +324,11 @@ def register_pair(reg, candidate: CandidateEvidence | None = None) -> tuple[str,
     v_ar, _ = register_evidence(reg, evidence("tiny-ar"))
     v, _ = register_evidence(reg, candidate or evidence())
     return v_ar, v
+
+
+def paired_registry(folder: Path):
+    """`register_pair` on a registry of its own under `folder` (tiny-ar v1, tiny-llada v1), built once per process."""
+    return built_registry(folder, register_pair)
 
 
 OK = "evidence reviewed, gates and checklist are green"  # the comment of an approval whose reviewer found nothing
