@@ -39,7 +39,7 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     if temperature != 1.0:
         logits = logits / temperature
     if top_k > 0:
-        kth = torch.topk(logits, top_k).values[..., -1, None]
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1, None]  # k above the vocabulary: all
         logits = torch.where(logits < kth, torch.full_like(logits, float("-inf")), logits)
     if top_p < 1.0:
         ordered, order = torch.sort(logits, descending=True)

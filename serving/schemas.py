@@ -68,6 +68,7 @@ class UnmaskOptions(Strict):
     parallel_factor: Real | None = Field(None, gt=0.0, le=100.0)
     remasking: str | None = None
     cfg_scale: Real | None = Field(None, ge=0.0, le=100.0)
+    top_k: StrictInt | None = Field(None, ge=0, le=1_000_000)  # only the k likeliest tokens count; 0: all (Dream: 50)
     likelihood: LikelihoodOptions | None = None  # scoring, not decoding: never part of the SamplerConfig
 
     @field_validator("parallel")

@@ -9,10 +9,13 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 import models
 from registry.clock import SimulatedClock
 from sampler.config import SamplerConfig
+from sampler.masked_blocks import filter_logits
+from sampler.proposal import keep_top_k
 from serving.access import ApiKeyError, load_api_keys
 from serving.batching import QUIET_SHARE, Batcher, QueueFull
 from serving.chat import ChatTemplateError, chat_template
@@ -50,6 +53,25 @@ def test_a_setting_that_cannot_decode_names_the_request_field():
     with pytest.raises(RequestError) as e:
         request_config(BASE, "masked-diffusion", 129, None, None, {}, LIMITS)
     assert e.value.param == "max_tokens"
+
+
+def test_a_request_s_top_k_reaches_the_config_keys_its_batch_and_is_refused_where_nothing_reads_it():
+    """Dream's own generate keeps the 50 likeliest tokens (issue 52): a request can ask for that decode."""
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "hi", "unmask": {"top_k": 50}})
+    config, _ = request_config(BASE, "masked-diffusion", None, None, None, body.unmask.overrides(), LIMITS)
+    assert config.top_k == 50 and batch_key(config) != batch_key(config.with_(top_k=0))  # never batched with top_k 0
+    for bad in (-1, 1.5, "50"):
+        with pytest.raises(ValueError, match="top_k"):
+            CompletionRequest.model_validate({"model": "m", "prompt": "hi", "unmask": {"top_k": bad}})
+    with pytest.raises(RequestError) as e:  # a block-diffusion model reads only unmask.steps
+        request_config(BASE, "block-diffusion", None, None, None, {"top_k": 50}, LIMITS)
+    assert e.value.param == "unmask.top_k"
+
+
+def test_a_top_k_above_the_vocabulary_keeps_every_token():
+    logits = torch.randn(3, 11, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(filter_logits(logits, 1.0, 1_000_000, 1.0), logits)
+    assert torch.equal(keep_top_k(logits, 1_000_000), logits)
 
 
 def test_an_autoregressive_model_reads_only_length_temperature_and_seed():
