@@ -61,6 +61,7 @@ DECODING_FIELDS = {
     "stability_threshold": int,
     "confidence_threshold": float,
     "temperature": float,
+    "parallel": str,  # the commit rule (sampler/commit.py): Dream's schedule is `timesteps`
     # the masked block canvas (SDAR: sampler/masked_blocks.py)
     "canvas": str,
     "remasking": str,

@@ -84,9 +84,9 @@ def operating_config(handle: ServedHandle, recorded: dict[str, Any] | None) -> t
             config = block_operating(cast(BlockHandle, handle), config)
         source = "operating point"
     else:
-        known = {"gen_length", "block_length", "steps", "temperature", "remasking"}
-        if is_block(handle):  # its temperature and remasking are block-loop settings (BlockDiffusionConfig's)
-            known -= {"temperature", "remasking"}
+        known = {"gen_length", "block_length", "steps", "temperature", "remasking", "parallel", "top_k"}
+        if is_block(handle):  # these are block-loop settings there (BlockDiffusionConfig's, sampler.effective)
+            known -= {"temperature", "remasking", "parallel", "top_k"}
         config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
         source = "catalog defaults"
     config = config.with_(**handle.sampler_ids())

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import models
+from models.catalog import load_catalog
 from registry.clock import SimulatedClock
 from sampler.config import SamplerConfig
 from sampler.masked_blocks import filter_logits
@@ -66,6 +67,16 @@ def test_a_request_s_top_k_reaches_the_config_keys_its_batch_and_is_refused_wher
     with pytest.raises(RequestError) as e:  # a block-diffusion model reads only unmask.steps
         request_config(BASE, "block-diffusion", None, None, None, {"top_k": 50}, LIMITS)
     assert e.value.param == "unmask.top_k"
+
+
+def test_a_catalog_entry_can_state_dream_s_decoding_and_the_server_decodes_with_it(dream, monkeypatch):
+    """Before an operating point is recorded, `unmask serve` decodes with the catalog's defaults: Dream's entry says
+    its schedule, order and top-k (models/catalog.yaml, dream-7b-instruct), which reached no config before."""
+    stated = {k: load_catalog().get("dream-7b-instruct").decoding[k] for k in ("parallel", "remasking", "top_k")}
+    assert stated == {"parallel": "timesteps", "remasking": "neg_entropy", "top_k": 50}
+    monkeypatch.setattr(dream, "defaults", {**dream.defaults, **stated})
+    config, source = operating_config(dream, None)
+    assert source == "catalog defaults" and (config.parallel, config.remasking, config.top_k) == tuple(stated.values())
 
 
 def test_a_top_k_above_the_vocabulary_keeps_every_token():
