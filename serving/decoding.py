@@ -87,7 +87,10 @@ def operating_config(handle: ServedHandle, recorded: dict[str, Any] | None) -> t
         known = {"gen_length", "block_length", "steps", "temperature", "remasking", "parallel", "top_k"}
         if is_block(handle):  # these are block-loop settings there (BlockDiffusionConfig's, sampler.effective)
             known -= {"temperature", "remasking", "parallel", "top_k"}
-        config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
+        try:
+            config = SamplerConfig(**{k: v for k, v in handle.defaults.items() if k in known})
+        except ValueError as e:  # e.g. a `parallel` no commit rule has: the catalog is where to fix it
+            raise ValueError(f"the catalog's decoding of {handle.entry_id}: {e}") from None
         source = "catalog defaults"
     config = config.with_(**handle.sampler_ids())
     if handle.causal:

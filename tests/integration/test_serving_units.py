@@ -77,6 +77,9 @@ def test_a_catalog_entry_can_state_dream_s_decoding_and_the_server_decodes_with_
     monkeypatch.setattr(dream, "defaults", {**dream.defaults, **stated})
     config, source = operating_config(dream, None)
     assert source == "catalog defaults" and (config.parallel, config.remasking, config.top_k) == tuple(stated.values())
+    monkeypatch.setattr(dream, "defaults", {**dream.defaults, "parallel": "timestep"})
+    with pytest.raises(ValueError, match="the catalog's decoding of tiny-dream: .*parallel"):
+        operating_config(dream, None)
 
 
 def test_a_top_k_above_the_vocabulary_keeps_every_token():
