@@ -102,10 +102,11 @@ class Interrupt:
         if self.requested.is_set() and threading.current_thread() is not threading.main_thread():
             raise KeyboardInterrupt
 
-    def announce(self) -> None:
-        """The command's one line about it (`leave` says it only if nothing did)."""
+    def announce(self, line: str = "") -> None:
+        """The command's one line about it, `line` or the signal's word (`leave` says it only if nothing did)."""
         self._said = True
-        print("interrupted" if self.signum == signal.SIGINT else "terminated", file=sys.stderr, flush=True)
+        word = "interrupted" if self.signum == signal.SIGINT else "terminated"
+        print(line or word, file=sys.stderr, flush=True)
 
     def settled(self, code: object) -> object:
         """The exit code of a command that ended by itself: `code`, unless a signal came and the command ended as if

@@ -290,7 +290,7 @@ def bench_command(
             if json_path is not None
             else ""
         )
-        print(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}", file=sys.stderr, flush=True)
+        INTERRUPT.announce(f"interrupted: {len(rows)} of {total_rows} rows finished{kept}")  # said once
         raise typer.Exit(INTERRUPT.exit_code) from None
     _publish(report, json_path, plot)
 
