@@ -102,19 +102,28 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     return False
 
 
-def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
-    """Parse and type-check `config.json`; unknown keys are kept in the raw dict and ignored."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing; a LLaDA checkpoint needs config.json")
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON object file (config.json); CheckpointError naming the file when it is missing, not
+    JSON, gives a key twice or is not an object."""
     try:
         raw = load_json(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
     except DuplicateJSONKeyError as e:
         raise CheckpointError(f"{path}: {e}; each key once") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def read_config(folder: Path) -> tuple[LLaDAConfig, dict[str, Any]]:
+    """Parse and type-check `config.json`; unknown keys are kept in the raw dict and ignored."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; a LLaDA checkpoint needs config.json")
+    raw = read_json_object(path)
     types_ = LLaDAConfig.field_types()
     kwargs: dict[str, Any] = {}  # JSON values, each checked against its field's type
     for key, annotation in types_.items():

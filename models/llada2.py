@@ -12,7 +12,6 @@ key of config.json, so the model takes it from the adapter.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.checkpoint import CheckpointError, read_tensors
+from models.checkpoint import CheckpointError, read_json_object, read_tensors
 from models.llada import RMSNorm, SwiGLU, apply_rope, rope_angles
 from models.sdar import SDARForBlockDiffusion, assign_checked, attend
 
@@ -265,15 +264,7 @@ class LLaDA2ForBlockDiffusion(SDARForBlockDiffusion):
 
 def read_config(folder: Path) -> LLaDA2Config:
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return LLaDA2Config.from_dict(raw, path)
+    return LLaDA2Config.from_dict(read_json_object(path), path)
 
 
 def load_llada2(folder: Path, dtype: torch.dtype = torch.float32, block_size: int = 32) -> LLaDA2ForBlockDiffusion:

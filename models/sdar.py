@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.checkpoint import CheckpointError, read_tensors
+from models.checkpoint import CheckpointError, read_json_object, read_tensors
 from models.llada import SwiGLU, apply_rope, rope_angles
 
 
@@ -277,15 +277,7 @@ class SDARForBlockDiffusion(nn.Module):
 
 def read_config(folder: Path) -> SDARConfig:
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return SDARConfig.from_dict(raw, path)
+    return SDARConfig.from_dict(read_json_object(path), path)
 
 
 def load_sdar(folder: Path, dtype: torch.dtype = torch.float32) -> SDARForBlockDiffusion:
