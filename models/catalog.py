@@ -46,6 +46,7 @@ FIELDS = {
     "api_model",
     "api_key_env",
     "allow_outside_source",
+    "architecture",
 }
 DECODING_FIELDS = {
     "mask_id": int,
@@ -73,6 +74,7 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+ARCHITECTURE_FIELDS = ("layers", "kv_heads", "head_dim", "vocab")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # where an api entry may be plain http (another `unmask serve`)
 
 
@@ -89,6 +91,19 @@ class Source:
 
     def __str__(self) -> str:
         return f"hf://{self.location}" if self.scheme == "hf" else self.location
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a decode's KV cache and logits depend on: the text network's shape, as its config.json gives it."""
+
+    layers: int  # transformer blocks (num_hidden_layers, n_layers)
+    kv_heads: int  # key/value heads (num_key_value_heads; the query heads' count without grouped-query attention)
+    head_dim: int  # width of one head (head_dim, else hidden size / query heads)
+    vocab: int  # rows of the output layer (vocab_size)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {getattr(self, name):,}" for name in ARCHITECTURE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,7 @@ class CatalogEntry:
     card_license: str | None = None
     parameters: int | None = None
     active_parameters: int | None = None  # per token, for a mixture of experts; None: all of them, or unknown
+    architecture: Architecture | None = None  # the memory fit's shape before a pull; None: known once pulled
     decoding: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
     api_model: str | None = None
@@ -275,6 +291,9 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
         raise fail("revision", f"must be a 40-hex commit when pinned is true, got {revision!r}")
     sha256, (parameters, active) = parse_sha256(raw, fail), parse_counts(raw, fail)
     decoding = parse_decoding(raw.get("decoding"), fail)
+    architecture = parse_architecture(raw.get("architecture"), fail)
+    if architecture is not None and kind == "api":
+        raise fail("architecture", "is for a model that runs here; an api entry's memory is its provider's")
     if kind == "api" and not raw.get("api_model"):
         raise fail("api_model", "is missing; an API entry names the model its endpoint serves")
     return CatalogEntry(
@@ -293,6 +312,7 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
         card_license=text("card_license", required=False),
         parameters=parameters,
         active_parameters=active,
+        architecture=architecture,
         decoding=decoding,
         notes=str(raw.get("notes") or "").strip(),
         api_model=text("api_model", required=False),
@@ -321,6 +341,30 @@ def parse_counts(raw: dict[str, Any], fail: Callable[[str, str], CatalogError]) 
     if active is not None and (parameters is None or active > parameters):
         raise fail("active_parameters", f"must be at most 'parameters' ({parameters}), got {active}")
     return parameters, active
+
+
+def parse_architecture(value: Any, fail: Callable[[str, str], CatalogError]) -> Architecture | None:
+    """`{layers, kv_heads, head_dim, vocab}`: each a positive integer, all four given; absent or null: None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise fail("architecture", f"must be a mapping of {', '.join(ARCHITECTURE_FIELDS)}, got {value!r}")
+    unknown = sorted(set(value) - set(ARCHITECTURE_FIELDS))
+    if unknown:
+        raise fail(
+            f"architecture.{unknown[0]}", f"is not an architecture field; known: {', '.join(ARCHITECTURE_FIELDS)}"
+        )
+    counts: dict[str, int] = {}
+    for name in ARCHITECTURE_FIELDS:
+        given = value.get(name)
+        if given is None:
+            raise fail(
+                f"architecture.{name}", "is missing; the memory fit needs all four of " + ", ".join(ARCHITECTURE_FIELDS)
+            )
+        if not isinstance(given, int) or isinstance(given, bool) or given <= 0:
+            raise fail(f"architecture.{name}", f"must be a positive integer, got {given!r}")
+        counts[name] = given
+    return Architecture(**counts)
 
 
 def parse_source(

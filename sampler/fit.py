@@ -2,12 +2,14 @@
 
 Asked before anything is downloaded, so it reads only what is known without the network: the catalog's
 `parameters` (weights = total parameters x dtype bytes; a mixture of experts keeps every expert resident, so
-`active_parameters` does not shrink it) and, where the entry's files are already here (a pulled copy or a local
-source), its config.json for the layers, key/value heads and vocabulary. The KV cache and the logits
-temporaries are sampler/memory.py's formulas (`kv_cache_bytes`, `canvas_logits_bytes`) at the canvas a request
-may ask for: `positions` (prompt + generated tokens, the serving limit `max_canvas` or the entry's gen_length
-if larger) and the entry's block. A term that cannot be known is "unknown", never guessed; the verdict is
-"does not fit" only when the known terms alone exceed the budget.
+`active_parameters` does not shrink it) and the layers, key/value heads, head size and vocabulary: from the
+entry's config.json where its files are already here (a pulled copy or a local source), else from the catalog's
+`architecture` (its published config.json's numbers, stated before a pull). When both are at hand the files win,
+and a disagreement is said in the terms' basis. The KV cache and the logits temporaries are sampler/memory.py's
+formulas (`kv_cache_bytes`, `canvas_logits_bytes`) at the canvas a request may ask for: `positions` (prompt +
+generated tokens, the serving limit `max_canvas` or the entry's gen_length if larger) and the entry's block. A
+term that cannot be known is "unknown", never guessed; the verdict is "does not fit" only when the known terms
+alone exceed the budget.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.catalog import CatalogEntry
+from models.catalog import Architecture, CatalogEntry
 from sampler.memory import canvas_logits_bytes, kv_cache_bytes
 
 FITS, DOES_NOT_FIT, UNKNOWN = "fits", "does not fit", "unknown"
@@ -32,14 +34,7 @@ class Term:
     basis: str
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What the KV cache and the logits depend on, read from a config.json."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
+Shape = Architecture  # what the KV cache and the logits depend on, read from a config.json or stated in the catalog
 
 
 @dataclass(frozen=True)
@@ -125,6 +120,16 @@ def config_shape(config: dict[str, Any]) -> Shape | None:
     return Shape(layers, kv_heads, head_dim, vocab)
 
 
+def shape_source(files: Shape | None, catalog: Architecture | None) -> tuple[Shape | None, str]:
+    """The shape the fit uses and where it came from, in words: the files' config.json wins over the catalog's
+    `architecture`, and a disagreement between them is said."""
+    if files is None:
+        return catalog, "from the catalog's architecture (config.json not here yet)"
+    if catalog is None or catalog == files:
+        return files, "from config.json" + (" (the catalog's architecture agrees)" if catalog else "")
+    return files, f"from config.json; the catalog's architecture ({catalog}) disagrees and is not used"
+
+
 def read_shape(folder: Path | None) -> Shape | None:
     """The shape of the config.json in `folder`, if there is one that says it."""
     if folder is None or not (folder / "config.json").is_file():
@@ -165,7 +170,8 @@ def memory_fit(
 ) -> MemoryFit:
     """Weights, KV cache and logits temporaries of `rows` requests of `entry` at its widest canvas, against
     `have` bytes. `shape` and `counted` (parameters, where the catalog gives none): from the entry's files
-    where they are here (`read_shape`, `parameters_on_disk`), else None."""
+    where they are here (`read_shape`, `parameters_on_disk`), else None; without `shape`, the catalog's
+    `architecture` gives the KV cache and logits terms."""
     gen = int(entry.decoding.get("gen_length") or 0)
     positions = max(max_canvas, gen)  # the widest forward a request may ask for: prompt + generated tokens
     block = int(entry.decoding.get("block_length") or gen or positions)
@@ -178,21 +184,22 @@ def memory_fit(
         active = entry.active_parameters
         moe = f"; every expert resident, {active:,} active per token" if active else ""
         weights = Term("weights", entry.parameters * dtype_bytes, f"{entry.parameters:,} parameters x {width}{moe}")
-    if shape is None:
-        why = "needs config.json: known once the entry is pulled"
+    used, source = shape_source(shape, entry.architecture)
+    if used is None:
+        why = "needs config.json or the catalog's architecture: known once the entry is pulled"
         kv, logits = Term("kv_cache", None, why), Term("logits", None, why)
     else:
-        kv_bytes = rows * kv_cache_bytes(shape.layers, shape.kv_heads, shape.head_dim, positions, dtype_bytes)
+        kv_bytes = rows * kv_cache_bytes(used.layers, used.kv_heads, used.head_dim, positions, dtype_bytes)
         kv = Term(
             "kv_cache",
             kv_bytes,
-            f"{rows} x 2 x {shape.layers} layers x {shape.kv_heads} kv heads x {shape.head_dim} x {positions} "
-            f"positions x {width}",
+            f"{rows} x 2 x {used.layers} layers x {used.kv_heads} kv heads x {used.head_dim} x {positions} "
+            f"positions x {width}; {source}",
         )
         canvas = block if entry.kind == "block-diffusion" else positions
         logits = Term(
             "logits",
-            rows * canvas_logits_bytes(entry.kind, positions, canvas, shape.vocab, dtype_bytes),
-            f"{rows} x {entry.kind} temporaries over canvas {canvas} x vocabulary {shape.vocab:,}",
+            rows * canvas_logits_bytes(entry.kind, positions, canvas, used.vocab, dtype_bytes),
+            f"{rows} x {entry.kind} temporaries over canvas {canvas} x vocabulary {used.vocab:,}; {source}",
         )
     return MemoryFit(entry.id, device, have, have_basis, (weights, kv, logits), positions, rows)

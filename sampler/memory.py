@@ -122,24 +122,48 @@ def block_diffusion_footprint(handle: Any, prompt_tokens: int, config: Effective
 
 
 def masked_blocks_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
-    """SDAR (a masked canvas of `block_size` positions over a Qwen3-shaped network, sampler/masked_blocks.py): the
-    KV cache of the prompt and every committed block, plus the larger of the prompt's forward (its activations and
-    float32 logits over every prompt position) and a denoising step's `(block, vocab)` float32 temporaries (the
-    logits, their softmax and the draw's probabilities). An estimate from the shapes, not a measured peak."""
+    """SDAR and LLaDA2 (a masked canvas of `block_size` positions, sampler/masked_blocks.py): the KV cache of the
+    prompt and every committed block, plus the larger of the prompt's forward (the widest layer's activations,
+    `layer_bytes_per_token`, and float32 logits over every prompt position) and a denoising step's `(block, vocab)`
+    float32 temporaries (the logits, their softmax and the draw's probabilities). An estimate from the shapes, not a
+    measured peak."""
     block = effective_config(handle, config)
     assert isinstance(block, BlockDiffusionConfig), "a block-diffusion handle decodes a block config"
     cfg = handle.model.config
     L, V, dtype = handle.canvas_length, int(cfg.vocab_size), _dtype_bytes(handle.model)
     positions = prompt_tokens + -(-block.max_new_tokens // L) * L
     kv = kv_cache_bytes(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, positions, dtype)
-    attention = (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
-    width = cfg.hidden_size * 4 + attention + cfg.intermediate_size * 3
-    prefill = prompt_tokens * (width * dtype + V * F32)
+    prefill = prompt_tokens * (layer_bytes_per_token(cfg, dtype) + V * F32)
     step = 3 * L * V * F32
     return Footprint(
         per_row=max(step, prefill) + kv,
         terms={"canvas_x_vocab": step, "encoder_activations": prefill, "kv_cache": kv},
     )
+
+
+def layer_bytes_per_token(cfg: Any, dtype: int) -> int:
+    """The activations one prompt token holds in the forward's widest layer, in bytes, for an SDAR or LLaDA2 config.
+
+    Every layer: the residual, its norms and the attention's queries, keys, values and output. A dense layer adds its
+    SwiGLU (`intermediate_size`: gate, up and their product). A sparse LLaDA2 layer (after `first_k_dense_replace`,
+    when `num_experts` is set; SDAR has none) adds instead what models/llada2.py's mixture holds at once: the
+    router's float32 scores over `num_experts`, each token's `num_experts_per_tok` expert outputs `(k, hidden)` and
+    their float32 weighted copies, and the wider of one routed expert's SwiGLU (`moe_intermediate_size`; the experts
+    run one after another, so at worst one of them over every token, never k at once) and the shared experts' (their
+    `num_shared_experts` SwiGLUs fused into one)."""
+    hidden, layers = int(cfg.hidden_size), int(cfg.num_hidden_layers)
+    common = hidden * 4 + int((2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim)
+    dense = (common + int(cfg.intermediate_size) * 3) * dtype
+    experts = getattr(cfg, "num_experts", None)
+    if experts is None:
+        return dense
+    first_sparse = min(int(cfg.first_k_dense_replace), layers)
+    k, moe, shared = int(cfg.num_experts_per_tok), int(cfg.moe_intermediate_size), int(cfg.num_shared_experts or 0)
+    # the (k, hidden) outputs in the model's dtype, their float32 copy (none when already float32), the weighted ones
+    outputs = k * hidden * (dtype + (F32 if dtype != F32 else 0) + F32)
+    sparse = (common + moe * 3 * max(1, shared)) * dtype + 2 * int(experts) * F32 + outputs
+    widths = ([dense] if first_sparse > 0 else []) + ([sparse] if first_sparse < layers else [])
+    return max(widths)
 
 
 def masked_diffusion_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -20,6 +21,10 @@ GOOD = {
     "license": "MIT",
     "adapter": "llada",
 }
+
+
+ARCH = {"layers": 32, "kv_heads": 4, "head_dim": 128, "vocab": 1000}
+API = {"kind": "api", "adapter": "api", "source": "https://api.example.com/v1", "api_model": "m", "revision": None}
 
 
 def write_catalog(tmp_path: Path, *entries: dict) -> Path:
@@ -87,6 +92,18 @@ def test_shipped_licenses_and_decoding_defaults():
             assert entry.revision == "main"  # unverified pins are marked, never invented
 
 
+def test_each_shipped_architecture_names_the_source_it_was_read_from():
+    """A stated shape is a published config.json's numbers, never a guess: a comment right above names its source."""
+    lines = CATALOG_PATH.read_text().splitlines()
+    stated = [i for i, line in enumerate(lines) if line.strip().startswith("architecture:")]
+    assert len(stated) == sum(e.architecture is not None for e in load_catalog()) >= 9
+    for i in stated:
+        above = i
+        while lines[above - 1].strip().startswith("#"):
+            above -= 1
+        assert re.search(r"read from .*config\.json", " ".join(lines[above:i])), lines[i]
+
+
 def test_bundled_sources_resolve_to_the_weights_folder():
     catalog = load_catalog()
     assert Path(catalog.get("tiny-llada").source.location) == CATALOG_PATH.parent / "weights" / "tiny-llada"
@@ -121,6 +138,13 @@ def test_api_entries_are_not_evaluable_without_a_key(monkeypatch):
         (with_(decoding={"gen_length": "long"}), "decoding.gen_length", "int"),
         (with_(adapter="none"), "notes", "why"),
         (with_(colour="blue"), "colour", "not a catalog field"),
+        (with_(architecture=[32, 4, 128, 1000]), "architecture", "must be a mapping of layers, kv_heads"),
+        (with_(architecture=ARCH | {"layers": 0}), "architecture.layers", "positive integer, got 0"),
+        (with_(architecture=ARCH | {"kv_heads": True}), "architecture.kv_heads", "positive integer, got True"),
+        (with_(architecture=ARCH | {"head_dim": "128"}), "architecture.head_dim", "positive integer, got '128'"),
+        (with_(architecture={"layers": 32, "kv_heads": 4, "head_dim": 128}), "architecture.vocab", "missing"),
+        (with_(architecture=ARCH | {"hidden": 4096}), "architecture.hidden", "not an architecture field"),
+        (with_(**API, architecture=ARCH), "architecture", "an api entry's memory is its provider's"),
     ],
 )
 def test_bad_entry_names_id_and_field(tmp_path, entry, field, words):

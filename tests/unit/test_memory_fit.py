@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.catalog import CatalogEntry, parse_entry
+from models.catalog import CATALOG_PATH, CatalogEntry, load_catalog, parse_entry
 from sampler.fit import DOES_NOT_FIT, FITS, UNKNOWN, Shape, config_shape, memory_fit
 
 GIB = 2**30
 LLADA_SHAPE = Shape(layers=32, kv_heads=32, head_dim=128, vocab=126_464)
+STATED = {"layers": 32, "kv_heads": 32, "head_dim": 128, "vocab": 126_464}  # LLADA_SHAPE as a catalog states it
+FROM_CATALOG = "from the catalog's architecture (config.json not here yet)"
 
 
 def entry(**changes: object) -> CatalogEntry:
@@ -70,3 +72,34 @@ def test_config_shape_reads_hugging_face_llada_and_nested_text_configs():
     nested = {"text_config": hf | {"vocab_size": 10, "head_dim": 256}}
     assert config_shape(nested) == Shape(28, 4, 256, 10)
     assert config_shape({"hidden_size": 8}) is None
+
+
+def test_the_catalog_architecture_makes_the_terms_known_before_a_pull():
+    result = fit(entry(architecture=STATED))  # no config.json here: the catalog's numbers
+    terms = {t.name: t for t in result.terms}
+    assert terms["kv_cache"].bytes == 2 * 32 * 32 * 128 * 1024 * 2  # as from the files' config.json
+    assert terms["logits"].bytes == 1024 * 126_464 * 4
+    assert terms["kv_cache"].basis.endswith(FROM_CATALOG) and terms["logits"].basis.endswith(FROM_CATALOG)
+    assert result.verdict == FITS and result.unknown == []  # was "unknown" before the pull
+
+
+def test_the_files_config_wins_over_the_catalog_and_a_disagreement_is_said():
+    files = Shape(layers=16, kv_heads=32, head_dim=128, vocab=126_464)
+    terms = {t.name: t for t in fit(entry(architecture=STATED), shape=files).terms}
+    assert terms["kv_cache"].bytes == 2 * 16 * 32 * 128 * 1024 * 2  # the config.json's 16 layers, not the catalog's 32
+    assert terms["kv_cache"].basis.endswith(
+        "from config.json; the catalog's architecture (layers 32, kv_heads 32, head_dim 128, vocab 126,464) "
+        "disagrees and is not used"
+    )
+    agreeing = fit(entry(architecture=STATED), shape=LLADA_SHAPE).terms[2]
+    assert agreeing.basis.endswith("from config.json (the catalog's architecture agrees)")
+    assert fit(entry(), shape=files).terms[1].basis.endswith("; from config.json")
+
+
+def test_llada2_flash_is_judged_on_every_term_before_a_pull():
+    """The bundled entry states its published shape: 32 layers, 4 key/value heads of 128, vocabulary 157,184."""
+    result = fit(load_catalog(CATALOG_PATH).get("llada2.0-flash"))
+    terms = {t.name: t.bytes for t in result.terms}
+    assert terms["kv_cache"] == 2 * 32 * 4 * 128 * 1024 * 2 == 64 * 2**20
+    assert terms["logits"] == (6 * 4 + 2) * 32 * 157_184  # block 32: six float32 (block, vocab) tensors, one bf16
+    assert result.verdict == DOES_NOT_FIT and result.unknown == []  # 186 GiB of weights against 80
