@@ -21,6 +21,7 @@ _HOMES = {
     "registry.integrity": ("AliasDrift", "EvidenceTampered", "alias_drift"),
     "registry.judging": ("judge", "judge_each"),
     "registry.promotion": ("Move", "PromotionRefused", "promote", "recover", "rollback"),
+    "registry.repair": ("RepairRefused", "repair_chain"),
     "registry.state": ("stage_holder",),
     "registry.store": (
         "ALIASES",

@@ -31,6 +31,7 @@ from typing import Any
 
 from mlflow.entities import Run, RunTag, ViewType
 
+from gates.roles import Roles, RolesError, load_roles
 from registry import signing
 from registry.chain_lock import chain_locked
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
@@ -67,8 +68,12 @@ EVENTS = (
     # a person's key vouching for evidence registered before it could be signed (`unmask migrate`), or refused
     "evidence_vouched",
     "vouch_refused",
+    # the on-call person's signed repair of a broken chain (registry/repair.py: `unmask audit --repair`), or refused
+    "chain_repair",
+    "chain_repair_refused",
 )
 MOVE = "alias_move"
+REPAIR = "chain_repair"
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,11 @@ def _last_chained(registry: Registry) -> Run | None:
 _identities: dict[tuple[str, str], str] = {}  # (tracking URI, experiment) -> the store's identity, read once
 
 
+def forget_identity(registry: Registry) -> None:
+    """Read the store's identity again at the next write (a repair put a removed or changed one back)."""
+    _identities.pop((registry.tracking_uri, registry.experiment_id(AUDIT_EXPERIMENT)), None)
+
+
 def store_identity(registry: Registry, experiment: str) -> str:
     """The store's identity (a uuid4 kept on the audit experiment), made on the first write that needs it."""
     key = (registry.tracking_uri, experiment)
@@ -228,8 +238,12 @@ def store_identity(registry: Registry, experiment: str) -> str:
     return _identities[key]
 
 
-def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> AuditEvent:
-    """Write one event as the chain's next entry. With `open_intent`, the run stays RUNNING until `settle` ends it."""
+def append(
+    registry: Registry, event: AuditEvent, open_intent: bool = False, seq_floor: int = 0, start_floor: int = 0
+) -> AuditEvent:
+    """Write one event as the chain's next entry. With `open_intent`, the run stays RUNNING until `settle` ends it.
+    `seq_floor`, `start_floor`: the least chain number and start time (ms) it may take (a repair numbers its entry
+    past every number the chain ever used, and starts it after every entry it seals)."""
     if event.event not in EVENTS:
         raise ValueError(f"unknown audit event {event.event!r}; expected one of {', '.join(EVENTS)}")
     when = event.when or now_iso()
@@ -259,6 +273,7 @@ def append(registry: Registry, event: AuditEvent, open_intent: bool = False) -> 
         else:  # the store's order is the chain's: each entry starts strictly after the one before
             seq, prev = tail.seq + 1, tail.sha256
             start = max(start, tail.start_time + 1)
+        seq, start = max(seq, seq_floor), max(start, start_floor)
         sha = entry_sha256(tags, seq, prev)
         signed = signing.key_ring(registry.tracking_uri).sign(signing.head_message(seq, sha))
         tags |= {SEQ: str(seq), PREV: prev, SHA: sha, SIG: signed}
@@ -431,6 +446,7 @@ class ChainReport:
     first_break: ChainBreak | None = None
     anchor: str = ""  # the signed head ("unmask-chain-anchor:seq:sha256:key:mac"), "" when the head is unsigned
     store: str = ""  # the store's identity (STORE), "" before its first entry named one
+    repair: dict[str, Any] | None = None  # the newest repair the chain is linked from: seq, who, when, set aside
 
     @property
     def ok(self) -> bool:
@@ -451,6 +467,12 @@ class ChainReport:
             if self.legacy
             else ""
         )
+        if self.repair:
+            r = self.repair
+            where += (
+                f"; repaired at #{r['seq']} by {r['who']} ({r['when'][:19]}), {r['set_aside']} entr"
+                f"{'y' if r['set_aside'] == 1 else 'ies'} set aside"
+            )
         if self.status == INTACT:
             return (
                 f"audit chain: intact, {self.chained} entries, head #{self.head_seq} sha256 "
@@ -509,8 +531,17 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         "when": runs[first].data.tags.get(model_tag("when"), ""),
     }
     ring = signing.key_ring(registry.tracking_uri)
-    found = _first_break(runs, first, head_tag, ring, anchors, signing.signed_since(registry.tracking_uri, store))
-    found = found or _identity_break(runs, first, store) or _anchor_break(runs, chained, anchors, ring)
+    since = signing.signed_since(registry.tracking_uri, store)
+    base = _repair_at(runs, first)
+    repaired: dict[str, Any] = {}
+    if base is None:
+        found = _first_break(runs, first, head_tag, ring, anchors, since)
+    else:  # the newest repair seals what came before it; the chain is linked from it on
+        found, repaired = _repair_break(runs, first, base)
+        link = (runs[base].data.tags.get(PREV, ""), _seq(runs[base]) or 0)
+        found = found or _first_break(runs, base, head_tag, ring, anchors, since, link)
+    acknowledged = {(a.get("seq"), a.get("sha256")) for a in repaired.get("acknowledged", [])}
+    found = found or _identity_break(runs, first, store) or _anchor_break(runs, chained, anchors, ring, acknowledged)
     last = chained[-1].data.tags
     head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, ""), store=store) if last.get(SIG) else None
     if head is not None and found is None:
@@ -528,6 +559,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         found,
         str(head) if head else "",
         store,
+        _repair_said(runs[base], repaired) if base is not None else None,
     )
 
 
@@ -549,6 +581,44 @@ def _named(runs: list[Run], kind: str, i: int, detail: str) -> ChainBreak:
     )
 
 
+def hashes(tags: Mapping[str, str], seq: int) -> bool:
+    """Whether what an entry says still matches its own chain hash."""
+    return entry_sha256(tags, seq, tags.get(PREV, "")) == tags.get(SHA)
+
+
+def unsigned(tags: Mapping[str, str], seq: int, ring: signing.KeyRing, signed_from: int | None) -> str | None:
+    """Why an entry's place and hash are not signed by the key ring (None when they are, or when it was written
+    before the chain was signed, `signed_from`)."""
+    signature = tags.get(SIG, "")
+    if signature:
+        problem = ring.problem(signing.head_message(seq, tags.get(SHA, "")), signature, tags.get(model_tag("when"), ""))
+        if problem:
+            return f"its signature {problem}: it was written or rewritten by someone without the signing key"
+        return None
+    if signed_from is not None and seq >= signed_from:
+        return (
+            f"it carries no signature, yet the chain is signed from #{signed_from} on: it was "
+            "written or rewritten by someone without the signing key"
+        )
+    return None
+
+
+def status_changed(tags: Mapping[str, str], status: str) -> str | None:
+    """How an entry's run status disagrees with the outcome hashed onto it (None when it agrees): a move's status
+    is the outcome it was settled with (RUNNING until then), every other entry's is FINISHED, never settled."""
+    settled = tags.get(SETTLED)
+    if tags.get(model_tag("event")) == MOVE:
+        if status in ("FINISHED", "FAILED") and (
+            settled != status or tags.get(SETTLED_SHA) != settle_sha256(tags.get(SHA, ""), status)
+        ):
+            return f"its status {status} is not the outcome that was settled ({settled or 'none recorded'})"
+        if status == "RUNNING" and settled:
+            return f"it was settled {settled}, and its status set back to RUNNING"
+    elif status == "FAILED" or settled:
+        return f"its status was changed to {status} (only moves are settled)"
+    return None
+
+
 def _first_break(
     runs: list[Run],
     first: int,
@@ -556,11 +626,15 @@ def _first_break(
     ring: signing.KeyRing,
     anchors: list[Anchor],
     signed_since: int | None = None,
+    start: tuple[str, int] | None = None,
 ) -> ChainBreak | None:
+    """The first break from entry `first` on: linked from the seal of the entries before it (the chain's start),
+    or, with `start` (previous hash, number), from a repair's entry, which seals those before it itself."""
+
     def named(kind: str, i: int, detail: str) -> ChainBreak:
         return _named(runs, kind, i, detail)
 
-    expected_prev, expected_seq = seal(runs[:first]), 1
+    expected_prev, expected_seq = start or (seal(runs[:first]), 1)
     seen: set[int] = set()
     # signing was on from the first signed entry, at least from any signed head kept outside the store, and from
     # the first entry this machine saw signed (`signing.signed_since`)
@@ -579,7 +653,7 @@ def _first_break(
         if seq > expected_seq:
             gap = f"#{expected_seq}" if seq == expected_seq + 1 else f"#{expected_seq} to #{seq - 1}"
             return named(REMOVED, i, f"entry {gap} before it is missing (it follows #{expected_seq - 1})")
-        if entry_sha256(tags, seq, tags.get(PREV, "")) != tags[SHA]:
+        if not hashes(tags, seq):
             return named(EDITED, i, "what it says no longer matches its sha256 (a field was changed)")
         if tags.get(PREV, "") != expected_prev:
             if i == first:
@@ -597,36 +671,14 @@ def _first_break(
                 f"#{seq} chained onto a different sha256 than this entry has: it was "
                 "replaced (its content and hash rewritten)",
             )
-        signature = tags.get(SIG, "")
-        if signature:
-            problem = ring.problem(signing.head_message(seq, tags[SHA]), signature, tags.get(model_tag("when"), ""))
-            if problem:
-                return named(
-                    FORGED,
-                    i,
-                    f"its signature {problem}: it was written or rewritten by someone without the signing key",
-                )
+        forged = unsigned(tags, seq, ring, signed_from)
+        if forged:
+            return named(FORGED, i, forged)
+        if tags.get(SIG):
             signed_from = seq if signed_from is None else min(signed_from, seq)
-        elif signed_from is not None and seq >= signed_from:
-            return named(
-                FORGED,
-                i,
-                f"it carries no signature, yet the chain is signed from #{signed_from} on: it was "
-                "written or rewritten by someone without the signing key",
-            )
-        status = runs[i].info.status
-        settled = tags.get(SETTLED)
-        if tags.get(model_tag("event")) == MOVE:
-            if status in ("FINISHED", "FAILED") and (
-                settled != status or tags.get(SETTLED_SHA) != settle_sha256(tags[SHA], status)
-            ):
-                return named(
-                    EDITED, i, f"its status {status} is not the outcome that was settled ({settled or 'none recorded'})"
-                )
-            if status == "RUNNING" and settled:
-                return named(EDITED, i, f"it was settled {settled}, and its status set back to RUNNING")
-        elif status == "FAILED" or settled:
-            return named(EDITED, i, f"its status was changed to {status} (only moves are settled)")
+        changed = status_changed(tags, runs[i].info.status)
+        if changed:
+            return named(EDITED, i, changed)
         seen.add(seq)
         expected_prev, expected_seq = tags[SHA], seq + 1
     head_seq = head_tag.split(":", 1)[0]
@@ -651,9 +703,14 @@ def _identity_break(runs: list[Run], first: int, store: str) -> ChainBreak | Non
 
 
 def _anchor_break(
-    runs: list[Run], chained: list[Run], anchors: list[Anchor], ring: signing.KeyRing
+    runs: list[Run],
+    chained: list[Run],
+    anchors: list[Anchor],
+    ring: signing.KeyRing,
+    acknowledged: set[tuple[Any, Any]] | None = None,
 ) -> ChainBreak | None:
-    """The chain against signed heads kept outside the store: each one's entry must still be there, unchanged."""
+    """The chain against signed heads kept outside the store: each one's entry must still be there, unchanged,
+    unless a repair acknowledged that head as lost (`acknowledged`: (seq, sha256) pairs)."""
     by_seq = {_seq(r): r for r in chained}
     for anchor in anchors:
         problem = ring.problem(signing.head_message(anchor.seq, anchor.sha256), anchor.signature)
@@ -662,6 +719,8 @@ def _anchor_break(
                 f"the signed chain head in {anchor.where or 'the anchor'} is not signed by the key ring: "
                 f"its signature {problem}"
             )
+        if (anchor.seq, anchor.sha256) in (acknowledged or set()):
+            continue
         entry = by_seq.get(anchor.seq)
         if entry is None:
             last = runs.index(chained[-1])
@@ -684,3 +743,95 @@ def _anchor_break(
                 "the chain was rewritten up to here",
             )
     return None
+
+
+# repairs ---------------------------------------------------------------------------------------------------
+# A repair (registry/repair.py) sets aside the entries that do not verify on their own, then appends one entry
+# signed by an on-call person's key over what it did: the seal of every entry left before it, what it set aside,
+# the signed heads it acknowledges as lost. The chain is verified from the newest repair on; before it, the seal.
+def repair_payload(repair: Mapping[str, Any], who: str, comment: str) -> dict[str, Any]:
+    """What a repairer's key signs: the repair as recorded, who made it and why."""
+    return {**repair, "act": REPAIR, "who": who, "comment": comment}
+
+
+def on_call_problem(roles: Roles, who: str) -> str | None:
+    """Why `who` may not repair the chain (None when they may): the on-call person holds emergency_rollback at
+    every stage."""
+    stages = [stage for stage in roles.stages if not roles.may(who, stage, "emergency_rollback")]
+    if not stages:
+        return None
+    return (
+        f"{who} holds no emergency_rollback role at {', '.join(stages)} ({roles.path or roles.source}): only the "
+        "on-call person repairs the chain"
+    )
+
+
+def repairer_problem(roles: Roles, who: str, payload: dict[str, Any], key: str, signature: str, at: str) -> str | None:
+    """Why a repair is not `who`'s act as the on-call person (None when it is): they are on call, and it is signed
+    by a key the roles file lists for them (at `at`: a key revoked since still stands for what it signed before)."""
+    return on_call_problem(roles, who) or roles.signature_problem(
+        "the chain repair", who, payload, key, signature, at, "production"
+    )
+
+
+def _repair_at(runs: list[Run], first: int) -> int | None:
+    """The place of the newest chained repair entry, if any."""
+    for i in range(len(runs) - 1, first - 1, -1):
+        tags = runs[i].data.tags
+        if tags.get(model_tag("event")) == REPAIR and SHA in tags:
+            return i
+    return None
+
+
+def _repair_break(runs: list[Run], first: int, base: int) -> tuple[ChainBreak | None, dict[str, Any]]:
+    """Whether the repair at `base` holds: its repairer's signature and role, and its seal of the entries before
+    it (none changed, removed or added since, no move's status changed); with what it recorded."""
+    entry = _from_run(runs[base])
+    repair, signed = entry.evidence.get("repair"), entry.evidence.get("signed")
+    if not isinstance(repair, dict) or not isinstance(signed, dict):
+        return _named(runs, FORGED, base, "a chain repair that carries no repairer's signature"), {}
+    payload = repair_payload(repair, entry.who, entry.comment)
+    try:
+        problem = repairer_problem(
+            load_roles(), entry.who, payload, str(signed.get("key", "")), str(signed.get("signature", "")), entry.when
+        )
+    except RolesError as e:
+        problem = f"the roles file that would check its signature cannot be read ({e})"
+    if problem:
+        return _named(runs, FORGED, base, f"this repair does not count: {problem}"), repair
+    if repair.get("seq") != entry.seq:
+        return _named(
+            runs, EDITED, base, f"this repair was signed as #{repair.get('seq')}, it stands as #{entry.seq}"
+        ), {}
+    if seal(runs[:base]) != repair.get("sealed"):
+        return (
+            _named(
+                runs,
+                EDITED,
+                base,
+                f"the {base} entries before this repair, which it sealed, were changed, removed or added to since "
+                f"(repaired by {entry.who} at {entry.when[:19]})",
+            ),
+            repair,
+        )
+    for i in range(first, base):
+        changed = SHA in runs[i].data.tags and status_changed(runs[i].data.tags, runs[i].info.status)
+        if changed:
+            return _named(runs, EDITED, i, f"{changed}, after the repair at #{entry.seq} sealed it"), repair
+    return None, repair
+
+
+def _repair_said(run: Run, repair: Mapping[str, Any]) -> dict[str, Any]:
+    """What a report says of the repair the chain is linked from."""
+    entry = _from_run(run)
+    aside = repair.get("set_aside", {})
+    return {
+        "seq": entry.seq,
+        "who": entry.who,
+        "when": entry.when,
+        "comment": entry.comment,
+        "break": repair.get("break", ""),
+        "set_aside": int(aside.get("count", 0)) if isinstance(aside, dict) else 0,
+        "acknowledged": len(repair.get("acknowledged", [])),
+        "run_id": run.info.run_id,
+    }

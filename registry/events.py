@@ -52,6 +52,8 @@ TYPES = {
     "rollout_step": "rollout.step_judged",
     "evidence_vouched": "evidence.vouched",
     "vouch_refused": "evidence.vouch_refused",
+    "chain_repair": "audit.repaired",
+    "chain_repair_refused": "audit.repair_refused",
 }
 SCHEMA = 1
 

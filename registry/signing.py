@@ -64,13 +64,17 @@ class KeyRing:
         if key_id not in self.keys:
             return f"is by key {key_id or '?'!r}, which is not in the key ring ({self.source})"
         if not hmac.compare_digest(_mac(self.keys[key_id], message), mac):
-            if self.made_now or _made_after(self.source, written_at):
+            if self.newer_than(written_at):
                 return (
                     f"does not match under key {key_id!r} of {self.source}, a key ring made after it was signed: if "
                     "the store was restored or copied, restore its keys/ folder too (docs/team-setup.md)"
                 )
             return f"does not match under key {key_id!r}"
         return None
+
+    def newer_than(self, written_at: str) -> bool:
+        """Whether this ring was made after `written_at` (ISO), so it cannot have signed what was written then."""
+        return self.made_now or _made_after(self.source, written_at)
 
 
 def _made_after(source: str, written_at: str) -> bool:

@@ -461,6 +461,7 @@ DECISION_EVENTS = {
     "approval_expired": "expired",
     "approval_void": "void",
     "emergency_rollback": "emergency rollback",
+    "chain_repair": "chain repair",
 }
 MOVE_DECISIONS = {"promotion": "promotion", "rollback": "rollback", "reconcile": "reconcile"}
 

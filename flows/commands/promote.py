@@ -218,6 +218,56 @@ def _verify_chain(verify: bool, anchor: str | None, witness: str | None, export_
         _export_head(chain, export_head)
 
 
+def _repair_chain(comment: str, witness: str | None, by: str | None) -> None:
+    """`unmask audit --repair --comment TEXT [--witness FILE]`: the on-call person's signed repair of a broken
+    chain (registry/repair.py)."""
+    from gates import RolesError
+    from registry import Registry, RegistryError, RepairRefused, repair_chain
+    from registry.identity import claimed_actor, server_permissions
+    from registry.signing import anchor_from_file
+
+    action = "repair of the audit chain"
+    try:
+        reg = Registry()
+        given = anchor_from_file(witness, "--witness") if witness is not None else None
+        with server_permissions(reg.tracking_uri, "", action):
+            me = claimed_actor(reg, by, "--by", action)
+            done = repair_chain(reg, me, comment, given)
+    except RepairRefused as e:
+        _refused(e)
+    except (RolesError, RegistryError) as e:
+        _fail(e)
+    aside = len(done.set_aside)
+    console.print(
+        f"audit chain repaired by {done.entry.who} as entry #{done.entry.seq}: {aside} entr"
+        f"{'y' if aside == 1 else 'ies'} set aside, {len(done.restored)} status(es) put back, "
+        f"{len(done.acknowledged)} signed head(s) acknowledged as lost"
+        + (f", the store's identity put back ({done.identity})" if done.identity else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"it repaired: {done.found}", markup=False, highlight=False, soft_wrap=True)
+    for entry in done.set_aside:
+        console.print(
+            f"  set aside: #{entry['seq'] or '-'} {entry['event'] or '?'} at {entry['when'] or '?'} "
+            f"(audit run {entry['run_id']}): {entry['why']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for stage in sorted({e["stage"] for e in done.moves_set_aside if e["stage"]}):
+        console.print(
+            f"  an alias move of {stage} was set aside: if the alias has drifted, `unmask rollback --stage "
+            f"{stage} --reconcile` puts it where the trail says",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if witness:
+        console.print(f"export a new witness: unmask audit --export-head {witness}", markup=False, highlight=False)
+
+
 def audit_command(
     model: str = typer.Option(None, "--model", help="Only events of this model."),
     stage: str = typer.Option(None, "--stage", callback=options.alias_name, help="Only events of this stage."),
@@ -242,7 +292,7 @@ def audit_command(
         metavar="FILE",
         help="With --verify: check the chain against a witness `--export-head` wrote (kept outside the store: "
         "a git repository, another host); a chain that lost or rewrote entries since is named, another store's "
-        "witness is said to be one.",
+        "witness is said to be one. With --repair: the heads it holds that are lost are acknowledged.",
     ),
     export_head: str = typer.Option(
         None,
@@ -251,11 +301,24 @@ def audit_command(
         help="Verify the chain, then write its signed head and the store's identity to FILE, a witness to keep "
         "outside the store.",
     ),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="Repair a broken chain (the on-call person, signed by their key; needs --comment): entries that do "
+        "not verify are set aside, and one signed entry seals the rest (docs/integrity.md).",
+    ),
+    comment: str = typer.Option("", "--comment", help="With --repair: what you checked, recorded and signed."),
+    by: str = typer.Option(None, "--by", help="With --repair: must be you, if given (the identity is recorded)."),
 ) -> None:
     """Show the audit trail: alias moves, approvals, sign-offs and refusals, oldest first."""
     from registry import RegistryError
     from registry.read import audit_events
 
+    if repair:
+        if verify or anchor is not None or export_head:
+            _fail(RegistryError("--repair verifies the chain itself: give it alone (with --witness, --comment)"))
+        _repair_chain(comment, witness, by)
+        return
     if verify or export_head:
         _verify_chain(verify, anchor, witness, export_head)
         return
