@@ -1,4 +1,5 @@
-"""`unmask keys`: your own Ed25519 signing key (init, show, rotate, revoke), kept in your configuration folder.
+"""`unmask keys`: your own Ed25519 signing key (init, show, rotate, revoke), kept in your configuration folder; and
+`store-rotate`, a new Ed25519 key for the store's signing ring.
 
 Where the roles file lists public keys, an approval or sign-off counts only when a key listed for its signer
 signed it (docs/governance.md). The private key never leaves `$UNMASK_KEYS_HOME` (default
@@ -100,6 +101,26 @@ def revoke(name: str = typer.Option(None, "--name", help="Whose key (default: wh
     console.print(f"revoked {old.fingerprint} of {old.person} at {when}; in the roles file, under keys:")
     console.print(f"  {old.person}: [{{key: {old.public_line!r}, revoked: {when!r}}}]", highlight=False, soft_wrap=True)
     console.print("signatures it made before that time still count; none after it do", highlight=False)
+
+
+@keys_app.command("store-rotate")
+def store_rotate() -> None:
+    """Put a new Ed25519 key first in the store's signing ring (not a personal key): it signs from now on, the older
+    keys still verify, and its public half is published beside the ring for accounts that only verify."""
+    from registry import Registry, RegistryError, signing
+
+    try:
+        reg = Registry()
+        key_id, path = signing.rotate_ring(reg.tracking_uri)
+    except RegistryError as e:
+        _fail(e)
+    console.print(f"store signing key {key_id} (ed25519) signs from now on: {path}", highlight=False)
+    console.print(
+        f"public ring: {signing.public_ring_path(reg.tracking_uri)} (readable by every account)", highlight=False
+    )
+    console.print(
+        "the older keys still verify what they signed; copy the new ring to every host that writes", highlight=False
+    )
 
 
 def register(app: typer.Typer) -> None:
