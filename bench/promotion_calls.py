@@ -50,7 +50,7 @@ def main() -> None:
         if args.judged:
             for stage in ("poc", "staging"):
                 judge(reg, "tiny-llada", version, stage)
-        approve(reg, "tiny-llada", version, "poc", "grace", OK)
+        report("poc approval", calls, lambda: approve(reg, "tiny-llada", version, "poc", "grace", OK))
         report("poc promotion", calls, lambda: promote("tiny-llada", "poc", registry=reg, actor="grace"))
         approve_as(reg, "tiny-llada", version, "staging", OK + " for staging", "linus")
         act_as("grace")

@@ -192,6 +192,8 @@ class PromotionRequest:
     identity: str = ""  # how the requester's name was known
     key: str = ""  # the fingerprint of the requester's key that signed `payload()` ("" unsigned)
     signature: str = ""
+    closed_by: str = ""  # done: the audit run of the move that did it
+    consumed: str = ""  # done: the ids of the approvals that move used, comma-separated (each reads as consumed)
 
     @property
     def person(self) -> str:
@@ -215,7 +217,7 @@ class PromotionRequest:
             "identity": self.identity,
             "key": self.key,
             "signature": self.signature,
-        }
+        } | ({"closed_by": self.closed_by, "consumed": self.consumed} if self.closed_by else {})
 
 
 def request_problem(request: PromotionRequest | None, model: str, version: str, roles: Roles | None) -> str | None:

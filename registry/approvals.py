@@ -45,6 +45,7 @@ from registry.audit import AuditEvent
 from registry.connection import RegistryError
 from registry.identity import Actor, actor_for, signing_actor
 from registry.integrity import trusted_chain
+from registry.judging import judge_again
 from registry.keys import Signer
 from registry.state import signoffs_from_tags, version_state
 from registry.store import STAGE_ALIASES, Registry, model_tag, now_iso, reads_once
@@ -149,10 +150,16 @@ def _refuse(
 
 def request_promotion(
     registry: Registry, model: str, version: str, stage: str, actor: Actor, roles: Roles | None = None
-) -> PromotionRequest:
+) -> tuple[PromotionRequest, bool]:
     """The open request for this promotion (claimed by `actor` if an approval opened it), or a new one, signed by
-    its requester's key. An open request that is not its requester's (`request_problem`: a rewritten or unsigned
-    tag where only signed acts count) is voided, audited, and a new one opened: approvals given to it lapse."""
+    its requester's key; and whether it was opened or claimed now. An open request that is not its requester's
+    (`request_problem`: a rewritten or unsigned tag where only signed acts count) is voided, audited, and a new one
+    opened: approvals given to it lapse.
+
+    A request opened or claimed now is recorded by the promotion that uses it: a new one is written at once (the
+    approval typed into the same promote cites it), a claim only when the move writes the request done
+    (`consume`); its audit entry is the move's own (which holds the request), or, for a promotion that does not
+    move, `record_request`'s."""
     roles = roles or load_roles()
     request = open_request(registry, model, version, stage)
     forged = request_problem(request, model, version, roles)
@@ -161,8 +168,9 @@ def request_promotion(
         _event(registry, "approval_void", actor, stage, model, version, forged, {"request": request.id})
         request = None
     if request is not None and request.by:
-        return request
+        return request, False
     actor, key = signing_actor(actor, roles)
+    opened = request is None
     if request is not None:  # opened by an approval: whoever promotes it is its requester
         request = replace(request, by=actor.name, host=actor.host)
     else:
@@ -170,18 +178,25 @@ def request_promotion(
     request = replace(request, account=actor.account, identity=actor.source)  # the person behind the name (four eyes)
     if key is not None:
         request = replace(request, **dict(zip(("key", "signature"), key.sign(request.payload(model, str(version))))))
-    _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    if opened:
+        _write(registry, model, version, f"requests.{stage}.{request.id}", request.to_dict())
+    return request, True
+
+
+def record_request(registry: Registry, model: str, version: str, request: PromotionRequest, actor: Actor) -> None:
+    """Record a request a promotion opened or claimed and did not move on: the request as claimed, and its audit
+    entry (a promotion that moves records both with the move: `consume` and the move's entry)."""
+    _write(registry, model, version, f"requests.{request.stage}.{request.id}", request.to_dict())
     _event(
         registry,
         "promotion_request",
         actor,
-        stage,
+        request.stage,
         model,
         version,
         f"request {request.id}",
         {"request": request.to_dict()},
     )
-    return request
 
 
 def _new_request(registry: Registry, model: str, version: str, stage: str, by: str, host: str) -> PromotionRequest:
@@ -280,6 +295,7 @@ def approve(
         approval.comment,
         {"approval": approval.id, "request": opened.id, "key": approval.key},
     )
+    judge_again(registry, model, str(version), stage, roles)  # the decision it changed, stored as it now stands
     return approval
 
 
@@ -293,8 +309,8 @@ def close(
     why: str,
     closed_by: str = "",
 ) -> Approval:
-    """End an open approval (consumed, expired or void), audited as `approval_<status>`; one already ended
-    (a racing move consumed it) is left as it is."""
+    """End an open approval (expired or void; one a move used is consumed by it: `consume`), audited as
+    `approval_<status>`; one already ended (a racing move consumed it) is left as it is."""
     stored = next((a for a in approvals_of(registry, model, version, approval.stage) if a.id == approval.id), None)
     if stored is not None and stored.status != "open":
         return stored
@@ -330,15 +346,12 @@ def consume(
     version: str,
     approvals: list[Approval],
     request: PromotionRequest,
-    actor: Actor,
     move_run_id: str,
 ) -> None:
-    """The move `move_run_id` used these approvals: close them and their request."""
-    for a in approvals:
-        close(registry, model, version, a, "consumed", actor, f"consumed by the move {move_run_id}", move_run_id)
-    _write(
-        registry, model, version, f"requests.{request.stage}.{request.id}", replace(request, status="done").to_dict()
-    )
+    """The move `move_run_id` used these approvals: their request is done by it, naming them, so each reads as
+    consumed (`registry.state.approvals_from_tags`); the move's entry cites them all. One write, however many."""
+    done = replace(request, status="done", closed_by=move_run_id, consumed=",".join(a.id for a in approvals))
+    _write(registry, model, version, f"requests.{request.stage}.{request.id}", done.to_dict())
 
 
 @reads_once

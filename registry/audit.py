@@ -198,12 +198,21 @@ def appending(registry: Registry) -> Iterator[None]:
     if registry.tracking_uri in held:
         yield
         return
+    views: dict[str, object] = _holding.__dict__.setdefault("views", {})
     with chain_locked(registry):
         held[registry.tracking_uri] = None
+        views[registry.tracking_uri] = registry.client if registry.snapshot else None  # what was read before it
         try:
             yield
         finally:
-            del held[registry.tracking_uri]
+            del held[registry.tracking_uri], views[registry.tracking_uri]
+
+
+def _read_under_lock(registry: Registry) -> bool:
+    """Whether this thread's snapshot began after it took the chain's lock, so its read of the trail is the trail
+    as it is (no other writer appends while the lock is held)."""
+    views: dict[str, object] = _holding.__dict__.get("views", {})
+    return registry.snapshot and registry.tracking_uri in views and registry.client is not views[registry.tracking_uri]
 
 
 def _last_chained(registry: Registry) -> Run | None:
@@ -216,6 +225,12 @@ def _last_chained(registry: Registry) -> Run | None:
         order_by=["attributes.start_time DESC"],
     )
     return runs[0] if runs else None
+
+
+def _newest_chained(registry: Registry) -> Run | None:
+    """`_last_chained` picked from a snapshot's read of the whole trail (made under the chain's lock)."""
+    chained = [r for r in registry.search_runs(AUDIT_EXPERIMENT) if SHA in r.data.tags]
+    return max(chained, key=lambda r: r.info.start_time, default=None)
 
 
 _identities: dict[tuple[str, str], str] = {}  # (tracking URI, experiment) -> the store's identity, read once
@@ -265,8 +280,10 @@ def append(
         store = store_identity(registry, experiment)
         tags[CHAIN_STORE] = store
         tail = held[registry.tracking_uri]  # the entry this thread appended under the lock it still holds, else read
-        if tail is None and (last := _last_chained(registry)) is not None:
-            tail = Tail(int(last.data.tags[SEQ]), last.data.tags[SHA], last.info.start_time)
+        if tail is None:
+            last = _newest_chained(registry) if _read_under_lock(registry) else _last_chained(registry)
+            if last is not None:
+                tail = Tail(int(last.data.tags[SEQ]), last.data.tags[SHA], last.info.start_time)
         start = int(time.time() * 1000)
         if tail is None:
             seq, prev = 1, seal(list(registry.search_runs(AUDIT_EXPERIMENT, fresh=True)))
@@ -498,7 +515,8 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     # Read in the reverse of the order `append` writes (entry, then the head tag, then this machine's anchor): the
     # entries read last hold every one a head or anchor read before them names, so an append under way is never
     # mistaken for a removed entry (the head naming #n before the runs read show it).
-    experiment_tags = registry.client.get_experiment(registry.experiment_id(AUDIT_EXPERIMENT)).tags
+    found = registry.experiment_named(AUDIT_EXPERIMENT)
+    experiment_tags = found.tags if found is not None else {}
     head_tag, store = experiment_tags.get(HEAD, ""), experiment_tags.get(STORE, "")
     if anchor is not None and anchor.store and store and anchor.store != store:
         raise RegistryError(

@@ -17,8 +17,9 @@ from models.state import state_dir
 # Artifact reads are small JSON files; MLflow's per-download progress bar would flood CLI and logs.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-EVALUATIONS_EXPERIMENT = "unmask-evaluations"
-AUDIT_EXPERIMENT = "unmask-audit"
+EXPERIMENT_PREFIX = "unmask-"  # every experiment unmask keeps is named so (registry/rollouts.py's too)
+EVALUATIONS_EXPERIMENT = f"{EXPERIMENT_PREFIX}evaluations"
+AUDIT_EXPERIMENT = f"{EXPERIMENT_PREFIX}audit"
 
 
 class RegistryError(RuntimeError):

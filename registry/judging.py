@@ -14,12 +14,14 @@ from typing import Any
 from evals.records import CandidateEvidence
 from gates.decision import Context, Decision, decide
 from gates.next_steps import names_version
-from gates.policy import POLICY_PATH, Policy, load_policy
+from gates.policy import POLICY_PATH, Policy, PolicyError, load_policy
 from gates.promotion import Duties
 from gates.roles import Roles
+from registry.connection import RegistryError
+from registry.integrity import VERIFIED
 from registry.state import VersionState, fallback_holder, stage_holder, version_state
 from registry.store import Registry, model_tag, reads_once
-from registry.tracking import checked_evidence, record_gate_report
+from registry.tracking import checked_evidence, load_gate_report, record_gate_report
 
 
 @reads_once
@@ -114,6 +116,29 @@ def judge_each(
             )
         decisions[stage] = decision
     return decisions
+
+
+def judge_again(
+    registry: Registry, model: str, version: str, stage: str, roles: Roles | None = None
+) -> Decision | None:
+    """Judge a stage again, under the policy its stored report was judged under, and store the decision if it
+    changed: what an act that changes a stage's decision (an approval) does, so that every surface shows the
+    decision as it stands from then on. None (nothing judged) when the stage was never judged, its stored report
+    cannot be trusted, or the policy file it cites is gone or changed since (the next `unmask gates` judges it)."""
+    try:
+        stored = load_gate_report(registry, model, version, stage)
+    except RegistryError:  # a tampered report: whoever judges next records it
+        return None
+    cited = (stored or {}).get("policy") or {}
+    if not stored or stored.get("integrity") != VERIFIED or not cited.get("sha256"):
+        return None
+    try:
+        policy = load_policy(cited.get("path") or None)
+    except PolicyError:
+        return None
+    if policy.sha256 != cited["sha256"]:
+        return None
+    return judge(registry, model, version, stage, policy, roles=roles)
 
 
 def policy_flag(policy: Policy) -> str | None:

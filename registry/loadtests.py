@@ -114,16 +114,26 @@ def serving_records(
     registry: Registry, model: str, version: str, weights_sha256: str | None = None
 ) -> list[ServingRecord]:
     """The latest serving record of each concurrency logged against `model` `version` (and its weights), by
-    concurrency; a record whose artifact no longer matches its sha256 raises EvidenceTampered."""
-    filters = [
-        f"tags.`{model_tag('kind')}` = 'serving'",
-        f"tags.`{model_tag('model')}` = {filter_literal(model, 'model')}",
-        f"tags.`{model_tag('version')}` = {filter_literal(version, 'version')}",
-    ]
+    concurrency; a record whose artifact no longer matches its sha256 raises EvidenceTampered.
+
+    In a snapshot they are picked from its one read of every serving record (a judgement reads the candidate's and
+    the baselines'); else the store filters them."""
+    wanted = {model_tag("kind"): "serving", model_tag("model"): model, model_tag("version"): str(version)}
     if weights_sha256:
-        filters.append(f"tags.`{model_tag('weights_sha256')}` = {filter_literal(weights_sha256, 'weights')}")
+        wanted[model_tag("weights_sha256")] = weights_sha256
+    if registry.snapshot:
+        every = registry.search_runs(EVALUATIONS_EXPERIMENT, f"tags.`{model_tag('kind')}` = 'serving'")
+        found = [r for r in every if all(r.data.tags.get(k) == v for k, v in wanted.items())]
+    else:
+        literal = {model_tag("model"): "model", model_tag("version"): "version", model_tag("weights_sha256"): "weights"}
+        found = list(
+            registry.search_runs(
+                EVALUATIONS_EXPERIMENT,
+                " and ".join(f"tags.`{k}` = {filter_literal(v, literal.get(k, 'kind'))}" for k, v in wanted.items()),
+            )
+        )
     latest: dict[int, ServingRecord] = {}
-    for run in registry.search_runs(EVALUATIONS_EXPERIMENT, " and ".join(filters)):
+    for run in found:
         if run.info.status != "FINISHED":
             continue
         # a record that is gone or unreadable weakens the evidence (the serving gate then lacks that level); it

@@ -44,6 +44,7 @@ from registry.approvals import (
     consume,
     duties_for,
     expire_old,
+    record_request,
     request_promotion,
 )
 from registry.audit import MOVE, AuditEvent, parse_ref, ref
@@ -219,6 +220,7 @@ def promote(
     roles = roles or load_roles()
     mover = actor_for(registry.tracking_uri, actor)
     typed: Approval | None = None
+    claimed: PromotionRequest | None = None  # a request this promotion opened or claimed, recorded with its move
     try:
         with registry.reading():  # judged on one read of the store (and its own writes) ...
             version = _version_to_promote(registry, model, stage, version)
@@ -229,7 +231,8 @@ def promote(
             judged_evaluation = evaluated_at(registry, model, version)
             _check_before_request(registry, model, version, stage, action, who, policy, roles)
             expire_old(registry, model, version, stage, mover, roles)
-            request = request_promotion(registry, model, version, stage, mover, roles)
+            request, fresh = request_promotion(registry, model, version, stage, mover, roles)
+            claimed = request if fresh else None
             typed, prefer = _typed_approval(registry, model, version, stage, approver, comment, roles, request, action)
             duties = duties_for(registry, model, version, stage, request, mover)
             decision = judge(registry, model, version, stage, policy, roles=roles, duties=duties)
@@ -239,7 +242,8 @@ def promote(
             if reasons:
                 cited = decision.evidence | {"request": request.id}
                 _refuse(registry, "promotion_refused", who, stage, model, version, action, reasons, cited)
-        with _StageLock(registry, stage, lock_timeout_s, action), registry.reading():  # ... and once more under it
+        # ... and once more under it, the chain's lock taken first: that read of the trail is its tail
+        with _StageLock(registry, stage, lock_timeout_s, action), audit.appending(registry), registry.reading():
             recover(registry, stage)
             current = _holder_unchanged(
                 registry, model, version, stage, action, who, expected, judged_evaluation, decision.evidence
@@ -256,13 +260,14 @@ def promote(
             }  # the signed head it was judged on
             if used:
                 evidence["approval"] = used[0].to_dict()  # the first, as before requests
-            with audit.appending(registry):  # the move and the approvals it consumed, one after the other
-                move = _move(
-                    registry, stage, current, (model, version), who, comment, evidence, signing_actor(mover, roles)[1]
-                )
-                consume(registry, model, version, used, request, mover, move.audit_run_id)
+            move = _move(
+                registry, stage, current, (model, version), who, comment, evidence, signing_actor(mover, roles)[1]
+            )
+            consume(registry, model, version, used, request, move.audit_run_id)
             return move
     except PromotionRefused:
+        if claimed is not None:
+            record_request(registry, model, str(version), claimed, mover)
         if typed is not None:
             close(registry, model, str(version), typed, "void", mover, f"typed into a refused {action}")
         raise

@@ -20,11 +20,11 @@ from typing import Any
 
 from mlflow.entities import Metric
 
-from registry.connection import RegistryError
+from registry.connection import EXPERIMENT_PREFIX, RegistryError
 from registry.integrity import seal_run, verify_artifact
 from registry.store import Registry, filter_literal, model_tag, now_iso, retry_busy
 
-ROLLOUTS_EXPERIMENT = "unmask-rollouts"
+ROLLOUTS_EXPERIMENT = f"{EXPERIMENT_PREFIX}rollouts"
 ARTIFACT = "analysis.json"
 ARM_METRICS = ("requests", "p95_s", "error_rate", "decode_failure_rate", "agreement", "probe_accuracy", "probes")
 STATUSES = ("running", "paused", "rolled_back", "completed", "aborted")
@@ -188,7 +188,7 @@ def _experiment_exists(registry: Registry) -> bool:
     """Whether any rollout was ever recorded (readers do not create the experiment as a side effect)."""
     if ROLLOUTS_EXPERIMENT in registry._experiments:
         return True
-    return registry.client.get_experiment_by_name(ROLLOUTS_EXPERIMENT) is not None
+    return registry.experiment_named(ROLLOUTS_EXPERIMENT) is not None
 
 
 def rollouts(registry: Registry, model: str | None = None, version: str | None = None) -> list[RolloutRecord]:

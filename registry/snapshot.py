@@ -33,6 +33,7 @@ READS = MODEL_READS | RUN_READS | EXPERIMENT_READS
 ARTIFACT_WRITES = frozenset({"log_text", "log_dict", "log_artifact", "log_artifacts", "log_figure", "log_image"})
 VERSION_TAG_WRITES = frozenset({"set_model_version_tag", "delete_model_version_tag"})
 VERSION_LISTS = frozenset({"search_model_versions", "get_model_version_by_alias", "get_latest_versions"})
+ALIAS_WRITES = ("set_registered_model_alias", "delete_registered_model_alias")
 RUN_WRITES = ("log_", "set_tag", "delete_tag", "set_terminated", "update_run", "delete_run", "restore_run")
 
 Key = tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]]
@@ -42,7 +43,8 @@ class ReadOnce:
     """`client`'s methods, each read answered once per distinct arguments; writes pass through and forget.
 
     What a write forgets: a version tag, the version searches (the version's own read keeps it, as written);
-    any other registry write (an alias, a registered model), every model read; a new run, the searches of its
+    an alias, every model read but the versions' own (which keep it, as written); any other registry write (a
+    registered model), every model read; a new run, the searches of its
     experiment; a run write, that run's read and the searches of its experiment (of every experiment, when the
     run was not seen); an experiment tag, the reads of that experiment; another experiment write, every
     experiment and run read; anything unknown, or a write that failed, everything.
@@ -90,6 +92,13 @@ class ReadOnce:
             value = (args[3] if len(args) > 3 else kwargs.get("value")) if name == "set_model_version_tag" else None
             for key in [k for k in self._answers if _version_of(k) == touched]:  # this action's write, read back
                 self._answers[key] = WithTag(self._answers[key], str(tag), value)
+        elif name in ALIAS_WRITES:  # every other model read forgotten; a version read gets the alias as written
+            model, alias = _model_alias(args, kwargs)
+            holder = str(args[2] if len(args) > 2 else kwargs.get("version")) if name == ALIAS_WRITES[0] else None
+            self._drop(lambda key: key[0] in MODEL_READS - {"get_model_version"})
+            for key in [k for k in self._answers if (_version_of(k) or ("",))[0] == model]:
+                version = (_version_of(key) or ("", ""))[1]
+                self._answers[key] = WithAlias(self._answers[key], str(alias), version == holder)
         elif "registered_model" in name or "model_version" in name:
             self._drop(lambda key: key[0] in MODEL_READS)
         elif name in {"set_experiment_tag", "delete_experiment_tag"}:  # not part of what a run read returns
@@ -144,6 +153,23 @@ class WithTag:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._found, name)
+
+
+class WithAlias:
+    """A version read as this action last saw it, with its own alias write applied: `holds` the alias or not."""
+
+    def __init__(self, found: Any, alias: str, holds: bool):
+        self._found = found
+        kept = [a for a in (found.aliases or []) if a != alias]
+        self.aliases = kept + ([alias] if holds else [])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._found, name)
+
+
+def _model_alias(args: tuple[Any, ...], named: dict[str, Any]) -> tuple[Any, Any]:
+    """(model, alias) of an alias write given them positionally or by MLflow's names."""
+    return (args[0] if args else named.get("name")), (args[1] if len(args) > 1 else named.get("alias"))
 
 
 def _experiments_searched(key: Key) -> list[str]:

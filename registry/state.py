@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -48,6 +48,20 @@ def approvals_from_tags(tags: Mapping[str, str], stage: str, model: str, version
         Approval(**{k: str(v) for k, v in a.items() if k in fields}, model=model, version=str(version))
         for a in _prefixed(tags, model_tag(f"approvals.{stage}."))
         if a.get("by") and a.get("stage") == stage
+    ]
+    # an approval a move used is consumed by it: the request the move did says which (one tag for all of them)
+    moved = {
+        used: r.closed_by
+        for r in requests_from_tags(tags, stage)
+        if r.status == "done" and r.closed_by
+        for used in r.consumed.split(",")
+        if used
+    }
+    found = [
+        replace(a, status="consumed", closed_by=moved[a.id], closed_why=f"consumed by the move {moved[a.id]}")
+        if a.status == "open" and a.id in moved
+        else a
+        for a in found
     ]
     return sorted(found, key=lambda a: (a.at, a.id))
 

@@ -27,6 +27,7 @@ from checklists import STAGES
 from models.state import state_dir
 from registry.clock import SYSTEM_CLOCK, Clock
 from registry.connection import (
+    EXPERIMENT_PREFIX,
     RegistryError,
     artifact_root,
     check_reachable,
@@ -136,6 +137,16 @@ class Registry:
             if found is not None:
                 self._experiments[name] = found.experiment_id
         return self._experiments[name]
+
+    def experiment_named(self, name: str) -> Any | None:
+        """The unmask experiment called `name` (with its tags), or None. In a snapshot, from its one read of every
+        unmask experiment (the trail's head and identity, whether a rollout was ever recorded: one call)."""
+        if not self.snapshot:
+            return self.client.get_experiment_by_name(name)
+        found = self.client.search_experiments(
+            view_type=ViewType.ALL, max_results=1000, filter_string=f"name LIKE '{EXPERIMENT_PREFIX}%'"
+        )
+        return next((e for e in found if e.name == name), None)
 
     def search_runs(self, experiment: str, filter_string: str = "", fresh: bool = False) -> Iterator[Run]:
         """Every active run of an experiment matching the filter, all pages; `fresh`: past any snapshot."""
@@ -301,6 +312,7 @@ class RegistryLock:
         self.registry, self.owner, self.stale_after_s = registry, owner, stale_after_s
         self.clock = clock  # deadlines and the lock's age (registry/clock.py)
         self.name = f"{LOCK_PREFIX}{alias}"
+        self._taken_at: float | None = None  # monotonic time this holder took it
 
     def acquire(self, timeout_s: float) -> bool:
         deadline = self.clock.monotonic() + timeout_s
@@ -311,6 +323,7 @@ class RegistryLock:
                     tags={model_tag("lock.owner"): self.owner, model_tag("lock.at"): repr(self.clock.time())},
                     description="unmask promotion lock; deleted when the promotion ends",
                 )
+                self._taken_at = self.clock.monotonic()
                 return True
             except MlflowException as e:
                 if str(e.error_code) not in _TAKEN and not any(t in str(e).lower() for t in TRANSIENT):
@@ -338,6 +351,13 @@ class RegistryLock:
             self._delete()
 
     def release(self) -> None:
+        """Delete the lock if it is still this holder's: held for less than half the age at which another breaks
+        it, it cannot be anyone else's (no read); held longer, its owner is read first."""
+        held_for = self.clock.monotonic() - self._taken_at if self._taken_at is not None else float("inf")
+        self._taken_at = None
+        if held_for < self.stale_after_s / 2:
+            self._delete()
+            return
         tags = self.holder()
         if tags is not None and tags.get(model_tag("lock.owner")) == self.owner:
             self._delete()

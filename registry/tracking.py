@@ -517,13 +517,12 @@ def record_gate_report(
     replaces it. `tags`: the version's tags as the caller has just read them.
     """
     tags = registry.version_tags(model, version) if tags is None else tags
-    before = ""  # the stage's verdict as last recorded ("": never judged, or a report that cannot be trusted)
+    stored: dict[str, Any] = {}  # the stage's report as last recorded ({}: never judged, or one not to be trusted)
     try:
-        before = str(
-            ((load_gate_report(registry, model, version, stage, tags) or {}).get("decision") or {}).get("outcome", "")
-        )
+        stored = load_gate_report(registry, model, version, stage, tags) or {}
     except GateReportTampered as e:  # re-judging replaces the forged report; the forgery stays on the record
         record_finding(registry, e, who)
+    before = str((stored.get("decision") or {}).get("outcome", ""))
     run_id = evidence_run_id(registry, model, version, tags)
     at = now_iso()
     payload = {
@@ -538,6 +537,8 @@ def record_gate_report(
     }
     if decision is not None:
         payload["decision"] = decision
+    if stored.get("integrity") == VERIFIED and _same_report(stored, payload):
+        return  # judged again to the same report: the stored one (and its time) stands, nothing is written
     report = json.dumps(payload, indent=2)  # the exact bytes the sha256 vouches for
     markdown = gate_report_markdown(results, f"{model} v{version}: {stage} gates")
     registry.client.log_text(run_id, report, gate_report_path(stage))
@@ -562,6 +563,14 @@ def record_gate_report(
     )
     if decision is not None and decision["outcome"] != before:  # the verdict a consumer acts on moved
         audit_events.record_decision_change(registry, who, at, before, decision, sha256_hex(report.encode()), run_id)
+
+
+def _same_report(stored: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
+    """Whether a stored report says what `payload` says, but for when each was judged (the JSON round trip
+    made equal: tuples read back as lists)."""
+    moment = ("evaluated_at", "integrity")
+    fresh = json.loads(json.dumps({k: v for k, v in payload.items() if k not in moment}))
+    return bool(fresh == {k: v for k, v in stored.items() if k not in moment})
 
 
 def load_gate_report(

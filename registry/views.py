@@ -472,7 +472,9 @@ def decisions(registry: Registry) -> pd.DataFrame:
     rollbacks, with the actor's name, host and identity source ("" for an event written before identities were
     recorded)."""
     rows = []
-    for e in audit.events(registry):
+    trail = audit.events(registry)
+    entered = {str(e.evidence.get("approval", "")) for e in trail if e.event == "approval_consumed"}
+    for e in trail:
         kind = MOVE_DECISIONS.get(e.evidence.get("kind", "")) if e.event == audit.MOVE else DECISION_EVENTS.get(e.event)
         if kind is None:
             continue
@@ -502,7 +504,34 @@ def decisions(registry: Registry) -> pd.DataFrame:
                 "audit_run_id": e.run_id,
             }
         )
+        if e.event == audit.MOVE and e.status == "FINISHED":  # the approvals it consumed (an entry of their own before)
+            rows += [_consumed_row(e, a) for a in _move_approvals(e) if str(a.get("id", "")) not in entered]
     return pd.DataFrame(rows[::-1], columns=DECISION_COLUMNS)  # the trail's order: a move is entered at its intent
+
+
+def _move_approvals(e: audit.AuditEvent) -> list[dict[str, Any]]:
+    found = e.evidence.get("approvals") or []
+    return [a for a in found if isinstance(a, dict)]
+
+
+def _consumed_row(move: audit.AuditEvent, approval: dict[str, Any]) -> dict[str, Any]:
+    """An approval a move consumed, as the decisions table lists it (the move's entry is its record)."""
+    actor = move.evidence.get("actor")
+    actor = actor if isinstance(actor, dict) else {}
+    return {
+        "when": move.when,
+        "decision": DECISION_EVENTS["approval_consumed"],
+        "who": move.who,
+        "host": actor.get("host", ""),
+        "identity": actor.get("identity", ""),
+        "stage": move.stage,
+        "model": move.model,
+        "version": move.version,
+        "what": f"approval {approval.get('id', '')} by {approval.get('by', '')}",
+        "status": move.status,
+        "comment": f"consumed by the move {move.run_id}",
+        "audit_run_id": move.run_id,
+    }
 
 
 # rollouts ---------------------------------------------------------------------------------------------------

@@ -297,4 +297,4 @@ def deliver_every_event(env: dict[str, str], tmp_path: Path) -> None:
     assert [e["id"] for e in receiver.got] == [e["id"] for e in every], "each event once, in chain order"
     kinds = {e["type"] for e in every}
     assert {"evidence.registered", "decision.changed", "alias.moved", "approval.recorded"} <= kinds, kinds
-    assert {"rollback.emergency", "approval.consumed", "signoff.recorded"} <= kinds, kinds
+    assert {"rollback.emergency", "approval.recorded", "signoff.recorded"} <= kinds, kinds

@@ -492,7 +492,8 @@ def test_promotions_page_shows_the_audit_trail_by_kind_and_the_nightly_finding(r
     assert {"promote", "rollback", "sign-off", "approval", "refusal", "nightly finding"} <= set(drawn.kind)
     # only alias moves carry a label ("model vN"); the other marks say who and what on hover
     assert all(label in ("", f"{m} v{v}") for label, m, v in zip(drawn.label, events.model, events.version))
-    assert set(drawn[drawn.label != ""].kind) == {"promote", "rollback"}
+    # (two moves of one stage next to each other: every other one is labelled, so the labels never collide)
+    assert "promote" in set(drawn[drawn.label != ""].kind) <= {"promote", "rollback"}
     point, text, more_text = marks(spec)
     assert more_text["mark"]["type"] == "text" and more_text["encoding"]["text"]["field"] == "label"
     shapes, colours = point["encoding"]["shape"]["scale"], point["encoding"]["color"]["scale"]

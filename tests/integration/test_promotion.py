@@ -12,6 +12,7 @@ import registry.promotion as promotion
 import registry.read as read
 from registry import PromotionRefused, approve, promote, recover, register_evidence, rollback, stage_holder
 from registry.identity import os_account
+from registry.state import version_state
 from tests.support.gate_fixtures import (
     OK,
     act_as,
@@ -79,17 +80,18 @@ def test_approved_promotion_moves_the_alias_and_is_audited(reg):
         "signoff",
         "signoff",
         "signoff",  # fallback-plan, tooling-maturity and license-review (Apache-2.0 needs none; sign_all signs it)
-        "promotion_request",
         "approval",
         "decision_changed",  # judged for the first time, under the promotion's lock: adopt
-        "alias_move",
-        "approval_consumed",
+        "alias_move",  # with the request it opened and the approval it consumed: one entry
     ]
-    assert (events.iloc[-3]["evidence"]["before"], events.iloc[-3]["evidence"]["verdict"]) == ("", "adopt")
-    last = events.iloc[-2]
+    assert (events.iloc[-2]["evidence"]["before"], events.iloc[-2]["evidence"]["verdict"]) == ("", "adopt")
+    last = events.iloc[-1]
     mover = os_account()  # the identity requests and moves; grace approved in the same call
     assert (last["who"], last["from"], last["to"], last["status"]) == (mover, "", "tiny-llada@1", "FINISHED")
     assert [a["by"] for a in last["evidence"]["approvals"]] == ["grace"]
+    assert last["evidence"]["request"]["by"] == mover and last["evidence"]["request"]["id"] == approval.request
+    request = version_state(reg, "tiny-llada", v).requests("poc")[-1]
+    assert (request.status, request.closed_by, request.consumed) == ("done", move.audit_run_id, approval.id)
     assert last["evidence"]["actor"]["host"] == socket.gethostname()
     assert last["evidence"]["gates"]["quality"] == evidence().records[0].record_id
     assert len(last["evidence"]["run_ids"]) == 2

@@ -10,11 +10,13 @@ import threading
 import pytest
 from mlflow.exceptions import MlflowException
 
-from registry import approve, audit, chain_lock, promote
+from gates.policy import POLICY_PATH, load_policy
+from registry import PromotionRefused, approve, audit, chain_lock, promote
 from registry.audit import MOVE
+from registry.clock import SimulatedClock
 from registry.connection import AUDIT_EXPERIMENT, EVALUATIONS_EXPERIMENT
 from registry.judging import judge
-from registry.store import model_tag
+from registry.store import RegistryLock, model_tag
 from tests.support.gate_fixtures import (
     OK,
     act_as,
@@ -41,24 +43,30 @@ def judged(tmp_path, monkeypatch):
 
 def test_a_promotion_reads_its_context_once_and_once_more_under_the_lock(judged):
     reg, version = judged
-    with counting() as calls, calls.during():
-        promote("tiny-llada", "poc", registry=reg, actor="grace")
-    # the promoted version: judged on one read, read again under the lock, and once after its alias moved
-    assert calls.of("get_model_version", "tiny-llada", version) == 3, calls.made
-    assert calls.of("get_model_version", "tiny-ar", "1") == 1  # the fallback, the baseline judged against
-    assert calls.by_method["search_registered_models"] == 2  # every alias: to judge, and under the lock
-    assert calls.by_method["get_run"] == 2  # the evidence runs: the candidate's and the fallback's
-    assert calls.by_method["get_experiment"] == 1  # the chain's head, verified once
-    # a re-judged verdict that did not change is not written again: only the report's hash, signature and time
-    gate_tags = [a for name, a in calls.made if name == "set_model_version_tag" and ".gates.poc" in str(a[2])]
-    assert sorted(a[2] for a in gate_tags) == sorted(model_tag(f"gates.poc.{k}") for k in ("at", "sha256", "sig"))
-    # 71 before the snapshot (bench/promotion_calls.py --judged); 40 with it, and 4 more since the decision's change
-    # from blocked (judged before the approval) to adopt is an audit entry of its own (events out: decision.changed)
-    assert len(calls.made) <= 44, calls.by_method
+    # the approval changed poc's decision (blocked before it, adopt with it): it was judged again and stored then
     [changed] = [
         e for e in audit.events(reg, event="decision_changed") if e.stage == "poc" and e.model == "tiny-llada"
     ][-1:]
     assert changed.evidence["before"] == "blocked" and changed.evidence["verdict"] == "adopt"
+    with counting() as calls, calls.during():
+        move = promote("tiny-llada", "poc", registry=reg, actor="grace")
+    # the promoted version: judged on one read, read again under the lock (its own writes read back after)
+    assert calls.of("get_model_version", "tiny-llada", version) == 2, calls.made
+    assert calls.of("get_model_version", "tiny-ar", "1") == 1  # the fallback, the baseline judged against
+    assert calls.by_method["search_registered_models"] == 2  # every alias: to judge, and under the lock
+    assert calls.by_method["get_run"] == 2  # the evidence runs: the candidate's and the fallback's
+    assert calls.by_method["search_experiments"] == 1  # the chain's head and whether any rollout was recorded
+    assert calls.by_method["search_runs"] == 3  # the trail, the serving records; the trail under the lock
+    # judged again to the decision the approval stored: nothing of the gate report is written again
+    assert not [a for name, a in calls.made if name == "set_model_version_tag" and ".gates.poc" in str(a[2])]
+    assert not calls.by_method["log_text"]
+    # one audit entry (the move, holding the request it claimed and the approval it consumed), the alias, the
+    # reached tag, the request done (which consumes the approval), the stage lock taken and given back
+    assert calls.by_method["create_run"] == 1 and calls.of("delete_registered_model") == 1
+    # 71 before the snapshot (bench/promotion_calls.py --judged); 44 with it; 20 with one entry per move (issue 46)
+    assert len(calls.made) <= 20, calls.by_method
+    assert [e.event for e in audit.events(reg)][-1] == "alias_move"
+    assert audit.events(reg, event="alias_move")[-1].run_id == move.audit_run_id
 
 
 def test_a_read_in_a_snapshot_is_asked_once_and_the_actions_own_write_reads_back(judged):
@@ -177,3 +185,63 @@ def test_the_appends_of_one_action_read_the_tail_once_and_no_other_writer_comes_
     last = max(audit.events(reg), key=lambda e: e.seq)
     assert last.who == "linus" and last.seq == mine[-1].seq + 1  # after the action's entries, not between them
     assert audit.verify(reg).ok
+
+
+def test_a_judgement_that_reaches_the_stored_report_again_writes_nothing(judged):
+    reg, version = judged
+    stored = reg.version_tags("tiny-llada", version)
+    with counting() as calls, calls.during():
+        judge(reg, "tiny-llada", version, "poc")
+    assert not [name for name, _ in calls.made if name in ("log_text", "set_model_version_tag", "create_run")]
+    assert reg.version_tags("tiny-llada", version)[model_tag("gates.poc.at")] == stored[model_tag("gates.poc.at")]
+
+
+def test_an_approval_stores_the_decision_it_changed_under_the_stored_reports_policy_only(tmp_path, team_keys):
+    reg = fresh_registry(tmp_path)
+    _, version = register_pair(reg)
+    sign_all(reg, "tiny-llada", version, "poc", "staging")
+    kept, edited = tmp_path / "team-policy.yaml", tmp_path / "staging-policy.yaml"
+    for path in (kept, edited):
+        path.write_text(POLICY_PATH.read_text())
+    act_as("grace")
+    judge(reg, "tiny-llada", version, "poc", load_policy(kept))  # blocked: no approval yet
+    judge(reg, "tiny-llada", version, "staging", load_policy(edited))
+    edited.write_text(POLICY_PATH.read_text() + "\n# edited since\n")  # the staging report's policy changed
+    approve(reg, "tiny-llada", version, "poc", "grace", OK)
+    changed = [e for e in audit.events(reg, event="decision_changed") if e.model == "tiny-llada"]
+    assert [(e.stage, e.evidence["verdict"]) for e in changed][-1] == ("poc", "adopt")  # under the same policy
+    before = reg.version_tags("tiny-llada", version)[model_tag("gates.staging.sha256")]
+    act_as("linus")
+    approve(reg, "tiny-llada", version, "staging", "linus", OK)
+    assert reg.version_tags("tiny-llada", version)[model_tag("gates.staging.sha256")] == before  # not re-judged
+    assert [e.stage for e in audit.events(reg, event="decision_changed") if e.model == "tiny-llada"][-1] == "poc"
+
+
+def test_a_refused_promotion_records_the_request_it_opened_and_a_moving_one_holds_it_in_its_entry(judged):
+    reg, version = judged
+    act_as("grace")
+    with pytest.raises(PromotionRefused):
+        promote("tiny-llada", "staging", registry=reg, actor="grace")  # poc not reached yet
+    [asked] = [e for e in audit.events(reg, event="promotion_request") if e.stage == "staging"]
+    assert asked.who == "grace" and asked.evidence["request"]["by"] == "grace"
+    move = promote("tiny-llada", "poc", registry=reg, actor="grace")
+    assert not [e for e in audit.events(reg, event="promotion_request") if e.stage == "poc"]
+    [entry] = [e for e in audit.events(reg, event="alias_move") if e.run_id == move.audit_run_id]
+    assert entry.evidence["request"]["by"] == "grace" and [a["by"] for a in entry.evidence["approvals"]] == ["grace"]
+
+
+def test_the_stage_lock_is_given_back_without_a_read_unless_held_long_enough_for_another_to_break_it(judged):
+    reg, _ = judged
+    clock = SimulatedClock()
+    brief = RegistryLock(reg, "poc", owner="me:1", clock=clock)
+    assert brief.acquire(timeout_s=1)
+    with counting() as calls, calls.during():
+        brief.release()
+    assert [name for name, _ in calls.made] == ["delete_registered_model"] and brief.holder() is None
+    long = RegistryLock(reg, "poc", owner="me:2", stale_after_s=10, clock=clock)
+    assert long.acquire(timeout_s=1)
+    clock.advance(60)  # past the stale age: someone broke it and holds it now
+    reg.client.delete_registered_model(long.name)
+    assert RegistryLock(reg, "poc", owner="other:3").acquire(timeout_s=1)
+    long.release()
+    assert long.holder()["unmask.lock.owner"] == "other:3"  # theirs, left alone

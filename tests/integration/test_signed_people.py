@@ -54,7 +54,7 @@ def _open_request(reg, stage):
     from registry.approvals import request_promotion
     from registry.identity import current_actor
 
-    return request_promotion(reg, "tiny-llada", "1", stage, current_actor(reg.tracking_uri)).id
+    return request_promotion(reg, "tiny-llada", "1", stage, current_actor(reg.tracking_uri))[0].id
 
 
 def test_four_eyes_on_the_embedded_store_two_listed_keys_are_two_people(reg, tmp_path, monkeypatch):
