@@ -7,9 +7,12 @@ gate report. Nothing here moves an alias (that is `registry.promotion`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
+
+from mlflow.exceptions import MlflowException
 
 from evals.records import CandidateEvidence
 from gates.decision import Context, Decision, decide
@@ -22,6 +25,8 @@ from registry.integrity import VERIFIED
 from registry.state import VersionState, fallback_holder, stage_holder, version_state
 from registry.store import Registry, model_tag, reads_once
 from registry.tracking import checked_evidence, load_gate_report, record_gate_report
+
+log = logging.getLogger("unmask.registry")
 
 
 @reads_once
@@ -138,7 +143,13 @@ def judge_again(
         return None
     if policy.sha256 != cited["sha256"]:
         return None
-    return judge(registry, model, version, stage, policy, roles=roles)
+    try:
+        return judge(registry, model, version, stage, policy, roles=roles)
+    except (RegistryError, MlflowException, OSError) as e:
+        # a baseline's evidence forged since, or an approver the server lets change the model but not the evidence
+        # run (403): the act stands, and the next judgement (the promotion's) stores the decision
+        log.info("%s v%s %s: the decision is stored by the next judgement (%s)", model, version, stage, e)
+        return None
 
 
 def policy_flag(policy: Policy) -> str | None:
