@@ -11,7 +11,10 @@ fsync): a request's row is in the log before its answer is sent, so a kill -9 of
 (a power loss can lose what the OS had not written back, a few seconds). The writer thread rotates the journal
 every `flush_rows` rows or `flush_s` seconds, writes its rows to Parquet under a temporary name, renames it into
 place, then removes the journal; a reader skips a journal whose Parquet file exists, so a crash between the two
-counts no row twice. A journal left by a process that died is compacted by the next log opened on that host.
+counts no row twice. A journal left by a process that died is compacted by the next log opened on that host, and
+by any log on the folder once it has not been touched for `orphan_after_s` (a pod that died: its replacement has
+another host name): a live writer touches its journal on every flush cycle, however idle, and a journal is
+compacted under an exclusive lock on it, so two replicas adopting the same one write it once.
 
 A read for a window (`since`) opens only the files whose name says they hold rows in it: its cost follows the
 window, not the log's history. Partitions older than `retention_h` hours are removed by the writer.
@@ -20,6 +23,7 @@ A write the disk refuses drops the row and counts it (`unmask_request_log_droppe
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import logging
@@ -183,6 +187,9 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", socket.gethostname())[:63] or "host"
 
 
+ORPHAN_AFTER_S = 600.0  # a journal untouched this long has no writer (each touches its own every flush_s)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -203,10 +210,12 @@ class RequestLog:
         flush_s: float = 2.0,
         retention_h: float = RETENTION_H,
         on_drop: Callable[[], None] | None = None,
+        orphan_after_s: float = ORPHAN_AFTER_S,
     ):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.flush_rows, self.flush_s, self.retention = flush_rows, flush_s, timedelta(hours=retention_h)
+        self.orphan_after_s = max(orphan_after_s, 10 * flush_s)  # never shorter than a live writer's touches
         self._on_drop = on_drop or (lambda: None)
         # host, process, and which of the process's logs: two logs on one folder never share a journal name
         self._prefix = f"{_host()}-{os.getpid()}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.{next(_OPENED)}"
@@ -265,6 +274,7 @@ class RequestLog:
             closed = self._rotate()
             if closed is not None:
                 self._compact(closed)
+            self._touch()
             self._prune()
             if stopping:
                 with self._lock:  # a row appended after this is refused (and counted), not written and lost
@@ -276,8 +286,46 @@ class RequestLog:
                     last.unlink(missing_ok=True)
                 return
 
-    def _compact(self, journal: Path) -> None:
-        """The journal's rows as one Parquet file in its last row's hour, then the journal removed."""
+    def _touch(self) -> None:
+        """Say this journal has a writer (its time), idle or not: only an untouched one is adopted by another log."""
+        with self._lock:
+            if self._fd >= 0:
+                try:
+                    os.utime(self._journal)
+                except OSError:
+                    pass
+
+    def _adopt(self) -> None:
+        """Compact the journals no writer has touched for `orphan_after_s`, whatever host left them."""
+        stale = datetime.now(UTC).timestamp() - self.orphan_after_s
+        for journal in self.folder.glob("journal-*.jsonl"):
+            try:
+                untouched = journal.stat().st_mtime < stale
+            except FileNotFoundError:  # compacted meanwhile
+                continue
+            if untouched and not journal.name.startswith(f"journal-{self._prefix}-"):
+                self._compact(journal, claimed=False)
+
+    def _compact(self, journal: Path, claimed: bool = True) -> None:
+        """The journal's rows as one Parquet file in its last row's hour, then the journal removed. Not `claimed`
+        (another writer's, adopted): only under an exclusive lock on it, which no other adopter then gets."""
+        if claimed:
+            self._write_parquet(journal)
+            return
+        try:
+            fd = os.open(journal, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if journal.exists():  # not compacted by the adopter that held the lock before
+                self._write_parquet(journal)
+        except BlockingIOError:  # another log adopts it now
+            pass
+        finally:
+            os.close(fd)
+
+    def _write_parquet(self, journal: Path) -> None:
         rows = _journal_rows(journal)
         if rows:
             times = [_time_of(r.get("time")) for r in rows]
@@ -285,7 +333,7 @@ class RequestLog:
             part = self.folder / max(times).strftime(HOUR)
             part.mkdir(exist_ok=True)
             path = part / f"requests-{_stamp(min(times))}-{_stamp(max(times))}-{segment}.parquet"
-            partial = path.with_suffix(".parquet.partial")
+            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two adopters never share one
             try:
                 pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), partial)
                 partial.rename(path)
@@ -304,11 +352,12 @@ class RequestLog:
                 self._compact(journal)
 
     def _prune(self) -> None:
-        """Remove the partitions past the retention (once a minute at most)."""
+        """Remove the partitions past the retention, and adopt orphaned journals (once a minute at most)."""
         now = datetime.now(UTC)
         if now - self._pruned < timedelta(minutes=1):
             return
         self._pruned = now
+        self._adopt()
         for part, hour in _partitions(self.folder):
             if hour + timedelta(hours=1) < now - self.retention:
                 shutil.rmtree(part, ignore_errors=True)
