@@ -7,7 +7,8 @@ command a person types (its own process), with the MLflow client calls each made
 The server is set up as docs/team-setup.md sets it up, with MLflow's credential cache on (`auth_cache_ttl_seconds`,
 60 here): each user's scrypt hash is checked once, not on every request. `--auth-cache-ttl 0` checks it on every
 request, MLflow's default: about 0.5 s of server CPU per request on a 2-core host, which then dominates. eve
-registers the evidence and requests; grace approves poc and staging; grace and linus approve production.
+registers the evidence and requests; grace approves poc and staging; grace and linus approve production, each
+with their own key (listed in the bundled roles: staging and production count only signed acts).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.promotion_calls import report  # noqa: E402 - counts MlflowClient calls in this process
 from tests.support.gate_fixtures import OK, fast_llada, register_pair  # noqa: E402
+from tests.support.governance import team_environment  # noqa: E402
 from tests.support.mlflow_calls import Calls, counting  # noqa: E402
 from tests.support.servers import launch_mlflow_server, stop_group  # noqa: E402
 
@@ -75,12 +77,13 @@ def governed(url: str, admin_password: str) -> None:
     for user in USERS:
         auth.create_user(user, password(user))
     audit = Registry(url).experiment_id(AUDIT_EXPERIMENT)
+    for user in USERS:  # everyone appends to the trail (and the first writer names the store's identity on it)
+        auth.grant_user_permission(user, "experiment", audit, "EDIT")
     act_as("eve", url)
     reg = Registry(url)
     register_pair(reg, fast_llada())
     act_as("admin", url, admin_password)
     for user, permission in USERS.items():
-        auth.grant_user_permission(user, "experiment", audit, "EDIT")
         for name in ("tiny-llada", "tiny-ar"):
             if user == "eve":  # the server made her MANAGE what she created; an evaluator EDITs
                 auth.revoke_user_permission(user, "registered_model", name)
@@ -115,7 +118,6 @@ def main() -> None:
     parser.add_argument("--auth-cache-ttl", type=int, default=60, help="auth_cache_ttl_seconds (0: check each)")
     args = parser.parse_args()
     os.environ["UNMASK_SIGNING_KEY"] = f"srv:{secrets.token_hex(32)}"  # every client of the server signs with it
-    os.environ.pop("UNMASK_ROLES", None)  # the bundled roles
     times: dict[str, list[float]] = {}
     with counting() as calls:
         for _ in range(args.rounds):  # a fresh server each round: tiny-llada from poc to production
@@ -130,6 +132,7 @@ def walk(cache_ttl_s: int, calls: Calls, times: dict[str, list[float]]) -> None:
 
     folder = Path(tempfile.mkdtemp(prefix="unmask-promotion-server-"))
     os.environ["UNMASK_HOME"] = str(folder / "home")
+    os.environ.update(team_environment(folder, list(USERS)))  # each user's key, listed in the bundled roles
     url, proc, admin_password = served(folder, cache_ttl_s)
     try:
         governed(url, admin_password)
