@@ -442,7 +442,7 @@ def remember(tracking_uri: str, anchor: Anchor, store: str = "") -> None:
                 "signed_since": anchor.seq if kept is None else kept[1],
             },
         )
-    except PermissionError:  # an account that may read the keys folder but not write it (a second account) keeps none
+    except OSError:  # an account that may read the keys folder but not write it (a second account, a pod) keeps none
         pass
 
 

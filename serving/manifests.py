@@ -19,9 +19,9 @@ TARGETS = ("kserve", "argo-rollouts", "k8s")
 PORT = 8000
 ROUTES_MOUNT, ROUTES_FILE = "/etc/unmask/routes", "serving.yaml"  # where the router's pod reads its routes
 REQUESTS_MOUNT = "/var/lib/unmask/shared/requests"  # the request log on a volume every replica mounts
-# the store's key ring (UNMASK_SIGNING_KEY_FILE): kubectl create secret generic unmask-signing-keys \
-#   --from-file=signing.keys=<the team's ring>
-KEYS_MOUNT, KEYS_FILE, KEYS_SECRET = "/etc/unmask/keys", "signing.keys", "unmask-signing-keys"
+# the public half of the store's key ring (UNMASK_SIGNING_PUBLIC_KEYS): a serving pod verifies, it never signs, so it
+# holds no secret: kubectl create configmap unmask-signing-public --from-file=signing.keys.pub=<the ring's .pub>
+KEYS_MOUNT, KEYS_FILE, KEYS_CONFIGMAP = "/etc/unmask/keys", "signing.keys.pub", "unmask-signing-public"
 ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-analysis --from-literal=token=<key>
 
 
@@ -41,8 +41,9 @@ def _annotations(arm: dict[str, Any]) -> dict[str, str]:
 
 
 def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> dict[str, Any]:
-    """One unmask container: the team's tracking server, and the store's signing key ring from a Secret (a server
-    verifies the audit chain before it follows a stage alias; docs/integrity.md)."""
+    """One unmask container: the team's tracking server, and the public half of the store's signing key ring from a
+    ConfigMap (a server verifies the audit chain before it follows a stage alias, and signs nothing: a pod holds no
+    key that could forge an entry; docs/integrity.md)."""
     return {
         "name": name,
         "image": spec["image"],
@@ -50,7 +51,7 @@ def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> d
         "ports": [{"containerPort": PORT, "protocol": "TCP"}],
         "env": [
             {"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]},
-            {"name": "UNMASK_SIGNING_KEY_FILE", "value": f"{KEYS_MOUNT}/{KEYS_FILE}"},
+            {"name": "UNMASK_SIGNING_PUBLIC_KEYS", "value": f"{KEYS_MOUNT}/{KEYS_FILE}"},
         ],
         "volumeMounts": [{"name": "signing-keys", "mountPath": KEYS_MOUNT, "readOnly": True}],
         "resources": spec["resources"],
@@ -58,7 +59,7 @@ def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> d
 
 
 def _volumes() -> list[dict[str, Any]]:
-    return [{"name": "signing-keys", "secret": {"secretName": KEYS_SECRET}}]
+    return [{"name": "signing-keys", "configMap": {"name": KEYS_CONFIGMAP}}]
 
 
 def _serve_args(alias: str) -> list[str]:

@@ -3,7 +3,7 @@
 A team `mlflow server` on PostgreSQL with proxied artifacts holds the registry (tiny-ar the fallback, tiny-llada in
 production by an audited move, both registered through the server). `unmask deploy render --target k8s` writes the
 manifests; each replica of its Deployment runs as a separate process with an empty home, only the rendered env and
-args, and the files its volumes mount (the routes ConfigMap, the signing-key Secret) written where the mounts say,
+args, and the files its volumes mount (the routes ConfigMap, the public signing-key ConfigMap) written where the mounts say,
 under a folder of its own: what a kubelet gives a container. The replicas serve, and their answers equal those of
 a server started here on the same registry.
 """
@@ -20,10 +20,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from registry import Registry, register_evidence
+from registry import Registry, register_evidence, signing
 from tests.support.gate_fixtures import evidence, record
 from tests.support.postgres_fixtures import database_name
-from tests.support.servers import TEAM_KEY, free_port, launch_mlflow_server, stop_group, wait_healthy
+from tests.support.servers import free_port, launch_mlflow_server, stop_group, wait_healthy
 from tests.support.serving_fixtures import OPERATING, PROMPTS, digest, running_server, settings_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module", autouse=True)
 def _team_key(team_signing_key):
-    """The renderer's store signs with the team's key, which the pods get as the Secret the manifests mount."""
+    """The renderer's store signs with the team's key, whose public half the pods get as the ConfigMap the manifests
+    mount."""
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +116,13 @@ def test_the_rendered_router_runs_as_pods_sharing_nothing_with_the_renderer(team
     text = yaml.safe_dump(manifests)
     assert str(tmp_path) not in text and "sqlite" not in text  # nothing of the rendering machine
     configmaps = {kinds["ConfigMap"]["metadata"]["name"]: kinds["ConfigMap"]["data"]}
-    key_id, secret = TEAM_KEY.split(":", 1)
-    secrets = {"unmask-signing-keys": {"signing.keys": f"{key_id} {secret}\n"}}  # the team's ring, as a Secret
+    # the public half of the team's ring, as a ConfigMap: the pods verify with it and hold no secret
+    configmaps["unmask-signing-public"] = {"signing.keys.pub": signing.key_ring(team_registry).public_text()}
+    assert "ed25519:" not in configmaps["unmask-signing-public"]["signing.keys.pub"].replace("ed25519-public:", "")
     pods, ports = [], [free_port(), free_port()]
     try:
         for replica, port in enumerate(ports):
-            pods.append(start_pod(kinds["Deployment"], configmaps, secrets, tmp_path / f"pod-{replica}", port))
+            pods.append(start_pod(kinds["Deployment"], configmaps, {}, tmp_path / f"pod-{replica}", port))
         for replica, (pod, port) in enumerate(zip(pods, ports)):
             wait_healthy(f"http://127.0.0.1:{port}/health", pod, tmp_path / f"pod-{replica}" / "pod.log", timeout_s=300)
         with running_server(settings_for(team_registry)) as here:

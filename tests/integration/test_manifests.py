@@ -113,15 +113,16 @@ def test_core_kinds_deserialise_into_kubernetes_models():
     assert container.image == "unmask:0.1.0" and container.env[0].value == "http://mlflow.team:5000"
     # the routes file travels as a ConfigMap the pod mounts, read where the args say (issue 49: it named a host path)
     args = container.args
-    [keys, mount], [secret, volume] = container.volume_mounts, d.spec.template.spec.volumes
+    [keys, mount], [public, volume] = container.volume_mounts, d.spec.template.spec.volumes
     assert args[args.index("--routes") + 1] == f"{mount.mount_path}/serving.yaml" and mount.name == volume.name
-    # the store's key ring from a Secret: the server verifies the audit chain before it follows a stage alias
-    assert (
-        (keys.name, secret.secret.secret_name)
-        == ("signing-keys", "unmask-signing-keys")
-        == (secret.name, "unmask-signing-keys")
+    # the public half of the store's key ring from a ConfigMap: the server verifies the audit chain before it follows
+    # a stage alias, and holds no secret that could sign one (no Secret is mounted at all)
+    assert (keys.name, public.config_map.name) == ("signing-keys", "unmask-signing-public") and public.secret is None
+    assert (container.env[1].name, container.env[1].value) == (
+        "UNMASK_SIGNING_PUBLIC_KEYS",
+        f"{keys.mount_path}/signing.keys.pub",
     )
-    assert container.env[1].value == f"{keys.mount_path}/signing.keys"
+    assert "UNMASK_SIGNING_KEY_FILE" not in {e.name for e in container.env}
     c = ApiClient().deserialize(Response(routes), "V1ConfigMap")
     assert volume.config_map.name == c.metadata.name and c.data == {"serving.yaml": SPEC["routes_text"]}
     s = ApiClient().deserialize(Response(service), "V1Service")

@@ -3,6 +3,7 @@ until healthy that names why not, and a stop."""
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import signal
@@ -61,7 +62,7 @@ def stop(server: subprocess.Popen) -> None:
 
 
 # a real `mlflow server` ---------------------------------------------------------------------------------------
-TEAM_KEY = f"team:{secrets.token_hex(32)}"
+TEAM_KEY = "team:ed25519:" + base64.b64encode(secrets.token_bytes(32)).decode()  # an Ed25519 ring's key
 
 
 @pytest.fixture(scope="module")
