@@ -90,6 +90,16 @@ def registration_payload(model: str, run_id: str, digests: Mapping[str, str], by
     return signed_payload("evidence", model=model, run=run_id, sha256=json.dumps(kept, sort_keys=True), by=by, at=at)
 
 
+def gate_report_payload(
+    model: str, version: str, stage: str, sha256: str, outcome: str, by: str, at: str
+) -> dict[str, str]:
+    """What whoever judged a stage signs as its report is stored: the version and stage, the report's sha256 (the
+    gates, the checklist and the decision are in it), the decision's outcome, who and when."""
+    return signed_payload(
+        "gate_report", model=model, version=version, stage=stage, sha256=sha256, outcome=outcome, by=by, at=at
+    )
+
+
 def one_account(stage: str, by: str, account: str, already: str) -> str:
     """The refusal of a second role taken by one OS account where `stage` needs distinct people."""
     return (

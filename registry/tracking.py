@@ -30,7 +30,8 @@ from evals.parallelism import parallelism_summary
 from evals.records import CandidateEvidence, EvalRecord, LicenseResult, ReproducibilityResult, SpeedComparison
 from gates.decision import UNVERIFIED
 from gates.evaluate import all_passed, gate_report_markdown
-from gates.promotion import EVIDENCE_ARTIFACTS, registration_payload
+from gates.promotion import EVIDENCE_ARTIFACTS, gate_report_payload, registration_payload
+from gates.signatures import signature_problem
 from registry import audit, audit_events, keys
 from registry.audit import AuditEvent
 from registry.connection import EVALUATIONS_EXPERIMENT, RegistryError
@@ -545,10 +546,12 @@ def record_gate_report(
     registry.client.log_text(run_id, markdown, f"gates/{stage}.md")
     failed = [r.gate for r in results if not r.passed]
     signed = digest_tags({gate_report_path(stage): report.encode()}, run_id, registry.tracking_uri)
+    judged = _judged_by(registry, model, version, stage, sha256_hex(report.encode()), decision, at, tags)
     registry.set_version_tags(
         model,
         version,
-        {
+        judged
+        | {
             model_tag(f"gates.{stage}"): "passed" if not failed else "failed",
             model_tag(f"gates.{stage}.failed"): ",".join(failed),
             model_tag(f"gates.{stage}.at"): at,
@@ -563,6 +566,56 @@ def record_gate_report(
     )
     if decision is not None and decision["outcome"] != before:  # the verdict a consumer acts on moved
         audit_events.record_decision_change(registry, who, at, before, decision, sha256_hex(report.encode()), run_id)
+
+
+def _judged_by(
+    registry: Registry,
+    model: str,
+    version: str,
+    stage: str,
+    sha256: str,
+    decision: Mapping[str, Any] | None,
+    at: str,
+    tags: Mapping[str, str],
+) -> dict[str, str]:
+    """The tag saying who judged the report stored now, signed with their own key (`gate_report_payload`); an empty
+    one where they hold none and an earlier judge's signature would otherwise stand beside this report."""
+    key = model_tag(f"gates.{stage}.signed")
+    judge = current_actor(registry.tracking_uri)
+    signer = keys.signer(judge.name)
+    if signer is None:
+        return {key: ""} if tags.get(key) else {}
+    outcome = str((decision or {}).get("outcome", ""))
+    fingerprint, signature = signer.sign(gate_report_payload(model, version, stage, sha256, outcome, judge.name, at))
+    signed = {"by": judge.name, "at": at, "outcome": outcome, "key": fingerprint, "signature": signature}
+    return {key: json.dumps(signed, sort_keys=True)}
+
+
+def gate_report_signer(report: Mapping[str, Any], tags: Mapping[str, str], stage: str, roles: Any) -> str:
+    """Who judged a stored report, in words: signed by them (checked against the keys `roles` lists, where it lists
+    any), or why it does not count as theirs."""
+    try:
+        signed = json.loads(tags.get(model_tag(f"gates.{stage}.signed")) or "{}")
+    except json.JSONDecodeError:
+        signed = {}
+    if not isinstance(signed, dict) or not signed.get("signature"):
+        return "judged by nobody's key (unsigned)"
+    by, at, key = str(signed.get("by", "")), str(signed.get("at", "")), str(signed.get("key", ""))
+    payload = gate_report_payload(
+        str(report.get("model", "")),
+        str(report.get("version", "")),
+        stage,
+        tags.get(model_tag(f"gates.{stage}.sha256"), ""),
+        str((report.get("decision") or {}).get("outcome", "")),
+        by,
+        at,
+    )
+    if not roles.keys:
+        return f"judged by {by}, signed with {key} (no keys listed to check it)"
+    problem = signature_problem(
+        roles.keys, f"the gate report judged by {by}", by, payload, key, str(signed["signature"]), at
+    )
+    return problem or f"judged by {by}, signed with {key}"
 
 
 def _same_report(stored: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:

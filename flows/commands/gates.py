@@ -116,8 +116,11 @@ def gates_command(
 def _show_stored(reg: Registry, model: str, version: str, stages: list[str], policy: Policy) -> None:
     """The stored gate reports as they are (a forged one is refused, and recorded as a finding)."""
     from gates.results import GateResult
+    from gates.roles import load_roles
     from registry.integrity import GateReportTampered, record_finding
-    from registry.tracking import load_gate_report
+    from registry.tracking import gate_report_signer, load_gate_report
+
+    roles = load_roles()
 
     for name in stages:
         try:
@@ -150,6 +153,8 @@ def _show_stored(reg: Registry, model: str, version: str, stages: list[str], pol
             )
         word = "[green]passed[/green]" if report.get("passed") else "[red]did not pass[/red]"
         console.print(f"  {model} v{version} -> {name}: the gates {word} when judged", highlight=False)
+        signer = gate_report_signer(report, reg.version_tags(model, version), name, roles)
+        console.print(f"  {escape(signer)}", highlight=False)
         if report.get("decision"):  # the decision stored with them (hashed alike), as it was then
             try:
                 console.print(f"  decision when judged: {_headline(Decision.from_dict(report['decision']))}")

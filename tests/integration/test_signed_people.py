@@ -425,3 +425,36 @@ def test_a_rewritten_promotion_request_counts_for_nothing_and_the_next_promote_o
     assert any(asked.id in str(e) and "counts for nothing" in c for e, c in zip(voided["evidence"], voided["comment"]))
     approve(reg, "tiny-llada", "1", "staging", "grace", OK)
     assert promote("tiny-llada", "staging", registry=reg, actor="bob").to_holder == ("tiny-llada", "1")
+
+
+def test_a_stored_gate_report_says_whose_key_judged_it_and_an_edited_signature_is_named(reg, tmp_path, monkeypatch):
+    """Item 2's "the digest of gate reports and the decision": whoever judges a stage signs the report stored (its
+    sha256, in which the gates and the decision are, and the decision's outcome) with their own key."""
+    from typer.testing import CliRunner
+
+    from registry.judging import judge
+    from tests.support.flow_fixtures import cli_app
+
+    keyed_roles(tmp_path, monkeypatch)
+    _registered(reg)
+    act_as("ada")
+    judge(reg, "tiny-llada", "1", "poc")
+    signed = json.loads(reg.version_tags("tiny-llada", "1")[model_tag("gates.poc.signed")])
+    assert signed["by"] == "ada" and signed["outcome"] and signed["signature"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
+    app = cli_app("gates")
+    shown = CliRunner().invoke(app, ["gates", "tiny-llada", "--stored", "--stage", "poc"], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0 and f"judged by ada, signed with {signed['key']}" in shown.output, shown.output
+    # the tag rewritten to name someone else: their key did not sign it
+    forged = signed | {"by": "grace"}
+    reg.client.set_model_version_tag("tiny-llada", "1", model_tag("gates.poc.signed"), json.dumps(forged))
+    named = CliRunner().invoke(app, ["gates", "tiny-llada", "--stored", "--stage", "poc"], env={"COLUMNS": "300"})
+    assert "judged by ada" not in named.output and "gate report judged by grace" in named.output, named.output
+    # judged again, on a changed checklist, by a process with no key: the earlier signature does not stand beside it
+    sign_all(reg, "tiny-llada", "1", "poc")
+    act_as(None)
+    monkeypatch.setenv("UNMASK_KEYS_HOME", str(tmp_path / "no-keys"))
+    judge(reg, "tiny-llada", "1", "poc")
+    assert reg.version_tags("tiny-llada", "1")[model_tag("gates.poc.signed")] == ""
+    unsigned = CliRunner().invoke(app, ["gates", "tiny-llada", "--stored", "--stage", "poc"], env={"COLUMNS": "300"})
+    assert "judged by nobody's key (unsigned)" in unsigned.output, unsigned.output
