@@ -290,10 +290,7 @@ def parse_entry(raw: Any, index: int, path: Path) -> CatalogEntry:
     if pinned and source.scheme == "hf" and not COMMIT_PATTERN.match(revision or ""):
         raise fail("revision", f"must be a 40-hex commit when pinned is true, got {revision!r}")
     sha256, (parameters, active) = parse_sha256(raw, fail), parse_counts(raw, fail)
-    decoding = parse_decoding(raw.get("decoding"), fail)
-    architecture = parse_architecture(raw.get("architecture"), fail)
-    if architecture is not None and kind == "api":
-        raise fail("architecture", "is for a model that runs here; an api entry's memory is its provider's")
+    decoding, architecture = parse_decoding(raw.get("decoding"), fail), parse_architecture(raw, kind, fail)
     if kind == "api" and not raw.get("api_model"):
         raise fail("api_model", "is missing; an API entry names the model its endpoint serves")
     return CatalogEntry(
@@ -343,10 +340,14 @@ def parse_counts(raw: dict[str, Any], fail: Callable[[str, str], CatalogError]) 
     return parameters, active
 
 
-def parse_architecture(value: Any, fail: Callable[[str, str], CatalogError]) -> Architecture | None:
-    """`{layers, kv_heads, head_dim, vocab}`: each a positive integer, all four given; absent or null: None."""
+def parse_architecture(raw: dict[str, Any], kind: str, fail: Callable[[str, str], CatalogError]) -> Architecture | None:
+    """`{layers, kv_heads, head_dim, vocab}`: each a positive integer, all four given; absent or null: None (always
+    for an api entry, whose memory is its provider's)."""
+    value = raw.get("architecture")
     if value is None:
         return None
+    if kind == "api":
+        raise fail("architecture", "is for a model that runs here; an api entry's memory is its provider's")
     if not isinstance(value, dict):
         raise fail("architecture", f"must be a mapping of {', '.join(ARCHITECTURE_FIELDS)}, got {value!r}")
     unknown = sorted(set(value) - set(ARCHITECTURE_FIELDS))

@@ -33,6 +33,7 @@ import hmac
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -156,16 +157,19 @@ def ring_path(tracking_uri: str) -> Path:
     return Path(file).expanduser() if file else keys_dir(tracking_uri) / "signing.keys"
 
 
+def _ring_lines(text: str) -> Iterator[tuple[int, str, str]]:
+    """(line number, key id, the rest) of each line of a ring file that is not blank or a `#` comment."""
+    for number, line in enumerate(text.splitlines(), 1):
+        key_id, _, rest = line.strip().partition(" ")
+        if key_id and not key_id.startswith("#"):
+            yield number, key_id, rest.strip()
+
+
 def _parse_ring(text: str, where: str) -> list[tuple[str, bytes | Ed25519PrivateKey]]:
     """The keys of a ring file: `<key id> ed25519:<base64 private key>` (signs; its public half verifies anywhere)
     or `<key id> <secret>` (a shared HMAC secret of 16 characters or more)."""
     found: list[tuple[str, bytes | Ed25519PrivateKey]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key_id, _, secret = line.partition(" ")
-        secret = secret.strip()
+    for number, key_id, secret in _ring_lines(text):
         if not KEY_ID.match(key_id) or len(secret) < 16:
             raise SigningKeyError(
                 f"{where} line {number}: expected '<key id> ed25519:<base64 key>' or '<key id> <secret>' (id of "
@@ -195,12 +199,7 @@ def _parse_public(text: str, where: str) -> tuple[dict[str, Ed25519PublicKey], s
     secret it names without holding."""
     public: dict[str, Ed25519PublicKey] = {}
     secrets_named: set[str] = set()
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key_id, _, value = line.partition(" ")
-        value = value.strip()
+    for number, key_id, value in _ring_lines(text):
         if not KEY_ID.match(key_id) or key_id in public or key_id in secrets_named:
             raise SigningKeyError(f"{where} line {number}: expected a key id once, then its public key")
         if value == "hmac":

@@ -326,6 +326,11 @@ def audit_command(
         events = audit_events(model=model, stage=stage)
     except RegistryError as e:
         _fail(e)
+    _print_trail(events, limit)
+
+
+def _print_trail(events: Any, limit: int) -> None:
+    """The last `limit` audit events as a table that fits the terminal."""
     if events.empty:
         console.print("No audit events yet. Register evidence (`unmask run`), then `unmask promote`.")
         return

@@ -3,9 +3,9 @@
 A team `mlflow server` on PostgreSQL with proxied artifacts holds the registry (tiny-ar the fallback, tiny-llada in
 production by an audited move, both registered through the server). `unmask deploy render --target k8s` writes the
 manifests; each replica of its Deployment runs as a separate process with an empty home, only the rendered env and
-args, and the files its volumes mount (the routes ConfigMap, the public signing-key ConfigMap) written where the mounts say,
-under a folder of its own: what a kubelet gives a container. The replicas serve, and their answers equal those of
-a server started here on the same registry.
+args, and the files its volumes mount (the routes ConfigMap, the public signing-key ConfigMap) written where the
+mounts say, under a folder of its own: what a kubelet gives a container. The replicas serve, and their answers equal
+those of a server started here on the same registry.
 """
 
 from __future__ import annotations

@@ -12,24 +12,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from registry import Registry, audit, keys, promote, repair_chain
+from registry import Registry, audit, keys, repair_chain
 from registry.audit import HEAD, SHA, AuditEvent
 from registry.connection import AUDIT_EXPERIMENT
 from registry.integrity import ChainBroken, trusted_chain
 from registry.repair import RepairRefused
 from registry.store import model_tag
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, act_as, built_registry, register_pair, sign_all
+from tests.support.gate_fixtures import act_as, built_registry, held_at_poc
 from tests.support.governance import keyed_roles
 
 CHECKED = "checked the forged entries against the nightly's dossier; nothing real was lost"
-
-
-def held_at_poc(reg) -> None:
-    """poc held by tiny-llada@1 through a real promotion (requested, approved, moved, consumed)."""
-    _, v = register_pair(reg)
-    sign_all(reg, "tiny-llada", v, "poc")
-    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
 
 
 @pytest.fixture

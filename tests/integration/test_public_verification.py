@@ -14,21 +14,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from registry import Registry, audit, promote, signing
+from registry import Registry, audit, signing
 from registry.audit import AuditEvent
 from registry.signing import SigningKeyError
 from registry.store import model_tag
 from registry.tracking import evidence_integrity
 from tests.support.flow_fixtures import cli_app
-from tests.support.gate_fixtures import OK, built_registry, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import built_registry, fresh_registry, held_at_poc, register_pair, sign_all
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def held_at_poc(reg) -> None:
-    _, v = register_pair(reg)
-    sign_all(reg, "tiny-llada", v, "poc")
-    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
 
 
 @pytest.fixture
@@ -97,12 +91,18 @@ def test_a_second_os_account_that_cannot_read_the_ring_verifies_with_the_publish
         os.chmod(ring, 0o600)
 
 
-def test_entries_signed_with_a_shared_secret_say_they_verify_only_where_the_ring_is_read(tmp_path, monkeypatch):
+def on_a_shared_secret(tmp_path, monkeypatch):
+    """A fresh registry whose ring ($UNMASK_SIGNING_KEY_FILE, `tmp_path`/keys/ring) holds a shared HMAC secret, as
+    rings made before public keys do."""
     secret = tmp_path / "keys" / "ring"
     secret.parent.mkdir()
-    secret.write_text("k1 " + "ab" * 32 + "\n")  # a ring made before public keys
+    secret.write_text("k1 " + "ab" * 32 + "\n")
     monkeypatch.setenv(signing.KEY_FILE_ENV, str(secret))
-    reg = fresh_registry(tmp_path)
+    return fresh_registry(tmp_path)
+
+
+def test_entries_signed_with_a_shared_secret_say_they_verify_only_where_the_ring_is_read(tmp_path, monkeypatch):
+    reg = on_a_shared_secret(tmp_path, monkeypatch)
     sign_all(reg, "tiny-llada", register_pair(reg)[1], "poc")
     assert audit.verify(reg).ok  # where the ring is read
     assert (tmp_path / "keys" / "ring.pub").read_text() == "k1 hmac\n"
@@ -114,11 +114,8 @@ def test_entries_signed_with_a_shared_secret_say_they_verify_only_where_the_ring
 
 
 def test_store_rotate_puts_an_ed25519_key_first_and_publishes_it(tmp_path, monkeypatch):
+    reg = on_a_shared_secret(tmp_path, monkeypatch)
     secret = tmp_path / "keys" / "ring"
-    secret.parent.mkdir()
-    secret.write_text("k1 " + "ab" * 32 + "\n")  # a ring made before public keys
-    monkeypatch.setenv(signing.KEY_FILE_ENV, str(secret))
-    reg = fresh_registry(tmp_path)
     register_pair(reg)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     done = CliRunner().invoke(cli_app("keys"), ["keys", "store-rotate"], env={"COLUMNS": "300"})

@@ -22,19 +22,12 @@ from registry.store import model_tag
 from registry.tracking import load_gate_report
 from tests.support.flow_fixtures import cli_app
 from tests.support.forgery import artifact_file, flip_gate_report, forge_records
-from tests.support.gate_fixtures import OK, built_registry, fresh_registry, register_pair, sign_all
+from tests.support.gate_fixtures import OK, built_registry, fresh_registry, held_at_poc, register_pair, sign_all
 
 
 @pytest.fixture
 def reg(tmp_path):
     return fresh_registry(tmp_path)
-
-
-def held_at_poc(reg) -> None:
-    """poc held by tiny-llada@1 through a real promotion (requested, approved, moved, consumed)."""
-    _, v = register_pair(reg)
-    sign_all(reg, "tiny-llada", v, "poc")
-    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
 
 
 @pytest.fixture

@@ -367,6 +367,15 @@ def approve_as(reg, model: str, version: str, stage: str, comment: str, *people:
         approve(reg, model, version, stage, person, comment)
 
 
+def held_at_poc(reg) -> None:
+    """poc held by tiny-llada@1 through a real promotion (requested, approved, moved, consumed)."""
+    from registry import promote
+
+    _, v = register_pair(reg)
+    sign_all(reg, "tiny-llada", v, "poc")
+    promote("tiny-llada", "poc", approver="grace", comment=OK, registry=reg)
+
+
 def moved_twice_and_rolled_back(reg) -> None:
     """poc moved three times: tiny-ar, then tiny-llada, then rolled back to tiny-ar by oncall (the history and
     events tests' chain: sign-offs, approvals, promotions and a rollback)."""
