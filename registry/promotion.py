@@ -501,15 +501,16 @@ def rollback(
             ],
             {"actor": actor.to_dict()},
         )
+    # signed by the mover's key where they hold one; a rollback without one still moves (to a holder the trail vetted,
+    # or to the fallback: it waits for nothing) and reads as not signed (`unmask history`)
+    signer = signing_actor(actor, roles)[1]
     with _StageLock(registry, stage, lock_timeout_s, action):
         if broken is None:  # a move intent read from a broken trail is not followed
             recover(registry, stage)
         if reconcile:
-            move = _restore(registry, stage, who, comment, action)
+            move = _restore(registry, stage, who, comment, action, signer)
         else:
-            move = _rollback(
-                registry, stage, actor, comment, action, policy, to_fallback, broken, signing_actor(actor, roles)[1]
-            )
+            move = _rollback(registry, stage, actor, comment, action, policy, to_fallback, broken, signer)
     target = move.to_holder or ("", "")
     audit.append(
         registry,
@@ -571,8 +572,9 @@ def _rollback(
     return _move(registry, stage, current, target, who, said, evidence, signer)
 
 
-def _restore(registry: Registry, stage: str, who: str, comment: str, action: str) -> Move:
-    """Put a drifted stage alias back where the audit trail's last settled move left it (or off, if nobody)."""
+def _restore(registry: Registry, stage: str, who: str, comment: str, action: str, signer: Signer | None = None) -> Move:
+    """Put a drifted stage alias back where the audit trail's last settled move left it (or off, if nobody), signed
+    by its mover's key where they have one (`gates.promotion.move_payload`, as every move)."""
     drift = alias_drift(registry, stage)
     if drift is None:
         _refuse(
@@ -590,22 +592,14 @@ def _restore(registry: Registry, stage: str, who: str, comment: str, action: str
     found, target = drift.found, drift.expected
     previous = found[0] if len(found) == 1 else None
     model, version = target or previous or ("", "")
-    evidence = {"kind": "reconcile", "drift": drift.finding()}
+    evidence: dict[str, Any] = {"kind": "reconcile", "drift": drift.finding()}
+    at, before, after = now_iso(), ref(*(previous or (None, None))), ref(*(target or (None, None)))
+    said = comment or f"reconcile {stage}: back to {after or 'nobody'}"
+    if signer is not None:
+        key, signature = signer.sign(move_payload(stage, before, after, who, at, said))
+        evidence["signed"] = {"key": key, "signature": signature}
     intent = audit.append(
-        registry,
-        AuditEvent(
-            MOVE,
-            who,
-            now_iso(),
-            stage,
-            model,
-            version,
-            ref(*(previous or (None, None))),
-            ref(*(target or (None, None))),
-            comment or f"reconcile {stage}: back to {ref(*(target or (None, None))) or 'nobody'}",
-            evidence,
-        ),
-        open_intent=True,
+        registry, AuditEvent(MOVE, who, at, stage, model, version, before, after, said, evidence), open_intent=True
     )
     if target:
         retry_busy(registry.client.set_registered_model_alias, target[0], stage, target[1])

@@ -346,6 +346,12 @@ def test_alias_moves_are_signed_by_their_movers_and_history_says_whose(reg, tmp_
     olga_move = [e for e in events(reg, event="alias_move") if e.who == "olga"][0]
     payload = move_payload("staging", olga_move.from_ref, olga_move.to_ref, "olga", olga_move.when, olga_move.comment)
     assert verifies(signers["olga"].public_line, payload, olga_move.evidence["signed"]["signature"])
+    # a reconcile is a move like any other: signed by its mover
+    elsewhere = "tiny-llada" if olga_move.to_ref != "tiny-llada@1" else "tiny-ar"
+    reg.client.set_registered_model_alias(elsewhere, "staging", "1")  # moved outside unmask
+    rollback("staging", who="olga", comment="put back", registry=reg, reconcile=True)
+    [reconciled] = [t for t in stage_history(reg, stage="staging", roles=roles).tenures if t.how == "reconcile"]
+    assert reconciled.signature == "signed by olga" and reconciled.key == signers["olga"].fingerprint
     # an on-call person whose key is gone still rolls back (an emergency waits for no key), unsigned, and says so
     shutil.rmtree(signers["olga"].path.parent)
     rollback("poc", who="olga", comment="no key at hand", registry=reg, to_fallback=True)
