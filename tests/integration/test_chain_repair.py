@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gates.roles import ROLES_PATH
 from registry import Registry, audit, keys, repair_chain
 from registry.audit import HEAD, SHA, AuditEvent
 from registry.connection import AUDIT_EXPERIMENT
@@ -81,7 +82,13 @@ def test_a_forged_move_is_set_aside_by_the_on_call_persons_signed_repair_and_act
     report = audit.verify(reg)
     assert report.ok, report.summary()
     assert f"repaired at #{done.entry.seq} by olga" in report.summary() and "2 entries set aside" in report.summary()
-    assert report.repair["break"] == str(broken.first_break)[:600]
+    assert report.repair["break"] == str(broken.first_break)[:600] and "not checked" not in report.summary()
+    # where the roles file lists no keys (a serving pod's bundled one) the repair holds on its entry's ring signature
+    # and its seal, and the report says the person's signature was not checked
+    monkeypatch.setenv("UNMASK_ROLES", str(ROLES_PATH))
+    unchecked = audit.verify(reg)
+    assert unchecked.ok and "(the repairer's signature not checked: no keys listed here)" in unchecked.summary()
+    keyed_roles(tmp_path, monkeypatch)
     # the forged move counts for nothing: poc is where the real promotion put it, and nothing drifted
     assert audit.last_settled_move(reg, "poc").to_ref == "tiny-llada@1" and reg.holders("poc") == [("tiny-llada", "1")]
     assert forged.run_id not in {e.run_id for e in audit.events(reg)}
