@@ -24,7 +24,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -525,9 +525,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
             f"{registry.tracking_uri}): another store's witness, which says nothing about this chain"
         )
     anchors = [a for a in (signing.local_anchor(registry.tracking_uri, store), anchor) if a is not None]
-    runs = sorted(
-        registry.search_runs(AUDIT_EXPERIMENT), key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id)
-    )
+    runs = store_order(registry.search_runs(AUDIT_EXPERIMENT))
     chained = [r for r in runs if SHA in r.data.tags]
     first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), None)
     if first is None and anchors:  # every chained entry gone, though a signed head of the chain was kept
@@ -557,12 +555,14 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         found = _first_break(runs, first, head_tag, ring, anchors, since)
     else:  # the newest repair seals what came before it; the chain is linked from it on
         found, repaired = _repair_break(runs, first, base)
-        link = (runs[base].data.tags.get(PREV, ""), _seq(runs[base]) or 0)
+        link = (runs[base].data.tags.get(PREV, ""), seq_of(runs[base]) or 0)
         found = found or _first_break(runs, base, head_tag, ring, anchors, since, link)
     acknowledged = {(a.get("seq"), a.get("sha256")) for a in repaired.get("acknowledged", [])}
     found = found or _identity_break(runs, first, store) or _anchor_break(runs, chained, anchors, ring, acknowledged)
     last = chained[-1].data.tags
-    head = Anchor(_seq(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, ""), store=store) if last.get(SIG) else None
+    head = (
+        Anchor(seq_of(chained[-1]) or 0, last.get(SHA, ""), last.get(SIG, ""), store=store) if last.get(SIG) else None
+    )
     if head is not None and found is None:
         signing.remember(
             registry.tracking_uri, head, store
@@ -572,7 +572,7 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
         len(runs),
         len(chained),
         first,
-        _seq(chained[-1]) or 0,
+        seq_of(chained[-1]) or 0,
         last.get(SHA, ""),
         start,
         found,
@@ -582,7 +582,13 @@ def verify(registry: Registry, anchor: Anchor | None = None) -> ChainReport:
     )
 
 
-def _seq(run: Run) -> int | None:
+def store_order(runs: Iterable[Run]) -> list[Run]:
+    """Audit runs in the store's order, the one `verify` reads the chain in: by start time, then chain number."""
+    return sorted(runs, key=lambda r: (r.info.start_time, seq_of(r) or 0, r.info.run_id))
+
+
+def seq_of(run: Run) -> int | None:
+    """The chain number an entry carries (None: it carries none)."""
     text = run.data.tags.get(SEQ, "")
     return int(text) if text.isdigit() else None
 
@@ -593,7 +599,7 @@ def _named(runs: list[Run], kind: str, i: int, detail: str) -> ChainBreak:
         kind,
         i + 1,
         r.info.run_id,
-        _seq(r),
+        seq_of(r),
         r.data.tags.get(model_tag("event"), ""),
         r.data.tags.get(model_tag("when"), ""),
         detail,
@@ -660,12 +666,12 @@ def _first_break(
     signed_from = min([a.seq for a in anchors] + ([signed_since] if signed_since is not None else []), default=None)
     for i in range(first, len(runs)):
         tags = runs[i].data.tags
-        seq = _seq(runs[i])
+        seq = seq_of(runs[i])
         if SHA not in tags or seq is None:
             return named(INSERTED, i, f"it carries no chain hash, yet the chain began at entry {first + 1}")
         if seq in seen:
             return named(INSERTED, i, f"a second entry #{seq}: the chain has one already")
-        if seq < expected_seq or (seq > expected_seq and any(_seq(r) == expected_seq for r in runs[i + 1 :])):
+        if seq < expected_seq or (seq > expected_seq and any(seq_of(r) == expected_seq for r in runs[i + 1 :])):
             return named(
                 REORDERED, i, f"#{seq} stands where #{expected_seq} belongs; the store's order is not the chain's"
             )
@@ -730,7 +736,7 @@ def _anchor_break(
 ) -> ChainBreak | None:
     """The chain against signed heads kept outside the store: each one's entry must still be there, unchanged,
     unless a repair acknowledged that head as lost (`acknowledged`: (seq, sha256) pairs)."""
-    by_seq = {_seq(r): r for r in chained}
+    by_seq = {seq_of(r): r for r in chained}
     for anchor in anchors:
         problem = ring.problem(signing.head_message(anchor.seq, anchor.sha256), anchor.signature)
         if problem:
@@ -747,7 +753,7 @@ def _anchor_break(
                 runs,
                 TRUNCATED,
                 last,
-                f"the chain ends at #{_seq(chained[-1])}, but the signed head in "
+                f"the chain ends at #{seq_of(chained[-1])}, but the signed head in "
                 f"{anchor.where or 'the anchor'} is #{anchor.seq} "
                 f"({anchor.sha256[:16]}): entries after it were removed and the head "
                 "reset",

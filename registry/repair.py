@@ -31,7 +31,20 @@ from mlflow.entities import Run
 
 from gates.roles import Roles, load_roles
 from registry import audit, signing
-from registry.audit import CHAIN_STORE, HEAD, MOVE, REPAIR, SEQ, SETTLED, SETTLED_SHA, SHA, SIG, STORE, AuditEvent
+from registry.audit import (
+    CHAIN_STORE,
+    HEAD,
+    MOVE,
+    REPAIR,
+    SETTLED,
+    SETTLED_SHA,
+    SHA,
+    SIG,
+    STORE,
+    AuditEvent,
+    seq_of,
+    store_order,
+)
 from registry.connection import AUDIT_EXPERIMENT, RegistryError
 from registry.identity import Actor, actor_for, signing_actor
 from registry.signing import Anchor
@@ -61,6 +74,7 @@ class Plan:
     next_seq: int = 1
     start_floor: int = 0  # ms: the repair's entry starts after every entry it seals
     chained: int = 0  # chained entries the store holds, before the repair
+    store: str = ""  # the store's identity, as the chain's entries name it
 
 
 @dataclass(frozen=True)
@@ -108,10 +122,10 @@ def repair_chain(
         assert key is not None  # refused above without one
         _apply(registry, plan)
         when = now_iso()
-        left = _sorted(registry.search_runs(AUDIT_EXPERIMENT, fresh=True))
+        left = store_order(registry.search_runs(AUDIT_EXPERIMENT, fresh=True))
         acknowledged = [{"seq": a.seq, "sha256": a.sha256, "where": a.where} for a in plan.acknowledged]
         record = {
-            "store": plan.identity or registry.client.get_experiment(_experiment(registry)).tags.get(STORE, ""),
+            "store": plan.store,
             "sealed": audit.seal(left),
             "seq": plan.next_seq,
             "break": plan.found[:600],
@@ -177,27 +191,17 @@ def _experiment(registry: Registry) -> str:
     return registry.experiment_id(AUDIT_EXPERIMENT)
 
 
-def _sorted(runs: Any) -> list[Run]:
-    """The store's order, as `audit.verify` reads it."""
-    return sorted(runs, key=lambda r: (r.info.start_time, _seq(r) or 0, r.info.run_id))
-
-
-def _seq(run: Run) -> int | None:
-    text = run.data.tags.get(SEQ, "")
-    return int(text) if text.isdigit() else None
-
-
 def _plan(registry: Registry, found: str, witness: Anchor | None, ring: signing.KeyRing) -> Plan:
     """Which entries to set aside and which statuses to put back, read from the store as it is now."""
     tags_now = registry.direct.get_experiment(_experiment(registry)).tags
     store = tags_now.get(STORE, "")
-    runs = _sorted(registry.search_runs(AUDIT_EXPERIMENT, fresh=True))
+    runs = store_order(registry.search_runs(AUDIT_EXPERIMENT, fresh=True))
     first = next((i for i, r in enumerate(runs) if SHA in r.data.tags), len(runs))
     named = next((r.data.tags[CHAIN_STORE] for r in runs[first:] if r.data.tags.get(CHAIN_STORE)), "")
     identity = named or store
     kept_anchors = [a for a in (signing.local_anchor(registry.tracking_uri, identity), witness) if a is not None]
     anchors = list({(a.seq, a.sha256): a for a in reversed(kept_anchors)}.values())  # one head, once (the witness)
-    signed = [s for r in runs[first:] if r.data.tags.get(SIG) and (s := _seq(r)) is not None]
+    signed = [s for r in runs[first:] if r.data.tags.get(SIG) and (s := seq_of(r)) is not None]
     since = signing.signed_since(registry.tracking_uri, identity)
     signed_from = min([a.seq for a in anchors] + signed + ([since] if since is not None else []), default=None)
     set_aside: list[tuple[Run, str]] = []
@@ -210,9 +214,9 @@ def _plan(registry: Registry, found: str, witness: Anchor | None, ring: signing.
             restored.append((run, status))
     aside = {run.info.run_id for run, _ in set_aside}
     kept = [r for r in runs if r.info.run_id not in aside]
-    kept_heads = {(_seq(r), r.data.tags.get(SHA)) for r in kept}
+    kept_heads = {(seq_of(r), r.data.tags.get(SHA)) for r in kept}
     head = tags_now.get(HEAD, "").split(":", 1)[0]
-    numbers = [s for r in runs if (s := _seq(r)) is not None] + [a.seq for a in anchors]
+    numbers = [s for r in runs if (s := seq_of(r)) is not None] + [a.seq for a in anchors]
     numbers += [int(head)] if head.isdigit() else []
     return Plan(
         found,
@@ -223,12 +227,13 @@ def _plan(registry: Registry, found: str, witness: Anchor | None, ring: signing.
         max(numbers, default=0) + 1,
         max((r.info.start_time for r in kept), default=0) + 1,
         sum(1 for r in runs[first:] if SHA in r.data.tags),
+        identity,
     )
 
 
 def _verdict(run: Run, identity: str, ring: signing.KeyRing, signed_from: int | None) -> tuple[str, str]:
     """(why `run` is set aside, "") or ("", the status to put back) or ("", "") when it stays as it is."""
-    tags, seq = run.data.tags, _seq(run)
+    tags, seq = run.data.tags, seq_of(run)
     if SHA not in tags or seq is None:
         return "it carries no chain hash, among chained entries", ""
     if tags.get(CHAIN_STORE) and identity and tags[CHAIN_STORE] != identity:
@@ -271,7 +276,7 @@ def _summary(run: Run, why: str) -> dict[str, Any]:
     tags = run.data.tags
     return {
         "run_id": run.info.run_id,
-        "seq": _seq(run),
+        "seq": seq_of(run),
         "event": tags.get(model_tag("event"), ""),
         "when": tags.get(model_tag("when"), ""),
         "stage": tags.get(model_tag("stage"), ""),
@@ -283,5 +288,5 @@ def _summary(run: Run, why: str) -> dict[str, Any]:
 def _digest(runs: Any) -> str:
     """One hash over every set-aside entry as it was when set aside (its run id and what it said)."""
     return hashlib.sha256(
-        b"\n".join(audit.canonical(r.data.tags, _seq(r) or 0, r.info.run_id) for r in runs)
+        b"\n".join(audit.canonical(r.data.tags, seq_of(r) or 0, r.info.run_id) for r in runs)
     ).hexdigest()
