@@ -203,13 +203,13 @@ def test_the_load_test_section_holds_the_serving_records_of_the_version_and_of_t
 
 
 def test_the_candidate_page_links_the_latest_dossier(env, tmp_path):
-    from streamlit.testing.v1 import AppTest
+    from tests.support.dashboard_pages import app_test
 
     reg = Registry(env.tracking_uri)
     done = report(env.candidate, "--version", env.candidate_version, "--out", str(tmp_path), "--no-pdf")
     assert done.exit_code == 0, done.output
     ref = latest_dossier(reg, env.candidate, env.candidate_version)
-    at = AppTest.from_file(str(REPO / "dashboards" / "app.py"), default_timeout=120)
+    at = app_test()
     at.run()
     at.switch_page("views/candidate.py").run()
     assert not at.exception, at.exception

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from gates.canary import Observation, analyse
 from registry import audit
 from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.store import now_iso
-from tests.support.dashboard_pages import APP, interval, rolled_back_registry
 from tests.support.dashboard_pages import POLICY_ROLLOUT as POLICY
+from tests.support.dashboard_pages import app_test, interval, rolled_back_registry
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,7 @@ def filled(tmp_path_factory):
 def at(filled, monkeypatch):
     reg, _ = filled
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    app = AppTest.from_file(APP, default_timeout=120)
+    app = app_test()
     app.run()
     app.switch_page("views/rollout.py").run()
     assert not app.exception, app.exception
@@ -120,7 +119,7 @@ def test_without_rollouts_the_page_says_how_to_start_one(tmp_path, monkeypatch):
     reg = fresh_registry(tmp_path)
     register_pair(reg)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    app = AppTest.from_file(APP, default_timeout=120)
+    app = app_test()
     app.run()
     app.switch_page("views/rollout.py").run()
     assert not app.exception
@@ -149,7 +148,7 @@ def test_the_verdict_page_shows_a_failed_rollout_standing_against_the_version(tm
     [finding] = failed_rollouts(reg).itertuples()
     assert finding.rollout == "default-9" and finding.stands and finding.status == "rolled_back"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
-    app = AppTest.from_file(APP, default_timeout=120)
+    app = app_test()
     app.run()
     app.switch_page("views/verdict.py").run()
     assert not app.exception, app.exception

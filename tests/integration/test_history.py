@@ -119,12 +119,11 @@ def test_times_read_as_a_person_writes_them():
 
 
 def test_the_promotions_page_draws_the_same_timeline(moved, monkeypatch):
-    from streamlit.testing.v1 import AppTest
 
-    from tests.support.dashboard_pages import APP
+    from tests.support.dashboard_pages import app_test
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", moved.tracking_uri)
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = app_test()
     at.run()
     at.switch_page("views/promotions.py").run()
     assert not at.exception, at.exception

@@ -304,15 +304,13 @@ def test_cli_promote_takes_policy_and_refusals_record_it_too(reg, monkeypatch, t
 
 
 def test_the_dashboard_pages_show_the_forged_version_as_tampered_instead_of_crashing(reg, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reg.tracking_uri)
     _poc_held_by_llada(reg)
     forge_records(reg)
     reg.client.set_registered_model_alias("tiny-ar", "staging", "1")  # and an alias moved by hand
-    from tests.support.dashboard_pages import APP as app
+    from tests.support.dashboard_pages import app_test
 
-    at = AppTest.from_file(app, default_timeout=120)
+    at = app_test()
     at.run()
     assert not at.exception, at.exception
     errors = [e.value for e in at.error]

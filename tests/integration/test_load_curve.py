@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from tests.support.dashboard_pages import APP
+from tests.support.dashboard_pages import app_test
 from tests.support.serving_fixtures import serving_registry
 
 pytestmark = pytest.mark.timeout(300)
@@ -162,7 +161,7 @@ def test_the_quality_latency_page_draws_throughput_against_p95_from_the_logged_l
 
     registry, _, _, records = loaded
     monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri)
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = app_test()
     at.run()
     at.switch_page("views/quality_latency.py").run()
     assert not at.exception, at.exception
@@ -197,7 +196,7 @@ def test_the_quality_latency_page_shows_the_benchmark_record_of_the_load_test(lo
         (2, "fallback"),
     ]
     assert all(r["metric"] == "strict-match" and 0 <= r["accuracy"] <= 1 for r in records)
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = app_test()
     at.run()
     at.switch_page("views/quality_latency.py").run()
     assert not at.exception, at.exception

@@ -245,3 +245,22 @@ def test_the_stage_lock_is_given_back_without_a_read_unless_held_long_enough_for
     assert RegistryLock(reg, "poc", owner="other:3").acquire(timeout_s=1)
     long.release()
     assert long.holder()["unmask.lock.owner"] == "other:3"  # theirs, left alone
+
+
+def test_a_registry_write_is_one_call_with_no_read_of_the_whole_model_before_it(judged):
+    """MLflow's client reads the whole registered model before each tag or alias write (its prompt check);
+    `registry.store.Client` writes without it: the promotion's writes are the only calls they make."""
+    reg, version = judged
+    with counting(nested=True) as calls, calls.during():
+        reg.set_version_tags("tiny-llada", version, {"unmask.test.written": "yes"})
+        reg.client.set_registered_model_tag("tiny-llada", "unmask.test.written", "yes")
+        reg.client.set_registered_model_alias("tiny-llada", "written", version)
+        reg.client.delete_registered_model_alias("tiny-llada", "written")
+    assert calls.by_method == {
+        "set_model_version_tag": 1,
+        "set_registered_model_tag": 1,
+        "set_registered_model_alias": 1,
+        "delete_registered_model_alias": 1,
+    }, calls.made
+    assert reg.version_tags("tiny-llada", version)["unmask.test.written"] == "yes"
+    assert reg.client.get_registered_model("tiny-llada").tags["unmask.test.written"] == "yes"

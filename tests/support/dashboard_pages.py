@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
+import streamlit.components.v2.manifest_scanner as manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from gates.canary import Observation, analyse
@@ -11,9 +15,19 @@ from tests.support import REPO
 
 APP = str(REPO / "dashboards" / "app.py")
 
+# Every `AppTest.run` registers Streamlit's custom components anew, scanning every installed distribution's metadata
+# for component manifests (~0.4 s a run, 5% of the fast tier). The installed packages do not change while the suite
+# runs, so one scan per process answers every run the same.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+def app_test(app: str | Path = APP) -> AppTest:
+    """The dashboard (or another Streamlit script) under AppTest, with the suite's timeout."""
+    return AppTest.from_file(str(app), default_timeout=120)
+
 
 def page(path: str | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = app_test()
     at.run()
     assert not at.exception, at.exception
     if path:
