@@ -160,50 +160,105 @@ def page_of(png: str) -> tuple[str, str]:
     raise AssertionError(f"{DOC}: {png} names no dashboard page ({', '.join(PAGE_OF)})")
 
 
-def screenshot(png: str, env: dict[str, str], out: Path, profile: Path, logs: Path) -> None:
-    """Start the dashboard on the walk-through's state (a fresh server: nothing cached), open the page
-    the file names, check it ran without an exception, and take it at 1280x800."""
-    from playwright.sync_api import expect, sync_playwright
+# the app's root says when a script run is over (Streamlit's status widget shows only once a run lasts a while)
+SCRIPT_DONE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# a run can begin and end between two looks at the page: an observer notes every state the root takes
+WATCH_RUNS = """() => {
+  const root = document.querySelector("[data-testid='stApp']");
+  window.unmaskRuns = 0;
+  new MutationObserver(() => {
+    if (root.getAttribute("data-test-script-state") === "running") window.unmaskRuns += 1;
+  }).observe(root, {attributes: true, attributeFilter: ["data-test-script-state"]});
+}"""
+RAN_AGAIN = """() => window.unmaskRuns > 0 && document.querySelector("[data-testid='stApp']")
+  .getAttribute("data-test-script-state") === "notRunning" """
 
-    from flows.commands.dashboard import streamlit_command
-    from flows.environment import QUIET_DEFAULTS
-    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
-    from tests.support.servers import free_port, stop, wait_healthy
 
-    path, heading = page_of(png)
-    port = free_port()
-    log = logs / f"streamlit-{Path(png).stem}.log"
-    with log.open("w") as sink:
-        server = subprocess.Popen(
-            streamlit_command(port, "127.0.0.1"),
-            cwd=REPO,
-            env=env | QUIET_DEFAULTS,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
-        with sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(
-                str(profile),
-                executable_path=CHROMIUM,
-                args=CHROMIUM_ARGS,
-                headless=True,
-                viewport={"width": WIDTH, "height": HEIGHT},
+class Dashboard:
+    """The real dashboard under `streamlit run` on the walk-through's state, and one headless Chromium to read it.
+
+    Started at the first screenshot and kept for the walk (a server and a browser per screenshot were half the test's
+    time); started again only when the environment a screenshot reads differs. Before each screenshot its cached
+    reads are dropped the way a user drops them (the sidebar's Refresh clears every session's cache), and the page is
+    opened in a new tab: a new session, reading the store as the commands since the last screenshot left it."""
+
+    def __init__(self, profile: Path, logs: Path) -> None:
+        self.profile, self.logs = profile, logs
+        self.env: dict[str, str] | None = None
+        self.server: subprocess.Popen | None = None
+        self.playwright = self.browser = None
+        self.port = 0
+
+    def start(self, env: dict[str, str]) -> None:
+        from playwright.sync_api import sync_playwright
+
+        from flows.commands.dashboard import streamlit_command
+        from flows.environment import QUIET_DEFAULTS
+        from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, HEIGHT, WIDTH
+        from tests.support.servers import free_port, wait_healthy
+
+        self.stop()
+        self.env, self.port = env, free_port()
+        log = self.logs / f"streamlit-{self.port}.log"
+        with log.open("w") as sink:
+            self.server = subprocess.Popen(
+                streamlit_command(self.port, "127.0.0.1"),
+                cwd=REPO,
+                env=env | QUIET_DEFAULTS,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
             )
-            try:
-                page = browser.new_page()
-                page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
-                expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
-                expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=90_000)
-                expect(page.get_by_test_id("stException")).to_have_count(0)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(out), full_page=False)
-            finally:
-                browser.close()
-    finally:
-        stop(server)
-    assert out.stat().st_size > 10_000, f"{out}: an empty screenshot"
+        wait_healthy(f"http://127.0.0.1:{self.port}/_stcore/health", self.server, log)
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch_persistent_context(
+            str(self.profile),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": WIDTH, "height": HEIGHT},
+        )
+
+    def screenshot(self, png: str, env: dict[str, str], out: Path) -> None:
+        """Open the page the file names on the store as it is now, check it ran without an exception, and take it at
+        1280x800."""
+        from playwright.sync_api import expect
+
+        if env != self.env:
+            self.start(env)
+        path, heading = page_of(png)
+        url = f"http://127.0.0.1:{self.port}"
+        refresher = self.browser.new_page()
+        try:
+            refresher.goto(url, timeout=60_000)
+            refresher.wait_for_selector(SCRIPT_DONE, timeout=90_000)
+            refresher.evaluate(WATCH_RUNS)
+            refresher.get_by_role("button", name="Refresh").click()
+            refresher.wait_for_function(RAN_AGAIN, timeout=90_000)  # the click's run (which cleared the cache) ended
+        finally:
+            refresher.close()
+        page = self.browser.new_page()
+        try:
+            page.goto(f"{url}/{path}", timeout=60_000)
+            expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=90_000)
+            page.wait_for_selector(SCRIPT_DONE, timeout=90_000)  # the heading shows while the rest still runs
+            page.wait_for_timeout(500)  # and the charts paint after it
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out), full_page=False)
+        finally:
+            page.close()
+        assert out.stat().st_size > 10_000, f"{out}: an empty screenshot"
+
+    def stop(self) -> None:
+        from tests.support.servers import stop
+
+        if self.browser is not None:
+            self.browser.close()
+            self.playwright.stop()
+            self.browser = self.playwright = None
+        if self.server is not None:
+            stop(self.server)
+            self.server = None
 
 
 # slow: the whole arc: a demo sweep, ~30 CLI calls, a load test, a dashboard per screenshot (minutes)
@@ -244,6 +299,14 @@ def test_the_walkthrough_runs_as_written(tmp_path):
 
 
 def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
+    dashboard = Dashboard(tmp_path / "chromium-profile", tmp_path)
+    try:
+        walk_steps(env, update, tmp_path, dashboard)
+    finally:
+        dashboard.stop()
+
+
+def walk_steps(env: dict[str, str], update: bool, tmp_path: Path, dashboard: Dashboard) -> None:
     for number, step in enumerate(parse(DOC.read_text()), 1):
         for key, value in step.exports.items():  # the test's own state folder and port; $NAME as a shell would
             if key not in ("UNMASK_HOME", "MLFLOW_PORT"):
@@ -261,13 +324,7 @@ def walk(env: dict[str, str], update: bool, tmp_path: Path) -> None:
         for png in step.screenshots:
             out = (REPO / "docs" / png) if update else tmp_path / "shots" / Path(png).name
             reader = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}  # the store file
-            screenshot(
-                png,
-                reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")},
-                out,
-                tmp_path / "chromium-profile",
-                tmp_path,
-            )
+            dashboard.screenshot(png, reader | {"UNMASK_POLICY": str(REPO / "gates" / "demo-policy.yaml")}, out)
 
 
 def deliver_every_event(env: dict[str, str], tmp_path: Path) -> None:
