@@ -135,6 +135,7 @@ COMMAND_MODULES = [
     "flows.commands.analysis",
     "flows.commands.deploy",
     "flows.commands.keys",
+    "flows.commands.weights",
     "flows.commands.migrate",
     "flows.commands.history",
     "flows.commands.events",
@@ -146,7 +147,7 @@ COMMAND_MODULES = [
 HELP_PANELS = {
     "evaluate": ["run", "eval", "bench", "generate", "models", "pull", "train"],
     "decide": ["gates", "dashboard", "report", "sign-off", "approve", "reject", "promote", "request-promotion"],
-    "serve": ["serve", "loadtest"],
+    "serve": ["serve", "loadtest", "weights"],
     "roll out": ["rollback", "rollout"],  # typer lists a panel's commands before its groups (rollout, nightly)
     "audit": ["audit", "history", "events", "migrate", "nightly", "keys"],
 }

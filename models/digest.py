@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from models.pull import sha256_of
@@ -25,15 +26,18 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and not p.name.startswith("optimizer"))
 
 
-def weights_sha256(folder: str | Path) -> str:
-    """One digest of a model folder's weights: the file's sha256, or over `name:sha256` lines for shards."""
+def weights_sha256(folder: str | Path, known: Mapping[str, str] | None = None) -> str:
+    """One digest of a model folder's weights: the file's sha256, or over `name:sha256` lines for shards.
+
+    `known`: {file name: sha256} of files already hashed (a push hashes every file once), not read again."""
     folder = Path(folder)
     files = weight_files(folder) if folder.is_dir() else []
-    if not files:
+    digests = [(path.name, (known or {}).get(path.name) or sha256_of(path)) for path in files]
+    if not digests:
         return ""
-    if len(files) == 1:
-        return sha256_of(files[0])
+    if len(digests) == 1:
+        return digests[0][1]
     h = hashlib.sha256()
-    for path in files:
-        h.update(f"{path.name}:{sha256_of(path)}\n".encode())
+    for name, digest in digests:
+        h.update(f"{name}:{digest}\n".encode())
     return h.hexdigest()

@@ -40,13 +40,14 @@ class ServedVersion:
     model: str  # the registered model
     version: str
     weights_sha256: str  # recorded at registration; the served folder must hash to it
-    source: str  # the model reference to load (the version's `unmask.model` tag: a catalog or bundled id)
+    source: str  # the model reference to load (the version's `unmask.model` tag: a catalog id, bundled id or folder)
     kind: str
     stage: str  # the stage whose operating point `operating_config` is
     operating_config: dict[str, Any] | None = None  # the gate-chosen effective config, None: none recorded
     operating_config_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     created: int = 0  # when the version was registered (Unix seconds)
+    weights_artifact: str = ""  # where its weights were pushed (registry/weights.py's tag), "": never pushed
 
     @property
     def ref(self) -> str:
@@ -180,4 +181,5 @@ def served_version(
         created=created,
         operating_config_hash=primary.config_hash if primary else "",
         extra={"aliases": sorted(aliases), "revision": evidence.model_revision},
+        weights_artifact=tags.get(model_tag("weights_artifact"), ""),
     )

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
+from mlflow.store.artifact.artifact_repo import ArtifactRepository
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 
@@ -197,13 +198,18 @@ class Registry:
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                if run_id not in self._artifact_uris:
-                    self.get_run(run_id)
-                repo = get_artifact_repository(self._artifact_root(run_id), tracking_uri=self.tracking_uri)
+                repo = self.artifacts(run_id)
                 # mlflow leaves ArtifactRepository.download_artifacts unannotated
                 return Path(repo.download_artifacts(path, tmp)).read_bytes()  # type: ignore[no-untyped-call]
             except (MlflowException, OSError) as e:
                 raise RegistryError(f"run {run_id}: artifact {path!r} cannot be read: {e}") from None
+
+    def artifacts(self, run_id: str) -> ArtifactRepository:
+        """MLflow's artifact repository of the run's root as this client reaches it (`_artifact_root`): through the
+        tracking server for its `mlflow-artifacts:` roots, directly for a root this client can open itself."""
+        if run_id not in self._artifact_uris:
+            self.get_run(run_id)
+        return get_artifact_repository(self._artifact_root(run_id), tracking_uri=self.tracking_uri)
 
     def _artifact_root(self, run_id: str) -> str:
         """The run's artifact root as this client reaches it. A run logged through an `mlflow server` that serves

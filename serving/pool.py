@@ -2,7 +2,8 @@
 
 Each served name (an alias or a registered model) routes to one loaded version. A version is loaded
 once however many names point at it, and only after its folder hashes to the weights sha256 the
-registry recorded for it. Every `poll_interval_s` the pool re-reads who holds each name; a move
+registry recorded for it; a host without the folder fetches the weights pushed to the registry
+(registry/weights.py). Every `poll_interval_s` the pool re-reads who holds each name; a move
 loads and warms the new version beside the old, then switches the route in one step on the event
 loop. Requests already queued on the old version are answered by it (it drains), new ones go to
 the new one, and nothing fails in between. A move that cannot be served (weights differ, load
@@ -22,6 +23,7 @@ from registry import serving as registry_serving
 from registry.connection import RegistryError
 from registry.serving import ServedVersion
 from registry.store import Registry
+from registry.weights import WeightsDiffer, served_weights
 from sampler.config import SamplerConfig
 from sampler.handle import Handle
 from sampler.memory import available_bytes
@@ -63,9 +65,22 @@ class Route:
     base_source: str  # "operating point" or "catalog defaults"
 
 
-def load_checked(version: ServedVersion, sources: dict[str, str], device: str, dtype: str) -> ServedHandle:
-    """The model handle of `version`, refused unless its weights hash to the recorded sha256."""
-    ref = sources.get(version.model, version.source)
+def weights_ref(version: ServedVersion, sources: dict[str, str], registry: Registry | None) -> str:
+    """What `version` loads from: its `--weights` folder (`sources`), else its source here, else the weights pushed
+    to `registry`, fetched (`registry.weights.served_weights` decides); its refusals as the server's."""
+    try:
+        return served_weights(registry, version, sources.get(version.model))
+    except WeightsDiffer as e:
+        raise WeightsMismatch(str(e)) from None
+    except RegistryError as e:
+        raise ServeError(str(e)) from None
+
+
+def load_checked(
+    version: ServedVersion, sources: dict[str, str], device: str, dtype: str, registry: Registry | None = None
+) -> ServedHandle:
+    """The model handle of `version` from `weights_ref`, refused unless its weights hash to the recorded sha256."""
+    ref = weights_ref(version, sources, registry)
     try:
         handle: ServedHandle = models.load(ref, device=device, dtype=dtype)
     except (models.CheckpointError, ValueError) as e:
@@ -77,7 +92,8 @@ def load_checked(version: ServedVersion, sources: dict[str, str], device: str, d
             f"refusing to serve {version.ref} ({version.name}) from {handle.path}: its weights hash to "
             f"{handle.weights_sha256 or 'nothing'} but the registry recorded {version.weights_sha256} for that "
             "version. "
-            f"Serve the folder that was evaluated (--weights {version.model}=FOLDER) or register these weights."
+            f"Serve the folder that was evaluated (--weights {version.model}=FOLDER), push it to the registry "
+            f"(`unmask weights push {version.model} {version.version} --from FOLDER`), or register these weights."
         )
     return handle
 
@@ -169,13 +185,15 @@ class ModelPool:
         version = await asyncio.to_thread(registry_serving.served_version, self.registry, name, at)
         loaded = self.loaded.get(at)
         loop = asyncio.get_running_loop()
-        handle = (
-            loaded.handle
-            if loaded is not None
-            else await loop.run_in_executor(
-                self.compute, load_checked, version, self.settings.sources, self.settings.device, self.settings.dtype
+        if loaded is None:
+            # fetching pushed weights is network and disk work: not on the compute thread, which decodes meanwhile
+            ref = await asyncio.to_thread(weights_ref, version, self.settings.sources, self.registry)
+            s = self.settings
+            handle = await loop.run_in_executor(
+                self.compute, load_checked, version, {version.model: ref}, s.device, s.dtype
             )
-        )
+        else:
+            handle = loaded.handle
         try:
             base, source = operating_config(handle, version.operating_config)
         except ValueError as e:

@@ -17,6 +17,20 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def _warn_unfetchable(arm: str, model: str, version: str, tags: dict[str, str]) -> None:
+    """On stderr, when no pod can fetch the version's weights: a folder of the registering machine, never pushed."""
+    from registry.weights import unreachable_source
+
+    folder = unreachable_source(model, tags)
+    if folder is not None:
+        typer.echo(
+            f"warning: {arm} ({model} version {version}) loads {folder!r}, a folder of the machine that registered "
+            "it, and its weights were not pushed to the registry: the pods cannot fetch them. Push them first: "
+            f"unmask weights push {model} {version} --from FOLDER",
+            err=True,
+        )
+
+
 @deploy_app.command("render")
 def render_command(
     target: str = typer.Option(..., "--target", help="kserve, argo-rollouts or k8s."),
@@ -85,6 +99,7 @@ def render_command(
             _fail(f"route {route!r} arm {name!r}: no version holds the alias {alias!r}")
         model, version = at
         tags = registry.version_tags(model, version)
+        _warn_unfetchable(f"route {route!r} arm {name!r}", model, version, tags)
         source = registry.client.get_model_version(model, version).source
         arms.append(
             {

@@ -1,9 +1,11 @@
 """`unmask serve`: the registry's aliases behind an OpenAI-compatible API, on uvicorn.
 
 The served names are aliases (`--alias`, repeatable; default production and fallback) or registered
-models (`--model`). Weights are loaded from each version's recorded model reference and refused
-unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a registered model
-at another folder (still checked). The request log goes to <state folder>/serving/requests/ (--request-log-dir).
+models (`--model`). Weights are loaded from each version's recorded model reference, or fetched from
+the registry where `unmask weights push` put them when that reference is not here (registry/weights.py),
+and refused unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a
+registered model at another folder (still checked). The request log goes to
+<state folder>/serving/requests/ (--request-log-dir).
 `--routes FILE` (a serving policy, e.g. gates/serving.yaml) routes requests whose `model` is `auto`
 (or a route's name) to the arm its routes pick; the aliases its arms need are served too, and the file
 is re-read when it changes, as is the live weights overlay a rollout writes (`--weights-file`, default

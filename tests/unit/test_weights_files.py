@@ -1,0 +1,56 @@
+"""What `unmask weights push` takes from a folder, and the digest it checks, for a sharded checkpoint saved beside
+its training state (registry/weights.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.digest import weights_sha256
+from models.pull import sha256_of
+from registry.weights import WeightsArtifact, files_to_push
+
+SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+
+
+def test_a_push_takes_the_shards_and_small_files_and_never_the_training_state(tmp_path):
+    index = {"metadata": {}, "weight_map": {"a": SHARDS[0], "b": SHARDS[1], "c": SHARDS[0]}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    for i, name in enumerate(SHARDS):
+        (tmp_path / name).write_bytes(bytes([i]) * 1000)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "optimizer.safetensors").write_bytes(b"moments")
+    (tmp_path / "trainer_state.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
+    (tmp_path / ".DS_Store").write_bytes(b"")
+    (tmp_path / "last").mkdir()
+
+    pushed, left_out = files_to_push(tmp_path)
+    assert [p.name for p in pushed] == [*SHARDS, "config.json", "model.safetensors.index.json", "tokenizer.json"]
+    assert sorted(left_out) == [".DS_Store", "last", "optimizer.safetensors", "pytorch_model.bin", "trainer_state.json"]
+    # the digest from the hashes a push already has is the digest of the folder
+    known = {p.name: sha256_of(p) for p in pushed}
+    assert weights_sha256(tmp_path, known) == weights_sha256(tmp_path) != known[SHARDS[0]]
+
+
+BAD_RECORDS = [
+    json.dumps({"run_id": "0" * 32, "path": "weights", "files": {"../../etc/passwd": "1" * 64}}),
+    json.dumps({"run_id": "0" * 32, "path": "weights", "files": {"sub/config.json": "1" * 64}}),
+    json.dumps({"run_id": "0" * 32, "path": "../weights", "files": {"config.json": "1" * 64}}),
+    json.dumps({"run_id": "0" * 32, "path": "weights", "files": {}}),
+    "[]",
+    "",
+]
+
+
+def test_a_weights_record_round_trips_through_its_tag():
+    artifact = WeightsArtifact("0" * 32, "weights", {"config.json": "1" * 64})
+    assert WeightsArtifact.from_tag(artifact.to_tag()) == artifact
+
+
+@pytest.mark.parametrize("text", BAD_RECORDS)
+def test_a_weights_record_naming_a_path_or_nothing_is_not_followed(text):
+    with pytest.raises(ValueError, match="unmask.weights_artifact"):
+        WeightsArtifact.from_tag(text)
