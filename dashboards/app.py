@@ -44,6 +44,7 @@ with st.sidebar:
         source.refresh()
 show_demo(source.tracking_uri())  # above every page's title: a demo never reads as a decision
 try:
-    page.run()
+    with source.one_read_per_question():
+        page.run()
 except RegistryError as e:  # e.g. a forged baseline's evidence: explained, not a traceback
     st.error(f"**The registry cannot be read as it stands.** {e}", icon=":material/error:")

@@ -6,6 +6,8 @@ friendly stops (registry unreachable, registry empty). Everything goes through `
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pandas as pd
@@ -59,6 +61,20 @@ def registry_or_stop() -> Registry:
         )
         st.stop()
     return reg
+
+
+@contextmanager
+def one_read_per_question() -> Iterator[None]:
+    """A page's run asks the registry each distinct question once (`Registry.reading`): its reads ask again and
+    again who holds each stage and what each version's tags are (the verdict asks per stage). The dashboard writes
+    nothing, so nothing read within one run goes stale in it; the next run reads afresh. A registry that cannot be
+    opened gets no snapshot: the page says why (`registry_or_stop`)."""
+    try:
+        reg = _registry(tracking_uri())
+    except RegistryError:
+        reg = None
+    with reg.reading() if reg is not None else nullcontext():
+        yield
 
 
 def refresh() -> None:
