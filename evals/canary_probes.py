@@ -6,9 +6,12 @@ sweep, which measures `test`, and from training) are sent through the route unde
 split places on each arm, so the candidate arm answers with its live settings and faults, and each item's
 two answers are graded exact-match against the known answer and compared with each other (agreement).
 
-Each graded answer is a line of `<state>/serving/probes/<route>.jsonl`:
-`{"time", "route", "arm", "key", "correct", "agrees", "latency_s", "status"}`; the rollout's analysis and
-the analysis endpoint read them (`read_probe_results`) beside the request log.
+Each graded answer is a line of `<requests>/probes/<route>/<YYYYMMDDTHH>.jsonl`, the hour of its time, inside the
+request log's folder (`<state>/serving/requests`, or the folder every replica mounts):
+`{"time", "route", "arm", "key", "correct", "agrees", "latency_s", "status"}`. The rollout's analysis and the
+analysis endpoint read them (`read_probe_results`) beside the request rows, from the same folder, so every replica
+judges the same probes; a read for a window opens only the hours it covers (its cost follows the window, not the
+log's history), and the writer removes the hours older than `RETENTION_H`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from evals.tasks import TaskItem, get_task, make_split, score
-from models.state import state_dir
 
 PROBE_SPLIT = "validation"  # held out: the sweep measures `test`, training never sees either
 
@@ -59,34 +61,65 @@ def grade(task: str, text: str | None, item: TaskItem) -> bool | None:
     return bool(score(get_task(task).metrics[0], text, item.target))
 
 
-def probe_log_path(route: str) -> Path:
-    return state_dir() / "serving" / "probes" / f"{route}.jsonl"
+PROBES = "probes"  # the probe log's folder, inside the request log's (whose reader skips it)
+HOUR = "%Y%m%dT%H"  # one file per route and hour
+RETENTION_H = 24 * 7  # as the request log's: a week, then the writer removes the hours
 
 
-def append_probe_results(route: str, results: list[ProbeResult]) -> None:
-    path = probe_log_path(route)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        for r in results:
-            f.write(json.dumps(r.to_dict()) + "\n")
+def probe_folder(requests: Path) -> Path:
+    """Where the probes of the request log in `requests` go."""
+    return requests / PROBES
+
+
+def _hour(when: datetime) -> str:
+    return when.astimezone(UTC).strftime(HOUR)
+
+
+def _hours(folder: Path, route: str) -> list[tuple[Path, datetime]]:
+    """(file, its hour) of every hour file of `route`'s log."""
+    found = []
+    for path in (folder / route).glob("*.jsonl"):
+        try:
+            found.append((path, datetime.strptime(path.stem, HOUR).replace(tzinfo=UTC)))
+        except ValueError:
+            continue
+    return sorted(found, key=lambda f: f[1])
+
+
+def append_probe_results(
+    folder: Path, route: str, results: list[ProbeResult], retention_h: float = RETENTION_H
+) -> None:
+    """Each result as a line of its hour's file (one write per file), then the hours past the retention removed."""
+    by_hour: dict[str, list[str]] = {}
+    for r in results:
+        by_hour.setdefault(_hour(datetime.fromisoformat(r.time)), []).append(json.dumps(r.to_dict()) + "\n")
+    (folder / route).mkdir(parents=True, exist_ok=True)
+    for name, lines in by_hour.items():
+        with (folder / route / f"{name}.jsonl").open("a") as f:
+            f.write("".join(lines))
+    expired = datetime.now(UTC) - timedelta(hours=retention_h)
+    for path, hour in _hours(folder, route):
+        if hour + timedelta(hours=1) < expired:
+            path.unlink(missing_ok=True)
 
 
 def read_probe_results(
-    route: str, since: datetime | None = None, until: datetime | None = None
+    folder: Path, route: str, since: datetime | None = None, until: datetime | None = None
 ) -> list[dict[str, Any]]:
-    """The probe log's lines of `route` logged in [since, until) (a torn last line is skipped)."""
-    path = probe_log_path(route)
-    if not path.exists():
-        return []
+    """The probe log's lines of `route` logged in [since, until), from the hour files that can hold them (a torn
+    last line is skipped)."""
     rows = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-            when = datetime.fromisoformat(row["time"])
-        except (ValueError, KeyError, TypeError):
+    for path, hour in _hours(folder, route):
+        if (since is not None and hour + timedelta(hours=1) <= since) or (until is not None and hour >= until):
             continue
-        if (since is None or when >= since) and (until is None or when < until):
-            rows.append(row)
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                when = datetime.fromisoformat(row["time"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if (since is None or when >= since) and (until is None or when < until):
+                rows.append(row)
     return rows
 
 
@@ -130,11 +163,13 @@ class ProbeSender:
         arms: tuple[str, str],
         per_s: float,
         key_for: Callable[[str, int], str | None],
+        folder: Path,
         max_tokens: int | None = None,
         seed: int = 0,
         timeout_s: float = 60.0,
     ):
         self.base_url, self.route, self.task, self.arms, self.per_s = base_url, route, task, arms, per_s
+        self.folder = folder  # the probe log's (`probe_folder` of the server's request log)
         self.key_for, self.seed, self.timeout_s = key_for, seed, timeout_s
         self.max_tokens = max_tokens or get_task(task).gen_length
         self.stop = threading.Event()
@@ -164,7 +199,7 @@ class ProbeSender:
             while not self.stop.is_set():
                 started = time.monotonic()
                 item = items[self.sent % len(items)]
-                append_probe_results(self.route, self.probe(client, item, self.sent))
+                append_probe_results(self.folder, self.route, self.probe(client, item, self.sent))
                 self.sent += 1
                 self.stop.wait(max(0.0, 1.0 / self.per_s - (time.monotonic() - started)))
 

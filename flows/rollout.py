@@ -30,11 +30,19 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evals.canary_probes import read_probe_results
+from evals.canary_probes import probe_folder, read_probe_results
 from flows.evaluate import slug
 from flows.rollout_preflight import preflight_problems
 from flows.rollout_probes import probes_for
-from flows.rollout_state import RolloutState, all_states, load_state, request_rows, rollouts_dir, set_route_weights
+from flows.rollout_state import (
+    RolloutState,
+    all_states,
+    load_state,
+    request_rows,
+    requests_dir,
+    rollouts_dir,
+    set_route_weights,
+)
 from gates import load_policy
 from gates.canary import Observation, analyse
 from gates.promotion import ReasonKind
@@ -219,7 +227,9 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
         for r in request_rows(since=since)
         if r.get("route") == state.route and datetime.fromisoformat(r["time"]) < end
     ]
-    probed = read_probe_results(state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S))
+    probed = read_probe_results(
+        probe_folder(requests_dir()), state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S)
+    )
     observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
     analysis = analyse(
         observations, state.candidate, state.baseline, policy, look=len(state.analyses) + 1

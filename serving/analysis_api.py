@@ -36,7 +36,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from evals.canary_probes import read_probe_results
+from evals.canary_probes import probe_folder, read_probe_results
 from gates.canary import Observation, analyse
 from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout_policy
 from gates.serving_policy import load_serving_policy
@@ -157,9 +157,8 @@ def judge_route(
     except LooksError as e:
         raise AnalysisRefused(409, str(e)) from None
     rows = [r for r in read_rows(source.requests, look.start, look.end) if r.get("route") == route]
-    observations = [Observation.from_row(r) for r in rows] + [
-        Observation.from_probe(p) for p in read_probe_results(route, look.start, look.end)
-    ]
+    probed = read_probe_results(probe_folder(source.requests), route, look.start, look.end)
+    observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
     result = analyse(observations, candidate, baseline, policy, look=look.number)
     return {
         "verdict": result.verdict,
