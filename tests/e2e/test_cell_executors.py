@@ -100,8 +100,15 @@ def test_eval_on_a_dask_executor_gives_a_local_evals_records(prefect_harness, ti
     code, text = run_eval("--sweep", tiny_sweep, "--out", str(tmp_path / "dask"), "--executor", "dask")
     assert code == 0, text
     assert "cells run on: dask (a local cluster)" in text
-    assert len(eval_records(tmp_path / "dask")) == 2
-    assert eval_records(tmp_path / "dask") == eval_records(tmp_path / "local")  # in plan order, clocks aside
+    dask, local = eval_records(tmp_path / "dask"), eval_records(tmp_path / "local")
+    assert len(dask) == 2
+    differing = [
+        (i, key, mine.get(key), theirs.get(key))
+        for i, (mine, theirs) in enumerate(zip(dask, local))
+        for key in sorted(mine.keys() | theirs.keys())
+        if mine.get(key) != theirs.get(key)
+    ]
+    assert dask == local, differing  # in plan order, clocks aside; the message names each field that differs
     assert len(list((tmp_path / "home" / "results").glob("point-*"))) == 2  # each cell kept for a later run
 
     code, text = run_eval(
