@@ -7,8 +7,8 @@ With --judged each stage's gates are judged and stored before its approval, as `
 on the way to a promotion; without it the promotion stores the first gate report.
 
 Prints the total per promotion and the calls by method. By default only the calls unmask makes are counted; with
---nested, the client calls MLflow's own client methods make inside them too (a `set_model_version_tag` reads the
-registered model first).
+--nested, the client calls MLflow's own client methods make inside them too (`MlflowClient`'s tag and alias writes
+read the whole registered model first; `registry.store.Client`, which unmask uses, does not).
 """
 
 from __future__ import annotations
