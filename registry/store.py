@@ -134,6 +134,16 @@ class Registry:
         finally:
             self._snapshots.client = None
 
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """Within it, this thread's reads go to the store past any snapshot (`reading()`), which is kept for after."""
+        kept = getattr(self._snapshots, "client", None)
+        self._snapshots.client = None
+        try:
+            yield
+        finally:
+            self._snapshots.client = kept
+
     # experiments and runs -------------------------------------------------------------------
     def experiment_id(self, name: str) -> str:
         """The id of an unmask experiment, created on first use (a concurrent creator is fine)."""

@@ -320,3 +320,21 @@ def test_a_chain_read_while_another_writer_appends_is_never_broken(reg):
         done.set()
         looks.join(60)
     assert breaks == [] and audit.verify(reg).ok
+
+
+def test_a_chain_read_in_a_snapshot_before_another_writer_appends_is_not_broken_after_it(reg):
+    """An action reads the store once (`Registry.reading`): its chain can be older than this machine's anchor file,
+    which another writer moves on every append. The chain it read then ends before the anchor's head, which is no
+    truncation; CI once saw a racing approval refused and a false finding recorded for it."""
+    write_trail(reg, 3)
+    acting = Registry(reg.tracking_uri)
+    with acting.reading():
+        assert audit.verify(acting).ok  # the snapshot now holds the chain up to #3
+        other = Registry(reg.tracking_uri)  # another action, on its own client, appends #4 and moves the anchor
+        audit.append(other, AuditEvent("approval", "linus", "", "poc", "tiny-llada", "1", comment="mine"))
+        report = audit.verify(acting)
+        assert report.ok and report.head_seq == 4, report.summary()  # a break seen on old reads is read again
+    reg.client.delete_run(audit.events(reg)[-1].run_id)  # a real truncation still shows, in a snapshot or not
+    with acting.reading():
+        assert audit.verify(acting).status == "broken"
+    assert "entry #4 after it is missing" in audit.verify(acting).summary()
