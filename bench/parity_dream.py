@@ -15,7 +15,8 @@ Dream pins; unmask's code never imports it, and this repository holds none of it
 
 Step 2 writes `logits.safetensors` (the raw float32 logits of two inputs: a batch without padding, and a
 left-padded batch with Dream's padding mask) and `reference.json` (the reference's provenance, the prompts and
-every decode's token ids). Step 3 prints the max |logits difference| and the decodes that agree.
+every decode's token ids; `origin`'s decodes draw at random, so each records the seed given to torch.manual_seed
+and its temperature). Step 3 prints the max |logits difference| and the decodes that agree.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ SHAPE = {  # small, and shaped like Dream: grouped-query attention, untied head,
 }
 SEED, STD = 52, 0.35  # wide weights: peaked distributions, so decoding orders are not decided by rounding
 ALGORITHMS = ("maskgit_plus", "topk_margin", "entropy")  # Dream's deterministic ones (models/adapters/dream.py)
+# `origin` draws which masks to reveal (even at temperature 0) and, above 0, their tokens: each of its decodes runs
+# after torch.manual_seed(ORIGIN_SEED) in the reference and with SamplerConfig.seed=ORIGIN_SEED in unmask.
+ORIGIN_SEED, ORIGIN_TEMPERATURES = 52, (0.0, 0.8)
 DECODES = [(16, 16), (24, 8)]  # (gen_length, steps): one token a step, and three a step on average
 TOP_K = [None, 50]  # no cut, and what Dream's generate keeps when not told (transformers 4.46's config default)
 PROMPTS = [[40, 41, 42, 43, 44, 45, 46], [50, 60, 70], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]]
@@ -83,7 +87,7 @@ def logits_inputs() -> dict[str, torch.Tensor]:
 
 def decode_cases() -> list[dict[str, Any]]:
     """Every decode the parity covers: each prompt alone and all three as one left-padded batch, per algorithm,
-    length and top-k."""
+    length and top-k; then `origin`'s, seeded, at each of its temperatures."""
     cases = []
     for alg in ALGORITHMS:
         for top_k in TOP_K:
@@ -91,6 +95,12 @@ def decode_cases() -> list[dict[str, Any]]:
                 for prompts in [[p] for p in PROMPTS] + [PROMPTS]:
                     case = {"alg": alg, "top_k": top_k, "gen_length": gen_length, "steps": steps, "prompts": prompts}
                     cases.append(case)
+    for temperature in ORIGIN_TEMPERATURES:
+        for top_k in TOP_K:
+            for gen_length, steps in DECODES:
+                for prompts in [[p] for p in PROMPTS] + [PROMPTS]:
+                    case = {"alg": "origin", "top_k": top_k, "gen_length": gen_length, "steps": steps}
+                    cases.append(case | {"temperature": temperature, "seed": ORIGIN_SEED, "prompts": prompts})
     return cases
 
 
@@ -135,12 +145,14 @@ def reference_outputs(ref: Path, checkpoint: Path, out: Path) -> None:
     decodes = []
     for case in decode_cases():
         ids, mask = left_padded(case["prompts"], SHAPE["pad_token_id"])
+        if "seed" in case:  # the reference draws from torch's global generator
+            torch.manual_seed(case["seed"])
         result = model.diffusion_generate(
             ids,
             attention_mask=mask if len(case["prompts"]) > 1 else None,
             max_new_tokens=case["gen_length"],
             steps=case["steps"],
-            temperature=0.0,
+            temperature=case.get("temperature", 0.0),
             top_k=case["top_k"],
             alg=case["alg"],
             alg_temp=0.0,
@@ -151,8 +163,11 @@ def reference_outputs(ref: Path, checkpoint: Path, out: Path) -> None:
     record = {
         "reference": REFERENCE | {"sha256": {name: sha256(ref / name) for name in REF_FILES}},
         "environment": {"transformers": transformers.__version__, "torch": torch.__version__},
-        "checkpoint_sha256": {p.name: sha256(p) for p in sorted(checkpoint.iterdir()) if p.is_file()},
-        "decoding": "diffusion_generate(temperature=0.0, alg_temp=0.0, top_k as given, top_p 1.0 (off), eps 1e-3)",
+        "checkpoint_sha256": {
+            p.name: sha256(p) for p in sorted(checkpoint.iterdir()) if p.is_file() and p.suffix != ".md"
+        },
+        "decoding": "diffusion_generate(temperature=0.0, alg_temp=0.0, top_k as given, top_p 1.0 (off), eps 1e-3); "
+        "a case with a seed (origin) ran after torch.manual_seed(seed), at its temperature",
         "decodes": decodes,
     }
     (out / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -186,14 +201,20 @@ def native_comparison(checkpoint: Path, golden: Path) -> dict[str, Any]:
         "plain": float((plain - stored["plain"]).abs().max()),
         "padded": float((padded - stored["padded"]).abs().max()),
     }
-    agree, cases = 0, json.loads((golden / "reference.json").read_text())["decodes"]
+    agree, cases, groups = 0, json.loads((golden / "reference.json").read_text())["decodes"], {}
     for case in cases:
         ids, mask = left_padded(case["prompts"], handle.pad_id or 0)
-        settings = dream_settings(case["alg"], case["gen_length"], case["steps"], case["top_k"])
-        config = SamplerConfig(**settings, **handle.sampler_ids())
+        settings = dream_settings(
+            case["alg"], case["gen_length"], case["steps"], case["top_k"], case.get("temperature", 0)
+        )
+        config = SamplerConfig(**settings, **handle.sampler_ids(), seed=case.get("seed", 0))
         out = generate(handle.model, ids, config, attention_mask=mask if len(case["prompts"]) > 1 else None)
-        agree += out.sequences.tolist() == case["sequences"]
-    return {"max_abs_logits_diff": diffs, "decodes_identical": agree, "decodes": len(cases)}
+        same = out.sequences.tolist() == case["sequences"]
+        agree += same
+        group = groups.setdefault(f"{case['alg']} temperature {case.get('temperature', 0.0)}", [0, 0])
+        group[0], group[1] = group[0] + same, group[1] + 1
+    by_case = {name: f"{n} of {total}" for name, (n, total) in groups.items()}
+    return {"max_abs_logits_diff": diffs, "decodes_identical": agree, "decodes": len(cases), "by_case": by_case}
 
 
 def main() -> None:

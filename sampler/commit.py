@@ -2,9 +2,10 @@
 
 `top_k` is LLaDA's: a fixed number per step from the transfer schedule, so a block takes exactly
 `steps_per_block` model calls; `timesteps` is Dream's, a share of the masks left that grows step by
-step. The parallel rules commit as many positions as the model is sure of (always at least the most
-confident one) and a block ends when it holds no mask. A new rule
-is one class and one line in COMMIT_RULES.
+step; `ancestral` is the reverse process itself (Dream's `origin`): on the same time grid each mask is
+revealed at random, with that step's probability. The parallel rules commit as many positions as the
+model is sure of (always at least the most confident one) and a block ends when it holds no mask. A new
+rule is one class and one line in COMMIT_RULES.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 import torch.nn.functional as F
 
+from sampler.rng import Draws, uniform_at
 from sampler.schedule import UniformTransferSchedule
 
 if TYPE_CHECKING:  # the config names these rules; the rules only read its fields
@@ -27,11 +29,17 @@ class CommitRule(Protocol):
         ...
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         """Boolean `(batch, seq)` of positions to commit; `confidence` is -inf where nothing may be committed.
 
         entropy: a callable giving the `(batch, seq)` predictive entropy, for rules that need it.
+        generator: the step's random stream, for rules that draw (`ancestral`).
         """
         ...
 
@@ -83,7 +91,12 @@ class TopKCommit:
         return self.schedule.counts(block_mask, steps)  # (B, steps)
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         assert plan is not None, "top_k's plan() always gives the per-step counts"
         return commit_top_k(confidence, plan[:, step])
@@ -115,7 +128,12 @@ class TimestepCommit:
         return share[None].expand(block_mask.shape[0], steps)
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         assert plan is not None, "timesteps' plan() always gives the per-step shares"
         left = torch.isfinite(confidence).sum(dim=-1)  # (B,) masks each row still holds
@@ -123,6 +141,35 @@ class TimestepCommit:
 
     def block_done(self, step: int, steps: int, block_mask: torch.Tensor) -> bool:
         return step >= steps
+
+
+class AncestralCommit(TimestepCommit):
+    """The reverse process itself (Dream's `origin`, MDLM's ancestral sampler): on Dream's time grid, step i reveals
+    each mask still open with probability 1 - t_{i+1} / t_i, drawn independently, and the last step every one.
+
+    Which masks, and so how many, are drawn: one U[0, 1) per open position in row-major order, before any token
+    (the sampler then draws tokens only where a mask was revealed: `sample_revealed`). The remasking policy is
+    not read. With one generator the draws run over the whole batch as Dream's do, so a row depends on its
+    neighbours; `row_seeds` gives each row its own stream.
+    """
+
+    reveals_first = True  # positions are drawn before tokens (sampler/generate.py)
+    draws = True  # the seed decides the output even at temperature 0
+    batch_invariant = False
+    counts_scheduled = False  # how many a step commits is drawn too, not the row's schedule
+    requires = {"speculative_draft": (0,)}  # a drafted step would spend draws that only the kept step may make
+
+    def select(
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
+    ) -> torch.Tensor:
+        assert plan is not None, "ancestral's plan() always gives the per-step reveal probabilities"
+        open_ = torch.isfinite(confidence)
+        return open_ & (uniform_at(open_, generator) < plan[:, step, None])  # float32 < float32, as Dream compares
 
 
 class ParallelCommit:
@@ -146,7 +193,12 @@ class ThresholdCommit(ParallelCommit):
         self.tau = config.parallel_threshold
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         keep = torch.gather(confidence, 1, order) >= self.tau
@@ -160,7 +212,12 @@ class FactorCommit(ParallelCommit):
         self.factor = config.parallel_factor
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         order = confidence.argsort(dim=-1, descending=True, stable=True)
         c = torch.gather(confidence, 1, order).double()
@@ -175,7 +232,12 @@ class EntropyBoundedCommit(ParallelCommit):
         self.bound = config.entropy_bound
 
     def select(
-        self, confidence: torch.Tensor, entropy: Callable[[], torch.Tensor], step: int, plan: torch.Tensor | None
+        self,
+        confidence: torch.Tensor,
+        entropy: Callable[[], torch.Tensor],
+        step: int,
+        plan: torch.Tensor | None,
+        generator: Draws = None,
     ) -> torch.Tensor:
         h = torch.where(torch.isfinite(confidence), entropy(), torch.inf)  # (B, T)
         order = h.argsort(dim=-1, stable=True)
@@ -195,6 +257,7 @@ COMMIT_RULES: dict[str, type] = {
     "factor": FactorCommit,
     "entropy": EntropyBoundedCommit,
     "timesteps": TimestepCommit,
+    "ancestral": AncestralCommit,
 }
 
 

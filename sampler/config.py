@@ -45,7 +45,8 @@ class SamplerConfig:
     confidence_eos_eot_inf: bool = False  # give EOS/EoT predictions confidence 0 (commit them last)
     # Fast decoding. Each field picks a small object (sampler/commit.py, cache.py, speculative.py,
     # early_exit.py, backends.py); the defaults are the exact vanilla sampler.
-    parallel: str = "top_k"  # commit rule: top_k (the step schedule), threshold, factor, entropy, timesteps (Dream)
+    # commit rule: top_k (the step schedule), threshold, factor, entropy, timesteps (Dream), ancestral (Dream's origin)
+    parallel: str = "top_k"
     parallel_threshold: float = 0.9  # threshold rule: commit every masked position this confident
     parallel_factor: float = 1.0  # factor rule: commit the n-th most confident while (n + 1)(1 - c_n) < f
     entropy_bound: float = 1.0  # entropy rule: commit lowest-entropy positions while their sum (nats) stays under
@@ -154,6 +155,13 @@ class SamplerConfig:
                 f"decoding: needs temperature=0 and remasking='low_confidence' (got {self.temperature!r}, "
                 f"{self.remasking!r})"
             )
+
+    @property
+    def draws(self) -> bool:
+        """Whether a random draw decides the output, so the seed does: sampled tokens, or a policy that draws
+        (random remasking, the ancestral commit rule) even at temperature 0."""
+        chosen = (registry[getattr(self, name)] for name, registry in POLICY_REGISTRIES.items())
+        return self.temperature > 0 or any(getattr(policy, "draws", False) for policy in chosen)
 
     @property
     def num_blocks(self) -> int:

@@ -46,8 +46,7 @@ def running_key(config: SamplerConfig) -> str:
 def joins_running_batch(config: SamplerConfig) -> bool:
     """Whether a row under `config` decodes block by block in a running batch, exactly as alone."""
     return (
-        config.temperature == 0
-        and config.remasking != "random"
+        not config.draws
         and not config.speculative_draft
         and not config.speculative_rows
         and config.cfg_scale == 0

@@ -192,9 +192,9 @@ def row_seeded(handle: Handle) -> bool:
 
 
 def is_deterministic(config: Any, kind: str = "masked-diffusion") -> bool:
-    """No random draw reads the seed: greedy proposals and a confidence-ordered (not random) remasking.
+    """No random draw reads the seed: greedy proposals and policies that draw nothing (`SamplerConfig.draws`).
     Block diffusion always draws (uniform noise, sampled canvases), whatever `temperature` says."""
-    return kind != "block-diffusion" and config.temperature == 0 and config.remasking != "random"
+    return kind != "block-diffusion" and not config.draws
 
 
 def batch_row_seeds(handle: Handle, config: Any, seeds: list[int | None]) -> list[int] | None:

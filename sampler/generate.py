@@ -23,9 +23,9 @@ from sampler.config import SamplerConfig
 from sampler.early_exit import EarlyExit, early_exit_rule
 from sampler.end_of_text import end_of_text_rule
 from sampler.output import GenerateOutput, StepCallback, StepInfo
-from sampler.proposal import check_logits, propose
+from sampler.proposal import check_logits, propose, sample_revealed
 from sampler.remasking import remasking_policy
-from sampler.rng import RowGenerators, left_pads
+from sampler.rng import Draws, RowGenerators, left_pads
 from sampler.speculative import decode_speculative
 
 
@@ -98,6 +98,7 @@ class BlockDecoder:
         self.text_start = prompt_length if text_start is None else text_start
         self.policy = remasking_policy(config.remasking)
         self.rule: CommitRule = commit_rule(config)
+        self.reveals_first = getattr(self.rule, "reveals_first", False)  # positions drawn before tokens (ancestral)
         self.exit_rule = exit_rule
         self.end_rule = end_of_text_rule(config)
         self.per_row = config.speculative_rows  # rows advance on their own (sampler/speculative.py)
@@ -140,23 +141,8 @@ class BlockDecoder:
         generator = self.generator
         if isinstance(generator, RowGenerators):  # rows whose block has no mask left wait without drawing
             generator = generator.at(window.lo, mask_index[:, start:end].any(dim=1).tolist())
-        x0_w, conf_w = propose(window.logits, cfg, self.policy, generator)
-        lo, hi = window.lo, window.lo + window.logits.shape[1]
-        x0, confidence = x.clone(), torch.full(x.shape, -torch.inf, dtype=conf_w.dtype, device=x.device)
-        x0[:, lo:hi], confidence[:, lo:hi] = x0_w, conf_w
-        confidence[:, end:] = -torch.inf  # nothing beyond the current block
-        x0 = torch.where(mask_index, x0, x)
-        confidence = torch.where(mask_index, confidence, -torch.inf)
-        step, plan, frozen = state.step, state.plan, None
-        if state.row_steps is not None:  # each row at its own step; a row whose block is done waits
-            frozen = self.rows_done(state.row_steps, mask_index[:, start:end])
-            confidence = confidence.masked_fill(frozen[:, None], -torch.inf)
-            if plan is not None:  # the plan's column for each row's own step, as a one-step plan
-                plan = plan.gather(1, state.row_steps.clamp(max=plan.shape[1] - 1)[:, None]).masked_fill(
-                    frozen[:, None], 0
-                )
-                step = 0
-        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), step, plan)
+        choose = self._reveal if self.reveals_first else self._propose_and_select
+        x0, commit, frozen = choose(state, window, mask_index, generator)
         commit &= mask_index  # top_k picks k positions even in a row an early exit filled: decided, not committed now
         x = x.clone()
         x[commit] = x0[commit]
@@ -180,6 +166,49 @@ class BlockDecoder:
                 state, x=x, block=cfg.num_blocks, step=0, plan=None, committed=commit, steps_done=done, row_steps=None
             )
         return replace(state, x=x, step=step, committed=commit, steps_done=done, row_steps=row_steps)
+
+    def _propose_and_select(
+        self, state: DecodeState, window: Window, mask_index: torch.Tensor, generator: Draws
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Tokens for every position first, then the rule's commits by their confidence: `(x0, commit, frozen)`, each
+        `(batch, seq)` but `frozen` (`(batch,)`: rows at their own step whose block is done; None when rows step
+        together)."""
+        x = state.x
+        start, end = self.bounds(state.block)
+        x0_w, conf_w = propose(window.logits, self.config, self.policy, generator)
+        lo, hi = window.lo, window.lo + window.logits.shape[1]
+        x0, confidence = x.clone(), torch.full(x.shape, -torch.inf, dtype=conf_w.dtype, device=x.device)
+        x0[:, lo:hi], confidence[:, lo:hi] = x0_w, conf_w
+        confidence[:, end:] = -torch.inf  # nothing beyond the current block
+        x0 = torch.where(mask_index, x0, x)
+        confidence = torch.where(mask_index, confidence, -torch.inf)
+        step, plan, frozen = state.step, state.plan, None
+        if state.row_steps is not None:  # each row at its own step; a row whose block is done waits
+            frozen = self.rows_done(state.row_steps, mask_index[:, start:end])
+            confidence = confidence.masked_fill(frozen[:, None], -torch.inf)
+            if plan is not None:  # the plan's column for each row's own step, as a one-step plan
+                plan = plan.gather(1, state.row_steps.clamp(max=plan.shape[1] - 1)[:, None]).masked_fill(
+                    frozen[:, None], 0
+                )
+                step = 0
+        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), step, plan, generator)
+        return x0, commit, frozen
+
+    def _reveal(
+        self, state: DecodeState, window: Window, mask_index: torch.Tensor, generator: Draws
+    ) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The reverse process's order (Dream's `origin`): the rule draws which open masks to reveal, then only
+        those draw their tokens. Open: masked, inside the window and before the block's end."""
+        x = state.x
+        _, end = self.bounds(state.block)
+        lo, hi = window.lo, window.lo + window.logits.shape[1]
+        confidence = torch.full(x.shape, -torch.inf, device=x.device)  # the rule reads only where it is finite
+        confidence[:, lo : min(hi, end)] = 0.0
+        confidence = confidence.masked_fill(~mask_index, -torch.inf)
+        commit = self.rule.select(confidence, lambda: self._entropy(window, x.shape), state.step, state.plan, generator)
+        x0 = x.clone()
+        x0[:, lo:hi] = sample_revealed(window.logits, commit[:, lo:hi], self.config, generator)
+        return x0, commit, None
 
     def step(self, state: DecodeState, window: Window) -> DecodeState:
         """`advance` for a step that decoding keeps: the step is reported to `on_step`."""

@@ -6,7 +6,7 @@ import torch
 
 from sampler.config import SamplerConfig
 from sampler.remasking import RemaskingPolicy
-from sampler.rng import RowGenerators, uniform
+from sampler.rng import RowGenerators, draw_streams, uniform
 
 
 class NonFiniteLogitsError(FloatingPointError):
@@ -69,3 +69,33 @@ def propose(
         if config.eot_id is not None:
             logits[:, :, config.eot_id] = -torch.inf
     return x0, policy.confidence(logits, x0, generator)
+
+
+def sample_revealed(
+    logits: torch.Tensor,
+    revealed: torch.Tensor,
+    config: SamplerConfig,
+    generator: torch.Generator | RowGenerators | None,
+) -> torch.Tensor:
+    """Tokens `(batch, seq)` for the `revealed` positions, drawn after the positions were (the reverse process's
+    order: Dream's `origin`); elsewhere the argmax, never committed.
+
+    At temperature 0 the argmax; above it one categorical draw per revealed position from softmax(top-k(logits / T)),
+    as Dream's `sample_tokens` draws it (`torch.multinomial` over the positions of each stream in row-major order).
+    logits (`torch.FloatTensor` of shape `(batch, seq, vocab)`) may be edited in place (EOS masking), as in `propose`.
+    """
+    if config.logits_eos_inf:
+        logits[:, :, config.eos_id] = -torch.inf
+    x0 = torch.argmax(logits, dim=-1)  # the top-k cut keeps the largest
+    if config.temperature == 0:
+        return x0
+    for part, g in draw_streams(revealed, generator):
+        if not bool(part.any()):
+            continue
+        scaled = logits[part] / config.temperature  # (n, vocab)
+        if config.top_k:
+            scaled = keep_top_k(scaled, config.top_k)
+        probs = torch.softmax(scaled, dim=-1)
+        probs = probs / probs.sum(-1, keepdim=True)  # Dream's draw (torch's Categorical) normalises once more
+        x0[part] = torch.multinomial(probs, 1, replacement=True, generator=g)[:, 0]
+    return x0

@@ -39,6 +39,7 @@ class RandomRemasking:
     # order depends on what it is batched with (unless each row has its own: sampler/rng.py).
     # Policies without this attribute are batch-invariant.
     batch_invariant = False
+    draws = True  # the seed decides the output even at temperature 0
 
     def confidence(
         self, logits: torch.Tensor, x0: torch.Tensor, generator: torch.Generator | RowGenerators | None

@@ -53,6 +53,9 @@ class RowGenerators:
         return out
 
 
+Draws = torch.Generator | RowGenerators | None  # a step's random stream: one generator, one per row, or torch's own
+
+
 def left_pads(attention_mask: torch.Tensor | None, batch: int) -> list[int]:
     """Left-padding positions per row of a `(batch, prompt_len)` mask (0 where padded); zeros without one."""
     if attention_mask is None:
@@ -70,3 +73,21 @@ def uniform(
     if isinstance(generator, RowGenerators):
         return generator.rand(tuple(shape), dtype, device)
     return torch.rand(shape, dtype=dtype, device=device, generator=generator)
+
+
+def draw_streams(where: torch.Tensor, generator: Draws) -> list[tuple[torch.Tensor, torch.Generator | None]]:
+    """The positions of `where` `(batch, seq)` grouped by the stream that draws for them, in drawing order: all of
+    them for one generator (row-major, as Dream draws over `x[mask_index]`), each live row's own for RowGenerators."""
+    if not isinstance(generator, RowGenerators):
+        return [(where, generator)]
+    rows = torch.arange(where.shape[0], device=where.device)[:, None]  # (B, 1)
+    return [(where & (rows == r), g) for r, g in enumerate(generator.generators) if generator.live[r]]
+
+
+def uniform_at(where: torch.Tensor, generator: Draws) -> torch.Tensor:
+    """`(batch, seq)`: one U[0, 1) draw (torch's default dtype) per position of `where`, each stream drawing
+    `torch.rand(n)` over its n positions in row-major order (`draw_streams`); 1.0 elsewhere."""
+    u = torch.ones(where.shape, device=where.device)
+    for part, g in draw_streams(where, generator):
+        u[part] = torch.rand(int(part.sum()), device=where.device, generator=g)
+    return u

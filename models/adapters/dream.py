@@ -4,7 +4,8 @@ The published folder loads as it is: config.json with model_type "Dream", safete
 (``model.embed_tokens``, ``model.layers.N.self_attn.{q,k,v,o}_proj``, ``model.layers.N.mlp.*``,
 ``model.norm``, ``lm_head``), tokenizer.json. The handle's network is the `DreamDenoiser`, whose logits are
 aligned to positions, so the masked-diffusion sampler decodes Dream as it decodes LLaDA; Dream's own
-decode is the config ``parallel="timesteps"`` with one block (see sampler/commit.py).
+decode is one block with ``parallel="timesteps"``, or ``parallel="ancestral"`` for its ``origin`` algorithm
+(see sampler/commit.py and `dream_settings`).
 """
 
 from __future__ import annotations
@@ -26,23 +27,39 @@ REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attent
 SUPPORTED = {"hidden_act": ("silu",), "use_sliding_window": (False, None), "rope_scaling": (None,)}
 
 
-# Dream's `diffusion_generate(alg=...)` -> the remasking policy that orders commits as it does. `origin` has no
-# equivalent: it draws which masks to fill at random even at temperature 0 (no deterministic mode to match).
-ALGORITHMS = {"maskgit_plus": "low_confidence", "topk_margin": "margin", "entropy": "neg_entropy"}
+# Dream's `diffusion_generate(alg=...)` -> the commit rule and remasking policy that decode as it does. `origin` is
+# the reverse process (`ancestral`: each mask revealed at random with the step's probability, its token drawn after);
+# the others commit the masks their confidence ranks first, on Dream's time grid.
+ALGORITHMS: dict[str, dict[str, str]] = {
+    "origin": {"parallel": "ancestral"},
+    "maskgit_plus": {"parallel": "timesteps", "remasking": "low_confidence"},
+    "topk_margin": {"parallel": "timesteps", "remasking": "margin"},
+    "entropy": {"parallel": "timesteps", "remasking": "neg_entropy"},
+}
+# Those whose draws at temperature > 0 the sampler makes as Dream makes them. The others, sampling, score each drawn
+# token on the tempered distribution after a categorical draw over every mask, which the sampler does not reproduce.
+SAMPLED = ("origin",)
 
 
-def dream_settings(alg: str, gen_length: int, steps: int, top_k: int | None = None) -> dict[str, Any]:
-    """The SamplerConfig settings that decode as Dream's `diffusion_generate(alg=alg, temperature=0,
-    max_new_tokens=gen_length, steps=steps, top_k=top_k)`: one block, Dream's timestep schedule."""
+def dream_settings(
+    alg: str, gen_length: int, steps: int, top_k: int | None = None, temperature: float = 0.0
+) -> dict[str, Any]:
+    """The SamplerConfig settings that decode as Dream's `diffusion_generate(alg=alg, temperature=temperature,
+    max_new_tokens=gen_length, steps=steps, top_k=top_k)`: one block, Dream's time grid. Where the decode draws
+    (`origin`), SamplerConfig.seed = s draws what Dream draws after `torch.manual_seed(s)` (on the CPU)."""
     if alg not in ALGORITHMS:
-        raise ValueError(f"Dream algorithm {alg!r}; unmask decodes {', '.join(ALGORITHMS)} (origin draws at random)")
+        raise ValueError(f"Dream algorithm {alg!r}; unmask decodes {', '.join(ALGORITHMS)}")
+    if temperature and alg not in SAMPLED:
+        raise ValueError(
+            f"Dream algorithm {alg!r} at temperature {temperature!r}: unmask decodes it as Dream does at temperature 0 "
+            f"only; sampled, only {', '.join(SAMPLED)}"
+        )
     return {
         "gen_length": gen_length,
         "block_length": gen_length,
         "steps": steps,
-        "parallel": "timesteps",
-        "remasking": ALGORITHMS[alg],
-        "temperature": 0.0,
+        **ALGORITHMS[alg],
+        "temperature": temperature,
         "top_k": top_k or 0,
     }
 

@@ -30,6 +30,8 @@ def model():
         {},
         {"remasking": "random"},
         {"remasking": "random", "temperature": 0.0},
+        {"parallel": "ancestral"},
+        {"parallel": "ancestral", "temperature": 0.0},
         {"cfg_scale": 1.0},
         {"cache": "prefix"},
         {"parallel": "threshold", "parallel_threshold": 0.5},
