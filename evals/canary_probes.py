@@ -11,12 +11,15 @@ request log's folder (`<state>/serving/requests`, or the folder every replica mo
 `{"time", "route", "arm", "key", "correct", "agrees", "latency_s", "status"}`. The rollout's analysis and the
 analysis endpoint read them (`read_probe_results`) beside the request rows, from the same folder, so every replica
 judges the same probes; a read for a window opens only the hours it covers (its cost follows the window, not the
-log's history), and the writer removes the hours older than `RETENTION_H`.
+log's history), and the writer removes the hours older than `RETENTION_H`. `ProbeFolder` is that log behind the
+`ProbeLog` protocol of evals/evidence_store.py, whose `PostgresEvidence` keeps the same lines in the team PostgreSQL
+for replicas on several machines (`UNMASK_EVIDENCE_URL`); `ProbeSender` writes to either.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +30,10 @@ from typing import Any
 
 import httpx
 
+from evals.evidence_store import RETENTION_H, EvidenceError, ProbeLog
 from evals.tasks import TaskItem, get_task, make_split, score
+
+log = logging.getLogger("unmask.probes")
 
 PROBE_SPLIT = "validation"  # held out: the sweep measures `test`, training never sees either
 
@@ -63,7 +69,6 @@ def grade(task: str, text: str | None, item: TaskItem) -> bool | None:
 
 PROBES = "probes"  # the probe log's folder, inside the request log's (whose reader skips it)
 HOUR = "%Y%m%dT%H"  # one file per route and hour
-RETENTION_H = 24 * 7  # as the request log's: a week, then the writer removes the hours
 
 
 def probe_folder(requests: Path) -> Path:
@@ -123,6 +128,22 @@ def read_probe_results(
     return rows
 
 
+class ProbeFolder:
+    """The probe log of a folder (`probe_folder` of a request log): hour files per route, the hours past the
+    retention removed by each append."""
+
+    def __init__(self, folder: Path, retention_h: float = RETENTION_H):
+        self.folder, self.retention_h = Path(folder), retention_h
+
+    def append_probes(self, route: str, rows: list[dict[str, Any]]) -> None:
+        append_probe_results(self.folder, route, [ProbeResult(**r) for r in rows], self.retention_h)
+
+    def read_probes(
+        self, route: str, since: datetime | None = None, until: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        return read_probe_results(self.folder, route, since, until)
+
+
 def ask(
     client: httpx.Client,
     base_url: str,
@@ -163,13 +184,14 @@ class ProbeSender:
         arms: tuple[str, str],
         per_s: float,
         key_for: Callable[[str, int], str | None],
-        folder: Path,
+        probe_log: ProbeLog | Path,
         max_tokens: int | None = None,
         seed: int = 0,
         timeout_s: float = 60.0,
     ):
         self.base_url, self.route, self.task, self.arms, self.per_s = base_url, route, task, arms, per_s
-        self.folder = folder  # the probe log's (`probe_folder` of the server's request log)
+        # where the graded answers go: the evidence store the analyses read (a folder: `probe_folder` of the log's)
+        self.probe_log = ProbeFolder(probe_log) if isinstance(probe_log, Path) else probe_log
         self.key_for, self.seed, self.timeout_s = key_for, seed, timeout_s
         self.max_tokens = max_tokens or get_task(task).gen_length
         self.stop = threading.Event()
@@ -199,7 +221,11 @@ class ProbeSender:
             while not self.stop.is_set():
                 started = time.monotonic()
                 item = items[self.sent % len(items)]
-                append_probe_results(self.folder, self.route, self.probe(client, item, self.sent))
+                results = [r.to_dict() for r in self.probe(client, item, self.sent)]
+                try:
+                    self.probe_log.append_probes(self.route, results)
+                except EvidenceError as e:  # this item's answers are lost; the probes go on
+                    log.warning("probes of route %s: %d results not logged: %s", self.route, len(results), e)
                 self.sent += 1
                 self.stop.wait(max(0.0, 1.0 / self.per_s - (time.monotonic() - started)))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,16 +31,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evals.canary_probes import probe_folder, read_probe_results
+from evals.evidence_store import EvidenceError
 from flows.evaluate import slug
 from flows.rollout_preflight import preflight_problems
 from flows.rollout_probes import probes_for
 from flows.rollout_state import (
     RolloutState,
     all_states,
+    evidence,
     load_state,
-    request_rows,
-    requests_dir,
     rollouts_dir,
     set_route_weights,
 )
@@ -58,6 +58,7 @@ from registry.promotion import PromotionRefused
 from registry.rollouts import log_analysis, set_rollout_status, set_rollout_weight, start_rollout_run
 from registry.serving import holder as alias_holder
 from registry.store import FALLBACK_ALIAS, model_tag
+from serving.evidence import checked_evidence_url
 
 ROLLOUT_FLOW = "rollout"
 FLUSH_GRACE_S = 2.5  # the request log flushes every 2 s: rows of an interval's last moments land this late
@@ -101,6 +102,10 @@ def plan_rollout(
     rollout_policy = load_rollout_policy(routes_path)
     if serving.named(route) is None:
         raise RolloutRefused(action, [f"{routes_path}: no route {route!r}; routes: {', '.join(serving.names())}"])
+    try:
+        checked_evidence_url()  # UNMASK_EVIDENCE_URL, when set, reached now rather than at the first analysis
+    except EvidenceError as e:
+        raise RolloutRefused(action, [str(e)]) from None
     candidate = previous_stage(stage)
     if candidate is None:
         raise RolloutRefused(action, [f"stage {stage!r} has no stage before it whose version could be the candidate"])
@@ -221,15 +226,10 @@ def analyse_step(rollout_id: str, since: str, until: str, tracking_uri: str) -> 
     """The canary analysis of the route's requests in [since, until), logged to MLflow and the state."""
     state = load_state(rollout_id)
     policy = RolloutPolicy.from_dict(state.policy)
-    end = datetime.fromisoformat(until)
-    rows = [
-        r
-        for r in request_rows(since=since)
-        if r.get("route") == state.route and datetime.fromisoformat(r["time"]) < end
-    ]
-    probed = read_probe_results(
-        probe_folder(requests_dir()), state.route, datetime.fromisoformat(since), end + timedelta(seconds=FLUSH_GRACE_S)
-    )
+    start, end = datetime.fromisoformat(since), datetime.fromisoformat(until)
+    with closing(evidence()) as store:  # the servers' request rows and probe results (serving/evidence.py)
+        rows = [r for r in store.read_requests(start, end) if r.get("route") == state.route]
+        probed = store.read_probes(state.route, start, end + timedelta(seconds=FLUSH_GRACE_S))
     observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
     analysis = analyse(
         observations, state.candidate, state.baseline, policy, look=len(state.analyses) + 1

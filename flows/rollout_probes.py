@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from evals.canary_probes import ProbeSender, probe_folder
-from flows.rollout_state import RolloutState, requests_dir
+from evals.canary_probes import ProbeSender
+from flows.rollout_state import RolloutState, evidence
 from gates.serving_policy import bucket, pick_arm
 
 MAX_KEY_TRIES = 10_000
@@ -33,16 +33,17 @@ def probes_for(state: RolloutState) -> Iterator[ProbeSender | None]:
         yield None
         return
     split = ((state.candidate, state.weight), (state.baseline, 100 - state.weight))  # the overlay's order
-    sender = ProbeSender(
-        state.server_url,
-        state.route,
-        probes["task"],
-        (state.candidate, state.baseline),
-        probes["per_s"],
-        lambda arm, i: key_on(state.route, split, arm, i),
-        probe_folder(requests_dir()),  # beside the server's request log, where the analyses read both
-        probes.get("max_tokens"),
-        seed=len(state.analyses),
-    )
-    with sender:
-        yield sender
+    with contextlib.closing(evidence()) as store:  # the servers' evidence store, where the analyses read both
+        sender = ProbeSender(
+            state.server_url,
+            state.route,
+            probes["task"],
+            (state.candidate, state.baseline),
+            probes["per_s"],
+            lambda arm, i: key_on(state.route, split, arm, i),
+            store,
+            probes.get("max_tokens"),
+            seed=len(state.analyses),
+        )
+        with sender:
+            yield sender

@@ -6,12 +6,14 @@ log it reads. All under <state folder>/ (models.state.state_dir).
 - `<state>/rollouts/weights.json`: `{"routes": {"<route>": {"<arm>": <weight>, ...}}}` (weights sum to 100);
   `unmask serve` uses a route's entry instead of the route's split while it is there (gates/weights.py writes it,
   atomically, with its sha256).
-- `<state>/serving/requests/*.parquet`: the request log (serving/request_log.py), read by `request_rows`.
+- `<state>/serving/requests/`: the request log (serving/request_log.py) and the probe log, read through `evidence()`
+  (serving/evidence.py), which is the team PostgreSQL instead when `UNMASK_EVIDENCE_URL` names one.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -19,11 +21,12 @@ from typing import Any
 
 from filelock import FileLock
 
+from evals.evidence_store import EvidenceStore
 from evals.store import write_json_atomic
 from gates.weights import WEIGHTS_FILE
 from models.state import check_token, state_dir
 from registry.store import now_iso
-from serving.request_log import read_rows
+from serving.evidence import evidence_location, open_evidence
 from serving.weights_file import read_weights as read_overlay
 from serving.weights_file import write_weights
 
@@ -62,10 +65,18 @@ def set_route_weights(route: str, weights: dict[str, int] | None) -> None:
         write_weights(weights_path(), routes)
 
 
-# the request log ----------------------------------------------------------------------------------------
+# the request log and the probes ------------------------------------------------------------------------
+def evidence() -> EvidenceStore:
+    """The canary evidence the servers write: `UNMASK_EVIDENCE_URL`'s PostgreSQL when set, else their state folder's
+    request log (EvidenceError naming the variable when it is malformed)."""
+    return open_evidence(evidence_location(requests_dir()))
+
+
 def request_rows(folder: Path | None = None, since: str | None = None) -> list[dict[str, Any]]:
-    """Request-log rows (dicts) of the server's log, those logged at or after `since` (ISO time) when given."""
-    return read_rows(folder or requests_dir(), datetime.fromisoformat(since) if since else None)
+    """Request-log rows (dicts) of the server's log (`folder`, else `evidence()`), those logged at or after `since`
+    (ISO time) when given."""
+    with closing(open_evidence(folder) if folder else evidence()) as store:
+        return store.read_requests(datetime.fromisoformat(since) if since else None)
 
 
 # the state file -----------------------------------------------------------------------------------------

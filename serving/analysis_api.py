@@ -19,7 +19,9 @@ judges a route's recent requests (the request log, `<state>/serving/requests/`, 
 
 A call judges the route's last completed window of `window_s` (an epoch-aligned grid), at the look that window is
 of its rollout (serving/looks.py: the rollout is the route, the arms and the revision the controller names, Argo's
-pod-template hash or Flagger's checksum; looks are numbered in the request log's folder, shared by every replica).
+pod-template hash or Flagger's checksum; looks are numbered in the evidence store every replica shares: the request
+log's folder, or the team PostgreSQL named by `UNMASK_EVIDENCE_URL`, serving/evidence.py; one it cannot reach is a
+503 naming its host, port and database).
 Look k spends `look_alpha(1 - confidence, k)` (gates/sequential.py). So the verdict depends on the evidence and the
 rollout's identity only: two replicas, a restart or repeated calls in one window give the same answer, and calls
 spend the error budget by the windows judged, never by their number. Without `candidate`/`baseline` the route's
@@ -29,6 +31,7 @@ split in force names them (the smaller live weight is the candidate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from evals.canary_probes import probe_folder, read_probe_results
+from evals.evidence_store import EvidenceError, EvidenceStore
 from gates.canary import Observation, analyse
 from gates.rollout_policy import RolloutPolicy, RolloutPolicyError, load_rollout_policy
 from gates.serving_policy import load_serving_policy
@@ -45,8 +48,8 @@ from models.state import state_dir
 from registry.clock import SYSTEM_CLOCK, Clock
 from registry.store import ALIASES
 from serving.access import Access
-from serving.looks import LookBook, LooksError
-from serving.request_log import read_rows
+from serving.evidence import open_evidence
+from serving.looks import LooksError, look_of
 
 router = APIRouter(tags=["analysis"])
 DEFAULT_WINDOW_S = 60.0
@@ -54,16 +57,22 @@ DEFAULT_WINDOW_S = 60.0
 
 @dataclass
 class AnalysisSource:
-    """Where the analysis reads: the routes file (its `rollout:` policy and splits) and the request log, whose
-    `looks/` folder numbers each rollout's looks for every replica (serving/looks.py); `clock` says when it is."""
+    """Where the analysis reads: the routes file (its `rollout:` policy and splits) and the evidence (request rows,
+    probe results, and each rollout's look numbers for every replica): the team PostgreSQL at `evidence_url`, else
+    the request log's folder; `clock` says when it is."""
 
     routes_path: Path | None = None
     log_dir: Path | None = None
     clock: Clock = SYSTEM_CLOCK
+    evidence_url: str | None = None
 
     @property
     def requests(self) -> Path:
         return self.log_dir or state_dir() / "serving" / "requests"
+
+    @cached_property
+    def evidence(self) -> EvidenceStore:
+        return open_evidence(self.evidence_url or self.requests)
 
 
 class AnalysisRefused(ValueError):
@@ -80,7 +89,9 @@ def _source(request: Request) -> AnalysisSource:
         routes = getattr(state, "routes", None)
         log = getattr(state, "request_log", None)
         source = AnalysisSource(
-            Path(routes.path) if routes is not None else None, Path(log.folder) if log is not None else None
+            Path(routes.path) if routes is not None else None,
+            Path(log.folder) if log is not None else None,
+            evidence_url=getattr(state, "evidence_url", None),
         )
         state.analysis_source = source
     return source
@@ -153,11 +164,13 @@ def judge_route(
         raise AnalysisRefused(422, f"candidate and baseline are both {candidate!r}")
     identity = (route, candidate, baseline, revision or "", float(window_s))
     try:
-        look = LookBook(source.requests / "looks").look(identity, source.clock.now())
+        look = look_of(source.evidence, identity, source.clock.now())
+        rows = [r for r in source.evidence.read_requests(look.start, look.end) if r.get("route") == route]
+        probed = source.evidence.read_probes(route, look.start, look.end)
     except LooksError as e:
         raise AnalysisRefused(409, str(e)) from None
-    rows = [r for r in read_rows(source.requests, look.start, look.end) if r.get("route") == route]
-    probed = read_probe_results(probe_folder(source.requests), route, look.start, look.end)
+    except EvidenceError as e:  # the store is down or refuses: an Error the controller shows, named
+        raise AnalysisRefused(503, str(e)) from None
     observations = [Observation.from_row(r) for r in rows] + [Observation.from_probe(p) for p in probed]
     result = analyse(observations, candidate, baseline, policy, look=look.number)
     return {
@@ -265,11 +278,15 @@ def standalone_app(
     keys: frozenset[str] = frozenset(),
     analysis_keys: frozenset[str] = frozenset(),
     clock: Clock = SYSTEM_CLOCK,
+    evidence_url: str | None = None,
 ) -> FastAPI:
-    """`unmask analysis serve`: the router alone, reading a server's routes file and request log; behind the same
-    keys as `unmask serve` (an API key, or a controller's analysis key) when any is set."""
+    """`unmask analysis serve`: the router alone, reading a server's routes file and its evidence (the request log's
+    folder, or the team PostgreSQL at `evidence_url`); behind the same keys as `unmask serve` (an API key, or a
+    controller's analysis key) when any is set."""
     app = FastAPI(title="unmask analysis", version="1")
-    app.state.analysis_source = AnalysisSource(Path(routes_path), Path(log_dir) if log_dir else None, clock)
+    app.state.analysis_source = AnalysisSource(
+        Path(routes_path), Path(log_dir) if log_dir else None, clock, evidence_url
+    )
     app.include_router(router)
     app.add_middleware(Access, keys=keys, count=lambda *_: None, analysis_keys=analysis_keys)
 

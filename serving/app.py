@@ -34,6 +34,7 @@ from serving.analysis_api import router as analysis_router
 from serving.attempt import Attempt, Prompt
 from serving.decoding import Limits, RequestError
 from serving.dispatch import Dispatch
+from serving.evidence import open_evidence
 from serving.local import LocalServing
 from serving.metrics import ServingMetrics
 from serving.pool import ModelPool, PoolSettings, Route
@@ -69,6 +70,9 @@ class ServeSettings:
     request_timeout_s: float = 120.0
     max_body_bytes: int = 1_000_000
     request_log_dir: Path | None = None  # None: no request log
+    # the team PostgreSQL the request log's journals go to and the analysis reads (UNMASK_EVIDENCE_URL); None: the
+    # request log's folder (serving/evidence.py)
+    evidence_url: str | None = None
     follow_aliases: bool = True
     routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
     weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
@@ -89,7 +93,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
         else None
     )
     requests_log = (
-        RequestLog(settings.request_log_dir, on_drop=metrics.log_dropped.inc) if settings.request_log_dir else None
+        RequestLog(
+            settings.request_log_dir,
+            on_drop=metrics.log_dropped.inc,
+            store=open_evidence(settings.evidence_url or settings.request_log_dir),
+        )
+        if settings.request_log_dir
+        else None
     )
     local = LocalServing(pool, settings)
     dispatch = Dispatch(lambda: settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes, local)
@@ -100,7 +110,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         redoc_url=None,
     )
     app.state.pool, app.state.metrics, app.state.request_log = pool, metrics, requests_log
-    app.state.routes, app.state.dispatch = routes, dispatch
+    app.state.routes, app.state.dispatch, app.state.evidence_url = routes, dispatch, settings.evidence_url
 
     def count_refusal(path: str, status: int, code: str, message: str) -> None:
         endpoint = ENDPOINTS.get(path, "other")

@@ -9,7 +9,9 @@ the error budget a rollout spends grows with the windows it was judged in, never
 
 The identity is what the controller names: (route, candidate, baseline, revision, window_s), the revision being
 Argo's pod-template hash or Flagger's canary checksum; a new revision starts again at look 1. Numbers are kept as
-one small JSON file per identity under `<request log>/looks/`, replaced whole under an exclusive file lock.
+one small JSON file per identity under `<request log>/looks/`, replaced whole under an exclusive file lock
+(`LookBook`), or, for replicas on several machines, in the team PostgreSQL (evals/evidence_store.py, the same rules
+under an advisory lock); `look_of` asks either.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
+
+from evals.evidence_store import Identity
 
 
 class LooksError(RuntimeError):
@@ -42,20 +47,31 @@ def window_at(now: datetime, window_s: float) -> tuple[datetime, datetime]:
     return datetime.fromtimestamp(end - window_s, UTC), datetime.fromtimestamp(end, UTC)
 
 
+class Numbering(Protocol):
+    def look_number(self, identity: Identity, window_end: datetime) -> int: ...
+
+
+def look_of(looks: Numbering, identity: Identity, now: datetime) -> Look:
+    """The look that judges the last completed window at `now` for `identity`; numbered on first sight."""
+    start, end = window_at(now, identity[-1])
+    return Look(looks.look_number(identity, end), start, end)
+
+
 class LookBook:
     """The looks of every rollout identity judged against one request log (shared by the replicas reading it)."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
 
-    def look(self, identity: tuple[str, str, str, str, float], now: datetime) -> Look:
-        """The look that judges the last completed window at `now` for `identity`; numbered on first sight.
-        LooksError when the identity's record cannot be read (edited by hand): a look is never guessed."""
-        *_, window_s = identity
-        start, end = window_at(now, window_s)
+    def look(self, identity: Identity, now: datetime) -> Look:
+        return look_of(self, identity, now)
+
+    def look_number(self, identity: Identity, window_end: datetime) -> int:
+        """The number of the window ending at `window_end` for `identity`. LooksError when the identity's record
+        cannot be read (edited by hand): a look is never guessed."""
         self.folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(json.dumps(list(identity)).encode()).hexdigest()[:32]
-        record, key = self.folder / f"{name}.json", end.isoformat()
+        record, key = self.folder / f"{name}.json", window_end.astimezone(UTC).isoformat()
         with open(self.folder / f"{name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file closes
             try:
@@ -67,4 +83,4 @@ class LookBook:
                 partial = record.with_suffix(".partial")
                 partial.write_text(json.dumps({"identity": list(identity), "windows": known}))
                 partial.replace(record)  # whole or not at all
-        return Look(int(known[key]), start, end)
+        return int(known[key])

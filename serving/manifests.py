@@ -4,7 +4,8 @@ Pure: `render(target, spec)` takes a plain `spec` dict and returns a list of man
 route, image, resources ({requests, limits}), weight (the candidate's % at the current rollout step),
 steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_text (the
 routes file, mounted from a ConfigMap), tracking_uri (the team's mlflow server, as the pods reach it),
-request_log_claim (optional: a PersistentVolumeClaim every router replica logs to), and
+request_log_claim (optional: a PersistentVolumeClaim every router replica logs to), evidence_secret (optional: a
+Secret whose key `url` is the team PostgreSQL's URL, given to every unmask container as UNMASK_EVIDENCE_URL), and
 arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the baseline second
 when a rollout is in flight (else the route's one serving arm).
 """
@@ -23,6 +24,9 @@ REQUESTS_MOUNT = "/var/lib/unmask/shared/requests"  # the request log on a volum
 # holds no secret: kubectl create configmap unmask-signing-public --from-file=signing.keys.pub=<the ring's .pub>
 KEYS_MOUNT, KEYS_FILE, KEYS_CONFIGMAP = "/etc/unmask/keys", "signing.keys.pub", "unmask-signing-public"
 ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-analysis --from-literal=token=<key>
+# canary evidence shared by replicas on several machines: kubectl create secret generic unmask-evidence
+# --from-literal=url=postgresql://USER:PASSWORD@HOST:5432/DATABASE (the password stays in the Secret, never in args)
+EVIDENCE_ENV, EVIDENCE_KEY = "UNMASK_EVIDENCE_URL", "url"
 
 
 def _name(route: str) -> str:
@@ -43,16 +47,20 @@ def _annotations(arm: dict[str, Any]) -> dict[str, str]:
 def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> dict[str, Any]:
     """One unmask container: the team's tracking server, and the public half of the store's signing key ring from a
     ConfigMap (a server verifies the audit chain before it follows a stage alias, and signs nothing: a pod holds no
-    key that could forge an entry; docs/integrity.md)."""
+    key that could forge an entry; docs/integrity.md); with `evidence_secret`, the evidence store's URL from it."""
+    env: list[dict[str, Any]] = [
+        {"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]},
+        {"name": "UNMASK_SIGNING_PUBLIC_KEYS", "value": f"{KEYS_MOUNT}/{KEYS_FILE}"},
+    ]
+    if spec.get("evidence_secret"):
+        secret = {"name": spec["evidence_secret"], "key": EVIDENCE_KEY}
+        env.append({"name": EVIDENCE_ENV, "valueFrom": {"secretKeyRef": secret}})
     return {
         "name": name,
         "image": spec["image"],
         "args": args,
         "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-        "env": [
-            {"name": "MLFLOW_TRACKING_URI", "value": spec["tracking_uri"]},
-            {"name": "UNMASK_SIGNING_PUBLIC_KEYS", "value": f"{KEYS_MOUNT}/{KEYS_FILE}"},
-        ],
+        "env": env,
         "volumeMounts": [{"name": "signing-keys", "mountPath": KEYS_MOUNT, "readOnly": True}],
         "resources": spec["resources"],
     }

@@ -19,6 +19,14 @@ compacted under an exclusive lock on it, so two replicas adopting the same one w
 A read for a window (`since`) opens only the files whose name says they hold rows in it: its cost follows the
 window, not the log's history. Partitions older than `retention_h` hours are removed by the writer.
 A write the disk refuses drops the row and counts it (`unmask_request_log_dropped`) rather than failing the answer.
+
+A rotated journal goes to the log's `store` (evals/evidence_store.py): `ParquetRows` (the files above) by default,
+`PostgresEvidence` for replicas on several machines (`UNMASK_EVIDENCE_URL`: one transaction per journal, with its
+name, so retried or adopted it is written once); the journal itself stays in the local folder, written before the
+answer. A store that refuses keeps the journal: warned once per outage, retried every cycle, answers go on. Loss
+bound on PostgreSQL: a kill -9 loses nothing (the next log on the folder writes the journals); a pod whose disk goes
+with it (an emptyDir) loses its unflushed journals: the last `flush_s` seconds of rows, or every row since an outage
+of the store began.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from evals.evidence_store import RETENTION_H, EvidenceError, RequestStore, time_of
 
 log = logging.getLogger("unmask.serve")
 
@@ -90,17 +100,11 @@ STAMP = "%Y%m%dT%H%M%S%f"  # a row time in a file name, to the microsecond
 HOUR = "%Y%m%dT%H"  # a partition's name
 PARQUET = re.compile(r"^requests-(\d{8}T\d{12})-(\d{8}T\d{12})-(.+)\.parquet$")
 JOURNAL = re.compile(r"^journal-(.+)\.jsonl$")
-RETENTION_H = 24 * 7  # a week of requests, then the writer removes their partitions
 _OPENED = itertools.count(1)  # the logs this process opened
 
 
 def _stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime(STAMP)
-
-
-def _time_of(text: str | None) -> datetime:
-    when = datetime.fromisoformat(text) if text else datetime.min.replace(tzinfo=UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _partitions(folder: Path) -> Iterator[tuple[Path, datetime]]:
@@ -177,14 +181,15 @@ def read_rows(folder: str | Path, since: datetime | None = None, until: datetime
     out = []
     for entry in rows:
         entry = {name: None for name in SCHEMA.names} | entry
-        when = _time_of(entry["time"])
+        when = time_of(entry["time"])
         if (since is None or when >= since) and (until is None or when < until):
             out.append(entry)
     return out
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "_", socket.gethostname())[:63] or "host"
+def _host(name: str | None = None) -> str:
+    """This machine's name (or `name`) as a journal name holds it: no `-`, which separates the name's fields."""
+    return re.sub(r"[^A-Za-z0-9.]+", "_", name or socket.gethostname())[:63] or "host"
 
 
 ORPHAN_AFTER_S = 600.0  # a journal untouched this long has no writer (each touches its own every flush_s)
@@ -200,8 +205,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class ParquetRows:
+    """The request rows of a folder: the hour partitions of Parquet files above, read with the journals not yet
+    compacted (`read_rows`); the folder's `RequestStore` (the default of a `RequestLog`)."""
+
+    def __init__(self, folder: Path, retention_h: float = RETENTION_H):
+        self.folder, self.retention = Path(folder), timedelta(hours=retention_h)
+        self.where = str(self.folder)
+
+    def append_requests(self, rows: list[dict[str, Any]], segment: str, host: str) -> None:
+        """The rows as one Parquet file in their last row's hour, renamed into place whole."""
+        times = [time_of(r.get("time")) for r in rows]
+        part = self.folder / max(times).strftime(HOUR)
+        path = part / f"requests-{_stamp(min(times))}-{_stamp(max(times))}-{segment}.parquet"
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two adopters never share one
+        try:
+            part.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), partial)
+            partial.rename(path)
+        except (OSError, pa.ArrowException) as e:
+            partial.unlink(missing_ok=True)
+            raise EvidenceError(f"{path}: {e}") from None
+
+    def read_requests(self, since: datetime | None = None, until: datetime | None = None) -> list[dict[str, Any]]:
+        return read_rows(self.folder, since, until)
+
+    def prune(self, now: datetime) -> None:
+        """Remove the partitions whose hour is past the retention."""
+        for part, hour in _partitions(self.folder):
+            if hour + timedelta(hours=1) < now - self.retention:
+                shutil.rmtree(part, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+
 class RequestLog:
-    """Append rows from any thread or task (each is journaled before `append` returns); `close()` compacts the rest."""
+    """Append rows from any thread or task (each is journaled before `append` returns); a writer thread moves each
+    rotated journal into `store` (default: Parquet files in `folder`); `close()` writes the rest."""
 
     def __init__(
         self,
@@ -211,15 +252,21 @@ class RequestLog:
         retention_h: float = RETENTION_H,
         on_drop: Callable[[], None] | None = None,
         orphan_after_s: float = ORPHAN_AFTER_S,
+        store: RequestStore | None = None,
+        host: str | None = None,
     ):
-        self.folder = Path(folder)
+        self.folder = Path(folder)  # the journals' (and, without a store, the Parquet files')
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.flush_rows, self.flush_s, self.retention = flush_rows, flush_s, timedelta(hours=retention_h)
+        self.store: RequestStore = store or ParquetRows(self.folder, retention_h)
+        self.flush_rows, self.flush_s = flush_rows, flush_s
         self.orphan_after_s = max(orphan_after_s, 10 * flush_s)  # never shorter than a live writer's touches
         self._on_drop = on_drop or (lambda: None)
         # host, process, and which of the process's logs: two logs on one folder never share a journal name
-        self._prefix = f"{_host()}-{os.getpid()}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.{next(_OPENED)}"
+        self.host = _host(host)
+        self._prefix = f"{self.host}-{os.getpid()}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.{next(_OPENED)}"
         self._segments, self._pending, self._fd, self._journal = 0, 0, -1, self.folder
+        self._kept: list[Path] = []  # this log's rotated journals the store refused: retried every cycle
+        self._refusing = False  # the store refused the last write (warned once until it takes one again)
         self._lock = threading.Lock()
         self._due = threading.Event()
         self._stop = threading.Event()
@@ -246,6 +293,7 @@ class RequestLog:
         self._stop.set()
         self._due.set()
         self._thread.join(timeout_s)
+        self.store.close()
 
     def files(self) -> list[Path]:
         return log_files(self.folder)
@@ -273,7 +321,9 @@ class RequestLog:
             stopping = self._stop.is_set()
             closed = self._rotate()
             if closed is not None:
-                self._compact(closed)
+                self._kept.append(closed)
+            while self._kept and self._compact(self._kept[0]):  # oldest first; a refusal waits for the next cycle
+                self._kept.pop(0)
             self._touch()
             self._prune()
             if stopping:
@@ -281,7 +331,7 @@ class RequestLog:
                     os.close(self._fd)
                     self._fd, last, pending = -1, self._journal, self._pending
                 if pending:
-                    self._compact(last)
+                    self._compact(last)  # refused: the journal stays, for the next log on this folder
                 else:
                     last.unlink(missing_ok=True)
                 return
@@ -304,60 +354,67 @@ class RequestLog:
             except FileNotFoundError:  # compacted meanwhile
                 continue
             if untouched and not journal.name.startswith(f"journal-{self._prefix}-"):
-                self._compact(journal, claimed=False)
+                if not self._compact(journal, claimed=False):
+                    return  # the store refuses: the next minute tries again
 
-    def _compact(self, journal: Path, claimed: bool = True) -> None:
-        """The journal's rows as one Parquet file in its last row's hour, then the journal removed. Not `claimed`
-        (another writer's, adopted): only under an exclusive lock on it, which no other adopter then gets."""
+    def _compact(self, journal: Path, claimed: bool = True) -> bool:
+        """The journal's rows written to the store, then the journal removed; False when the store refused (the
+        journal stays). Not `claimed` (another writer's, adopted): only under an exclusive lock on it, which no other
+        adopter then gets."""
         if claimed:
-            self._write_parquet(journal)
-            return
+            return self._write(journal)
         try:
             fd = os.open(journal, os.O_RDONLY)
         except FileNotFoundError:
-            return
+            return True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if journal.exists():  # not compacted by the adopter that held the lock before
-                self._write_parquet(journal)
+                return self._write(journal)
         except BlockingIOError:  # another log adopts it now
             pass
         finally:
             os.close(fd)
+        return True
 
-    def _write_parquet(self, journal: Path) -> None:
+    def _write(self, journal: Path) -> bool:
         rows = _journal_rows(journal)
-        if rows:
-            times = [_time_of(r.get("time")) for r in rows]
-            segment = journal.name.removeprefix("journal-").removesuffix(".jsonl")
-            part = self.folder / max(times).strftime(HOUR)
-            part.mkdir(exist_ok=True)
-            path = part / f"requests-{_stamp(min(times))}-{_stamp(max(times))}-{segment}.parquet"
-            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two adopters never share one
-            try:
-                pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), partial)
-                partial.rename(path)
-            except (OSError, pa.ArrowException) as e:  # kept as a journal: still read, compacted by a later log
-                log.warning("request log: %s not compacted to %s: %s", journal, path, e)
-                partial.unlink(missing_ok=True)
-                return
+        segment = journal.name.removeprefix("journal-").removesuffix(".jsonl")
+        try:
+            if rows:
+                self.store.append_requests(rows, segment, segment.split("-", 1)[0])
+        except EvidenceError as e:  # kept as a journal: still on disk, retried, read by a folder's readers
+            if not self._refusing:
+                log.warning(
+                    "request log: %s kept on this machine, not written to %s (%s); retried every %g s",
+                    journal,
+                    self.store.where,
+                    e,
+                    self.flush_s,
+                )
+            self._refusing = True
+            return False
+        if self._refusing:
+            log.warning("request log: %s takes rows again; kept journals follow", self.store.where)
+            self._refusing = False
         journal.unlink(missing_ok=True)
+        return True
 
     def _recover(self) -> None:
         """Compact the journals this host's dead processes left (a kill -9 of an earlier server)."""
-        host = _host()
-        for journal in self.folder.glob(f"journal-{host}-*.jsonl"):
-            pid = journal.name.removeprefix(f"journal-{host}-").split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                self._compact(journal)
+        for journal in self.folder.glob(f"journal-{self.host}-*.jsonl"):
+            pid = journal.name.removeprefix(f"journal-{self.host}-").split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and not self._compact(journal):
+                return  # the store refuses: adopted later, once untouched for `orphan_after_s`
 
     def _prune(self) -> None:
-        """Remove the partitions past the retention, and adopt orphaned journals (once a minute at most)."""
+        """Remove what is past the retention, and adopt orphaned journals (once a minute at most)."""
         now = datetime.now(UTC)
         if now - self._pruned < timedelta(minutes=1):
             return
         self._pruned = now
         self._adopt()
-        for part, hour in _partitions(self.folder):
-            if hour + timedelta(hours=1) < now - self.retention:
-                shutil.rmtree(part, ignore_errors=True)
+        try:
+            self.store.prune(now)
+        except EvidenceError as e:  # the next minute tries again
+            log.warning("request log: rows past the retention not removed from %s: %s", self.store.where, e)

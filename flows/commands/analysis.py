@@ -24,7 +24,8 @@ def serve_command(
     log_dir: Path = typer.Option(
         None,
         "--log-dir",
-        help="The server's request log (default: <state>/serving/requests, where `unmask serve` writes it).",
+        help="The server's request log (default: <state>/serving/requests, where `unmask serve` writes it); "
+        "with $UNMASK_EVIDENCE_URL set, the evidence is read from that PostgreSQL instead.",
     ),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8010, "--port", min=1, max=65535),
@@ -39,6 +40,7 @@ def serve_command(
     """Answer GET /v1/unmask/analysis, POST /v1/unmask/analysis/flagger and .../flagger/rollback (docs/rollout.md)."""
     import uvicorn
 
+    from flows.commands.serve import checked_evidence
     from gates.rollout_policy import RolloutPolicyError, load_rollout_policy
     from serving import ApiKeyError, load_analysis_keys, load_api_keys
     from serving.analysis_api import standalone_app
@@ -49,7 +51,8 @@ def serve_command(
     except (RolloutPolicyError, ApiKeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    app = standalone_app(routes, log_dir, keys, analysis_keys)
+    evidence_url = checked_evidence()  # unreachable or malformed: one line naming host, port, database
+    app = standalone_app(routes, log_dir, keys, analysis_keys, evidence_url=evidence_url)
     uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
 
 

@@ -48,6 +48,12 @@ def render_command(
         help="k8s: a PersistentVolumeClaim (ReadWriteMany) every router replica writes its request log to, so the "
         "canary analysis any replica answers judges them all.",
     ),
+    evidence_secret: str = typer.Option(
+        None,
+        "--evidence-secret",
+        help="A Secret whose key `url` holds the team PostgreSQL's URL: every unmask container gets it as "
+        "$UNMASK_EVIDENCE_URL, so replicas on several machines share their canary evidence (docs/rollout.md).",
+    ),
     tracking_uri: str = typer.Option(
         None,
         "--tracking-uri",
@@ -126,6 +132,7 @@ def render_command(
         "routes_text": Path(path).read_text(),
         "tracking_uri": pods_uri,
         "request_log_claim": request_log_claim,
+        "evidence_secret": evidence_secret,
     }
     manifests = render(target, spec)
     if out is None:

@@ -5,7 +5,9 @@ models (`--model`). Weights are loaded from each version's recorded model refere
 the registry where `unmask weights push` put them when that reference is not here (registry/weights.py),
 and refused unless they hash to the version's recorded sha256; `--weights NAME=FOLDER` points a
 registered model at another folder (still checked). The request log goes to
-<state folder>/serving/requests/ (--request-log-dir).
+<state folder>/serving/requests/ (--request-log-dir); with $UNMASK_EVIDENCE_URL (a postgresql:// URL) its rows,
+the probe results and the look numbers go to the team PostgreSQL instead, shared by replicas on several machines
+(the journals stay in the folder; docs/rollout.md, "Replicas on several machines").
 `--routes FILE` (a serving policy, e.g. gates/serving.yaml) routes requests whose `model` is `auto`
 (or a route's name) to the arm its routes pick; the aliases its arms need are served too, and the file
 is re-read when it changes, as is the live weights overlay a rollout writes (`--weights-file`, default
@@ -138,6 +140,7 @@ def serve_command(
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
     names, compute, api_keys, analysis_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
+    evidence_url = checked_evidence()  # the request log's and the analysis's store, when not the folder
     options.port_free(host, port)  # a busy port is one line before any model loads
     pool = PoolSettings(
         names=names,
@@ -157,6 +160,7 @@ def serve_command(
         request_timeout_s=min(timeout_s, compute.time_budget_s),
         compute=compute,
         request_log_dir=(request_log_dir or state / "serving" / "requests") if request_log else None,
+        evidence_url=evidence_url,
         routes_path=routes,
         weights_path=weights_file,
         max_shadows=max_shadows,
@@ -223,6 +227,19 @@ def checked_inputs(
         typer.echo(f"error: --memory-budget: {e}", err=True)
         raise typer.Exit(2) from None
     return names, compute, api_keys, analysis_keys, budget
+
+
+def checked_evidence() -> str | None:
+    """$UNMASK_EVIDENCE_URL reached and ready (None when unset), or one `error:` line naming its host, port and
+    database, never its password (exit 2)."""
+    from evals.evidence_store import EvidenceError
+    from serving.evidence import checked_evidence_url
+
+    try:
+        return checked_evidence_url()
+    except EvidenceError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -159,6 +159,28 @@ def test_router_replicas_can_share_one_request_log_volume():
     assert {"name": "requests", "persistentVolumeClaim": {"claimName": "unmask-requests"}} in pod["volumes"]
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_unmask_container_reads_the_evidence_url_from_a_secret(target):
+    """Replicas on several machines share their canary evidence through the team PostgreSQL: its URL (password
+    included) comes from a Secret as UNMASK_EVIDENCE_URL, never a literal in the manifest or the args."""
+    plain = [c for m in render(target, SPEC) for c in containers(m)]
+    assert plain and all("UNMASK_EVIDENCE_URL" not in {e["name"] for e in c["env"]} for c in plain)
+    for manifest in render(target, SPEC | {"evidence_secret": "unmask-evidence"}):
+        assert check_manifest(manifest) == [], manifest
+        for c in containers(manifest):
+            [env] = [e for e in c["env"] if e["name"] == "UNMASK_EVIDENCE_URL"]
+            assert env == {
+                "name": "UNMASK_EVIDENCE_URL",
+                "valueFrom": {"secretKeyRef": {"name": "unmask-evidence", "key": "url"}},
+            }
+
+
+def containers(manifest: dict) -> list[dict]:
+    spec = manifest.get("spec", {})
+    pod = spec.get("predictor") or spec.get("template", {}).get("spec", {})
+    return pod.get("containers", [])
+
+
 def test_kserve_canary_percent_from_the_rollout_step():
     (isvc,) = render("kserve", SPEC)
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"

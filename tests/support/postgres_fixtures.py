@@ -58,29 +58,27 @@ def start_postgres() -> Postgres:
     folder = Path(tempfile.mkdtemp(prefix="unmask-postgres-"))
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
-    port = free_port()
     _as_owner([pg_tool("initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "unmask", "-E", "UTF8", "--no-sync"])
-    _as_owner(
-        [
-            pg_tool("pg_ctl"),
-            "-D",
-            str(folder / "data"),
-            "-l",
-            str(folder / "server.log"),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            f"-h 127.0.0.1 -p {port} -k {folder} -c fsync=off -c max_connections=200",
-            "start",
-        ]
-    )
-    return Postgres(folder, port)
+    pg = Postgres(folder, free_port())
+    resume_postgres(pg)
+    return pg
+
+
+def pause_postgres(pg: Postgres) -> None:
+    """Stop the server (its data kept): clients see an outage until `resume_postgres`."""
+    _as_owner([pg_tool("pg_ctl"), "-D", str(pg.folder / "data"), "-m", "fast", "-w", "stop"])
+
+
+def resume_postgres(pg: Postgres) -> None:
+    """Start the server on its data and port."""
+    options = f"-h 127.0.0.1 -p {pg.port} -k {pg.folder} -c fsync=off -c max_connections=200"
+    data, server_log = str(pg.folder / "data"), str(pg.folder / "server.log")
+    _as_owner([pg_tool("pg_ctl"), "-D", data, "-l", server_log, "-w", "-t", "60", "-o", options, "start"])
 
 
 def stop_postgres(pg: Postgres) -> None:
     try:
-        _as_owner([pg_tool("pg_ctl"), "-D", str(pg.folder / "data"), "-m", "fast", "-w", "stop"])
+        pause_postgres(pg)
     finally:
         shutil.rmtree(pg.folder, ignore_errors=True)
 
