@@ -7,7 +7,8 @@ tiny models, as much as a batched decode of one row), so the server is measured 
 `run_load_apart` runs `evals.loadtest.run_load` in a child Python (`python -m evals.load_process`): the
 spec and the prompts go in as one JSON document on stdin, each progress event comes back as one JSON line,
 and the result as the last (`LoadResult.to_dict`); no pickle crosses the boundary. A LoadTestError in the
-child is raised again here with its message; a child that dies says how, with the end of its stderr.
+child is raised again here with its message; a child that dies says how, with the end of its stderr. SIGINT or
+SIGTERM here is passed on to the child, which stops early and still sends what it measured (evals.loadtest).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from evals.loadtest import Answer, Event, LoadResult, LoadSpec, LoadTestError, run_load
+from evals.loadtest import STOP_SIGNALS, Answer, Event, LoadResult, LoadSpec, LoadTestError, run_load
 
 ROOT = Path(__file__).resolve().parents[1]  # the project, importable in the child however unmask was installed
 STDERR_TAIL = 2_000  # characters of a failed child's stderr kept in the error
@@ -42,6 +47,35 @@ def run_load_apart(spec: LoadSpec, prompts: list[str], on_event: Event | None = 
         env=env,
     )
     assert child.stdin is not None and child.stdout is not None  # both piped above
+    with _passed_on(child):
+        return _result_of(child, request, errors, on_event)
+
+
+@contextmanager
+def _passed_on(child: subprocess.Popen[str]) -> Iterator[None]:
+    """While it runs (from the main thread), SIGINT and SIGTERM here stop the child's load instead of this process:
+    the child answers them with the result so far."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {received: signal.getsignal(received) for received in STOP_SIGNALS}
+
+    def pass_on(received: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    for received in STOP_SIGNALS:
+        signal.signal(received, pass_on)
+    try:
+        yield
+    finally:
+        for received, handler in kept.items():
+            signal.signal(received, handler)
+
+
+def _result_of(child: subprocess.Popen[str], request: str, errors: Any, on_event: Event | None) -> LoadResult:
+    """Send the request, relay the events, and read the result (or the error) of a started child."""
+    assert child.stdin is not None and child.stdout is not None  # both piped by run_load_apart
     try:
         try:
             child.stdin.write(request)

@@ -11,6 +11,10 @@ concurrency) cell into a `ServingRecord`, the evidence the `serving` gate reads.
 Streaming is used where the server streams: one probe request per model asks for `stream=True`
 (with `stream_options.include_usage`, then without); a 400 means the server does not stream, and
 the cell is measured non-streamed with TTFB equal to latency (`streamed: false` says so).
+
+A load test stops early on SIGINT (Ctrl-C) or SIGTERM: no request is sent after it, the answers in flight are
+awaited, and the cells measured so far are the result (`LoadResult.stopped` names the signal, a note says so), so a
+long load cut short still reports, and logs, what it measured.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import asyncio
 import hashlib
 import math
 import platform
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -41,6 +47,7 @@ MODES = ("stream+usage", "stream", "plain")  # probed in this order, first accep
 MAX_ERROR_MESSAGES = 5
 MAX_REQUESTS = 10_000  # per model and level: a bounded load (100000000 once ran until killed)
 MAX_CONCURRENCY = 1_024  # requests in flight at once
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a load test stops sending on either and reports what it measured
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -224,6 +231,7 @@ class LoadResult:
     cells: list[Cell]
     notes: list[str] = field(default_factory=list)  # streaming refused, answers from several versions, ...
     metric: str = ""  # what the answers were scored by (`score_answers`); "" when they were not
+    stopped: str = ""  # the signal that stopped it early (SIGINT, SIGTERM); "" when it ran to its bounds
 
     def cell(self, model: str, concurrency: int) -> Cell | None:
         return next((c for c in self.cells if c.model == model and c.concurrency == concurrency), None)
@@ -235,7 +243,8 @@ class LoadResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadResult:
         cells = [Cell(**dict(c, answers=[Answer(**a) for a in c["answers"]])) for c in data["cells"]]
-        return cls(LoadSpec.from_dict(data["spec"]), cells, list(data.get("notes", [])), str(data.get("metric", "")))
+        notes, metric, stopped = list(data.get("notes", [])), str(data.get("metric", "")), str(data.get("stopped", ""))
+        return cls(LoadSpec.from_dict(data["spec"]), cells, notes, metric, stopped)
 
 
 def _identity(served: dict[str, Any]) -> dict[str, str]:
@@ -361,16 +370,29 @@ async def probe_mode(client: Any, spec: LoadSpec, model: str, prompt: str) -> tu
 
 
 async def run_cell(
-    client: Any, spec: LoadSpec, model: str, prompts: list[str], concurrency: int, mode: str, on_event: Event
+    client: Any,
+    spec: LoadSpec,
+    model: str,
+    prompts: list[str],
+    concurrency: int,
+    mode: str,
+    on_event: Event,
+    stop: asyncio.Event | None = None,
 ) -> Cell:
-    """`concurrency` workers, each sending the next prompt when its last one is answered, until the bounds."""
+    """`concurrency` workers, each sending the next prompt when its last one is answered, until the bounds (or
+    `stop`: the answers in flight are awaited)."""
     answers: list[Answer] = []
     sent = 0
     started = time.perf_counter()
+    stopping = stop or asyncio.Event()
 
     async def worker() -> None:
         nonlocal sent
-        while sent < spec.requests and (spec.duration_s is None or time.perf_counter() - started < spec.duration_s):
+        while (
+            sent < spec.requests
+            and (spec.duration_s is None or time.perf_counter() - started < spec.duration_s)
+            and not stopping.is_set()
+        ):
             index = sent
             sent += 1  # no await since the check: workers never send the same index
             answer = await one_request(client, spec, model, prompts[index % len(prompts)], index % len(prompts), mode)
@@ -397,9 +419,12 @@ async def run_paired_level(
     run_id: str,
     rng: Any,
     on_event: Event,
+    stop: asyncio.Event | None = None,
 ) -> dict[str, Cell]:
     """Every model at one level, in rounds: each round runs one block per model, in an order drawn per round; a
-    model's cell joins its blocks (its wall time is theirs summed, its answers theirs) and keeps each block."""
+    model's cell joins its blocks (its wall time is theirs summed, its answers theirs) and keeps each block. After
+    `stop`, no block starts."""
+    stopping = stop or asyncio.Event()
     blocks: dict[str, list[Cell]] = {m: [] for m in spec.models}
     first: dict[str, list[bool]] = {m: [] for m in spec.models}
     for model in spec.models:
@@ -407,8 +432,11 @@ async def run_paired_level(
     for size in round_sizes(spec.requests, concurrency, spec.rounds):
         order = [spec.models[i] for i in rng.permutation(len(spec.models))]
         for model in order:
+            if stopping.is_set():
+                break
             sized = replace(spec, requests=size)
-            blocks[model].append(await run_cell(client, sized, model, prompts, concurrency, modes[model], on_event))
+            cell = await run_cell(client, sized, model, prompts, concurrency, modes[model], on_event, stopping)
+            blocks[model].append(cell)
             first[model].append(model == order[0])
     cells = {}
     for model, parts in blocks.items():
@@ -450,36 +478,48 @@ def same_answer_share(cell: Cell, solo: Cell) -> float | None:
     return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
 
 
-async def run_load_async(spec: LoadSpec, prompts: list[str], on_event: Event | None = None) -> LoadResult:
+async def run_load_async(
+    spec: LoadSpec, prompts: list[str], on_event: Event | None = None, stop: asyncio.Event | None = None
+) -> LoadResult:
+    """Every model at every level (paired round by round with several models); after `stop`, no request is sent and
+    the cells that hold an answer are the result."""
     check_spec(spec)
     if not prompts:
         raise LoadTestError("no prompts to send (the task suite gave none)")
     notify = on_event or (lambda kind, info: None)
+    stopping = stop or asyncio.Event()
     result = LoadResult(spec, [])
     async with client_for(spec) as client:
         await check_endpoint(client, spec)
         if len(spec.models) > 1 and spec.rounds > 1:
-            await _run_paired(client, spec, prompts, result, notify)
+            await _run_paired(client, spec, prompts, result, notify, stopping)
             return result
         for model in spec.models:
+            if stopping.is_set():
+                break
             mode, note = await probe_mode(client, spec, model, prompts[0])
             if note:
                 result.notes.append(note)
             solo = None
             for concurrency in levels(spec):
+                if stopping.is_set():
+                    break
                 notify("cell", {"model": model, "concurrency": concurrency, "total": spec.requests, "mode": mode})
-                cell = await run_cell(client, spec, model, prompts, concurrency, mode, notify)
+                cell = await run_cell(client, spec, model, prompts, concurrency, mode, notify, stopping)
                 if concurrency == 1:
                     solo = cell
                 else:
                     assert solo is not None  # levels() runs concurrency 1 first
                     cell.same_answer_share = same_answer_share(cell, solo)
-                result.cells.append(cell)
+                if cell.answers:
+                    result.cells.append(cell)
             _note_versions(result, model)
     return result
 
 
-async def _run_paired(client: Any, spec: LoadSpec, prompts: list[str], result: LoadResult, notify: Event) -> None:
+async def _run_paired(
+    client: Any, spec: LoadSpec, prompts: list[str], result: LoadResult, notify: Event, stop: asyncio.Event
+) -> None:
     """Every level with the models interleaved round by round (`run_paired_level`); cells model by model."""
     modes = {}
     for model in spec.models:
@@ -488,13 +528,20 @@ async def _run_paired(client: Any, spec: LoadSpec, prompts: list[str], result: L
             result.notes.append(note)
     run_id = hashlib.sha256(f"{time.time_ns()}:{spec.base_url}:{spec.models}".encode()).hexdigest()[:16]
     rng = np.random.default_rng(spec.seed)
-    by_level = {c: await run_paired_level(client, spec, prompts, c, modes, run_id, rng, notify) for c in levels(spec)}
+    by_level = {}
+    for concurrency in levels(spec):
+        if stop.is_set():
+            break
+        by_level[concurrency] = await run_paired_level(
+            client, spec, prompts, concurrency, modes, run_id, rng, notify, stop
+        )
     for model in spec.models:
-        solo = by_level[1][model]
+        solo = by_level[1][model] if by_level else None  # levels() runs 1 first: every other level has it
         for concurrency, cells in by_level.items():
-            if concurrency != 1:
+            if concurrency != 1 and solo is not None:
                 cells[model].same_answer_share = same_answer_share(cells[model], solo)
-            result.cells.append(cells[model])
+            if cells[model].answers:
+                result.cells.append(cells[model])
         _note_versions(result, model)
 
 
@@ -508,8 +555,34 @@ def _note_versions(result: LoadResult, model: str) -> None:
 
 
 def run_load(spec: LoadSpec, prompts: list[str], on_event: Event | None = None) -> LoadResult:
-    """Run the load test to the end (it stops by itself); LoadTestError for bad arguments or an unreachable URL."""
-    return asyncio.run(run_load_async(spec, prompts, on_event))
+    """Run the load test to its bounds, or (from the main thread) until SIGINT or SIGTERM stops it early with what it
+    measured; LoadTestError for bad arguments or an unreachable URL."""
+
+    async def measured() -> LoadResult:
+        loop, stop, caught = asyncio.get_running_loop(), asyncio.Event(), []
+        watched = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
+
+        def on_signal(received: signal.Signals) -> None:
+            caught.append(received)
+            stop.set()
+
+        for received in watched:
+            loop.add_signal_handler(received, on_signal, received)
+        try:
+            result = await run_load_async(spec, prompts, on_event, stop)
+        finally:
+            for received in watched:
+                loop.remove_signal_handler(received)
+        if caught:
+            result.stopped = caught[0].name
+            answered = sum(len(c.answers) for c in result.cells)
+            result.notes.append(
+                f"stopped early by {result.stopped} after {answered} answers: the cells measured until then are the "
+                "result"
+            )
+        return result
+
+    return asyncio.run(measured())
 
 
 async def check_endpoint(client: Any, spec: LoadSpec) -> None:

@@ -195,7 +195,8 @@ def loadtest_command(
         True, "--log/--no-log", help="Log the serving records to MLflow against the registered version that answered."
     ),
 ) -> None:
-    """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness."""
+    """Load an OpenAI-compatible endpoint at several concurrencies: latency, TTFB, throughput, errors, exactness.
+    Ctrl-C or SIGTERM stops it early with what it measured."""
     from evals.loadtest import LoadSpec, LoadTestError
 
     try:
@@ -238,6 +239,7 @@ def loadtest_command(
                     "task": task,
                     "records": [r.to_dict() for r in logged],
                     "notes": result.notes,
+                    "stopped": result.stopped,  # the signal that cut it short; "" when it ran to its bounds
                     "errors": {f"{c.model}@{c.concurrency}": c.error_messages() for c in result.cells if c.errors},
                 },
                 indent=2,
@@ -285,7 +287,7 @@ def measure_load(spec: LoadSpec, task: str, here: bool, max_batch: int = 16, cap
     found: dict[str, dict[str, Any] | None] = {"caps": None, "decode_caps": None}
     with serve_here if here else contextlib.nullcontext() as server:
         result = run_with_progress(replace(spec, base_url=server.url) if server else spec, prompts, apart=here)
-        if server and caps:
+        if server and caps and not result.stopped:  # stopped early: the user wants the figures, not more timing
             from evals.batching_cap import cap_rows, measure_decode_cap
 
             rows = cap_rows(levels(spec), max_batch)

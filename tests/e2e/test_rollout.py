@@ -520,7 +520,7 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
             "--requests",
             "300",
             "--duration",
-            "40",
+            "120",
             "--max-tokens",
             "8",
             "--no-stream",
@@ -542,6 +542,7 @@ def test_a_killed_controller_resumes_at_its_step_and_the_rollout_promotes(stack_
         prepare_resume(rollout_id)
         outcome = rollout_flow(rollout_id, flush_grace_s=2.5)
     finally:
+        loadtest.send_signal(signal.SIGTERM)  # the rollout is over: the load stops and reports what it measured
         output = loadtest.communicate(timeout=180)[0]
     assert outcome["status"] == "completed", outcome
     assert loadtest.returncode == 0, output
