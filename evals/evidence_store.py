@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 EVIDENCE_URL = "UNMASK_EVIDENCE_URL"  # the team PostgreSQL's URL; unset: the request log's folder holds the evidence
 RETENTION_H = 24 * 7  # a week of request rows and probe results, then the writers remove them
 PRUNE_EVERY = timedelta(minutes=1)  # a writer deletes what is past the retention at most this often
+# How long after a moment every replica's rows of it are in PostgreSQL: each server's request log writes its journal
+# every 2 s (serving/request_log.py), the rest is the write's own time, with room to spare. A window is judged only
+# once this has passed since its end, so two analyses of it, whenever asked, read the same rows.
+SETTLE_S = 5.0
 SCHEMES = ("postgresql", "postgres")
 EXPECTED = "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 Identity = tuple[str, str, str, str, float]  # (route, candidate, baseline, revision, window_s): serving/looks.py
@@ -100,6 +104,11 @@ class EvidenceStore(RequestStore, ProbeLog, Protocol):
 
     def look_number(self, identity: Identity, window_end: datetime) -> int:
         """The look of `identity` that judges the window ending at `window_end`: numbered on first sight."""
+        ...
+
+    @property
+    def settle_s(self) -> float:
+        """Seconds after a moment until every writer's rows of it can be read (0: readers read the journals too)."""
         ...
 
 
@@ -227,6 +236,7 @@ class PostgresEvidence:
 
     def __init__(self, url: str, retention_h: float = RETENTION_H, connect_timeout_s: float = 5.0):
         self.location, self.where = url, server_of(url)  # a malformed URL is refused here, before any connection
+        self.settle_s = SETTLE_S
         self.retention, self.connect_timeout_s = timedelta(hours=retention_h), connect_timeout_s
         self._lock = threading.Lock()
         self._connection: psycopg.Connection[Any] | None = None

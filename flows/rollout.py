@@ -393,6 +393,8 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
         return Outcome("busy", f"rollout {rollout_id} is being driven by another controller").to_dict()
     try:
         policy = RolloutPolicy.from_dict(state.policy)
+        with closing(evidence()) as store:
+            settle_s = store.settle_s  # on PostgreSQL, how long after an interval every server's rows are in
         while True:
             state = load_state(rollout_id)
             if abort_requested(rollout_id) or state.status != "running":
@@ -405,7 +407,7 @@ def rollout_flow(rollout_id: str, flush_grace_s: float = FLUSH_GRACE_S) -> dict[
             if abort_requested(rollout_id):
                 return Outcome("aborting", f"rollout {rollout_id}: abort asked for").to_dict()
             until = since + timedelta(seconds=policy.interval_s)
-            CLOCK.sleep(flush_grace_s)  # the interval's last rows reach the log
+            CLOCK.sleep(flush_grace_s + settle_s)  # the interval's last rows reach the log
             analysis = analyse_step(rollout_id, since.isoformat(), until.isoformat(), tracking_uri)
             state = load_state(rollout_id)
             decision = decide_step(analysis["verdict"], state.step_index, state.failures, policy)

@@ -31,6 +31,7 @@ split in force names them (the smaller live weight is the candidate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,8 @@ def judge_route(
         raise AnalysisRefused(422, f"candidate and baseline are both {candidate!r}")
     identity = (route, candidate, baseline, revision or "", float(window_s))
     try:
-        look = look_of(source.evidence, identity, source.clock.now())
+        # the last completed window whose rows every replica has written (on PostgreSQL, `settle_s` after its end)
+        look = look_of(source.evidence, identity, source.clock.now() - timedelta(seconds=source.evidence.settle_s))
         rows = [r for r in source.evidence.read_requests(look.start, look.end) if r.get("route") == route]
         probed = source.evidence.read_probes(route, look.start, look.end)
     except LooksError as e:

@@ -37,6 +37,7 @@ class FolderEvidence:
     def __init__(self, folder: Path, retention_h: float = RETENTION_H):
         self.folder = self.location = Path(folder)
         self.where = str(self.folder)
+        self.settle_s = 0.0  # a reader reads the journals not yet compacted: a row is there once it is answered
         self.requests = ParquetRows(self.folder, retention_h)
         self.probes = ProbeFolder(probe_folder(self.folder), retention_h)
         self.looks = LookBook(self.folder / "looks")

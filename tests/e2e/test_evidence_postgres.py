@@ -245,6 +245,14 @@ def test_the_analysis_gives_the_same_verdict_from_postgres_as_from_a_folder_hold
     on_postgres = [judged(app) for app in replicas]
     assert on_postgres[0] == on_postgres[1] == on_folder and on_folder["look"] == 1
     assert sum(a["requests"] for a in on_folder["arms"].values()) == 180 and on_folder["verdict"] == "fail"
+    # asked 2 s after the window's end: a folder's reader reads the journals, so that window is whole; PostgreSQL
+    # holds other replicas' last rows only SETTLE_S after it, so until then it judges the window before
+    early = datetime(2026, 12, 6, 12, 0, 2, tzinfo=UTC)
+    folder_early = judged(standalone_app(routes, folder, clock=SimulatedClock(early)), "rs-early")
+    pg_early = judged(
+        standalone_app(routes, tmp_path / "r9", clock=SimulatedClock(early), evidence_url=pg_url), "rs-early"
+    )
+    assert folder_early["window"] == on_folder["window"] and pg_early["window"]["end"] == on_folder["window"]["start"]
     for clock in clocks:  # the next window: look 2 on both analysis replicas; a new revision starts at 1
         clock.advance(600)
     assert judged(replicas[1])["look"] == judged(replicas[0])["look"] == 2
