@@ -264,3 +264,28 @@ def test_a_registry_write_is_one_call_with_no_read_of_the_whole_model_before_it(
     }, calls.made
     assert reg.version_tags("tiny-llada", version)["unmask.test.written"] == "yes"
     assert reg.client.get_registered_model("tiny-llada").tags["unmask.test.written"] == "yes"
+
+
+def test_a_servers_poll_of_who_holds_its_names_reads_the_store_once(tmp_path):
+    """`unmask serve` asks every `poll_interval_s` who holds each name it serves: the chain verified, each stage's
+    settled move, each registration alias's registrations. One read each: the trail once, the aliases once."""
+    from registry import Registry
+    from registry.serving import holders
+    from tests.support.serving_fixtures import serving_registry
+
+    served = serving_registry(tmp_path / "served")
+    reg = Registry(served.tracking_uri)
+    holders(reg, ["production", "fallback", "tiny-ar"])  # the first poll also looks up the experiments' ids
+    with counting() as calls, calls.during():
+        held = holders(reg, ["production", "fallback", "tiny-ar"])
+    assert held == {
+        "production": ("tiny-llada", served.versions["tiny-llada"]),
+        "fallback": ("tiny-ar", served.versions["tiny-ar"]),
+        "tiny-ar": ("tiny-ar", served.versions["tiny-ar"]),
+    }
+    assert dict(calls.by_method) == {
+        "search_experiments": 1,  # the chain's head and store identity
+        "search_runs": 1,  # the trail: verified, the settled moves, the registrations
+        "search_registered_models": 1,  # every alias
+        "search_model_versions": 1,  # tiny-ar's versions: served by its name
+    }, calls.made
