@@ -24,6 +24,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from gates.request_limits import RequestLimits
+from gates.serving_policy import AUTO
 from gates.weights import WEIGHTS_FILE
 from models.state import state_dir
 from sampler.decode import row_seeded
@@ -75,12 +76,35 @@ class ServeSettings:
     evidence_url: str | None = None
     follow_aliases: bool = True
     routes_path: Path | None = None  # a serving policy (gates/serving.yaml); None: `model` names the alias
+    # the route an outside controller (KServe, Argo Rollouts, Flagger) splits between revisions, this server being
+    # one arm: its one served name. Every request is logged with that route and arm, so the canary analysis sees it
+    route: str | None = None
     weights_path: Path | None = None  # the live weights overlay; None: <state folder>/rollouts/weights.json
     max_shadows: int = 4  # shadow copies in flight at once; more are dropped (and counted)
     compute: RequestLimits = field(default_factory=RequestLimits)  # per-request caps (serving policy `limits:`)
     api_keys: frozenset[str] = frozenset()  # empty: the API is open (serving/access.py)
     analysis_keys: frozenset[str] = frozenset()  # the controllers' keys, valid on the canary analysis only
     likelihood_samples: int = DEFAULT_SAMPLES  # masked diffusion scoring an echoed prompt (sampler/likelihood.py)
+
+
+def routed_as(route: str | None, routes_path: Path | None, names: list[str]) -> tuple[str, str] | None:
+    """(route, arm) every request of a server given `route` is logged as: the arm is its one served name.
+    ValueError, naming the flags, for a route beside a routes file or with more or fewer than one served name."""
+    if route is None:
+        return None
+    if route == AUTO:
+        raise ValueError(f"--route {AUTO!r}: reserved (a request for `auto` asks a router to pick its route)")
+    if routes_path is not None:
+        raise ValueError(
+            f"--route {route!r} with --routes {routes_path}: a server with a routes file logs the route and arm it "
+            "picks for each request itself; --route is for one arm of a controller's split"
+        )
+    if len(names) != 1:
+        raise ValueError(
+            f"--route {route!r}: serve exactly one name (--alias or --model), the arm its requests are logged as; "
+            f"serving {', '.join(names) or 'none'}"
+        )
+    return route, names[0]
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -102,7 +126,15 @@ def create_app(settings: ServeSettings) -> FastAPI:
         else None
     )
     local = LocalServing(pool, settings)
-    dispatch = Dispatch(lambda: settings.request_timeout_s, settings.max_shadows, metrics, requests_log, routes, local)
+    dispatch = Dispatch(
+        lambda: settings.request_timeout_s,
+        settings.max_shadows,
+        metrics,
+        requests_log,
+        routes,
+        local,
+        routed_as(settings.route, settings.routes_path, settings.pool.names),
+    )
     app = FastAPI(
         title="unmask serve",
         lifespan=lifespan_of(settings, pool, routes, dispatch, requests_log),

@@ -36,7 +36,7 @@ class Attempt:
     max_tokens: int | None
     outcome: Outcome | None = None  # this attempt's log row and metrics; set per attempt
     limit_s: float = 0.0  # the arm's timeout within the server's, from the request's arrival
-    routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
+    routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it, or `--route` names them
     retry_of: str | None = None  # the arm that failed, when this attempt answers for it
     on_text: Callable[[str], None] | None = None  # a stream: called with its whole text once complete
 

@@ -6,7 +6,9 @@ unhealthy (then the fallback does); an attempt that fails in a way the fallback 
 route's fallback, leaving both rows in the request log; drill faults strike around the attempt; the
 route's shadow arm gets a copy in the background. A local arm is answered by this server's own models
 (`LocalDecoder`, serving/local.py's `LocalServing`); an upstream arm is asked over httpx. Each try
-travels as an `Attempt` (serving/attempt.py). An unrouted request is one local attempt with no retry.
+travels as an `Attempt` (serving/attempt.py). An unrouted request is one local attempt with no retry; on a
+server that is one arm of a route an outside controller splits (`--route`, `routed_as`), it is logged as that
+route's arm, as if a router had sent it there, and `model: auto` or the route's name asks for that arm.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 from fastapi import Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gates.serving_policy import AUTO
 from serving import errors
 from serving.access import request_id_of
 from serving.arm_health import ArmHealth, FaultDrill
@@ -57,10 +60,13 @@ class Dispatch:
         requests_log: RequestLog | None,
         routes: RouteTable | None,
         local: LocalDecoder,
+        routed_as: tuple[str, str] | None = None,
     ):
         self.timeout_s = timeout_s  # the server's request timeout, read per request (it may change)
         self.metrics, self.requests_log, self.routes = metrics, requests_log, routes
         self.local = local
+        # (route, arm) of every request, when an outside controller splits the route and this server is one arm
+        self.routed_as = routed_as
         self.health = ArmHealth(lambda: routes.policy.health, metrics) if routes else None
         self.drill, self.shadows = FaultDrill(), ShadowCopies(max_shadows)
         self.client: httpx.AsyncClient | None = None  # one connection pool for every upstream arm
@@ -138,7 +144,7 @@ class Dispatch:
             if self.routes
             else None
         )
-        arm, fallback = (decision.arm, decision.fallback) if decision else (LocalArm(body.model), None)
+        arm, fallback = (decision.arm, decision.fallback) if decision else (self.unrouted(body.model), None)
         failed: ArmFailure | None = None
         attempts = (arm, fallback)
         first_arrival = 0.0  # the retry's outcome keeps the first attempt's arrival
@@ -164,6 +170,8 @@ class Dispatch:
             outcome = Outcome(self.metrics, self.requests_log, endpoint, body.model, bool(body.stream), request_id=rid)
             if decision:
                 outcome.routed(decision.route, current.name)
+            elif self.routed_as:
+                outcome.routed(*self.routed_as)
             if failed:
                 outcome.retry_of(arm.name)
                 outcome.arrived = first_arrival
@@ -226,6 +234,14 @@ class Dispatch:
                     outcome.close()
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def unrouted(self, model: str) -> LocalArm:
+        """The arm of a request no route decided: the name it asks for; on one arm of a controller's split, that arm
+        (logged under its name whatever the request named), which `auto` and the route's name ask for too."""
+        if self.routed_as is None:
+            return LocalArm(model)
+        route, arm = self.routed_as
+        return LocalArm(arm, alias="" if model in (AUTO, route) else model)
+
     async def attempt(
         self, arm: Arm, attempt: Attempt, decision: Decision | None
     ) -> tuple[Any, dict[str, Any] | None, str | None]:
@@ -250,7 +266,7 @@ class Dispatch:
         nan = faults is not None and self.drill.fires(arm.name, "nan", faults.nan_share)
         if nan and body.stream:  # a stream's bytes go out as they come: the fault strikes before the first
             raise ArmFailure(500, "decode_failure", f"{arm.name}: injected fault: NaN logits", "decode_failure", True)
-        attempt = replace(attempt, limit_s=limit, routed=(decision.route, arm.name) if decision else None)
+        attempt = replace(attempt, limit_s=limit, routed=(decision.route, arm.name) if decision else self.routed_as)
         if isinstance(arm, UpstreamArm):
             answered, facts = await self.ask_upstream(arm, attempt)
         else:

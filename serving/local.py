@@ -119,7 +119,7 @@ class Submitted:
     keep: int  # tokens the answer may keep (the canvas is whole blocks)
     stops: list[str]
     include_usage: bool = False
-    routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it
+    routed: tuple[str, str] | None = None  # (route, arm) when `--routes` routed it, or `--route` names them
     # streamed: called with the whole answer text once it is complete (a shadow compares it)
     on_text: Callable[[str], None] | None = None
     retry_of: str | None = None  # the arm that failed, when this answers for it

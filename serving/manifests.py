@@ -4,10 +4,15 @@ Pure: `render(target, spec)` takes a plain `spec` dict and returns a list of man
 route, image, resources ({requests, limits}), weight (the candidate's % at the current rollout step),
 steps (the rollout policy's), interval_s, analysis_url (unmask's /v1/unmask/analysis), routes_text (the
 routes file, mounted from a ConfigMap), tracking_uri (the team's mlflow server, as the pods reach it),
-request_log_claim (optional: a PersistentVolumeClaim every router replica logs to), evidence_secret (optional: a
+request_log_claim (optional: a PersistentVolumeClaim every unmask pod logs to), evidence_secret (optional: a
 Secret whose key `url` is the team PostgreSQL's URL, given to every unmask container as UNMASK_EVIDENCE_URL), and
 arms: [{name, alias, model, version, source, weights_sha256}] with the candidate first and the baseline second
 when a rollout is in flight (else the route's one serving arm).
+
+Where the controller splits the traffic (kserve, argo-rollouts), each revision's pods serve one alias with
+`--route R`, so their request rows name route R and their alias as the arm: the analysis the render asks about
+names the same route, and the aliases the canary and the stable pods serve. The evidence reaches one analysis
+only when shared: the claim's volume or the evidence secret, for every target alike.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ ANALYSIS_SECRET = "unmask-analysis"  # kubectl create secret generic unmask-anal
 # canary evidence shared by replicas on several machines: kubectl create secret generic unmask-evidence
 # --from-literal=url=postgresql://USER:PASSWORD@HOST:5432/DATABASE (the password stays in the Secret, never in args)
 EVIDENCE_ENV, EVIDENCE_KEY = "UNMASK_EVIDENCE_URL", "url"
+ANALYSIS_ANNOTATION = "unmask.dev/analysis"  # KServe: the analysis the pipeline asks between canary steps
 
 
 def _name(route: str) -> str:
@@ -70,49 +76,67 @@ def _volumes() -> list[dict[str, Any]]:
     return [{"name": "signing-keys", "configMap": {"name": KEYS_CONFIGMAP}}]
 
 
-def _serve_args(alias: str) -> list[str]:
-    """The container's args: the image's ENTRYPOINT is `unmask` (Dockerfile), so they start at the sub-command."""
-    return ["serve", "--alias", alias, "--host", "0.0.0.0", "--port", str(PORT)]
+def _serve_args(alias: str, route: str) -> list[str]:
+    """One arm of a controller's split: the alias it serves, logged as the arm of `route` (`--route`). The image's
+    ENTRYPOINT is `unmask` (Dockerfile), so the args start at the sub-command."""
+    return ["serve", "--alias", alias, "--route", route, "--host", "0.0.0.0", "--port", str(PORT)]
+
+
+def _shared_requests(spec: dict[str, Any], container: dict[str, Any], volumes: list[dict[str, Any]]) -> None:
+    """With a claim, the pod logs to one volume every pod mounts (`--request-log-dir` on it), so the analysis judges
+    the requests of every replica and revision together."""
+    if spec.get("request_log_claim"):
+        container["args"] += ["--request-log-dir", REQUESTS_MOUNT]
+        container["volumeMounts"].append({"name": "requests", "mountPath": REQUESTS_MOUNT})
+        volumes.append({"name": "requests", "persistentVolumeClaim": {"claimName": spec["request_log_claim"]}})
 
 
 def kserve(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """One InferenceService: the predictor serves the candidate; KServe keeps the last revision for the rest."""
+    """One InferenceService: the predictor serves the candidate; KServe keeps the last revision for the rest. The
+    annotation `unmask.dev/analysis` is the question the pipeline asks between steps (it adds `&revision=`)."""
     arm = spec["arms"][0]
-    predictor: dict[str, Any] = {
-        "containers": [_container(spec, _serve_args(arm["alias"]), "kserve-container")],
-        "volumes": _volumes(),
-    }
+    container, volumes = _container(spec, _serve_args(arm["alias"], spec["route"]), "kserve-container"), _volumes()
+    _shared_requests(spec, container, volumes)
+    predictor: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if len(spec["arms"]) > 1:
         predictor["canaryTrafficPercent"] = int(spec["weight"])
+    annotations = _annotations(arm) | {ANALYSIS_ANNOTATION: _analysis_query(spec)}
     return [
         {
             "apiVersion": "serving.kserve.io/v1beta1",
             "kind": "InferenceService",
-            "metadata": {"name": _name(spec["route"]), "annotations": _annotations(arm)},
+            "metadata": {"name": _name(spec["route"]), "annotations": annotations},
             "spec": {"predictor": predictor},
         }
     ]
 
 
-def _analysis_url(spec: dict[str, Any]) -> str:
-    """The analysis the template calls, always naming both arms: a rollout's candidate and baseline; with none in
-    flight, the `candidate` alias (what the next rollout brings) against the arm serving the route. Left to the
-    route's split, a 100/0 step names one live arm and the analysis answers 422: an Error at every last step."""
+def _analysis_query(spec: dict[str, Any]) -> str:
+    """The analysis of a controller's split, always naming both arms as the pods log them (`--route`: the alias
+    each revision serves): a rollout's candidate and baseline; with none in flight, the `candidate` alias (what the
+    next revision is to serve) against the alias the pods serve now. Left to the route's split, a 100/0 step names
+    one live arm and the analysis answers 422: an Error at every last step."""
     if len(spec["arms"]) > 1:
-        candidate, baseline = spec["arms"][0]["name"], spec["arms"][1]["name"]
+        candidate, baseline = spec["arms"][0]["alias"], spec["arms"][1]["alias"]
     else:
-        serving = spec["arms"][0]["name"]
+        serving = spec["arms"][0]["alias"]
         candidate, baseline = "candidate", serving if serving != "candidate" else "fallback"
     query = {"route": spec["route"], "candidate": candidate, "baseline": baseline}
     query["window_s"] = str(int(spec["interval_s"]))
-    # the rollout's identity for its looks (serving/looks.py): the canary's pod-template hash, an argument of the
-    # analysis step, substituted by Argo (so written out, not URL-encoded)
-    return f"{spec['analysis_url']}?{urlencode(query)}&revision={{{{args.revision}}}}"
+    return f"{spec['analysis_url']}?{urlencode(query)}"
+
+
+def _analysis_url(spec: dict[str, Any]) -> str:
+    """The Rollout's analysis, with the rollout's identity for its looks (serving/looks.py): the canary's
+    pod-template hash, an argument of the analysis step, substituted by Argo (so written out, not URL-encoded)."""
+    return f"{_analysis_query(spec)}&revision={{{{args.revision}}}}"
 
 
 def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """A Rollout stepping through the policy's weights, each step judged by unmask's analysis endpoint."""
     name, arm = _name(spec["route"]), spec["arms"][0]
+    container, volumes = _container(spec, _serve_args(arm["alias"], spec["route"])), _volumes()
+    _shared_requests(spec, container, volumes)
     labels = {"app": name}
     steps: list[dict[str, Any]] = []
     for weight in spec["steps"]:
@@ -129,7 +153,7 @@ def argo_rollouts(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [_container(spec, _serve_args(arm["alias"]))], "volumes": _volumes()},
+                "spec": {"containers": [container], "volumes": volumes},
             },
             "strategy": {"canary": {"steps": steps}},
         },
@@ -174,13 +198,9 @@ def k8s(spec: dict[str, Any]) -> list[dict[str, Any]]:
     }
     args = ["serve", "--routes", f"{ROUTES_MOUNT}/{ROUTES_FILE}", "--host", "0.0.0.0", "--port", str(PORT)]
     volumes = [*_volumes(), {"name": "routes", "configMap": {"name": f"{name}-routes"}}]
-    if spec.get("request_log_claim"):  # every replica logs to one volume: the analysis judges them all
-        args += ["--request-log-dir", REQUESTS_MOUNT]
-        volumes.append({"name": "requests", "persistentVolumeClaim": {"claimName": spec["request_log_claim"]}})
     container = _container(spec, args)
     container["volumeMounts"].append({"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True})
-    if spec.get("request_log_claim"):
-        container["volumeMounts"].append({"name": "requests", "mountPath": REQUESTS_MOUNT})
+    _shared_requests(spec, container, volumes)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -47,7 +47,7 @@ class Outcome:
         self.labels: tuple[str, str, str] | None = None  # (alias, model, version) once resolved
         self.ttfb_s: float | None = None
         self.recorded = False
-        self.route: tuple[str, str] | None = None  # (route, arm) of a routed request
+        self.route: tuple[str, str] | None = None  # (route, arm) of a routed request, or of any on a `--route` arm
 
     def elapsed(self) -> float:
         return time.monotonic() - self.arrived
@@ -58,6 +58,8 @@ class Outcome:
         self.entry |= {"alias": route.name, "model": v.model, "version": v.version, "weights_sha256": v.weights_sha256}
 
     def routed(self, route: str, arm: str) -> None:
+        """The route and arm the canary analysis judges this request under: the router's pick (`--routes`), or a
+        `--route` server's own (one arm of a route an outside controller splits); the route metrics take them too."""
         self.route = None if self.shadow else (route, arm)
         self.entry |= {"route": route, "arm": arm}
 

@@ -45,8 +45,9 @@ def render_command(
     request_log_claim: str = typer.Option(
         None,
         "--request-log-claim",
-        help="k8s: a PersistentVolumeClaim (ReadWriteMany) every router replica writes its request log to, so the "
-        "canary analysis any replica answers judges them all.",
+        help="A PersistentVolumeClaim (ReadWriteMany) every unmask pod writes its request log to (the router's "
+        "replicas; with kserve and argo-rollouts the stable and the canary revision's pods), so the canary analysis "
+        "reading it judges them all.",
     ),
     evidence_secret: str = typer.Option(
         None,

@@ -12,6 +12,10 @@ the probe results and the look numbers go to the team PostgreSQL instead, shared
 (or a route's name) to the arm its routes pick; the aliases its arms need are served too, and the file
 is re-read when it changes, as is the live weights overlay a rollout writes (`--weights-file`, default
 <state folder>/rollouts/weights.json).
+`--route R` is for a server that is one arm of a route an outside controller splits (KServe's
+`canaryTrafficPercent`, Argo Rollouts' `setWeight`, Flagger): it serves one name, answers `model` auto or R
+with it, and logs every request with route R and that name as its arm, so the canary analysis judges the stable
+and the canary pods' rows together (docs/rollout.md, "Outside controllers").
 """
 
 from __future__ import annotations
@@ -111,6 +115,13 @@ def serve_command(
         help="Serving policy (e.g. gates/serving.yaml): route "
         "`model: auto` requests, with sticky traffic splits re-read live.",
     ),
+    route: str = typer.Option(
+        None,
+        "--route",
+        help="The route an outside controller (KServe, Argo Rollouts, Flagger) splits, this server being one arm: "
+        "with one --alias (or --model), every request is logged with this route and that name as its arm, so the "
+        "canary analysis judges it. Not with --routes.",
+    ),
     weights_file: Path = typer.Option(
         None,
         "--weights-file",
@@ -135,10 +146,16 @@ def serve_command(
     from flows.environment import configure_environment
     from gates.serving_policy import ServingPolicyError
     from serving import Limits, PoolSettings, ServeSettings, create_app
+    from serving.app import routed_as
 
     state = configure_environment()  # idempotent; gives the state folder the rest of unmask uses
 
     names = list(dict.fromkeys([*(alias or ([] if model else ["production", "fallback"])), *(model or [])]))
+    try:
+        routed_as(route, routes, names)  # one line before anything else is checked or loaded
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     names, compute, api_keys, analysis_keys, budget = checked_inputs(names, routes, api_key_file, memory_budget)
     evidence_url = checked_evidence()  # the request log's and the analysis's store, when not the folder
     options.port_free(host, port)  # a busy port is one line before any model loads
@@ -162,6 +179,7 @@ def serve_command(
         request_log_dir=(request_log_dir or state / "serving" / "requests") if request_log else None,
         evidence_url=evidence_url,
         routes_path=routes,
+        route=route,
         weights_path=weights_file,
         max_shadows=max_shadows,
         api_keys=api_keys,

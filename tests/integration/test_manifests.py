@@ -145,18 +145,58 @@ def test_the_analysis_template_always_names_both_arms():
     assert arms_named(SPEC | {"arms": [alone]}) == ("candidate", "fallback")
 
 
-def test_router_replicas_can_share_one_request_log_volume():
-    """Issue 49, item 3: with a claim, every router replica logs to one volume (`--request-log-dir` on it), so the
-    analysis any replica answers judges all of them (tests/e2e/test_replicas.py runs that with three processes)."""
-    _, alone, _ = render("k8s", SPEC)
-    assert "--request-log-dir" not in alone["spec"]["template"]["spec"]["containers"][0]["args"]
-    _, shared, _ = render("k8s", SPEC | {"request_log_claim": "unmask-requests"})
-    assert check_manifest(shared) == []
-    pod = shared["spec"]["template"]["spec"]
-    [container] = pod["containers"]
-    [mount] = [m for m in container["volumeMounts"] if m["name"] == "requests"]
-    assert container["args"][container["args"].index("--request-log-dir") + 1] == mount["mountPath"]
-    assert {"name": "requests", "persistentVolumeClaim": {"claimName": "unmask-requests"}} in pod["volumes"]
+def analysis_asked(target: str, spec: dict) -> dict[str, str]:
+    """The analysis a controller target's render asks: Argo's AnalysisTemplate URL, KServe's pipeline annotation."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if target == "argo-rollouts":
+        url = render(target, spec)[1]["spec"]["metrics"][0]["provider"]["web"]["url"]
+    else:
+        url = render(target, spec)[0]["metadata"]["annotations"]["unmask.dev/analysis"]
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def serve_args(target: str, spec: dict) -> list[str]:
+    [container] = [c for m in render(target, spec) for c in containers(m)]
+    return container["args"]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+@pytest.mark.parametrize("target", ["kserve", "argo-rollouts"])
+def test_a_controller_s_pods_log_the_route_and_arms_the_analysis_asks_about(target):
+    """A controller splits the traffic between revisions, each `unmask serve --alias A`: without `--route` their rows
+    named no route or arm, and the analysis judged nothing (inconclusive for ever). Each revision's pods now log
+    the rendered route with their alias as the arm, and the analysis names that route, the canary's alias as the
+    candidate and the stable revision's (what the render before the rollout served) as the baseline; by alias, not
+    by the routes file's arm name, which a pod never sees."""
+    declared = copy.deepcopy(SPEC)
+    declared["arms"][0]["name"] = "canary-drill"  # a declared arm of the routes file, serving the alias staging
+    stable, canary = serve_args(target, declared | {"arms": declared["arms"][1:]}), serve_args(target, declared)
+    asked = analysis_asked(target, declared)
+    assert flag(stable, "--route") == flag(canary, "--route") == asked["route"] == "default"
+    assert (asked["candidate"], asked["baseline"]) == (flag(canary, "--alias"), flag(stable, "--alias"))
+    assert (asked["candidate"], asked["baseline"]) == ("staging", "production")
+    for manifest in render(target, declared):
+        assert check_manifest(manifest) == [], manifest
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_target_s_pods_can_share_one_request_log_volume(target):
+    """Issue 49, item 3: with a claim, every pod logs to one volume (`--request-log-dir` on it): the router's
+    replicas, and a controller's stable and canary revisions, so the analysis reading it judges all of them
+    (tests/e2e/test_replicas.py runs that with three processes; tests/integration/test_controller_split.py with a
+    stable and a canary server)."""
+    assert "--request-log-dir" not in serve_args(target, SPEC)
+    for manifest in render(target, SPEC | {"request_log_claim": "unmask-requests"}):
+        assert check_manifest(manifest) == [], manifest
+        for container in containers(manifest):
+            pod = manifest["spec"].get("predictor") or manifest["spec"]["template"]["spec"]
+            [mount] = [m for m in container["volumeMounts"] if m["name"] == "requests"]
+            assert flag(container["args"], "--request-log-dir") == mount["mountPath"]
+            assert {"name": "requests", "persistentVolumeClaim": {"claimName": "unmask-requests"}} in pod["volumes"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -254,7 +294,13 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
         manifests = list(yaml.safe_load_all(r.output))
         assert manifests and all(check_manifest(m) == [] for m in manifests), manifests
         annotated = [
-            m["metadata"].get("annotations") or m["spec"]["template"]["metadata"]["annotations"]
+            {
+                k: v
+                for k, v in (
+                    m["metadata"].get("annotations") or m["spec"]["template"]["metadata"]["annotations"]
+                ).items()
+                if k != "unmask.dev/analysis"  # KServe's pipeline question (test_a_controller_s_pods_log_...)
+            }
             for m in manifests
             if m["kind"] in ("InferenceService", "Rollout", "Deployment")
         ]

@@ -75,3 +75,25 @@ def test_every_documented_manifest_passes_the_controllers_own_checks():
         "spec.selector: Rollout has missing field '.spec.selector'",
         "spec.template.spec.containers: Required value",
     ]
+
+
+def test_the_documented_pods_log_the_route_the_analysis_asks_about_with_their_alias_as_the_candidate():
+    """A controller's pods without `--route` log no route or arm, and the analysis judges nothing (inconclusive for
+    ever): each documented canary container names the route its analysis asks about, and serves the candidate."""
+    template, rollout = yaml.safe_load_all((DOCS / "argo-analysistemplate.yaml").read_text())
+    service = yaml.safe_load((DOCS / "kserve-inferenceservice.yaml").read_text())
+    argo = {a["name"]: a.get("value") for a in template["spec"]["args"]}
+    kserve = parse_qs(urlsplit(service_question(DOCS / "kserve-inferenceservice.yaml")).query)  # its header comment
+    for pod, route, candidate in (
+        (rollout["spec"]["template"]["spec"], argo["route"], argo["candidate"]),
+        (service["spec"]["predictor"], kserve["route"][0], kserve["candidate"][0]),
+    ):
+        [container] = pod["containers"]
+        args = container["args"]
+        assert (args[args.index("--route") + 1], args[args.index("--alias") + 1]) == (route, candidate)
+
+
+def service_question(path) -> str:
+    """The analysis a documented KServe pipeline asks (the GET its header comment names)."""
+    [line] = [line for line in path.read_text().splitlines() if "GET /v1/unmask/analysis?" in line]
+    return line.split("GET ", 1)[1].split()[0]
