@@ -40,7 +40,16 @@ def render_command(
     cpu: str = typer.Option("2", "--cpu"),
     memory: str = typer.Option("8Gi", "--memory"),
     gpus: int = typer.Option(0, "--gpus", min=0),
-    analysis_url: str = typer.Option("http://unmask-default-router/v1/unmask/analysis", "--analysis-url"),
+    analysis_url: str = typer.Option(
+        None,
+        "--analysis-url",
+        help="Where the controller (kserve, argo-rollouts) asks for the verdict. Default: the analysis Service this "
+        "render writes beside the pods (`unmask analysis serve`, http://unmask-ROUTE-analysis.NAMESPACE.svc/...); "
+        "given, that Service is not rendered and the URL's server must read the pods' shared evidence.",
+    ),
+    namespace: str = typer.Option(
+        "default", "--namespace", help="The namespace of every manifest, and of the analysis Service in its URL."
+    ),
     out: Path = typer.Option(None, "--out", help="Folder for <kind>-<name>.yaml (default: stdout)."),
     request_log_claim: str = typer.Option(
         None,
@@ -70,10 +79,14 @@ def render_command(
     from registry.connection import resolve_tracking_uri
     from registry.serving import holder
     from registry.store import Registry, model_tag
-    from serving.manifests import TARGETS, render
+    from serving.manifests import TARGETS, check_shared_evidence, render
 
     if target not in TARGETS:
         _fail(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    try:
+        check_shared_evidence(target, request_log_claim, evidence_secret)
+    except ValueError as e:
+        _fail(str(e))
     pods_uri = tracking_uri or resolve_tracking_uri()
     if urlparse(pods_uri).scheme.split("+")[0] not in ("http", "https", "postgresql", "mysql"):
         _fail(
@@ -130,12 +143,16 @@ def render_command(
         "steps": list(rollout.steps),
         "interval_s": rollout.interval_s,
         "analysis_url": analysis_url,
+        "namespace": namespace,
         "routes_text": Path(path).read_text(),
         "tracking_uri": pods_uri,
         "request_log_claim": request_log_claim,
         "evidence_secret": evidence_secret,
     }
-    manifests = render(target, spec)
+    try:
+        manifests = render(target, spec)
+    except ValueError as e:
+        _fail(str(e))
     if out is None:
         typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
         return

@@ -13,10 +13,7 @@ started here on the same registry over the bundled tiny-llada folder (the same w
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from typer.testing import CliRunner
 
 from registry import Registry, register_evidence, signing
 from tests.support.gate_fixtures import evidence, record
+from tests.support.pods import start_pod
 from tests.support.postgres_fixtures import database_name
 from tests.support.servers import free_port, launch_mlflow_server, stop_group, wait_healthy
 from tests.support.serving_fixtures import OPERATING, PROMPTS, digest, running_server, settings_for
@@ -83,44 +81,6 @@ def rendered(url: str, home: Path) -> tuple[list[dict], str]:
     """The manifests `unmask deploy render --target k8s` writes, and what it warned of."""
     result = unmask(url, home, "deploy", "render", "--target", "k8s", "--tracking-uri", url)
     return list(yaml.safe_load_all(result.stdout)), " ".join(result.stderr.split())
-
-
-def start_pod(deployment: dict, configmaps: dict, secrets: dict, root: Path, port: int) -> subprocess.Popen:
-    """One replica: the container's args and env, nothing else of this machine's; each volume's files written under
-    `root` at its mount path (paths in the args are read there too), the port the container listens on mapped."""
-    pod = deployment["spec"]["template"]["spec"]
-    [container] = pod["containers"]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    for mount in container["volumeMounts"]:
-        volume = volumes[mount["name"]]
-        files = (
-            configmaps[volume["configMap"]["name"]]
-            if "configMap" in volume
-            else secrets[volume["secret"]["secretName"]]
-        )
-        target = root / mount["mountPath"].lstrip("/")
-        target.mkdir(parents=True)
-        for name, text in files.items():
-            (target / name).write_text(text)
-
-    def in_pod(value: str) -> str:
-        return str(root / value.lstrip("/")) if value.startswith("/etc/") else value
-
-    args = [in_pod(a) for a in container["args"]]
-    args[args.index("--host") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
-    home = root / "var" / "lib" / "unmask"  # the image's UNMASK_HOME, empty
-    home.mkdir(parents=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "UNMASK_HOME": str(home), "UNMASK_THREADS": "1"}
-    env |= {e["name"]: in_pod(e["value"]) for e in container["env"]}
-    log = open(root / "pod.log", "wb")
-    return subprocess.Popen(
-        [sys.executable, "-c", "from flows.cli import main; main()", *args],  # the image's ENTRYPOINT: unmask
-        cwd=root,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def test_the_rendered_router_runs_as_pods_sharing_nothing_with_the_renderer(team_registry, tmp_path):

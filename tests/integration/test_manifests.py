@@ -26,9 +26,9 @@ SPEC = {
     "arms": [ARM, {**ARM, "name": "production", "alias": "production", "version": "1"}],
     "steps": [5, 25, 50, 100],
     "interval_s": 60,
-    "analysis_url": "http://r/v1/unmask/analysis",
     "routes_text": "default: {arm: production}\n",
     "tracking_uri": "http://mlflow.team:5000",
+    "request_log_claim": "unmask-requests",  # a controller's split is rendered only with shared evidence
 }
 
 
@@ -107,7 +107,7 @@ def test_core_kinds_deserialise_into_kubernetes_models():
         def __init__(self, obj):
             self.data = json.dumps(obj)
 
-    routes, deployment, service = render("k8s", SPEC)
+    routes, deployment, service = render("k8s", SPEC | {"request_log_claim": None})
     d = ApiClient().deserialize(Response(deployment), "V1Deployment")
     [container] = d.spec.template.spec.containers
     assert container.image == "unmask:0.1.0" and container.env[0].value == "http://mlflow.team:5000"
@@ -135,7 +135,7 @@ def test_the_analysis_template_always_names_both_arms():
     from urllib.parse import parse_qs, urlsplit
 
     def arms_named(spec) -> tuple[str, str]:
-        _, template = render("argo-rollouts", spec)
+        template = render("argo-rollouts", spec)[1]
         query = parse_qs(urlsplit(template["spec"]["metrics"][0]["provider"]["web"]["url"]).query)
         return query["candidate"][0], query["baseline"][0]
 
@@ -157,7 +157,7 @@ def analysis_asked(target: str, spec: dict) -> dict[str, str]:
 
 
 def serve_args(target: str, spec: dict) -> list[str]:
-    [container] = [c for m in render(target, spec) for c in containers(m)]
+    [container] = [c for m in render(target, spec) for c in containers(m) if c["args"][0] == "serve"]
     return container["args"]
 
 
@@ -188,14 +188,18 @@ def test_every_target_s_pods_can_share_one_request_log_volume(target):
     """Issue 49, item 3: with a claim, every pod logs to one volume (`--request-log-dir` on it): the router's
     replicas, and a controller's stable and canary revisions, so the analysis reading it judges all of them
     (tests/e2e/test_replicas.py runs that with three processes; tests/integration/test_controller_split.py with a
-    stable and a canary server)."""
-    assert "--request-log-dir" not in serve_args(target, SPEC)
-    for manifest in render(target, SPEC | {"request_log_claim": "unmask-requests"}):
+    stable and a canary server); the rendered analysis reads that volume (`--log-dir`)."""
+    if target == "k8s":  # the router alone may log to its own folder; a controller's split is refused so
+        assert "--request-log-dir" not in serve_args(target, SPEC | {"request_log_claim": None})
+    rendered = render(target, SPEC)
+    assert len([c for m in rendered for c in containers(m)]) == (1 if target == "k8s" else 2)
+    for manifest in rendered:
         assert check_manifest(manifest) == [], manifest
         for container in containers(manifest):
-            pod = manifest["spec"].get("predictor") or manifest["spec"]["template"]["spec"]
+            pod = pod_of(manifest)
             [mount] = [m for m in container["volumeMounts"] if m["name"] == "requests"]
-            assert flag(container["args"], "--request-log-dir") == mount["mountPath"]
+            logs = "--log-dir" if container["args"][0] == "analysis" else "--request-log-dir"
+            assert flag(container["args"], logs) == mount["mountPath"]
             assert {"name": "requests", "persistentVolumeClaim": {"claimName": "unmask-requests"}} in pod["volumes"]
 
 
@@ -205,9 +209,11 @@ def test_every_unmask_container_reads_the_evidence_url_from_a_secret(target):
     included) comes from a Secret as UNMASK_EVIDENCE_URL, never a literal in the manifest or the args."""
     plain = [c for m in render(target, SPEC) for c in containers(m)]
     assert plain and all("UNMASK_EVIDENCE_URL" not in {e["name"] for e in c["env"]} for c in plain)
-    for manifest in render(target, SPEC | {"evidence_secret": "unmask-evidence"}):
+    secret_only = SPEC | {"request_log_claim": None, "evidence_secret": "unmask-evidence"}
+    for manifest in render(target, secret_only):
         assert check_manifest(manifest) == [], manifest
-        for c in containers(manifest):
+        for c in containers(manifest):  # the serving pods and the analysis alike
+            assert "--log-dir" not in c["args"] and "--request-log-dir" not in c["args"]
             [env] = [e for e in c["env"] if e["name"] == "UNMASK_EVIDENCE_URL"]
             assert env == {
                 "name": "UNMASK_EVIDENCE_URL",
@@ -215,14 +221,133 @@ def test_every_unmask_container_reads_the_evidence_url_from_a_secret(target):
             }
 
 
-def containers(manifest: dict) -> list[dict]:
+def by_kind_and_name(manifests: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+def volume_files(pod: dict, container: dict, configmaps: dict[str, dict]) -> dict[str, str]:
+    """Each file a container reads from a mounted ConfigMap, by its path in the pod."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return {
+        f"{mount['mountPath']}/{file}": text
+        for mount in container["volumeMounts"]
+        if "configMap" in volumes[mount["name"]]
+        for file, text in configmaps.get(volumes[mount["name"]]["configMap"]["name"], {}).items()
+    }
+
+
+@pytest.mark.parametrize("target", ["kserve", "argo-rollouts"])
+@pytest.mark.parametrize(
+    "shared",
+    [{}, {"request_log_claim": None, "evidence_secret": "unmask-evidence"}, {"evidence_secret": "unmask-evidence"}],
+    ids=["claim", "postgres", "both"],
+)
+def test_a_controller_s_analysis_is_rendered_where_its_url_points_reading_the_pods_evidence(target, shared):
+    """Issue 49: with KServe or Argo alone no router answered the analysis the controller asks (the default URL named
+    the k8s target's router), so nothing judged the rollout. The render now writes `unmask analysis serve` beside the
+    pods: its routes file (the rollout policy) as a ConfigMap, a Deployment reading the evidence the serving pods
+    write (the same claim, the same Secret), behind the controllers' key, and the Service the URL names."""
+    from urllib.parse import urlsplit
+
+    spec = SPEC | shared | {"namespace": "llm"}
+    spec["resources"] = copy.deepcopy(SPEC["resources"])
+    spec["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    rendered = render(target, spec)
+    for manifest in rendered:
+        assert check_manifest(manifest) == [], manifest
+        assert manifest["metadata"]["namespace"] == "llm"
+    found = by_kind_and_name(rendered)
+    deployment, service = found["Deployment", "unmask-default-analysis"], found["Service", "unmask-default-analysis"]
+    pod = deployment["spec"]["template"]["spec"]
+    [analysis] = pod["containers"]
+    served_pod = pod_of(rendered[0])  # the InferenceService's predictor, the Rollout's pod template
+    [served] = served_pod["containers"]
+
+    # the URL the controller calls is the Service's, in-cluster and namespaced (Argo calls from its own namespace)
+    url = urlsplit(analysis_asked_url(target, spec))
+    assert url.netloc == "unmask-default-analysis.llm.svc" and url.path == "/v1/unmask/analysis"
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    [port] = service["spec"]["ports"]
+    assert port["port"] == 80 and port["targetPort"] == analysis["ports"][0]["containerPort"]
+    assert flag(analysis["args"], "--port") == str(port["targetPort"]) and flag(analysis["args"], "--host") == "0.0.0.0"
+    assert analysis["readinessProbe"]["httpGet"] == {"path": "/health", "port": port["targetPort"]}
+
+    # `unmask analysis serve` with the routes file the render read, mounted where its args say
+    assert analysis["args"][:2] == ["analysis", "serve"] and "command" not in analysis
+    configmaps = {m["metadata"]["name"]: m["data"] for m in rendered if m["kind"] == "ConfigMap"}
+    assert volume_files(pod, analysis, configmaps)[flag(analysis["args"], "--routes")] == SPEC["routes_text"]
+
+    # the evidence the serving pods write: the same volume (its folder as --log-dir), the same Secret's URL
+    def evidence(container: dict, pod: dict, logs: str) -> tuple:
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        claims = [
+            (volumes[m["name"]]["persistentVolumeClaim"]["claimName"], m["mountPath"], flag(container["args"], logs))
+            for m in container["volumeMounts"]
+            if "persistentVolumeClaim" in volumes[m["name"]]
+        ]
+        return claims, [e for e in container["env"] if e["name"] == "UNMASK_EVIDENCE_URL"]
+
+    assert evidence(analysis, pod, "--log-dir") == evidence(served, served_pod, "--request-log-dir")
+    claims, urls = evidence(analysis, pod, "--log-dir")
+    assert bool(claims) == bool(spec.get("request_log_claim")) and bool(urls) == bool(spec.get("evidence_secret"))
+
+    # the controllers' key: the Secret Argo's template sends as a bearer token is the one the analysis accepts
+    [keys] = [e for e in analysis["env"] if e["name"] == "UNMASK_ANALYSIS_KEYS"]
+    assert keys["valueFrom"]["secretKeyRef"] == {"name": "unmask-analysis", "key": "token"}
+    if target == "argo-rollouts":
+        template = found["AnalysisTemplate", "unmask-default-analysis"]
+        [token] = [a for a in template["spec"]["args"] if a["name"] == "analysis-token"]
+        assert token["valueFrom"] == keys["valueFrom"]
+
+    # it reads no registry and loads no model: no tracking server, no key ring, no GPU
+    assert {e["name"] for e in analysis["env"]} <= {"UNMASK_ANALYSIS_KEYS", "UNMASK_EVIDENCE_URL"}
+    assert "nvidia.com/gpu" not in analysis["resources"]["limits"]
+    assert analysis["resources"]["requests"] == analysis["resources"]["limits"]  # as the serving pods: Guaranteed
+
+
+def analysis_asked_url(target: str, spec: dict) -> str:
+    found = render(target, spec)
+    if target == "argo-rollouts":
+        return found[1]["spec"]["metrics"][0]["provider"]["web"]["url"]
+    return found[0]["metadata"]["annotations"]["unmask.dev/analysis"]
+
+
+@pytest.mark.parametrize("target", ["kserve", "argo-rollouts"])
+def test_an_explicit_analysis_url_is_asked_and_no_analysis_is_rendered(target):
+    """Given `--analysis-url`, the team runs the analysis (a router, an `unmask analysis serve` of its own): the
+    controller asks that URL and the render adds no second analysis."""
+    spec = SPEC | {"analysis_url": "http://unmask-analysis.llm.svc:8010/v1/unmask/analysis"}
+    assert analysis_asked_url(target, spec).startswith(spec["analysis_url"] + "?route=default&")
+    kinds = [m["kind"] for m in render(target, spec)]
+    assert kinds == (["InferenceService"] if target == "kserve" else ["Rollout", "AnalysisTemplate"])
+
+
+@pytest.mark.parametrize("target", ["kserve", "argo-rollouts"])
+def test_a_controller_s_split_without_shared_evidence_is_refused(target):
+    """Without a shared volume or the team PostgreSQL each revision's pods log to their own folder: no analysis can
+    see both, so it would answer inconclusive for ever. The render refuses, naming both ways to share."""
+    with pytest.raises(ValueError, match=f"--target {target}: .* --request-log-claim CLAIM .* --evidence-secret"):
+        render(target, SPEC | {"request_log_claim": None})
+    assert render("k8s", SPEC | {"request_log_claim": None})  # the router answers the analysis of its own rows
+
+
+def test_a_bad_namespace_is_refused():
+    with pytest.raises(ValueError, match="--namespace 'LLM'"):
+        render("k8s", SPEC | {"namespace": "LLM"})
+
+
+def pod_of(manifest: dict) -> dict:
+    """The pod a manifest runs: a KServe predictor, a Rollout's or Deployment's template; {} for the rest."""
     spec = manifest.get("spec", {})
-    pod = spec.get("predictor") or spec.get("template", {}).get("spec", {})
-    return pod.get("containers", [])
+    return spec.get("predictor") or spec.get("template", {}).get("spec", {})
+
+
+def containers(manifest: dict) -> list[dict]:
+    return pod_of(manifest).get("containers", [])
 
 
 def test_kserve_canary_percent_from_the_rollout_step():
-    (isvc,) = render("kserve", SPEC)
+    isvc = render("kserve", SPEC)[0]
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
     assert isvc["spec"]["predictor"]["canaryTrafficPercent"] == 25
     assert isvc["spec"]["predictor"]["containers"][0]["image"] == "unmask:0.1.0"
@@ -230,7 +355,7 @@ def test_kserve_canary_percent_from_the_rollout_step():
 
 
 def test_argo_rollout_steps_and_analysis_template():
-    rollout, template = render("argo-rollouts", SPEC)
+    rollout, template, *_ = render("argo-rollouts", SPEC)
     assert rollout["apiVersion"] == "argoproj.io/v1alpha1" and rollout["kind"] == "Rollout"
     steps = rollout["spec"]["strategy"]["canary"]["steps"]
     assert [s["setWeight"] for s in steps if "setWeight" in s] == [5, 25, 50, 100]
@@ -270,6 +395,11 @@ def test_cli_bad_route_and_target_are_one_line_exit_2(tmp_path, monkeypatch):
     for local in ([], ["--tracking-uri", "sqlite:////srv/mlflow.db"], ["--tracking-uri", "./mlruns"]):
         r = CliRunner().invoke(app, ["deploy", "render", "--target", "k8s", *local])
         assert r.exit_code == 2 and "a pod cannot reach a store on this machine" in r.output, r.output
+    # a controller's split with no shared evidence: refused before the registry is read, in one line
+    for target in ("kserve", "argo-rollouts"):
+        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, *team])
+        assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+        assert r.output.startswith(f"error: --target {target}: the stable and the canary pods must log where")
 
 
 # slow: a real MLflow SQLite registry with two registered versions and an audited alias move
@@ -289,7 +419,8 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
     _register_all()
     team = ["--tracking-uri", "http://mlflow.team:5000"]
     for target in TARGETS:
-        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, "--gpus", "1", *team])
+        shared = ["--request-log-claim", "unmask-requests"]
+        r = CliRunner().invoke(app, ["deploy", "render", "--target", target, "--gpus", "1", *team, *shared])
         assert r.exit_code == 0, r.output
         manifests = list(yaml.safe_load_all(r.output))
         assert manifests and all(check_manifest(m) == [] for m in manifests), manifests
@@ -303,6 +434,7 @@ def test_render_reads_the_promoted_version_its_source_and_weights_digest_from_th
             }
             for m in manifests
             if m["kind"] in ("InferenceService", "Rollout", "Deployment")
+            and not m["metadata"]["name"].endswith("-analysis")  # serves no model (test_a_controller_s_analysis_...)
         ]
         assert annotated == [
             {

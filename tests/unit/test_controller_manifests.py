@@ -11,6 +11,7 @@ import yaml
 from gates.rollout_policy import load_rollout_policy
 from gates.serving_policy import SERVING_POLICY_PATH
 from serving.analysis_api import router
+from serving.manifests import analysis_url
 from tests.support import REPO
 
 DOCS = REPO / "docs" / "controllers"
@@ -35,6 +36,11 @@ def test_the_argo_analysis_template_reads_the_verdict_with_the_documented_condit
     )
     assert args["analysis-token"]["valueFrom"]["secretKeyRef"] == {"name": "unmask-analysis", "key": "token"}
     assert web["headers"] == [{"key": "Authorization", "value": "Bearer {{args.analysis-token}}"}]
+    # the analysis Service `unmask deploy render --target argo-rollouts --namespace llm` writes for the route
+    namespace = template["metadata"]["namespace"]
+    assert namespace == rollout["metadata"]["namespace"]
+    rendered = urlsplit(analysis_url({"route": args["route"]["value"], "namespace": namespace}))
+    assert (url.scheme, url.netloc) == (rendered.scheme, rendered.netloc) == ("http", "unmask-default-analysis.llm.svc")
 
 
 def test_the_flagger_canary_hooks_call_the_gate_and_the_rollback_endpoints():

@@ -65,7 +65,8 @@ def test_the_image_pins_the_python_and_torch_of_the_project():
 def test_every_container_the_project_renders_or_documents_runs_an_unmask_sub_command():
     """Issue 49: the docs' KServe example passed args ["serve", ...] to an image with only a CMD (no ENTRYPOINT), so
     the container ran `serve` as a program. The image's ENTRYPOINT is `unmask`; every container's args, rendered
-    (serving/manifests.py) or documented (docs/controllers/), start with a sub-command the CLI registers."""
+    (serving/manifests.py: the serving pods and the analysis beside them) or documented (docs/controllers/), start
+    with a sub-command the CLI registers."""
     import json
 
     import typer.main
@@ -90,9 +91,9 @@ def test_every_container_the_project_renders_or_documents_runs_an_unmask_sub_com
         "arms": [arm, arm | {"name": "production", "alias": "production"}],
         "steps": [25, 100],
         "interval_s": 60,
-        "analysis_url": "http://r/v1/unmask/analysis",
         "routes_text": "default: {arm: production}\n",
         "tracking_uri": "http://mlflow.team:5000",
+        "request_log_claim": "unmask-requests",
     }
     documented = [
         d for f in sorted((ROOT / "docs" / "controllers").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
@@ -110,6 +111,7 @@ def test_every_container_the_project_renders_or_documents_runs_an_unmask_sub_com
                 find(value)
 
     find(manifests)
-    assert len(containers) >= 4
+    assert len(containers) >= 6
+    assert ["analysis", "serve"] in [c["args"][:2] for c in containers]  # the controllers' analysis (kserve, argo)
     for container in containers:
         assert "command" not in container and container["args"][0] in commands, container
