@@ -52,11 +52,8 @@ postgres-deps:
 	apt-get update -q && apt-get install -y -q --no-install-recommends postgresql
 
 # The tiers are folders (tests/conftest.py): unit, integration, e2e. Every tier runs on every core; a module's
-# tests stay on one worker (--dist loadfile), so a module-scoped server or registry is built once. Modules go to
-# the workers in collection order (--no-loadscope-reorder): the e2e tier's long modules first, the short unit ones
-# last, filling each worker's tail. xdist's default orders modules by their number of tests, which put the long
-# one-test modules (a Ray cluster, a Prefect server, the pods) last, each run alone while the other worker idled.
-PYTEST := $(PY) -m pytest -q -n $(or $(WORKERS),auto) --dist loadfile --no-loadscope-reorder
+# tests stay on one worker (--dist loadfile), so a module-scoped server or registry is built once.
+PYTEST := $(PY) -m pytest -q -n $(or $(WORKERS),auto) --dist loadfile
 
 test: setup browser-deps postgres-deps
 	$(PYTEST) tests
