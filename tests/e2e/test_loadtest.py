@@ -447,35 +447,45 @@ def _answered(base_url: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("unmask_requests_total"))
 
 
+def _stopped_once_answering(base_url: str, argv: list[str], received: str) -> tuple[int, str, str]:
+    """Start `argv` (a load on the server at `base_url`), send it `received` once the server has answered 3 more
+    requests, and wait for it: (exit code, stdout, stderr)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    before = _answered(base_url)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    load = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _answered(base_url) < before + 3 and time.monotonic() < deadline and load.poll() is None:
+            time.sleep(0.2)
+        load.send_signal(getattr(signal, received))
+        out, err = load.communicate(timeout=120)
+    finally:
+        load.kill()
+    return load.returncode, out, err
+
+
 @pytest.mark.parametrize("received", ["SIGTERM", "SIGINT"])
 def test_a_load_stopped_by_a_signal_reports_and_writes_what_it_measured(served, tmp_path, received):
     """A load sized for minutes, stopped once answers flow: it sends nothing more, exits 0, and its JSON names the
     signal and holds the answers measured (fewer than asked)."""
-    import signal
-    import subprocess
     import sys
     import time
 
     report = tmp_path / "load.json"
-    before = _answered(served.base_url)
-    load = subprocess.Popen(
+    code, out, err = _stopped_once_answering(
+        served.base_url,
         [sys.executable, "-c", "from flows.cli import main; main()", "loadtest", "--url", served.base_url + "/v1"]
         + ["--model", "production", "--concurrency", "2", "--requests", "300", "--max-tokens", "4", "--no-log"]
         + ["--no-stream", "--json", str(report)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        received,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while _answered(served.base_url) < before + 3 and time.monotonic() < deadline and load.poll() is None:
-            time.sleep(0.2)
-        load.send_signal(getattr(signal, received))
-        output = load.communicate(timeout=120)[0]
-    finally:
-        load.kill()
-    assert load.returncode == 0, output
+    output = out + err
+    assert code == 0, output
     written = json.loads(report.read_text())
     assert written["stopped"] == received and any(received in note for note in written["notes"])
     answered = [r["requests"] for r in written["records"]]
@@ -489,10 +499,7 @@ def test_a_load_stopped_by_a_signal_reports_and_writes_what_it_measured(served, 
 def test_a_signal_to_a_load_measured_from_a_child_process_stops_the_child_and_returns_its_result(served, tmp_path):
     """`run_load_apart` (the client in a process of its own, as without --url): SIGTERM to the parent is passed on,
     the child stops and sends what it measured, and the parent returns it."""
-    import signal
-    import subprocess
     import sys
-    import time
 
     script = tmp_path / "apart.py"
     script.write_text(
@@ -504,23 +511,7 @@ def test_a_signal_to_a_load_measured_from_a_child_process_stops_the_child_and_re
         "result = run_load_apart(spec, ['1+1=', '2+2='])\n"
         "print(json.dumps({'stopped': result.stopped, 'answers': sum(len(c.answers) for c in result.cells)}))\n"
     )
-    before = _answered(served.base_url)
-    parent = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=REPO,
-        env=dict(__import__("os").environ, PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while _answered(served.base_url) < before + 3 and time.monotonic() < deadline and parent.poll() is None:
-            time.sleep(0.2)
-        parent.send_signal(signal.SIGTERM)
-        out, err = parent.communicate(timeout=120)
-    finally:
-        parent.kill()
-    assert parent.returncode == 0, err
+    code, out, err = _stopped_once_answering(served.base_url, [sys.executable, str(script)], "SIGTERM")
+    assert code == 0, err
     told = json.loads(out.strip().splitlines()[-1])
     assert told["stopped"] == "SIGTERM" and 0 < told["answers"] < 300, told
