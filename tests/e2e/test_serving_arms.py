@@ -7,6 +7,7 @@ copies with agreement, the weights overlay applied live, and the request log rea
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from datetime import UTC, datetime, timedelta
@@ -542,7 +543,10 @@ def test_the_weights_overlay_moves_traffic_live_and_a_bad_one_is_kept_out(server
     assert arms_of_users() == {"fallback"}
     default = view()["routes"][-1]
     assert default["name"] == "default" and default["split"] == {"fallback": 100, "production": 0}
-    servers.weights.write_text('{"routes": {"default": {"fallback": 60}}}')
+    # a bad overlay, put in place whole (a write_text truncates first: the server's poll could read it empty and
+    # count that as the failure instead, as a full run here did)
+    (servers.weights.parent / "bad.json").write_text('{"routes": {"default": {"fallback": 60}}}')
+    os.replace(servers.weights.parent / "bad.json", servers.weights)
     until(lambda: view()["weights_error"] is not None, "the bad overlay was not noticed")
     assert "weights sum to 60" in view()["weights_error"] and arms_of_users() == {"fallback"}  # kept
     assert "unmask_weights_reload_failures_total 1.0" in httpx.get(servers.base_url + "/metrics").text
