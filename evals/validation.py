@@ -247,7 +247,9 @@ def nfe_bound(record: EvalRecord) -> float:
     cfg = record.config or {}
     if record.kind == "autoregressive":
         return float(cfg.get("gen_length", record.gen_length) + 1)
-    if cfg.get("canvas") == "masked":  # SDAR: each block's steps and the pass caching it; a block per new token at most
+    # a block config records its canvas only for the masked loops (SDAR's, Nemotron's; BlockDiffusionConfig.to_dict):
+    # each block's steps and the pass caching it; a block per new token at most
+    if "canvas" in cfg:
         return float((cfg["max_denoising_steps"] + 1) * (cfg["max_new_tokens"] + 1))
     steps = float(cfg.get("steps", record.gen_length))
     draft = cfg.get("speculative_draft") or 0

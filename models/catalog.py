@@ -24,7 +24,7 @@ CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
 KINDS = ("masked-diffusion", "block-diffusion", "autoregressive", "api")
 ROLES = ("candidate", "fallback")
-ADAPTERS = ("llada", "diffusion-gemma", "dream", "sdar", "llada2", "causal-lm", "api", "none")
+ADAPTERS = ("llada", "diffusion-gemma", "dream", "sdar", "llada2", "nemotron", "causal-lm", "api", "none")
 FIELDS = {
     "id",
     "family",
@@ -69,6 +69,7 @@ DECODING_FIELDS = {
     "commit_threshold": float,
     "top_k": int,
     "top_p": float,
+    "mode": str,  # the seeded canvas (Nemotron-Labs-Diffusion): diffusion, self_speculative or autoregressive
 }
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")

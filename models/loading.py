@@ -68,7 +68,7 @@ def model_kind(ref: str | Path) -> str:
         return "autoregressive" if read_config(path)[0].causal else "masked-diffusion"
     if layout == "dream":
         return "masked-diffusion"
-    return "block-diffusion" if layout in ("diffusion-gemma", "sdar", "llada2") else "autoregressive"
+    return "block-diffusion" if layout in ("diffusion-gemma", "sdar", "llada2", "nemotron") else "autoregressive"
 
 
 def catalog_decoding(ref: str | Path) -> dict[str, Any]:

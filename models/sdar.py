@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,8 @@ from torch import nn
 
 from models.checkpoint import CheckpointError, read_json_object, read_tensors
 from models.llada import SwiGLU, apply_rope, rope_angles
+
+M = TypeVar("M", bound=nn.Module)  # a network built on the meta device, filled by `assign_checked`
 
 
 @dataclass(frozen=True)
@@ -288,12 +290,10 @@ def load_sdar(folder: Path, dtype: torch.dtype = torch.float32) -> SDARForBlockD
     return assign_checked(model, read_tensors(folder), folder, dtype, "an SDAR")
 
 
-def assign_checked(
-    model: SDARForBlockDiffusion, tensors: dict[str, torch.Tensor], folder: Path, dtype: torch.dtype, family: str
-) -> SDARForBlockDiffusion:
+def assign_checked(model: M, tensors: dict[str, torch.Tensor], folder: Path, dtype: torch.dtype, family: str) -> M:
     """`model` (built on the meta device) holding `tensors`, every name and shape checked against its own."""
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
+    if getattr(model.config, "tie_word_embeddings", False):
         tensors.pop("lm_head.weight", None)  # some tied checkpoints still write it
     for name, shape in expected.items():
         if name not in tensors:

@@ -28,6 +28,13 @@ import torch
 from sampler.generate import make_generator
 from sampler.masked_blocks import MASKED_COMMITS, generate_masked_blocks
 from sampler.output import BlockDiffusionStats, GenerateOutput, StepCallback, StepInfo
+from sampler.seeded_blocks import SEEDED_MODES, generate_seeded_blocks
+
+# The canvases of mask tokens and the loop that decodes each (the uniform canvas is this module's own loop below).
+MASKED_LOOPS: dict[str, Callable[..., GenerateOutput]] = {
+    "masked": generate_masked_blocks,
+    "seeded": generate_seeded_blocks,
+}
 
 
 @dataclass(frozen=True)
@@ -46,15 +53,20 @@ class BlockDiffusionConfig:
     seed: int | None = 0  # private generator; None draws from torch's global RNG
     # The masked canvas (SDAR: sampler/masked_blocks.py). Left out of a uniform canvas's `to_dict()` and `hash()`
     # (where they must keep their defaults), so every config recorded before they existed keeps its hash.
-    canvas: str = "uniform"  # uniform: DiffusionGemma's uniform-state canvas; masked: mask tokens unmasked in steps
+    # uniform: DiffusionGemma's uniform-state canvas; masked: mask tokens unmasked in steps; seeded: masked, each block
+    # opened by the token a causal pass predicts (Nemotron-Labs-Diffusion: sampler/seeded_blocks.py)
+    canvas: str = "uniform"
     remasking: str = "low_confidence_dynamic"  # masked: which masked positions a step commits (MASKED_COMMITS)
     commit_threshold: float = 0.9  # low_confidence_dynamic: commit every masked position this confident
     temperature: float = 1.0  # masked: sampling temperature; 0 takes the argmax
     top_k: int = 0  # masked: sample among the k most likely tokens; 0 = all
     top_p: float = 1.0  # masked: sample within the smallest set of probability p
     mask_id: int | None = None  # masked: the model's mask token
+    # seeded: how a block is filled (SEEDED_MODES): diffusion (denoised in steps), self_speculative (one diffusion draft
+    # verified by one causal pass: autoregressive greedy's tokens) or autoregressive (one causal pass a token)
+    mode: str = "diffusion"
 
-    _OPTIONAL = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id")
+    _OPTIONAL = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id", "mode")
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_denoising_steps"):
@@ -72,7 +84,7 @@ class BlockDiffusionConfig:
         self._check_masked()
 
     def _check_masked(self) -> None:
-        known = {"canvas": ("uniform", "masked"), "remasking": tuple(MASKED_COMMITS)}
+        known = {"canvas": ("uniform", *MASKED_LOOPS), "remasking": tuple(MASKED_COMMITS), "mode": SEEDED_MODES}
         for name, allowed in known.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"BlockDiffusionConfig.{name}={getattr(self, name)!r}; known: {', '.join(allowed)}")
@@ -82,6 +94,15 @@ class BlockDiffusionConfig:
                 raise ValueError(
                     f"BlockDiffusionConfig.{changed[0]} is read by the masked canvas only (canvas='masked')"
                 )
+        if self.mode != "diffusion" and self.canvas != "seeded":
+            raise ValueError(
+                f"BlockDiffusionConfig.mode={self.mode!r} is read by the seeded canvas only (canvas='seeded')"
+            )
+        if self.mode == "self_speculative" and self.temperature != 0:
+            raise ValueError(
+                "BlockDiffusionConfig.mode='self_speculative' is lossless for greedy decoding only: needs "
+                f"temperature=0, got {self.temperature!r}"
+            )
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or not 0 <= self.commit_threshold <= 1:
             raise ValueError(
                 f"BlockDiffusionConfig needs temperature >= 0, 0 < top_p <= 1, top_k >= 0, 0 <= commit_threshold <= 1; "
@@ -95,7 +116,10 @@ class BlockDiffusionConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        return data if self.canvas == "masked" else {k: v for k, v in data.items() if k not in self._OPTIONAL}
+        if self.canvas == "uniform":
+            return {k: v for k, v in data.items() if k not in self._OPTIONAL}
+        # the mode joined after masked canvases were recorded: left out at its default, so their hashes hold
+        return data if self.mode != "diffusion" else {k: v for k, v in data.items() if k != "mode"}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -271,8 +295,8 @@ def generate_block_diffusion(
     if row_seeds is not None and len(row_seeds) != B:
         raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {B} rows")
     draws = BatchDraws(make_generator(config.seed, device)) if row_seeds is None else RowDraws(row_seeds, device)
-    if config.canvas == "masked":
-        return generate_masked_blocks(model, input_ids, config, draws, attention_mask, on_step)
+    if config.canvas in MASKED_LOOPS:
+        return MASKED_LOOPS[config.canvas](model, input_ids, config, draws, attention_mask, on_step)
     rules = CanvasRules.of(config, model.vocab_size, L)
     eos = torch.tensor(config.eos_ids, dtype=torch.long, device=device)
 

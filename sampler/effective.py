@@ -15,7 +15,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from sampler.block_diffusion import BlockDiffusionConfig
+from sampler.block_diffusion import MASKED_LOOPS, BlockDiffusionConfig
 from sampler.config import SamplerConfig
 
 EffectiveConfig = SamplerConfig | BlockDiffusionConfig
@@ -29,7 +29,8 @@ SETTINGS_READ: dict[str, frozenset[str]] = {
 # Catalog decoding defaults the block sampler takes in place of SamplerConfig fields.
 BLOCK_DEFAULTS = ("entropy_bound", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 # ... and, for a model decoded on the masked canvas (SDAR: `canvas: masked`), these.
-MASKED_DEFAULTS = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id")
+# (Nemotron-Labs-Diffusion's `canvas: seeded` reads them too, and its `mode`.)
+MASKED_DEFAULTS = ("canvas", "remasking", "commit_threshold", "temperature", "top_k", "top_p", "mask_id", "mode")
 
 
 def settings_read(kind: str) -> frozenset[str] | None:
@@ -41,7 +42,7 @@ def block_config_for(handle: Any, config: SamplerConfig) -> BlockDiffusionConfig
     """gen_length -> new tokens, steps spread over the model's canvases, seed; the catalog's defaults
     (`handle.defaults`) supply the entropy bound, temperature schedule and stopping thresholds."""
     canvases = math.ceil(config.gen_length / handle.canvas_length)
-    read = BLOCK_DEFAULTS + (MASKED_DEFAULTS if handle.defaults.get("canvas") == "masked" else ())
+    read = BLOCK_DEFAULTS + (MASKED_DEFAULTS if handle.defaults.get("canvas") in MASKED_LOOPS else ())
     return BlockDiffusionConfig(
         max_new_tokens=config.gen_length,
         max_denoising_steps=max(1, config.steps // canvases),

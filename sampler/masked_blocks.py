@@ -212,20 +212,20 @@ def generate_masked_blocks(
             forwards += live
             steps += 1
             if on_step is not None:
-                on_step(_info(nfe + steps - 1, block, False, input_ids, answer, filled, G))
+                on_step(committed_step(nfe + steps - 1, block, False, input_ids, answer, filled, G))
         nfe += steps
         filled = _place(answer, canvas, block, layout.tails, filled, done, L)
-        done |= _finish(answer, filled, eos, config.pad_id) | (filled >= G)
+        done |= end_at_eos(answer, filled, eos, config.pad_id) | (filled >= G)
         if not done.all():
             cache = model.encode_prefix(canvas, keys, pos, cache)
             nfe, steps = nfe + 1, steps + 1
             forwards += ~done
         block_nfe.append(steps)
         if on_step is not None:
-            on_step(_info(nfe - 1, block, True, input_ids, answer, filled, G))
+            on_step(committed_step(nfe - 1, block, True, input_ids, answer, filled, G))
         if done.all():
             break
-    return _output(input_ids, answer, G, nfe, block_nfe, forwards, config.pad_id, L)
+    return blocks_output(input_ids, answer, G, nfe, block_nfe, forwards, config.pad_id, L)
 
 
 def _place(
@@ -246,7 +246,7 @@ def _place(
     return filled
 
 
-def _finish(answer: torch.Tensor, filled: torch.Tensor, eos: torch.Tensor, pad_id: int | None) -> torch.Tensor:
+def end_at_eos(answer: torch.Tensor, filled: torch.Tensor, eos: torch.Tensor, pad_id: int | None) -> torch.Tensor:
     """Rows whose answer so far holds an EOS; what follows the first EOS becomes `pad_id` (when there is one)."""
     if not eos.numel():
         return torch.zeros(answer.shape[0], dtype=torch.bool, device=answer.device)
@@ -258,7 +258,7 @@ def _finish(answer: torch.Tensor, filled: torch.Tensor, eos: torch.Tensor, pad_i
     return is_eos.any(dim=1)
 
 
-def _info(
+def committed_step(
     step: int, block: int, block_done: bool, prompt: torch.Tensor, answer: torch.Tensor, filled: torch.Tensor, G: int
 ) -> StepInfo:
     """What the callback hears: the prompt and the tokens every row has committed (a growing decoder)."""
@@ -270,7 +270,7 @@ def _info(
     return StepInfo(step=step, block=block, block_done=block_done, sequences=sequences, committed=committed)
 
 
-def _output(
+def blocks_output(
     prompt: torch.Tensor,
     answer: torch.Tensor,
     G: int,

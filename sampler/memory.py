@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from sampler.block_diffusion import BlockDiffusionConfig
+from sampler.block_diffusion import MASKED_LOOPS, BlockDiffusionConfig
 from sampler.effective import EffectiveConfig, effective_config
 
 F32 = 4
@@ -200,7 +200,7 @@ def generic_footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) 
 def footprint(handle: Any, prompt_tokens: int, config: EffectiveConfig) -> Footprint:
     """The peak bytes per row of decoding `prompt_tokens` + `config.gen_length` on `handle`'s model."""
     if handle.kind == "block-diffusion":
-        masked = getattr(effective_config(handle, config), "canvas", "") == "masked"
+        masked = getattr(effective_config(handle, config), "canvas", "") in MASKED_LOOPS
         return (masked_blocks_footprint if masked else block_diffusion_footprint)(handle, prompt_tokens, config)
     if getattr(handle, "native", False):
         return masked_diffusion_footprint(handle, prompt_tokens, config)

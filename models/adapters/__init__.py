@@ -17,6 +17,7 @@ from models.adapters.diffusion_gemma import DiffusionGemmaAdapter
 from models.adapters.dream import DreamAdapter
 from models.adapters.llada import LLaDAAdapter
 from models.adapters.llada2 import LLaDA2Adapter
+from models.adapters.nemotron import NemotronAdapter
 from models.adapters.sdar import SDARAdapter
 from models.catalog import CatalogEntry
 from models.pull import PullError, entry_path
@@ -31,6 +32,7 @@ __all__ = [
     "LLaDA2Adapter",
     "LLaDAAdapter",
     "ModelHandle",
+    "NemotronAdapter",
     "NotEvaluable",
     "SDARAdapter",
     "availability",
@@ -42,7 +44,12 @@ __all__ = [
 # folder layout -> the adapter that loads it
 ADAPTERS: dict[
     str,
-    type[LLaDAAdapter] | type[CausalLMAdapter] | type[DiffusionGemmaAdapter] | type[DreamAdapter] | type[SDARAdapter],
+    type[LLaDAAdapter]
+    | type[CausalLMAdapter]
+    | type[DiffusionGemmaAdapter]
+    | type[DreamAdapter]
+    | type[SDARAdapter]
+    | type[NemotronAdapter],
 ] = {
     "llada": LLaDAAdapter,
     "causal-lm": CausalLMAdapter,
@@ -50,12 +57,13 @@ ADAPTERS: dict[
     "dream": DreamAdapter,
     "sdar": SDARAdapter,
     "llada2": LLaDA2Adapter,  # a subclass of SDAR's: the same block loop, LLaDA2's network
+    "nemotron": NemotronAdapter,
 }
 
 
 def folder_layout(config: dict[str, Any]) -> str:
-    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma', 'dream', 'sdar', 'llada2' or
-    'causal-lm', from config.json."""
+    """'llada' (the native layout, bidirectional or causal), 'diffusion-gemma', 'dream', 'sdar', 'llada2',
+    'nemotron' or 'causal-lm', from config.json."""
     if config.get("model_type") == "diffusion_gemma":
         return "diffusion-gemma"
     if config.get("model_type") == "Dream":
@@ -64,6 +72,8 @@ def folder_layout(config: dict[str, Any]) -> str:
         return "sdar"
     if config.get("model_type") == "llada2_moe":
         return "llada2"
+    if config.get("model_type") == "nemotron_labs_diffusion":
+        return "nemotron"
     if config.get("model_type") in (None, "llada") or "d_model" in config:
         return "llada"
     return "causal-lm"

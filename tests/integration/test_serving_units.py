@@ -440,14 +440,16 @@ def test_a_chat_template_that_leaves_messages_out_says_which():
     assert rendered.dropped == [{"index": 0, "role": "developer"}, {"index": 1, "role": "user"}]
 
 
-@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "llada2", "nemotron"])
 def test_the_batcher_decodes_each_masked_block_row_as_if_alone(tmp_path, family):
-    """A random SDAR, and the LLaDA2 MoE parity checkpoint (masked block diffusion both), behind the batcher:
-    sampled requests with their own seeds share a left-padded batch, and each answer is the one it gets alone."""
+    """A random SDAR, and the LLaDA2 MoE and Nemotron-Labs-Diffusion parity checkpoints (masked block diffusion; the
+    last self-speculative, greedy) behind the batcher: requests with their own seeds share a left-padded batch, and
+    each answer is the one it gets alone."""
     from serving.decoding import BLOCK, operating_config
-    from tests.support.eval_fixtures import write_llada2, write_sdar
+    from tests.support.eval_fixtures import write_llada2, write_nemotron, write_sdar
 
-    handle = models.load({"sdar": write_sdar, "llada2": write_llada2}[family](tmp_path / family))
+    writers = {"sdar": write_sdar, "llada2": write_llada2, "nemotron": write_nemotron}
+    handle = models.load(writers[family](tmp_path / family))
     base, _ = operating_config(handle, None)
     config, _ = request_config(base.with_(gen_length=8, block_length=4, steps=8), BLOCK, 12, None, 5, {}, LIMITS)
     prompts = [handle.encode(p) for p in ("Sort: cab", "Tom has 4 pens.", "12")]

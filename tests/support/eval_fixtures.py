@@ -203,3 +203,12 @@ def write_llada2(folder: Path) -> Path:
     shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny LLaDA2 test model\n")
     return folder
+
+
+def write_nemotron(folder: Path) -> Path:
+    """The Nemotron-Labs-Diffusion parity checkpoint (tests/golden/nemotron: 2 layers, YaRN, block 4, the char
+    tokenizer's ids in config.json) with its chat template and a card."""
+    shutil.copytree(REPO / "tests" / "golden" / "nemotron" / "checkpoint", folder)
+    shutil.copy(WEIGHTS_DIR / "tiny-llada" / "tokenizer_config.json", folder / "tokenizer_config.json")
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny Nemotron-Labs-Diffusion test model\n")
+    return folder

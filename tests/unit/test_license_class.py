@@ -67,7 +67,9 @@ def test_bad_license_or_counts_name_the_entry_and_field(changes, named):
 def test_the_bundled_catalog_classes_the_new_families():
     catalog = load_catalog()
     nemotron = catalog.get("nemotron-labs-diffusion-8b")
-    assert nemotron.license_class == "sign-off" and nemotron.kind == "block-diffusion" and nemotron.adapter == "none"
+    assert (
+        nemotron.license_class == "sign-off" and nemotron.kind == "block-diffusion" and nemotron.adapter == "nemotron"
+    )
     mini = catalog.get("llada2.0-mini")
     assert (mini.license_class, mini.parameters, mini.active_parameters) == ("permissive", 16 * 10**9, 14 * 10**8)
     assert catalog.get("llada2.0-flash").active_parameters == 61 * 10**8

@@ -13,7 +13,14 @@ from evals.plots import plot_quality_latency, quality_latency_front
 from evals.store import load_records
 from evals.sweep import SweepError, default_sweep_path, load_sweep, parse_sweep, run_sweep, valid_points
 from sampler.block_diffusion import BlockDiffusionConfig
-from tests.support.eval_fixtures import hub_llama_copy, write_diffusion_gemma, write_llada2, write_model, write_sdar
+from tests.support.eval_fixtures import (
+    hub_llama_copy,
+    write_diffusion_gemma,
+    write_llada2,
+    write_model,
+    write_nemotron,
+    write_sdar,
+)
 
 
 @pytest.fixture(scope="module")
@@ -216,20 +223,21 @@ def test_a_diffusion_gemma_block_diffusion_model_is_swept_on_its_own_settings(mo
 
 
 # slow: GX validation and a plot-free sweep, about 8 s on two cores
-@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "llada2", "nemotron"])
 def test_a_masked_block_diffusion_model_is_swept_on_its_masked_canvas(models, tmp_path, family):
-    """What `unmask eval` runs, on a random SDAR and the LLaDA2 MoE parity checkpoint: block-diffusion records
-    holding the masked canvas that decoded."""
-    folder = {"sdar": write_sdar, "llada2": write_llada2}[family](tmp_path / family)
+    """What `unmask eval` runs, on a random SDAR and the LLaDA2 MoE and Nemotron-Labs-Diffusion parity checkpoints:
+    block-diffusion records holding the masked canvas (Nemotron's: seeded, self-speculative) that decoded."""
+    folder = {"sdar": write_sdar, "llada2": write_llada2, "nemotron": write_nemotron}[family](tmp_path / family)
     result = run_sweep(parse_sweep(small_sweep([str(folder)], grid={"steps": [2, 8]})), tmp_path / "out")
     assert result.failures == []
     for r in result.records:
         assert (r.candidate, r.kind, r.role) == (family, "block-diffusion", "candidate")
         assert r.valid is True and r.n_items == 3 and r.errors == 0
         assert (r.config["canvas"], r.config["remasking"], r.config["max_new_tokens"]) == (
-            "masked",
+            "seeded" if family == "nemotron" else "masked",
             "low_confidence_dynamic",
             8,
         )
+        assert r.config.get("mode") == ("self_speculative" if family == "nemotron" else None)
     if family == "sdar":  # steps spread over 2 blocks of 4
         assert [r.config["max_denoising_steps"] for r in result.records] == [1, 4]
