@@ -11,8 +11,9 @@ import copy
 import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+import torch
 from tokenizers import Tokenizer
 
 from models import checkpoint
@@ -162,3 +163,71 @@ def eos_list(value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+class BlockCheckpointAdapter(ModelHandle):
+    """A published block-diffusion folder (config.json, safetensors, tokenizer.json; no remote code) behind the
+    model handle: what SDAR's, LLaDA2's and Nemotron-Labs-Diffusion's adapters share. A subclass names its
+    decoding `DEFAULTS`, the fallback `NAME` and `load(folder, dtype)`; it adds the calls its block loop makes."""
+
+    kind = "block-diffusion"
+    DEFAULTS: dict[str, Any] = {}
+    NAME = "block-diffusion"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer | None = None,
+        defaults: dict[str, Any] | None = None,
+        path: Path | None = None,
+        entry_id: str = "",
+        generation: dict[str, Any] | None = None,
+    ):
+        self.model, self.tokenizer, self.path = model, tokenizer, path
+        self.entry_id = entry_id or (path.name if path else self.NAME)
+        self.defaults = self.DEFAULTS | dict(defaults or {})
+        cfg = model.config
+        self.canvas_length = cfg.block_size
+        self.vocab_size = cfg.vocab_size
+        self.mask_id = self.defaults.get("mask_id", cfg.mask_token_id)
+        if self.mask_id is None:
+            raise AdapterError(f"{path or self.entry_id}: config.json has no mask_token_id and the catalog none")
+        gen = generation or {}
+        self.eos_ids = eos_list(self.defaults.get("eos_id", gen.get("eos_token_id", cfg.eos_token_id)))
+        self.pad_id = self.defaults.get("pad_id", gen.get("pad_token_id", cfg.pad_token_id))
+        self.defaults.setdefault("mask_id", self.mask_id)
+        self._read_card()
+
+    @staticmethod
+    def load(folder: Path, dtype: torch.dtype) -> Any:
+        """The network in `folder`; a CheckpointError names what is missing or wrong."""
+        raise NotImplementedError
+
+    @property
+    def dtype(self) -> torch.dtype:
+        dtype: torch.dtype = self.model.dtype
+        return dtype
+
+    @classmethod
+    def from_folder(
+        cls,
+        folder: Path,
+        entry_id: str = "",
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        defaults: dict[str, Any] | None = None,
+    ) -> Self:
+        """The adapter over `folder`; AdapterError names what is missing or wrong."""
+        folder = Path(folder)
+        require_safetensors(folder)
+        try:
+            model = cls.load(folder, dtype)
+        except CheckpointError as e:
+            raise AdapterError(str(e)) from None
+        generation = (
+            read_json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
+        )
+        return cls(model.to(device), read_tokenizer(folder), defaults, folder, entry_id, generation)
+
+    def cache_rows(self, cache: Any, rows: Any) -> Any:
+        return cache.rows(rows)

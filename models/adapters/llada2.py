@@ -15,9 +15,8 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from models.adapters.base import AdapterError, read_json, read_tokenizer, require_safetensors
+from models.adapters.base import AdapterError
 from models.adapters.sdar import SDARAdapter
-from models.checkpoint import CheckpointError
 from models.llada2 import LLaDA2ForBlockDiffusion, load_llada2
 
 # LLaDA2's generate defaults (inclusionAI/LLaDA2.0-mini modeling_llada2_moe.py): block_length 32, threshold 0.95,
@@ -35,6 +34,9 @@ LLADA2_DEFAULTS: dict[str, Any] = {
 class LLaDA2Adapter(SDARAdapter):
     """A LLaDA2 checkpoint: the masked block denoiser for the block sampler behind the model handle."""
 
+    DEFAULTS = LLADA2_DEFAULTS
+    NAME = "llada2"
+
     def __init__(
         self,
         model: LLaDA2ForBlockDiffusion,
@@ -44,28 +46,11 @@ class LLaDA2Adapter(SDARAdapter):
         entry_id: str = "",
         generation: dict[str, Any] | None = None,
     ):
-        settings = LLADA2_DEFAULTS | dict(defaults or {})
-        super().__init__(model, tokenizer, settings, path, entry_id or (path.name if path else "llada2"), generation)
+        super().__init__(model, tokenizer, defaults, path, entry_id, generation)
         self.canvas_length = model.block_size = int(self.defaults["block_length"])
         if self.canvas_length <= 0:
             raise AdapterError(f"{path or self.entry_id}: block_length {self.canvas_length} must be positive")
 
-    @classmethod
-    def from_folder(
-        cls,
-        folder: Path,
-        entry_id: str = "",
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        defaults: dict[str, Any] | None = None,
-    ) -> LLaDA2Adapter:
-        folder = Path(folder)
-        require_safetensors(folder)
-        try:
-            model = load_llada2(folder, dtype)
-        except CheckpointError as e:
-            raise AdapterError(str(e)) from None
-        generation = (
-            read_json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
-        )
-        return cls(model.to(device), read_tokenizer(folder), defaults, folder, entry_id, generation)
+    @staticmethod
+    def load(folder: Path, dtype: torch.dtype) -> LLaDA2ForBlockDiffusion:
+        return load_llada2(folder, dtype)

@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 
-from models.adapters.base import AdapterError, ModelHandle, eos_list, read_json, read_tokenizer, require_safetensors
-from models.checkpoint import CheckpointError
+from models.adapters.base import BlockCheckpointAdapter
 from models.nemotron_diffusion import NemotronCache, NemotronDiffusionModel, load_nemotron
 
 # Decoding settings unless the catalog says otherwise: the lossless self-speculative mode (greedy). Block diffusion's
@@ -30,59 +28,16 @@ NEMOTRON_DEFAULTS: dict[str, Any] = {
 }
 
 
-class NemotronAdapter(ModelHandle):
+class NemotronAdapter(BlockCheckpointAdapter):
     """A Nemotron-Labs-Diffusion checkpoint: causal and bidirectional passes over one KV cache for the block sampler."""
 
-    kind = "block-diffusion"
+    DEFAULTS = NEMOTRON_DEFAULTS
+    NAME = "nemotron-labs-diffusion"
+    model: NemotronDiffusionModel
 
-    def __init__(
-        self,
-        model: NemotronDiffusionModel,
-        tokenizer: Tokenizer | None = None,
-        defaults: dict[str, Any] | None = None,
-        path: Path | None = None,
-        entry_id: str = "",
-        generation: dict[str, Any] | None = None,
-    ):
-        self.model, self.tokenizer, self.path = model, tokenizer, path
-        self.entry_id = entry_id or (path.name if path else "nemotron-labs-diffusion")
-        self.defaults = NEMOTRON_DEFAULTS | dict(defaults or {})
-        cfg = model.config
-        self.canvas_length = cfg.block_size
-        self.vocab_size = cfg.vocab_size
-        self.mask_id = self.defaults.get("mask_id", cfg.mask_token_id)
-        if self.mask_id is None:
-            raise AdapterError(f"{path or self.entry_id}: config.json has no mask_token_id and the catalog none")
-        gen = generation or {}
-        self.eos_ids = eos_list(self.defaults.get("eos_id", gen.get("eos_token_id", cfg.eos_token_id)))
-        self.pad_id = self.defaults.get("pad_id", gen.get("pad_token_id", cfg.pad_token_id))
-        self.defaults.setdefault("mask_id", self.mask_id)
-        self._read_card()
-
-    @property
-    def dtype(self) -> torch.dtype:
-        dtype: torch.dtype = self.model.dtype
-        return dtype
-
-    @classmethod
-    def from_folder(
-        cls,
-        folder: Path,
-        entry_id: str = "",
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        defaults: dict[str, Any] | None = None,
-    ) -> NemotronAdapter:
-        folder = Path(folder)
-        require_safetensors(folder)
-        try:
-            model = load_nemotron(folder, dtype)
-        except CheckpointError as e:
-            raise AdapterError(str(e)) from None
-        generation = (
-            read_json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
-        )
-        return cls(model.to(device), read_tokenizer(folder), defaults, folder, entry_id, generation)
+    @staticmethod
+    def load(folder: Path, dtype: torch.dtype) -> NemotronDiffusionModel:
+        return load_nemotron(folder, dtype)
 
     # -- the SeededBlockModel protocol (sampler/seeded_blocks.py) -----------------------------------
 
@@ -113,6 +68,3 @@ class NemotronAdapter(ModelHandle):
         """Mask out the cache's last `keep.shape[1]` slots where `keep` `(batch, n)` is False (rejected drafts)."""
         assert cache.key_mask is not None, "retract follows a pass that stored keys"
         cache.key_mask[:, -keep.shape[1] :] &= keep
-
-    def cache_rows(self, cache: NemotronCache, rows: torch.Tensor) -> NemotronCache:
-        return cache.rows(rows)
