@@ -143,3 +143,33 @@ def test_a_published_layout_loads_and_a_wrong_one_is_refused(tmp_path) -> None:
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(AdapterError, match="only pickle weights"):
         NemotronAdapter.from_folder(folder)
+
+
+class GreedyDrafts(NemotronAdapter):
+    """The checkpoint with a diffusion pass that drafts autoregressive greedy's own tokens (the golden), wrong at every
+    third generated position: a random network's drafts almost never match, so this is how a test makes the verify
+    pass accept several drafts, reject one mid-block and go on from a cache whose rejected slots must be dropped."""
+
+    def __init__(self, model, prompts: list[list[int]], **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        self.prompts = prompts
+
+    def denoise(self, canvas, self_conditioning, cache, attention_mask, position_ids):
+        logits = super().denoise(canvas, self_conditioning, cache, attention_mask, position_ids)
+        drafted = torch.full_like(logits, -30.0)
+        for row, prompt in enumerate(self.prompts):
+            for j, position in enumerate(position_ids[row].tolist()):
+                g = position - len(prompt)  # the generated token this position holds
+                right = GREEDY[PROMPTS.index(prompt)][g] if g < len(GREEDY[0]) else 0
+                drafted[row, j, right if g % 3 != 2 else (right + 1) % logits.shape[-1]] = 30.0
+        return drafted
+
+
+def test_self_speculation_stays_lossless_when_drafts_are_accepted_and_rejected_mid_block(adapter) -> None:
+    config = decode_config("self_speculative")
+    for prompt, want in zip(PROMPTS, GREEDY):
+        out = decode_prompts(GreedyDrafts(adapter.model, [prompt]), [prompt], config)
+        assert out.generated[0].tolist() == want
+        assert len(out.block_nfe) < len(want) - 4  # drafts were kept: fewer blocks than tokens
+    batch = decode_prompts(GreedyDrafts(adapter.model, PROMPTS), PROMPTS, config)
+    assert batch.generated.tolist() == GREEDY
