@@ -53,8 +53,9 @@ postgres-deps:
 
 # The tiers are folders (tests/conftest.py): unit, integration, e2e. Every tier runs on every core; a module's
 # tests stay on one worker (--dist loadfile), so a module-scoped server or registry is built once. One worker per core:
-# a third worker on 2 cores filled the idle e2e waits (CPU idle 9.4 % -> 1.5 %) but cost more than it gained
-# (1,126.5 s with 2 workers, 1,142.7 s with 3; the unit and integration tiers 285.3 s vs 305.8 s).
+# a third worker on 2 cores filled the idle e2e waits (CPU idle 9.4 % -> 1.5 %) and was not faster for it (1,142.7 s
+# with 3 workers, 1,126.5 s with 2, runs 50 minutes apart on a host whose speed drifts by 15 %; the unit and
+# integration tiers back to back: 305.8 s with 3, 285.3 s with 2).
 PYTEST := $(PY) -m pytest -q -n $(or $(WORKERS),auto) --dist loadfile
 
 test: setup browser-deps postgres-deps
