@@ -34,7 +34,9 @@ def test_a_read_opens_only_the_hours_its_window_covers(tmp_path):
     """A line filed under an hour outside the window is never read, even when its own time is inside it: the file's
     name alone decides, so thousands of old hours cost a window nothing."""
     folder = probe_folder(tmp_path)
-    now = datetime.now(UTC)
+    # mid-hour, so the window of +-1 minute covers this hour alone (with the clock's own minute, a run in an hour's
+    # first minute rightly read the line filed under the hour before, which that window covers: a full run here did)
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
     append_probe_results(folder, "default", [result(now)])
     (folder / "default").mkdir(exist_ok=True)
     for h in range(1, 3001):  # three thousand old hours, each holding a line timed now
