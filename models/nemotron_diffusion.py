@@ -10,9 +10,8 @@ prefix before it. One forward serves both: `causal` picks the mask, `store` appe
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from torch import nn
 
 from models.checkpoint import CheckpointError, read_json_object, read_tensors
 from models.llada import RMSNorm, SwiGLU, apply_rope
-from models.sdar import SDARCache, assign_checked, attend
+from models.sdar import SDARCache, assign_checked, attend, run_layers
 
 # The KV cache is SDAR's: per layer (k, v) `(batch, kv_heads, S, head_dim)` after RoPE, with a key mask `(batch, S)`.
 NemotronCache = SDARCache
@@ -109,12 +108,6 @@ class NemotronDiffusionConfig:
                 f"head_dim {cfg.head_dim} be even and block_size {cfg.block_size} positive"
             )
         return cfg
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json as published: the fields, `rope_parameters` as its object, the model type."""
-        data = asdict(self)
-        data["rope_parameters"] = {k: v for k, v in data["rope_parameters"].items() if v is not None}
-        return data | {"model_type": MODEL_TYPE, "architectures": ["NemotronLabsDiffusionModel"], "hidden_act": "silu"}
 
 
 def yarn_inv_freq(cfg: NemotronDiffusionConfig) -> tuple[torch.Tensor, float]:
@@ -275,16 +268,7 @@ class NemotronDiffusionModel(nn.Module):
             key_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
         allowed = self._allowed(key_mask.bool(), cache, causal)
         rope = self.rope(position_ids)
-        x = self.encoder.embed_tokens(input_ids)  # (B, T, d)
-        new: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for i, layer in enumerate(self.encoder.layers):
-            x, kv = layer(x, rope, allowed, cache.layers[i] if cache.layers else None)
-            new.append(kv)
-        if store:
-            stored = [(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.layers, new)]
-            cache.layers = stored if cache.layers else new
-            mask = key_mask.bool()
-            cache.key_mask = mask if cache.key_mask is None else torch.cat([cache.key_mask, mask], 1)
+        x = run_layers(self.encoder.layers, self.encoder.embed_tokens(input_ids), rope, allowed, cache, store, key_mask)
         x = self.encoder.norm(x)
         return NemotronOutput(logits=F.linear(x, self.output_weight()).float())
 
@@ -316,29 +300,3 @@ def load_nemotron(folder: Path, dtype: torch.dtype = torch.float32) -> NemotronD
     inv_freq, _ = yarn_inv_freq(cfg)  # a buffer, not a weight: built on the meta device, computed here
     model.inv_freq = nn.Buffer(inv_freq, persistent=False)
     return model
-
-
-def random_nemotron(cfg: NemotronDiffusionConfig, seed: int = 0, std: float = 0.02) -> NemotronDiffusionModel:
-    """Random weights (norm weights drawn around 1, so they are exercised too), for tests and parity checks."""
-    g = torch.Generator().manual_seed(seed)
-    model = NemotronDiffusionModel(cfg)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if p.dim() == 1:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model.eval()
-
-
-def save_nemotron(model: NemotronDiffusionModel, folder: Path, extra_config: dict[str, Any] | None = None) -> Path:
-    """Write `model` in the published layout: config.json (model_type nemotron_labs_diffusion) and model.safetensors."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_dict() | {"torch_dtype": "float32"} | (extra_config or {})
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder

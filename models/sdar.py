@@ -192,6 +192,29 @@ class SDARCache:
         return SDARCache([(k[index], v[index]) for k, v in self.layers], mask)
 
 
+def run_layers(
+    layers: nn.ModuleList,
+    x: torch.Tensor,
+    rope: Any,
+    allowed: torch.Tensor,
+    cache: SDARCache,
+    store: bool,
+    key_mask: torch.Tensor,
+) -> torch.Tensor:
+    """`x` `(B, T, d)` through `layers`, each reading its cached keys/values; with `store`, the new ones (and
+    `key_mask` `(B, T)`, False: left padding) are appended to `cache`."""
+    new: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for i, layer in enumerate(layers):
+        x, kv = layer(x, rope, allowed, cache.layers[i] if cache.layers else None)
+        new.append(kv)
+    if store:
+        stored = [(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.layers, new)]
+        cache.layers = stored if cache.layers else new
+        mask = key_mask.bool()
+        cache.key_mask = mask if cache.key_mask is None else torch.cat([cache.key_mask, mask], 1)
+    return x
+
+
 @dataclass
 class SDAROutput:
     """logits (`torch.FloatTensor` of shape `(batch, T, vocab)`) for the positions of one call."""
@@ -251,16 +274,7 @@ class SDARForBlockDiffusion(nn.Module):
             key_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
         allowed = self._allowed(position_ids, key_mask.bool(), cache)
         rope = self.rope(position_ids)
-        x = self.embeddings(input_ids)  # (B, T, d)
-        new: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for i, layer in enumerate(self.model.layers):
-            x, kv = layer(x, rope, allowed, cache.layers[i] if cache.layers else None)
-            new.append(kv)
-        if store:
-            stored = [(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.layers, new)]
-            cache.layers = stored if cache.layers else new
-            mask = key_mask.bool()
-            cache.key_mask = mask if cache.key_mask is None else torch.cat([cache.key_mask, mask], 1)
+        x = run_layers(self.model.layers, self.embeddings(input_ids), rope, allowed, cache, store, key_mask)
         x = self.model.norm(x)
         return SDAROutput(logits=F.linear(x, self.output_weight()).float())
 
