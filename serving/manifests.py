@@ -80,7 +80,15 @@ def _container(spec: dict[str, Any], args: list[str], name: str = "unmask") -> d
         "env": env,
         "volumeMounts": [{"name": "signing-keys", "mountPath": KEYS_MOUNT, "readOnly": True}],
         "resources": spec["resources"],
+        "readinessProbe": _readiness(),
     }
+
+
+def _readiness() -> dict[str, Any]:
+    """Ready once `/health` answers 200: a server loads its models after it starts listening and answers 503 until then
+    (or when the load failed), so no traffic reaches a pod that cannot answer yet. Readiness only: a liveness probe on
+    the same path would restart a pod still loading a large checkpoint."""
+    return {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
 
 
 def _volumes() -> list[dict[str, Any]]:
@@ -238,7 +246,7 @@ def _analysis_service(spec: dict[str, Any]) -> list[dict[str, Any]]:
         "env": [keys],
         "volumeMounts": [mount],
         "resources": {need: dict(amounts) for need, amounts in ANALYSIS_RESOURCES.items()},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10},
+        "readinessProbe": _readiness(),
     }
     volumes = [volume]
     _shared_evidence(spec, container, volumes, flag="--log-dir")

@@ -108,7 +108,9 @@ def test_the_rendered_router_runs_as_pods_sharing_nothing_with_the_renderer(team
         for replica, port in enumerate(ports):
             pods.append(start_pod(kinds["Deployment"], configmaps, {}, tmp_path / f"pod-{replica}", port))
         for replica, (pod, port) in enumerate(zip(pods, ports)):
-            wait_healthy(f"http://127.0.0.1:{port}/health", pod, tmp_path / f"pod-{replica}" / "pod.log", timeout_s=300)
+            probe = kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+            ready = f"http://127.0.0.1:{port}{probe['path']}"  # ready as the kubelet's probe says, on the mapped port
+            wait_healthy(ready, pod, tmp_path / f"pod-{replica}" / "pod.log", timeout_s=300)
             fetched = tmp_path / f"pod-{replica}" / "var" / "lib" / "unmask" / "weights" / digest("tiny-llada")
             assert (fetched / "model.safetensors").is_file()  # each pod fetched production's weights into its home
         # here, production's weights are the bundled tiny-llada folder, which hashes to the digest registered

@@ -221,6 +221,21 @@ def test_every_unmask_container_reads_the_evidence_url_from_a_secret(target):
             }
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_unmask_container_is_ready_only_when_its_health_answers(target):
+    """A server listens before its models are loaded and answers 503 on /health until then: every unmask container
+    (the served arms, the router, the analysis) is probed there on the port it listens on, so no Service or
+    controller sends it traffic before it can answer (tests/e2e/test_pod.py waits on the probe's path). Readiness
+    only: a liveness probe would restart a pod still loading."""
+    served = [c for m in render(target, SPEC) for c in containers(m)]
+    assert served
+    for container in served:
+        probe = container["readinessProbe"]
+        assert probe["httpGet"] == {"path": "/health", "port": int(flag(container["args"], "--port"))}
+        assert probe["httpGet"]["port"] in {p["containerPort"] for p in container["ports"]}
+        assert "livenessProbe" not in container
+
+
 def by_kind_and_name(manifests: list[dict]) -> dict[tuple[str, str], dict]:
     return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
 
