@@ -7,6 +7,7 @@ A folder holds `records.jsonl` (appended and flushed per record: the source of t
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -31,6 +32,17 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold the lock file `lock` (created if missing) exclusively: a read, a decision and a write of the file beside
+    it happen as one, across threads and processes on this machine. Released when the block ends, or when the process
+    dies (the kernel drops the lock with the file)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with naming(lock), open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 @contextmanager

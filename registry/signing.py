@@ -41,7 +41,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from evals.store import write_json_atomic
+from evals.store import exclusive, write_json_atomic
 from models.state import state_dir
 from registry.connection import RegistryError
 
@@ -425,22 +425,26 @@ def local_anchor(tracking_uri: str, store: str = "") -> Anchor | None:
 
 def remember(tracking_uri: str, anchor: Anchor, store: str = "") -> None:
     """Keep `anchor` as this machine's signed head of the store, unless it already knows a newer one, and the
-    first seq it saw signed (`signed_since`), which a newer head never raises."""
-    kept = _kept_anchor(tracking_uri, store)
-    if kept is not None and kept[0].seq >= anchor.seq:
-        return
+    first seq it saw signed (`signed_since`), which a newer head never raises. The read, the comparison and the write
+    hold the anchor's lock file: two processes of this machine remembering at once (a seq 6 and a seq 7) keep the
+    newer, never the one that wrote last."""
+    path = local_anchor_path(tracking_uri, store)
     try:
-        write_json_atomic(
-            local_anchor_path(tracking_uri, store),
-            {
-                "seq": anchor.seq,
-                "sha256": anchor.sha256,
-                "signature": anchor.signature,
-                "tracking_uri": tracking_uri,
-                "store": store,
-                "signed_since": anchor.seq if kept is None else kept[1],
-            },
-        )
+        with exclusive(path.with_name(path.name + ".lock")):
+            kept = _kept_anchor(tracking_uri, store)
+            if kept is not None and kept[0].seq >= anchor.seq:
+                return
+            write_json_atomic(
+                path,
+                {
+                    "seq": anchor.seq,
+                    "sha256": anchor.sha256,
+                    "signature": anchor.signature,
+                    "tracking_uri": tracking_uri,
+                    "store": store,
+                    "signed_since": anchor.seq if kept is None else kept[1],
+                },
+            )
     except OSError:  # an account that may read the keys folder but not write it (a second account, a pod) keeps none
         pass
 

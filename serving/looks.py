@@ -16,7 +16,6 @@ under an advisory lock); `look_of` asks either.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from evals.evidence_store import Identity
+from evals.store import exclusive
 
 
 class LooksError(RuntimeError):
@@ -72,8 +72,7 @@ class LookBook:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(json.dumps(list(identity)).encode()).hexdigest()[:32]
         record, key = self.folder / f"{name}.json", window_end.astimezone(UTC).isoformat()
-        with open(self.folder / f"{name}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file closes
+        with exclusive(self.folder / f"{name}.lock"):
             try:
                 known = json.loads(record.read_text())["windows"] if record.exists() else {}
             except (OSError, ValueError, KeyError, TypeError) as e:

@@ -352,6 +352,46 @@ def test_the_same_store_under_another_uri_spelling_or_copied_keeps_its_anchor(po
     assert not gone.ok and "but the store's identity tag is gone: it was changed" in gone.summary()
 
 
+def test_two_remembering_at_once_keep_the_newer_head_whichever_writes_last(tmp_path, monkeypatch):
+    """Two processes of one machine verify the chain at once (a nightly and a server) and remember heads 7 and 6. Each
+    read what was kept before either wrote, and the older head wrote last: the kept anchor went back to 6, and a
+    truncation by one entry would pass against it. The read, the comparison and the write now hold one lock, so the
+    second reads the first's head. The hooks below order the two the bad way whenever they can: each read waits for
+    the other's, and 6's write waits for 7's (each for at most half a second: under the lock they never come)."""
+    import threading
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    both_read, seven_written, reads = threading.Event(), threading.Event(), []
+    real_kept, real_write = signing._kept_anchor, signing.write_json_atomic
+
+    def kept(*args, **kwargs):
+        found = real_kept(*args, **kwargs)
+        reads.append(found)
+        if len(reads) == 2:
+            both_read.set()
+        both_read.wait(0.5)
+        return found
+
+    def write(path, data, **kwargs):
+        if data["seq"] == 6:
+            seven_written.wait(0.5)
+        real_write(path, data, **kwargs)
+        if data["seq"] == 7:
+            seven_written.set()
+
+    monkeypatch.setattr(signing, "_kept_anchor", kept)
+    monkeypatch.setattr(signing, "write_json_atomic", write)
+    heads = [signing.Anchor(seq, str(seq) * 64, f"k1:{seq}", "a verify") for seq in (7, 6)]
+    threads = [threading.Thread(target=signing.remember, args=(uri, head)) for head in heads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    monkeypatch.undo()
+    assert signing.local_anchor(uri).seq == 7
+    assert signing.signed_since(uri) in (6, 7)  # 6 when it came first: the first head seen, which 7 never raises
+
+
 def test_a_witness_exported_outside_the_store_catches_a_later_truncation_and_names_a_foreign_one(
     poc_held, tmp_path, monkeypatch
 ):
