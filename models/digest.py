@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from models.pull import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors",)
+SETTLED_S = 2.0  # a file written longer ago than this has a digest worth keeping for the process
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """`sha256_of(path)`, read once per process while the file stays as it was: a serving host checks a folder's
+    weights before loading and the loaded handle checks them again, and reading 16 GB twice took as long as the load.
+
+    Kept by the file's device, inode, size, mtime and ctime: a write changes ctime even when it puts mtime back, and
+    a replaced file is another inode. A file whose mtime or ctime is within SETTLED_S of now is hashed every time (a
+    timestamp ticks coarser than a write can follow another, so a stamp that recent may not have moved)."""
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    key = (real, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    digest = sha256_of(Path(real))
+    if time.time() - max(stat.st_mtime, stat.st_ctime) > SETTLED_S:
+        _DIGESTS[key] = digest
+    return digest
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -32,7 +54,7 @@ def weights_sha256(folder: str | Path, known: Mapping[str, str] | None = None) -
     `known`: {file name: sha256} of files already hashed (a push hashes every file once), not read again."""
     folder = Path(folder)
     files = weight_files(folder) if folder.is_dir() else []
-    digests = [(path.name, (known or {}).get(path.name) or sha256_of(path)) for path in files]
+    digests = [(path.name, (known or {}).get(path.name) or file_sha256(path)) for path in files]
     if not digests:
         return ""
     if len(digests) == 1:

@@ -30,7 +30,7 @@ from mlflow.exceptions import MlflowException
 
 from models.catalog import CatalogError, load_catalog
 from models.checkpoint import CheckpointError
-from models.digest import weight_files, weights_sha256
+from models.digest import file_sha256, weight_files, weights_sha256
 from models.loading import WEIGHTS_DIR, catalog_entry, resolve_model_path
 from models.pull import sha256_of
 from models.state import TOKEN, state_dir
@@ -155,7 +155,7 @@ def push_weights(registry: Registry, model: str, version: str, folder: str | Pat
         raise WeightsUnavailable(f"{model} version {version}: {folder} is not a folder")
     files, left_out = files_to_push(folder)
     try:
-        digests = {path.name: sha256_of(path) for path in files}
+        digests = {path.name: file_sha256(path) for path in files}
         found = weights_sha256(folder, digests)
     except OSError as e:
         raise WeightsUnavailable(f"{model} version {version}: {folder} cannot be read: {e}") from None

@@ -4,9 +4,12 @@ its training state (registry/weights.py)."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 
+from models import digest
 from models.digest import weights_sha256
 from models.pull import sha256_of
 from registry.weights import WeightsArtifact, files_to_push
@@ -54,3 +57,28 @@ def test_a_weights_record_round_trips_through_its_tag():
 def test_a_weights_record_naming_a_path_or_nothing_is_not_followed(text):
     with pytest.raises(ValueError, match="unmask.weights_artifact"):
         WeightsArtifact.from_tag(text)
+
+
+def test_a_folder_s_weights_are_read_once_per_process_while_they_stay_as_they_were(tmp_path, monkeypatch):
+    """A serving host hashes a folder before loading it and the loaded handle hashes it again: a settled file (written
+    more than SETTLED_S ago, here by a clock 10 s ahead) is read once; a rewrite (another size) and a file written
+    just now are read every time."""
+    for i, name in enumerate(SHARDS):
+        (tmp_path / name).write_bytes(bytes([i]) * 1000)
+    reads = []
+    monkeypatch.setattr(digest, "sha256_of", lambda path: reads.append(path.name) or sha256_of(path))
+    fresh = weights_sha256(tmp_path)
+    assert weights_sha256(tmp_path) == fresh and reads == SHARDS * 2  # just written: read each time
+
+    later = time.time() + 10
+    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later))
+    reads.clear()
+    assert weights_sha256(tmp_path) == weights_sha256(tmp_path) == fresh
+    assert reads == SHARDS  # settled: the second look reads nothing
+
+    (tmp_path / SHARDS[1]).write_bytes(b"rewritten")
+    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later + 20))
+    reads.clear()
+    changed = weights_sha256(tmp_path)
+    assert changed != fresh and reads == [SHARDS[1]]
+    assert changed == weights_sha256(tmp_path, {n: sha256_of(tmp_path / n) for n in SHARDS})
