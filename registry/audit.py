@@ -71,6 +71,8 @@ EVENTS = (
     # the on-call person's signed repair of a broken chain (registry/repair.py: `unmask audit --repair`), or refused
     "chain_repair",
     "chain_repair_refused",
+    # a version's weights uploaded for serving hosts that lack its folder (registry/weights.py: `unmask weights push`)
+    "weights_pushed",
 )
 MOVE = "alias_move"
 REPAIR = "chain_repair"

@@ -54,6 +54,7 @@ TYPES = {
     "vouch_refused": "evidence.vouch_refused",
     "chain_repair": "audit.repaired",
     "chain_repair_refused": "audit.repair_refused",
+    "weights_pushed": "weights.pushed",
 }
 SCHEMA = 1
 

@@ -34,8 +34,11 @@ from models.digest import file_sha256, weight_files, weights_sha256
 from models.loading import WEIGHTS_DIR, catalog_entry, resolve_model_path
 from models.pull import sha256_of
 from models.state import TOKEN, state_dir
+from registry import audit
+from registry.audit import AuditEvent
 from registry.connection import RegistryError
-from registry.store import Registry, model_tag
+from registry.identity import current_actor
+from registry.store import Registry, model_tag, now_iso
 from registry.tracking import evidence_run_id
 
 if TYPE_CHECKING:
@@ -174,6 +177,29 @@ def push_weights(registry: Registry, model: str, version: str, folder: str | Pat
         raise RegistryError(f"{model} version {version}: uploading {folder} to run {run_id} failed: {e}") from None
     artifact = WeightsArtifact(run_id, ARTIFACT_PATH, digests)
     registry.set_version_tags(model, version, {ARTIFACT_TAG: artifact.to_tag()})
+    pusher = current_actor(registry.tracking_uri)
+    audit.append(  # who put weights where every serving host may fetch them, from which machine's folder
+        registry,
+        AuditEvent(
+            "weights_pushed",
+            pusher.name,
+            now_iso(),
+            "",
+            model,
+            version,
+            comment=f"weights {recorded[:12]} pushed from {pusher.host}:{folder.resolve()} to {artifact} "
+            f"({len(digests)} files{f', {len(left_out)} left out' if left_out else ''})",
+            evidence={
+                "weights_sha256": recorded,
+                "folder": str(folder.resolve()),
+                "run_id": run_id,
+                "path": ARTIFACT_PATH,
+                "files": dict(digests),
+                "left_out": dict(left_out),
+                "actor": pusher.to_dict(),
+            },
+        ),
+    )
     return PushedWeights(model, version, folder, recorded, artifact, left_out)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from typer.testing import CliRunner
 from models.digest import weights_sha256
 from models.loading import resolve_model_path
 from models.state import state_dir
-from registry import Registry, register_evidence
+from registry import Registry, audit, register_evidence
+from registry.identity import current_actor
 from registry.serving import ServedVersion, served_version
 from registry.weights import ARTIFACT_TAG, WeightsArtifact, WeightsDiffer, WeightsUnavailable, push_weights
 from registry.weights import served_weights as resolve
@@ -66,6 +68,13 @@ def test_a_host_without_the_folder_serves_the_pushed_weights_fetched_and_verifie
     artifact = WeightsArtifact.from_tag(reg.version_tags(NAME, version)[ARTIFACT_TAG])
     assert sorted(artifact.files) == sorted(p.name for p in folder.iterdir())  # weights, config, tokenizer, card
     assert artifact.run_id == reg.version_tags(NAME, version)["unmask.evidence_run"]
+    # the push is in the audit chain: who, from which machine's folder, where to, each file's sha256
+    [entry] = audit.events(reg, model=NAME, event="weights_pushed")
+    pusher = current_actor(reg.tracking_uri).name
+    assert (entry.version, entry.who, entry.evidence["actor"]["by"]) == (version, pusher, pusher)
+    assert entry.evidence["weights_sha256"] == sha and entry.evidence["files"] == artifact.files
+    assert f"{socket.gethostname()}:{folder}" in entry.comment and artifact.run_id in entry.comment
+    assert audit.verify(reg).ok
 
     folder.rename(tmp_path / "elsewhere")  # the registering machine's folder: not on this host
     served = served_version(reg, NAME)
@@ -121,6 +130,7 @@ def test_a_push_of_weights_other_than_the_registered_ones_is_refused(registered)
     text = " ".join(refused.output.split())
     assert weights_sha256(other) in text and reg.version_tags(NAME, version)["unmask.weights_sha256"] in text, text
     assert ARTIFACT_TAG not in reg.version_tags(NAME, version)
+    assert audit.events(reg, model=NAME, event="weights_pushed") == []  # a refused push records no push
 
 
 def test_with_no_folder_and_nothing_pushed_the_refusal_says_how_to_serve_it(registered, tmp_path):
