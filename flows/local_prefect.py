@@ -166,6 +166,19 @@ def booted(warn: Callable[[str], object] = print) -> Iterator[None]:
 
 
 @contextmanager
+def stopped_if_refused(local: LocalPrefect | None) -> Iterator[None]:
+    """Around a command's checks after `boot()`: refused (any exception, `typer.Exit` included), it stops the server it
+    booted. A CLI that exits would stop it at exit anyway; a process that goes on (the CLI run in process, by a test
+    or a notebook) kept it serving nothing, and its services polling, for the rest of its life."""
+    try:
+        yield
+    except BaseException:
+        if local is not None:
+            local.stop()
+        raise
+
+
+@contextmanager
 def _settings(api_url: str) -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 

@@ -110,7 +110,7 @@ def request_promotion_command(
 ) -> None:
     """Start the `promote` flow: gates check, then wait for `unmask approve` (or the UI), then move the alias."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from flows.local_prefect import LocalPrefect, api
+    from flows.local_prefect import LocalPrefect, api, stopped_if_refused
 
     local_prefect = LocalPrefect.boot()  # boots while the flow's modules import
     from rich.markup import escape
@@ -119,11 +119,12 @@ def request_promotion_command(
     from flows.promote import promote_flow
     from gates import load_policy
 
-    try:
-        load_policy(policy)  # a broken policy (or checklist) is refused before the flow starts
-    except ValueError as e:
-        print_error(console, e)
-        raise typer.Exit(2) from None
+    with stopped_if_refused(local_prefect):
+        try:
+            load_policy(policy)  # a broken policy (or checklist) is refused before the flow starts
+        except ValueError as e:
+            print_error(console, e)
+            raise typer.Exit(2) from None
 
     console.print(
         f"checking the {stage} gates of {model}; once green this waits for an approver to run\n  "

@@ -25,7 +25,7 @@ def run_once(
 ) -> None:
     """Re-evaluate every registered model now; on a production regression, roll back to the fallback."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from flows.local_prefect import LocalPrefect, api
+    from flows.local_prefect import LocalPrefect, api, stopped_if_refused
 
     local_prefect = LocalPrefect.boot()  # Prefect's server boots on the other core while this imports and checks
     from evals.sweep import SweepError, default_sweep_path, load_sweep
@@ -34,12 +34,13 @@ def run_once(
     from flows.nightly import nightly
     from gates import load_policy
 
-    try:  # a broken sweep or policy (or checklist) is refused now, not after a night of measuring
-        load_sweep(sweep or default_sweep_path())
-        load_policy(policy)
-    except (SweepError, ValueError) as e:
-        print_error(console, e)
-        raise typer.Exit(2) from None
+    with stopped_if_refused(local_prefect):
+        try:  # a broken sweep or policy (or checklist) is refused now, not after a night of measuring
+            load_sweep(sweep or default_sweep_path())
+            load_policy(policy)
+        except (SweepError, ValueError) as e:
+            print_error(console, e)
+            raise typer.Exit(2) from None
     with api(local_prefect, warn=lambda line: console.print(line, highlight=False)):
         result = nightly(
             str(sweep or default_sweep_path()),

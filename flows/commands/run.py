@@ -85,26 +85,27 @@ def run_command(
     # Prefect reads its settings on import: quiet it unless asked, before anything imports it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "CRITICAL")
     from evals.sweep import default_sweep_path
-    from flows.local_prefect import LocalPrefect, api
+    from flows.local_prefect import LocalPrefect, api, stopped_if_refused
     from models.state import state_dir
 
     if demo:
         sweep = sweep or default_sweep_path().with_name("demo.yaml")
         policy = policy or Path(__file__).resolve().parents[2] / "gates" / "demo-policy.yaml"
     local_prefect = LocalPrefect.boot()  # Prefect's server boots on the other core while the options are checked
-    spec, sweep_path, options, threads_from = _checked_options(
-        sweep or default_sweep_path(),
-        model,
-        task_runner,
-        dask_address,
-        gpus_per_cell,
-        policy,
-        reproducibility,
-        remeasure,
-        items,
-        threads,
-        speed_rounds,
-    )
+    with stopped_if_refused(local_prefect):
+        spec, sweep_path, options, threads_from = _checked_options(
+            sweep or default_sweep_path(),
+            model,
+            task_runner,
+            dask_address,
+            gpus_per_cell,
+            policy,
+            reproducibility,
+            remeasure,
+            items,
+            threads,
+            speed_rounds,
+        )
     models = list(model or spec.models)
     console.print(
         f"unmask run: {', '.join(models)} under sweep [bold]{spec.name}[/bold] "

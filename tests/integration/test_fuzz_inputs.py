@@ -83,7 +83,6 @@ CLI_CASES = [
     (["audit", "--limit", "0"], "--limit", "0"),
     (["request-promotion", "tiny-llada", "poc", "--timeout", "0"], "--timeout", "0"),
     (["run", "--threads", "0"], "--threads", "0"),
-    (["run", "--executor", "spark"], "--executor", "spark"),
     (["gates", "tiny-llada", "--stage", "canary"], "--stage", "canary"),
     (["gates"], "model"),
     (["eval", "--bogus"], "--bogus"),
@@ -102,6 +101,23 @@ CLI_CASES = [
 )
 def test_cli_argument_is_refused(args, named):
     refused(args, *named)
+
+
+def test_a_run_refused_after_booting_prefect_stops_the_server_it_booted(monkeypatch):
+    """`unmask run` boots its local Prefect server before it checks its options (it boots on the other core
+    meanwhile); refused, it stops that server at once. In process (a test, a notebook) it used to keep serving,
+    its services polling, until the process ended: a refused run here cost 22 s of CPU over a suite."""
+    from flows import local_prefect
+
+    booted = []
+    boot = local_prefect.LocalPrefect.boot.__func__
+    monkeypatch.setattr(local_prefect, "_configured_api", lambda: False)  # local mode, even beside the test harness
+    monkeypatch.setattr(
+        local_prefect.LocalPrefect, "boot", classmethod(lambda cls: booted.append(boot(cls)) or booted[-1])
+    )
+    refused(["run", "--executor", "spark"], "--executor", "spark")
+    [server] = booted
+    assert server.child.poll() is not None and local_prefect.LocalPrefect._running is None
 
 
 @FAST
