@@ -4,7 +4,6 @@ its training state (registry/weights.py)."""
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -60,24 +59,29 @@ def test_a_weights_record_naming_a_path_or_nothing_is_not_followed(text):
 
 
 def test_a_folder_s_weights_are_read_once_per_process_while_they_stay_as_they_were(tmp_path, monkeypatch):
-    """A serving host hashes a folder before loading it and the loaded handle hashes it again: a settled file (written
-    more than SETTLED_S ago, here by a clock 10 s ahead) is read once; a rewrite (another size) and a file written
-    just now are read every time."""
+    """A serving host hashes a folder before loading it and the loaded handle hashes it again: a settled file (its
+    stamps more than SETTLED_S old) is read once; a file written just now, and a rewrite (another size), are read
+    every time. The clock is the files' own stamps plus an offset, so a slow machine cannot settle them early."""
     for i, name in enumerate(SHARDS):
         (tmp_path / name).write_bytes(bytes([i]) * 1000)
     reads = []
     monkeypatch.setattr(digest, "sha256_of", lambda path: reads.append(path.name) or sha256_of(path))
+
+    def clock_after_stamps(seconds: float) -> None:
+        newest = max(max(p.stat().st_mtime, p.stat().st_ctime) for p in tmp_path.iterdir())
+        monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: newest + seconds))
+
+    clock_after_stamps(digest.SETTLED_S / 2)
     fresh = weights_sha256(tmp_path)
     assert weights_sha256(tmp_path) == fresh and reads == SHARDS * 2  # just written: read each time
 
-    later = time.time() + 10
-    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later))
+    clock_after_stamps(digest.SETTLED_S * 5)
     reads.clear()
     assert weights_sha256(tmp_path) == weights_sha256(tmp_path) == fresh
     assert reads == SHARDS  # settled: the second look reads nothing
 
     (tmp_path / SHARDS[1]).write_bytes(b"rewritten")
-    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later + 20))
+    clock_after_stamps(digest.SETTLED_S * 5)
     reads.clear()
     changed = weights_sha256(tmp_path)
     assert changed != fresh and reads == [SHARDS[1]]
