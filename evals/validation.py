@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
@@ -101,8 +102,19 @@ def context() -> EphemeralDataContext:
     return ctx
 
 
+# GX's context is not safe across threads: its suite, asset and batch definition are deleted and added again per
+# call, so two threads of one process (a Dask executor's cells) saw each other's half-made suite ("Store already has
+# the following key"). One validation at a time per process; it is milliseconds beside the evaluation it follows.
+_CONTEXT_IN_USE = threading.Lock()
+
+
 def run_suite(name: str, frame: pd.DataFrame, expectations: list[Any], html: bool = True) -> ValidationOutcome:
     """Validate a pandas frame against `expectations` in a throwaway suite named `name`."""
+    with _CONTEXT_IN_USE:
+        return _run_suite(name, frame, expectations, html)
+
+
+def _run_suite(name: str, frame: pd.DataFrame, expectations: list[Any], html: bool) -> ValidationOutcome:
     import great_expectations as gx
 
     ctx = context()

@@ -55,6 +55,34 @@ def test_a_good_record_is_valid_and_keeps_its_result():
     assert "<html" in outcome.html.lower()  # the Data Docs page kept with the record
 
 
+def test_records_validated_on_several_threads_at_once_are_judged_as_alone():
+    """A Dask executor runs cells on threads of one process, and each validates its record at the end: the process's
+    one GX context (its suite, asset and batch definition, deleted and added again per call) was shared unguarded,
+    and a full run once marked a good record invalid ("validation could not run: An error occurred while trying to
+    s..."). Good and bad records on eight threads, released together, each get the verdict they get alone."""
+    import threading
+
+    records = [good_record() if i % 2 else good_record(accuracy=1.5) for i in range(8)]
+    alone = [validate_record(good_record()).success, validate_record(good_record(accuracy=1.5)).success]
+    start, errors = threading.Barrier(len(records)), []
+
+    def judge(record: EvalRecord) -> None:
+        start.wait()
+        try:
+            validate_record(record, html=False)
+        except Exception as e:  # a crash is a finding too: it is reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=judge, args=(r,)) for r in records]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == [] and alone == [True, False]
+    assert [r.valid for r in records] == [bool(i % 2) for i in range(8)], [r.validation for r in records]
+    assert all("error" not in r.validation for r in records), [r.validation.get("error") for r in records]
+
+
 BAD = [
     ({"accuracy": 1.5}, ("expect_column_values_to_be_between", "accuracy")),
     ({"accuracy_flexible": -0.1}, ("expect_column_values_to_be_between", "accuracy_flexible")),
