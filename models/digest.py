@@ -18,7 +18,8 @@ _DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
 
 def file_sha256(path: Path) -> str:
     """`sha256_of(path)`, read once per process while the file stays as it was: a serving host checks a folder's
-    weights before loading and the loaded handle checks them again, and reading 16 GB twice took as long as the load.
+    weights before loading and the loaded handle checks them again: the second full read of a large checkpoint is
+    skipped.
 
     Kept by the file's device, inode, size, mtime and ctime: a write changes ctime even when it puts mtime back, and
     a replaced file is another inode. A file whose mtime or ctime is within SETTLED_S of now is hashed every time (a
