@@ -177,7 +177,7 @@ def push_weights(registry: Registry, model: str, version: str, folder: str | Pat
         raise RegistryError(f"{model} version {version}: uploading {folder} to run {run_id} failed: {e}") from None
     artifact = WeightsArtifact(run_id, ARTIFACT_PATH, digests)
     registry.set_version_tags(model, version, {ARTIFACT_TAG: artifact.to_tag()})
-    pusher = current_actor(registry.tracking_uri)
+    pusher, pushed_from = current_actor(registry.tracking_uri), folder.resolve()
     audit.append(  # who put weights where every serving host may fetch them, from which machine's folder
         registry,
         AuditEvent(
@@ -187,11 +187,11 @@ def push_weights(registry: Registry, model: str, version: str, folder: str | Pat
             "",
             model,
             version,
-            comment=f"weights {recorded[:12]} pushed from {pusher.host}:{folder.resolve()} to {artifact} "
+            comment=f"weights {recorded[:12]} pushed from {pusher.host}:{pushed_from} to {artifact} "
             f"({len(digests)} files{f', {len(left_out)} left out' if left_out else ''})",
             evidence={
                 "weights_sha256": recorded,
-                "folder": str(folder.resolve()),
+                "folder": str(pushed_from),
                 "run_id": run_id,
                 "path": ARTIFACT_PATH,
                 "files": dict(digests),
