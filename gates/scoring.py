@@ -22,9 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from pymcdm.helpers import rrankdata
-from pymcdm.methods import TOPSIS, WSM
-from pymcdm.normalizations import minmax_normalization
 
 from evals.records import CandidateEvidence
 from gates.evaluate import SIGNED_KINDS
@@ -81,6 +78,10 @@ def _scores(matrix: np.ndarray, weights: dict[str, float]) -> tuple[np.ndarray, 
     types = np.array([CRITERION_TYPES[c] for c in active])
     if len(sub) == 1:
         return np.ones(1), np.ones(1)
+    # pymcdm imports matplotlib.pyplot with its package (0.4 s): a server or a CLI that never ranks skips it
+    from pymcdm.methods import TOPSIS, WSM
+    from pymcdm.normalizations import minmax_normalization
+
     wsum = WSM(normalization_function=minmax_normalization)(sub, w, types, validation=False)
     with np.errstate(invalid="ignore", divide="ignore"):
         topsis = TOPSIS(normalization_function=minmax_normalization)(sub, w, types, validation=False)
@@ -114,6 +115,8 @@ def rank(alternatives: list[Alternative], weights: dict[str, float]) -> pd.DataF
     ]
     if not alternatives:
         return pd.DataFrame(columns=columns)
+    from pymcdm.helpers import rrankdata
+
     matrix = np.array([a.row() for a in alternatives])
     wsum, topsis = _scores(matrix, weights)
     frame = pd.DataFrame(

@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 
 DEFAULT_CONFIDENCE = 0.95  # over a whole rollout: its false-pass (and false-fail) rate is at most 5%
 MAX_REQUESTS = 10_000_000  # beyond this a count is, in practice, never reached
@@ -42,6 +41,9 @@ def quantile_bound_ranks(n: int, q: float, alpha: float) -> tuple[int, int]:
     With B ~ Binomial(n, q) the count of draws at or below the true quantile, the r-th smallest draw lies
     below it exactly when B >= r: the upper rank is the smallest r with P(B >= r) <= alpha, the lower the
     largest r with P(B <= r - 1) <= alpha."""
+    # scipy.stats takes 0.6 s to import: paid when an analysis first judges, not by every server that loads gates
+    from scipy import stats
+
     ranks = np.arange(1, n + 1)
     above = np.flatnonzero(stats.binom.sf(ranks - 1, n, q) <= alpha)
     below = np.flatnonzero(stats.binom.cdf(ranks - 1, n, q) <= alpha)
@@ -68,6 +70,8 @@ def requests_for_quantile(q: float, alpha: float) -> int:
 def share_bounds(k: ArrayLike, n: ArrayLike, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Clopper-Pearson one-sided bounds (lower, upper) of a share seen as k of n, each wrong with
     probability at most `alpha` (0 and 1 when n is 0)."""
+    from scipy import stats
+
     k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         lower = np.where(k > 0, stats.beta.ppf(alpha, k, n - k + 1), 0.0)

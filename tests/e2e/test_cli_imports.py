@@ -16,7 +16,18 @@ import yaml
 from tests.support.gate_fixtures import fast_llada, fresh_registry, register_pair
 from tests.support.governance import ME, roles_data, with_keys
 
-HEAVY = ("prefect", "torch", "transformers", "great_expectations", "serving", "sampler", "streamlit", "uvicorn")
+HEAVY = (
+    "prefect",
+    "torch",
+    "transformers",
+    "great_expectations",
+    "serving",
+    "sampler",
+    "streamlit",
+    "uvicorn",
+    "scipy.stats",
+    "matplotlib",
+)
 # The command in a process of its own; after it, which heavy packages it imported (stderr, last line).
 RUN = (
     "import sys\nfrom flows.cli import main\nsys.argv = ['unmask', *sys.argv[1:]]\ncode = 0\ntry:\n    main()\n"
@@ -107,3 +118,15 @@ def test_reading_commands_load_neither_torch_nor_the_serving_stack(registry_env,
     code, out, heavy = unmask(registry_env, *args)
     assert code == 0, out
     assert heavy == [], (args, heavy)
+
+
+def test_the_serving_app_loads_without_the_analysis_statistics_or_the_ranking_plots():
+    """A server's cold start (issue 50): scipy.stats (0.6 s) is imported when a canary analysis first judges, pymcdm
+    with its matplotlib (0.4 s) when candidates are first ranked; loading the app needs neither."""
+    probe = (
+        "import sys\nfrom serving import create_app\nfrom serving.app import routed_as\n"
+        "print(sorted(m for m in ('scipy.stats', 'matplotlib', 'pymcdm') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
