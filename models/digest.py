@@ -13,7 +13,7 @@ from models.pull import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors",)
 SETTLED_S = 2.0  # a file written longer ago than this has a digest worth keeping for the process
-_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
@@ -21,15 +21,16 @@ def file_sha256(path: Path) -> str:
     weights before loading and the loaded handle checks them again: the second full read of a large checkpoint is
     skipped.
 
-    Kept by the file's device, inode, size, mtime and ctime: a write changes ctime even when it puts mtime back, and
-    a replaced file is another inode. A file whose mtime or ctime is within SETTLED_S of now is hashed every time (a
-    timestamp ticks coarser than a write can follow another, so a stamp that recent may not have moved)."""
-    real = os.path.realpath(path)
-    stat = os.stat(real)
-    key = (real, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    Kept by the file's device, inode, size, mtime and ctime, not by its path: a write changes ctime even when it puts
+    mtime back, and a replaced file is another inode, while a file reached under another name (a folder renamed into
+    place, as fetched weights are, or a link) is the same file. A file whose mtime or ctime is within SETTLED_S of now
+    is hashed every time (a timestamp ticks coarser than a write can follow another, so a stamp that recent may not
+    have moved)."""
+    stat = os.stat(path)
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if key in _DIGESTS:
         return _DIGESTS[key]
-    digest = sha256_of(Path(real))
+    digest = sha256_of(Path(path))
     if time.time() - max(stat.st_mtime, stat.st_ctime) > SETTLED_S:
         _DIGESTS[key] = digest
     return digest

@@ -32,7 +32,6 @@ from models.catalog import CatalogError, load_catalog
 from models.checkpoint import CheckpointError
 from models.digest import file_sha256, weight_files, weights_sha256
 from models.loading import WEIGHTS_DIR, catalog_entry, resolve_model_path
-from models.pull import sha256_of
 from models.state import TOKEN, state_dir
 from registry import audit
 from registry.audit import AuditEvent
@@ -293,7 +292,8 @@ def differs(folder: Path, artifact: WeightsArtifact, recorded: str) -> str | Non
     """How `folder` is not the pushed weights, or None: its weights digest against the recorded one first, then
     every other pushed file against its sha256 at the push."""
     try:
-        digests = {name: sha256_of(folder / name) for name in artifact.files if (folder / name).is_file()}
+        # kept for the process (models/digest): the loader's own check of the folder renamed into place reads nothing
+        digests = {name: file_sha256(folder / name) for name in artifact.files if (folder / name).is_file()}
         found = weights_sha256(folder, digests)
     except OSError as e:
         return f"it cannot be read: {e}"

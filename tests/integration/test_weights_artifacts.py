@@ -14,6 +14,7 @@ import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -91,6 +92,27 @@ def test_a_host_without_the_folder_serves_the_pushed_weights_fetched_and_verifie
     # --weights still wins over the registry's copy
     bundled = str(resolve_model_path("tiny-llada"))
     assert load_checked(served, {NAME: bundled}, "cpu", "float32", reg).path == Path(bundled)
+
+
+def test_fetched_weights_are_read_once_on_their_way_from_the_download_to_the_loader(registered, tmp_path, monkeypatch):
+    """The download is checked in its temporary folder, which is then renamed into the cache: the loader's own check
+    of the cached folder reads no file again (a settled file's digest is kept by the file, not by its path)."""
+    from models import digest
+    from models.pull import sha256_of
+
+    reg, version, folder = registered
+    sha = weights_sha256(folder)
+    pushed = push_weights(reg, NAME, version, folder)
+    folder.rename(tmp_path / "elsewhere")
+    later = digest.time.time
+    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later() + 60))  # the download counts as settled
+    reads: list[Path] = []
+    monkeypatch.setattr(digest, "sha256_of", lambda path: reads.append(path) or sha256_of(path))
+
+    handle = load_checked(served_version(reg, NAME), {}, "cpu", "float32", reg)
+    assert handle.path == cache() / sha and handle.weights_sha256 == sha
+    assert sorted(p.name for p in reads) == sorted(pushed.artifact.files)  # each pushed file once, in the download
+    assert all(".partial-" in str(p) for p in reads)
 
 
 def test_pushed_weights_changed_in_the_artifact_store_are_refused_and_never_cached(registered, tmp_path):
