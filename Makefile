@@ -57,12 +57,13 @@ postgres-deps:
 # the CPUs sat 13-14 % idle through `make test`, so it runs one worker more than the cores. The whole suite on 2 cores
 # (issue 50), runs interleaved on one host from 07:25 to 08:22 on 2026-12-07: 3 workers 829.5 s, 2 workers 862.4 s,
 # 3 workers 822.6 s, 2 workers 859.0 s (idle 1.7-1.9 % with 3, 13.4-14.4 % with 2). WORKERS=N still chooses.
-# the cores this process may run on; nproc would answer OMP_NUM_THREADS instead when that is set
+# The cores this process may run on: nproc would answer OMP_NUM_THREADS instead when that is set.
 CORES := $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 2)
+E2E_WORKERS := $(shell expr $(CORES) + 1)
 PYTEST = $(PY) -m pytest -q -n $(or $(WORKERS),$(1)) --dist loadfile
 
 test: setup browser-deps postgres-deps
-	$(call PYTEST,$(shell expr $(CORES) + 1)) tests
+	$(call PYTEST,$(E2E_WORKERS)) tests
 
 test-fast: setup
 	$(call PYTEST,auto) tests/unit tests/integration
@@ -71,7 +72,7 @@ test-unit: setup
 	$(call PYTEST,auto) tests/unit
 
 test-e2e: setup browser-deps postgres-deps
-	$(call PYTEST,$(shell expr $(CORES) + 1)) tests/e2e
+	$(call PYTEST,$(E2E_WORKERS)) tests/e2e
 
 # Lint and types, as CI runs them before the tests (.pre-commit-config.yaml runs the same on a commit).
 lint: setup

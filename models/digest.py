@@ -30,7 +30,7 @@ def file_sha256(path: Path) -> str:
     key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if key in _DIGESTS:
         return _DIGESTS[key]
-    digest = sha256_of(Path(path))
+    digest = sha256_of(path)
     if time.time() - max(stat.st_mtime, stat.st_ctime) > SETTLED_S:
         _DIGESTS[key] = digest
     return digest

@@ -104,8 +104,8 @@ def test_fetched_weights_are_read_once_on_their_way_from_the_download_to_the_loa
     sha = weights_sha256(folder)
     pushed = push_weights(reg, NAME, version, folder)
     folder.rename(tmp_path / "elsewhere")
-    later = digest.time.time
-    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: later() + 60))  # the download counts as settled
+    real_time = digest.time.time  # 60 s on: the download counts as settled
+    monkeypatch.setattr(digest, "time", SimpleNamespace(time=lambda: real_time() + 60))
     reads: list[Path] = []
     monkeypatch.setattr(digest, "sha256_of", lambda path: reads.append(path) or sha256_of(path))
 
